@@ -1,0 +1,21 @@
+# Shared helpers for the per-folder CMakeLists.
+
+# Warnings for our own code only (LibTorch and gRPC headers are included as SYSTEM).
+function(cumulus_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+endfunction()
+
+# cumulus_test(NAME <binary> SOURCES <files...> LIBS <libs...>)
+# One gtest binary per folder; every TEST becomes its own ctest entry.
+include(GoogleTest)
+function(cumulus_test)
+  cmake_parse_arguments(T "" "NAME" "SOURCES;LIBS" ${ARGN})
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main Threads::Threads)
+  target_compile_definitions(${T_NAME} PRIVATE
+    CUMULUS_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    CUMULUS_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  cumulus_warnings(${T_NAME})
+  gtest_discover_tests(${T_NAME} DISCOVERY_TIMEOUT 120
+    PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+endfunction()

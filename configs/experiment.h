@@ -1,0 +1,104 @@
+#pragma once
+// The experiment schema as plain structs. An experiment YAML file is parsed once into an
+// `Experiment` (see configs/parse.h); nothing downstream reads YAML. Defaults live in the schema
+// table in configs/schema.cc, which is also the source of the README's reference table; the
+// initializers below must match it (a test checks that they do).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cumulus::configs {
+
+struct ModelConfig {
+  // "mlp", "convnet", or "torchscript:<path to a torch.jit.save file>".
+  std::string name = "mlp";
+  std::vector<int64_t> hidden = {256, 128, 100};  // mlp hidden widths
+  double dropout = 0.0;                           // mlp: after each hidden layer; convnet: 0.4
+};
+
+struct DataConfig {
+  // "fashion-mnist", "mnist" (IDX files in `dir`, gzip or raw) or "synthetic".
+  std::string dataset = "fashion-mnist";
+  std::string dir = "/usr/share/datasets/fashion-mnist";
+  bool normalize = true;       // subtract the train-set mean, divide by its std
+  bool shuffle = true;         // permute each epoch with (seed, epoch)
+  bool drop_last = true;       // drop the last incomplete global batch of an epoch
+  int64_t synthetic_train_samples = 4096;
+  int64_t synthetic_test_samples = 1024;
+};
+
+struct OptimizerConfig {
+  std::string name = "sgd";  // "sgd" or "adamw"
+  double lr = 0.1;
+  double momentum = 0.9;     // sgd
+  bool nesterov = false;     // sgd
+  double weight_decay = 0.0;
+  double beta1 = 0.9;        // adamw
+  double beta2 = 0.999;      // adamw
+  double eps = 1e-8;         // adamw
+};
+
+struct ScheduleConfig {
+  std::string name = "constant";  // "constant", "step", "cosine"
+  int64_t warmup_steps = 0;       // linear warm-up from 0 to lr, composed with any schedule
+  int64_t step_size = 1000;       // step: multiply by gamma every step_size steps
+  double gamma = 0.1;             // step
+  double min_lr = 0.0;            // cosine: the floor at the last step
+};
+
+struct TrainerConfig {
+  int64_t global_batch_size = 128;  // samples per optimizer step, summed over all workers
+  int64_t epochs = 3;
+  int64_t max_steps = 0;            // > 0: stop after this many optimizer steps
+  uint64_t seed = 0;
+  double grad_clip_norm = 0.0;      // > 0: clip the global gradient norm
+  int64_t grad_accumulation = 1;    // micro-batches per optimizer step
+  int64_t threads = 0;              // intra-op threads; 0 = cores / local workers
+  std::string run_dir = "runs/default";
+  int64_t log_every_steps = 50;
+};
+
+struct EvalConfig {
+  int64_t every_steps = 0;  // 0: only at the end of each epoch
+  int64_t batch_size = 1000;
+};
+
+struct CheckpointConfig {
+  std::string dir = "";          // empty: <run_dir>/checkpoints
+  int64_t every_steps = 0;       // 0: off
+  double every_seconds = 0.0;    // 0: off
+  int64_t keep = 3;
+  bool async = true;
+};
+
+struct CommConfig {
+  std::string algorithm = "auto";  // "funnel", "tree", "ring", "auto"
+  double bucket_cap_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  double timeout_seconds = 60.0;
+  std::string cost_model = "";     // calibration file from `cumulus-bench calibrate`; empty: built-in
+};
+
+struct LaunchConfig {
+  int64_t nproc_per_node = 2;
+  std::string nnodes = "1";        // "N" or "MIN:MAX"
+  int64_t max_restarts = 3;
+  double monitor_interval = 0.1;   // seconds
+  std::string rdzv_endpoint = "";  // host:port; empty with nnodes 1: standalone
+};
+
+struct Experiment {
+  std::string name = "experiment";
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  TrainerConfig trainer;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  CommConfig comm;
+  LaunchConfig launch;
+};
+
+}  // namespace cumulus::configs

@@ -1,0 +1,47 @@
+#pragma once
+// The model registry. A Model is forward(x) -> logits over either a C++ torch::nn module or a
+// TorchScript module loaded from a torch.jit.save file; the trainer sees only this interface.
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cumulus::models {
+
+struct ModelSpec {
+  std::string name = "mlp";  // "mlp", "convnet", "torchscript:<path>"
+  std::vector<int64_t> hidden = {256, 128, 100};
+  double dropout = 0.0;
+  std::vector<int64_t> input_shape = {1, 28, 28};  // C, H, W
+  int64_t num_classes = 10;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // x: float32 [N, C, H, W]; returns logits [N, num_classes].
+  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  // Trainable parameters in registration order, with their state_dict names.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> namedParameters() = 0;
+  // Non-trainable state (e.g. batch-norm statistics), with their state_dict names.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> namedBuffers() = 0;
+  virtual void train(bool on) = 0;
+  // One line: name, layer shapes, parameter count.
+  virtual std::string summary() = 0;
+
+  std::vector<torch::Tensor> parameters();
+  int64_t parameterCount();
+};
+
+// Throws std::invalid_argument naming an unknown model and listing the known ones, or a
+// TorchScript file that cannot be loaded (with its path and the reason).
+std::unique_ptr<Model> makeModel(const ModelSpec& spec);
+
+// Names accepted by makeModel, for help texts and "did you mean".
+std::vector<std::string> modelNames();
+
+}  // namespace cumulus::models
