@@ -1,0 +1,30 @@
+#pragma once
+// Which collective algorithm runs an all-reduce, and the seam through which the funnel
+// (a gRPC parameter server, comm/funnel.h) plugs into the communicator without the TCP data
+// plane knowing about gRPC.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "comm/types.h"
+
+namespace cumulus::comm {
+
+enum class Algorithm { kFunnel, kTree, kRing, kAuto };
+
+const char* algorithmName(Algorithm algorithm);  // "funnel", "tree", "ring", "auto"
+// Throws std::invalid_argument listing the valid names.
+Algorithm parseAlgorithm(const std::string& name);
+
+// An all-reduce performed by something outside the peer-to-peer data plane (the parameter
+// server). `seq` is the communicator's operation sequence number; every rank passes the same.
+// Blocks until the result is in `buffer` or throws CommError within `timeout`.
+class RemoteReducer {
+ public:
+  virtual ~RemoteReducer() = default;
+  virtual void allreduce(Buffer& buffer, ReduceOp op, uint64_t seq,
+                         std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace cumulus::comm
