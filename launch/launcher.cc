@@ -1,0 +1,331 @@
+#include "launch/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "comm/error.h"
+#include "comm/store_client.h"
+#include "comm/store_server.h"
+#include "launch/output_mux.h"
+#include "launch/worker_process.h"
+
+namespace cumulus::launch {
+namespace {
+
+// The one piece of process-wide state: a signal handler can reach nothing else.
+std::atomic<int> g_stop_signal{0};
+
+constexpr int kExitPreempted = 75;  // EX_TEMPFAIL: checkpointed, resumable
+
+// A set-up problem the user must fix (exit code 2).
+class SetupError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::string randomHex(size_t bytes) {
+  std::vector<unsigned char> buf(bytes);
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::read(fd, buf.data(), bytes) != static_cast<ssize_t>(bytes)) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("cannot read /dev/urandom");
+  }
+  ::close(fd);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : buf) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+std::string utcNow() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string jsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
+  }
+  return out;
+}
+
+std::chrono::milliseconds toMs(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+struct Worker {
+  int rank = 0;
+  int local_rank = 0;
+  std::string log_path;
+  std::unique_ptr<WorkerProcess> process;
+};
+
+}  // namespace
+
+struct Launcher::State {
+  std::unique_ptr<comm::StoreServer> server;
+  std::unique_ptr<comm::StoreClient> store;
+  std::string token;
+  std::string run_dir;
+  int64_t nnodes = 1;
+  int64_t world_size = 1;
+};
+
+Launcher::Launcher(LaunchOptions options, FILE* console)
+    : options_(std::move(options)), console_(console), state_(std::make_unique<State>()) {}
+
+Launcher::~Launcher() = default;
+
+void Launcher::requestStop(int sig) { g_stop_signal.store(sig); }
+
+LaunchReport Launcher::run() {
+  try {
+    return runOrThrow();
+  } catch (const SetupError& e) {
+    std::fprintf(console_, "cumulus-run: error: %s\n", e.what());
+  } catch (const comm::CommError& e) {
+    std::fprintf(console_, "cumulus-run: error: rendezvous failed: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(console_, "cumulus-run: error: %s\n", e.what());
+  }
+  LaunchReport report;
+  report.exit_code = 2;
+  return report;
+}
+
+namespace {
+
+// Stops every running worker: SIGTERM to each group, SIGKILL to the ones still alive after the
+// grace period. Keeps copying their output meanwhile so nothing they print on the way out is lost.
+void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace) {
+  for (auto& w : workers) w.process->signal(SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace);
+  for (;;) {
+    bool all = true;
+    for (auto& w : workers) all &= w.process->poll().exited;
+    if (all || std::chrono::steady_clock::now() >= deadline) break;
+    mux.pump(10);
+  }
+  for (auto& w : workers) {
+    w.process->signal(SIGKILL);
+    w.process->waitFor(5.0);
+    mux.finish(w.rank);
+  }
+}
+
+}  // namespace
+
+LaunchReport Launcher::runOrThrow() {
+  LaunchOptions& o = options_;
+  State& st = *state_;
+  LaunchReport report;
+  if (o.min_nodes != o.max_nodes) {
+    throw SetupError("--nnodes " + std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes) +
+                     ": elastic node ranges are not supported yet; give a fixed --nnodes N");
+  }
+  st.nnodes = o.max_nodes;
+  st.world_size = st.nnodes * o.nproc_per_node;
+  if (o.run_id.empty()) o.run_id = "run-" + randomHex(4);
+  st.run_dir = o.log_dir + "/" + o.run_id;
+  std::error_code ec;
+  std::filesystem::create_directories(st.run_dir, ec);
+  if (ec) throw SetupError("cannot create log directory " + st.run_dir + ": " + ec.message());
+
+  const char* env_token = std::getenv("CUMULUS_JOB_TOKEN");
+  if (env_token && *env_token) {
+    st.token = env_token;
+  } else if (st.nnodes == 1) {
+    st.token = randomHex(16);
+  } else {
+    throw SetupError("a job on several nodes needs the same secret on every node: export "
+                     "CUMULUS_JOB_TOKEN=<secret> before cumulus-run on each of them");
+  }
+
+  // Node 0 hosts the Store. An explicit endpoint names the address to bind; otherwise loopback.
+  std::string store_host = o.rdzv_host;
+  int store_port = o.rdzv_port;
+  if (o.node_rank == 0) {
+    try {
+      st.server = std::make_unique<comm::StoreServer>(store_host, store_port, st.token);
+    } catch (const std::exception& e) {
+      throw SetupError("cannot host the rendezvous Store on " + store_host + ":" +
+                       std::to_string(store_port) + ": " + e.what() +
+                       " (is another job using that port? choose another with --rdzv-endpoint)");
+    }
+    store_port = st.server->port();
+  }
+  comm::StoreClientOptions copts;
+  copts.connect_timeout = toMs(o.rdzv_timeout);
+  st.store = std::make_unique<comm::StoreClient>(store_host, store_port, st.token, copts);
+  std::fprintf(console_, "cumulus-run: run %s, %lld node(s) x %lld worker(s), store %s:%d, logs %s\n",
+               o.run_id.c_str(), static_cast<long long>(st.nnodes),
+               static_cast<long long>(o.nproc_per_node), store_host.c_str(), store_port,
+               st.run_dir.c_str());
+
+  std::string errors_path = st.run_dir + "/errors.jsonl";
+  for (int64_t generation = 0;; ++generation) {
+    const std::string gen = std::to_string(generation);
+    // Every node of this generation checks in, so no worker starts before all agents are here.
+    st.store->set("launch/" + gen + "/node/" + std::to_string(o.node_rank), "1");
+    std::vector<std::string> node_keys;
+    for (int64_t i = 0; i < st.nnodes; ++i) {
+      node_keys.push_back("launch/" + gen + "/node/" + std::to_string(i));
+    }
+    st.store->wait(node_keys, toMs(o.rdzv_timeout));
+
+    std::string gen_dir = st.run_dir + "/gen" + gen;
+    std::filesystem::create_directories(gen_dir, ec);
+    OutputMux mux(console_);
+    std::vector<Worker> workers;
+    for (int64_t local = 0; local < o.nproc_per_node; ++local) {
+      Worker w;
+      w.local_rank = static_cast<int>(local);
+      w.rank = static_cast<int>(o.node_rank * o.nproc_per_node + local);
+      w.log_path = gen_dir + "/rank" + std::to_string(w.rank) + ".log";
+      std::vector<std::pair<std::string, std::string>> env = {
+          {"RANK", std::to_string(w.rank)},
+          {"LOCAL_RANK", std::to_string(local)},
+          {"WORLD_SIZE", std::to_string(st.world_size)},
+          {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+          {"GROUP_RANK", std::to_string(o.node_rank)},
+          {"ROLE_RANK", std::to_string(w.rank)},
+          {"MASTER_ADDR", store_host},
+          {"MASTER_PORT", std::to_string(store_port)},
+          {"CUMULUS_RUN_ID", o.run_id},
+          {"CUMULUS_RESTART_COUNT", std::to_string(report.restarts)},
+          {"CUMULUS_GENERATION", gen},
+          {"CUMULUS_JOB_TOKEN", st.token},
+          {"CUMULUS_LOG_DIR", gen_dir},
+      };
+      w.process = std::make_unique<WorkerProcess>(o.command, env);
+      w.process->start();
+      mux.add(w.rank, w.process->outputFd(), w.log_path);
+      workers.push_back(std::move(w));
+    }
+
+    // Monitor until the group finishes, one worker fails, another node reports a failure, or the
+    // launcher is told to stop.
+    const int interval_ms = std::max(1, static_cast<int>(o.monitor_interval * 1000));
+    const Worker* failed = nullptr;
+    std::string remote_failure;
+    auto next_store_check = std::chrono::steady_clock::now();
+    for (;;) {
+      mux.pump(interval_ms);
+      if (int sig = g_stop_signal.load()) {
+        std::fprintf(console_, "cumulus-run: received %s, stopping workers\n",
+                     signalName(sig).c_str());
+        stopWorkers(workers, mux, o.stop_grace);
+        bool preempted = true;
+        for (auto& w : workers) preempted &= w.process->poll().exit_code == kExitPreempted;
+        report.exit_code = preempted ? kExitPreempted : 128 + sig;
+        return report;
+      }
+      bool all_done = true;
+      bool any_preempted = false;
+      for (auto& w : workers) {
+        const ExitStatus& s = w.process->poll();
+        if (!s.exited) {
+          all_done = false;
+        } else if (s.exit_code == kExitPreempted && s.signal == 0) {
+          any_preempted = true;
+        } else if (!s.ok() && !failed) {
+          failed = &w;
+        }
+      }
+      if (failed) break;
+      if (all_done) {
+        for (auto& w : workers) mux.finish(w.rank);
+        if (any_preempted) {
+          report.preemptions++;
+          report.exit_code = kExitPreempted;
+          std::fprintf(console_, "cumulus-run: workers preempted (exit 75); resumable\n");
+        } else {
+          std::fprintf(console_, "cumulus-run: all %lld worker(s) finished\n",
+                       static_cast<long long>(o.nproc_per_node));
+        }
+        if (st.nnodes > 1) {
+          st.store->set("launch/" + gen + "/done/" + std::to_string(o.node_rank), "1");
+          if (o.node_rank == 0) {  // keep the Store up until every node is done with it
+            std::vector<std::string> done;
+            for (int64_t i = 0; i < st.nnodes; ++i) {
+              done.push_back("launch/" + gen + "/done/" + std::to_string(i));
+            }
+            try {
+              st.store->wait(done, toMs(o.rdzv_timeout));
+            } catch (const comm::CommError&) {
+            }
+          }
+        }
+        return report;
+      }
+      if (st.nnodes > 1 && std::chrono::steady_clock::now() >= next_store_check) {
+        next_store_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+        if (auto f = st.store->tryGet("launch/" + gen + "/failed")) {
+          remote_failure = *f;
+          break;
+        }
+      }
+    }
+
+    // One failure stops the whole group (on every node) and restarts it under a new generation.
+    std::string what;
+    if (failed) {
+      const ExitStatus s = failed->process->poll();
+      report.failed_rank = failed->rank;
+      report.failure = s.describe();
+      what = "rank " + std::to_string(failed->rank) + " failed (" + s.describe() + ")";
+      std::ofstream err(errors_path, std::ios::app);
+      err << "{\"time\":\"" << utcNow() << "\",\"run_id\":\"" << jsonEscape(o.run_id)
+          << "\",\"generation\":" << generation << ",\"rank\":" << failed->rank
+          << ",\"local_rank\":" << failed->local_rank << ",\"node_rank\":" << o.node_rank
+          << ",\"pid\":" << failed->process->pid();
+      if (s.signal) {
+        err << ",\"signal\":\"" << signalName(s.signal) << "\"";
+      } else {
+        err << ",\"exit_code\":" << s.exit_code;
+      }
+      err << ",\"log\":\"" << jsonEscape(failed->log_path) << "\"}\n";
+      if (st.nnodes > 1) st.store->compareSet("launch/" + gen + "/failed", "", what);
+    } else {
+      what = remote_failure + " on another node";
+    }
+    std::fprintf(console_, "cumulus-run: %s; stopping the group\n", what.c_str());
+    stopWorkers(workers, mux, o.stop_grace);
+    if (report.restarts >= o.max_restarts) {
+      std::fprintf(console_,
+                   "cumulus-run: giving up: %s and no restarts are left (--max-restarts %lld); "
+                   "see %s\n",
+                   what.c_str(), static_cast<long long>(o.max_restarts),
+                   failed ? failed->log_path.c_str() : errors_path.c_str());
+      report.exit_code = 1;
+      return report;
+    }
+    report.restarts++;
+    std::fprintf(console_, "cumulus-run: restarting the group (restart %d of %lld)\n",
+                 report.restarts, static_cast<long long>(o.max_restarts));
+  }
+}
+
+}  // namespace cumulus::launch

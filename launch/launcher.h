@@ -1,0 +1,54 @@
+#pragma once
+// The agent behind cumulus-run: hosts the rendezvous Store on node 0, starts this node's workers
+// with the torchrun environment (DESIGN.md "Processes"), supervises them, and restarts the whole
+// group under a new generation when one fails.
+//
+// Exit codes of run():
+//   0   every worker exited 0
+//   1   a worker failed and no restarts were left (the message names the rank)
+//   2   a usage or set-up error (bad flag, port in use, unreachable rendezvous)
+//   75  preempted: the workers exited 75 (EX_TEMPFAIL) after a checkpoint; resumable
+//   128+N  the launcher was stopped by signal N and stopped its workers
+//
+// Across nodes, agents agree through the Store: node 0 publishes each generation; any agent whose
+// worker fails records `launch/failed/<g>`, which every agent watches, so all stop and restart
+// together. Blocking waits on the Store use --rdzv-timeout.
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "launch/options.h"
+
+namespace cumulus::launch {
+
+// What run() learned, for tests and the final console line.
+struct LaunchReport {
+  int exit_code = 0;
+  int restarts = 0;              // group restarts after failures
+  int preemptions = 0;
+  int failed_rank = -1;          // the rank of the last failure, if any
+  std::string failure;           // "exit code 3", "signal SIGKILL"
+};
+
+class Launcher {
+ public:
+  Launcher(LaunchOptions options, FILE* console);
+  ~Launcher();
+
+  // Runs the job to completion. Never throws: set-up errors become exit code 2 with a message.
+  LaunchReport run();
+
+  // Async-signal-safe: asks run() to stop the workers (SIGTERM, then SIGKILL after the grace)
+  // and return 128 + sig. Called from cumulus-run's signal handler.
+  static void requestStop(int sig);
+
+ private:
+  struct State;
+  LaunchReport runOrThrow();
+  LaunchOptions options_;
+  FILE* console_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace cumulus::launch

@@ -1,0 +1,36 @@
+// cumulus-run: the torchrun-style launcher. See launch/options.h for the flags and
+// launch/launcher.h for what it does and its exit codes.
+
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "launch/launcher.h"
+#include "launch/options.h"
+
+namespace {
+void onSignal(int sig) { cumulus::launch::Launcher::requestStop(sig); }
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  cumulus::launch::LaunchOptions options;
+  try {
+    options = cumulus::launch::parseLaunchArgs(args);
+  } catch (const cumulus::launch::UsageError& e) {
+    bool help = !args.empty() && (args[0] == "--help" || args[0] == "-h");
+    std::fprintf(help ? stdout : stderr, "%s%s%s", help ? "" : "cumulus-run: error: ", e.what(),
+                 help ? "" : "\n");
+    return help ? 0 : 2;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = onSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  cumulus::launch::Launcher launcher(std::move(options), stdout);
+  return launcher.run().exit_code;
+}

@@ -1,0 +1,63 @@
+#pragma once
+// cumulus-run's command line, torchrun-style:
+//
+//   cumulus-run [flags] -- PROGRAM [ARGS...]
+//
+// Flags (both --flag=value and --flag value are accepted; '_' and '-' are interchangeable):
+//   --nproc-per-node N      workers on this node (default 1, or launch.nproc_per_node)
+//   --nnodes N | MIN:MAX    nodes in the job (default 1)
+//   --node-rank I           this node's index, 0 … nnodes-1 (default 0)
+//   --rdzv-endpoint H:P     the Store on node 0 (node 0 hosts it there; others connect)
+//   --standalone            single node, Store on a free loopback port
+//   --max-restarts K        group restarts after a crash before giving up (default 3)
+//   --monitor-interval S    seconds between health checks of the workers (default 0.1)
+//   --run-id ID             names the job (default: random); logs go under --log-dir/ID
+//   --log-dir DIR           where per-rank logs and the error file go (default runs/logs)
+//   --stop-grace S          SIGTERM → SIGKILL delay when stopping workers (default 10)
+//   --rdzv-timeout S        how long to wait for the Store and for the other nodes (default 60)
+//
+// Flags given on the command line win over an experiment's `launch:` section (see launcher.h).
+
+#include <cstdint>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cumulus::launch {
+
+// A mistake on the command line; the message says which flag and what to do.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct LaunchOptions {
+  int64_t nproc_per_node = 1;
+  int64_t min_nodes = 1;
+  int64_t max_nodes = 1;
+  int64_t node_rank = 0;
+  std::string rdzv_host = "127.0.0.1";
+  int rdzv_port = 0;  // 0: node 0 picks a free port (single node only)
+  bool standalone = false;
+  int64_t max_restarts = 3;
+  double monitor_interval = 0.1;
+  std::string run_id;
+  std::string log_dir = "runs/logs";
+  double stop_grace = 10.0;
+  double rdzv_timeout = 60.0;
+  std::vector<std::string> command;  // PROGRAM ARGS…
+  std::set<std::string> explicit_flags;  // flags given on the command line, e.g. "nproc-per-node"
+};
+
+// Parses argv[1..]. Throws UsageError. `--help` throws UsageError with the usage text.
+LaunchOptions parseLaunchArgs(const std::vector<std::string>& args);
+
+// "N" or "MIN:MAX" → {min, max}; throws UsageError naming `what`.
+std::pair<int64_t, int64_t> parseNodeRange(const std::string& text, const std::string& what);
+// "host:port" (IPv6 as "[::1]:port") → {host, port}; throws UsageError naming `what`.
+std::pair<std::string, int> parseEndpoint(const std::string& text, const std::string& what);
+
+std::string usageText();
+
+}  // namespace cumulus::launch

@@ -1,0 +1,42 @@
+#pragma once
+// Copies each worker's captured output to the launcher's console with a rank prefix
+// ("[rank1] …") and, unprefixed, to that rank's own log file. Partial lines are held until their
+// newline (or 64 KiB), so lines of different ranks never interleave mid-line.
+// Not thread-safe: driven by the launcher's single monitor loop.
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cumulus::launch {
+
+class OutputMux {
+ public:
+  explicit OutputMux(FILE* console) : console_(console) {}
+  ~OutputMux();
+
+  // Starts following `fd` (not owned) for `rank`, appending to `log_path`. Throws
+  // std::runtime_error if the log file cannot be opened, naming it.
+  void add(int rank, int fd, const std::string& log_path);
+  // Waits up to `timeout_ms` for output, then copies whatever is ready. Returns the ranks whose
+  // pipe reached end of file during this call.
+  std::vector<int> pump(int timeout_ms);
+  // Copies what is left of `rank`'s output (flushing a final partial line) and forgets it.
+  void finish(int rank);
+  bool following(int rank) const { return streams_.count(rank) > 0; }
+
+ private:
+  struct Stream {
+    int fd = -1;
+    FILE* log = nullptr;
+    std::string pending;
+  };
+  void emit(int rank, Stream& s, bool flush_partial);
+  bool drain(int rank, Stream& s);  // returns false at EOF
+
+  FILE* console_;
+  std::map<int, Stream> streams_;
+};
+
+}  // namespace cumulus::launch

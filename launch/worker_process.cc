@@ -1,0 +1,136 @@
+#include "launch/worker_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace cumulus::launch {
+
+std::string signalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+std::string ExitStatus::describe() const {
+  if (!exited) return "running";
+  if (signal != 0) return "signal " + signalName(signal);
+  return "exit code " + std::to_string(exit_code);
+}
+
+WorkerProcess::WorkerProcess(std::vector<std::string> argv,
+                             std::vector<std::pair<std::string, std::string>> env)
+    : argv_(std::move(argv)), env_(std::move(env)) {}
+
+WorkerProcess::~WorkerProcess() {
+  if (pid_ > 0) {
+    signal(SIGKILL);
+    waitFor(5.0);
+  }
+  closeOutput();
+}
+
+void WorkerProcess::closeOutput() {
+  if (out_fd_ >= 0) ::close(out_fd_);
+  out_fd_ = -1;
+}
+
+void WorkerProcess::start() {
+  // Everything the child needs is built before fork(): after it, only async-signal-safe calls.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    std::string entry(*e);
+    std::string key = entry.substr(0, entry.find('='));
+    bool overridden = false;
+    for (const auto& kv : env_) overridden |= (kv.first == key);
+    if (!overridden) env_strings.push_back(entry);
+  }
+  for (const auto& kv : env_) env_strings.push_back(kv.first + "=" + kv.second);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argvp;
+  for (auto& s : argv_) argvp.push_back(s.data());
+  argvp.push_back(nullptr);
+  std::string exec_error = "cumulus-run: cannot execute " + argv_[0] + ": ";
+
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe: " + std::string(strerror(errno)));
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw std::runtime_error("fork: " + std::string(strerror(errno)));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) _exit(1);  // the launcher died before prctl took effect
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    // Default dispositions: the launcher may block or ignore signals the worker must see.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGPIPE, SIG_DFL);
+    ::execvpe(argvp[0], argvp.data(), envp.data());
+    int err = errno;
+    ssize_t ignored = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
+    const char* msg = strerror(err);
+    ignored = ::write(STDERR_FILENO, msg, strlen(msg));
+    ignored = ::write(STDERR_FILENO, "\n", 1);
+    (void)ignored;
+    _exit(127);
+  }
+  ::setpgid(pid, pid);  // also from the parent, so signal() can't race the child's setpgid
+  ::close(fds[1]);
+  pid_ = pid;
+  out_fd_ = fds[0];
+  status_ = ExitStatus{};
+}
+
+const ExitStatus& WorkerProcess::poll() {
+  if (pid_ <= 0 || status_.exited) return status_;
+  int wstatus = 0;
+  pid_t r = ::waitpid(pid_, &wstatus, WNOHANG);
+  if (r == pid_) {
+    status_.exited = true;
+    if (WIFSIGNALED(wstatus)) {
+      status_.signal = WTERMSIG(wstatus);
+      status_.exit_code = -1;
+    } else {
+      status_.exit_code = WEXITSTATUS(wstatus);
+    }
+  }
+  return status_;
+}
+
+void WorkerProcess::signal(int sig) {
+  // The group outlives its leader when the worker started children of its own: signal the group
+  // even after the leader has been reaped (ESRCH once the group is empty is harmless).
+  if (pid_ > 0) ::kill(-pid_, sig);
+}
+
+bool WorkerProcess::waitFor(double seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!poll().exited) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+}  // namespace cumulus::launch

@@ -1,0 +1,300 @@
+// cumulus-run started as users start it, with real worker processes (small shell scripts) and
+// real signals. Each test gets its own temp directory and cleans up after itself.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kRun = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-run";
+
+struct Result {
+  int exit_code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+std::string readFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("cumulus-launch-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes an executable shell script and returns its path.
+  std::string script(const std::string& name, const std::string& body) {
+    fs::path p = dir_ / name;
+    std::ofstream(p) << "#!/bin/sh\n" << body << "\n";
+    fs::permissions(p, fs::perms::owner_all);
+    return p.string();
+  }
+
+  // Runs cumulus-run with `args` (shell words), output to a file, and waits for it.
+  Result launch(const std::string& args, const std::string& env = "") {
+    fs::path out = dir_ / "launcher.out";
+    auto t0 = std::chrono::steady_clock::now();
+    std::string cmd = env + " " + kRun + " --log-dir " + (dir_ / "logs").string() + " " + args +
+                      " >" + out.string() + " 2>&1";
+    int status = std::system(cmd.c_str());
+    Result r;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.output = readFile(out);
+    return r;
+  }
+
+  fs::path dir_;
+};
+
+int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool processAlive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+TEST_F(LauncherTest, WorkersGetTheTorchrunEnvironmentAndPrefixedOutput) {
+  std::string w = script("env.sh",
+                         "echo \"rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE "
+                         "lws=$LOCAL_WORLD_SIZE group=$GROUP_RANK gen=$CUMULUS_GENERATION "
+                         "restarts=$CUMULUS_RESTART_COUNT run=$CUMULUS_RUN_ID\"\n"
+                         "test -n \"$MASTER_ADDR\" && test -n \"$MASTER_PORT\" && "
+                         "test ${#CUMULUS_JOB_TOKEN} -ge 16 && echo rendezvous-ok");
+  Result r = launch("--nproc-per-node 2 --run-id envjob -- " + w);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0] rank=0 local=0 world=2 lws=2 group=0 gen=0 restarts=0 run=envjob"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[rank1] rank=1 local=1 world=2 lws=2 group=0 gen=0 restarts=0 run=envjob"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[rank1] rendezvous-ok"), std::string::npos) << r.output;
+  // Each rank also has its own log file, unprefixed.
+  std::string log1 = readFile(dir_ / "logs/envjob/gen0/rank1.log");
+  EXPECT_EQ(log1, "rank=1 local=1 world=2 lws=2 group=0 gen=0 restarts=0 run=envjob\nrendezvous-ok\n");
+}
+
+TEST_F(LauncherTest, CrashRestartsTheGroupUnderANewGeneration) {
+  // Rank 1 fails in generation 0 only; the restarted group succeeds.
+  std::string w = script("flaky.sh",
+                         "if [ \"$RANK\" = 1 ] && [ \"$CUMULUS_GENERATION\" = 0 ]; then exit 3; fi\n"
+                         "echo done gen=$CUMULUS_GENERATION restarts=$CUMULUS_RESTART_COUNT");
+  Result r = launch("--nproc-per-node 2 --run-id flaky --max-restarts 3 -- " + w);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: rank 1 failed (exit code 3); stopping the group"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: restarting the group (restart 1 of 3)"), std::string::npos);
+  EXPECT_NE(r.output.find("[rank0] done gen=1 restarts=1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank1] done gen=1 restarts=1"), std::string::npos) << r.output;
+  std::string errors = readFile(dir_ / "logs/flaky/errors.jsonl");
+  EXPECT_TRUE(std::regex_search(
+      errors, std::regex(R"(^\{"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ","run_id":"flaky",)"
+                         R"("generation":0,"rank":1,"local_rank":1,"node_rank":0,"pid":\d+,)"
+                         R"("exit_code":3,"log":".*/gen0/rank1.log"\}\n$)")))
+      << errors;
+}
+
+TEST_F(LauncherTest, GivesUpAfterMaxRestartsNamingTheRank) {
+  std::string w = script("bad.sh", "if [ \"$RANK\" = 1 ]; then exit 7; fi\nexec sleep 30");
+  Result r = launch("--nproc-per-node 2 --run-id bad --max-restarts 1 --stop-grace 5 -- " + w);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: giving up: rank 1 failed (exit code 7) and no restarts are "
+                          "left (--max-restarts 1)"),
+            std::string::npos)
+      << r.output;
+  // The sleeping rank 0 was stopped (SIGTERM) each time, not waited for.
+  EXPECT_LT(r.seconds, 15.0);
+  std::string errors = readFile(dir_ / "logs/bad/errors.jsonl");
+  EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 2) << errors;
+}
+
+TEST_F(LauncherTest, WorkerKilledBySignalIsRecorded) {
+  std::string w = script("kill.sh", "if [ \"$RANK\" = 0 ]; then kill -9 $$; fi\nexit 0");
+  Result r = launch("--nproc-per-node 2 --run-id sig --max-restarts 0 -- " + w);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("rank 0 failed (signal SIGKILL)"), std::string::npos) << r.output;
+  EXPECT_NE(readFile(dir_ / "logs/sig/errors.jsonl").find("\"signal\":\"SIGKILL\""),
+            std::string::npos);
+}
+
+TEST_F(LauncherTest, MissingProgramIsAFailureWithAClearMessage) {
+  Result r = launch("--nproc-per-node 1 --max-restarts 0 -- /nonexistent/worker");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("[rank0] cumulus-run: cannot execute /nonexistent/worker: No such file "
+                          "or directory"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank 0 failed (exit code 127)"), std::string::npos) << r.output;
+}
+
+TEST_F(LauncherTest, NoWorkerSurvivesTheLauncherBeingKilled) {
+  std::string pids = (dir_ / "pids").string();
+  std::string w = script("sleeper.sh", "echo $$ >> " + pids + "\nexec sleep 60");
+  std::string cmd = kRun + " --log-dir " + (dir_ / "logs").string() +
+                    " --nproc-per-node 2 -- " + w + " >/dev/null 2>&1";
+  pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until both workers have written their pids.
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 200 && workers.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    workers.clear();
+    std::ifstream in(pids);
+    for (pid_t p; in >> p;) workers.push_back(p);
+  }
+  ASSERT_EQ(workers.size(), 2u);
+  for (pid_t p : workers) ASSERT_TRUE(processAlive(p));
+  ::kill(launcher, SIGKILL);
+  int status = 0;
+  ::waitpid(launcher, &status, 0);
+  // PR_SET_PDEATHSIG delivers SIGKILL to each worker; they are reaped by init shortly after.
+  bool all_gone = false;
+  for (int i = 0; i < 100 && !all_gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    all_gone = true;
+    for (pid_t p : workers) {
+      std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+      std::string content;
+      std::getline(stat, content);
+      // Gone, or a zombie waiting for init to reap it.
+      bool alive = !content.empty() && content.find(") Z ") == std::string::npos;
+      all_gone &= !alive;
+    }
+  }
+  EXPECT_TRUE(all_gone) << "a worker outlived its launcher";
+  for (pid_t p : workers) ::kill(p, SIGKILL);
+}
+
+TEST_F(LauncherTest, SigtermStopsWorkersAndReportsPreemptionWhenTheyExit75) {
+  std::string ready = (dir_ / "ready").string();
+  std::string w = script("term.sh", "trap 'echo checkpointed; exit 75' TERM\ntouch " + ready +
+                                        ".$RANK\nwhile true; do sleep 0.05; done");
+  std::string cmd = kRun + " --log-dir " + (dir_ / "logs").string() + " --nproc-per-node 2 -- " +
+                    w + " >" + (dir_ / "out").string() + " 2>&1";
+  pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 200 && !(fs::exists(ready + ".0") && fs::exists(ready + ".1")); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ::kill(launcher, SIGTERM);
+  int status = 0;
+  ::waitpid(launcher, &status, 0);
+  std::string out = readFile(dir_ / "out");
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 75) << out;
+  EXPECT_NE(out.find("cumulus-run: received SIGTERM, stopping workers"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank0] checkpointed"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank1] checkpointed"), std::string::npos) << out;
+}
+
+TEST_F(LauncherTest, PortInUseIsAClearError) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  Result r = launch("--rdzv-endpoint 127.0.0.1:" + std::to_string(port) + " -- /bin/true");
+  ::close(fd);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: error: cannot host the rendezvous Store on 127.0.0.1:" +
+                          std::to_string(port)),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("choose another with --rdzv-endpoint"), std::string::npos) << r.output;
+}
+
+TEST_F(LauncherTest, UnreachableRendezvousFailsWithinItsTimeout) {
+  int port = freePort();
+  Result r = launch("--nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+                        " --rdzv-timeout 1 -- /bin/true",
+                    "CUMULUS_JOB_TOKEN=secret");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: error: rendezvous failed: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 10.0);
+}
+
+TEST_F(LauncherTest, BadFlagIsExitTwoWithTheFlagNamed) {
+  Result r = launch("--nproc-per-node two -- /bin/true");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "cumulus-run: error: --nproc-per-node: expected an integer in [1, 1024], got \"two\"\n");
+}
+
+TEST_F(LauncherTest, TwoNodesOnLoopbackFormOneJob) {
+  int port = freePort();
+  std::string w = script("ranks.sh", "echo rank=$RANK of $WORLD_SIZE group=$GROUP_RANK");
+  std::string common = "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" +
+                       std::to_string(port) + " --rdzv-timeout 20 --run-id two";
+  fs::path out1 = dir_ / "node1.out";
+  std::string node1 = "CUMULUS_JOB_TOKEN=tok " + kRun + " --log-dir " + (dir_ / "logs1").string() +
+                      " " + common + " --node-rank 1 -- " + w + " >" + out1.string() + " 2>&1";
+  pid_t other = ::fork();
+  ASSERT_GE(other, 0);
+  if (other == 0) {
+    ::execl("/bin/sh", "sh", "-c", node1.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  Result r0 = launch(common + " --node-rank 0 -- " + w, "CUMULUS_JOB_TOKEN=tok");
+  int status = 0;
+  ::waitpid(other, &status, 0);
+  std::string o1 = readFile(out1);
+  EXPECT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << o1;
+  EXPECT_NE(r0.output.find("[rank0] rank=0 of 4 group=0"), std::string::npos) << r0.output;
+  EXPECT_NE(r0.output.find("[rank1] rank=1 of 4 group=0"), std::string::npos) << r0.output;
+  EXPECT_NE(o1.find("[rank2] rank=2 of 4 group=1"), std::string::npos) << o1;
+  EXPECT_NE(o1.find("[rank3] rank=3 of 4 group=1"), std::string::npos) << o1;
+}
+
+}  // namespace

@@ -1,0 +1,76 @@
+#include "launch/options.h"
+
+#include <gtest/gtest.h>
+
+namespace cumulus::launch {
+namespace {
+
+std::string usageErrorOf(const std::vector<std::string>& args) {
+  try {
+    parseLaunchArgs(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(LaunchOptions, TorchrunStyleFlagsAndProgram) {
+  auto o = parseLaunchArgs({"--nproc-per-node", "4", "--nnodes=2", "--node_rank", "1",
+                            "--rdzv-endpoint", "10.0.0.1:29500", "--max-restarts=5",
+                            "--monitor-interval", "0.5", "--run-id", "job7", "--log-dir", "/tmp/l",
+                            "--", "cumulus-train", "configs/x.yaml", "--set", "a=b"});
+  EXPECT_EQ(o.nproc_per_node, 4);
+  EXPECT_EQ(o.min_nodes, 2);
+  EXPECT_EQ(o.max_nodes, 2);
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_EQ(o.rdzv_host, "10.0.0.1");
+  EXPECT_EQ(o.rdzv_port, 29500);
+  EXPECT_EQ(o.max_restarts, 5);
+  EXPECT_DOUBLE_EQ(o.monitor_interval, 0.5);
+  EXPECT_EQ(o.run_id, "job7");
+  EXPECT_EQ(o.log_dir, "/tmp/l");
+  EXPECT_EQ(o.command, (std::vector<std::string>{"cumulus-train", "configs/x.yaml", "--set", "a=b"}));
+  EXPECT_TRUE(o.explicit_flags.count("nproc-per-node"));
+  EXPECT_FALSE(o.explicit_flags.count("standalone"));
+}
+
+TEST(LaunchOptions, ProgramWithoutDoubleDash) {
+  auto o = parseLaunchArgs({"--standalone", "python3", "--version"});
+  EXPECT_TRUE(o.standalone);
+  EXPECT_EQ(o.command, (std::vector<std::string>{"python3", "--version"}));
+}
+
+TEST(LaunchOptions, ElasticRangeAndIpv6Endpoint) {
+  auto o = parseLaunchArgs({"--nnodes", "2:4", "--rdzv-endpoint", "[::1]:1234", "--", "x"});
+  EXPECT_EQ(o.min_nodes, 2);
+  EXPECT_EQ(o.max_nodes, 4);
+  EXPECT_EQ(o.rdzv_host, "::1");
+  EXPECT_EQ(o.rdzv_port, 1234);
+}
+
+TEST(LaunchOptions, ErrorsNameTheFlag) {
+  EXPECT_EQ(usageErrorOf({"--nproc-per-node", "0", "--", "x"}),
+            "--nproc-per-node: expected an integer in [1, 1024], got \"0\"");
+  EXPECT_EQ(usageErrorOf({"--nprocs", "2", "--", "x"}),
+            "unknown flag --nprocs (see cumulus-run --help)");
+  EXPECT_EQ(usageErrorOf({"--nnodes", "3:2", "--", "x"}),
+            "--nnodes: MIN:MAX needs MIN <= MAX, got \"3:2\"");
+  EXPECT_EQ(usageErrorOf({"--rdzv-endpoint", "localhost", "--", "x"}),
+            "--rdzv-endpoint: expected HOST:PORT, got \"localhost\"");
+  EXPECT_EQ(usageErrorOf({"--rdzv-endpoint", "h:99999", "--", "x"}),
+            "--rdzv-endpoint: expected an integer in [1, 65535], got \"99999\"");
+  EXPECT_EQ(usageErrorOf({"--nproc-per-node"}), "--nproc-per-node needs a value");
+  EXPECT_EQ(usageErrorOf({"--nproc-per-node", "2"}),
+            "no program to run: cumulus-run [flags] -- PROGRAM [ARGS...]");
+  EXPECT_EQ(usageErrorOf({"--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1", "--", "x"}),
+            "--node-rank 2 is out of range for --nnodes 2 (ranks are 0 … nnodes-1)");
+  EXPECT_EQ(usageErrorOf({"--nnodes", "2", "--", "x"}),
+            "--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)");
+  EXPECT_EQ(usageErrorOf({"--standalone", "--nnodes", "2", "--", "x"}),
+            "--standalone runs one node with its own Store; drop --nnodes/--rdzv-endpoint");
+  EXPECT_EQ(usageErrorOf({"--monitor-interval", "fast", "--", "x"}),
+            "--monitor-interval: expected seconds >= 0.001, got \"fast\"");
+}
+
+}  // namespace
+}  // namespace cumulus::launch
