@@ -1,0 +1,8 @@
+# Tests of the comm core (see comm/core.cmake). One binary, comm_test; the process tests re-run
+# this same binary as their worker (see process_test.cc), so there is no second executable.
+set(COMM_CORE_TESTS
+  ${CMAKE_CURRENT_SOURCE_DIR}/reduce_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/memory_store_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/cost_model_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/allreduce_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/collectives_test.cc)
