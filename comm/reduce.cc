@@ -3,6 +3,10 @@
 #include <cassert>
 #include <type_traits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 // The hot loops below are written so that GCC vectorizes them at -O3 (core.cmake sets -O3 on
 // this file): no aliasing (__restrict), no early exits, branch-free selects. Each is compiled
 // twice (target_clones): once for x86-64-v3 (AVX2 + FMA + F16C, where the float16 conversions
@@ -67,19 +71,67 @@ CUMULUS_NATIVE_KERNELS(int32_t, i32)
 CUMULUS_NATIVE_KERNELS(int64_t, i64)
 #undef CUMULUS_NATIVE_KERNELS
 
-// float16: widen, operate in float32, narrow with round-to-nearest-even (the hardware/libgcc
-// conversion of _Float16 does exactly that and keeps NaN a NaN).
-CUMULUS_CLONES void sum_f16(Half* __restrict d, const Half* __restrict s, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    d[i] = static_cast<Half>(static_cast<float>(d[i]) + static_cast<float>(s[i]));
+// float16: widen, operate in float32, narrow with round-to-nearest-even (NaN stays NaN). GCC
+// does not vectorize _Float16 conversions, so on CPUs with F16C + AVX2 the loops below convert
+// eight at a time with vcvtph2ps / vcvtps2ph; the scalar tail and other CPUs use _Float16,
+// whose conversions round the same way.
+enum class Pick { kSum, kMax, kMin };
+
+template <Pick kOp>
+inline float pickScalar(float a, float b) {
+  if constexpr (kOp == Pick::kSum) return a + b;
+  if constexpr (kOp == Pick::kMax) return maxOf(a, b);
+  return minOf(a, b);
 }
-CUMULUS_CLONES void max_f16(Half* __restrict d, const Half* __restrict s, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    d[i] = static_cast<Half>(maxOf(static_cast<float>(d[i]), static_cast<float>(s[i])));
+
+template <Pick kOp>
+void halfScalar(Half* __restrict d, const Half* __restrict s, size_t from, size_t n) {
+  for (size_t i = from; i < n; ++i) {
+    d[i] = static_cast<Half>(pickScalar<kOp>(static_cast<float>(d[i]), static_cast<float>(s[i])));
+  }
 }
-CUMULUS_CLONES void min_f16(Half* __restrict d, const Half* __restrict s, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    d[i] = static_cast<Half>(minOf(static_cast<float>(d[i]), static_cast<float>(s[i])));
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+template <Pick kOp>
+__attribute__((target("avx2,f16c"))) void halfF16c(Half* __restrict d, const Half* __restrict s,
+                                                   size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + i)));
+    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    __m256 r;
+    if constexpr (kOp == Pick::kSum) {
+      r = _mm256_add_ps(a, b);
+    } else {
+      // Same NaN rule as maxOf/minOf: take a where a is NaN or a wins, else b.
+      const __m256 wins = _mm256_cmp_ps(a, b, kOp == Pick::kMax ? _CMP_GT_OQ : _CMP_LT_OQ);
+      r = _mm256_blendv_ps(b, a, _mm256_or_ps(wins, _mm256_cmp_ps(a, a, _CMP_UNORD_Q)));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  halfScalar<kOp>(d, s, i, n);
+}
+const bool kHaveF16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#else
+const bool kHaveF16c = false;
+#endif
+
+template <Pick kOp>
+void halfKernel(Half* __restrict d, const Half* __restrict s, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (kHaveF16c) return halfF16c<kOp>(d, s, n);
+#endif
+  halfScalar<kOp>(d, s, 0, n);
+}
+void sum_f16(Half* __restrict d, const Half* __restrict s, size_t n) {
+  halfKernel<Pick::kSum>(d, s, n);
+}
+void max_f16(Half* __restrict d, const Half* __restrict s, size_t n) {
+  halfKernel<Pick::kMax>(d, s, n);
+}
+void min_f16(Half* __restrict d, const Half* __restrict s, size_t n) {
+  halfKernel<Pick::kMin>(d, s, n);
 }
 
 // bfloat16: bit-level widen/narrow (see reduce.h), which vectorizes as shifts, adds and blends.

@@ -10,3 +10,10 @@ list(APPEND COMM_CORE_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/file_store.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/fault_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/process_test.cc)
+
+# comm_perf: a measuring tool (not a test) for all-reduce throughput and latency between
+# processes; see its header. Built on request: cmake --build build --target comm_perf
+add_executable(comm_perf EXCLUDE_FROM_ALL ${CMAKE_CURRENT_SOURCE_DIR}/comm_perf.cc
+                                         ${CMAKE_CURRENT_SOURCE_DIR}/file_store.cc)
+target_link_libraries(comm_perf PRIVATE cumulus_comm)
+cumulus_warnings(comm_perf)
