@@ -1,0 +1,124 @@
+// comm_perf: all-reduce throughput and latency with every rank a separate process on this host
+// (fork, then rendezvous in a FileStore in a temporary directory). A measuring tool, not a test;
+// the benchmark suite proper lives in bench/.
+//
+//   comm_perf [--world P] [--bytes N] [--iters K] [--algorithm ring|tree|auto]
+//             [--segment BYTES] [--sockbuf BYTES] [--threads]
+// Prints, from rank 0: time per all-reduce (median and mean of K after 3 warm-ups),
+// algbw = bytes / time and busbw = algbw · 2(p−1)/p (the NCCL convention).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "file_store.h"
+
+using namespace cumulus::comm;
+
+namespace {
+
+struct Args {
+  int world = 2;
+  size_t bytes = 64 << 20;
+  int iters = 10;
+  Algorithm algorithm = Algorithm::kRing;
+  size_t segment = kDefaultSegmentBytes;
+  int sockbuf = 4 << 20;
+  bool threads = false;
+};
+
+int runRank(const Args& a, int rank, Store& store) {
+  CommunicatorOptions o;
+  o.jobToken = "perf";
+  o.segmentBytes = a.segment;
+  o.socketBufferBytes = a.sockbuf;
+  Communicator comm(rank, a.world, store, o);
+  std::vector<float> v(a.bytes / 4, 1.0f);
+  Buffer b{v.data(), v.size(), DType::kFloat32};
+  // Rounds of back-to-back all-reduces (no barrier inside a round, so one rank's early start
+  // cannot hide latency); a round's time / its length is one sample.
+  const int perRound = a.bytes <= (1 << 20) ? 100 : 1;
+  std::vector<double> times;
+  for (int i = 0; i < a.iters + 3; ++i) {
+    comm.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    for (int k = 0; k < perRound; ++k) comm.allreduce(b, {ReduceOp::kSum, a.algorithm});
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (i >= 3) times.push_back(took.count() / perRound);
+  }
+  if (rank == 0) {
+    std::sort(times.begin(), times.end());
+    double mean = 0;
+    for (double t : times) mean += t / times.size();
+    const double median = times[times.size() / 2];
+    const double algbw = double(a.bytes) / median / 1e9;
+    std::printf(
+        "%s p=%d bytes=%zu segment=%zu sockbuf=%d %s: median %.1f us, mean %.1f us, "
+        "algbw %.3f GB/s, busbw %.3f GB/s\n",
+        algorithmName(comm.resolve(a.algorithm, a.bytes)), a.world, a.bytes, a.segment, a.sockbuf,
+        a.threads ? "threads" : "processes", median * 1e6, mean * 1e6, algbw,
+        algbw * 2 * (a.world - 1) / a.world);
+    std::fflush(stdout);  // children leave with _exit
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (k == "--world") a.world = std::stoi(next());
+    else if (k == "--bytes") a.bytes = std::stoull(next());
+    else if (k == "--iters") a.iters = std::stoi(next());
+    else if (k == "--algorithm") a.algorithm = parseAlgorithm(next());
+    else if (k == "--segment") a.segment = std::stoull(next());
+    else if (k == "--sockbuf") a.sockbuf = std::stoi(next());
+    else if (k == "--threads") a.threads = true;
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", k.c_str());
+      return 2;
+    }
+  }
+  char pattern[] = "/tmp/comm-perf-XXXXXX";
+  const std::string dir = ::mkdtemp(pattern);
+  cumulus::comm::testing::FileStore store(dir);
+  int failed = 0;
+  if (a.threads) {
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < a.world; ++r) ranks.emplace_back([&, r] { runRank(a, r, store); });
+    for (auto& t : ranks) t.join();
+  } else {
+    std::vector<pid_t> children;
+    for (int r = 0; r < a.world; ++r) {
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        try {
+          ::_exit(runRank(a, r, store));
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+          ::_exit(1);
+        }
+      }
+      children.push_back(pid);
+    }
+    for (pid_t pid : children) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      failed |= !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+  }
+  std::filesystem::remove_all(dir);
+  return failed;
+}
