@@ -5,3 +5,7 @@ list(APPEND COMM_RPC_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/store_server.cc
   ${CMAKE_CURRENT_LIST_DIR}/store_client.cc
 )
+list(APPEND COMM_RPC_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/parameter_server.cc
+  ${CMAKE_CURRENT_LIST_DIR}/funnel.cc
+)

@@ -3,6 +3,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 namespace cumulus::comm::rpc {
 
@@ -86,17 +94,38 @@ bool isConnectFailure(const grpc::Status& status) {
          message.find("name resolution") != std::string::npos;
 }
 
-std::string connectFailureReason(const grpc::Status& status) {
-  const std::string message = lower(status.error_message());
-  if (message.find("connection refused") != std::string::npos) return "connection refused";
-  if (message.find("dns resolution failed") != std::string::npos ||
-      message.find("name resolution") != std::string::npos)
-    return "name resolution failed";
-  if (message.find("timed out") != std::string::npos ||
-      message.find("deadline") != std::string::npos)
-    return "connect timed out";
-  if (message.find("no route") != std::string::npos) return "no route to host";
-  return status.error_message();
+std::string connectFailureReason(const std::string& host, int port, const grpc::Status& status) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* addresses = nullptr;
+  const std::string bare =
+      host.size() > 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
+  if (int rc = getaddrinfo(bare.c_str(), std::to_string(port).c_str(), &hints, &addresses))
+    return std::string("cannot resolve host: ") + gai_strerror(rc);
+  std::string reason = status.error_message();
+  const int fd = socket(addresses->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int rc = connect(fd, addresses->ai_addr, addresses->ai_addrlen);
+    int error = rc == 0 ? 0 : errno;
+    if (error == EINPROGRESS) {
+      pollfd waiter{fd, POLLOUT, 0};
+      if (poll(&waiter, 1, 500) == 1) {
+        socklen_t length = sizeof error;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+      } else {
+        error = ETIMEDOUT;
+      }
+    }
+    close(fd);
+    if (error == ETIMEDOUT) {
+      reason = "connect timed out";
+    } else if (error != 0) {
+      reason = lower(std::strerror(error));
+    }
+  }
+  freeaddrinfo(addresses);
+  return reason;
 }
 
 }  // namespace cumulus::comm::rpc

@@ -42,7 +42,9 @@ void configureServer(grpc::ServerBuilder& builder, int max_message_bytes);
 
 // True for a status that means "no connection could be made" (the call never reached a server).
 bool isConnectFailure(const grpc::Status& status);
-// "connection refused", "name resolution failed", … or gRPC's own message.
-std::string connectFailureReason(const grpc::Status& status);
+// Why no connection could be made to host:port: tries one plain TCP connect (≤ 500 ms) and
+// says "connection refused", "connect timed out", "cannot resolve host" …; when TCP connects
+// fine, gRPC's own message. gRPC's status text alone is unreliable ("tcp handshaker shutdown").
+std::string connectFailureReason(const std::string& host, int port, const grpc::Status& status);
 
 }  // namespace cumulus::comm::rpc

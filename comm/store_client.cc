@@ -26,6 +26,8 @@ std::string joinKeys(const google::protobuf::RepeatedPtrField<std::string>& keys
 
 struct StoreClient::Impl {
   std::string endpoint;
+  std::string host;
+  int port;
   std::string token;
   StoreClientOptions options;
   std::shared_ptr<grpc::Channel> channel;
@@ -40,7 +42,7 @@ struct StoreClient::Impl {
     auto backoff = std::chrono::milliseconds(20);
     for (;;) {
       grpc::ClientContext context;
-      context.AddMetadata(rpc::kTokenMetadataKey, token);
+      if (!token.empty()) context.AddMetadata(rpc::kTokenMetadataKey, token);
       context.set_deadline(std::chrono::system_clock::now() + options.rpc_timeout + wait);
       Response response;
       const grpc::Status status = (stub.get()->*method)(&context, request, &response);
@@ -48,8 +50,9 @@ struct StoreClient::Impl {
       const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE &&
                              (idempotent || rpc::isConnectFailure(status));
       const auto elapsed = Clock::now() - start;
-      if (retryable && elapsed + backoff < options.connect_timeout) {
-        std::this_thread::sleep_for(backoff);
+      if (retryable && elapsed < options.connect_timeout) {
+        std::this_thread::sleep_for(
+            std::min<Clock::duration>(backoff, options.connect_timeout - elapsed));
         backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
         continue;
       }
@@ -69,7 +72,7 @@ struct StoreClient::Impl {
       case grpc::StatusCode::UNAVAILABLE:
         return CommError(ErrorKind::kStore, op, 0, -1,
                          "store " + endpoint + " unreachable for " + rpc::formatSeconds(elapsed) +
-                             " (" + rpc::connectFailureReason(status) + ")");
+                             " (" + rpc::connectFailureReason(host, port, status) + ")");
       case grpc::StatusCode::DEADLINE_EXCEEDED:
         return CommError(
             ErrorKind::kStore, op, 0, -1,
@@ -94,6 +97,8 @@ StoreClient::StoreClient(const std::string& host, int port, const std::string& t
     : endpoint_(rpc::endpoint(host.empty() ? "127.0.0.1" : host, port)),
       impl_(std::make_unique<Impl>()) {
   impl_->endpoint = endpoint_;
+  impl_->host = host.empty() ? "127.0.0.1" : host;
+  impl_->port = port;
   impl_->token = token;
   impl_->options = options;
   impl_->channel = rpc::makeChannel(
