@@ -24,7 +24,8 @@ class Store {
   virtual ~Store() = default;
   virtual void set(const std::string& key, const Bytes& value) = 0;
   // Blocks until `key` exists (up to timeout), then returns its value.
-  virtual Bytes get(const std::string& key, std::chrono::milliseconds timeout = kDefaultTimeout) = 0;
+  virtual Bytes get(const std::string& key,
+                    std::chrono::milliseconds timeout = kDefaultTimeout) = 0;
   // Non-blocking read.
   virtual std::optional<Bytes> tryGet(const std::string& key) = 0;
   // Atomically adds `delta` to the integer at `key` (missing = 0) and returns the new value.

@@ -1,0 +1,307 @@
+#include "comm/communicator.h"
+
+#include "comm/error.h"
+#include "comm/rendezvous.h"
+#include "comm/ring.h"
+#include "comm/tree.h"
+
+namespace cumulus::comm {
+namespace {
+
+// The first failure, re-raised for a later operation with that operation's identity.
+CommError brokenError(const std::exception_ptr& first, const char* op, uint64_t seq) {
+  try {
+    std::rethrow_exception(first);
+  } catch (const CommError& e) {
+    return CommError(e.kind(), op, seq, e.peer(),
+                     std::string("communicator is broken by an earlier failure: ") + e.what());
+  } catch (const std::exception& e) {
+    return CommError(ErrorKind::kInvalid, op, seq, -1,
+                     std::string("communicator is broken by an earlier failure: ") + e.what());
+  }
+}
+
+}  // namespace
+
+Communicator::Communicator(int rank, int world, Store& store, CommunicatorOptions options)
+    : rank_(rank), world_(world), options_(std::move(options)) {
+  if (world < 1 || rank < 0 || rank >= world) {
+    throw CommError(
+        ErrorKind::kInvalid, "rendezvous", 0, -1,
+        "rank " + std::to_string(rank) + " is not in a world of " + std::to_string(world));
+  }
+  if (options_.timeout.count() <= 0 || options_.segmentBytes == 0) {
+    throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1,
+                    "communicator timeout and segment size must be positive");
+  }
+  RendezvousConfig config;
+  config.rank = rank;
+  config.world = world;
+  config.generation = options_.generation;
+  config.token = options_.jobToken;
+  config.bindHost = options_.bindHost;
+  config.socketBufferBytes = options_.socketBufferBytes;
+  config.deadline = tcp::Clock::now() + options_.timeout;
+  pairs_ = connectMesh(store, config);
+}
+
+Communicator::~Communicator() {
+  std::deque<Queued> abandoned;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    stopping_ = true;
+    abandoned.swap(queue_);
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return !busy_; });
+  }
+  for (auto& item : abandoned) {
+    item.work->finish(std::make_exception_ptr(
+        CommError(ErrorKind::kInvalid, item.work->op(), item.work->seq(), -1,
+                  "the communicator was destroyed before the operation ran")));
+  }
+  if (worker_.joinable()) worker_.join();
+}
+
+uint64_t Communicator::nextSeq() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return nextSeq_;
+}
+
+Algorithm Communicator::resolve(Algorithm algorithm, size_t bytes) const {
+  if (algorithm != Algorithm::kAuto) return algorithm;
+  return options_.costModel.pick(static_cast<double>(bytes), world_,
+                                 options_.remoteReducer != nullptr);
+}
+
+std::shared_ptr<Work> Communicator::submit(const char* op, std::chrono::milliseconds timeout,
+                                           Body body, bool async) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (stopping_) throw CommError(ErrorKind::kInvalid, op, nextSeq_, -1, "communicator is closing");
+  auto work = std::make_shared<Work>(op, nextSeq_++);
+  Queued item{std::move(body), timeout.count() > 0 ? timeout : options_.timeout, work};
+  if (!async && queue_.empty() && !busy_) {
+    // The fast path: nothing is queued, so run right here without waking another thread.
+    busy_ = true;
+    lock.unlock();
+    execute(item);
+    lock.lock();
+    busy_ = false;
+    changed_.notify_all();
+    lock.unlock();
+    work->wait();
+    return work;
+  }
+  queue_.push_back(std::move(item));
+  if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
+  changed_.notify_all();
+  lock.unlock();
+  if (!async) work->wait();
+  return work;
+}
+
+void Communicator::workerLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !busy_); });
+    if (stopping_) return;
+    Queued item = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    execute(item);
+    lock.lock();
+    busy_ = false;
+    changed_.notify_all();
+  }
+}
+
+void Communicator::execute(const Queued& item) {
+  const char* op = item.work->op().c_str();
+  const uint64_t seq = item.work->seq();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_) {
+      item.work->finish(std::make_exception_ptr(brokenError(broken_, op, seq)));
+      return;
+    }
+  }
+  Collective c;
+  c.rank = rank_;
+  c.world = world_;
+  for (auto& pair : pairs_) c.pairs.push_back(pair.get());
+  c.op.op = op;
+  c.op.seq = seq;
+  c.op.generation = options_.generation;
+  c.op.deadline = tcp::Clock::now() + item.timeout;
+  c.op.timeoutMs = static_cast<long>(item.timeout.count());
+  c.segmentBytes = options_.segmentBytes;
+  c.scratch = &scratch_;
+  try {
+    item.body(c);
+    item.work->finish(nullptr);
+  } catch (...) {
+    std::exception_ptr error = std::current_exception();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!broken_) broken_ = error;
+    }
+    // Peers blocked on us fail now (kPeerClosed) instead of at their timeouts.
+    for (auto& pair : pairs_) {
+      if (pair) pair->abort();
+    }
+    item.work->finish(error);
+  }
+}
+
+void Communicator::validate(const char* op, const Buffer& buffer) const {
+  if (buffer.count > 0 && buffer.data == nullptr) {
+    throw CommError(ErrorKind::kInvalid, op, nextSeq(), -1,
+                    "buffer of " + std::to_string(buffer.count) + " elements has no data");
+  }
+}
+
+void Communicator::checkRoot(const char* op, int root) const {
+  if (root < 0 || root >= world_) {
+    throw CommError(
+        ErrorKind::kInvalid, op, nextSeq(), -1,
+        "root " + std::to_string(root) + " is not a rank of a world of " + std::to_string(world_));
+  }
+}
+
+std::shared_ptr<Work> Communicator::startAllreduce(Buffer& buffer, const AllreduceOptions& options,
+                                                   bool async) {
+  validate("allreduce", buffer);
+  const Algorithm algorithm = resolve(options.algorithm, buffer.bytes());
+  if (algorithm == Algorithm::kFunnel && options_.remoteReducer == nullptr) {
+    throw CommError(ErrorKind::kInvalid, "allreduce", nextSeq(), -1,
+                    "the funnel algorithm needs a parameter server endpoint: give the "
+                    "communicator a RemoteReducer (comm/funnel.h) or choose tree, ring or auto");
+  }
+  Buffer b = buffer;
+  const ReduceOp op = options.op;
+  RemoteReducer* remote = options_.remoteReducer;
+  return submit(
+      "allreduce", options.timeout,
+      [b, op, algorithm, remote](Collective& c) mutable {
+        switch (algorithm) {
+          case Algorithm::kRing:
+            return ringAllreduce(c, b, op);
+          case Algorithm::kTree:
+            return treeAllreduce(c, b, op);
+          case Algorithm::kFunnel:
+            return remote->allreduce(b, op, c.op.seq, std::chrono::milliseconds(c.op.timeoutMs));
+          case Algorithm::kAuto:
+            break;
+        }
+      },
+      async);
+}
+
+std::shared_ptr<Work> Communicator::startBroadcast(Buffer& buffer, int root,
+                                                   const OpOptions& options, bool async) {
+  validate("broadcast", buffer);
+  checkRoot("broadcast", root);
+  Buffer b = buffer;
+  return submit(
+      "broadcast", options.timeout, [b, root](Collective& c) mutable { treeBroadcast(c, b, root); },
+      async);
+}
+
+std::shared_ptr<Work> Communicator::startReduce(Buffer& buffer, int root, ReduceOp op,
+                                                const OpOptions& options, bool async) {
+  validate("reduce", buffer);
+  checkRoot("reduce", root);
+  Buffer b = buffer;
+  return submit(
+      "reduce", options.timeout,
+      [b, root, op](Collective& c) mutable { treeReduce(c, b, op, root); }, async);
+}
+
+std::shared_ptr<Work> Communicator::startAllgather(const Buffer& input, Buffer& output,
+                                                   const OpOptions& options, bool async) {
+  validate("allgather", input);
+  validate("allgather", output);
+  if (output.count != input.count * static_cast<size_t>(world_) || output.dtype != input.dtype) {
+    throw CommError(ErrorKind::kInvalid, "allgather", nextSeq(), -1,
+                    "output must hold world × input elements of the same dtype: got " +
+                        std::to_string(output.count) + " " + dtypeName(output.dtype) + " for " +
+                        std::to_string(input.count) + " " + dtypeName(input.dtype) + " × " +
+                        std::to_string(world_));
+  }
+  Buffer in = input, out = output;
+  return submit(
+      "allgather", options.timeout, [in, out](Collective& c) mutable { ringAllgather(c, in, out); },
+      async);
+}
+
+std::shared_ptr<Work> Communicator::startReduceScatter(const Buffer& input, Buffer& output,
+                                                       ReduceOp op, const OpOptions& options,
+                                                       bool async) {
+  validate("reduce_scatter", input);
+  validate("reduce_scatter", output);
+  if (input.count != output.count * static_cast<size_t>(world_) || output.dtype != input.dtype) {
+    throw CommError(ErrorKind::kInvalid, "reduce_scatter", nextSeq(), -1,
+                    "input must hold world × output elements of the same dtype: got " +
+                        std::to_string(input.count) + " " + dtypeName(input.dtype) + " for " +
+                        std::to_string(output.count) + " " + dtypeName(output.dtype) + " × " +
+                        std::to_string(world_));
+  }
+  Buffer in = input, out = output;
+  return submit(
+      "reduce_scatter", options.timeout,
+      [in, out, op](Collective& c) mutable { ringReduceScatter(c, in, out, op); }, async);
+}
+
+std::shared_ptr<Work> Communicator::startBarrier(const OpOptions& options, bool async) {
+  return submit(
+      "barrier", options.timeout,
+      [](Collective& c) {
+        int32_t token = 1;
+        Buffer b{&token, 1, DType::kInt32};
+        treeAllreduce(c, b, ReduceOp::kSum);
+      },
+      async);
+}
+
+void Communicator::allreduce(Buffer& buffer, const AllreduceOptions& options) {
+  startAllreduce(buffer, options, false);
+}
+std::shared_ptr<Work> Communicator::allreduceAsync(Buffer& buffer,
+                                                   const AllreduceOptions& options) {
+  return startAllreduce(buffer, options, true);
+}
+void Communicator::broadcast(Buffer& buffer, int root, const OpOptions& options) {
+  startBroadcast(buffer, root, options, false);
+}
+std::shared_ptr<Work> Communicator::broadcastAsync(Buffer& buffer, int root,
+                                                   const OpOptions& options) {
+  return startBroadcast(buffer, root, options, true);
+}
+void Communicator::reduce(Buffer& buffer, int root, ReduceOp op, const OpOptions& options) {
+  startReduce(buffer, root, op, options, false);
+}
+std::shared_ptr<Work> Communicator::reduceAsync(Buffer& buffer, int root, ReduceOp op,
+                                                const OpOptions& options) {
+  return startReduce(buffer, root, op, options, true);
+}
+void Communicator::allgather(const Buffer& input, Buffer& output, const OpOptions& options) {
+  startAllgather(input, output, options, false);
+}
+std::shared_ptr<Work> Communicator::allgatherAsync(const Buffer& input, Buffer& output,
+                                                   const OpOptions& options) {
+  return startAllgather(input, output, options, true);
+}
+void Communicator::reduceScatter(const Buffer& input, Buffer& output, ReduceOp op,
+                                 const OpOptions& options) {
+  startReduceScatter(input, output, op, options, false);
+}
+std::shared_ptr<Work> Communicator::reduceScatterAsync(const Buffer& input, Buffer& output,
+                                                       ReduceOp op, const OpOptions& options) {
+  return startReduceScatter(input, output, op, options, true);
+}
+void Communicator::barrier(const OpOptions& options) { startBarrier(options, false); }
+std::shared_ptr<Work> Communicator::barrierAsync(const OpOptions& options) {
+  return startBarrier(options, true);
+}
+
+}  // namespace cumulus::comm

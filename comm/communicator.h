@@ -1,0 +1,157 @@
+#pragma once
+// Communicator: one rank's member of a group of `world` ranks, connected over TCP, running
+// collectives on raw buffers (DESIGN.md "Communicator contract").
+//
+// Construction performs the rendezvous (rendezvous.h) and blocks until every rank is connected or
+// options.timeout expires (CommError kRendezvous / kUnauthorized / kBadFrame / kStore).
+//
+// Every collective must be called by all ranks in the same order with matching arguments (same
+// count and dtype; same root; same op). Each call gets the next sequence number; frames carry it,
+// so a rank that disagrees is detected (kBadFrame) instead of silently mixing data.
+//
+// Blocking calls run on the caller's thread (no hand-off: the latency path is one poll loop).
+// The *Async variants queue the operation on the communicator's background thread and return a
+// Work; queued and blocking operations execute strictly in call order. Async buffers must stay
+// alive and untouched until the Work completes.
+//
+// Failure: a collective throws (or its Work holds) a CommError naming op, seq and peer within its
+// timeout. After any failure the communicator is broken: it shuts its connections down (so peers
+// fail fast rather than waiting for their timeouts) and every later call throws at once, naming
+// the first error. Build a new Communicator (new generation) to recover.
+//
+// Thread-safety: all methods are thread-safe; calls from several threads are serialized. The
+// cross-rank order must still be the same on every rank, which is the caller's job.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/algorithm.h"
+#include "comm/collective.h"
+#include "comm/cost_model.h"
+#include "comm/store.h"
+#include "comm/types.h"
+#include "comm/work.h"
+
+namespace cumulus::comm {
+
+struct CommunicatorOptions {
+  // Every restart of a job bumps the generation; frames and handshakes of another are rejected.
+  uint64_t generation = 0;
+  // Shared secret of the job (CUMULUS_JOB_TOKEN); proven by HMAC during the handshake.
+  std::string jobToken;
+  // Default deadline of rendezvous and of each collective.
+  std::chrono::milliseconds timeout{60000};
+  // Address the data plane listens on and publishes. Loopback unless a host is named.
+  std::string bindHost = "127.0.0.1";
+  // The parameter server seam for Algorithm::kFunnel; not owned, may be null.
+  RemoteReducer* remoteReducer = nullptr;
+  // Decides Algorithm::kAuto.
+  CostModel costModel;
+  // Pipeline segment of ring and tree (collective.h).
+  size_t segmentBytes = kDefaultSegmentBytes;
+  // SO_SNDBUF / SO_RCVBUF of data connections; 0 keeps the kernel's autotuning.
+  int socketBufferBytes = 4 << 20;
+};
+
+// Per-call options (c10d style). A zero timeout means the communicator's default.
+struct OpOptions {
+  std::chrono::milliseconds timeout{0};
+};
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  Algorithm algorithm = Algorithm::kAuto;
+  std::chrono::milliseconds timeout{0};
+};
+
+class Communicator {
+ public:
+  Communicator(int rank, int world, Store& store, CommunicatorOptions options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  const CommunicatorOptions& options() const { return options_; }
+
+  // In place: every rank ends with the reduction of all ranks' buffers. kAvg: sum / world.
+  // kFunnel without a RemoteReducer throws CommError(kInvalid).
+  void allreduce(Buffer& buffer, const AllreduceOptions& options = {});
+  std::shared_ptr<Work> allreduceAsync(Buffer& buffer, const AllreduceOptions& options = {});
+  // Every rank ends with the root's buffer.
+  void broadcast(Buffer& buffer, int root, const OpOptions& options = {});
+  std::shared_ptr<Work> broadcastAsync(Buffer& buffer, int root, const OpOptions& options = {});
+  // The root's buffer ends with the reduction; other ranks' buffers become unspecified.
+  void reduce(Buffer& buffer, int root, ReduceOp op, const OpOptions& options = {});
+  std::shared_ptr<Work> reduceAsync(Buffer& buffer, int root, ReduceOp op,
+                                    const OpOptions& options = {});
+  // output.count == world * input.count; block r of the output is rank r's input.
+  void allgather(const Buffer& input, Buffer& output, const OpOptions& options = {});
+  std::shared_ptr<Work> allgatherAsync(const Buffer& input, Buffer& output,
+                                       const OpOptions& options = {});
+  // input.count == world * output.count; rank r gets the reduction of block r.
+  void reduceScatter(const Buffer& input, Buffer& output, ReduceOp op,
+                     const OpOptions& options = {});
+  std::shared_ptr<Work> reduceScatterAsync(const Buffer& input, Buffer& output, ReduceOp op,
+                                           const OpOptions& options = {});
+  // Returns once every rank has entered the barrier.
+  void barrier(const OpOptions& options = {});
+  std::shared_ptr<Work> barrierAsync(const OpOptions& options = {});
+
+  // The algorithm kAuto resolves to for `bytes` on this group.
+  Algorithm resolve(Algorithm algorithm, size_t bytes) const;
+  // Sequence number the next collective will get (the first is 1).
+  uint64_t nextSeq() const;
+
+ private:
+  using Body = std::function<void(Collective&)>;
+  struct Queued {
+    Body body;
+    std::chrono::milliseconds timeout;
+    std::shared_ptr<Work> work;
+  };
+
+  std::shared_ptr<Work> startAllreduce(Buffer& buffer, const AllreduceOptions& options, bool async);
+  std::shared_ptr<Work> startBroadcast(Buffer& buffer, int root, const OpOptions& options,
+                                       bool async);
+  std::shared_ptr<Work> startReduce(Buffer& buffer, int root, ReduceOp op, const OpOptions& options,
+                                    bool async);
+  std::shared_ptr<Work> startAllgather(const Buffer& input, Buffer& output,
+                                       const OpOptions& options, bool async);
+  std::shared_ptr<Work> startReduceScatter(const Buffer& input, Buffer& output, ReduceOp op,
+                                           const OpOptions& options, bool async);
+  std::shared_ptr<Work> startBarrier(const OpOptions& options, bool async);
+  // Assigns the next sequence number; runs `body` inline when !async and nothing is queued,
+  // otherwise queues it for the worker (and waits when !async). Blocking calls rethrow.
+  std::shared_ptr<Work> submit(const char* op, std::chrono::milliseconds timeout, Body body,
+                               bool async);
+  void execute(const Queued& item);
+  void workerLoop();
+  void validate(const char* op, const Buffer& buffer) const;
+  void checkRoot(const char* op, int root) const;
+
+  const int rank_;
+  const int world_;
+  const CommunicatorOptions options_;
+  std::vector<std::unique_ptr<tcp::Pair>> pairs_;
+  std::vector<uint8_t> scratch_;  // used only by the executing operation
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  uint64_t nextSeq_ = 1;       // GUARDED_BY(mutex_)
+  std::deque<Queued> queue_;   // GUARDED_BY(mutex_)
+  bool busy_ = false;          // GUARDED_BY(mutex_): an operation is executing
+  bool stopping_ = false;      // GUARDED_BY(mutex_)
+  std::exception_ptr broken_;  // GUARDED_BY(mutex_): the first failure
+  std::thread worker_;         // started by the first async call
+};
+
+}  // namespace cumulus::comm

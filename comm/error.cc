@@ -1,0 +1,49 @@
+#include "comm/error.h"
+
+namespace cumulus::comm {
+
+const char* errorKindName(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kTimeout:
+      return "timeout";
+    case ErrorKind::kPeerClosed:
+      return "peer closed";
+    case ErrorKind::kBadFrame:
+      return "bad frame";
+    case ErrorKind::kRendezvous:
+      return "rendezvous";
+    case ErrorKind::kUnauthorized:
+      return "unauthorized";
+    case ErrorKind::kStore:
+      return "store";
+    case ErrorKind::kInvalid:
+      return "invalid";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// "allreduce seq 7 with rank 3: timeout: <detail>"; the parts that do not apply are left out.
+std::string formatMessage(ErrorKind kind, const std::string& op, uint64_t seq, int peer,
+                          const std::string& detail) {
+  std::string text = op.empty() ? std::string("comm") : op;
+  text += " seq " + std::to_string(seq);
+  if (peer >= 0) text += " with rank " + std::to_string(peer);
+  text += ": ";
+  text += errorKindName(kind);
+  if (!detail.empty()) text += ": " + detail;
+  return text;
+}
+
+}  // namespace
+
+CommError::CommError(ErrorKind kind, std::string op, uint64_t seq, int peer,
+                     const std::string& detail)
+    : std::runtime_error(formatMessage(kind, op, seq, peer, detail)),
+      kind_(kind),
+      op_(std::move(op)),
+      seq_(seq),
+      peer_(peer) {}
+
+}  // namespace cumulus::comm

@@ -1,0 +1,131 @@
+#include "comm/ring.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "comm/error.h"
+#include "comm/reduce.h"
+
+namespace cumulus::comm {
+
+std::vector<RingPass::Chunk> evenChunks(size_t count, int parts) {
+  std::vector<RingPass::Chunk> chunks(static_cast<size_t>(parts));
+  const size_t base = count / static_cast<size_t>(parts);
+  const size_t extra = count % static_cast<size_t>(parts);
+  size_t offset = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    chunks[c] = {offset, base + (c < extra ? 1 : 0)};
+    offset += chunks[c].count;
+  }
+  return chunks;
+}
+
+RingPass::RingPass(const Collective& c, void* base, DType dtype, ReduceOp op,
+                   std::vector<Chunk> chunks, int firstStep, int lastStep)
+    : c_(c),
+      base_(static_cast<char*>(base)),
+      dtype_(dtype),
+      op_(op),
+      chunks_(std::move(chunks)),
+      firstStep_(firstStep),
+      lastStep_(lastStep),
+      elemSize_(elementSize(dtype)) {
+  segElems_ = std::max<size_t>(1, c.segmentBytes / elemSize_);
+  size_t largest = 0;
+  for (const Chunk& chunk : chunks_) largest = std::max(largest, chunk.count);
+  segsPerStep_ = (largest + segElems_ - 1) / segElems_;
+}
+
+void* RingPass::segment(int chunk, size_t segmentIndex, size_t* bytes) const {
+  const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  const size_t begin = std::min(ch.count, segmentIndex * segElems_);
+  const size_t end = std::min(ch.count, begin + segElems_);
+  *bytes = (end - begin) * elemSize_;
+  return base_ + (ch.offset + begin) * elemSize_;
+}
+
+void RingPass::run() {
+  const int p = c_.world;
+  if (p == 1 || segsPerStep_ == 0 || firstStep_ >= lastStep_) return;
+  const int reduceSteps = p - 1;  // steps [0, p−1) reduce, the rest only copy
+  const size_t units = static_cast<size_t>(lastStep_ - firstStep_) * segsPerStep_;
+  uint8_t* landing = c_.scratchBytes(segElems_ * elemSize_);
+  // At step s rank r sends chunk r−s−1 and receives chunk r−s−2: what it receives at step s it
+  // sends on at step s+1, and after step p−2 it holds the complete sum of chunk r.
+  auto stepOf = [&](size_t unit) { return firstStep_ + static_cast<int>(unit / segsPerStep_); };
+  auto sendChunk = [&](int step) { return c_.mod(c_.rank - step - 1); };
+  auto recvChunk = [&](int step) { return c_.mod(c_.rank - step - 2); };
+
+  tcp::Transfer t;
+  t.sendTo = c_.peer(c_.mod(c_.rank + 1));
+  t.recvFrom = c_.peer(c_.mod(c_.rank - 1));
+  t.sendUnits = t.recvUnits = units;
+  t.sendSpan = [&](size_t u) {
+    tcp::Span span;
+    span.data = segment(sendChunk(stepOf(u)), u % segsPerStep_, &span.bytes);
+    return span;
+  };
+  // Why this gate is all the pipelining there is: segment j of step s is the segment j that was
+  // received (and reduced) at step s−1, so it may leave as soon as that one unit is done, not
+  // when the whole previous step is. Segments therefore stream around the ring back to back:
+  // while this rank reduces segment j, the kernel is already moving j+1 in and j−1 out, and the
+  // reduce-scatter flows into the all-gather without a barrier between them.
+  t.sendAfterRecvs = [&](size_t u) -> size_t {
+    return u < segsPerStep_ ? 0 : u - segsPerStep_ + 1;
+  };
+  t.recvSpan = [&](size_t u) {
+    tcp::Span span;
+    void* dst = segment(recvChunk(stepOf(u)), u % segsPerStep_, &span.bytes);
+    // Reduce-scatter segments land in scratch and are folded in; all-gather ones in place.
+    span.data = stepOf(u) < reduceSteps ? landing : dst;
+    return span;
+  };
+  t.onReceived = [&](size_t u) {
+    const int step = stepOf(u);
+    if (step >= reduceSteps) return;
+    size_t bytes = 0;
+    void* dst = segment(recvChunk(step), u % segsPerStep_, &bytes);
+    reduceInto(dst, landing, bytes / elemSize_, dtype_, op_);
+    if (step == reduceSteps - 1 && op_ == ReduceOp::kAvg)
+      divideBy(dst, bytes / elemSize_, dtype_, p);
+  };
+  tcp::runTransfer(c_.op, t);
+}
+
+void ringAllreduce(const Collective& c, Buffer& buffer, ReduceOp op) {
+  RingPass(c, buffer.data, buffer.dtype, op, evenChunks(buffer.count, c.world), 0,
+           2 * (c.world - 1))
+      .run();
+}
+
+void ringReduceScatter(const Collective& c, const Buffer& input, Buffer& output, ReduceOp op) {
+  const size_t block = output.count;
+  const size_t esize = elementSize(input.dtype);
+  if (c.world == 1) {
+    if (output.data != input.data) std::memmove(output.data, input.data, block * esize);
+    return;
+  }
+  // Workspace after the landing segment; sized once so the pass's own request fits.
+  const size_t landingBytes = std::max<size_t>(esize, c.segmentBytes / esize * esize);
+  uint8_t* work = c.scratchBytes(landingBytes + input.bytes()) + landingBytes;
+  std::memcpy(work, input.data, input.bytes());
+  std::vector<RingPass::Chunk> chunks(static_cast<size_t>(c.world));
+  for (size_t r = 0; r < chunks.size(); ++r) chunks[r] = {r * block, block};
+  RingPass(c, work, input.dtype, op, std::move(chunks), 0, c.world - 1).run();
+  std::memcpy(output.data, work + static_cast<size_t>(c.rank) * block * esize, block * esize);
+}
+
+void ringAllgather(const Collective& c, const Buffer& input, Buffer& output) {
+  const size_t block = input.count;
+  const size_t esize = elementSize(input.dtype);
+  auto* mine = static_cast<uint8_t*>(output.data) + static_cast<size_t>(c.rank) * block * esize;
+  if (mine != input.data) std::memmove(mine, input.data, block * esize);
+  std::vector<RingPass::Chunk> chunks(static_cast<size_t>(c.world));
+  for (size_t r = 0; r < chunks.size(); ++r) chunks[r] = {r * block, block};
+  RingPass(c, output.data, input.dtype, ReduceOp::kSum, std::move(chunks), c.world - 1,
+           2 * (c.world - 1))
+      .run();
+}
+
+}  // namespace cumulus::comm

@@ -1,0 +1,188 @@
+#include "comm/tcp/handshake.h"
+
+#include <algorithm>
+#include <array>
+#include <random>
+
+#include "comm/error.h"
+#include "comm/tcp/frame.h"
+#include "comm/tcp/sha256.h"
+
+namespace cumulus::comm::tcp {
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x484c4d43;  // "CMLH"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHelloBytes = 40;
+constexpr size_t kChallengeBytes = 72;
+constexpr size_t kResponseBytes = 40;
+constexpr size_t kResultBytes = 8;
+// A connection that says nothing cannot hold the acceptor longer than this.
+constexpr auto kPerHandshakeLimit = std::chrono::seconds(10);
+
+enum Status : uint32_t { kOk = 0, kStale = 1, kBadRank = 2, kDenied = 3 };
+
+using Nonce = std::array<uint8_t, 16>;
+
+Nonce freshNonce() {
+  std::random_device device;
+  Nonce nonce;
+  for (size_t i = 0; i < nonce.size(); i += 4) {
+    uint32_t r = device();
+    for (size_t j = 0; j < 4; ++j) nonce[i + j] = static_cast<uint8_t>(r >> (8 * j));
+  }
+  return nonce;
+}
+
+Digest mac(const std::string& token, char side, const Nonce& connectorNonce,
+           const Nonce& acceptorNonce, uint64_t generation, int connector, int acceptor) {
+  std::string msg(1, side);
+  msg.append(connectorNonce.begin(), connectorNonce.end());
+  msg.append(acceptorNonce.begin(), acceptorNonce.end());
+  msg += "|" + std::to_string(generation) + "|" + std::to_string(connector) + "|" +
+         std::to_string(acceptor);
+  return hmacSha256(token, msg);
+}
+
+[[noreturn]] void fail(const IoStatus& status, int peer, const std::string& stage) {
+  ErrorKind kind = status.code == IoStatus::kTimeout ? ErrorKind::kTimeout : ErrorKind::kPeerClosed;
+  throw CommError(kind, "rendezvous", 0, peer, "handshake (" + stage + "): " + status.detail);
+}
+
+}  // namespace
+
+void connectorHandshake(Socket& socket, const HandshakeConfig& self, int peer, Deadline deadline) {
+  uint8_t hello[kHelloBytes] = {0};
+  const Nonce nonceC = freshNonce();
+  storeLe32(hello, kHelloMagic);
+  storeLe32(hello + 4, kVersion);
+  storeLe64(hello + 8, self.generation);
+  storeLe32(hello + 16, static_cast<uint32_t>(self.rank));
+  storeLe32(hello + 20, static_cast<uint32_t>(self.world));
+  std::copy(nonceC.begin(), nonceC.end(), hello + 24);
+  IoStatus st = socket.writeFull(hello, sizeof hello, deadline);
+  if (!st.ok()) fail(st, peer, "sending hello");
+
+  uint8_t challenge[kChallengeBytes];
+  st = socket.readFull(challenge, sizeof challenge, deadline);
+  if (!st.ok()) fail(st, peer, "reading challenge");
+  if (loadLe32(challenge) != kHelloMagic) {
+    throw CommError(ErrorKind::kBadFrame, "rendezvous", 0, peer,
+                    "handshake: the peer's address answered with a non-Cumulus message");
+  }
+  const uint32_t status = loadLe32(challenge + 4);
+  const uint64_t theirGeneration = loadLe64(challenge + 8);
+  if (status == kStale) {
+    throw CommError(ErrorKind::kBadFrame, "rendezvous", 0, peer,
+                    "stale generation: we are generation " + std::to_string(self.generation) +
+                        ", the peer is generation " + std::to_string(theirGeneration) +
+                        " (this worker belongs to an older or newer group; restart it)");
+  }
+  if (status != kOk || static_cast<int>(loadLe32(challenge + 16)) != peer) {
+    throw CommError(ErrorKind::kBadFrame, "rendezvous", 0, peer,
+                    "handshake rejected: the listener is not rank " + std::to_string(peer) +
+                        " of a world of " + std::to_string(self.world));
+  }
+  Nonce nonceA;
+  std::copy(challenge + 24, challenge + 40, nonceA.begin());
+  Digest macA;
+  std::copy(challenge + 40, challenge + 72, macA.begin());
+
+  // Send our proof even when theirs is wrong, so the acceptor reports kUnauthorized too.
+  uint8_t response[kResponseBytes] = {0};
+  storeLe32(response, kHelloMagic);
+  Digest macC = mac(self.token, 'C', nonceC, nonceA, self.generation, self.rank, peer);
+  std::copy(macC.begin(), macC.end(), response + 8);
+  st = socket.writeFull(response, sizeof response, deadline);
+  const bool theyKnowToken =
+      digestEqual(macA, mac(self.token, 'A', nonceC, nonceA, self.generation, self.rank, peer));
+  if (!theyKnowToken) {
+    throw CommError(ErrorKind::kUnauthorized, "rendezvous", 0, peer,
+                    "the peer does not hold this job's token (check CUMULUS_JOB_TOKEN)");
+  }
+  if (!st.ok()) fail(st, peer, "sending response");
+  uint8_t result[kResultBytes];
+  st = socket.readFull(result, sizeof result, deadline);
+  if (!st.ok()) fail(st, peer, "reading result");
+  if (loadLe32(result) != kHelloMagic || loadLe32(result + 4) != kOk) {
+    throw CommError(ErrorKind::kUnauthorized, "rendezvous", 0, peer,
+                    "the peer rejected our job token (check CUMULUS_JOB_TOKEN)");
+  }
+}
+
+int acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadline deadline,
+                      std::string* rejected) {
+  deadline = std::min(deadline, Clock::now() + kPerHandshakeLimit);
+  uint8_t hello[kHelloBytes];
+  IoStatus st = socket.readFull(hello, sizeof hello, deadline);
+  if (!st.ok()) {
+    *rejected = "a connection sent no complete hello: " + st.detail;
+    return -1;
+  }
+  if (loadLe32(hello) != kHelloMagic || loadLe32(hello + 4) != kVersion) {
+    *rejected = "a connection sent a non-Cumulus hello";
+    return -1;
+  }
+  const uint64_t generation = loadLe64(hello + 8);
+  const int peer = static_cast<int>(loadLe32(hello + 16));
+  const int world = static_cast<int>(loadLe32(hello + 20));
+  Nonce nonceC;
+  std::copy(hello + 24, hello + 40, nonceC.begin());
+
+  uint8_t challenge[kChallengeBytes] = {0};
+  storeLe32(challenge, kHelloMagic);
+  storeLe64(challenge + 8, self.generation);
+  storeLe32(challenge + 16, static_cast<uint32_t>(self.rank));
+  uint32_t status = kOk;
+  if (generation != self.generation) {
+    status = kStale;
+    *rejected = "rank " + std::to_string(peer) + " of generation " + std::to_string(generation) +
+                " tried to join generation " + std::to_string(self.generation);
+  } else if (world != self.world || peer <= self.rank || peer >= self.world) {
+    status = kBadRank;
+    *rejected = "a peer claiming rank " + std::to_string(peer) + " of world " +
+                std::to_string(world) + " connected to rank " + std::to_string(self.rank) +
+                " of world " + std::to_string(self.world);
+  }
+  storeLe32(challenge + 4, status);
+  const Nonce nonceA = freshNonce();
+  std::copy(nonceA.begin(), nonceA.end(), challenge + 24);
+  Digest macA = mac(self.token, 'A', nonceC, nonceA, self.generation, peer, self.rank);
+  std::copy(macA.begin(), macA.end(), challenge + 40);
+  st = socket.writeFull(challenge, sizeof challenge, deadline);
+  if (status != kOk) return -1;
+  if (!st.ok()) {
+    *rejected = "rank " + std::to_string(peer) + " left during the handshake: " + st.detail;
+    return -1;
+  }
+
+  uint8_t response[kResponseBytes];
+  st = socket.readFull(response, sizeof response, deadline);
+  if (!st.ok()) {
+    // The connector hangs up without a response only when our proof was wrong for it... or it
+    // died. Either way this connection is useless; keep waiting for a good one.
+    *rejected = "rank " + std::to_string(peer) + " sent no handshake response: " + st.detail;
+    return -1;
+  }
+  Digest macC;
+  std::copy(response + 8, response + 40, macC.begin());
+  const bool ok =
+      loadLe32(response) == kHelloMagic &&
+      digestEqual(macC, mac(self.token, 'C', nonceC, nonceA, self.generation, peer, self.rank));
+  uint8_t result[kResultBytes];
+  storeLe32(result, kHelloMagic);
+  storeLe32(result + 4, ok ? kOk : kDenied);
+  st = socket.writeFull(result, sizeof result, deadline);
+  if (!ok) {
+    throw CommError(ErrorKind::kUnauthorized, "rendezvous", 0, peer,
+                    "rank " + std::to_string(peer) +
+                        " does not hold this job's token (check CUMULUS_JOB_TOKEN)");
+  }
+  if (!st.ok()) {
+    *rejected = "rank " + std::to_string(peer) + " left during the handshake: " + st.detail;
+    return -1;
+  }
+  return peer;
+}
+
+}  // namespace cumulus::comm::tcp

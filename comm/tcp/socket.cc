@@ -1,0 +1,252 @@
+#include "comm/tcp/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+namespace cumulus::comm::tcp {
+namespace {
+
+void setNonBlocking(int fd) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+std::string errnoText(const char* what, int err) {
+  return std::string(what) + ": " + std::strerror(err);
+}
+
+// Waits until `fd` is ready for `events` or the deadline passes. Returns false on timeout.
+bool waitFor(int fd, short events, Deadline deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int rc = ::poll(&p, 1, pollTimeoutMs(deadline));
+    if (rc > 0) return true;
+    if (rc == 0) return false;
+    if (errno != EINTR) return true;  // let the following syscall report the error
+  }
+}
+
+}  // namespace
+
+int pollTimeoutMs(Deadline deadline) {
+  auto left = deadline - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return ms > 1000000 ? 1000000 : static_cast<int>(ms);
+}
+
+bool splitHostPort(const std::string& address, std::string* host, int* port) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return false;
+  std::string h = address.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  char* end = nullptr;
+  long p = std::strtol(address.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || p <= 0 || p > 65535) return false;
+  *host = h;
+  *port = static_cast<int>(p);
+  return true;
+}
+
+Socket::~Socket() { close(); }
+
+Socket& Socket::operator=(Socket&& other) noexcept {
+  if (this != &other) {
+    close();
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void Socket::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void Socket::shutdownBoth() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+Socket Socket::listen(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* result = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), "0", &hints, &result);
+  if (rc != 0) {
+    throw std::runtime_error("cannot resolve data-plane bind host '" + host +
+                             "': " + gai_strerror(rc));
+  }
+  std::string lastError = "no address";
+  for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    Socket sock(fd);
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
+      setNonBlocking(fd);
+      ::freeaddrinfo(result);
+      return sock;
+    }
+    lastError = errnoText("bind/listen", errno);
+  }
+  ::freeaddrinfo(result);
+  throw std::runtime_error("cannot listen on data-plane host '" + host + "': " + lastError +
+                           " (name a local address in the communicator's bind host)");
+}
+
+Socket Socket::connect(const std::string& address, Deadline deadline, IoStatus* status) {
+  std::string host;
+  int port = 0;
+  if (!splitHostPort(address, &host, &port)) {
+    *status = {IoStatus::kClosed, "malformed address '" + address + "'"};
+    return Socket();
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
+  if (rc != 0) {
+    *status = {IoStatus::kClosed, "cannot resolve '" + host + "': " + gai_strerror(rc)};
+    return Socket();
+  }
+  std::string lastError;
+  auto backoff = std::chrono::milliseconds(1);
+  for (;;) {
+    for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
+      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd < 0) continue;
+      Socket sock(fd);
+      setNonBlocking(fd);
+      int err = 0;
+      if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+          if (!waitFor(fd, POLLOUT, deadline)) {
+            ::freeaddrinfo(result);
+            *status = {IoStatus::kTimeout, "connect to " + address + " timed out"};
+            return Socket();
+          }
+          socklen_t len = sizeof err;
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        }
+      }
+      if (err == 0) {
+        ::freeaddrinfo(result);
+        *status = {};
+        return sock;
+      }
+      lastError = errnoText(("connect to " + address).c_str(), err);
+    }
+    if (Clock::now() + backoff >= deadline) break;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+  }
+  ::freeaddrinfo(result);
+  *status = {IoStatus::kTimeout, lastError + " (retried until the deadline)"};
+  return Socket();
+}
+
+Socket Socket::accept(Deadline deadline, IoStatus* status) {
+  for (;;) {
+    int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      *status = {};
+      return Socket(fd);
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      *status = {IoStatus::kClosed, errnoText("accept", errno)};
+      return Socket();
+    }
+    if (!waitFor(fd_, POLLIN, deadline)) {
+      *status = {IoStatus::kTimeout, "no connection arrived before the deadline"};
+      return Socket();
+    }
+  }
+}
+
+std::string Socket::localAddress() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  char host[INET6_ADDRSTRLEN] = {0};
+  int port = 0;
+  if (addr.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+    return "[" + std::string(host) + "]:" + std::to_string(port);
+  }
+  auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+  ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+  port = ntohs(a->sin_port);
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+void Socket::tune(int bufferBytes) {
+  int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (bufferBytes > 0) {
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &bufferBytes, sizeof bufferBytes);
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bufferBytes, sizeof bufferBytes);
+  }
+}
+
+IoStatus Socket::readFull(void* data, size_t bytes, Deadline deadline) {
+  auto* p = static_cast<char*>(data);
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = ::recv(fd_, p + done, bytes - done, 0);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return {IoStatus::kClosed, "connection closed by the peer"};
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+      return {IoStatus::kClosed, errnoText("recv", errno)};
+    if (!waitFor(fd_, POLLIN, deadline)) {
+      return {IoStatus::kTimeout, "received " + std::to_string(done) + " of " +
+                                      std::to_string(bytes) + " bytes before the deadline"};
+    }
+  }
+  return {};
+}
+
+IoStatus Socket::writeFull(const void* data, size_t bytes, Deadline deadline) {
+  const auto* p = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = ::send(fd_, p + done, bytes - done, MSG_NOSIGNAL);
+    if (n >= 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+      return {IoStatus::kClosed, errnoText("send", errno)};
+    if (!waitFor(fd_, POLLOUT, deadline)) {
+      return {IoStatus::kTimeout, "sent " + std::to_string(done) + " of " + std::to_string(bytes) +
+                                      " bytes before the deadline"};
+    }
+  }
+  return {};
+}
+
+}  // namespace cumulus::comm::tcp

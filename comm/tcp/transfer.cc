@@ -1,0 +1,221 @@
+#include "comm/tcp/transfer.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "comm/error.h"
+#include "comm/tcp/frame.h"
+
+namespace cumulus::comm::tcp {
+namespace {
+
+bool wouldBlock(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
+
+class Engine {
+ public:
+  Engine(const OpContext& ctx, const Transfer& t) : ctx_(ctx), t_(t) {}
+
+  void run() {
+    skipEmptyRecvs();
+    while (sent_ < t_.sendUnits || received_ < t_.recvUnits) {
+      bool progress = false;
+      if (received_ < t_.recvUnits) progress |= pumpRecv();
+      if (sendReady()) progress |= pumpSend();
+      if (!progress) waitReady();
+    }
+  }
+
+ private:
+  bool sendReady() {
+    if (sent_ >= t_.sendUnits) return false;
+    if (!sendLoaded_) {
+      // Skip empty units; they never touch the wire.
+      while (sent_ < t_.sendUnits) {
+        if (t_.sendAfterRecvs && t_.sendAfterRecvs(sent_) > received_) return false;
+        sendSpan_ = t_.sendSpan(sent_);
+        if (sendSpan_.bytes > 0) break;
+        ++sent_;
+      }
+      if (sent_ >= t_.sendUnits) return false;
+      FrameHeader h;
+      h.tag = static_cast<uint32_t>(sent_);
+      h.generation = ctx_.generation;
+      h.sequence = ctx_.seq;
+      h.length = sendSpan_.bytes;
+      encodeFrameHeader(h, sendHeader_);
+      sendOffset_ = 0;
+      sendLoaded_ = true;
+    }
+    return true;
+  }
+
+  // Sends as much of the loaded unit (and the next ready ones) as the socket takes now.
+  bool pumpSend() {
+    bool progress = false;
+    while (sendReady()) {
+      iovec iov[2];
+      int n = 0;
+      if (sendOffset_ < kFrameHeaderBytes) {
+        iov[n++] = {sendHeader_ + sendOffset_, kFrameHeaderBytes - sendOffset_};
+        iov[n++] = {sendSpan_.data, sendSpan_.bytes};
+      } else {
+        size_t off = sendOffset_ - kFrameHeaderBytes;
+        iov[n++] = {static_cast<char*>(sendSpan_.data) + off, sendSpan_.bytes - off};
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = n;
+      ssize_t rc = ::sendmsg(t_.sendTo->fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (rc < 0) {
+        if (wouldBlock(errno)) return progress;
+        fail(ErrorKind::kPeerClosed, t_.sendTo->peer(),
+             std::string("send failed: ") + std::strerror(errno));
+      }
+      progress = true;
+      sendOffset_ += static_cast<size_t>(rc);
+      if (sendOffset_ == kFrameHeaderBytes + sendSpan_.bytes) {
+        ++sent_;
+        sendLoaded_ = false;
+      }
+    }
+    return progress;
+  }
+
+  void skipEmptyRecvs() {
+    while (received_ < t_.recvUnits) {
+      recvSpan_ = t_.recvSpan(received_);
+      if (recvSpan_.bytes > 0) break;
+      if (t_.onReceived) t_.onReceived(received_);
+      ++received_;
+    }
+    recvOffset_ = 0;
+  }
+
+  // Receives header and payload of the current unit straight into their destinations.
+  bool pumpRecv() {
+    bool progress = false;
+    while (received_ < t_.recvUnits) {
+      iovec iov[2];
+      int n = 0;
+      if (recvOffset_ < kFrameHeaderBytes) {
+        iov[n++] = {recvHeader_ + recvOffset_, kFrameHeaderBytes - recvOffset_};
+        // Read the payload in the same call only when the header is complete in this read;
+        // reading exactly header + expected length never touches the next unit.
+        iov[n++] = {recvSpan_.data, recvSpan_.bytes};
+      } else {
+        size_t off = recvOffset_ - kFrameHeaderBytes;
+        iov[n++] = {static_cast<char*>(recvSpan_.data) + off, recvSpan_.bytes - off};
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = n;
+      ssize_t rc = ::recvmsg(t_.recvFrom->fd(), &msg, MSG_DONTWAIT);
+      if (rc == 0) {
+        fail(ErrorKind::kPeerClosed, t_.recvFrom->peer(),
+             "connection closed after " + std::to_string(received_) + " of " +
+                 std::to_string(t_.recvUnits) + " messages");
+      }
+      if (rc < 0) {
+        if (wouldBlock(errno)) return progress;
+        fail(ErrorKind::kPeerClosed, t_.recvFrom->peer(),
+             std::string("receive failed: ") + std::strerror(errno));
+      }
+      progress = true;
+      const bool headerWasIncomplete = recvOffset_ < kFrameHeaderBytes;
+      recvOffset_ += static_cast<size_t>(rc);
+      if (headerWasIncomplete && recvOffset_ >= kFrameHeaderBytes) checkHeader();
+      if (recvOffset_ == kFrameHeaderBytes + recvSpan_.bytes) {
+        if (t_.onReceived) t_.onReceived(received_);
+        ++received_;
+        skipEmptyRecvs();
+      }
+    }
+    return progress;
+  }
+
+  void checkHeader() {
+    const FrameHeader h = decodeFrameHeader(recvHeader_);
+    const int peer = t_.recvFrom->peer();
+    auto bad = [&](const std::string& what) {
+      fail(ErrorKind::kBadFrame, peer, what + " in message " + std::to_string(received_));
+    };
+    if (h.magic != kFrameMagic) {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "0x%08x", h.magic);
+      bad(std::string("wrong magic ") + hex);
+    }
+    if (h.generation != ctx_.generation) {
+      bad("stale generation " + std::to_string(h.generation) + " (expected " +
+          std::to_string(ctx_.generation) + ")");
+    }
+    if (h.sequence != ctx_.seq) {
+      bad("unexpected sequence " + std::to_string(h.sequence) +
+          " (the ranks disagree on the order of collectives)");
+    }
+    if (h.tag != static_cast<uint32_t>(received_)) {
+      bad("unexpected tag " + std::to_string(h.tag) + " (expected " + std::to_string(received_) +
+          ")");
+    }
+    if (h.length != recvSpan_.bytes) {
+      bad("wrong length " + std::to_string(h.length) + " (expected " +
+          std::to_string(recvSpan_.bytes) + "; do all ranks pass the same count and dtype?)");
+    }
+  }
+
+  void waitReady() {
+    pollfd fds[2];
+    int n = 0;
+    const bool wantRecv = received_ < t_.recvUnits;
+    const bool wantSend = sendReady();
+    if (wantRecv) fds[n++] = {t_.recvFrom->fd(), POLLIN, 0};
+    if (wantSend) {
+      if (n == 1 && fds[0].fd == t_.sendTo->fd()) {
+        fds[0].events |= POLLOUT;
+      } else {
+        fds[n++] = {t_.sendTo->fd(), POLLOUT, 0};
+      }
+    }
+    if (n == 0) return;  // cannot happen: a gated send always has a pending receive
+    int rc = ::poll(fds, n, pollTimeoutMs(ctx_.deadline));
+    if (rc < 0 && errno == EINTR) return;
+    if (rc == 0) {
+      const int peer = wantRecv ? t_.recvFrom->peer() : t_.sendTo->peer();
+      fail(ErrorKind::kTimeout, peer,
+           std::string("no progress within the ") + std::to_string(ctx_.timeoutMs) +
+               " ms timeout: " + (wantRecv ? "waiting to receive" : "waiting to send") +
+               " (received " + std::to_string(received_) + "/" + std::to_string(t_.recvUnits) +
+               ", sent " + std::to_string(sent_) + "/" + std::to_string(t_.sendUnits) +
+               " messages)");
+    }
+    // POLLERR/POLLHUP fall through: the next sendmsg/recvmsg reports them precisely.
+  }
+
+  [[noreturn]] void fail(ErrorKind kind, int peer, const std::string& detail) {
+    throw CommError(kind, ctx_.op, ctx_.seq, peer, detail);
+  }
+
+  const OpContext& ctx_;
+  const Transfer& t_;
+
+  size_t sent_ = 0;
+  bool sendLoaded_ = false;
+  Span sendSpan_;
+  size_t sendOffset_ = 0;
+  uint8_t sendHeader_[kFrameHeaderBytes];
+
+  size_t received_ = 0;
+  Span recvSpan_;
+  size_t recvOffset_ = 0;
+  uint8_t recvHeader_[kFrameHeaderBytes];
+};
+
+}  // namespace
+
+void runTransfer(const OpContext& ctx, const Transfer& transfer) { Engine(ctx, transfer).run(); }
+
+}  // namespace cumulus::comm::tcp
