@@ -1,0 +1,254 @@
+// FunnelClient and ParameterServer failure paths: every failure reaches every rank of the step
+// as a typed error, quickly, naming the rank to blame; the server forgets the failed step.
+
+#include "comm/funnel.h"
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "comm/parameter_server.h"
+#include "proto/parameter_server.grpc.pb.h"
+#include "tests/comm/rpc_test_util.h"
+
+namespace cumulus::comm {
+namespace {
+
+using testing::commErrorOf;
+using ::testing::HasSubstr;
+using testing::seconds;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+constexpr char kToken[] = "funnel-token";
+
+// Runs one all-reduce of `count` float32 ones per rank; returns what each rank threw.
+std::vector<std::exception_ptr> runStep(int port, int world, uint64_t seq, size_t count,
+                                        std::chrono::milliseconds timeout = 10s,
+                                        uint64_t generation = 0) {
+  return testing::spawn(world, [&](int rank) {
+    std::vector<float> data(count, 1.0f);
+    Buffer buffer{data.data(), count, DType::kFloat32};
+    FunnelClient("", port, kToken, rank, world, generation)
+        .allreduce(buffer, ReduceOp::kSum, seq, timeout);
+    for (size_t i = 0; i < count; ++i)
+      if (data[i] != static_cast<float>(world))
+        throw std::runtime_error("wrong sum at index " + std::to_string(i));
+  });
+}
+
+TEST(FunnelTest, AWorkerThatDiesMidPushFailsTheOthersFastAndTheStepIsForgotten) {
+  constexpr int kWorld = 3;
+  const size_t count = 2 * ParameterServer::kChunkBytes / sizeof(float) + 10;  // three pieces
+  ParameterServer server("", 0, kToken, kWorld);
+  std::thread dying([&] {
+    // Rank 2 by hand: the header and its first piece, then the stream is cancelled.
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()),
+                                       grpc::InsecureChannelCredentials());
+    auto stub = proto::ParameterServer::NewStub(channel);
+    grpc::ClientContext context;
+    context.AddMetadata("x-cumulus-token", kToken);
+    auto stream = stub->PushPull(&context);
+    proto::PushChunk message;
+    auto* h = message.mutable_header();
+    h->set_seq(0);
+    h->set_rank(2);
+    h->set_world(kWorld);
+    h->set_dtype(static_cast<uint32_t>(DType::kFloat32));
+    h->set_op(static_cast<uint32_t>(ReduceOp::kSum));
+    h->set_count(count);
+    h->set_timeout_ms(10000);
+    message.set_data(std::string(ParameterServer::kChunkBytes, '\0'));
+    stream->Write(message);
+    std::this_thread::sleep_for(300ms);
+    context.TryCancel();
+    stream->Finish();
+  });
+  const auto start = Clock::now();
+  auto errors = testing::spawn(2, [&](int rank) {
+    std::vector<float> data(count, 1.0f);
+    Buffer buffer{data.data(), count, DType::kFloat32};
+    FunnelClient("", server.port(), kToken, rank, kWorld).allreduce(buffer, ReduceOp::kSum, 0, 10s);
+  });
+  dying.join();
+  EXPECT_LT(seconds(Clock::now() - start), 3.0);
+  for (const auto& error : errors) {
+    const CommError e = commErrorOf(error);
+    EXPECT_EQ(e.kind(), ErrorKind::kPeerClosed);
+    EXPECT_EQ(e.op(), "allreduce/funnel");
+    EXPECT_EQ(e.seq(), 0u);
+    EXPECT_EQ(e.peer(), 2);
+    EXPECT_THAT(e.what(), HasSubstr("rank 2 disconnected mid-push after 4194304 of 8388648 bytes"));
+  }
+  // A late rank of the failed step gets the same error at once; the next step works.
+  const auto late_start = Clock::now();
+  auto late = testing::spawn(1, [&](int) {
+    std::vector<float> data(count, 1.0f);
+    Buffer buffer{data.data(), count, DType::kFloat32};
+    FunnelClient("", server.port(), kToken, 1, kWorld).allreduce(buffer, ReduceOp::kSum, 0, 10s);
+  });
+  EXPECT_LT(seconds(Clock::now() - late_start), 2.0);
+  EXPECT_THAT(commErrorOf(late[0]).what(), HasSubstr("rank 2 disconnected mid-push"));
+  testing::expectNoErrors(runStep(server.port(), kWorld, 1, count));
+}
+
+TEST(FunnelTest, TimeoutNamesTheRanksThatNeverPushed) {
+  ParameterServer server("", 0, kToken, 4);
+  const auto start = Clock::now();
+  auto errors = testing::spawn(4, [&](int rank) {
+    if (rank == 1 || rank == 3) return;  // never push
+    std::vector<float> data(100, 1.0f);
+    Buffer buffer{data.data(), data.size(), DType::kFloat32};
+    FunnelClient("", server.port(), kToken, rank, 4).allreduce(buffer, ReduceOp::kSum, 7, 400ms);
+  });
+  const double took = seconds(Clock::now() - start);
+  EXPECT_GE(took, 0.35);
+  EXPECT_LT(took, 2.0);
+  for (int rank : {0, 2}) {
+    const CommError e = commErrorOf(errors[rank]);
+    EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
+    EXPECT_EQ(e.seq(), 7u);
+    EXPECT_EQ(e.peer(), 1);
+    EXPECT_THAT(e.what(),
+                HasSubstr("generation 0 seq 7: rank(s) 1, 3 did not push before the timeout"));
+  }
+}
+
+TEST(FunnelTest, CountMismatchFailsEveryRankNamingTheOddOne) {
+  ParameterServer server("", 0, kToken, 3);
+  auto errors = testing::spawn(3, [&](int rank) {
+    if (rank == 2) std::this_thread::sleep_for(200ms);  // ranks 0 and 1 set the reference
+    std::vector<float> data(rank == 2 ? 101 : 100, 1.0f);
+    Buffer buffer{data.data(), data.size(), DType::kFloat32};
+    FunnelClient("", server.port(), kToken, rank, 3).allreduce(buffer, ReduceOp::kSum, 3, 5s);
+  });
+  for (const auto& error : errors) {
+    const CommError e = commErrorOf(error);
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalid);
+    EXPECT_EQ(e.peer(), 2);
+    EXPECT_THAT(e.what(),
+                HasSubstr("rank 2 sent world=3 dtype=float32 op=sum count=101 but rank "));
+    EXPECT_THAT(e.what(), HasSubstr("count=100"));
+  }
+}
+
+TEST(FunnelTest, DTypeMismatchFailsEveryRank) {
+  ParameterServer server("", 0, kToken, 2);
+  auto errors = testing::spawn(2, [&](int rank) {
+    if (rank == 1) std::this_thread::sleep_for(200ms);
+    std::vector<double> data(10, 1.0);
+    Buffer buffer{data.data(), rank == 1 ? 20u : 10u,
+                  rank == 1 ? DType::kFloat32 : DType::kFloat64};
+    FunnelClient("", server.port(), kToken, rank, 2).allreduce(buffer, ReduceOp::kMax, 0, 5s);
+  });
+  for (const auto& error : errors) {
+    const CommError e = commErrorOf(error);
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalid);
+    EXPECT_THAT(e.what(), HasSubstr("rank 1 sent world=2 dtype=float32 op=max count=20 but rank 0 "
+                                    "sent world=2 dtype=float64 op=max count=10"));
+  }
+}
+
+TEST(FunnelTest, WorldSizeDifferentFromTheServersIsRejected) {
+  ParameterServer server("", 0, kToken, 2);
+  std::vector<float> data(4, 1.0f);
+  Buffer buffer{data.data(), 4, DType::kFloat32};
+  try {
+    FunnelClient("", server.port(), kToken, 0, 3).allreduce(buffer, ReduceOp::kSum, 0, 5s);
+    FAIL() << "a push with the wrong world size returned";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalid);
+    EXPECT_EQ(e.peer(), 0);
+    EXPECT_THAT(e.what(), HasSubstr("rank 0 says world size 3 but the parameter server serves 2"));
+  }
+}
+
+TEST(FunnelTest, StaleGenerationIsRejectedAndANewOneSupersedesOldSteps) {
+  ParameterServer server("", 0, kToken, 2);
+  testing::expectNoErrors(runStep(server.port(), 2, 0, 10, 5s, /*generation=*/5));
+  std::vector<float> data(10, 1.0f);
+  Buffer buffer{data.data(), 10, DType::kFloat32};
+  try {
+    FunnelClient("", server.port(), kToken, 0, 2, 4).allreduce(buffer, ReduceOp::kSum, 1, 5s);
+    FAIL() << "a push from an older generation returned";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadFrame);
+    EXPECT_THAT(e.what(), HasSubstr("rank 0 pushed for stale generation 4; the parameter server "
+                                    "is at generation 5"));
+  }
+  // Rank 0 of generation 5 waits for a partner that restarted into generation 6.
+  const auto start = Clock::now();
+  std::exception_ptr old_error;
+  std::thread old_rank([&] {
+    try {
+      FunnelClient("", server.port(), kToken, 0, 2, 5).allreduce(buffer, ReduceOp::kSum, 9, 10s);
+    } catch (...) {
+      old_error = std::current_exception();
+    }
+  });
+  std::this_thread::sleep_for(200ms);
+  testing::expectNoErrors(runStep(server.port(), 2, 0, 10, 5s, /*generation=*/6));
+  old_rank.join();
+  EXPECT_LT(seconds(Clock::now() - start), 3.0);
+  const CommError e = commErrorOf(old_error);
+  EXPECT_EQ(e.kind(), ErrorKind::kPeerClosed);
+  EXPECT_THAT(e.what(), HasSubstr("generation 5 seq 9 superseded by generation 6"));
+}
+
+TEST(FunnelTest, WrongTokenIsUnauthorized) {
+  ParameterServer server("", 0, kToken, 1);
+  std::vector<float> data(4, 1.0f);
+  Buffer buffer{data.data(), 4, DType::kFloat32};
+  try {
+    FunnelClient("", server.port(), "not-the-token", 0, 1).allreduce(buffer, ReduceOp::kSum, 0, 5s);
+    FAIL() << "a push with a wrong token returned";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnauthorized);
+    EXPECT_THAT(e.what(), HasSubstr("wrong job token"));
+  }
+  EXPECT_EQ(data[0], 1.0f);
+}
+
+TEST(FunnelTest, UnreachableServerTimesOutNamingIt) {
+  int port;
+  {
+    ParameterServer gone("", 0, kToken, 1);
+    port = gone.port();
+  }
+  std::vector<float> data(4, 1.0f);
+  Buffer buffer{data.data(), 4, DType::kFloat32};
+  const auto start = Clock::now();
+  try {
+    FunnelClient("", port, kToken, 0, 1).allreduce(buffer, ReduceOp::kSum, 0, 500ms);
+    FAIL() << "a push to a closed port returned";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
+    EXPECT_THAT(e.what(), HasSubstr("parameter server 127.0.0.1:" + std::to_string(port) +
+                                    " unreachable for 1."));
+    EXPECT_THAT(e.what(), HasSubstr(" s (connection refused)"));
+  }
+  EXPECT_LT(seconds(Clock::now() - start), 2.5);
+}
+
+TEST(FunnelTest, ServerShutdownMidStepFailsTheWaitingRanks) {
+  auto server = std::make_unique<ParameterServer>("", 0, kToken, 3);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(300ms);
+    server->shutdown();
+  });
+  const auto start = Clock::now();
+  auto errors = testing::spawn(2, [&](int rank) {
+    std::vector<float> data(1000, 1.0f);
+    Buffer buffer{data.data(), data.size(), DType::kFloat32};
+    FunnelClient("", server->port(), kToken, rank, 3).allreduce(buffer, ReduceOp::kSum, 0, 20s);
+  });
+  stopper.join();
+  EXPECT_LT(seconds(Clock::now() - start), 3.0);
+  for (const auto& error : errors) {
+    const CommError e = commErrorOf(error);
+    EXPECT_EQ(e.kind(), ErrorKind::kPeerClosed);
+    EXPECT_THAT(e.what(), HasSubstr("parameter server shutting down"));
+  }
+}
+
+}  // namespace
+}  // namespace cumulus::comm

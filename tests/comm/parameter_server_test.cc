@@ -1,0 +1,249 @@
+// The funnel end to end: ParameterServer + FunnelClient ranks as threads on loopback, and the
+// cumulus-ps binary as a separate process.
+
+#include "comm/parameter_server.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "comm/funnel.h"
+#include "comm/reduce.h"
+#include "tests/comm/rpc_test_util.h"
+
+namespace cumulus::comm {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+constexpr char kToken[] = "ps-token";
+
+// Writes `value` (a small integer or an exact quotient) as element i of dtype.
+void put(DType dtype, void* data, size_t i, double value) {
+  switch (dtype) {
+    case DType::kFloat32:
+      static_cast<float*>(data)[i] = static_cast<float>(value);
+      break;
+    case DType::kFloat64:
+      static_cast<double*>(data)[i] = value;
+      break;
+    case DType::kBFloat16:
+      static_cast<uint16_t*>(data)[i] = floatToBf16(static_cast<float>(value));
+      break;
+    case DType::kFloat16:
+      static_cast<uint16_t*>(data)[i] = testing::exactHalf(static_cast<float>(value));
+      break;
+    case DType::kInt32:
+      static_cast<int32_t*>(data)[i] = static_cast<int32_t>(value);
+      break;
+    case DType::kInt64:
+      static_cast<int64_t*>(data)[i] = static_cast<int64_t>(value);
+      break;
+  }
+}
+
+double get(DType dtype, const void* data, size_t i) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return static_cast<const float*>(data)[i];
+    case DType::kFloat64:
+      return static_cast<const double*>(data)[i];
+    case DType::kBFloat16:
+      return bf16ToFloat(static_cast<const uint16_t*>(data)[i]);
+    case DType::kFloat16:
+      return testing::halfValue(static_cast<const uint16_t*>(data)[i]);
+    case DType::kInt32:
+      return static_cast<const int32_t*>(data)[i];
+    case DType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(data)[i]);
+  }
+  return 0;
+}
+
+bool isInteger(DType dtype) { return dtype == DType::kInt32 || dtype == DType::kInt64; }
+
+// The known answer at index i for inputs testing::inputValue(rank, i).
+double expected(DType dtype, ReduceOp op, int world, size_t i) {
+  int sum = 0, max = -100, min = 100;
+  for (int r = 0; r < world; ++r) {
+    const int v = testing::inputValue(r, i);
+    sum += v;
+    max = std::max(max, v);
+    min = std::min(min, v);
+  }
+  switch (op) {
+    case ReduceOp::kSum:
+      return sum;
+    case ReduceOp::kMax:
+      return max;
+    case ReduceOp::kMin:
+      return min;
+    case ReduceOp::kAvg:
+      if (isInteger(dtype)) return sum / world;  // truncates toward zero (comm/reduce.h)
+      if (dtype == DType::kFloat32) return static_cast<float>(sum) / static_cast<float>(world);
+      return static_cast<double>(sum) / world;  // exact for the 16-bit types at world = 4
+  }
+  return 0;
+}
+
+// All ranks all-reduce `count` elements of `dtype` with `op` through `server`; checks every
+// element of every rank against the known answer and reports the first mismatch.
+void checkAllreduce(ParameterServer& server, int world, size_t count, DType dtype, ReduceOp op,
+                    uint64_t seq) {
+  SCOPED_TRACE(std::string(dtypeName(dtype)) + " " + reduceOpName(op) + " world " +
+               std::to_string(world) + " count " + std::to_string(count));
+  std::vector<std::vector<char>> buffers(world, std::vector<char>(count * elementSize(dtype) + 1));
+  auto errors = testing::spawn(world, [&](int rank) {
+    Buffer buffer{buffers[rank].data(), count, dtype};
+    for (size_t i = 0; i < count; ++i) put(dtype, buffer.data, i, testing::inputValue(rank, i));
+    FunnelClient client("", server.port(), kToken, rank, world);
+    client.allreduce(buffer, op, seq, 20s);
+  });
+  testing::expectNoErrors(errors);
+  for (int rank = 0; rank < world; ++rank)
+    for (size_t i = 0; i < count; ++i) {
+      const double want = expected(dtype, op, world, i), got = get(dtype, buffers[rank].data(), i);
+      if (want != got) {
+        ADD_FAILURE() << "rank " << rank << " index " << i << ": got " << got << ", want " << want;
+        return;
+      }
+    }
+}
+
+class FunnelWorldTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(FunnelWorldTest, EveryCountMatchesTheKnownAnswer) {
+  const int world = GetParam();
+  ParameterServer server("", 0, kToken, world);
+  // Each count also takes another dtype/op, so every dtype meets every world size.
+  const std::pair<DType, ReduceOp> kinds[] = {
+      {DType::kFloat32, ReduceOp::kSum}, {DType::kInt32, ReduceOp::kAvg},
+      {DType::kFloat64, ReduceOp::kMax}, {DType::kBFloat16, ReduceOp::kSum},
+      {DType::kInt64, ReduceOp::kMin},   {DType::kFloat16, ReduceOp::kSum}};
+  const size_t counts[] = {0, 1, 7, static_cast<size_t>(world - 1), 4097, (1u << 20) + 3};
+  uint64_t seq = 0;
+  for (size_t c = 0; c < 6; ++c) {
+    const auto [dtype, op] = kinds[(c + world) % 6];
+    checkAllreduce(server, world, counts[c], dtype, op, seq++);
+  }
+  // The largest count once more in float32 sum: 4 MiB + 12 bytes spans two pieces.
+  checkAllreduce(server, world, (1u << 20) + 3, DType::kFloat32, ReduceOp::kSum, seq++);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, FunnelWorldTest, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+TEST(ParameterServerTest, EveryDTypeAndOpAcrossAPieceBoundary) {
+  constexpr int kWorld = 4;  // a power of two: avg is exact in every dtype
+  ParameterServer server("", 0, kToken, kWorld);
+  uint64_t seq = 0;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16,
+                      DType::kInt32, DType::kInt64})
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+      const size_t count = ParameterServer::kChunkBytes / elementSize(dtype) + 5;
+      checkAllreduce(server, kWorld, op == ReduceOp::kSum ? count : 4097, dtype, op, seq++);
+    }
+}
+
+// Rounding makes float sums order-dependent, so random floats expose any arrival-order summation.
+TEST(ParameterServerTest, ResultIsTheRankOrderSumBitForBitWhateverTheArrivalOrder) {
+  constexpr int kWorld = 5;
+  constexpr size_t kCount = (1u << 20) + 3;
+  ParameterServer server("", 0, kToken, kWorld);
+  std::vector<std::vector<float>> inputs(kWorld, std::vector<float>(kCount));
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1000.0f, 1000.0f);
+  for (auto& input : inputs)
+    for (float& x : input) x = dist(rng) * std::pow(10.0f, static_cast<float>(rng() % 7) - 3.0f);
+  std::vector<float> reference = inputs[0];
+  for (int r = 1; r < kWorld; ++r)
+    for (size_t i = 0; i < kCount; ++i) reference[i] = reference[i] + inputs[r][i];
+
+  for (int run = 0; run < 3; ++run) {
+    std::vector<std::vector<float>> buffers = inputs;
+    auto errors = testing::spawn(kWorld, [&](int rank) {
+      // Run 1: rank 0 comes last; run 2: reverse rank order.
+      if (run == 1 && rank == 0) std::this_thread::sleep_for(150ms);
+      if (run == 2) std::this_thread::sleep_for(std::chrono::milliseconds(40 * (kWorld - rank)));
+      Buffer buffer{buffers[rank].data(), kCount, DType::kFloat32};
+      FunnelClient("", server.port(), kToken, rank, kWorld)
+          .allreduce(buffer, ReduceOp::kSum, run, 20s);
+    });
+    testing::expectNoErrors(errors);
+    for (int rank = 0; rank < kWorld; ++rank)
+      ASSERT_EQ(0, std::memcmp(buffers[rank].data(), reference.data(), kCount * sizeof(float)))
+          << "run " << run << " rank " << rank << " differs from the rank-order sum";
+  }
+}
+
+TEST(ParameterServerTest, CumulusPsBinaryServesAndStopsOnSigterm) {
+  const std::string binary = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-ps";
+  ASSERT_EQ(access(binary.c_str(), X_OK), 0) << binary << " is missing: build cumulus-ps";
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    close(out[0]);
+    close(out[1]);
+    setenv("CUMULUS_TEST_PS_TOKEN", kToken, 1);
+    execl(binary.c_str(), binary.c_str(), "--world-size", "3", "--port", "0", "--token-env",
+          "CUMULUS_TEST_PS_TOKEN", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  std::string line;
+  char c;
+  while (read(out[0], &c, 1) == 1 && c != '\n') line += c;
+  close(out[0]);
+  const std::string prefix = "cumulus-ps listening on 127.0.0.1:";
+  int port = 0;
+  if (line.rfind(prefix, 0) == 0) port = std::atoi(line.c_str() + prefix.size());
+  EXPECT_GT(port, 0) << "first line was '" << line << "'";
+
+  if (port > 0) {
+    constexpr size_t kCount = 3000;
+    std::vector<std::vector<int64_t>> data(3, std::vector<int64_t>(kCount));
+    auto errors = testing::spawn(3, [&](int rank) {
+      for (size_t i = 0; i < kCount; ++i) data[rank][i] = static_cast<int64_t>(i) * (rank + 1);
+      Buffer buffer{data[rank].data(), kCount, DType::kInt64};
+      FunnelClient("127.0.0.1", port, kToken, rank, 3).allreduce(buffer, ReduceOp::kSum, 0, 10s);
+    });
+    testing::expectNoErrors(errors);
+    for (int rank = 0; rank < 3; ++rank) EXPECT_EQ(data[rank][kCount - 1], 2999 * 6);
+  }
+
+  kill(pid, SIGTERM);
+  int status = 0;
+  const auto start = std::chrono::steady_clock::now();
+  pid_t done = 0;
+  while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - start < 5s)
+    std::this_thread::sleep_for(20ms);
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "cumulus-ps did not exit within 5 s of SIGTERM";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+TEST(ParameterServerTest, CumulusPsRejectsAMissingWorldSize) {
+  const std::string binary = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-ps";
+  const std::string command = binary + " --port 0 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char chunk[256];
+  while (size_t n = fread(chunk, 1, sizeof chunk, pipe)) output.append(chunk, n);
+  const int status = pclose(pipe);
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_THAT(output, HasSubstr("cumulus-ps: --world-size is required"));
+}
+
+}  // namespace
+}  // namespace cumulus::comm
