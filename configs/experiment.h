@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace cumulus::configs {
@@ -21,9 +22,9 @@ struct DataConfig {
   // "fashion-mnist", "mnist" (IDX files in `dir`, gzip or raw) or "synthetic".
   std::string dataset = "fashion-mnist";
   std::string dir = "/usr/share/datasets/fashion-mnist";
-  bool normalize = true;       // subtract the train-set mean, divide by its std
-  bool shuffle = true;         // permute each epoch with (seed, epoch)
-  bool drop_last = true;       // drop the last incomplete global batch of an epoch
+  bool normalize = true;  // subtract the train-set mean, divide by its std
+  bool shuffle = true;    // permute each epoch with (seed, epoch)
+  bool drop_last = true;  // drop the last incomplete global batch of an epoch
   int64_t synthetic_train_samples = 4096;
   int64_t synthetic_test_samples = 1024;
 };
@@ -31,12 +32,12 @@ struct DataConfig {
 struct OptimizerConfig {
   std::string name = "sgd";  // "sgd" or "adamw"
   double lr = 0.1;
-  double momentum = 0.9;     // sgd
-  bool nesterov = false;     // sgd
+  double momentum = 0.9;  // sgd
+  bool nesterov = false;  // sgd
   double weight_decay = 0.0;
-  double beta1 = 0.9;        // adamw
-  double beta2 = 0.999;      // adamw
-  double eps = 1e-8;         // adamw
+  double beta1 = 0.9;    // adamw
+  double beta2 = 0.999;  // adamw
+  double eps = 1e-8;     // adamw
 };
 
 struct ScheduleConfig {
@@ -50,11 +51,11 @@ struct ScheduleConfig {
 struct TrainerConfig {
   int64_t global_batch_size = 128;  // samples per optimizer step, summed over all workers
   int64_t epochs = 3;
-  int64_t max_steps = 0;            // > 0: stop after this many optimizer steps
+  int64_t max_steps = 0;  // > 0: stop after this many optimizer steps
   uint64_t seed = 0;
-  double grad_clip_norm = 0.0;      // > 0: clip the global gradient norm
-  int64_t grad_accumulation = 1;    // micro-batches per optimizer step
-  int64_t threads = 0;              // intra-op threads; 0 = cores / local workers
+  double grad_clip_norm = 0.0;    // > 0: clip the global gradient norm
+  int64_t grad_accumulation = 1;  // micro-batches per optimizer step
+  int64_t threads = 0;            // intra-op threads; 0 = cores / local workers
   std::string run_dir = "runs/default";
   int64_t log_every_steps = 50;
 };
@@ -65,9 +66,9 @@ struct EvalConfig {
 };
 
 struct CheckpointConfig {
-  std::string dir = "";          // empty: <run_dir>/checkpoints
-  int64_t every_steps = 0;       // 0: off
-  double every_seconds = 0.0;    // 0: off
+  std::string dir = "";        // empty: <run_dir>/checkpoints
+  int64_t every_steps = 0;     // 0: off
+  double every_seconds = 0.0;  // 0: off
   int64_t keep = 3;
   bool async = true;
 };
@@ -77,12 +78,12 @@ struct CommConfig {
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   double timeout_seconds = 60.0;
-  std::string cost_model = "";     // calibration file from `cumulus-bench calibrate`; empty: built-in
+  std::string cost_model = "";  // calibration file from `cumulus-bench calibrate`; empty: built-in
 };
 
 struct LaunchConfig {
   int64_t nproc_per_node = 2;
-  std::string nnodes = "1";        // "N" or "MIN:MAX"
+  std::string nnodes = "1";  // "N" or "MIN:MAX"
   int64_t max_restarts = 3;
   double monitor_interval = 0.1;   // seconds
   std::string rdzv_endpoint = "";  // host:port; empty with nnodes 1: standalone
@@ -100,5 +101,53 @@ struct Experiment {
   CommConfig comm;
   LaunchConfig launch;
 };
+
+// Field-by-field equality. tests/configs/schema_test.cc checks that every struct has exactly as
+// many fields as the schema table has keys for it, and that each key is seen by these operators, so
+// a field added here without a table entry (or without a line below) fails the tests.
+inline auto tieFields(const ModelConfig& c) { return std::tie(c.name, c.hidden, c.dropout); }
+inline auto tieFields(const DataConfig& c) {
+  return std::tie(c.dataset, c.dir, c.normalize, c.shuffle, c.drop_last, c.synthetic_train_samples,
+                  c.synthetic_test_samples);
+}
+inline auto tieFields(const OptimizerConfig& c) {
+  return std::tie(c.name, c.lr, c.momentum, c.nesterov, c.weight_decay, c.beta1, c.beta2, c.eps);
+}
+inline auto tieFields(const ScheduleConfig& c) {
+  return std::tie(c.name, c.warmup_steps, c.step_size, c.gamma, c.min_lr);
+}
+inline auto tieFields(const TrainerConfig& c) {
+  return std::tie(c.global_batch_size, c.epochs, c.max_steps, c.seed, c.grad_clip_norm,
+                  c.grad_accumulation, c.threads, c.run_dir, c.log_every_steps);
+}
+inline auto tieFields(const EvalConfig& c) { return std::tie(c.every_steps, c.batch_size); }
+inline auto tieFields(const CheckpointConfig& c) {
+  return std::tie(c.dir, c.every_steps, c.every_seconds, c.keep, c.async);
+}
+inline auto tieFields(const CommConfig& c) {
+  return std::tie(c.algorithm, c.bucket_cap_mb, c.first_bucket_mb, c.timeout_seconds, c.cost_model);
+}
+inline auto tieFields(const LaunchConfig& c) {
+  return std::tie(c.nproc_per_node, c.nnodes, c.max_restarts, c.monitor_interval, c.rdzv_endpoint);
+}
+inline auto tieFields(const Experiment& c) {
+  return std::tie(c.name, c.model, c.data, c.optimizer, c.schedule, c.trainer, c.eval, c.checkpoint,
+                  c.comm, c.launch);
+}
+
+#define CUMULUS_CONFIGS_EQUALITY(T)                                                       \
+  inline bool operator==(const T& a, const T& b) { return tieFields(a) == tieFields(b); } \
+  inline bool operator!=(const T& a, const T& b) { return !(a == b); }
+CUMULUS_CONFIGS_EQUALITY(ModelConfig)
+CUMULUS_CONFIGS_EQUALITY(DataConfig)
+CUMULUS_CONFIGS_EQUALITY(OptimizerConfig)
+CUMULUS_CONFIGS_EQUALITY(ScheduleConfig)
+CUMULUS_CONFIGS_EQUALITY(TrainerConfig)
+CUMULUS_CONFIGS_EQUALITY(EvalConfig)
+CUMULUS_CONFIGS_EQUALITY(CheckpointConfig)
+CUMULUS_CONFIGS_EQUALITY(CommConfig)
+CUMULUS_CONFIGS_EQUALITY(LaunchConfig)
+CUMULUS_CONFIGS_EQUALITY(Experiment)
+#undef CUMULUS_CONFIGS_EQUALITY
 
 }  // namespace cumulus::configs
