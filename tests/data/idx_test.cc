@@ -112,6 +112,12 @@ TEST_F(IdxTest, MissingFile) {
   } catch (const DataError& e) {
     EXPECT_EQ(std::string(e.what()), path + ": cannot open: No such file or directory");
   }
+  try {
+    readIdx(dir_);
+    FAIL() << "no exception";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), dir_ + ": not a regular file");
+  }
 }
 
 TEST_F(IdxTest, TruncatedPayload) {
@@ -140,6 +146,9 @@ TEST_F(IdxTest, CorruptGzip) {
   Bytes gz = gzipBytes(idxBytes(0x08, {5000}, iota(5000)));
   gz[3] = 0xE0;  // reserved FLG bits set: zlib rejects the header
   EXPECT_EQ(errorFor(gz, "f.gz"), dir_ + "/f.gz: corrupt gzip data: unknown header flags set");
+  Bytes bad_crc = gzipBytes(idxBytes(0x08, {5000}, iota(5000)));
+  bad_crc[bad_crc.size() - 8] ^= 0xFF;  // the CRC-32 in the trailer
+  EXPECT_EQ(errorFor(bad_crc, "c.gz"), dir_ + "/c.gz: corrupt gzip data: incorrect data check");
   Bytes garbage = gzipBytes(idxBytes(0x08, {4}, iota(4)));
   garbage.insert(garbage.end(), {1, 2, 3});
   EXPECT_EQ(errorFor(garbage, "g.gz"),

@@ -95,6 +95,19 @@ TEST(TorchScriptTest, GradientsReachEveryParameter) {
   EXPECT_TRUE(torch::allclose(model->forward(referenceInput()), before + 1.0, 1e-5, 1e-5));
 }
 
+TEST(TorchScriptTest, ForwardErrorNamesTheModel) {
+  const std::string path = kFixtures + "/tiny_scripted.pt";
+  auto model = load(path);
+  try {
+    model->forward(torch::rand({2, 3, 32, 32}));
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "torchscript model " + path +
+                                         ": forward failed: RuntimeError: mat1 and mat2 shapes "
+                                         "cannot be multiplied (2x3072 and 784x32)");
+  }
+}
+
 TEST(TorchScriptTest, MissingFileNamesThePath) {
   EXPECT_EQ(loadError("/nonexistent/dir/model.pt"),
             "cannot load TorchScript model /nonexistent/dir/model.pt: No such file or directory");
