@@ -1,0 +1,129 @@
+// Synthetic data, normalization and batch gathering.
+#include "data/dataset.h"
+
+#include "data/random.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace cumulus::data {
+namespace {
+
+constexpr int64_t kSide = 28;
+constexpr int64_t kPixels = kSide * kSide;
+// Templates do not depend on the dataset seed: a train set and a test set made with different
+// seeds must pose the same task.
+constexpr uint64_t kTemplateSeed = 0x43554D554C5553ULL;  // "CUMULUS"
+
+// One class's template: three bumps 1 - d^2/r^2 at random places, clipped to [0, 1]. Only +, *
+// and / of floats, so the result is identical wherever IEEE float32 is (no libm calls).
+void drawTemplate(int64_t cls, float* out) {
+  SplitMix64 rng(streamKey(kTemplateSeed, static_cast<uint64_t>(cls)));
+  std::fill(out, out + kPixels, 0.0f);
+  for (int blob = 0; blob < 3; ++blob) {
+    const float cy = 5.0f + 18.0f * rng.uniform();
+    const float cx = 5.0f + 18.0f * rng.uniform();
+    const float r = 3.0f + 5.0f * rng.uniform();
+    for (int64_t y = 0; y < kSide; ++y) {
+      for (int64_t x = 0; x < kSide; ++x) {
+        const float dy = static_cast<float>(y) - cy;
+        const float dx = static_cast<float>(x) - cx;
+        const float v = 1.0f - (dy * dy + dx * dx) / (r * r);
+        float& p = out[y * kSide + x];
+        p = std::min(1.0f, p + std::max(0.0f, v));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TensorDataset makeSynthetic(int64_t n, uint64_t seed, int64_t num_classes) {
+  if (n <= 0)
+    throw std::invalid_argument("synthetic dataset: size must be positive, got " +
+                                std::to_string(n));
+  if (num_classes <= 0) {
+    throw std::invalid_argument("synthetic dataset: num_classes must be positive, got " +
+                                std::to_string(num_classes));
+  }
+  std::vector<float> templates(static_cast<size_t>(num_classes * kPixels));
+  for (int64_t c = 0; c < num_classes; ++c) drawTemplate(c, &templates[c * kPixels]);
+
+  TensorDataset out;
+  out.images = torch::empty({n, 1, kSide, kSide}, torch::kFloat32);
+  out.labels = torch::empty({n}, torch::kInt64);
+  float* images = out.images.data_ptr<float>();
+  int64_t* labels = out.labels.data_ptr<int64_t>();
+  // Sample i draws from its own stream, so the output is independent of the thread count.
+  at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      SplitMix64 rng(streamKey(seed, static_cast<uint64_t>(i)));
+      const int64_t label = static_cast<int64_t>(rng.below(static_cast<uint64_t>(num_classes)));
+      labels[i] = label;
+      // A shifted (up to 2 pixels each way), dimmed copy of the template plus triangular noise.
+      const auto dy = static_cast<int64_t>(rng.below(5)) - 2;
+      const auto dx = static_cast<int64_t>(rng.below(5)) - 2;
+      const float gain = 0.6f + 0.4f * rng.uniform();
+      const float* t = &templates[label * kPixels];
+      float* img = images + i * kPixels;
+      for (int64_t y = 0; y < kSide; ++y) {
+        for (int64_t x = 0; x < kSide; ++x) {
+          const int64_t sy = y - dy;
+          const int64_t sx = x - dx;
+          const bool inside = sy >= 0 && sy < kSide && sx >= 0 && sx < kSide;
+          const float base = inside ? gain * t[sy * kSide + sx] : 0.0f;
+          const float noise = 0.35f * (rng.uniform() + rng.uniform() - 1.0f);
+          img[y * kSide + x] = std::min(1.0f, std::max(0.0f, base + noise));
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// Summed in double, serially, in index order: the result is the same for every thread count and
+// so on every rank, whatever its OMP_NUM_THREADS.
+Normalization computeNormalization(const TensorDataset& train) {
+  if (!train.images.defined() || train.images.numel() == 0) {
+    throw std::invalid_argument("normalization: the training images are empty");
+  }
+  const torch::Tensor images = train.images.to(torch::kFloat32).contiguous();
+  const float* p = images.data_ptr<float>();
+  const int64_t count = images.numel();
+  double sum = 0.0;
+  double sum_sq = 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    sum += p[i];
+    sum_sq += static_cast<double>(p[i]) * p[i];
+  }
+  Normalization norm;
+  norm.mean = sum / static_cast<double>(count);
+  norm.std = std::sqrt(std::max(0.0, sum_sq / static_cast<double>(count) - norm.mean * norm.mean));
+  return norm;
+}
+
+void applyNormalization(TensorDataset& dataset, const Normalization& norm) {
+  if (!(norm.std > 0.0) || !std::isfinite(norm.std) || !std::isfinite(norm.mean)) {
+    throw std::invalid_argument("normalization: std must be positive and finite, got mean " +
+                                std::to_string(norm.mean) + " std " + std::to_string(norm.std));
+  }
+  dataset.images.sub_(norm.mean).div_(norm.std);
+}
+
+Batch gather(const TensorDataset& dataset, const std::vector<int64_t>& indices) {
+  const int64_t n = dataset.size();
+  for (const int64_t i : indices) {
+    if (i < 0 || i >= n) {
+      throw std::out_of_range("gather: index " + std::to_string(i) + " is out of range for a " +
+                              "dataset of " + std::to_string(n) + " samples");
+    }
+  }
+  const torch::Tensor index = torch::from_blob(
+      const_cast<int64_t*>(indices.data()), {static_cast<int64_t>(indices.size())}, torch::kInt64);
+  return {dataset.images.index_select(0, index), dataset.labels.index_select(0, index)};
+}
+
+}  // namespace cumulus::data

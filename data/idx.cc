@@ -1,0 +1,236 @@
+// IDX reading (gzip or raw) and the MNIST-layout loader.
+#include "data/dataset.h"
+
+#include <zlib.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace cumulus::data {
+namespace {
+
+// No IDX file we accept is larger than this (4 GiB less a byte), compressed or not; it bounds what
+// a gzip bomb or a corrupt length can make us allocate, and keeps sizes within zlib's 32-bit uInt.
+constexpr uint64_t kMaxIdxBytes = (uint64_t{1} << 32) - 1;
+constexpr uint8_t kUint8Code = 0x08;
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw DataError(path + ": " + what);
+}
+
+std::vector<uint8_t> readWholeFile(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fileno(f.get()), &st) != 0)
+    fail(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > kMaxIdxBytes)
+    fail(path, "file is larger than the 4 GiB limit");
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  if (!bytes.empty() && std::fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) {
+    fail(path, std::string("read error: ") + std::strerror(errno));
+  }
+  return bytes;
+}
+
+bool isGzip(const std::vector<uint8_t>& bytes) {
+  return bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
+}
+
+// Inflates every gzip member in `in` (as gunzip does). The output buffer starts at the size the
+// last member's trailer announces (ISIZE, exact for one member under 4 GiB), capped by deflate's
+// maximum ratio (1032:1) so a lying trailer cannot make us allocate far more than the data can
+// hold, and grows geometrically if the hint was short.
+std::vector<uint8_t> gunzip(const std::string& path, const std::vector<uint8_t>& in) {
+  uint64_t hint = 0;
+  if (in.size() >= 4) {
+    for (int i = 0; i < 4; ++i) hint |= uint64_t{in[in.size() - 4 + i]} << (8 * i);
+  }
+  std::vector<uint8_t> out(4096);
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) fail(path, "zlib inflateInit2 failed");
+  std::unique_ptr<z_stream, int (*)(z_stream*)> guard(&zs, &inflateEnd);
+  zs.next_in = const_cast<Bytef*>(in.data());
+  zs.avail_in = static_cast<uInt>(in.size());
+  uint64_t produced = 0;
+  hint = std::min<uint64_t>({hint, in.size() * uint64_t{1032}, kMaxIdxBytes - 1});
+  if (hint >= out.size()) out.resize(hint + 1);  // +1: the last inflate call needs room to end
+  for (;;) {
+    if (produced == out.size()) {
+      if (out.size() >= kMaxIdxBytes) fail(path, "decompresses to more than the 4 GiB limit");
+      out.resize(std::min<uint64_t>(out.size() * 2, kMaxIdxBytes));
+    }
+    const uint64_t room = std::min<uint64_t>(out.size() - produced, kMaxIdxBytes);
+    zs.next_out = out.data() + produced;
+    zs.avail_out = static_cast<uInt>(room);
+    const int rc = inflate(&zs, Z_NO_FLUSH);
+    produced += room - zs.avail_out;
+    if (rc == Z_STREAM_END) {
+      if (zs.avail_in == 0) break;
+      // Another member follows (concatenated .gz files), or garbage.
+      if (zs.avail_in < 2 || zs.next_in[0] != 0x1f || zs.next_in[1] != 0x8b) {
+        fail(path,
+             std::to_string(zs.avail_in) + " bytes of trailing garbage after the gzip stream");
+      }
+      inflateReset(&zs);
+      continue;
+    }
+    if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
+      fail(path, "truncated gzip stream (input ended after " + std::to_string(produced) +
+                     " decompressed bytes)");
+    }
+    if (rc != Z_OK && rc != Z_BUF_ERROR) {
+      fail(path, std::string("corrupt gzip data: ") + (zs.msg ? zs.msg : zError(rc)));
+    }
+  }
+  out.resize(produced);
+  return out;
+}
+
+uint32_t bigEndian32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+const char* dtypeName(uint8_t code) {
+  switch (code) {
+    case 0x08:
+      return "uint8";
+    case 0x09:
+      return "int8";
+    case 0x0B:
+      return "int16";
+    case 0x0C:
+      return "int32";
+    case 0x0D:
+      return "float32";
+    case 0x0E:
+      return "float64";
+    default:
+      return "unknown";
+  }
+}
+
+std::string hexByte(uint8_t b) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02x", b);
+  return buf;
+}
+
+// Parses an in-memory IDX image. `what` is "" for raw files and " (decompressed)" for gzip, so
+// byte counts in messages say which size they refer to.
+torch::Tensor decodeIdx(const std::string& path, const std::vector<uint8_t>& b,
+                        const std::string& what) {
+  if (b.size() < 4) {
+    fail(path, "too short for an IDX header: " + std::to_string(b.size()) + " bytes" + what);
+  }
+  if (b[0] != 0 || b[1] != 0) {
+    fail(path, "not an IDX file: magic bytes " + hexByte(b[0]) + " " + hexByte(b[1]) + " " +
+                   hexByte(b[2]) + " " + hexByte(b[3]) + ", expected 0x00 0x00 <dtype> <ndim>");
+  }
+  const uint8_t dtype = b[2];
+  const int ndim = b[3];
+  if (dtype != kUint8Code) {
+    fail(path, "unsupported IDX dtype " + hexByte(dtype) + " (" + dtypeName(dtype) +
+                   "); only 0x08 (uint8) is supported");
+  }
+  if (ndim < 1 || ndim > 4) {
+    fail(path, "IDX header has " + std::to_string(ndim) + " dimensions; expected 1 to 4");
+  }
+  const uint64_t header = 4 + 4 * static_cast<uint64_t>(ndim);
+  if (b.size() < header) {
+    fail(path, "truncated IDX header: " + std::to_string(ndim) + " dimensions need " +
+                   std::to_string(header) + " bytes, got " + std::to_string(b.size()) + what);
+  }
+  std::vector<int64_t> sizes;
+  std::string shape;
+  // Each dimension is < 2^32 and there are at most 4, so the product fits in 128 bits exactly.
+  unsigned __int128 payload = 1;
+  for (int d = 0; d < ndim; ++d) {
+    const uint32_t n = bigEndian32(&b[4 + 4 * d]);
+    shape += (d ? "x" : "") + std::to_string(n);
+    if (n == 0) fail(path, "IDX dimension " + std::to_string(d) + " is zero");
+    sizes.push_back(n);
+    payload *= n;
+  }
+  const uint64_t actual = b.size();
+  if (payload > kMaxIdxBytes) {
+    fail(path, "IDX dimensions " + shape + " are too large: the file has only " +
+                   std::to_string(actual) + " bytes" + what);
+  }
+  const uint64_t expected = header + static_cast<uint64_t>(payload);
+  if (actual < expected) {
+    fail(path, "truncated IDX file: dimensions " + shape + " need " + std::to_string(expected) +
+                   " bytes, got " + std::to_string(actual) + what);
+  }
+  if (actual > expected) {
+    fail(path, std::to_string(actual - expected) +
+                   " trailing bytes after the IDX data: " + "dimensions " + shape + " need " +
+                   std::to_string(expected) + " bytes, got " + std::to_string(actual) + what);
+  }
+  // Allocated only now that the file has been shown to hold exactly this many bytes.
+  torch::Tensor t = torch::empty(sizes, torch::kUInt8);
+  std::memcpy(t.data_ptr<uint8_t>(), b.data() + header, static_cast<size_t>(payload));
+  return t;
+}
+
+bool fileExists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// `dir/name`, else `dir/name.gz`; a DataError that says how to get the data if neither exists.
+std::string findIdx(const std::string& dir, const std::string& name) {
+  const std::string base = (dir.empty() || dir.back() == '/' ? dir : dir + "/") + name;
+  if (fileExists(base)) return base;
+  if (fileExists(base + ".gz")) return base + ".gz";
+  throw DataError(base +
+                  "[.gz]: not found; install the dataset-fashion-mnist package "
+                  "(files in /usr/share/datasets/fashion-mnist) or set data.dir to a directory "
+                  "holding MNIST-layout IDX files");
+}
+
+}  // namespace
+
+torch::Tensor readIdx(const std::string& path) {
+  std::vector<uint8_t> bytes = readWholeFile(path);
+  if (isGzip(bytes)) return decodeIdx(path, gunzip(path, bytes), " (decompressed)");
+  return decodeIdx(path, bytes, "");
+}
+
+TensorDataset loadMnistLike(const std::string& dir, Split split) {
+  const std::string prefix = split == Split::kTrain ? "train" : "t10k";
+  const std::string image_path = findIdx(dir, prefix + "-images-idx3-ubyte");
+  const std::string label_path = findIdx(dir, prefix + "-labels-idx1-ubyte");
+  torch::Tensor images = readIdx(image_path);
+  torch::Tensor labels = readIdx(label_path);
+  if (images.dim() != 3) {
+    fail(image_path,
+         "expected 3 dimensions (count, rows, columns), got " + std::to_string(images.dim()));
+  }
+  if (labels.dim() != 1) {
+    fail(label_path, "expected 1 dimension (count), got " + std::to_string(labels.dim()));
+  }
+  if (images.size(0) != labels.size(0)) {
+    fail(label_path, "has " + std::to_string(labels.size(0)) + " labels but " + image_path +
+                         " has " + std::to_string(images.size(0)) + " images");
+  }
+  const int64_t max_label = labels.max().item<uint8_t>();
+  if (max_label >= 10) {
+    fail(label_path, "label " + std::to_string(max_label) + " is out of range 0..9");
+  }
+  TensorDataset out;
+  out.images = images.unsqueeze(1).to(torch::kFloat32).div_(255.0f);
+  out.labels = labels.to(torch::kInt64);
+  return out;
+}
+
+}  // namespace cumulus::data
