@@ -25,6 +25,8 @@
 namespace cumulus::trainer {
 namespace {
 
+constexpr int64_t kNumClasses = 10;  // every dataset we load has ten classes
+
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -117,6 +119,7 @@ struct Trainer::Impl {
   bool writes() const { return options.write_outputs && env.rank == 0; }
 
   void build();
+  void checkModelFitsData();
   double trainStep(int64_t step);
   std::pair<double, double> evaluate();
   RunResult run();
@@ -150,14 +153,30 @@ void Trainer::Impl::build() {
   spec.dropout = config.model.dropout;
   spec.input_shape = {data.train.images.size(1), data.train.images.size(2),
                       data.train.images.size(3)};
-  spec.num_classes = 10;
+  spec.num_classes = kNumClasses;
   torch::manual_seed(t.seed);  // the initial parameters are a function of the seed alone
   model = models::makeModel(spec);
+  checkModelFitsData();
   model->train(true);
   params = model->parameters();
   optimizer = makeOptimizer(config.optimizer, params);
   schedule = std::make_unique<LrSchedule>(config.schedule, config.optimizer.lr, total_steps);
   sync->attach(params);
+}
+
+// A model that does not fit the data (a TorchScript file made for other inputs) fails here, as a
+// setup error, rather than in the first step. Evaluation mode: no dropout, so no random draws.
+void Trainer::Impl::checkModelFitsData() {
+  torch::NoGradGuard no_grad;
+  model->train(false);
+  const torch::Tensor logits = model->forward(data.train.images.narrow(0, 0, 1));
+  if (logits.dim() != 2 || logits.size(0) != 1 || logits.size(1) != kNumClasses) {
+    std::ostringstream shape;
+    shape << logits.sizes();
+    throw std::invalid_argument("model \"" + config.model.name + "\" returns logits of shape " +
+                                shape.str() + " for one sample; expected [1, " +
+                                std::to_string(kNumClasses) + "]");
+  }
 }
 
 // One optimizer step; returns this rank's training loss (its share of the global mean, so at
