@@ -1,0 +1,92 @@
+// Models loaded from a torch.jit.save file ("torchscript:<path>").
+#include "models/builtin.h"
+
+#include <torch/script.h>
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <stdexcept>
+#include <string>
+
+namespace cumulus::models {
+namespace {
+
+// torch's messages carry a C++ backtrace and, for scripting errors, pages of source context;
+// the first line says what went wrong.
+std::string firstLine(const std::string& text) {
+  const size_t end = text.find('\n');
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+
+class TorchScriptModel : public Model {
+ public:
+  TorchScriptModel(torch::jit::Module module, std::string path)
+      : module_(std::move(module)), path_(std::move(path)) {}
+
+  torch::Tensor forward(const torch::Tensor& x) override {
+    torch::IValue out = module_.forward({x});
+    if (!out.isTensor()) {
+      throw std::runtime_error("torchscript model " + path_ + ": forward returned " +
+                               out.tagKind() + ", expected a tensor of logits");
+    }
+    return out.toTensor();
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> namedParameters() override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
+      out.emplace_back(p.name, p.value);
+    }
+    return out;
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> namedBuffers() override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) {
+      out.emplace_back(b.name, b.value);
+    }
+    return out;
+  }
+  void train(bool on) override { module_.train(on); }
+  std::string summary() override {
+    return "torchscript:" + path_ + " (" + std::to_string(namedParameters().size()) +
+           " tensors), " + groupThousands(parameterCount()) + " parameters";
+  }
+
+ private:
+  torch::jit::Module module_;
+  std::string path_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> loadTorchScript(const std::string& path) {
+  // torch's own text for these cases is garbled ("errno 2 on fopen: , file path: ..."): say it.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw std::invalid_argument("cannot load TorchScript model " + path + ": " +
+                                std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    throw std::invalid_argument("cannot load TorchScript model " + path +
+                                ": it is a directory, not a torch.jit.save file");
+  }
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(path, torch::kCPU);
+  } catch (const c10::Error& e) {
+    throw std::invalid_argument("cannot load TorchScript model " + path + ": " +
+                                firstLine(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("cannot load TorchScript model " + path + ": " +
+                                firstLine(e.what()));
+  }
+  if (!module.find_method("forward")) {
+    throw std::invalid_argument("cannot load TorchScript model " + path +
+                                ": it has no forward method");
+  }
+  return std::make_unique<TorchScriptModel>(std::move(module), path);
+}
+
+}  // namespace cumulus::models

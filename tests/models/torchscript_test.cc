@@ -1,0 +1,144 @@
+#include "models/model.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cumulus::models {
+namespace {
+
+const std::string kFixtures = std::string(CUMULUS_SOURCE_DIR) + "/models/fixtures";
+
+// Same as reference_input() in models/fixtures/make_tiny_scripted.py.
+torch::Tensor referenceInput() {
+  const torch::Tensor i = torch::arange(784, torch::kInt64);
+  const torch::Tensor a = ((i * 37) % 101).to(torch::kFloat32) / 100.0;
+  return torch::stack({a, a.flip(0)}).reshape({2, 1, 28, 28});
+}
+
+torch::Tensor readLogits(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << path;
+  std::vector<float> values(20);
+  in.read(reinterpret_cast<char*>(values.data()), 80);
+  EXPECT_EQ(in.gcount(), 80) << path;
+  return torch::tensor(values).reshape({2, 10});
+}
+
+std::unique_ptr<Model> load(const std::string& path) {
+  ModelSpec spec;
+  spec.name = "torchscript:" + path;
+  return makeModel(spec);
+}
+
+std::string loadError(const std::string& path) {
+  try {
+    load(path);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+// fc1 784*32+32 + bn 32+32 + fc2 32*10+10.
+TEST(TorchScriptTest, LoadsNamesAndCounts) {
+  const std::string path = kFixtures + "/tiny_scripted.pt";
+  auto model = load(path);
+  EXPECT_EQ(model->parameterCount(), 25514);
+  EXPECT_EQ(model->summary(), "torchscript:" + path + " (6 tensors), 25,514 parameters");
+  std::vector<std::string> params, buffers;
+  for (const auto& p : model->namedParameters()) params.push_back(p.first);
+  for (const auto& b : model->namedBuffers()) buffers.push_back(b.first);
+  EXPECT_EQ(params, (std::vector<std::string>{"fc1.weight", "fc1.bias", "bn.weight", "bn.bias",
+                                              "fc2.weight", "fc2.bias"}));
+  EXPECT_EQ(buffers, (std::vector<std::string>{"bn.running_mean", "bn.running_var",
+                                               "bn.num_batches_tracked"}));
+  EXPECT_EQ(model->namedBuffers()[2].second.item<int64_t>(), 3);  // the script's 3 passes
+}
+
+TEST(TorchScriptTest, ForwardMatchesPython) {
+  auto model = load(kFixtures + "/tiny_scripted.pt");
+  model->train(false);
+  const torch::Tensor logits = model->forward(referenceInput());
+  const torch::Tensor expected = readLogits(kFixtures + "/tiny_scripted_logits.bin");
+  EXPECT_TRUE(torch::allclose(logits, expected, 1e-5, 1e-6)) << logits << expected;
+  // Training mode normalizes by the batch's own statistics instead, so the output changes.
+  model->train(true);
+  EXPECT_FALSE(torch::allclose(model->forward(referenceInput()), expected, 1e-3, 1e-3));
+}
+
+TEST(TorchScriptTest, GradientsReachEveryParameter) {
+  auto model = load(kFixtures + "/tiny_scripted.pt");
+  model->train(true);
+  const torch::Tensor logits = model->forward(torch::rand({4, 1, 28, 28}));
+  torch::nn::functional::cross_entropy(logits, torch::tensor({0, 1, 2, 3})).backward();
+  for (const auto& [name, value] : model->namedParameters()) {
+    ASSERT_TRUE(value.grad().defined()) << name;
+    EXPECT_GT(value.grad().abs().sum().item<double>(), 0.0) << name;
+  }
+  // The tensors handed out alias the module's: an update through them changes the output.
+  model->train(false);
+  const torch::Tensor before = model->forward(referenceInput());
+  {
+    torch::NoGradGuard no_grad;
+    model->namedParameters().back().second.add_(1.0);  // fc2.bias
+  }
+  EXPECT_TRUE(torch::allclose(model->forward(referenceInput()), before + 1.0, 1e-5, 1e-5));
+}
+
+TEST(TorchScriptTest, MissingFileNamesThePath) {
+  EXPECT_EQ(loadError("/nonexistent/dir/model.pt"),
+            "cannot load TorchScript model /nonexistent/dir/model.pt: No such file or directory");
+  EXPECT_EQ(loadError(kFixtures), "cannot load TorchScript model " + kFixtures +
+                                      ": it is a directory, not a torch.jit.save file");
+}
+
+TEST(TorchScriptTest, CorruptFileNamesThePath) {
+  const std::string path = std::filesystem::temp_directory_path().string() + "/cumulus-corrupt-" +
+                           std::to_string(::getpid()) + ".pt";
+  {  // the fixture cut in half, as an interrupted copy would leave it
+    std::ifstream in(kFixtures + "/tiny_scripted.pt", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  const std::string error = loadError(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(
+      error,
+      "cannot load TorchScript model " + path +
+          ": PytorchStreamReader failed reading zip archive: failed finding central directory");
+}
+
+// Optional: rebuild the fixture with Debian's Python and torch, and check that the new file gives
+// the committed logits bit for bit (same seed, same torch).
+TEST(TorchScriptTest, RegeneratedFixtureMatches) {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
+  }
+  char tmpl[] = "/tmp/cumulus-fixture-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string command =
+      "/usr/bin/python3 " + kFixtures + "/make_tiny_scripted.py --out " + dir + " >/dev/null";
+  const int rc = std::system(command.c_str());
+  ASSERT_EQ(rc, 0) << command;
+  auto model = load(dir + "/tiny_scripted.pt");
+  model->train(false);
+  const torch::Tensor regenerated = readLogits(dir + "/tiny_scripted_logits.bin");
+  const torch::Tensor committed = readLogits(kFixtures + "/tiny_scripted_logits.bin");
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(torch::equal(regenerated, committed)) << regenerated << committed;
+  EXPECT_TRUE(torch::allclose(model->forward(referenceInput()), committed, 1e-5, 1e-6));
+}
+
+}  // namespace
+}  // namespace cumulus::models
