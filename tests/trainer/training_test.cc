@@ -127,6 +127,25 @@ TEST(TrainingTest, LossFallsAndTheRunIsBitIdenticalWhenRepeated) {
   EXPECT_NE(parameterHash(*model), hash_a);
 }
 
+// Dropout masks come from (seed, epoch, step, rank), not from whatever the generator did before:
+// draws from torch's default generator between set-up and training change nothing. (A resumed
+// run relies on this: it cannot replay the generator's history.)
+TEST(TrainingTest, DropoutDependsOnlyOnThePositionInTraining) {
+  auto e = smallExperiment("");
+  e.model.dropout = 0.3;
+  std::unique_ptr<Trainer> plain;
+  models::Model* model = nullptr;
+  runQuietly(e, false, &model, &plain);
+  const uint64_t expected = parameterHash(*model);
+
+  TrainerOptions quiet;
+  quiet.write_outputs = false;
+  Trainer disturbed(e, RunEnv{}, quiet);
+  torch::rand({1000});
+  disturbed.run();
+  EXPECT_EQ(parameterHash(disturbed.model()), expected);
+}
+
 // k = 3 micro-batches per step must give the parameters of k = 1 with the same global batch:
 // the loss of each micro-batch is divided by the global batch size, so the gradients add up to
 // the same mean. 100 samples in batches of 32 without drop_last make uneven micro-batches
