@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace cumulus::configs {
@@ -100,5 +101,53 @@ struct Experiment {
   CommConfig comm;
   LaunchConfig launch;
 };
+
+// Field-by-field equality. tests/configs/schema_test.cc checks that every struct has exactly as
+// many fields as the schema table has keys for it, and that each key is seen by these operators, so
+// a field added here without a table entry (or without a line below) fails the tests.
+inline auto tieFields(const ModelConfig& c) { return std::tie(c.name, c.hidden, c.dropout); }
+inline auto tieFields(const DataConfig& c) {
+  return std::tie(c.dataset, c.dir, c.normalize, c.shuffle, c.drop_last, c.synthetic_train_samples,
+                  c.synthetic_test_samples);
+}
+inline auto tieFields(const OptimizerConfig& c) {
+  return std::tie(c.name, c.lr, c.momentum, c.nesterov, c.weight_decay, c.beta1, c.beta2, c.eps);
+}
+inline auto tieFields(const ScheduleConfig& c) {
+  return std::tie(c.name, c.warmup_steps, c.step_size, c.gamma, c.min_lr);
+}
+inline auto tieFields(const TrainerConfig& c) {
+  return std::tie(c.global_batch_size, c.epochs, c.max_steps, c.seed, c.grad_clip_norm,
+                  c.grad_accumulation, c.threads, c.run_dir, c.log_every_steps);
+}
+inline auto tieFields(const EvalConfig& c) { return std::tie(c.every_steps, c.batch_size); }
+inline auto tieFields(const CheckpointConfig& c) {
+  return std::tie(c.dir, c.every_steps, c.every_seconds, c.keep, c.async);
+}
+inline auto tieFields(const CommConfig& c) {
+  return std::tie(c.algorithm, c.bucket_cap_mb, c.first_bucket_mb, c.timeout_seconds, c.cost_model);
+}
+inline auto tieFields(const LaunchConfig& c) {
+  return std::tie(c.nproc_per_node, c.nnodes, c.max_restarts, c.monitor_interval, c.rdzv_endpoint);
+}
+inline auto tieFields(const Experiment& c) {
+  return std::tie(c.name, c.model, c.data, c.optimizer, c.schedule, c.trainer, c.eval, c.checkpoint,
+                  c.comm, c.launch);
+}
+
+#define CUMULUS_CONFIGS_EQUALITY(T)                                                       \
+  inline bool operator==(const T& a, const T& b) { return tieFields(a) == tieFields(b); } \
+  inline bool operator!=(const T& a, const T& b) { return !(a == b); }
+CUMULUS_CONFIGS_EQUALITY(ModelConfig)
+CUMULUS_CONFIGS_EQUALITY(DataConfig)
+CUMULUS_CONFIGS_EQUALITY(OptimizerConfig)
+CUMULUS_CONFIGS_EQUALITY(ScheduleConfig)
+CUMULUS_CONFIGS_EQUALITY(TrainerConfig)
+CUMULUS_CONFIGS_EQUALITY(EvalConfig)
+CUMULUS_CONFIGS_EQUALITY(CheckpointConfig)
+CUMULUS_CONFIGS_EQUALITY(CommConfig)
+CUMULUS_CONFIGS_EQUALITY(LaunchConfig)
+CUMULUS_CONFIGS_EQUALITY(Experiment)
+#undef CUMULUS_CONFIGS_EQUALITY
 
 }  // namespace cumulus::configs

@@ -1,0 +1,31 @@
+#include "configs/digest.h"
+
+#include "configs/parse.h"
+#include "configs/schema.h"
+#include "configs/sha256.h"
+
+namespace cumulus::configs {
+
+std::string configDigest(const Experiment& experiment) { return sha256Hex(toYaml(experiment)); }
+
+std::vector<std::string> diffKeys(const Experiment& a, const Experiment& b) {
+  std::vector<std::string> keys;
+  for (const KeySpec& key : schema()) {
+    if (key.get(a) != key.get(b)) keys.emplace_back(key.path);
+  }
+  return keys;
+}
+
+std::vector<std::string> describeDiff(const Experiment& before, const Experiment& after) {
+  std::vector<std::string> lines;
+  for (const KeySpec& key : schema()) {
+    Value old_value = key.get(before), new_value = key.get(after);
+    if (old_value != new_value) {
+      lines.push_back(std::string(key.path) + ": " + formatValue(old_value) + " -> " +
+                      formatValue(new_value));
+    }
+  }
+  return lines;
+}
+
+}  // namespace cumulus::configs

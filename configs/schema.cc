@@ -1,0 +1,528 @@
+#include "configs/schema.h"
+
+#include <cassert>
+#include <charconv>
+#include <cmath>
+#include <type_traits>
+
+#include "configs/suggest.h"
+
+namespace cumulus::configs {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Typed access to one field. KEY(section, field) builds the accessor and the dotted path from the
+// same tokens, so a row's path always names the member it reads and writes.
+template <auto Section, auto Field>
+struct Member {
+  std::string_view path;
+  static auto& ref(Experiment& e) { return (e.*Section).*Field; }
+  static const auto& ref(const Experiment& e) { return (e.*Section).*Field; }
+};
+template <auto Field>
+struct TopMember {
+  std::string_view path;
+  static auto& ref(Experiment& e) { return e.*Field; }
+  static const auto& ref(const Experiment& e) { return e.*Field; }
+};
+#define KEY(section, field) \
+  Member<&Experiment::section, &decltype(Experiment::section)::field> { #section "." #field }
+#define TOP_KEY(field) \
+  TopMember<&Experiment::field> { #field }
+
+template <class M>
+using FieldType = std::decay_t<decltype(M::ref(std::declval<Experiment&>()))>;
+
+template <class T>
+constexpr ValueType valueTypeOf() {
+  if constexpr (std::is_same_v<T, std::string>) return ValueType::kString;
+  if constexpr (std::is_same_v<T, int64_t>) return ValueType::kInt;
+  if constexpr (std::is_same_v<T, uint64_t>) return ValueType::kUInt;
+  if constexpr (std::is_same_v<T, double>) return ValueType::kDouble;
+  if constexpr (std::is_same_v<T, bool>) return ValueType::kBool;
+  if constexpr (std::is_same_v<T, std::vector<int64_t>>) return ValueType::kIntList;
+}
+
+// What a row allows besides its type.
+struct Rule {
+  Bounds bounds;
+  std::vector<std::string_view> choices;
+  std::string_view choice_prefix;
+  FormatCheck format = nullptr;
+  std::string_view format_text;
+  bool required = false;
+};
+
+Rule anyValue() { return {}; }
+Rule bounded(Bounds bounds) {
+  Rule rule;
+  rule.bounds = bounds;
+  return rule;
+}
+Rule atLeast(double min) { return bounded({min, false}); }
+Rule above(double min) { return bounded({min, true}); }
+Rule between(double min, bool min_open, double max, bool max_open) {
+  return bounded({min, min_open, max, max_open});
+}
+Rule oneOf(std::vector<std::string_view> choices, std::string_view prefix = {}) {
+  Rule rule;
+  rule.choices = std::move(choices);
+  rule.choice_prefix = prefix;
+  return rule;
+}
+Rule formatted(FormatCheck check, std::string_view text) {
+  Rule rule;
+  rule.format = check;
+  rule.format_text = text;
+  return rule;
+}
+Rule required(Rule rule) {
+  rule.required = true;
+  return rule;
+}
+
+template <class M>
+KeySpec row(M member, const FieldType<M>& default_value, Rule rule, std::string_view meaning) {
+  using T = FieldType<M>;
+  KeySpec key;
+  key.path = member.path;
+  key.type = valueTypeOf<T>();
+  key.default_value = Value(std::in_place_type<T>, default_value);
+  key.required = rule.required;
+  key.bounds = rule.bounds;
+  key.choices = std::move(rule.choices);
+  key.choice_prefix = rule.choice_prefix;
+  key.format = rule.format;
+  key.format_text = rule.format_text;
+  key.meaning = meaning;
+  key.get = [](const Experiment& e) { return Value(std::in_place_type<T>, M::ref(e)); };
+  key.set = [](Experiment& e, const Value& v) { M::ref(e) = std::get<T>(v); };
+  return key;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Format checks for strings that a list of choices cannot describe.
+
+bool parseCount(std::string_view text, int64_t& out) {
+  if (text.empty()) return false;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return error == std::errc() && end == text.data() + text.size();
+}
+
+std::string checkRunName(const std::string& text) {
+  if (text.empty()) return "it is empty";
+  if (text.size() > 128) return "it is longer than 128 characters";
+  for (char c : text) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return std::string("it holds '") + c + "'";
+  }
+  if (text[0] == '.' || text[0] == '-') return "it starts with '" + text.substr(0, 1) + "'";
+  return "";
+}
+
+std::string checkNonEmpty(const std::string& text) { return text.empty() ? "it is empty" : ""; }
+
+std::string checkNnodes(const std::string& text) {
+  size_t colon = text.find(':');
+  int64_t min = 0, max = 0;
+  if (colon == std::string::npos) {
+    if (!parseCount(text, min)) return "N is not a whole number";
+    return min >= 1 ? "" : "N must be at least 1";
+  }
+  if (!parseCount(std::string_view(text).substr(0, colon), min) ||
+      !parseCount(std::string_view(text).substr(colon + 1), max)) {
+    return "MIN and MAX must be whole numbers";
+  }
+  if (min < 1) return "MIN must be at least 1";
+  if (min > max)
+    return "MIN " + std::to_string(min) + " is greater than MAX " + std::to_string(max);
+  return "";
+}
+
+std::string checkEndpoint(const std::string& text) {
+  if (text.empty()) return "";
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return "no host before a ':'";
+  int64_t port = 0;
+  if (!parseCount(std::string_view(text).substr(colon + 1), port) || port < 1 || port > 65535) {
+    return "the port after the last ':' must be in 1..65535";
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+// THE TABLE. Order here is the order of toYaml, diffKeys and the README.
+std::vector<KeySpec> buildSchema() {
+  std::vector<KeySpec> t;
+  // clang-format off
+  t.push_back(row(TOP_KEY(name), "experiment", required(formatted(checkRunName, "a run name: letters, digits, '.', '_', '-', at most 128")), "names the run in logs, checkpoints and the run directory"));
+
+  t.push_back(row(KEY(model, name), "mlp", oneOf({"mlp", "convnet"}, "torchscript:"), "architecture; `torchscript:<file>` loads a torch.jit.save file"));
+  t.push_back(row(KEY(model, hidden), {256, 128, 100}, atLeast(1), "mlp: hidden layer widths, from input to output"));
+  t.push_back(row(KEY(model, dropout), 0.0, between(0, false, 1, true), "mlp: dropout probability after each hidden layer"));
+
+  t.push_back(row(KEY(data, dataset), "fashion-mnist", oneOf({"fashion-mnist", "mnist", "synthetic"}), "IDX files in `data.dir` (gzip or raw), or generated samples"));
+  t.push_back(row(KEY(data, dir), "/usr/share/datasets/fashion-mnist", anyValue(), "directory of the IDX files; unused for synthetic"));
+  t.push_back(row(KEY(data, normalize), true, anyValue(), "subtract the train-set mean and divide by its standard deviation"));
+  t.push_back(row(KEY(data, shuffle), true, anyValue(), "permute the samples each epoch, from (seed, epoch)"));
+  t.push_back(row(KEY(data, drop_last), true, anyValue(), "drop the last incomplete global batch of each epoch"));
+  t.push_back(row(KEY(data, synthetic_train_samples), 4096, atLeast(1), "synthetic: training samples"));
+  t.push_back(row(KEY(data, synthetic_test_samples), 1024, atLeast(1), "synthetic: test samples"));
+
+  t.push_back(row(KEY(optimizer, name), "sgd", oneOf({"sgd", "adamw"}), "optimizer"));
+  t.push_back(row(KEY(optimizer, lr), 0.1, above(0), "peak learning rate (after warm-up, before decay)"));
+  t.push_back(row(KEY(optimizer, momentum), 0.9, between(0, false, 1, true), "sgd: momentum; 0 turns it off"));
+  t.push_back(row(KEY(optimizer, nesterov), false, anyValue(), "sgd: Nesterov momentum"));
+  t.push_back(row(KEY(optimizer, weight_decay), 0.0, atLeast(0), "L2 penalty (sgd) or decoupled weight decay (adamw)"));
+  t.push_back(row(KEY(optimizer, beta1), 0.9, between(0, false, 1, true), "adamw: decay rate of the first-moment estimate"));
+  t.push_back(row(KEY(optimizer, beta2), 0.999, between(0, false, 1, true), "adamw: decay rate of the second-moment estimate"));
+  t.push_back(row(KEY(optimizer, eps), 1e-8, above(0), "adamw: added to the denominator"));
+
+  t.push_back(row(KEY(schedule, name), "constant", oneOf({"constant", "step", "cosine"}), "learning-rate schedule after warm-up"));
+  t.push_back(row(KEY(schedule, warmup_steps), 0, atLeast(0), "linear warm-up from 0 to `optimizer.lr` over this many steps"));
+  t.push_back(row(KEY(schedule, step_size), 1000, atLeast(1), "step: multiply the rate by `gamma` every this many steps"));
+  t.push_back(row(KEY(schedule, gamma), 0.1, between(0, true, 1, false), "step: the factor"));
+  t.push_back(row(KEY(schedule, min_lr), 0.0, atLeast(0), "cosine: the rate at the last step (at most `optimizer.lr`)"));
+
+  t.push_back(row(KEY(trainer, global_batch_size), 128, atLeast(1), "samples per optimizer step, summed over all workers"));
+  t.push_back(row(KEY(trainer, epochs), 3, atLeast(1), "passes over the training set"));
+  t.push_back(row(KEY(trainer, max_steps), 0, atLeast(0), "> 0: stop after this many optimizer steps; 0: run all epochs"));
+  t.push_back(row(KEY(trainer, seed), 0, anyValue(), "seeds initialization, shuffling and dropout, with (epoch, step, rank)"));
+  t.push_back(row(KEY(trainer, grad_clip_norm), 0.0, atLeast(0), "> 0: clip the global gradient norm to this; 0: off"));
+  t.push_back(row(KEY(trainer, grad_accumulation), 1, atLeast(1), "micro-batches per optimizer step; divides `global_batch_size`"));
+  t.push_back(row(KEY(trainer, threads), 0, atLeast(0), "intra-op threads per worker; 0: cores / local workers"));
+  t.push_back(row(KEY(trainer, run_dir), "runs/default", formatted(checkNonEmpty, "a non-empty path"), "directory for logs, config.yaml and, by default, checkpoints"));
+  t.push_back(row(KEY(trainer, log_every_steps), 50, atLeast(1), "log loss and throughput every this many steps"));
+
+  t.push_back(row(KEY(eval, every_steps), 0, atLeast(0), "evaluate every this many steps; 0: at the end of each epoch only"));
+  t.push_back(row(KEY(eval, batch_size), 1000, atLeast(1), "evaluation batch size per worker"));
+
+  t.push_back(row(KEY(checkpoint, dir), "", anyValue(), "checkpoint directory; empty: `<run_dir>/checkpoints`"));
+  t.push_back(row(KEY(checkpoint, every_steps), 0, atLeast(0), "checkpoint every this many steps; 0: off"));
+  t.push_back(row(KEY(checkpoint, every_seconds), 0.0, atLeast(0), "checkpoint when this many seconds have passed since the last; 0: off"));
+  t.push_back(row(KEY(checkpoint, keep), 3, atLeast(1), "how many of the newest checkpoints to keep"));
+  t.push_back(row(KEY(checkpoint, async), true, anyValue(), "write checkpoints on a background thread while training goes on"));
+
+  t.push_back(row(KEY(comm, algorithm), "auto", oneOf({"funnel", "tree", "ring", "auto"}), "gradient all-reduce; auto: the cost model's pick per bucket"));
+  t.push_back(row(KEY(comm, bucket_cap_mb), 25.0, above(0), "gradient bucket size cap, MiB"));
+  t.push_back(row(KEY(comm, first_bucket_mb), 1.0, above(0), "size cap of the first bucket, MiB (at most `bucket_cap_mb`)"));
+  t.push_back(row(KEY(comm, timeout_seconds), 60.0, above(0), "a collective not done by then fails, naming the peer"));
+  t.push_back(row(KEY(comm, cost_model), "", anyValue(), "calibration file from `cumulus-bench calibrate`; empty: built-in"));
+
+  t.push_back(row(KEY(launch, nproc_per_node), 2, atLeast(1), "workers per node"));
+  t.push_back(row(KEY(launch, nnodes), "1", formatted(checkNnodes, "N or MIN:MAX, with 1 <= MIN <= MAX"), "nodes: a fixed count, or an elastic range"));
+  t.push_back(row(KEY(launch, max_restarts), 3, atLeast(0), "group restarts after a crash (preemptions do not count)"));
+  t.push_back(row(KEY(launch, monitor_interval), 0.1, above(0), "seconds between worker health checks"));
+  t.push_back(row(KEY(launch, rdzv_endpoint), "", formatted(checkEndpoint, "empty or host:port"), "rendezvous host:port; empty with one node: standalone"));
+  // clang-format on
+  return t;
+}
+
+}  // namespace
+
+std::string_view KeySpec::section() const {
+  size_t dot = path.find('.');
+  return dot == std::string_view::npos ? std::string_view() : path.substr(0, dot);
+}
+
+std::string_view KeySpec::leaf() const {
+  size_t dot = path.find('.');
+  return dot == std::string_view::npos ? path : path.substr(dot + 1);
+}
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> table = buildSchema();
+  return table;
+}
+
+const std::vector<std::string_view>& sectionNames() {
+  static const std::vector<std::string_view> sections = {
+      "model", "data", "optimizer", "schedule", "trainer", "eval", "checkpoint", "comm", "launch"};
+  return sections;
+}
+
+std::string_view sectionMeaning(std::string_view section) {
+  if (section == "model") return "the network";
+  if (section == "data") return "the dataset and how it is fed";
+  if (section == "optimizer") return "the optimizer";
+  if (section == "schedule") return "the learning-rate schedule";
+  if (section == "trainer") return "the training loop";
+  if (section == "eval") return "evaluation on the test set";
+  if (section == "checkpoint") return "checkpoints";
+  if (section == "comm") return "gradient synchronization";
+  if (section == "launch") return "the launcher, cumulus-run";
+  return "";
+}
+
+const KeySpec* findKey(std::string_view path) {
+  for (const KeySpec& key : schema()) {
+    if (key.path == path) return &key;
+  }
+  return nullptr;
+}
+
+Experiment schemaDefaults() {
+  Experiment experiment;
+  for (const KeySpec& key : schema()) key.set(experiment, key.default_value);
+  return experiment;
+}
+
+std::string_view typeName(ValueType type) {
+  switch (type) {
+    case ValueType::kString:
+      return "string";
+    case ValueType::kInt:
+      return "integer";
+    case ValueType::kUInt:
+      return "integer";
+    case ValueType::kDouble:
+      return "number";
+    case ValueType::kBool:
+      return "bool";
+    case ValueType::kIntList:
+      return "list of integers";
+  }
+  return "";
+}
+
+namespace {
+
+std::string formatBound(double bound) {
+  std::string text = formatValue(bound);
+  if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
+  return text;
+}
+
+}  // namespace
+
+std::string boundsText(const Bounds& b) {
+  bool has_min = std::isfinite(b.min), has_max = std::isfinite(b.max);
+  if (has_min && has_max) {
+    return std::string("in ") + (b.min_open ? "(" : "[") + formatBound(b.min) + ", " +
+           formatBound(b.max) + (b.max_open ? ")" : "]");
+  }
+  if (has_min) return (b.min_open ? "> " : ">= ") + formatBound(b.min);
+  if (has_max) return (b.max_open ? "< " : "<= ") + formatBound(b.max);
+  return "";
+}
+
+namespace {
+
+bool inBounds(const Bounds& b, double v) {
+  if (b.min_open ? !(v > b.min) : !(v >= b.min)) return false;
+  if (b.max_open ? !(v < b.max) : !(v <= b.max)) return false;
+  return true;
+}
+
+std::string choicesText(const KeySpec& key) {
+  std::string text;
+  for (size_t i = 0; i < key.choices.size(); ++i)
+    text += (i > 0 ? ", " : "") + std::string(key.choices[i]);
+  if (!key.choice_prefix.empty()) text += ", " + std::string(key.choice_prefix) + "<path>";
+  return text;
+}
+
+}  // namespace
+
+std::string allowedText(const KeySpec& key) {
+  switch (key.type) {
+    case ValueType::kString:
+      if (!key.choices.empty()) return choicesText(key);
+      return std::string(key.format_text);
+    case ValueType::kInt:
+    case ValueType::kDouble:
+      return boundsText(key.bounds);
+    case ValueType::kIntList: {
+      std::string bounds = boundsText(key.bounds);
+      return bounds.empty() ? "" : "each " + bounds;
+    }
+    case ValueType::kUInt:
+    case ValueType::kBool:
+      return "";
+  }
+  return "";
+}
+
+std::string expectedPhrase(const KeySpec& key) {
+  std::string bounds = boundsText(key.bounds);
+  switch (key.type) {
+    case ValueType::kString:
+      if (!key.choices.empty()) return "one of " + choicesText(key);
+      if (!key.format_text.empty()) return std::string(key.format_text);
+      return "a string";
+    case ValueType::kInt:
+      return bounds.empty() ? "an integer" : "an integer " + bounds;
+    case ValueType::kUInt:
+      return "a non-negative integer";
+    case ValueType::kDouble:
+      return bounds.empty() ? "a number" : "a number " + bounds;
+    case ValueType::kBool:
+      return "true or false";
+    case ValueType::kIntList:
+      return bounds.empty() ? "a list of integers" : "a list of integers " + bounds;
+  }
+  return "";
+}
+
+std::string checkValue(const KeySpec& key, const Value& value) {
+  auto expected = [&](const std::string& got) {
+    return "expected " + expectedPhrase(key) + ", got " + got;
+  };
+  switch (key.type) {
+    case ValueType::kInt: {
+      int64_t v = std::get<int64_t>(value);
+      return inBounds(key.bounds, static_cast<double>(v)) ? "" : expected(std::to_string(v));
+    }
+    case ValueType::kDouble: {
+      double v = std::get<double>(value);
+      return inBounds(key.bounds, v) ? "" : expected(formatBound(v));
+    }
+    case ValueType::kIntList: {
+      const auto& list = std::get<std::vector<int64_t>>(value);
+      for (int64_t v : list) {
+        if (!inBounds(key.bounds, static_cast<double>(v))) return expected(formatValue(value));
+      }
+      return "";
+    }
+    case ValueType::kString: {
+      const std::string& text = std::get<std::string>(value);
+      std::string quoted = formatValue(text);
+      if (quoted.front() != '"') quoted = "\"" + quoted + "\"";
+      if (!key.choices.empty()) {
+        for (std::string_view choice : key.choices) {
+          if (text == choice) return "";
+        }
+        std::string_view prefix = key.choice_prefix;
+        if (!prefix.empty() && text.compare(0, prefix.size(), prefix) == 0) {
+          if (text.size() > prefix.size()) return "";
+          return expected(quoted) + "; name the file after the colon, e.g. " + std::string(prefix) +
+                 "model.pt";
+        }
+        std::vector<std::string> options(key.choices.begin(), key.choices.end());
+        std::string guess = closestSpelling(text, options);
+        return expected(quoted) + (guess.empty() ? "" : "; did you mean `" + guess + "`?");
+      }
+      if (key.format) {
+        std::string why = key.format(text);
+        if (!why.empty()) return expected(quoted) + " (" + why + ")";
+      }
+      return "";
+    }
+    case ValueType::kUInt:
+    case ValueType::kBool:
+      return "";
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+// YAML text of values.
+namespace {
+
+bool looksSpecialToYaml(const std::string& text) {
+  static const char* kWords[] = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"};
+  std::string lower;
+  for (char c : text) lower.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c));
+  for (const char* word : kWords) {
+    if (lower == word) return true;
+  }
+  return false;
+}
+
+// Plain (unquoted) only for path- and name-like text that no YAML reader takes for a number,
+// bool or null, or for syntax: letters, digits and "_./+-", a ':' only between such characters,
+// starting with a letter, '_' or '/'.
+bool canBePlain(const std::string& text) {
+  if (text.empty() || looksSpecialToYaml(text)) return false;
+  char first = text[0];
+  if (!((first >= 'a' && first <= 'z') || (first >= 'A' && first <= 'Z') || first == '_' ||
+        first == '/')) {
+    return false;
+  }
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '_' || c == '.' || c == '/' || c == '+' || c == '-';
+    if (c == ':' && i + 1 < text.size() && text[i + 1] != ':') continue;
+    if (!word) return false;
+  }
+  return true;
+}
+
+std::string quote(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          static constexpr char kHex[] = "0123456789abcdef";
+          out += "\\x";
+          out += kHex[c >> 4];
+          out += kHex[c & 15];
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string formatDouble(double v) {
+  char buffer[64];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), v);
+  assert(error == std::errc());
+  std::string text(buffer, end);
+  if (!std::isfinite(v)) return text;  // never valid in an experiment; shown in messages only
+  // Keep a '.' so that every YAML reader (PyYAML's YAML 1.1 too) reads a float back.
+  size_t exponent = text.find('e');
+  if (text.find('.') == std::string::npos) {
+    text.insert(exponent == std::string::npos ? text.size() : exponent, ".0");
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string formatValue(const Value& value) {
+  switch (static_cast<ValueType>(value.index())) {
+    case ValueType::kString: {
+      const auto& text = std::get<std::string>(value);
+      return canBePlain(text) ? text : quote(text);
+    }
+    case ValueType::kInt:
+      return std::to_string(std::get<int64_t>(value));
+    case ValueType::kUInt:
+      return std::to_string(std::get<uint64_t>(value));
+    case ValueType::kDouble:
+      return formatDouble(std::get<double>(value));
+    case ValueType::kBool:
+      return std::get<bool>(value) ? "true" : "false";
+    case ValueType::kIntList: {
+      std::string text = "[";
+      for (int64_t v : std::get<std::vector<int64_t>>(value)) {
+        if (text.size() > 1) text += ", ";
+        text += std::to_string(v);
+      }
+      return text + "]";
+    }
+  }
+  return "";
+}
+
+}  // namespace cumulus::configs

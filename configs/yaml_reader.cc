@@ -1,0 +1,392 @@
+#include "configs/yaml_reader.h"
+
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/exceptions.h>
+#include <yaml-cpp/mark.h>
+#include <yaml-cpp/parser.h>
+
+#include <algorithm>
+#include <cassert>
+#include <sstream>
+
+namespace cumulus::configs {
+
+bool YamlNode::isNullish() const {
+  if (kind == Kind::kNull) return true;
+  if (kind != Kind::kScalar || quoted) return false;
+  return text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pre-scan. It mirrors just enough of YAML's lexical rules to know where a '[', '{', quote or
+// block scalar can begin, so that brackets inside quoted strings, comments and block scalars are
+// not counted, while every bracket yaml-cpp would nest on is. Where the rules are ambiguous it
+// counts (an over-estimate only rejects absurd files; an under-estimate would let a stack
+// overflow through).
+namespace {
+
+bool isBlank(char c) { return c == ' ' || c == '\t'; }
+
+// Splits on "\n", "\r\n" and "\r", the three line breaks yaml-cpp knows.
+class LineSplitter {
+ public:
+  explicit LineSplitter(std::string_view text) : text_(text) {}
+  bool next(std::string_view& line) {
+    if (pos_ > text_.size()) return false;
+    size_t end = text_.find_first_of("\r\n", pos_);
+    if (end == std::string_view::npos) end = text_.size();
+    line = text_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    if (end + 1 < text_.size() && text_[end] == '\r' && text_[end + 1] == '\n') ++pos_;
+    return true;
+  }
+
+ private:
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+class NestingScanner {
+ public:
+  explicit NestingScanner(int stop_above) : stop_above_(stop_above) {}
+
+  NestingScan run(std::string_view text) {
+    LineSplitter lines(text);
+    std::string_view line;
+    while (lines.next(line)) {
+      ++line_no_;
+      if (!scanLine(line)) break;
+    }
+    return best_;
+  }
+
+ private:
+  enum class Quote { kNone, kSingle, kDouble };
+
+  // Records the current depth; false once it passes stop_above_.
+  bool record(size_t column) {
+    int depth = static_cast<int>(indents_.size()) + flow_;
+    if (depth > best_.depth) best_ = {depth, line_no_, static_cast<int>(column) + 1};
+    return depth <= stop_above_;
+  }
+
+  bool pushIndent(size_t column) {
+    if (!indents_.empty() && indents_.back() >= static_cast<int>(column)) return true;
+    indents_.push_back(static_cast<int>(column));
+    return record(column);
+  }
+
+  // Returns false to stop scanning.
+  bool scanLine(std::string_view line) {
+    size_t indent = 0;
+    while (indent < line.size() && line[indent] == ' ') ++indent;
+    bool blank = indent == line.size();
+    if (block_scalar_parent_ != kNoBlockScalar) {
+      if (blank || static_cast<int>(indent) > block_scalar_parent_) return true;
+      block_scalar_parent_ = kNoBlockScalar;
+    }
+    size_t i = 0;
+    bool node_start = true;  // the next non-blank character may begin a node
+    if (quote_ == Quote::kNone && flow_ == 0) {
+      if (blank || line[indent] == '#') return true;
+      if (indent == 0 && line.size() >= 3 &&
+          (line.substr(0, 3) == "---" || line.substr(0, 3) == "...") &&
+          (line.size() == 3 || isBlank(line[3]))) {
+        indents_.clear();
+        i = 3;
+      } else {
+        while (!indents_.empty() && indents_.back() > static_cast<int>(indent)) indents_.pop_back();
+        if (!pushIndent(indent)) return false;
+        i = indent;
+        // "- ", "? " and ": " at the start of a line each open a level on the same line.
+        while (i < line.size() && (line[i] == '-' || line[i] == '?' || line[i] == ':') &&
+               (i + 1 == line.size() || isBlank(line[i + 1]))) {
+          ++i;
+          while (i < line.size() && isBlank(line[i])) ++i;
+          if (i < line.size() && line[i] != '#' && !pushIndent(i)) return false;
+        }
+      }
+    } else if (quote_ != Quote::kNone) {
+      node_start = false;
+    }
+    return scanRest(line, i, node_start);
+  }
+
+  bool scanRest(std::string_view line, size_t i, bool node_start) {
+    bool after_json_node = false;  // just closed a quoted scalar or bracket: ':' may follow at once
+    for (; i < line.size(); ++i) {
+      char c = line[i];
+      if (quote_ == Quote::kDouble) {
+        if (c == '\\') {
+          ++i;
+        } else if (c == '"') {
+          quote_ = Quote::kNone;
+          after_json_node = true;
+        }
+        continue;
+      }
+      if (quote_ == Quote::kSingle) {
+        if (c == '\'') {
+          if (i + 1 < line.size() && line[i + 1] == '\'') {
+            ++i;
+          } else {
+            quote_ = Quote::kNone;
+            after_json_node = true;
+          }
+        }
+        continue;
+      }
+      if (isBlank(c)) continue;
+      if (c == '#' && (i == 0 || isBlank(line[i - 1]))) return true;  // comment
+      bool was_json_node = after_json_node;
+      after_json_node = false;
+      if (node_start && (c == '&' || c == '!' || c == '*')) {
+        // Anchor, tag or alias: its token is skipped and a node may still follow it.
+        while (i + 1 < line.size() && !isBlank(line[i + 1]) &&
+               std::string_view(",[]{}").find(line[i + 1]) == std::string_view::npos) {
+          ++i;
+        }
+        continue;
+      }
+      if (node_start && c == '"') {
+        quote_ = Quote::kDouble;
+        node_start = false;
+        continue;
+      }
+      if (node_start && c == '\'') {
+        quote_ = Quote::kSingle;
+        node_start = false;
+        continue;
+      }
+      bool colon_indicator = c == ':' && (i + 1 == line.size() || isBlank(line[i + 1]));
+      if (flow_ > 0) {
+        if (c == '[' || c == '{') {
+          ++flow_;
+          if (!record(i)) return false;
+          node_start = true;
+        } else if (c == ']' || c == '}') {
+          --flow_;
+          node_start = false;
+          after_json_node = true;
+        } else if (c == ',' || colon_indicator || (c == ':' && was_json_node)) {
+          node_start = true;
+        } else if (c == '?' && node_start) {
+          node_start = true;
+        } else {
+          node_start = false;
+        }
+        continue;
+      }
+      // Block context.
+      if (node_start && (c == '[' || c == '{')) {
+        ++flow_;
+        if (!record(i)) return false;
+        node_start = true;
+        continue;
+      }
+      if (node_start && (c == '-' || c == '?') && (i + 1 == line.size() || isBlank(line[i + 1]))) {
+        if (!pushIndent(i + 1)) return false;  // an entry on the same line, as in "--- - a"
+        continue;
+      }
+      if (node_start && (c == '|' || c == '>')) {
+        block_scalar_parent_ = indents_.empty() ? -1 : indents_.back();
+        return true;
+      }
+      node_start = colon_indicator || (c == ':' && was_json_node);
+    }
+    return true;
+  }
+
+  static constexpr int kNoBlockScalar = -2;
+  const int stop_above_;
+  NestingScan best_;
+  int line_no_ = 0;
+  std::vector<int> indents_;  // block levels open, by column
+  int flow_ = 0;              // open flow brackets
+  Quote quote_ = Quote::kNone;
+  int block_scalar_parent_ = kNoBlockScalar;  // skipping lines indented more than this
+};
+
+}  // namespace
+
+NestingScan estimateNestingDepth(std::string_view text, int stop_above) {
+  return NestingScanner(stop_above).run(text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Event handler that builds YamlNode trees and enforces the limits as events arrive, so that the
+// first anchor, alias, tag or node past the cap stops yaml-cpp at once.
+namespace {
+
+class TreeBuilder : public YAML::EventHandler {
+ public:
+  explicit TreeBuilder(const YamlLimits& limits) : limits_(limits) {}
+
+  std::optional<YamlNode> takeRoot() { return std::move(root_); }
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (documents_++ > 0) {
+      fail(mark, "", "a second YAML document starts here; an experiment file holds one document");
+    }
+  }
+  void OnDocumentEnd() override {}
+
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    YamlNode node = start(mark, "?", anchor);
+    node.kind = YamlNode::Kind::kNull;
+    add(std::move(node));
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    fail(mark, pathHere(), kNoAnchors);
+  }
+  void OnAnchor(const YAML::Mark& mark, const std::string&) override {
+    fail(mark, pathHere(), kNoAnchors);
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& value) override {
+    YamlNode node = start(mark, tag, anchor);
+    node.kind = YamlNode::Kind::kScalar;
+    node.text = value;
+    node.quoted = tag == "!";  // yaml-cpp's non-specific tag for quoted and block scalars
+    add(std::move(node));
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    open(mark, tag, anchor, YamlNode::Kind::kSequence);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    open(mark, tag, anchor, YamlNode::Kind::kMapping);
+  }
+  void OnMapEnd() override { close(); }
+
+ private:
+  static constexpr const char* kNoAnchors =
+      "YAML anchors (&name) and aliases (*name) are not allowed in experiment files; write the "
+      "value out in full";
+
+  [[noreturn]] void fail(const YAML::Mark& mark, std::string path, const std::string& what) {
+    throw YamlError(mark.line + 1, mark.column + 1, std::move(path), what);
+  }
+
+  YamlNode start(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor) {
+    if (anchor != YAML::NullAnchor) fail(mark, pathHere(), kNoAnchors);
+    if (!tag.empty() && tag != "?" && tag != "!") {
+      fail(mark, pathHere(),
+           "YAML tags (" + tag +
+               ") are not allowed in experiment files; remove the tag (quote the "
+               "value if it must be a string)");
+    }
+    if (++nodes_ > limits_.max_nodes) {
+      fail(mark, pathHere(),
+           "more than " + std::to_string(limits_.max_nodes) +
+               " YAML nodes; an experiment file has about a hundred. Is this the right file?");
+    }
+    YamlNode node;
+    node.line = mark.line + 1;
+    node.column = mark.column + 1;
+    return node;
+  }
+
+  void open(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+            YamlNode::Kind kind) {
+    YamlNode node = start(mark, tag, anchor);
+    node.kind = kind;
+    if (static_cast<int>(stack_.size()) >= limits_.max_depth) {
+      fail(mark, pathHere(),
+           "nesting deeper than " + std::to_string(limits_.max_depth) +
+               " levels; experiment files nest 3 levels");
+    }
+    stack_.push_back(std::move(node));
+  }
+
+  void close() {
+    assert(!stack_.empty());
+    YamlNode node = std::move(stack_.back());
+    stack_.pop_back();
+    add(std::move(node));
+  }
+
+  void add(YamlNode node) {
+    if (stack_.empty()) {
+      root_ = std::move(node);
+    } else {
+      stack_.back().items.push_back(std::move(node));
+    }
+  }
+
+  // The key path of the node about to be added, for messages: "model.hidden[2]".
+  std::string pathHere() const {
+    std::string path;
+    for (const YamlNode& open : stack_) {
+      size_t n = open.items.size();
+      if (open.kind == YamlNode::Kind::kSequence) {
+        path += "[" + std::to_string(n) + "]";
+      } else if (n % 2 == 1) {  // a value follows its key
+        const YamlNode& key = open.items[n - 1];
+        if (!path.empty()) path += ".";
+        path += key.kind == YamlNode::Kind::kScalar ? key.text : "?";
+      } else {
+        break;  // a key is being read: the path so far names its mapping
+      }
+    }
+    return path;
+  }
+
+  const YamlLimits& limits_;
+  std::vector<YamlNode> stack_;  // collections being built, outermost first
+  std::optional<YamlNode> root_;
+  size_t nodes_ = 0;
+  int documents_ = 0;
+};
+
+}  // namespace
+
+std::string sizeLimitMessage(size_t size, size_t limit) {
+  std::string pretty = limit % (1 << 20) == 0   ? std::to_string(limit >> 20) + " MiB"
+                       : limit % (1 << 10) == 0 ? std::to_string(limit >> 10) + " KiB"
+                                                : std::to_string(limit) + " bytes";
+  std::string what = size > 0 ? std::to_string(size) + " bytes is" : "the file is";
+  return what + " over the " + pretty + " limit (" + std::to_string(limit) +
+         " bytes) for experiment files; is this the right file?";
+}
+
+std::optional<YamlNode> readYaml(std::string_view text, const YamlLimits& limits) {
+  if (text.size() > limits.max_bytes) {
+    throw YamlError(0, 0, "", sizeLimitMessage(text.size(), limits.max_bytes));
+  }
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    size_t line_start = text.rfind('\n', nul);
+    int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + nul, '\n'));
+    int column =
+        static_cast<int>(nul - (line_start == std::string_view::npos ? 0 : line_start + 1)) + 1;
+    throw YamlError(line, column, "",
+                    "holds a NUL byte; experiment files are UTF-8 text (is this a binary or "
+                    "UTF-16 file?)");
+  }
+  NestingScan nesting = estimateNestingDepth(text, limits.max_depth);
+  if (nesting.depth > limits.max_depth) {
+    throw YamlError(nesting.line, nesting.column, "",
+                    "nesting deeper than " + std::to_string(limits.max_depth) +
+                        " levels; experiment files nest 3 levels");
+  }
+  // yaml-cpp reads from a stream; the copy is bounded by max_bytes.
+  std::istringstream stream{std::string(text)};
+  TreeBuilder builder(limits);
+  try {
+    YAML::Parser parser(stream);
+    if (!parser.HandleNextDocument(builder)) return std::nullopt;
+    // A second document is rejected by OnDocumentStart before any of its nodes are parsed.
+    parser.HandleNextDocument(builder);
+  } catch (const YAML::ParserException& e) {
+    throw YamlError(e.mark.line + 1, e.mark.column + 1, "", "invalid YAML: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    throw YamlError(e.mark.line + 1, e.mark.column + 1, "", "invalid YAML: " + e.msg);
+  }
+  std::optional<YamlNode> root = builder.takeRoot();
+  if (root && root->kind == YamlNode::Kind::kNull) return std::nullopt;
+  return root;
+}
+
+}  // namespace cumulus::configs
