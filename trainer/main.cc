@@ -1,18 +1,18 @@
 // cumulus-train: trains one experiment in this process (one worker of the group).
 //
-//   cumulus-train CONFIG.yaml [--set key=value]... [--print-config]
+//   cumulus-train CONFIG.yaml [--set key=value]... [--print-config] [--help]
 //
 // Exit codes: 0 done; 2 the user must fix something (usage, config, dataset, environment);
 // 1 the run failed (diverged, LibTorch error, an output could not be written).
 
 #include <unistd.h>
 
-#include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "configs/cli.h"
 #include "configs/parse.h"
 #include "trainer/run_env.h"
 #include "trainer/trainer.h"
@@ -21,46 +21,11 @@ namespace {
 
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+constexpr const char* kProgram = "cumulus-train";
 
-constexpr const char* kUsage =
-    "usage: cumulus-train CONFIG.yaml [--set key=value]... [--print-config]\n"
-    "  --set key=value   override a config key, e.g. --set optimizer.lr=0.05 (repeatable)\n"
-    "  --print-config    print the resolved experiment as YAML and exit\n";
-
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-struct Args {
-  std::string config;
-  std::vector<std::string> overrides;
-  bool print_config = false;
-  bool help = false;
-};
-
-Args parseArgs(int argc, char** argv) {
-  Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      args.help = true;
-    } else if (arg == "--print-config") {
-      args.print_config = true;
-    } else if (arg == "--set") {
-      if (i + 1 >= argc) throw UsageError("--set needs a key=value argument");
-      args.overrides.push_back(argv[++i]);
-    } else if (arg.rfind("--set=", 0) == 0) {
-      args.overrides.push_back(arg.substr(6));
-    } else if (!arg.empty() && arg[0] == '-') {
-      throw UsageError("unknown option " + arg);
-    } else if (args.config.empty()) {
-      args.config = arg;
-    } else {
-      throw UsageError("more than one config file: " + args.config + " and " + arg);
-    }
-  }
-  if (args.config.empty() && !args.help) throw UsageError("missing CONFIG.yaml");
-  return args;
+cumulus::configs::CliSpec cliSpec() {
+  return {
+      kProgram, "Trains one worker of an experiment (WORLD_SIZE 1 for now).", "CONFIG", true, {}};
 }
 
 int fail(int code, const std::string& message) {
@@ -70,12 +35,12 @@ int fail(int code, const std::string& message) {
 
 int runMain(int argc, char** argv) {
   using namespace cumulus;
-  const Args args = parseArgs(argc, argv);
+  const configs::CliArgs args = configs::parseCommandLine(cliSpec(), argc, argv);
   if (args.help) {
-    std::cout << kUsage;
+    std::cout << configs::usageText(cliSpec());
     return 0;
   }
-  const configs::Experiment experiment = configs::loadExperiment(args.config, args.overrides);
+  const configs::Experiment experiment = configs::loadExperiment(args.config_path, args.overrides);
   if (args.print_config) {
     std::cout << configs::toYaml(experiment);
     return 0;
@@ -99,9 +64,12 @@ int runMain(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return runMain(argc, argv);
-  } catch (const UsageError& e) {
-    std::cerr << kUsage;
-    return fail(kExitUsage, e.what());
+  } catch (const cumulus::configs::CliError& e) {
+    // Its message starts with "cumulus-train: "; ours adds "error: " after that.
+    std::string message = e.what();
+    const std::string prefix = std::string(kProgram) + ": ";
+    if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
+    return fail(kExitUsage, message);
   } catch (const cumulus::configs::ConfigError& e) {
     return fail(kExitUsage, e.what());
   } catch (const cumulus::trainer::EnvError& e) {
