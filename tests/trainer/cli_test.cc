@@ -1,0 +1,130 @@
+// cumulus-train as a user runs it: exit codes and messages. No LibTorch in this file.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr, in that order
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("cli_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // Runs `env ARGS cumulus-train ...` through the shell with stdout and stderr captured apart.
+  Outcome run(const std::string& args, const std::string& env = "") {
+    const std::string out = (dir_ / "stdout").string();
+    const std::string err = (dir_ / "stderr").string();
+    const std::string command = "env -u WORLD_SIZE -u RANK " + env +
+                                " " CUMULUS_BINARY_DIR "/bin/cumulus-train " + args + " > " + out +
+                                " 2> " + err;
+    const int status = std::system(command.c_str());
+    Outcome o;
+    o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    o.out = slurp(out);
+    o.err = slurp(err);
+    return o;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CliTest, ABadConfigExitsTwoWithTheConfigError) {
+  const std::string path = write("bad.yaml", "name: bad\noptimizer:\n  lr: fast\n");
+  const Outcome o = run(path);
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err.rfind("cumulus-train: error: " + path + ":3:", 0), 0u) << o.err;
+  EXPECT_NE(o.err.find("optimizer.lr"), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find("terminate"), std::string::npos) << o.err;
+  EXPECT_EQ(o.out, "");
+}
+
+TEST_F(CliTest, AMissingConfigFileExitsTwo) {
+  const Outcome o = run((dir_ / "absent.yaml").string());
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err.rfind("cumulus-train: error: ", 0), 0u) << o.err;
+  EXPECT_NE(o.err.find("absent.yaml"), std::string::npos) << o.err;
+}
+
+TEST_F(CliTest, AMissingDatasetExitsTwoNamingTheDirectory) {
+  const std::string path = write("x.yaml", "name: x\ndata:\n  dir: /nonexistent/fashion\n");
+  const Outcome o = run(path);
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err.rfind("cumulus-train: error: ", 0), 0u) << o.err;
+  EXPECT_NE(o.err.find("/nonexistent/fashion"), std::string::npos) << o.err;
+}
+
+TEST_F(CliTest, UsageErrorsExitTwo) {
+  Outcome o = run("");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: missing CONFIG, the experiment file (cumulus-train --help "
+            "shows the usage)\n");
+  o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --frobnicate");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err.rfind("cumulus-train: error: unknown flag --frobnicate", 0), 0u) << o.err;
+}
+
+TEST_F(CliTest, MoreThanOneWorkerIsRefusedForNow) {
+  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "WORLD_SIZE=2 RANK=0");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: WORLD_SIZE=2: this build trains with one worker only; "
+            "multi-worker training arrives with cumulus-run\n");
+}
+
+TEST_F(CliTest, PrintConfigShowsTheResolvedOverrides) {
+  const Outcome o =
+      run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set optimizer.lr=0.125 --print-config");
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("lr: 0.125"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("dataset: synthetic"), std::string::npos) << o.out;
+}
+
+TEST_F(CliTest, TrainsTheSmokeExperimentEndToEnd) {
+  const std::string run_dir = (dir_ / "run").string();
+  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.run_dir=" + run_dir);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.err, "");
+  EXPECT_EQ(o.out.rfind("model: ", 0), 0u) << o.out;
+  // Not a terminal: plain lines, no carriage returns.
+  EXPECT_EQ(o.out.find('\r'), std::string::npos);
+  const std::regex last_line(
+      R"(test accuracy (0|1)\.\d{4} \(loss \d+\.\d{4}\) after \d+ epochs, \d+ steps, \d+\.\d s\n$)");
+  EXPECT_TRUE(std::regex_search(o.out, last_line)) << o.out;
+  for (const char* file : {"config.yaml", "metrics.jsonl", "model_state_dict.pt"}) {
+    EXPECT_TRUE(fs::exists(run_dir + "/" + file)) << file;
+  }
+}
+
+}  // namespace

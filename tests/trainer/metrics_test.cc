@@ -1,0 +1,52 @@
+#include "trainer/metrics.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace cumulus::trainer {
+namespace {
+
+TEST(MetricsTest, JsonLineKeepsOrderAndFormatsNumbers) {
+  const std::string line = JsonLine()
+                               .add("type", "train")
+                               .add("step", int64_t{1406})
+                               .add("loss", 0.25)
+                               .add("lr", 1e-3)
+                               .add("ok", true)
+                               .str();
+  EXPECT_EQ(line, R"({"type":"train","step":1406,"loss":0.25,"lr":0.001,"ok":true})");
+}
+
+TEST(MetricsTest, NonFiniteNumbersBecomeNull) {
+  EXPECT_EQ(JsonLine().add("loss", std::nan("")).add("x", HUGE_VAL).str(),
+            R"({"loss":null,"x":null})");
+}
+
+TEST(MetricsTest, StringsAreEscaped) {
+  EXPECT_EQ(jsonQuote("a\"b\\c\nd\x01"), R"("a\"b\\c\nd\u0001")");
+}
+
+TEST(MetricsTest, LogWritesOneObjectPerLine) {
+  const std::string path =
+      ::testing::TempDir() + "/metrics_test_" + std::to_string(::getpid()) + ".jsonl";
+  {
+    MetricsLog log(path);
+    log.write(JsonLine().add("step", 1));
+    log.write(JsonLine().add("step", 2));
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "{\"step\":1}\n{\"step\":2}\n");
+  std::remove(path.c_str());
+  EXPECT_THROW(MetricsLog("/nonexistent-dir/metrics.jsonl"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace cumulus::trainer

@@ -1,0 +1,48 @@
+#pragma once
+// metrics.jsonl: one JSON object per line, flushed line by line so that a crashed or preempted
+// run keeps every record written before it stopped. No LibTorch here.
+//
+// Records the trainer writes (see trainer.h for when):
+//   {"type":"train","step":S,"epoch":E,"loss":L,"lr":R,"samples_per_sec":X,"step_time_ms":T}
+//   {"type":"eval","step":S,"epoch":E,"test_loss":L,"test_accuracy":A}
+//   {"type":"summary",...}
+// Non-finite numbers are written as null (JSON has no NaN).
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace cumulus::trainer {
+
+// Builds one JSON object. Keys are written in insertion order; the caller keeps them unique.
+class JsonLine {
+ public:
+  JsonLine& add(const std::string& key, const std::string& value);
+  JsonLine& add(const std::string& key, const char* value) { return add(key, std::string(value)); }
+  JsonLine& add(const std::string& key, double value);
+  JsonLine& add(const std::string& key, int64_t value);
+  JsonLine& add(const std::string& key, int value) { return add(key, static_cast<int64_t>(value)); }
+  JsonLine& add(const std::string& key, bool value);
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  void key(const std::string& key);
+  std::string body_;
+};
+
+// JSON string literal with the quotes, escaping quotes, backslashes and control characters.
+std::string jsonQuote(const std::string& text);
+
+class MetricsLog {
+ public:
+  // Truncates `path`. Throws std::runtime_error naming the path if it cannot be opened.
+  explicit MetricsLog(const std::string& path);
+  // Appends the line and flushes. Throws std::runtime_error naming the path on a write error.
+  void write(const JsonLine& line);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace cumulus::trainer

@@ -1,0 +1,65 @@
+#pragma once
+// Optimizers over a fixed list of parameter tensors, with state that can be exported and imported
+// bit-exactly (for resumable checkpoints).
+//
+// The update rules are those of torch.optim in PyTorch 1.13 (dampening 0), written out here so
+// that every piece of state is ours to save:
+//   SGD:   d = g + wd * w;  buf = d on the first step, else buf = momentum * buf + d;
+//          d = nesterov ? d + momentum * buf : buf  (momentum > 0);  w -= lr * d
+//   AdamW: w *= 1 - lr * wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  t += 1;
+//          w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// The learning rate is an argument of step(), so schedules stay pure functions of the step.
+// Every parameter must have a defined .grad() at step() (the trainer zero-fills gradients, so a
+// parameter that got no gradient still takes its weight-decay and momentum update, as in a
+// replica that received zero from the all-reduce). Not thread-safe.
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "configs/experiment.h"
+
+namespace cumulus::trainer {
+
+// Everything an optimizer carries between steps. Tensor keys are "<param index>.<slot>", with the
+// slot names of torch.optim's state_dict: "momentum_buffer" (SGD), "exp_avg", "exp_avg_sq"
+// (AdamW). A slot that does not exist yet (SGD before its first step) is absent.
+struct OptimizerState {
+  std::string name;  // "sgd" or "adamw"
+  int64_t step = 0;  // optimizer steps taken
+  std::map<std::string, torch::Tensor> tensors;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Applies one update with learning rate `lr` from each parameter's .grad(), in place, under
+  // no-grad. Throws std::logic_error if a parameter has no gradient.
+  virtual void step(double lr) = 0;
+  int64_t stepCount() const { return step_; }
+  // Deep copies: later steps do not change an exported state.
+  virtual OptimizerState exportState() const = 0;
+  // Throws std::invalid_argument if the state belongs to another optimizer, names a parameter
+  // index out of range, or holds a tensor whose shape or dtype differs from its parameter's.
+  virtual void importState(const OptimizerState& state) = 0;
+
+ protected:
+  int64_t step_ = 0;
+};
+
+// Throws std::invalid_argument for an unknown optimizer name or an out-of-range hyper-parameter
+// (momentum outside [0, 1), nesterov without momentum, negative weight decay, betas outside
+// [0, 1), eps <= 0).
+std::unique_ptr<Optimizer> makeOptimizer(const configs::OptimizerConfig& config,
+                                         std::vector<torch::Tensor> params);
+
+// Scales every gradient by max_norm / (total_norm + 1e-6) when the global L2 norm over all
+// gradients exceeds max_norm (torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.
+// Parameters without a gradient are skipped.
+double clipGradNorm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace cumulus::trainer

@@ -1,0 +1,75 @@
+#include "trainer/run_env.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <thread>
+
+namespace cumulus::trainer {
+namespace {
+
+int64_t readInt(const std::function<const char*(const char*)>& getenv, const char* name,
+                int64_t fallback) {
+  const char* text = getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text, &end, 10);
+  if (errno != 0 || *end != '\0') {
+    throw EnvError(std::string("environment variable ") + name + "=\"" + text +
+                   "\" is not an integer");
+  }
+  return value;
+}
+
+std::string readString(const std::function<const char*(const char*)>& getenv, const char* name) {
+  const char* text = getenv(name);
+  return text == nullptr ? std::string() : std::string(text);
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw EnvError(message);
+}
+
+}  // namespace
+
+RunEnv RunEnv::fromEnvironment(const std::function<const char*(const char*)>& getenv) {
+  RunEnv env;
+  env.world_size = readInt(getenv, "WORLD_SIZE", 1);
+  env.rank = readInt(getenv, "RANK", 0);
+  env.local_world_size = readInt(getenv, "LOCAL_WORLD_SIZE", 1);
+  env.local_rank = readInt(getenv, "LOCAL_RANK", 0);
+  env.group_rank = readInt(getenv, "GROUP_RANK", 0);
+  env.master_addr = readString(getenv, "MASTER_ADDR");
+  env.master_port = readInt(getenv, "MASTER_PORT", 0);
+  env.run_id = readString(getenv, "CUMULUS_RUN_ID");
+  env.restart_count = readInt(getenv, "CUMULUS_RESTART_COUNT", 0);
+  env.generation = readInt(getenv, "CUMULUS_GENERATION", 0);
+
+  require(env.world_size >= 1, "WORLD_SIZE=" + std::to_string(env.world_size) + " must be >= 1");
+  require(env.rank >= 0 && env.rank < env.world_size,
+          "RANK=" + std::to_string(env.rank) +
+              " must be in [0, WORLD_SIZE=" + std::to_string(env.world_size) + ")");
+  require(env.local_world_size >= 1,
+          "LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size) + " must be >= 1");
+  require(env.local_rank >= 0 && env.local_rank < env.local_world_size,
+          "LOCAL_RANK=" + std::to_string(env.local_rank) +
+              " must be in [0, LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size) + ")");
+  require(env.master_port >= 0 && env.master_port <= 65535,
+          "MASTER_PORT=" + std::to_string(env.master_port) + " must be in [0, 65535]");
+  return env;
+}
+
+int64_t intraOpThreads(int64_t configured, int64_t local_world_size) {
+  if (configured > 0) return configured;
+  int64_t cpus = 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+  if (cpus <= 0) cpus = static_cast<int64_t>(std::thread::hardware_concurrency());
+  return std::max<int64_t>(1, cpus / std::max<int64_t>(1, local_world_size));
+}
+
+}  // namespace cumulus::trainer

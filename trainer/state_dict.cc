@@ -1,0 +1,52 @@
+#include "trainer/state_dict.h"
+
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+namespace cumulus::trainer {
+
+void saveStateDict(const NamedTensors& tensors, const std::string& path) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, tensor] : tensors) {
+    dict.insert(name, tensor.detach().to(torch::kCPU).contiguous().clone());
+  }
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error(tmp + ": cannot open for writing");
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) throw std::runtime_error(tmp + ": write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw std::runtime_error(path + ": cannot rename " + tmp + " into place");
+  }
+}
+
+NamedTensors loadStateDict(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open for reading");
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  NamedTensors out;
+  try {
+    const c10::IValue value = torch::pickle_load(bytes);
+    if (!value.isGenericDict()) throw std::runtime_error("not a dict");
+    for (const auto& entry : value.toGenericDict()) {
+      out.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
+    }
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(path + ": not a state_dict file: " + e.what_without_backtrace());
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(path + ": not a state_dict file: " + e.what());
+  }
+  return out;
+}
+
+}  // namespace cumulus::trainer

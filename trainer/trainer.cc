@@ -1,0 +1,404 @@
+#include "trainer/trainer.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+
+#include "configs/parse.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "models/model.h"
+#include "trainer/gradient_sync.h"
+#include "trainer/metrics.h"
+#include "trainer/optimizer.h"
+#include "trainer/progress.h"
+#include "trainer/schedule.h"
+#include "trainer/state_dict.h"
+
+namespace cumulus::trainer {
+namespace {
+
+constexpr int64_t kNumClasses = 10;  // every dataset we load has ten classes
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The generator seed of one step: each field passes through the mixer so that neighbouring
+// (epoch, step, rank) triples give unrelated streams.
+uint64_t stepSeed(uint64_t seed, int64_t epoch, int64_t step, int64_t rank) {
+  uint64_t h = splitmix64(seed);
+  h = splitmix64(h ^ static_cast<uint64_t>(epoch));
+  h = splitmix64(h ^ static_cast<uint64_t>(step));
+  return splitmix64(h ^ static_cast<uint64_t>(rank));
+}
+
+struct Datasets {
+  data::TensorDataset train;
+  data::TensorDataset test;
+};
+
+Datasets loadDatasets(const configs::DataConfig& config, uint64_t seed) {
+  Datasets d;
+  if (config.dataset == "synthetic") {
+    // One draw split in two, so train and test share the class patterns.
+    const int64_t n_train = config.synthetic_train_samples;
+    const int64_t n_test = config.synthetic_test_samples;
+    const data::TensorDataset all = data::makeSynthetic(n_train + n_test, seed);
+    d.train = {all.images.narrow(0, 0, n_train).contiguous(),
+               all.labels.narrow(0, 0, n_train).contiguous()};
+    d.test = {all.images.narrow(0, n_train, n_test).contiguous(),
+              all.labels.narrow(0, n_train, n_test).contiguous()};
+  } else if (config.dataset == "fashion-mnist" || config.dataset == "mnist") {
+    d.train = data::loadMnistLike(config.dir, data::Split::kTrain);
+    d.test = data::loadMnistLike(config.dir, data::Split::kTest);
+  } else {
+    throw std::invalid_argument("data.dataset: unknown dataset \"" + config.dataset +
+                                "\" (known: fashion-mnist, mnist, synthetic)");
+  }
+  if (config.normalize) {
+    const data::Normalization norm = data::computeNormalization(d.train);
+    data::applyNormalization(d.train, norm);
+    data::applyNormalization(d.test, norm);
+  }
+  return d;
+}
+
+// Zero-fills every gradient in place, creating it where missing, so gradient tensors keep one
+// storage for the whole run (what a bucketing GradientSync wants to view).
+void zeroGrads(const std::vector<torch::Tensor>& params) {
+  for (const auto& p : params) {
+    if (p.grad().defined()) {
+      p.grad().zero_();
+    } else {
+      p.mutable_grad() = torch::zeros_like(p);
+    }
+  }
+}
+
+std::string formatEpochs(double epochs) {
+  char text[32];
+  if (std::fabs(epochs - std::round(epochs)) < 1e-9) {
+    std::snprintf(text, sizeof(text), "%.0f", epochs);
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f", epochs);
+  }
+  return text;
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  configs::Experiment config;
+  RunEnv env;
+  TrainerOptions options;
+  std::unique_ptr<GradientSync> sync;
+  Datasets data;
+  std::unique_ptr<data::DistributedSampler> sampler;
+  std::unique_ptr<models::Model> model;
+  std::vector<torch::Tensor> params;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<LrSchedule> schedule;
+  int64_t total_steps = 0;
+
+  double now() const {
+    if (options.clock) return options.clock();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  bool writes() const { return options.write_outputs && env.rank == 0; }
+
+  void build();
+  void checkModelFitsData();
+  double trainStep(int64_t step);
+  std::pair<double, double> evaluate();
+  RunResult run();
+};
+
+void Trainer::Impl::build() {
+  const auto& t = config.trainer;
+  if (t.grad_accumulation < 1)
+    throw std::invalid_argument("trainer.grad_accumulation: must be >= 1");
+  if (config.eval.batch_size < 1) throw std::invalid_argument("eval.batch_size: must be >= 1");
+  if (t.global_batch_size < env.world_size * t.grad_accumulation) {
+    throw std::invalid_argument(
+        "trainer.global_batch_size: " + std::to_string(t.global_batch_size) +
+        " leaves some micro-batch empty; it must be >= world size x trainer.grad_accumulation = " +
+        std::to_string(env.world_size * t.grad_accumulation));
+  }
+  torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, env.local_world_size)));
+
+  data = loadDatasets(config.data, t.seed);
+  sampler = std::make_unique<data::DistributedSampler>(
+      data.train.size(), t.global_batch_size, t.seed, config.data.shuffle, config.data.drop_last);
+  total_steps = std::max<int64_t>(0, t.epochs) * sampler->stepsPerEpoch();
+  if (t.max_steps > 0) total_steps = std::min(total_steps, t.max_steps);
+  if (total_steps <= 0) {
+    throw std::invalid_argument("trainer.epochs / trainer.max_steps: the run has no steps");
+  }
+
+  models::ModelSpec spec;
+  spec.name = config.model.name;
+  spec.hidden = config.model.hidden;
+  spec.dropout = config.model.dropout;
+  spec.input_shape = {data.train.images.size(1), data.train.images.size(2),
+                      data.train.images.size(3)};
+  spec.num_classes = kNumClasses;
+  torch::manual_seed(t.seed);  // the initial parameters are a function of the seed alone
+  model = models::makeModel(spec);
+  checkModelFitsData();
+  model->train(true);
+  params = model->parameters();
+  optimizer = makeOptimizer(config.optimizer, params);
+  schedule = std::make_unique<LrSchedule>(config.schedule, config.optimizer.lr, total_steps);
+  sync->attach(params);
+}
+
+// A model that does not fit the data (a TorchScript file made for other inputs) fails here, as a
+// setup error, rather than in the first step. Evaluation mode: no dropout, so no random draws.
+void Trainer::Impl::checkModelFitsData() {
+  torch::NoGradGuard no_grad;
+  model->train(false);
+  const torch::Tensor logits = model->forward(data.train.images.narrow(0, 0, 1));
+  if (logits.dim() != 2 || logits.size(0) != 1 || logits.size(1) != kNumClasses) {
+    std::ostringstream shape;
+    shape << logits.sizes();
+    throw std::invalid_argument("model \"" + config.model.name + "\" returns logits of shape " +
+                                shape.str() + " for one sample; expected [1, " +
+                                std::to_string(kNumClasses) + "]");
+  }
+}
+
+// One optimizer step; returns this rank's training loss (its share of the global mean, so at
+// world size 1 the mean loss over the global batch).
+double Trainer::Impl::trainStep(int64_t step) {
+  const int64_t epoch = sampler->state().epoch;
+  const int64_t global_size = static_cast<int64_t>(sampler->globalBatch().size());
+  const std::vector<int64_t> local = sampler->localIndices(env.rank, env.world_size);
+  const int64_t k = config.trainer.grad_accumulation;
+  const auto n = static_cast<int64_t>(local.size());
+
+  torch::manual_seed(stepSeed(config.trainer.seed, epoch, step, env.rank));
+  zeroGrads(params);
+  double loss_sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const bool last = i == k - 1;
+    const int64_t begin = i * n / k;
+    const int64_t end = (i + 1) * n / k;
+    sync->beforeBackward(last);
+    if (end > begin) {
+      const std::vector<int64_t> rows(local.begin() + begin, local.begin() + end);
+      const data::Batch batch = data::gather(data.train, rows);
+      const torch::Tensor logits = model->forward(batch.images);
+      const torch::Tensor loss =
+          torch::nn::functional::cross_entropy(
+              logits, batch.labels,
+              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
+          static_cast<double>(global_size);
+      loss.backward();
+      loss_sum += loss.item<double>();
+    }
+    sync->afterBackward(last);
+  }
+  sync->finish();
+  if (config.trainer.grad_clip_norm > 0) clipGradNorm(params, config.trainer.grad_clip_norm);
+  optimizer->step(schedule->lr(step));
+  sampler->advance();
+  if (!std::isfinite(loss_sum)) {
+    throw TrainError("training diverged at step " + std::to_string(step + 1) + " (loss " +
+                     std::to_string(loss_sum) +
+                     "); lower optimizer.lr or set trainer.grad_clip_norm");
+  }
+  return loss_sum;
+}
+
+// (test loss, test accuracy) over the whole test split.
+std::pair<double, double> Trainer::Impl::evaluate() {
+  torch::NoGradGuard no_grad;
+  model->train(false);
+  const int64_t n = data.test.size();
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < n; begin += config.eval.batch_size) {
+    const int64_t rows = std::min(config.eval.batch_size, n - begin);
+    const torch::Tensor images = data.test.images.narrow(0, begin, rows);
+    const torch::Tensor labels = data.test.labels.narrow(0, begin, rows);
+    const torch::Tensor logits = model->forward(images);
+    loss_sum +=
+        torch::nn::functional::cross_entropy(
+            logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+            .item<double>();
+    correct += logits.argmax(1).eq(labels).sum().item<int64_t>();
+  }
+  model->train(true);
+  return {loss_sum / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n)};
+}
+
+RunResult Trainer::Impl::run() {
+  const auto& t = config.trainer;
+  std::ostringstream discard;
+  std::ostream& console = options.console != nullptr ? *options.console : discard;
+  const int64_t steps_per_epoch = sampler->stepsPerEpoch();
+  const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
+  Progress progress(console, options.live_progress, total_steps, epochs, t.log_every_steps);
+
+  std::unique_ptr<MetricsLog> metrics;
+  if (writes()) {
+    std::error_code error;
+    std::filesystem::create_directories(t.run_dir, error);
+    if (error)
+      throw std::runtime_error(t.run_dir + ": cannot create run directory: " + error.message());
+    std::ofstream yaml(t.run_dir + "/config.yaml", std::ios::trunc);
+    yaml << configs::toYaml(config);
+    if (!yaml) throw std::runtime_error(t.run_dir + "/config.yaml: write failed");
+    metrics = std::make_unique<MetricsLog>(t.run_dir + "/metrics.jsonl");
+  }
+  progress.line("model: " + model->summary());
+
+  RunResult result;
+  const double start = now();
+  double window_loss = 0, window_time = 0;
+  int64_t window_steps = 0, window_samples = 0, last_eval_step = -1;
+  std::pair<double, double> eval{0, 0};
+
+  auto runEval = [&](int64_t step, int64_t epoch) {
+    eval = evaluate();
+    last_eval_step = step;
+    char text[160];
+    std::snprintf(
+        text, sizeof(text), "eval  epoch %lld  step %lld  test_loss %.4f  test_accuracy %.4f",
+        static_cast<long long>(epoch), static_cast<long long>(step), eval.first, eval.second);
+    progress.line(text);
+    if (metrics) {
+      metrics->write(JsonLine()
+                         .add("type", "eval")
+                         .add("step", step)
+                         .add("epoch", epoch)
+                         .add("test_loss", eval.first)
+                         .add("test_accuracy", eval.second));
+    }
+  };
+
+  for (int64_t s = 0; s < total_steps; ++s) {
+    const int64_t epoch = sampler->state().epoch + 1;  // 1-based, for people
+    const int64_t samples = static_cast<int64_t>(sampler->globalBatch().size());
+    const double lr = schedule->lr(s);
+    const double step_start = now();
+    const double loss = trainStep(s);
+    const double step_time = now() - step_start;
+    const int64_t done = s + 1;
+    result.step_losses.push_back(loss);
+    window_loss += loss;
+    window_time += step_time;
+    window_samples += samples;
+    ++window_steps;
+
+    const double samples_per_sec = window_time > 0 ? window_samples / window_time : 0;
+    progress.update({done, epoch, loss, samples_per_sec, now() - start});
+    if (metrics && (done == 1 || (t.log_every_steps > 0 && done % t.log_every_steps == 0) ||
+                    done == total_steps)) {
+      metrics->write(JsonLine()
+                         .add("type", "train")
+                         .add("step", done)
+                         .add("epoch", epoch)
+                         .add("loss", window_loss / window_steps)
+                         .add("lr", lr)
+                         .add("samples_per_sec", samples_per_sec)
+                         .add("step_time_ms", 1000.0 * window_time / window_steps));
+      window_loss = window_time = 0;
+      window_steps = window_samples = 0;
+    }
+    const bool eval_due = config.eval.every_steps > 0 ? done % config.eval.every_steps == 0
+                                                      : done % steps_per_epoch == 0;
+    if (eval_due) runEval(done, epoch);
+  }
+  if (last_eval_step != total_steps) runEval(total_steps, epochs);
+  progress.finish();
+
+  result.test_loss = eval.first;
+  result.test_accuracy = eval.second;
+  result.steps = total_steps;
+  result.epochs = static_cast<double>(total_steps) / static_cast<double>(steps_per_epoch);
+  result.seconds = now() - start;
+
+  if (writes()) {
+    auto tensors = model->namedParameters();
+    for (auto& buffer : model->namedBuffers()) tensors.push_back(std::move(buffer));
+    saveStateDict(tensors, t.run_dir + "/model_state_dict.pt");
+    metrics->write(JsonLine()
+                       .add("type", "summary")
+                       .add("steps", result.steps)
+                       .add("epochs", result.epochs)
+                       .add("test_loss", result.test_loss)
+                       .add("test_accuracy", result.test_accuracy)
+                       .add("wall_seconds", result.seconds)
+                       .add("parameters", model->parameterCount())
+                       .add("world_size", env.world_size));
+  }
+  char text[200];
+  std::snprintf(text, sizeof(text),
+                "test accuracy %.4f (loss %.4f) after %s epochs, %lld steps, %.1f s",
+                result.test_accuracy, result.test_loss, formatEpochs(result.epochs).c_str(),
+                static_cast<long long>(result.steps), result.seconds);
+  progress.line(text);
+  return result;
+}
+
+namespace {
+
+// LibTorch's c10::Error carries a C++ backtrace in what(); users get the message alone.
+template <typename F>
+auto translateTorchErrors(F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    throw TrainError(e.what_without_backtrace());
+  }
+}
+
+}  // namespace
+
+Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env, TrainerOptions options)
+    : Trainer(experiment, env, std::make_unique<LocalGradientSync>(), std::move(options)) {}
+
+Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env,
+                 std::unique_ptr<GradientSync> sync, TrainerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  TORCH_INTERNAL_ASSERT(sync != nullptr, "Trainer needs a GradientSync");
+  impl_->config = experiment;
+  impl_->env = env;
+  impl_->options = std::move(options);
+  impl_->sync = std::move(sync);
+  try {
+    impl_->build();
+  } catch (const data::DataError& e) {
+    throw SetupError(e.what());
+  } catch (const std::invalid_argument& e) {
+    throw SetupError(e.what());
+  } catch (const c10::Error& e) {
+    throw SetupError(e.what_without_backtrace());
+  }
+}
+
+Trainer::~Trainer() = default;
+
+std::string Trainer::modelSummary() const { return impl_->model->summary(); }
+int64_t Trainer::totalSteps() const { return impl_->total_steps; }
+int64_t Trainer::stepsPerEpoch() const { return impl_->sampler->stepsPerEpoch(); }
+models::Model& Trainer::model() { return *impl_->model; }
+
+RunResult Trainer::run() {
+  return translateTorchErrors([&] { return impl_->run(); });
+}
+
+}  // namespace cumulus::trainer

@@ -1,0 +1,98 @@
+#pragma once
+// The training loop of one worker (DESIGN.md "Training step"). LibTorch stays behind the pimpl so
+// that cumulus-train's main and other light callers compile without it.
+//
+// What run() does, in order:
+//   1. Creates trainer.run_dir; rank 0 writes config.yaml (configs::toYaml) there.
+//   2. For each optimizer step s = 0 .. totalSteps()-1: takes the sampler's global batch, this
+//      rank's slice (localIndices), splits it into trainer.grad_accumulation contiguous
+//      micro-batches, reseeds torch's default generator from (seed, epoch, s, rank) so dropout
+//      is a function of the position in training, and runs forward and backward on each with
+//      loss = cross_entropy(sum) / |global batch| (see gradient_sync.h for why). Then
+//      GradientSync::finish(), clipping to trainer.grad_clip_norm if > 0, and the optimizer
+//      step at LrSchedule::lr(s).
+//   3. Evaluates on the test split (model.train(false), no grad, eval.batch_size rows at a time)
+//      every eval.every_steps steps, or at each epoch's end if that is 0, and after the last step.
+//   4. Rank 0 writes metrics.jsonl (see metrics.h; a train record at step 1 and every
+//      trainer.log_every_steps steps, averaging the steps since the previous record) and the final
+//      parameters and buffers as model_state_dict.pt (see state_dict.h).
+// totalSteps() = epochs * steps per epoch, capped by trainer.max_steps when that is > 0.
+//
+// Determinism: torch is seeded with trainer.seed just before the model is built, and nothing else
+// draws from hidden state, so the same config, world size and thread count give bit-identical
+// parameters.
+//
+// Errors: construction throws SetupError for anything the user must fix before the run can start
+// (a dataset file, an unknown model, optimizer or schedule, an out-of-range hyper-parameter, a
+// TorchScript model LibTorch rejects), with the original message. run() throws TrainError if the
+// loss becomes non-finite or LibTorch fails mid-run, and std::runtime_error naming the path if an
+// output cannot be written. Not thread-safe.
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "configs/experiment.h"
+#include "trainer/run_env.h"
+
+namespace cumulus::models {
+class Model;
+}
+
+namespace cumulus::trainer {
+
+class GradientSync;
+
+class SetupError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class TrainError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainerOptions {
+  std::ostream* console = nullptr;  // progress and results; nullptr: silent
+  bool live_progress = false;       // redraw one status line with '\r' (a terminal)
+  bool write_outputs = true;        // run_dir files (rank 0 only in any case)
+  std::function<double()> clock;    // monotonic seconds; empty: std::chrono::steady_clock
+};
+
+struct RunResult {
+  double test_loss = 0;
+  double test_accuracy = 0;
+  int64_t steps = 0;
+  double epochs = 0;                // steps / steps per epoch
+  double seconds = 0;               // wall time of run(), evaluations included
+  std::vector<double> step_losses;  // this rank's training loss of each step
+};
+
+class Trainer {
+ public:
+  // World size 1, with LocalGradientSync.
+  Trainer(const configs::Experiment& experiment, const RunEnv& env, TrainerOptions options);
+  // `sync` must not be null.
+  Trainer(const configs::Experiment& experiment, const RunEnv& env,
+          std::unique_ptr<GradientSync> sync, TrainerOptions options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  std::string modelSummary() const;
+  int64_t totalSteps() const;
+  int64_t stepsPerEpoch() const;
+  RunResult run();
+  models::Model& model();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cumulus::trainer
