@@ -28,7 +28,8 @@ struct TensorDataset {
 
 enum class Split { kTrain, kTest };
 
-// Reads one IDX file (gzip if it ends in .gz or starts with the gzip magic, else raw). Validates
+// Reads one IDX file (gzip if it starts with the gzip magic 1f 8b, whatever its name, else raw;
+// MNIST's files are sometimes stored gunzipped under a .gz name). Validates
 // the magic number, the dtype code, the dimensions and the exact file size. Returns a uint8 tensor
 // shaped as the file says. Only dtype 0x08 (uint8) and 1 to 4 dimensions are accepted, and at most
 // 4 GiB of data; the tensor is allocated only after the payload is known to match the header.
