@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/error.h"
+#include "comm/parameter_server.h"
 #include "comm/store_client.h"
 #include "comm/store_server.h"
 #include "launch/output_mux.h"
@@ -87,6 +88,8 @@ struct Worker {
 struct Launcher::State {
   std::unique_ptr<comm::StoreServer> server;
   std::unique_ptr<comm::StoreClient> store;
+  std::unique_ptr<comm::ParameterServer> parameter_server;
+  std::string ps_endpoint;  // host:port when comm.algorithm is funnel
   std::string token;
   std::string run_dir;
   int64_t nnodes = 1;
@@ -184,6 +187,24 @@ LaunchReport Launcher::runOrThrow() {
                static_cast<long long>(o.nproc_per_node), store_host.c_str(), store_port,
                st.run_dir.c_str());
 
+  // The funnel's parameter server lives beside the Store, on node 0, for the whole job.
+  if (o.host_parameter_server) {
+    if (o.node_rank == 0) {
+      try {
+        st.parameter_server = std::make_unique<comm::ParameterServer>(
+            store_host, 0, st.token, static_cast<int>(st.world_size));
+      } catch (const std::exception& e) {
+        throw SetupError("cannot host the parameter server on " + store_host + ": " + e.what());
+      }
+      st.ps_endpoint = store_host + ":" + std::to_string(st.parameter_server->port());
+      st.store->set("launch/ps_endpoint", st.ps_endpoint);
+      std::fprintf(console_, "cumulus-run: parameter server (funnel) on %s\n",
+                   st.ps_endpoint.c_str());
+    } else {
+      st.ps_endpoint = st.store->get("launch/ps_endpoint", toMs(o.rdzv_timeout));
+    }
+  }
+
   std::string errors_path = st.run_dir + "/errors.jsonl";
   for (int64_t generation = 0;; ++generation) {
     const std::string gen = std::to_string(generation);
@@ -219,6 +240,7 @@ LaunchReport Launcher::runOrThrow() {
           {"CUMULUS_JOB_TOKEN", st.token},
           {"CUMULUS_LOG_DIR", gen_dir},
       };
+      if (!st.ps_endpoint.empty()) env.emplace_back("CUMULUS_PS_ENDPOINT", st.ps_endpoint);
       w.process = std::make_unique<WorkerProcess>(o.command, env);
       w.process->start();
       mux.add(w.rank, w.process->outputFd(), w.log_path);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "launch/experiment_launch.h"
 #include "launch/launcher.h"
 #include "launch/options.h"
 
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   cumulus::launch::LaunchOptions options;
   try {
     options = cumulus::launch::parseLaunchArgs(args);
+    cumulus::launch::applyExperimentLaunchSection(options);
   } catch (const cumulus::launch::UsageError& e) {
     bool help = !args.empty() && (args[0] == "--help" || args[0] == "-h");
     std::fprintf(help ? stdout : stderr, "%s%s%s", help ? "" : "cumulus-run: error: ", e.what(),

@@ -47,6 +47,8 @@ struct LaunchOptions {
   double stop_grace = 10.0;
   double rdzv_timeout = 60.0;
   std::vector<std::string> command;  // PROGRAM ARGS…
+  std::string experiment_path;       // the experiment YAML the command names, if any
+  bool host_parameter_server = false;  // comm.algorithm: funnel — node 0 hosts it
   std::set<std::string> explicit_flags;  // flags given on the command line, e.g. "nproc-per-node"
 };
 

@@ -270,6 +270,41 @@ TEST_F(LauncherTest, BadFlagIsExitTwoWithTheFlagNamed) {
             "cumulus-run: error: --nproc-per-node: expected an integer in [1, 1024], got \"two\"\n");
 }
 
+TEST_F(LauncherTest, AFailureOnOneNodeRestartsBothNodes) {
+  int port = freePort();
+  std::string w = script("flaky.sh",
+                         "if [ \"$RANK\" = 3 ] && [ \"$CUMULUS_GENERATION\" = 0 ]; then exit 5; fi\n"
+                         "if [ \"$CUMULUS_GENERATION\" = 0 ]; then exec sleep 30; fi\n"
+                         "echo rank=$RANK gen=$CUMULUS_GENERATION");
+  std::string common = "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" +
+                       std::to_string(port) + " --rdzv-timeout 20 --stop-grace 2 --run-id fl2";
+  fs::path out1 = dir_ / "node1.out";
+  std::string node1 = "CUMULUS_JOB_TOKEN=tok " + kRun + " --log-dir " + (dir_ / "logs1").string() +
+                      " " + common + " --node-rank 1 -- " + w + " >" + out1.string() + " 2>&1";
+  pid_t other = ::fork();
+  ASSERT_GE(other, 0);
+  if (other == 0) {
+    ::execl("/bin/sh", "sh", "-c", node1.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  Result r0 = launch(common + " --node-rank 0 -- " + w, "CUMULUS_JOB_TOKEN=tok");
+  int status = 0;
+  ::waitpid(other, &status, 0);
+  std::string o1 = readFile(out1);
+  EXPECT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << o1;
+  EXPECT_NE(o1.find("cumulus-run: rank 3 failed (exit code 5); stopping the group"),
+            std::string::npos)
+      << o1;
+  EXPECT_NE(r0.output.find("cumulus-run: rank 3 failed (exit code 5) on another node; stopping"),
+            std::string::npos)
+      << r0.output;
+  EXPECT_NE(r0.output.find("[rank0] rank=0 gen=1"), std::string::npos) << r0.output;
+  EXPECT_NE(o1.find("[rank3] rank=3 gen=1"), std::string::npos) << o1;
+  EXPECT_LT(r0.seconds, 20.0);
+}
+
 TEST_F(LauncherTest, TwoNodesOnLoopbackFormOneJob) {
   int port = freePort();
   std::string w = script("ranks.sh", "echo rank=$RANK of $WORLD_SIZE group=$GROUP_RANK");
@@ -295,6 +330,42 @@ TEST_F(LauncherTest, TwoNodesOnLoopbackFormOneJob) {
   EXPECT_NE(r0.output.find("[rank1] rank=1 of 4 group=0"), std::string::npos) << r0.output;
   EXPECT_NE(o1.find("[rank2] rank=2 of 4 group=1"), std::string::npos) << o1;
   EXPECT_NE(o1.find("[rank3] rank=3 of 4 group=1"), std::string::npos) << o1;
+}
+
+}  // namespace
+
+namespace {
+
+class LauncherExperimentTest : public LauncherTest {};
+
+TEST_F(LauncherExperimentTest, LaunchSectionOfTheExperimentAppliesAndFlagsWin) {
+  fs::path yaml = dir_ / "exp.yaml";
+  std::ofstream(yaml) << "name: exp\nlaunch:\n  nproc_per_node: 3\n  max_restarts: 0\n";
+  std::string w = script("w.sh", "echo world=$WORLD_SIZE ps=${CUMULUS_PS_ENDPOINT:-none}");
+  Result r = launch("-- " + w + " " + yaml.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank2] world=3 ps=none"), std::string::npos) << r.output;
+  // A flag wins over the YAML, and the command's own --set reaches the launcher too.
+  r = launch("--nproc-per-node 2 -- " + w + " " + yaml.string() + " --set comm.algorithm=funnel");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank1] world=2 ps=127.0.0.1:"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[rank2]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: parameter server (funnel) on 127.0.0.1:"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(LauncherExperimentTest, BadExperimentFailsBeforeAnyWorkerStarts) {
+  fs::path yaml = dir_ / "bad.yaml";
+  std::ofstream(yaml) << "name: bad\nlaunch:\n  nproc_per_nod: 3\n";
+  std::string marker = (dir_ / "started").string();
+  std::string w = script("w.sh", "touch " + marker);
+  Result r = launch("-- " + w + " " + yaml.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "cumulus-run: error: " + yaml.string() +
+                          ":3:3: launch.nproc_per_nod: unknown key; did you mean "
+                          "`launch.nproc_per_node`?\n");
+  EXPECT_FALSE(fs::exists(marker));
 }
 
 }  // namespace
