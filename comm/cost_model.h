@@ -12,9 +12,9 @@
 //
 // File format (text, one "key value" per line, '#' starts a comment, all three keys required):
 //   # cumulus cost model
-//   alpha_s 1.5e-05
-//   beta_s_per_byte 2.4e-10
-//   gamma_s_per_byte 1.0e-10
+//   alpha_s 1e-05
+//   beta_s_per_byte 3e-10
+//   gamma_s_per_byte 1e-10
 //
 // Thread-safety: a CostModel is an immutable value after construction; copy freely.
 
