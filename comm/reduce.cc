@@ -115,17 +115,21 @@ __attribute__((target("avx2,f16c"))) void halfF16c(Half* __restrict d, const Hal
   }
   halfScalar<kOp>(d, s, i, n);
 }
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
-const bool kHaveF16c = kHaveAvx2 && __builtin_cpu_supports("f16c");
-#else
-const bool kHaveAvx2 = false;
-const bool kHaveF16c = false;
+// Asked once, on first use (not at static initialization, whose order across files is unknown).
+bool haveAvx2() {
+  static const bool yes = (__builtin_cpu_init(), __builtin_cpu_supports("avx2"));
+  return yes;
+}
+bool haveF16c() {
+  static const bool yes = haveAvx2() && __builtin_cpu_supports("f16c");
+  return yes;
+}
 #endif
 
 template <Pick kOp>
 void halfKernel(Half* __restrict d, const Half* __restrict s, size_t n) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  if (kHaveF16c) return halfF16c<kOp>(d, s, n);
+  if (haveF16c()) return halfF16c<kOp>(d, s, n);
 #endif
   halfScalar<kOp>(d, s, 0, n);
 }
@@ -196,7 +200,7 @@ __attribute__((target("avx2"))) void bf16Avx2(uint16_t* __restrict d, const uint
 template <Pick kOp>
 void bf16Kernel(uint16_t* __restrict d, const uint16_t* __restrict s, size_t n) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  if (kHaveAvx2) return bf16Avx2<kOp>(d, s, n);
+  if (haveAvx2()) return bf16Avx2<kOp>(d, s, n);
 #endif
   bf16Scalar<kOp>(d, s, 0, n);
 }
