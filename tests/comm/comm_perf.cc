@@ -3,9 +3,10 @@
 // the benchmark suite proper lives in bench/.
 //
 //   comm_perf [--world P] [--bytes N] [--iters K] [--algorithm ring|tree|auto]
-//             [--segment BYTES] [--sockbuf BYTES] [--threads]
+//             [--segment BYTES] [--sockbuf BYTES] [--threads] [--hugepages]
 // Prints, from rank 0: time per all-reduce (median and mean of K after 3 warm-ups),
 // algbw = bytes / time and busbw = algbw · 2(p−1)/p (the NCCL convention).
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +36,7 @@ struct Args {
   size_t segment = kDefaultSegmentBytes;
   int sockbuf = 4 << 20;
   bool threads = false;
+  bool hugepages = false;
 };
 
 int runRank(const Args& a, int rank, Store& store) {
@@ -43,8 +45,12 @@ int runRank(const Args& a, int rank, Store& store) {
   o.segmentBytes = a.segment;
   o.socketBufferBytes = a.sockbuf;
   Communicator comm(rank, a.world, store, o);
-  std::vector<float> v(a.bytes / 4, 1.0f);
-  Buffer b{v.data(), v.size(), DType::kFloat32};
+  // The buffer as a trainer would hold it; --hugepages asks for transparent huge pages.
+  const size_t alloc = (a.bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+  float* data = static_cast<float*>(std::aligned_alloc(2 << 20, alloc));
+  if (a.hugepages) ::madvise(data, alloc, MADV_HUGEPAGE);
+  std::fill(data, data + a.bytes / 4, 1.0f);
+  Buffer b{data, a.bytes / 4, DType::kFloat32};
   // Rounds of back-to-back all-reduces (no barrier inside a round, so one rank's early start
   // cannot hide latency); a round's time / its length is one sample.
   const int perRound = a.bytes <= (1 << 20) ? 100 : 1;
@@ -76,13 +82,14 @@ int runRank(const Args& a, int rank, Store& store) {
     const double median = times[times.size() / 2];
     const double algbw = double(a.bytes) / median / 1e9;
     std::printf(
-        "%s p=%d bytes=%zu segment=%zu sockbuf=%d %s: median %.1f us, mean %.1f us, "
+        "%s p=%d bytes=%zu segment=%zu sockbuf=%d %s%s: median %.1f us, mean %.1f us, "
         "algbw %.3f GB/s, busbw %.3f GB/s, cpu %.1f us/op (all ranks)\n",
         algorithmName(comm.resolve(a.algorithm, a.bytes)), a.world, a.bytes, a.segment, a.sockbuf,
-        a.threads ? "threads" : "processes", median * 1e6, mean * 1e6, algbw,
+        a.threads ? "threads" : "processes", a.hugepages ? " hugepages" : "", median * 1e6, mean * 1e6, algbw,
         algbw * 2 * (a.world - 1) / a.world, cpuPerOp * 1e6);
     std::fflush(stdout);  // children leave with _exit
   }
+  std::free(data);
   return 0;
 }
 
@@ -107,6 +114,8 @@ int main(int argc, char** argv) {
       a.sockbuf = std::stoi(next());
     else if (k == "--threads")
       a.threads = true;
+    else if (k == "--hugepages")
+      a.hugepages = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       return 2;
