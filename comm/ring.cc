@@ -31,9 +31,12 @@ RingPass::RingPass(const Collective& c, void* base, DType dtype, ReduceOp op,
       firstStep_(firstStep),
       lastStep_(lastStep),
       elemSize_(elementSize(dtype)) {
-  segElems_ = std::max<size_t>(1, c.segmentBytes / elemSize_);
   size_t largest = 0;
   for (const Chunk& chunk : chunks_) largest = std::max(largest, chunk.count);
+  // At least kMinSegmentsPerChunk segments per chunk (down to kMinSegmentBytes), so that mid-size
+  // buffers pipeline too; at most the configured segment.
+  const size_t wanted = std::max(kMinSegmentBytes, largest * elemSize_ / kMinSegmentsPerChunk);
+  segElems_ = std::max<size_t>(1, std::min(c.segmentBytes, wanted) / elemSize_);
   segsPerStep_ = (largest + segElems_ - 1) / segElems_;
 }
 
