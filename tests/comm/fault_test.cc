@@ -165,10 +165,13 @@ TEST(Faults, PeerClosingItsConnectionsIsPeerClosed) {
     comms[1].reset();  // rank 1 goes away while rank 0 waits in the collective
   });
   const auto start = Clock::now();
-  CommError e = expectCommError([&] {
-    comms[0]->allreduce(b, {ReduceOp::kSum, Algorithm::kRing});
-  });
+  auto work = comms[0]->allreduceAsync(b, {ReduceOp::kSum, Algorithm::kRing});
+  CommError e = expectCommError([&] { work->wait(); });
   closer.join();
+  // The Work reports the failure the same way to every observer.
+  EXPECT_TRUE(work->isCompleted());
+  ASSERT_NE(work->exception(), nullptr);
+  EXPECT_THROW(std::rethrow_exception(work->exception()), CommError);
   EXPECT_LT(Clock::now() - start, 2s);
   EXPECT_EQ(e.kind(), ErrorKind::kPeerClosed) << e.what();
   EXPECT_EQ(e.op(), "allreduce");
