@@ -85,8 +85,8 @@ int runRank(const Args& a, int rank, Store& store) {
         "%s p=%d bytes=%zu segment=%zu sockbuf=%d %s%s: median %.1f us, mean %.1f us, "
         "algbw %.3f GB/s, busbw %.3f GB/s, cpu %.1f us/op (all ranks)\n",
         algorithmName(comm.resolve(a.algorithm, a.bytes)), a.world, a.bytes, a.segment, a.sockbuf,
-        a.threads ? "threads" : "processes", a.hugepages ? " hugepages" : "", median * 1e6, mean * 1e6, algbw,
-        algbw * 2 * (a.world - 1) / a.world, cpuPerOp * 1e6);
+        a.threads ? "threads" : "processes", a.hugepages ? " hugepages" : "", median * 1e6,
+        mean * 1e6, algbw, algbw * 2 * (a.world - 1) / a.world, cpuPerOp * 1e6);
     std::fflush(stdout);  // children leave with _exit
   }
   std::free(data);
