@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
