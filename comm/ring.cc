@@ -105,6 +105,7 @@ void ringAllreduce(const Collective& c, Buffer& buffer, ReduceOp op) {
 void ringReduceScatter(const Collective& c, const Buffer& input, Buffer& output, ReduceOp op) {
   const size_t block = output.count;
   const size_t esize = elementSize(input.dtype);
+  if (block == 0) return;  // nothing moves (and memcpy must not see null pointers)
   if (c.world == 1) {
     if (output.data != input.data) std::memmove(output.data, input.data, block * esize);
     return;
@@ -122,6 +123,7 @@ void ringReduceScatter(const Collective& c, const Buffer& input, Buffer& output,
 void ringAllgather(const Collective& c, const Buffer& input, Buffer& output) {
   const size_t block = input.count;
   const size_t esize = elementSize(input.dtype);
+  if (block == 0) return;
   auto* mine = static_cast<uint8_t*>(output.data) + static_cast<size_t>(c.rank) * block * esize;
   if (mine != input.data) std::memmove(mine, input.data, block * esize);
   std::vector<RingPass::Chunk> chunks(static_cast<size_t>(c.world));
