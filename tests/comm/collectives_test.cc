@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "comm/error.h"
+#include "comm/tcp/socket.h"
 #include "group.h"
 
 namespace cumulus::comm {
@@ -112,6 +113,23 @@ TEST_P(Collectives, BarrierWaitsForTheLastRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(World, Collectives, ::testing::Values(1, 2, 3, 5, 8));
+
+TEST(Collectives, NamedIpv6BindHost) {
+  try {
+    tcp::Socket probe = tcp::Socket::listen("::1");
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+  }
+  CommunicatorOptions options;
+  options.bindHost = "::1";
+  Group group(3, options);
+  group.run([](int rank, Communicator& comm) {
+    std::vector<int64_t> v(100, rank);
+    Buffer b{v.data(), v.size(), DType::kInt64};
+    comm.allreduce(b, {ReduceOp::kMax, Algorithm::kRing});
+    for (int64_t x : v) ASSERT_EQ(x, 2);
+  });
+}
 
 TEST(Work, AsyncOperationsRunInOrderAndReportCompletion) {
   const int p = 3;

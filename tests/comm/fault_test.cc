@@ -153,6 +153,27 @@ TEST(Faults, CorruptFramesAreBadFramesNamingOpSeqAndPeer) {
   }
 }
 
+TEST(Faults, MismatchedCountsAreDetectedNotMixed) {
+  MemoryStore store;
+  std::vector<std::string> errors(2);
+  std::vector<ErrorKind> kinds(2);
+  spawn(2, [&](int r) {
+    Communicator comm(r, 2, store, withTimeout(5s));
+    std::vector<float> v(r == 0 ? 1000 : 1200, 1.0f);  // rank 1 is wrong
+    Buffer b{v.data(), v.size(), DType::kFloat32};
+    CommError e = expectCommError([&] { comm.allreduce(b, {ReduceOp::kSum, Algorithm::kRing}); });
+    EXPECT_EQ(e.peer(), 1 - r);
+    errors[r] = e.what();
+    kinds[r] = e.kind();
+  });
+  // Whoever reads the other's first frame reports it; the other may see the connection drop.
+  const bool seen = (kinds[0] == ErrorKind::kBadFrame &&
+                     errors[0].find("wrong length 2400") != std::string::npos) ||
+                    (kinds[1] == ErrorKind::kBadFrame &&
+                     errors[1].find("wrong length 2000") != std::string::npos);
+  EXPECT_TRUE(seen) << errors[0] << " | " << errors[1];
+}
+
 TEST(Faults, PeerClosingItsConnectionsIsPeerClosed) {
   MemoryStore store;
   std::vector<std::unique_ptr<Communicator>> comms(2);
@@ -165,10 +186,13 @@ TEST(Faults, PeerClosingItsConnectionsIsPeerClosed) {
     comms[1].reset();  // rank 1 goes away while rank 0 waits in the collective
   });
   const auto start = Clock::now();
-  CommError e = expectCommError([&] {
-    comms[0]->allreduce(b, {ReduceOp::kSum, Algorithm::kRing});
-  });
+  auto work = comms[0]->allreduceAsync(b, {ReduceOp::kSum, Algorithm::kRing});
+  CommError e = expectCommError([&] { work->wait(); });
   closer.join();
+  // The Work reports the failure the same way to every observer.
+  EXPECT_TRUE(work->isCompleted());
+  ASSERT_NE(work->exception(), nullptr);
+  EXPECT_THROW(std::rethrow_exception(work->exception()), CommError);
   EXPECT_LT(Clock::now() - start, 2s);
   EXPECT_EQ(e.kind(), ErrorKind::kPeerClosed) << e.what();
   EXPECT_EQ(e.op(), "allreduce");
