@@ -218,7 +218,9 @@ std::vector<std::string> namesUnder(std::string_view parent) {
 }
 
 std::string joinPath(std::string_view parent, std::string_view leaf) {
-  return parent.empty() ? std::string(leaf) : std::string(parent) + "." + std::string(leaf);
+  if (parent.empty()) return std::string(leaf);
+  if (leaf.empty()) return std::string(parent);
+  return std::string(parent) + (leaf[0] == '[' ? "" : ".") + std::string(leaf);
 }
 
 std::string unknownKeyMessage(std::string_view path) {
@@ -233,25 +235,27 @@ std::string unknownKeyMessage(std::string_view path) {
   };
   // 1. A one-letter slip at the same level.
   std::string sibling = closestSpelling(leaf, siblings);
-  if (!sibling.empty() && editDistance(leaf, sibling) <= 1)
+  if (!sibling.empty() && editDistance(leaf, sibling) <= 1) {
     return didYouMean({joinPath(parent, sibling)});
+  }
   // 2. The same name in another section: "trainer.lr" -> "optimizer.lr".
   std::vector<std::string> same_leaf;
-  std::vector<std::string> all_paths;
   for (const KeySpec& key : schema()) {
-    all_paths.emplace_back(key.path);
     if (key.leaf() == leaf && key.path != path) same_leaf.emplace_back(key.path);
   }
   for (std::string_view section : sectionNames()) {
-    all_paths.emplace_back(section);
     if (section == leaf && !parent.empty()) same_leaf.emplace_back(section);
   }
   if (!same_leaf.empty()) return didYouMean(same_leaf);
-  // 3. A bigger slip at the same level, or a slip anywhere in the path ("optimiser.lr").
+  // 3. A bigger slip at the same level, or slips in the section name ("optimiser.lrr").
   if (!sibling.empty()) return didYouMean({joinPath(parent, sibling)});
-  if (std::string whole = closestSpelling(path, all_paths); !whole.empty())
-    return didYouMean({whole});
-  // 4. A slip in the name, in another section.
+  if (!parent_known) {
+    std::vector<std::string> sections(sectionNames().begin(), sectionNames().end());
+    std::string section = closestSpelling(parent, sections);
+    std::string name = section.empty() ? "" : closestSpelling(leaf, namesUnder(section));
+    if (!name.empty()) return didYouMean({joinPath(section, name)});
+  }
+  // 4. A slip in the name of a key in another section: "trainer.lrr" -> "optimizer.lr".
   std::vector<std::string> leaves;
   for (const KeySpec& key : schema()) leaves.emplace_back(key.leaf());
   if (std::string other = closestSpelling(leaf, leaves); !other.empty()) {
@@ -261,9 +265,9 @@ std::string unknownKeyMessage(std::string_view path) {
     }
     return didYouMean(matches);
   }
+  if (!parent_known) return "unknown key; `cumulus-config reference` lists every key";
   std::string known;
   for (const std::string& name : siblings) known += (known.empty() ? "" : ", ") + name;
-  if (!parent_known) return "unknown key; `cumulus-config reference` lists every key";
   return "unknown key; the keys " +
          (parent.empty() ? std::string("at the top level") : "of " + std::string(parent)) +
          " are " + known;
@@ -303,9 +307,13 @@ class ExperimentBuilder {
       try {
         if (std::optional<YamlNode> parsed = readYaml(text)) value = std::move(*parsed);
       } catch (const YamlError& e) {
-        std::string where = e.line > 0 ? " (line " + std::to_string(e.line) + ", column " +
-                                             std::to_string(e.column) + " of the value)"
-                                       : "";
+        std::string where;
+        if (e.line > 1) {
+          where = " (line " + std::to_string(e.line) + ", column " + std::to_string(e.column) +
+                  " of the value)";
+        } else if (e.line == 1) {
+          where = " (column " + std::to_string(e.column) + " of the value)";
+        }
         fail(in.source, joinPath(path, e.path), e.what() + where);
       }
     }

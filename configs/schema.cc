@@ -143,7 +143,8 @@ std::string checkNnodes(const std::string& text) {
 std::string checkEndpoint(const std::string& text) {
   if (text.empty()) return "";
   size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) return "no host before a ':'";
+  if (colon == std::string::npos) return "it has no ':' before the port";
+  if (colon == 0) return "it has no host before the ':'";
   int64_t port = 0;
   if (!parseCount(std::string_view(text).substr(colon + 1), port) || port < 1 || port > 65535) {
     return "the port after the last ':' must be in 1..65535";
@@ -156,7 +157,7 @@ std::string checkEndpoint(const std::string& text) {
 std::vector<KeySpec> buildSchema() {
   std::vector<KeySpec> t;
   // clang-format off
-  t.push_back(row(TOP_KEY(name), "experiment", required(formatted(checkRunName, "a run name: letters, digits, '.', '_', '-', at most 128")), "names the run in logs, checkpoints and the run directory"));
+  t.push_back(row(TOP_KEY(name), "experiment", required(formatted(checkRunName, "a run name of letters, digits, '.', '_' and '-' (at most 128)")), "names the run in logs, checkpoints and the run directory"));
 
   t.push_back(row(KEY(model, name), "mlp", oneOf({"mlp", "convnet"}, "torchscript:"), "architecture; `torchscript:<file>` loads a torch.jit.save file"));
   t.push_back(row(KEY(model, hidden), {256, 128, 100}, atLeast(1), "mlp: hidden layer widths, from input to output"));

@@ -65,14 +65,24 @@ class NestingScanner {
 
   // Records the current depth; false once it passes stop_above_.
   bool record(size_t column) {
-    int depth = static_cast<int>(indents_.size()) + flow_;
+    int depth = static_cast<int>(indents_.size()) + flow_depth_;
     if (depth > best_.depth) best_ = {depth, line_no_, static_cast<int>(column) + 1};
     return depth <= stop_above_;
   }
 
-  bool pushIndent(size_t column) {
-    if (!indents_.empty() && indents_.back() >= static_cast<int>(column)) return true;
-    indents_.push_back(static_cast<int>(column));
+  // Block levels are keyed 2*column for a node starting at `column` and 2*column+1 for an entry
+  // indicator ("- ", "? ", ": ") there, so that a sequence written at its parent key's indent
+  // ("key:\n- a") still counts as a level of its own.
+  static int nodeLevel(size_t column) { return 2 * static_cast<int>(column); }
+  static int entryLevel(size_t column) { return 2 * static_cast<int>(column) + 1; }
+  static bool isEntryIndicator(std::string_view line, size_t i) {
+    return i < line.size() && (line[i] == '-' || line[i] == '?' || line[i] == ':') &&
+           (i + 1 == line.size() || isBlank(line[i + 1]));
+  }
+
+  bool pushLevel(int level, size_t column) {
+    if (!indents_.empty() && indents_.back() >= level) return true;
+    indents_.push_back(level);
     return record(column);
   }
 
@@ -87,7 +97,7 @@ class NestingScanner {
     }
     size_t i = 0;
     bool node_start = true;  // the next non-blank character may begin a node
-    if (quote_ == Quote::kNone && flow_ == 0) {
+    if (quote_ == Quote::kNone && flow_.empty()) {
       if (blank || line[indent] == '#') return true;
       if (indent == 0 && line.size() >= 3 &&
           (line.substr(0, 3) == "---" || line.substr(0, 3) == "...") &&
@@ -95,15 +105,19 @@ class NestingScanner {
         indents_.clear();
         i = 3;
       } else {
-        while (!indents_.empty() && indents_.back() > static_cast<int>(indent)) indents_.pop_back();
-        if (!pushIndent(indent)) return false;
+        int base = isEntryIndicator(line, indent) ? entryLevel(indent) : nodeLevel(indent);
+        while (!indents_.empty() && indents_.back() > base) indents_.pop_back();
+        if (!pushLevel(nodeLevel(indent), indent)) return false;
         i = indent;
-        // "- ", "? " and ": " at the start of a line each open a level on the same line.
-        while (i < line.size() && (line[i] == '-' || line[i] == '?' || line[i] == ':') &&
-               (i + 1 == line.size() || isBlank(line[i + 1]))) {
+        // "- ", "? " and ": " at the start of a line each open a level on the same line, and so
+        // does the node after the last of them.
+        while (isEntryIndicator(line, i)) {
+          if (!pushLevel(entryLevel(i), i)) return false;
           ++i;
           while (i < line.size() && isBlank(line[i])) ++i;
-          if (i < line.size() && line[i] != '#' && !pushIndent(i)) return false;
+        }
+        if (i > indent && i < line.size() && line[i] != '#' && !pushLevel(nodeLevel(i), i)) {
+          return false;
         }
       }
     } else if (quote_ != Quote::kNone) {
@@ -159,19 +173,27 @@ class NestingScanner {
         continue;
       }
       bool colon_indicator = c == ':' && (i + 1 == line.size() || isBlank(line[i + 1]));
-      if (flow_ > 0) {
+      if (!flow_.empty()) {
+        FlowFrame& frame = flow_.back();
         if (c == '[' || c == '{') {
-          ++flow_;
-          if (!record(i)) return false;
+          if (!openFlow(c, i)) return false;
           node_start = true;
         } else if (c == ']' || c == '}') {
-          --flow_;
+          closeFlow();
           node_start = false;
           after_json_node = true;
-        } else if (c == ',' || colon_indicator || (c == ':' && was_json_node)) {
+        } else if (c == ',') {
+          if (frame.implicit_map) --flow_depth_;
+          frame.implicit_map = false;  // the "a: b" entry of a flow sequence ends here
           node_start = true;
-        } else if (c == '?' && node_start) {
-          node_start = true;
+        } else if (c == ':' || (c == '?' && node_start)) {
+          // In a flow sequence, "a: b" (or "? a") is a one-pair mapping: one more level.
+          if (frame.is_sequence && !frame.implicit_map) {
+            frame.implicit_map = true;
+            ++flow_depth_;
+            if (!record(i)) return false;
+          }
+          node_start = c == '?' || colon_indicator || was_json_node;
         } else {
           node_start = false;
         }
@@ -179,17 +201,16 @@ class NestingScanner {
       }
       // Block context.
       if (node_start && (c == '[' || c == '{')) {
-        ++flow_;
-        if (!record(i)) return false;
+        if (!openFlow(c, i)) return false;
         node_start = true;
         continue;
       }
       if (node_start && (c == '-' || c == '?') && (i + 1 == line.size() || isBlank(line[i + 1]))) {
-        if (!pushIndent(i + 1)) return false;  // an entry on the same line, as in "--- - a"
+        if (!pushLevel(entryLevel(i), i)) return false;  // an entry on the same line: "--- - a"
         continue;
       }
       if (node_start && (c == '|' || c == '>')) {
-        block_scalar_parent_ = indents_.empty() ? -1 : indents_.back();
+        block_scalar_parent_ = indents_.empty() ? -1 : indents_.back() / 2;  // its column
         return true;
       }
       node_start = colon_indicator || (c == ':' && was_json_node);
@@ -197,12 +218,30 @@ class NestingScanner {
     return true;
   }
 
+  bool openFlow(char bracket, size_t column) {
+    flow_.push_back({bracket == '[', false});
+    ++flow_depth_;
+    return record(column);
+  }
+
+  void closeFlow() {
+    if (flow_.empty()) return;  // unbalanced: yaml-cpp reports it
+    flow_depth_ -= 1 + (flow_.back().implicit_map ? 1 : 0);
+    flow_.pop_back();
+  }
+
+  struct FlowFrame {
+    bool is_sequence;
+    bool implicit_map;  // inside a one-pair mapping entry of a sequence
+  };
+
   static constexpr int kNoBlockScalar = -2;
   const int stop_above_;
   NestingScan best_;
   int line_no_ = 0;
-  std::vector<int> indents_;  // block levels open, by column
-  int flow_ = 0;              // open flow brackets
+  std::vector<int> indents_;     // block levels open (see nodeLevel), increasing
+  std::vector<FlowFrame> flow_;  // open flow brackets, outermost first
+  int flow_depth_ = 0;           // levels they open, implicit one-pair mappings included
   Quote quote_ = Quote::kNone;
   int block_scalar_parent_ = kNoBlockScalar;  // skipping lines indented more than this
 };
@@ -220,14 +259,23 @@ namespace {
 
 class TreeBuilder : public YAML::EventHandler {
  public:
-  explicit TreeBuilder(const YamlLimits& limits) : limits_(limits) {}
+  TreeBuilder(std::string_view text, const YamlLimits& limits) : text_(text), limits_(limits) {}
 
   std::optional<YamlNode> takeRoot() { return std::move(root_); }
 
   void OnDocumentStart(const YAML::Mark& mark) override {
-    if (documents_++ > 0) {
-      fail(mark, "", "a second YAML document starts here; an experiment file holds one document");
+    if (documents_++ == 0) return;
+    // yaml-cpp also "starts a document" at a stray ',' (an empty document that consumes
+    // nothing, forever: YAML::LoadAll(", a") runs out of memory). Only a marker line makes a
+    // real second document.
+    size_t pos = std::min<size_t>(static_cast<size_t>(std::max(mark.pos, 0)), text_.size());
+    std::string_view upto = text_.substr(0, pos + 3);  // a marker may start right at `mark`
+    bool marker = upto.find("\n---") != std::string_view::npos ||
+                  upto.find("\n...") != std::string_view::npos || upto.substr(0, 3) == "---";
+    if (!marker && pos < text_.size()) {
+      fail(mark, "", std::string("invalid YAML: unexpected '") + text_[pos] + "'");
     }
+    fail(mark, "", "a second YAML document starts here; an experiment file holds one document");
   }
   void OnDocumentEnd() override {}
 
@@ -334,6 +382,7 @@ class TreeBuilder : public YAML::EventHandler {
     return path;
   }
 
+  std::string_view text_;
   const YamlLimits& limits_;
   std::vector<YamlNode> stack_;  // collections being built, outermost first
   std::optional<YamlNode> root_;
@@ -373,7 +422,7 @@ std::optional<YamlNode> readYaml(std::string_view text, const YamlLimits& limits
   }
   // yaml-cpp reads from a stream; the copy is bounded by max_bytes.
   std::istringstream stream{std::string(text)};
-  TreeBuilder builder(limits);
+  TreeBuilder builder(text, limits);
   try {
     YAML::Parser parser(stream);
     if (!parser.HandleNextDocument(builder)) return std::nullopt;
