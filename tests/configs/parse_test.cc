@@ -1,6 +1,8 @@
 // parseExperiment on good files and on each class of bad file, with the exact message.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "configs/parse.h"
 #include "tests/configs/test_util.h"
 
@@ -277,6 +279,22 @@ TEST(ParseTest, LoadExperimentReportsUnreadableFiles) {
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()), "/tmp: is a directory; name an experiment .yaml file");
   }
+}
+
+// The example experiments shipped in configs/ must stay valid as the schema changes.
+TEST(ParseTest, ExampleExperimentsAreValid) {
+  int checked = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(CUMULUS_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    try {
+      loadExperiment(entry.path().string());
+    } catch (const ConfigError& e) {
+      ADD_FAILURE() << e.what();
+    }
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no configs/*.yaml in this checkout";
 }
 
 }  // namespace
