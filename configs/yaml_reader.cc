@@ -33,8 +33,8 @@ class LineSplitter {
   explicit LineSplitter(std::string_view text) : text_(text) {}
   bool next(std::string_view& line) {
     if (pos_ > text_.size()) return false;
-    size_t end = text_.find_first_of("\r\n", pos_);
-    if (end == std::string_view::npos) end = text_.size();
+    size_t end = pos_;  // a plain loop: find_first_of tries each of its characters per byte
+    while (end < text_.size() && text_[end] != '\n' && text_[end] != '\r') ++end;
     line = text_.substr(pos_, end - pos_);
     pos_ = end + 1;
     if (end + 1 < text_.size() && text_[end] == '\r' && text_[end + 1] == '\n') ++pos_;
