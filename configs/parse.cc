@@ -38,12 +38,6 @@ struct Input {
 // ---------------------------------------------------------------------------------------------
 // Scalars to values. Numbers are parsed strictly and locale-free (from_chars).
 
-std::string shown(const std::string& text) {
-  constexpr size_t kMax = 60;
-  std::string out = formatValue(Value(text.size() > kMax ? text.substr(0, kMax) + "..." : text));
-  return out.front() == '"' ? out : "\"" + out + "\"";
-}
-
 // What a node is, for "got ...".
 std::string describe(const YamlNode& node) {
   switch (node.kind) {
@@ -55,7 +49,7 @@ std::string describe(const YamlNode& node) {
       return "a mapping";
     case YamlNode::Kind::kScalar:
       if (node.isNullish()) return node.text.empty() ? "nothing" : node.text;
-      return (node.quoted ? "the string " : "") + shown(node.text);
+      return (node.quoted ? "the string " : "") + quoteForMessage(node.text);
   }
   return "";
 }
@@ -180,10 +174,11 @@ class Converter {
       case Parsed::kNotANumber:
         wrongType(node, path, phrase, "");
       case Parsed::kNotWhole:
-        fail(in_.at(node), path, "expected " + phrase + ", got " + node.text);
+        fail(in_.at(node), path, "expected " + phrase + ", got " + clipForMessage(node.text));
       case Parsed::kOutOfRange:
         fail(in_.at(node), path,
-             "expected " + phrase + ", got " + node.text + ", which is out of range");
+             "expected " + phrase + ", got " + clipForMessage(node.text) +
+                 ", which is out of range");
     }
   }
 
@@ -273,6 +268,9 @@ std::string unknownKeyMessage(std::string_view path) {
          " are " + known;
 }
 
+// Longer keys are rejected before any "did you mean" search (its cost grows with the length).
+constexpr size_t kMaxKeyLength = 128;
+
 // ---------------------------------------------------------------------------------------------
 // Applies parsed documents and overrides to an Experiment, remembering where each key was set.
 class ExperimentBuilder {
@@ -345,6 +343,11 @@ class ExperimentBuilder {
       const YamlNode& value = map.items[i + 1];
       if (key.kind != YamlNode::Kind::kScalar || key.isNullish()) {
         fail(in.at(key), parent, "keys must be names, got " + describe(key));
+      }
+      if (key.text.size() > kMaxKeyLength) {
+        fail(in.at(key), parent,
+             "a key of " + std::to_string(key.text.size()) +
+                 " characters; experiment keys are short names (`cumulus-config reference`)");
       }
       std::string path = joinPath(parent, key.text);
       if (auto [it, fresh] = seen.emplace(key.text, &key); !fresh) {

@@ -388,8 +388,7 @@ std::string checkValue(const KeySpec& key, const Value& value) {
     }
     case ValueType::kString: {
       const std::string& text = std::get<std::string>(value);
-      std::string quoted = formatValue(text);
-      if (quoted.front() != '"') quoted = "\"" + quoted + "\"";
+      std::string quoted = quoteForMessage(text);
       if (!key.choices.empty()) {
         for (std::string_view choice : key.choices) {
           if (text == choice) return "";
@@ -499,6 +498,16 @@ std::string formatDouble(double v) {
 }
 
 }  // namespace
+
+std::string clipForMessage(const std::string& text) {
+  constexpr size_t kMax = 60;
+  if (text.size() <= kMax) return text;
+  size_t cut = kMax;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // UTF-8
+  return text.substr(0, cut) + "...";
+}
+
+std::string quoteForMessage(const std::string& text) { return quote(clipForMessage(text)); }
 
 std::string formatValue(const Value& value) {
   switch (static_cast<ValueType>(value.index())) {

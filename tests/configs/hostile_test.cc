@@ -132,6 +132,19 @@ TEST(HostileTest, BinaryAndMultiDocumentInput) {
   EXPECT_EQ(fastErrorOf("name: t\n,\n"), "x.yaml:2:1: invalid YAML: end of map not found");
 }
 
+TEST(HostileTest, HugeKeysAndValuesAreNotEchoedInFull) {
+  EXPECT_EQ(fastErrorOf("name: " + std::string(1000000, 'x') + "\n"),
+            "x.yaml:1:7: name: expected a run name of letters, digits, '.', '_' and '-' (at most "
+            "128), got \"" +
+                std::string(60, 'x') + "...\" (it is longer than 128 characters)");
+  EXPECT_EQ(fastErrorOf("name: t\ntrainer: {epochs: " + std::string(100000, '9') + "}\n"),
+            "x.yaml:2:19: trainer.epochs: expected an integer >= 1, got " + std::string(60, '9') +
+                "..., which is out of range");
+  EXPECT_EQ(fastErrorOf(std::string(1000, 'k') + ": 1\n"),
+            "x.yaml:1:1: a key of 1000 characters; experiment keys are short names "
+            "(`cumulus-config reference`)");
+}
+
 // Runs `body` on a thread with a `stack_bytes` stack and waits for it.
 void runOnSmallStack(size_t stack_bytes, std::function<void()> body) {
   pthread_attr_t attributes;
