@@ -407,13 +407,6 @@ class ExperimentBuilder {
     fail(origins_.at(path).where, path, what);
   }
 
-  static std::string num(double v) {
-    std::string text = formatValue(v);
-    if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0)
-      text.resize(text.size() - 2);
-    return text;
-  }
-
   void crossCheck() const {
     const Experiment& e = experiment_;
     const TrainerConfig& t = e.trainer;
@@ -431,7 +424,8 @@ class ExperimentBuilder {
                  "); the micro-batches of a step must be equal");
     }
     if (e.comm.first_bucket_mb > e.comm.bucket_cap_mb) {
-      std::string first = num(e.comm.first_bucket_mb), cap = num(e.comm.bucket_cap_mb);
+      std::string first = formatNumber(e.comm.first_bucket_mb),
+                  cap = formatNumber(e.comm.bucket_cap_mb);
       if (blame({"comm.first_bucket_mb", "comm.bucket_cap_mb"}) == "comm.first_bucket_mb") {
         failAt("comm.first_bucket_mb",
                first + " is over comm.bucket_cap_mb (" + cap + "); make it at most that");
@@ -440,7 +434,7 @@ class ExperimentBuilder {
              cap + " is under comm.first_bucket_mb (" + first + "); make it at least that");
     }
     if (e.schedule.name == "cosine" && e.schedule.min_lr > e.optimizer.lr) {
-      std::string floor = num(e.schedule.min_lr), lr = num(e.optimizer.lr);
+      std::string floor = formatNumber(e.schedule.min_lr), lr = formatNumber(e.optimizer.lr);
       if (blame({"schedule.min_lr", "optimizer.lr"}) == "schedule.min_lr") {
         failAt("schedule.min_lr", floor + " is above optimizer.lr (" + lr +
                                       "); the cosine schedule decays from lr down to min_lr");

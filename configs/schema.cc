@@ -287,24 +287,16 @@ std::string_view typeName(ValueType type) {
   return "";
 }
 
-namespace {
-
-std::string formatBound(double bound) {
-  std::string text = formatValue(bound);
-  if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
-  return text;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::string boundsText(const Bounds& b) {
   bool has_min = std::isfinite(b.min), has_max = std::isfinite(b.max);
   if (has_min && has_max) {
-    return std::string("in ") + (b.min_open ? "(" : "[") + formatBound(b.min) + ", " +
-           formatBound(b.max) + (b.max_open ? ")" : "]");
+    return std::string("in ") + (b.min_open ? "(" : "[") + formatNumber(b.min) + ", " +
+           formatNumber(b.max) + (b.max_open ? ")" : "]");
   }
-  if (has_min) return (b.min_open ? "> " : ">= ") + formatBound(b.min);
-  if (has_max) return (b.max_open ? "< " : "<= ") + formatBound(b.max);
+  if (has_min) return (b.min_open ? "> " : ">= ") + formatNumber(b.min);
+  if (has_max) return (b.max_open ? "< " : "<= ") + formatNumber(b.max);
   return "";
 }
 
@@ -377,7 +369,7 @@ std::string checkValue(const KeySpec& key, const Value& value) {
     }
     case ValueType::kDouble: {
       double v = std::get<double>(value);
-      return inBounds(key.bounds, v) ? "" : expected(formatBound(v));
+      return inBounds(key.bounds, v) ? "" : expected(formatNumber(v));
     }
     case ValueType::kIntList: {
       const auto& list = std::get<std::vector<int64_t>>(value);
@@ -498,6 +490,12 @@ std::string formatDouble(double v) {
 }
 
 }  // namespace
+
+std::string formatNumber(double value) {
+  std::string text = formatValue(value);
+  if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
+  return text;
+}
 
 std::string clipForMessage(const std::string& text) {
   constexpr size_t kMax = 60;

@@ -65,7 +65,7 @@ class NestingScanner {
 
   // Records the current depth; false once it passes stop_above_.
   bool record(size_t column) {
-    int depth = static_cast<int>(indents_.size()) + flow_depth_;
+    int depth = static_cast<int>(indents_.size()) + kLevelsPerBracket * flow_;
     if (depth > best_.depth) best_ = {depth, line_no_, static_cast<int>(column) + 1};
     return depth <= stop_above_;
   }
@@ -97,7 +97,7 @@ class NestingScanner {
     }
     size_t i = 0;
     bool node_start = true;  // the next non-blank character may begin a node
-    if (quote_ == Quote::kNone && flow_.empty()) {
+    if (quote_ == Quote::kNone && flow_ == 0) {
       if (blank || line[indent] == '#') return true;
       if (indent == 0 && line.size() >= 3 &&
           (line.substr(0, 3) == "---" || line.substr(0, 3) == "...") &&
@@ -173,27 +173,19 @@ class NestingScanner {
         continue;
       }
       bool colon_indicator = c == ':' && (i + 1 == line.size() || isBlank(line[i + 1]));
-      if (!flow_.empty()) {
-        FlowFrame& frame = flow_.back();
+      if (flow_ > 0) {
         if (c == '[' || c == '{') {
-          if (!openFlow(c, i)) return false;
+          ++flow_;
+          if (!record(i)) return false;
           node_start = true;
         } else if (c == ']' || c == '}') {
-          closeFlow();
+          --flow_;
           node_start = false;
           after_json_node = true;
-        } else if (c == ',') {
-          if (frame.implicit_map) --flow_depth_;
-          frame.implicit_map = false;  // the "a: b" entry of a flow sequence ends here
+        } else if (c == ',' || colon_indicator || (c == ':' && was_json_node)) {
           node_start = true;
-        } else if (c == ':' || (c == '?' && node_start)) {
-          // In a flow sequence, "a: b" (or "? a") is a one-pair mapping: one more level.
-          if (frame.is_sequence && !frame.implicit_map) {
-            frame.implicit_map = true;
-            ++flow_depth_;
-            if (!record(i)) return false;
-          }
-          node_start = c == '?' || colon_indicator || was_json_node;
+        } else if (c == '?' && node_start) {
+          node_start = true;
         } else {
           node_start = false;
         }
@@ -201,7 +193,8 @@ class NestingScanner {
       }
       // Block context.
       if (node_start && (c == '[' || c == '{')) {
-        if (!openFlow(c, i)) return false;
+        ++flow_;
+        if (!record(i)) return false;
         node_start = true;
         continue;
       }
@@ -218,30 +211,17 @@ class NestingScanner {
     return true;
   }
 
-  bool openFlow(char bracket, size_t column) {
-    flow_.push_back({bracket == '[', false});
-    ++flow_depth_;
-    return record(column);
-  }
-
-  void closeFlow() {
-    if (flow_.empty()) return;  // unbalanced: yaml-cpp reports it
-    flow_depth_ -= 1 + (flow_.back().implicit_map ? 1 : 0);
-    flow_.pop_back();
-  }
-
-  struct FlowFrame {
-    bool is_sequence;
-    bool implicit_map;  // inside a one-pair mapping entry of a sequence
-  };
+  // Each open bracket counts two levels: its collection, and the one-pair mapping that yaml-cpp
+  // opens around an entry ("[a: b]") or a key ("[[x]: b]") inside it, which the scan cannot
+  // always see coming (the ':' may follow the key's closing bracket).
+  static constexpr int kLevelsPerBracket = 2;
 
   static constexpr int kNoBlockScalar = -2;
   const int stop_above_;
   NestingScan best_;
   int line_no_ = 0;
-  std::vector<int> indents_;     // block levels open (see nodeLevel), increasing
-  std::vector<FlowFrame> flow_;  // open flow brackets, outermost first
-  int flow_depth_ = 0;           // levels they open, implicit one-pair mappings included
+  std::vector<int> indents_;  // block levels open (see nodeLevel), increasing
+  int flow_ = 0;              // open flow brackets
   Quote quote_ = Quote::kNone;
   int block_scalar_parent_ = kNoBlockScalar;  // skipping lines indented more than this
 };

@@ -57,10 +57,10 @@ std::string sizeLimitMessage(size_t size, size_t limit);
 // comments). Throws YamlError for malformed YAML, a second document, or any limit above.
 std::optional<YamlNode> readYaml(std::string_view text, const YamlLimits& limits = {});
 
-// The deepest nesting the pre-scan sees: flow brackets plus block indentation levels (a "- " or
-// "? " opens a level of its own). Over-estimates rather than under-estimates (a test checks it
-// against yaml-cpp's own event nesting). Stops early, returning the depth reached and where, as
-// soon as the depth exceeds `stop_above`.
+// The deepest nesting the pre-scan sees: block indentation levels (a "- " or "? " opens one of
+// its own) plus two per open flow bracket (see kLevelsPerBracket). Over-estimates rather than
+// under-estimates: a test checks it against yaml-cpp's own event nesting on random documents. Stops
+// early, returning the depth reached and where, as soon as the depth exceeds `stop_above`.
 struct NestingScan {
   int depth = 0;
   int line = 1;  // where `depth` was first reached

@@ -38,11 +38,12 @@ std::string fastErrorOf(const std::string& text, double limit_seconds = 0.5) {
 const std::string kTooDeep = "nesting deeper than 64 levels; experiment files nest 3 levels";
 
 TEST(HostileTest, SixteenThousandOpenBrackets) {
-  EXPECT_EQ(fastErrorOf(std::string(16384, '[')), "x.yaml:1:64: " + kTooDeep);
+  // The pre-scan counts two levels per bracket (see estimateNestingDepth).
+  EXPECT_EQ(fastErrorOf(std::string(16384, '[')), "x.yaml:1:32: " + kTooDeep);
   EXPECT_EQ(fastErrorOf(std::string(16384, '[') + std::string(16384, ']')),
-            "x.yaml:1:64: " + kTooDeep);
+            "x.yaml:1:32: " + kTooDeep);
   EXPECT_EQ(fastErrorOf("name: t\nmodel: {hidden: " + std::string(16384, '{')),
-            "x.yaml:2:79: " + kTooDeep);
+            "x.yaml:2:47: " + kTooDeep);
 }
 
 TEST(HostileTest, DeepBlockNesting) {
@@ -240,12 +241,14 @@ TEST(HostileTest, PreScanIgnoresBracketsInStringsCommentsAndBlockScalars) {
   EXPECT_EQ(estimateNestingDepth("# " + brackets + "\nname: t # " + brackets + "\n").depth, 1);
   EXPECT_EQ(
       estimateNestingDepth("note: |\n  " + brackets + "\n  " + brackets + "\nname: t\n").depth, 1);
-  // Top mapping, model mapping, three sequences; the one-pair mapping in a flow sequence is one
-  // more.
-  EXPECT_EQ(estimateNestingDepth("model:\n  hidden: [1, [2, [3]]]\n").depth, 5);
+  // Two mappings and three sequences; each bracket counts two.
+  EXPECT_EQ(estimateNestingDepth("model:\n  hidden: [1, [2, [3]]]\n").depth, 8);
   EXPECT_EQ(yamlCppDepth("model:\n  hidden: [1, [2, [3]]]\n"), 5);
+  // One-pair mappings inside flow sequences, as entries and as keys: why brackets count two.
   EXPECT_EQ(estimateNestingDepth("a: [b: [c: d]]\n").depth, 5);
   EXPECT_EQ(yamlCppDepth("a: [b: [c: d]]\n"), 5);
+  EXPECT_EQ(estimateNestingDepth("[[[a]: b]: c]").depth, 7);
+  EXPECT_EQ(yamlCppDepth("[[[a]: b]: c]"), 5);
   EXPECT_EQ(estimateNestingDepth("a: \"x\\\"[[\"\nb: 'it''s [['\n").depth, 1);
 }
 
