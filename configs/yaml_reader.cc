@@ -345,16 +345,22 @@ class TreeBuilder : public YAML::EventHandler {
   }
 
   // The key path of the node about to be added, for messages: "model.hidden[2]".
+  // Long paths (deep nesting, long keys) are cut: they are for reading, not for machines.
   std::string pathHere() const {
+    constexpr size_t kMaxParts = 6, kMaxKey = 64;
     std::string path;
+    size_t parts = 0;
     for (const YamlNode& open : stack_) {
+      if (++parts > kMaxParts) return path + "...";
       size_t n = open.items.size();
       if (open.kind == YamlNode::Kind::kSequence) {
         path += "[" + std::to_string(n) + "]";
       } else if (n % 2 == 1) {  // a value follows its key
         const YamlNode& key = open.items[n - 1];
         if (!path.empty()) path += ".";
-        path += key.kind == YamlNode::Kind::kScalar ? key.text : "?";
+        path += key.kind != YamlNode::Kind::kScalar ? "?"
+                : key.text.size() > kMaxKey         ? key.text.substr(0, kMaxKey) + "..."
+                                                    : key.text;
       } else {
         break;  // a key is being read: the path so far names its mapping
       }
