@@ -131,6 +131,7 @@ struct Trainer::Impl {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrSchedule> schedule;
   int64_t total_steps = 0;
+  bool ran = false;
 
   double now() const {
     if (options.clock) return options.clock();
@@ -423,6 +424,8 @@ int64_t Trainer::stepsPerEpoch() const { return impl_->sampler->stepsPerEpoch();
 models::Model& Trainer::model() { return *impl_->model; }
 
 RunResult Trainer::run() {
+  if (impl_->ran) throw std::logic_error("Trainer::run() may be called once");
+  impl_->ran = true;
   return translateTorchErrors([&] { return impl_->run(); });
 }
 

@@ -87,7 +87,9 @@ class Trainer {
   std::string modelSummary() const;
   int64_t totalSteps() const;
   int64_t stepsPerEpoch() const;
+  // Trains to the end (blocks). Once per Trainer: a second call throws std::logic_error.
   RunResult run();
+  // The model, trained once run() has returned.
   models::Model& model();
 
  private:
