@@ -75,7 +75,12 @@ TensorDataset makeSynthetic(int64_t n, uint64_t seed, int64_t num_classes) {
           const int64_t sx = x - dx;
           const bool inside = sy >= 0 && sy < kSide && sx >= 0 && sx < kSide;
           const float base = inside ? gain * t[sy * kSide + sx] : 0.0f;
-          const float noise = 0.35f * (rng.uniform() + rng.uniform() - 1.0f);
+          // Two 24-bit uniforms from one draw: triangular noise on [-0.35, 0.35].
+          const uint64_t r = rng.next();
+          const float u1 = static_cast<float>(static_cast<int32_t>(r >> 40)) * (1.0f / 16777216.0f);
+          const float u2 =
+              static_cast<float>(static_cast<int32_t>((r >> 16) & 0xFFFFFF)) * (1.0f / 16777216.0f);
+          const float noise = 0.35f * (u1 + u2 - 1.0f);
           img[y * kSide + x] = std::min(1.0f, std::max(0.0f, base + noise));
         }
       }

@@ -1,6 +1,9 @@
 #pragma once
 // In-memory labelled datasets and the loaders that make them.
 // Errors in input files throw DataError naming the file and what is wrong.
+// No global state: every function is safe to call from several threads on distinct datasets.
+// The loaders block on file I/O (a local disk; no timeout applies). Nothing here touches torch's
+// global random generator.
 
 #include <torch/types.h>
 
@@ -25,27 +28,37 @@ struct TensorDataset {
 
 enum class Split { kTrain, kTest };
 
-// Reads one IDX file (gzip if it ends in .gz or starts with the gzip magic, else raw). Validates
+// Reads one IDX file (gzip if it starts with the gzip magic 1f 8b, whatever its name, else raw;
+// MNIST's files are sometimes stored gunzipped under a .gz name). Validates
 // the magic number, the dtype code, the dimensions and the exact file size. Returns a uint8 tensor
-// shaped as the file says.
+// shaped as the file says. Only dtype 0x08 (uint8) and 1 to 4 dimensions are accepted, and at most
+// 4 GiB of data; the tensor is allocated only after the payload is known to match the header.
 torch::Tensor readIdx(const std::string& path);
 
-// MNIST-layout files in `dir`: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
-// Checks that the image and label counts agree and labels are < 10.
+// MNIST-layout files in `dir`: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (the raw file
+// wins if both exist). Checks that the images are 3-dimensional, the image and label counts agree
+// and labels are < 10. A missing file's error says to install dataset-fashion-mnist or set
+// data.dir. Returns contiguous images [N, 1, H, W] scaled by 1/255 (not normalized).
 TensorDataset loadMnistLike(const std::string& dir, Split split);
 
 // A seeded, learnable synthetic dataset: class-dependent patterns plus noise, [n, 1, 28, 28].
-// The same (n, seed) always gives bit-identical tensors.
+// The same (n, seed) always gives bit-identical tensors. Sample i depends only on (seed, i), and
+// the class patterns do not depend on the seed, so sets made with different seeds (train, test)
+// pose the same task. Throws std::invalid_argument if n <= 0 or num_classes <= 0.
 TensorDataset makeSynthetic(int64_t n, uint64_t seed, int64_t num_classes = 10);
 
 struct Normalization {
   double mean = 0.0;
   double std = 1.0;
 };
+// Population mean and std of every pixel, summed serially in double so that every rank (whatever
+// its thread count) gets the same bits. Throws std::invalid_argument on an empty dataset.
 Normalization computeNormalization(const TensorDataset& train);
+// images = (images - mean) / std, in place. Throws std::invalid_argument unless std > 0.
 void applyNormalization(TensorDataset& dataset, const Normalization& norm);
 
-// Rows `indices` of the dataset, as contiguous tensors.
+// Rows `indices` of the dataset, as contiguous tensors (copies). Throws std::out_of_range naming
+// the first index outside [0, size).
 struct Batch {
   torch::Tensor images;
   torch::Tensor labels;

@@ -8,9 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <sstream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -26,50 +27,76 @@ constexpr uint8_t kUint8Code = 0x08;
   throw DataError(path + ": " + what);
 }
 
-std::vector<uint8_t> readWholeFile(const std::string& path) {
+// A malloc'd byte buffer. Unlike std::vector it does not zero what it allocates, so room reserved
+// on the word of a size field (which may lie) costs address space, not memory or time.
+class Bytes {
+ public:
+  uint8_t* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  const uint8_t& operator[](size_t i) const { return data_.get()[i]; }
+  void resize(size_t n) {
+    void* p = std::realloc(data_.get(), std::max<size_t>(n, 1));
+    if (p == nullptr) throw std::bad_alloc();
+    data_.release();
+    data_.reset(static_cast<uint8_t*>(p));
+    size_ = n;
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data_;
+  size_t size_ = 0;
+};
+
+Bytes readWholeFile(const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
-  if (fstat(fileno(f.get()), &st) != 0)
+  if (fstat(fileno(f.get()), &st) != 0) {
     fail(path, std::string("cannot stat: ") + std::strerror(errno));
+  }
   if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > kMaxIdxBytes)
+  if (static_cast<uint64_t>(st.st_size) > kMaxIdxBytes) {
     fail(path, "file is larger than the 4 GiB limit");
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-  if (!bytes.empty() && std::fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) {
+  }
+  Bytes bytes;
+  bytes.resize(static_cast<size_t>(st.st_size));
+  if (bytes.size() > 0 && std::fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) {
     fail(path, std::string("read error: ") + std::strerror(errno));
   }
   return bytes;
 }
 
-bool isGzip(const std::vector<uint8_t>& bytes) {
+bool isGzip(const Bytes& bytes) {
   return bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
 }
 
 // Inflates every gzip member in `in` (as gunzip does). The output buffer starts at the size the
 // last member's trailer announces (ISIZE, exact for one member under 4 GiB), capped by deflate's
-// maximum ratio (1032:1) so a lying trailer cannot make us allocate far more than the data can
-// hold, and grows geometrically if the hint was short.
-std::vector<uint8_t> gunzip(const std::string& path, const std::vector<uint8_t>& in) {
+// maximum ratio (1032:1), and grows geometrically if that was short. The buffer is not zeroed,
+// so a lying trailer only reserves address space.
+Bytes gunzip(const std::string& path, const Bytes& in) {
   uint64_t hint = 0;
   if (in.size() >= 4) {
     for (int i = 0; i < 4; ++i) hint |= uint64_t{in[in.size() - 4 + i]} << (8 * i);
   }
-  std::vector<uint8_t> out(4096);
+  hint = std::min<uint64_t>({hint, in.size() * uint64_t{1032}, kMaxIdxBytes - 1});
+  Bytes out;
+  out.resize(static_cast<size_t>(std::max<uint64_t>(hint + 1, 4096)));  // +1: room to see the end
   z_stream zs{};
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) fail(path, "zlib inflateInit2 failed");
   std::unique_ptr<z_stream, int (*)(z_stream*)> guard(&zs, &inflateEnd);
   zs.next_in = const_cast<Bytef*>(in.data());
   zs.avail_in = static_cast<uInt>(in.size());
   uint64_t produced = 0;
-  hint = std::min<uint64_t>({hint, in.size() * uint64_t{1032}, kMaxIdxBytes - 1});
-  if (hint >= out.size()) out.resize(hint + 1);  // +1: the last inflate call needs room to end
   for (;;) {
     if (produced == out.size()) {
       if (out.size() >= kMaxIdxBytes) fail(path, "decompresses to more than the 4 GiB limit");
-      out.resize(std::min<uint64_t>(out.size() * 2, kMaxIdxBytes));
+      out.resize(static_cast<size_t>(std::min<uint64_t>(out.size() * 2, kMaxIdxBytes)));
     }
-    const uint64_t room = std::min<uint64_t>(out.size() - produced, kMaxIdxBytes);
+    const uint64_t room = out.size() - produced;  // <= kMaxIdxBytes, so it fits in a uInt
     zs.next_out = out.data() + produced;
     zs.avail_out = static_cast<uInt>(room);
     const int rc = inflate(&zs, Z_NO_FLUSH);
@@ -92,7 +119,7 @@ std::vector<uint8_t> gunzip(const std::string& path, const std::vector<uint8_t>&
       fail(path, std::string("corrupt gzip data: ") + (zs.msg ? zs.msg : zError(rc)));
     }
   }
-  out.resize(produced);
+  out.resize(static_cast<size_t>(produced));
   return out;
 }
 
@@ -127,8 +154,7 @@ std::string hexByte(uint8_t b) {
 
 // Parses an in-memory IDX image. `what` is "" for raw files and " (decompressed)" for gzip, so
 // byte counts in messages say which size they refer to.
-torch::Tensor decodeIdx(const std::string& path, const std::vector<uint8_t>& b,
-                        const std::string& what) {
+torch::Tensor decodeIdx(const std::string& path, const Bytes& b, const std::string& what) {
   if (b.size() < 4) {
     fail(path, "too short for an IDX header: " + std::to_string(b.size()) + " bytes" + what);
   }
@@ -201,7 +227,7 @@ std::string findIdx(const std::string& dir, const std::string& name) {
 }  // namespace
 
 torch::Tensor readIdx(const std::string& path) {
-  std::vector<uint8_t> bytes = readWholeFile(path);
+  const Bytes bytes = readWholeFile(path);
   if (isGzip(bytes)) return decodeIdx(path, gunzip(path, bytes), " (decompressed)");
   return decodeIdx(path, bytes, "");
 }

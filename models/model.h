@@ -1,6 +1,15 @@
 #pragma once
 // The model registry. A Model is forward(x) -> logits over either a C++ torch::nn module or a
 // TorchScript module loaded from a torch.jit.save file; the trainer sees only this interface.
+//
+//   mlp                 flatten -> [Linear, ReLU, (Dropout)] per hidden width -> Linear;
+//                       parameters "layers.<i>.weight|bias" (a Python nn.Sequential's indices)
+//   convnet             conv5x5x32 'same' -> ReLU -> pool2 -> conv5x5x64 -> ReLU -> pool2 ->
+//                       Linear 1024 -> ReLU -> Dropout(spec.dropout) -> Linear num_classes;
+//                       parameters conv1.*, conv2.*, fc1.*, fc2.*
+//   torchscript:<path>  torch::jit::load(path); names from named_parameters(recurse)
+// Initialization draws from torch's global generator: seed it before makeModel. A Model is not
+// thread-safe; the tensors that namedParameters() returns alias the model's own.
 
 #include <torch/types.h>
 
@@ -23,7 +32,9 @@ struct ModelSpec {
 class Model {
  public:
   virtual ~Model() = default;
-  // x: float32 [N, C, H, W]; returns logits [N, num_classes].
+  // x: float32 [N, C, H, W]; returns logits [N, num_classes]. A built-in model throws
+  // std::invalid_argument if x is not [N, input_shape...]; a TorchScript one throws
+  // std::runtime_error with the path and the interpreter's one-line reason.
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
   // Trainable parameters in registration order, with their state_dict names.
   virtual std::vector<std::pair<std::string, torch::Tensor>> namedParameters() = 0;

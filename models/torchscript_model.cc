@@ -14,9 +14,16 @@
 namespace cumulus::models {
 namespace {
 
-// torch's messages carry a C++ backtrace and, for scripting errors, pages of source context;
-// the first line says what went wrong.
-std::string firstLine(const std::string& text) {
+// torch's messages carry a C++ backtrace or, from the TorchScript interpreter, pages of source
+// context ending in the Python-style error line ("RuntimeError: ..."). One line says it all.
+std::string reasonOf(const std::string& text) {
+  if (text.find("Traceback of TorchScript") != std::string::npos) {
+    size_t end = text.find_last_not_of("\n ");
+    if (end != std::string::npos) {
+      const size_t begin = text.rfind('\n', end);
+      return text.substr(begin == std::string::npos ? 0 : begin + 1, end - begin);
+    }
+  }
   const size_t end = text.find('\n');
   return end == std::string::npos ? text : text.substr(0, end);
 }
@@ -27,7 +34,16 @@ class TorchScriptModel : public Model {
       : module_(std::move(module)), path_(std::move(path)) {}
 
   torch::Tensor forward(const torch::Tensor& x) override {
-    torch::IValue out = module_.forward({x});
+    torch::IValue out;
+    try {
+      out = module_.forward({x});
+    } catch (const c10::Error& e) {
+      throw std::runtime_error("torchscript model " + path_ +
+                               ": forward failed: " + reasonOf(e.what_without_backtrace()));
+    } catch (const std::exception& e) {  // the interpreter's JITException
+      throw std::runtime_error("torchscript model " + path_ +
+                               ": forward failed: " + reasonOf(e.what()));
+    }
     if (!out.isTensor()) {
       throw std::runtime_error("torchscript model " + path_ + ": forward returned " +
                                out.tagKind() + ", expected a tensor of logits");
@@ -77,10 +93,10 @@ std::unique_ptr<Model> loadTorchScript(const std::string& path) {
     module = torch::jit::load(path, torch::kCPU);
   } catch (const c10::Error& e) {
     throw std::invalid_argument("cannot load TorchScript model " + path + ": " +
-                                firstLine(e.what_without_backtrace()));
+                                reasonOf(e.what_without_backtrace()));
   } catch (const std::exception& e) {
     throw std::invalid_argument("cannot load TorchScript model " + path + ": " +
-                                firstLine(e.what()));
+                                reasonOf(e.what()));
   }
   if (!module.find_method("forward")) {
     throw std::invalid_argument("cannot load TorchScript model " + path +

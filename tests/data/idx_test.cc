@@ -94,6 +94,11 @@ TEST_F(IdxTest, ReadsGzipByMagicWhateverTheName) {
   }
 }
 
+TEST_F(IdxTest, ReadsRawUnderAGzName) {
+  const torch::Tensor t = readIdx(write("c-idx1-ubyte.gz", idxBytes(0x08, {3}, {7, 8, 9})));
+  EXPECT_EQ(t.sum().item<int64_t>(), 24);
+}
+
 TEST_F(IdxTest, ReadsConcatenatedGzipMembers) {
   const Bytes raw = idxBytes(0x08, {4, 5}, iota(20));
   Bytes cat = gzipBytes(Bytes(raw.begin(), raw.begin() + 10));
@@ -111,6 +116,12 @@ TEST_F(IdxTest, MissingFile) {
     FAIL() << "no exception";
   } catch (const DataError& e) {
     EXPECT_EQ(std::string(e.what()), path + ": cannot open: No such file or directory");
+  }
+  try {
+    readIdx(dir_);
+    FAIL() << "no exception";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), dir_ + ": not a regular file");
   }
 }
 
@@ -140,6 +151,14 @@ TEST_F(IdxTest, CorruptGzip) {
   Bytes gz = gzipBytes(idxBytes(0x08, {5000}, iota(5000)));
   gz[3] = 0xE0;  // reserved FLG bits set: zlib rejects the header
   EXPECT_EQ(errorFor(gz, "f.gz"), dir_ + "/f.gz: corrupt gzip data: unknown header flags set");
+  Bytes bad_crc = gzipBytes(idxBytes(0x08, {5000}, iota(5000)));
+  bad_crc[bad_crc.size() - 8] ^= 0xFF;  // the CRC-32 in the trailer
+  EXPECT_EQ(errorFor(bad_crc, "c.gz"), dir_ + "/c.gz: corrupt gzip data: incorrect data check");
+  // A trailer announcing 4 GiB: the buffer reserved for it is capped and never touched.
+  Bytes bad_length = gzipBytes(idxBytes(0x08, {5000}, iota(5000)));
+  for (size_t i = bad_length.size() - 4; i < bad_length.size(); ++i) bad_length[i] = 0xFF;
+  EXPECT_EQ(errorFor(bad_length, "l.gz"),
+            dir_ + "/l.gz: corrupt gzip data: incorrect length check");
   Bytes garbage = gzipBytes(idxBytes(0x08, {4}, iota(4)));
   garbage.insert(garbage.end(), {1, 2, 3});
   EXPECT_EQ(errorFor(garbage, "g.gz"),

@@ -1,5 +1,7 @@
 #include "models/model.h"
 
+#include "tests/models/fixtures.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -16,23 +18,10 @@
 namespace cumulus::models {
 namespace {
 
-const std::string kFixtures = std::string(CUMULUS_SOURCE_DIR) + "/models/fixtures";
-
-// Same as reference_input() in models/fixtures/make_tiny_scripted.py.
-torch::Tensor referenceInput() {
-  const torch::Tensor i = torch::arange(784, torch::kInt64);
-  const torch::Tensor a = ((i * 37) % 101).to(torch::kFloat32) / 100.0;
-  return torch::stack({a, a.flip(0)}).reshape({2, 1, 28, 28});
-}
-
-torch::Tensor readLogits(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << path;
-  std::vector<float> values(20);
-  in.read(reinterpret_cast<char*>(values.data()), 80);
-  EXPECT_EQ(in.gcount(), 80) << path;
-  return torch::tensor(values).reshape({2, 10});
-}
+using fixtures::haveTorchPython;
+using fixtures::kFixtures;
+using fixtures::readLogits;
+using fixtures::referenceInput;
 
 std::unique_ptr<Model> load(const std::string& path) {
   ModelSpec spec;
@@ -95,6 +84,19 @@ TEST(TorchScriptTest, GradientsReachEveryParameter) {
   EXPECT_TRUE(torch::allclose(model->forward(referenceInput()), before + 1.0, 1e-5, 1e-5));
 }
 
+TEST(TorchScriptTest, ForwardErrorNamesTheModel) {
+  const std::string path = kFixtures + "/tiny_scripted.pt";
+  auto model = load(path);
+  try {
+    model->forward(torch::rand({2, 3, 32, 32}));
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "torchscript model " + path +
+                                         ": forward failed: RuntimeError: mat1 and mat2 shapes "
+                                         "cannot be multiplied (2x3072 and 784x32)");
+  }
+}
+
 TEST(TorchScriptTest, MissingFileNamesThePath) {
   EXPECT_EQ(loadError("/nonexistent/dir/model.pt"),
             "cannot load TorchScript model /nonexistent/dir/model.pt: No such file or directory");
@@ -121,7 +123,7 @@ TEST(TorchScriptTest, CorruptFileNamesThePath) {
 // Optional: rebuild the fixture with Debian's Python and torch, and check that the new file gives
 // the committed logits bit for bit (same seed, same torch).
 TEST(TorchScriptTest, RegeneratedFixtureMatches) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+  if (!haveTorchPython()) {
     GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
   }
   char tmpl[] = "/tmp/cumulus-fixture-XXXXXX";
