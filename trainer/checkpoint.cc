@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <functional>
 
 #include "trainer/checkpoint_manifest.h"
 
@@ -28,7 +29,8 @@ const std::vector<std::string>& requiredFiles() {
 // The step of a committed directory name "step-<digits>", or none.
 std::optional<uint64_t> parseStepName(const std::string& name) {
   const size_t prefix = sizeof(kStepPrefix) - 1;
-  if (name.size() <= prefix || name.size() > prefix + 19 || name.compare(0, prefix, kStepPrefix) != 0) {
+  if (name.size() <= prefix || name.size() > prefix + 19 ||
+      name.compare(0, prefix, kStepPrefix) != 0) {
     return std::nullopt;
   }
   uint64_t step = 0;
@@ -107,7 +109,8 @@ void CheckpointManager::saveAsync(CheckpointSnapshot&& snapshot, std::chrono::mi
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!waitLocked(lock, wait)) {
-      throw CheckpointError(dir_ + "/" + in_flight_name_ + ": a background save is still running after " +
+      throw CheckpointError(dir_ + "/" + in_flight_name_ +
+                            ": a background save is still running after " +
                             std::to_string(wait.count()) + " ms; step " +
                             std::to_string(snapshot.state.step()) + " was not saved");
     }
@@ -267,7 +270,8 @@ std::vector<CheckpointInfo> CheckpointManager::list() {
   if (!fs_.exists(dir_)) return out;
   for (const DirEntry& entry : fs_.list(dir_)) {
     if (!entry.is_dir) continue;
-    if (const auto step = parseStepName(entry.name)) out.push_back({dir_ + "/" + entry.name, *step});
+    if (const auto step = parseStepName(entry.name))
+      out.push_back({dir_ + "/" + entry.name, *step});
   }
   // Newest first; equal steps ("step-1" and "step-00000001") by name, for a stable order.
   std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
@@ -276,11 +280,15 @@ std::vector<CheckpointInfo> CheckpointManager::list() {
   return out;
 }
 
-std::optional<CheckpointInfo> CheckpointManager::latestValid(
-    std::vector<CheckpointWarning>& warnings) {
+// Verifies step directories newest first and hands each valid one to `accept` until it returns
+// true (accept may throw CheckpointError to reject one); every rejection becomes a warning.
+std::optional<CheckpointInfo> CheckpointManager::scanNewestFirst(
+    std::vector<CheckpointWarning>& warnings,
+    const std::function<void(const CheckpointInfo&, const VerifiedCheckpoint&)>& accept) {
   for (const CheckpointInfo& info : list()) {
     try {
       const VerifiedCheckpoint verified = verifyCheckpoint(fs_, info.path, requiredFiles());
+      accept(info, verified);
       for (const std::string& name : verified.unlisted) {
         warnings.push_back({info.path, "ignoring " + name + ": not listed in MANIFEST"});
       }
@@ -289,10 +297,38 @@ std::optional<CheckpointInfo> CheckpointManager::latestValid(
       warnings.push_back({info.path, std::string("invalid checkpoint, skipped: ") + e.what()});
     } catch (const FileSystemError& e) {
       warnings.push_back({info.path, std::string("unreadable checkpoint, skipped: ") + e.what()});
+    } catch (const CheckpointError& e) {
+      warnings.push_back({info.path, std::string("undecodable checkpoint, skipped: ") + e.what()});
     }
   }
   return std::nullopt;
 }
+
+std::optional<CheckpointInfo> CheckpointManager::latestValid(
+    std::vector<CheckpointWarning>& warnings) {
+  return scanNewestFirst(warnings, [](const CheckpointInfo&, const VerifiedCheckpoint&) {});
+}
+
+namespace {
+
+// Decodes verified bytes of the checkpoint at `path` (step `step`); throws CheckpointError.
+CheckpointSnapshot decodeVerified(const VerifiedCheckpoint& verified, const std::string& path,
+                                  uint64_t step) {
+  CheckpointSnapshot snapshot;
+  try {
+    snapshot = decodeSnapshot(verified.files, path);
+  } catch (const std::exception& e) {
+    throw CheckpointError(e.what());
+  }
+  if (snapshot.state.step() != step) {
+    throw CheckpointError(path + "/" + kStateFile + ": step " +
+                          std::to_string(snapshot.state.step()) +
+                          " does not match the directory name");
+  }
+  return snapshot;
+}
+
+}  // namespace
 
 CheckpointSnapshot CheckpointManager::load(const std::string& path) {
   const std::optional<uint64_t> step = parseStepName(baseName(path));
@@ -305,18 +341,18 @@ CheckpointSnapshot CheckpointManager::load(const std::string& path) {
   } catch (const FileSystemError& e) {
     throw CheckpointError(path + ": unreadable checkpoint: " + e.what());
   }
+  return decodeVerified(verified, path, *step);
+}
+
+std::optional<std::pair<CheckpointInfo, CheckpointSnapshot>> CheckpointManager::loadLatestValid(
+    std::vector<CheckpointWarning>& warnings) {
   CheckpointSnapshot snapshot;
-  try {
-    snapshot = decodeSnapshot(verified.files, path);
-  } catch (const std::exception& e) {
-    throw CheckpointError(e.what());
-  }
-  if (snapshot.state.step() != *step) {
-    throw CheckpointError(path + "/" + kStateFile + ": step " +
-                          std::to_string(snapshot.state.step()) +
-                          " does not match the directory name");
-  }
-  return snapshot;
+  const std::optional<CheckpointInfo> info =
+      scanNewestFirst(warnings, [&](const CheckpointInfo& info, const VerifiedCheckpoint& v) {
+        snapshot = decodeVerified(v, info.path, info.step);
+      });
+  if (!info) return std::nullopt;
+  return std::make_pair(*info, std::move(snapshot));
 }
 
 std::vector<std::string> CheckpointManager::removeStaleTemporaries() {
@@ -358,7 +394,8 @@ std::vector<CheckpointWarning> CheckpointManager::applyRetention(const std::stri
         ok = true;
       } catch (const std::exception& e) {
         warnings.push_back({info.path, std::string("invalid checkpoint kept (not older than the "
-                                                   "kept ones): ") + e.what()});
+                                                   "kept ones): ") +
+                                           e.what()});
       }
     }
     if (ok) {

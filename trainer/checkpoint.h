@@ -17,12 +17,14 @@
 //
 // One writer per directory: two managers (or processes) saving into the same <dir> is a misuse.
 // Thread-safety: a CheckpointManager is used from one thread (the training thread); it runs at
-// most one background save of its own.
+// most one background save of its own. latestValid and load may run while that save is in
+// flight; a directory that its retention removes meanwhile is then reported as a warning.
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -30,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "trainer/checkpoint_manifest.h"
 #include "trainer/checkpoint_snapshot.h"
 #include "trainer/file_system.h"
 
@@ -48,12 +51,12 @@ struct CheckpointInfo {
 };
 
 struct SaveResult {
-  std::string path;              // the committed directory
+  std::string path;  // the committed directory
   uint64_t step = 0;
-  uint64_t bytes = 0;            // all files, MANIFEST included
-  double encode_seconds = 0;     // pickling and serializing
-  double write_seconds = 0;      // hashing, writing, fsync, rename
-  double retention_seconds = 0;  // verifying and removing older checkpoints
+  uint64_t bytes = 0;                       // all files, MANIFEST included
+  double encode_seconds = 0;                // pickling and serializing
+  double write_seconds = 0;                 // hashing, writing, fsync, rename
+  double retention_seconds = 0;             // verifying and removing older checkpoints
   std::vector<CheckpointWarning> warnings;  // from retention: failed removals, invalid dirs kept
 };
 
@@ -109,6 +112,11 @@ class CheckpointManager {
   // `warnings` with its path and reason; so is a valid one with unlisted files. Throws
   // FileSystemError only if `dir` exists but cannot be listed; a missing `dir` means none.
   std::optional<CheckpointInfo> latestValid(std::vector<CheckpointWarning>& warnings);
+  // What a resume calls: the newest valid checkpoint, loaded, with each file read and hashed once.
+  // A directory that verifies but does not decode (a writer bug) is reported in `warnings` and
+  // the next older one is tried. None if there is no usable checkpoint.
+  std::optional<std::pair<CheckpointInfo, CheckpointSnapshot>> loadLatestValid(
+      std::vector<CheckpointWarning>& warnings);
   // All directories step-N (valid or not, no verification), newest first.
   std::vector<CheckpointInfo> list();
 
@@ -123,6 +131,9 @@ class CheckpointManager {
 
  private:
   SaveResult write(const CheckpointSnapshot& snapshot);
+  std::optional<CheckpointInfo> scanNewestFirst(
+      std::vector<CheckpointWarning>& warnings,
+      const std::function<void(const CheckpointInfo&, const VerifiedCheckpoint&)>& accept);
   void commit(const std::string& tmp, const std::string& final_path);
   std::vector<CheckpointWarning> applyRetention(const std::string& just_saved);
   void ensureDir();
@@ -136,11 +147,11 @@ class CheckpointManager {
 
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
-  std::thread worker_;                   // joined before reuse; only the owner thread touches it
-  bool in_flight_ = false;               // GUARDED_BY(mutex_)
-  std::string in_flight_name_;           // GUARDED_BY(mutex_), "step-00001200"
-  std::exception_ptr error_;             // GUARDED_BY(mutex_)
-  std::vector<SaveResult> completed_;    // GUARDED_BY(mutex_)
+  std::thread worker_;                 // joined before reuse; only the owner thread touches it
+  bool in_flight_ = false;             // GUARDED_BY(mutex_)
+  std::string in_flight_name_;         // GUARDED_BY(mutex_), "step-00001200"
+  std::exception_ptr error_;           // GUARDED_BY(mutex_)
+  std::vector<SaveResult> completed_;  // GUARDED_BY(mutex_)
 };
 
 }  // namespace cumulus::trainer

@@ -14,8 +14,8 @@ const std::string kHeader = "cumulus-checkpoint-manifest " + std::to_string(kMan
 bool validName(std::string_view name) {
   if (name.empty() || name == "." || name == "..") return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
   });
 }
 
@@ -36,13 +36,15 @@ ManifestEntry parseEntry(std::string_view line, size_t line_number) {
   entry.sha256 = std::string(line.substr(0, first));
   const std::string_view size = line.substr(first + 1, second - first - 1);
   entry.name = std::string(line.substr(second + 1));
-  if (!validHex(entry.sha256)) throw InvalidCheckpoint(where + "bad SHA-256 \"" + entry.sha256 + "\"");
+  if (!validHex(entry.sha256))
+    throw InvalidCheckpoint(where + "bad SHA-256 \"" + entry.sha256 + "\"");
   if (size.empty() || size.size() > 19 ||
       !std::all_of(size.begin(), size.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     throw InvalidCheckpoint(where + "bad size \"" + std::string(size) + "\"");
   }
   entry.size = std::stoull(std::string(size));
-  if (!validName(entry.name)) throw InvalidCheckpoint(where + "bad file name \"" + entry.name + "\"");
+  if (!validName(entry.name))
+    throw InvalidCheckpoint(where + "bad file name \"" + entry.name + "\"");
   return entry;
 }
 
@@ -98,8 +100,8 @@ std::vector<ManifestEntry> parseManifest(std::string_view text) {
     }
     ManifestEntry entry = parseEntry(line, line_number);
     if (entry.name == kManifestName || !names.insert(entry.name).second) {
-      throw InvalidCheckpoint("MANIFEST line " + std::to_string(line_number) + ": \"" +
-                              entry.name + "\" listed twice or lists itself");
+      throw InvalidCheckpoint("MANIFEST line " + std::to_string(line_number) + ": \"" + entry.name +
+                              "\" listed twice or lists itself");
     }
     entries.push_back(std::move(entry));
   }

@@ -24,7 +24,7 @@ inline constexpr int kManifestVersion = 1;
 inline constexpr char kManifestName[] = "MANIFEST";
 
 struct ManifestEntry {
-  std::string name;    // a plain file name: [A-Za-z0-9._-]+, not "." or ".."
+  std::string name;  // a plain file name: [A-Za-z0-9._-]+, not "." or ".."
   uint64_t size = 0;
   std::string sha256;  // 64 lower-case hex digits
 };

@@ -73,8 +73,7 @@ NamedTensors cloneTensors(const NamedTensors& tensors) {
   NamedTensors out;
   out.reserve(tensors.size());
   for (const auto& [name, tensor] : tensors) {
-    out.emplace_back(name,
-                     tensor.detach().to(torch::kCPU).clone(at::MemoryFormat::Contiguous));
+    out.emplace_back(name, tensor.detach().to(torch::kCPU).clone(at::MemoryFormat::Contiguous));
   }
   return out;
 }
@@ -103,7 +102,8 @@ OptimizerState optimizerStateFrom(const CheckpointSnapshot& snapshot,
   OptimizerState state;
   const auto name = snapshot.optimizer_scalars.find("name");
   const auto step = snapshot.optimizer_scalars.find("step");
-  if (name == snapshot.optimizer_scalars.end() || !std::holds_alternative<std::string>(name->second)) {
+  if (name == snapshot.optimizer_scalars.end() ||
+      !std::holds_alternative<std::string>(name->second)) {
     throw std::invalid_argument("optimizer state: scalar \"name\" missing or not a string");
   }
   if (step == snapshot.optimizer_scalars.end() || !std::holds_alternative<int64_t>(step->second)) {
@@ -153,9 +153,8 @@ CheckpointSnapshot decodeSnapshot(const std::map<std::string, std::string>& file
                                   const std::string& dir) {
   CheckpointSnapshot snapshot;
   const std::string model_path = dir + "/" + kModelFile;
-  decodeFile(model_path, "a state_dict file", [&] {
-    snapshot.model = tensorsOf(unpickle(fileOf(files, kModelFile, dir)));
-  });
+  decodeFile(model_path, "a state_dict file",
+             [&] { snapshot.model = tensorsOf(unpickle(fileOf(files, kModelFile, dir))); });
   const std::string optim_path = dir + "/" + kOptimizerFile;
   decodeFile(optim_path, "an optimizer state file", [&] {
     const c10::IValue value = unpickle(fileOf(files, kOptimizerFile, dir));
@@ -187,8 +186,8 @@ CheckpointSnapshot decodeSnapshot(const std::map<std::string, std::string>& file
   }
   if (snapshot.state.format_version() != kCheckpointFormatVersion) {
     throw std::runtime_error(state_path + ": format version " +
-                             std::to_string(snapshot.state.format_version()) + ", this build reads " +
-                             std::to_string(kCheckpointFormatVersion));
+                             std::to_string(snapshot.state.format_version()) +
+                             ", this build reads " + std::to_string(kCheckpointFormatVersion));
   }
   return snapshot;
 }

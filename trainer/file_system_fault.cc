@@ -32,8 +32,8 @@ uint64_t FaultInjectingFileSystem::bytesWritten() const {
   return written_;
 }
 
-void FaultInjectingFileSystem::check(const std::optional<PathFault>& fault,
-                                     const std::string& path, const std::string& operation) {
+void FaultInjectingFileSystem::check(const std::optional<PathFault>& fault, const std::string& path,
+                                     const std::string& operation) {
   if (fault && path.find(fault->path_part) != std::string::npos) {
     throw FileSystemError(path, operation, fault->error_code);
   }

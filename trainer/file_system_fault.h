@@ -55,11 +55,11 @@ class FaultInjectingFileSystem : public FileSystem {
 
   FileSystem& base_;
   mutable std::mutex mutex_;
-  uint64_t written_ = 0;                  // GUARDED_BY(mutex_)
-  std::optional<uint64_t> write_limit_;   // GUARDED_BY(mutex_), absolute in written_ units
-  int write_error_ = 0;                   // GUARDED_BY(mutex_)
-  std::optional<PathFault> sync_fault_;   // GUARDED_BY(mutex_)
-  std::optional<PathFault> rename_fault_; // GUARDED_BY(mutex_)
+  uint64_t written_ = 0;                   // GUARDED_BY(mutex_)
+  std::optional<uint64_t> write_limit_;    // GUARDED_BY(mutex_), absolute in written_ units
+  int write_error_ = 0;                    // GUARDED_BY(mutex_)
+  std::optional<PathFault> sync_fault_;    // GUARDED_BY(mutex_)
+  std::optional<PathFault> rename_fault_;  // GUARDED_BY(mutex_)
 };
 
 }  // namespace cumulus::trainer

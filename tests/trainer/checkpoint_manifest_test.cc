@@ -39,9 +39,10 @@ std::string reasonOf(const std::function<void()>& fn) {
 
 TEST(CheckpointManifest, EncodesKnownHashesSortedWithTrailer) {
   const std::string text = encodeManifest({describeFile("b.pt", "abc"), describeFile("a.pb", "")});
-  const std::string body = "cumulus-checkpoint-manifest 1\n"
-                           "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 0 a.pb\n"
-                           + std::string(kAbcSha) + " 3 b.pt\n";
+  const std::string body =
+      "cumulus-checkpoint-manifest 1\n"
+      "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 0 a.pb\n" +
+      std::string(kAbcSha) + " 3 b.pt\n";
   ASSERT_EQ(text.substr(0, body.size()), body);
   EXPECT_EQ(text.size(), body.size() + 4 + 64 + 1);
   const auto entries = parseManifest(text);
@@ -108,8 +109,7 @@ TEST_F(CheckpointVerify, NamesEachKindOfDamage) {
   fs_.writeFile(dir_ + "/model.pt", "model-byt");
   EXPECT_EQ(verifyReason(), "model.pt: size 9 bytes, MANIFEST says 11 (truncated)");
   fs_.writeFile(dir_ + "/model.pt", "model-bytez");
-  EXPECT_EQ(verifyReason(),
-            "model.pt: SHA-256 mismatch (corrupt: content changed after the save)");
+  EXPECT_EQ(verifyReason(), "model.pt: SHA-256 mismatch (corrupt: content changed after the save)");
   fs_.writeFile(dir_ + "/model.pt", "model-bytes");
   fs_.removeAll(dir_ + "/state.pb");
   EXPECT_EQ(verifyReason(), "state.pb listed in MANIFEST but missing");

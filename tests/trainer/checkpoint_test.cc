@@ -91,7 +91,9 @@ std::set<std::string> namesIn(FileSystem& fs, const std::string& dir) {
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  std::string stepDir(uint64_t step) { return tmp_.path() + "/" + CheckpointManager::dirName(step); }
+  std::string stepDir(uint64_t step) {
+    return tmp_.path() + "/" + CheckpointManager::dirName(step);
+  }
   std::optional<CheckpointInfo> latest() {
     warnings_.clear();
     return manager_.latestValid(warnings_);
@@ -212,6 +214,8 @@ TEST_F(CheckpointTest, UnlistedFileIsReportedNotFatal) {
 }
 
 TEST_F(CheckpointTest, UndecodableButListedFileNamesItsPath) {
+  const CheckpointSnapshot older = makeSnapshot(50);
+  manager_.save(older);
   manager_.save(makeSnapshot(100));
   // A MANIFEST that vouches for garbage (a writer bug, not disk damage): decoding must still fail
   // with the file's path.
@@ -224,6 +228,16 @@ TEST_F(CheckpointTest, UndecodableButListedFileNamesItsPath) {
   fs_.writeFile(dir + "/MANIFEST", encodeManifest(entries));
   const std::string error = errorOf([&] { manager_.load(dir); });
   EXPECT_TRUE(contains(error, dir + "/model.pt: not a state_dict file: ")) << error;
+
+  // A resume falls back to the older one.
+  const auto loaded = manager_.loadLatestValid(warnings_);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->first.step, 50u);
+  expectBitIdentical(loaded->second.model, older.model);
+  ASSERT_EQ(warnings_.size(), 1u);
+  EXPECT_TRUE(contains(warnings_[0].str(), dir + ": undecodable checkpoint, skipped: " + dir +
+                                               "/model.pt: not a state_dict file: "))
+      << warnings_[0].str();
 }
 
 TEST_F(CheckpointTest, RetentionKeepsKValidAndNothingUnverified) {
@@ -236,9 +250,8 @@ TEST_F(CheckpointTest, RetentionKeepsKValidAndNothingUnverified) {
   optim[10] ^= 1;
   fs_.writeFile(stepDir(400) + "/optim.pt", optim);
   SaveResult result = manager_.save(makeSnapshot(500));
-  EXPECT_EQ(namesIn(fs_, tmp_.path()),
-            (std::set<std::string>{"step-00000200", "step-00000300", "step-00000400",
-                                   "step-00000500"}));
+  EXPECT_EQ(namesIn(fs_, tmp_.path()), (std::set<std::string>{"step-00000200", "step-00000300",
+                                                              "step-00000400", "step-00000500"}));
   ASSERT_EQ(result.warnings.size(), 1u);
   EXPECT_EQ(result.warnings[0].path, stepDir(400));
 
@@ -260,13 +273,14 @@ TEST_F(CheckpointTest, FullDiskAtAnyPointLeavesOlderCheckpointsIntact) {
   manager_.save(makeSnapshot(150));
   const uint64_t save_bytes = fs_.bytesWritten() - before;
   fs_.removeAll(stepDir(150));
-  for (uint64_t limit : {uint64_t{0}, uint64_t{1}, save_bytes / 3, save_bytes / 2, save_bytes - 5}) {
+  for (uint64_t limit :
+       {uint64_t{0}, uint64_t{1}, save_bytes / 3, save_bytes / 2, save_bytes - 5}) {
     SCOPED_TRACE("ENOSPC after " + std::to_string(limit) + " of " + std::to_string(save_bytes));
     fs_.failWritesAfter(limit);
     const std::string error = errorOf([&] { manager_.save(makeSnapshot(200)); });
     fs_.clear();
-    EXPECT_TRUE(contains(error, "saving checkpoint " + stepDir(200) + " failed: " + stepDir(200) +
-                                    ".tmp/"))
+    EXPECT_TRUE(
+        contains(error, "saving checkpoint " + stepDir(200) + " failed: " + stepDir(200) + ".tmp/"))
         << error;
     EXPECT_TRUE(contains(error, ": write: No space left on device (removed " + stepDir(200) +
                                     ".tmp; older checkpoints are untouched)"))
@@ -284,8 +298,7 @@ TEST_F(CheckpointTest, FsyncAndRenameErrorsFailTheSave) {
                        stepDir(200) + ".tmp/MANIFEST: fsync: Input/output error"));
   fs_.clear();
   fs_.failSyncOf("step-00000200.tmp");  // the directory itself (and its files)
-  EXPECT_TRUE(contains(errorOf([&] { manager_.save(makeSnapshot(200)); }),
-                       ": Input/output error"));
+  EXPECT_TRUE(contains(errorOf([&] { manager_.save(makeSnapshot(200)); }), ": Input/output error"));
   fs_.clear();
   fs_.failRenameTo("step-00000200");
   EXPECT_EQ(errorOf([&] { manager_.save(makeSnapshot(200)); }),
@@ -460,11 +473,12 @@ TEST_F(CheckpointTest, ConvnetSizedSnapshotTimings) {
   ASSERT_TRUE(manager_.waitForPending(milliseconds(120000)));
   const double async_total_ms = msSince(start);
 
-  std::printf("convnet checkpoint: %.1f MB; capture (clone model + export SGD state) %.2f ms; "
-              "save %.1f ms (encode %.1f, write+fsync+rename %.1f, retention %.1f); "
-              "saveAsync stall %.3f ms, background total %.1f ms\n",
-              sync.bytes / 1e6, capture_ms, sync_ms, sync.encode_seconds * 1e3,
-              sync.write_seconds * 1e3, sync.retention_seconds * 1e3, stall_ms, async_total_ms);
+  std::printf(
+      "convnet checkpoint: %.1f MB; capture (clone model + export SGD state) %.2f ms; "
+      "save %.1f ms (encode %.1f, write+fsync+rename %.1f, retention %.1f); "
+      "saveAsync stall %.3f ms, background total %.1f ms\n",
+      sync.bytes / 1e6, capture_ms, sync_ms, sync.encode_seconds * 1e3, sync.write_seconds * 1e3,
+      sync.retention_seconds * 1e3, stall_ms, async_total_ms);
   RecordProperty("capture_ms", std::to_string(capture_ms));
   RecordProperty("save_ms", std::to_string(sync_ms));
   RecordProperty("async_stall_ms", std::to_string(stall_ms));
