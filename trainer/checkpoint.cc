@@ -201,9 +201,15 @@ SaveResult CheckpointManager::write(const CheckpointSnapshot& snapshot) {
 
   start = Clock::now();
   bool renamed = false;
+  std::string replaced;
   try {
     ensureDir();
-    removeStaleTemporaries();
+    try {
+      removeStaleTemporaries();
+    } catch (const FileSystemError& e) {
+      // Leftovers of an older crash must not stop this save.
+      result.warnings.push_back({dir_, std::string("cannot remove a stale .tmp: ") + e.what()});
+    }
     fs_.removeAll(tmp);
     fs_.createDir(tmp);
     std::vector<ManifestEntry> entries;
@@ -217,7 +223,7 @@ SaveResult CheckpointManager::write(const CheckpointSnapshot& snapshot) {
     fs_.writeFile(tmp + "/" + kManifestName, manifest);
     result.bytes += manifest.size();
     fs_.syncDir(tmp);
-    commit(tmp, result.path);
+    replaced = commit(tmp, result.path);
     renamed = true;
     fs_.syncDir(dir_);
   } catch (const FileSystemError& e) {
@@ -234,35 +240,52 @@ SaveResult CheckpointManager::write(const CheckpointSnapshot& snapshot) {
     }
     throw CheckpointError(message);
   }
+  if (!replaced.empty()) {
+    try {
+      fs_.removeAll(replaced);
+    } catch (const FileSystemError& e) {
+      result.warnings.push_back(
+          {replaced, std::string("cannot remove the replaced copy: ") + e.what()});
+    }
+  }
   result.write_seconds = secondsSince(start);
 
   start = Clock::now();
-  result.warnings = applyRetention(result.path);
+  for (CheckpointWarning& w : applyRetention(result.path)) result.warnings.push_back(std::move(w));
   result.retention_seconds = secondsSince(start);
   return result;
 }
 
 // Puts the complete `tmp` in place as `final_path`. A directory already at `final_path` (a save
-// of the same step again, after a resume) is swapped out atomically where renameat2 works and then
-// removed; elsewhere it is moved aside first, which leaves a window without that step (older
-// checkpoints stay valid throughout).
-void CheckpointManager::commit(const std::string& tmp, const std::string& final_path) {
+// of the same step again, after a resume) is swapped out atomically where renameat2 works;
+// elsewhere it is moved aside first, which leaves a short window without that step (older
+// checkpoints stay valid throughout). Returns the path now holding the replaced directory, for
+// the caller to remove once the parent directory is synced, or "" if nothing was replaced.
+std::string CheckpointManager::commit(const std::string& tmp, const std::string& final_path) {
   if (!fs_.exists(final_path)) {
     fs_.rename(tmp, final_path);
-    return;
+    return "";
   }
-  std::string replaced = tmp;
   try {
     fs_.exchange(tmp, final_path);
+    return tmp;
   } catch (const FileSystemError& e) {
     if (e.errorCode() != EINVAL && e.errorCode() != ENOSYS && e.errorCode() != ENOTSUP) throw;
-    replaced = final_path + ".old" + kTmpSuffix;
-    fs_.removeAll(replaced);
-    fs_.rename(final_path, replaced);
-    fs_.rename(tmp, final_path);
   }
-  fs_.syncDir(dir_);
+  const std::string replaced = final_path + ".old" + kTmpSuffix;
   fs_.removeAll(replaced);
+  fs_.rename(final_path, replaced);
+  try {
+    fs_.rename(tmp, final_path);
+  } catch (const FileSystemError&) {
+    try {
+      fs_.rename(replaced, final_path);  // put the old one back rather than lose it
+    } catch (const FileSystemError&) {
+      // The error that matters is the first one; the old copy stays under `replaced`.
+    }
+    throw;
+  }
+  return replaced;
 }
 
 std::vector<CheckpointInfo> CheckpointManager::list() {

@@ -134,7 +134,7 @@ class CheckpointManager {
   std::optional<CheckpointInfo> scanNewestFirst(
       std::vector<CheckpointWarning>& warnings,
       const std::function<void(const CheckpointInfo&, const VerifiedCheckpoint&)>& accept);
-  void commit(const std::string& tmp, const std::string& final_path);
+  std::string commit(const std::string& tmp, const std::string& final_path);
   std::vector<CheckpointWarning> applyRetention(const std::string& just_saved);
   void ensureDir();
   // Waits for the background thread under `lock`; returns false on timeout.

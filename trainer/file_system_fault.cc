@@ -3,6 +3,14 @@
 #include <algorithm>
 
 namespace cumulus::trainer {
+namespace {
+
+bool endsWith(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
 
 void FaultInjectingFileSystem::failWritesAfter(uint64_t bytes, int error_code) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -10,18 +18,24 @@ void FaultInjectingFileSystem::failWritesAfter(uint64_t bytes, int error_code) {
   write_error_ = error_code;
 }
 
-void FaultInjectingFileSystem::failSyncOf(const std::string& path_part, int error_code) {
+void FaultInjectingFileSystem::failSyncOf(const std::string& suffix, int error_code) {
   std::lock_guard<std::mutex> lock(mutex_);
-  sync_fault_ = PathFault{path_part, error_code};
+  sync_fault_ = PathFault{suffix, error_code};
 }
 
-void FaultInjectingFileSystem::failRenameTo(const std::string& path_part, int error_code) {
+void FaultInjectingFileSystem::failRenameTo(const std::string& suffix, int error_code, int times) {
   std::lock_guard<std::mutex> lock(mutex_);
-  rename_fault_ = PathFault{path_part, error_code};
+  rename_fault_ = PathFault{suffix, error_code, times};
+}
+
+void FaultInjectingFileSystem::disableExchange() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  exchange_disabled_ = true;
 }
 
 void FaultInjectingFileSystem::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
+  exchange_disabled_ = false;
   write_limit_.reset();
   sync_fault_.reset();
   rename_fault_.reset();
@@ -34,7 +48,7 @@ uint64_t FaultInjectingFileSystem::bytesWritten() const {
 
 void FaultInjectingFileSystem::check(const std::optional<PathFault>& fault, const std::string& path,
                                      const std::string& operation) {
-  if (fault && path.find(fault->path_part) != std::string::npos) {
+  if (fault && endsWith(path, fault->suffix)) {
     throw FileSystemError(path, operation, fault->error_code);
   }
 }
@@ -64,7 +78,8 @@ void FaultInjectingFileSystem::writeFile(const std::string& path, std::string_vi
 void FaultInjectingFileSystem::rename(const std::string& from, const std::string& to) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (rename_fault_ && to.find(rename_fault_->path_part) != std::string::npos) {
+    if (rename_fault_ && rename_fault_->times != 0 && endsWith(to, rename_fault_->suffix)) {
+      --rename_fault_->times;
       throw FileSystemError(to, "rename from " + from, rename_fault_->error_code);
     }
   }
@@ -74,7 +89,9 @@ void FaultInjectingFileSystem::rename(const std::string& from, const std::string
 void FaultInjectingFileSystem::exchange(const std::string& a, const std::string& b) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (rename_fault_ && b.find(rename_fault_->path_part) != std::string::npos) {
+    if (exchange_disabled_) throw FileSystemError(b, "exchange with " + a, ENOSYS);
+    if (rename_fault_ && rename_fault_->times != 0 && endsWith(b, rename_fault_->suffix)) {
+      --rename_fault_->times;
       throw FileSystemError(b, "exchange with " + a, rename_fault_->error_code);
     }
   }

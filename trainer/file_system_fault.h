@@ -4,9 +4,9 @@
 //   - a full disk: once `bytes` more bytes have been written in total, the write that crosses the
 //     limit stores only the part below it and fails with ENOSPC (or another errno), as write(2)
 //     does after a short write; later writes fail at once;
-//   - a failing fsync: the next fsync of a file or directory whose path contains a substring
+//   - a failing fsync: every fsync of a file or directory whose path ends with a given suffix
 //     fails with EIO after the data was written (the kernel's "lost write" report);
-//   - a failing rename.
+//   - a failing rename, or a file system without renameat2's RENAME_EXCHANGE.
 // Faults stay armed until clear(). Thread-safe: the background checkpoint writer may call it while
 // the test thread arms faults.
 
@@ -26,10 +26,13 @@ class FaultInjectingFileSystem : public FileSystem {
 
   // Fails writes once `bytes` more bytes have been written (counting from this call).
   void failWritesAfter(uint64_t bytes, int error_code = ENOSPC);
-  // Fails every fsync (file or directory) whose path contains `path_part`.
-  void failSyncOf(const std::string& path_part, int error_code = EIO);
-  // Fails every rename whose destination contains `path_part`.
-  void failRenameTo(const std::string& path_part, int error_code = EIO);
+  // Fails every fsync (file or directory) whose path ends with `suffix`.
+  void failSyncOf(const std::string& suffix, int error_code = EIO);
+  // Fails the next `times` renames (or exchanges) whose destination ends with `suffix`; times < 0:
+  // all of them.
+  void failRenameTo(const std::string& suffix, int error_code = EIO, int times = -1);
+  // Makes exchange() fail with ENOSYS, like a file system without renameat2 (until clear()).
+  void disableExchange();
   void clear();
   // Bytes written through this object since construction.
   uint64_t bytesWritten() const;
@@ -46,8 +49,9 @@ class FaultInjectingFileSystem : public FileSystem {
 
  private:
   struct PathFault {
-    std::string path_part;
+    std::string suffix;
     int error_code = 0;
+    int times = -1;  // failures left; < 0: unlimited
   };
   // Throws if `fault` is armed and matches `path`.
   static void check(const std::optional<PathFault>& fault, const std::string& path,
@@ -59,6 +63,7 @@ class FaultInjectingFileSystem : public FileSystem {
   std::optional<uint64_t> write_limit_;    // GUARDED_BY(mutex_), absolute in written_ units
   int write_error_ = 0;                    // GUARDED_BY(mutex_)
   std::optional<PathFault> sync_fault_;    // GUARDED_BY(mutex_)
+  bool exchange_disabled_ = false;         // GUARDED_BY(mutex_)
   std::optional<PathFault> rename_fault_;  // GUARDED_BY(mutex_)
 };
 

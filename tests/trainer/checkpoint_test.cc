@@ -297,8 +297,11 @@ TEST_F(CheckpointTest, FsyncAndRenameErrorsFailTheSave) {
   EXPECT_TRUE(contains(errorOf([&] { manager_.save(makeSnapshot(200)); }),
                        stepDir(200) + ".tmp/MANIFEST: fsync: Input/output error"));
   fs_.clear();
-  fs_.failSyncOf("step-00000200.tmp");  // the directory itself (and its files)
-  EXPECT_TRUE(contains(errorOf([&] { manager_.save(makeSnapshot(200)); }), ": Input/output error"));
+  fs_.failSyncOf("step-00000200.tmp");  // the directory, after its files
+  EXPECT_EQ(errorOf([&] { manager_.save(makeSnapshot(200)); }),
+            "saving checkpoint " + stepDir(200) + " failed: " + stepDir(200) +
+                ".tmp: fsync directory: Input/output error (removed " + stepDir(200) +
+                ".tmp; older checkpoints are untouched)");
   fs_.clear();
   fs_.failRenameTo("step-00000200");
   EXPECT_EQ(errorOf([&] { manager_.save(makeSnapshot(200)); }),
@@ -307,14 +310,37 @@ TEST_F(CheckpointTest, FsyncAndRenameErrorsFailTheSave) {
                 ".tmp; older checkpoints are untouched)");
   fs_.clear();
   EXPECT_EQ(namesIn(fs_, tmp_.path()), std::set<std::string>{"step-00000100"});
+
+  // After the rename the new checkpoint is complete; the error says its durability is unknown.
+  fs_.failSyncOf(tmp_.path());
+  EXPECT_EQ(errorOf([&] { manager_.save(makeSnapshot(200)); }),
+            "saving checkpoint " + stepDir(200) + " failed: " + tmp_.path() +
+                ": fsync directory: Input/output error (after the rename: the checkpoint is "
+                "complete but may not survive a crash)");
+  fs_.clear();
+  EXPECT_EQ(latest()->step, 200u);
 }
 
 TEST_F(CheckpointTest, SavingTheSameStepAgainReplacesIt) {
   manager_.save(makeSnapshot(100, 1));
   const CheckpointSnapshot second = makeSnapshot(100, 2);
-  manager_.save(second);
+  manager_.save(second);  // renameat2 exchange where the file system has it
   EXPECT_EQ(namesIn(fs_, tmp_.path()), std::set<std::string>{"step-00000100"});
   expectBitIdentical(manager_.load(stepDir(100)).model, second.model);
+
+  fs_.disableExchange();  // the move-aside fallback
+  const CheckpointSnapshot third = makeSnapshot(100, 3);
+  manager_.save(third);
+  EXPECT_EQ(namesIn(fs_, tmp_.path()), std::set<std::string>{"step-00000100"});
+  expectBitIdentical(manager_.load(stepDir(100)).model, third.model);
+
+  // If the second rename of the fallback fails, the old copy is put back.
+  fs_.failRenameTo("/step-00000100", EIO, 1);
+  EXPECT_TRUE(contains(errorOf([&] { manager_.save(makeSnapshot(100, 4)); }),
+                       stepDir(100) + ": rename from "));
+  fs_.clear();
+  EXPECT_EQ(namesIn(fs_, tmp_.path()), std::set<std::string>{"step-00000100"});
+  expectBitIdentical(manager_.load(stepDir(100)).model, third.model);
 }
 
 TEST_F(CheckpointTest, AsyncSnapshotIsImmutableWhileTrainingGoesOn) {
