@@ -371,10 +371,13 @@ TEST_F(CheckpointTest, BackgroundErrorsSurfaceOnTheNextCall) {
   manager_.saveAsync(makeSnapshot(300));  // still full
   while (manager_.pending()) std::this_thread::sleep_for(milliseconds(1));
   fs_.clear();
-  // The next save waits for the failed one and throws its error instead of saving.
-  EXPECT_TRUE(contains(errorOf([&] { manager_.saveAsync(makeSnapshot(400)); }),
+  // The next save waits for the failed one and throws its error instead of saving; the snapshot
+  // it was given is left intact for a retry.
+  CheckpointSnapshot retry = makeSnapshot(400);
+  EXPECT_TRUE(contains(errorOf([&] { manager_.saveAsync(std::move(retry)); }),
                        stepDir(300) + ".tmp/model.pt: write: No space left on device"));
-  manager_.saveAsync(makeSnapshot(400));
+  ASSERT_EQ(retry.model.size(), 4u);
+  manager_.saveAsync(std::move(retry));
   ASSERT_TRUE(manager_.waitForPending(milliseconds(60000)));
   EXPECT_EQ(latest()->step, 400u);
 }
