@@ -153,6 +153,22 @@ TEST_F(CheckpointTest, InterruptedSavesAreIgnoredAndCleanedUp) {
   EXPECT_EQ(namesIn(fs_, tmp_.path()), (std::set<std::string>{"step-00000300", "step-00000400"}));
 }
 
+TEST_F(CheckpointTest, CreatesParentsAndOrdersStepsNumerically) {
+  const std::string nested = tmp_.path() + "/runs/a/ckpt";
+  CheckpointManager manager(nested, 2, fs_);
+  std::vector<CheckpointWarning> warnings;
+  EXPECT_FALSE(manager.latestValid(warnings).has_value());  // no directory yet: no checkpoint
+  EXPECT_TRUE(warnings.empty());
+  manager.save(makeSnapshot(99999999));
+  manager.save(makeSnapshot(100000000));  // nine digits: newer although "1" < "9"
+  EXPECT_EQ(CheckpointManager::dirName(100000000), "step-100000000");
+  EXPECT_EQ(manager.latestValid(warnings)->step, 100000000u);
+  manager.save(makeSnapshot(100000001));
+  EXPECT_EQ(namesIn(fs_, nested), (std::set<std::string>{"step-100000000", "step-100000001"}));
+  EXPECT_TRUE(contains(errorOf([&] { manager.load(nested + "/not-a-step"); }),
+                       nested + "/not-a-step: not a checkpoint directory name"));
+}
+
 // One kind of damage done to the newest of two checkpoints, and what verification must say.
 struct Damage {
   const char* label;
