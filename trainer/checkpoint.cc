@@ -169,6 +169,7 @@ std::vector<SaveResult> CheckpointManager::takeCompleted() {
   return std::exchange(completed_, {});
 }
 
+// mkdir -p dir_, with each created directory's parent fsynced.
 void CheckpointManager::ensureDir() {
   std::string prefix;
   size_t pos = 0;
@@ -180,7 +181,11 @@ void CheckpointManager::ensureDir() {
       fs_.createDir(prefix);
     } catch (const FileSystemError& e) {
       if (e.errorCode() != EEXIST) throw;
+      continue;
     }
+    // A new directory's own name must be durable too, or a crash can lose the whole tree.
+    const size_t slash = prefix.rfind('/');
+    fs_.syncDir(slash == std::string::npos ? "." : slash == 0 ? "/" : prefix.substr(0, slash));
   }
 }
 
