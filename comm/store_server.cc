@@ -66,7 +66,7 @@ class StoreService final : public proto::Store::Service {
       int64_t value = 0;
       auto it = data_.find(request->key());
       if (it != data_.end() && !parseInt(it->second, &value))
-        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             "key '" + request->key() + "' holds a non-integer value");
       value += request->delta();
       data_[request->key()] = std::to_string(value);

@@ -75,8 +75,8 @@ TEST(StoreClientTest, UnreachableEndpointErrorNamesItAndHowLongItWasTried) {
   } catch (const CommError& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kStore);
     EXPECT_EQ(e.peer(), -1);
-    EXPECT_THAT(e.what(),
-                HasSubstr("store 127.0.0.1:" + std::to_string(port) + " unreachable for 0.6 s (connection refused)"));
+    EXPECT_THAT(e.what(), HasSubstr("store 127.0.0.1:" + std::to_string(port) +
+                                    " unreachable for 0.6 s (connection refused)"));
   }
   const double took = seconds(Clock::now() - start);
   EXPECT_GE(took, 0.55);
