@@ -7,11 +7,11 @@
 #
 #   bench/compare_gloo.sh [--sizes 4K:64M] [--factor 4] [--worlds "2 4"] [--rounds 2]
 #                         [--algos "ring tree funnel"] [--bin build/bin/cumulus-bench]
-#                         [--out bench/results/compare_gloo.jsonl]
+#                         [--out bench/results/compare_gloo.jsonl] [--cost-model PATH]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 sizes="4K:64M"; factor=4; worlds="2 4"; rounds=2; algos="ring tree funnel"
-bin="$here/../build/bin/cumulus-bench"; out="$here/results/compare_gloo.jsonl"
+bin="$here/../build/bin/cumulus-bench"; out="$here/results/compare_gloo.jsonl"; model_args=()
 python=/usr/bin/python3  # Debian's, with torch; the first python3 on PATH may lack it
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -22,6 +22,7 @@ while [ $# -gt 0 ]; do
     --algos) algos="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --cost-model) model_args=(--cost-model "$2"); shift 2 ;;
     *) echo "compare_gloo.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -60,7 +61,7 @@ for world in $worlds; do
     for algo in $algos; do
       echo "# world $world round $round: cumulus $algo" >&2
       "$bin" allreduce --algo "$algo" --world-size "$world" --sizes "$sizes" --factor "$factor" \
-        | grep '^{' >> "$out"
+        "${model_args[@]}" | grep '^{' >> "$out"
     done
     echo "# world $world round $round: gloo" >&2
     run_gloo "$world" | grep '^{' >> "$out"

@@ -7,6 +7,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "comm/communicator.h"
+#include "comm/memory_store.h"
 #include "comm/parameter_server.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "tests/comm/rpc_test_util.h"
@@ -248,6 +250,33 @@ TEST(FunnelTest, ServerShutdownMidStepFailsTheWaitingRanks) {
     EXPECT_EQ(e.kind(), ErrorKind::kPeerClosed);
     EXPECT_THAT(e.what(), HasSubstr("parameter server shutting down"));
   }
+}
+
+// The seam of comm/algorithm.h: a Communicator with Algorithm::kFunnel delegates to the
+// FunnelClient, whose seq numbers advance with the communicator's.
+TEST(FunnelTest, CommunicatorRunsTheFunnelThroughItsRemoteReducer) {
+  constexpr int kWorld = 3;
+  ParameterServer server("", 0, kToken, kWorld);
+  MemoryStore store;
+  auto errors = testing::spawn(kWorld, [&](int rank) {
+    FunnelClient funnel("", server.port(), kToken, rank, kWorld);
+    CommunicatorOptions options;
+    options.jobToken = kToken;
+    options.timeout = 10s;
+    options.remoteReducer = &funnel;
+    Communicator comm(rank, kWorld, store, options);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<int64_t> data(5000, rank + step);
+      Buffer buffer{data.data(), data.size(), DType::kInt64};
+      AllreduceOptions reduce;
+      reduce.algorithm = Algorithm::kFunnel;
+      reduce.op = ReduceOp::kMax;
+      comm.allreduce(buffer, reduce);
+      for (int64_t v : data)
+        if (v != kWorld - 1 + step) throw std::runtime_error("wrong max " + std::to_string(v));
+    }
+  });
+  testing::expectNoErrors(errors);
 }
 
 }  // namespace

@@ -3,11 +3,13 @@
 #include "comm/store_client.h"
 
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "comm/store_server.h"
+#include "proto/store.grpc.pb.h"
 #include "tests/comm/rpc_test_util.h"
 
 namespace cumulus::comm {
@@ -121,6 +123,43 @@ TEST(StoreClientTest, ShutdownWakesEveryBlockedGet) {
   EXPECT_LT(seconds(Clock::now() - start), 3.0);
   stopper.join();
   for (const auto& error : errors) EXPECT_EQ(testing::commErrorOf(error).kind(), ErrorKind::kStore);
+}
+
+// A client that gives up (deadline) while the server blocks on its behalf must not leave a
+// handler behind: shutdown() would then wait for it.
+TEST(StoreClientTest, ServerSideWaitEndsAtTheClientsDeadline) {
+  StoreServer server("", 0, "t");
+  auto stub = proto::Store::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.AddMetadata("x-cumulus-token", "t");
+  context.set_deadline(std::chrono::system_clock::now() + 200ms);
+  proto::WaitRequest request;
+  request.add_keys("never");
+  request.set_wait_ms(60000);  // far beyond the deadline
+  proto::WaitResponse response;
+  const auto start = Clock::now();
+  const grpc::Status status = stub->Wait(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(seconds(Clock::now() - start), 1.5);
+  // The handler notices the expired deadline within its poll interval, without any shutdown.
+  const auto wait_start = Clock::now();
+  while (server.blockedCalls() > 0 && Clock::now() - wait_start < 2s)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server.blockedCalls(), 0);
+  EXPECT_LT(seconds(Clock::now() - start), 0.8);
+}
+
+TEST(StoreClientTest, BlockedCallsCountsWaitingHandlers) {
+  StoreServer server("", 0, "t");
+  StoreClient client("127.0.0.1", server.port(), "t");
+  std::thread waiter([&] { client.get("soon", 5s); });
+  const auto start = Clock::now();
+  while (server.blockedCalls() == 0 && Clock::now() - start < 2s) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(server.blockedCalls(), 1);
+  client.set("soon", "v");
+  waiter.join();
+  EXPECT_EQ(server.blockedCalls(), 0);
 }
 
 }  // namespace
