@@ -6,8 +6,10 @@
 // options.timeout expires (CommError kRendezvous / kUnauthorized / kBadFrame / kStore).
 //
 // Every collective must be called by all ranks in the same order with matching arguments (same
-// count and dtype; same root; same op). Each call gets the next sequence number; frames carry it,
-// so a rank that disagrees is detected (kBadFrame) instead of silently mixing data.
+// count and dtype; same root; same op; the same algorithm, so kAuto needs the same cost model on
+// every rank). Each call gets the next sequence number; frames carry it, so a rank that disagrees
+// is detected (kBadFrame or, if it waits for a message that never comes, kTimeout) instead of
+// silently mixing data.
 //
 // Blocking calls run on the caller's thread (no hand-off: the latency path is one poll loop).
 // The *Async variants queue the operation on the communicator's background thread and return a

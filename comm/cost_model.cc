@@ -11,16 +11,19 @@
 namespace cumulus::comm {
 namespace {
 
-// Measured on the development VM (2 vCPUs, Xeon, loopback TCP), by the commands in the commit
-// that set them (build/bin/comm_perf):
-// - α: half the round trip of a 4 KiB tree all-reduce step between two processes, less the
-//   bytes' share: ~12 µs per message, including the poll() wake-up.
-// - β: one loopback stream moves 4.1 GB/s → 0.24 ns/B; with both directions of a ring busy on
-//   2 cores it is nearer 0.35 ns/B, which is what we use.
-// - γ: float32 sum kernel, 1 MiB operands, AVX2 clone: ~0.08 ns/B (~12 GB/s of output).
-constexpr double kDefaultAlpha = 12e-6;
-constexpr double kDefaultBeta = 0.35e-9;
-constexpr double kDefaultGamma = 0.08e-9;
+// Measured on the development VM (2 vCPUs, Xeon with AVX-512, loopback TCP, BBR), with
+// tests/comm/comm_perf (ranks as processes; its cpu figure is the CPU time of all ranks per op,
+// which the other tenants of the box cannot inflate the way they inflate the wall clock):
+// - α: a 4 KiB tree all-reduce takes ~6 µs per op at p=2 (2 messages) and ~20 µs at p=4
+//   (4 messages); a ring step at p=4 costs ~11 µs (4 processes share 2 cores, so a step waits
+//   for a wake-up). 10 µs per message.
+// - β: a 64 MiB ring all-reduce at p=2 costs ~41 ms of CPU per op over both ranks, i.e.
+//   ~21 ms on 2 idle cores for n = 64 MiB moved per rank: 0.3 ns/B (both copies of TCP included).
+// - γ: the float32 sum kernel (AVX2 clone) on a hot 512 KiB landing segment and a cold
+//   destination: 0.1 ns/B (0.04 ns/B when both are in cache, 0.19 when both are cold).
+constexpr double kDefaultAlpha = 10e-6;
+constexpr double kDefaultBeta = 0.3e-9;
+constexpr double kDefaultGamma = 0.1e-9;
 
 int ceilLog2(int p) {
   int levels = 0;

@@ -12,9 +12,9 @@
 //
 // File format (text, one "key value" per line, '#' starts a comment, all three keys required):
 //   # cumulus cost model
-//   alpha_s 1.5e-05
-//   beta_s_per_byte 2.4e-10
-//   gamma_s_per_byte 1.0e-10
+//   alpha_s 1e-05
+//   beta_s_per_byte 3e-10
+//   gamma_s_per_byte 1e-10
 //
 // Thread-safety: a CostModel is an immutable value after construction; copy freely.
 
@@ -37,7 +37,8 @@ class CostModel {
   // Predicted seconds for an all-reduce of `bytes` on `world` ranks. kAuto is the pick's time.
   double predict(Algorithm algorithm, double bytes, int world, bool funnelAvailable = false) const;
   // argmin over tree, ring (and funnel when a RemoteReducer is present); ties go to tree, then
-  // ring. Never returns kAuto.
+  // ring. Never returns kAuto. Note: with one (α, β, γ) for all three, funnel never beats tree
+  // (p−1 ≥ ⌈log₂p⌉ term by term), so funnel is only ever chosen explicitly.
   Algorithm pick(double bytes, int world, bool funnelAvailable = false) const;
 
   // Throws std::runtime_error naming the path (and line) when it cannot be written / parsed:

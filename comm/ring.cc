@@ -31,9 +31,12 @@ RingPass::RingPass(const Collective& c, void* base, DType dtype, ReduceOp op,
       firstStep_(firstStep),
       lastStep_(lastStep),
       elemSize_(elementSize(dtype)) {
-  segElems_ = std::max<size_t>(1, c.segmentBytes / elemSize_);
   size_t largest = 0;
   for (const Chunk& chunk : chunks_) largest = std::max(largest, chunk.count);
+  // At least kMinSegmentsPerChunk segments per chunk (down to kMinSegmentBytes), so that mid-size
+  // buffers pipeline too; at most the configured segment.
+  const size_t wanted = std::max(kMinSegmentBytes, largest * elemSize_ / kMinSegmentsPerChunk);
+  segElems_ = std::max<size_t>(1, std::min(c.segmentBytes, wanted) / elemSize_);
   segsPerStep_ = (largest + segElems_ - 1) / segElems_;
 }
 
@@ -102,6 +105,7 @@ void ringAllreduce(const Collective& c, Buffer& buffer, ReduceOp op) {
 void ringReduceScatter(const Collective& c, const Buffer& input, Buffer& output, ReduceOp op) {
   const size_t block = output.count;
   const size_t esize = elementSize(input.dtype);
+  if (block == 0) return;  // nothing moves (and memcpy must not see null pointers)
   if (c.world == 1) {
     if (output.data != input.data) std::memmove(output.data, input.data, block * esize);
     return;
@@ -119,6 +123,7 @@ void ringReduceScatter(const Collective& c, const Buffer& input, Buffer& output,
 void ringAllgather(const Collective& c, const Buffer& input, Buffer& output) {
   const size_t block = input.count;
   const size_t esize = elementSize(input.dtype);
+  if (block == 0) return;
   auto* mine = static_cast<uint8_t*>(output.data) + static_cast<size_t>(c.rank) * block * esize;
   if (mine != input.data) std::memmove(mine, input.data, block * esize);
   std::vector<RingPass::Chunk> chunks(static_cast<size_t>(c.world));

@@ -8,9 +8,15 @@
 // the fully reduced chunk r. The summation order of each element is fixed by (p, rank layout),
 // so results are bit-identical from run to run.
 //
-// Segments: each chunk is sent as segments of Collective::segmentBytes. 512 KiB measured best on
-// the 2-core development VM over loopback (64 MiB float32, p=2 and 4: 256 KiB and 1 MiB were
-// within a few percent, 64 KiB ~10% slower).
+// Segments: each chunk is sent as segments of Collective::segmentBytes. 512 KiB is the default
+// because it cost the least CPU per 64 MiB float32 all-reduce on the 2-core development VM
+// (tests/comm/comm_perf, all ranks' CPU per op, p=2 / p=4): 64 KiB 45.9 / 157 ms,
+// 256 KiB 42.8 / 134 ms, 512 KiB 42.2 / 134 ms, 1 MiB 44.6 / 136 ms, 2 MiB 47.2 / 133 ms.
+// Smaller segments pay more headers, syscalls and wake-ups; larger ones fall out of L2 between
+// landing and reduction. A chunk is nevertheless cut into at least kMinSegmentsPerChunk segments
+// (never below kMinSegmentBytes), because with one or two segments per step the ring cannot
+// pipeline and half the ranks wait: at 4 MiB, p=4 the ring used ~5.5 ms of CPU but took 5.4 ms
+// of wall time with 512 KiB segments; with 256 KiB it took 2.7-4.7 ms (shared, noisy VM).
 //
 // Blocking, throws CommError (see transfer.h). Not thread-safe (uses the Collective's scratch).
 
@@ -26,6 +32,9 @@ namespace cumulus::comm {
 // at [c]) of the buffer at `base`. Steps 0..p−2 are the reduce-scatter (received segments are
 // reduced with `op`; kAvg divides the owned chunk by p at its last step); steps p−1..2p−3 the
 // all-gather (received segments land straight in place).
+constexpr size_t kMinSegmentsPerChunk = 4;
+constexpr size_t kMinSegmentBytes = 64 * 1024;
+
 class RingPass {
  public:
   struct Chunk {

@@ -1,6 +1,7 @@
 #include "comm/tree.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "comm/reduce.h"
 

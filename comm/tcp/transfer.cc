@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -22,11 +23,15 @@ class Engine {
 
   void run() {
     skipEmptyRecvs();
+    // A direction is "blocked" once a call moved less than asked (the socket is drained / full);
+    // it is retried only after poll() says it is ready, so no syscall is spent on a sure EAGAIN.
+    // Sending goes first: at the start of a step the data to receive is rarely there yet.
     while (sent_ < t_.sendUnits || received_ < t_.recvUnits) {
-      bool progress = false;
-      if (received_ < t_.recvUnits) progress |= pumpRecv();
-      if (sendReady()) progress |= pumpSend();
-      if (!progress) waitReady();
+      if (!sendBlocked_ && sendReady()) pumpSend();
+      if (!recvBlocked_ && received_ < t_.recvUnits) pumpRecv();
+      const bool canSend = !sendBlocked_ && sendReady();
+      const bool canRecv = !recvBlocked_ && received_ < t_.recvUnits;
+      if (!canSend && !canRecv && (sent_ < t_.sendUnits || received_ < t_.recvUnits)) waitReady();
     }
   }
 
@@ -70,9 +75,13 @@ class Engine {
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = n;
+      const size_t asked = iov[0].iov_len + (n > 1 ? iov[1].iov_len : 0);
       ssize_t rc = ::sendmsg(t_.sendTo->fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (rc < 0) {
-        if (wouldBlock(errno)) return progress;
+        if (wouldBlock(errno)) {
+          sendBlocked_ = errno != EINTR;
+          return progress;
+        }
         fail(ErrorKind::kPeerClosed, t_.sendTo->peer(),
              std::string("send failed: ") + std::strerror(errno));
       }
@@ -81,6 +90,10 @@ class Engine {
       if (sendOffset_ == kFrameHeaderBytes + sendSpan_.bytes) {
         ++sent_;
         sendLoaded_ = false;
+      }
+      if (static_cast<size_t>(rc) < asked) {
+        sendBlocked_ = true;  // the send buffer is full
+        return progress;
       }
     }
     return progress;
@@ -114,6 +127,7 @@ class Engine {
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = n;
+      const size_t asked = iov[0].iov_len + (n > 1 ? iov[1].iov_len : 0);
       ssize_t rc = ::recvmsg(t_.recvFrom->fd(), &msg, MSG_DONTWAIT);
       if (rc == 0) {
         fail(ErrorKind::kPeerClosed, t_.recvFrom->peer(),
@@ -121,7 +135,10 @@ class Engine {
                  std::to_string(t_.recvUnits) + " messages");
       }
       if (rc < 0) {
-        if (wouldBlock(errno)) return progress;
+        if (wouldBlock(errno)) {
+          recvBlocked_ = errno != EINTR;
+          return progress;
+        }
         fail(ErrorKind::kPeerClosed, t_.recvFrom->peer(),
              std::string("receive failed: ") + std::strerror(errno));
       }
@@ -133,6 +150,10 @@ class Engine {
         if (t_.onReceived) t_.onReceived(received_);
         ++received_;
         skipEmptyRecvs();
+      }
+      if (static_cast<size_t>(rc) < asked) {
+        recvBlocked_ = true;  // drained for now
+        return progress;
       }
     }
     return progress;
@@ -171,7 +192,7 @@ class Engine {
     pollfd fds[2];
     int n = 0;
     const bool wantRecv = received_ < t_.recvUnits;
-    const bool wantSend = sendReady();
+    const bool wantSend = sendReady();  // false while gated: then a receive is pending
     if (wantRecv) fds[n++] = {t_.recvFrom->fd(), POLLIN, 0};
     if (wantSend) {
       if (n == 1 && fds[0].fd == t_.sendTo->fd()) {
@@ -192,7 +213,17 @@ class Engine {
                ", sent " + std::to_string(sent_) + "/" + std::to_string(t_.sendUnits) +
                " messages)");
     }
-    // POLLERR/POLLHUP fall through: the next sendmsg/recvmsg reports them precisely.
+    // Any readiness (POLLERR/POLLHUP included) unblocks the direction: the next sendmsg/recvmsg
+    // then moves data or reports the failure precisely.
+    for (int i = 0; i < n; ++i) {
+      if (fds[i].revents == 0) continue;
+      if (wantRecv && fds[i].fd == t_.recvFrom->fd() && (fds[i].revents & ~POLLOUT)) {
+        recvBlocked_ = false;
+      }
+      if (wantSend && fds[i].fd == t_.sendTo->fd() && (fds[i].revents & ~POLLIN)) {
+        sendBlocked_ = false;
+      }
+    }
   }
 
   [[noreturn]] void fail(ErrorKind kind, int peer, const std::string& detail) {
@@ -207,6 +238,9 @@ class Engine {
   Span sendSpan_;
   size_t sendOffset_ = 0;
   uint8_t sendHeader_[kFrameHeaderBytes];
+
+  bool sendBlocked_ = false;
+  bool recvBlocked_ = false;
 
   size_t received_ = 0;
   Span recvSpan_;

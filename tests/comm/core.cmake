@@ -1,0 +1,19 @@
+# Tests of the comm core (see comm/core.cmake). One binary, comm_test; the process tests re-run
+# this same binary as their worker (see process_test.cc), so there is no second executable.
+set(COMM_CORE_TESTS
+  ${CMAKE_CURRENT_SOURCE_DIR}/reduce_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/tcp_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/memory_store_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/cost_model_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/allreduce_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/collectives_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/file_store.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/fault_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/process_test.cc)
+
+# comm_perf: a measuring tool (not a test) for all-reduce throughput and latency between
+# processes; see its header. Built on request: cmake --build build --target comm_perf
+add_executable(comm_perf EXCLUDE_FROM_ALL ${CMAKE_CURRENT_SOURCE_DIR}/comm_perf.cc
+                                         ${CMAKE_CURRENT_SOURCE_DIR}/file_store.cc)
+target_link_libraries(comm_perf PRIVATE cumulus_comm)
+cumulus_warnings(comm_perf)
