@@ -15,8 +15,8 @@
 namespace cumulus::comm {
 namespace {
 
+using rpctest::seconds;
 using ::testing::HasSubstr;
-using testing::seconds;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -116,13 +116,13 @@ TEST(StoreClientTest, ShutdownWakesEveryBlockedGet) {
     server.shutdown();
   });
   const auto start = Clock::now();
-  auto errors = testing::spawn(6, [&](int) {
+  auto errors = rpctest::runRanks(6, [&](int) {
     StoreClient client("127.0.0.1", server.port(), "t");
     client.get("never", 20s);
   });
   EXPECT_LT(seconds(Clock::now() - start), 3.0);
   stopper.join();
-  for (const auto& error : errors) EXPECT_EQ(testing::commErrorOf(error).kind(), ErrorKind::kStore);
+  for (const auto& error : errors) EXPECT_EQ(rpctest::commErrorOf(error).kind(), ErrorKind::kStore);
 }
 
 // A client that gives up (deadline) while the server blocks on its behalf must not leave a

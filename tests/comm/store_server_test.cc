@@ -14,9 +14,9 @@
 namespace cumulus::comm {
 namespace {
 
-using testing::commErrorOf;
+using rpctest::commErrorOf;
+using rpctest::seconds;
 using ::testing::HasSubstr;
-using testing::seconds;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -74,11 +74,11 @@ TEST_F(StoreServerTest, GetTimeoutNamesTheKey) {
 
 TEST_F(StoreServerTest, ConcurrentAddsSumExactly) {
   constexpr int kThreads = 8, kAdds = 200;
-  auto errors = testing::spawn(kThreads, [&](int rank) {
+  auto errors = rpctest::runRanks(kThreads, [&](int rank) {
     StoreClient mine("127.0.0.1", server_.port(), kToken);
     for (int i = 0; i < kAdds; ++i) mine.add("counter", rank + 1);
   });
-  testing::expectNoErrors(errors);
+  rpctest::expectNoErrors(errors);
   // Σ_{r=1..8} r · 200 = 7200
   EXPECT_EQ(client_.add("counter", 0), 7200);
   EXPECT_EQ(client_.get("counter", 1s), "7200");
