@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/error.h"
 #include "comm/memory_store.h"
 #include "comm/parameter_server.h"
 #include "trainer/process_group.h"
@@ -449,6 +450,46 @@ TEST(DistributedSyncTest, RanksWithDifferentModelsFailAtAttachNamingTheRank) {
   for (const auto& e : errors) {
     EXPECT_THAT(e, ::testing::HasSubstr("rank 1's parameters differ from rank 0's"));
   }
+}
+
+TEST(DistributedSyncTest, APeerThatLeavesMakesFinishThrowNamingIt) {
+  torch::set_num_threads(1);
+  comm::MemoryStore store;
+  std::string error;
+  int peer = -2;
+  std::vector<std::thread> threads;
+  const auto start = std::chrono::steady_clock::now();
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      GroupEnv env;
+      env.rank = rank;
+      env.world_size = 2;
+      configs::CommConfig config;
+      config.algorithm = "ring";
+      config.timeout_seconds = 10;
+      ProcessGroup group(env, config, store);
+      DistributedGradientSync sync(group.communicator(),
+                                   DistributedSyncOptions::fromConfig(config));
+      auto net = makeNet(1);
+      const auto params = net->parameters();
+      sync.attach(params);
+      if (rank == 1) return;  // leaves: its connections close
+      sync.beforeBackward(true);
+      net->forward(torch::ones({2, kFeatures}), true).sum().backward();
+      sync.afterBackward(true);
+      try {
+        sync.finish();
+      } catch (const comm::CommError& e) {
+        error = e.what();
+        peer = e.peer();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::printf("rank 0: %s\n", error.c_str());
+  EXPECT_THAT(error, ::testing::HasSubstr("allreduce"));
+  EXPECT_EQ(peer, 1);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 8.0);
 }
 
 }  // namespace
