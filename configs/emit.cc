@@ -40,6 +40,14 @@ std::string referenceMarkdown() {
   for (const KeySpec& key : schema()) {
     std::string default_text = key.required ? "required" : code(formatValue(key.default_value));
     std::string allowed = allowedText(key);
+    if (!key.choices.empty()) {  // as code, so that "torchscript:<path>" is not read as HTML
+      allowed.clear();
+      for (std::string_view choice : key.choices) {
+        allowed += (allowed.empty() ? "" : ", ") + code(choice);
+      }
+      if (!key.choice_prefix.empty())
+        allowed += ", " + code(std::string(key.choice_prefix) + "<path>");
+    }
     out += "| " + code(key.path) + " | " + std::string(typeName(key.type)) + " | " + default_text +
            " | " + cell(allowed) + " | " + cell(key.meaning) + " |\n";
   }

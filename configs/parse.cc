@@ -38,12 +38,6 @@ struct Input {
 // ---------------------------------------------------------------------------------------------
 // Scalars to values. Numbers are parsed strictly and locale-free (from_chars).
 
-std::string shown(const std::string& text) {
-  constexpr size_t kMax = 60;
-  std::string out = formatValue(Value(text.size() > kMax ? text.substr(0, kMax) + "..." : text));
-  return out.front() == '"' ? out : "\"" + out + "\"";
-}
-
 // What a node is, for "got ...".
 std::string describe(const YamlNode& node) {
   switch (node.kind) {
@@ -55,7 +49,7 @@ std::string describe(const YamlNode& node) {
       return "a mapping";
     case YamlNode::Kind::kScalar:
       if (node.isNullish()) return node.text.empty() ? "nothing" : node.text;
-      return (node.quoted ? "the string " : "") + shown(node.text);
+      return (node.quoted ? "the string " : "") + quoteForMessage(node.text);
   }
   return "";
 }
@@ -180,10 +174,11 @@ class Converter {
       case Parsed::kNotANumber:
         wrongType(node, path, phrase, "");
       case Parsed::kNotWhole:
-        fail(in_.at(node), path, "expected " + phrase + ", got " + node.text);
+        fail(in_.at(node), path, "expected " + phrase + ", got " + clipForMessage(node.text));
       case Parsed::kOutOfRange:
         fail(in_.at(node), path,
-             "expected " + phrase + ", got " + node.text + ", which is out of range");
+             "expected " + phrase + ", got " + clipForMessage(node.text) +
+                 ", which is out of range");
     }
   }
 
@@ -218,7 +213,9 @@ std::vector<std::string> namesUnder(std::string_view parent) {
 }
 
 std::string joinPath(std::string_view parent, std::string_view leaf) {
-  return parent.empty() ? std::string(leaf) : std::string(parent) + "." + std::string(leaf);
+  if (parent.empty()) return std::string(leaf);
+  if (leaf.empty()) return std::string(parent);
+  return std::string(parent) + (leaf[0] == '[' ? "" : ".") + std::string(leaf);
 }
 
 std::string unknownKeyMessage(std::string_view path) {
@@ -233,25 +230,27 @@ std::string unknownKeyMessage(std::string_view path) {
   };
   // 1. A one-letter slip at the same level.
   std::string sibling = closestSpelling(leaf, siblings);
-  if (!sibling.empty() && editDistance(leaf, sibling) <= 1)
+  if (!sibling.empty() && editDistance(leaf, sibling) <= 1) {
     return didYouMean({joinPath(parent, sibling)});
+  }
   // 2. The same name in another section: "trainer.lr" -> "optimizer.lr".
   std::vector<std::string> same_leaf;
-  std::vector<std::string> all_paths;
   for (const KeySpec& key : schema()) {
-    all_paths.emplace_back(key.path);
     if (key.leaf() == leaf && key.path != path) same_leaf.emplace_back(key.path);
   }
   for (std::string_view section : sectionNames()) {
-    all_paths.emplace_back(section);
     if (section == leaf && !parent.empty()) same_leaf.emplace_back(section);
   }
   if (!same_leaf.empty()) return didYouMean(same_leaf);
-  // 3. A bigger slip at the same level, or a slip anywhere in the path ("optimiser.lr").
+  // 3. A bigger slip at the same level, or slips in the section name ("optimiser.lrr").
   if (!sibling.empty()) return didYouMean({joinPath(parent, sibling)});
-  if (std::string whole = closestSpelling(path, all_paths); !whole.empty())
-    return didYouMean({whole});
-  // 4. A slip in the name, in another section.
+  if (!parent_known) {
+    std::vector<std::string> sections(sectionNames().begin(), sectionNames().end());
+    std::string section = closestSpelling(parent, sections);
+    std::string name = section.empty() ? "" : closestSpelling(leaf, namesUnder(section));
+    if (!name.empty()) return didYouMean({joinPath(section, name)});
+  }
+  // 4. A slip in the name of a key in another section: "trainer.lrr" -> "optimizer.lr".
   std::vector<std::string> leaves;
   for (const KeySpec& key : schema()) leaves.emplace_back(key.leaf());
   if (std::string other = closestSpelling(leaf, leaves); !other.empty()) {
@@ -261,13 +260,16 @@ std::string unknownKeyMessage(std::string_view path) {
     }
     return didYouMean(matches);
   }
+  if (!parent_known) return "unknown key; `cumulus-config reference` lists every key";
   std::string known;
   for (const std::string& name : siblings) known += (known.empty() ? "" : ", ") + name;
-  if (!parent_known) return "unknown key; `cumulus-config reference` lists every key";
   return "unknown key; the keys " +
          (parent.empty() ? std::string("at the top level") : "of " + std::string(parent)) +
          " are " + known;
 }
+
+// Longer keys are rejected before any "did you mean" search (its cost grows with the length).
+constexpr size_t kMaxKeyLength = 128;
 
 // ---------------------------------------------------------------------------------------------
 // Applies parsed documents and overrides to an Experiment, remembering where each key was set.
@@ -303,9 +305,13 @@ class ExperimentBuilder {
       try {
         if (std::optional<YamlNode> parsed = readYaml(text)) value = std::move(*parsed);
       } catch (const YamlError& e) {
-        std::string where = e.line > 0 ? " (line " + std::to_string(e.line) + ", column " +
-                                             std::to_string(e.column) + " of the value)"
-                                       : "";
+        std::string where;
+        if (e.line > 1) {
+          where = " (line " + std::to_string(e.line) + ", column " + std::to_string(e.column) +
+                  " of the value)";
+        } else if (e.line == 1) {
+          where = " (column " + std::to_string(e.column) + " of the value)";
+        }
         fail(in.source, joinPath(path, e.path), e.what() + where);
       }
     }
@@ -337,6 +343,11 @@ class ExperimentBuilder {
       const YamlNode& value = map.items[i + 1];
       if (key.kind != YamlNode::Kind::kScalar || key.isNullish()) {
         fail(in.at(key), parent, "keys must be names, got " + describe(key));
+      }
+      if (key.text.size() > kMaxKeyLength) {
+        fail(in.at(key), parent,
+             "a key of " + std::to_string(key.text.size()) +
+                 " characters; experiment keys are short names (`cumulus-config reference`)");
       }
       std::string path = joinPath(parent, key.text);
       if (auto [it, fresh] = seen.emplace(key.text, &key); !fresh) {
@@ -396,13 +407,6 @@ class ExperimentBuilder {
     fail(origins_.at(path).where, path, what);
   }
 
-  static std::string num(double v) {
-    std::string text = formatValue(v);
-    if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0)
-      text.resize(text.size() - 2);
-    return text;
-  }
-
   void crossCheck() const {
     const Experiment& e = experiment_;
     const TrainerConfig& t = e.trainer;
@@ -420,7 +424,8 @@ class ExperimentBuilder {
                  "); the micro-batches of a step must be equal");
     }
     if (e.comm.first_bucket_mb > e.comm.bucket_cap_mb) {
-      std::string first = num(e.comm.first_bucket_mb), cap = num(e.comm.bucket_cap_mb);
+      std::string first = formatNumber(e.comm.first_bucket_mb),
+                  cap = formatNumber(e.comm.bucket_cap_mb);
       if (blame({"comm.first_bucket_mb", "comm.bucket_cap_mb"}) == "comm.first_bucket_mb") {
         failAt("comm.first_bucket_mb",
                first + " is over comm.bucket_cap_mb (" + cap + "); make it at most that");
@@ -429,7 +434,7 @@ class ExperimentBuilder {
              cap + " is under comm.first_bucket_mb (" + first + "); make it at least that");
     }
     if (e.schedule.name == "cosine" && e.schedule.min_lr > e.optimizer.lr) {
-      std::string floor = num(e.schedule.min_lr), lr = num(e.optimizer.lr);
+      std::string floor = formatNumber(e.schedule.min_lr), lr = formatNumber(e.optimizer.lr);
       if (blame({"schedule.min_lr", "optimizer.lr"}) == "schedule.min_lr") {
         failAt("schedule.min_lr", floor + " is above optimizer.lr (" + lr +
                                       "); the cosine schedule decays from lr down to min_lr");

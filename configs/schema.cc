@@ -143,7 +143,8 @@ std::string checkNnodes(const std::string& text) {
 std::string checkEndpoint(const std::string& text) {
   if (text.empty()) return "";
   size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) return "no host before a ':'";
+  if (colon == std::string::npos) return "it has no ':' before the port";
+  if (colon == 0) return "it has no host before the ':'";
   int64_t port = 0;
   if (!parseCount(std::string_view(text).substr(colon + 1), port) || port < 1 || port > 65535) {
     return "the port after the last ':' must be in 1..65535";
@@ -156,7 +157,7 @@ std::string checkEndpoint(const std::string& text) {
 std::vector<KeySpec> buildSchema() {
   std::vector<KeySpec> t;
   // clang-format off
-  t.push_back(row(TOP_KEY(name), "experiment", required(formatted(checkRunName, "a run name: letters, digits, '.', '_', '-', at most 128")), "names the run in logs, checkpoints and the run directory"));
+  t.push_back(row(TOP_KEY(name), "experiment", required(formatted(checkRunName, "a run name of letters, digits, '.', '_' and '-' (at most 128)")), "names the run in logs, checkpoints and the run directory"));
 
   t.push_back(row(KEY(model, name), "mlp", oneOf({"mlp", "convnet"}, "torchscript:"), "architecture; `torchscript:<file>` loads a torch.jit.save file"));
   t.push_back(row(KEY(model, hidden), {256, 128, 100}, atLeast(1), "mlp: hidden layer widths, from input to output"));
@@ -286,24 +287,16 @@ std::string_view typeName(ValueType type) {
   return "";
 }
 
-namespace {
-
-std::string formatBound(double bound) {
-  std::string text = formatValue(bound);
-  if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
-  return text;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::string boundsText(const Bounds& b) {
   bool has_min = std::isfinite(b.min), has_max = std::isfinite(b.max);
   if (has_min && has_max) {
-    return std::string("in ") + (b.min_open ? "(" : "[") + formatBound(b.min) + ", " +
-           formatBound(b.max) + (b.max_open ? ")" : "]");
+    return std::string("in ") + (b.min_open ? "(" : "[") + formatNumber(b.min) + ", " +
+           formatNumber(b.max) + (b.max_open ? ")" : "]");
   }
-  if (has_min) return (b.min_open ? "> " : ">= ") + formatBound(b.min);
-  if (has_max) return (b.max_open ? "< " : "<= ") + formatBound(b.max);
+  if (has_min) return (b.min_open ? "> " : ">= ") + formatNumber(b.min);
+  if (has_max) return (b.max_open ? "< " : "<= ") + formatNumber(b.max);
   return "";
 }
 
@@ -376,7 +369,7 @@ std::string checkValue(const KeySpec& key, const Value& value) {
     }
     case ValueType::kDouble: {
       double v = std::get<double>(value);
-      return inBounds(key.bounds, v) ? "" : expected(formatBound(v));
+      return inBounds(key.bounds, v) ? "" : expected(formatNumber(v));
     }
     case ValueType::kIntList: {
       const auto& list = std::get<std::vector<int64_t>>(value);
@@ -387,8 +380,7 @@ std::string checkValue(const KeySpec& key, const Value& value) {
     }
     case ValueType::kString: {
       const std::string& text = std::get<std::string>(value);
-      std::string quoted = formatValue(text);
-      if (quoted.front() != '"') quoted = "\"" + quoted + "\"";
+      std::string quoted = quoteForMessage(text);
       if (!key.choices.empty()) {
         for (std::string_view choice : key.choices) {
           if (text == choice) return "";
@@ -498,6 +490,22 @@ std::string formatDouble(double v) {
 }
 
 }  // namespace
+
+std::string formatNumber(double value) {
+  std::string text = formatValue(value);
+  if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
+  return text;
+}
+
+std::string clipForMessage(const std::string& text) {
+  constexpr size_t kMax = 60;
+  if (text.size() <= kMax) return text;
+  size_t cut = kMax;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // UTF-8
+  return text.substr(0, cut) + "...";
+}
+
+std::string quoteForMessage(const std::string& text) { return quote(clipForMessage(text)); }
 
 std::string formatValue(const Value& value) {
   switch (static_cast<ValueType>(value.index())) {

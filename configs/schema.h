@@ -88,4 +88,13 @@ std::string checkValue(const KeySpec& key, const Value& value);
 // when a YAML reader could take them for something else, doubles keep a '.', lists are [a, b].
 std::string formatValue(const Value& value);
 
+// A number as people write it in messages and docs: "0.5", "25", "1.0e-08" (formatValue without
+// a trailing ".0").
+std::string formatNumber(double value);
+
+// For error messages: `text` cut to its first 60 characters (then "..."), and the same quoted
+// and escaped ("\"fast\"").
+std::string clipForMessage(const std::string& text);
+std::string quoteForMessage(const std::string& text);
+
 }  // namespace cumulus::configs

@@ -33,8 +33,8 @@ class LineSplitter {
   explicit LineSplitter(std::string_view text) : text_(text) {}
   bool next(std::string_view& line) {
     if (pos_ > text_.size()) return false;
-    size_t end = text_.find_first_of("\r\n", pos_);
-    if (end == std::string_view::npos) end = text_.size();
+    size_t end = pos_;  // a plain loop: find_first_of tries each of its characters per byte
+    while (end < text_.size() && text_[end] != '\n' && text_[end] != '\r') ++end;
     line = text_.substr(pos_, end - pos_);
     pos_ = end + 1;
     if (end + 1 < text_.size() && text_[end] == '\r' && text_[end + 1] == '\n') ++pos_;
@@ -65,14 +65,24 @@ class NestingScanner {
 
   // Records the current depth; false once it passes stop_above_.
   bool record(size_t column) {
-    int depth = static_cast<int>(indents_.size()) + flow_;
+    int depth = static_cast<int>(indents_.size()) + kLevelsPerBracket * flow_;
     if (depth > best_.depth) best_ = {depth, line_no_, static_cast<int>(column) + 1};
     return depth <= stop_above_;
   }
 
-  bool pushIndent(size_t column) {
-    if (!indents_.empty() && indents_.back() >= static_cast<int>(column)) return true;
-    indents_.push_back(static_cast<int>(column));
+  // Block levels are keyed 2*column for a node starting at `column` and 2*column+1 for an entry
+  // indicator ("- ", "? ", ": ") there, so that a sequence written at its parent key's indent
+  // ("key:\n- a") still counts as a level of its own.
+  static int nodeLevel(size_t column) { return 2 * static_cast<int>(column); }
+  static int entryLevel(size_t column) { return 2 * static_cast<int>(column) + 1; }
+  static bool isEntryIndicator(std::string_view line, size_t i) {
+    return i < line.size() && (line[i] == '-' || line[i] == '?' || line[i] == ':') &&
+           (i + 1 == line.size() || isBlank(line[i + 1]));
+  }
+
+  bool pushLevel(int level, size_t column) {
+    if (!indents_.empty() && indents_.back() >= level) return true;
+    indents_.push_back(level);
     return record(column);
   }
 
@@ -95,15 +105,19 @@ class NestingScanner {
         indents_.clear();
         i = 3;
       } else {
-        while (!indents_.empty() && indents_.back() > static_cast<int>(indent)) indents_.pop_back();
-        if (!pushIndent(indent)) return false;
+        int base = isEntryIndicator(line, indent) ? entryLevel(indent) : nodeLevel(indent);
+        while (!indents_.empty() && indents_.back() > base) indents_.pop_back();
+        if (!pushLevel(nodeLevel(indent), indent)) return false;
         i = indent;
-        // "- ", "? " and ": " at the start of a line each open a level on the same line.
-        while (i < line.size() && (line[i] == '-' || line[i] == '?' || line[i] == ':') &&
-               (i + 1 == line.size() || isBlank(line[i + 1]))) {
+        // "- ", "? " and ": " at the start of a line each open a level on the same line, and so
+        // does the node after the last of them.
+        while (isEntryIndicator(line, i)) {
+          if (!pushLevel(entryLevel(i), i)) return false;
           ++i;
           while (i < line.size() && isBlank(line[i])) ++i;
-          if (i < line.size() && line[i] != '#' && !pushIndent(i)) return false;
+        }
+        if (i > indent && i < line.size() && line[i] != '#' && !pushLevel(nodeLevel(i), i)) {
+          return false;
         }
       }
     } else if (quote_ != Quote::kNone) {
@@ -185,11 +199,11 @@ class NestingScanner {
         continue;
       }
       if (node_start && (c == '-' || c == '?') && (i + 1 == line.size() || isBlank(line[i + 1]))) {
-        if (!pushIndent(i + 1)) return false;  // an entry on the same line, as in "--- - a"
+        if (!pushLevel(entryLevel(i), i)) return false;  // an entry on the same line: "--- - a"
         continue;
       }
       if (node_start && (c == '|' || c == '>')) {
-        block_scalar_parent_ = indents_.empty() ? -1 : indents_.back();
+        block_scalar_parent_ = indents_.empty() ? -1 : indents_.back() / 2;  // its column
         return true;
       }
       node_start = colon_indicator || (c == ':' && was_json_node);
@@ -197,11 +211,16 @@ class NestingScanner {
     return true;
   }
 
+  // Each open bracket counts two levels: its collection, and the one-pair mapping that yaml-cpp
+  // opens around an entry ("[a: b]") or a key ("[[x]: b]") inside it, which the scan cannot
+  // always see coming (the ':' may follow the key's closing bracket).
+  static constexpr int kLevelsPerBracket = 2;
+
   static constexpr int kNoBlockScalar = -2;
   const int stop_above_;
   NestingScan best_;
   int line_no_ = 0;
-  std::vector<int> indents_;  // block levels open, by column
+  std::vector<int> indents_;  // block levels open (see nodeLevel), increasing
   int flow_ = 0;              // open flow brackets
   Quote quote_ = Quote::kNone;
   int block_scalar_parent_ = kNoBlockScalar;  // skipping lines indented more than this
@@ -220,14 +239,23 @@ namespace {
 
 class TreeBuilder : public YAML::EventHandler {
  public:
-  explicit TreeBuilder(const YamlLimits& limits) : limits_(limits) {}
+  TreeBuilder(std::string_view text, const YamlLimits& limits) : text_(text), limits_(limits) {}
 
   std::optional<YamlNode> takeRoot() { return std::move(root_); }
 
   void OnDocumentStart(const YAML::Mark& mark) override {
-    if (documents_++ > 0) {
-      fail(mark, "", "a second YAML document starts here; an experiment file holds one document");
+    if (documents_++ == 0) return;
+    // yaml-cpp also "starts a document" at a stray ',' (an empty document that consumes
+    // nothing, forever: YAML::LoadAll(", a") runs out of memory). Only a marker line makes a
+    // real second document.
+    size_t pos = std::min<size_t>(static_cast<size_t>(std::max(mark.pos, 0)), text_.size());
+    std::string_view upto = text_.substr(0, pos + 3);  // a marker may start right at `mark`
+    bool marker = upto.find("\n---") != std::string_view::npos ||
+                  upto.find("\n...") != std::string_view::npos || upto.substr(0, 3) == "---";
+    if (!marker && pos < text_.size()) {
+      fail(mark, "", std::string("invalid YAML: unexpected '") + text_[pos] + "'");
     }
+    fail(mark, "", "a second YAML document starts here; an experiment file holds one document");
   }
   void OnDocumentEnd() override {}
 
@@ -317,16 +345,22 @@ class TreeBuilder : public YAML::EventHandler {
   }
 
   // The key path of the node about to be added, for messages: "model.hidden[2]".
+  // Long paths (deep nesting, long keys) are cut: they are for reading, not for machines.
   std::string pathHere() const {
+    constexpr size_t kMaxParts = 6, kMaxKey = 64;
     std::string path;
+    size_t parts = 0;
     for (const YamlNode& open : stack_) {
+      if (++parts > kMaxParts) return path + "...";
       size_t n = open.items.size();
       if (open.kind == YamlNode::Kind::kSequence) {
         path += "[" + std::to_string(n) + "]";
       } else if (n % 2 == 1) {  // a value follows its key
         const YamlNode& key = open.items[n - 1];
         if (!path.empty()) path += ".";
-        path += key.kind == YamlNode::Kind::kScalar ? key.text : "?";
+        path += key.kind != YamlNode::Kind::kScalar ? "?"
+                : key.text.size() > kMaxKey         ? key.text.substr(0, kMaxKey) + "..."
+                                                    : key.text;
       } else {
         break;  // a key is being read: the path so far names its mapping
       }
@@ -334,6 +368,7 @@ class TreeBuilder : public YAML::EventHandler {
     return path;
   }
 
+  std::string_view text_;
   const YamlLimits& limits_;
   std::vector<YamlNode> stack_;  // collections being built, outermost first
   std::optional<YamlNode> root_;
@@ -373,7 +408,7 @@ std::optional<YamlNode> readYaml(std::string_view text, const YamlLimits& limits
   }
   // yaml-cpp reads from a stream; the copy is bounded by max_bytes.
   std::istringstream stream{std::string(text)};
-  TreeBuilder builder(limits);
+  TreeBuilder builder(text, limits);
   try {
     YAML::Parser parser(stream);
     if (!parser.HandleNextDocument(builder)) return std::nullopt;

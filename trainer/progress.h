@@ -13,7 +13,7 @@ namespace cumulus::trainer {
 struct StepReport {
   int64_t step = 0;   // optimizer steps completed, 1-based
   int64_t epoch = 0;  // 1-based epoch the step belongs to
-  double loss = 0;    // training loss of the latest step(s)
+  double loss = 0;    // mean training loss over the steps since the last plain line
   double samples_per_sec = 0;
   double elapsed_seconds = 0;  // since training began
 };

@@ -86,6 +86,27 @@ void zeroGrads(const std::vector<torch::Tensor>& params) {
   }
 }
 
+// The steps since the last train record: console and metrics show their mean loss, because one
+// step's loss is too noisy to read, and their throughput, training time only (no evaluation).
+struct StepWindow {
+  double loss = 0;
+  double seconds = 0;
+  int64_t steps = 0;
+  int64_t samples = 0;
+
+  void add(double step_loss, double step_seconds, int64_t step_samples) {
+    loss += step_loss;
+    seconds += step_seconds;
+    samples += step_samples;
+    ++steps;
+  }
+  double meanLoss() const { return steps > 0 ? loss / static_cast<double>(steps) : 0; }
+  double samplesPerSec() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }
+  double stepTimeMs() const {
+    return steps > 0 ? 1000.0 * seconds / static_cast<double>(steps) : 0;
+  }
+};
+
 std::string formatEpochs(double epochs) {
   char text[32];
   if (std::fabs(epochs - std::round(epochs)) < 1e-9) {
@@ -110,6 +131,7 @@ struct Trainer::Impl {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrSchedule> schedule;
   int64_t total_steps = 0;
+  bool ran = false;
 
   double now() const {
     if (options.clock) return options.clock();
@@ -122,6 +144,10 @@ struct Trainer::Impl {
   void checkModelFitsData();
   double trainStep(int64_t step);
   std::pair<double, double> evaluate();
+  std::unique_ptr<MetricsLog> openRunDir();
+  std::pair<double, double> evaluateAndReport(int64_t step, int64_t epoch, Progress& progress,
+                                              MetricsLog* metrics);
+  void writeFinalOutputs(const RunResult& result, MetricsLog& metrics);
   RunResult run();
 };
 
@@ -244,6 +270,54 @@ std::pair<double, double> Trainer::Impl::evaluate() {
   return {loss_sum / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n)};
 }
 
+std::unique_ptr<MetricsLog> Trainer::Impl::openRunDir() {
+  if (!writes()) return nullptr;
+  const std::string& dir = config.trainer.run_dir;
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error)
+    throw std::runtime_error(dir + ": cannot create the run directory: " + error.message());
+  std::ofstream yaml(dir + "/config.yaml", std::ios::trunc);
+  yaml << configs::toYaml(config);
+  if (!yaml) throw std::runtime_error(dir + "/config.yaml: write failed");
+  return std::make_unique<MetricsLog>(dir + "/metrics.jsonl");
+}
+
+std::pair<double, double> Trainer::Impl::evaluateAndReport(int64_t step, int64_t epoch,
+                                                           Progress& progress,
+                                                           MetricsLog* metrics) {
+  const auto [loss, accuracy] = evaluate();
+  char text[160];
+  std::snprintf(text, sizeof(text),
+                "eval  epoch %lld  step %lld  test_loss %.4f  test_accuracy %.4f",
+                static_cast<long long>(epoch), static_cast<long long>(step), loss, accuracy);
+  progress.line(text);
+  if (metrics != nullptr) {
+    metrics->write(JsonLine()
+                       .add("type", "eval")
+                       .add("step", step)
+                       .add("epoch", epoch)
+                       .add("test_loss", loss)
+                       .add("test_accuracy", accuracy));
+  }
+  return {loss, accuracy};
+}
+
+void Trainer::Impl::writeFinalOutputs(const RunResult& result, MetricsLog& metrics) {
+  auto tensors = model->namedParameters();
+  for (auto& buffer : model->namedBuffers()) tensors.push_back(std::move(buffer));
+  saveStateDict(tensors, config.trainer.run_dir + "/model_state_dict.pt");
+  metrics.write(JsonLine()
+                    .add("type", "summary")
+                    .add("steps", result.steps)
+                    .add("epochs", result.epochs)
+                    .add("test_loss", result.test_loss)
+                    .add("test_accuracy", result.test_accuracy)
+                    .add("wall_seconds", result.seconds)
+                    .add("parameters", model->parameterCount())
+                    .add("world_size", env.world_size));
+}
+
 RunResult Trainer::Impl::run() {
   const auto& t = config.trainer;
   std::ostringstream discard;
@@ -251,78 +325,44 @@ RunResult Trainer::Impl::run() {
   const int64_t steps_per_epoch = sampler->stepsPerEpoch();
   const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
   Progress progress(console, options.live_progress, total_steps, epochs, t.log_every_steps);
-
-  std::unique_ptr<MetricsLog> metrics;
-  if (writes()) {
-    std::error_code error;
-    std::filesystem::create_directories(t.run_dir, error);
-    if (error)
-      throw std::runtime_error(t.run_dir + ": cannot create run directory: " + error.message());
-    std::ofstream yaml(t.run_dir + "/config.yaml", std::ios::trunc);
-    yaml << configs::toYaml(config);
-    if (!yaml) throw std::runtime_error(t.run_dir + "/config.yaml: write failed");
-    metrics = std::make_unique<MetricsLog>(t.run_dir + "/metrics.jsonl");
-  }
+  const std::unique_ptr<MetricsLog> metrics = openRunDir();
   progress.line("model: " + model->summary());
 
   RunResult result;
   const double start = now();
-  double window_loss = 0, window_time = 0;
-  int64_t window_steps = 0, window_samples = 0, last_eval_step = -1;
+  StepWindow window;
   std::pair<double, double> eval{0, 0};
-
-  auto runEval = [&](int64_t step, int64_t epoch) {
-    eval = evaluate();
-    last_eval_step = step;
-    char text[160];
-    std::snprintf(
-        text, sizeof(text), "eval  epoch %lld  step %lld  test_loss %.4f  test_accuracy %.4f",
-        static_cast<long long>(epoch), static_cast<long long>(step), eval.first, eval.second);
-    progress.line(text);
-    if (metrics) {
-      metrics->write(JsonLine()
-                         .add("type", "eval")
-                         .add("step", step)
-                         .add("epoch", epoch)
-                         .add("test_loss", eval.first)
-                         .add("test_accuracy", eval.second));
-    }
-  };
-
   for (int64_t s = 0; s < total_steps; ++s) {
     const int64_t epoch = sampler->state().epoch + 1;  // 1-based, for people
-    const int64_t samples = static_cast<int64_t>(sampler->globalBatch().size());
+    const auto samples = static_cast<int64_t>(sampler->globalBatch().size());
     const double lr = schedule->lr(s);
     const double step_start = now();
     const double loss = trainStep(s);
-    const double step_time = now() - step_start;
-    const int64_t done = s + 1;
+    window.add(loss, now() - step_start, samples);
     result.step_losses.push_back(loss);
-    window_loss += loss;
-    window_time += step_time;
-    window_samples += samples;
-    ++window_steps;
+    const int64_t done = s + 1;
 
-    const double samples_per_sec = window_time > 0 ? window_samples / window_time : 0;
-    progress.update({done, epoch, loss, samples_per_sec, now() - start});
-    if (metrics && (done == 1 || (t.log_every_steps > 0 && done % t.log_every_steps == 0) ||
-                    done == total_steps)) {
-      metrics->write(JsonLine()
-                         .add("type", "train")
-                         .add("step", done)
-                         .add("epoch", epoch)
-                         .add("loss", window_loss / window_steps)
-                         .add("lr", lr)
-                         .add("samples_per_sec", samples_per_sec)
-                         .add("step_time_ms", 1000.0 * window_time / window_steps));
-      window_loss = window_time = 0;
-      window_steps = window_samples = 0;
+    progress.update({done, epoch, window.meanLoss(), window.samplesPerSec(), now() - start});
+    const bool record = done == 1 || done == total_steps ||
+                        (t.log_every_steps > 0 && done % t.log_every_steps == 0);
+    if (record) {
+      if (metrics) {
+        metrics->write(JsonLine()
+                           .add("type", "train")
+                           .add("step", done)
+                           .add("epoch", epoch)
+                           .add("loss", window.meanLoss())
+                           .add("lr", lr)
+                           .add("samples_per_sec", window.samplesPerSec())
+                           .add("step_time_ms", window.stepTimeMs()));
+      }
+      window = StepWindow();
     }
     const bool eval_due = config.eval.every_steps > 0 ? done % config.eval.every_steps == 0
                                                       : done % steps_per_epoch == 0;
-    if (eval_due) runEval(done, epoch);
+    if (eval_due || done == total_steps)
+      eval = evaluateAndReport(done, epoch, progress, metrics.get());
   }
-  if (last_eval_step != total_steps) runEval(total_steps, epochs);
   progress.finish();
 
   result.test_loss = eval.first;
@@ -330,21 +370,7 @@ RunResult Trainer::Impl::run() {
   result.steps = total_steps;
   result.epochs = static_cast<double>(total_steps) / static_cast<double>(steps_per_epoch);
   result.seconds = now() - start;
-
-  if (writes()) {
-    auto tensors = model->namedParameters();
-    for (auto& buffer : model->namedBuffers()) tensors.push_back(std::move(buffer));
-    saveStateDict(tensors, t.run_dir + "/model_state_dict.pt");
-    metrics->write(JsonLine()
-                       .add("type", "summary")
-                       .add("steps", result.steps)
-                       .add("epochs", result.epochs)
-                       .add("test_loss", result.test_loss)
-                       .add("test_accuracy", result.test_accuracy)
-                       .add("wall_seconds", result.seconds)
-                       .add("parameters", model->parameterCount())
-                       .add("world_size", env.world_size));
-  }
+  if (metrics) writeFinalOutputs(result, *metrics);
   char text[200];
   std::snprintf(text, sizeof(text),
                 "test accuracy %.4f (loss %.4f) after %s epochs, %lld steps, %.1f s",
@@ -398,6 +424,8 @@ int64_t Trainer::stepsPerEpoch() const { return impl_->sampler->stepsPerEpoch();
 models::Model& Trainer::model() { return *impl_->model; }
 
 RunResult Trainer::run() {
+  if (impl_->ran) throw std::logic_error("Trainer::run() may be called once");
+  impl_->ran = true;
   return translateTorchErrors([&] { return impl_->run(); });
 }
 

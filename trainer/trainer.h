@@ -3,7 +3,7 @@
 // that cumulus-train's main and other light callers compile without it.
 //
 // What run() does, in order:
-//   1. Creates trainer.run_dir; rank 0 writes config.yaml (configs::toYaml) there.
+//   1. Rank 0 creates trainer.run_dir and writes config.yaml (configs::toYaml) there.
 //   2. For each optimizer step s = 0 .. totalSteps()-1: takes the sampler's global batch, this
 //      rank's slice (localIndices), splits it into trainer.grad_accumulation contiguous
 //      micro-batches, reseeds torch's default generator from (seed, epoch, s, rank) so dropout
@@ -87,7 +87,9 @@ class Trainer {
   std::string modelSummary() const;
   int64_t totalSteps() const;
   int64_t stepsPerEpoch() const;
+  // Trains to the end (blocks). Once per Trainer: a second call throws std::logic_error.
   RunResult run();
+  // The model, trained once run() has returned.
   models::Model& model();
 
  private:

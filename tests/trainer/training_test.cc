@@ -176,6 +176,28 @@ TEST(TrainingTest, GradientAccumulationMatchesOneLargeBatch) {
   EXPECT_GT(maxAbsDifference(*m0, *m1), 1e-2);
 }
 
+// One plain SGD step at lr 1 moves the parameters by exactly the clipped gradient, whose global
+// norm is the clip threshold when the raw gradient is longer (it is: about 1 at initialization).
+TEST(TrainingTest, GradientClippingBoundsTheUpdateByTheGlobalNorm) {
+  auto e = smallExperiment("");
+  e.optimizer.momentum = 0;
+  e.optimizer.lr = 1;
+  e.trainer.max_steps = 1;
+  e.trainer.grad_clip_norm = 0.01;
+  TrainerOptions quiet;
+  quiet.write_outputs = false;
+  Trainer trainer(e, RunEnv{}, quiet);
+  std::vector<torch::Tensor> before;
+  for (const auto& p : trainer.model().parameters()) before.push_back(p.detach().clone());
+  trainer.run();
+  double squares = 0;
+  const auto after = trainer.model().parameters();
+  for (size_t i = 0; i < after.size(); ++i) {
+    squares += (after[i] - before[i]).to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  EXPECT_NEAR(std::sqrt(squares), 0.01, 1e-6);
+}
+
 // Two ranks of a world of 2, as threads, joined by a GradientSync that sums their gradients in
 // a fixed order: what the next issue's all-reduce does over sockets. The result must equal the
 // single-process run, which shows the loss normalization and the seam are right.

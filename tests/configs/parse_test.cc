@@ -1,0 +1,301 @@
+// parseExperiment on good files and on each class of bad file, with the exact message.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "configs/parse.h"
+#include "tests/configs/test_util.h"
+
+namespace cumulus::configs {
+namespace {
+
+using testing::errorOf;
+
+TEST(ParseTest, ReadsEveryKindOfValue) {
+  const char* text = R"(# Fashion-MNIST on four workers
+name: fashion-mlp
+model:
+  name: mlp
+  hidden: [512, 256]
+  dropout: 0.1
+data:
+  dataset: synthetic
+  synthetic_train_samples: 1024
+optimizer:
+  name: adamw
+  lr: 3e-4
+  weight_decay: 0.01
+  eps: +1.0E-6
+schedule: {name: cosine, warmup_steps: 100, min_lr: 1.0e-5}
+trainer:
+  global_batch_size: 256
+  grad_accumulation: 2
+  seed: 18446744073709551615
+  max_steps: 1e4
+  run_dir: "runs/fashion mlp"
+checkpoint:
+  dir: ''
+  async: False
+launch:
+  nnodes: 1:4
+  rdzv_endpoint: node0:29400
+optimizer.nesterov: true   # dotted keys work at the top level too
+)";
+  Experiment e = parseExperiment(text, "x.yaml");
+  EXPECT_EQ(e.name, "fashion-mlp");
+  EXPECT_EQ(e.model.hidden, (std::vector<int64_t>{512, 256}));
+  EXPECT_EQ(e.model.dropout, 0.1);
+  EXPECT_EQ(e.data.dataset, "synthetic");
+  EXPECT_EQ(e.data.synthetic_train_samples, 1024);
+  EXPECT_EQ(e.optimizer.name, "adamw");
+  EXPECT_EQ(e.optimizer.lr, 3e-4);
+  EXPECT_EQ(e.optimizer.eps, 1e-6);
+  EXPECT_TRUE(e.optimizer.nesterov);
+  EXPECT_EQ(e.schedule.name, "cosine");
+  EXPECT_EQ(e.schedule.warmup_steps, 100);
+  EXPECT_EQ(e.schedule.min_lr, 1e-5);
+  EXPECT_EQ(e.trainer.global_batch_size, 256);
+  EXPECT_EQ(e.trainer.seed, 18446744073709551615ull);
+  EXPECT_EQ(e.trainer.max_steps, 10000);
+  EXPECT_EQ(e.trainer.run_dir, "runs/fashion mlp");
+  EXPECT_EQ(e.checkpoint.dir, "");
+  EXPECT_FALSE(e.checkpoint.async);
+  EXPECT_EQ(e.launch.nnodes, "1:4");
+  EXPECT_EQ(e.launch.rdzv_endpoint, "node0:29400");
+  // Everything not written keeps its default.
+  Experiment defaults;
+  EXPECT_EQ(e.comm, defaults.comm);
+  EXPECT_EQ(e.eval, defaults.eval);
+  EXPECT_EQ(e.optimizer.momentum, defaults.optimizer.momentum);
+}
+
+TEST(ParseTest, EmptySectionMeansDefaults) {
+  Experiment e = parseExperiment("name: t\noptimizer:\n# lr: 0.5\n", "x.yaml");
+  EXPECT_EQ(e.optimizer, OptimizerConfig{});
+}
+
+TEST(ParseTest, TorchScriptModelNeedsAPath) {
+  EXPECT_EQ(parseExperiment("name: t\nmodel: {name: 'torchscript:/m/x.pt'}\n", "x").model.name,
+            "torchscript:/m/x.pt");
+  EXPECT_EQ(errorOf("name: t\nmodel: {name: resnet}\n"),
+            "x.yaml:2:15: model.name: expected one of mlp, convnet, torchscript:<path>, got "
+            "\"resnet\"");
+  EXPECT_EQ(errorOf("name: t\nmodel: {name: 'torchscript:'}\n"),
+            "x.yaml:2:15: model.name: expected one of mlp, convnet, torchscript:<path>, got "
+            "\"torchscript:\"; name the file after the colon, e.g. torchscript:model.pt");
+}
+
+TEST(ParseTest, UnknownKeySuggestsTheClosestKnownKey) {
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  lrr: 0.1\n"),
+            "x.yaml:3:3: optimizer.lrr: unknown key; did you mean `optimizer.lr`?");
+  EXPECT_EQ(errorOf("name: t\ntrainer:\n  lr: 0.1\n"),
+            "x.yaml:3:3: trainer.lr: unknown key; did you mean `optimizer.lr`?");
+  EXPECT_EQ(errorOf("name: t\nlr: 0.1\n"),
+            "x.yaml:2:1: lr: unknown key; did you mean `optimizer.lr`?");
+  EXPECT_EQ(errorOf("name: t\noptimiser:\n  lr: 0.1\n"),
+            "x.yaml:2:1: optimiser: unknown key; did you mean `optimizer`?");
+  EXPECT_EQ(errorOf("name: t\ntrainer:\n  global_batchsize: 64\n"),
+            "x.yaml:3:3: trainer.global_batchsize: unknown key; did you mean "
+            "`trainer.global_batch_size`?");
+  EXPECT_EQ(errorOf("name: t\ntrainer:\n  name: x\n"),
+            "x.yaml:3:3: trainer.name: unknown key; did you mean `name`, `model.name`, "
+            "`optimizer.name` or `schedule.name`?");
+  EXPECT_EQ(errorOf("name: t\neval:\n  zzz: 1\n"),
+            "x.yaml:3:3: eval.zzz: unknown key; the keys of eval are every_steps, batch_size");
+}
+
+TEST(ParseTest, WrongTypeNamesWhatWasExpectedAndWhatCame) {
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  lr: fast\n"),
+            "x.yaml:3:7: optimizer.lr: expected a number > 0, got \"fast\"");
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  lr: [1, 2]\n"),
+            "x.yaml:3:7: optimizer.lr: expected a number > 0, got a list");
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  lr: {a: 1}\n"),
+            "x.yaml:3:7: optimizer.lr: expected a number > 0, got a mapping");
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  lr: \"0.1\"\n"),
+            "x.yaml:3:7: optimizer.lr: expected a number > 0, got the string \"0.1\"; remove the "
+            "quotes");
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  lr: .inf\n"),
+            "x.yaml:3:7: optimizer.lr: expected a number > 0, got \".inf\"");
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  lr: 1e999\n"),
+            "x.yaml:3:7: optimizer.lr: expected a number > 0, got 1e999, which is out of range");
+  EXPECT_EQ(errorOf("name: t\ntrainer: {epochs: 2.5}\n"),
+            "x.yaml:2:19: trainer.epochs: expected an integer >= 1, got 2.5");
+  EXPECT_EQ(errorOf("name: t\ntrainer: {seed: 18446744073709551616}\n"),
+            "x.yaml:2:17: trainer.seed: expected a non-negative integer, got "
+            "18446744073709551616, which is out of range");
+  EXPECT_EQ(errorOf("name: t\ntrainer: {seed: -1}\n"),
+            "x.yaml:2:17: trainer.seed: expected a non-negative integer, got \"-1\"");
+  EXPECT_EQ(errorOf("name: t\ndata: {shuffle: yes}\n"),
+            "x.yaml:2:17: data.shuffle: expected true or false, got \"yes\"");
+  EXPECT_EQ(errorOf("name: t\nmodel: {hidden: 256}\n"),
+            "x.yaml:2:17: model.hidden: expected a list of integers >= 1, got \"256\", e.g. "
+            "[256, 128, 100]");
+  EXPECT_EQ(errorOf("name: t\nmodel: {hidden: [256, abc]}\n"),
+            "x.yaml:2:23: model.hidden[1]: expected an integer >= 1, got \"abc\"");
+  EXPECT_EQ(errorOf("name: t\noptimizer: adam\n"),
+            "x.yaml:2:12: optimizer: expected a mapping of optimizer keys (name, lr, momentum, "
+            "nesterov, weight_decay, beta1, beta2, eps), got \"adam\"");
+  EXPECT_EQ(
+      errorOf("name: t\ncheckpoint:\n  dir: ~\n"),
+      "x.yaml:3:8: checkpoint.dir: expected a string, got nothing; write \"\" for an empty string");
+}
+
+TEST(ParseTest, EmptyValueIsNothing) {
+  std::string message = errorOf("name: t\noptimizer:\n  lr:\n  momentum: 0.5\n");
+  EXPECT_EQ(message.substr(message.find(": ")),
+            ": optimizer.lr: expected a number > 0, got nothing");
+}
+
+TEST(ParseTest, OutOfRangeValues) {
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  lr: -1\n"),
+            "x.yaml:3:7: optimizer.lr: expected a number > 0, got -1");
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  lr: 0\n"),
+            "x.yaml:3:7: optimizer.lr: expected a number > 0, got 0");
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  momentum: 1\n"),
+            "x.yaml:3:13: optimizer.momentum: expected a number in [0, 1), got 1");
+  EXPECT_EQ(errorOf("name: t\ntrainer:\n  global_batch_size: 0\n"),
+            "x.yaml:3:22: trainer.global_batch_size: expected an integer >= 1, got 0");
+  EXPECT_EQ(errorOf("name: t\nschedule:\n  warmup_steps: -1\n"),
+            "x.yaml:3:17: schedule.warmup_steps: expected an integer >= 0, got -1");
+  EXPECT_EQ(errorOf("name: t\nmodel: {hidden: [256, 0]}\n"),
+            "x.yaml:2:17: model.hidden: expected a list of integers >= 1, got [256, 0]");
+  EXPECT_EQ(errorOf("name: t\noptimizer: {name: adm}\n"),
+            "x.yaml:2:19: optimizer.name: expected one of sgd, adamw, got \"adm\"; did you mean "
+            "`adamw`?");
+  EXPECT_EQ(errorOf("name: t\ncomm: {algorithm: rign}\n"),
+            "x.yaml:2:19: comm.algorithm: expected one of funnel, tree, ring, auto, got \"rign\"; "
+            "did you mean `ring`?");
+}
+
+TEST(ParseTest, FormattedStrings) {
+  auto nnodes = [](const std::string& value) {
+    return errorOf("name: t\nlaunch:\n  nnodes: \"" + value + "\"\n");
+  };
+  const std::string prefix =
+      "x.yaml:3:11: launch.nnodes: expected N or MIN:MAX, with 1 <= MIN <= MAX, got ";
+  EXPECT_EQ(nnodes("4:2"), prefix + "\"4:2\" (MIN 4 is greater than MAX 2)");
+  EXPECT_EQ(nnodes("0"), prefix + "\"0\" (N must be at least 1)");
+  EXPECT_EQ(nnodes("0:2"), prefix + "\"0:2\" (MIN must be at least 1)");
+  EXPECT_EQ(nnodes("a:b"), prefix + "\"a:b\" (MIN and MAX must be whole numbers)");
+  EXPECT_EQ(nnodes("two"), prefix + "\"two\" (N is not a whole number)");
+  EXPECT_EQ(nnodes("2:2"), "(no error)");
+  EXPECT_EQ(errorOf("name: t\nlaunch: {rdzv_endpoint: node0}\n"),
+            "x.yaml:2:25: launch.rdzv_endpoint: expected empty or host:port, got \"node0\" (it "
+            "has no ':' before the port)");
+  EXPECT_EQ(errorOf("name: t\nlaunch: {rdzv_endpoint: 'node0:70000'}\n"),
+            "x.yaml:2:25: launch.rdzv_endpoint: expected empty or host:port, got \"node0:70000\" "
+            "(the port after the last ':' must be in 1..65535)");
+  EXPECT_EQ(errorOf("name: my run\n"),
+            "x.yaml:1:7: name: expected a run name of letters, digits, '.', '_' and '-' (at most "
+            "128), got \"my run\" (it holds ' ')");
+}
+
+TEST(ParseTest, MissingRequiredKey) {
+  EXPECT_EQ(errorOf("# comment\nmodel: {name: mlp}\n"),
+            "x.yaml:2:1: name: missing; every experiment needs one, e.g. `name: fashion-mlp` at "
+            "the top level");
+}
+
+TEST(ParseTest, EmptyOrNonMappingFile) {
+  const std::string empty =
+      "x.yaml:1:1: the file has no settings; an experiment needs at least `name: <run name>`";
+  EXPECT_EQ(errorOf(""), empty);
+  EXPECT_EQ(errorOf("# nothing but a comment\n\n"), empty);
+  EXPECT_EQ(errorOf("---\n"), empty);
+  EXPECT_EQ(errorOf("- a\n- b\n"),
+            "x.yaml:1:1: expected a mapping of experiment keys (name, model, data, ...) at the top "
+            "level, got a list");
+  EXPECT_EQ(errorOf("hello\n"),
+            "x.yaml:1:1: expected a mapping of experiment keys (name, model, data, ...) at the top "
+            "level, got \"hello\"");
+}
+
+TEST(ParseTest, DuplicateKeys) {
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  lr: 0.1\n  lr: 0.2\n"),
+            "x.yaml:4:3: optimizer.lr: duplicate key (first at line 3, column 3); keep one");
+  EXPECT_EQ(errorOf("name: t\noptimizer.lr: 0.1\noptimizer:\n  lr: 0.2\n"),
+            "x.yaml:4:3: optimizer.lr: set twice (first at x.yaml:2:1); keep one");
+  EXPECT_EQ(errorOf("name: t\nname: u\n"),
+            "x.yaml:2:1: name: duplicate key (first at line 1, column 1); keep one");
+}
+
+TEST(ParseTest, KeysMustBeNames) {
+  EXPECT_EQ(errorOf("name: t\n? [a, b]\n: 1\n"), "x.yaml:2:3: keys must be names, got a list");
+}
+
+TEST(ParseTest, MalformedYamlKeepsYamlCppPosition) {
+  EXPECT_EQ(errorOf("name: t\noptimizer: {lr: 0.1\n"),
+            "x.yaml:3:1: invalid YAML: end of map flow not found");
+  EXPECT_EQ(errorOf("name: t\n  lr: 0.1\n"), "x.yaml:2:5: invalid YAML: illegal map value");
+  EXPECT_EQ(errorOf("name: t\n\tlr: 1\n"),
+            "x.yaml:2:1: invalid YAML: illegal tab when looking for indentation");
+  EXPECT_EQ(errorOf("name: t\nx: \"a\\q\"\n"),
+            "x.yaml:2:8: invalid YAML: unknown escape character: q");
+}
+
+TEST(ParseTest, TagsAreRejected) {
+  EXPECT_EQ(errorOf("name: !!str t\n"),
+            "x.yaml:1:7: name: YAML tags (tag:yaml.org,2002:str) are not allowed in experiment "
+            "files; remove the tag (quote the value if it must be a string)");
+}
+
+TEST(ParseTest, CrossFieldChecksBlameTheKeySetLast) {
+  EXPECT_EQ(errorOf("name: t\ntrainer:\n  global_batch_size: 128\n  grad_accumulation: 3\n"),
+            "x.yaml:4:22: trainer.grad_accumulation: 3 does not divide trainer.global_batch_size "
+            "(128); the micro-batches of a step must be equal, so pick a divisor of 128");
+  EXPECT_EQ(errorOf("name: t\ntrainer:\n  grad_accumulation: 3\n  global_batch_size: 100\n"),
+            "x.yaml:4:22: trainer.global_batch_size: 100 is not a multiple of "
+            "trainer.grad_accumulation (3); the micro-batches of a step must be equal");
+  EXPECT_EQ(errorOf("name: t\ntrainer:\n  grad_accumulation: 4\n"), "(no error)");
+  EXPECT_EQ(errorOf("name: t\ncomm: {first_bucket_mb: 32}\n"),
+            "x.yaml:2:25: comm.first_bucket_mb: 32 is over comm.bucket_cap_mb (25); make it at "
+            "most that");
+  EXPECT_EQ(errorOf("name: t\ncomm: {bucket_cap_mb: 0.5}\n"),
+            "x.yaml:2:23: comm.bucket_cap_mb: 0.5 is under comm.first_bucket_mb (1); make it at "
+            "least that");
+  EXPECT_EQ(errorOf("name: t\nschedule: {name: cosine, min_lr: 0.5}\n"),
+            "x.yaml:2:34: schedule.min_lr: 0.5 is above optimizer.lr (0.1); the cosine schedule "
+            "decays from lr down to min_lr");
+  EXPECT_EQ(errorOf("name: t\nschedule: {name: step, min_lr: 0.5}\n"), "(no error)");
+  EXPECT_EQ(errorOf("name: t\ndata: {dataset: synthetic, synthetic_train_samples: 100}\n"),
+            "x.yaml:2:53: data.synthetic_train_samples: 100 is less than "
+            "trainer.global_batch_size (128), so with data.drop_last no step would run");
+  EXPECT_EQ(errorOf("name: t\ndata: {dataset: synthetic, synthetic_train_samples: 100, "
+                    "drop_last: false}\n"),
+            "(no error)");
+}
+
+TEST(ParseTest, LoadExperimentReportsUnreadableFiles) {
+  try {
+    loadExperiment("/nonexistent/x.yaml");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "/nonexistent/x.yaml: cannot read the experiment file: No such file or directory");
+  }
+  try {
+    loadExperiment("/tmp");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "/tmp: is a directory; name an experiment .yaml file");
+  }
+}
+
+// The example experiments shipped in configs/ must stay valid as the schema changes.
+TEST(ParseTest, ExampleExperimentsAreValid) {
+  int checked = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(CUMULUS_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    try {
+      loadExperiment(entry.path().string());
+    } catch (const ConfigError& e) {
+      ADD_FAILURE() << e.what();
+    }
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no configs/*.yaml in this checkout";
+}
+
+}  // namespace
+}  // namespace cumulus::configs

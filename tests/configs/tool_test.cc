@@ -1,0 +1,116 @@
+// The cumulus-config binary, run as a user or CI would.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include "configs/digest.h"
+#include "configs/parse.h"
+#include "configs/schema.h"
+
+namespace cumulus::configs {
+namespace {
+
+struct Result {
+  int status;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& arguments) {
+  std::string command =
+      std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-config " + arguments + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string out;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
+  int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+class ToolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/cumulus_config_tool_XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    dir_ = dir;
+  }
+  void TearDown() override {
+    for (const std::string& file : files_) std::remove(file.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    files_.push_back(path);
+    return path;
+  }
+  std::string dir_;
+  std::vector<std::string> files_;
+};
+
+TEST_F(ToolTest, CheckPrintsTheResolvedExperiment) {
+  std::string path = write("good.yaml", "name: t\noptimizer: {lr: 0.5}\n");
+  Result r = run("check " + path + " --set trainer.seed=9");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, toYaml(parseExperiment("name: t\noptimizer: {lr: 0.5}\ntrainer: {seed: 9}\n",
+                                          "expected")));
+}
+
+TEST_F(ToolTest, CheckReportsTheErrorWithExitStatus2) {
+  std::string path = write("bad.yaml", "name: t\ntrainer:\n  lr: 0.1\n");
+  Result r = run("check " + path);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, path + ":3:3: trainer.lr: unknown key; did you mean `optimizer.lr`?\n");
+  Result bad_override = run("check " + write("ok.yaml", "name: t\n") + " --set optimizer.lr=abc");
+  EXPECT_EQ(bad_override.status, 2);
+  EXPECT_EQ(bad_override.out,
+            "--set optimizer.lr=abc: optimizer.lr: expected a number > 0, got \"abc\"\n");
+  Result missing = run("check");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_EQ(missing.out,
+            "cumulus-config check: missing FILE, the experiment file "
+            "(cumulus-config check --help shows the usage)\n");
+  EXPECT_EQ(run("frobnicate").status, 2);
+}
+
+TEST_F(ToolTest, DigestDiffReferenceAndDefaults) {
+  std::string a = write("a.yaml", "name: t\n");
+  std::string b = write("b.yaml", "name: t\noptimizer: {lr: 0.05}\n");
+  Result digest = run("digest " + a);
+  EXPECT_EQ(digest.status, 0);
+  EXPECT_EQ(digest.out, configDigest(parseExperiment("name: t\n", "a")) + "\n");
+  Result same = run("diff " + a + " " + a);
+  EXPECT_EQ(same.status, 0);
+  EXPECT_EQ(same.out, "");
+  Result differ = run("diff " + a + " " + b);
+  EXPECT_EQ(differ.status, 1);
+  EXPECT_EQ(differ.out, "optimizer.lr: 0.1 -> 0.05\n");
+  EXPECT_EQ(run("reference").out, referenceMarkdown());
+  EXPECT_EQ(run("defaults").out, toYaml(schemaDefaults()));
+}
+
+TEST_F(ToolTest, ReferenceRewritesAReadme) {
+  std::string readme = write("README.md", "# X\n\nintro\n");
+  Result r = run("reference --readme " + readme);
+  EXPECT_EQ(r.status, 0) << r.out;
+  std::ifstream in(readme);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(
+      text.rfind("# X\n\nintro\n\n## Configuration reference\n\n<!-- config-reference:begin -->\n"
+                 "| key |",
+                 0),
+      0u);
+  // Idempotent.
+  run("reference --readme " + readme);
+  std::ifstream again(readme);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>()),
+            text);
+}
+
+}  // namespace
+}  // namespace cumulus::configs
