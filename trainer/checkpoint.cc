@@ -1,0 +1,447 @@
+#include "trainer/checkpoint.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <functional>
+
+#include "trainer/checkpoint_manifest.h"
+
+namespace cumulus::trainer {
+namespace {
+
+constexpr char kStepPrefix[] = "step-";
+constexpr char kTmpSuffix[] = ".tmp";
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+const std::vector<std::string>& requiredFiles() {
+  static const std::vector<std::string> files = {kModelFile, kOptimizerFile, kStateFile};
+  return files;
+}
+
+// The step of a committed directory name "step-<digits>", or none.
+std::optional<uint64_t> parseStepName(const std::string& name) {
+  const size_t prefix = sizeof(kStepPrefix) - 1;
+  if (name.size() <= prefix || name.size() > prefix + 19 ||
+      name.compare(0, prefix, kStepPrefix) != 0) {
+    return std::nullopt;
+  }
+  uint64_t step = 0;
+  for (size_t i = prefix; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    step = step * 10 + static_cast<uint64_t>(name[i] - '0');
+  }
+  return step;
+}
+
+bool isTemporaryName(const std::string& name) {
+  const size_t suffix = sizeof(kTmpSuffix) - 1;
+  return name.compare(0, sizeof(kStepPrefix) - 1, kStepPrefix) == 0 && name.size() > suffix &&
+         name.compare(name.size() - suffix, suffix, kTmpSuffix) == 0;
+}
+
+std::string baseName(const std::string& path) {
+  const size_t slash = path.find_last_not_of('/');
+  const std::string trimmed = path.substr(0, slash == std::string::npos ? 0 : slash + 1);
+  return trimmed.substr(trimmed.rfind('/') + 1);  // npos + 1 == 0
+}
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(std::string dir, size_t keep, FileSystem& fs)
+    : dir_(std::move(dir)), keep_(keep), fs_(fs) {
+  assert(keep_ >= 1 && "the newest valid checkpoint is always kept");
+}
+
+CheckpointManager::~CheckpointManager() {
+  if (worker_.joinable()) worker_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) {
+    try {
+      std::rethrow_exception(error_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cumulus: background checkpoint save failed, never reported: %s\n",
+                   e.what());
+    }
+  }
+}
+
+std::string CheckpointManager::dirName(uint64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%s%08" PRIu64, kStepPrefix, step);
+  return name;
+}
+
+bool CheckpointManager::waitLocked(std::unique_lock<std::mutex>& lock,
+                                   std::chrono::milliseconds timeout) {
+  return done_cv_.wait_for(lock, timeout, [this] { return !in_flight_; });
+}
+
+void CheckpointManager::rethrowPendingError(std::unique_lock<std::mutex>& lock) {
+  if (!error_) return;
+  std::exception_ptr error = error_;
+  error_ = nullptr;
+  std::rethrow_exception(error);
+}
+
+SaveResult CheckpointManager::save(const CheckpointSnapshot& snapshot) {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!waitLocked(lock, kDefaultCheckpointWait)) {
+      throw CheckpointError(dir_ + "/" + in_flight_name_ +
+                            ": a background save is still running; step " +
+                            std::to_string(snapshot.state.step()) + " was not saved");
+    }
+    rethrowPendingError(lock);
+  }
+  if (worker_.joinable()) worker_.join();
+  return write(snapshot);
+}
+
+void CheckpointManager::saveAsync(CheckpointSnapshot&& snapshot, std::chrono::milliseconds wait) {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!waitLocked(lock, wait)) {
+      throw CheckpointError(dir_ + "/" + in_flight_name_ +
+                            ": a background save is still running after " +
+                            std::to_string(wait.count()) + " ms; step " +
+                            std::to_string(snapshot.state.step()) + " was not saved");
+    }
+    rethrowPendingError(lock);
+    in_flight_ = true;
+    in_flight_name_ = dirName(snapshot.state.step());
+  }
+  if (worker_.joinable()) worker_.join();
+  try {
+    worker_ = std::thread([this, snapshot = std::move(snapshot)]() mutable {
+      SaveResult result;
+      std::exception_ptr error;
+      try {
+        result = write(snapshot);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      snapshot = CheckpointSnapshot();  // free the copy before the next one can be taken
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        in_flight_ = false;
+        in_flight_name_.clear();
+        if (error) {
+          error_ = error;
+        } else {
+          completed_.push_back(std::move(result));
+        }
+      }
+      done_cv_.notify_all();
+    });
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_ = false;
+    in_flight_name_.clear();
+    throw;
+  }
+}
+
+bool CheckpointManager::waitForPending(std::chrono::milliseconds timeout) {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!waitLocked(lock, timeout)) return false;
+    rethrowPendingError(lock);
+  }
+  if (worker_.joinable()) worker_.join();
+  return true;
+}
+
+bool CheckpointManager::pending() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return in_flight_;
+}
+
+std::vector<SaveResult> CheckpointManager::takeCompleted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(completed_, {});
+}
+
+// mkdir -p dir_, with each created directory's parent fsynced.
+void CheckpointManager::ensureDir() {
+  std::string prefix;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir_.find('/', pos + 1);
+    prefix = dir_.substr(0, pos);
+    if (prefix.empty() || fs_.exists(prefix)) continue;
+    try {
+      fs_.createDir(prefix);
+    } catch (const FileSystemError& e) {
+      if (e.errorCode() != EEXIST) throw;
+      continue;
+    }
+    // A new directory's own name must be durable too, or a crash can lose the whole tree.
+    const size_t slash = prefix.rfind('/');
+    fs_.syncDir(slash == std::string::npos ? "." : slash == 0 ? "/" : prefix.substr(0, slash));
+  }
+}
+
+SaveResult CheckpointManager::write(const CheckpointSnapshot& snapshot) {
+  SaveResult result;
+  result.step = snapshot.state.step();
+  result.path = dir_ + "/" + dirName(result.step);
+  const std::string tmp = result.path + kTmpSuffix;
+
+  Clock::time_point start = Clock::now();
+  std::map<std::string, std::string> files;
+  try {
+    files = encodeSnapshot(snapshot);
+  } catch (const std::exception& e) {
+    throw CheckpointError(result.path + ": cannot encode the snapshot: " + e.what());
+  }
+  result.encode_seconds = secondsSince(start);
+
+  start = Clock::now();
+  bool renamed = false;
+  std::string replaced;
+  try {
+    ensureDir();
+    try {
+      removeStaleTemporaries();
+    } catch (const FileSystemError& e) {
+      // Leftovers of an older crash must not stop this save.
+      result.warnings.push_back({dir_, std::string("cannot remove a stale .tmp: ") + e.what()});
+    }
+    fs_.removeAll(tmp);
+    fs_.createDir(tmp);
+    std::vector<ManifestEntry> entries;
+    for (const auto& [name, bytes] : files) {
+      fs_.writeFile(tmp + "/" + name, bytes);
+      entries.push_back(describeFile(name, bytes));
+      result.bytes += bytes.size();
+    }
+    // MANIFEST last: its presence is what makes the directory a checkpoint.
+    const std::string manifest = encodeManifest(entries);
+    fs_.writeFile(tmp + "/" + kManifestName, manifest);
+    result.bytes += manifest.size();
+    fs_.syncDir(tmp);
+    replaced = commit(tmp, result.path);
+    renamed = true;
+    fs_.syncDir(dir_);
+  } catch (const FileSystemError& e) {
+    std::string message = "saving checkpoint " + result.path + " failed: " + e.what();
+    if (renamed) {
+      message += " (after the rename: the checkpoint is complete but may not survive a crash)";
+    } else {
+      try {
+        fs_.removeAll(tmp);
+        message += " (removed " + tmp + "; older checkpoints are untouched)";
+      } catch (const std::exception& cleanup) {
+        message += std::string("; removing ") + tmp + " failed too: " + cleanup.what();
+      }
+    }
+    throw CheckpointError(message);
+  }
+  if (!replaced.empty()) {
+    try {
+      fs_.removeAll(replaced);
+    } catch (const FileSystemError& e) {
+      result.warnings.push_back(
+          {replaced, std::string("cannot remove the replaced copy: ") + e.what()});
+    }
+  }
+  result.write_seconds = secondsSince(start);
+
+  start = Clock::now();
+  for (CheckpointWarning& w : applyRetention(result.path)) result.warnings.push_back(std::move(w));
+  result.retention_seconds = secondsSince(start);
+  return result;
+}
+
+// Puts the complete `tmp` in place as `final_path`. A directory already at `final_path` (a save
+// of the same step again, after a resume) is swapped out atomically where renameat2 works;
+// elsewhere it is moved aside first, which leaves a short window without that step (older
+// checkpoints stay valid throughout). Returns the path now holding the replaced directory, for
+// the caller to remove once the parent directory is synced, or "" if nothing was replaced.
+std::string CheckpointManager::commit(const std::string& tmp, const std::string& final_path) {
+  if (!fs_.exists(final_path)) {
+    fs_.rename(tmp, final_path);
+    return "";
+  }
+  try {
+    fs_.exchange(tmp, final_path);
+    return tmp;
+  } catch (const FileSystemError& e) {
+    if (e.errorCode() != EINVAL && e.errorCode() != ENOSYS && e.errorCode() != ENOTSUP) throw;
+  }
+  const std::string replaced = final_path + ".old" + kTmpSuffix;
+  fs_.removeAll(replaced);
+  fs_.rename(final_path, replaced);
+  try {
+    fs_.rename(tmp, final_path);
+  } catch (const FileSystemError&) {
+    try {
+      fs_.rename(replaced, final_path);  // put the old one back rather than lose it
+    } catch (const FileSystemError&) {
+      // The error that matters is the first one; the old copy stays under `replaced`.
+    }
+    throw;
+  }
+  return replaced;
+}
+
+std::vector<CheckpointInfo> CheckpointManager::list() {
+  std::vector<CheckpointInfo> out;
+  if (!fs_.exists(dir_)) return out;
+  for (const DirEntry& entry : fs_.list(dir_)) {
+    if (!entry.is_dir) continue;
+    if (const auto step = parseStepName(entry.name))
+      out.push_back({dir_ + "/" + entry.name, *step});
+  }
+  // Newest first; equal steps ("step-1" and "step-00000001") by name, for a stable order.
+  std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
+    return a.step != b.step ? a.step > b.step : a.path > b.path;
+  });
+  return out;
+}
+
+// Verifies step directories newest first and hands each valid one to `accept` until it returns
+// true (accept may throw CheckpointError to reject one); every rejection becomes a warning.
+std::optional<CheckpointInfo> CheckpointManager::scanNewestFirst(
+    std::vector<CheckpointWarning>& warnings,
+    const std::function<void(const CheckpointInfo&, const VerifiedCheckpoint&)>& accept) {
+  for (const CheckpointInfo& info : list()) {
+    try {
+      const VerifiedCheckpoint verified = verifyCheckpoint(fs_, info.path, requiredFiles());
+      accept(info, verified);
+      for (const std::string& name : verified.unlisted) {
+        warnings.push_back({info.path, "ignoring " + name + ": not listed in MANIFEST"});
+      }
+      return info;
+    } catch (const InvalidCheckpoint& e) {
+      warnings.push_back({info.path, std::string("invalid checkpoint, skipped: ") + e.what()});
+    } catch (const FileSystemError& e) {
+      warnings.push_back({info.path, std::string("unreadable checkpoint, skipped: ") + e.what()});
+    } catch (const CheckpointError& e) {
+      warnings.push_back({info.path, std::string("undecodable checkpoint, skipped: ") + e.what()});
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<CheckpointInfo> CheckpointManager::latestValid(
+    std::vector<CheckpointWarning>& warnings) {
+  return scanNewestFirst(warnings, [](const CheckpointInfo&, const VerifiedCheckpoint&) {});
+}
+
+namespace {
+
+// Decodes verified bytes of the checkpoint at `path` (step `step`); throws CheckpointError.
+CheckpointSnapshot decodeVerified(const VerifiedCheckpoint& verified, const std::string& path,
+                                  uint64_t step) {
+  CheckpointSnapshot snapshot;
+  try {
+    snapshot = decodeSnapshot(verified.files, path);
+  } catch (const std::exception& e) {
+    throw CheckpointError(e.what());
+  }
+  if (snapshot.state.step() != step) {
+    throw CheckpointError(path + "/" + kStateFile + ": step " +
+                          std::to_string(snapshot.state.step()) +
+                          " does not match the directory name");
+  }
+  return snapshot;
+}
+
+}  // namespace
+
+CheckpointSnapshot CheckpointManager::load(const std::string& path) {
+  const std::optional<uint64_t> step = parseStepName(baseName(path));
+  if (!step) throw CheckpointError(path + ": not a checkpoint directory name (step-<number>)");
+  VerifiedCheckpoint verified;
+  try {
+    verified = verifyCheckpoint(fs_, path, requiredFiles());
+  } catch (const InvalidCheckpoint& e) {
+    throw CheckpointError(path + ": invalid checkpoint: " + e.what());
+  } catch (const FileSystemError& e) {
+    throw CheckpointError(path + ": unreadable checkpoint: " + e.what());
+  }
+  return decodeVerified(verified, path, *step);
+}
+
+std::optional<std::pair<CheckpointInfo, CheckpointSnapshot>> CheckpointManager::loadLatestValid(
+    std::vector<CheckpointWarning>& warnings) {
+  CheckpointSnapshot snapshot;
+  const std::optional<CheckpointInfo> info =
+      scanNewestFirst(warnings, [&](const CheckpointInfo& info, const VerifiedCheckpoint& v) {
+        snapshot = decodeVerified(v, info.path, info.step);
+      });
+  if (!info) return std::nullopt;
+  return std::make_pair(*info, std::move(snapshot));
+}
+
+std::vector<std::string> CheckpointManager::removeStaleTemporaries() {
+  std::vector<std::string> removed;
+  if (!fs_.exists(dir_)) return removed;
+  std::string in_flight;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight = in_flight_name_;
+  }
+  for (const DirEntry& entry : fs_.list(dir_)) {
+    if (!isTemporaryName(entry.name)) continue;
+    // The background save's own directories (step-N.tmp, step-N.old.tmp) are not stale.
+    if (!in_flight.empty() && entry.name.compare(0, in_flight.size() + 1, in_flight + ".") == 0) {
+      continue;
+    }
+    fs_.removeAll(dir_ + "/" + entry.name);
+    removed.push_back(dir_ + "/" + entry.name);
+  }
+  return removed;
+}
+
+std::vector<CheckpointWarning> CheckpointManager::applyRetention(const std::string& just_saved) {
+  std::vector<CheckpointWarning> warnings;
+  std::vector<CheckpointInfo> all;
+  try {
+    all = list();
+  } catch (const FileSystemError& e) {
+    return {{dir_, std::string("retention skipped: ") + e.what()}};
+  }
+  size_t valid = 0;
+  uint64_t oldest_kept = 0;
+  for (const CheckpointInfo& info : all) {
+    if (valid == keep_) break;
+    bool ok = info.path == just_saved;  // written and fsynced just now
+    if (!ok) {
+      try {
+        verifyCheckpoint(fs_, info.path, requiredFiles());
+        ok = true;
+      } catch (const std::exception& e) {
+        warnings.push_back({info.path, std::string("invalid checkpoint kept (not older than the "
+                                                   "kept ones): ") +
+                                           e.what()});
+      }
+    }
+    if (ok) {
+      ++valid;
+      oldest_kept = info.step;
+    }
+  }
+  // Remove only what is verifiably older than K valid checkpoints, never the one just saved.
+  if (valid < keep_) return warnings;
+  for (const CheckpointInfo& info : all) {
+    if (info.step >= oldest_kept || info.path == just_saved) continue;
+    try {
+      fs_.removeAll(info.path);
+    } catch (const FileSystemError& e) {
+      warnings.push_back({info.path, std::string("retention could not remove it: ") + e.what()});
+    }
+  }
+  return warnings;
+}
+
+}  // namespace cumulus::trainer

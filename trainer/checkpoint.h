@@ -1,0 +1,158 @@
+#pragma once
+// Crash-consistent checkpoints in a directory (DESIGN.md "Checkpoints").
+//
+//   <dir>/step-00001200/{model.pt, optim.pt, state.pb, MANIFEST}
+//
+// Commit protocol of a save: write every file into step-00001200.tmp/ (each fsynced), MANIFEST
+// last (fsynced), fsync the .tmp directory, rename it to step-00001200 (an existing directory of
+// that step is swapped out atomically with renameat2 where the file system can), fsync <dir>.
+// A crash at any point leaves either the complete new checkpoint or none; a directory counts as
+// a checkpoint only if its MANIFEST verifies (every listed file present with its size and
+// SHA-256). There is no "latest" pointer file: the newest valid directory is found by scanning.
+//
+// Retention after each successful save: the K newest valid checkpoints are kept; directories whose
+// step is below the oldest kept one are removed; nothing at or above it is removed (an invalid
+// directory newer than a valid one is left for a human to look at and reported). Stale .tmp
+// directories (from a crash) are removed when the next save starts and by removeStaleTemporaries.
+//
+// One writer per directory: two managers (or processes) saving into the same <dir> is a misuse.
+// Thread-safety: a CheckpointManager is used from one thread (the training thread); it runs at
+// most one background save of its own. latestValid and load may run while that save is in
+// flight; a directory that its retention removes meanwhile is then reported as a warning.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "trainer/checkpoint_manifest.h"
+#include "trainer/checkpoint_snapshot.h"
+#include "trainer/file_system.h"
+
+namespace cumulus::trainer {
+
+// A checkpoint that failed verification or an oddity worth a log line; the caller logs these.
+struct CheckpointWarning {
+  std::string path;
+  std::string reason;
+  std::string str() const { return path + ": " + reason; }
+};
+
+struct CheckpointInfo {
+  std::string path;  // <dir>/step-00001200
+  uint64_t step = 0;
+};
+
+struct SaveResult {
+  std::string path;  // the committed directory
+  uint64_t step = 0;
+  uint64_t bytes = 0;                       // all files, MANIFEST included
+  double encode_seconds = 0;                // pickling and serializing
+  double write_seconds = 0;                 // hashing, writing, fsync, rename
+  double retention_seconds = 0;             // verifying and removing older checkpoints
+  std::vector<CheckpointWarning> warnings;  // from retention: failed removals, invalid dirs kept
+};
+
+// A save that did not commit. what() names the checkpoint path and the cause, with errno text for
+// a file system failure ("/ckpt/step-00000100.tmp/model.pt: write: No space left on device").
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline constexpr std::chrono::milliseconds kDefaultCheckpointWait = std::chrono::minutes(10);
+
+class CheckpointManager {
+ public:
+  // `dir` is created (with parents) on the first save. keep >= 1 (asserted). `fs` must outlive the
+  // manager.
+  CheckpointManager(std::string dir, size_t keep, FileSystem& fs);
+  // Waits for a pending background save. A background error that no call surfaced is written to
+  // stderr (a destructor cannot throw): call waitForPending() before destruction to handle it.
+  ~CheckpointManager();
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+
+  // "step-00001200" (at least 8 digits).
+  static std::string dirName(uint64_t step);
+  const std::string& dir() const { return dir_; }
+
+  // Writes and commits `snapshot` as step snapshot.state.step, then applies retention. Blocks
+  // until the checkpoint is durable. First waits (up to kDefaultCheckpointWait) for a pending
+  // background save and rethrows its error if it failed. Throws CheckpointError if the save does
+  // not commit; its .tmp directory is removed and older checkpoints are untouched.
+  SaveResult save(const CheckpointSnapshot& snapshot);
+
+  // Takes `snapshot` and saves it on a background thread; returns as soon as the thread started.
+  // The snapshot must own its tensors (cloneTensors, Optimizer::exportState) so that training
+  // may change the model meanwhile. At most one save is in flight: this call first waits up to
+  // `wait` for the previous one and throws CheckpointError if it is still running then, or
+  // rethrows the previous save's error. When it throws, `snapshot` has not been moved from: the
+  // caller may retry with it (or save() it) after handling the error. The caller's stall is a
+  // thread start (~0.1 ms); pickling, hashing, writing and retention run in the background.
+  void saveAsync(CheckpointSnapshot&& snapshot,
+                 std::chrono::milliseconds wait = kDefaultCheckpointWait);
+
+  // Blocks until no background save is in flight or `timeout` passes; returns false on timeout.
+  // Rethrows (once) the error of a background save that failed.
+  bool waitForPending(std::chrono::milliseconds timeout = kDefaultCheckpointWait);
+  // True while a background save runs. Never blocks.
+  bool pending() const;
+  // Results of background saves that committed since the last call, oldest first.
+  std::vector<SaveResult> takeCompleted();
+
+  // The newest directory step-N whose MANIFEST verifies, or none. Verification reads and hashes
+  // every file (no deserialization). Each newer directory that fails verification is reported in
+  // `warnings` with its path and reason; so is a valid one with unlisted files. Throws
+  // FileSystemError only if `dir` exists but cannot be listed; a missing `dir` means none.
+  std::optional<CheckpointInfo> latestValid(std::vector<CheckpointWarning>& warnings);
+  // What a resume calls: the newest valid checkpoint, loaded, with each file read and hashed once.
+  // A directory that verifies but does not decode (a writer bug) is reported in `warnings` and
+  // the next older one is tried. None if there is no usable checkpoint.
+  std::optional<std::pair<CheckpointInfo, CheckpointSnapshot>> loadLatestValid(
+      std::vector<CheckpointWarning>& warnings);
+  // All directories step-N (valid or not, no verification), newest first.
+  std::vector<CheckpointInfo> list();
+
+  // Verifies the MANIFEST of `path` first, then deserializes the verified bytes. Throws
+  // CheckpointError naming `path` and the reason for an invalid checkpoint, or an undecodable
+  // file, or a state.pb whose step differs from the directory name.
+  CheckpointSnapshot load(const std::string& path);
+
+  // Removes <dir>/step-*.tmp left by an interrupted save (not the one a background save is
+  // writing). Returns the removed paths.
+  std::vector<std::string> removeStaleTemporaries();
+
+ private:
+  SaveResult write(const CheckpointSnapshot& snapshot);
+  std::optional<CheckpointInfo> scanNewestFirst(
+      std::vector<CheckpointWarning>& warnings,
+      const std::function<void(const CheckpointInfo&, const VerifiedCheckpoint&)>& accept);
+  std::string commit(const std::string& tmp, const std::string& final_path);
+  std::vector<CheckpointWarning> applyRetention(const std::string& just_saved);
+  void ensureDir();
+  // Waits for the background thread under `lock`; returns false on timeout.
+  bool waitLocked(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout);
+  void rethrowPendingError(std::unique_lock<std::mutex>& lock);
+
+  const std::string dir_;
+  const size_t keep_;
+  FileSystem& fs_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  std::thread worker_;                 // joined before reuse; only the owner thread touches it
+  bool in_flight_ = false;             // GUARDED_BY(mutex_)
+  std::string in_flight_name_;         // GUARDED_BY(mutex_), "step-00001200"
+  std::exception_ptr error_;           // GUARDED_BY(mutex_)
+  std::vector<SaveResult> completed_;  // GUARDED_BY(mutex_)
+};
+
+}  // namespace cumulus::trainer
