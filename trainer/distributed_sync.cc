@@ -173,7 +173,6 @@ void DistributedGradientSync::attach(const std::vector<torch::Tensor>& params) {
 
   torch::NoGradGuard no_grad;
   bucket_of_.assign(params_.size(), 0);
-  slot_of_.assign(params_.size(), 0);
   for (size_t b = 0; b < layout_.size(); ++b) {
     const BucketSpec& spec = layout_[b];
     auto bucket = std::make_unique<Bucket>();
@@ -189,7 +188,6 @@ void DistributedGradientSync::attach(const std::vector<torch::Tensor>& params) {
       if (options_.gradient_as_bucket_view) p.mutable_grad() = view;
       bucket->views.push_back(std::move(view));
       bucket_of_[spec.params[s]] = b;
-      slot_of_[spec.params[s]] = s;
     }
     buckets_.push_back(std::move(bucket));
   }

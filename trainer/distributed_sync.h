@@ -113,7 +113,6 @@ class DistributedGradientSync final : public GradientSync {
   std::vector<BucketSpec> layout_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<size_t> bucket_of_;  // param → bucket index
-  std::vector<size_t> slot_of_;    // param → position in its bucket
   // The accumulators must stay alive for the hooks to fire; the keys remove the hooks.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
