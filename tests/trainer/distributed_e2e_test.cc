@@ -160,7 +160,9 @@ pid_t workerPid(pid_t launcher, int rank) {
 
 TEST_F(DistributedE2eTest, AKilledWorkerMakesTheLauncherRestartTheGroupAndTheJobCompletes) {
   const std::string out_path = (dir_ / "launcher.txt").string();
-  const std::string cmd = command(2, "killed", "--set trainer.epochs=12 --set comm.algorithm=tree");
+  const std::string cmd = command(
+      2, "killed",
+      "--set trainer.epochs=50 --set trainer.log_every_steps=100 --set comm.algorithm=tree");
   const pid_t launcher = ::fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
