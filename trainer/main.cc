@@ -36,8 +36,8 @@ cumulus::configs::CliSpec cliSpec() {
           "CONFIG",
           true,
           {{"trace", "PATH",
-            "write a Chrome trace (chrome://tracing, Perfetto) of every step to PATH; in a group "
-            "each rank writes PATH with .rank<N> before the extension, or {rank} replaced"}}};
+            "write a Chrome trace of the steps (Perfetto); a group rank inserts .rank<N> or fills "
+            "{rank}"}}};
 }
 
 // "{rank}" is replaced by the rank; otherwise, in a group, ".rank<N>" goes before the extension.
