@@ -1,13 +1,16 @@
 #!/bin/bash
 # The exact sequence behind bench/results/allreduce.md (run from the repository root after
-# `cmake --build build --target cumulus-bench`). Writes bench/results/{cost_model.txt,
-# cost_model_tcp.txt, compare_gloo.jsonl} and prints everything else; keep its output as
-# raw_<n>.log and feed it to bench/summarize.py.
+# `cmake --build build --target cumulus-bench`):
+#   N=5 bench/results/run_all.sh > bench/results/raw_5.log 2>&1
+#   bench/summarize.py bench/results/raw_5.log > bench/results/summary_5.md
+# Writes bench/results/{cost_model.txt, cost_model_tcp.txt, compare_gloo_run$N.jsonl} and prints
+# everything else.
 #
 # Transports: the ranks all live on this host, so CUMULUS_TRANSPORT=auto (the default) connects
 # them over AF_UNIX sockets; the TCP figures are taken with CUMULUS_TRANSPORT=tcp and calibrated
 # with their own cost model, so transport and algorithm effects can be told apart.
 set -x
+N=${N:-new}
 B=build/bin/cumulus-bench
 R=bench/results
 date -u; uptime; nproc
@@ -15,7 +18,7 @@ $B calibrate --out $R/cost_model.txt
 CUMULUS_TRANSPORT=tcp $B calibrate --out $R/cost_model_tcp.txt
 bench/compare_gloo.sh --sizes 4K:64M --factor 4 --worlds "2 4" --rounds 2 \
   --algos "ring tree funnel" --transports "auto tcp" --cost-model $R/cost_model.txt \
-  --tcp-cost-model $R/cost_model_tcp.txt --out $R/compare_gloo.jsonl
+  --tcp-cost-model $R/cost_model_tcp.txt --out $R/compare_gloo_run$N.jsonl
 date -u; uptime
 for p in 2 3 4 6 8; do
   for a in ring tree funnel; do
