@@ -81,8 +81,9 @@ int runAllreduceWorker(const BenchOptions& o) {
   std::vector<char> memory(o.sizes.back() + element);
 
   if (env.rank == 0) {
-    std::printf("# cumulus-bench allreduce: algo %s, world %d, dtype %s, op sum, loopback TCP\n",
-                comm::algorithmName(o.algorithm), p, comm::dtypeName(o.dtype));
+    std::printf("# cumulus-bench allreduce: algo %s, world %d, dtype %s, op sum, loopback %s\n",
+                comm::algorithmName(o.algorithm), p, comm::dtypeName(o.dtype),
+                p > 1 ? comm.transportTo(1) : "-");
     std::printf("# %10s %11s %8s %6s %7s %11s %11s %11s %10s\n", "size(B)", "count", "type", "algo",
                 "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "model(us)");
     std::fflush(stdout);
@@ -131,10 +132,11 @@ int runAllreduceWorker(const BenchOptions& o) {
     std::snprintf(line, sizeof line,
                   "{\"bench\":\"allreduce\",\"impl\":\"cumulus\",\"algo\":\"%s\",\"ran\":\"%s\","
                   "\"world\":%d,\"bytes\":%zu,\"count\":%zu,\"dtype\":\"%s\",\"iters\":%d,"
-                  "\"time_us\":%.2f,\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"model_us\":%.2f}",
+                  "\"time_us\":%.2f,\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"model_us\":%.2f,"
+                  "\"transport\":\"%s\"}",
                   comm::algorithmName(o.algorithm), comm::algorithmName(ran), p, buffer.bytes(),
                   buffer.count, comm::dtypeName(o.dtype), iters, seconds * 1e6, algbw, busbw,
-                  model * 1e6);
+                  model * 1e6, p > 1 ? comm.transportTo(1) : "self");
     json.push_back(line);
   }
   if (env.rank == 0) {

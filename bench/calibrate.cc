@@ -5,19 +5,35 @@
 //      chain of one-way messages and α = time / broadcasts.
 //   β  time per byte of a large transfer: the same chain with 64 MiB messages,
 //      β = (time / broadcasts − α) / n.
-//   γ  time per byte of a float32 sum kernel (comm/reduce.h) on 64 MiB, out of cache.
+//   γ  time per byte of the float32 sum kernel (comm/reduce.h) as the algorithms call it: a hot
+//      landing segment into a 64 MiB destination.
+//   β table, per size regime and pattern (comm/cost_model.h): at n = 1, 4, 16, 64 MiB, timed
+//      2-rank all-reduces with the real algorithms, each solved for its β with the DESIGN.md
+//      formula at p = 2 (the α and γ terms subtracted):
+//        tree    t = 2α + 2nβ_oneway + nγ     (one message up, one down)
+//        ring    t = 2α + nβ_duplex + nγ/2    (each rank sends and receives n/2 twice, at once)
+//        funnel  t = 2α + 2nβ_funnel + nγ     (through the gRPC ParameterServer)
+//      Every figure is the best of 5 rounds of mean-per-op (the statistic `allreduce` reports per
+//      round): other tenants of a shared machine only ever slow a round down, so the fastest
+//      round is the best estimate of what the machine itself does.
+//   cores  std::thread::hardware_concurrency() of this host.
+// The transport is whatever the communicator picks (CUMULUS_TRANSPORT=tcp measures TCP).
 // Rank 0 writes them with comm::CostModel::save(--out) and prints them.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "bench/bench.h"
 #include "bench/group.h"
+#include "comm/collective.h"
 #include "comm/communicator.h"
 #include "comm/cost_model.h"
+#include "comm/funnel.h"
 #include "comm/reduce.h"
 #include "comm/store_client.h"
 
@@ -53,18 +69,50 @@ double chainedBroadcast(comm::Communicator& comm, size_t bytes, int rounds, int 
   return best;
 }
 
+// As the ring and tree run it: a hot 512 KiB landing segment (kDefaultSegmentBytes) folded into
+// a 64 MiB destination, segment after segment, so the destination streams from DRAM and the
+// source stays in L2. Best of 5 passes (the least disturbed by other load).
 double reductionSecondsPerByte() {
   constexpr size_t kBytes = 64u << 20;
-  std::vector<float> dst(kBytes / 4, 1.0f), src(kBytes / 4, 2.0f);
-  comm::reduceInto(dst.data(), src.data(), dst.size(), comm::DType::kFloat32, comm::ReduceOp::kSum);
+  constexpr size_t kSegment = comm::kDefaultSegmentBytes / 4;  // floats
+  std::vector<float> dst(kBytes / 4, 1.0f), landing(kSegment, 2.0f);
   double best = 1e30;
-  for (int r = 0; r < 5; ++r) {
+  for (int r = 0; r < 6; ++r) {
     const auto start = Clock::now();
-    comm::reduceInto(dst.data(), src.data(), dst.size(), comm::DType::kFloat32,
-                     comm::ReduceOp::kSum);
-    best = std::min(best, secondsSince(start));
+    for (size_t off = 0; off < dst.size(); off += kSegment) {
+      comm::reduceInto(dst.data() + off, landing.data(), std::min(kSegment, dst.size() - off),
+                       comm::DType::kFloat32, comm::ReduceOp::kSum);
+    }
+    if (r > 0) best = std::min(best, secondsSince(start));  // pass 0 only faults pages in
   }
   return best / kBytes;
+}
+
+// Seconds per all-reduce of `bytes` float32 with `algorithm`: the best of 5 rounds of the
+// slowest rank's mean over a round.
+double timedAllreduce(comm::Communicator& comm, comm::Algorithm algorithm, size_t bytes) {
+  std::vector<float> memory(bytes / 4, 1.0f);
+  comm::Buffer buffer{memory.data(), memory.size(), comm::DType::kFloat32};
+  comm::AllreduceOptions opts;
+  opts.algorithm = algorithm;
+  const int iters = std::max(3, std::min(100, static_cast<int>((256u << 20) / bytes)));
+  // A long warm-up: the funnel's gRPC channel grows its HTTP/2 flow-control window over the
+  // first few dozen calls, and the cumulus-bench sweeps it is compared with warm up as long.
+  for (int i = 0; i < std::max(2, iters / 5); ++i) comm.allreduce(buffer, opts);
+  std::vector<double> rounds;
+  for (int r = 0; r < 5; ++r) {
+    comm.barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < iters; ++i) comm.allreduce(buffer, opts);
+    double t = secondsSince(start) / iters;
+    comm::Buffer slowest{&t, 1, comm::DType::kFloat64};
+    comm::AllreduceOptions maxOpts;
+    maxOpts.op = comm::ReduceOp::kMax;
+    maxOpts.algorithm = comm::Algorithm::kTree;
+    comm.allreduce(slowest, maxOpts);
+    rounds.push_back(t);
+  }
+  return *std::min_element(rounds.begin(), rounds.end());
 }
 
 }  // namespace
@@ -75,16 +123,47 @@ int runCalibrateWorker(const BenchOptions& o) {
   comm::CommunicatorOptions copts;
   copts.jobToken = env.token;
   copts.timeout = o.timeout;
+  std::unique_ptr<comm::FunnelClient> funnel;
+  if (env.psPort > 0) {
+    funnel = std::make_unique<comm::FunnelClient>("127.0.0.1", env.psPort, env.token, env.rank,
+                                                  env.world);
+    copts.remoteReducer = funnel.get();
+  }
   comm::Communicator comm(env.rank, env.world, store, copts);
 
   constexpr size_t kLarge = 64u << 20;
   const double alpha = chainedBroadcast(comm, 4, 2000, 5);
   const double large = chainedBroadcast(comm, kLarge, 8, 3);
   const double beta = std::max(0.0, (large - alpha) / kLarge);
+  // γ on every rank (it is needed to solve the table), the same kernel the ring runs.
+  const double gamma = reductionSecondsPerByte();
+  std::vector<comm::CostModel::BetaPoint> table;
+  for (size_t n : {size_t(1) << 20, size_t(4) << 20, size_t(16) << 20, size_t(64) << 20}) {
+    const double bytes = static_cast<double>(n);
+    comm::CostModel::BetaPoint point;
+    point.bytes = bytes;
+    const double tree = timedAllreduce(comm, comm::Algorithm::kTree, n);
+    point.oneway = std::max(0.0, (tree - 2 * alpha - bytes * gamma) / (2 * bytes));
+    const double ring = timedAllreduce(comm, comm::Algorithm::kRing, n);
+    point.duplex = std::max(0.0, (ring - 2 * alpha - bytes * gamma / 2) / bytes);
+    point.funnel = point.oneway;
+    if (funnel) {
+      const double viaServer = timedAllreduce(comm, comm::Algorithm::kFunnel, n);
+      point.funnel = std::max(0.0, (viaServer - 2 * alpha - bytes * gamma) / (2 * bytes));
+    }
+    table.push_back(point);
+  }
+  // Copy cost per byte can only grow with the working set (each cache level it spills from makes
+  // it dearer), so a dip in β_oneway or β_duplex at a larger size is noise from other load on a
+  // shared machine: keep the running maximum. (β_funnel falls with n, per-call costs amortizing.)
+  for (size_t i = 1; i < table.size(); ++i) {
+    table[i].oneway = std::max(table[i].oneway, table[i - 1].oneway);
+    table[i].duplex = std::max(table[i].duplex, table[i - 1].duplex);
+  }
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
   comm.barrier();
   if (env.rank != 0) return 0;
-  const double gamma = reductionSecondsPerByte();
-  const comm::CostModel model(alpha, beta, gamma);
+  const comm::CostModel model(alpha, gamma, table, cores);
   model.save(o.out);
   const comm::CostModel defaults;
   std::printf("# cumulus-bench calibrate: 2 ranks on 127.0.0.1\n");
@@ -94,6 +173,12 @@ int runCalibrateWorker(const BenchOptions& o) {
               beta > 0 ? 1e-9 / beta : 0.0, defaults.beta());
   std::printf("gamma_s_per_byte %.3e   (%.2f GB/s float32 sum kernel; default %.3e)\n", gamma,
               1e-9 / gamma, defaults.gamma());
+  std::printf("cores            %d\n", cores);
+  std::printf("# %10s %14s %14s %14s   (seconds per byte; transport to rank 1: %s)\n", "bytes",
+              "beta_oneway", "beta_duplex", "beta_funnel", comm.transportTo(1));
+  for (const auto& p : table) {
+    std::printf("  %10.0f %14.3e %14.3e %14.3e\n", p.bytes, p.oneway, p.duplex, p.funnel);
+  }
   std::printf("written to %s\n", o.out.c_str());
   std::printf(
       "{\"bench\":\"calibrate\",\"alpha_s\":%.4e,\"beta_s_per_byte\":%.4e,"

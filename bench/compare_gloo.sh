@@ -8,10 +8,14 @@
 #   bench/compare_gloo.sh [--sizes 4K:64M] [--factor 4] [--worlds "2 4"] [--rounds 2]
 #                         [--algos "ring tree funnel"] [--bin build/bin/cumulus-bench]
 #                         [--out bench/results/compare_gloo.jsonl] [--cost-model PATH]
+#                         [--transports "auto tcp"] [--tcp-cost-model PATH]
+# --transports runs every cumulus sweep once per CUMULUS_TRANSPORT value (auto = AF_UNIX between
+# these same-host ranks); the tables show one column pair per (algorithm, transport).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 sizes="4K:64M"; factor=4; worlds="2 4"; rounds=2; algos="ring tree funnel"
 bin="$here/../build/bin/cumulus-bench"; out="$here/results/compare_gloo.jsonl"; model_args=()
+transports="auto"; tcp_model_args=()
 python=/usr/bin/python3  # Debian's, with torch; the first python3 on PATH may lack it
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -23,6 +27,8 @@ while [ $# -gt 0 ]; do
     --bin) bin="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --cost-model) model_args=(--cost-model "$2"); shift 2 ;;
+    --tcp-cost-model) tcp_model_args=(--cost-model "$2"); shift 2 ;;
+    --transports) transports="$2"; shift 2 ;;
     *) echo "compare_gloo.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -58,10 +64,14 @@ run_gloo() {  # world
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for world in $worlds; do
   for round in $(seq 1 "$rounds"); do
-    for algo in $algos; do
-      echo "# world $world round $round: cumulus $algo" >&2
-      "$bin" allreduce --algo "$algo" --world-size "$world" --sizes "$sizes" --factor "$factor" \
-        "${model_args[@]}" | grep '^{' >> "$out"
+    for transport in $transports; do
+      margs=("${model_args[@]}")
+      [ "$transport" = tcp ] && [ ${#tcp_model_args[@]} -gt 0 ] && margs=("${tcp_model_args[@]}")
+      for algo in $algos; do
+        echo "# world $world round $round: cumulus $algo over $transport" >&2
+        CUMULUS_TRANSPORT=$transport "$bin" allreduce --algo "$algo" --world-size "$world" \
+          --sizes "$sizes" --factor "$factor" "${margs[@]}" | grep '^{' >> "$out"
+      done
     done
     echo "# world $world round $round: gloo" >&2
     run_gloo "$world" | grep '^{' >> "$out"
@@ -73,7 +83,8 @@ import json, sys
 best = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    key = (r["impl"], r["algo"], r["world"], r["bytes"])
+    algo = r["algo"] if r["impl"] == "gloo" else f'{r["algo"]}/{r.get("transport", "tcp")}'
+    key = (r["impl"], algo, r["world"], r["bytes"])
     if key not in best or r["time_us"] < best[key]["time_us"]:
         best[key] = r
 worlds = sorted({k[2] for k in best}); sizes = sorted({k[3] for k in best})
@@ -94,9 +105,10 @@ for w in worlds:
             c = best.get(("cumulus", a, w, n))
             cells += [f"{c['time_us']:.1f}", f"{c['time_us'] / g['time_us']:.2f}"] if c else ["-", "-"]
         print(f"| {fmt(n)} | {g['time_us']:.1f} | " + " | ".join(cells) + " |")
-    for n in sizes:
-        g = best.get(("gloo", "gloo", w, n)); r = best.get(("cumulus", "ring", w, n))
-        if g and r and n == 64 << 20:
-            print(f"\nring busbw at 64M, world {w}: {r['busbw_GBps']:.3f} GB/s vs gloo "
+    g = best.get(("gloo", "gloo", w, 64 << 20))
+    for a in algos:
+        r = best.get(("cumulus", a, w, 64 << 20))
+        if g and r and a.startswith("ring"):
+            print(f"\n{a} busbw at 64M, world {w}: {r['busbw_GBps']:.3f} GB/s vs gloo "
                   f"{g['busbw_GBps']:.3f} GB/s = {r['busbw_GBps'] / g['busbw_GBps']:.2f}x")
 PY

@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include <stdexcept>
+
 #include "comm/error.h"
 #include "comm/rendezvous.h"
 #include "comm/ring.h"
@@ -41,6 +43,12 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   config.token = options_.jobToken;
   config.bindHost = options_.bindHost;
   config.socketBufferBytes = options_.socketBufferBytes;
+  try {
+    config.transport =
+        options_.transport != Transport::kAuto ? options_.transport : transportFromEnvironment();
+  } catch (const std::invalid_argument& e) {
+    throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1, e.what());
+  }
   config.deadline = tcp::Clock::now() + options_.timeout;
   pairs_ = connectMesh(store, config);
 }
@@ -60,6 +68,16 @@ Communicator::~Communicator() {
                   "the communicator was destroyed before the operation ran")));
   }
   if (worker_.joinable()) worker_.join();
+}
+
+const char* Communicator::transportTo(int peer) const {
+  if (peer < 0 || peer >= world_) {
+    throw CommError(
+        ErrorKind::kInvalid, "transportTo", 0, peer,
+        "rank " + std::to_string(peer) + " is not in a world of " + std::to_string(world_));
+  }
+  const auto& pair = pairs_[static_cast<size_t>(peer)];
+  return pair ? pair->transport() : "self";
 }
 
 uint64_t Communicator::nextSeq() const {

@@ -1,5 +1,6 @@
 #pragma once
-// Communicator: one rank's member of a group of `world` ranks, connected over TCP, running
+// Communicator: one rank's member of a group of `world` ranks, connected over TCP or, to peers on
+// the same host, AF_UNIX sockets (comm/transport.h), running
 // collectives on raw buffers (DESIGN.md "Communicator contract").
 //
 // Construction performs the rendezvous (rendezvous.h) and blocks until every rank is connected or
@@ -39,6 +40,7 @@
 #include "comm/collective.h"
 #include "comm/cost_model.h"
 #include "comm/store.h"
+#include "comm/transport.h"
 #include "comm/types.h"
 #include "comm/work.h"
 
@@ -61,6 +63,10 @@ struct CommunicatorOptions {
   size_t segmentBytes = kDefaultSegmentBytes;
   // SO_SNDBUF / SO_RCVBUF of data connections; 0 keeps the kernel's autotuning.
   int socketBufferBytes = 4 << 20;
+  // Byte stream per peer (comm/transport.h). kAuto defers to CUMULUS_TRANSPORT and, when that is
+  // unset too, uses AF_UNIX to same-host peers and TCP to the rest. Every rank should agree; a
+  // rank forced to kTcp publishes no AF_UNIX name, so its peers reach it over TCP.
+  Transport transport = Transport::kAuto;
 };
 
 // Per-call options (c10d style). A zero timeout means the communicator's default.
@@ -112,6 +118,8 @@ class Communicator {
   Algorithm resolve(Algorithm algorithm, size_t bytes) const;
   // Sequence number the next collective will get (the first is 1).
   uint64_t nextSeq() const;
+  // "unix" or "tcp": the stream that connects this rank to `peer`; "self" for its own rank.
+  const char* transportTo(int peer) const;
 
  private:
   using Body = std::function<void(Collective&)>;

@@ -6,19 +6,33 @@
 //   tree   ≈ 2L(α + nβ) + L·nγ
 //   ring   ≈ 2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ
 //
+// Refinements for ranks that share one host (loopback), all optional, all measured by
+// `cumulus-bench calibrate` (see cost_model.cc for the derivations):
+//   - β per size regime and per pattern: a table of (bytes, β_oneway, β_duplex, β_funnel),
+//     interpolated log-linearly in the buffer size n and clamped at its ends. β_oneway prices
+//     a message that only one side of a pair sends (tree), β_duplex one sent while the same rank
+//     also receives one (every ring step), β_funnel the gRPC path of the funnel.
+//   - cores c: when p ranks outnumber c cores the CPU-bound terms stretch (ring: ×max(1, p/c);
+//     tree: never below its total CPU work / c).
+// Without them (the 3-argument constructor, a 3-key file) the formulas above are used as is.
+//
 // Built-in defaults were measured on the 2-core development VM over loopback TCP (see
 // defaults() in cost_model.cc for how); `cumulus-bench calibrate` measures a cluster and writes
 // a file with save(), which workers read with load().
 //
-// File format (text, one "key value" per line, '#' starts a comment, all three keys required):
+// File format (text, one "key value" per line, '#' starts a comment, the first three keys
+// required, the others optional):
 //   # cumulus cost model
 //   alpha_s 1e-05
 //   beta_s_per_byte 3e-10
 //   gamma_s_per_byte 1e-10
+//   cores 2
+//   beta_at 1048576 1e-10 3e-10 2e-9      (bytes oneway duplex funnel; any number of lines)
 //
 // Thread-safety: a CostModel is an immutable value after construction; copy freely.
 
 #include <string>
+#include <vector>
 
 #include "comm/algorithm.h"
 
@@ -26,13 +40,30 @@ namespace cumulus::comm {
 
 class CostModel {
  public:
+  // One row of the β table: seconds per byte at buffer size `bytes`.
+  struct BetaPoint {
+    double bytes = 0;
+    double oneway = 0;
+    double duplex = 0;
+    double funnel = 0;
+  };
+
   // The defaults measured on the development machine.
   CostModel();
   CostModel(double alpha, double beta, double gamma);
+  // The refined model: `betas` sorted or not (it is sorted here), `cores` 0 = do not model
+  // oversubscription. beta() is then the β_oneway of the largest row.
+  CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, int cores);
 
   double alpha() const { return alpha_; }
   double beta() const { return beta_; }
   double gamma() const { return gamma_; }
+  int cores() const { return cores_; }
+  const std::vector<BetaPoint>& betas() const { return betas_; }
+  // β for a buffer of `bytes` (the scalar β when there is no table).
+  double betaOneway(double bytes) const;
+  double betaDuplex(double bytes) const;
+  double betaFunnel(double bytes) const;
 
   // Predicted seconds for an all-reduce of `bytes` on `world` ranks. kAuto is the pick's time.
   double predict(Algorithm algorithm, double bytes, int world, bool funnelAvailable = false) const;
@@ -47,7 +78,11 @@ class CostModel {
   static CostModel load(const std::string& path);
 
  private:
+  double lookup(double bytes, double BetaPoint::*column) const;
+
   double alpha_, beta_, gamma_;
+  std::vector<BetaPoint> betas_;  // sorted by bytes; empty: beta_ everywhere
+  int cores_ = 0;
 };
 
 }  // namespace cumulus::comm

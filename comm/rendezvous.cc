@@ -1,6 +1,13 @@
 #include "comm/rendezvous.h"
 
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <random>
 
 #include "comm/error.h"
 #include "comm/tcp/handshake.h"
@@ -48,7 +55,82 @@ std::vector<std::string> collectAddresses(Store& store, const RendezvousConfig& 
   return addresses;
 }
 
+// A fresh abstract AF_UNIX name: the pid keeps ranks of one host apart, the random part keeps
+// two communicators of one process (tests run every rank as a thread) and pid reuse apart.
+std::string freshUnixName() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device device;
+  const uint64_t salt = (uint64_t{device()} << 32) ^ device();
+  char name[80];
+  std::snprintf(name, sizeof name, "cumulus/%d/%llu/%016llx", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(counter.fetch_add(1)),
+                static_cast<unsigned long long>(salt));
+  return name;
+}
+
+// The peer's AF_UNIX name if it is reachable that way from here, "" otherwise.
+std::string sameHostName(Store& store, const RendezvousConfig& cfg, int peer,
+                         const std::string& hostId) {
+  auto value = store.tryGet(localKey(cfg.generation, peer));
+  if (!value) return "";
+  std::string text(value->begin(), value->end());
+  auto newline = text.find('\n');
+  if (newline == std::string::npos || text.substr(0, newline) != hostId) return "";
+  return text.substr(newline + 1);
+}
+
+tcp::Socket connectTo(Store& store, const RendezvousConfig& cfg, int peer,
+                      const std::string& address, const std::string& hostId) {
+  tcp::IoStatus status;
+  if (cfg.transport != Transport::kTcp) {
+    const std::string name = sameHostName(store, cfg, peer, hostId);
+    if (!name.empty()) {
+      tcp::Socket socket = tcp::Socket::connectUnix(name, &status);
+      if (socket.valid()) return socket;
+    } else {
+      status = {tcp::IoStatus::kClosed,
+                "rank " + std::to_string(peer) + " is on another host or does not offer AF_UNIX"};
+    }
+    if (cfg.transport == Transport::kUnix) {
+      throw CommError(ErrorKind::kRendezvous, "rendezvous", 0, peer,
+                      "transport 'unix' cannot reach rank " + std::to_string(peer) + ": " +
+                          status.detail + " (use CUMULUS_TRANSPORT=auto or tcp across hosts)");
+    }
+  }
+  tcp::Socket socket = tcp::Socket::connect(address, cfg.deadline, &status);
+  if (!socket.valid()) {
+    throw CommError(
+        ErrorKind::kRendezvous, "rendezvous", 0, peer,
+        "cannot connect to rank " + std::to_string(peer) + " at " + address + ": " + status.detail);
+  }
+  return socket;
+}
+
+// Accepts the next connection on whichever listener has one (`second` may be invalid).
+tcp::Socket acceptEither(tcp::Socket& first, tcp::Socket& second, tcp::Deadline deadline,
+                         tcp::IoStatus* status) {
+  for (;;) {
+    pollfd fds[2] = {{first.fd(), POLLIN, 0}, {second.fd(), POLLIN, 0}};
+    const nfds_t count = second.valid() ? 2 : 1;
+    int rc = ::poll(fds, count, tcp::pollTimeoutMs(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) {
+      *status = {tcp::IoStatus::kTimeout, "no connection arrived before the deadline"};
+      return tcp::Socket();
+    }
+    tcp::Socket& ready = (fds[0].revents != 0 || count == 1) ? first : second;
+    // Already readable: a near deadline only bounds a connection that was withdrawn meanwhile.
+    tcp::Socket socket = ready.accept(tcp::Clock::now(), status);
+    if (socket.valid() || status->code != tcp::IoStatus::kTimeout) return socket;
+    if (tcp::Clock::now() >= deadline) return socket;
+  }
+}
+
 }  // namespace
+
+std::string localKey(uint64_t generation, int rank) {
+  return "gen/" + std::to_string(generation) + "/local/" + std::to_string(rank);
+}
 
 std::string addressKey(uint64_t generation, int rank) {
   return "gen/" + std::to_string(generation) + "/addr/" + std::to_string(rank);
@@ -58,19 +140,20 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
   std::vector<std::unique_ptr<tcp::Pair>> pairs(static_cast<size_t>(cfg.world));
   if (cfg.world == 1) return pairs;
   tcp::Socket listener = tcp::Socket::listen(cfg.bindHost);
+  tcp::Socket unixListener;
+  const std::string hostId = cfg.transport == Transport::kTcp ? "" : localHostId();
+  if (cfg.transport != Transport::kTcp) {
+    const std::string name = freshUnixName();
+    unixListener = tcp::Socket::listenUnix(name);
+    store.set(localKey(cfg.generation, cfg.rank), hostId + "\n" + name);
+  }
   store.set(addressKey(cfg.generation, cfg.rank), listener.localAddress());
   const std::vector<std::string> addresses = collectAddresses(store, cfg);
   const tcp::HandshakeConfig self{cfg.generation, cfg.rank, cfg.world, cfg.token};
 
   for (int peer = 0; peer < cfg.rank; ++peer) {
     const std::string& address = addresses[static_cast<size_t>(peer)];
-    tcp::IoStatus status;
-    tcp::Socket socket = tcp::Socket::connect(address, cfg.deadline, &status);
-    if (!socket.valid()) {
-      throw CommError(ErrorKind::kRendezvous, "rendezvous", 0, peer,
-                      "cannot connect to rank " + std::to_string(peer) + " at " + address + ": " +
-                          status.detail);
-    }
+    tcp::Socket socket = connectTo(store, cfg, peer, address, hostId);
     tcp::connectorHandshake(socket, self, peer, cfg.deadline);
     socket.tune(cfg.socketBufferBytes);
     pairs[static_cast<size_t>(peer)] = std::make_unique<tcp::Pair>(std::move(socket), peer);
@@ -80,7 +163,7 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
   std::string rejected;
   while (pending > 0) {
     tcp::IoStatus status;
-    tcp::Socket socket = listener.accept(cfg.deadline, &status);
+    tcp::Socket socket = acceptEither(listener, unixListener, cfg.deadline, &status);
     if (!socket.valid()) {
       std::vector<int> missing;
       for (int r = cfg.rank + 1; r < cfg.world; ++r) {

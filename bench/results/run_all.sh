@@ -1,22 +1,39 @@
 #!/bin/bash
 # The exact sequence behind bench/results/allreduce.md (run from the repository root after
-# `cmake --build build --target cumulus-bench`). Writes bench/results/{cost_model.txt,
-# compare_gloo.jsonl} and prints everything else; keep its output as raw_<n>.log.
+# `cmake --build build --target cumulus-bench`):
+#   N=5 bench/results/run_all.sh > bench/results/raw_5.log 2>&1
+#   bench/summarize.py bench/results/raw_5.log > bench/results/summary_5.md
+# Writes bench/results/{cost_model.txt, cost_model_tcp.txt, compare_gloo_run$N.jsonl} and prints
+# everything else.
+#
+# Transports: the ranks all live on this host, so CUMULUS_TRANSPORT=auto (the default) connects
+# them over AF_UNIX sockets; the TCP figures are taken with CUMULUS_TRANSPORT=tcp and calibrated
+# with their own cost model, so transport and algorithm effects can be told apart.
 set -x
+N=${N:-new}
 B=build/bin/cumulus-bench
 R=bench/results
 date -u; uptime; nproc
 $B calibrate --out $R/cost_model.txt
-bench/compare_gloo.sh --sizes 4K:64M --factor 4 --worlds "2 4" --rounds 3 \
-  --algos "ring tree funnel" --cost-model $R/cost_model.txt --out $R/compare_gloo.jsonl
+CUMULUS_TRANSPORT=tcp $B calibrate --out $R/cost_model_tcp.txt
+bench/compare_gloo.sh --sizes 4K:64M --factor 4 --worlds "2 4" --rounds 2 \
+  --algos "ring tree funnel" --transports "auto tcp" --cost-model $R/cost_model.txt \
+  --tcp-cost-model $R/cost_model_tcp.txt --out $R/compare_gloo_run$N.jsonl
 date -u; uptime
 for p in 2 3 4 6 8; do
-  for a in ring funnel tree; do
-    $B allreduce --algo $a --world-size $p --sizes 1M:16M --factor 16 --cost-model $R/cost_model.txt
+  for a in ring tree funnel; do
+    $B allreduce --algo $a --world-size $p --sizes 1M:64M --factor 4 --cost-model $R/cost_model.txt
   done
 done
 date -u; uptime
-for a in ring tree funnel auto; do
-  $B allreduce --algo $a --world-size 4 --sizes 4K:256M --factor 4 --cost-model $R/cost_model.txt
+for p in 2 4 8; do
+  for a in ring tree; do
+    CUMULUS_TRANSPORT=tcp $B allreduce --algo $a --world-size $p --sizes 1M:64M --factor 4 \
+      --cost-model $R/cost_model_tcp.txt
+  done
+done
+date -u; uptime
+for a in auto; do
+  $B allreduce --algo $a --world-size 4 --sizes 4K:64M --factor 4 --cost-model $R/cost_model.txt
 done
 date -u; uptime

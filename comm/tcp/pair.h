@@ -13,9 +13,12 @@ namespace cumulus::comm::tcp {
 
 class Pair {
  public:
-  Pair(Socket socket, int peer) : socket_(std::move(socket)), peer_(peer) {}
+  Pair(Socket socket, int peer)
+      : socket_(std::move(socket)), peer_(peer), unix_(socket_.isUnix()) {}
 
   int peer() const { return peer_; }
+  // "unix" or "tcp": which stream carries this pair (comm/transport.h).
+  const char* transport() const { return unix_ ? "unix" : "tcp"; }
   int fd() const { return socket_.fd(); }
   // Shuts the connection down in both directions: our own blocked poll() wakes up, and the peer
   // sees the connection close instead of waiting for its timeout.
@@ -24,6 +27,7 @@ class Pair {
  private:
   Socket socket_;
   int peer_;
+  bool unix_;
 };
 
 }  // namespace cumulus::comm::tcp

@@ -7,10 +7,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -111,6 +113,67 @@ Socket Socket::listen(const std::string& host) {
                            " (name a local address in the communicator's bind host)");
 }
 
+namespace {
+
+// Fills an abstract-namespace address for `name`; returns its length, 0 if the name is too long.
+socklen_t unixAddress(const std::string& name, sockaddr_un* addr) {
+  *addr = sockaddr_un{};
+  addr->sun_family = AF_UNIX;
+  if (name.empty() || name.size() + 1 > sizeof addr->sun_path) return 0;
+  std::memcpy(addr->sun_path + 1, name.data(), name.size());  // sun_path[0] = '\0': abstract
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+}  // namespace
+
+Socket Socket::listenUnix(const std::string& name) {
+  sockaddr_un addr;
+  socklen_t len = unixAddress(name, &addr);
+  if (len == 0) throw std::runtime_error("AF_UNIX name '" + name + "' is empty or too long");
+  Socket sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) throw std::runtime_error(errnoText("AF_UNIX socket", errno));
+  if (::bind(sock.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      ::listen(sock.fd(), 128) != 0) {
+    throw std::runtime_error(errnoText(("cannot listen on AF_UNIX name @" + name).c_str(), errno));
+  }
+  setNonBlocking(sock.fd());
+  return sock;
+}
+
+Socket Socket::connectUnix(const std::string& name, IoStatus* status) {
+  sockaddr_un addr;
+  socklen_t len = unixAddress(name, &addr);
+  if (len == 0) {
+    *status = {IoStatus::kClosed, "malformed AF_UNIX name '" + name + "'"};
+    return Socket();
+  }
+  Socket sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!sock.valid()) {
+    *status = {IoStatus::kClosed, errnoText("AF_UNIX socket", errno)};
+    return Socket();
+  }
+  // A non-blocking AF_UNIX connect completes at once or fails with EAGAIN when the listener's
+  // backlog is full; retry that briefly rather than fail the rendezvous.
+  for (int attempt = 0;; ++attempt) {
+    if (::connect(sock.fd(), reinterpret_cast<sockaddr*>(&addr), len) == 0) break;
+    if ((errno == EAGAIN || errno == EINTR) && attempt < 1000) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    *status = {IoStatus::kClosed, errnoText(("connect to unix:@" + name).c_str(), errno)};
+    return Socket();
+  }
+  *status = {};
+  return sock;
+}
+
+bool Socket::isUnix() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  return ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+         addr.ss_family == AF_UNIX;
+}
+
 Socket Socket::connect(const std::string& address, Deadline deadline, IoStatus* status) {
   std::string host;
   int port = 0;
@@ -189,6 +252,12 @@ std::string Socket::localAddress() const {
   ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
   char host[INET6_ADDRSTRLEN] = {0};
   int port = 0;
+  if (addr.ss_family == AF_UNIX) {
+    auto* a = reinterpret_cast<sockaddr_un*>(&addr);
+    size_t n =
+        len > offsetof(sockaddr_un, sun_path) + 1 ? len - offsetof(sockaddr_un, sun_path) - 1 : 0;
+    return "unix:@" + std::string(a->sun_path + 1, n);
+  }
   if (addr.ss_family == AF_INET6) {
     auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
     ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
@@ -203,7 +272,7 @@ std::string Socket::localAddress() const {
 
 void Socket::tune(int bufferBytes) {
   int one = 1;
-  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (!isUnix()) ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (bufferBytes > 0) {
     ::setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &bufferBytes, sizeof bufferBytes);
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bufferBytes, sizeof bufferBytes);

@@ -1,8 +1,9 @@
 #pragma once
-// A TCP socket that owns its file descriptor (RAII, move-only), always in non-blocking mode.
-// Every operation that can wait takes an absolute deadline and waits with poll(), so nothing
-// here can block forever. Failures are reported as an IoStatus, not thrown: only the caller knows
-// which operation, sequence number and peer to name in the CommError.
+// A stream socket (TCP, or AF_UNIX in the abstract namespace; see comm/transport.h) that owns its
+// file descriptor (RAII, move-only), always in non-blocking mode. Every operation that can wait
+// takes an absolute deadline and waits with poll(), so nothing here can block forever. Failures are
+// reported as an IoStatus, not thrown: only the caller knows which operation, sequence number and
+// peer to name in the CommError.
 //
 // Thread-safety: a Socket is used by one thread at a time.
 
@@ -41,13 +42,23 @@ class Socket {
   // deadline (the listener may not be up yet). Returns an invalid Socket and fills `status` on
   // failure.
   static Socket connect(const std::string& address, Deadline deadline, IoStatus* status);
+  // Listens on the abstract AF_UNIX name "\0<name>" (no file, nothing to clean up: the name
+  // vanishes with the socket). Throws std::runtime_error naming it (e.g. already taken).
+  static Socket listenUnix(const std::string& name);
+  // Connects to the abstract AF_UNIX name. No retry: the peer listens before it publishes the
+  // name, so a refusal means it is unreachable (another network namespace) or gone.
+  static Socket connectUnix(const std::string& name, IoStatus* status);
   // Accepts one connection; an invalid Socket and kTimeout if none arrives before the deadline.
   Socket accept(Deadline deadline, IoStatus* status);
 
-  // The bound address as "host:port" (host as numeric address).
+  // The bound address as "host:port" (host as numeric address), or "unix:@name".
   std::string localAddress() const;
 
-  // TCP_NODELAY and, when bufferBytes > 0, SO_SNDBUF/SO_RCVBUF (0 keeps kernel autotuning).
+  // True for an AF_UNIX socket.
+  bool isUnix() const;
+
+  // TCP_NODELAY (TCP only) and, when bufferBytes > 0, SO_SNDBUF/SO_RCVBUF (0 keeps kernel
+  // autotuning).
   void tune(int bufferBytes);
 
   // Blocking-with-deadline transfers of exactly `bytes` bytes (used by the handshake).

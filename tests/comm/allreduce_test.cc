@@ -5,6 +5,8 @@
 // the inputs are scaled by p, so the quotient is exact too; integer kAvg truncates toward zero.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -96,11 +98,14 @@ double load(const void* data, size_t i, DType d) {
   return 0;
 }
 
-class AllreduceMatrix : public ::testing::TestWithParam<int> {};
+// (world, transport): the whole matrix runs over TCP and over AF_UNIX.
+class AllreduceMatrix : public ::testing::TestWithParam<std::tuple<int, Transport>> {};
 
 TEST_P(AllreduceMatrix, EveryAlgorithmCountDTypeAndOp) {
-  const int p = GetParam();
-  Group group(p);
+  const int p = std::get<0>(GetParam());
+  CommunicatorOptions options;
+  options.transport = std::get<1>(GetParam());
+  Group group(p, options);
   const std::vector<size_t> counts = {0, 1, 7, size_t(p - 1), 4097, (size_t(1) << 20) + 3};
   std::vector<std::string> failures(p);
   group.run([&](int rank, Communicator& comm) {
@@ -139,7 +144,13 @@ TEST_P(AllreduceMatrix, EveryAlgorithmCountDTypeAndOp) {
   for (int r = 0; r < p; ++r) EXPECT_EQ(failures[r], "") << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(World, AllreduceMatrix, ::testing::Values(1, 2, 3, 4, 5, 8));
+INSTANTIATE_TEST_SUITE_P(World, AllreduceMatrix,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
+                                            ::testing::Values(Transport::kTcp, Transport::kUnix)),
+                         [](const auto& info) {
+                           return "p" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  transportName(std::get<1>(info.param));
+                         });
 
 // Random (non-integer) float32 data: results are bit-identical across repeated runs and across
 // ranks, for each algorithm; and the two algorithms agree to rounding.

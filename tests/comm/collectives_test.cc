@@ -3,9 +3,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <numeric>
 
 #include "comm/error.h"
+#include "comm/rendezvous.h"
 #include "comm/tcp/socket.h"
 #include "group.h"
 
@@ -184,6 +186,72 @@ TEST(Work, WaitWithTimeoutThrowsWhileThePeerIsLate) {
     EXPECT_EQ(work->exception(), nullptr);
     for (float f : v) ASSERT_EQ(f, 2.0f);
   });
+}
+
+// Transport choice (comm/transport.h): same-host peers meet over AF_UNIX unless TCP is asked for,
+// by an option or by CUMULUS_TRANSPORT; a rank forced to TCP is reached over TCP by everyone.
+TEST(Transport, SameHostPeersUseUnixUnlessTcpIsAsked) {
+  MemoryStore store;
+  std::vector<std::unique_ptr<Communicator>> comms(3);
+  testing::spawn(3, [&](int r) {
+    CommunicatorOptions o;
+    o.jobToken = "t";
+    o.transport = r == 1 ? Transport::kTcp : Transport::kAuto;
+    comms[r] = std::make_unique<Communicator>(r, 3, store, o);
+  });
+  EXPECT_STREQ(comms[0]->transportTo(2), "unix");
+  EXPECT_STREQ(comms[2]->transportTo(0), "unix");
+  EXPECT_STREQ(comms[0]->transportTo(1), "tcp");
+  EXPECT_STREQ(comms[1]->transportTo(2), "tcp");
+  EXPECT_STREQ(comms[1]->transportTo(1), "self");
+  std::vector<std::vector<int32_t>> v(3, std::vector<int32_t>(1000));
+  testing::spawn(3, [&](int r) {
+    std::iota(v[r].begin(), v[r].end(), r);
+    Buffer b{v[r].data(), v[r].size(), DType::kInt32};
+    comms[r]->allreduce(b, {ReduceOp::kSum, Algorithm::kRing});
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(v[r][10], 33) << "rank " << r;
+}
+
+TEST(Transport, UnixToAPeerOnAnotherHostIsARendezvousError) {
+  MemoryStore store;  // a rank 0 that lives on another host
+  store.set(localKey(0, 0), "some-other-boot-id/host/net\ncumulus/1/2/3");
+  store.set(addressKey(0, 0), "127.0.0.1:9");
+  CommunicatorOptions o;
+  o.transport = Transport::kUnix;
+  o.timeout = 2s;
+  try {
+    Communicator(1, 2, store, o);
+    FAIL() << "expected a CommError";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRendezvous) << e.what();
+    EXPECT_EQ(e.peer(), 0);
+    EXPECT_NE(std::string(e.what()).find("transport 'unix' cannot reach rank 0"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Transport, EnvironmentVariableDecidesUnderAuto) {
+  EXPECT_EQ(parseTransport("unix"), Transport::kUnix);
+  EXPECT_EQ(parseTransport("TCP"), std::nullopt);
+  ::setenv("CUMULUS_TRANSPORT", "tcp", 1);
+  {
+    Group group(2);
+    EXPECT_STREQ(group.at(0).transportTo(1), "tcp");
+  }
+  ::setenv("CUMULUS_TRANSPORT", "bogus", 1);
+  MemoryStore store;
+  try {
+    Communicator(0, 2, store, {});
+    ADD_FAILURE() << "expected a CommError";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalid);
+    EXPECT_NE(std::string(e.what()).find("CUMULUS_TRANSPORT='bogus'"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("CUMULUS_TRANSPORT");
+  Group group(2);
+  EXPECT_STREQ(group.at(0).transportTo(1), "unix");
 }
 
 }  // namespace

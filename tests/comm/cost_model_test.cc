@@ -73,5 +73,57 @@ TEST(CostModel, SaveLoadRoundTripAndErrorsNameTheFile) {
   EXPECT_THROW(CostModel::load(path), std::runtime_error);
 }
 
+TEST(CostModel, RefinedModelInterpolatesBetaAndModelsOversubscription) {
+  // α = 1, γ = 0.001, cores = 2; β rows at n = 100 (oneway 0.01, duplex 0.02, funnel 0.1) and
+  // n = 10000 (0.03, 0.04, 0.2). At n = 1000 (halfway in log n) β = 0.02 / 0.03 / 0.15.
+  CostModel m(1.0, 0.001, {{10000, 0.03, 0.04, 0.2}, {100, 0.01, 0.02, 0.1}}, 2);
+  EXPECT_EQ(m.cores(), 2);
+  EXPECT_DOUBLE_EQ(m.beta(), 0.03);  // the largest row's one-way β
+  EXPECT_NEAR(m.betaOneway(1000), 0.02, 1e-12);
+  EXPECT_NEAR(m.betaDuplex(1000), 0.03, 1e-12);
+  EXPECT_NEAR(m.betaFunnel(1000), 0.15, 1e-12);
+  EXPECT_DOUBLE_EQ(m.betaOneway(10), 0.01);   // clamped below
+  EXPECT_DOUBLE_EQ(m.betaDuplex(1e6), 0.04);  // clamped above
+  // ring, p = 4, n = 100: path 2·3·1 + 2·(3/4)·100·0.02 + (3/4)·100·0.001 = 6 + 3 + 0.075,
+  // times max(1, 4/2) = 2.
+  EXPECT_NEAR(m.predict(Algorithm::kRing, 100, 4), 2 * 9.075, 1e-12);
+  // ring, p = 2: no oversubscription.
+  EXPECT_NEAR(m.predict(Algorithm::kRing, 100, 2), 2 + 2 + 0.05, 1e-12);
+  // tree, p = 8, n = 100: path 2·3·(1 + 1) + 3·0.1 = 12.3; work 7·(2 + 4·1 + 0.1)/2 = 21.35.
+  EXPECT_NEAR(m.predict(Algorithm::kTree, 100, 8), 21.35, 1e-12);
+  // tree, p = 2: path 2·(1 + 1) + 0.1 = 4.1 beats work 1·(2 + 4 + 0.1)/2 = 3.05.
+  EXPECT_NEAR(m.predict(Algorithm::kTree, 100, 2), 4.1, 1e-12);
+  // funnel, p = 4, n = 100: serial 2·3·(1 + 10) + 3·0.1 = 66.3, over c·q/(q+1) = 1.5 cores.
+  EXPECT_NEAR(m.predict(Algorithm::kFunnel, 100, 4, true), 66.3 / 1.5, 1e-12);
+  // ... and at p = 2 over max(1, 2·1/2) = 1 core: 2·(1 + 10) + 0.1.
+  EXPECT_NEAR(m.predict(Algorithm::kFunnel, 100, 2, true), 22.1, 1e-12);
+}
+
+TEST(CostModel, RefinedModelRoundTripsThroughItsFile) {
+  const std::string path = ::testing::TempDir() + "/cost_model_refined.txt";
+  CostModel(2e-6, 1.5e-10, {{1048576, 1e-10, 3e-10, 2e-9}, {67108864, 3e-10, 7e-10, 1.5e-9}}, 2)
+      .save(path);
+  CostModel loaded = CostModel::load(path);
+  EXPECT_EQ(loaded.cores(), 2);
+  ASSERT_EQ(loaded.betas().size(), 2u);
+  EXPECT_EQ(loaded.betas()[1].bytes, 67108864.0);
+  EXPECT_EQ(loaded.betas()[1].duplex, 7e-10);
+  EXPECT_EQ(loaded.betas()[0].funnel, 2e-9);
+  EXPECT_EQ(loaded.gamma(), 1.5e-10);
+  EXPECT_EQ(
+      loaded.predict(Algorithm::kRing, 4e6, 4),
+      CostModel(2e-6, 1.5e-10, {{1048576, 1e-10, 3e-10, 2e-9}, {67108864, 3e-10, 7e-10, 1.5e-9}}, 2)
+          .predict(Algorithm::kRing, 4e6, 4));
+  std::ofstream(path) << "alpha_s 1\nbeta_s_per_byte 1\ngamma_s_per_byte 1\nbeta_at 0 1 1 1\n";
+  try {
+    CostModel::load(path);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 4: expected 'beta_at <bytes>"), std::string::npos)
+        << e.what();
+  }
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace cumulus::comm

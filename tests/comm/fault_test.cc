@@ -40,7 +40,42 @@ CommError expectCommError(Fn&& fn) {
   return CommError(ErrorKind::kInvalid, "none", 0, -1, "");
 }
 
-TEST(Faults, PeerThatNeverArrivesIsNamed) {
+// A hand-driven rank: connects to rank 0 over the transport under test (TCP address, or the
+// AF_UNIX name rank 0 published) and completes the handshake.
+tcp::Socket rawPeer(Store& store, int rank, int world, uint64_t generation,
+                    const std::string& token, Transport transport) {
+  tcp::Socket listener = tcp::Socket::listen("127.0.0.1");
+  store.set(addressKey(generation, rank), listener.localAddress());
+  const std::string address = store.get(addressKey(generation, 0), 5000ms);
+  tcp::IoStatus status;
+  tcp::Socket socket;
+  if (transport == Transport::kUnix) {
+    const std::string local = store.get(localKey(generation, 0), 5000ms);
+    socket = tcp::Socket::connectUnix(local.substr(local.find('\n') + 1), &status);
+  } else {
+    socket = tcp::Socket::connect(address, Clock::now() + 5s, &status);
+  }
+  EXPECT_TRUE(socket.valid()) << status.detail;
+  tcp::connectorHandshake(socket, {generation, rank, world, token}, 0, Clock::now() + 5s);
+  return socket;
+}
+
+// Every fault test runs on both transports: the contract does not depend on the byte stream.
+class Faults : public ::testing::TestWithParam<Transport> {
+ protected:
+  CommunicatorOptions withTimeout(std::chrono::milliseconds timeout, std::string token = "t0k3n",
+                                  uint64_t generation = 7) const {
+    CommunicatorOptions o = comm::withTimeout(timeout, std::move(token), generation);
+    o.transport = GetParam();
+    return o;
+  }
+  tcp::Socket rawPeer(Store& store, int rank, int world, uint64_t generation,
+                      const std::string& token) const {
+    return comm::rawPeer(store, rank, world, generation, token, GetParam());
+  }
+};
+
+TEST_P(Faults, PeerThatNeverArrivesIsNamed) {
   MemoryStore store;
   const auto start = Clock::now();
   spawn(2, [&](int rank) {  // ranks 0 and 1 of 3; rank 2 never starts
@@ -53,7 +88,7 @@ TEST(Faults, PeerThatNeverArrivesIsNamed) {
   EXPECT_LT(Clock::now() - start, 2s);
 }
 
-TEST(Faults, WrongJobTokenIsUnauthorizedOnBothEnds) {
+TEST_P(Faults, WrongJobTokenIsUnauthorizedOnBothEnds) {
   MemoryStore store;
   spawn(2, [&](int rank) {
     auto options = withTimeout(5000ms, rank == 0 ? "right" : "wrong");
@@ -65,19 +100,7 @@ TEST(Faults, WrongJobTokenIsUnauthorizedOnBothEnds) {
 }
 
 // A raw connector: publishes an address for `rank`, connects to rank 0 and shakes hands.
-tcp::Socket rawPeer(Store& store, int rank, int world, uint64_t generation,
-                    const std::string& token) {
-  tcp::Socket listener = tcp::Socket::listen("127.0.0.1");
-  store.set(addressKey(generation, rank), listener.localAddress());
-  const std::string address = store.get(addressKey(generation, 0), 5000ms);
-  tcp::IoStatus status;
-  tcp::Socket socket = tcp::Socket::connect(address, Clock::now() + 5s, &status);
-  EXPECT_TRUE(socket.valid()) << status.detail;
-  tcp::connectorHandshake(socket, {generation, rank, world, token}, 0, Clock::now() + 5s);
-  return socket;
-}
-
-TEST(Faults, StaleGenerationIsRejectedAsBadFrame) {
+TEST_P(Faults, StaleGenerationIsRejectedAsBadFrame) {
   MemoryStore store;
   store.set(addressKey(7, 1), "127.0.0.1:9");  // rank 0 proceeds to accept its rank 1
   std::thread rank0([&] {
@@ -88,8 +111,15 @@ TEST(Faults, StaleGenerationIsRejectedAsBadFrame) {
   });
   const std::string address = store.get(addressKey(7, 0), 5000ms);
   tcp::IoStatus status;
-  tcp::Socket socket = tcp::Socket::connect(address, Clock::now() + 5s, &status);
-  ASSERT_TRUE(socket.valid());
+  tcp::Socket socket;
+  if (GetParam() == Transport::kUnix) {
+    const std::string local = store.get(localKey(7, 0), 5000ms);
+    socket = tcp::Socket::connectUnix(local.substr(local.find('\n') + 1), &status);
+  } else {
+    socket = tcp::Socket::connect(address, Clock::now() + 5s, &status);
+  }
+  ASSERT_TRUE(socket.valid()) << status.detail;
+  EXPECT_EQ(socket.isUnix(), GetParam() == Transport::kUnix);
   CommError e = expectCommError([&] {
     tcp::connectorHandshake(socket, {6, 1, 2, "t0k3n"}, 0, Clock::now() + 5s);
   });
@@ -105,7 +135,7 @@ struct Corruption {
   const char* message;
 };
 
-TEST(Faults, CorruptFramesAreBadFramesNamingOpSeqAndPeer) {
+TEST_P(Faults, CorruptFramesAreBadFramesNamingOpSeqAndPeer) {
   const uint64_t gen = 7;
   const size_t count = 1000;  // ring, p = 2: rank 0 expects 500 floats as message 0
   auto frame = [&](uint32_t magic, uint64_t g, uint64_t seq, uint32_t tag, uint64_t len) {
@@ -153,7 +183,7 @@ TEST(Faults, CorruptFramesAreBadFramesNamingOpSeqAndPeer) {
   }
 }
 
-TEST(Faults, MismatchedCountsAreDetectedNotMixed) {
+TEST_P(Faults, MismatchedCountsAreDetectedNotMixed) {
   MemoryStore store;
   std::vector<std::string> errors(2);
   std::vector<ErrorKind> kinds(2);
@@ -174,7 +204,7 @@ TEST(Faults, MismatchedCountsAreDetectedNotMixed) {
   EXPECT_TRUE(seen) << errors[0] << " | " << errors[1];
 }
 
-TEST(Faults, PeerClosingItsConnectionsIsPeerClosed) {
+TEST_P(Faults, PeerClosingItsConnectionsIsPeerClosed) {
   MemoryStore store;
   std::vector<std::unique_ptr<Communicator>> comms(2);
   spawn(2,
@@ -200,7 +230,7 @@ TEST(Faults, PeerClosingItsConnectionsIsPeerClosed) {
   EXPECT_EQ(e.peer(), 1);
 }
 
-TEST(Faults, StalledPeerTimesOutNamingIt) {
+TEST_P(Faults, StalledPeerTimesOutNamingIt) {
   MemoryStore store;
   std::vector<std::unique_ptr<Communicator>> comms(3);
   spawn(3,
@@ -229,6 +259,9 @@ TEST(Faults, StalledPeerTimesOutNamingIt) {
   });
   EXPECT_LT(Clock::now() - start, 1500ms);
 }
+
+INSTANTIATE_TEST_SUITE_P(Transport, Faults, ::testing::Values(Transport::kTcp, Transport::kUnix),
+                         [](const auto& info) { return std::string(transportName(info.param)); });
 
 }  // namespace
 }  // namespace cumulus::comm

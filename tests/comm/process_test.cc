@@ -28,8 +28,9 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 constexpr size_t kCount = (1 << 20) + 3;
 
-CommunicatorOptions workerOptions() {
+CommunicatorOptions workerOptions(Transport transport) {
   CommunicatorOptions o;
+  o.transport = transport;
   o.jobToken = "process-test";
   o.generation = 3;
   o.timeout = 20s;
@@ -57,10 +58,10 @@ TEST(CommWorker, Main) {
   const char* spec = std::getenv("CUMULUS_COMM_WORKER");
   if (spec == nullptr) GTEST_SKIP() << "only runs as a worker process of ProcessTest";
   int rank = 0, world = 0;
-  std::string dir, mode;
-  std::istringstream(spec) >> rank >> world >> dir >> mode;
+  std::string dir, mode, transport;
+  std::istringstream(spec) >> rank >> world >> dir >> mode >> transport;
   testing::FileStore store(dir);
-  Communicator comm(rank, world, store, workerOptions());
+  Communicator comm(rank, world, store, workerOptions(*parseTransport(transport)));
   std::vector<float> v(kCount);
   for (int iteration = 0; mode == "loop" || iteration < 6; ++iteration) {
     const long bad = step(comm, v, iteration);
@@ -76,9 +77,10 @@ TEST(CommWorker, Main) {
 
 class Worker {
  public:
-  Worker(int rank, int world, const std::string& dir, const std::string& mode) {
+  Worker(int rank, int world, const std::string& dir, const std::string& mode,
+         Transport transport) {
     std::string env = "CUMULUS_COMM_WORKER=" + std::to_string(rank) + " " + std::to_string(world) +
-                      " " + dir + " " + mode;
+                      " " + dir + " " + mode + " " + transportName(transport);
     std::vector<char*> envp;
     for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
     envp.push_back(env.data());
@@ -110,7 +112,8 @@ class Worker {
   pid_t pid_ = -1;
 };
 
-class ProcessTest : public ::testing::Test {
+// Runs on both transports: a SIGKILLed or stopped peer must be detected over either.
+class ProcessTest : public ::testing::TestWithParam<Transport> {
  protected:
   void SetUp() override {
     char pattern[] = "/tmp/cumulus-comm-XXXXXX";
@@ -120,9 +123,10 @@ class ProcessTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(ProcessTest, ThreeProcessesAllreduceCorrectly) {
+TEST_P(ProcessTest, ThreeProcessesAllreduceCorrectly) {
   std::vector<std::unique_ptr<Worker>> workers;
-  for (int r = 0; r < 3; ++r) workers.push_back(std::make_unique<Worker>(r, 3, dir_, "check"));
+  for (int r = 0; r < 3; ++r)
+    workers.push_back(std::make_unique<Worker>(r, 3, dir_, "check", GetParam()));
   testing::FileStore store(dir_);
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(workers[r]->join(), 0) << "worker rank " << r;
@@ -132,10 +136,10 @@ TEST_F(ProcessTest, ThreeProcessesAllreduceCorrectly) {
 }
 
 // Rank 0 runs here; rank 1 is a process that is SIGKILLed in the middle of a collective.
-TEST_F(ProcessTest, KilledPeerIsPeerClosedWithinTimeout) {
-  Worker worker(1, 2, dir_, "loop");
+TEST_P(ProcessTest, KilledPeerIsPeerClosedWithinTimeout) {
+  Worker worker(1, 2, dir_, "loop", GetParam());
   testing::FileStore store(dir_);
-  Communicator comm(0, 2, store, workerOptions());
+  Communicator comm(0, 2, store, workerOptions(GetParam()));
   std::vector<float> v(kCount);
   int iteration = 0;
   ASSERT_EQ(step(comm, v, iteration++), -1);  // the group works
@@ -158,10 +162,10 @@ TEST_F(ProcessTest, KilledPeerIsPeerClosedWithinTimeout) {
 }
 
 // A stopped (not dead) peer: only the deadline can tell. kTimeout names it.
-TEST_F(ProcessTest, StoppedPeerTimesOut) {
-  Worker worker(1, 2, dir_, "loop");
+TEST_P(ProcessTest, StoppedPeerTimesOut) {
+  Worker worker(1, 2, dir_, "loop", GetParam());
   testing::FileStore store(dir_);
-  Communicator comm(0, 2, store, workerOptions());
+  Communicator comm(0, 2, store, workerOptions(GetParam()));
   std::vector<float> v(kCount);
   ASSERT_EQ(step(comm, v, 0), -1);
   ::kill(worker.pid(), SIGSTOP);
@@ -177,6 +181,10 @@ TEST_F(ProcessTest, StoppedPeerTimesOut) {
   EXPECT_LT(Clock::now() - start, 2s);
   ::kill(worker.pid(), SIGKILL);
 }
+
+INSTANTIATE_TEST_SUITE_P(Transport, ProcessTest,
+                         ::testing::Values(Transport::kTcp, Transport::kUnix),
+                         [](const auto& info) { return std::string(transportName(info.param)); });
 
 }  // namespace
 }  // namespace cumulus::comm

@@ -1,0 +1,54 @@
+#include "comm/transport.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+
+namespace cumulus::comm {
+
+const char* transportName(Transport transport) {
+  switch (transport) {
+    case Transport::kTcp:
+      return "tcp";
+    case Transport::kUnix:
+      return "unix";
+    case Transport::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+std::optional<Transport> parseTransport(const std::string& name) {
+  if (name == "auto") return Transport::kAuto;
+  if (name == "tcp") return Transport::kTcp;
+  if (name == "unix") return Transport::kUnix;
+  return std::nullopt;
+}
+
+Transport transportFromEnvironment() {
+  const char* value = std::getenv("CUMULUS_TRANSPORT");
+  if (value == nullptr || *value == '\0') return Transport::kAuto;
+  auto parsed = parseTransport(value);
+  if (!parsed) {
+    throw std::invalid_argument(std::string("CUMULUS_TRANSPORT='") + value +
+                                "' is not one of auto, tcp, unix");
+  }
+  return *parsed;
+}
+
+std::string localHostId() {
+  std::string bootId;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::getline(in, bootId);
+  char host[HOST_NAME_MAX + 1] = {0};
+  ::gethostname(host, sizeof host - 1);
+  char netns[64] = {0};
+  ssize_t n = ::readlink("/proc/self/ns/net", netns, sizeof netns - 1);
+  if (n < 0) netns[0] = '\0';
+  return bootId + "/" + host + "/" + netns;
+}
+
+}  // namespace cumulus::comm
