@@ -49,10 +49,10 @@ struct FunnelClient::Impl {
         return CommError(ErrorKind::kBadFrame, kOp, seq, blame, where + status.error_message());
       case grpc::StatusCode::DEADLINE_EXCEEDED:
         if (blame < 0 && channel->GetState(false) != GRPC_CHANNEL_READY)
-          return CommError(
-              ErrorKind::kTimeout, kOp, seq, -1,
-              "parameter server " + endpoint + " unreachable for " + rpc::formatSeconds(elapsed) +
-                  " (" + rpc::connectFailureReason(host, port, status) + ")");
+          return CommError(ErrorKind::kTimeout, kOp, seq, -1,
+                           "parameter server " + endpoint + " unreachable for " +
+                               rpc::formatSeconds(elapsed) + " (" +
+                               rpc::connectFailureReason(host, port, status) + ")");
         return CommError(
             ErrorKind::kTimeout, kOp, seq, blame,
             where + status.error_message() + " (waited " + rpc::formatSeconds(elapsed) + ")");
@@ -117,14 +117,17 @@ void FunnelClient::allreduce(Buffer& buffer, ReduceOp op, uint64_t seq,
   // over; Finish() below says why.
   bool open = true;
   size_t offset = 0;
+  // The last piece goes out with the half-close (WriteLast): one transport operation fewer,
+  // which is most of a small all-reduce's cost.
   do {
     const size_t piece = std::min(ParameterServer::kChunkBytes, bytes - offset);
     message.set_data(data + offset, piece);
     offset += piece;
-    open = stream->Write(message);
+    grpc::WriteOptions options;
+    if (offset == bytes) options.set_last_message();
+    open = stream->Write(message, options);
     message.clear_header();
   } while (open && offset < bytes);
-  if (open) stream->WritesDone();
 
   // Pull the result into the caller's buffer.
   size_t filled = 0;

@@ -182,7 +182,9 @@ class ParameterServerService final : public proto::ParameterServer::Service {
     for (size_t k = 0; k < step->chunks; ++k) {
       proto::PullChunk out;
       out.set_data(step->result.get() + k * ParameterServer::kChunkBytes, step->pieceBytes(k));
-      if (!stream.Write(out))
+      grpc::WriteOptions options;
+      if (k + 1 == step->chunks) options.set_last_message();  // coalesced with the status
+      if (!stream.Write(out, options))
         return {grpc::Status(grpc::StatusCode::CANCELLED,
                              "rank " + std::to_string(rank) + " went away during the pull")};
     }

@@ -1,9 +1,12 @@
 #include "comm/rpc_common.h"
 
+#include <grpc/grpc.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include <netdb.h>
 #include <poll.h>
@@ -13,6 +16,11 @@
 #include <cerrno>
 
 namespace cumulus::comm::rpc {
+
+void keepGrpcInitialized() {
+  static std::once_flag once;
+  std::call_once(once, [] { grpc_init(); });  // deliberately never paired with grpc_shutdown()
+}
 
 bool tokenEquals(std::string_view expected, std::string_view given) {
   // Walk the longer string fully; fold every byte difference and the length difference.
@@ -59,6 +67,7 @@ std::chrono::steady_clock::time_point steadyDeadline(const grpc::ServerContext& 
 }
 
 std::shared_ptr<grpc::Channel> makeChannel(const std::string& address, int max_message_bytes) {
+  keepGrpcInitialized();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_message_bytes);
   args.SetMaxSendMessageSize(max_message_bytes);
@@ -72,6 +81,7 @@ std::shared_ptr<grpc::Channel> makeChannel(const std::string& address, int max_m
 }
 
 void configureServer(grpc::ServerBuilder& builder, int max_message_bytes) {
+  keepGrpcInitialized();
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   builder.SetMaxSendMessageSize(max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -17,6 +17,12 @@ inline constexpr char kTokenMetadataKey[] = "x-cumulus-token";
 // Room for the protobuf framing around a maximal payload.
 inline constexpr size_t kMessageSlackBytes = 64 * 1024;
 
+// Keeps the gRPC library initialized for the rest of the process (once; thread-safe). Without
+// it, destroying the last server or channel runs grpc_shutdown(), which joins gRPC's executor
+// threads and was measured to block for 10 s when one was still flushing a closed connection.
+// makeChannel() and configureServer() call it.
+void keepGrpcInitialized();
+
 // Compares in time that depends only on the lengths, not on where the strings differ.
 bool tokenEquals(std::string_view expected, std::string_view given);
 

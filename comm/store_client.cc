@@ -109,11 +109,11 @@ StoreClient::StoreClient(const std::string& host, int port, const std::string& t
 StoreClient::~StoreClient() = default;
 
 void StoreClient::set(const std::string& key, const Bytes& value) {
-  impl_->checkValue("store/set", key, value);
+  impl_->checkValue("store.set", key, value);
   proto::SetRequest request;
   request.set_key(key);
   request.set_value(value);
-  impl_->call<proto::SetRequest, proto::SetResponse>("store/set", &proto::Store::Stub::Set, request,
+  impl_->call<proto::SetRequest, proto::SetResponse>("store.set", &proto::Store::Stub::Set, request,
                                                      {}, true);
 }
 
@@ -123,9 +123,9 @@ Bytes StoreClient::get(const std::string& key, std::chrono::milliseconds timeout
   request.set_wait_ms(std::max<int64_t>(timeout.count(), 0));
   const auto start = Clock::now();
   auto response = impl_->call<proto::GetRequest, proto::GetResponse>(
-      "store/get", &proto::Store::Stub::Get, request, timeout + kWaitMargin, true);
+      "store.get", &proto::Store::Stub::Get, request, timeout + kWaitMargin, true);
   if (!response.found())
-    throw CommError(ErrorKind::kTimeout, "store/get", 0, -1,
+    throw CommError(ErrorKind::kTimeout, "store.get", 0, -1,
                     "key '" + key + "' still missing after " +
                         rpc::formatSeconds(Clock::now() - start) + " on store " + endpoint_);
   return std::move(*response.mutable_value());
@@ -135,7 +135,7 @@ std::optional<Bytes> StoreClient::tryGet(const std::string& key) {
   proto::GetRequest request;
   request.set_key(key);
   auto response = impl_->call<proto::GetRequest, proto::GetResponse>(
-      "store/get", &proto::Store::Stub::Get, request, {}, true);
+      "store.get", &proto::Store::Stub::Get, request, {}, true);
   if (!response.found()) return std::nullopt;
   return std::move(*response.mutable_value());
 }
@@ -145,20 +145,20 @@ int64_t StoreClient::add(const std::string& key, int64_t delta) {
   request.set_key(key);
   request.set_delta(delta);
   return impl_
-      ->call<proto::AddRequest, proto::AddResponse>("store/add", &proto::Store::Stub::Add, request,
+      ->call<proto::AddRequest, proto::AddResponse>("store.add", &proto::Store::Stub::Add, request,
                                                     {}, false)
       .value();
 }
 
 Bytes StoreClient::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
-  impl_->checkValue("store/compareSet", key, desired);
+  impl_->checkValue("store.compareSet", key, desired);
   proto::CompareSetRequest request;
   request.set_key(key);
   request.set_expected(expected);
   request.set_desired(desired);
   // A repeated compare-and-set leaves the same state, so a retry is safe.
   auto response = impl_->call<proto::CompareSetRequest, proto::CompareSetResponse>(
-      "store/compareSet", &proto::Store::Stub::CompareSet, request, {}, true);
+      "store.compareSet", &proto::Store::Stub::CompareSet, request, {}, true);
   return std::move(*response.mutable_value());
 }
 
@@ -168,9 +168,9 @@ void StoreClient::wait(const std::vector<std::string>& keys, std::chrono::millis
   request.set_wait_ms(std::max<int64_t>(timeout.count(), 0));
   const auto start = Clock::now();
   auto response = impl_->call<proto::WaitRequest, proto::WaitResponse>(
-      "store/wait", &proto::Store::Stub::Wait, request, timeout + kWaitMargin, true);
+      "store.wait", &proto::Store::Stub::Wait, request, timeout + kWaitMargin, true);
   if (response.missing_size() > 0)
-    throw CommError(ErrorKind::kTimeout, "store/wait", 0, -1,
+    throw CommError(ErrorKind::kTimeout, "store.wait", 0, -1,
                     std::to_string(response.missing_size()) + " of " + std::to_string(keys.size()) +
                         " keys still missing after " + rpc::formatSeconds(Clock::now() - start) +
                         " on store " + endpoint_ + ": " + joinKeys(response.missing()));
@@ -181,7 +181,7 @@ bool StoreClient::remove(const std::string& key) {
   request.set_key(key);
   return impl_
       ->call<proto::DeleteRequest, proto::DeleteResponse>(
-          "store/remove", &proto::Store::Stub::Delete, request, {}, true)
+          "store.remove", &proto::Store::Stub::Delete, request, {}, true)
       .existed();
 }
 
@@ -190,7 +190,7 @@ int64_t StoreClient::removePrefix(const std::string& prefix) {
   request.set_prefix(prefix);
   return impl_
       ->call<proto::DeletePrefixRequest, proto::DeletePrefixResponse>(
-          "store/removePrefix", &proto::Store::Stub::DeletePrefix, request, {}, true)
+          "store.removePrefix", &proto::Store::Stub::DeletePrefix, request, {}, true)
       .removed();
 }
 

@@ -66,7 +66,7 @@ class StoreService final : public proto::Store::Service {
       int64_t value = 0;
       auto it = data_.find(request->key());
       if (it != data_.end() && !parseInt(it->second, &value))
-        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             "key '" + request->key() + "' holds a non-integer value");
       value += request->delta();
       data_[request->key()] = std::to_string(value);
@@ -165,15 +165,25 @@ class StoreService final : public proto::Store::Service {
                  int64_t wait_ms, const std::function<bool()>& ready) {
     const auto requested = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(wait_ms, 0));
     const auto deadline = std::min(requested, rpc::steadyDeadline(context));
-    while (!ready()) {
-      if (shutting_down_ || context.IsCancelled()) return false;
+    ++blocked_;
+    bool done = ready();
+    while (!done && !shutting_down_ && !context.IsCancelled()) {
       const auto now = Clock::now();
-      if (now >= deadline) return false;
+      if (now >= deadline) break;
       changed_.wait_until(lock, std::min(deadline, now + kPollInterval));
+      done = ready();
     }
-    return true;
+    --blocked_;
+    return done;
   }
 
+ public:
+  int blocked() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return blocked_;
+  }
+
+ private:
   static grpc::Status checkKey(const std::string& key) {
     if (key.size() <= StoreServer::kMaxKeyBytes) return grpc::Status::OK;
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -203,6 +213,7 @@ class StoreService final : public proto::Store::Service {
   std::condition_variable changed_;          // GUARDED_BY(mutex_) for its predicates
   std::map<std::string, std::string> data_;  // GUARDED_BY(mutex_)
   bool shutting_down_ = false;               // GUARDED_BY(mutex_)
+  int blocked_ = 0;                          // GUARDED_BY(mutex_): handlers inside waitUntil
 };
 
 StoreServer::StoreServer(const std::string& host, int port, const std::string& token)
@@ -219,6 +230,8 @@ StoreServer::StoreServer(const std::string& host, int port, const std::string& t
 }
 
 StoreServer::~StoreServer() { shutdown(); }
+
+int StoreServer::blockedCalls() const { return service_->blocked(); }
 
 void StoreServer::shutdown() {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);

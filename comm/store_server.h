@@ -40,6 +40,8 @@ class StoreServer {
 
   const std::string& host() const { return host_; }
   int port() const { return port_; }
+  // Get/Wait handlers blocked right now (for monitoring and tests).
+  int blockedCalls() const;
   // Wakes blocked calls, stops accepting new ones, and waits (≤ 1 s) for running ones. Idempotent.
   void shutdown();
 

@@ -20,6 +20,7 @@
 #include "comm/store_client.h"
 #include "comm/store_server.h"
 #include "launch/output_mux.h"
+#include "launch/preemption_notice.h"
 #include "launch/worker_process.h"
 
 namespace cumulus::launch {
@@ -138,6 +139,44 @@ void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace) {
   }
 }
 
+constexpr const char* kPreemptedMarker = "preempted at step ";
+
+// After the workers were asked to stop for a preemption: 75 if the stop was the checkpointed one
+// (every worker exited 75) or the grace ran out (the previous checkpoint is still the newest
+// valid one), otherwise 128 + sig for a plain signal stop.
+int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console, double seconds,
+                     double grace, int sig) {
+  bool all_checkpointed = true;
+  bool all_finished = true;
+  bool killed_at_deadline = false;
+  for (auto& w : workers) {
+    const ExitStatus& s = w.process->poll();
+    all_checkpointed &= s.signal == 0 && s.exit_code == kExitPreempted;
+    all_finished &= s.ok();
+    killed_at_deadline |= s.signal == SIGKILL;
+  }
+  std::string line;
+  for (auto& w : workers) {
+    if (line.empty()) line = mux.lastMarkedLine(w.rank);
+  }
+  if (all_finished) {
+    std::fprintf(console, "cumulus-run: the workers finished before they could be preempted\n");
+    return 0;
+  }
+  if (all_checkpointed) {
+    auto at = line.find(kPreemptedMarker);
+    std::fprintf(console, "cumulus-run: %s (notice to exit %.2f s); launch the same command again "
+                 "to resume\n", at == std::string::npos ? "preempted" : line.c_str() + at, seconds);
+    return kExitPreempted;
+  }
+  if (killed_at_deadline) {
+    std::fprintf(console, "cumulus-run: preempted, but the workers had not exited after the %.1f s "
+                 "grace and were killed; the newest valid checkpoint is the one before\n", grace);
+    return kExitPreempted;
+  }
+  return 128 + (sig ? sig : SIGTERM);
+}
+
 }  // namespace
 
 LaunchReport Launcher::runOrThrow() {
@@ -205,6 +244,13 @@ LaunchReport Launcher::runOrThrow() {
     }
   }
 
+  std::unique_ptr<NoticeSource> notice;
+  if (!o.preemption_notice.empty()) {
+    notice = makeNoticeSource(o.preemption_notice);
+    std::fprintf(console_, "cumulus-run: polling %s for preemption notices\n",
+                 notice->describe().c_str());
+  }
+
   std::string errors_path = st.run_dir + "/errors.jsonl";
   for (int64_t generation = 0;; ++generation) {
     const std::string gen = std::to_string(generation);
@@ -219,6 +265,7 @@ LaunchReport Launcher::runOrThrow() {
     std::string gen_dir = st.run_dir + "/gen" + gen;
     std::filesystem::create_directories(gen_dir, ec);
     OutputMux mux(console_);
+    mux.watchFor(kPreemptedMarker);
     std::vector<Worker> workers;
     for (int64_t local = 0; local < o.nproc_per_node; ++local) {
       Worker w;
@@ -253,15 +300,34 @@ LaunchReport Launcher::runOrThrow() {
     const Worker* failed = nullptr;
     std::string remote_failure;
     auto next_store_check = std::chrono::steady_clock::now();
+    auto next_notice_poll = std::chrono::steady_clock::now();
     for (;;) {
       mux.pump(interval_ms);
-      if (int sig = g_stop_signal.load()) {
+      int sig = g_stop_signal.load();
+      std::string notice_detail;
+      if (!sig && notice && std::chrono::steady_clock::now() >= next_notice_poll) {
+        next_notice_poll = std::chrono::steady_clock::now() +
+                           std::chrono::milliseconds(std::max(interval_ms, 500));
+        if (notice->poll(notice_detail)) sig = SIGTERM;
+      }
+      if (sig == SIGTERM) {
+        // A spot notice: the workers agree on a stop step, checkpoint there and exit 75.
+        std::fprintf(console_, "cumulus-run: preemption notice (%s); asking the workers to "
+                     "checkpoint and stop within %.1f s\n",
+                     notice_detail.empty() ? "SIGTERM" : notice_detail.c_str(), o.preemption_grace);
+        auto t0 = std::chrono::steady_clock::now();
+        stopWorkers(workers, mux, o.preemption_grace);
+        double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        report.exit_code =
+            reportPreemption(workers, mux, console_, took, o.preemption_grace, g_stop_signal.load());
+        if (report.exit_code == kExitPreempted) report.preemptions++;
+        return report;
+      }
+      if (sig) {
         std::fprintf(console_, "cumulus-run: received %s, stopping workers\n",
                      signalName(sig).c_str());
         stopWorkers(workers, mux, o.stop_grace);
-        bool preempted = true;
-        for (auto& w : workers) preempted &= w.process->poll().exit_code == kExitPreempted;
-        report.exit_code = preempted ? kExitPreempted : 128 + sig;
+        report.exit_code = 128 + sig;
         return report;
       }
       bool all_done = true;
@@ -280,9 +346,9 @@ LaunchReport Launcher::runOrThrow() {
       if (all_done) {
         for (auto& w : workers) mux.finish(w.rank);
         if (any_preempted) {
+          // A worker got the notice itself (SIGTERM from the cloud) and the group agreed to stop.
           report.preemptions++;
-          report.exit_code = kExitPreempted;
-          std::fprintf(console_, "cumulus-run: workers preempted (exit 75); resumable\n");
+          report.exit_code = reportPreemption(workers, mux, console_, 0.0, o.preemption_grace, 0);
         } else {
           std::fprintf(console_, "cumulus-run: all %lld worker(s) finished\n",
                        static_cast<long long>(o.nproc_per_node));

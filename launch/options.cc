@@ -1,5 +1,7 @@
 #include "launch/options.h"
 
+#include "launch/preemption_notice.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -47,6 +49,8 @@ std::string usageText() {
          "  --log-dir DIR          per-rank logs and error file (default runs/logs)\n"
          "  --stop-grace S         SIGTERM to SIGKILL delay when stopping workers (default 10)\n"
          "  --rdzv-timeout S       wait for the Store and the other nodes (default 60)\n"
+         "  --preemption-notice SRC  poll file:PATH or url:http://... for a spot notice\n"
+         "  --preemption-grace S   notice to all workers gone, checkpoint included (default 25)\n"
          "A PROGRAM argument ending in .yaml is read for its launch: section; flags win.\n";
 }
 
@@ -113,6 +117,13 @@ LaunchOptions parseLaunchArgs(const std::vector<std::string>& args) {
        }},
       {"log-dir", [&](const std::string& v) { o.log_dir = v; }},
       {"stop-grace", [&](const std::string& v) { o.stop_grace = parseSeconds(v, "stop-grace", 0); }},
+      {"preemption-notice", [&](const std::string& v) {
+         makeNoticeSource(v);  // validates the spec now, so a typo is a usage error
+         o.preemption_notice = v;
+       }},
+      {"preemption-grace", [&](const std::string& v) {
+         o.preemption_grace = parseSeconds(v, "preemption-grace", 0.1);
+       }},
       {"rdzv-timeout", [&](const std::string& v) {
          o.rdzv_timeout = parseSeconds(v, "rdzv-timeout", 0.1);
        }},

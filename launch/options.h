@@ -15,6 +15,8 @@
 //   --log-dir DIR           where per-rank logs and the error file go (default runs/logs)
 //   --stop-grace S          SIGTERM → SIGKILL delay when stopping workers (default 10)
 //   --rdzv-timeout S        how long to wait for the Store and for the other nodes (default 60)
+//   --preemption-notice SRC file:PATH or url:http://… polled for a spot notice (preemption_notice.h)
+//   --preemption-grace S    notice → every worker gone, checkpoint included (default 25, for GCP's 30)
 //
 // Flags given on the command line win over an experiment's `launch:` section (see launcher.h).
 
@@ -46,6 +48,8 @@ struct LaunchOptions {
   std::string log_dir = "runs/logs";
   double stop_grace = 10.0;
   double rdzv_timeout = 60.0;
+  std::string preemption_notice;  // "" or a NoticeSource spec
+  double preemption_grace = 25.0;
   std::vector<std::string> command;  // PROGRAM ARGS…
   std::string experiment_path;       // the experiment YAML the command names, if any
   bool host_parameter_server = false;  // comm.algorithm: funnel — node 0 hosts it

@@ -27,18 +27,24 @@ void OutputMux::add(int rank, int fd, const std::string& log_path) {
   streams_[rank] = Stream{fd, log, {}};
 }
 
+void OutputMux::line(int rank, const char* data, size_t size) {
+  std::fprintf(console_, "[rank%d] %.*s\n", rank, static_cast<int>(size), data);
+  if (!marker_.empty()) {
+    std::string text(data, size);
+    if (text.find(marker_) != std::string::npos) marked_[rank] = text;
+  }
+}
+
 void OutputMux::emit(int rank, Stream& s, bool flush_partial) {
   size_t start = 0;
   for (;;) {
     size_t nl = s.pending.find('\n', start);
     if (nl == std::string::npos) break;
-    std::fprintf(console_, "[rank%d] %.*s\n", rank, static_cast<int>(nl - start),
-                 s.pending.data() + start);
+    line(rank, s.pending.data() + start, nl - start);
     start = nl + 1;
   }
   if ((flush_partial && start < s.pending.size()) || s.pending.size() - start > kMaxPartialLine) {
-    std::fprintf(console_, "[rank%d] %.*s\n", rank, static_cast<int>(s.pending.size() - start),
-                 s.pending.data() + start);
+    line(rank, s.pending.data() + start, s.pending.size() - start);
     start = s.pending.size();
   }
   s.pending.erase(0, start);

@@ -25,6 +25,13 @@ class OutputMux {
   // Copies what is left of `rank`'s output (flushing a final partial line) and forgets it.
   void finish(int rank);
   bool following(int rank) const { return streams_.count(rank) > 0; }
+  // Remembers, per rank, the last line that contains `marker` (e.g. a worker's
+  // "preempted at step S, checkpoint PATH"), so the launcher can repeat it in its own report.
+  void watchFor(std::string marker) { marker_ = std::move(marker); }
+  std::string lastMarkedLine(int rank) const {
+    auto it = marked_.find(rank);
+    return it == marked_.end() ? "" : it->second;
+  }
 
  private:
   struct Stream {
@@ -35,8 +42,12 @@ class OutputMux {
   void emit(int rank, Stream& s, bool flush_partial);
   bool drain(int rank, Stream& s);  // returns false at EOF
 
+  void line(int rank, const char* data, size_t size);
+
   FILE* console_;
   std::map<int, Stream> streams_;
+  std::string marker_;
+  std::map<int, std::string> marked_;
 };
 
 }  // namespace cumulus::launch

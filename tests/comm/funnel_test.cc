@@ -7,6 +7,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "comm/communicator.h"
+#include "comm/memory_store.h"
 #include "comm/parameter_server.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "tests/comm/rpc_test_util.h"
@@ -14,9 +16,9 @@
 namespace cumulus::comm {
 namespace {
 
-using testing::commErrorOf;
+using rpctest::commErrorOf;
+using rpctest::seconds;
 using ::testing::HasSubstr;
-using testing::seconds;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 constexpr char kToken[] = "funnel-token";
@@ -25,7 +27,7 @@ constexpr char kToken[] = "funnel-token";
 std::vector<std::exception_ptr> runStep(int port, int world, uint64_t seq, size_t count,
                                         std::chrono::milliseconds timeout = 10s,
                                         uint64_t generation = 0) {
-  return testing::spawn(world, [&](int rank) {
+  return rpctest::runRanks(world, [&](int rank) {
     std::vector<float> data(count, 1.0f);
     Buffer buffer{data.data(), count, DType::kFloat32};
     FunnelClient("", port, kToken, rank, world, generation)
@@ -64,7 +66,7 @@ TEST(FunnelTest, AWorkerThatDiesMidPushFailsTheOthersFastAndTheStepIsForgotten) 
     stream->Finish();
   });
   const auto start = Clock::now();
-  auto errors = testing::spawn(2, [&](int rank) {
+  auto errors = rpctest::runRanks(2, [&](int rank) {
     std::vector<float> data(count, 1.0f);
     Buffer buffer{data.data(), count, DType::kFloat32};
     FunnelClient("", server.port(), kToken, rank, kWorld).allreduce(buffer, ReduceOp::kSum, 0, 10s);
@@ -81,20 +83,20 @@ TEST(FunnelTest, AWorkerThatDiesMidPushFailsTheOthersFastAndTheStepIsForgotten) 
   }
   // A late rank of the failed step gets the same error at once; the next step works.
   const auto late_start = Clock::now();
-  auto late = testing::spawn(1, [&](int) {
+  auto late = rpctest::runRanks(1, [&](int) {
     std::vector<float> data(count, 1.0f);
     Buffer buffer{data.data(), count, DType::kFloat32};
     FunnelClient("", server.port(), kToken, 1, kWorld).allreduce(buffer, ReduceOp::kSum, 0, 10s);
   });
   EXPECT_LT(seconds(Clock::now() - late_start), 2.0);
   EXPECT_THAT(commErrorOf(late[0]).what(), HasSubstr("rank 2 disconnected mid-push"));
-  testing::expectNoErrors(runStep(server.port(), kWorld, 1, count));
+  rpctest::expectNoErrors(runStep(server.port(), kWorld, 1, count));
 }
 
 TEST(FunnelTest, TimeoutNamesTheRanksThatNeverPushed) {
   ParameterServer server("", 0, kToken, 4);
   const auto start = Clock::now();
-  auto errors = testing::spawn(4, [&](int rank) {
+  auto errors = rpctest::runRanks(4, [&](int rank) {
     if (rank == 1 || rank == 3) return;  // never push
     std::vector<float> data(100, 1.0f);
     Buffer buffer{data.data(), data.size(), DType::kFloat32};
@@ -115,7 +117,7 @@ TEST(FunnelTest, TimeoutNamesTheRanksThatNeverPushed) {
 
 TEST(FunnelTest, CountMismatchFailsEveryRankNamingTheOddOne) {
   ParameterServer server("", 0, kToken, 3);
-  auto errors = testing::spawn(3, [&](int rank) {
+  auto errors = rpctest::runRanks(3, [&](int rank) {
     if (rank == 2) std::this_thread::sleep_for(200ms);  // ranks 0 and 1 set the reference
     std::vector<float> data(rank == 2 ? 101 : 100, 1.0f);
     Buffer buffer{data.data(), data.size(), DType::kFloat32};
@@ -133,7 +135,7 @@ TEST(FunnelTest, CountMismatchFailsEveryRankNamingTheOddOne) {
 
 TEST(FunnelTest, DTypeMismatchFailsEveryRank) {
   ParameterServer server("", 0, kToken, 2);
-  auto errors = testing::spawn(2, [&](int rank) {
+  auto errors = rpctest::runRanks(2, [&](int rank) {
     if (rank == 1) std::this_thread::sleep_for(200ms);
     std::vector<double> data(10, 1.0);
     Buffer buffer{data.data(), rank == 1 ? 20u : 10u,
@@ -164,7 +166,7 @@ TEST(FunnelTest, WorldSizeDifferentFromTheServersIsRejected) {
 
 TEST(FunnelTest, StaleGenerationIsRejectedAndANewOneSupersedesOldSteps) {
   ParameterServer server("", 0, kToken, 2);
-  testing::expectNoErrors(runStep(server.port(), 2, 0, 10, 5s, /*generation=*/5));
+  rpctest::expectNoErrors(runStep(server.port(), 2, 0, 10, 5s, /*generation=*/5));
   std::vector<float> data(10, 1.0f);
   Buffer buffer{data.data(), 10, DType::kFloat32};
   try {
@@ -186,7 +188,7 @@ TEST(FunnelTest, StaleGenerationIsRejectedAndANewOneSupersedesOldSteps) {
     }
   });
   std::this_thread::sleep_for(200ms);
-  testing::expectNoErrors(runStep(server.port(), 2, 0, 10, 5s, /*generation=*/6));
+  rpctest::expectNoErrors(runStep(server.port(), 2, 0, 10, 5s, /*generation=*/6));
   old_rank.join();
   EXPECT_LT(seconds(Clock::now() - start), 3.0);
   const CommError e = commErrorOf(old_error);
@@ -236,7 +238,7 @@ TEST(FunnelTest, ServerShutdownMidStepFailsTheWaitingRanks) {
     server->shutdown();
   });
   const auto start = Clock::now();
-  auto errors = testing::spawn(2, [&](int rank) {
+  auto errors = rpctest::runRanks(2, [&](int rank) {
     std::vector<float> data(1000, 1.0f);
     Buffer buffer{data.data(), data.size(), DType::kFloat32};
     FunnelClient("", server->port(), kToken, rank, 3).allreduce(buffer, ReduceOp::kSum, 0, 20s);
@@ -248,6 +250,33 @@ TEST(FunnelTest, ServerShutdownMidStepFailsTheWaitingRanks) {
     EXPECT_EQ(e.kind(), ErrorKind::kPeerClosed);
     EXPECT_THAT(e.what(), HasSubstr("parameter server shutting down"));
   }
+}
+
+// The seam of comm/algorithm.h: a Communicator with Algorithm::kFunnel delegates to the
+// FunnelClient, whose seq numbers advance with the communicator's.
+TEST(FunnelTest, CommunicatorRunsTheFunnelThroughItsRemoteReducer) {
+  constexpr int kWorld = 3;
+  ParameterServer server("", 0, kToken, kWorld);
+  MemoryStore store;
+  auto errors = rpctest::runRanks(kWorld, [&](int rank) {
+    FunnelClient funnel("", server.port(), kToken, rank, kWorld);
+    CommunicatorOptions options;
+    options.jobToken = kToken;
+    options.timeout = 10s;
+    options.remoteReducer = &funnel;
+    Communicator comm(rank, kWorld, store, options);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<int64_t> data(5000, rank + step);
+      Buffer buffer{data.data(), data.size(), DType::kInt64};
+      AllreduceOptions reduce;
+      reduce.algorithm = Algorithm::kFunnel;
+      reduce.op = ReduceOp::kMax;
+      comm.allreduce(buffer, reduce);
+      for (int64_t v : data)
+        if (v != kWorld - 1 + step) throw std::runtime_error("wrong max " + std::to_string(v));
+    }
+  });
+  rpctest::expectNoErrors(errors);
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ void put(DType dtype, void* data, size_t i, double value) {
       static_cast<uint16_t*>(data)[i] = floatToBf16(static_cast<float>(value));
       break;
     case DType::kFloat16:
-      static_cast<uint16_t*>(data)[i] = testing::exactHalf(static_cast<float>(value));
+      static_cast<uint16_t*>(data)[i] = rpctest::exactHalf(static_cast<float>(value));
       break;
     case DType::kInt32:
       static_cast<int32_t*>(data)[i] = static_cast<int32_t>(value);
@@ -55,7 +55,7 @@ double get(DType dtype, const void* data, size_t i) {
     case DType::kBFloat16:
       return bf16ToFloat(static_cast<const uint16_t*>(data)[i]);
     case DType::kFloat16:
-      return testing::halfValue(static_cast<const uint16_t*>(data)[i]);
+      return rpctest::halfValue(static_cast<const uint16_t*>(data)[i]);
     case DType::kInt32:
       return static_cast<const int32_t*>(data)[i];
     case DType::kInt64:
@@ -66,11 +66,11 @@ double get(DType dtype, const void* data, size_t i) {
 
 bool isInteger(DType dtype) { return dtype == DType::kInt32 || dtype == DType::kInt64; }
 
-// The known answer at index i for inputs testing::inputValue(rank, i).
+// The known answer at index i for inputs rpctest::inputValue(rank, i).
 double expected(DType dtype, ReduceOp op, int world, size_t i) {
   int sum = 0, max = -100, min = 100;
   for (int r = 0; r < world; ++r) {
-    const int v = testing::inputValue(r, i);
+    const int v = rpctest::inputValue(r, i);
     sum += v;
     max = std::max(max, v);
     min = std::min(min, v);
@@ -97,13 +97,13 @@ void checkAllreduce(ParameterServer& server, int world, size_t count, DType dtyp
   SCOPED_TRACE(std::string(dtypeName(dtype)) + " " + reduceOpName(op) + " world " +
                std::to_string(world) + " count " + std::to_string(count));
   std::vector<std::vector<char>> buffers(world, std::vector<char>(count * elementSize(dtype) + 1));
-  auto errors = testing::spawn(world, [&](int rank) {
+  auto errors = rpctest::runRanks(world, [&](int rank) {
     Buffer buffer{buffers[rank].data(), count, dtype};
-    for (size_t i = 0; i < count; ++i) put(dtype, buffer.data, i, testing::inputValue(rank, i));
+    for (size_t i = 0; i < count; ++i) put(dtype, buffer.data, i, rpctest::inputValue(rank, i));
     FunnelClient client("", server.port(), kToken, rank, world);
     client.allreduce(buffer, op, seq, 20s);
   });
-  testing::expectNoErrors(errors);
+  rpctest::expectNoErrors(errors);
   for (int rank = 0; rank < world; ++rank)
     for (size_t i = 0; i < count; ++i) {
       const double want = expected(dtype, op, world, i), got = get(dtype, buffers[rank].data(), i);
@@ -164,7 +164,7 @@ TEST(ParameterServerTest, ResultIsTheRankOrderSumBitForBitWhateverTheArrivalOrde
 
   for (int run = 0; run < 3; ++run) {
     std::vector<std::vector<float>> buffers = inputs;
-    auto errors = testing::spawn(kWorld, [&](int rank) {
+    auto errors = rpctest::runRanks(kWorld, [&](int rank) {
       // Run 1: rank 0 comes last; run 2: reverse rank order.
       if (run == 1 && rank == 0) std::this_thread::sleep_for(150ms);
       if (run == 2) std::this_thread::sleep_for(std::chrono::milliseconds(40 * (kWorld - rank)));
@@ -172,7 +172,7 @@ TEST(ParameterServerTest, ResultIsTheRankOrderSumBitForBitWhateverTheArrivalOrde
       FunnelClient("", server.port(), kToken, rank, kWorld)
           .allreduce(buffer, ReduceOp::kSum, run, 20s);
     });
-    testing::expectNoErrors(errors);
+    rpctest::expectNoErrors(errors);
     for (int rank = 0; rank < kWorld; ++rank)
       ASSERT_EQ(0, std::memcmp(buffers[rank].data(), reference.data(), kCount * sizeof(float)))
           << "run " << run << " rank " << rank << " differs from the rank-order sum";
@@ -208,12 +208,12 @@ TEST(ParameterServerTest, CumulusPsBinaryServesAndStopsOnSigterm) {
   if (port > 0) {
     constexpr size_t kCount = 3000;
     std::vector<std::vector<int64_t>> data(3, std::vector<int64_t>(kCount));
-    auto errors = testing::spawn(3, [&](int rank) {
+    auto errors = rpctest::runRanks(3, [&](int rank) {
       for (size_t i = 0; i < kCount; ++i) data[rank][i] = static_cast<int64_t>(i) * (rank + 1);
       Buffer buffer{data[rank].data(), kCount, DType::kInt64};
       FunnelClient("127.0.0.1", port, kToken, rank, 3).allreduce(buffer, ReduceOp::kSum, 0, 10s);
     });
-    testing::expectNoErrors(errors);
+    rpctest::expectNoErrors(errors);
     for (int rank = 0; rank < 3; ++rank) EXPECT_EQ(data[rank][kCount - 1], 2999 * 6);
   }
 

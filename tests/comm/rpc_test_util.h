@@ -16,10 +16,11 @@
 
 #include "comm/error.h"
 
-namespace cumulus::comm::testing {
+namespace cumulus::comm::rpctest {
 
-// Runs fn(rank) on `world` threads and returns what each threw (nullptr = returned normally).
-inline std::vector<std::exception_ptr> spawn(int world, const std::function<void(int)>& fn) {
+// Runs fn(rank) on `world` threads (unlike testing::spawn in group.h, it collects the errors) and
+// returns what each threw (nullptr = returned normally).
+inline std::vector<std::exception_ptr> runRanks(int world, const std::function<void(int)>& fn) {
   std::vector<std::exception_ptr> errors(world);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank)
@@ -81,9 +82,9 @@ inline double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-}  // namespace cumulus::comm::testing
+}  // namespace cumulus::comm::rpctest
 
-namespace cumulus::comm::testing {
+namespace cumulus::comm::rpctest {
 
 // The float value of float16 bits (normal numbers and zero: what exactHalf produces).
 inline float halfValue(uint16_t h) {
@@ -97,4 +98,4 @@ inline float halfValue(uint16_t h) {
   return f;
 }
 
-}  // namespace cumulus::comm::testing
+}  // namespace cumulus::comm::rpctest

@@ -3,18 +3,20 @@
 #include "comm/store_client.h"
 
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "comm/store_server.h"
+#include "proto/store.grpc.pb.h"
 #include "tests/comm/rpc_test_util.h"
 
 namespace cumulus::comm {
 namespace {
 
+using rpctest::seconds;
 using ::testing::HasSubstr;
-using testing::seconds;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -75,8 +77,8 @@ TEST(StoreClientTest, UnreachableEndpointErrorNamesItAndHowLongItWasTried) {
   } catch (const CommError& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kStore);
     EXPECT_EQ(e.peer(), -1);
-    EXPECT_THAT(e.what(),
-                HasSubstr("store 127.0.0.1:" + std::to_string(port) + " unreachable for 0.6 s (connection refused)"));
+    EXPECT_THAT(e.what(), HasSubstr("store 127.0.0.1:" + std::to_string(port) +
+                                    " unreachable for 0.6 s (connection refused)"));
   }
   const double took = seconds(Clock::now() - start);
   EXPECT_GE(took, 0.55);
@@ -114,13 +116,56 @@ TEST(StoreClientTest, ShutdownWakesEveryBlockedGet) {
     server.shutdown();
   });
   const auto start = Clock::now();
-  auto errors = testing::spawn(6, [&](int) {
+  auto errors = rpctest::runRanks(6, [&](int) {
     StoreClient client("127.0.0.1", server.port(), "t");
     client.get("never", 20s);
   });
   EXPECT_LT(seconds(Clock::now() - start), 3.0);
   stopper.join();
-  for (const auto& error : errors) EXPECT_EQ(testing::commErrorOf(error).kind(), ErrorKind::kStore);
+  for (const auto& error : errors) EXPECT_EQ(rpctest::commErrorOf(error).kind(), ErrorKind::kStore);
+}
+
+// A client that gives up (deadline) while the server blocks on its behalf must not leave a
+// handler behind: shutdown() would then wait for it.
+TEST(StoreClientTest, ServerSideWaitEndsAtTheClientsDeadline) {
+  StoreServer server("", 0, "t");
+  auto stub = proto::Store::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.AddMetadata("x-cumulus-token", "t");
+  context.set_deadline(std::chrono::system_clock::now() + 200ms);
+  proto::WaitRequest request;
+  request.add_keys("never");
+  request.set_wait_ms(60000);  // far beyond the deadline
+  proto::WaitResponse response;
+  const auto start = Clock::now();
+  const grpc::Status status = stub->Wait(&context, request, &response);
+  // The server stops at the deadline too, so its "still missing" answer may win the race.
+  if (status.ok()) {
+    ASSERT_EQ(response.missing_size(), 1);
+    EXPECT_EQ(response.missing(0), "never");
+  } else {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  EXPECT_LT(seconds(Clock::now() - start), 1.5);
+  // The handler notices the expired deadline within its poll interval, without any shutdown.
+  const auto wait_start = Clock::now();
+  while (server.blockedCalls() > 0 && Clock::now() - wait_start < 2s)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server.blockedCalls(), 0);
+  EXPECT_LT(seconds(Clock::now() - start), 0.8);
+}
+
+TEST(StoreClientTest, BlockedCallsCountsWaitingHandlers) {
+  StoreServer server("", 0, "t");
+  StoreClient client("127.0.0.1", server.port(), "t");
+  std::thread waiter([&] { client.get("soon", 5s); });
+  const auto start = Clock::now();
+  while (server.blockedCalls() == 0 && Clock::now() - start < 2s) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(server.blockedCalls(), 1);
+  client.set("soon", "v");
+  waiter.join();
+  EXPECT_EQ(server.blockedCalls(), 0);
 }
 
 }  // namespace

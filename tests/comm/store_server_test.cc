@@ -14,9 +14,9 @@
 namespace cumulus::comm {
 namespace {
 
-using testing::commErrorOf;
+using rpctest::commErrorOf;
+using rpctest::seconds;
 using ::testing::HasSubstr;
-using testing::seconds;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -63,7 +63,7 @@ TEST_F(StoreServerTest, GetTimeoutNamesTheKey) {
     FAIL() << "get of a missing key returned";
   } catch (const CommError& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
-    EXPECT_EQ(e.op(), "store/get");
+    EXPECT_EQ(e.op(), "store.get");
     EXPECT_THAT(e.what(), HasSubstr("key 'gen/3/addr/7' still missing after 0."));
     EXPECT_THAT(e.what(), HasSubstr("on store 127.0.0.1:" + std::to_string(server_.port())));
   }
@@ -74,24 +74,24 @@ TEST_F(StoreServerTest, GetTimeoutNamesTheKey) {
 
 TEST_F(StoreServerTest, ConcurrentAddsSumExactly) {
   constexpr int kThreads = 8, kAdds = 200;
-  auto errors = testing::spawn(kThreads, [&](int rank) {
+  auto errors = rpctest::runRanks(kThreads, [&](int rank) {
     StoreClient mine("127.0.0.1", server_.port(), kToken);
     for (int i = 0; i < kAdds; ++i) mine.add("counter", rank + 1);
   });
-  testing::expectNoErrors(errors);
+  rpctest::expectNoErrors(errors);
   // Σ_{r=1..8} r · 200 = 7200
   EXPECT_EQ(client_.add("counter", 0), 7200);
   EXPECT_EQ(client_.get("counter", 1s), "7200");
   EXPECT_EQ(client_.add("fresh", -5), -5);
 }
 
-TEST_F(StoreServerTest, AddOnANonIntegerValueIsAStoreError) {
+TEST_F(StoreServerTest, AddOnANonIntegerValueIsInvalid) {
   client_.set("text", "abc");
   try {
     client_.add("text", 1);
     FAIL() << "add on a non-integer returned";
   } catch (const CommError& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kStore);
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalid);
     EXPECT_THAT(e.what(), HasSubstr("key 'text' holds a non-integer value"));
   }
   EXPECT_EQ(client_.get("text", 1s), "abc");
@@ -128,7 +128,7 @@ TEST_F(StoreServerTest, WaitTimeoutNamesTheMissingKeys) {
     FAIL() << "wait returned with keys missing";
   } catch (const CommError& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
-    EXPECT_EQ(e.op(), "store/wait");
+    EXPECT_EQ(e.op(), "store.wait");
     EXPECT_THAT(e.what(), HasSubstr("2 of 4 keys still missing after 0."));
     EXPECT_THAT(e.what(), HasSubstr(": 'gen/2/addr/1', 'gen/2/addr/3'"));
   }

@@ -18,6 +18,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <mutex>
 #include <thread>
 
 namespace fs = std::filesystem;
@@ -206,30 +207,179 @@ TEST_F(LauncherTest, NoWorkerSurvivesTheLauncherBeingKilled) {
   for (pid_t p : workers) ::kill(p, SIGKILL);
 }
 
-TEST_F(LauncherTest, SigtermStopsWorkersAndReportsPreemptionWhenTheyExit75) {
-  std::string ready = (dir_ / "ready").string();
-  std::string w = script("term.sh", "trap 'echo checkpointed; exit 75' TERM\ntouch " + ready +
-                                        ".$RANK\nwhile true; do sleep 0.05; done");
-  std::string cmd = kRun + " --log-dir " + (dir_ / "logs").string() + " --nproc-per-node 2 -- " +
-                    w + " >" + (dir_ / "out").string() + " 2>&1";
-  pid_t launcher = ::fork();
-  ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
+// Starts cumulus-run in the background with workers that report readiness through files
+// ready.<rank>, and returns its pid once every worker is ready.
+pid_t startInBackground(const std::string& cmd, const std::string& ready, int workers) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
     ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  for (int i = 0; i < 200 && !(fs::exists(ready + ".0") && fs::exists(ready + ".1")); ++i) {
+  for (int i = 0; i < 400; ++i) {
+    bool all = true;
+    for (int r = 0; r < workers; ++r) all &= fs::exists(ready + "." + std::to_string(r));
+    if (all) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
-  ::kill(launcher, SIGTERM);
+  return pid;
+}
+
+int waitExitCode(pid_t pid) {
   int status = 0;
-  ::waitpid(launcher, &status, 0);
-  std::string out = readFile(dir_ / "out");
-  ASSERT_TRUE(WIFEXITED(status)) << out;
-  EXPECT_EQ(WEXITSTATUS(status), 75) << out;
-  EXPECT_NE(out.find("cumulus-run: received SIGTERM, stopping workers"), std::string::npos) << out;
-  EXPECT_NE(out.find("[rank0] checkpointed"), std::string::npos) << out;
-  EXPECT_NE(out.find("[rank1] checkpointed"), std::string::npos) << out;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+class PreemptionTest : public LauncherTest {
+ protected:
+  std::string worker(const std::string& on_term) {
+    ready_ = (dir_ / "ready").string();
+    return script("w.sh", "trap '" + on_term + "' TERM\ntouch " + ready_ +
+                              ".$RANK\nwhile true; do sleep 0.05; done");
+  }
+  std::string cmd(const std::string& flags, const std::string& w) {
+    return kRun + " --log-dir " + (dir_ / "logs").string() + " --nproc-per-node 2 " + flags +
+           " -- " + w + " >" + (dir_ / "out").string() + " 2>&1";
+  }
+  std::string out() { return readFile(dir_ / "out"); }
+  std::string ready_;
+};
+
+const char* kCheckpointAndExit =
+    "echo preempted at step 7, checkpoint /ckpt/step-00000007; exit 75";
+
+TEST_F(PreemptionTest, SigtermToTheLauncherIsANoticeAndReportsTheCheckpoint) {
+  std::string w = worker(kCheckpointAndExit);
+  pid_t launcher = startInBackground(cmd("", w), ready_, 2);
+  ::kill(launcher, SIGTERM);
+  EXPECT_EQ(waitExitCode(launcher), 75) << out();
+  EXPECT_NE(out().find("cumulus-run: preemption notice (SIGTERM); asking the workers to checkpoint "
+                       "and stop within 25.0 s"),
+            std::string::npos)
+      << out();
+  EXPECT_NE(out().find("[rank1] preempted at step 7, checkpoint /ckpt/step-00000007"),
+            std::string::npos);
+  EXPECT_NE(out().find("cumulus-run: preempted at step 7, checkpoint /ckpt/step-00000007 (notice "
+                       "to exit "),
+            std::string::npos)
+      << out();
+}
+
+TEST_F(PreemptionTest, NoticeFileTriggersTheSameProtocol) {
+  std::string notice = (dir_ / "notice").string();
+  std::string w = worker(kCheckpointAndExit);
+  pid_t launcher = startInBackground(cmd("--preemption-notice file:" + notice, w), ready_, 2);
+  std::ofstream(notice) << "";
+  EXPECT_EQ(waitExitCode(launcher), 75) << out();
+  EXPECT_NE(out().find("cumulus-run: preemption notice (notice file " + notice + ")"),
+            std::string::npos)
+      << out();
+  EXPECT_NE(out().find("cumulus-run: preempted at step 7"), std::string::npos) << out();
+}
+
+TEST_F(PreemptionTest, WorkersThatOverrunTheGraceAreKilledAndTheRunStaysResumable) {
+  std::string w = worker("echo writing a slow checkpoint");  // ignores the notice
+  pid_t launcher = startInBackground(cmd("--preemption-grace 0.5", w), ready_, 2);
+  auto t0 = std::chrono::steady_clock::now();
+  ::kill(launcher, SIGTERM);
+  EXPECT_EQ(waitExitCode(launcher), 75) << out();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_NE(out().find("cumulus-run: preempted, but the workers had not exited after the 0.5 s "
+                       "grace and were killed; the newest valid checkpoint is the one before"),
+            std::string::npos)
+      << out();
+}
+
+// A one-connection-at-a-time HTTP server on loopback that answers from a script of responses.
+class FakeMetadataServer {
+ public:
+  explicit FakeMetadataServer(std::vector<std::string> responses) : responses_(std::move(responses)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(fd_, 8);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeMetadataServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+  std::string lastRequest() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_request_;
+  }
+
+ private:
+  void serve() {
+    for (size_t i = 0;; ++i) {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      char buf[2048];
+      ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        last_request_.assign(buf, n > 0 ? static_cast<size_t>(n) : 0);
+      }
+      const std::string& r = responses_[std::min(i, responses_.size() - 1)];
+      ::send(c, r.data(), r.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  }
+  std::vector<std::string> responses_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  std::string last_request_;
+};
+
+TEST_F(PreemptionTest, AwsInstanceActionUrlIsPolled) {
+  FakeMetadataServer aws({"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+                          "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+                          "HTTP/1.1 200 OK\r\n\r\n{\"action\": \"terminate\", \"time\": "
+                          "\"2026-11-22T03:00:00Z\"}"});
+  std::string w = worker(kCheckpointAndExit);
+  pid_t launcher = startInBackground(
+      cmd("--preemption-notice url:http://127.0.0.1:" + std::to_string(aws.port()) +
+              "/latest/meta-data/spot/instance-action",
+          w),
+      ready_, 2);
+  EXPECT_EQ(waitExitCode(launcher), 75) << out();
+  EXPECT_NE(out().find("cumulus-run: preemption notice (AWS spot/instance-action terminate at "
+                       "2026-11-22T03:00:00Z)"),
+            std::string::npos)
+      << out();
+  EXPECT_NE(aws.lastRequest().find("GET /latest/meta-data/spot/instance-action HTTP/1.0"),
+            std::string::npos);
+}
+
+TEST_F(PreemptionTest, GcpPreemptedUrlIsPolledWithTheMetadataHeader) {
+  FakeMetadataServer gcp({"HTTP/1.1 200 OK\r\n\r\nFALSE", "HTTP/1.1 200 OK\r\n\r\nTRUE"});
+  std::string w = worker(kCheckpointAndExit);
+  pid_t launcher = startInBackground(
+      cmd("--preemption-notice url:http://127.0.0.1:" + std::to_string(gcp.port()) +
+              "/computeMetadata/v1/instance/preempted",
+          w),
+      ready_, 2);
+  EXPECT_EQ(waitExitCode(launcher), 75) << out();
+  EXPECT_NE(out().find("cumulus-run: preemption notice (GCP instance/preempted = TRUE)"),
+            std::string::npos)
+      << out();
+  EXPECT_NE(gcp.lastRequest().find("Metadata-Flavor: Google"), std::string::npos);
+}
+
+TEST_F(PreemptionTest, ANoticeSpecTypoIsAUsageError) {
+  Result r = launch("--preemption-notice htp://x -- /bin/true");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "cumulus-run: error: --preemption-notice: expected file:PATH or url:http://…, "
+                      "got \"htp://x\"\n");
 }
 
 TEST_F(LauncherTest, PortInUseIsAClearError) {

@@ -1,0 +1,148 @@
+// cumulus-bench allreduce: nccl-tests-style all-reduce sweep.
+//
+// Per size: one checked all-reduce (rank r contributes r+1, every element must equal
+// p(p+1)/2), then warm-up, a barrier, and `iters` timed all-reduces of zeros. The time of a row
+// is the slowest rank's mean per iteration (a max all-reduce of the ranks' means).
+//   algbw = bytes / time,  busbw = algbw · 2(p−1)/p  (nccl-tests' all-reduce bus bandwidth)
+// `model` is comm::CostModel's prediction for the algorithm that ran.
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "bench/bench.h"
+#include "bench/group.h"
+#include "comm/communicator.h"
+#include "comm/cost_model.h"
+#include "comm/funnel.h"
+#include "comm/store_client.h"
+
+namespace cumulus::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void fill(comm::Buffer& b, double value) {
+  for (size_t i = 0; i < b.count; ++i) switch (b.dtype) {
+      case comm::DType::kFloat32:
+        static_cast<float*>(b.data)[i] = static_cast<float>(value);
+        break;
+      case comm::DType::kFloat64:
+        static_cast<double*>(b.data)[i] = value;
+        break;
+      case comm::DType::kInt32:
+        static_cast<int32_t*>(b.data)[i] = static_cast<int32_t>(value);
+        break;
+      case comm::DType::kInt64:
+        static_cast<int64_t*>(b.data)[i] = static_cast<int64_t>(value);
+        break;
+      default:
+        throw std::invalid_argument("unsupported bench dtype");
+    }
+}
+
+double at(const comm::Buffer& b, size_t i) {
+  switch (b.dtype) {
+    case comm::DType::kFloat32:
+      return static_cast<const float*>(b.data)[i];
+    case comm::DType::kFloat64:
+      return static_cast<const double*>(b.data)[i];
+    case comm::DType::kInt32:
+      return static_cast<const int32_t*>(b.data)[i];
+    case comm::DType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(b.data)[i]);
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+int runAllreduceWorker(const BenchOptions& o) {
+  const WorkerEnv env = WorkerEnv::fromEnvironment();
+  comm::StoreClient store("127.0.0.1", env.storePort, env.token);
+  comm::CommunicatorOptions copts;
+  copts.jobToken = env.token;
+  copts.timeout = o.timeout;
+  if (!o.costModelPath.empty()) copts.costModel = comm::CostModel::load(o.costModelPath);
+  std::unique_ptr<comm::FunnelClient> funnel;
+  if (env.psPort > 0) {
+    funnel = std::make_unique<comm::FunnelClient>("127.0.0.1", env.psPort, env.token, env.rank,
+                                                  env.world);
+    copts.remoteReducer = funnel.get();
+  }
+  comm::Communicator comm(env.rank, env.world, store, copts);
+  const int p = env.world;
+  const size_t element = comm::elementSize(o.dtype);
+  std::vector<char> memory(o.sizes.back() + element);
+
+  if (env.rank == 0) {
+    std::printf("# cumulus-bench allreduce: algo %s, world %d, dtype %s, op sum, loopback TCP\n",
+                comm::algorithmName(o.algorithm), p, comm::dtypeName(o.dtype));
+    std::printf("# %10s %11s %8s %6s %7s %11s %11s %11s %10s\n", "size(B)", "count", "type", "algo",
+                "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "model(us)");
+    std::fflush(stdout);
+  }
+  std::vector<std::string> json;
+  for (size_t bytes : o.sizes) {
+    comm::Buffer buffer{memory.data(), bytes / element, o.dtype};
+    comm::AllreduceOptions aopts;
+    aopts.algorithm = o.algorithm;
+    const comm::Algorithm ran = comm.resolve(o.algorithm, buffer.bytes());
+
+    fill(buffer, env.rank + 1);
+    comm.allreduce(buffer, aopts);
+    const double want = p * (p + 1) / 2.0;
+    for (size_t i = 0; i < buffer.count; ++i)
+      if (at(buffer, i) != want)
+        throw std::runtime_error("wrong all-reduce result at index " + std::to_string(i) + " of " +
+                                 std::to_string(bytes) +
+                                 " bytes: " + std::to_string(at(buffer, i)) + " instead of " +
+                                 std::to_string(want));
+
+    fill(buffer, 0);
+    const int iters = o.iters > 0 ? o.iters : itersFor(bytes);
+    const int warmup = o.warmup >= 0 ? o.warmup : std::max(2, iters / 10);
+    for (int i = 0; i < warmup; ++i) comm.allreduce(buffer, aopts);
+    comm.barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < iters; ++i) comm.allreduce(buffer, aopts);
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iters;
+    comm::Buffer slowest{&seconds, 1, comm::DType::kFloat64};
+    comm::AllreduceOptions maxOpts;
+    maxOpts.op = comm::ReduceOp::kMax;
+    maxOpts.algorithm = comm::Algorithm::kTree;
+    comm.allreduce(slowest, maxOpts);
+
+    if (env.rank != 0) continue;
+    const double algbw = static_cast<double>(buffer.bytes()) / seconds / 1e9;
+    const double busbw = algbw * 2.0 * (p - 1) / p;
+    const double model =
+        copts.costModel.predict(ran, static_cast<double>(buffer.bytes()), p, funnel != nullptr);
+    std::printf("  %10zu %11zu %8s %6s %7d %11.1f %11.3f %11.3f %10.1f\n", buffer.bytes(),
+                buffer.count, comm::dtypeName(o.dtype), comm::algorithmName(ran), iters,
+                seconds * 1e6, algbw, busbw, model * 1e6);
+    std::fflush(stdout);
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "{\"bench\":\"allreduce\",\"impl\":\"cumulus\",\"algo\":\"%s\",\"ran\":\"%s\","
+                  "\"world\":%d,\"bytes\":%zu,\"count\":%zu,\"dtype\":\"%s\",\"iters\":%d,"
+                  "\"time_us\":%.2f,\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"model_us\":%.2f}",
+                  comm::algorithmName(o.algorithm), comm::algorithmName(ran), p, buffer.bytes(),
+                  buffer.count, comm::dtypeName(o.dtype), iters, seconds * 1e6, algbw, busbw,
+                  model * 1e6);
+    json.push_back(line);
+  }
+  if (env.rank == 0) {
+    for (const auto& line : json) std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+  comm.barrier();
+  return 0;
+}
+
+}  // namespace cumulus::bench

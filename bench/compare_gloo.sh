@@ -1,0 +1,102 @@
+#!/bin/bash
+# Cumulus vs torch.distributed/Gloo all-reduce on loopback, same sizes, same method
+# (bench/gloo_allreduce.py mirrors cumulus-bench allreduce), interleaved: for each world size
+# and round, one cumulus sweep per algorithm, then one Gloo sweep, so that background load hits
+# both alike. Each (impl, algo, world, size) keeps its best time over the rounds. Prints a table
+# of our/Gloo time ratios (< 1 = we are faster) and busbw ratios, and keeps every JSON line.
+#
+#   bench/compare_gloo.sh [--sizes 4K:64M] [--factor 4] [--worlds "2 4"] [--rounds 2]
+#                         [--algos "ring tree funnel"] [--bin build/bin/cumulus-bench]
+#                         [--out bench/results/compare_gloo.jsonl] [--cost-model PATH]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+sizes="4K:64M"; factor=4; worlds="2 4"; rounds=2; algos="ring tree funnel"
+bin="$here/../build/bin/cumulus-bench"; out="$here/results/compare_gloo.jsonl"; model_args=()
+python=/usr/bin/python3  # Debian's, with torch; the first python3 on PATH may lack it
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sizes) sizes="$2"; shift 2 ;;
+    --factor) factor="$2"; shift 2 ;;
+    --worlds) worlds="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --algos) algos="$2"; shift 2 ;;
+    --bin) bin="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --cost-model) model_args=(--cost-model "$2"); shift 2 ;;
+    *) echo "compare_gloo.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[ -x "$bin" ] || { echo "compare_gloo.sh: $bin missing; build cumulus-bench first" >&2; exit 1; }
+mkdir -p "$(dirname "$out")"; : > "$out"
+
+# The byte counts of MIN:MAX in ×factor steps, as cumulus-bench expands them.
+byte_list=$("$python" - "$sizes" "$factor" <<'PY'
+import sys
+def b(t):
+    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(t[:-1]) * m[t[-1]] if t[-1] in m else int(t)
+lo, hi = (b(x) for x in sys.argv[1].split(":")); f = int(sys.argv[2]); out = []
+while lo <= hi: out.append(str(lo)); lo *= f
+print(",".join(out))
+PY
+)
+
+free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+run_gloo() {  # world
+  local world=$1 port pids=() rank
+  port=$(free_port)
+  for rank in $(seq 0 $((world - 1))); do
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$rank WORLD_SIZE=$world OMP_NUM_THREADS=1 \
+      "$python" "$here/gloo_allreduce.py" --sizes "$byte_list" > "$tmp/gloo.$rank" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  cat "$tmp/gloo.0"
+}
+
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+for world in $worlds; do
+  for round in $(seq 1 "$rounds"); do
+    for algo in $algos; do
+      echo "# world $world round $round: cumulus $algo" >&2
+      "$bin" allreduce --algo "$algo" --world-size "$world" --sizes "$sizes" --factor "$factor" \
+        "${model_args[@]}" | grep '^{' >> "$out"
+    done
+    echo "# world $world round $round: gloo" >&2
+    run_gloo "$world" | grep '^{' >> "$out"
+  done
+done
+
+"$python" - "$out" <<'PY'
+import json, sys
+best = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    key = (r["impl"], r["algo"], r["world"], r["bytes"])
+    if key not in best or r["time_us"] < best[key]["time_us"]:
+        best[key] = r
+worlds = sorted({k[2] for k in best}); sizes = sorted({k[3] for k in best})
+algos = sorted({k[1] for k in best if k[0] == "cumulus"})
+def fmt(n):
+    for u, s in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << s and n % (1 << s) == 0: return f"{n >> s}{u}"
+    return str(n)
+for w in worlds:
+    print(f"\n## world {w}: best time over rounds (us); ratio = ours / gloo time (< 1: faster)")
+    head = f"| size | gloo us | " + " | ".join(f"{a} us | {a}/gloo" for a in algos) + " |"
+    print(head); print("|" + "---|" * (2 + 2 * len(algos)))
+    for n in sizes:
+        g = best.get(("gloo", "gloo", w, n))
+        if not g: continue
+        cells = []
+        for a in algos:
+            c = best.get(("cumulus", a, w, n))
+            cells += [f"{c['time_us']:.1f}", f"{c['time_us'] / g['time_us']:.2f}"] if c else ["-", "-"]
+        print(f"| {fmt(n)} | {g['time_us']:.1f} | " + " | ".join(cells) + " |")
+    for n in sizes:
+        g = best.get(("gloo", "gloo", w, n)); r = best.get(("cumulus", "ring", w, n))
+        if g and r and n == 64 << 20:
+            print(f"\nring busbw at 64M, world {w}: {r['busbw_GBps']:.3f} GB/s vs gloo "
+                  f"{g['busbw_GBps']:.3f} GB/s = {r['busbw_GBps'] / g['busbw_GBps']:.2f}x")
+PY

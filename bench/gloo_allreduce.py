@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""One rank of the Gloo all-reduce sweep that bench/compare_gloo.sh runs beside cumulus-bench.
+
+Started with the env:// variables MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (no torchrun:
+Debian's torchrun fails on Python 3.11). Measures exactly what cumulus-bench allreduce does:
+one checked all-reduce (rank r gives r+1), warm-up, a barrier, `iters` timed all-reduces of
+zeros; a row's time is the slowest rank's mean. Rank 0 prints one JSON line per size, with the
+same keys as cumulus-bench's.
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def iters_for(nbytes):  # same rule as bench/options.cc itersFor()
+    return max(3, min(200, int(512 * 2**20 / nbytes)))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", required=True, help="comma-separated byte counts")
+    parser.add_argument("--iters", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for nbytes in [int(s) for s in args.sizes.split(",")]:
+        t = torch.full((nbytes // 4,), float(rank + 1), dtype=torch.float32)
+        dist.all_reduce(t)
+        want = world * (world + 1) / 2
+        if not bool((t == want).all()):
+            raise SystemExit(f"gloo: wrong all-reduce result for {nbytes} bytes")
+        t.zero_()
+        iters = args.iters or iters_for(nbytes)
+        for _ in range(max(2, iters // 10)):
+            dist.all_reduce(t)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        seconds = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        if rank == 0:
+            s = seconds.item()
+            algbw = nbytes / s / 1e9
+            print(json.dumps({"bench": "allreduce", "impl": "gloo", "algo": "gloo", "ran": "gloo",
+                              "world": world, "bytes": nbytes, "count": nbytes // 4,
+                              "dtype": "float32", "iters": iters, "time_us": round(s * 1e6, 2),
+                              "algbw_GBps": round(algbw, 4),
+                              "busbw_GBps": round(algbw * 2 * (world - 1) / world, 4)}),
+                  flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

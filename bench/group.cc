@@ -1,0 +1,123 @@
+#include "bench/group.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "comm/parameter_server.h"
+#include "comm/store_server.h"
+
+namespace cumulus::bench {
+
+namespace {
+
+int envInt(const char* name) {
+  const char* value = std::getenv(name);
+  if (!value) throw std::runtime_error(std::string("worker environment lacks ") + name);
+  return std::atoi(value);
+}
+
+std::string randomToken() {
+  std::random_device device;
+  char text[33];
+  for (int i = 0; i < 32; ++i) text[i] = "0123456789abcdef"[device() % 16];
+  text[32] = '\0';
+  return text;
+}
+
+}  // namespace
+
+WorkerEnv WorkerEnv::fromEnvironment() {
+  WorkerEnv env;
+  env.rank = envInt("RANK");
+  env.world = envInt("WORLD_SIZE");
+  env.storePort = envInt("MASTER_PORT");
+  env.psPort = envInt("CUMULUS_PS_PORT");
+  const char* token = std::getenv("CUMULUS_JOB_TOKEN");
+  env.token = token ? token : "";
+  return env;
+}
+
+int runGroup(int argc, char** argv, int world, bool withParameterServer,
+             std::chrono::milliseconds timeout) {
+  const std::string token = randomToken();
+  comm::StoreServer store("127.0.0.1", 0, token);
+  std::unique_ptr<comm::ParameterServer> ps;
+  if (withParameterServer)
+    ps = std::make_unique<comm::ParameterServer>("127.0.0.1", 0, token, world);
+
+  std::vector<char*> args(argv, argv + argc);
+  char worker_flag[] = "--worker";
+  args.push_back(worker_flag);
+  args.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("cumulus-bench: fork");
+      for (pid_t p : pids) kill(p, SIGKILL);
+      return 1;
+    }
+    if (pid == 0) {
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(store.port()).c_str(), 1);
+      setenv("CUMULUS_PS_PORT", std::to_string(ps ? ps->port() : 0).c_str(), 1);
+      setenv("CUMULUS_JOB_TOKEN", token.c_str(), 1);
+      execv("/proc/self/exe", args.data());
+      std::perror("cumulus-bench: exec");
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+
+  // Reap; the first failure (or the overall timeout) takes the others down.
+  int result = 0;
+  size_t alive = pids.size();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (alive > 0) {
+    int status = 0;
+    const pid_t done = waitpid(-1, &status, WNOHANG);
+    if (done == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "cumulus-bench: workers still running after %lld s; killing them\n",
+                     static_cast<long long>(timeout.count() / 1000));
+        for (pid_t p : pids) kill(p, SIGKILL);
+        result = 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    if (done < 0) break;
+    --alive;
+    int rank = 0;
+    for (size_t r = 0; r < pids.size(); ++r)
+      if (pids[r] == done) rank = static_cast<int>(r);
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok && result == 0) {
+      if (WIFSIGNALED(status))
+        std::fprintf(stderr, "cumulus-bench: rank %d killed by signal %d\n", rank,
+                     WTERMSIG(status));
+      else
+        std::fprintf(stderr, "cumulus-bench: rank %d exited with %d\n", rank, WEXITSTATUS(status));
+      result = 1;
+      for (pid_t p : pids)
+        if (p != done) kill(p, SIGTERM);
+    }
+  }
+  return result;
+}
+
+}  // namespace cumulus::bench

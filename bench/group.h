@@ -1,0 +1,27 @@
+#pragma once
+// A group of `world` rank processes on loopback for one benchmark run: the coordinator hosts a
+// StoreServer (and optionally a ParameterServer), then forks/execs this same binary once per
+// rank with --worker and the torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT, CUMULUS_JOB_TOKEN, CUMULUS_PS_PORT). A worker reads that environment back with
+// WorkerEnv::fromEnvironment().
+
+#include <chrono>
+#include <string>
+
+namespace cumulus::bench {
+
+struct WorkerEnv {
+  int rank = 0;
+  int world = 1;
+  int storePort = 0;
+  int psPort = 0;  // 0 = no parameter server
+  std::string token;
+  static WorkerEnv fromEnvironment();  // throws std::runtime_error naming a missing variable
+};
+
+// Runs the workers and waits for them. Returns 0 when all exit 0; otherwise kills the rest,
+// prints which rank failed how, and returns 1. `argv` is the coordinator's own argv.
+int runGroup(int argc, char** argv, int world, bool withParameterServer,
+             std::chrono::milliseconds timeout);
+
+}  // namespace cumulus::bench

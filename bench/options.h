@@ -1,0 +1,42 @@
+#pragma once
+// Command line of cumulus-bench. The coordinator and its worker processes parse the same argv
+// (a worker gets the coordinator's arguments plus --worker), so both see one BenchOptions.
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "comm/algorithm.h"
+#include "comm/types.h"
+
+namespace cumulus::bench {
+
+struct BenchOptions {
+  std::string command;  // "allreduce" or "calibrate"
+  comm::Algorithm algorithm = comm::Algorithm::kRing;
+  int world = 2;
+  std::vector<size_t> sizes;  // bytes
+  int iters = 0;              // 0 = adaptive per size (see itersFor)
+  int warmup = -1;            // -1 = adaptive
+  comm::DType dtype = comm::DType::kFloat32;
+  std::string costModelPath;  // --cost-model: predictions and auto picks; "" = built-in defaults
+  std::string out = "cost_model.txt";  // calibrate --out
+  std::chrono::milliseconds timeout{120000};
+  bool worker = false;  // hidden: this process is one rank
+};
+
+// Throws std::invalid_argument with the offending flag and value.
+BenchOptions parseOptions(int argc, char** argv);
+// "4K:256M" → {4096, 8192, …, 268435456} (×factor steps); suffixes K, M, G (powers of 1024).
+std::vector<size_t> parseSizes(const std::string& text, size_t factor);
+size_t parseBytes(const std::string& text);
+std::string formatBytes(size_t bytes);  // "4K", "64M"
+comm::DType parseDType(const std::string& name);
+
+// Timed iterations for `bytes`: about 0.5 GiB moved per size, between 3 and 200.
+int itersFor(size_t bytes);
+
+extern const char kUsage[];
+
+}  // namespace cumulus::bench
