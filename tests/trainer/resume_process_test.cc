@@ -29,9 +29,11 @@ const std::string kRun = CUMULUS_BINARY_DIR "/bin/cumulus-run";
 
 // The environment of a worker started by hand (the test itself may run under a launcher).
 Env alone(Env extra = {}) {
-  Env env = {{"WORLD_SIZE", ""}, {"RANK", ""}, {"LOCAL_RANK", ""}, {"LOCAL_WORLD_SIZE", ""},
-             {"CUMULUS_RUN_ID", ""}, {"MASTER_ADDR", ""}, {"MASTER_PORT", ""},
-             {"CUMULUS_GENERATION", ""}, {"CUMULUS_RESTART_COUNT", ""}};
+  Env env = {{"WORLD_SIZE", ""},           {"RANK", ""},
+             {"LOCAL_RANK", ""},           {"LOCAL_WORLD_SIZE", ""},
+             {"CUMULUS_RUN_ID", ""},       {"MASTER_ADDR", ""},
+             {"MASTER_PORT", ""},          {"CUMULUS_GENERATION", ""},
+             {"CUMULUS_RESTART_COUNT", ""}};
   for (auto& e : extra) env.push_back(std::move(e));
   return env;
 }
@@ -52,23 +54,18 @@ class ResumeProcessTest : public ::testing::Test {
   // cumulus-train smoke.yaml with dropout, mid-epoch-friendly sizes (16 steps an epoch, 2 epochs),
   // a run directory of its own, and `extra` arguments.
   std::vector<std::string> train(const std::string& run, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {kTrain,
-                                     CUMULUS_SOURCE_DIR "/configs/smoke.yaml",
-                                     "--set",
-                                     "trainer.run_dir=" + (dir_ / run).string(),
-                                     "--set",
-                                     "model.dropout=0.25",
-                                     "--set",
-                                     "trainer.log_every_steps=4"};
+    std::vector<std::string> argv = {kTrain,  CUMULUS_SOURCE_DIR "/configs/smoke.yaml",
+                                     "--set", "trainer.run_dir=" + (dir_ / run).string(),
+                                     "--set", "model.dropout=0.25",
+                                     "--set", "trainer.log_every_steps=4"};
     for (auto& e : extra) argv.push_back(std::move(e));
     return argv;
   }
   std::vector<std::string> group(int workers, std::vector<std::string> train_argv,
                                  std::vector<std::string> launch_flags = {}) {
-    std::vector<std::string> argv = {kRun, "--standalone",
-                                     "--nproc-per-node=" + std::to_string(workers),
-                                     "--log-dir=" + (dir_ / "logs").string(),
-                                     "--monitor-interval=0.02"};
+    std::vector<std::string> argv = {
+        kRun, "--standalone", "--nproc-per-node=" + std::to_string(workers),
+        "--log-dir=" + (dir_ / "logs").string(), "--monitor-interval=0.02"};
     for (auto& f : launch_flags) argv.push_back(std::move(f));
     argv.push_back("--");
     for (auto& a : train_argv) argv.push_back(std::move(a));
@@ -92,33 +89,31 @@ class ResumeProcessTest : public ::testing::Test {
 };
 
 TEST_F(ResumeProcessTest, OneWorkerStoppedAnywhereResumesBitIdentical) {
-  const std::string expected =
-      digestOf(runProcess(train("base", {"--resume", "none"}), alone()));
+  const std::string expected = digestOf(runProcess(train("base", {"--resume", "none"}), alone()));
   // After the first step, mid-epoch, at the epoch boundary (16), and near the end.
   for (int stop : {1, 7, 16, 29}) {
     const std::string run = "stop" + std::to_string(stop);
-    const ProcessResult first = runProcess(
-        train(run, {"--resume", "auto"}),
-        alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", std::to_string(stop)}}));
+    const ProcessResult first =
+        runProcess(train(run, {"--resume", "auto"}),
+                   alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", std::to_string(stop)}}));
     ASSERT_EQ(first.exit_code, 75) << first.output;
     EXPECT_NE(first.output.find("preempted at step " + std::to_string(stop) + ", checkpoint " +
                                 ckpt(run, stop)),
               std::string::npos)
         << first.output;
     const ProcessResult second = runProcess(train(run, {"--resume", "auto"}), alone());
-    EXPECT_NE(second.output.find("resuming from " + ckpt(run, stop) + " at step " +
-                                 std::to_string(stop)),
-              std::string::npos)
+    EXPECT_NE(
+        second.output.find("resuming from " + ckpt(run, stop) + " at step " + std::to_string(stop)),
+        std::string::npos)
         << second.output;
     EXPECT_EQ(digestOf(second), expected) << "stopped at step " << stop;
   }
 }
 
 TEST_F(ResumeProcessTest, AdamWithAccumulationAndClippingResumesBitIdentical) {
-  const std::vector<std::string> sets = {"--set", "optimizer.name=adamw", "--set",
-                                         "optimizer.lr=0.003", "--set",
-                                         "trainer.grad_accumulation=2", "--set",
-                                         "trainer.grad_clip_norm=0.5"};
+  const std::vector<std::string> sets = {
+      "--set", "optimizer.name=adamw",        "--set", "optimizer.lr=0.003",
+      "--set", "trainer.grad_accumulation=2", "--set", "trainer.grad_clip_norm=0.5"};
   auto with = [&](std::vector<std::string> more) {
     for (const auto& s : sets) more.push_back(s);
     return more;
@@ -143,14 +138,13 @@ TEST_F(ResumeProcessTest, ExternalSigtermStopsCheckpointsAndExits75) {
   const std::string expected =
       digestOf(runProcess(train("base", with({"--resume", "none"})), alone()));
   bool sent = false;
-  const ProcessResult first =
-      runProcess(train("x", with({"--resume", "auto"})), alone(),
-                 [&](const std::string& line, pid_t pid) {
-                   if (!sent && line.find("step 20/") != std::string::npos) {
-                     sent = true;
-                     ::kill(pid, SIGTERM);
-                   }
-                 });
+  const ProcessResult first = runProcess(
+      train("x", with({"--resume", "auto"})), alone(), [&](const std::string& line, pid_t pid) {
+        if (!sent && line.find("step 20/") != std::string::npos) {
+          sent = true;
+          ::kill(pid, SIGTERM);
+        }
+      });
   ASSERT_TRUE(sent) << first.output;
   ASSERT_EQ(first.exit_code, 75) << first.output;
   const std::string at = lastAfter(first.output, "preempted at step ");
@@ -162,10 +156,10 @@ TEST_F(ResumeProcessTest, ExternalSigtermStopsCheckpointsAndExits75) {
 }
 
 TEST_F(ResumeProcessTest, ConfigChangeIsRefusedUnlessAllowed) {
-  ASSERT_EQ(runProcess(train("x", {"--resume", "auto"}),
-                       alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", "5"}}))
-                .exit_code,
-            75);
+  ASSERT_EQ(
+      runProcess(train("x", {"--resume", "auto"}), alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", "5"}}))
+          .exit_code,
+      75);
   const ProcessResult refused = runProcess(
       train("x", {"--resume", "auto", "--set", "optimizer.lr=0.01", "--set", "trainer.seed=9"}),
       alone());
@@ -176,25 +170,24 @@ TEST_F(ResumeProcessTest, ConfigChangeIsRefusedUnlessAllowed) {
                                 "rerun with --allow-config-change"),
             std::string::npos)
       << refused.output;
-  const ProcessResult allowed =
-      runProcess(train("x", {"--resume", "auto", "--allow-config-change", "--set",
-                             "optimizer.lr=0.01"}),
-                 alone());
+  const ProcessResult allowed = runProcess(
+      train("x", {"--resume", "auto", "--allow-config-change", "--set", "optimizer.lr=0.01"}),
+      alone());
   EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
   EXPECT_NE(allowed.output.find("config: optimizer.lr: 0.05 -> 0.01"), std::string::npos)
       << allowed.output;
 }
 
 TEST_F(ResumeProcessTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
-  const std::string expected =
-      digestOf(runProcess(train("base", {"--resume", "none"}), alone()));
+  const std::string expected = digestOf(runProcess(train("base", {"--resume", "none"}), alone()));
   const ProcessResult first =
       runProcess(train("x", {"--resume", "auto", "--set", "checkpoint.every_steps=5"}),
                  alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", "12"}}));
   ASSERT_EQ(first.exit_code, 75) << first.output;
   ASSERT_TRUE(fs::exists(ckpt("x", 10))) << first.output;
   {
-    std::fstream model(ckpt("x", 12) + "/model.pt", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream model(ckpt("x", 12) + "/model.pt",
+                       std::ios::in | std::ios::out | std::ios::binary);
     model.seekp(100);
     model.put('\x5a');
   }
@@ -202,8 +195,7 @@ TEST_F(ResumeProcessTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
       runProcess(train("x", {"--resume", "auto", "--set", "checkpoint.every_steps=5"}), alone());
   EXPECT_NE(second.output.find("warning: " + ckpt("x", 12) + ": "), std::string::npos)
       << second.output;
-  EXPECT_NE(second.output.find("resuming from " + ckpt("x", 10) + " at step 10"),
-            std::string::npos)
+  EXPECT_NE(second.output.find("resuming from " + ckpt("x", 10) + " at step 10"), std::string::npos)
       << second.output;
   EXPECT_EQ(digestOf(second), expected);
 }
@@ -220,15 +212,13 @@ TEST_P(GroupResumeTest, TwoWorkersStoppedAndResumedBitIdentical) {
   };
   const std::string expected =
       digestOf(runProcess(group(2, train("base", with({}))), {{"CUMULUS_RUN_ID", ""}}));
-  const ProcessResult first = runProcess(group(2, train("x", with({}))),
-                                         {{"CUMULUS_FAULT_SIGTERM_AT_STEP", "9:1"}});
+  const ProcessResult first =
+      runProcess(group(2, train("x", with({}))), {{"CUMULUS_FAULT_SIGTERM_AT_STEP", "9:1"}});
   ASSERT_EQ(first.exit_code, 75) << first.output;
-  EXPECT_NE(first.output.find("preempted at step 9, checkpoint " + ckpt("x", 9)),
-            std::string::npos)
+  EXPECT_NE(first.output.find("preempted at step 9, checkpoint " + ckpt("x", 9)), std::string::npos)
       << first.output;
   const ProcessResult second = runProcess(group(2, train("x", with({}))));
-  EXPECT_NE(second.output.find("resuming from " + ckpt("x", 9) + " at step 9"),
-            std::string::npos)
+  EXPECT_NE(second.output.find("resuming from " + ckpt("x", 9) + " at step 9"), std::string::npos)
       << second.output;
   EXPECT_EQ(digestOf(second), expected);
 }
@@ -239,9 +229,9 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, GroupResumeTest, ::testing::Values("ring", 
 // by the steps that made the final model.
 TEST_F(ResumeProcessTest, WorldSizeTwoToOneConsumesEverySampleOnce) {
   const std::string ledger = (dir_ / "ledger").string();
-  const ProcessResult first = runProcess(
-      group(2, train("x")),
-      {{"CUMULUS_FAULT_SIGTERM_AT_STEP", "9"}, {"CUMULUS_SAMPLE_LEDGER", ledger}});
+  const ProcessResult first =
+      runProcess(group(2, train("x")),
+                 {{"CUMULUS_FAULT_SIGTERM_AT_STEP", "9"}, {"CUMULUS_SAMPLE_LEDGER", ledger}});
   ASSERT_EQ(first.exit_code, 75) << first.output;
   const ProcessResult second =
       runProcess(train("x", {"--resume", "auto"}), alone({{"CUMULUS_SAMPLE_LEDGER", ledger}}));
@@ -275,25 +265,25 @@ std::vector<pid_t> childrenOf(pid_t parent) {
 // SIGKILL of one worker: cumulus-run restarts the group, which resumes from the newest checkpoint
 // and ends with the parameters of a run that never failed.
 TEST_F(ResumeProcessTest, KilledWorkerIsRestartedAndResumes) {
-  const std::vector<std::string> sets = {"--set", "checkpoint.every_steps=4", "--set",
-                                         "trainer.epochs=6", "--set", "trainer.log_every_steps=1"};
+  const std::vector<std::string> sets = {"--set", "checkpoint.every_steps=4",
+                                         "--set", "trainer.epochs=6",
+                                         "--set", "trainer.log_every_steps=1"};
   auto with = [&](std::vector<std::string> more) {
     for (const auto& s : sets) more.push_back(s);
     return more;
   };
-  const std::string expected =
-      digestOf(runProcess(group(2, train("base", with({})))));
+  const std::string expected = digestOf(runProcess(group(2, train("base", with({})))));
   bool killed = false;
-  const ProcessResult run = runProcess(
-      group(2, train("x", with({})), {"--max-restarts=2"}), {},
-      [&](const std::string& line, pid_t launcher) {
-        if (!killed && line.find("checkpoint step 8:") != std::string::npos) {
-          const auto workers = childrenOf(launcher);
-          if (workers.empty()) return;
-          killed = true;
-          ::kill(workers.back(), SIGKILL);
-        }
-      });
+  const ProcessResult run =
+      runProcess(group(2, train("x", with({})), {"--max-restarts=2"}), {},
+                 [&](const std::string& line, pid_t launcher) {
+                   if (!killed && line.find("checkpoint step 8:") != std::string::npos) {
+                     const auto workers = childrenOf(launcher);
+                     if (workers.empty()) return;
+                     killed = true;
+                     ::kill(workers.back(), SIGKILL);
+                   }
+                 });
   ASSERT_TRUE(killed) << run.output;
   EXPECT_NE(run.output.find("resuming from " + (dir_ / "x" / "checkpoints").string()),
             std::string::npos)

@@ -15,9 +15,11 @@ namespace fs = std::filesystem;
 using cumulus::testing::lastAfter;
 using cumulus::testing::runProcess;
 
-const std::vector<std::pair<std::string, std::string>> kAlone = {
-    {"WORLD_SIZE", ""}, {"RANK", ""}, {"CUMULUS_RUN_ID", ""}, {"MASTER_ADDR", ""},
-    {"MASTER_PORT", ""}};
+const std::vector<std::pair<std::string, std::string>> kAlone = {{"WORLD_SIZE", ""},
+                                                                 {"RANK", ""},
+                                                                 {"CUMULUS_RUN_ID", ""},
+                                                                 {"MASTER_ADDR", ""},
+                                                                 {"MASTER_PORT", ""}};
 
 std::vector<std::string> job(const std::string& run_dir, const std::string& resume) {
   return {CUMULUS_BINARY_DIR "/bin/cumulus-train",
