@@ -246,7 +246,8 @@ void Trainer::Impl::build() {
   if (const char* path = std::getenv("CUMULUS_SAMPLE_LEDGER"); path != nullptr && *path != 0) {
     ledger = std::make_unique<std::ofstream>(std::string(path) + ".rank" + std::to_string(env.rank),
                                              std::ios::app);
-    ledger_launch = unixMillis();
+    // One id for every rank of this launch (their clocks start apart): the latest start.
+    ledger_launch = maxOverRanks(unixMillis());
   }
   if (distributed != nullptr) {
     // Buffers (batch-norm statistics) are not gradients: broadcast them once, like parameters.

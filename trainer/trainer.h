@@ -30,6 +30,9 @@
 //      Console lines for tools (cumulus-spot reads them): "first step S completed",
 //      "checkpoint step S: PATH (stall X ms, ...)", "trained K steps in T s",
 //      "final parameters sha256 HEX" (rank 0, at the end).
+//      Test hooks from the environment: CUMULUS_FAULT_SIGTERM_AT_STEP=S[:R] (rank R, or every
+//      rank, raises SIGTERM at itself after step S); CUMULUS_SAMPLE_LEDGER=PATH (each rank
+//      appends the samples of each step to PATH.rank<R>, see resume.h SampleLedger).
 //   4. Rank 0 writes metrics.jsonl (see metrics.h; a train record at step 1 and every
 //      trainer.log_every_steps steps, averaging the steps since the previous record) and the final
 //      parameters and buffers as model_state_dict.pt (see state_dict.h). Train records carry
