@@ -95,9 +95,18 @@ SpotReport summarize(const std::vector<LaunchRecord>& records, const SpotReportO
     } else if (!(r.exit_code == 0 && r.signal == 0)) {
       ++report.crashes;
     }
+    if (r.first_step_s) {
+      // The steps this launch ran past the point the next training launch resumed from are run
+      // again. Launches that never reached a step (killed during start-up) neither lose steps
+      // nor resume anything.
+      for (size_t j = i + 1; j < records.size(); ++j) {
+        if (!records[j].first_step_s) continue;
+        const int64_t kept = std::max(r.resumed_from_step, records[j].resumed_from_step);
+        report.steps_lost += std::max<int64_t>(0, r.max_step - kept);
+        break;
+      }
+    }
     if (i > 0) {
-      // Work the previous launch did past the checkpoint this one resumed from is done again.
-      report.steps_lost += std::max<int64_t>(0, records[i - 1].max_step - r.resumed_from_step);
       if (r.first_step_s) {
         const double d = *r.first_step_s - r.start_s;
         restart_sum += d;

@@ -54,7 +54,9 @@ struct SpotReport {
   bool completed = false;   // the last launch exited 0
   double wall_s = 0;        // first start to last exit
   int64_t final_step = 0;
-  int64_t steps_lost = 0;  // steps run again after a resume
+  // Steps a launch ran past the checkpoint the next launch that trained resumed from: work done
+  // twice. Exact when every launch prints its progress each step, else a lower bound.
+  int64_t steps_lost = 0;
   double goodput_steps_per_s = 0;
   double goodput_samples_per_s = 0;  // 0 without global_batch
   double goodput_ratio = 0;          // baseline / wall; 0 without baseline

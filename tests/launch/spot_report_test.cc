@@ -104,6 +104,31 @@ TEST(SpotReportTest, Arithmetic) {
   EXPECT_NE(table.find("signal 9 (killed)"), std::string::npos) << table;
 }
 
+// Launches killed during start-up (before any step) lose nothing and resume nothing.
+TEST(SpotReportTest, LaunchesThatNeverTrainedDoNotCountAsLoss) {
+  std::vector<LaunchRecord> records(4);
+  records[0].first_step_s = 0.5;
+  records[0].max_step = 145;
+  records[0].notice_s = 1;
+  records[0].end_s = 1.1;
+  records[1].start_s = 1.1;
+  records[1].notice_s = 1.2;
+  records[1].end_s = 1.2;
+  records[1].signal = 15;
+  records[2] = records[1];
+  records[3].start_s = 1.5;
+  records[3].first_step_s = 2;
+  records[3].resumed_from_step = 145;
+  records[3].max_step = 192;
+  records[3].end_s = 3;
+  const SpotReport r = summarize(records, {});
+  EXPECT_EQ(r.steps_lost, 0);
+  EXPECT_EQ(r.preemptions, 3);
+  EXPECT_DOUBLE_EQ(r.restart_to_first_step_mean_s, 0.5);
+  records[3].resumed_from_step = 140;  // the stop's checkpoint was lost: 5 steps run twice
+  EXPECT_EQ(summarize(records, {}).steps_lost, 5);
+}
+
 TEST(SpotReportTest, CrashesAndIncompleteRuns) {
   std::vector<LaunchRecord> records(2);
   records[0].exit_code = 1;
