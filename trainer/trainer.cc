@@ -243,6 +243,18 @@ void Trainer::Impl::build() {
       checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config.checkpoint.keep)), fs);
   // Every rank restores the same checkpoint, before the broadcasts below make that moot.
   resumeIfAsked();
+  if (comm != nullptr) {
+    // Each rank found its checkpoint by itself: a rank that saw another one (a directory not
+    // shared, a file that failed to verify on one host only) would silently diverge.
+    const int64_t highest = maxOverRanks(start_step);
+    const int64_t lowest = -maxOverRanks(-start_step);
+    if (highest != lowest) {
+      throw std::invalid_argument(
+          "ranks resume from different steps (" + std::to_string(lowest) + " to " +
+          std::to_string(highest) + "; this rank " + std::to_string(env.rank) + ": " +
+          std::to_string(start_step) + "): every rank must see the same " + checkpointDir());
+    }
+  }
   if (const char* path = std::getenv("CUMULUS_SAMPLE_LEDGER"); path != nullptr && *path != 0) {
     ledger = std::make_unique<std::ofstream>(std::string(path) + ".rank" + std::to_string(env.rank),
                                              std::ios::app);
