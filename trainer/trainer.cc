@@ -249,10 +249,10 @@ void Trainer::Impl::build() {
     const int64_t highest = maxOverRanks(start_step);
     const int64_t lowest = -maxOverRanks(-start_step);
     if (highest != lowest) {
-      throw std::invalid_argument(
-          "ranks resume from different steps (" + std::to_string(lowest) + " to " +
-          std::to_string(highest) + "; this rank " + std::to_string(env.rank) + ": " +
-          std::to_string(start_step) + "): every rank must see the same " + checkpointDir());
+      throw std::invalid_argument("ranks resume from different steps (" + std::to_string(lowest) +
+                                  " to " + std::to_string(highest) + "; this rank " +
+                                  std::to_string(env.rank) + ": " + std::to_string(start_step) +
+                                  "): every rank must see the same " + checkpointDir());
     }
   }
   if (const char* path = std::getenv("CUMULUS_SAMPLE_LEDGER"); path != nullptr && *path != 0) {
