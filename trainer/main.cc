@@ -98,12 +98,19 @@ int runMain(int argc, char** argv) {
     char* end = nullptr;
     options.preemption_grace = std::strtod(text.c_str(), &end);
     if (text.empty() || *end != 0 || !(options.preemption_grace > 0)) {
-      return fail(kExitUsage, "--preemption-grace: '" + text +
-                                  "' is not a positive number of "
-                                  "seconds");
+      return fail(kExitUsage,
+                  "--preemption-grace: '" + text + "' is not a positive number of seconds");
     }
   }
   options.watch_sigterm = true;
+  // The deadline covers start-up too: a notice while this worker waits in the rendezvous or a
+  // collective for a peer that the notice already killed must not keep it alive past the grace.
+  // The process-wide watchdog replaces the trainer's own.
+  trainer::PreemptionOptions deadline;
+  deadline.grace_seconds = options.preemption_grace;
+  trainer::PreemptionWatcher watchdog(trainer::agreeAlone(), deadline);
+  watchdog.startWatchdog();
+  options.preemption_grace = 0;
   options.console = &std::cout;
   options.live_progress = isatty(STDOUT_FILENO) == 1;
   // Declared before the trainer, so they outlive it.

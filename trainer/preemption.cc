@@ -101,10 +101,11 @@ void PreemptionWatcher::watchdogLoop() {
     if (seen_at < 0 && noticed()) seen_at = t;
     if (seen_at >= 0 && t - seen_at >= options_.grace_seconds) {
       char line[160];
-      const int n = std::snprintf(line, sizeof line,
-                                  "cumulus-train: preemption grace of %.1f s ran out before the "
-                                  "checkpoint finished; exiting with code %d\n",
-                                  options_.grace_seconds, options_.exit_code);
+      const int n =
+          std::snprintf(line, sizeof line,
+                        "cumulus-train: preemption grace of %.1f s ran out before this worker "
+                        "could checkpoint and stop; exiting with code %d\n",
+                        options_.grace_seconds, options_.exit_code);
       if (n > 0) {
         [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, line, static_cast<size_t>(n));
       }

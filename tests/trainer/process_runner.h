@@ -23,11 +23,13 @@ struct ProcessResult {
   std::string output;
 };
 
-// `env` entries are set in the child (an empty value unsets the variable). on_line(line, pid).
+// `env` entries are set in the child (an empty value unsets the variable). on_line(line, pid)
+// for each line; on_start(pid) once the child exists.
 inline ProcessResult runProcess(const std::vector<std::string>& argv,
                                 const std::vector<std::pair<std::string, std::string>>& env = {},
                                 const std::function<void(const std::string&, pid_t)>& on_line = {},
-                                double timeout_s = 120) {
+                                double timeout_s = 120,
+                                const std::function<void(pid_t)>& on_start = {}) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return {};
   const pid_t pid = ::fork();
@@ -49,6 +51,7 @@ inline ProcessResult runProcess(const std::vector<std::string>& argv,
     ::_exit(127);
   }
   ::close(fds[1]);
+  if (on_start) on_start(pid);
   ProcessResult result;
   const auto start = std::chrono::steady_clock::now();
   std::string pending;

@@ -8,9 +8,12 @@
 
 #include <dirent.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "tests/trainer/process_runner.h"
 #include "trainer/resume.h"
@@ -250,6 +253,48 @@ TEST_F(ResumeProcessTest, WorldSizeTwoToOneConsumesEverySampleOnce) {
     EXPECT_TRUE(problems.empty()) << problems.size() << " problems, first: " << problems[0];
   }
   EXPECT_EQ(book.records(), 9u * 2 + 23u);
+}
+
+// True once `pid` catches SIGTERM (its handler is installed): /proc/PID/status SigCgt, bit 14.
+bool catchesSigterm(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> 14) & 1;
+  }
+  return false;
+}
+
+// A notice while a worker still waits for its group (here: a Store that is not there) must not
+// keep it alive past --preemption-grace: the deadline covers start-up, not just the loop.
+TEST_F(ResumeProcessTest, NoticeDuringStartUpExits75WithinTheGrace) {
+  std::atomic<bool> stop{false};
+  std::atomic<pid_t> child{0};
+  std::thread notifier([&] {
+    while (!stop && (child == 0 || !catchesSigterm(child))) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!stop) ::kill(child, SIGTERM);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const ProcessResult r =
+      runProcess(train("x", {"--preemption-grace", "1", "--set", "comm.timeout_seconds=60"}),
+                 alone({{"WORLD_SIZE", "2"},
+                        {"RANK", "1"},
+                        {"LOCAL_RANK", "1"},
+                        {"LOCAL_WORLD_SIZE", "2"},
+                        {"MASTER_ADDR", "127.0.0.1"},
+                        {"MASTER_PORT", "1"}}),
+                 {}, 30, [&](pid_t pid) { child = pid; });
+  stop = true;
+  notifier.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("cumulus-train: preemption grace of 1.0 s ran out before this worker "
+                          "could checkpoint and stop; exiting with code 75"),
+            std::string::npos)
+      << r.output;
+  EXPECT_LT(seconds, 20);
 }
 
 std::vector<pid_t> childrenOf(pid_t parent) {
