@@ -1,15 +1,20 @@
 // cumulus-train: trains one experiment in this process (one worker of the group).
 //
-//   cumulus-train CONFIG.yaml [--set key=value]... [--trace PATH] [--print-config] [--help]
+//   cumulus-train CONFIG.yaml [--set key=value]... [--trace PATH] [--resume auto|none|PATH]
+//                 [--allow-config-change] [--preemption-grace S] [--print-config] [--help]
 //
 // Alone (no WORLD_SIZE, or 1) it trains by itself. Started by cumulus-run (WORLD_SIZE > 1 and
 // the rest of the torchrun environment) it joins the group: see trainer/process_group.h.
 //
-// Exit codes: 0 done; 2 the user must fix something (usage, config, dataset, environment);
-// 1 the run failed (diverged, LibTorch error, an output could not be written).
+// A SIGTERM is a preemption notice: the ranks agree on a stop step, checkpoint it and exit 75.
+//
+// Exit codes: 0 done; 2 the user must fix something (usage, config, dataset, environment, a
+// checkpoint that cannot be resumed); 1 the run failed (diverged, LibTorch error, an output could
+// not be written); 75 preempted after a checkpoint (resumable: run the same command again).
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <memory>
@@ -19,6 +24,7 @@
 #include "comm/error.h"
 #include "configs/cli.h"
 #include "configs/parse.h"
+#include "trainer/preemption.h"
 #include "trainer/process_group.h"
 #include "trainer/run_env.h"
 #include "trainer/trace.h"
@@ -37,7 +43,15 @@ cumulus::configs::CliSpec cliSpec() {
           true,
           {{"trace", "PATH",
             "write a Chrome trace of the steps (Perfetto); a group rank inserts .rank<N> or fills "
-            "{rank}"}}};
+            "{rank}"},
+           {"resume", "auto|none|PATH",
+            "continue from the newest valid checkpoint (auto), a checkpoint directory, or not "
+            "(none); default: auto under cumulus-run, else none"},
+           {"allow-config-change", "",
+            "resume even if the experiment differs from the checkpoint's (the keys are listed)"},
+           {"preemption-grace", "S",
+            "after a SIGTERM notice, exit 75 within S seconds even if the checkpoint hangs "
+            "(default 25)"}}};
 }
 
 // "{rank}" is replaced by the rank; otherwise, in a group, ".rank<N>" goes before the extension.
@@ -74,6 +88,29 @@ int runMain(int argc, char** argv) {
   }
   const trainer::RunEnv env = trainer::RunEnv::fromEnvironment();
   trainer::TrainerOptions options;
+  options.resume = args.value("resume");
+  if (args.has("resume") && options.resume.empty()) {
+    return fail(kExitUsage, "--resume: give auto, none or a checkpoint directory");
+  }
+  options.allow_config_change = args.has("allow-config-change");
+  if (args.has("preemption-grace")) {
+    const std::string text = args.value("preemption-grace");
+    char* end = nullptr;
+    options.preemption_grace = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != 0 || !(options.preemption_grace > 0)) {
+      return fail(kExitUsage,
+                  "--preemption-grace: '" + text + "' is not a positive number of seconds");
+    }
+  }
+  options.watch_sigterm = true;
+  // The deadline covers start-up too: a notice while this worker waits in the rendezvous or a
+  // collective for a peer that the notice already killed must not keep it alive past the grace.
+  // The process-wide watchdog replaces the trainer's own.
+  trainer::PreemptionOptions deadline;
+  deadline.grace_seconds = options.preemption_grace;
+  trainer::PreemptionWatcher watchdog(trainer::agreeAlone(), deadline);
+  watchdog.startWatchdog();
+  options.preemption_grace = 0;
   options.console = &std::cout;
   options.live_progress = isatty(STDOUT_FILENO) == 1;
   // Declared before the trainer, so they outlive it.
@@ -92,18 +129,20 @@ int runMain(int argc, char** argv) {
               << std::endl;
   }
   trainer::Trainer trainer(experiment, env, options);
-  trainer.run();
+  const trainer::RunResult result = trainer.run();
   if (trace) {
     const std::string path = tracePath(args.value("trace"), env.rank, env.world_size);
     trace->write(path);
     std::cout << "trace: " << path << std::endl;
   }
-  return 0;
+  return result.preempted ? trainer::kExitPreempted : 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First of all, so that a notice during start-up is not lost: it stops after the first step.
+  cumulus::trainer::installSigtermHandler();
   try {
     return runMain(argc, argv);
   } catch (const cumulus::configs::CliError& e) {

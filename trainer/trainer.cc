@@ -2,12 +2,17 @@
 
 #include <torch/torch.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -16,15 +21,20 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "models/model.h"
+#include "trainer/checkpoint.h"
+#include "trainer/checkpoint_schedule.h"
 #include "trainer/distributed_sync.h"
 #include "trainer/gradient_sync.h"
 #include "trainer/metrics.h"
 #include "trainer/optimizer.h"
+#include "trainer/preemption.h"
 #include "trainer/process_group.h"
 #include "trainer/progress.h"
+#include "trainer/resume.h"
 #include "trainer/schedule.h"
 #include "trainer/state_dict.h"
 #include "trainer/trace.h"
+#include "trainer/training_checkpoint.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -126,6 +136,23 @@ std::string formatEpochs(double epochs) {
   return text;
 }
 
+// CUMULUS_FAULT_SIGTERM_AT_STEP=S[:R]: a test hook that makes rank R (every rank without :R)
+// raise a real SIGTERM at itself after step S, so a stop lands at a chosen step. -1: unset.
+int64_t faultSigtermStep(int64_t rank) {
+  const char* text = std::getenv("CUMULUS_FAULT_SIGTERM_AT_STEP");
+  if (text == nullptr || *text == 0) return -1;
+  char* end = nullptr;
+  const long long step = std::strtoll(text, &end, 10);
+  if (*end == ':' && std::strtoll(end + 1, nullptr, 10) != rank) return -1;
+  return step;
+}
+
+int64_t unixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -144,6 +171,14 @@ struct Trainer::Impl {
   std::unique_ptr<LrSchedule> schedule;
   int64_t total_steps = 0;
   bool ran = false;
+  // Checkpoints and resume (DESIGN.md "Preemption protocol").
+  PosixFileSystem fs;
+  std::unique_ptr<CheckpointManager> checkpoints;  // rank 0 writes; every rank may read
+  int64_t start_step = 0;                          // completed steps this run starts after
+  uint64_t samples_seen = 0;                       // global samples consumed so far
+  std::vector<std::string> resume_lines;           // printed once the console is up
+  std::unique_ptr<std::ofstream> ledger;           // CUMULUS_SAMPLE_LEDGER (tests)
+  int64_t ledger_launch = 0;
 
   double now() const {
     if (options.clock) return options.clock();
@@ -156,7 +191,11 @@ struct Trainer::Impl {
   void checkModelFitsData();
   double trainStep(int64_t step);
   std::pair<double, double> evaluate();
-  double sumOverRanks(double value);  // all ranks call it; needs `comm`
+  double sumOverRanks(double value);    // all ranks call it; needs `comm`
+  int64_t maxOverRanks(int64_t value);  // all ranks call it; identity in a world of one
+  std::string checkpointDir() const;
+  void resumeIfAsked();
+  CheckpointSnapshot snapshot(int64_t done, double lr, bool preempted);
   std::unique_ptr<MetricsLog> openRunDir();
   std::pair<double, double> evaluateAndReport(int64_t step, int64_t epoch, Progress& progress,
                                               MetricsLog* metrics);
@@ -200,6 +239,28 @@ void Trainer::Impl::build() {
   params = model->parameters();
   optimizer = makeOptimizer(config.optimizer, params);
   schedule = std::make_unique<LrSchedule>(config.schedule, config.optimizer.lr, total_steps);
+  checkpoints = std::make_unique<CheckpointManager>(
+      checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config.checkpoint.keep)), fs);
+  // Every rank restores the same checkpoint, before the broadcasts below make that moot.
+  resumeIfAsked();
+  if (comm != nullptr) {
+    // Each rank found its checkpoint by itself: a rank that saw another one (a directory not
+    // shared, a file that failed to verify on one host only) would silently diverge.
+    const int64_t highest = maxOverRanks(start_step);
+    const int64_t lowest = -maxOverRanks(-start_step);
+    if (highest != lowest) {
+      throw std::invalid_argument("ranks resume from different steps (" + std::to_string(lowest) +
+                                  " to " + std::to_string(highest) + "; this rank " +
+                                  std::to_string(env.rank) + ": " + std::to_string(start_step) +
+                                  "): every rank must see the same " + checkpointDir());
+    }
+  }
+  if (const char* path = std::getenv("CUMULUS_SAMPLE_LEDGER"); path != nullptr && *path != 0) {
+    ledger = std::make_unique<std::ofstream>(std::string(path) + ".rank" + std::to_string(env.rank),
+                                             std::ios::app);
+    // One id for every rank of this launch (their clocks start apart): the latest start.
+    ledger_launch = maxOverRanks(unixMillis());
+  }
   if (distributed != nullptr) {
     // Buffers (batch-norm statistics) are not gradients: broadcast them once, like parameters.
     std::vector<torch::Tensor> buffers;
@@ -234,6 +295,7 @@ double Trainer::Impl::trainStep(int64_t step) {
   const auto n = static_cast<int64_t>(local.size());
 
   TraceRecorder* trace = options.trace;
+  if (ledger) *ledger << ledgerLine(ledger_launch, epoch, step, env.rank, local) << std::flush;
   torch::manual_seed(stepSeed(config.trainer.seed, epoch, step, env.rank));
   zeroGrads(params);
   double loss_sum = 0;
@@ -285,6 +347,70 @@ double Trainer::Impl::sumOverRanks(double value) {
   return value;
 }
 
+int64_t Trainer::Impl::maxOverRanks(int64_t value) {
+  if (comm == nullptr) return value;
+  comm::Buffer buffer{&value, 1, comm::DType::kInt64};
+  comm::AllreduceOptions op;
+  op.op = comm::ReduceOp::kMax;
+  op.algorithm = comm::Algorithm::kTree;  // never the funnel's parameter server for one integer
+  comm->allreduce(buffer, op);
+  return value;
+}
+
+std::string Trainer::Impl::checkpointDir() const {
+  return config.checkpoint.dir.empty() ? config.trainer.run_dir + "/checkpoints"
+                                       : config.checkpoint.dir;
+}
+
+// --resume: none, auto (the newest valid checkpoint in checkpointDir(), if any) or a directory.
+// Every rank loads the same checkpoint (the directory is shared, and nothing writes it while the
+// group starts) and restores parameters, buffers, optimizer state, sampler position and step.
+void Trainer::Impl::resumeIfAsked() {
+  const ResumeMode mode = options.resume.empty() ? ResumeMode::defaultFor(!env.run_id.empty())
+                                                 : ResumeMode::parse(options.resume);
+  if (mode.kind == ResumeMode::Kind::kNone) return;
+  try {
+    std::optional<std::pair<CheckpointInfo, CheckpointSnapshot>> found;
+    std::vector<CheckpointWarning> warnings;
+    if (mode.kind == ResumeMode::Kind::kPath) {
+      CheckpointSnapshot loaded = checkpoints->load(mode.path);
+      const uint64_t step = loaded.state.step();
+      found.emplace(CheckpointInfo{mode.path, step}, std::move(loaded));
+    } else {
+      found = checkpoints->loadLatestValid(warnings);
+    }
+    for (const CheckpointWarning& w : warnings) {
+      resume_lines.push_back("warning: " + w.str() + "; not resuming from it");
+    }
+    if (!found) {
+      resume_lines.push_back("no checkpoint in " + checkpointDir() + ": starting from step 0");
+      return;
+    }
+    const auto& [info, loaded] = *found;
+    const ResumePlan plan =
+        planResume(config, env.world_size, loaded.state, info.path, options.allow_config_change);
+    restoreTraining(loaded, *model, *optimizer, info.path);
+    sampler->restore(plan.sampler);
+    start_step = std::min(plan.step, total_steps);
+    samples_seen = plan.samples_seen;
+    resume_lines.insert(resume_lines.end(), plan.notes.begin(), plan.notes.end());
+  } catch (const ResumeError& e) {
+    throw SetupError(e.what());
+  } catch (const CheckpointError& e) {
+    throw SetupError(std::string(e.what()) + "; use --resume auto or none");
+  }
+}
+
+CheckpointSnapshot Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
+  TrainingPosition position;
+  position.steps_done = done;
+  position.sampler = sampler->state();
+  position.samples_seen = samples_seen;
+  position.learning_rate = lr;
+  position.preempted = preempted;
+  return captureSnapshot(*model, *optimizer, config, env, position);
+}
+
 // (test loss, test accuracy) over the whole test split. In a group each rank evaluates its
 // contiguous slice and the sums are all-reduced, so every rank returns the same pair.
 std::pair<double, double> Trainer::Impl::evaluate() {
@@ -334,7 +460,16 @@ std::unique_ptr<MetricsLog> Trainer::Impl::openRunDir() {
   std::ofstream yaml(dir + "/config.yaml", std::ios::trunc);
   yaml << configs::toYaml(config);
   if (!yaml) throw std::runtime_error(dir + "/config.yaml: write failed");
-  return std::make_unique<MetricsLog>(dir + "/metrics.jsonl");
+  // MetricsLog starts a fresh file: a resumed run keeps the earlier records beside it.
+  const std::string path = dir + "/metrics.jsonl";
+  if (start_step > 0 && std::filesystem::exists(path)) {
+    std::filesystem::rename(path,
+                            dir + "/metrics.before-" +
+                                CheckpointManager::dirName(static_cast<uint64_t>(start_step)) +
+                                ".jsonl",
+                            error);
+  }
+  return std::make_unique<MetricsLog>(path);
 }
 
 std::pair<double, double> Trainer::Impl::evaluateAndReport(int64_t step, int64_t epoch,
@@ -381,12 +516,41 @@ RunResult Trainer::Impl::run() {
   Progress progress(console, options.live_progress, total_steps, epochs, t.log_every_steps);
   const std::unique_ptr<MetricsLog> metrics = openRunDir();
   progress.line("model: " + model->summary());
+  for (const std::string& line : resume_lines) progress.line(line);
+
+  // Step boundaries (DESIGN.md "Training step" 4): a checkpoint when one is due, written by rank 0
+  // alone (the replicas are identical) in the background; a stop when the ranks agree on one.
+  PreemptionOptions stop_options;
+  stop_options.grace_seconds = options.preemption_grace;
+  stop_options.watch_sigterm = options.watch_sigterm;
+  PreemptionWatcher watcher([this](int64_t v) { return maxOverRanks(v); }, stop_options);
+  watcher.startWatchdog();
+  CheckpointSchedule due(config.checkpoint.every_steps, config.checkpoint.every_seconds,
+                         options.clock);
+  const bool saves = writes();
+  std::map<int64_t, double> stall_ms;  // step -> the training thread's pause for its checkpoint
+  int64_t saved_step = -1;             // the newest step handed to the checkpoint manager
+  auto reportSaves = [&] {
+    for (const SaveResult& r : checkpoints->takeCompleted()) {
+      char text[320];
+      std::snprintf(
+          text, sizeof(text),
+          "checkpoint step %llu: %s (stall %.2f ms, encode %.3f s, write %.3f s, %.1f MB)",
+          static_cast<unsigned long long>(r.step), r.path.c_str(),
+          stall_ms[static_cast<int64_t>(r.step)], r.encode_seconds, r.write_seconds,
+          static_cast<double>(r.bytes) / 1e6);
+      progress.line(text);
+      for (const auto& w : r.warnings) progress.line("warning: " + w.str());
+    }
+  };
+  const int64_t fault_step = faultSigtermStep(env.rank);
 
   RunResult result;
+  result.first_step = start_step;
   const double start = now();
   StepWindow window;
   std::pair<double, double> eval{0, 0};
-  for (int64_t s = 0; s < total_steps; ++s) {
+  for (int64_t s = start_step; s < total_steps; ++s) {
     const int64_t epoch = sampler->state().epoch + 1;  // 1-based, for people
     const auto samples = static_cast<int64_t>(sampler->globalBatch().size());
     const double lr = schedule->lr(s);
@@ -395,6 +559,8 @@ RunResult Trainer::Impl::run() {
     window.add(loss, now() - step_start, last_comm_wait, samples);
     result.step_losses.push_back(loss);
     const int64_t done = s + 1;
+    samples_seen += static_cast<uint64_t>(samples);
+    if (s == start_step) progress.line("first step " + std::to_string(done) + " completed");
 
     const bool record = done == 1 || done == total_steps ||
                         (t.log_every_steps > 0 && done % t.log_every_steps == 0);
@@ -423,8 +589,63 @@ RunResult Trainer::Impl::run() {
                                                       : done % steps_per_epoch == 0;
     if (eval_due || done == total_steps)
       eval = evaluateAndReport(done, epoch, progress, metrics.get());
+
+    if (done == total_steps) break;
+    if (done == fault_step) ::raise(SIGTERM);
+    if (saves && due.enabled() && due.due(done)) {
+      const double pause = now();
+      try {
+        CheckpointSnapshot snap = snapshot(done, lr, false);
+        if (config.checkpoint.async) {
+          checkpoints->saveAsync(std::move(snap));
+        } else {
+          checkpoints->save(snap);  // reported by takeCompleted like a background one
+        }
+        saved_step = done;
+      } catch (const CheckpointError& e) {
+        // The previous checkpoint stays the newest valid one; training goes on.
+        progress.line(std::string("warning: checkpoint failed: ") + e.what());
+      }
+      stall_ms[done] = 1000.0 * (now() - pause);
+      due.markSaved();
+    }
+    reportSaves();
+    if (watcher.shouldStop(done)) {
+      const std::string path = checkpointDir() + "/" + CheckpointManager::dirName(done);
+      if (saves) {
+        if (saved_step == done) {
+          checkpoints->waitForPending();
+        } else {
+          const double pause = now();
+          checkpoints->save(snapshot(done, lr, true));
+          stall_ms[done] = 1000.0 * (now() - pause);
+        }
+        reportSaves();
+      }
+      maxOverRanks(0);  // no rank exits before rank 0's checkpoint is durable
+      result.preempted = true;
+      result.steps = done;
+      result.checkpoint = path;
+      progress.line("preempted at step " + std::to_string(done) + ", checkpoint " + path);
+      break;
+    }
   }
   progress.finish();
+  if (saves) {
+    checkpoints->waitForPending();
+    reportSaves();
+  }
+  {
+    const int64_t ran = (result.preempted ? result.steps : total_steps) - start_step;
+    char text[96];
+    std::snprintf(text, sizeof(text), "trained %lld steps in %.3f s", static_cast<long long>(ran),
+                  now() - start);
+    progress.line(text);
+  }
+  if (result.preempted) {
+    result.seconds = now() - start;
+    return result;
+  }
 
   result.test_loss = eval.first;
   result.test_accuracy = eval.second;
@@ -432,6 +653,10 @@ RunResult Trainer::Impl::run() {
   result.epochs = static_cast<double>(total_steps) / static_cast<double>(steps_per_epoch);
   result.seconds = now() - start;
   if (metrics) writeFinalOutputs(result, *metrics);
+  if (env.rank == 0) {
+    result.parameter_digest = parameterDigest(*model);
+    progress.line("final parameters sha256 " + result.parameter_digest);
+  }
   char text[200];
   std::snprintf(text, sizeof(text),
                 "test accuracy %.4f (loss %.4f) after %s epochs, %lld steps, %.1f s",

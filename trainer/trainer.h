@@ -18,6 +18,21 @@
 //      every eval.every_steps steps, or at each epoch's end if that is 0, and after the last step.
 //      In a group each rank evaluates its contiguous slice of the test split and the loss sums
 //      and correct counts are all-reduced, so every rank reports the single-process accuracy.
+//   3b. At each step boundary before the last: rank 0 checkpoints when checkpoint.every_steps /
+//      every_seconds say so (a deep copy at the boundary, written in the background when
+//      checkpoint.async); then all ranks agree with one MAX all-reduce whether any of them got a
+//      preemption notice (preemption.h). If so they stop after that same step: rank 0 writes a
+//      blocking checkpoint, every rank waits for it, prints "preempted at step S, checkpoint
+//      PATH", and run() returns with preempted set (cumulus-train exits 75). A run started with a
+//      resume (TrainerOptions::resume) first restores the checkpoint (resume.h) and continues
+//      from its step: with the same world size the final parameters are bit-identical to a run
+//      that never stopped; with another, the sampler re-shards the same global batches.
+//      Console lines for tools (cumulus-spot reads them): "first step S completed",
+//      "checkpoint step S: PATH (stall X ms, ...)", "trained K steps in T s",
+//      "final parameters sha256 HEX" (rank 0, at the end).
+//      Test hooks from the environment: CUMULUS_FAULT_SIGTERM_AT_STEP=S[:R] (rank R, or every
+//      rank, raises SIGTERM at itself after step S); CUMULUS_SAMPLE_LEDGER=PATH (each rank
+//      appends the samples of each step to PATH.rank<R>, see resume.h SampleLedger).
 //   4. Rank 0 writes metrics.jsonl (see metrics.h; a train record at step 1 and every
 //      trainer.log_every_steps steps, averaging the steps since the previous record) and the final
 //      parameters and buffers as model_state_dict.pt (see state_dict.h). Train records carry
@@ -78,6 +93,17 @@ struct TrainerOptions {
   // Records forward, backward, the comm wait, each bucket's all-reduce, the optimizer step and
   // evaluation as Chrome trace events (trace.h); not owned, null: no tracing.
   TraceRecorder* trace = nullptr;
+  // Checkpoints and preemption (trainer/resume.h, trainer/preemption.h).
+  // "auto": the newest valid checkpoint in checkpoint.dir (default <run_dir>/checkpoints), if
+  // any; "none"; or a checkpoint directory. Empty: auto when started by cumulus-run
+  // (CUMULUS_RUN_ID set), none otherwise. A checkpoint that cannot be resumed is a SetupError.
+  std::string resume;
+  bool allow_config_change = false;  // resume even if semantic config keys changed
+  // Notice -> forced exit 75, even if the checkpoint write hangs; <= 0: no watchdog.
+  double preemption_grace = 25.0;
+  // Count a SIGTERM (trainer/preemption.h installSigtermHandler, done by the caller) as the
+  // preemption notice. Without it only the other ranks' agreement can stop this one.
+  bool watch_sigterm = false;
 };
 
 struct RunResult {
@@ -86,7 +112,11 @@ struct RunResult {
   int64_t steps = 0;
   double epochs = 0;                // steps / steps per epoch
   double seconds = 0;               // wall time of run(), evaluations included
-  std::vector<double> step_losses;  // this rank's training loss of each step
+  std::vector<double> step_losses;  // this rank's training loss of each step run here
+  int64_t first_step = 0;           // completed steps restored from a checkpoint
+  bool preempted = false;           // stopped at an agreed step: exit 75 and resume later
+  std::string checkpoint;           // preempted: the checkpoint of the stop step
+  std::string parameter_digest;     // rank 0, finished runs: parameterDigest of the model
 };
 
 class Trainer {

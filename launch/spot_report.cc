@@ -1,0 +1,191 @@
+#include "launch/spot_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace cumulus::launch {
+namespace {
+
+// The integer right after `marker` in `line`, if both are there.
+std::optional<int64_t> intAfter(const std::string& line, const std::string& marker) {
+  const size_t at = line.find(marker);
+  if (at == std::string::npos) return std::nullopt;
+  const char* begin = line.c_str() + at + marker.size();
+  char* end = nullptr;
+  const long long value = std::strtoll(begin, &end, 10);
+  if (end == begin) return std::nullopt;
+  return value;
+}
+
+std::optional<double> doubleAfter(const std::string& line, const std::string& marker) {
+  const size_t at = line.find(marker);
+  if (at == std::string::npos) return std::nullopt;
+  const char* begin = line.c_str() + at + marker.size();
+  char* end = nullptr;
+  const double value = std::strtod(begin, &end);
+  if (end == begin) return std::nullopt;
+  return value;
+}
+
+void seeStep(LaunchRecord& record, int64_t step) {
+  record.max_step = std::max(record.max_step, step);
+}
+
+std::string fixed(double value, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+}  // namespace
+
+void observeLine(const std::string& line, double t, LaunchRecord& record) {
+  if (line.find("resuming from ") != std::string::npos) {
+    if (auto step = intAfter(line, " at step ")) {
+      record.resumed_from_step = *step;
+      seeStep(record, *step);
+    }
+  }
+  if (auto step = intAfter(line, "first step ")) {
+    if (line.find(" completed") != std::string::npos && !record.first_step_s) {
+      record.first_step_s = t;
+      seeStep(record, *step);
+    }
+  }
+  if (auto step = intAfter(line, "checkpoint step ")) {
+    seeStep(record, *step);
+    if (auto stall = doubleAfter(line, "(stall ")) record.stall_ms.push_back(*stall);
+  }
+  if (auto step = intAfter(line, "preempted at step ")) {
+    record.preempted_step = *step;
+    seeStep(record, *step);
+  }
+  if (auto steps = intAfter(line, "trained ")) {
+    if (auto seconds = doubleAfter(line, " steps in ")) {
+      record.trained_steps += *steps;
+      record.train_seconds += *seconds;
+    }
+  }
+  // Progress: "epoch 1/2  step 40/128  loss ...".
+  if (line.find("epoch ") != std::string::npos) {
+    if (auto step = intAfter(line, "  step ")) seeStep(record, *step);
+  }
+}
+
+SpotReport summarize(const std::vector<LaunchRecord>& records, const SpotReportOptions& options) {
+  SpotReport report;
+  report.launches = static_cast<int64_t>(records.size());
+  if (records.empty()) return report;
+  report.wall_s = records.back().end_s - records.front().start_s;
+  report.completed = records.back().exit_code == 0 && records.back().signal == 0;
+  report.final_step = records.back().max_step;
+
+  double notice_sum = 0, restart_sum = 0, stall_ms = 0, train_s = 0;
+  int64_t restarts_timed = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const LaunchRecord& r = records[i];
+    if (r.notice_s) {
+      ++report.preemptions;
+      if (r.killed) ++report.kills;
+      const double to_exit = r.end_s - *r.notice_s;
+      notice_sum += to_exit;
+      report.notice_to_exit_max_s = std::max(report.notice_to_exit_max_s, to_exit);
+    } else if (!(r.exit_code == 0 && r.signal == 0)) {
+      ++report.crashes;
+    }
+    if (r.first_step_s) {
+      // The steps this launch ran past the point the next training launch resumed from are run
+      // again. Launches that never reached a step (killed during start-up) neither lose steps
+      // nor resume anything.
+      for (size_t j = i + 1; j < records.size(); ++j) {
+        if (!records[j].first_step_s) continue;
+        const int64_t kept = std::max(r.resumed_from_step, records[j].resumed_from_step);
+        report.steps_lost += std::max<int64_t>(0, r.max_step - kept);
+        break;
+      }
+    }
+    if (i > 0) {
+      if (r.first_step_s) {
+        const double d = *r.first_step_s - r.start_s;
+        restart_sum += d;
+        ++restarts_timed;
+        report.restart_to_first_step_max_s = std::max(report.restart_to_first_step_max_s, d);
+      }
+    }
+    for (double s : r.stall_ms) stall_ms += s;
+    report.checkpoints += static_cast<int64_t>(r.stall_ms.size());
+    train_s += r.train_seconds;
+  }
+  if (report.preemptions > 0) report.notice_to_exit_mean_s = notice_sum / report.preemptions;
+  if (restarts_timed > 0) report.restart_to_first_step_mean_s = restart_sum / restarts_timed;
+  if (train_s > 0) report.stall_share = stall_ms / 1000.0 / train_s;
+  if (report.wall_s > 0) {
+    report.goodput_steps_per_s = static_cast<double>(report.final_step) / report.wall_s;
+    report.goodput_samples_per_s =
+        report.goodput_steps_per_s * static_cast<double>(options.global_batch);
+    if (options.baseline_seconds > 0)
+      report.goodput_ratio = options.baseline_seconds / report.wall_s;
+  }
+  return report;
+}
+
+std::string reportTable(const std::vector<LaunchRecord>& records, const SpotReport& report) {
+  std::ostringstream out;
+  char row[256];
+  std::snprintf(row, sizeof row, "%-6s %-5s %9s %9s %9s %7s %7s %10s %9s %s\n", "launch", "world",
+                "start_s", "end_s", "notice_s", "resume", "steps", "1st_step_s", "to_exit_s",
+                "exit");
+  out << row;
+  for (const LaunchRecord& r : records) {
+    const std::string world = r.world_size > 0 ? std::to_string(r.world_size) : "-";
+    const std::string notice = r.notice_s ? fixed(*r.notice_s, 2) : "-";
+    const std::string first = r.first_step_s ? fixed(*r.first_step_s - r.start_s, 2) : "-";
+    const std::string to_exit = r.notice_s ? fixed(r.end_s - *r.notice_s, 2) : "-";
+    const std::string exit =
+        r.signal != 0 ? "signal " + std::to_string(r.signal) + (r.killed ? " (killed)" : "")
+                      : std::to_string(r.exit_code);
+    std::snprintf(row, sizeof row, "%-6lld %-5s %9.2f %9.2f %9s %7lld %7lld %10s %9s %s\n",
+                  static_cast<long long>(r.index), world.c_str(), r.start_s, r.end_s,
+                  notice.c_str(), static_cast<long long>(r.resumed_from_step),
+                  static_cast<long long>(r.max_step), first.c_str(), to_exit.c_str(), exit.c_str());
+    out << row;
+  }
+  out << "completed " << (report.completed ? "yes" : "no") << ", " << report.launches
+      << " launches, " << report.preemptions << " preemptions (" << report.kills << " killed), "
+      << report.crashes << " crashes, wall " << fixed(report.wall_s, 2) << " s\n"
+      << "final step " << report.final_step << ", steps lost " << report.steps_lost << ", goodput "
+      << fixed(report.goodput_steps_per_s, 3) << " steps/s";
+  if (report.goodput_samples_per_s > 0)
+    out << " = " << fixed(report.goodput_samples_per_s, 1) << " samples/s";
+  if (report.goodput_ratio > 0)
+    out << " (" << fixed(100 * report.goodput_ratio, 1) << "% of uninterrupted)";
+  out << "\nnotice->exit mean " << fixed(report.notice_to_exit_mean_s, 3) << " s, max "
+      << fixed(report.notice_to_exit_max_s, 3) << " s; restart->first step mean "
+      << fixed(report.restart_to_first_step_mean_s, 3) << " s, max "
+      << fixed(report.restart_to_first_step_max_s, 3) << " s\n"
+      << "checkpoints " << report.checkpoints << ", stall share "
+      << fixed(100 * report.stall_share, 3) << "% of train time\n";
+  return out.str();
+}
+
+std::string reportJson(const SpotReport& r) {
+  std::ostringstream out;
+  out << "{\"completed\":" << (r.completed ? "true" : "false") << ",\"launches\":" << r.launches
+      << ",\"preemptions\":" << r.preemptions << ",\"kills\":" << r.kills
+      << ",\"crashes\":" << r.crashes << ",\"wall_s\":" << fixed(r.wall_s, 3)
+      << ",\"final_step\":" << r.final_step << ",\"steps_lost\":" << r.steps_lost
+      << ",\"goodput_steps_per_s\":" << fixed(r.goodput_steps_per_s, 4)
+      << ",\"goodput_samples_per_s\":" << fixed(r.goodput_samples_per_s, 2)
+      << ",\"goodput_ratio\":" << fixed(r.goodput_ratio, 4)
+      << ",\"notice_to_exit_mean_s\":" << fixed(r.notice_to_exit_mean_s, 3)
+      << ",\"notice_to_exit_max_s\":" << fixed(r.notice_to_exit_max_s, 3)
+      << ",\"restart_to_first_step_mean_s\":" << fixed(r.restart_to_first_step_mean_s, 3)
+      << ",\"restart_to_first_step_max_s\":" << fixed(r.restart_to_first_step_max_s, 3)
+      << ",\"checkpoints\":" << r.checkpoints << ",\"stall_share\":" << fixed(r.stall_share, 6)
+      << "}";
+  return out.str();
+}
+
+}  // namespace cumulus::launch

@@ -1,0 +1,76 @@
+#pragma once
+// What cumulus-spot observed about each launch of a job, and the report it derives. Pure
+// functions over plain records, so the arithmetic is unit-tested without processes.
+//
+// The trainer's console lines that cumulus-spot reads (through cumulus-run's output, whatever
+// prefix it adds), by substring:
+//   "resuming from PATH at step S"               this launch continues after S completed steps
+//   "first step S completed"                      this launch's first step is done
+//   "step S/N"                                    progress lines: the highest step reached
+//   "checkpoint step S: PATH (stall X ms"         a periodic checkpoint committed; X is the
+//                                                 training thread's pause for it
+//   "preempted at step S, checkpoint PATH"        agreed stop after S steps, checkpoint written
+//   "trained K steps in T s"                      this process's training loop time
+// Times are seconds since cumulus-spot started.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cumulus::launch {
+
+struct LaunchRecord {
+  int64_t index = 0;
+  int64_t world_size = 0;  // 0: the command's own
+  double start_s = 0;
+  double end_s = 0;
+  int exit_code = 0;  // -1 when a signal ended it
+  int signal = 0;
+  std::optional<double> notice_s;      // when the notice was sent
+  bool killed = false;                 // still alive at the end of the notice period
+  std::optional<double> first_step_s;  // when "first step" was seen
+  int64_t resumed_from_step = 0;       // 0: started from scratch
+  int64_t max_step = 0;                // highest completed step seen
+  std::optional<int64_t> preempted_step;
+  std::vector<double> stall_ms;  // one per checkpoint
+  double train_seconds = 0;      // "trained S steps in T s", summed
+  int64_t trained_steps = 0;
+};
+
+// Reads one output line of launch `record` seen at time `t`. Unknown lines are ignored.
+void observeLine(const std::string& line, double t, LaunchRecord& record);
+
+struct SpotReportOptions {
+  double baseline_seconds = 0;  // wall time of an uninterrupted run; 0: unknown
+  int64_t global_batch = 0;     // samples per step; 0: unknown
+};
+
+struct SpotReport {
+  int64_t launches = 0;
+  int64_t preemptions = 0;  // launches that got a notice
+  int64_t kills = 0;        // of those, still alive at the end of the notice
+  int64_t crashes = 0;      // non-zero exits without a notice
+  bool completed = false;   // the last launch exited 0
+  double wall_s = 0;        // first start to last exit
+  int64_t final_step = 0;
+  // Steps a launch ran past the checkpoint the next launch that trained resumed from: work done
+  // twice. Exact when every launch prints its progress each step, else a lower bound.
+  int64_t steps_lost = 0;
+  double goodput_steps_per_s = 0;
+  double goodput_samples_per_s = 0;  // 0 without global_batch
+  double goodput_ratio = 0;          // baseline / wall; 0 without baseline
+  double notice_to_exit_mean_s = 0, notice_to_exit_max_s = 0;
+  double restart_to_first_step_mean_s = 0, restart_to_first_step_max_s = 0;  // launches >= 1
+  int64_t checkpoints = 0;
+  double stall_share = 0;  // total checkpoint stall / total train time
+};
+
+SpotReport summarize(const std::vector<LaunchRecord>& records, const SpotReportOptions& options);
+
+// A human table, one row per launch then the totals.
+std::string reportTable(const std::vector<LaunchRecord>& records, const SpotReport& report);
+// One JSON object on one line (no newline), keys as the SpotReport fields.
+std::string reportJson(const SpotReport& report);
+
+}  // namespace cumulus::launch

@@ -1,0 +1,149 @@
+#include "launch/spot_runner.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+#include "launch/worker_process.h"
+
+namespace cumulus::launch {
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string baseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Splits what a pipe delivers into lines; the tail waits for its newline.
+class LineReader {
+ public:
+  template <typename Fn>
+  void feed(const char* data, size_t n, Fn&& onLine) {
+    buffer_.append(data, n);
+    size_t start = 0;
+    for (size_t nl; (nl = buffer_.find('\n', start)) != std::string::npos; start = nl + 1) {
+      onLine(buffer_.substr(start, nl - start));
+    }
+    buffer_.erase(0, start);
+  }
+  template <typename Fn>
+  void flush(Fn&& onLine) {
+    if (!buffer_.empty()) onLine(buffer_);
+    buffer_.clear();
+  }
+
+ private:
+  std::string buffer_;
+};
+
+}  // namespace
+
+std::vector<std::string> commandFor(const std::vector<std::string>& command, int64_t world_size) {
+  if (command.empty()) throw std::invalid_argument("no job command given after --");
+  if (world_size <= 0) return command;
+  std::vector<std::string> out = command;
+  bool placed = false;
+  for (std::string& arg : out) {
+    for (size_t at; (at = arg.find("{world}")) != std::string::npos;) {
+      arg.replace(at, 7, std::to_string(world_size));
+      placed = true;
+    }
+  }
+  if (placed) return out;
+  if (baseName(command[0]) == "cumulus-run") {
+    out.insert(out.begin() + 1, "--nproc-per-node=" + std::to_string(world_size));
+    return out;
+  }
+  throw std::invalid_argument(
+      "--world-sizes: the job command is not cumulus-run and has no "
+      "{world} placeholder; put {world} where the world size goes");
+}
+
+SpotRun runSpot(const SpotOptions& options) {
+  const SpotTrace trace(options.trace);
+  const auto t0 = std::chrono::steady_clock::now();
+  SpotRun run;
+  int64_t crashes = 0;
+  for (int64_t i = 0;; ++i) {
+    const SpotLaunch launch = trace.launch(i);
+    if (!options.notice_file.empty()) ::unlink(options.notice_file.c_str());
+    LaunchRecord record;
+    record.index = i;
+    record.world_size = launch.world_size;
+    WorkerProcess process(commandFor(options.command, launch.world_size),
+                          {{"CUMULUS_SPOT_LAUNCH", std::to_string(i)}});
+    record.start_s = secondsSince(t0);
+    process.start();
+    LineReader reader;
+    auto onLine = [&](const std::string& line) {
+      observeLine(line, secondsSince(t0), record);
+      if (options.echo) *options.echo << "[spot " << i << "] " << line << "\n" << std::flush;
+    };
+    bool open = true;
+    while (true) {
+      if (open) {
+        pollfd fd{process.outputFd(), POLLIN, 0};
+        if (::poll(&fd, 1, 20) > 0) {
+          char chunk[4096];
+          const ssize_t n = ::read(process.outputFd(), chunk, sizeof chunk);
+          if (n > 0) {
+            reader.feed(chunk, static_cast<size_t>(n), onLine);
+          } else if (n == 0) {
+            open = false;  // every holder of the pipe's write end is gone
+          }
+        }
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      const ExitStatus& status = process.poll();
+      if (status.exited && !open) break;
+      if (status.exited) {
+        // Drain what the child wrote before it exited (grandchildren may keep the pipe: bounded).
+        pollfd fd{process.outputFd(), POLLIN, 0};
+        if (::poll(&fd, 1, 100) <= 0) break;
+        continue;
+      }
+      const double now = secondsSince(t0);
+      if (!record.notice_s && now - record.start_s >= launch.notice_after_s) {
+        record.notice_s = now;
+        if (options.notice_file.empty()) {
+          ::kill(process.pid(), SIGTERM);
+        } else {
+          std::ofstream(options.notice_file) << "preempt\n";
+        }
+      }
+      if (record.notice_s && !record.killed && now - *record.notice_s >= options.trace.notice_s) {
+        record.killed = true;
+        process.signal(SIGKILL);
+      }
+      if (now >= options.timeout_s && !run.timed_out) {
+        run.timed_out = true;
+        process.signal(SIGKILL);
+      }
+    }
+    reader.flush(onLine);
+    const ExitStatus status = process.poll();
+    record.end_s = secondsSince(t0);
+    record.exit_code = status.exit_code;
+    record.signal = status.signal;
+    run.records.push_back(record);
+    if (run.timed_out) break;
+    if (status.ok()) break;  // done (possibly during its notice period)
+    if (!record.notice_s && ++crashes > options.max_crashes) break;
+    std::this_thread::sleep_for(std::chrono::duration<double>(options.trace.relaunch_delay_s));
+  }
+  if (!options.notice_file.empty()) ::unlink(options.notice_file.c_str());
+  return run;
+}
+
+}  // namespace cumulus::launch

@@ -1,0 +1,148 @@
+#include "launch/spot_report.h"
+
+#include <gtest/gtest.h>
+
+namespace cumulus::launch {
+namespace {
+
+TEST(SpotReportTest, ObservesTheTrainerLines) {
+  LaunchRecord r;
+  observeLine(
+      "[rank0]: resuming from /run/ckpt/step-00000040 at step 40 (epoch 1, sample 640 of "
+      "the epoch)",
+      1.0, r);
+  EXPECT_EQ(r.resumed_from_step, 40);
+  EXPECT_EQ(r.max_step, 40);
+  observeLine("[rank0]: first step 41 completed", 2.5, r);
+  observeLine("[rank0]: first step 42 completed", 3.5, r);  // only the first counts
+  ASSERT_TRUE(r.first_step_s.has_value());
+  EXPECT_EQ(*r.first_step_s, 2.5);
+  observeLine("epoch 2/3  step 48/96  loss 0.1234  5000 samples/s  ETA 0:02", 3.0, r);
+  EXPECT_EQ(r.max_step, 48);
+  observeLine("checkpoint step 50: /run/ckpt/step-00000050 (stall 1.25 ms, write 0.3 s)", 4, r);
+  observeLine("checkpoint step 60: /run/ckpt/step-00000060 (stall 0.75 ms, write 0.3 s)", 5, r);
+  EXPECT_EQ(r.stall_ms, (std::vector<double>{1.25, 0.75}));
+  EXPECT_EQ(r.max_step, 60);
+  observeLine("preempted at step 63, checkpoint /run/ckpt/step-00000063", 6, r);
+  EXPECT_EQ(r.preempted_step, 63);
+  EXPECT_EQ(r.max_step, 63);
+  observeLine("trained 23 steps in 4.5 s", 6, r);
+  EXPECT_EQ(r.trained_steps, 23);
+  EXPECT_EQ(r.train_seconds, 4.5);
+  observeLine("model: mlp 784-256-10", 6, r);  // ignored
+  EXPECT_EQ(r.max_step, 63);
+}
+
+std::vector<LaunchRecord> threeLaunches() {
+  std::vector<LaunchRecord> records(3);
+  records[0] = {};
+  records[0].start_s = 0;
+  records[0].notice_s = 10;
+  records[0].end_s = 10.5;
+  records[0].exit_code = 75;
+  records[0].first_step_s = 1;
+  records[0].max_step = 100;
+  records[0].preempted_step = 100;
+  records[0].stall_ms = {2, 4};
+  records[0].train_seconds = 9;
+  records[1].index = 1;
+  records[1].start_s = 11.5;
+  records[1].first_step_s = 13.5;
+  records[1].resumed_from_step = 100;
+  records[1].notice_s = 20;
+  records[1].end_s = 25;  // killed at the end of a 5 s notice: the checkpoint never finished
+  records[1].killed = true;
+  records[1].signal = 9;
+  records[1].exit_code = -1;
+  records[1].max_step = 160;
+  records[1].stall_ms = {3};
+  records[1].train_seconds = 6;
+  records[2].index = 2;
+  records[2].start_s = 26;
+  records[2].first_step_s = 29;
+  records[2].resumed_from_step = 150;  // its newest checkpoint: 10 steps lost
+  records[2].end_s = 40;
+  records[2].max_step = 250;
+  records[2].train_seconds = 5;
+  return records;
+}
+
+TEST(SpotReportTest, Arithmetic) {
+  SpotReportOptions options;
+  options.baseline_seconds = 30;
+  options.global_batch = 64;
+  const SpotReport r = summarize(threeLaunches(), options);
+  EXPECT_EQ(r.launches, 3);
+  EXPECT_EQ(r.preemptions, 2);
+  EXPECT_EQ(r.kills, 1);
+  EXPECT_EQ(r.crashes, 0);
+  EXPECT_TRUE(r.completed);
+  EXPECT_DOUBLE_EQ(r.wall_s, 40);
+  EXPECT_EQ(r.final_step, 250);
+  EXPECT_EQ(r.steps_lost, 10);
+  EXPECT_DOUBLE_EQ(r.goodput_steps_per_s, 250.0 / 40);
+  EXPECT_DOUBLE_EQ(r.goodput_samples_per_s, 250.0 * 64 / 40);
+  EXPECT_DOUBLE_EQ(r.goodput_ratio, 0.75);
+  EXPECT_DOUBLE_EQ(r.notice_to_exit_mean_s, (0.5 + 5) / 2);
+  EXPECT_DOUBLE_EQ(r.notice_to_exit_max_s, 5);
+  EXPECT_DOUBLE_EQ(r.restart_to_first_step_mean_s, (2 + 3) / 2.0);  // launches 1 and 2
+  EXPECT_DOUBLE_EQ(r.restart_to_first_step_max_s, 3);
+  EXPECT_EQ(r.checkpoints, 3);
+  EXPECT_DOUBLE_EQ(r.stall_share, 0.009 / 20);
+  EXPECT_EQ(reportJson(r),
+            "{\"completed\":true,\"launches\":3,\"preemptions\":2,\"kills\":1,\"crashes\":0,"
+            "\"wall_s\":40.000,\"final_step\":250,\"steps_lost\":10,"
+            "\"goodput_steps_per_s\":6.2500,\"goodput_samples_per_s\":400.00,"
+            "\"goodput_ratio\":0.7500,\"notice_to_exit_mean_s\":2.750,"
+            "\"notice_to_exit_max_s\":5.000,\"restart_to_first_step_mean_s\":2.500,"
+            "\"restart_to_first_step_max_s\":3.000,\"checkpoints\":3,\"stall_share\":0.000450}");
+  const std::string table = reportTable(threeLaunches(), r);
+  EXPECT_NE(table.find("final step 250, steps lost 10, goodput 6.250 steps/s = 400.0 samples/s "
+                       "(75.0% of uninterrupted)"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("signal 9 (killed)"), std::string::npos) << table;
+}
+
+// Launches killed during start-up (before any step) lose nothing and resume nothing.
+TEST(SpotReportTest, LaunchesThatNeverTrainedDoNotCountAsLoss) {
+  std::vector<LaunchRecord> records(4);
+  records[0].first_step_s = 0.5;
+  records[0].max_step = 145;
+  records[0].notice_s = 1;
+  records[0].end_s = 1.1;
+  records[1].start_s = 1.1;
+  records[1].notice_s = 1.2;
+  records[1].end_s = 1.2;
+  records[1].signal = 15;
+  records[2] = records[1];
+  records[3].start_s = 1.5;
+  records[3].first_step_s = 2;
+  records[3].resumed_from_step = 145;
+  records[3].max_step = 192;
+  records[3].end_s = 3;
+  const SpotReport r = summarize(records, {});
+  EXPECT_EQ(r.steps_lost, 0);
+  EXPECT_EQ(r.preemptions, 3);
+  EXPECT_DOUBLE_EQ(r.restart_to_first_step_mean_s, 0.5);
+  records[3].resumed_from_step = 140;  // the stop's checkpoint was lost: 5 steps run twice
+  EXPECT_EQ(summarize(records, {}).steps_lost, 5);
+}
+
+TEST(SpotReportTest, CrashesAndIncompleteRuns) {
+  std::vector<LaunchRecord> records(2);
+  records[0].exit_code = 1;
+  records[0].end_s = 2;
+  records[1].start_s = 3;
+  records[1].exit_code = 1;
+  records[1].end_s = 4;
+  const SpotReport r = summarize(records, {});
+  EXPECT_EQ(r.crashes, 2);
+  EXPECT_FALSE(r.completed);
+  EXPECT_EQ(r.goodput_ratio, 0);
+  EXPECT_EQ(r.goodput_samples_per_s, 0);
+  EXPECT_EQ(summarize({}, {}).launches, 0);
+}
+
+}  // namespace
+}  // namespace cumulus::launch

@@ -1,0 +1,148 @@
+// runSpot against a shell job that behaves like a resumable trainer: it counts steps in a state
+// file, prints the trainer's lines, and on SIGTERM "checkpoints" and exits 75.
+#include "launch/spot_runner.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace cumulus::launch {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/cumulus_spot_XXXXXX";
+    path_ = ::mkdtemp(pattern);
+  }
+  ~TempDir() { [[maybe_unused]] int rc = std::system(("rm -rf " + path_).c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Steps of 20 ms up to 30; a checkpoint (the state file) every 5 steps, and one at the agreed
+// stop when `trap_term`; otherwise SIGTERM is ignored and the kill loses the steps since.
+std::vector<std::string> fakeJob(const std::string& dir, bool trap_term) {
+  std::ostringstream s;
+  s << "d=" << dir << "; s=$(cat $d/state 2>/dev/null || echo 0); "
+    << "[ $s -gt 0 ] && echo \"resuming from $d/ck at step $s (epoch 1)\"; "
+    << (trap_term ? "trap 'echo $s > $d/state; echo \"preempted at step $s, checkpoint $d/ck\"; "
+                    "exit 75' TERM; "
+                  : "trap '' TERM; ")
+    << "first=1; while [ $s -lt 30 ]; do sleep 0.02; s=$((s+1)); "
+    << "[ $first = 1 ] && echo \"first step $s completed\" && first=0; "
+    << "echo \"epoch 1/1  step $s/30  loss 1\"; "
+    << "[ $((s % 5)) = 0 ] && echo $s > $d/state && "
+    << "echo \"checkpoint step $s: $d/ck (stall 0.5 ms)\"; done; echo \"world {world}\"; exit 0";
+  return {"/bin/sh", "-c", s.str()};
+}
+
+TEST(SpotRunnerTest, CommandForWorldSize) {
+  EXPECT_EQ(commandFor({"cumulus-run", "--", "cumulus-train", "x.yaml"}, 2),
+            (std::vector<std::string>{"cumulus-run", "--nproc-per-node=2", "--", "cumulus-train",
+                                      "x.yaml"}));
+  EXPECT_EQ(commandFor({"/b/cumulus-run", "--", "t"}, 0),
+            (std::vector<std::string>{"/b/cumulus-run", "--", "t"}));
+  EXPECT_EQ(commandFor({"job", "--workers={world}"}, 3),
+            (std::vector<std::string>{"job", "--workers=3"}));
+  EXPECT_THROW(commandFor({"job"}, 3), std::invalid_argument);
+  EXPECT_THROW(commandFor({}, 0), std::invalid_argument);
+}
+
+TEST(SpotRunnerTest, PreemptedJobResumesToTheEnd) {
+  TempDir dir;
+  SpotOptions options;
+  options.trace.seed = 3;
+  options.trace.mean_interval_s = 0.15;
+  options.trace.notice_s = 2;
+  options.trace.relaunch_delay_s = 0.05;
+  options.trace.max_preemptions = 3;
+  options.trace.world_sizes = {2, 1};
+  options.command = fakeJob(dir.path(), true);
+  options.timeout_s = 30;
+  std::ostringstream echo;
+  options.echo = &echo;
+  const SpotRun run = runSpot(options);
+  ASSERT_EQ(run.records.size(), 4u) << echo.str();
+  const SpotReport report = summarize(run.records, {});
+  EXPECT_TRUE(report.completed) << echo.str();
+  EXPECT_EQ(report.preemptions, 3);
+  EXPECT_EQ(report.kills, 0);
+  EXPECT_EQ(report.final_step, 30);
+  EXPECT_EQ(report.steps_lost, 0);  // each stop checkpointed its step
+  for (size_t i = 1; i < run.records.size(); ++i) {
+    ASSERT_TRUE(run.records[i - 1].preempted_step.has_value()) << i << echo.str();
+    EXPECT_EQ(run.records[i].resumed_from_step, *run.records[i - 1].preempted_step);
+    EXPECT_EQ(run.records[i - 1].exit_code, 75);
+  }
+  EXPECT_NE(echo.str().find("[spot 3] world 1"), std::string::npos) << echo.str();  // {world}
+  EXPECT_LT(report.notice_to_exit_max_s, 1.0);
+}
+
+TEST(SpotRunnerTest, JobIgnoringTheNoticeIsKilledAndLosesSteps) {
+  TempDir dir;
+  SpotOptions options;
+  options.trace.seed = 0;  // notice at 0.28 s: mid-run (0.5648 x the mean)
+  options.trace.mean_interval_s = 0.5;
+  options.trace.notice_s = 0.1;
+  options.trace.relaunch_delay_s = 0.0;
+  options.trace.max_preemptions = 1;
+  options.command = fakeJob(dir.path(), false);
+  options.timeout_s = 30;
+  std::ostringstream echo;
+  options.echo = &echo;
+  const SpotRun run = runSpot(options);
+  ASSERT_EQ(run.records.size(), 2u) << echo.str();
+  EXPECT_TRUE(run.records[0].killed);
+  EXPECT_EQ(run.records[0].signal, 9);
+  const SpotReport report = summarize(run.records, {});
+  EXPECT_TRUE(report.completed);
+  EXPECT_EQ(report.kills, 1);
+  EXPECT_EQ(report.final_step, 30);
+  // Lost: the steps past the last multiple of 5 that launch 0 reached.
+  EXPECT_EQ(report.steps_lost, run.records[0].max_step - run.records[0].max_step / 5 * 5);
+  EXPECT_EQ(run.records[1].resumed_from_step, run.records[0].max_step / 5 * 5);
+  EXPECT_GE(report.notice_to_exit_max_s, 0.1);
+}
+
+TEST(SpotRunnerTest, CrashesAreRelaunchedUpToTheLimit) {
+  SpotOptions options;
+  options.trace.mean_interval_s = 0;
+  options.trace.relaunch_delay_s = 0;
+  options.max_crashes = 2;
+  options.command = {"/bin/sh", "-c", "exit 3"};
+  const SpotRun run = runSpot(options);
+  ASSERT_EQ(run.records.size(), 3u);
+  EXPECT_EQ(run.records[2].exit_code, 3);
+  EXPECT_EQ(summarize(run.records, {}).crashes, 3);
+}
+
+TEST(SpotRunnerTest, NoticeFileInsteadOfSigterm) {
+  TempDir dir;
+  const std::string notice = dir.path() + "/notice";
+  SpotOptions options;
+  options.trace.mean_interval_s = 0.1;
+  options.trace.max_preemptions = 1;
+  options.trace.notice_s = 5;
+  options.notice_file = notice;
+  // A job that polls the notice file and exits 75 when it appears; the relaunch finds it gone.
+  options.command = {"/bin/sh", "-c",
+                     "if [ -e " + notice +
+                         " ]; then exit 9; fi; for i in $(seq 1 40); do "
+                         "[ -e " +
+                         notice + " ] && exit 75; sleep 0.01; done; exit 0"};
+  const SpotRun run = runSpot(options);
+  ASSERT_EQ(run.records.size(), 2u);
+  EXPECT_EQ(run.records[0].exit_code, 75);
+  EXPECT_FALSE(run.records[0].killed);
+  EXPECT_EQ(run.records[1].exit_code, 0);
+  EXPECT_NE(::access(notice.c_str(), F_OK), 0);  // cleaned up
+}
+
+}  // namespace
+}  // namespace cumulus::launch

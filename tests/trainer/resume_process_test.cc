@@ -1,0 +1,340 @@
+// Stop and resume with real processes: cumulus-train alone and in a cumulus-run group. Each run is
+// a configs/smoke.yaml-sized job (a second or two); the final parameters are compared through the
+// "final parameters sha256" line rank 0 prints (training_checkpoint.h parameterDigest).
+// Faults: CUMULUS_FAULT_SIGTERM_AT_STEP=S[:RANK] makes a worker raise SIGTERM at itself after
+// step S (trainer.h), so the stop lands mid-run deterministically; the other faults are real
+// (a SIGTERM from outside, SIGKILL of a worker, a corrupted file).
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "tests/trainer/process_runner.h"
+#include "trainer/resume.h"
+
+namespace cumulus::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using cumulus::testing::lastAfter;
+using cumulus::testing::ProcessResult;
+using cumulus::testing::runProcess;
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+const std::string kTrain = CUMULUS_BINARY_DIR "/bin/cumulus-train";
+const std::string kRun = CUMULUS_BINARY_DIR "/bin/cumulus-run";
+
+// The environment of a worker started by hand (the test itself may run under a launcher).
+Env alone(Env extra = {}) {
+  Env env = {{"WORLD_SIZE", ""},           {"RANK", ""},
+             {"LOCAL_RANK", ""},           {"LOCAL_WORLD_SIZE", ""},
+             {"CUMULUS_RUN_ID", ""},       {"MASTER_ADDR", ""},
+             {"MASTER_PORT", ""},          {"CUMULUS_GENERATION", ""},
+             {"CUMULUS_RESTART_COUNT", ""}};
+  for (auto& e : extra) env.push_back(std::move(e));
+  return env;
+}
+
+class ResumeProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("resume_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // cumulus-train smoke.yaml with dropout, mid-epoch-friendly sizes (16 steps an epoch, 2 epochs),
+  // a run directory of its own, and `extra` arguments.
+  std::vector<std::string> train(const std::string& run, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {kTrain,  CUMULUS_SOURCE_DIR "/configs/smoke.yaml",
+                                     "--set", "trainer.run_dir=" + (dir_ / run).string(),
+                                     "--set", "model.dropout=0.25",
+                                     "--set", "trainer.log_every_steps=4"};
+    for (auto& e : extra) argv.push_back(std::move(e));
+    return argv;
+  }
+  std::vector<std::string> group(int workers, std::vector<std::string> train_argv,
+                                 std::vector<std::string> launch_flags = {}) {
+    std::vector<std::string> argv = {
+        kRun, "--standalone", "--nproc-per-node=" + std::to_string(workers),
+        "--log-dir=" + (dir_ / "logs").string(), "--monitor-interval=0.02"};
+    for (auto& f : launch_flags) argv.push_back(std::move(f));
+    argv.push_back("--");
+    for (auto& a : train_argv) argv.push_back(std::move(a));
+    return argv;
+  }
+
+  std::string digestOf(const ProcessResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const std::string digest = lastAfter(r.output, "final parameters sha256 ");
+    EXPECT_EQ(digest.size(), 64u) << r.output;
+    return digest;
+  }
+
+  std::string ckpt(const std::string& run, int step) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step-%08d", step);
+    return (dir_ / run / "checkpoints" / name).string();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ResumeProcessTest, OneWorkerStoppedAnywhereResumesBitIdentical) {
+  const std::string expected = digestOf(runProcess(train("base", {"--resume", "none"}), alone()));
+  // After the first step, mid-epoch, at the epoch boundary (16), and near the end.
+  for (int stop : {1, 7, 16, 29}) {
+    const std::string run = "stop" + std::to_string(stop);
+    const ProcessResult first =
+        runProcess(train(run, {"--resume", "auto"}),
+                   alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", std::to_string(stop)}}));
+    ASSERT_EQ(first.exit_code, 75) << first.output;
+    EXPECT_NE(first.output.find("preempted at step " + std::to_string(stop) + ", checkpoint " +
+                                ckpt(run, stop)),
+              std::string::npos)
+        << first.output;
+    const ProcessResult second = runProcess(train(run, {"--resume", "auto"}), alone());
+    EXPECT_NE(
+        second.output.find("resuming from " + ckpt(run, stop) + " at step " + std::to_string(stop)),
+        std::string::npos)
+        << second.output;
+    EXPECT_EQ(digestOf(second), expected) << "stopped at step " << stop;
+  }
+}
+
+TEST_F(ResumeProcessTest, AdamWithAccumulationAndClippingResumesBitIdentical) {
+  const std::vector<std::string> sets = {
+      "--set", "optimizer.name=adamw",        "--set", "optimizer.lr=0.003",
+      "--set", "trainer.grad_accumulation=2", "--set", "trainer.grad_clip_norm=0.5"};
+  auto with = [&](std::vector<std::string> more) {
+    for (const auto& s : sets) more.push_back(s);
+    return more;
+  };
+  const std::string expected =
+      digestOf(runProcess(train("base", with({"--resume", "none"})), alone()));
+  const ProcessResult first = runProcess(train("x", with({"--resume", "auto"})),
+                                         alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", "11"}}));
+  ASSERT_EQ(first.exit_code, 75) << first.output;
+  EXPECT_EQ(digestOf(runProcess(train("x", with({"--resume", "auto"})), alone())), expected);
+}
+
+// A real SIGTERM from outside, whenever it lands: the run stops at the agreed step, within the
+// grace, and the resumed run ends where the uninterrupted one does.
+TEST_F(ResumeProcessTest, ExternalSigtermStopsCheckpointsAndExits75) {
+  const std::vector<std::string> longer = {"--set", "trainer.epochs=12", "--set",
+                                           "trainer.log_every_steps=1"};
+  auto with = [&](std::vector<std::string> more) {
+    for (const auto& s : longer) more.push_back(s);
+    return more;
+  };
+  const std::string expected =
+      digestOf(runProcess(train("base", with({"--resume", "none"})), alone()));
+  bool sent = false;
+  const ProcessResult first = runProcess(
+      train("x", with({"--resume", "auto"})), alone(), [&](const std::string& line, pid_t pid) {
+        if (!sent && line.find("step 20/") != std::string::npos) {
+          sent = true;
+          ::kill(pid, SIGTERM);
+        }
+      });
+  ASSERT_TRUE(sent) << first.output;
+  ASSERT_EQ(first.exit_code, 75) << first.output;
+  const std::string at = lastAfter(first.output, "preempted at step ");
+  ASSERT_FALSE(at.empty()) << first.output;
+  const int step = std::stoi(at);
+  EXPECT_GE(step, 20);
+  EXPECT_LT(step, 192);
+  EXPECT_EQ(digestOf(runProcess(train("x", with({"--resume", "auto"})), alone())), expected);
+}
+
+TEST_F(ResumeProcessTest, ConfigChangeIsRefusedUnlessAllowed) {
+  ASSERT_EQ(
+      runProcess(train("x", {"--resume", "auto"}), alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", "5"}}))
+          .exit_code,
+      75);
+  const ProcessResult refused = runProcess(
+      train("x", {"--resume", "auto", "--set", "optimizer.lr=0.01", "--set", "trainer.seed=9"}),
+      alone());
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("cumulus-train: error: checkpoint " + ckpt("x", 5) +
+                                ": the experiment differs from the one that wrote it in 2 keys:\n"
+                                "  optimizer.lr: 0.05 -> 0.01\n  trainer.seed: 1 -> 9\n"
+                                "rerun with --allow-config-change"),
+            std::string::npos)
+      << refused.output;
+  const ProcessResult allowed = runProcess(
+      train("x", {"--resume", "auto", "--allow-config-change", "--set", "optimizer.lr=0.01"}),
+      alone());
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+  EXPECT_NE(allowed.output.find("config: optimizer.lr: 0.05 -> 0.01"), std::string::npos)
+      << allowed.output;
+}
+
+TEST_F(ResumeProcessTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
+  const std::string expected = digestOf(runProcess(train("base", {"--resume", "none"}), alone()));
+  const ProcessResult first =
+      runProcess(train("x", {"--resume", "auto", "--set", "checkpoint.every_steps=5"}),
+                 alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", "12"}}));
+  ASSERT_EQ(first.exit_code, 75) << first.output;
+  ASSERT_TRUE(fs::exists(ckpt("x", 10))) << first.output;
+  {
+    std::fstream model(ckpt("x", 12) + "/model.pt",
+                       std::ios::in | std::ios::out | std::ios::binary);
+    model.seekp(100);
+    model.put('\x5a');
+  }
+  const ProcessResult second =
+      runProcess(train("x", {"--resume", "auto", "--set", "checkpoint.every_steps=5"}), alone());
+  EXPECT_NE(second.output.find("warning: " + ckpt("x", 12) + ": "), std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("resuming from " + ckpt("x", 10) + " at step 10"), std::string::npos)
+      << second.output;
+  EXPECT_EQ(digestOf(second), expected);
+}
+
+// Two workers under cumulus-run, stopped by a notice on one rank only, for each algorithm.
+class GroupResumeTest : public ResumeProcessTest,
+                        public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(GroupResumeTest, TwoWorkersStoppedAndResumedBitIdentical) {
+  const std::vector<std::string> algo = {"--set", "comm.algorithm=" + GetParam()};
+  auto with = [&](std::vector<std::string> more) {
+    for (const auto& s : algo) more.push_back(s);
+    return more;
+  };
+  const std::string expected =
+      digestOf(runProcess(group(2, train("base", with({}))), {{"CUMULUS_RUN_ID", ""}}));
+  const ProcessResult first =
+      runProcess(group(2, train("x", with({}))), {{"CUMULUS_FAULT_SIGTERM_AT_STEP", "9:1"}});
+  ASSERT_EQ(first.exit_code, 75) << first.output;
+  EXPECT_NE(first.output.find("preempted at step 9, checkpoint " + ckpt("x", 9)), std::string::npos)
+      << first.output;
+  const ProcessResult second = runProcess(group(2, train("x", with({}))));
+  EXPECT_NE(second.output.find("resuming from " + ckpt("x", 9) + " at step 9"), std::string::npos)
+      << second.output;
+  EXPECT_EQ(digestOf(second), expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, GroupResumeTest, ::testing::Values("ring", "tree", "funnel"));
+
+// 2 workers stopped mid-epoch, resumed by 1: every sample of every epoch is consumed exactly once
+// by the steps that made the final model.
+TEST_F(ResumeProcessTest, WorldSizeTwoToOneConsumesEverySampleOnce) {
+  const std::string ledger = (dir_ / "ledger").string();
+  const ProcessResult first =
+      runProcess(group(2, train("x")),
+                 {{"CUMULUS_FAULT_SIGTERM_AT_STEP", "9"}, {"CUMULUS_SAMPLE_LEDGER", ledger}});
+  ASSERT_EQ(first.exit_code, 75) << first.output;
+  const ProcessResult second =
+      runProcess(train("x", {"--resume", "auto"}), alone({{"CUMULUS_SAMPLE_LEDGER", ledger}}));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("world size 2 -> 1: re-sharding each global batch of 64"),
+            std::string::npos)
+      << second.output;
+  SampleLedger book;
+  for (const char* suffix : {".rank0", ".rank1"}) book.readFile(ledger + suffix);
+  book.dropReplayedSteps();
+  EXPECT_EQ(book.epochs(), (std::set<int64_t>{0, 1}));
+  std::set<int64_t> all;
+  for (int64_t i = 0; i < 1024; ++i) all.insert(i);  // 1024 samples, 16 full batches of 64
+  for (int64_t epoch : {0, 1}) {
+    const auto problems = book.checkEpoch(epoch, all);
+    EXPECT_TRUE(problems.empty()) << problems.size() << " problems, first: " << problems[0];
+  }
+  EXPECT_EQ(book.records(), 9u * 2 + 23u);
+}
+
+// True once `pid` catches SIGTERM (its handler is installed): /proc/PID/status SigCgt, bit 14.
+bool catchesSigterm(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> 14) & 1;
+  }
+  return false;
+}
+
+// A notice while a worker still waits for its group (here: a Store that is not there) must not
+// keep it alive past --preemption-grace: the deadline covers start-up, not just the loop.
+TEST_F(ResumeProcessTest, NoticeDuringStartUpExits75WithinTheGrace) {
+  std::atomic<bool> stop{false};
+  std::atomic<pid_t> child{0};
+  std::thread notifier([&] {
+    while (!stop && (child == 0 || !catchesSigterm(child))) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!stop) ::kill(child, SIGTERM);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const ProcessResult r =
+      runProcess(train("x", {"--preemption-grace", "1", "--set", "comm.timeout_seconds=60"}),
+                 alone({{"WORLD_SIZE", "2"},
+                        {"RANK", "1"},
+                        {"LOCAL_RANK", "1"},
+                        {"LOCAL_WORLD_SIZE", "2"},
+                        {"MASTER_ADDR", "127.0.0.1"},
+                        {"MASTER_PORT", "1"}}),
+                 {}, 30, [&](pid_t pid) { child = pid; });
+  stop = true;
+  notifier.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("cumulus-train: preemption grace of 1.0 s ran out before this worker "
+                          "could checkpoint and stop; exiting with code 75"),
+            std::string::npos)
+      << r.output;
+  EXPECT_LT(seconds, 20);
+}
+
+std::vector<pid_t> childrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  const std::string task = "/proc/" + std::to_string(parent) + "/task";
+  for (const auto& entry : fs::directory_iterator(task)) {
+    std::ifstream in(entry.path() / "children");
+    for (pid_t pid; in >> pid;) out.push_back(pid);
+  }
+  return out;
+}
+
+// SIGKILL of one worker: cumulus-run restarts the group, which resumes from the newest checkpoint
+// and ends with the parameters of a run that never failed.
+TEST_F(ResumeProcessTest, KilledWorkerIsRestartedAndResumes) {
+  const std::vector<std::string> sets = {"--set", "checkpoint.every_steps=4",
+                                         "--set", "trainer.epochs=6",
+                                         "--set", "trainer.log_every_steps=1"};
+  auto with = [&](std::vector<std::string> more) {
+    for (const auto& s : sets) more.push_back(s);
+    return more;
+  };
+  const std::string expected = digestOf(runProcess(group(2, train("base", with({})))));
+  bool killed = false;
+  const ProcessResult run =
+      runProcess(group(2, train("x", with({})), {"--max-restarts=2"}), {},
+                 [&](const std::string& line, pid_t launcher) {
+                   if (!killed && line.find("checkpoint step 8:") != std::string::npos) {
+                     const auto workers = childrenOf(launcher);
+                     if (workers.empty()) return;
+                     killed = true;
+                     ::kill(workers.back(), SIGKILL);
+                   }
+                 });
+  ASSERT_TRUE(killed) << run.output;
+  EXPECT_NE(run.output.find("resuming from " + (dir_ / "x" / "checkpoints").string()),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(digestOf(run), expected);
+}
+
+}  // namespace
+}  // namespace cumulus::trainer

@@ -1,0 +1,226 @@
+// planResume (what a resume keeps, refuses, re-shards) and the sample ledger.
+#include "trainer/resume.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+
+#include "configs/parse.h"
+#include "data/sampler.h"
+#include "trainer/checkpoint_snapshot.h"
+
+namespace cumulus::trainer {
+namespace {
+
+std::string errorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+proto::CheckpointState stateFor(const configs::Experiment& e, uint64_t step, uint64_t epoch,
+                                uint64_t cursor, uint32_t world) {
+  proto::CheckpointState state;
+  state.set_format_version(kResumableFormatVersion);
+  state.set_config_yaml(configs::toYaml(e));
+  state.set_step(step);
+  state.set_epoch(epoch);
+  state.set_sampler_cursor(cursor);
+  state.set_world_size(world);
+  state.set_samples_seen(step * e.trainer.global_batch_size);
+  return state;
+}
+
+TEST(ResumeTest, FormatVersionMatchesTheWriter) {
+  EXPECT_EQ(kResumableFormatVersion, kCheckpointFormatVersion);
+}
+
+TEST(ResumeTest, ModeFromFlag) {
+  EXPECT_EQ(ResumeMode::parse("auto").kind, ResumeMode::Kind::kAuto);
+  EXPECT_EQ(ResumeMode::parse("none").kind, ResumeMode::Kind::kNone);
+  EXPECT_EQ(ResumeMode::parse("").kind, ResumeMode::Kind::kNone);
+  const ResumeMode path = ResumeMode::parse("runs/x/checkpoints/step-00000040");
+  EXPECT_EQ(path.kind, ResumeMode::Kind::kPath);
+  EXPECT_EQ(path.path, "runs/x/checkpoints/step-00000040");
+  EXPECT_EQ(ResumeMode::defaultFor(true).kind, ResumeMode::Kind::kAuto);
+  EXPECT_EQ(ResumeMode::defaultFor(false).kind, ResumeMode::Kind::kNone);
+}
+
+TEST(ResumeTest, SameConfigAndWorldRestoresPosition) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = 64;
+  const ResumePlan plan = planResume(e, 2, stateFor(e, 40, 1, 640, 2), "/c/step-00000040", false);
+  EXPECT_EQ(plan.step, 40);
+  EXPECT_EQ(plan.sampler, (data::SamplerState{1, 640}));
+  EXPECT_EQ(plan.samples_seen, 40u * 64u);
+  EXPECT_FALSE(plan.world_size_changed);
+  EXPECT_TRUE(plan.config_changes.empty());
+  ASSERT_EQ(plan.notes.size(), 1u);
+  EXPECT_EQ(plan.notes[0],
+            "resuming from /c/step-00000040 at step 40 (epoch 1, sample 640 of the epoch)");
+}
+
+TEST(ResumeTest, OtherWorldSizeKeepsTheGlobalCursor) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = 64;
+  const ResumePlan plan = planResume(e, 1, stateFor(e, 12, 0, 768, 2), "/c/step-00000012", false);
+  EXPECT_TRUE(plan.world_size_changed);
+  EXPECT_EQ(plan.saved_world_size, 2u);
+  EXPECT_EQ(plan.sampler, (data::SamplerState{0, 768}));
+  ASSERT_EQ(plan.notes.size(), 2u);
+  EXPECT_EQ(plan.notes[1],
+            "world size 2 -> 1: re-sharding each global batch of 64 from the "
+            "global cursor");
+}
+
+TEST(ResumeTest, ConfigChangeIsRefusedNamingEveryKey) {
+  configs::Experiment saved;
+  configs::Experiment now = saved;
+  now.optimizer.lr = 0.05;
+  now.trainer.seed = 7;
+  now.trainer.log_every_steps = 3;  // operational: not listed as a reason
+  const std::string error = errorOf(
+      [&] { planResume(now, 1, stateFor(saved, 5, 0, 640, 1), "/c/step-00000005", false); });
+  EXPECT_EQ(error,
+            "checkpoint /c/step-00000005: the experiment differs from the one that wrote it in 2 "
+            "keys:\n  optimizer.lr: 0.1 -> 0.05\n  trainer.seed: 0 -> 7\nrerun with "
+            "--allow-config-change to continue with the new values, or with --resume none to "
+            "start over");
+}
+
+TEST(ResumeTest, ConfigChangeAcceptedWhenAllowed) {
+  configs::Experiment saved;
+  configs::Experiment now = saved;
+  now.optimizer.lr = 0.05;
+  const ResumePlan plan =
+      planResume(now, 1, stateFor(saved, 5, 0, 640, 1), "/c/step-00000005", true);
+  EXPECT_EQ(plan.config_changes, std::vector<std::string>{"optimizer.lr: 0.1 -> 0.05"});
+  EXPECT_EQ(plan.notes.back(), "config: optimizer.lr: 0.1 -> 0.05");
+}
+
+TEST(ResumeTest, OperationalChangesNeedNoFlag) {
+  configs::Experiment saved;
+  configs::Experiment now = saved;
+  now.trainer.run_dir = "runs/elsewhere";
+  now.checkpoint.every_steps = 10;
+  now.comm.algorithm = "ring";
+  now.launch.nproc_per_node = 4;
+  now.trainer.threads = 2;
+  EXPECT_TRUE(semanticDiffKeys(saved, now).empty());
+  const ResumePlan plan =
+      planResume(now, 1, stateFor(saved, 5, 0, 640, 1), "/c/step-00000005", false);
+  EXPECT_EQ(plan.config_changes.size(), 5u);
+}
+
+TEST(ResumeTest, ModelOrOptimizerChangeIsRefusedEvenWhenAllowed) {
+  configs::Experiment saved;
+  configs::Experiment now = saved;
+  now.model.name = "convnet";
+  EXPECT_EQ(
+      errorOf([&] { planResume(now, 1, stateFor(saved, 5, 0, 0, 1), "/c/step-00000005", true); }),
+      "checkpoint /c/step-00000005: it holds a 'mlp' model, not 'convnet'; use --resume "
+      "none to start over");
+  now = saved;
+  now.optimizer.name = "adamw";
+  EXPECT_EQ(
+      errorOf([&] { planResume(now, 1, stateFor(saved, 5, 0, 0, 1), "/c/step-00000005", true); }),
+      "checkpoint /c/step-00000005: it holds 'sgd' optimizer state, not 'adamw'; use "
+      "--resume none to start over");
+}
+
+TEST(ResumeTest, BadStateIsRefused) {
+  configs::Experiment e;
+  proto::CheckpointState state = stateFor(e, 5, 0, 640, 1);
+  state.set_format_version(9);
+  EXPECT_EQ(errorOf([&] { planResume(e, 1, state, "/c/s", false); }),
+            "checkpoint /c/s: format version 9 is not the supported 1; resume it with the "
+            "Cumulus version that wrote it, or use --resume none");
+  state = stateFor(e, 5, 0, 100, 1);
+  EXPECT_EQ(errorOf([&] { planResume(e, 1, state, "/c/s", false); }),
+            "checkpoint /c/s: sampler cursor 100 is not a multiple of trainer.global_batch_size "
+            "128; resume with the global batch it was written with");
+  state = stateFor(e, 5, 0, 0, 1);
+  state.set_config_yaml("trainer: [");
+  EXPECT_NE(errorOf([&] {
+              planResume(e, 1, state, "/c/s", false);
+            }).find("checkpoint /c/s: its recorded config does not parse"),
+            std::string::npos);
+}
+
+// Ledger of a world-size change 2 -> 1 mid-epoch, driven by the real sampler: after dropping the
+// steps the first launch lost, every sample of the epoch was consumed exactly once.
+TEST(SampleLedgerTest, ReshardedRunConsumesEverySampleOnce) {
+  const int64_t n = 100, batch = 8;
+  std::set<int64_t> expected;
+  {
+    data::DistributedSampler full(n, batch, 3, true, true);
+    for (int64_t k = 0; k < full.stepsPerEpoch(); ++k, full.advance()) {
+      for (int64_t i : full.globalBatch()) expected.insert(i);
+    }
+  }
+  ASSERT_EQ(expected.size(), 96u);  // drop_last: 12 batches of 8
+
+  data::DistributedSampler sampler(n, batch, 3, true, true);
+  SampleLedger ledger;
+  data::SamplerState checkpoint;
+  for (int64_t step = 0; step < 7; ++step) {  // launch 1, world 2; checkpoint after step 4
+    for (int64_t r = 0; r < 2; ++r) ledger.record(1, 0, step, r, sampler.localIndices(r, 2));
+    sampler.advance();
+    if (step == 4) checkpoint = sampler.state();
+  }
+  data::DistributedSampler resumed(n, batch, 3, true, true);
+  resumed.restore(checkpoint);
+  for (int64_t step = 5; resumed.state().epoch == 0; ++step) {  // launch 2, world 1
+    ledger.record(2, 0, step, 0, resumed.localIndices(0, 1));
+    resumed.advance();
+  }
+  const auto doubled = ledger.checkEpoch(0, expected);
+  EXPECT_EQ(doubled.size(), 16u);  // the 2 lost steps' 16 samples
+  EXPECT_NE(doubled[0].find(" consumed 2 times (step "), std::string::npos) << doubled[0];
+  ledger.dropReplayedSteps();
+  EXPECT_EQ(ledger.checkEpoch(0, expected), std::vector<std::string>{});
+  EXPECT_EQ(ledger.records(), 10u + 7u);
+}
+
+TEST(SampleLedgerTest, FileRoundTripAndProblems) {
+  char path[] = "/tmp/cumulus_ledger_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  {
+    std::ofstream out(path);
+    out << ledgerLine(7, 0, 0, 0, {3, 1}) << ledgerLine(7, 0, 0, 1, {2})
+        << ledgerLine(7, 1, 1, 0, {});
+  }
+  SampleLedger ledger;
+  ledger.readFile(path);
+  EXPECT_EQ(ledger.records(), 3u);
+  EXPECT_EQ(ledger.epochs(), (std::set<int64_t>{0, 1}));
+  EXPECT_TRUE(ledger.checkEpoch(0, {1, 2, 3}).empty());
+  EXPECT_EQ(ledger.checkEpoch(0, {1, 2, 3, 4}),
+            std::vector<std::string>{"epoch 0: sample 4 never consumed"});
+  EXPECT_EQ(ledger.checkEpoch(0, {1, 2}),
+            std::vector<std::string>{"epoch 0: sample 3 is not in the epoch (step 0 rank 0)"});
+  ledger.record(7, 0, 1, 0, {2});
+  EXPECT_EQ(ledger.checkEpoch(0, {1, 2, 3}),
+            std::vector<std::string>{"epoch 0: sample 2 consumed 2 times (step 0 rank 1, step 1 "
+                                     "rank 0)"});
+  {
+    std::ofstream out(path, std::ios::app);
+    out << "7 0 x 1 2\n";
+  }
+  EXPECT_EQ(
+      errorOf([&] { ledger.readFile(path); }),
+      std::string(path) + ":4: not a ledger line \"LAUNCH EPOCH STEP RANK i,j,...\": 7 0 x 1 2");
+  std::remove(path);
+}
+
+}  // namespace
+}  // namespace cumulus::trainer

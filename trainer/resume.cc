@@ -1,0 +1,230 @@
+#include "trainer/resume.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <tuple>
+
+#include "configs/digest.h"
+#include "configs/parse.h"
+
+namespace cumulus::trainer {
+
+const std::vector<std::string> kOperationalKeyPrefixes = {"name",
+                                                          "trainer.run_dir",
+                                                          "trainer.log_every_steps",
+                                                          "trainer.threads",
+                                                          "eval.",
+                                                          "checkpoint.",
+                                                          "comm.",
+                                                          "launch."};
+
+namespace {
+
+bool isOperational(const std::string& key) {
+  for (const std::string& prefix : kOperationalKeyPrefixes) {
+    if (key.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+std::string keyOf(const std::string& describe_line) {
+  return describe_line.substr(0, describe_line.find(": "));
+}
+
+}  // namespace
+
+ResumeMode ResumeMode::parse(const std::string& text) {
+  ResumeMode mode;
+  if (text.empty() || text == "none") {
+    mode.kind = Kind::kNone;
+  } else if (text == "auto") {
+    mode.kind = Kind::kAuto;
+  } else {
+    mode.kind = Kind::kPath;
+    mode.path = text;
+  }
+  return mode;
+}
+
+ResumeMode ResumeMode::defaultFor(bool under_launcher) {
+  ResumeMode mode;
+  mode.kind = under_launcher ? Kind::kAuto : Kind::kNone;
+  return mode;
+}
+
+std::vector<std::string> semanticDiffKeys(const configs::Experiment& before,
+                                          const configs::Experiment& after) {
+  std::vector<std::string> keys;
+  for (const std::string& key : configs::diffKeys(before, after)) {
+    if (!isOperational(key)) keys.push_back(key);
+  }
+  return keys;
+}
+
+ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
+                      const proto::CheckpointState& state, const std::string& checkpoint_path,
+                      bool allow_config_change) {
+  const std::string where = "checkpoint " + checkpoint_path + ": ";
+  if (state.format_version() != kResumableFormatVersion) {
+    throw ResumeError(where + "format version " + std::to_string(state.format_version()) +
+                      " is not the supported " + std::to_string(kResumableFormatVersion) +
+                      "; resume it with the Cumulus version that wrote it, or use --resume none");
+  }
+  configs::Experiment saved;
+  try {
+    saved = configs::parseExperiment(state.config_yaml(), checkpoint_path + "/state.pb config");
+  } catch (const std::exception& e) {
+    throw ResumeError(where + "its recorded config does not parse (" + e.what() +
+                      "); use --resume none to start over");
+  }
+
+  ResumePlan plan;
+  plan.checkpoint_path = checkpoint_path;
+  plan.config_changes = configs::describeDiff(saved, current);
+  std::vector<std::string> semantic;
+  for (const std::string& line : plan.config_changes) {
+    if (!isOperational(keyOf(line))) semantic.push_back(line);
+  }
+  if (!semantic.empty() && !allow_config_change) {
+    std::string text = where + "the experiment differs from the one that wrote it in " +
+                       std::to_string(semantic.size()) + (semantic.size() == 1 ? " key" : " keys") +
+                       ":";
+    for (const std::string& line : semantic) text += "\n  " + line;
+    text +=
+        "\nrerun with --allow-config-change to continue with the new values, or with "
+        "--resume none to start over";
+    throw ResumeError(text);
+  }
+  // Under --allow-config-change the model and optimizer must still match what the tensors are.
+  if (saved.model.name != current.model.name) {
+    throw ResumeError(where + "it holds a '" + saved.model.name + "' model, not '" +
+                      current.model.name + "'; use --resume none to start over");
+  }
+  if (saved.optimizer.name != current.optimizer.name) {
+    throw ResumeError(where + "it holds '" + saved.optimizer.name + "' optimizer state, not '" +
+                      current.optimizer.name + "'; use --resume none to start over");
+  }
+  const int64_t batch = current.trainer.global_batch_size;
+  if (static_cast<int64_t>(state.sampler_cursor()) % batch != 0) {
+    throw ResumeError(where + "sampler cursor " + std::to_string(state.sampler_cursor()) +
+                      " is not a multiple of trainer.global_batch_size " + std::to_string(batch) +
+                      "; resume with the global batch it was written with");
+  }
+
+  plan.step = static_cast<int64_t>(state.step());
+  plan.sampler.epoch = static_cast<int64_t>(state.epoch());
+  plan.sampler.cursor = static_cast<int64_t>(state.sampler_cursor());
+  plan.samples_seen = state.samples_seen();
+  plan.saved_world_size = state.world_size();
+  plan.world_size_changed = static_cast<int64_t>(state.world_size()) != world_size;
+
+  plan.notes.push_back("resuming from " + checkpoint_path + " at step " +
+                       std::to_string(plan.step) + " (epoch " + std::to_string(plan.sampler.epoch) +
+                       ", sample " + std::to_string(plan.sampler.cursor) + " of the epoch)");
+  if (plan.world_size_changed) {
+    plan.notes.push_back("world size " + std::to_string(state.world_size()) + " -> " +
+                         std::to_string(world_size) + ": re-sharding each global batch of " +
+                         std::to_string(batch) + " from the global cursor");
+  }
+  for (const std::string& line : plan.config_changes) plan.notes.push_back("config: " + line);
+  return plan;
+}
+
+std::string ledgerLine(int64_t launch, int64_t epoch, int64_t step, int64_t rank,
+                       const std::vector<int64_t>& indices) {
+  std::ostringstream out;
+  out << launch << ' ' << epoch << ' ' << step << ' ' << rank << ' ';
+  for (size_t i = 0; i < indices.size(); ++i) out << (i ? "," : "") << indices[i];
+  out << '\n';
+  return out.str();
+}
+
+void SampleLedger::record(int64_t launch, int64_t epoch, int64_t step, int64_t rank,
+                          const std::vector<int64_t>& indices) {
+  records_.push_back(Record{launch, epoch, step, rank, indices});
+}
+
+void SampleLedger::readFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    std::istringstream fields(line);
+    int64_t launch = -1, epoch = -1, step = -1, rank = -1;
+    fields >> launch >> epoch >> step >> rank;
+    if (!fields || launch < 0 || epoch < 0 || step < 0 || rank < 0) {
+      throw std::runtime_error(path + ":" + std::to_string(number) +
+                               ": not a ledger line \"LAUNCH EPOCH STEP RANK i,j,...\": " + line);
+    }
+    std::string list;
+    fields >> list;  // empty for a rank with no share of a short batch
+    std::vector<int64_t> indices;
+    std::istringstream items(list);
+    for (std::string item; std::getline(items, item, ',');) {
+      size_t used = 0;
+      int64_t value = -1;
+      try {
+        value = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != item.size() || value < 0) {
+        throw std::runtime_error(path + ":" + std::to_string(number) + ": bad index '" + item +
+                                 "'");
+      }
+      indices.push_back(value);
+    }
+    record(launch, epoch, step, rank, indices);
+  }
+}
+
+void SampleLedger::dropReplayedSteps() {
+  std::map<std::pair<int64_t, int64_t>, int64_t> newest;  // (epoch, step) -> launch
+  for (const Record& r : records_) {
+    int64_t& launch = newest.try_emplace({r.epoch, r.step}, r.launch).first->second;
+    launch = std::max(launch, r.launch);
+  }
+  std::vector<Record> kept;
+  for (Record& r : records_) {
+    if (newest.at({r.epoch, r.step}) == r.launch) kept.push_back(std::move(r));
+  }
+  records_ = std::move(kept);
+}
+
+std::vector<std::string> SampleLedger::checkEpoch(int64_t epoch,
+                                                  const std::set<int64_t>& expected) const {
+  std::map<int64_t, std::vector<std::string>> seen;  // sample -> "step S rank R" per consumption
+  for (const Record& r : records_) {
+    if (r.epoch != epoch) continue;
+    for (int64_t index : r.indices) {
+      seen[index].push_back("step " + std::to_string(r.step) + " rank " + std::to_string(r.rank));
+    }
+  }
+  std::vector<std::string> problems;
+  const std::string prefix = "epoch " + std::to_string(epoch) + ": sample ";
+  for (const auto& [index, where] : seen) {
+    if (!expected.count(index)) {
+      problems.push_back(prefix + std::to_string(index) + " is not in the epoch (" + where[0] +
+                         ")");
+    } else if (where.size() > 1) {
+      std::string text =
+          prefix + std::to_string(index) + " consumed " + std::to_string(where.size()) + " times (";
+      for (size_t i = 0; i < where.size(); ++i) text += (i ? ", " : "") + where[i];
+      problems.push_back(text + ")");
+    }
+  }
+  for (int64_t index : expected) {
+    if (!seen.count(index)) problems.push_back(prefix + std::to_string(index) + " never consumed");
+  }
+  return problems;
+}
+
+std::set<int64_t> SampleLedger::epochs() const {
+  std::set<int64_t> out;
+  for (const Record& r : records_) out.insert(r.epoch);
+  return out;
+}
+
+}  // namespace cumulus::trainer

@@ -1,0 +1,114 @@
+#include "trainer/training_checkpoint.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "configs/digest.h"
+#include "configs/parse.h"
+#include "configs/sha256.h"
+#include "models/model.h"
+#include "trainer/optimizer.h"
+#include "trainer/resume.h"
+
+namespace cumulus::trainer {
+namespace {
+
+NamedTensors modelTensors(models::Model& model) {
+  NamedTensors tensors = model.namedParameters();
+  for (auto& buffer : model.namedBuffers()) tensors.push_back(std::move(buffer));
+  return tensors;
+}
+
+std::vector<std::string> parameterNames(models::Model& model) {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : model.namedParameters()) names.push_back(name);
+  return names;
+}
+
+std::string shapeOf(const torch::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+}  // namespace
+
+CheckpointSnapshot captureSnapshot(models::Model& model, const Optimizer& optimizer,
+                                   const configs::Experiment& config, const RunEnv& env,
+                                   const TrainingPosition& position) {
+  CheckpointSnapshot snapshot;
+  snapshot.model = cloneTensors(modelTensors(model));
+  addOptimizerState(optimizer.exportState(), parameterNames(model), snapshot);
+  proto::CheckpointState& s = snapshot.state;
+  s.set_step(static_cast<uint64_t>(position.steps_done));
+  s.set_epoch(static_cast<uint64_t>(position.sampler.epoch));
+  s.set_sampler_cursor(static_cast<uint64_t>(position.sampler.cursor));
+  s.set_seed(config.trainer.seed);
+  s.set_config_digest(configs::configDigest(config));
+  s.set_world_size(static_cast<uint32_t>(env.world_size));
+  s.set_global_batch(static_cast<uint64_t>(config.trainer.global_batch_size));
+  s.set_framework_version("cumulus 0.1, libtorch " TORCH_VERSION);
+  s.set_format_version(kCheckpointFormatVersion);
+  s.set_config_yaml(configs::toYaml(config));
+  s.set_model(config.model.name);
+  s.set_optimizer(config.optimizer.name);
+  s.set_samples_seen(position.samples_seen);
+  s.set_preempted(position.preempted);
+  s.set_generation(static_cast<uint64_t>(env.generation));
+  s.set_run_id(env.run_id);
+  s.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count());
+  s.set_learning_rate(position.learning_rate);
+  return snapshot;
+}
+
+void restoreTraining(const CheckpointSnapshot& snapshot, models::Model& model, Optimizer& optimizer,
+                     const std::string& checkpoint_path) {
+  const std::string where = "checkpoint " + checkpoint_path + ": ";
+  std::map<std::string, torch::Tensor> saved;
+  for (const auto& [name, tensor] : snapshot.model) saved.emplace(name, tensor);
+  std::set<std::string> used;
+  torch::NoGradGuard no_grad;
+  for (auto& [name, live] : modelTensors(model)) {
+    auto it = saved.find(name);
+    if (it == saved.end()) {
+      throw ResumeError(where + "model.pt has no tensor '" + name +
+                        "' that the model has; it was written for another model");
+    }
+    if (!it->second.sizes().equals(live.sizes()) || it->second.dtype() != live.dtype()) {
+      throw ResumeError(where + "model.pt tensor '" + name + "' has shape " + shapeOf(it->second) +
+                        ", the model's is " + shapeOf(live));
+    }
+    live.copy_(it->second);
+    used.insert(name);
+  }
+  for (const auto& [name, tensor] : saved) {
+    if (!used.count(name)) {
+      throw ResumeError(where + "model.pt has a tensor '" + name +
+                        "' that the model does not; it was written for another model");
+    }
+  }
+  try {
+    optimizer.importState(optimizerStateFrom(snapshot, parameterNames(model)));
+  } catch (const std::invalid_argument& e) {
+    throw ResumeError(where + "optim.pt: " + e.what());
+  }
+}
+
+std::string parameterDigest(models::Model& model) {
+  configs::Sha256 hash;
+  for (const auto& [name, tensor] : modelTensors(model)) {
+    const torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
+    const std::string header = name + "|" + shapeOf(t) + "|" + std::string(t.dtype().name()) + "|";
+    hash.update(header);
+    hash.update(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+  }
+  return configs::toHex(hash.digest());
+}
+
+}  // namespace cumulus::trainer

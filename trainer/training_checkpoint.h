@@ -1,0 +1,51 @@
+#pragma once
+// The bridge between a live training run and a CheckpointSnapshot: what the training loop captures
+// at a step boundary and what a resume puts back (DESIGN.md "Checkpoints"). The decision whether
+// a checkpoint may be resumed is resume.h's; this file only moves the state.
+//
+// Captured: the model's parameters and buffers (deep CPU copies, so training may go on while a
+// background save encodes them), the optimizer's exported state, and state.pb (step, sampler
+// epoch and global cursor, config digest and YAML, world size, ...). Not captured: an RNG state,
+// because the trainer reseeds torch from (seed, epoch, step, rank) at every step.
+// Call from the training thread at a step boundary. Not thread-safe.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "configs/experiment.h"
+#include "data/sampler.h"
+#include "trainer/checkpoint_snapshot.h"
+#include "trainer/run_env.h"
+
+namespace cumulus::models {
+class Model;
+}
+
+namespace cumulus::trainer {
+
+class Optimizer;
+
+struct TrainingPosition {
+  int64_t steps_done = 0;      // completed optimizer steps: the checkpoint's step
+  data::SamplerState sampler;  // after the last completed step
+  uint64_t samples_seen = 0;   // global samples consumed since the start of training
+  double learning_rate = 0;    // of the last step
+  bool preempted = false;      // taken at an agreed preemption stop
+};
+
+CheckpointSnapshot captureSnapshot(models::Model& model, const Optimizer& optimizer,
+                                   const configs::Experiment& config, const RunEnv& env,
+                                   const TrainingPosition& position);
+
+// Copies the snapshot's model tensors into `model`'s parameters and buffers, by name, and imports
+// the optimizer state. Throws ResumeError naming `checkpoint_path` and the tensor for a missing,
+// extra or differently shaped tensor, or an optimizer state the optimizer rejects.
+void restoreTraining(const CheckpointSnapshot& snapshot, models::Model& model, Optimizer& optimizer,
+                     const std::string& checkpoint_path);
+
+// SHA-256 (hex) over the names, shapes, dtypes and bytes of the model's parameters and buffers:
+// "bit-identical parameters" as one string, for tests and logs.
+std::string parameterDigest(models::Model& model);
+
+}  // namespace cumulus::trainer
