@@ -93,6 +93,11 @@ def load_config(path, overrides):
         if not sep or len(parts) != 2:
             sys.exit("ddp_train.py: --set %r: expected SECTION.KEY=VALUE" % item)
         config.setdefault(parts[0], {})[parts[1]] = yaml.safe_load(value)
+    # PyYAML reads "1e-8" (no dot) as a string; the defaults' types say what each key is.
+    for section, keys in DEFAULTS.items():
+        for key, default in keys.items():
+            if isinstance(default, float):
+                config[section][key] = float(config[section][key])
     if config["trainer"]["grad_accumulation"] != 1 or config["trainer"]["grad_clip_norm"] > 0:
         sys.exit("ddp_train.py: %s: grad_accumulation > 1 and grad_clip_norm are not mirrored"
                  % path)
