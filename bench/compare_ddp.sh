@@ -4,11 +4,12 @@
 # bench/ddp_train.py, at each world size, alternately (cumulus, ddp, cumulus, ddp, …) so that
 # the background load of a shared machine hits both alike. Per (experiment, world) it prints
 # the median samples/s of each over the rounds, their ratio (cumulus / ddp, > 1 = we are
-# faster) and the test accuracy each reached after the same steps, and writes every run and
-# every summary as JSON lines to --out.
+# faster), the median of the per-round ratios ("paired": a round's two runs ran back to back,
+# so it cancels slow drifts of the load better) and the test accuracy each reached after the
+# same steps, and writes every run and every summary as JSON lines to --out.
 #
-#   bench/compare_ddp.sh [--experiments "mlp convnet"] [--worlds "1 2"] [--rounds 2]
-#                        [--mlp-steps 400] [--convnet-steps 60] [--skip-steps 10]
+#   bench/compare_ddp.sh [--experiments "mlp convnet"] [--worlds "1 2"] [--rounds 3]
+#                        [--mlp-steps 300] [--convnet-steps 40] [--skip-steps 10]
 #                        [--set KEY=VALUE]... [--bin-dir build/bin] [--out FILE] [--quick]
 #
 # samples/s, both sides: global batch x timed steps / their summed step time, on rank 0, steps
@@ -19,7 +20,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-experiments="mlp convnet"; worlds="1 2"; rounds=2; mlp_steps=400; convnet_steps=60; skip=10
+experiments="mlp convnet"; worlds="1 2"; rounds=3; mlp_steps=300; convnet_steps=40; skip=10
 bin_dir="$root/build/bin"; out="$here/results/ddp.jsonl"; sets=()
 python=/usr/bin/python3  # Debian's, with torch; the first python3 on PATH may lack it
 while [ $# -gt 0 ]; do
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
     --bin-dir) bin_dir="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --quick) rounds=1; mlp_steps=150; convnet_steps=20; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare_ddp.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -127,8 +128,8 @@ keys = []
 for r in runs:
     if (r["experiment"], r["world_size"]) not in keys:
         keys.append((r["experiment"], r["world_size"]))
-print("%-8s %5s %5s %12s %12s %7s %16s %9s %9s" % (
-    "exp", "world", "steps", "cumulus sa/s", "ddp sa/s", "ratio", "round ratios",
+print("%-8s %5s %5s %12s %12s %7s %7s %-20s %8s %8s" % (
+    "exp", "world", "steps", "cumulus sa/s", "ddp sa/s", "ratio", "paired", "round ratios",
     "acc cum", "acc ddp"))
 summaries = []
 for exp, world in keys:
@@ -147,11 +148,13 @@ for exp, world in keys:
          "steps": side["cumulus"][0]["steps"], "rounds": len(rounds),
          "cumulus_samples_per_sec": med["cumulus"], "ddp_samples_per_sec": med["ddp"],
          "ratio": med["cumulus"] / med["ddp"], "round_ratios": per_round,
+         "median_round_ratio": statistics.median(per_round) if per_round else None,
          "cumulus_test_accuracy": acc["cumulus"], "ddp_test_accuracy": acc["ddp"]}
     summaries.append(s)
-    print("%-8s %5d %5d %12.0f %12.0f %6.2fx %16s %9.4f %9.4f" % (
+    print("%-8s %5d %5d %12.0f %12.0f %6.2fx %6.2fx %-20s %8.4f %8.4f" % (
         exp, world, s["steps"], med["cumulus"], med["ddp"], s["ratio"],
-        ",".join("%.2f" % x for x in per_round), acc["cumulus"], acc["ddp"]))
+        s["median_round_ratio"] or 0, ",".join("%.2f" % x for x in per_round),
+        acc["cumulus"], acc["ddp"]))
 with open(sys.argv[1], "a") as f:
     for s in summaries:
         line = json.dumps(s)
