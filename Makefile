@@ -19,8 +19,10 @@ configure: setup $(BUILD_DIR)/build.ninja
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# Two workers on this machine through the launcher (flags win over the experiment's launch:).
+NPROC ?= 2
 run: build
-	$(BUILD_DIR)/bin/cumulus-train $(CONFIG) $(ARGS)
+	$(BUILD_DIR)/bin/cumulus-run --nproc-per-node $(NPROC) -- $(BUILD_DIR)/bin/cumulus-train $(CONFIG) $(ARGS)
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600

@@ -1,6 +1,9 @@
 // cumulus-train: trains one experiment in this process (one worker of the group).
 //
-//   cumulus-train CONFIG.yaml [--set key=value]... [--print-config] [--help]
+//   cumulus-train CONFIG.yaml [--set key=value]... [--trace PATH] [--print-config] [--help]
+//
+// Alone (no WORLD_SIZE, or 1) it trains by itself. Started by cumulus-run (WORLD_SIZE > 1 and
+// the rest of the torchrun environment) it joins the group: see trainer/process_group.h.
 //
 // Exit codes: 0 done; 2 the user must fix something (usage, config, dataset, environment);
 // 1 the run failed (diverged, LibTorch error, an output could not be written).
@@ -9,12 +12,16 @@
 
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/error.h"
 #include "configs/cli.h"
 #include "configs/parse.h"
+#include "trainer/process_group.h"
 #include "trainer/run_env.h"
+#include "trainer/trace.h"
 #include "trainer/trainer.h"
 
 namespace {
@@ -24,8 +31,28 @@ constexpr int kExitUsage = 2;
 constexpr const char* kProgram = "cumulus-train";
 
 cumulus::configs::CliSpec cliSpec() {
-  return {
-      kProgram, "Trains one worker of an experiment (WORLD_SIZE 1 for now).", "CONFIG", true, {}};
+  return {kProgram,
+          "Trains one worker of an experiment (alone, or one rank of a cumulus-run group).",
+          "CONFIG",
+          true,
+          {{"trace", "PATH",
+            "write a Chrome trace of the steps (Perfetto); a group rank inserts .rank<N> or fills "
+            "{rank}"}}};
+}
+
+// "{rank}" is replaced by the rank; otherwise, in a group, ".rank<N>" goes before the extension.
+std::string tracePath(std::string path, int64_t rank, int64_t world) {
+  const std::string r = std::to_string(rank);
+  if (const size_t at = path.find("{rank}"); at != std::string::npos) {
+    return path.replace(at, 6, r);
+  }
+  if (world <= 1) return path;
+  const size_t slash = path.rfind('/');
+  const size_t dot = path.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) {
+    return path + ".rank" + r;
+  }
+  return path.substr(0, dot) + ".rank" + r + path.substr(dot);
 }
 
 int fail(int code, const std::string& message) {
@@ -46,16 +73,31 @@ int runMain(int argc, char** argv) {
     return 0;
   }
   const trainer::RunEnv env = trainer::RunEnv::fromEnvironment();
-  if (env.world_size > 1) {
-    return fail(kExitUsage, "WORLD_SIZE=" + std::to_string(env.world_size) +
-                                ": this build trains with one worker only; multi-worker "
-                                "training arrives with cumulus-run");
-  }
   trainer::TrainerOptions options;
   options.console = &std::cout;
   options.live_progress = isatty(STDOUT_FILENO) == 1;
+  // Declared before the trainer, so they outlive it.
+  std::unique_ptr<trainer::TraceRecorder> trace;
+  std::unique_ptr<trainer::ProcessGroup> group;
+  if (args.has("trace")) {
+    trace = std::make_unique<trainer::TraceRecorder>(static_cast<int>(env.rank));
+    options.trace = trace.get();
+  }
+  if (env.world_size > 1) {
+    group = std::make_unique<trainer::ProcessGroup>(trainer::GroupEnv::fromEnvironment(),
+                                                    experiment.comm);
+    options.group = group.get();
+    std::cout << "rank " << env.rank << " of " << env.world_size << ": connected (generation "
+              << env.generation << ", comm.algorithm " << experiment.comm.algorithm << ")"
+              << std::endl;
+  }
   trainer::Trainer trainer(experiment, env, options);
   trainer.run();
+  if (trace) {
+    const std::string path = tracePath(args.value("trace"), env.rank, env.world_size);
+    trace->write(path);
+    std::cout << "trace: " << path << std::endl;
+  }
   return 0;
 }
 
@@ -75,6 +117,8 @@ int main(int argc, char** argv) {
   } catch (const cumulus::trainer::EnvError& e) {
     return fail(kExitUsage, e.what());
   } catch (const cumulus::trainer::SetupError& e) {
+    return fail(kExitUsage, e.what());
+  } catch (const cumulus::trainer::GroupError& e) {
     return fail(kExitUsage, e.what());
   } catch (const std::exception& e) {
     return fail(kExitFailure, e.what());

@@ -11,16 +11,20 @@
 #include <ostream>
 #include <sstream>
 
+#include "comm/communicator.h"
 #include "configs/parse.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "models/model.h"
+#include "trainer/distributed_sync.h"
 #include "trainer/gradient_sync.h"
 #include "trainer/metrics.h"
 #include "trainer/optimizer.h"
+#include "trainer/process_group.h"
 #include "trainer/progress.h"
 #include "trainer/schedule.h"
 #include "trainer/state_dict.h"
+#include "trainer/trace.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -91,12 +95,14 @@ void zeroGrads(const std::vector<torch::Tensor>& params) {
 struct StepWindow {
   double loss = 0;
   double seconds = 0;
+  double comm_wait = 0;  // of `seconds`, blocked waiting for the gradient all-reduce
   int64_t steps = 0;
   int64_t samples = 0;
 
-  void add(double step_loss, double step_seconds, int64_t step_samples) {
+  void add(double step_loss, double step_seconds, double step_comm_wait, int64_t step_samples) {
     loss += step_loss;
     seconds += step_seconds;
+    comm_wait += step_comm_wait;
     samples += step_samples;
     ++steps;
   }
@@ -104,6 +110,9 @@ struct StepWindow {
   double samplesPerSec() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }
   double stepTimeMs() const {
     return steps > 0 ? 1000.0 * seconds / static_cast<double>(steps) : 0;
+  }
+  double commWaitMs() const {
+    return steps > 0 ? 1000.0 * comm_wait / static_cast<double>(steps) : 0;
   }
 };
 
@@ -124,6 +133,9 @@ struct Trainer::Impl {
   RunEnv env;
   TrainerOptions options;
   std::unique_ptr<GradientSync> sync;
+  DistributedGradientSync* distributed = nullptr;  // `sync`, when it is one
+  comm::Communicator* comm = nullptr;              // options.group's, or null (world of one)
+  double last_comm_wait = 0;                       // seconds in sync->finish() of the last step
   Datasets data;
   std::unique_ptr<data::DistributedSampler> sampler;
   std::unique_ptr<models::Model> model;
@@ -144,6 +156,7 @@ struct Trainer::Impl {
   void checkModelFitsData();
   double trainStep(int64_t step);
   std::pair<double, double> evaluate();
+  double sumOverRanks(double value);  // all ranks call it; needs `comm`
   std::unique_ptr<MetricsLog> openRunDir();
   std::pair<double, double> evaluateAndReport(int64_t step, int64_t epoch, Progress& progress,
                                               MetricsLog* metrics);
@@ -187,6 +200,12 @@ void Trainer::Impl::build() {
   params = model->parameters();
   optimizer = makeOptimizer(config.optimizer, params);
   schedule = std::make_unique<LrSchedule>(config.schedule, config.optimizer.lr, total_steps);
+  if (distributed != nullptr) {
+    // Buffers (batch-norm statistics) are not gradients: broadcast them once, like parameters.
+    std::vector<torch::Tensor> buffers;
+    for (auto& [name, buffer] : model->namedBuffers()) buffers.push_back(buffer);
+    if (!buffers.empty()) distributed->broadcastTensors(buffers);
+  }
   sync->attach(params);
 }
 
@@ -214,6 +233,7 @@ double Trainer::Impl::trainStep(int64_t step) {
   const int64_t k = config.trainer.grad_accumulation;
   const auto n = static_cast<int64_t>(local.size());
 
+  TraceRecorder* trace = options.trace;
   torch::manual_seed(stepSeed(config.trainer.seed, epoch, step, env.rank));
   zeroGrads(params);
   double loss_sum = 0;
@@ -223,20 +243,29 @@ double Trainer::Impl::trainStep(int64_t step) {
     const int64_t end = (i + 1) * n / k;
     sync->beforeBackward(last);
     if (end > begin) {
-      const std::vector<int64_t> rows(local.begin() + begin, local.begin() + end);
-      const data::Batch batch = data::gather(data.train, rows);
-      const torch::Tensor logits = model->forward(batch.images);
-      const torch::Tensor loss =
-          torch::nn::functional::cross_entropy(
-              logits, batch.labels,
-              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
-          static_cast<double>(global_size);
-      loss.backward();
+      torch::Tensor loss;
+      {
+        TraceRecorder::Span span(trace, "forward");
+        const std::vector<int64_t> rows(local.begin() + begin, local.begin() + end);
+        const data::Batch batch = data::gather(data.train, rows);
+        const torch::Tensor logits = model->forward(batch.images);
+        loss = torch::nn::functional::cross_entropy(
+                   logits, batch.labels,
+                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
+               static_cast<double>(global_size);
+      }
+      {
+        TraceRecorder::Span span(trace, "backward");
+        loss.backward();
+      }
       loss_sum += loss.item<double>();
     }
     sync->afterBackward(last);
   }
+  const double wait_start = now();
   sync->finish();
+  last_comm_wait = now() - wait_start;
+  TraceRecorder::Span span(trace, "optimizer");
   if (config.trainer.grad_clip_norm > 0) clipGradNorm(params, config.trainer.grad_clip_norm);
   optimizer->step(schedule->lr(step));
   sampler->advance();
@@ -248,15 +277,30 @@ double Trainer::Impl::trainStep(int64_t step) {
   return loss_sum;
 }
 
-// (test loss, test accuracy) over the whole test split.
+double Trainer::Impl::sumOverRanks(double value) {
+  comm::Buffer buffer{&value, 1, comm::DType::kFloat64};
+  comm::AllreduceOptions op;
+  op.algorithm = comm::Algorithm::kTree;  // fixed, so the sum is the same from run to run
+  comm->allreduce(buffer, op);
+  return value;
+}
+
+// (test loss, test accuracy) over the whole test split. In a group each rank evaluates its
+// contiguous slice and the sums are all-reduced, so every rank returns the same pair.
 std::pair<double, double> Trainer::Impl::evaluate() {
+  TraceRecorder::Span span(options.trace, "evaluate");
   torch::NoGradGuard no_grad;
   model->train(false);
   const int64_t n = data.test.size();
+  // Without a group (a test driving one rank by hand) this rank evaluates everything.
+  const int64_t shards = comm != nullptr ? env.world_size : 1;
+  const int64_t shard = comm != nullptr ? env.rank : 0;
+  const int64_t first = n * shard / shards;
+  const int64_t last = n * (shard + 1) / shards;
   double loss_sum = 0;
   int64_t correct = 0;
-  for (int64_t begin = 0; begin < n; begin += config.eval.batch_size) {
-    const int64_t rows = std::min(config.eval.batch_size, n - begin);
+  for (int64_t begin = first; begin < last; begin += config.eval.batch_size) {
+    const int64_t rows = std::min(config.eval.batch_size, last - begin);
     const torch::Tensor images = data.test.images.narrow(0, begin, rows);
     const torch::Tensor labels = data.test.labels.narrow(0, begin, rows);
     const torch::Tensor logits = model->forward(images);
@@ -265,6 +309,16 @@ std::pair<double, double> Trainer::Impl::evaluate() {
             logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
             .item<double>();
     correct += logits.argmax(1).eq(labels).sum().item<int64_t>();
+  }
+  if (comm != nullptr) {
+    // Counts are integers far below 2^53, so the float64 sum is exact.
+    double sums[2] = {loss_sum, static_cast<double>(correct)};
+    comm::Buffer buffer{sums, 2, comm::DType::kFloat64};
+    comm::AllreduceOptions op;
+    op.algorithm = comm::Algorithm::kTree;  // fixed: the loss sum is bit-identical across runs
+    comm->allreduce(buffer, op);
+    loss_sum = sums[0];
+    correct = static_cast<int64_t>(sums[1]);
   }
   model->train(true);
   return {loss_sum / static_cast<double>(n), static_cast<double>(correct) / static_cast<double>(n)};
@@ -338,23 +392,30 @@ RunResult Trainer::Impl::run() {
     const double lr = schedule->lr(s);
     const double step_start = now();
     const double loss = trainStep(s);
-    window.add(loss, now() - step_start, samples);
+    window.add(loss, now() - step_start, last_comm_wait, samples);
     result.step_losses.push_back(loss);
     const int64_t done = s + 1;
 
-    progress.update({done, epoch, window.meanLoss(), window.samplesPerSec(), now() - start});
     const bool record = done == 1 || done == total_steps ||
                         (t.log_every_steps > 0 && done % t.log_every_steps == 0);
+    // Each rank's loss is its share of the global mean: records show the sum over ranks (one
+    // small all-reduce per record, not per step); a live line in between scales the local share.
+    if (record && comm != nullptr) window.loss = sumOverRanks(window.loss);
+    const double shown_loss =
+        window.meanLoss() * (record || comm == nullptr ? 1.0 : static_cast<double>(env.world_size));
+    progress.update({done, epoch, shown_loss, window.samplesPerSec(), now() - start});
     if (record) {
       if (metrics) {
         metrics->write(JsonLine()
                            .add("type", "train")
                            .add("step", done)
                            .add("epoch", epoch)
-                           .add("loss", window.meanLoss())
+                           .add("loss", shown_loss)
                            .add("lr", lr)
                            .add("samples_per_sec", window.samplesPerSec())
-                           .add("step_time_ms", window.stepTimeMs()));
+                           .add("step_time_ms", window.stepTimeMs())
+                           .add("compute_ms", window.stepTimeMs() - window.commWaitMs())
+                           .add("comm_wait_ms", window.commWaitMs()));
       }
       window = StepWindow();
     }
@@ -394,8 +455,25 @@ auto translateTorchErrors(F&& body) -> decltype(body()) {
 
 }  // namespace
 
+namespace {
+
+std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
+                                       const TrainerOptions& options) {
+  if (options.group == nullptr) return std::make_unique<LocalGradientSync>();
+  DistributedSyncOptions sync_options;
+  try {
+    sync_options = DistributedSyncOptions::fromConfig(experiment.comm);
+  } catch (const std::invalid_argument& e) {
+    throw SetupError(e.what());
+  }
+  sync_options.trace = options.trace;
+  return std::make_unique<DistributedGradientSync>(options.group->communicator(), sync_options);
+}
+
+}  // namespace
+
 Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env, TrainerOptions options)
-    : Trainer(experiment, env, std::make_unique<LocalGradientSync>(), std::move(options)) {}
+    : Trainer(experiment, env, makeSync(experiment, options), std::move(options)) {}
 
 Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env,
                  std::unique_ptr<GradientSync> sync, TrainerOptions options)
@@ -405,6 +483,17 @@ Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env,
   impl_->env = env;
   impl_->options = std::move(options);
   impl_->sync = std::move(sync);
+  impl_->distributed = dynamic_cast<DistributedGradientSync*>(impl_->sync.get());
+  if (impl_->options.group != nullptr) {
+    if (impl_->options.group->world() != env.world_size ||
+        impl_->options.group->rank() != env.rank) {
+      throw SetupError("the process group (rank " + std::to_string(impl_->options.group->rank()) +
+                       " of " + std::to_string(impl_->options.group->world()) +
+                       ") does not match RANK/WORLD_SIZE (" + std::to_string(env.rank) + " of " +
+                       std::to_string(env.world_size) + ")");
+    }
+    impl_->comm = &impl_->options.group->communicator();
+  }
   try {
     impl_->build();
   } catch (const data::DataError& e) {

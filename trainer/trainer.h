@@ -11,11 +11,18 @@
 //      loss = cross_entropy(sum) / |global batch| (see gradient_sync.h for why). Then
 //      GradientSync::finish(), clipping to trainer.grad_clip_norm if > 0, and the optimizer
 //      step at LrSchedule::lr(s).
+//      With a ProcessGroup (world size > 1) the gradients are summed across ranks by a
+//      DistributedGradientSync (distributed_sync.h), overlapped with backward; rank 0's parameters
+//      and buffers are broadcast before the first step so every replica starts identical.
 //   3. Evaluates on the test split (model.train(false), no grad, eval.batch_size rows at a time)
 //      every eval.every_steps steps, or at each epoch's end if that is 0, and after the last step.
+//      In a group each rank evaluates its contiguous slice of the test split and the loss sums
+//      and correct counts are all-reduced, so every rank reports the single-process accuracy.
 //   4. Rank 0 writes metrics.jsonl (see metrics.h; a train record at step 1 and every
 //      trainer.log_every_steps steps, averaging the steps since the previous record) and the final
-//      parameters and buffers as model_state_dict.pt (see state_dict.h).
+//      parameters and buffers as model_state_dict.pt (see state_dict.h). Train records carry
+//      step_time_ms split into compute_ms and comm_wait_ms (time blocked in
+//      GradientSync::finish(), waiting for the gradient all-reduce).
 // totalSteps() = epochs * steps per epoch, capped by trainer.max_steps when that is > 0.
 //
 // Determinism: torch is seeded with trainer.seed just before the model is built, and nothing else
@@ -46,6 +53,8 @@ class Model;
 namespace cumulus::trainer {
 
 class GradientSync;
+class ProcessGroup;
+class TraceRecorder;
 
 class SetupError : public std::runtime_error {
  public:
@@ -62,6 +71,13 @@ struct TrainerOptions {
   bool live_progress = false;       // redraw one status line with '\r' (a terminal)
   bool write_outputs = true;        // run_dir files (rank 0 only in any case)
   std::function<double()> clock;    // monotonic seconds; empty: std::chrono::steady_clock
+  // World size > 1: this rank's group (not owned, outlives the Trainer). The trainer then
+  // synchronizes gradients with a DistributedGradientSync over it (comm section of the config)
+  // and shards evaluation. Null: a world of one.
+  ProcessGroup* group = nullptr;
+  // Records forward, backward, the comm wait, each bucket's all-reduce, the optimizer step and
+  // evaluation as Chrome trace events (trace.h); not owned, null: no tracing.
+  TraceRecorder* trace = nullptr;
 };
 
 struct RunResult {
@@ -75,7 +91,7 @@ struct RunResult {
 
 class Trainer {
  public:
-  // World size 1, with LocalGradientSync.
+  // LocalGradientSync, or a DistributedGradientSync over options.group when it is set.
   Trainer(const configs::Experiment& experiment, const RunEnv& env, TrainerOptions options);
   // `sync` must not be null.
   Trainer(const configs::Experiment& experiment, const RunEnv& env,

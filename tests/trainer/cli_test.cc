@@ -95,12 +95,21 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(o.err.rfind("cumulus-train: error: unknown flag --frobnicate", 0), 0u) << o.err;
 }
 
-TEST_F(CliTest, MoreThanOneWorkerIsRefusedForNow) {
-  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "WORLD_SIZE=2 RANK=0");
+TEST_F(CliTest, AGroupWorkerWithoutTheLauncherEnvironmentNamesTheMissingVariable) {
+  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml",
+                        "-u MASTER_ADDR -u MASTER_PORT WORLD_SIZE=2 RANK=0");
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_EQ(o.err,
-            "cumulus-train: error: WORLD_SIZE=2: this build trains with one worker only; "
-            "multi-worker training arrives with cumulus-run\n");
+            "cumulus-train: error: MASTER_ADDR is not set: a worker of a group needs RANK, "
+            "WORLD_SIZE, MASTER_ADDR and MASTER_PORT (start it with cumulus-run)\n");
+}
+
+TEST_F(CliTest, AGroupWorkerWhoseStoreIsDownSaysWhere) {
+  // Port 1 on loopback: nothing listens there (and unprivileged tests cannot bind it).
+  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set comm.timeout_seconds=0.3",
+                        "WORLD_SIZE=2 RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=1");
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.err.find("store 127.0.0.1:1 unreachable"), std::string::npos) << o.err;
 }
 
 TEST_F(CliTest, PrintConfigShowsTheResolvedOverrides) {

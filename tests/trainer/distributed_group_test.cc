@@ -1,0 +1,183 @@
+// ProcessGroup's environment parsing and errors, and the Chrome trace recorder.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "comm/error.h"
+#include "comm/memory_store.h"
+#include "comm/tcp/socket.h"
+#include "trainer/process_group.h"
+#include "trainer/trace.h"
+
+namespace cumulus::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::function<const char*(const char*)> lookup(const std::map<std::string, std::string>& vars) {
+  return [vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+const std::map<std::string, std::string> kLauncherEnv = {{"RANK", "1"},
+                                                         {"WORLD_SIZE", "2"},
+                                                         {"LOCAL_RANK", "1"},
+                                                         {"MASTER_ADDR", "127.0.0.1"},
+                                                         {"MASTER_PORT", "29500"},
+                                                         {"CUMULUS_GENERATION", "3"},
+                                                         {"CUMULUS_JOB_TOKEN", "secret"},
+                                                         {"CUMULUS_PS_ENDPOINT", "127.0.0.1:4000"},
+                                                         {"CUMULUS_LOG_DIR", "/tmp/logs"}};
+
+std::string errorOf(const std::map<std::string, std::string>& vars) {
+  try {
+    GroupEnv::fromEnvironment(lookup(vars));
+  } catch (const GroupError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(GroupEnvTest, ReadsTheLauncherEnvironment) {
+  const GroupEnv env = GroupEnv::fromEnvironment(lookup(kLauncherEnv));
+  EXPECT_EQ(env.rank, 1);
+  EXPECT_EQ(env.world_size, 2);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.master_addr, "127.0.0.1");
+  EXPECT_EQ(env.master_port, 29500);
+  EXPECT_EQ(env.generation, 3u);
+  EXPECT_EQ(env.job_token, "secret");
+  EXPECT_EQ(env.ps_endpoint, "127.0.0.1:4000");
+  EXPECT_EQ(env.log_dir, "/tmp/logs");
+}
+
+TEST(GroupEnvTest, NamesTheVariableThatIsMissingOrWrong) {
+  auto without = [](const std::string& name) {
+    auto vars = kLauncherEnv;
+    vars.erase(name);
+    return vars;
+  };
+  auto with = [](const std::string& name, const std::string& value) {
+    auto vars = kLauncherEnv;
+    vars[name] = value;
+    return vars;
+  };
+  EXPECT_THAT(errorOf(without("MASTER_PORT")), HasSubstr("MASTER_PORT is not set"));
+  EXPECT_THAT(errorOf(without("RANK")), HasSubstr("RANK is not set"));
+  EXPECT_EQ(errorOf(with("RANK", "2")), "RANK=2 is outside [0, WORLD_SIZE=2)");
+  EXPECT_EQ(errorOf(with("WORLD_SIZE", "two")), "WORLD_SIZE=\"two\" is not an integer");
+  EXPECT_EQ(errorOf(with("MASTER_PORT", "70000")), "MASTER_PORT=70000 is not a TCP port (1-65535)");
+  EXPECT_EQ(errorOf(with("CUMULUS_GENERATION", "-1")), "CUMULUS_GENERATION=-1 is negative");
+  // Optional ones may be absent.
+  auto vars = without("CUMULUS_PS_ENDPOINT");
+  vars.erase("CUMULUS_GENERATION");
+  vars.erase("LOCAL_RANK");
+  const GroupEnv env = GroupEnv::fromEnvironment(lookup(vars));
+  EXPECT_EQ(env.generation, 0u);
+  EXPECT_EQ(env.ps_endpoint, "");
+}
+
+TEST(GroupEnvTest, ParsesEndpoints) {
+  EXPECT_EQ(parseEndpoint("10.0.0.1:80", "X"), std::make_pair(std::string("10.0.0.1"), 80));
+  EXPECT_EQ(parseEndpoint("[::1]:9", "X"), std::make_pair(std::string("::1"), 9));
+  EXPECT_THROW(parseEndpoint("nohost", "X"), GroupError);
+  try {
+    parseEndpoint("h:0", "CUMULUS_PS_ENDPOINT");
+    FAIL();
+  } catch (const GroupError& e) {
+    EXPECT_STREQ(e.what(), "CUMULUS_PS_ENDPOINT=\"h:0\": port 0 is not 1-65535");
+  }
+}
+
+TEST(ProcessGroupTest, FunnelWithoutAParameterServerSaysWhatToDo) {
+  comm::MemoryStore store;
+  GroupEnv env;
+  configs::CommConfig config;
+  config.algorithm = "funnel";
+  try {
+    ProcessGroup group(env, config, store);
+    FAIL();
+  } catch (const GroupError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("comm.algorithm is funnel but CUMULUS_PS_ENDPOINT is not set"));
+  }
+  config.algorithm = "fastest";
+  EXPECT_THROW(ProcessGroup(env, config, store), GroupError);
+}
+
+TEST(ProcessGroupTest, AnUnreachableStoreIsNamed) {
+  // A port nobody listens on: bind an ephemeral one and close it again.
+  int port = 0;
+  {
+    comm::tcp::Socket probe = comm::tcp::Socket::listen("127.0.0.1");
+    std::string host;
+    ASSERT_TRUE(comm::tcp::splitHostPort(probe.localAddress(), &host, &port));
+  }
+  GroupEnv env;
+  env.world_size = 2;
+  env.master_addr = "127.0.0.1";
+  env.master_port = port;
+  configs::CommConfig config;
+  config.timeout_seconds = 0.5;
+  try {
+    ProcessGroup group(env, config);
+    FAIL();
+  } catch (const comm::CommError& e) {
+    EXPECT_EQ(e.kind(), comm::ErrorKind::kStore) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("127.0.0.1:" + std::to_string(port) + " unreachable"));
+  }
+}
+
+TEST(ProcessGroupTest, ASingleRankGroupReducesToItself) {
+  comm::MemoryStore store;
+  GroupEnv env;
+  configs::CommConfig config;
+  config.algorithm = "ring";
+  ProcessGroup group(env, config, store);
+  EXPECT_EQ(group.world(), 1);
+  EXPECT_EQ(group.algorithm(), comm::Algorithm::kRing);
+  EXPECT_EQ(group.timeout(), std::chrono::milliseconds(60000));
+  float value = 2.5f;
+  comm::Buffer buffer{&value, 1, comm::DType::kFloat32};
+  group.communicator().allreduce(buffer);
+  EXPECT_EQ(value, 2.5f);
+}
+
+TEST(TraceRecorderTest, WritesCompleteEventsWithRankAsPid) {
+  TraceRecorder trace(3);
+  const auto t0 = TraceRecorder::Clock::now();
+  trace.record("backward \"fc\"", TraceRecorder::kComputeTid, t0,
+               t0 + std::chrono::microseconds(250));
+  trace.record("allreduce bucket 0", TraceRecorder::kCommTid, t0,
+               t0 + std::chrono::microseconds(40), "\"bytes\":1024");
+  const std::string json = trace.json();
+  EXPECT_THAT(json, HasSubstr("{\"traceEvents\":["));
+  EXPECT_THAT(json, HasSubstr("\"ph\":\"X\",\"pid\":3,\"tid\":0,"));
+  EXPECT_THAT(json, HasSubstr("\"dur\":250,\"name\":\"backward \\\"fc\\\"\"}"));
+  EXPECT_THAT(json,
+              HasSubstr("\"dur\":40,\"name\":\"allreduce bucket 0\",\"args\":{\"bytes\":1024}}"));
+  EXPECT_THAT(json, HasSubstr("\"args\":{\"name\":\"rank 3\"}"));
+}
+
+TEST(TraceRecorderTest, IsThreadSafeAndBounded) {
+  TraceRecorder trace(0, 1000);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 400; ++i) {
+        TraceRecorder::Span span(&trace, "span", t);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(trace.size(), 1000u);
+  EXPECT_EQ(trace.dropped(), 600u);
+  TraceRecorder::Span off(nullptr, "tracing off");  // must not crash
+}
+
+}  // namespace
+}  // namespace cumulus::trainer

@@ -1,0 +1,145 @@
+#pragma once
+// DistributedGradientSync: the multi-worker GradientSync (gradient_sync.h), as PyTorch DDP's
+// Reducer.
+//
+// attach(params) checks that every rank has the same parameter list (shapes and dtypes; a
+// mismatch throws on every rank, naming the first rank that differs), broadcasts rank 0's values
+// so all replicas start identical, and lays the gradients out in flat buckets
+// (bucket_layout.h: reverse registration order, comm.bucket_cap_mb, a small first bucket of
+// comm.first_bucket_mb). Each parameter's .grad() becomes a view into its bucket
+// (DDP's gradient_as_bucket_view): backward accumulates straight into the bucket, which is
+// reduced in place, so there is no copy in or out. That holds as long as the trainer keeps the
+// gradient tensors (zero_() in place, as trainer.cc does); a gradient the caller replaced is
+// detected at launch and copied in and back out instead, so correctness never depends on it.
+//
+// Overlap: during the LAST micro-batch's backward a post-hook on each parameter's gradient
+// accumulator (it runs after the gradient was added to .grad()) marks the parameter ready. When
+// every parameter of bucket i is ready and buckets 0..i-1 were launched, bucket i is launched
+// with Communicator::allreduceAsync (SUM, comm.algorithm). Buckets launch in index order on every
+// rank, so the collectives' sequence numbers agree. finish() launches what backward did not:
+// a parameter that received no gradient this step (unused in the graph, or a rank that skipped
+// backward) takes part with what its .grad() holds (zeros, or earlier micro-batches' sum). Then
+// it waits for every bucket. Earlier micro-batches (last = false) only accumulate locally.
+//
+// Failure: a failed or timed-out collective makes finish() throw its comm::CommError (op, seq,
+// peer); the communicator is broken afterwards (comm/communicator.h), so the group must be
+// rebuilt. A parameter whose gradient arrives after its bucket was launched (a second backward
+// in the last micro-batch) makes finish() throw std::logic_error.
+//
+// Thread-safety: the GradientSync methods are called from the training thread; the hooks run
+// on whichever thread runs backward (the caller's, for CPU). Internally locked.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/algorithm.h"
+#include "comm/communicator.h"
+#include "comm/work.h"
+#include "configs/experiment.h"
+#include "trainer/bucket_layout.h"
+#include "trainer/gradient_sync.h"
+#include "trainer/trace.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace cumulus::trainer {
+
+struct DistributedSyncOptions {
+  comm::Algorithm algorithm = comm::Algorithm::kAuto;
+  size_t bucket_cap_bytes = size_t{25} << 20;
+  size_t first_bucket_bytes = size_t{1} << 20;
+  // Deadline of attach()'s collectives and of waiting for each bucket.
+  std::chrono::milliseconds timeout{60000};
+  // false: always copy gradients into the buckets and back (for measurements).
+  bool gradient_as_bucket_view = true;
+  // Records each bucket's all-reduce (launch → completion, on TraceRecorder::kCommTid) and the
+  // wait in finish(). Not owned; null: no tracing.
+  TraceRecorder* trace = nullptr;
+
+  // From the `comm` section; throws std::invalid_argument naming the key.
+  static DistributedSyncOptions fromConfig(const configs::CommConfig& config);
+};
+
+// What the last finish() saw.
+struct SyncStepStats {
+  double comm_wait_seconds = 0;     // time blocked in finish(): launching the rest, then waiting
+  size_t launched_in_backward = 0;  // buckets launched from hooks (overlapped with backward)
+  size_t buckets = 0;
+  size_t bytes = 0;
+};
+
+class DistributedGradientSync final : public GradientSync {
+ public:
+  // `communicator` must outlive this object.
+  DistributedGradientSync(comm::Communicator& communicator, DistributedSyncOptions options);
+  ~DistributedGradientSync() override;
+  DistributedGradientSync(const DistributedGradientSync&) = delete;
+  DistributedGradientSync& operator=(const DistributedGradientSync&) = delete;
+
+  // Blocking collectives (all ranks must call): see the header comment.
+  void attach(const std::vector<torch::Tensor>& params) override;
+  void beforeBackward(bool last) override;
+  void afterBackward(bool last) override;
+  void finish() override;
+
+  // Copies rank 0's values into every rank's `tensors` (parameters, buffers; any dtype, any
+  // strides) with one broadcast. All ranks must pass tensors of the same shapes and dtypes.
+  void broadcastTensors(const std::vector<torch::Tensor>& tensors);
+
+  const std::vector<BucketSpec>& buckets() const { return layout_; }
+  SyncStepStats lastStep() const;
+
+ private:
+  struct Bucket;
+
+  void onGradReady(size_t param);
+  void launchReadyLocked();          // EXCLUSIVE_LOCKS_REQUIRED(mutex_)
+  void launchLocked(size_t bucket);  // EXCLUSIVE_LOCKS_REQUIRED(mutex_)
+  void resetStepLocked();            // EXCLUSIVE_LOCKS_REQUIRED(mutex_)
+  void watchLoop();
+  void removeHooks();
+
+  comm::Communicator& comm_;
+  const DistributedSyncOptions options_;
+  std::vector<torch::Tensor> params_;
+  std::vector<BucketSpec> layout_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<size_t> bucket_of_;  // param → bucket index
+  // The accumulators must stay alive for the hooks to fire; the keys remove the hooks.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+
+  mutable std::mutex mutex_;
+  bool armed_ = false;               // GUARDED_BY(mutex_): in the last micro-batch's backward
+  std::vector<char> ready_;          // GUARDED_BY(mutex_): per param
+  size_t next_launch_ = 0;           // GUARDED_BY(mutex_)
+  size_t launched_in_backward_ = 0;  // GUARDED_BY(mutex_)
+  std::exception_ptr hook_error_;    // GUARDED_BY(mutex_)
+  SyncStepStats last_;               // GUARDED_BY(mutex_)
+
+  // Trace only: a thread that stamps each bucket's completion time.
+  std::mutex watch_mutex_;
+  std::condition_variable watch_cv_;
+  struct Watched {
+    size_t bucket;
+    std::shared_ptr<comm::Work> work;
+    std::chrono::steady_clock::time_point launched;
+  };
+  std::deque<Watched> watch_queue_;  // GUARDED_BY(watch_mutex_)
+  size_t watch_unrecorded_ = 0;      // GUARDED_BY(watch_mutex_): queued or being stamped
+  bool watch_stop_ = false;          // GUARDED_BY(watch_mutex_)
+  std::thread watcher_;
+};
+
+// The comm dtype of a gradient's torch dtype; throws std::invalid_argument for others.
+comm::DType commDType(torch::ScalarType type);
+
+}  // namespace cumulus::trainer

@@ -1,0 +1,99 @@
+#pragma once
+// ProcessGroup: this worker's membership in the job's group — the Store client, the
+// communicator (data plane, DESIGN.md "Communicator contract") and, for the funnel algorithm,
+// the parameter-server client — built from the launcher's environment and the `comm` section of
+// the experiment. No LibTorch.
+//
+// Blocking: construction performs the rendezvous and blocks until every rank is connected or
+// comm.timeout_seconds expires. Errors: GroupError naming the missing or malformed environment
+// variable or config key; comm::CommError (kStore "store HOST:PORT unreachable …",
+// kRendezvous, kUnauthorized, kTimeout) from the Store and the rendezvous, unchanged.
+//
+// Thread-safety: the accessors are; the Communicator is (see comm/communicator.h).
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "comm/algorithm.h"
+#include "comm/communicator.h"
+#include "comm/store.h"
+#include "configs/experiment.h"
+
+namespace cumulus::comm {
+class FunnelClient;
+class StoreClient;
+}  // namespace cumulus::comm
+
+namespace cumulus::trainer {
+
+class GroupError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The variables cumulus-run (or a torchrun-style script) gives each worker.
+struct GroupEnv {
+  int rank = 0;             // RANK (required)
+  int world_size = 1;       // WORLD_SIZE (required)
+  int local_rank = 0;       // LOCAL_RANK (default 0)
+  std::string master_addr;  // MASTER_ADDR (required): host of the Store
+  int master_port = 0;      // MASTER_PORT (required)
+  uint64_t generation = 0;  // CUMULUS_GENERATION (default 0)
+  std::string job_token;    // CUMULUS_JOB_TOKEN (default empty)
+  std::string ps_endpoint;  // CUMULUS_PS_ENDPOINT "host:port" (funnel only)
+  std::string log_dir;      // CUMULUS_LOG_DIR (may be empty)
+
+  // Throws GroupError naming the variable that is missing, not an integer or out of range
+  // ("RANK=3 is outside [0, WORLD_SIZE=2)").
+  static GroupEnv fromEnvironment(const std::function<const char*(const char*)>& getenv =
+                                      [](const char* name) {
+                                        return static_cast<const char*>(std::getenv(name));
+                                      });
+};
+
+// "host:port" → (host, port); throws GroupError naming `what` when malformed. "[::1]:80" works.
+std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std::string& what);
+
+class ProcessGroup {
+ public:
+  // Connects to the Store at MASTER_ADDR:MASTER_PORT with the job token, to the parameter server
+  // at CUMULUS_PS_ENDPOINT when comm.algorithm is funnel (GroupError if it is not set), and
+  // rendezvous with the other ranks under generation CUMULUS_GENERATION.
+  ProcessGroup(const GroupEnv& env, const configs::CommConfig& config);
+  // Over a caller-owned Store that outlives the group (tests: ranks as threads, a MemoryStore).
+  // `env.master_addr/port` are ignored.
+  ProcessGroup(const GroupEnv& env, const configs::CommConfig& config, comm::Store& store);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return env_.rank; }
+  int world() const { return env_.world_size; }
+  const GroupEnv& env() const { return env_; }
+  const configs::CommConfig& config() const { return config_; }
+  comm::Communicator& communicator() { return *communicator_; }
+  // comm.algorithm, parsed.
+  comm::Algorithm algorithm() const { return algorithm_; }
+  // comm.timeout_seconds.
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  void connect(comm::Store& store);
+  // comm.timeout_seconds as a duration; GroupError if not positive.
+  static std::chrono::milliseconds timeoutOf(const configs::CommConfig& config);
+
+  const GroupEnv env_;
+  const configs::CommConfig config_;
+  comm::Algorithm algorithm_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<comm::StoreClient> store_;    // null when the caller owns the Store
+  std::unique_ptr<comm::FunnelClient> funnel_;  // funnel only; outlives the communicator
+  std::unique_ptr<comm::Communicator> communicator_;
+};
+
+}  // namespace cumulus::trainer
