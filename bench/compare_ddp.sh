@@ -62,7 +62,7 @@ cumulus_summary() {  # metrics.jsonl
   "$python" - "$1" "$skip" <<'PY'
 import json, sys
 path, skip = sys.argv[1], int(sys.argv[2])
-seconds = samples = steps = 0.0
+seconds = samples = steps = comm_wait = 0.0
 summary, prev = None, 0
 for line in open(path):
     r = json.loads(line)
@@ -72,12 +72,15 @@ for line in open(path):
         if r["step"] > skip:  # each record covers the steps since the previous one
             t = n * r["step_time_ms"] / 1000.0
             seconds += t; samples += r["samples_per_sec"] * t; steps += n
+            comm_wait += n * r.get("comm_wait_ms", 0.0) / 1000.0
     elif r["type"] == "summary":
         summary = r
 if summary is None:
     sys.exit("compare_ddp.sh: %s has no summary record; the run did not finish" % path)
 summary.update(impl="cumulus", samples_per_sec=samples / seconds if seconds else None,
-               timed_steps=int(steps), skip_steps=skip)
+               timed_steps=int(steps), skip_steps=skip,
+               step_time_ms=1000.0 * seconds / steps if steps else None,
+               comm_wait_ms=1000.0 * comm_wait / steps if steps else None)
 print(json.dumps(summary))
 PY
 }

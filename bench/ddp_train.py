@@ -306,7 +306,9 @@ def train_rank(config, skip_steps):
             "test_accuracy": accuracy, "wall_seconds": time.perf_counter() - start,
             "train_seconds": train_seconds, "parameters": parameters, "world_size": world,
             "samples_per_sec": timed_samples / timed_seconds if timed_seconds > 0 else None,
-            "timed_steps": timed_steps, "skip_steps": skip_steps, "threads": threads,
+            "timed_steps": timed_steps, "skip_steps": skip_steps,
+            "step_time_ms": 1000.0 * timed_seconds / timed_steps if timed_steps else None,
+            "threads": threads,
             "torch": torch.__version__,
         }
     dist.barrier()
