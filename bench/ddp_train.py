@@ -1,0 +1,390 @@
+#!/usr/bin/python3
+"""PyTorch DDP (Gloo) twin of cumulus-train, for bench/compare_ddp.sh.
+
+It trains what a Cumulus experiment YAML describes, doing what cumulus-train does, step for
+step:
+  * data: Fashion-MNIST / MNIST from the same IDX .gz files, scaled to [0, 1], then normalized
+    by the train set's mean and (population) std over all pixels (data/dataset.cc);
+  * model: models/fixtures/reference_models.py's Mlp / ConvNet (the Python copies of
+    models/builtin.cc, same parameter names and shapes), built after torch.manual_seed(seed);
+  * sampler: each epoch a permutation of the train set drawn from (seed, epoch); global batch k
+    is positions [kB, (k+1)B); rank r of p takes the contiguous slice [rB/p, (r+1)B/p); the
+    last short batch is dropped (drop_last) unless data.drop_last is false. The order differs
+    from Cumulus's SplitMix64 shuffle; the distribution does not;
+  * batches: index_select on the preloaded tensors, as data::gather does (no DataLoader, whose
+    worker processes would compete for the same cores);
+  * loss: cross entropy, mean over the local batch; DDP averages gradients over ranks, so each
+    rank holds the gradient of the global-batch mean, as in Cumulus;
+  * optimizer: torch.optim.SGD (momentum, nesterov, coupled weight decay) or torch.optim.AdamW,
+    both of which match trainer/optimizer.cc's update rules;
+  * schedule: trainer/schedule.cc's linear warm-up then constant / step / cosine, set per step;
+  * threads: torch.set_num_threads(trainer.threads if > 0 else usable CPUs // LOCAL_WORLD_SIZE),
+    the rule of trainer/run_env.cc intraOpThreads();
+  * gradient sync: torch.nn.parallel.DistributedDataParallel over the Gloo backend, default
+    25 MiB buckets (Cumulus's comm.bucket_cap_mb default as well).
+
+Timing: rank 0 times every optimizer step (gather, forward, backward with DDP's all-reduce,
+optimizer step) and reports global samples/s = (timed steps x global batch) / (their summed
+time), skipping the first --skip-steps steps (warm-up: allocator, Gloo connections); the
+evaluation is outside the timed steps. Cumulus's train records measure the same span.
+
+Test accuracy: rank 0 evaluates the whole test split at the end, in eval mode, in batches of
+eval.batch_size.
+
+Usage:
+  /usr/bin/python3 bench/ddp_train.py CONFIG.yaml [--set KEY=VALUE]... [--nproc N]
+With --nproc N (and no RANK in the environment) it is its own launcher: it starts N ranks as
+background processes with the env:// variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE) on loopback and waits for them; Debian's torchrun does not run
+under Python 3.11. Started with those variables already set, it is one rank. Rank 0 prints one
+JSON line (type "summary", impl "ddp") on stdout; everything else goes to stderr.
+
+CONFIG may be the experiment file itself or, better, the output of
+`cumulus-config check FILE --set ...` (every key resolved, so no default here can drift).
+"""
+import argparse
+import gzip
+import json
+import math
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "models", "fixtures"))
+
+# Defaults of the keys read here, from configs/experiment.h, for an unresolved experiment file.
+DEFAULTS = {
+    "model": {"name": "mlp", "hidden": [256, 128, 100], "dropout": 0.0},
+    "data": {"dataset": "fashion-mnist", "dir": "/usr/share/datasets/fashion-mnist",
+             "normalize": True, "shuffle": True, "drop_last": True},
+    "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": False,
+                  "weight_decay": 0.0, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8},
+    "schedule": {"name": "constant", "warmup_steps": 0, "step_size": 1000, "gamma": 0.1,
+                 "min_lr": 0.0},
+    "trainer": {"global_batch_size": 128, "epochs": 3, "max_steps": 0, "seed": 0,
+                "grad_clip_norm": 0.0, "grad_accumulation": 1, "threads": 0},
+    "eval": {"batch_size": 1000},
+    "comm": {"bucket_cap_mb": 25.0},
+}
+NUM_CLASSES = 10
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+def load_config(path, overrides):
+    """The experiment as nested dicts, defaults filled in, `section.key=value` overrides applied."""
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    config = {section: dict(keys) for section, keys in DEFAULTS.items()}
+    for section, keys in raw.items():
+        if isinstance(keys, dict):
+            config.setdefault(section, {}).update(keys)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        parts = key.split(".")
+        if not sep or len(parts) != 2:
+            sys.exit("ddp_train.py: --set %r: expected SECTION.KEY=VALUE" % item)
+        config.setdefault(parts[0], {})[parts[1]] = yaml.safe_load(value)
+    # PyYAML reads "1e-8" (no dot) as a string; the defaults' types say what each key is.
+    for section, keys in DEFAULTS.items():
+        for key, default in keys.items():
+            if isinstance(default, float):
+                config[section][key] = float(config[section][key])
+    if config["trainer"]["grad_accumulation"] != 1 or config["trainer"]["grad_clip_norm"] > 0:
+        sys.exit("ddp_train.py: %s: grad_accumulation > 1 and grad_clip_norm are not mirrored"
+                 % path)
+    return config
+
+
+# ---------------------------------------------------------------------------------------------
+# Data: IDX files, as data/idx.cc reads them (gzip or raw).
+
+
+def read_idx(directory, stem):
+    import torch
+    for name in (stem + ".gz", stem):
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(path, "rb") as f:
+                raw = f.read()
+            break
+    else:
+        sys.exit("ddp_train.py: %s/%s[.gz] not found; set data.dir" % (directory, stem))
+    zero, dtype, ndim = struct.unpack(">HBB", raw[:4])
+    if zero != 0 or dtype != 0x08:
+        sys.exit("ddp_train.py: %s: not an unsigned-byte IDX file" % path)
+    dims = struct.unpack(">%dI" % ndim, raw[4:4 + 4 * ndim])
+    data = torch.frombuffer(bytearray(raw), dtype=torch.uint8, offset=4 + 4 * ndim)
+    return data.reshape(dims)
+
+
+def load_split(directory, prefix):
+    images = read_idx(directory, prefix + "-images-idx3-ubyte").float().div_(255.0)
+    labels = read_idx(directory, prefix + "-labels-idx1-ubyte").long()
+    return images.unsqueeze(1).contiguous(), labels  # N x 1 x H x W, like data::loadMnistLike
+
+
+def load_data(config):
+    data = config["data"]
+    if data["dataset"] not in ("fashion-mnist", "mnist"):
+        sys.exit("ddp_train.py: data.dataset %r: only fashion-mnist and mnist are mirrored"
+                 % data["dataset"])
+    train = load_split(data["dir"], "train")
+    test = load_split(data["dir"], "t10k")
+    if data["normalize"]:
+        pixels = train[0].double()
+        mean = pixels.mean().item()
+        std = math.sqrt(max(0.0, pixels.pow(2).mean().item() - mean * mean))
+        train[0].sub_(mean).div_(std)
+        test[0].sub_(mean).div_(std)
+    return train, test
+
+
+# ---------------------------------------------------------------------------------------------
+# Model, optimizer, schedule.
+
+
+def build_model(config, input_shape):
+    from reference_models import ConvNet, Mlp
+    m = config["model"]
+    c, h, w = input_shape
+    if m["name"] == "mlp":
+        return Mlp(c * h * w, list(m["hidden"]), NUM_CLASSES, float(m["dropout"]))
+    if m["name"] == "convnet":
+        return ConvNet(list(input_shape), NUM_CLASSES, float(m["dropout"]))
+    sys.exit("ddp_train.py: model.name %r: only mlp and convnet are mirrored" % m["name"])
+
+
+def build_optimizer(config, params):
+    import torch
+    o = config["optimizer"]
+    if o["name"] == "sgd":
+        return torch.optim.SGD(params, lr=o["lr"], momentum=o["momentum"],
+                               nesterov=bool(o["nesterov"]), weight_decay=o["weight_decay"])
+    if o["name"] == "adamw":
+        return torch.optim.AdamW(params, lr=o["lr"], betas=(o["beta1"], o["beta2"]),
+                                 eps=o["eps"], weight_decay=o["weight_decay"])
+    sys.exit("ddp_train.py: optimizer.name %r: only sgd and adamw are mirrored" % o["name"])
+
+
+def schedule_lr(config, step, total_steps):
+    """trainer/schedule.cc LrSchedule::lr, line for line."""
+    s = config["schedule"]
+    base = config["optimizer"]["lr"]
+    warmup = s["warmup_steps"]
+    if step < warmup:
+        return base * (step + 1) / warmup
+    t = step - warmup
+    if s["name"] == "constant":
+        return base
+    if s["name"] == "step":
+        return base * s["gamma"] ** (t // s["step_size"])
+    if s["name"] == "cosine":
+        span = max(1, total_steps - warmup)
+        if t >= span:
+            return s["min_lr"]
+        return s["min_lr"] + (base - s["min_lr"]) * 0.5 * (1.0 + math.cos(math.pi * t / span))
+    sys.exit("ddp_train.py: schedule.name %r unknown" % s["name"])
+
+
+def intra_op_threads(configured, local_world_size):
+    """trainer/run_env.cc intraOpThreads: configured, else usable CPUs / local workers."""
+    if configured > 0:
+        return configured
+    cpus = len(os.sched_getaffinity(0)) or os.cpu_count() or 1
+    return max(1, cpus // max(1, local_world_size))
+
+
+def evaluate(model, test, batch_size):
+    import torch
+    images, labels = test
+    model.eval()
+    loss_sum, correct = 0.0, 0
+    with torch.no_grad():
+        for begin in range(0, len(labels), batch_size):
+            logits = model(images[begin:begin + batch_size])
+            target = labels[begin:begin + batch_size]
+            loss_sum += torch.nn.functional.cross_entropy(logits, target, reduction="sum").item()
+            correct += logits.argmax(1).eq(target).sum().item()
+    model.train()
+    return loss_sum / len(labels), correct / len(labels)
+
+
+# ---------------------------------------------------------------------------------------------
+# One rank.
+
+
+def train_rank(config, skip_steps):
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    t = config["trainer"]
+    threads = intra_op_threads(int(t["threads"]), local_world)
+    torch.set_num_threads(threads)
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+    train, test = load_data(config)
+    n = len(train[1])
+    batch = int(t["global_batch_size"])
+    if batch < world:
+        sys.exit("ddp_train.py: trainer.global_batch_size %d < world size %d" % (batch, world))
+    drop_last = bool(config["data"]["drop_last"])
+    steps_per_epoch = n // batch if drop_last else -(-n // batch)
+    total_steps = int(t["epochs"]) * steps_per_epoch
+    if int(t["max_steps"]) > 0:
+        total_steps = min(total_steps, int(t["max_steps"]))
+
+    torch.manual_seed(int(t["seed"]))
+    model = build_model(config, tuple(train[0].shape[1:]))
+    parameters = sum(p.numel() for p in model.parameters())
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, bucket_cap_mb=float(config["comm"]["bucket_cap_mb"]))
+    optimizer = build_optimizer(config, ddp.parameters())
+
+    timed_seconds, timed_samples, timed_steps = 0.0, 0, 0
+    loss_value = float("nan")
+    start = time.perf_counter()
+    perm, epoch = None, -1
+    for step in range(total_steps):
+        if step // steps_per_epoch != epoch:
+            epoch = step // steps_per_epoch
+            if config["data"]["shuffle"]:
+                g = torch.Generator().manual_seed(int(t["seed"]) * 1000003 + epoch)
+                perm = torch.randperm(n, generator=g)
+            else:
+                perm = torch.arange(n)
+        k = step % steps_per_epoch
+        global_rows = perm[k * batch:(k + 1) * batch]
+        size = len(global_rows)
+        rows = global_rows[rank * size // world:(rank + 1) * size // world]
+
+        for group in optimizer.param_groups:
+            group["lr"] = schedule_lr(config, step, total_steps)
+        step_start = time.perf_counter()
+        images = train[0].index_select(0, rows)
+        labels = train[1].index_select(0, rows)
+        optimizer.zero_grad(set_to_none=False)
+        loss = torch.nn.functional.cross_entropy(ddp(images), labels)
+        loss.backward()
+        optimizer.step()
+        loss_value = loss.item()
+        elapsed = time.perf_counter() - step_start
+        if not math.isfinite(loss_value):
+            sys.exit("ddp_train.py: training diverged at step %d" % (step + 1))
+        if step >= skip_steps:
+            timed_seconds += elapsed
+            timed_samples += size
+            timed_steps += 1
+        if rank == 0 and (step + 1) % 100 == 0:
+            log("ddp step %d/%d loss %.4f %.1f samples/s" % (
+                step + 1, total_steps, loss_value,
+                timed_samples / timed_seconds if timed_seconds > 0 else 0.0))
+    train_seconds = time.perf_counter() - start
+
+    result = None
+    if rank == 0:
+        test_loss, accuracy = evaluate(model, test, int(config["eval"]["batch_size"]))
+        result = {
+            "type": "summary", "impl": "ddp", "steps": total_steps,
+            "epochs": total_steps / steps_per_epoch, "test_loss": test_loss,
+            "test_accuracy": accuracy, "wall_seconds": time.perf_counter() - start,
+            "train_seconds": train_seconds, "parameters": parameters, "world_size": world,
+            "samples_per_sec": timed_samples / timed_seconds if timed_seconds > 0 else None,
+            "timed_steps": timed_steps, "skip_steps": skip_steps,
+            "step_time_ms": 1000.0 * timed_seconds / timed_steps if timed_steps else None,
+            "threads": threads,
+            "torch": torch.__version__,
+        }
+    dist.barrier()
+    dist.destroy_process_group()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Launcher.
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def launch(nproc, argv, timeout):
+    """Starts `nproc` ranks of this script in the background; returns the first non-zero code."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK="0")
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    procs, rank_of = [], {}
+    for rank in range(nproc):
+        env_r = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=env_r,
+                             stdout=None if rank == 0 else subprocess.DEVNULL)
+        procs.append(p)
+        rank_of[p.pid] = rank
+    deadline = time.time() + timeout
+    code = 0
+    while procs:
+        for p in list(procs):
+            rc = p.poll()
+            if rc is None:
+                continue
+            procs.remove(p)
+            if rc != 0 and code == 0:
+                code = rc
+                log("ddp_train.py: rank %d exited with %d; stopping the others"
+                    % (rank_of[p.pid], rc))
+                for q in procs:
+                    q.terminate()
+        if time.time() > deadline and procs:
+            log("ddp_train.py: ranks still running after %.0f s; killing them" % timeout)
+            for q in procs:
+                q.kill()
+            code = code or 124
+        time.sleep(0.05)
+    return code
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("config", help="experiment YAML (preferably cumulus-config check output)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--nproc", type=int, default=0,
+                        help="launch this many local ranks (default: be one rank)")
+    parser.add_argument("--skip-steps", type=int, default=10,
+                        help="leading steps left out of samples/s (default 10)")
+    parser.add_argument("--timeout", type=float, default=1800, help="launcher timeout, seconds")
+    args = parser.parse_args()
+
+    if args.nproc > 0 and "RANK" not in os.environ:
+        rest = [args.config, "--skip-steps", str(args.skip_steps)]
+        for item in args.set:
+            rest += ["--set", item]
+        sys.exit(launch(args.nproc, rest, args.timeout))
+
+    config = load_config(args.config, args.set)
+    result = train_rank(config, args.skip_steps)
+    if result is not None:
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
