@@ -19,6 +19,7 @@
 #include "comm/parameter_server.h"
 #include "comm/store_client.h"
 #include "comm/store_server.h"
+#include "launch/bind_address.h"
 #include "launch/output_mux.h"
 #include "launch/preemption_notice.h"
 #include "launch/worker_process.h"
@@ -95,6 +96,7 @@ struct Launcher::State {
   std::string run_dir;
   int64_t nnodes = 1;
   int64_t world_size = 1;
+  std::string bind_host;  // this node's data-plane address (CUMULUS_BIND_HOST)
 };
 
 Launcher::Launcher(LaunchOptions options, FILE* console)
@@ -221,10 +223,23 @@ LaunchReport Launcher::runOrThrow() {
   comm::StoreClientOptions copts;
   copts.connect_timeout = toMs(o.rdzv_timeout);
   st.store = std::make_unique<comm::StoreClient>(store_host, store_port, st.token, copts);
-  std::fprintf(console_, "cumulus-run: run %s, %lld node(s) x %lld worker(s), store %s:%d, logs %s\n",
+  // The data plane listens where peers on other hosts can reach it: the address this host uses
+  // towards the Store, unless named.
+  if (!o.bind_host.empty()) {
+    st.bind_host = o.bind_host;
+  } else {
+    try {
+      st.bind_host = routeSourceAddress(store_host);
+    } catch (const std::exception& e) {
+      throw SetupError(e.what());
+    }
+  }
+  std::fprintf(console_,
+               "cumulus-run: run %s, %lld node(s) x %lld worker(s), store %s:%d, data plane on %s, "
+               "logs %s\n",
                o.run_id.c_str(), static_cast<long long>(st.nnodes),
                static_cast<long long>(o.nproc_per_node), store_host.c_str(), store_port,
-               st.run_dir.c_str());
+               st.bind_host.c_str(), st.run_dir.c_str());
 
   // The funnel's parameter server lives beside the Store, on node 0, for the whole job.
   if (o.host_parameter_server) {
@@ -286,6 +301,7 @@ LaunchReport Launcher::runOrThrow() {
           {"CUMULUS_GENERATION", gen},
           {"CUMULUS_JOB_TOKEN", st.token},
           {"CUMULUS_LOG_DIR", gen_dir},
+          {"CUMULUS_BIND_HOST", st.bind_host},
       };
       if (!st.ps_endpoint.empty()) env.emplace_back("CUMULUS_PS_ENDPOINT", st.ps_endpoint);
       w.process = std::make_unique<WorkerProcess>(o.command, env);
