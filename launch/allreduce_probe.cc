@@ -142,6 +142,7 @@ int probe(const ProbeOptions& o) {
   if (rank == 0) {
     std::printf("probe: %d rank(s), data plane on %s, link %.3g Gbit/s\n", world,
                 copts.bindHost.c_str(), o.link_gbit);
+    std::fflush(stdout);
   }
 
   const float expected = static_cast<float>(world) * static_cast<float>(world + 1) / 2.0f;
