@@ -5,6 +5,7 @@
 //   cumulus-run --nnodes P --node-rank I --rdzv-endpoint H:PORT [--parameter-server] --
 //     cumulus-allreduce-probe [--algorithms funnel,tree,ring,auto] [--sizes 4096,65536,…]
 //                             [--link-gbit 1] [--target-seconds 1.5] [--max-iters 20] [--out FILE]
+//                             [--cost-model FILE] [--calibrate FILE]
 //
 // Reads the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT, CUMULUS_JOB_TOKEN,
 // CUMULUS_GENERATION, CUMULUS_BIND_HOST, CUMULUS_PS_ENDPOINT for funnel). Every rank fills its
@@ -14,6 +15,9 @@
 // The prediction is comm/cost_model.h with β = 1 / the link's TCP payload rate (--link-gbit times
 // 1448/1514: MSS over an Ethernet frame with TCP timestamps) and the built-in α, γ. Every rank
 // derives the same iteration count from that prediction, so no extra agreement is needed.
+// --calibrate FILE measures α on this cluster (see calibrate()), writes α, that β and γ in
+// comm/cost_model.h's format and exits; a second run with --cost-model FILE then predicts and
+// picks `auto` (inside the Communicator, as comm.cost_model does for training) with it.
 // Exit: 0 ok, 1 a wrong sum or a communication error (its text names op, seq and peer), 2 usage.
 
 #include <algorithm>
@@ -45,6 +49,8 @@ struct ProbeOptions {
   double target_seconds = 1.5;
   int max_iters = 20;
   std::string out;
+  std::string cost_model;  // --cost-model FILE: α, β, γ for predictions and auto
+  std::string calibrate;   // --calibrate FILE: measure α here, write the model, exit
 };
 
 std::string env(const char* name, bool required = true) {
@@ -97,6 +103,10 @@ ProbeOptions parse(int argc, char** argv) {
       o.max_iters = std::max(1, std::atoi(value.c_str()));
     } else if (flag == "--out") {
       o.out = value;
+    } else if (flag == "--cost-model") {
+      o.cost_model = value;
+    } else if (flag == "--calibrate") {
+      o.calibrate = value;
     } else {
       throw UsageError("unknown flag " + flag);
     }
@@ -109,6 +119,43 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+// α on this cluster: one-float all-reduces, where nβ and nγ vanish, so tree costs 2⌈log₂p⌉α and
+// ring 2(p−1)α. Both are timed (median of 30) and α is their least-squares fit, so it holds the
+// per-hop cost as the algorithms see it — here including the wake-ups of ranks that share cores.
+int calibrate(const ProbeOptions& o, comm::Communicator& comm, const comm::CostModel& model,
+              int rank, int world) {
+  float value = 1.0f;
+  comm::Buffer one{&value, 1, comm::DType::kFloat32};
+  int log2p = 0;
+  while ((1 << log2p) < world) ++log2p;
+  double sum_kt = 0, sum_kk = 0;
+  for (auto [algorithm, hops] : {std::pair{comm::Algorithm::kTree, 2 * log2p},
+                                 std::pair{comm::Algorithm::kRing, 2 * (world - 1)}}) {
+    comm::AllreduceOptions aopts;
+    aopts.algorithm = algorithm;
+    std::vector<double> times;
+    for (int it = 0; it < 31; ++it) {
+      comm.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      comm.allreduce(one, aopts);
+      if (it > 0) {
+        times.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    }
+    sum_kt += hops * median(times);
+    sum_kk += static_cast<double>(hops) * hops;
+  }
+  const double alpha = world > 1 ? sum_kt / sum_kk : model.alpha();
+  if (rank == 0) {
+    comm::CostModel(alpha, model.beta(), model.gamma()).save(o.calibrate);
+    std::printf("probe: calibrated alpha %.2f us (beta %.3g s/B, gamma %.3g s/B) -> %s\n",
+                alpha * 1e6, model.beta(), model.gamma(), o.calibrate.c_str());
+  }
+  comm.barrier();
+  return 0;
+}
+
 int probe(const ProbeOptions& o) {
   const int rank = std::atoi(env("RANK").c_str());
   const int world = std::atoi(env("WORLD_SIZE").c_str());
@@ -117,7 +164,10 @@ int probe(const ProbeOptions& o) {
 
   const double payload_bytes_per_s = o.link_gbit * 1e9 / 8 * 1448.0 / 1514.0;
   const comm::CostModel defaults;
-  const comm::CostModel model(defaults.alpha(), 1.0 / payload_bytes_per_s, defaults.gamma());
+  const comm::CostModel model =
+      o.cost_model.empty()
+          ? comm::CostModel(defaults.alpha(), 1.0 / payload_bytes_per_s, defaults.gamma())
+          : comm::CostModel::load(o.cost_model);
 
   comm::CommunicatorOptions copts;
   copts.generation = std::strtoull(env("CUMULUS_GENERATION", false).c_str(), nullptr, 10);
@@ -145,6 +195,8 @@ int probe(const ProbeOptions& o) {
     std::fflush(stdout);
   }
 
+  if (!o.calibrate.empty()) return calibrate(o, comm, model, rank, world);
+
   const float expected = static_cast<float>(world) * static_cast<float>(world + 1) / 2.0f;
   for (size_t bytes : o.sizes) {
     std::vector<float> data(bytes / 4);
@@ -161,7 +213,7 @@ int probe(const ProbeOptions& o) {
       const double predicted =
           model.predict(concrete, static_cast<double>(bytes), world, has_funnel);
       const int iters = std::clamp(static_cast<int>(o.target_seconds / std::max(predicted, 1e-6)),
-                                   2, o.max_iters);
+                                   3, std::max(3, o.max_iters));
       comm::AllreduceOptions aopts;
       aopts.algorithm = algorithm;
       std::vector<double> times;
