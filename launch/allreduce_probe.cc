@@ -11,7 +11,8 @@
 // CUMULUS_GENERATION, CUMULUS_BIND_HOST, CUMULUS_PS_ENDPOINT for funnel). Every rank fills its
 // float32 buffer with rank+1 and checks the sum p(p+1)/2 after the first call of each point; a
 // wrong sum exits 1 naming the point and index. Rank 0 prints one line per point and, with --out,
-// appends TSV: algorithm world bytes iters median_s min_s predicted_s auto_pick busbw_MBps.
+// appends TSV: algorithm world bytes iters median_s min_s predicted_s auto_pick busbw_MBps, where
+// a call's time is the slowest rank's, each rank timing from its own exit of a barrier.
 // The prediction is comm/cost_model.h with β = 1 / the link's TCP payload rate (--link-gbit times
 // 1448/1514: MSS over an Ethernet frame with TCP timestamps) and the built-in α, γ. Every rank
 // derives the same iteration count from that prediction, so no extra agreement is needed.
@@ -222,8 +223,12 @@ int probe(const ProbeOptions& o) {
         comm.barrier();
         const auto t0 = std::chrono::steady_clock::now();
         comm.allreduce(buffer, aopts);
-        const double dt =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        // One rank's clock is not the call's: ranks leave the barrier at different times, and a
+        // late rank finds its peers' data already in its socket buffer. The slowest rank's time
+        // (each from its own barrier exit) bounds the call from above by only the barrier skew.
+        comm::Buffer slowest{&dt, 1, comm::DType::kFloat64};
+        comm.allreduce(slowest, {comm::ReduceOp::kMax, comm::Algorithm::kTree});
         if (it == 0) {
           for (size_t i = 0; i < data.size(); i += std::max<size_t>(1, data.size() / 64)) {
             if (data[i] != expected) {

@@ -78,8 +78,9 @@ def main():
     w("Each host is a network namespace on one bridge (`launch/netns-cluster.sh`), its link "
       "shaped by `tbf` to %g Gbit/s in both directions (host egress and the bridge port's "
       "egress). One `cumulus-run` per host starts one rank of `cumulus-allreduce-probe`; the "
-      "data plane binds each host's own address. Time is the median over the timed calls (a "
-      "barrier before each; the first call checks the sum and is not timed). Predicted: "
+      "data plane binds each host's own address. A call's time is the slowest rank's, each rank "
+      "timing from its own exit of a barrier (a max all-reduce collects them); the figure is the "
+      "median over 3-10 calls, after one untimed call that checks the sum. Predicted: "
       "`comm/cost_model.h` with β = 1 / TCP payload rate (%g Gbit/s × 1448/1514 = %.1f MB/s) and "
       "the built-in α, γ. busbw = n/t · 2(p−1)/p.\n" % (gbit, gbit, wire * 1448 / 1514))
     w("**Caveat:** this machine has %d CPU core(s); at 8 hosts, 8 ranks (plus the parameter "
