@@ -7,7 +7,7 @@
 #   multihost.md   the table (measured vs predicted), the targets and who wins where
 #   multihost-cost-pP.txt  the cost model used at P hosts (α measured there)
 #
-#   sudo bench/multihost/run.sh [--hosts "2 4 8"] [--sizes "4096 …"] [--rate-gbit 1] [--out DIR]
+#   sudo bench/multihost/run.sh [--hosts "2 4 8"] [--sizes "4096 …"] [--rate-gbit 1] [--burst 4kb] [--out DIR]
 #
 # Needs root (namespaces) and the binaries built (cumulus-run, cumulus-allreduce-probe). Installs
 # gnuplot-nox with apt-get when gnuplot is missing. The cluster is removed on exit and Ctrl-C.
@@ -18,6 +18,7 @@ BIN=${BIN:-$ROOT/build/bin}
 HOSTS="2 4 8"
 SIZES="4096 16384 65536 262144 1048576 4194304 16777216 67108864"
 RATE_GBIT=1
+BURST=4kb
 OUT=$ROOT/bench/results
 ALGOS=funnel,tree,ring,auto
 while (($#)); do
@@ -25,6 +26,7 @@ while (($#)); do
     --hosts) HOSTS=$2; shift 2 ;;
     --sizes) SIZES=$2; shift 2 ;;
     --rate-gbit) RATE_GBIT=$2; shift 2 ;;
+    --burst) BURST=$2; shift 2 ;;
     --algorithms) ALGOS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     *) echo "run.sh: unknown flag $1" >&2; exit 2 ;;
@@ -44,6 +46,7 @@ WORK=$(mktemp -d /tmp/cumulus-multihost.XXXXXX)
 trap '$NS down >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 : > "$TSV.new"
+: > "$TSV.load"
 export CUMULUS_JOB_TOKEN=multihost-bench
 PORT=29500
 
@@ -68,16 +71,18 @@ job() {
 
 for P in $HOSTS; do
   $NS down >/dev/null 2>&1 || true
-  $NS up "$P" --rate "${RATE_GBIT}gbit"
+  $NS up "$P" --rate "${RATE_GBIT}gbit" --burst "$BURST"
   ADDR0=$($NS addr 0)
   # α is measured on this cluster first (β is the link's, γ the built-in), then every point is
   # predicted, and auto decided, with that model.
+  echo "$P $(cut -d' ' -f1 /proc/loadavg)" >> "$TSV.load"
   job "$P" "cal$P" --calibrate "$OUT/multihost-cost-p$P.txt"
   job "$P" "p$P" --cost-model "$OUT/multihost-cost-p$P.txt" --algorithms "$ALGOS" \
     --sizes "${SIZES// /,}" --target-seconds 1.0 --max-iters 10 --out "$TSV.new"
   $NS down >/dev/null
 done
 mv "$TSV.new" "$TSV"
+mv "$TSV.load" "$OUT/multihost-load.txt"
 NPROC=$(nproc)
 /usr/bin/python3 "${REPORT:-$ROOT/bench/multihost/report.py}" "$TSV" "$OUT" "$RATE_GBIT" "$NPROC"
 echo "run.sh: wrote $TSV, $OUT/multihost.md, $OUT/multihost.png"
