@@ -5,7 +5,7 @@
 //   cumulus-run --nnodes P --node-rank I --rdzv-endpoint H:PORT [--parameter-server] --
 //     cumulus-allreduce-probe [--algorithms funnel,tree,ring,auto] [--sizes 4096,65536,…]
 //                             [--link-gbit 1] [--target-seconds 1.5] [--max-iters 20] [--out FILE]
-//                             [--cost-model FILE] [--calibrate FILE]
+//                             [--cost-model FILE] [--calibrate FILE] [--timeout S]
 //
 // Reads the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT, CUMULUS_JOB_TOKEN,
 // CUMULUS_GENERATION, CUMULUS_BIND_HOST, CUMULUS_PS_ENDPOINT for funnel). Every rank fills its
@@ -49,6 +49,7 @@ struct ProbeOptions {
   double link_gbit = 1.0;
   double target_seconds = 1.5;
   int max_iters = 20;
+  double timeout_seconds = 120;  // --timeout: deadline of every collective
   std::string out;
   std::string cost_model;  // --cost-model FILE: α, β, γ for predictions and auto
   std::string calibrate;   // --calibrate FILE: measure α here, write the model, exit
@@ -104,6 +105,9 @@ ProbeOptions parse(int argc, char** argv) {
       o.max_iters = std::max(1, std::atoi(value.c_str()));
     } else if (flag == "--out") {
       o.out = value;
+    } else if (flag == "--timeout") {
+      o.timeout_seconds = std::atof(value.c_str());
+      if (!(o.timeout_seconds > 0)) throw UsageError("--timeout: expected positive seconds");
     } else if (flag == "--cost-model") {
       o.cost_model = value;
     } else if (flag == "--calibrate") {
@@ -173,7 +177,7 @@ int probe(const ProbeOptions& o) {
   comm::CommunicatorOptions copts;
   copts.generation = std::strtoull(env("CUMULUS_GENERATION", false).c_str(), nullptr, 10);
   copts.jobToken = token;
-  copts.timeout = std::chrono::milliseconds(120000);
+  copts.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000));
   if (const std::string bind = env("CUMULUS_BIND_HOST", false); !bind.empty()) {
     copts.bindHost = bind;
   }

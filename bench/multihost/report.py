@@ -49,7 +49,7 @@ def plot(rows, worlds, sizes, out_png):
         "set output '%s'" % out_png,
         "set multiplot layout 1,%d title 'All-reduce across namespace hosts, 1 rank per host, "
         "tbf-shaped links: measured (points) vs cost model (lines)'" % len(worlds),
-        "set logscale xy", "set format x '%.0s%cB'", "set xlabel 'buffer size'",
+        "set logscale xy", "set format x '%.0s%cB'", "set format y '%g'", "set xlabel 'buffer size'",
         "set ylabel 'time per all-reduce (s)'", "set grid", "set key top left",
     ]
     for p in worlds:
@@ -138,6 +138,14 @@ def main():
           "(%.1f MB/s on the wire); target ≥ 80%%. Best call: %.1f MB/s." % (
               max(worlds), human(big), r8["busbw"], 100 * r8["busbw"] / wire, gbit, wire,
               big / r8["min"] * 2 * (max(worlds) - 1) / max(worlds) / 1e6))
+    ceiling_path = os.path.join(out_dir, "multihost-ceiling.tsv")
+    if os.path.exists(ceiling_path):
+        for (a, p, n), c in load(ceiling_path).items():
+            w("- CPU ceiling: the same ring at %d hosts, %s on links 100× faster (so only the "
+              "%d shared cores limit it) takes %s ms, busbw **%.1f MB/s = %.0f%% of %g Gbit/s**: "
+              "on this machine the ring is CPU-bound at %d hosts before the link is; the 80%% "
+              "target needs about one core per rank (or the same run on real hosts)." % (
+                  p, human(n), nproc, ms(c["median"]), c["busbw"], 100 * c["busbw"] / wire, gbit, p))
     f2 = rows.get(("funnel", 2, big))
     if f2:
         ratios = []

@@ -81,6 +81,17 @@ for P in $HOSTS; do
     --sizes "${SIZES// /,}" --target-seconds 1.0 --max-iters 10 --out "$TSV.new"
   $NS down >/dev/null
 done
+# The CPU ceiling: the ring at the largest P and size on links 100× faster, so only the cores
+# (shared by all ranks) limit it. Tells a link-bound shortfall from a CPU-bound one.
+PMAX=${HOSTS##* }
+SMAX=${SIZES##* }
+: > "$TSV.ceiling"
+$NS up "$PMAX" --rate "$((RATE_GBIT * 100))gbit" --burst "$BURST"
+ADDR0=$($NS addr 0)
+job "$PMAX" "ceiling" --algorithms ring --sizes "$SMAX" --target-seconds 1.0 --max-iters 5 \
+  --out "$TSV.ceiling"
+$NS down >/dev/null
+mv "$TSV.ceiling" "$OUT/multihost-ceiling.tsv"
 mv "$TSV.new" "$TSV"
 mv "$TSV.load" "$OUT/multihost-load.txt"
 NPROC=$(nproc)

@@ -208,4 +208,28 @@ TEST_F(Multihost, NodeLossFailsSurvivorsWithTypedErrorNamingThePeer) {
   EXPECT_LT(seconds, 20.0);
 }
 
+// A host's cable pulled mid-collective: nothing closes, nothing arrives. The survivors' workers
+// hit the collective deadline (--timeout 3) with a typed timeout error, and the agents give up.
+TEST_F(Multihost, LinkDownMidCollectiveTimesOutOnSurvivors) {
+  up(3);
+  if (HasFatalFailure() || IsSkipped()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string script = startJob(
+      3, "--algorithms ring --sizes 16777216 --target-seconds 100 --max-iters 200 --timeout 3", "");
+  script += "for i in $(seq 200); do grep -q \"rank(s)\" " + (dir_ / "n0.log").string() +
+            " && break; sleep 0.1; done; sleep 1; " + ns() + " link 2 down; wait";
+  std::string out;
+  shell(script, &out);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rc(i), 1) << "host " << i << ":\n" << log(i);
+  }
+  const fs::path gen0 = dir_ / "logs" / "mh" / "gen0";
+  const std::string survivors = readFile(gen0 / "rank0.log") + readFile(gen0 / "rank1.log");
+  EXPECT_NE(survivors.find("timeout"), std::string::npos) << survivors;
+  EXPECT_NE(survivors.find("with rank"), std::string::npos) << survivors;
+  EXPECT_LT(seconds, 40.0);
+}
+
 }  // namespace
