@@ -19,6 +19,7 @@
 #include "comm/parameter_server.h"
 #include "comm/store_client.h"
 #include "comm/store_server.h"
+#include "launch/bind_address.h"
 #include "launch/output_mux.h"
 #include "launch/preemption_notice.h"
 #include "launch/worker_process.h"
@@ -95,6 +96,7 @@ struct Launcher::State {
   std::string run_dir;
   int64_t nnodes = 1;
   int64_t world_size = 1;
+  std::string bind_host;  // this node's data-plane address (CUMULUS_BIND_HOST)
 };
 
 Launcher::Launcher(LaunchOptions options, FILE* console)
@@ -165,13 +167,17 @@ int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console
   }
   if (all_checkpointed) {
     auto at = line.find(kPreemptedMarker);
-    std::fprintf(console, "cumulus-run: %s (notice to exit %.2f s); launch the same command again "
-                 "to resume\n", at == std::string::npos ? "preempted" : line.c_str() + at, seconds);
+    std::fprintf(console,
+                 "cumulus-run: %s (notice to exit %.2f s); launch the same command again "
+                 "to resume\n",
+                 at == std::string::npos ? "preempted" : line.c_str() + at, seconds);
     return kExitPreempted;
   }
   if (killed_at_deadline) {
-    std::fprintf(console, "cumulus-run: preempted, but the workers had not exited after the %.1f s "
-                 "grace and were killed; the newest valid checkpoint is the one before\n", grace);
+    std::fprintf(console,
+                 "cumulus-run: preempted, but the workers had not exited after the %.1f s "
+                 "grace and were killed; the newest valid checkpoint is the one before\n",
+                 grace);
     return kExitPreempted;
   }
   return 128 + (sig ? sig : SIGTERM);
@@ -201,8 +207,9 @@ LaunchReport Launcher::runOrThrow() {
   } else if (st.nnodes == 1) {
     st.token = randomHex(16);
   } else {
-    throw SetupError("a job on several nodes needs the same secret on every node: export "
-                     "CUMULUS_JOB_TOKEN=<secret> before cumulus-run on each of them");
+    throw SetupError(
+        "a job on several nodes needs the same secret on every node: export "
+        "CUMULUS_JOB_TOKEN=<secret> before cumulus-run on each of them");
   }
 
   // Node 0 hosts the Store. An explicit endpoint names the address to bind; otherwise loopback.
@@ -221,10 +228,23 @@ LaunchReport Launcher::runOrThrow() {
   comm::StoreClientOptions copts;
   copts.connect_timeout = toMs(o.rdzv_timeout);
   st.store = std::make_unique<comm::StoreClient>(store_host, store_port, st.token, copts);
-  std::fprintf(console_, "cumulus-run: run %s, %lld node(s) x %lld worker(s), store %s:%d, logs %s\n",
+  // The data plane listens where peers on other hosts can reach it: the address this host uses
+  // towards the Store, unless named.
+  if (!o.bind_host.empty()) {
+    st.bind_host = o.bind_host;
+  } else {
+    try {
+      st.bind_host = routeSourceAddress(store_host);
+    } catch (const std::exception& e) {
+      throw SetupError(e.what());
+    }
+  }
+  std::fprintf(console_,
+               "cumulus-run: run %s, %lld node(s) x %lld worker(s), store %s:%d, data plane on %s, "
+               "logs %s\n",
                o.run_id.c_str(), static_cast<long long>(st.nnodes),
                static_cast<long long>(o.nproc_per_node), store_host.c_str(), store_port,
-               st.run_dir.c_str());
+               st.bind_host.c_str(), st.run_dir.c_str());
 
   // The funnel's parameter server lives beside the Store, on node 0, for the whole job.
   if (o.host_parameter_server) {
@@ -286,6 +306,7 @@ LaunchReport Launcher::runOrThrow() {
           {"CUMULUS_GENERATION", gen},
           {"CUMULUS_JOB_TOKEN", st.token},
           {"CUMULUS_LOG_DIR", gen_dir},
+          {"CUMULUS_BIND_HOST", st.bind_host},
       };
       if (!st.ps_endpoint.empty()) env.emplace_back("CUMULUS_PS_ENDPOINT", st.ps_endpoint);
       w.process = std::make_unique<WorkerProcess>(o.command, env);
@@ -299,6 +320,7 @@ LaunchReport Launcher::runOrThrow() {
     const int interval_ms = std::max(1, static_cast<int>(o.monitor_interval * 1000));
     const Worker* failed = nullptr;
     std::string remote_failure;
+    bool store_lost = false;
     auto next_store_check = std::chrono::steady_clock::now();
     auto next_notice_poll = std::chrono::steady_clock::now();
     for (;;) {
@@ -312,14 +334,15 @@ LaunchReport Launcher::runOrThrow() {
       }
       if (sig == SIGTERM) {
         // A spot notice: the workers agree on a stop step, checkpoint there and exit 75.
-        std::fprintf(console_, "cumulus-run: preemption notice (%s); asking the workers to "
+        std::fprintf(console_,
+                     "cumulus-run: preemption notice (%s); asking the workers to "
                      "checkpoint and stop within %.1f s\n",
                      notice_detail.empty() ? "SIGTERM" : notice_detail.c_str(), o.preemption_grace);
         auto t0 = std::chrono::steady_clock::now();
         stopWorkers(workers, mux, o.preemption_grace);
         double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        report.exit_code =
-            reportPreemption(workers, mux, console_, took, o.preemption_grace, g_stop_signal.load());
+        report.exit_code = reportPreemption(workers, mux, console_, took, o.preemption_grace,
+                                            g_stop_signal.load());
         if (report.exit_code == kExitPreempted) report.preemptions++;
         return report;
       }
@@ -370,8 +393,16 @@ LaunchReport Launcher::runOrThrow() {
       }
       if (st.nnodes > 1 && std::chrono::steady_clock::now() >= next_store_check) {
         next_store_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-        if (auto f = st.store->tryGet("launch/" + gen + "/failed")) {
-          remote_failure = *f;
+        // Node 0 gone (its agent gave up, or the host was lost) takes the Store with it: that is
+        // a failure of the group too, not a reason for this agent to die with a Store error.
+        try {
+          if (auto f = st.store->tryGet("launch/" + gen + "/failed")) {
+            remote_failure = *f;
+            break;
+          }
+        } catch (const comm::CommError& e) {
+          remote_failure = std::string("the rendezvous Store is unreachable (") + e.what() + ")";
+          store_lost = true;
           break;
         }
       }
@@ -395,13 +426,35 @@ LaunchReport Launcher::runOrThrow() {
         err << ",\"exit_code\":" << s.exit_code;
       }
       err << ",\"log\":\"" << jsonEscape(failed->log_path) << "\"}\n";
-      if (st.nnodes > 1) st.store->compareSet("launch/" + gen + "/failed", "", what);
+      if (st.nnodes > 1) {
+        try {
+          st.store->compareSet("launch/" + gen + "/failed", "", what);
+        } catch (const comm::CommError& e) {
+          std::fprintf(console_, "cumulus-run: could not tell the other nodes: %s\n", e.what());
+        }
+      }
     } else {
-      what = remote_failure + " on another node";
+      what = store_lost ? remote_failure : remote_failure + " on another node";
     }
     std::fprintf(console_, "cumulus-run: %s; stopping the group\n", what.c_str());
     stopWorkers(workers, mux, o.stop_grace);
-    if (report.restarts >= o.max_restarts) {
+    const bool giving_up = report.restarts >= o.max_restarts;
+    if (st.nnodes > 1 && !store_lost) {
+      // Node 0 keeps the Store up until every agent has seen the failure, so none of them dies of
+      // a vanished Store instead of reporting it. A lost node never answers: wait a bounded time.
+      try {
+        st.store->set("launch/" + gen + "/stopped/" + std::to_string(o.node_rank), "1");
+        if (o.node_rank == 0 && giving_up) {
+          std::vector<std::string> stopped;
+          for (int64_t i = 0; i < st.nnodes; ++i) {
+            stopped.push_back("launch/" + gen + "/stopped/" + std::to_string(i));
+          }
+          st.store->wait(stopped, toMs(std::min(o.rdzv_timeout, o.stop_grace + 5.0)));
+        }
+      } catch (const comm::CommError&) {
+      }
+    }
+    if (giving_up) {
       std::fprintf(console_,
                    "cumulus-run: giving up: %s and no restarts are left (--max-restarts %lld); "
                    "see %s\n",

@@ -4,12 +4,14 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "launch/experiment_launch.h"
 #include "launch/launcher.h"
 #include "launch/options.h"
+#include "launch/slurm_env.h"
 
 namespace {
 void onSignal(int sig) { cumulus::launch::Launcher::requestStop(sig); }
@@ -20,6 +22,7 @@ int main(int argc, char** argv) {
   cumulus::launch::LaunchOptions options;
   try {
     options = cumulus::launch::parseLaunchArgs(args);
+    cumulus::launch::applySlurmEnvironment(options, [](const char* n) { return std::getenv(n); });
     cumulus::launch::applyExperimentLaunchSection(options);
   } catch (const cumulus::launch::UsageError& e) {
     bool help = !args.empty() && (args[0] == "--help" || args[0] == "-h");

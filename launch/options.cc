@@ -51,6 +51,8 @@ std::string usageText() {
          "  --rdzv-timeout S       wait for the Store and the other nodes (default 60)\n"
          "  --preemption-notice SRC  poll file:PATH or url:http://... for a spot notice\n"
          "  --preemption-grace S   notice to all workers gone, checkpoint included (default 25)\n"
+         "  --bind-host H          this node's data-plane address (default: route to the Store)\n"
+         "  --parameter-server     node 0 hosts the funnel's parameter server\n"
          "A PROGRAM argument ending in .yaml is read for its launch: section; flags win.\n";
 }
 
@@ -124,6 +126,10 @@ LaunchOptions parseLaunchArgs(const std::vector<std::string>& args) {
       {"preemption-grace", [&](const std::string& v) {
          o.preemption_grace = parseSeconds(v, "preemption-grace", 0.1);
        }},
+      {"bind-host", [&](const std::string& v) {
+         if (v.empty()) throw UsageError("--bind-host: expected an address or host name");
+         o.bind_host = v;
+       }},
       {"rdzv-timeout", [&](const std::string& v) {
          o.rdzv_timeout = parseSeconds(v, "rdzv-timeout", 0.1);
        }},
@@ -150,6 +156,12 @@ LaunchOptions parseLaunchArgs(const std::vector<std::string>& args) {
     if (name == "standalone") {
       if (has_value) throw UsageError("--standalone takes no value");
       o.standalone = true;
+      o.explicit_flags.insert(name);
+      continue;
+    }
+    if (name == "parameter-server") {
+      if (has_value) throw UsageError("--parameter-server takes no value");
+      o.host_parameter_server = true;
       o.explicit_flags.insert(name);
       continue;
     }

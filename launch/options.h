@@ -17,6 +17,10 @@
 //   --rdzv-timeout S        how long to wait for the Store and for the other nodes (default 60)
 //   --preemption-notice SRC file:PATH or url:http://… polled for a spot notice (preemption_notice.h)
 //   --preemption-grace S    notice → every worker gone, checkpoint included (default 25, for GCP's 30)
+//   --bind-host H           this node's data-plane address (CUMULUS_BIND_HOST for the workers);
+//                           default: the source address of the route to the rendezvous host
+//   --parameter-server      node 0 hosts the funnel's parameter server even without a YAML saying
+//                           comm.algorithm: funnel (for workers such as cumulus-allreduce-probe)
 //
 // Flags given on the command line win over an experiment's `launch:` section (see launcher.h).
 
@@ -50,6 +54,7 @@ struct LaunchOptions {
   double rdzv_timeout = 60.0;
   std::string preemption_notice;  // "" or a NoticeSource spec
   double preemption_grace = 25.0;
+  std::string bind_host;  // "" = the source address of the route to rdzv_host (bind_address.h)
   std::vector<std::string> command;  // PROGRAM ARGS…
   std::string experiment_path;       // the experiment YAML the command names, if any
   bool host_parameter_server = false;  // comm.algorithm: funnel — node 0 hosts it

@@ -53,6 +53,7 @@ GroupEnv GroupEnv::fromEnvironment(const std::function<const char*(const char*)>
   env.job_token = optional("CUMULUS_JOB_TOKEN");
   env.ps_endpoint = optional("CUMULUS_PS_ENDPOINT");
   env.log_dir = optional("CUMULUS_LOG_DIR");
+  env.bind_host = optional("CUMULUS_BIND_HOST");
   if (env.world_size < 1) {
     throw GroupError("WORLD_SIZE=" + std::to_string(env.world_size) + " must be >= 1");
   }
@@ -126,6 +127,7 @@ void ProcessGroup::connect(comm::Store& store) {
   options.generation = env_.generation;
   options.jobToken = env_.job_token;
   options.timeout = timeout_;
+  if (!env_.bind_host.empty()) options.bindHost = env_.bind_host;
   if (!config_.cost_model.empty()) {
     try {
       options.costModel = comm::CostModel::load(config_.cost_model);

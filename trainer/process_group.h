@@ -47,6 +47,7 @@ struct GroupEnv {
   std::string job_token;    // CUMULUS_JOB_TOKEN (default empty)
   std::string ps_endpoint;  // CUMULUS_PS_ENDPOINT "host:port" (funnel only)
   std::string log_dir;      // CUMULUS_LOG_DIR (may be empty)
+  std::string bind_host;    // CUMULUS_BIND_HOST: data-plane listen address ("" = loopback)
 
   // Throws GroupError naming the variable that is missing, not an integer or out of range
   // ("RANK=3 is outside [0, WORLD_SIZE=2)").
