@@ -307,6 +307,10 @@ LaunchReport Launcher::runOrThrow() {
           {"CUMULUS_JOB_TOKEN", st.token},
           {"CUMULUS_LOG_DIR", gen_dir},
           {"CUMULUS_BIND_HOST", st.bind_host},
+          // The worker's own deadline ends a little before ours, so that a worker whose
+          // checkpoint hangs exits 75 by itself rather than being SIGKILLed by the launcher.
+          {"CUMULUS_PREEMPTION_GRACE",
+           std::to_string(std::max(0.1, o.preemption_grace - std::min(2.0, o.preemption_grace / 5)))},
       };
       if (!st.ps_endpoint.empty()) env.emplace_back("CUMULUS_PS_ENDPOINT", st.ps_endpoint);
       w.process = std::make_unique<WorkerProcess>(o.command, env);

@@ -93,8 +93,11 @@ int runMain(int argc, char** argv) {
     return fail(kExitUsage, "--resume: give auto, none or a checkpoint directory");
   }
   options.allow_config_change = args.has("allow-config-change");
-  if (args.has("preemption-grace")) {
-    const std::string text = args.value("preemption-grace");
+  // The flag wins; under cumulus-run the launcher passes a grace just inside its own.
+  const char* launcher_grace = std::getenv("CUMULUS_PREEMPTION_GRACE");
+  if (args.has("preemption-grace") || (launcher_grace && *launcher_grace)) {
+    const std::string text =
+        args.has("preemption-grace") ? args.value("preemption-grace") : launcher_grace;
     char* end = nullptr;
     options.preemption_grace = std::strtod(text.c_str(), &end);
     if (text.empty() || *end != 0 || !(options.preemption_grace > 0)) {

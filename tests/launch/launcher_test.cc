@@ -519,3 +519,16 @@ TEST_F(LauncherExperimentTest, BadExperimentFailsBeforeAnyWorkerStarts) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(LauncherTest, WorkersGetAGraceInsideTheLaunchersOwn) {
+  std::string w = script("grace.sh", "echo grace=$CUMULUS_PREEMPTION_GRACE");
+  Result r = launch("--preemption-grace 10 -- " + w);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0] grace=8.000000"), std::string::npos) << r.output;
+  r = launch("--preemption-grace 0.5 -- " + w);
+  EXPECT_NE(r.output.find("[rank0] grace=0.400000"), std::string::npos) << r.output;
+}
+
+}  // namespace
