@@ -12,6 +12,8 @@
 #include <fstream>
 #include <string>
 
+#include "trainer/json.h"
+
 namespace cumulus::trainer {
 
 // Builds one JSON object. Keys are written in insertion order; the caller keeps them unique.
@@ -30,8 +32,6 @@ class JsonLine {
   std::string body_;
 };
 
-// JSON string literal with the quotes, escaping quotes, backslashes and control characters.
-std::string jsonQuote(const std::string& text);
 
 class MetricsLog {
  public:

@@ -6,38 +6,10 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "trainer/json.h"
+
 namespace cumulus::trainer {
 namespace {
-
-std::string escapeJson(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char hex[8];
-          std::snprintf(hex, sizeof(hex), "\\u%04x", c);
-          out += hex;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
 
 int64_t micros(TraceRecorder::Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
@@ -79,7 +51,7 @@ std::string TraceRecorder::json() const {
                   ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%lld,\"dur\":%lld,", pid_, e.tid,
                   static_cast<long long>(e.ts_us), static_cast<long long>(e.dur_us));
     out += head;
-    out += "\"name\":\"" + escapeJson(e.name) + "\"";
+    out += "\"name\":" + jsonQuote(e.name);
     if (!e.args.empty()) out += ",\"args\":{" + e.args + "}";
     out += "}";
   }
