@@ -389,15 +389,8 @@ ParameterServer::ParameterServer(const std::string& host, int port, const std::s
     throw std::invalid_argument("parameter server world size must be ≥ 1, got " +
                                 std::to_string(world));
   service_ = std::make_unique<ParameterServerService>(token, world);
-  const std::string address = rpc::endpoint(host_, port);
-  grpc::ServerBuilder builder;
-  rpc::configureServer(builder, static_cast<int>(kChunkBytes + rpc::kMessageSlackBytes));
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
-  builder.RegisterService(service_.get());
-  server_ = builder.BuildAndStart();
-  if (!server_ || port_ == 0)
-    throw std::runtime_error("parameter server cannot listen on " + address +
-                             " (port in use or host not local); pick another --port or host");
+  server_ = rpc::startServer("parameter server", host_, port, service_.get(),
+                             static_cast<int>(kChunkBytes + rpc::kMessageSlackBytes), &port_);
 }
 
 ParameterServer::~ParameterServer() { shutdown(); }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 
 #include <netdb.h>
 #include <poll.h>
@@ -85,6 +86,22 @@ void configureServer(grpc::ServerBuilder& builder, int max_message_bytes) {
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   builder.SetMaxSendMessageSize(max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+}
+
+std::unique_ptr<grpc::Server> startServer(const std::string& what, const std::string& host,
+                                          int port, grpc::Service* service,
+                                          int max_message_bytes, int* bound_port) {
+  const std::string address = endpoint(host, port);
+  grpc::ServerBuilder builder;
+  configureServer(builder, max_message_bytes);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), bound_port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || *bound_port == 0) {
+    throw std::runtime_error(what + " cannot listen on " + address +
+                             " (port in use or host not local); pick another --port or host");
+  }
+  return server;
 }
 
 namespace {

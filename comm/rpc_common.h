@@ -46,6 +46,13 @@ std::shared_ptr<grpc::Channel> makeChannel(const std::string& address, int max_m
 // Applies the same caps to a server, and refuses SO_REUSEPORT so that a taken port is an error.
 void configureServer(grpc::ServerBuilder& builder, int max_message_bytes);
 
+// Builds and starts a server for `service` on host:port with configureServer's caps; port 0 picks
+// a free port. Writes the bound port to *bound_port. Throws std::runtime_error naming `what` and
+// the address if it cannot listen.
+std::unique_ptr<grpc::Server> startServer(const std::string& what, const std::string& host,
+                                          int port, grpc::Service* service,
+                                          int max_message_bytes, int* bound_port);
+
 // True for a status that means "no connection could be made" (the call never reached a server).
 bool isConnectFailure(const grpc::Status& status);
 // Why no connection could be made to host:port: tries one plain TCP connect (≤ 500 ms) and

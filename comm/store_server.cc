@@ -218,15 +218,8 @@ class StoreService final : public proto::Store::Service {
 
 StoreServer::StoreServer(const std::string& host, int port, const std::string& token)
     : host_(host.empty() ? "127.0.0.1" : host), service_(std::make_unique<StoreService>(token)) {
-  const std::string address = rpc::endpoint(host_, port);
-  grpc::ServerBuilder builder;
-  rpc::configureServer(builder, static_cast<int>(kMaxValueBytes + rpc::kMessageSlackBytes));
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
-  builder.RegisterService(service_.get());
-  server_ = builder.BuildAndStart();
-  if (!server_ || port_ == 0)
-    throw std::runtime_error("store server cannot listen on " + address +
-                             " (port in use or host not local); pick another --port or host");
+  server_ = rpc::startServer("store server", host_, port, service_.get(),
+                             static_cast<int>(kMaxValueBytes + rpc::kMessageSlackBytes), &port_);
 }
 
 StoreServer::~StoreServer() { shutdown(); }
