@@ -73,6 +73,31 @@ class LauncherTest : public ::testing::Test {
     return r;
   }
 
+  // Runs `args` as node 1 in the background (token "tok", its own log dir) and as node 0 in the
+  // foreground, and returns both results once both have exited.
+  std::pair<Result, Result> launchTwoNodes(const std::string& common, const std::string& worker) {
+    fs::path out1 = dir_ / "node1.out";
+    std::string node1 = "CUMULUS_JOB_TOKEN=tok " + kRun + " --log-dir " +
+                        (dir_ / "logs1").string() + " " + common + " --node-rank 1 -- " + worker +
+                        " >" + out1.string() + " 2>&1";
+    pid_t other = ::fork();
+    if (other < 0) {
+      ADD_FAILURE() << "fork failed";
+      return {};
+    }
+    if (other == 0) {
+      ::execl("/bin/sh", "sh", "-c", node1.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    Result r0 = launch(common + " --node-rank 0 -- " + worker, "CUMULUS_JOB_TOKEN=tok");
+    int status = 0;
+    ::waitpid(other, &status, 0);
+    Result r1;
+    r1.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r1.output = readFile(out1);
+    return {r0, r1};
+  }
+
   fs::path dir_;
 };
 
@@ -428,22 +453,10 @@ TEST_F(LauncherTest, AFailureOnOneNodeRestartsBothNodes) {
                          "echo rank=$RANK gen=$CUMULUS_GENERATION");
   std::string common = "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" +
                        std::to_string(port) + " --rdzv-timeout 20 --stop-grace 2 --run-id fl2";
-  fs::path out1 = dir_ / "node1.out";
-  std::string node1 = "CUMULUS_JOB_TOKEN=tok " + kRun + " --log-dir " + (dir_ / "logs1").string() +
-                      " " + common + " --node-rank 1 -- " + w + " >" + out1.string() + " 2>&1";
-  pid_t other = ::fork();
-  ASSERT_GE(other, 0);
-  if (other == 0) {
-    ::execl("/bin/sh", "sh", "-c", node1.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  Result r0 = launch(common + " --node-rank 0 -- " + w, "CUMULUS_JOB_TOKEN=tok");
-  int status = 0;
-  ::waitpid(other, &status, 0);
-  std::string o1 = readFile(out1);
+  auto [r0, r1] = launchTwoNodes(common, w);
+  const std::string& o1 = r1.output;
   EXPECT_EQ(r0.exit_code, 0) << r0.output;
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << o1;
+  EXPECT_EQ(r1.exit_code, 0) << o1;
   EXPECT_NE(o1.find("cumulus-run: rank 3 failed (exit code 5); stopping the group"),
             std::string::npos)
       << o1;
@@ -460,22 +473,10 @@ TEST_F(LauncherTest, TwoNodesOnLoopbackFormOneJob) {
   std::string w = script("ranks.sh", "echo rank=$RANK of $WORLD_SIZE group=$GROUP_RANK");
   std::string common = "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" +
                        std::to_string(port) + " --rdzv-timeout 20 --run-id two";
-  fs::path out1 = dir_ / "node1.out";
-  std::string node1 = "CUMULUS_JOB_TOKEN=tok " + kRun + " --log-dir " + (dir_ / "logs1").string() +
-                      " " + common + " --node-rank 1 -- " + w + " >" + out1.string() + " 2>&1";
-  pid_t other = ::fork();
-  ASSERT_GE(other, 0);
-  if (other == 0) {
-    ::execl("/bin/sh", "sh", "-c", node1.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  Result r0 = launch(common + " --node-rank 0 -- " + w, "CUMULUS_JOB_TOKEN=tok");
-  int status = 0;
-  ::waitpid(other, &status, 0);
-  std::string o1 = readFile(out1);
+  auto [r0, r1] = launchTwoNodes(common, w);
+  const std::string& o1 = r1.output;
   EXPECT_EQ(r0.exit_code, 0) << r0.output;
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << o1;
+  EXPECT_EQ(r1.exit_code, 0) << o1;
   EXPECT_NE(r0.output.find("[rank0] rank=0 of 4 group=0"), std::string::npos) << r0.output;
   EXPECT_NE(r0.output.find("[rank1] rank=1 of 4 group=0"), std::string::npos) << r0.output;
   EXPECT_NE(o1.find("[rank2] rank=2 of 4 group=1"), std::string::npos) << o1;
