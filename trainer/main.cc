@@ -27,6 +27,7 @@
 #include "trainer/preemption.h"
 #include "trainer/process_group.h"
 #include "trainer/run_env.h"
+#include "trainer/startup_profile.h"
 #include "trainer/trace.h"
 #include "trainer/trainer.h"
 
@@ -76,6 +77,7 @@ int fail(int code, const std::string& message) {
 
 int runMain(int argc, char** argv) {
   using namespace cumulus;
+  trainer::StartupProfile startup;
   const configs::CliArgs args = configs::parseCommandLine(cliSpec(), argc, argv);
   if (args.help) {
     std::cout << configs::usageText(cliSpec());
@@ -87,7 +89,9 @@ int runMain(int argc, char** argv) {
     return 0;
   }
   const trainer::RunEnv env = trainer::RunEnv::fromEnvironment();
+  startup.mark("config");
   trainer::TrainerOptions options;
+  options.startup = &startup;
   options.resume = args.value("resume");
   if (args.has("resume") && options.resume.empty()) {
     return fail(kExitUsage, "--resume: give auto, none or a checkpoint directory");
@@ -131,6 +135,7 @@ int runMain(int argc, char** argv) {
               << env.generation << ", comm.algorithm " << experiment.comm.algorithm << ")"
               << std::endl;
   }
+  startup.mark("connect");
   trainer::Trainer trainer(experiment, env, options);
   const trainer::RunResult result = trainer.run();
   if (trace) {

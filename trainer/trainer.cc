@@ -32,6 +32,7 @@
 #include "trainer/progress.h"
 #include "trainer/resume.h"
 #include "trainer/schedule.h"
+#include "trainer/startup_profile.h"
 #include "trainer/state_dict.h"
 #include "trainer/trace.h"
 #include "trainer/training_checkpoint.h"
@@ -186,6 +187,9 @@ struct Trainer::Impl {
         .count();
   }
   bool writes() const { return options.write_outputs && env.rank == 0; }
+  void startupMark(const char* phase) {
+    if (options.startup) options.startup->mark(phase);
+  }
 
   void build();
   void checkModelFitsData();
@@ -217,6 +221,7 @@ void Trainer::Impl::build() {
   torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, env.local_world_size)));
 
   data = loadDatasets(config.data, t.seed);
+  startupMark("data");
   sampler = std::make_unique<data::DistributedSampler>(
       data.train.size(), t.global_batch_size, t.seed, config.data.shuffle, config.data.drop_last);
   total_steps = std::max<int64_t>(0, t.epochs) * sampler->stepsPerEpoch();
@@ -241,8 +246,10 @@ void Trainer::Impl::build() {
   schedule = std::make_unique<LrSchedule>(config.schedule, config.optimizer.lr, total_steps);
   checkpoints = std::make_unique<CheckpointManager>(
       checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config.checkpoint.keep)), fs);
+  startupMark("model");
   // Every rank restores the same checkpoint, before the broadcasts below make that moot.
   resumeIfAsked();
+  startupMark("resume");
   if (comm != nullptr) {
     // Each rank found its checkpoint by itself: a rank that saw another one (a directory not
     // shared, a file that failed to verify on one host only) would silently diverge.
@@ -268,6 +275,7 @@ void Trainer::Impl::build() {
     if (!buffers.empty()) distributed->broadcastTensors(buffers);
   }
   sync->attach(params);
+  startupMark("broadcast");
 }
 
 // A model that does not fit the data (a TorchScript file made for other inputs) fails here, as a
@@ -560,7 +568,14 @@ RunResult Trainer::Impl::run() {
     result.step_losses.push_back(loss);
     const int64_t done = s + 1;
     samples_seen += static_cast<uint64_t>(samples);
-    if (s == start_step) progress.line("first step " + std::to_string(done) + " completed");
+    if (s == start_step) {
+      std::string text = "first step " + std::to_string(done) + " completed";
+      if (options.startup) {
+        options.startup->mark("step");
+        text += ", " + options.startup->summary();
+      }
+      progress.line(text);
+    }
 
     const bool record = done == 1 || done == total_steps ||
                         (t.log_every_steps > 0 && done % t.log_every_steps == 0);

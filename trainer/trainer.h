@@ -67,6 +67,8 @@ class Model;
 
 namespace cumulus::trainer {
 
+class StartupProfile;
+
 class GradientSync;
 class ProcessGroup;
 class TraceRecorder;
@@ -104,6 +106,9 @@ struct TrainerOptions {
   // Count a SIGTERM (trainer/preemption.h installSigtermHandler, done by the caller) as the
   // preemption notice. Without it only the other ranks' agreement can stop this one.
   bool watch_sigterm = false;
+  // Marks each start-up phase (data, model, resume, broadcast, step) and prints the summary with
+  // the first step; not owned, null: no profile.
+  StartupProfile* startup = nullptr;
 };
 
 struct RunResult {
