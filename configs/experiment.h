@@ -22,9 +22,10 @@ struct DataConfig {
   // "fashion-mnist", "mnist" (IDX files in `dir`, gzip or raw) or "synthetic".
   std::string dataset = "fashion-mnist";
   std::string dir = "/usr/share/datasets/fashion-mnist";
-  bool normalize = true;       // subtract the train-set mean, divide by its std
-  bool shuffle = true;         // permute each epoch with (seed, epoch)
-  bool drop_last = true;       // drop the last incomplete global batch of an epoch
+  bool normalize = true;  // subtract the train-set mean, divide by its std
+  bool shuffle = true;    // permute each epoch with (seed, epoch)
+  bool drop_last = true;  // drop the last incomplete global batch of an epoch
+  bool cache = true;      // keep gunzipped IDX files in <run_dir>/cache for fast restarts
   int64_t synthetic_train_samples = 4096;
   int64_t synthetic_test_samples = 1024;
 };
@@ -32,12 +33,12 @@ struct DataConfig {
 struct OptimizerConfig {
   std::string name = "sgd";  // "sgd" or "adamw"
   double lr = 0.1;
-  double momentum = 0.9;     // sgd
-  bool nesterov = false;     // sgd
+  double momentum = 0.9;  // sgd
+  bool nesterov = false;  // sgd
   double weight_decay = 0.0;
-  double beta1 = 0.9;        // adamw
-  double beta2 = 0.999;      // adamw
-  double eps = 1e-8;         // adamw
+  double beta1 = 0.9;    // adamw
+  double beta2 = 0.999;  // adamw
+  double eps = 1e-8;     // adamw
 };
 
 struct ScheduleConfig {
@@ -51,11 +52,11 @@ struct ScheduleConfig {
 struct TrainerConfig {
   int64_t global_batch_size = 128;  // samples per optimizer step, summed over all workers
   int64_t epochs = 3;
-  int64_t max_steps = 0;            // > 0: stop after this many optimizer steps
+  int64_t max_steps = 0;  // > 0: stop after this many optimizer steps
   uint64_t seed = 0;
-  double grad_clip_norm = 0.0;      // > 0: clip the global gradient norm
-  int64_t grad_accumulation = 1;    // micro-batches per optimizer step
-  int64_t threads = 0;              // intra-op threads; 0 = cores / local workers
+  double grad_clip_norm = 0.0;    // > 0: clip the global gradient norm
+  int64_t grad_accumulation = 1;  // micro-batches per optimizer step
+  int64_t threads = 0;            // intra-op threads; 0 = cores / local workers
   std::string run_dir = "runs/default";
   int64_t log_every_steps = 50;
 };
@@ -66,9 +67,9 @@ struct EvalConfig {
 };
 
 struct CheckpointConfig {
-  std::string dir = "";          // empty: <run_dir>/checkpoints
-  int64_t every_steps = 0;       // 0: off
-  double every_seconds = 0.0;    // 0: off
+  std::string dir = "";        // empty: <run_dir>/checkpoints
+  int64_t every_steps = 0;     // 0: off
+  double every_seconds = 0.0;  // 0: off
   int64_t keep = 3;
   bool async = true;
 };
@@ -78,12 +79,12 @@ struct CommConfig {
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   double timeout_seconds = 60.0;
-  std::string cost_model = "";     // calibration file from `cumulus-bench calibrate`; empty: built-in
+  std::string cost_model = "";  // calibration file from `cumulus-bench calibrate`; empty: built-in
 };
 
 struct LaunchConfig {
   int64_t nproc_per_node = 2;
-  std::string nnodes = "1";        // "N" or "MIN:MAX"
+  std::string nnodes = "1";  // "N" or "MIN:MAX"
   int64_t max_restarts = 3;
   double monitor_interval = 0.1;   // seconds
   std::string rdzv_endpoint = "";  // host:port; empty with nnodes 1: standalone
@@ -107,8 +108,8 @@ struct Experiment {
 // a field added here without a table entry (or without a line below) fails the tests.
 inline auto tieFields(const ModelConfig& c) { return std::tie(c.name, c.hidden, c.dropout); }
 inline auto tieFields(const DataConfig& c) {
-  return std::tie(c.dataset, c.dir, c.normalize, c.shuffle, c.drop_last, c.synthetic_train_samples,
-                  c.synthetic_test_samples);
+  return std::tie(c.dataset, c.dir, c.normalize, c.shuffle, c.drop_last, c.cache,
+                  c.synthetic_train_samples, c.synthetic_test_samples);
 }
 inline auto tieFields(const OptimizerConfig& c) {
   return std::tie(c.name, c.lr, c.momentum, c.nesterov, c.weight_decay, c.beta1, c.beta2, c.eps);

@@ -168,6 +168,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(data, normalize), true, anyValue(), "subtract the train-set mean and divide by its standard deviation"));
   t.push_back(row(KEY(data, shuffle), true, anyValue(), "permute the samples each epoch, from (seed, epoch)"));
   t.push_back(row(KEY(data, drop_last), true, anyValue(), "drop the last incomplete global batch of each epoch"));
+  t.push_back(row(KEY(data, cache), true, anyValue(), "keep gunzipped copies of the IDX files in `<run_dir>/cache`, so a restarted worker skips the decompression"));
   t.push_back(row(KEY(data, synthetic_train_samples), 4096, atLeast(1), "synthetic: training samples"));
   t.push_back(row(KEY(data, synthetic_test_samples), 1024, atLeast(1), "synthetic: test samples"));
 

@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -116,6 +117,61 @@ void applyNormalization(TensorDataset& dataset, const Normalization& norm) {
                                 std::to_string(norm.mean) + " std " + std::to_string(norm.std));
   }
   dataset.images.sub_(norm.mean).div_(norm.std);
+}
+
+Normalization normalizationOfBytes(const torch::Tensor& pixels) {
+  if (!pixels.defined() || pixels.numel() == 0) {
+    throw std::invalid_argument("normalization: the training images are empty");
+  }
+  const torch::Tensor bytes = pixels.contiguous();
+  const uint8_t* p = bytes.data_ptr<uint8_t>();
+  const int64_t count = bytes.numel();
+  // Four partial histograms, so consecutive equal bytes do not wait on one counter.
+  std::array<std::array<int64_t, 256>, 4> partial{};
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    ++partial[0][p[i]];
+    ++partial[1][p[i + 1]];
+    ++partial[2][p[i + 2]];
+    ++partial[3][p[i + 3]];
+  }
+  for (; i < count; ++i) ++partial[0][p[i]];
+  std::array<int64_t, 256> histogram{};
+  for (const auto& h : partial) {
+    for (int b = 0; b < 256; ++b) histogram[b] += h[b];
+  }
+  // The float value each byte becomes, made the way toFloatImages makes it.
+  const torch::Tensor values =
+      torch::arange(256, torch::kInt64).to(torch::kUInt8).to(torch::kFloat32).div_(255.0f);
+  const float* v = values.data_ptr<float>();
+  double sum = 0.0;
+  double sum_sq = 0.0;
+  for (int b = 0; b < 256; ++b) {
+    const auto n = static_cast<double>(histogram[b]);
+    sum += n * v[b];
+    sum_sq += n * static_cast<double>(v[b]) * v[b];
+  }
+  Normalization norm;
+  norm.mean = sum / static_cast<double>(count);
+  norm.std = std::sqrt(std::max(0.0, sum_sq / static_cast<double>(count) - norm.mean * norm.mean));
+  return norm;
+}
+
+TensorDataset toFloatImages(const ByteImages& bytes, const std::optional<Normalization>& norm) {
+  TensorDataset table_set;
+  table_set.images =
+      torch::arange(256, torch::kInt64).to(torch::kUInt8).to(torch::kFloat32).div_(255.0f);
+  if (norm) applyNormalization(table_set, *norm);
+  const float* table = table_set.images.data_ptr<float>();
+  const torch::Tensor pixels = bytes.pixels.contiguous();
+  TensorDataset out;
+  out.images = torch::empty(pixels.sizes(), torch::kFloat32);
+  const uint8_t* in = pixels.data_ptr<uint8_t>();
+  float* images = out.images.data_ptr<float>();
+  const int64_t count = pixels.numel();
+  for (int64_t i = 0; i < count; ++i) images[i] = table[in[i]];
+  out.labels = bytes.labels;
+  return out;
 }
 
 Batch gather(const TensorDataset& dataset, const std::vector<int64_t>& indices) {

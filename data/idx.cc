@@ -3,13 +3,16 @@
 
 #include <zlib.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <new>
 #include <string>
@@ -224,20 +227,151 @@ std::string findIdx(const std::string& dir, const std::string& name) {
                   "holding MNIST-layout IDX files");
 }
 
-}  // namespace
+// ---- The decompressed cache -------------------------------------------------------------------
+// A cache file is a fixed header and then the decompressed IDX bytes. The header names the .gz it
+// came from by (device, inode, size, modification time): a source replaced or touched since makes
+// the entry stale. A CRC-32 of the payload catches a torn or damaged cache file. Either way the
+// entry is ignored and rewritten: the cache only ever saves time.
+constexpr char kCacheMagic[16] = "cumulus-idx-v1";
 
-torch::Tensor readIdx(const std::string& path) {
-  const Bytes bytes = readWholeFile(path);
-  if (isGzip(bytes)) return decodeIdx(path, gunzip(path, bytes), " (decompressed)");
-  return decodeIdx(path, bytes, "");
+struct CacheHeader {
+  char magic[16];
+  uint64_t source_dev;
+  uint64_t source_ino;
+  uint64_t source_size;
+  int64_t source_mtime_ns;
+  uint64_t payload_size;
+  uint32_t payload_crc32;
+  uint32_t reserved;
+};
+static_assert(sizeof(CacheHeader) == 64, "the cache header is 64 bytes on every build");
+
+CacheHeader cacheHeaderFor(const struct stat& source) {
+  CacheHeader h{};
+  std::memcpy(h.magic, kCacheMagic, sizeof h.magic);
+  h.source_dev = static_cast<uint64_t>(source.st_dev);
+  h.source_ino = static_cast<uint64_t>(source.st_ino);
+  h.source_size = static_cast<uint64_t>(source.st_size);
+  h.source_mtime_ns = static_cast<int64_t>(source.st_mtim.tv_sec) * 1000000000 +
+                      static_cast<int64_t>(source.st_mtim.tv_nsec);
+  return h;
 }
 
-TensorDataset loadMnistLike(const std::string& dir, Split split) {
+uint32_t crc32Of(const uint8_t* data, size_t size) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib's length is 32-bit: feed it in pieces.
+  for (size_t at = 0; at < size;) {
+    const size_t n = std::min<size_t>(size - at, size_t{1} << 30);
+    crc = crc32(crc, data + at, static_cast<uInt>(n));
+    at += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+// <cache_dir>/<file name without .gz>.<crc32 of the source path>: MNIST and Fashion-MNIST use the
+// same file names, so the path's hash keeps their entries apart.
+std::string cachePathFor(const std::string& cache_dir, const std::string& source) {
+  std::string name = source.substr(source.rfind('/') + 1);
+  if (name.size() > 3 && name.compare(name.size() - 3, 3, ".gz") == 0) name.resize(name.size() - 3);
+  char tag[16];
+  std::snprintf(tag, sizeof tag, ".%08x",
+                crc32Of(reinterpret_cast<const uint8_t*>(source.data()), source.size()));
+  return cache_dir + "/" + name + tag;
+}
+
+bool readFully(int fd, void* into, size_t size) {
+  auto* p = static_cast<uint8_t*>(into);
+  while (size > 0) {
+    const ssize_t n = ::read(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool writeFully(int fd, const void* from, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(from);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The cached bytes of `source`, if a fresh and intact entry exists.
+bool readCache(const std::string& cache_path, const struct stat& source, Bytes& out) {
+  const int fd = ::open(cache_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::unique_ptr<int, void (*)(int*)> guard(new int(fd), [](int* f) {
+    ::close(*f);
+    delete f;
+  });
+  struct stat st {};
+  CacheHeader header{};
+  if (fstat(fd, &st) != 0 || !readFully(fd, &header, sizeof header)) return false;
+  const CacheHeader want = cacheHeaderFor(source);
+  if (std::memcmp(header.magic, want.magic, sizeof header.magic) != 0 ||
+      header.source_dev != want.source_dev || header.source_ino != want.source_ino ||
+      header.source_size != want.source_size || header.source_mtime_ns != want.source_mtime_ns ||
+      header.payload_size > kMaxIdxBytes ||
+      static_cast<uint64_t>(st.st_size) != sizeof header + header.payload_size) {
+    return false;
+  }
+  out.resize(static_cast<size_t>(header.payload_size));
+  if (!readFully(fd, out.data(), out.size())) return false;
+  return crc32Of(out.data(), out.size()) == header.payload_crc32;
+}
+
+// Best effort: a cache that cannot be written (read-only, full disk) costs the next start the
+// gunzip again, nothing else. Written to a temporary name and renamed, so concurrent writers (the
+// ranks of one host) and readers see a whole entry or none.
+void writeCache(const std::string& cache_dir, const std::string& cache_path,
+                const struct stat& source, const Bytes& bytes) {
+  std::error_code ignored;
+  std::filesystem::create_directories(cache_dir, ignored);
+  const std::string tmp = cache_path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  CacheHeader header = cacheHeaderFor(source);
+  header.payload_size = bytes.size();
+  header.payload_crc32 = crc32Of(bytes.data(), bytes.size());
+  const bool ok =
+      writeFully(fd, &header, sizeof header) && writeFully(fd, bytes.data(), bytes.size());
+  if (::close(fd) != 0 || !ok || ::rename(tmp.c_str(), cache_path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+  }
+}
+
+}  // namespace
+
+torch::Tensor readIdx(const std::string& path, const std::string& cache_dir) {
+  struct stat source {};
+  std::string cache_path;
+  if (!cache_dir.empty() && ::stat(path.c_str(), &source) == 0 && S_ISREG(source.st_mode)) {
+    cache_path = cachePathFor(cache_dir, path);
+    Bytes cached;
+    if (readCache(cache_path, source, cached)) return decodeIdx(path, cached, " (decompressed)");
+  }
+  const Bytes bytes = readWholeFile(path);
+  if (!isGzip(bytes)) return decodeIdx(path, bytes, "");
+  const Bytes inflated = gunzip(path, bytes);
+  torch::Tensor t = decodeIdx(path, inflated, " (decompressed)");
+  // Only a file that decoded is cached, so the cache never holds what the source would refuse.
+  if (!cache_path.empty()) writeCache(cache_dir, cache_path, source, inflated);
+  return t;
+}
+
+ByteImages loadMnistLikeBytes(const std::string& dir, Split split, const std::string& cache_dir) {
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string image_path = findIdx(dir, prefix + "-images-idx3-ubyte");
   const std::string label_path = findIdx(dir, prefix + "-labels-idx1-ubyte");
-  torch::Tensor images = readIdx(image_path);
-  torch::Tensor labels = readIdx(label_path);
+  torch::Tensor images = readIdx(image_path, cache_dir);
+  torch::Tensor labels = readIdx(label_path, cache_dir);
   if (images.dim() != 3) {
     fail(image_path,
          "expected 3 dimensions (count, rows, columns), got " + std::to_string(images.dim()));
@@ -253,10 +387,14 @@ TensorDataset loadMnistLike(const std::string& dir, Split split) {
   if (max_label >= 10) {
     fail(label_path, "label " + std::to_string(max_label) + " is out of range 0..9");
   }
-  TensorDataset out;
-  out.images = images.unsqueeze(1).to(torch::kFloat32).div_(255.0f);
+  ByteImages out;
+  out.pixels = images.unsqueeze(1);
   out.labels = labels.to(torch::kInt64);
   return out;
+}
+
+TensorDataset loadMnistLike(const std::string& dir, Split split) {
+  return toFloatImages(loadMnistLikeBytes(dir, split), std::nullopt);
 }
 
 }  // namespace cumulus::data

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -61,6 +63,44 @@ TEST(FashionMnistTest, Normalization) {
   applyNormalization(d, norm);
   EXPECT_NEAR(d.images.mean().item<double>(), 0.0, 1e-4);
   EXPECT_NEAR(d.images.std(false).item<double>(), 1.0, 1e-4);
+}
+
+// The one-pass path the trainer uses (bytes, histogram statistics, table lookup) gives the very
+// tensor of the two-pass path (floats, serial statistics, subtract and divide).
+TEST(FashionMnistTest, BytePathIsBitIdenticalToTheFloatPath) {
+  if (!std::filesystem::exists(kFashionDir)) GTEST_SKIP() << kFashionDir << " is absent";
+  TensorDataset floats = loadMnistLike(kFashionDir, Split::kTrain);
+  const Normalization two_pass = computeNormalization(floats);
+  applyNormalization(floats, two_pass);
+  const ByteImages bytes = loadMnistLikeBytes(kFashionDir, Split::kTrain);
+  const Normalization one_pass = normalizationOfBytes(bytes.pixels);
+  EXPECT_NEAR(one_pass.mean, two_pass.mean, 1e-9);
+  EXPECT_NEAR(one_pass.std, two_pass.std, 1e-9);
+  const TensorDataset fast = toFloatImages(bytes, one_pass);
+  EXPECT_TRUE(torch::equal(fast.images, floats.images));
+  EXPECT_TRUE(torch::equal(fast.labels, floats.labels));
+}
+
+TEST(NormalizationTest, BytesGiveExactStatisticsAndTheSameFloats) {
+  // 1000 bytes: 0 ... 255 cycling, so the mean and std of byte/255 are known in closed form.
+  ByteImages bytes;
+  bytes.pixels =
+      torch::arange(1000, torch::kInt64).remainder(256).to(torch::kUInt8).view({10, 1, 10, 10});
+  bytes.labels = torch::zeros({10}, torch::kInt64);
+  double sum = 0, sum_sq = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const double v = static_cast<float>(i % 256) / 255.0f;
+    sum += v;
+    sum_sq += v * v;
+  }
+  const Normalization norm = normalizationOfBytes(bytes.pixels);
+  EXPECT_NEAR(norm.mean, sum / 1000, 1e-15);
+  EXPECT_NEAR(norm.std, std::sqrt(sum_sq / 1000 - (sum / 1000) * (sum / 1000)), 1e-15);
+  TensorDataset two_pass{bytes.pixels.to(torch::kFloat32).div_(255.0f), bytes.labels};
+  EXPECT_TRUE(torch::equal(toFloatImages(bytes, std::nullopt).images, two_pass.images));
+  applyNormalization(two_pass, norm);
+  EXPECT_TRUE(torch::equal(toFloatImages(bytes, norm).images, two_pass.images));
+  EXPECT_THROW(normalizationOfBytes(torch::empty({0}, torch::kUInt8)), std::invalid_argument);
 }
 
 TEST(SyntheticTest, SameSeedIsBitIdentical) {

@@ -205,6 +205,93 @@ TEST_F(IdxTest, TrailingBytes) {
                 "got 21");
 }
 
+// The decompressed cache: a read with a cache directory leaves an entry there, later reads use it
+// while the source is unchanged, and a stale or damaged entry is ignored and rewritten.
+class IdxCacheTest : public IdxTest {
+ protected:
+  std::string cacheDir() const { return dir_ + "/cache/nested"; }
+  // The one cache entry for `name`.
+  std::string entry(const std::string& name) const {
+    for (const auto& e : std::filesystem::directory_iterator(cacheDir())) {
+      if (e.path().filename().string().rfind(name + ".", 0) == 0) return e.path().string();
+    }
+    return "";
+  }
+};
+
+TEST_F(IdxCacheTest, SecondReadComesFromTheCache) {
+  const Bytes raw = idxBytes(0x08, {50, 10}, iota(500, 3));
+  const std::string path = write("d-idx2-ubyte.gz", gzipBytes(raw));
+  const torch::Tensor first = readIdx(path, cacheDir());
+  const std::string cached = entry("d-idx2-ubyte");
+  ASSERT_FALSE(cached.empty()) << "no cache entry in " << cacheDir();
+  EXPECT_EQ(std::filesystem::file_size(cached), 64 + raw.size());  // header + the IDX bytes
+  const torch::Tensor second = readIdx(path, cacheDir());
+  EXPECT_TRUE(torch::equal(first, second));
+  EXPECT_EQ(second.sum().item<int64_t>(),
+            torch::tensor(std::vector<int64_t>(raw.begin() + 12, raw.end())).sum().item<int64_t>());
+}
+
+TEST_F(IdxCacheTest, EntryIsUsedWithoutInflating) {
+  // An entry written for a source is used as long as the source keeps its identity: replace the
+  // cached IDX bytes with other valid ones (and fix the CRC) and readIdx returns those.
+  const std::string path = write("e-idx1-ubyte.gz", gzipBytes(idxBytes(0x08, {4}, {1, 2, 3, 4})));
+  readIdx(path, cacheDir());
+  const std::string cached = entry("e-idx1-ubyte");
+  ASSERT_FALSE(cached.empty());
+  std::fstream f(cached, std::ios::in | std::ios::out | std::ios::binary);
+  const Bytes other = idxBytes(0x08, {4}, {9, 9, 9, 9});
+  f.seekp(64);
+  f.write(reinterpret_cast<const char*>(other.data()), static_cast<std::streamsize>(other.size()));
+  const uint32_t crc =
+      static_cast<uint32_t>(crc32(0, other.data(), static_cast<uInt>(other.size())));
+  f.seekp(56);  // the CRC field of the header
+  f.write(reinterpret_cast<const char*>(&crc), sizeof crc);
+  f.close();
+  EXPECT_EQ(readIdx(path, cacheDir()).sum().item<int64_t>(), 36);
+}
+
+TEST_F(IdxCacheTest, DamagedOrStaleEntryIsIgnoredAndRewritten) {
+  const Bytes raw = idxBytes(0x08, {1000}, iota(1000));
+  const std::string path = write("f-idx1-ubyte.gz", gzipBytes(raw));
+  const int64_t want = readIdx(path).sum().item<int64_t>();
+  readIdx(path, cacheDir());
+  const std::string cached = entry("f-idx1-ubyte");
+  ASSERT_FALSE(cached.empty());
+  // One flipped payload byte: the CRC catches it.
+  {
+    std::fstream f(cached, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(64 + 500);
+    f.put('\x7f');
+  }
+  EXPECT_EQ(readIdx(path, cacheDir()).sum().item<int64_t>(), want);
+  // Truncated entry.
+  std::filesystem::resize_file(entry("f-idx1-ubyte"), 100);
+  EXPECT_EQ(readIdx(path, cacheDir()).sum().item<int64_t>(), want);
+  EXPECT_EQ(std::filesystem::file_size(entry("f-idx1-ubyte")), 64 + raw.size());  // rewritten
+  // A new source under the same name (other size and time): the old entry is stale.
+  const Bytes raw2 = idxBytes(0x08, {1001}, iota(1001, 7));
+  write("f-idx1-ubyte.gz", gzipBytes(raw2));
+  const int64_t want2 = readIdx(path).sum().item<int64_t>();
+  EXPECT_NE(want2, want);
+  EXPECT_EQ(readIdx(path, cacheDir()).sum().item<int64_t>(), want2);
+}
+
+TEST_F(IdxCacheTest, UnwritableCacheIsSkipped) {
+  const std::string path = write("g-idx1-ubyte.gz", gzipBytes(idxBytes(0x08, {3}, {1, 2, 3})));
+  write("blocker", {1});  // a file where the cache directory would go
+  EXPECT_EQ(readIdx(path, dir_ + "/blocker/cache").sum().item<int64_t>(), 6);
+}
+
+TEST_F(IdxCacheTest, CorruptSourceIsNeverCached) {
+  Bytes gz = gzipBytes(idxBytes(0x08, {5000}, iota(5000)));
+  gz[gz.size() - 5] ^= 1;  // the gzip CRC
+  const std::string path = write("h-idx1-ubyte.gz", gz);
+  EXPECT_THROW(readIdx(path, cacheDir()), DataError);
+  EXPECT_THROW(readIdx(path, cacheDir()), DataError);
+  EXPECT_TRUE(!std::filesystem::exists(cacheDir()) || entry("h-idx1-ubyte").empty());
+}
+
 // MNIST-layout directories built from small files.
 class MnistLikeTest : public IdxTest {
  protected:
