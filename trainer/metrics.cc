@@ -1,7 +1,11 @@
 #include "trainer/metrics.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <stdexcept>
 
 namespace cumulus::trainer {
@@ -42,8 +46,55 @@ JsonLine& JsonLine::add(const std::string& k, bool value) {
   return *this;
 }
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path), out_(path, std::ios::trunc) {
+MetricsLog::MetricsLog(const std::string& path) : MetricsLog(path, std::ios::trunc) {}
+
+MetricsLog::MetricsLog(const std::string& path, std::ios::openmode mode)
+    : path_(path), out_(path, std::ios::out | mode) {
   if (!out_) throw std::runtime_error(path + ": cannot open for writing");
+}
+
+namespace {
+
+// The value of "step" in one of our records (JsonLine writes `"step":N`), if it has one.
+std::optional<int64_t> stepOf(const std::string& line) {
+  const std::string key = "\"step\":";
+  const size_t at = line.find(key);
+  if (at == std::string::npos) return std::nullopt;
+  const char* begin = line.c_str() + at + key.size();
+  char* end = nullptr;
+  const long long step = std::strtoll(begin, &end, 10);
+  if (end == begin) return std::nullopt;
+  return step;
+}
+
+}  // namespace
+
+MetricsLog MetricsLog::continueAfter(const std::string& path, int64_t step) {
+  std::string kept;
+  {
+    std::ifstream in(path);
+    std::string line;
+    // getline also returns a last line without its newline: a torn one (no closing brace) is
+    // what a killed writer leaves, and goes.
+    while (std::getline(in, line)) {
+      if (line.empty() || line.back() != '}') continue;
+      if (line.find("\"type\":\"summary\"") != std::string::npos) continue;
+      const std::optional<int64_t> s = stepOf(line);
+      if (s && *s <= step) kept += line + "\n";
+    }
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.flush();
+    if (!out) throw std::runtime_error(tmp + ": write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw std::runtime_error(path + ": cannot replace it with " + tmp + ": " +
+                             std::strerror(errno));
+  }
+  return MetricsLog(path, std::ios::app);
 }
 
 void MetricsLog::write(const JsonLine& line) {

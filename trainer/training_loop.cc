@@ -137,16 +137,14 @@ std::unique_ptr<MetricsLog> Trainer::Impl::openRunDir() {
   std::ofstream yaml(dir + "/config.yaml", std::ios::trunc);
   yaml << configs::toYaml(config);
   if (!yaml) throw std::runtime_error(dir + "/config.yaml: write failed");
-  // MetricsLog starts a fresh file: a resumed run keeps the earlier records beside it.
+  // One metrics.jsonl for the whole run: a resumed launch continues the file, dropping the
+  // records of the steps it runs again.
   const std::string path = dir + "/metrics.jsonl";
-  if (start_step > 0 && std::filesystem::exists(path)) {
-    std::filesystem::rename(path,
-                            dir + "/metrics.before-" +
-                                CheckpointManager::dirName(static_cast<uint64_t>(start_step)) +
-                                ".jsonl",
-                            error);
-  }
-  return std::make_unique<MetricsLog>(path);
+  if (start_step == 0) return std::make_unique<MetricsLog>(path);
+  auto log = std::make_unique<MetricsLog>(MetricsLog::continueAfter(path, start_step));
+  log->write(
+      JsonLine().add("type", "resume").add("step", start_step).add("world_size", env.world_size));
+  return log;
 }
 
 std::pair<double, double> Trainer::Impl::evaluateAndReport(int64_t step, int64_t epoch,
