@@ -7,19 +7,20 @@
 #   bench/spot_goodput.sh [--seeds "0 1 2"] [--steps 600] [--mean-interval 60] [--notice 10]
 #                         [--relaunch-delay 1] [--checkpoint-seconds 60] [--nproc 2]
 #                         [--config configs/fashion_mnist_convnet.yaml] [--set KEY=VALUE]...
-#                         [--bin-dir build/bin] [--out FILE]
+#                         [--bin-dir build/bin] [--out FILE] [--logs DIR]
 #
 # Per seed it prints the uninterrupted wall time, the spot run's wall time, notices, steps lost,
 # the goodput ratio, notice -> exit (mean, max), restart -> first step (mean, max) and the async
 # checkpoint stall share, then the mean goodput over the seeds; every spot report (cumulus-spot's
 # JSON line plus the baseline) goes to --out as JSON lines. Each run gets a fresh run directory
 # (so nothing resumes from the one before); the decompressed-data cache starts empty in each.
+# --logs DIR keeps each run's console output there (base-SEED.log, spot-SEED.log).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 seeds="0 1 2"; steps=600; interval=60; notice=10; relaunch=1; ckpt_s=60; nproc=2
 config="$root/configs/fashion_mnist_convnet.yaml"; bin_dir="$root/build/bin"
-out="$here/results/spot.jsonl"; sets=(); cmd=()
+out="$here/results/spot.jsonl"; sets=(); cmd=(); logs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --seeds) seeds="$2"; shift 2 ;;
@@ -33,7 +34,8 @@ while [ $# -gt 0 ]; do
     --set) sets+=(--set "$2"); shift 2 ;;
     --bin-dir) bin_dir="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --logs) logs="$2"; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "spot_goodput.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -42,6 +44,7 @@ for b in cumulus-run cumulus-train cumulus-spot; do
 done
 work="$(mktemp -d /tmp/cumulus-spot-goodput.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
+if [ -n "$logs" ]; then mkdir -p "$logs"; fi
 mkdir -p "$(dirname "$out")"
 global_batch=$(awk '/global_batch_size:/ {print $2; exit}' "$config")
 
@@ -79,6 +82,7 @@ if not r["completed"]:
     print("  (this run did not complete)")
 EOF
   g=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["goodput_ratio"])' "$json")
+  if [ -n "$logs" ]; then cp "$work/base-$seed.log" "$work/spot-$seed.log" "$logs/"; fi
   sum=$(awk -v a="$sum" -v b="$g" 'BEGIN { print a + b }'); n=$((n + 1))
 done
 printf 'mean goodput over %d seed(s): %.1f%%  (%s; load average now: %s)\n' "$n" \
