@@ -22,6 +22,8 @@ const std::vector<std::string> kOperationalKeyPrefixes = {"name",
 
 namespace {
 
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 bool isOperational(const std::string& key) {
   for (const std::string& prefix : kOperationalKeyPrefixes) {
     if (key.rfind(prefix, 0) == 0) return true;
@@ -127,6 +129,32 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
     plan.notes.push_back("world size " + std::to_string(state.world_size()) + " -> " +
                          std::to_string(world_size) + ": re-sharding each global batch of " +
                          std::to_string(batch) + " from the global cursor");
+  }
+  const int64_t k = current.trainer.grad_accumulation;
+  plan.grad_accumulation = k;
+  if (world_size < static_cast<int64_t>(state.world_size())) {
+    const int64_t saved_k = state.grad_accumulation() > 0
+                                ? static_cast<int64_t>(state.grad_accumulation())
+                                : saved.trainer.grad_accumulation;
+    const int64_t saved_world = static_cast<int64_t>(state.world_size());
+    const int64_t largest_micro = ceilDiv(batch, saved_world * std::max<int64_t>(1, saved_k));
+    // A divisor of the global batch (configs requires equal micro-batches of a step), and no
+    // more than every rank can fill.
+    const int64_t needed = std::max(k, ceilDiv(batch, world_size * largest_micro));
+    int64_t chosen = k;
+    for (int64_t d = 1; d <= batch / world_size; ++d) {
+      if (batch % d != 0) continue;
+      chosen = std::max(chosen, d);
+      if (d >= needed) break;
+    }
+    plan.grad_accumulation = chosen;
+    if (plan.grad_accumulation != k) {
+      plan.notes.push_back("trainer.grad_accumulation " + std::to_string(k) + " -> " +
+                           std::to_string(plan.grad_accumulation) + " on " +
+                           std::to_string(world_size) +
+                           " worker(s), so no micro-batch outgrows the " +
+                           std::to_string(largest_micro) + " samples of the run that wrote it");
+    }
   }
   for (const std::string& line : plan.config_changes) plan.notes.push_back("config: " + line);
   return plan;

@@ -64,6 +64,10 @@ struct ResumePlan {
   uint64_t samples_seen = 0;
   uint32_t saved_world_size = 0;
   bool world_size_changed = false;
+  // Micro-batches per step from here on: trainer.grad_accumulation, or, on fewer workers than the
+  // writer had, enough that no micro-batch holds more samples than the writer's largest (the
+  // global batch is kept; each rank's share of it grows), as far as the global batch allows.
+  int64_t grad_accumulation = 1;
   std::vector<std::string> config_changes;  // describeDiff lines, semantic and operational
   std::vector<std::string> notes;           // human-readable lines for the console
 };

@@ -126,6 +126,7 @@ void Trainer::Impl::build() {
         " leaves some micro-batch empty; it must be >= world size x trainer.grad_accumulation = " +
         std::to_string(env.world_size * t.grad_accumulation));
   }
+  grad_accumulation = t.grad_accumulation;
   torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, env.local_world_size)));
 
   // Every rank keeps its own host's copy (a run_dir may or may not be shared between hosts).
@@ -209,7 +210,7 @@ double Trainer::Impl::trainStep(int64_t step) {
   const int64_t epoch = sampler->state().epoch;
   const int64_t global_size = static_cast<int64_t>(sampler->globalBatch().size());
   const std::vector<int64_t> local = sampler->localIndices(env.rank, env.world_size);
-  const int64_t k = config.trainer.grad_accumulation;
+  const int64_t k = grad_accumulation;
   const auto n = static_cast<int64_t>(local.size());
 
   TraceRecorder* trace = options.trace;
@@ -310,6 +311,7 @@ void Trainer::Impl::resumeIfAsked() {
     restoreTraining(loaded, *model, *optimizer, info.path);
     sampler->restore(plan.sampler);
     start_step = std::min(plan.step, total_steps);
+    grad_accumulation = plan.grad_accumulation;
     samples_seen = plan.samples_seen;
     resume_lines.insert(resume_lines.end(), plan.notes.begin(), plan.notes.end());
   } catch (const ResumeError& e) {
@@ -326,6 +328,7 @@ CheckpointSnapshot Trainer::Impl::snapshot(int64_t done, double lr, bool preempt
   position.samples_seen = samples_seen;
   position.learning_rate = lr;
   position.preempted = preempted;
+  position.grad_accumulation = grad_accumulation;
   return captureSnapshot(*model, *optimizer, config, env, position);
 }
 

@@ -50,6 +50,7 @@ struct Trainer::Impl {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrSchedule> schedule;
   int64_t total_steps = 0;
+  int64_t grad_accumulation = 1;  // micro-batches per step: the config's, or a resume's (resume.h)
   bool ran = false;
   // Checkpoints and resume (DESIGN.md "Preemption protocol").
   PosixFileSystem fs;

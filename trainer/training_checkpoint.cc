@@ -64,6 +64,7 @@ CheckpointSnapshot captureSnapshot(models::Model& model, const Optimizer& optimi
                             std::chrono::system_clock::now().time_since_epoch())
                             .count());
   s.set_learning_rate(position.learning_rate);
+  s.set_grad_accumulation(static_cast<uint32_t>(position.grad_accumulation));
   return snapshot;
 }
 

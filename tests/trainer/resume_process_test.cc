@@ -242,6 +242,11 @@ TEST_F(ResumeProcessTest, WorldSizeTwoToOneConsumesEverySampleOnce) {
   EXPECT_NE(second.output.find("world size 2 -> 1: re-sharding each global batch of 64"),
             std::string::npos)
       << second.output;
+  // The one worker runs the 64 samples as two micro-batches of 32, the size each of two ran.
+  EXPECT_NE(second.output.find("trainer.grad_accumulation 1 -> 2 on 1 worker(s), so no "
+                               "micro-batch outgrows the 32 samples of the run that wrote it"),
+            std::string::npos)
+      << second.output;
   SampleLedger book;
   for (const char* suffix : {".rank0", ".rank1"}) book.readFile(ledger + suffix);
   book.dropReplayedSteps();

@@ -74,10 +74,47 @@ TEST(ResumeTest, OtherWorldSizeKeepsTheGlobalCursor) {
   EXPECT_TRUE(plan.world_size_changed);
   EXPECT_EQ(plan.saved_world_size, 2u);
   EXPECT_EQ(plan.sampler, (data::SamplerState{0, 768}));
-  ASSERT_EQ(plan.notes.size(), 2u);
+  ASSERT_EQ(plan.notes.size(), 3u);
   EXPECT_EQ(plan.notes[1],
             "world size 2 -> 1: re-sharding each global batch of 64 from the "
             "global cursor");
+  // One worker now carries the 64 samples two carried: two micro-batches of 32, as before.
+  EXPECT_EQ(plan.grad_accumulation, 2);
+  EXPECT_EQ(plan.notes[2],
+            "trainer.grad_accumulation 1 -> 2 on 1 worker(s), so no micro-batch outgrows the 32 "
+            "samples of the run that wrote it");
+}
+
+// Fewer workers: accumulation keeps each micro-batch at most the writer's largest; more workers
+// or the same number: the config's accumulation. The writer's own accumulation counts (a chain
+// 4 -> 2 -> 1 keeps 32-sample micro-batches), and so does an uneven split.
+TEST(ResumeTest, AccumulationKeepsMicroBatchesFromGrowing) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = 128;
+  auto plan = [&](int64_t world, uint32_t saved_world, uint32_t saved_k) {
+    proto::CheckpointState state =
+        stateFor(e, 10, 0, 10 * e.trainer.global_batch_size, saved_world);
+    state.set_grad_accumulation(saved_k);
+    return planResume(e, world, state, "/c/step-00000010", false).grad_accumulation;
+  };
+  EXPECT_EQ(plan(2, 4, 1), 2);  // 4 x 32 -> 2 x (2 x 32)
+  EXPECT_EQ(plan(1, 4, 1), 4);
+  EXPECT_EQ(plan(1, 2, 2), 4);  // the writer already ran 2 workers x 2 micro-batches of 32
+  EXPECT_EQ(plan(4, 1, 4), 1);  // growing: the config's 1, micro-batches shrink to 32
+  EXPECT_EQ(plan(2, 2, 3), 1);  // same world: the config's, whatever the writer ran
+  EXPECT_EQ(plan(2, 3, 1), 2);  // 3 workers: micro-batches up to 43; 2 x 64 -> 2 x 2 x 32
+  EXPECT_EQ(plan(1, 2, 0), 2);  // written before the field: the saved config's value (1)
+  e.trainer.grad_accumulation = 2;
+  EXPECT_EQ(plan(1, 2, 0), 4);  // the saved config's 2 at 2 workers: micro-batches of 32
+  // Only divisors of the global batch: 5 workers of 96 ran micro-batches up to 20; one worker
+  // needs 5 of them, which does not divide 96, so 6 of 16.
+  e.trainer.grad_accumulation = 1;
+  e.trainer.global_batch_size = 96;
+  EXPECT_EQ(plan(1, 5, 1), 6);
+  // And never more micro-batches than a rank has samples: 6 workers of 6 ran micro-batches of
+  // 1; 4 workers get 1 or 2 samples each, so one micro-batch.
+  e.trainer.global_batch_size = 6;
+  EXPECT_EQ(plan(4, 6, 1), 1);
 }
 
 TEST(ResumeTest, ConfigChangeIsRefusedNamingEveryKey) {
