@@ -92,12 +92,12 @@ export SLURM_CONF=$dir/slurm.conf
   --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munge.seed"
 /usr/sbin/slurmctld -f "$SLURM_CONF" -i
 /usr/sbin/slurmd -f "$SLURM_CONF" -N "$host"
-for _ in $(seq 100); do
+for _ in $(seq 300); do
   [[ $(sinfo -h -o %T 2>/dev/null) == idle ]] && break
   sleep 0.2
 done
 if [[ $(sinfo -h -o %T 2>/dev/null) != idle ]]; then
-  echo "one-host-cluster: the node did not become idle within 20 s; daemon logs follow" >&2
+  echo "one-host-cluster: the node did not become idle within 60 s; daemon logs follow" >&2
   tail -n 20 "$dir"/*.log >&2 || true
   exit 4
 fi

@@ -54,7 +54,7 @@ TEST(SlurmCluster, SrunTrainsScancelPreemptsAndTheNextSrunResumes) {
   const std::string driver = (dir / "driver.sh").string();
   std::ofstream(driver) << "(" << job << " > " << first << " 2>&1; echo \"first srun exit $?\" >> "
                         << first << ") &\n"
-                        << "for i in $(seq 300); do grep -q 'first step' " << first
+                        << "for i in $(seq 600); do grep -q 'first step' " << first
                         << " && break; sleep 0.1; done\n"
                         << "sleep 0.3\nscancel $(squeue -h -o %i)\nwait\ncat " << first << "\n"
                         << "echo '--- second'\n"
