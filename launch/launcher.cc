@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "launch/bind_address.h"
 #include "launch/output_mux.h"
 #include "launch/preemption_notice.h"
+#include "launch/rendezvous_round.h"
 #include "launch/worker_process.h"
 
 namespace cumulus::launch {
@@ -94,8 +97,6 @@ struct Launcher::State {
   std::string ps_endpoint;  // host:port when comm.algorithm is funnel
   std::string token;
   std::string run_dir;
-  int64_t nnodes = 1;
-  int64_t world_size = 1;
   std::string bind_host;  // this node's data-plane address (CUMULUS_BIND_HOST)
 };
 
@@ -183,18 +184,47 @@ int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console
   return 128 + (sig ? sig : SIGTERM);
 }
 
+// One line of errors.jsonl: `fields` is the JSON between the run id and the closing brace.
+void appendError(const std::string& path, const std::string& run_id, int64_t generation,
+                 const std::string& fields) {
+  std::ofstream err(path, std::ios::app);
+  err << "{\"time\":\"" << utcNow() << "\",\"run_id\":\"" << jsonEscape(run_id)
+      << "\",\"generation\":" << generation << "," << fields << "}\n";
+}
+
+std::string jsonIds(const std::vector<int64_t>& ids) {
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  return out + "]";
+}
+
+std::vector<int64_t> idsOf(const Round& round) {
+  std::vector<int64_t> ids;
+  for (const RoundNode& n : round.nodes) ids.push_back(n.node_id);
+  return ids;
+}
+
+// The ids in `a` and not in `b` (both sorted).
+std::vector<int64_t> minus(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  std::vector<int64_t> out;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
+
+std::string nodeCountText(const LaunchOptions& o) {
+  return o.min_nodes == o.max_nodes
+             ? std::to_string(o.max_nodes)
+             : std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes);
+}
+
 }  // namespace
 
 LaunchReport Launcher::runOrThrow() {
   LaunchOptions& o = options_;
   State& st = *state_;
   LaunchReport report;
-  if (o.min_nodes != o.max_nodes) {
-    throw SetupError("--nnodes " + std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes) +
-                     ": elastic node ranges are not supported yet; give a fixed --nnodes N");
-  }
-  st.nnodes = o.max_nodes;
-  st.world_size = st.nnodes * o.nproc_per_node;
+  const bool multi = o.max_nodes > 1;
+  const bool host = o.node_rank == Rendezvous::kHostId;
   if (o.run_id.empty()) o.run_id = "run-" + randomHex(4);
   st.run_dir = o.log_dir + "/" + o.run_id;
   std::error_code ec;
@@ -204,7 +234,7 @@ LaunchReport Launcher::runOrThrow() {
   const char* env_token = std::getenv("CUMULUS_JOB_TOKEN");
   if (env_token && *env_token) {
     st.token = env_token;
-  } else if (st.nnodes == 1) {
+  } else if (!multi) {
     st.token = randomHex(16);
   } else {
     throw SetupError(
@@ -215,7 +245,7 @@ LaunchReport Launcher::runOrThrow() {
   // Node 0 hosts the Store. An explicit endpoint names the address to bind; otherwise loopback.
   std::string store_host = o.rdzv_host;
   int store_port = o.rdzv_port;
-  if (o.node_rank == 0) {
+  if (host) {
     try {
       st.server = std::make_unique<comm::StoreServer>(store_host, store_port, st.token);
     } catch (const std::exception& e) {
@@ -225,6 +255,7 @@ LaunchReport Launcher::runOrThrow() {
     }
     store_port = st.server->port();
   }
+  const std::string store_endpoint = store_host + ":" + std::to_string(store_port);
   comm::StoreClientOptions copts;
   copts.connect_timeout = toMs(o.rdzv_timeout);
   st.store = std::make_unique<comm::StoreClient>(store_host, store_port, st.token, copts);
@@ -240,29 +271,10 @@ LaunchReport Launcher::runOrThrow() {
     }
   }
   std::fprintf(console_,
-               "cumulus-run: run %s, %lld node(s) x %lld worker(s), store %s:%d, data plane on %s, "
+               "cumulus-run: run %s, %s node(s) x %lld worker(s), store %s, data plane on %s, "
                "logs %s\n",
-               o.run_id.c_str(), static_cast<long long>(st.nnodes),
-               static_cast<long long>(o.nproc_per_node), store_host.c_str(), store_port,
-               st.bind_host.c_str(), st.run_dir.c_str());
-
-  // The funnel's parameter server lives beside the Store, on node 0, for the whole job.
-  if (o.host_parameter_server) {
-    if (o.node_rank == 0) {
-      try {
-        st.parameter_server = std::make_unique<comm::ParameterServer>(
-            store_host, 0, st.token, static_cast<int>(st.world_size));
-      } catch (const std::exception& e) {
-        throw SetupError("cannot host the parameter server on " + store_host + ": " + e.what());
-      }
-      st.ps_endpoint = store_host + ":" + std::to_string(st.parameter_server->port());
-      st.store->set("launch/ps_endpoint", st.ps_endpoint);
-      std::fprintf(console_, "cumulus-run: parameter server (funnel) on %s\n",
-                   st.ps_endpoint.c_str());
-    } else {
-      st.ps_endpoint = st.store->get("launch/ps_endpoint", toMs(o.rdzv_timeout));
-    }
-  }
+               o.run_id.c_str(), nodeCountText(o).c_str(), static_cast<long long>(o.nproc_per_node),
+               store_endpoint.c_str(), st.bind_host.c_str(), st.run_dir.c_str());
 
   std::unique_ptr<NoticeSource> notice;
   if (!o.preemption_notice.empty()) {
@@ -271,16 +283,104 @@ LaunchReport Launcher::runOrThrow() {
                  notice->describe().c_str());
   }
 
+  RendezvousOptions ropts;
+  ropts.min_nodes = o.min_nodes;
+  ropts.max_nodes = o.max_nodes;
+  ropts.last_call = toMs(o.rdzv_last_call);
+  ropts.timeout = toMs(o.rdzv_timeout);
+  Rendezvous rdzv(
+      *st.store, ropts, RoundNode{o.node_rank, o.nproc_per_node, randomHex(8)},
+      [] { return g_stop_signal.load() != 0; },
+      [this](const std::string& line) {
+        std::fprintf(console_, "cumulus-run: %s\n", line.c_str());
+      });
+
   std::string errors_path = st.run_dir + "/errors.jsonl";
-  for (int64_t generation = 0;; ++generation) {
-    const std::string gen = std::to_string(generation);
-    // Every node of this generation checks in, so no worker starts before all agents are here.
-    st.store->set("launch/" + gen + "/node/" + std::to_string(o.node_rank), "1");
-    std::vector<std::string> node_keys;
-    for (int64_t i = 0; i < st.nnodes; ++i) {
-      node_keys.push_back("launch/" + gen + "/node/" + std::to_string(i));
+  std::vector<int64_t> previous_group;
+  int64_t generation = 0;
+  // The host ends the round after the last group, so that a node waiting in it exits too.
+  auto endWaiting = [&](int code, const std::string& what) {
+    if (!host || !multi) return;
+    try {
+      rdzv.end(generation + 1, code,
+               "the job ended (" + what + ", exit code " + std::to_string(code) +
+                   ") before this node could join",
+               std::chrono::milliseconds(5000));
+    } catch (const comm::CommError&) {
     }
-    st.store->wait(node_keys, toMs(o.rdzv_timeout));
+  };
+  for (;; ++generation) {
+    Round round = rdzv.join(generation, report.restarts);
+    if (round.outcome == Round::Outcome::kInterrupted) {
+      const int sig = g_stop_signal.load();
+      generation = round.generation - 1;
+      if (sig == SIGTERM) {  // a preemption notice with no worker running: nothing to save
+        std::fprintf(console_,
+                     "cumulus-run: preemption notice (SIGTERM) during the rendezvous of "
+                     "generation %lld; no worker was running; launch the same command again to "
+                     "resume\n",
+                     static_cast<long long>(round.generation));
+        report.preemptions++;
+        report.exit_code = kExitPreempted;
+      } else {
+        std::fprintf(console_, "cumulus-run: received %s during the rendezvous\n",
+                     signalName(sig).c_str());
+        report.exit_code = 128 + sig;
+      }
+      endWaiting(report.exit_code, "node 0's launcher was stopped by " + signalName(sig));
+      return report;
+    }
+    if (round.outcome == Round::Outcome::kEnded) {
+      std::fprintf(console_, "cumulus-run: %s: %s\n", round.exit_code == 0 ? "done" : "giving up",
+                   round.reason.c_str());
+      report.exit_code = round.exit_code;
+      return report;
+    }
+    generation = round.generation;
+    report.restarts = static_cast<int>(round.restarts);
+    const std::string gen = std::to_string(generation);
+    const int64_t world_size = round.worldSize();
+    const int64_t node_rank = round.nodeRankOf(o.node_rank);
+    const int64_t first_rank = round.firstRankOf(o.node_rank);
+    const std::vector<int64_t> group = idsOf(round);
+    if (multi) {
+      std::fprintf(console_,
+                   "cumulus-run: generation %lld: nodes %s, world size %lld; this node is node "
+                   "rank %lld (ranks %lld-%lld)\n",
+                   static_cast<long long>(generation), round.nodeIds().c_str(),
+                   static_cast<long long>(world_size), static_cast<long long>(node_rank),
+                   static_cast<long long>(first_rank),
+                   static_cast<long long>(first_rank + o.nproc_per_node - 1));
+    }
+    if (!previous_group.empty() && previous_group != group) {
+      appendError(errors_path, o.run_id, generation,
+                  "\"event\":\"regroup\",\"lost_nodes\":" + jsonIds(minus(previous_group, group)) +
+                      ",\"new_nodes\":" + jsonIds(minus(group, previous_group)) + ",\"nodes\":" +
+                      jsonIds(group) + ",\"world_size\":" + std::to_string(world_size));
+    }
+    previous_group = group;
+
+    // The funnel's parameter server lives beside the Store, on node 0; it serves one world size,
+    // so a group of another size gets a new one.
+    if (o.host_parameter_server) {
+      if (host) {
+        if (!st.parameter_server || st.parameter_server->world() != world_size) {
+          st.parameter_server.reset();
+          try {
+            st.parameter_server = std::make_unique<comm::ParameterServer>(
+                store_host, 0, st.token, static_cast<int>(world_size));
+          } catch (const std::exception& e) {
+            throw SetupError("cannot host the parameter server on " + store_host + ": " + e.what());
+          }
+          st.ps_endpoint = store_host + ":" + std::to_string(st.parameter_server->port());
+          std::fprintf(console_, "cumulus-run: parameter server (funnel) on %s\n",
+                       st.ps_endpoint.c_str());
+        }
+        st.store->set("launch/" + gen + "/ps_endpoint", st.ps_endpoint);
+      } else {
+        st.ps_endpoint = st.store->get("launch/" + gen + "/ps_endpoint", toMs(o.rdzv_timeout));
+      }
+    }
 
     std::string gen_dir = st.run_dir + "/gen" + gen;
     std::filesystem::create_directories(gen_dir, ec);
@@ -290,14 +390,14 @@ LaunchReport Launcher::runOrThrow() {
     for (int64_t local = 0; local < o.nproc_per_node; ++local) {
       Worker w;
       w.local_rank = static_cast<int>(local);
-      w.rank = static_cast<int>(o.node_rank * o.nproc_per_node + local);
+      w.rank = static_cast<int>(first_rank + local);
       w.log_path = gen_dir + "/rank" + std::to_string(w.rank) + ".log";
       std::vector<std::pair<std::string, std::string>> env = {
           {"RANK", std::to_string(w.rank)},
           {"LOCAL_RANK", std::to_string(local)},
-          {"WORLD_SIZE", std::to_string(st.world_size)},
+          {"WORLD_SIZE", std::to_string(world_size)},
           {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
-          {"GROUP_RANK", std::to_string(o.node_rank)},
+          {"GROUP_RANK", std::to_string(node_rank)},
           {"ROLE_RANK", std::to_string(w.rank)},
           {"MASTER_ADDR", store_host},
           {"MASTER_PORT", std::to_string(store_port)},
@@ -310,7 +410,8 @@ LaunchReport Launcher::runOrThrow() {
           // The worker's own deadline ends a little before ours, so that a worker whose
           // checkpoint hangs exits 75 by itself rather than being SIGKILLed by the launcher.
           {"CUMULUS_PREEMPTION_GRACE",
-           std::to_string(std::max(0.1, o.preemption_grace - std::min(2.0, o.preemption_grace / 5)))},
+           std::to_string(
+               std::max(0.1, o.preemption_grace - std::min(2.0, o.preemption_grace / 5)))},
       };
       if (!st.ps_endpoint.empty()) env.emplace_back("CUMULUS_PS_ENDPOINT", st.ps_endpoint);
       w.process = std::make_unique<WorkerProcess>(o.command, env);
@@ -348,6 +449,7 @@ LaunchReport Launcher::runOrThrow() {
         report.exit_code = reportPreemption(workers, mux, console_, took, o.preemption_grace,
                                             g_stop_signal.load());
         if (report.exit_code == kExitPreempted) report.preemptions++;
+        endWaiting(report.exit_code, "preempted");
         return report;
       }
       if (sig) {
@@ -355,6 +457,7 @@ LaunchReport Launcher::runOrThrow() {
                      signalName(sig).c_str());
         stopWorkers(workers, mux, o.stop_grace);
         report.exit_code = 128 + sig;
+        endWaiting(report.exit_code, "node 0's launcher was stopped by " + signalName(sig));
         return report;
       }
       bool all_done = true;
@@ -380,22 +483,22 @@ LaunchReport Launcher::runOrThrow() {
           std::fprintf(console_, "cumulus-run: all %lld worker(s) finished\n",
                        static_cast<long long>(o.nproc_per_node));
         }
-        if (st.nnodes > 1) {
+        if (multi) {
           st.store->set("launch/" + gen + "/done/" + std::to_string(o.node_rank), "1");
-          if (o.node_rank == 0) {  // keep the Store up until every node is done with it
+          if (host) {  // keep the Store up until every node is done with it
             std::vector<std::string> done;
-            for (int64_t i = 0; i < st.nnodes; ++i) {
-              done.push_back("launch/" + gen + "/done/" + std::to_string(i));
-            }
+            for (int64_t id : group)
+              done.push_back("launch/" + gen + "/done/" + std::to_string(id));
             try {
               st.store->wait(done, toMs(o.rdzv_timeout));
             } catch (const comm::CommError&) {
             }
           }
         }
+        endWaiting(report.exit_code, report.exit_code == 0 ? "finished" : "preempted");
         return report;
       }
-      if (st.nnodes > 1 && std::chrono::steady_clock::now() >= next_store_check) {
+      if (multi && std::chrono::steady_clock::now() >= next_store_check) {
         next_store_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
         // Node 0 gone (its agent gave up, or the host was lost) takes the Store with it: that is
         // a failure of the group too, not a reason for this agent to die with a Store error.
@@ -405,7 +508,7 @@ LaunchReport Launcher::runOrThrow() {
             break;
           }
         } catch (const comm::CommError& e) {
-          remote_failure = std::string("the rendezvous Store is unreachable (") + e.what() + ")";
+          remote_failure = e.what();
           store_lost = true;
           break;
         }
@@ -419,44 +522,63 @@ LaunchReport Launcher::runOrThrow() {
       report.failed_rank = failed->rank;
       report.failure = s.describe();
       what = "rank " + std::to_string(failed->rank) + " failed (" + s.describe() + ")";
-      std::ofstream err(errors_path, std::ios::app);
-      err << "{\"time\":\"" << utcNow() << "\",\"run_id\":\"" << jsonEscape(o.run_id)
-          << "\",\"generation\":" << generation << ",\"rank\":" << failed->rank
-          << ",\"local_rank\":" << failed->local_rank << ",\"node_rank\":" << o.node_rank
-          << ",\"pid\":" << failed->process->pid();
-      if (s.signal) {
-        err << ",\"signal\":\"" << signalName(s.signal) << "\"";
-      } else {
-        err << ",\"exit_code\":" << s.exit_code;
-      }
-      err << ",\"log\":\"" << jsonEscape(failed->log_path) << "\"}\n";
-      if (st.nnodes > 1) {
+      appendError(errors_path, o.run_id, generation,
+                  "\"rank\":" + std::to_string(failed->rank) +
+                      ",\"local_rank\":" + std::to_string(failed->local_rank) +
+                      ",\"node_rank\":" + std::to_string(o.node_rank) +
+                      ",\"pid\":" + std::to_string(failed->process->pid()) +
+                      (s.signal ? ",\"signal\":\"" + signalName(s.signal) + "\""
+                                : ",\"exit_code\":" + std::to_string(s.exit_code)) +
+                      ",\"log\":\"" + jsonEscape(failed->log_path) + "\"");
+      if (multi) {
         try {
           st.store->compareSet("launch/" + gen + "/failed", "", what);
         } catch (const comm::CommError& e) {
-          std::fprintf(console_, "cumulus-run: could not tell the other nodes: %s\n", e.what());
+          remote_failure = e.what();
+          store_lost = true;
         }
       }
     } else {
-      what = store_lost ? remote_failure : remote_failure + " on another node";
+      what = store_lost ? "the rendezvous Store is unreachable (" + remote_failure + ")"
+                        : remote_failure + " on another node";
     }
     std::fprintf(console_, "cumulus-run: %s; stopping the group\n", what.c_str());
-    stopWorkers(workers, mux, o.stop_grace);
+    // A node loss counts like a crash: each is one restart of the group.
     const bool giving_up = report.restarts >= o.max_restarts;
-    if (st.nnodes > 1 && !store_lost) {
+    if (multi && !store_lost && !giving_up) {
+      // Before stopping (up to --stop-grace): the host waits for this node beyond the last call.
+      try {
+        rdzv.announceRejoin(generation + 1);
+      } catch (const comm::CommError& e) {
+        remote_failure = e.what();
+        store_lost = true;
+      }
+    }
+    stopWorkers(workers, mux, o.stop_grace);
+    if (multi && !store_lost) {
       // Node 0 keeps the Store up until every agent has seen the failure, so none of them dies of
       // a vanished Store instead of reporting it. A lost node never answers: wait a bounded time.
       try {
         st.store->set("launch/" + gen + "/stopped/" + std::to_string(o.node_rank), "1");
-        if (o.node_rank == 0 && giving_up) {
+        if (host && giving_up) {
           std::vector<std::string> stopped;
-          for (int64_t i = 0; i < st.nnodes; ++i) {
-            stopped.push_back("launch/" + gen + "/stopped/" + std::to_string(i));
+          for (int64_t id : group) {
+            stopped.push_back("launch/" + gen + "/stopped/" + std::to_string(id));
           }
           st.store->wait(stopped, toMs(std::min(o.rdzv_timeout, o.stop_grace + 5.0)));
         }
       } catch (const comm::CommError&) {
       }
+    }
+    if (store_lost) {
+      // Like torchrun's c10d store host: the rendezvous lives on node 0 and dies with it.
+      std::fprintf(console_,
+                   "cumulus-run: giving up: the rendezvous Store on node 0 (%s) is unreachable: "
+                   "%s; node 0 hosts the Store, so the job cannot go on without it: launch it "
+                   "again on every node to resume from the newest checkpoint\n",
+                   store_endpoint.c_str(), remote_failure.c_str());
+      report.exit_code = 1;
+      return report;
     }
     if (giving_up) {
       std::fprintf(console_,
@@ -465,6 +587,7 @@ LaunchReport Launcher::runOrThrow() {
                    what.c_str(), static_cast<long long>(o.max_restarts),
                    failed ? failed->log_path.c_str() : errors_path.c_str());
       report.exit_code = 1;
+      endWaiting(1, "gave up after " + what);
       return report;
     }
     report.restarts++;

@@ -5,8 +5,8 @@
 //
 // Flags (both --flag=value and --flag value are accepted; '_' and '-' are interchangeable):
 //   --nproc-per-node N      workers on this node (default 1, or launch.nproc_per_node)
-//   --nnodes N | MIN:MAX    nodes in the job (default 1)
-//   --node-rank I           this node's index, 0 … nnodes-1 (default 0)
+//   --nnodes N | MIN:MAX    nodes in the job (default 1); MIN:MAX is elastic (rendezvous_round.h)
+//   --node-rank I           this node's id, 0 … MAX-1, unique (default 0); node 0 hosts the Store
 //   --rdzv-endpoint H:P     the Store on node 0 (node 0 hosts it there; others connect)
 //   --standalone            single node, Store on a free loopback port
 //   --max-restarts K        group restarts after a crash before giving up (default 3)
@@ -15,8 +15,12 @@
 //   --log-dir DIR           where per-rank logs and the error file go (default runs/logs)
 //   --stop-grace S          SIGTERM → SIGKILL delay when stopping workers (default 10)
 //   --rdzv-timeout S        how long to wait for the Store and for the other nodes (default 60)
-//   --preemption-notice SRC file:PATH or url:http://… polled for a spot notice (preemption_notice.h)
-//   --preemption-grace S    notice → every worker gone, checkpoint included (default 25, for GCP's 30)
+//   --rdzv-last-call S      elastic: close a round with >= MIN nodes after S s with no new joiner
+//                           (default 3)
+//   --preemption-notice SRC file:PATH or url:http://… polled for a spot notice
+//   (preemption_notice.h)
+//   --preemption-grace S    notice → every worker gone, checkpoint included (default 25, for GCP's
+//   30)
 //   --bind-host H           this node's data-plane address (CUMULUS_BIND_HOST for the workers);
 //                           default: the source address of the route to the rendezvous host
 //   --parameter-server      node 0 hosts the funnel's parameter server even without a YAML saying
@@ -52,12 +56,13 @@ struct LaunchOptions {
   std::string log_dir = "runs/logs";
   double stop_grace = 10.0;
   double rdzv_timeout = 60.0;
+  double rdzv_last_call = 3.0;
   std::string preemption_notice;  // "" or a NoticeSource spec
   double preemption_grace = 25.0;
   std::string bind_host;  // "" = the source address of the route to rdzv_host (bind_address.h)
-  std::vector<std::string> command;  // PROGRAM ARGS…
-  std::string experiment_path;       // the experiment YAML the command names, if any
-  bool host_parameter_server = false;  // comm.algorithm: funnel — node 0 hosts it
+  std::vector<std::string> command;      // PROGRAM ARGS…
+  std::string experiment_path;           // the experiment YAML the command names, if any
+  bool host_parameter_server = false;    // comm.algorithm: funnel — node 0 hosts it
   std::set<std::string> explicit_flags;  // flags given on the command line, e.g. "nproc-per-node"
 };
 
