@@ -5,14 +5,22 @@
 //
 // Exit codes of run():
 //   0   every worker exited 0
-//   1   a worker failed and no restarts were left (the message names the rank)
-//   2   a usage or set-up error (bad flag, port in use, unreachable rendezvous)
+//   1   a worker failed and no restarts were left (the message names the rank); the Store host
+//       (node 0) was lost; or too few nodes (< MIN) came back after a restart
+//   2   a usage or set-up error (bad flag, port in use, unreachable rendezvous, fewer than MIN
+//       nodes at the first rendezvous)
 //   75  preempted: the workers exited 75 (EX_TEMPFAIL) after a checkpoint; resumable
 //   128+N  the launcher was stopped by signal N and stopped its workers
+// A node that waits to join (late) and never gets in exits with node 0's code and reason.
 //
-// Across nodes, agents agree through the Store: node 0 publishes each generation; any agent whose
-// worker fails records `launch/failed/<g>`, which every agent watches, so all stop and restart
-// together. Blocking waits on the Store use --rdzv-timeout.
+// Across nodes, agents agree through the Store: each generation starts with a rendezvous round
+// (launch/rendezvous_round.h) that fixes the group: which nodes, their node ranks and the world
+// size handed to the workers. With --nnodes MIN:MAX the group is whoever is there (at least MIN);
+// with --nnodes N it is all N. Any agent whose worker fails records `launch/<g>/failed`, which
+// every agent watches, so all stop and join the next round together. A lost node never joins it,
+// so the next group is smaller; a restart after a node loss counts against --max-restarts like a
+// crash (a preemption never does). Losing node 0 ends the job: it hosts the Store (as torchrun's
+// c10d store host does). Blocking waits on the Store use --rdzv-timeout.
 
 #include <cstdio>
 #include <memory>
@@ -25,10 +33,10 @@ namespace cumulus::launch {
 // What run() learned, for tests and the final console line.
 struct LaunchReport {
   int exit_code = 0;
-  int restarts = 0;              // group restarts after failures
+  int restarts = 0;  // group restarts after failures
   int preemptions = 0;
-  int failed_rank = -1;          // the rank of the last failure, if any
-  std::string failure;           // "exit code 3", "signal SIGKILL"
+  int failed_rank = -1;  // the rank of the last failure, if any
+  std::string failure;   // "exit code 3", "signal SIGKILL"
 };
 
 class Launcher {

@@ -254,13 +254,16 @@ bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
       options_.min_nodes == options_.max_nodes
           ? std::to_string(options_.max_nodes)
           : std::to_string(options_.min_nodes) + ":" + std::to_string(options_.max_nodes);
+  std::vector<RoundNode> joined_nodes = state.nodes;
+  std::sort(joined_nodes.begin(), joined_nodes.end(),
+            [](const RoundNode& a, const RoundNode& b) { return a.node_id < b.node_id; });
   State ended;
   ended.kind = State::Kind::kEnded;
   ended.exit_code = g == 0 ? 2 : 1;
   ended.reason = "only " + std::to_string(joined) +
                  " node(s) joined the rendezvous of generation " + std::to_string(g) +
                  " within --rdzv-timeout " + seconds(options_.timeout) + " s (nodes " +
-                 idList(state.nodes) + "), fewer than the " + std::to_string(options_.min_nodes) +
+                 idList(joined_nodes) + "), fewer than the " + std::to_string(options_.min_nodes) +
                  " that --nnodes " + nnodes + " needs";
   const std::string desired = ended.encode();
   if (store_.compareSet(stateKey(g), state.raw, desired) == desired) {
