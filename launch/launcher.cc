@@ -256,6 +256,12 @@ LaunchReport Launcher::runOrThrow() {
     store_port = st.server->port();
   }
   const std::string store_endpoint = store_host + ":" + std::to_string(store_port);
+  // The StoreClient would also retry, but gRPC's reconnect backoff after a refused connection
+  // adds seconds to every node that starts before node 0.
+  if (!host) {
+    waitUntilListening(store_host, store_port, toMs(o.rdzv_timeout),
+                       [] { return g_stop_signal.load() != 0; });
+  }
   comm::StoreClientOptions copts;
   copts.connect_timeout = toMs(o.rdzv_timeout);
   st.store = std::make_unique<comm::StoreClient>(store_host, store_port, st.token, copts);
