@@ -432,6 +432,7 @@ LaunchReport Launcher::runOrThrow() {
     const Worker* failed = nullptr;
     std::string remote_failure;
     bool store_lost = false;
+    std::string regroup;  // why the group re-forms to admit waiting nodes
     auto next_store_check = std::chrono::steady_clock::now();
     auto next_notice_poll = std::chrono::steady_clock::now();
     for (;;) {
@@ -513,12 +514,42 @@ LaunchReport Launcher::runOrThrow() {
             remote_failure = *f;
             break;
           }
+          // Nodes that arrived after this group formed wait in the next round: the host re-forms
+          // the group to admit them (torchrun's num_nodes_waiting).
+          if (host && static_cast<int64_t>(group.size()) < o.max_nodes) {
+            const std::vector<int64_t> waiting = rdzv.waiting(generation + 1);
+            if (!waiting.empty()) {
+              std::string ids = jsonIds(waiting);
+              st.store->compareSet("launch/" + gen + "/regroup", "",
+                                   "node(s) " + ids.substr(1, ids.size() - 2) + " waiting to join");
+            }
+          }
+          if (auto r = st.store->tryGet("launch/" + gen + "/regroup")) {
+            regroup = *r;
+            break;
+          }
         } catch (const comm::CommError& e) {
           remote_failure = e.what();
           store_lost = true;
           break;
         }
       }
+    }
+
+    if (!regroup.empty()) {
+      // SIGTERM is the workers' preemption notice: they agree on a step, checkpoint it and exit
+      // 75, so admitting a node costs a restart of the processes but no training progress.
+      std::fprintf(console_,
+                   "cumulus-run: %s: the workers checkpoint and stop (as for a preemption, within "
+                   "--preemption-grace %.1f s), then the group forms again; not counted as a "
+                   "restart\n",
+                   regroup.c_str(), o.preemption_grace);
+      try {
+        rdzv.announceRejoin(generation + 1);
+      } catch (const comm::CommError&) {
+      }
+      stopWorkers(workers, mux, o.preemption_grace);
+      continue;
     }
 
     // One failure stops the whole group (on every node) and restarts it under a new generation.

@@ -181,7 +181,7 @@ Round Rendezvous::join(int64_t generation, int64_t restarts) {
     if (g > generation && note_) {
       note_("generation " + std::to_string(g - 1) + " is running without this node (nodes " +
             idList(skipped.nodes) + "); waiting in the rendezvous of generation " +
-            std::to_string(g) + ", which forms when that group restarts");
+            std::to_string(g));
     }
     return waitForClose(g, restarts);
   }
@@ -279,6 +279,15 @@ bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
     }
   }
   return true;
+}
+
+std::vector<int64_t> Rendezvous::waiting(int64_t generation) {
+  State state = State::parse(store_.tryGet(stateKey(generation)).value_or(""), generation);
+  std::vector<int64_t> ids;
+  if (state.kind != State::Kind::kOpen) return ids;
+  for (const RoundNode& n : state.nodes) ids.push_back(n.node_id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 void Rendezvous::announceRejoin(int64_t next_generation) {

@@ -95,6 +95,10 @@ class Rendezvous {
   // `next_generation`, so the host waits for it beyond the last call. Non-blocking.
   void announceRejoin(int64_t next_generation);
 
+  // The node ids waiting in round `generation` while it is open (nodes that arrived after the
+  // group of `generation - 1` formed); empty when none or when it is not open. Non-blocking.
+  std::vector<int64_t> waiting(int64_t generation);
+
   // Host only: ends round `generation` for good (the job ended), so the nodes waiting in it exit
   // with `exit_code` and `reason`, and waits up to `linger` for them to have read it. Returns the
   // number of nodes that were waiting. Does nothing to a round that already closed or ended.

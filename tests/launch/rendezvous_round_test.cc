@@ -159,7 +159,7 @@ TEST(Rendezvous, ALateNodeWaitsInTheNextRoundAndJoinsWhenTheGroupRestarts) {
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_EQ(notes[0],
             "generation 0 is running without this node (nodes 0,1); waiting in the rendezvous of "
-            "generation 1, which forms when that group restarts");
+            "generation 1");
 }
 
 TEST(Rendezvous, EndReleasesTheNodesWaitingInTheNextRound) {
