@@ -63,6 +63,7 @@ struct LaunchOptions {
   std::vector<std::string> command;      // PROGRAM ARGS…
   std::string experiment_path;           // the experiment YAML the command names, if any
   bool host_parameter_server = false;    // comm.algorithm: funnel — node 0 hosts it
+  int64_t allocation_nodes = 0;          // SLURM_NNODES when it set --nnodes (slurm_env.h), else 0
   std::set<std::string> explicit_flags;  // flags given on the command line, e.g. "nproc-per-node"
 };
 
