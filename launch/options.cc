@@ -194,6 +194,11 @@ LaunchOptions parseLaunchArgs(const std::vector<std::string>& args) {
         "--standalone runs one node with its own Store; drop --nnodes/--rdzv-endpoint");
   }
   if (o.node_rank >= o.max_nodes) {
+    if (o.min_nodes != o.max_nodes) {
+      throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for " +
+                       "--nnodes " + std::to_string(o.min_nodes) + ":" +
+                       std::to_string(o.max_nodes) + " (node ids are 0 … MAX-1, one per node)");
+    }
     throw UsageError("--node-rank " + std::to_string(o.node_rank) +
                      " is out of range for --nnodes " + std::to_string(o.max_nodes) +
                      " (ranks are 0 … nnodes-1)");
