@@ -27,6 +27,7 @@
 #include <string>
 
 #include "launch/options.h"
+#include "launch/rendezvous_round.h"
 
 namespace cumulus::launch {
 
@@ -53,7 +54,18 @@ class Launcher {
 
  private:
   struct State;
+  struct Group;     // this node's workers of one generation
+  struct GroupEnd;  // how a group ended
   LaunchReport runOrThrow();
+  // Token, Store (hosted on node 0), data-plane address, notice source, rendezvous.
+  void setUp();
+  // Starts this node's workers of `round` with the torchrun environment.
+  std::unique_ptr<Group> startGroup(const Round& round, int restarts);
+  void hostParameterServer(int64_t world_size, const std::string& gen);
+  GroupEnd supervise(Group& group, LaunchReport& report);
+  bool restartAfter(Group& group, const GroupEnd& end, LaunchReport& report);
+  // Node 0: ends round `generation` so that nodes waiting in it exit with `exit_code`.
+  void endWaiting(int64_t generation, int exit_code, const std::string& what);
   LaunchOptions options_;
   FILE* console_;
   std::unique_ptr<State> state_;
