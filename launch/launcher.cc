@@ -9,10 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -22,9 +19,11 @@
 #include "comm/store_client.h"
 #include "comm/store_server.h"
 #include "launch/bind_address.h"
+#include "launch/error_log.h"
 #include "launch/output_mux.h"
 #include "launch/preemption_notice.h"
 #include "launch/rendezvous_round.h"
+#include "launch/tcp_probe.h"
 #include "launch/worker_process.h"
 
 namespace cumulus::launch {
@@ -58,25 +57,6 @@ std::string randomHex(size_t bytes) {
   return out;
 }
 
-std::string utcNow() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-std::string jsonEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out;
-}
-
 std::chrono::milliseconds toMs(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
@@ -99,7 +79,7 @@ struct Launcher::State {
   std::string ps_endpoint;  // host:port when comm.algorithm is funnel
   std::string token;
   std::string run_dir;
-  std::string errors_path;
+  std::unique_ptr<ErrorLog> errors;  // <run_dir>/errors.jsonl
   std::string store_host;
   int store_port = 0;
   std::string store_endpoint;  // host:port
@@ -134,7 +114,10 @@ struct Launcher::GroupEnd {
 };
 
 Launcher::Launcher(LaunchOptions options, FILE* console)
-    : options_(std::move(options)), console_(console), state_(std::make_unique<State>()) {}
+    : options_(std::move(options)), console_(console), state_(std::make_unique<State>()) {
+  // Line by line even into a file or a pipe, so what the agent says shows up as it happens.
+  std::setvbuf(console_, nullptr, _IOLBF, 0);
+}
 
 Launcher::~Launcher() = default;
 
@@ -217,31 +200,10 @@ int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console
   return 128 + (sig ? sig : SIGTERM);
 }
 
-// One line of errors.jsonl: `fields` is the JSON between the run id and the closing brace.
-void appendError(const std::string& path, const std::string& run_id, int64_t generation,
-                 const std::string& fields) {
-  std::ofstream err(path, std::ios::app);
-  err << "{\"time\":\"" << utcNow() << "\",\"run_id\":\"" << jsonEscape(run_id)
-      << "\",\"generation\":" << generation << "," << fields << "}\n";
-}
-
-std::string jsonIds(const std::vector<int64_t>& ids) {
-  std::string out = "[";
-  for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
-  return out + "]";
-}
-
 std::vector<int64_t> idsOf(const Round& round) {
   std::vector<int64_t> ids;
   for (const RoundNode& n : round.nodes) ids.push_back(n.node_id);
   return ids;
-}
-
-// The ids in `a` and not in `b` (both sorted).
-std::vector<int64_t> minus(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  std::vector<int64_t> out;
-  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
-  return out;
 }
 
 std::string nodeCountText(const LaunchOptions& o) {
@@ -259,7 +221,7 @@ void Launcher::setUp() {
   st.host = o.node_rank == Rendezvous::kHostId;
   if (o.run_id.empty()) o.run_id = "run-" + randomHex(4);
   st.run_dir = o.log_dir + "/" + o.run_id;
-  st.errors_path = st.run_dir + "/errors.jsonl";
+  st.errors = std::make_unique<ErrorLog>(st.run_dir + "/errors.jsonl", o.run_id);
   std::error_code ec;
   std::filesystem::create_directories(st.run_dir, ec);
   if (ec) throw SetupError("cannot create log directory " + st.run_dir + ": " + ec.message());
@@ -382,12 +344,7 @@ LaunchReport Launcher::runOrThrow() {
     report.restarts = static_cast<int>(round.restarts);
     std::unique_ptr<Group> group = startGroup(round, report.restarts);
     if (!previous_group.empty() && previous_group != group->node_ids) {
-      appendError(st.errors_path, o.run_id, st.generation,
-                  "\"event\":\"regroup\",\"lost_nodes\":" +
-                      jsonIds(minus(previous_group, group->node_ids)) +
-                      ",\"new_nodes\":" + jsonIds(minus(group->node_ids, previous_group)) +
-                      ",\"nodes\":" + jsonIds(group->node_ids) +
-                      ",\"world_size\":" + std::to_string(round.worldSize()));
+      st.errors->regroup(st.generation, previous_group, group->node_ids, round.worldSize());
     }
     previous_group = group->node_ids;
 
@@ -597,9 +554,8 @@ Launcher::GroupEnd Launcher::supervise(Group& group, LaunchReport& report) {
         if (st.host && static_cast<int64_t>(group.node_ids.size()) < o.max_nodes) {
           const std::vector<int64_t> waiting = st.rdzv->waiting(st.generation + 1);
           if (!waiting.empty()) {
-            const std::string ids = jsonIds(waiting);
             st.store->compareSet("launch/" + gen + "/regroup", "",
-                                 "node(s) " + ids.substr(1, ids.size() - 2) + " waiting to join");
+                                 "node(s) " + joinIds(waiting) + " waiting to join");
           }
         }
         if (auto r = st.store->tryGet("launch/" + gen + "/regroup")) {
@@ -632,14 +588,8 @@ bool Launcher::restartAfter(Group& group, const GroupEnd& end, LaunchReport& rep
     report.failed_rank = failed.rank;
     report.failure = s.describe();
     what = "rank " + std::to_string(failed.rank) + " failed (" + s.describe() + ")";
-    appendError(st.errors_path, o.run_id, st.generation,
-                "\"rank\":" + std::to_string(failed.rank) +
-                    ",\"local_rank\":" + std::to_string(failed.local_rank) +
-                    ",\"node_rank\":" + std::to_string(o.node_rank) +
-                    ",\"pid\":" + std::to_string(failed.process->pid()) +
-                    (s.signal ? ",\"signal\":\"" + signalName(s.signal) + "\""
-                              : ",\"exit_code\":" + std::to_string(s.exit_code)) +
-                    ",\"log\":\"" + jsonEscape(failed.log_path) + "\"");
+    st.errors->workerFailed(st.generation, failed.rank, failed.local_rank, o.node_rank,
+                            failed.process->pid(), s, failed.log_path);
     if (st.multi) {
       try {
         st.store->compareSet("launch/" + gen + "/failed", "", what);
@@ -696,7 +646,7 @@ bool Launcher::restartAfter(Group& group, const GroupEnd& end, LaunchReport& rep
                  "cumulus-run: giving up: %s and no restarts are left (--max-restarts %lld); "
                  "see %s\n",
                  what.c_str(), static_cast<long long>(o.max_restarts),
-                 end.failed ? end.failed->log_path.c_str() : st.errors_path.c_str());
+                 end.failed ? end.failed->log_path.c_str() : st.errors->path().c_str());
     report.exit_code = 1;
     endWaiting(st.generation + 1, 1, "gave up after " + what);
     return false;

@@ -42,6 +42,8 @@ struct LaunchReport {
 
 class Launcher {
  public:
+  // `console` gets the agent's lines and the workers' prefixed output; it is made line-buffered,
+  // so construct the Launcher before anything is written to it.
   Launcher(LaunchOptions options, FILE* console);
   ~Launcher();
 

@@ -36,8 +36,6 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  // Line by line even into a file or a pipe, so that what the agent says shows up as it happens.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cumulus::launch::Launcher launcher(std::move(options), stdout);
   return launcher.run().exit_code;
 }
