@@ -550,9 +550,16 @@ Launcher::GroupEnd Launcher::supervise(Group& group, LaunchReport& report) {
           return end;
         }
         // Nodes that arrived after this group formed wait in the next round: the host re-forms
-        // the group to admit them (torchrun's num_nodes_waiting).
+        // the group to admit them (torchrun's num_nodes_waiting). Not for an id already in the
+        // group (a returning host whose loss is not noticed yet, or a duplicate --node-rank):
+        // the next restart sorts that out without stopping a healthy group.
         if (st.host && static_cast<int64_t>(group.node_ids.size()) < o.max_nodes) {
-          const std::vector<int64_t> waiting = st.rdzv->waiting(st.generation + 1);
+          std::vector<int64_t> waiting;
+          for (int64_t id : st.rdzv->waiting(st.generation + 1)) {
+            if (!std::binary_search(group.node_ids.begin(), group.node_ids.end(), id)) {
+              waiting.push_back(id);
+            }
+          }
           if (!waiting.empty()) {
             st.store->compareSet("launch/" + gen + "/regroup", "",
                                  "node(s) " + joinIds(waiting) + " waiting to join");
