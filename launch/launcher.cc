@@ -513,6 +513,18 @@ Launcher::GroupEnd Launcher::supervise(Group& group, LaunchReport& report) {
       return end;
     }
     if (all_done) {
+      // Workers that stopped at an agreed step because node 0 re-forms the group (its workers got
+      // SIGTERM and told ours) are not a preemption of the job.
+      if (any_preempted && st.multi) {
+        try {
+          if (auto r = st.store->tryGet("launch/" + gen + "/regroup")) {
+            end.kind = GroupEnd::Kind::kRegroup;
+            end.detail = *r;
+            return end;
+          }
+        } catch (const comm::CommError&) {
+        }
+      }
       for (auto& w : workers) mux.finish(w.rank);
       if (any_preempted) {
         // A worker got the notice itself (SIGTERM from the cloud) and the group agreed to stop.
