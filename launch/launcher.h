@@ -19,8 +19,11 @@
 // with --nnodes N it is all N. Any agent whose worker fails records `launch/<g>/failed`, which
 // every agent watches, so all stop and join the next round together. A lost node never joins it,
 // so the next group is smaller; a restart after a node loss counts against --max-restarts like a
-// crash (a preemption never does). Losing node 0 ends the job: it hosts the Store (as torchrun's
-// c10d store host does). Blocking waits on the Store use --rdzv-timeout.
+// crash (a preemption never does). A node that arrives after its generation's group formed waits
+// in the next round, and node 0 re-forms the group to admit it: every agent sends its workers
+// SIGTERM (the trainer's preemption notice: agreed step, checkpoint, exit 75) and joins the next
+// round; that is not counted as a restart. Losing node 0 ends the job: it hosts the Store (as
+// torchrun's c10d store host does). Blocking waits on the Store use --rdzv-timeout.
 
 #include <cstdio>
 #include <memory>

@@ -196,6 +196,7 @@ Round Rendezvous::waitForClose(int64_t g, int64_t restarts) {
   }
   for (;;) {
     if (interrupted()) {
+      if (!host) leave(g);
       Round r;
       r.outcome = Round::Outcome::kInterrupted;
       r.generation = g;
@@ -219,6 +220,20 @@ Round Rendezvous::waitForClose(int64_t g, int64_t restarts) {
       return state.toRound(g);
     }
     sleep();
+  }
+}
+
+void Rendezvous::leave(int64_t g) {
+  for (;;) {
+    State state = State::parse(store_.tryGet(stateKey(g)).value_or(""), g);
+    if (state.kind != State::Kind::kOpen) return;  // too late: the group fails without us
+    State left = state;
+    left.nodes.erase(std::remove_if(left.nodes.begin(), left.nodes.end(),
+                                    [&](const RoundNode& n) { return n.nonce == self_.nonce; }),
+                     left.nodes.end());
+    if (left.nodes.size() == state.nodes.size()) return;
+    const std::string desired = left.encode();
+    if (store_.compareSet(stateKey(g), state.raw, desired) == desired) return;
   }
 }
 

@@ -86,7 +86,8 @@ class Rendezvous {
              std::function<void(const std::string&)> note = {});
 
   // Joins the first open round at or after `generation` and blocks until it closes with this
-  // node in it (kClosed) or ends (kEnded), or `interrupted` (kInterrupted). The host publishes
+  // node in it (kClosed) or ends (kEnded), or `interrupted` (kInterrupted: a node other than the
+  // host leaves the round if it is still open, so no group forms with it). The host publishes
   // `restarts` in the round it closes. Throws RendezvousError when this node id is already in
   // the open round, comm::CommError when the Store fails.
   Round join(int64_t generation, int64_t restarts);
@@ -115,6 +116,8 @@ class Rendezvous {
   bool tryJoin(int64_t g, State& state);
   // Waits (the host: closes) until round `g`, which this node joined, is no longer open.
   Round waitForClose(int64_t g, int64_t restarts);
+  // Takes this node out of round `g` if it is still open (interrupted while waiting).
+  void leave(int64_t g);
   // Host: closes `state` if the rules allow; returns whether the round is no longer open.
   bool maybeClose(int64_t g, State& state, int64_t restarts);
 

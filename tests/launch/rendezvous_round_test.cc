@@ -202,5 +202,18 @@ TEST(Rendezvous, TwoNodesWithOneIdAreAUserError) {
   EXPECT_EQ(fa.get().outcome, Round::Outcome::kInterrupted);
 }
 
+TEST(Rendezvous, ANodeInterruptedWhileWaitingLeavesTheRound) {
+  comm::MemoryStore store;
+  std::atomic<bool> stop{false};
+  Rendezvous n0(store, elastic(1, 3, 300), node(0));
+  Rendezvous n1(store, elastic(1, 3, 300), node(1), [&] { return stop.load(); });
+  auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
+  auto f0 = std::async(std::launch::async, [&] { return n0.join(0, 0); });
+  std::this_thread::sleep_for(milliseconds(100));  // both in, the last call running
+  stop = true;
+  EXPECT_EQ(f1.get().outcome, Round::Outcome::kInterrupted);
+  EXPECT_EQ(f0.get().nodeIds(), "0");  // closed without the node that left
+}
+
 }  // namespace
 }  // namespace cumulus::launch
