@@ -179,9 +179,9 @@ Round Rendezvous::join(int64_t generation, int64_t restarts) {
       continue;
     }
     if (g > generation && note_) {
-      note_("generation " + std::to_string(g - 1) + " is running without this node (nodes " +
-            idList(skipped.nodes) + "); waiting in the rendezvous of generation " +
-            std::to_string(g));
+      note_("the group of generation " + std::to_string(g - 1) +
+            " formed without this node (nodes " + idList(skipped.nodes) +
+            "); waiting in the rendezvous of generation " + std::to_string(g));
     }
     return waitForClose(g, restarts);
   }

@@ -276,9 +276,10 @@ TEST_F(ElasticTest, ALateNodeIsAdmittedByReformingTheGroupWithoutCountingARestar
   EXPECT_EQ(finish(0), 0) << output(0);
   EXPECT_EQ(finish(1), 0) << output(1);
   EXPECT_EQ(finish(2), 0) << output(2);
-  EXPECT_TRUE(printed(2,
-                      "cumulus-run: generation 0 is running without this node (nodes 0,1); "
-                      "waiting in the rendezvous of generation 1\n"))
+  EXPECT_TRUE(
+      printed(2,
+              "cumulus-run: the group of generation 0 formed without this node (nodes 0,1); "
+              "waiting in the rendezvous of generation 1\n"))
       << output(2);
   for (int rank : {0, 1}) {
     EXPECT_TRUE(printed(rank,
@@ -337,6 +338,39 @@ TEST_F(ElasticTest, ANodeAdmittedMidTrainingResumesFromTheStopStepLosingNoStep) 
   const cumulus::proto::CheckpointState state = newestCheckpoint(run / "checkpoints");
   EXPECT_EQ(state.world_size(), 3u);
   EXPECT_EQ(state.generation(), 1u);
+}
+
+TEST_F(ElasticTest, AReplacementNodeTakesTheLostOnesPlaceInAFixedSizeJob) {
+  // Generation 0 all-reduces until node 1 is lost; later generations finish at once.
+  const std::string worker = (dir_ / "probe.sh").string();
+  std::ofstream(worker) << "#!/bin/sh\nif [ \"$CUMULUS_GENERATION\" = 0 ]; then exec " << probe()
+                        << "; fi\nexec " << kProbe
+                        << " --algorithms ring --sizes 4096 --max-iters 2\n";
+  fs::permissions(worker, fs::perms::owner_all);
+  const std::string f = flags("2", "--rdzv-timeout 20 --max-restarts 1");
+  start(0, f, worker);
+  start(1, f, worker);
+  ASSERT_TRUE(waitFor([&] { return printed(0, "rank(s)"); }, 20)) << output(0);
+  killNode(1);
+  ASSERT_TRUE(waitFor([&] { return printed(0, "restarting the group"); }, 20)) << output(0);
+  std::filesystem::remove(out(1));
+  start(1, f, worker);  // the same --node-rank on a new "host"
+  EXPECT_EQ(finish(0), 0) << output(0);
+  EXPECT_EQ(finish(1), 0) << output(1);
+  EXPECT_TRUE(printed(1,
+                      "cumulus-run: the group of generation 0 formed without this node (nodes "
+                      "0,1); waiting in the rendezvous of generation 1\n"))
+      << output(1);
+  for (int rank : {0, 1}) {
+    EXPECT_TRUE(printed(rank,
+                        "cumulus-run: generation 1: nodes 0,1, world size 2; this node is "
+                        "node rank " +
+                            std::to_string(rank)))
+        << output(rank);
+  }
+  // Generation 1 ran its collectives to the end (the probe checks every sum).
+  const std::string gen1 = readFile(dir_ / "logs0/el/gen1/rank0.log");
+  EXPECT_NE(gen1.find("probe: 2 rank(s)"), std::string::npos) << gen1;
 }
 
 TEST_F(ElasticTest, LosingNodeZeroEndsTheJobBecauseItHostsTheStore) {

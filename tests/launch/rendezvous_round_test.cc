@@ -158,7 +158,8 @@ TEST(Rendezvous, ALateNodeWaitsInTheNextRoundAndJoinsWhenTheGroupRestarts) {
   EXPECT_EQ(r2.firstRankOf(2), 4);
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_EQ(notes[0],
-            "generation 0 is running without this node (nodes 0,1); waiting in the rendezvous of "
+            "the group of generation 0 formed without this node (nodes 0,1); waiting in the "
+            "rendezvous of "
             "generation 1");
 }
 
