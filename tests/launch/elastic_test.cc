@@ -348,7 +348,7 @@ TEST_F(ElasticTest, AReplacementNodeTakesTheLostOnesPlaceInAFixedSizeJob) {
   const std::string worker = (dir_ / "probe.sh").string();
   std::ofstream(worker) << "#!/bin/sh\nif [ \"$CUMULUS_GENERATION\" = 0 ]; then exec " << probe()
                         << "; fi\nexec " << kProbe
-                        << " --algorithms ring --sizes 4096 --max-iters 2\n";
+                        << " --algorithms ring --sizes 4096 --max-iters 2 --timeout 10\n";
   fs::permissions(worker, fs::perms::owner_all);
   const std::string f = flags("2", "--rdzv-timeout 20 --max-restarts 1");
   start(0, f, worker);
