@@ -307,6 +307,16 @@ void Launcher::endWaiting(int64_t generation, int exit_code, const std::string& 
   }
 }
 
+int Launcher::giveUpWithoutStore(const std::string& error) {
+  // Like torchrun's c10d store host: the rendezvous lives on node 0 and dies with it.
+  std::fprintf(console_,
+               "cumulus-run: giving up: the rendezvous Store on node 0 (%s) is unreachable: %s; "
+               "node 0 hosts the Store, so the job cannot go on without it: launch it again on "
+               "every node to resume from the newest checkpoint\n",
+               state_->store_endpoint.c_str(), error.c_str());
+  return 1;
+}
+
 LaunchReport Launcher::runOrThrow() {
   setUp();
   const LaunchOptions& o = options_;
@@ -314,7 +324,14 @@ LaunchReport Launcher::runOrThrow() {
   LaunchReport report;
   std::vector<int64_t> previous_group;
   for (int64_t next = 0;; next = st.generation + 1) {
-    const Round round = st.rdzv->join(next, report.restarts);
+    Round round;
+    try {
+      round = st.rdzv->join(next, report.restarts);
+    } catch (const comm::CommError& e) {
+      if (next == 0) throw;  // never reached the Store: a set-up error ("rendezvous failed")
+      report.exit_code = giveUpWithoutStore(e.what());
+      return report;
+    }
     if (round.outcome == Round::Outcome::kInterrupted) {
       const int sig = g_stop_signal.load();
       if (sig == SIGTERM) {  // a preemption notice with no worker running: nothing to save
@@ -651,13 +668,7 @@ bool Launcher::restartAfter(Group& group, const GroupEnd& end, LaunchReport& rep
     }
   }
   if (store_lost) {
-    // Like torchrun's c10d store host: the rendezvous lives on node 0 and dies with it.
-    std::fprintf(console_,
-                 "cumulus-run: giving up: the rendezvous Store on node 0 (%s) is unreachable: "
-                 "%s; node 0 hosts the Store, so the job cannot go on without it: launch it "
-                 "again on every node to resume from the newest checkpoint\n",
-                 st.store_endpoint.c_str(), store_error.c_str());
-    report.exit_code = 1;
+    report.exit_code = giveUpWithoutStore(store_error);
     return false;
   }
   if (giving_up) {

@@ -69,6 +69,8 @@ class Launcher {
   void hostParameterServer(int64_t world_size, const std::string& gen);
   GroupEnd supervise(Group& group, LaunchReport& report);
   bool restartAfter(Group& group, const GroupEnd& end, LaunchReport& report);
+  // Says that node 0's Store is gone and the job cannot go on; returns the exit code (1).
+  int giveUpWithoutStore(const std::string& error);
   // Node 0: ends round `generation` so that nodes waiting in it exit with `exit_code`.
   void endWaiting(int64_t generation, int exit_code, const std::string& what);
   LaunchOptions options_;
