@@ -352,8 +352,10 @@ LaunchReport Launcher::runOrThrow() {
       return report;
     }
     if (round.outcome == Round::Outcome::kEnded) {
-      std::fprintf(console_, "cumulus-run: %s: %s\n", round.exit_code == 0 ? "done" : "giving up",
-                   round.reason.c_str());
+      const char* what = round.exit_code == 0                ? "done"
+                         : round.exit_code == kExitPreempted ? "preempted"
+                                                             : "giving up";
+      std::fprintf(console_, "cumulus-run: %s: %s\n", what, round.reason.c_str());
       report.exit_code = round.exit_code;
       return report;
     }

@@ -376,6 +376,27 @@ TEST_F(ElasticTest, AReplacementNodeTakesTheLostOnesPlaceInAFixedSizeJob) {
   EXPECT_NE(gen1.find("probe: 2 rank(s)"), std::string::npos) << gen1;
 }
 
+TEST_F(ElasticTest, APreemptionNoticeDuringTheRendezvousIsResumableAndReleasesTheOthers) {
+  // Nodes 0 and 1 of 3 wait for node 2; SIGTERM to node 0 ends the round for both.
+  const std::string f = flags("3", "--rdzv-timeout 20");
+  start(0, f, "/bin/true");
+  ASSERT_TRUE(waitFor([&] { return printed(0, "cumulus-run: run el"); }, 10)) << output(0);
+  start(1, f, "/bin/true");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // node 1 in the round, waiting
+  ::kill(nodes_[0].pid, SIGTERM);
+  EXPECT_EQ(finish(0, 10), 75) << output(0);
+  EXPECT_TRUE(printed(0,
+                      "cumulus-run: preemption notice (SIGTERM) during the rendezvous of "
+                      "generation 0; no worker was running; launch the same command again to "
+                      "resume\n"))
+      << output(0);
+  EXPECT_EQ(finish(1, 10), 75) << output(1);  // node 0's code: resumable
+  EXPECT_TRUE(printed(1,
+                      "cumulus-run: preempted: the job ended (node 0's launcher was stopped by "
+                      "SIGTERM, exit code 75) before this node could join\n"))
+      << output(1);
+}
+
 TEST_F(ElasticTest, LosingNodeZeroEndsTheJobBecauseItHostsTheStore) {
   const std::string f = flags("1:2", "--rdzv-last-call 0.2 --rdzv-timeout 2 --max-restarts 3");
   start(0, f, "/bin/sleep 30");
