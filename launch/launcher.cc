@@ -24,6 +24,7 @@
 #include "launch/preemption_notice.h"
 #include "launch/rendezvous_round.h"
 #include "launch/tcp_probe.h"
+#include "launch/worker_group.h"
 #include "launch/worker_process.h"
 
 namespace cumulus::launch {
@@ -31,8 +32,6 @@ namespace {
 
 // The one piece of process-wide state: a signal handler can reach nothing else.
 std::atomic<int> g_stop_signal{0};
-
-constexpr int kExitPreempted = 75;  // EX_TEMPFAIL: checkpointed, resumable
 
 // A set-up problem the user must fix (exit code 2).
 class SetupError : public std::runtime_error {
@@ -60,13 +59,6 @@ std::string randomHex(size_t bytes) {
 std::chrono::milliseconds toMs(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
-
-struct Worker {
-  int rank = 0;
-  int local_rank = 0;
-  std::string log_path;
-  std::unique_ptr<WorkerProcess> process;
-};
 
 }  // namespace
 
@@ -139,66 +131,6 @@ LaunchReport Launcher::run() {
 }
 
 namespace {
-
-// Stops every running worker: SIGTERM to each group, SIGKILL to the ones still alive after the
-// grace period. Keeps copying their output meanwhile so nothing they print on the way out is lost.
-void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace) {
-  for (auto& w : workers) w.process->signal(SIGTERM);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace);
-  for (;;) {
-    bool all = true;
-    for (auto& w : workers) all &= w.process->poll().exited;
-    if (all || std::chrono::steady_clock::now() >= deadline) break;
-    mux.pump(10);
-  }
-  for (auto& w : workers) {
-    w.process->signal(SIGKILL);
-    w.process->waitFor(5.0);
-    mux.finish(w.rank);
-  }
-}
-
-constexpr const char* kPreemptedMarker = "preempted at step ";
-
-// After the workers were asked to stop for a preemption: 75 if the stop was the checkpointed one
-// (every worker exited 75) or the grace ran out (the previous checkpoint is still the newest
-// valid one), otherwise 128 + sig for a plain signal stop.
-int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console, double seconds,
-                     double grace, int sig) {
-  bool all_checkpointed = true;
-  bool all_finished = true;
-  bool killed_at_deadline = false;
-  for (auto& w : workers) {
-    const ExitStatus& s = w.process->poll();
-    all_checkpointed &= s.signal == 0 && s.exit_code == kExitPreempted;
-    all_finished &= s.ok();
-    killed_at_deadline |= s.signal == SIGKILL;
-  }
-  std::string line;
-  for (auto& w : workers) {
-    if (line.empty()) line = mux.lastMarkedLine(w.rank);
-  }
-  if (all_finished) {
-    std::fprintf(console, "cumulus-run: the workers finished before they could be preempted\n");
-    return 0;
-  }
-  if (all_checkpointed) {
-    auto at = line.find(kPreemptedMarker);
-    std::fprintf(console,
-                 "cumulus-run: %s (notice to exit %.2f s); launch the same command again "
-                 "to resume\n",
-                 at == std::string::npos ? "preempted" : line.c_str() + at, seconds);
-    return kExitPreempted;
-  }
-  if (killed_at_deadline) {
-    std::fprintf(console,
-                 "cumulus-run: preempted, but the workers had not exited after the %.1f s "
-                 "grace and were killed; the newest valid checkpoint is the one before\n",
-                 grace);
-    return kExitPreempted;
-  }
-  return 128 + (sig ? sig : SIGTERM);
-}
 
 std::vector<int64_t> idsOf(const Round& round) {
   std::vector<int64_t> ids;
