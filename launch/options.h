@@ -9,7 +9,8 @@
 //   --node-rank I           this node's id, 0 … MAX-1, unique (default 0); node 0 hosts the Store
 //   --rdzv-endpoint H:P     the Store on node 0 (node 0 hosts it there; others connect)
 //   --standalone            single node, Store on a free loopback port
-//   --max-restarts K        group restarts after a crash before giving up (default 3)
+//   --max-restarts K        group restarts after a crash or a node loss before giving up
+//                           (default 3)
 //   --monitor-interval S    seconds between health checks of the workers (default 0.1)
 //   --run-id ID             names the job (default: random); logs go under --log-dir/ID
 //   --log-dir DIR           where per-rank logs and the error file go (default runs/logs)
@@ -18,9 +19,9 @@
 //   --rdzv-last-call S      elastic: close a round with >= MIN nodes after S s with no new joiner
 //                           (default 3)
 //   --preemption-notice SRC file:PATH or url:http://… polled for a spot notice
-//   (preemption_notice.h)
-//   --preemption-grace S    notice → every worker gone, checkpoint included (default 25, for GCP's
-//   30)
+//                           (preemption_notice.h)
+//   --preemption-grace S    notice → every worker gone, checkpoint included (default 25, for
+//                           GCP's 30)
 //   --bind-host H           this node's data-plane address (CUMULUS_BIND_HOST for the workers);
 //                           default: the source address of the route to the rendezvous host
 //   --parameter-server      node 0 hosts the funnel's parameter server even without a YAML saying
