@@ -25,7 +25,10 @@ std::string experimentPathOf(const std::vector<std::string>& command) {
 
 void applyExperimentLaunchSection(LaunchOptions& o) {
   std::string path = experimentPathOf(o.command);
-  if (path.empty()) return;
+  if (path.empty()) {
+    checkNodeRank(o);
+    return;
+  }
   std::vector<std::string> overrides;
   for (size_t i = 1; i < o.command.size(); ++i) {
     const std::string& arg = o.command[i];
@@ -63,6 +66,10 @@ void applyExperimentLaunchSection(LaunchOptions& o) {
   if (o.node_rank >= o.max_nodes) {
     throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for " +
                      std::to_string(o.max_nodes) + " node(s) (launch.nnodes in " + path + ")");
+  }
+  if (o.max_nodes > 1 && !given("rdzv-endpoint")) {
+    throw UsageError("launch.nnodes \"" + l.nnodes + "\" in " + path +
+                     " needs node 0's address: --rdzv-endpoint HOST:PORT or launch.rdzv_endpoint");
   }
 }
 

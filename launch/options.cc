@@ -94,6 +94,17 @@ std::pair<std::string, int> parseEndpoint(const std::string& text, const std::st
   return {host, static_cast<int>(parseInt(port, what, 1, 65535))};
 }
 
+void checkNodeRank(const LaunchOptions& o) {
+  if (o.node_rank < o.max_nodes) return;
+  if (o.min_nodes != o.max_nodes) {
+    throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for " +
+                     "--nnodes " + std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes) +
+                     " (node ids are 0 … MAX-1, one per node)");
+  }
+  throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " +
+                   std::to_string(o.max_nodes) + " (ranks are 0 … nnodes-1)");
+}
+
 LaunchOptions parseLaunchArgs(const std::vector<std::string>& args) {
   LaunchOptions o;
   using Setter = std::function<void(const std::string&)>;
@@ -194,16 +205,9 @@ LaunchOptions parseLaunchArgs(const std::vector<std::string>& args) {
     throw UsageError(
         "--standalone runs one node with its own Store; drop --nnodes/--rdzv-endpoint");
   }
-  if (o.node_rank >= o.max_nodes) {
-    if (o.min_nodes != o.max_nodes) {
-      throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for " +
-                       "--nnodes " + std::to_string(o.min_nodes) + ":" +
-                       std::to_string(o.max_nodes) + " (node ids are 0 … MAX-1, one per node)");
-    }
-    throw UsageError("--node-rank " + std::to_string(o.node_rank) +
-                     " is out of range for --nnodes " + std::to_string(o.max_nodes) +
-                     " (ranks are 0 … nnodes-1)");
-  }
+  // Without --nnodes the count may still come from Slurm or the experiment (main.cc applies
+  // them next); checkNodeRank() runs once they have.
+  if (o.explicit_flags.count("nnodes")) checkNodeRank(o);
   if (o.max_nodes > 1 && !o.explicit_flags.count("rdzv-endpoint")) {
     throw UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)");
   }

@@ -71,6 +71,10 @@ struct LaunchOptions {
 // Parses argv[1..]. Throws UsageError. `--help` throws UsageError with the usage text.
 LaunchOptions parseLaunchArgs(const std::vector<std::string>& args);
 
+// Throws UsageError when --node-rank is not below the node count (MAX). parseLaunchArgs checks
+// it only when --nnodes is given; applyExperimentLaunchSection checks it in every case.
+void checkNodeRank(const LaunchOptions& options);
+
 // "N" or "MIN:MAX" → {min, max}; throws UsageError naming `what`.
 std::pair<int64_t, int64_t> parseNodeRange(const std::string& text, const std::string& what);
 // "host:port" (IPv6 as "[::1]:port") → {host, port}; throws UsageError naming `what`.

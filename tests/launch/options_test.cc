@@ -1,6 +1,12 @@
 #include "launch/options.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "launch/experiment_launch.h"
 
 namespace cumulus::launch {
 namespace {
@@ -83,6 +89,28 @@ TEST(LaunchOptions, ErrorsNameTheFlag) {
             "--standalone runs one node with its own Store; drop --nnodes/--rdzv-endpoint");
   EXPECT_EQ(usageErrorOf({"--monitor-interval", "fast", "--", "x"}),
             "--monitor-interval: expected seconds >= 0.001, got \"fast\"");
+}
+
+TEST(LaunchOptions, AnElasticRangeInTheExperimentAppliesAndNeedsAnEndpoint) {
+  const std::filesystem::path yaml =
+      std::filesystem::temp_directory_path() / ("elastic-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(yaml) << "name: e\nlaunch:\n  nnodes: \"2:3\"\n  rdzv_endpoint: h:7\n";
+  LaunchOptions o = parseLaunchArgs({"--node-rank", "2", "--", "w", yaml.string()});
+  applyExperimentLaunchSection(o);
+  EXPECT_EQ(o.min_nodes, 2);
+  EXPECT_EQ(o.max_nodes, 3);
+  EXPECT_EQ(o.rdzv_host, "h");
+  std::ofstream(yaml) << "name: e\nlaunch:\n  nnodes: \"2:3\"\n";
+  o = parseLaunchArgs({"--", "w", yaml.string()});
+  try {
+    applyExperimentLaunchSection(o);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "launch.nnodes \"2:3\" in " + yaml.string() +
+                  " needs node 0's address: --rdzv-endpoint HOST:PORT or launch.rdzv_endpoint");
+  }
+  std::filesystem::remove(yaml);
 }
 
 }  // namespace
