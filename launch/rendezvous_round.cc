@@ -13,6 +13,9 @@ std::string stateKey(int64_t g) { return "rdzv/" + std::to_string(g) + "/state";
 std::string comingKey(int64_t g, int64_t id) {
   return "rdzv/" + std::to_string(g) + "/coming/" + std::to_string(id);
 }
+// Set by the host once round `g` is no longer open: the others block on it in the Store (one
+// long-poll call at a time) instead of reading the state many times a second.
+std::string settledKey(int64_t g) { return "rdzv/" + std::to_string(g) + "/settled"; }
 std::string ackKey(int64_t g, int64_t id) {
   return "rdzv/" + std::to_string(g) + "/ack/" + std::to_string(id);
 }
@@ -137,6 +140,20 @@ Rendezvous::Rendezvous(comm::Store& store, RendezvousOptions options, RoundNode 
 
 void Rendezvous::sleep() const { std::this_thread::sleep_for(options_.poll); }
 
+void Rendezvous::awaitSettled(int64_t g) {
+  try {
+    store_.wait({settledKey(g)}, kWaitSlice);
+  } catch (const comm::CommError& e) {
+    if (e.kind() != comm::ErrorKind::kTimeout) throw;
+  }
+}
+
+bool Rendezvous::settle(int64_t g, const std::string& expected, const std::string& desired) {
+  if (store_.compareSet(stateKey(g), expected, desired) != desired) return false;
+  store_.set(settledKey(g), "1");
+  return true;
+}
+
 bool Rendezvous::tryJoin(int64_t g, State& state) {
   for (;;) {
     state = State::parse(store_.tryGet(stateKey(g)).value_or(""), g);
@@ -219,7 +236,11 @@ Round Rendezvous::waitForClose(int64_t g, int64_t restarts) {
       store_.set(ackKey(g, self_.node_id), self_.nonce);
       return state.toRound(g);
     }
-    sleep();
+    if (host) {
+      sleep();
+    } else {
+      awaitSettled(g);
+    }
   }
 }
 
@@ -261,7 +282,7 @@ bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
     closed.restarts = restarts;
     std::sort(closed.nodes.begin(), closed.nodes.end(),
               [](const RoundNode& a, const RoundNode& b) { return a.node_id < b.node_id; });
-    store_.compareSet(stateKey(g), state.raw, closed.encode());
+    settle(g, state.raw, closed.encode());
     return true;  // closed, or someone joined meanwhile: read again either way
   }
   if (!expired) return false;
@@ -280,8 +301,7 @@ bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
                  " within --rdzv-timeout " + seconds(options_.timeout) + " s (nodes " +
                  idList(joined_nodes) + "), fewer than the " + std::to_string(options_.min_nodes) +
                  " that --nnodes " + nnodes + " needs";
-  const std::string desired = ended.encode();
-  if (store_.compareSet(stateKey(g), state.raw, desired) == desired) {
+  if (settle(g, state.raw, ended.encode())) {
     // Keep the Store up until the nodes that did join have read why (bounded).
     std::vector<std::string> acks;
     for (const RoundNode& n : state.nodes) {
@@ -318,8 +338,7 @@ int Rendezvous::end(int64_t generation, int exit_code, const std::string& reason
     ended.kind = State::Kind::kEnded;
     ended.exit_code = exit_code;
     ended.reason = reason;
-    const std::string desired = ended.encode();
-    if (store_.compareSet(stateKey(generation), state.raw, desired) != desired) continue;
+    if (!settle(generation, state.raw, ended.encode())) continue;
     std::vector<std::string> acks;
     for (const RoundNode& n : state.nodes) {
       if (n.node_id != self_.node_id) acks.push_back(ackKey(generation, n.node_id));

@@ -22,8 +22,10 @@
 // the node ranks of the others are their positions (dense, 0 … n-1). Global ranks are assigned in
 // that order, each node taking as many as it has workers.
 //
-// Not thread-safe: one Rendezvous per launcher, used from one thread. Blocking calls poll the
-// Store every `poll` and check `interrupted` as often; a Store failure throws comm::CommError.
+// Not thread-safe: one Rendezvous per launcher, used from one thread. The host reads the round
+// every `poll`; the others block in the Store (a wait on `rdzv/<g>/settled`, 250 ms at a time),
+// so a large round costs node 0 a few calls per node per second. `interrupted` is checked between
+// calls. A Store failure throws comm::CommError.
 
 #include <chrono>
 #include <cstdint>
@@ -110,8 +112,16 @@ class Rendezvous {
 
  private:
   struct State;
+  // How long a node other than the host blocks in the Store at a time, between checks of
+  // `interrupted` and of the state itself.
+  static constexpr std::chrono::milliseconds kWaitSlice{250};
   bool interrupted() const { return interrupted_ && interrupted_(); }
   void sleep() const;
+  // Not the host: blocks up to kWaitSlice until the host settled round `g`.
+  void awaitSettled(int64_t g);
+  // The host: compare-and-set of round `g`'s state, then the wake-up for the others. Returns
+  // whether the state was `expected`.
+  bool settle(int64_t g, const std::string& expected, const std::string& desired);
   // Adds this node to round `g`; false when the round is no longer open (`state` says what it is).
   bool tryJoin(int64_t g, State& state);
   // Waits (the host: closes) until round `g`, which this node joined, is no longer open.
