@@ -6,7 +6,8 @@ namespace cumulus::launch {
 namespace {
 
 bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -24,7 +25,10 @@ std::string experimentPathOf(const std::vector<std::string>& command) {
 
 void applyExperimentLaunchSection(LaunchOptions& o) {
   std::string path = experimentPathOf(o.command);
-  if (path.empty()) return;
+  if (path.empty()) {
+    checkNodeRank(o);
+    return;
+  }
   std::vector<std::string> overrides;
   for (size_t i = 1; i < o.command.size(); ++i) {
     const std::string& arg = o.command[i];
@@ -44,7 +48,14 @@ void applyExperimentLaunchSection(LaunchOptions& o) {
   const configs::LaunchConfig& l = e.launch;
   auto given = [&](const char* flag) { return o.explicit_flags.count(flag) > 0; };
   if (!given("nproc-per-node")) o.nproc_per_node = l.nproc_per_node;
-  if (!given("nnodes")) std::tie(o.min_nodes, o.max_nodes) = parseNodeRange(l.nnodes, "nnodes");
+  if (!given("nnodes")) {
+    std::tie(o.min_nodes, o.max_nodes) = parseNodeRange(l.nnodes, "nnodes");
+  } else if (o.allocation_nodes > 0) {
+    // Under Slurm the allocation is MAX; an elastic range in the experiment still says how few
+    // nodes the job may go on with.
+    const auto [lo, hi] = parseNodeRange(l.nnodes, "nnodes");
+    if (lo < hi) o.min_nodes = std::min(lo, o.allocation_nodes);
+  }
   if (!given("max-restarts")) o.max_restarts = l.max_restarts;
   if (!given("monitor-interval")) o.monitor_interval = l.monitor_interval;
   if (!given("rdzv-endpoint") && !given("standalone") && !l.rdzv_endpoint.empty()) {
@@ -55,6 +66,10 @@ void applyExperimentLaunchSection(LaunchOptions& o) {
   if (o.node_rank >= o.max_nodes) {
     throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for " +
                      std::to_string(o.max_nodes) + " node(s) (launch.nnodes in " + path + ")");
+  }
+  if (o.max_nodes > 1 && !given("rdzv-endpoint")) {
+    throw UsageError("launch.nnodes \"" + l.nnodes + "\" in " + path +
+                     " needs node 0's address: --rdzv-endpoint HOST:PORT or launch.rdzv_endpoint");
   }
 }
 

@@ -14,8 +14,10 @@ namespace cumulus::launch {
 std::string experimentPathOf(const std::vector<std::string>& command);
 
 // If the command names an experiment, loads it with the command's own `--set` overrides and fills
-// every option not given as a flag from its launch section; sets host_parameter_server when
-// comm.algorithm is funnel. Throws UsageError carrying the config error (file, key, line:column).
+// every option not given as a flag from its launch section (under Slurm an elastic
+// launch.nnodes "MIN:MAX" keeps its MIN, capped by the allocation); sets host_parameter_server when
+// comm.algorithm is funnel. Throws UsageError carrying the config error (file, key, line:column),
+// or naming --node-rank when it is out of range for the node count, whatever set that count.
 void applyExperimentLaunchSection(LaunchOptions& options);
 
 }  // namespace cumulus::launch

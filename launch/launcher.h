@@ -5,34 +5,48 @@
 //
 // Exit codes of run():
 //   0   every worker exited 0
-//   1   a worker failed and no restarts were left (the message names the rank)
-//   2   a usage or set-up error (bad flag, port in use, unreachable rendezvous)
+//   1   a worker failed and no restarts were left (the message names the rank); the Store host
+//       (node 0) was lost; or too few nodes (< MIN) came back after a restart
+//   2   a usage or set-up error (bad flag, port in use, unreachable rendezvous, fewer than MIN
+//       nodes at the first rendezvous)
 //   75  preempted: the workers exited 75 (EX_TEMPFAIL) after a checkpoint; resumable
 //   128+N  the launcher was stopped by signal N and stopped its workers
+// A node that waits to join (late) and never gets in exits with node 0's code and reason.
 //
-// Across nodes, agents agree through the Store: node 0 publishes each generation; any agent whose
-// worker fails records `launch/failed/<g>`, which every agent watches, so all stop and restart
-// together. Blocking waits on the Store use --rdzv-timeout.
+// Across nodes, agents agree through the Store: each generation starts with a rendezvous round
+// (launch/rendezvous_round.h) that fixes the group: which nodes, their node ranks and the world
+// size handed to the workers. With --nnodes MIN:MAX the group is whoever is there (at least MIN);
+// with --nnodes N it is all N. Any agent whose worker fails records `launch/<g>/failed`, which
+// every agent watches, so all stop and join the next round together. A lost node never joins it,
+// so the next group is smaller; a restart after a node loss counts against --max-restarts like a
+// crash (a preemption never does). A node that arrives after its generation's group formed waits
+// in the next round, and node 0 re-forms the group to admit it: every agent sends its workers
+// SIGTERM (the trainer's preemption notice: agreed step, checkpoint, exit 75) and joins the next
+// round; that is not counted as a restart. Losing node 0 ends the job: it hosts the Store (as
+// torchrun's c10d store host does). Blocking waits on the Store use --rdzv-timeout.
 
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "launch/options.h"
+#include "launch/rendezvous_round.h"
 
 namespace cumulus::launch {
 
 // What run() learned, for tests and the final console line.
 struct LaunchReport {
   int exit_code = 0;
-  int restarts = 0;              // group restarts after failures
+  int restarts = 0;  // group restarts after failures
   int preemptions = 0;
-  int failed_rank = -1;          // the rank of the last failure, if any
-  std::string failure;           // "exit code 3", "signal SIGKILL"
+  int failed_rank = -1;  // the rank of the last failure, if any
+  std::string failure;   // "exit code 3", "signal SIGKILL"
 };
 
 class Launcher {
  public:
+  // `console` gets the agent's lines and the workers' prefixed output; it is made line-buffered,
+  // so construct the Launcher before anything is written to it.
   Launcher(LaunchOptions options, FILE* console);
   ~Launcher();
 
@@ -45,7 +59,20 @@ class Launcher {
 
  private:
   struct State;
+  struct Group;     // this node's workers of one generation
+  struct GroupEnd;  // how a group ended
   LaunchReport runOrThrow();
+  // Token, Store (hosted on node 0), data-plane address, notice source, rendezvous.
+  void setUp();
+  // Starts this node's workers of `round` with the torchrun environment.
+  std::unique_ptr<Group> startGroup(const Round& round, int restarts);
+  void hostParameterServer(int64_t world_size, const std::string& gen);
+  GroupEnd supervise(Group& group, LaunchReport& report);
+  bool restartAfter(Group& group, const GroupEnd& end, LaunchReport& report);
+  // Says that node 0's Store is gone and the job cannot go on; returns the exit code (1).
+  int giveUpWithoutStore(const std::string& error);
+  // Node 0: ends round `generation` so that nodes waiting in it exit with `exit_code`.
+  void endWaiting(int64_t generation, int exit_code, const std::string& what);
   LaunchOptions options_;
   FILE* console_;
   std::unique_ptr<State> state_;

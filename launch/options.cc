@@ -40,15 +40,18 @@ std::string usageText() {
   return "usage: cumulus-run [flags] -- PROGRAM [ARGS...]\n"
          "  --nproc-per-node N     workers on this node\n"
          "  --nnodes N|MIN:MAX     nodes in the job (default 1)\n"
-         "  --node-rank I          this node's index (default 0)\n"
+         "  --node-rank I          this node's unique id, 0 ... MAX-1 (default 0 = the Store "
+         "host)\n"
          "  --rdzv-endpoint H:P    the rendezvous Store, hosted by node 0\n"
          "  --standalone           single node, Store on a free loopback port\n"
-         "  --max-restarts K       group restarts after a crash (default 3)\n"
+         "  --max-restarts K       group restarts after a crash or node loss (default 3)\n"
          "  --monitor-interval S   seconds between worker health checks (default 0.1)\n"
          "  --run-id ID            job name (default: random)\n"
          "  --log-dir DIR          per-rank logs and error file (default runs/logs)\n"
          "  --stop-grace S         SIGTERM to SIGKILL delay when stopping workers (default 10)\n"
          "  --rdzv-timeout S       wait for the Store and the other nodes (default 60)\n"
+         "  --rdzv-last-call S     elastic: close the rendezvous S s after the last joiner "
+         "(default 3)\n"
          "  --preemption-notice SRC  poll file:PATH or url:http://... for a spot notice\n"
          "  --preemption-grace S   notice to all workers gone, checkpoint included (default 25)\n"
          "  --bind-host H          this node's data-plane address (default: route to the Store)\n"
@@ -91,48 +94,66 @@ std::pair<std::string, int> parseEndpoint(const std::string& text, const std::st
   return {host, static_cast<int>(parseInt(port, what, 1, 65535))};
 }
 
+void checkNodeRank(const LaunchOptions& o) {
+  if (o.node_rank < o.max_nodes) return;
+  if (o.min_nodes != o.max_nodes) {
+    throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for " +
+                     "--nnodes " + std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes) +
+                     " (node ids are 0 … MAX-1, one per node)");
+  }
+  throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " +
+                   std::to_string(o.max_nodes) + " (ranks are 0 … nnodes-1)");
+}
+
 LaunchOptions parseLaunchArgs(const std::vector<std::string>& args) {
   LaunchOptions o;
   using Setter = std::function<void(const std::string&)>;
   const std::map<std::string, Setter> with_value = {
-      {"nproc-per-node", [&](const std::string& v) {
-         o.nproc_per_node = parseInt(v, "nproc-per-node", 1, 1024);
-       }},
-      {"nnodes", [&](const std::string& v) {
+      {"nproc-per-node",
+       [&](const std::string& v) { o.nproc_per_node = parseInt(v, "nproc-per-node", 1, 1024); }},
+      {"nnodes",
+       [&](const std::string& v) {
          std::tie(o.min_nodes, o.max_nodes) = parseNodeRange(v, "nnodes");
        }},
       {"node-rank", [&](const std::string& v) { o.node_rank = parseInt(v, "node-rank", 0, 4095); }},
-      {"rdzv-endpoint", [&](const std::string& v) {
+      {"rdzv-endpoint",
+       [&](const std::string& v) {
          std::tie(o.rdzv_host, o.rdzv_port) = parseEndpoint(v, "rdzv-endpoint");
        }},
-      {"max-restarts", [&](const std::string& v) {
-         o.max_restarts = parseInt(v, "max-restarts", 0, 1000000);
-       }},
-      {"monitor-interval", [&](const std::string& v) {
+      {"max-restarts",
+       [&](const std::string& v) { o.max_restarts = parseInt(v, "max-restarts", 0, 1000000); }},
+      {"monitor-interval",
+       [&](const std::string& v) {
          o.monitor_interval = parseSeconds(v, "monitor-interval", 0.001);
        }},
-      {"run-id", [&](const std::string& v) {
+      {"run-id",
+       [&](const std::string& v) {
          if (v.empty() || v.find('/') != std::string::npos) {
            throw UsageError("--run-id: expected a non-empty name without '/', got \"" + v + "\"");
          }
          o.run_id = v;
        }},
       {"log-dir", [&](const std::string& v) { o.log_dir = v; }},
-      {"stop-grace", [&](const std::string& v) { o.stop_grace = parseSeconds(v, "stop-grace", 0); }},
-      {"preemption-notice", [&](const std::string& v) {
+      {"stop-grace",
+       [&](const std::string& v) { o.stop_grace = parseSeconds(v, "stop-grace", 0); }},
+      {"preemption-notice",
+       [&](const std::string& v) {
          makeNoticeSource(v);  // validates the spec now, so a typo is a usage error
          o.preemption_notice = v;
        }},
-      {"preemption-grace", [&](const std::string& v) {
+      {"preemption-grace",
+       [&](const std::string& v) {
          o.preemption_grace = parseSeconds(v, "preemption-grace", 0.1);
        }},
-      {"bind-host", [&](const std::string& v) {
+      {"bind-host",
+       [&](const std::string& v) {
          if (v.empty()) throw UsageError("--bind-host: expected an address or host name");
          o.bind_host = v;
        }},
-      {"rdzv-timeout", [&](const std::string& v) {
-         o.rdzv_timeout = parseSeconds(v, "rdzv-timeout", 0.1);
-       }},
+      {"rdzv-timeout",
+       [&](const std::string& v) { o.rdzv_timeout = parseSeconds(v, "rdzv-timeout", 0.1); }},
+      {"rdzv-last-call",
+       [&](const std::string& v) { o.rdzv_last_call = parseSeconds(v, "rdzv-last-call", 0); }},
   };
 
   size_t i = 0;
@@ -181,12 +202,12 @@ LaunchOptions parseLaunchArgs(const std::vector<std::string>& args) {
     throw UsageError("no program to run: cumulus-run [flags] -- PROGRAM [ARGS...]");
   }
   if (o.standalone && (o.max_nodes > 1 || o.explicit_flags.count("rdzv-endpoint"))) {
-    throw UsageError("--standalone runs one node with its own Store; drop --nnodes/--rdzv-endpoint");
+    throw UsageError(
+        "--standalone runs one node with its own Store; drop --nnodes/--rdzv-endpoint");
   }
-  if (o.node_rank >= o.max_nodes) {
-    throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " +
-                     std::to_string(o.max_nodes) + " (ranks are 0 … nnodes-1)");
-  }
+  // Without --nnodes the count may still come from Slurm or the experiment (main.cc applies
+  // them next); checkNodeRank() runs once they have.
+  if (o.explicit_flags.count("nnodes")) checkNodeRank(o);
   if (o.max_nodes > 1 && !o.explicit_flags.count("rdzv-endpoint")) {
     throw UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)");
   }

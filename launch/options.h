@@ -5,18 +5,23 @@
 //
 // Flags (both --flag=value and --flag value are accepted; '_' and '-' are interchangeable):
 //   --nproc-per-node N      workers on this node (default 1, or launch.nproc_per_node)
-//   --nnodes N | MIN:MAX    nodes in the job (default 1)
-//   --node-rank I           this node's index, 0 … nnodes-1 (default 0)
+//   --nnodes N | MIN:MAX    nodes in the job (default 1); MIN:MAX is elastic (rendezvous_round.h)
+//   --node-rank I           this node's id, 0 … MAX-1, unique (default 0); node 0 hosts the Store
 //   --rdzv-endpoint H:P     the Store on node 0 (node 0 hosts it there; others connect)
 //   --standalone            single node, Store on a free loopback port
-//   --max-restarts K        group restarts after a crash before giving up (default 3)
+//   --max-restarts K        group restarts after a crash or a node loss before giving up
+//                           (default 3)
 //   --monitor-interval S    seconds between health checks of the workers (default 0.1)
 //   --run-id ID             names the job (default: random); logs go under --log-dir/ID
 //   --log-dir DIR           where per-rank logs and the error file go (default runs/logs)
 //   --stop-grace S          SIGTERM → SIGKILL delay when stopping workers (default 10)
 //   --rdzv-timeout S        how long to wait for the Store and for the other nodes (default 60)
-//   --preemption-notice SRC file:PATH or url:http://… polled for a spot notice (preemption_notice.h)
-//   --preemption-grace S    notice → every worker gone, checkpoint included (default 25, for GCP's 30)
+//   --rdzv-last-call S      elastic: close a round with >= MIN nodes after S s with no new joiner
+//                           (default 3)
+//   --preemption-notice SRC file:PATH or url:http://… polled for a spot notice
+//                           (preemption_notice.h)
+//   --preemption-grace S    notice → every worker gone, checkpoint included (default 25, for
+//                           GCP's 30)
 //   --bind-host H           this node's data-plane address (CUMULUS_BIND_HOST for the workers);
 //                           default: the source address of the route to the rendezvous host
 //   --parameter-server      node 0 hosts the funnel's parameter server even without a YAML saying
@@ -52,17 +57,23 @@ struct LaunchOptions {
   std::string log_dir = "runs/logs";
   double stop_grace = 10.0;
   double rdzv_timeout = 60.0;
+  double rdzv_last_call = 3.0;
   std::string preemption_notice;  // "" or a NoticeSource spec
   double preemption_grace = 25.0;
   std::string bind_host;  // "" = the source address of the route to rdzv_host (bind_address.h)
-  std::vector<std::string> command;  // PROGRAM ARGS…
-  std::string experiment_path;       // the experiment YAML the command names, if any
-  bool host_parameter_server = false;  // comm.algorithm: funnel — node 0 hosts it
+  std::vector<std::string> command;      // PROGRAM ARGS…
+  std::string experiment_path;           // the experiment YAML the command names, if any
+  bool host_parameter_server = false;    // comm.algorithm: funnel — node 0 hosts it
+  int64_t allocation_nodes = 0;          // SLURM_NNODES when it set --nnodes (slurm_env.h), else 0
   std::set<std::string> explicit_flags;  // flags given on the command line, e.g. "nproc-per-node"
 };
 
 // Parses argv[1..]. Throws UsageError. `--help` throws UsageError with the usage text.
 LaunchOptions parseLaunchArgs(const std::vector<std::string>& args);
+
+// Throws UsageError when --node-rank is not below the node count (MAX). parseLaunchArgs checks
+// it only when --nnodes is given; applyExperimentLaunchSection checks it in every case.
+void checkNodeRank(const LaunchOptions& options);
 
 // "N" or "MIN:MAX" → {min, max}; throws UsageError naming `what`.
 std::pair<int64_t, int64_t> parseNodeRange(const std::string& text, const std::string& what);

@@ -97,6 +97,7 @@ bool applySlurmEnvironment(LaunchOptions& o,
   if (nnodes.empty()) nnodes = get("SLURM_JOB_NUM_NODES");
   if (!given("nnodes") && !nnodes.empty()) {
     o.min_nodes = o.max_nodes = parseCount(nnodes, "SLURM_NNODES", 1, 4096);
+    o.allocation_nodes = o.max_nodes;
     o.explicit_flags.insert("nnodes");
   }
   if (const std::string id = get("SLURM_NODEID"); !given("node-rank") && !id.empty()) {

@@ -1,7 +1,8 @@
 #pragma once
 // cumulus-run under Slurm: `srun cumulus-run -- PROGRAM …` inside an allocation needs no flags.
 // From the job step's environment:
-//   SLURM_NNODES (or SLURM_JOB_NUM_NODES)  → --nnodes
+//   SLURM_NNODES (or SLURM_JOB_NUM_NODES)  → --nnodes (an experiment's elastic launch.nnodes
+//                                            "MIN:MAX" keeps its MIN; the allocation is MAX)
 //   SLURM_NODEID                           → --node-rank
 //   SLURM_JOB_NODELIST (or SLURM_NODELIST) → --rdzv-endpoint FIRST_HOST:PORT, PORT from
 //                                            CUMULUS_RDZV_PORT (default kSlurmRdzvPort)

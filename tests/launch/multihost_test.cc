@@ -232,4 +232,50 @@ TEST_F(Multihost, LinkDownMidCollectiveTimesOutOnSurvivors) {
   EXPECT_LT(seconds, 40.0);
 }
 
+// Elastic --nnodes 2:3 across namespaces: host 2 is lost mid-collective (every process in its
+// namespace SIGKILLed); the survivors' agents restart without it, node 0 closes the next
+// rendezvous round with two nodes after the last call, and the job completes at world size 2.
+TEST_F(Multihost, ElasticJobGoesOnWithoutALostHost) {
+  up(3);
+  if (HasFatalFailure() || IsSkipped()) return;
+  const std::string worker = (dir_ / "probe.sh").string();
+  std::ofstream(worker) << "#!/bin/sh\nif [ \"$CUMULUS_GENERATION\" = 0 ]; then\n  exec " << kProbe
+                        << " --algorithms ring --sizes 16777216 --target-seconds 100"
+                           " --max-iters 200\nfi\nexec "
+                        << kProbe << " --algorithms ring --sizes 4096 --max-iters 2\n";
+  fs::permissions(worker, fs::perms::owner_all);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string script = "export CUMULUS_JOB_TOKEN=mh-test-token; ";
+  for (int i = 0; i < 3; ++i) {
+    script += "(" + ns() + " run " + std::to_string(i) + " timeout 60 " + kRun +
+              " --nnodes 2:3 --node-rank " + std::to_string(i) + " --rdzv-endpoint " + addr(0) +
+              ":29500 --rdzv-timeout 20 --rdzv-last-call 1 --max-restarts 1 --stop-grace 2" +
+              " --log-dir " + (dir_ / "logs").string() + " --run-id mh -- " + worker + " > " +
+              (dir_ / ("n" + std::to_string(i) + ".log")).string() + " 2>&1; echo $? > " +
+              (dir_ / ("rc" + std::to_string(i))).string() + ") & ";
+  }
+  script += "for i in $(seq 200); do grep -q \"rank(s)\" " + (dir_ / "n0.log").string() +
+            " && break; sleep 0.1; done; sleep 1; " + ns() + " kill 2; wait";
+  std::string out;
+  shell(script, &out);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(rc(i), 0) << "host " << i << ":\n" << log(i);
+    EXPECT_NE(log(i).find("generation 0: nodes 0,1,2, world size 3"), std::string::npos) << log(i);
+    EXPECT_NE(log(i).find("cumulus-run: restarting the group (restart 1 of 1)"), std::string::npos)
+        << log(i);
+    EXPECT_NE(log(i).find("generation 1: nodes 0,1, world size 2; this node is node rank " +
+                          std::to_string(i)),
+              std::string::npos)
+        << log(i);
+    EXPECT_NE(log(i).find("data plane on " + addr(i)), std::string::npos) << log(i);
+  }
+  EXPECT_NE(log(0).find("probe: 2 rank(s)"), std::string::npos) << log(0);
+  const fs::path gen0 = dir_ / "logs" / "mh" / "gen0";
+  const std::string survivors = readFile(gen0 / "rank0.log") + readFile(gen0 / "rank1.log");
+  EXPECT_NE(survivors.find("with rank 2: peer closed"), std::string::npos) << survivors;
+  EXPECT_LT(seconds, 30.0);
+}
+
 }  // namespace

@@ -1,6 +1,12 @@
 #include "launch/options.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "launch/experiment_launch.h"
 
 namespace cumulus::launch {
 namespace {
@@ -29,7 +35,8 @@ TEST(LaunchOptions, TorchrunStyleFlagsAndProgram) {
   EXPECT_DOUBLE_EQ(o.monitor_interval, 0.5);
   EXPECT_EQ(o.run_id, "job7");
   EXPECT_EQ(o.log_dir, "/tmp/l");
-  EXPECT_EQ(o.command, (std::vector<std::string>{"cumulus-train", "configs/x.yaml", "--set", "a=b"}));
+  EXPECT_EQ(o.command,
+            (std::vector<std::string>{"cumulus-train", "configs/x.yaml", "--set", "a=b"}));
   EXPECT_TRUE(o.explicit_flags.count("nproc-per-node"));
   EXPECT_FALSE(o.explicit_flags.count("standalone"));
 }
@@ -46,6 +53,17 @@ TEST(LaunchOptions, ElasticRangeAndIpv6Endpoint) {
   EXPECT_EQ(o.max_nodes, 4);
   EXPECT_EQ(o.rdzv_host, "::1");
   EXPECT_EQ(o.rdzv_port, 1234);
+  EXPECT_DOUBLE_EQ(o.rdzv_last_call, 3.0);
+  o = parseLaunchArgs({"--nnodes=1:3", "--node-rank", "2", "--rdzv-endpoint", "h:1",
+                       "--rdzv-last-call", "0.5", "--", "x"});
+  EXPECT_EQ(o.min_nodes, 1);
+  EXPECT_EQ(o.node_rank, 2);
+  EXPECT_DOUBLE_EQ(o.rdzv_last_call, 0.5);
+  EXPECT_EQ(
+      usageErrorOf({"--nnodes", "2:3", "--node-rank", "3", "--rdzv-endpoint", "h:1", "--", "x"}),
+      "--node-rank 3 is out of range for --nnodes 2:3 (node ids are 0 … MAX-1, one per node)");
+  EXPECT_EQ(usageErrorOf({"--rdzv-last-call", "-1", "--", "x"}),
+            "--rdzv-last-call: expected seconds >= 0, got \"-1\"");
 }
 
 TEST(LaunchOptions, ErrorsNameTheFlag) {
@@ -62,14 +80,37 @@ TEST(LaunchOptions, ErrorsNameTheFlag) {
   EXPECT_EQ(usageErrorOf({"--nproc-per-node"}), "--nproc-per-node needs a value");
   EXPECT_EQ(usageErrorOf({"--nproc-per-node", "2"}),
             "no program to run: cumulus-run [flags] -- PROGRAM [ARGS...]");
-  EXPECT_EQ(usageErrorOf({"--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1", "--", "x"}),
-            "--node-rank 2 is out of range for --nnodes 2 (ranks are 0 … nnodes-1)");
+  EXPECT_EQ(
+      usageErrorOf({"--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1", "--", "x"}),
+      "--node-rank 2 is out of range for --nnodes 2 (ranks are 0 … nnodes-1)");
   EXPECT_EQ(usageErrorOf({"--nnodes", "2", "--", "x"}),
             "--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)");
   EXPECT_EQ(usageErrorOf({"--standalone", "--nnodes", "2", "--", "x"}),
             "--standalone runs one node with its own Store; drop --nnodes/--rdzv-endpoint");
   EXPECT_EQ(usageErrorOf({"--monitor-interval", "fast", "--", "x"}),
             "--monitor-interval: expected seconds >= 0.001, got \"fast\"");
+}
+
+TEST(LaunchOptions, AnElasticRangeInTheExperimentAppliesAndNeedsAnEndpoint) {
+  const std::filesystem::path yaml =
+      std::filesystem::temp_directory_path() / ("elastic-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(yaml) << "name: e\nlaunch:\n  nnodes: \"2:3\"\n  rdzv_endpoint: h:7\n";
+  LaunchOptions o = parseLaunchArgs({"--node-rank", "2", "--", "w", yaml.string()});
+  applyExperimentLaunchSection(o);
+  EXPECT_EQ(o.min_nodes, 2);
+  EXPECT_EQ(o.max_nodes, 3);
+  EXPECT_EQ(o.rdzv_host, "h");
+  std::ofstream(yaml) << "name: e\nlaunch:\n  nnodes: \"2:3\"\n";
+  o = parseLaunchArgs({"--", "w", yaml.string()});
+  try {
+    applyExperimentLaunchSection(o);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "launch.nnodes \"2:3\" in " + yaml.string() +
+                  " needs node 0's address: --rdzv-endpoint HOST:PORT or launch.rdzv_endpoint");
+  }
+  std::filesystem::remove(yaml);
 }
 
 }  // namespace

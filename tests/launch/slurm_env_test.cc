@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
+
+#include "launch/experiment_launch.h"
 
 namespace cumulus::launch {
 namespace {
@@ -92,6 +96,36 @@ TEST(LaunchSlurm, OutsideSlurmNothingChangesAndBadValuesAreNamed) {
   LaunchOptions p = parseLaunchArgs({"w"});
   EXPECT_EQ(errorOf([&] { applySlurmEnvironment(p, lookup(junk)); }),
             "SLURM_NNODES=\"two\": expected an integer in [1, 4096]");
+}
+
+TEST(LaunchSlurm, TheAllocationIsMaxAndAnElasticExperimentKeepsItsMin) {
+  const std::filesystem::path yaml = std::filesystem::temp_directory_path() /
+                                     ("slurm-elastic-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(yaml) << "name: e\nlaunch:\n  nnodes: \"2:8\"\n";
+  const Env env = {{"SLURM_JOB_ID", "5"},
+                   {"SLURM_NNODES", "4"},
+                   {"SLURM_NODEID", "3"},
+                   {"SLURM_JOB_NODELIST", "n[1-4]"}};
+  LaunchOptions o = parseLaunchArgs({"--", "cumulus-train", yaml.string()});
+  ASSERT_TRUE(applySlurmEnvironment(o, lookup(env)));
+  applyExperimentLaunchSection(o);
+  EXPECT_EQ(o.min_nodes, 2);
+  EXPECT_EQ(o.max_nodes, 4);
+  EXPECT_EQ(o.node_rank, 3);
+  // A fixed count in the experiment changes nothing; a flag wins over both.
+  std::ofstream(yaml) << "name: e\nlaunch:\n  nnodes: \"2\"\n";
+  o = parseLaunchArgs({"--", "cumulus-train", yaml.string()});
+  applySlurmEnvironment(o, lookup(env));
+  applyExperimentLaunchSection(o);
+  EXPECT_EQ(o.min_nodes, 4);
+  EXPECT_EQ(o.max_nodes, 4);
+  o = parseLaunchArgs(
+      {"--nnodes", "3:6", "--rdzv-endpoint", "h:1", "--", "cumulus-train", yaml.string()});
+  applySlurmEnvironment(o, lookup(env));
+  applyExperimentLaunchSection(o);
+  EXPECT_EQ(o.min_nodes, 3);
+  EXPECT_EQ(o.max_nodes, 6);
+  std::filesystem::remove(yaml);
 }
 
 }  // namespace

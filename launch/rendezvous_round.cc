@@ -1,0 +1,354 @@
+#include "launch/rendezvous_round.h"
+
+#include <algorithm>
+#include <sstream>
+#include <thread>
+
+#include "comm/error.h"
+
+namespace cumulus::launch {
+namespace {
+
+std::string stateKey(int64_t g) { return "rdzv/" + std::to_string(g) + "/state"; }
+std::string comingKey(int64_t g, int64_t id) {
+  return "rdzv/" + std::to_string(g) + "/coming/" + std::to_string(id);
+}
+// Set by the host once round `g` is no longer open: the others block on it in the Store (one
+// long-poll call at a time) instead of reading the state many times a second.
+std::string settledKey(int64_t g) { return "rdzv/" + std::to_string(g) + "/settled"; }
+std::string ackKey(int64_t g, int64_t id) {
+  return "rdzv/" + std::to_string(g) + "/ack/" + std::to_string(id);
+}
+
+std::string idList(const std::vector<RoundNode>& nodes) {
+  std::string out;
+  for (const RoundNode& n : nodes) out += (out.empty() ? "" : ",") + std::to_string(n.node_id);
+  return out;
+}
+
+std::string seconds(std::chrono::milliseconds ms) {
+  std::ostringstream out;
+  out << static_cast<double>(ms.count()) / 1000.0;
+  return out.str();
+}
+
+}  // namespace
+
+int64_t Round::worldSize() const {
+  int64_t world = 0;
+  for (const RoundNode& n : nodes) world += n.nproc;
+  return world;
+}
+
+int64_t Round::nodeRankOf(int64_t node_id) const {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].node_id == node_id) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+int64_t Round::firstRankOf(int64_t node_id) const {
+  int64_t rank = 0;
+  for (const RoundNode& n : nodes) {
+    if (n.node_id == node_id) return rank;
+    rank += n.nproc;
+  }
+  throw std::logic_error("node " + std::to_string(node_id) + " is not in the group");
+}
+
+std::string Round::nodeIds() const { return idList(nodes); }
+
+// The parsed value of `rdzv/<g>/state`; `raw` is the value as read ("" when the key is missing,
+// which is an open round nobody joined yet).
+struct Rendezvous::State {
+  enum class Kind { kOpen, kClosed, kEnded };
+  Kind kind = Kind::kOpen;
+  std::vector<RoundNode> nodes;
+  int64_t restarts = 0;
+  int exit_code = 0;
+  std::string reason;
+  std::string raw;
+
+  static State parse(const std::string& raw, int64_t g) {
+    State s;
+    s.raw = raw;
+    std::istringstream in(raw);
+    std::string word;
+    if (!(in >> word)) return s;
+    auto bad = [&] {
+      return std::runtime_error("malformed rendezvous state " + stateKey(g) + ": \"" + raw + "\"");
+    };
+    if (word == "ended") {
+      s.kind = Kind::kEnded;
+      if (!(in >> s.exit_code)) throw bad();
+      std::getline(in >> std::ws, s.reason);
+      return s;
+    }
+    if (word == "closed") {
+      s.kind = Kind::kClosed;
+      if (!(in >> s.restarts)) throw bad();
+    } else if (word != "open") {
+      throw bad();
+    }
+    while (in >> word) {
+      RoundNode n;
+      char c1 = 0, c2 = 0;
+      std::istringstream node(word);
+      if (!(node >> n.node_id >> c1 >> n.nproc >> c2) || c1 != ':' || c2 != ':') throw bad();
+      std::getline(node, n.nonce);
+      s.nodes.push_back(std::move(n));
+    }
+    return s;
+  }
+
+  std::string encode() const {
+    std::ostringstream out;
+    if (kind == Kind::kEnded) {
+      out << "ended " << exit_code << " " << reason;
+      return out.str();
+    }
+    out << (kind == Kind::kOpen ? "open" : "closed");
+    if (kind == Kind::kClosed) out << " " << restarts;
+    for (const RoundNode& n : nodes) out << " " << n.node_id << ":" << n.nproc << ":" << n.nonce;
+    return out.str();
+  }
+
+  Round toRound(int64_t g) const {
+    Round r;
+    r.generation = g;
+    r.outcome = kind == Kind::kEnded ? Round::Outcome::kEnded : Round::Outcome::kClosed;
+    r.nodes = nodes;
+    r.restarts = restarts;
+    r.exit_code = exit_code;
+    r.reason = reason;
+    return r;
+  }
+};
+
+Rendezvous::Rendezvous(comm::Store& store, RendezvousOptions options, RoundNode self,
+                       std::function<bool()> interrupted,
+                       std::function<void(const std::string&)> note)
+    : store_(store),
+      options_(options),
+      self_(std::move(self)),
+      interrupted_(std::move(interrupted)),
+      note_(std::move(note)) {
+  if (self_.nonce.empty() || self_.nonce.find_first_of(" :") != std::string::npos) {
+    throw std::invalid_argument("Rendezvous: the nonce must be non-empty, without ' ' or ':'");
+  }
+}
+
+void Rendezvous::sleep() const { std::this_thread::sleep_for(options_.poll); }
+
+void Rendezvous::awaitSettled(int64_t g) {
+  try {
+    store_.wait({settledKey(g)}, kWaitSlice);
+  } catch (const comm::CommError& e) {
+    if (e.kind() != comm::ErrorKind::kTimeout) throw;
+  }
+}
+
+bool Rendezvous::settle(int64_t g, const std::string& expected, const std::string& desired) {
+  if (store_.compareSet(stateKey(g), expected, desired) != desired) return false;
+  store_.set(settledKey(g), "1");
+  return true;
+}
+
+bool Rendezvous::tryJoin(int64_t g, State& state) {
+  for (;;) {
+    state = State::parse(store_.tryGet(stateKey(g)).value_or(""), g);
+    if (state.kind != State::Kind::kOpen) return false;
+    for (const RoundNode& n : state.nodes) {
+      if (n.node_id != self_.node_id) continue;
+      if (n.nonce == self_.nonce) return true;
+      throw RendezvousError(
+          "node " + std::to_string(self_.node_id) +
+          " already joined the rendezvous of generation " + std::to_string(g) +
+          " from another cumulus-run (or from one that died while waiting there): give every "
+          "node its own --node-rank");
+    }
+    // A full round is about to close without us: we are late, whatever happens next.
+    if (static_cast<int64_t>(state.nodes.size()) >= options_.max_nodes) {
+      if (interrupted()) return false;
+      sleep();
+      continue;
+    }
+    State joined = state;
+    joined.nodes.push_back(self_);
+    const std::string desired = joined.encode();
+    if (store_.compareSet(stateKey(g), state.raw, desired) == desired) return true;
+  }
+}
+
+Round Rendezvous::join(int64_t generation, int64_t restarts) {
+  State skipped;
+  for (int64_t g = generation;; ++g) {
+    State state;
+    if (!tryJoin(g, state)) {
+      if (state.kind == State::Kind::kEnded) return state.toRound(g);
+      if (state.kind == State::Kind::kOpen) {  // interrupted while waiting on a full round
+        Round r;
+        r.outcome = Round::Outcome::kInterrupted;
+        r.generation = g;
+        return r;
+      }
+      skipped = state;  // closed without this node
+      continue;
+    }
+    if (g > generation && note_) {
+      note_("the group of generation " + std::to_string(g - 1) +
+            " formed without this node (nodes " + idList(skipped.nodes) +
+            "); waiting in the rendezvous of generation " + std::to_string(g));
+    }
+    return waitForClose(g, restarts);
+  }
+}
+
+Round Rendezvous::waitForClose(int64_t g, int64_t restarts) {
+  const bool host = self_.node_id == kHostId;
+  if (host) {
+    last_seen_.clear();
+    last_change_ = std::chrono::steady_clock::now();
+    host_deadline_ = last_change_ + options_.timeout;
+  }
+  for (;;) {
+    if (interrupted()) {
+      if (!host) leave(g);
+      Round r;
+      r.outcome = Round::Outcome::kInterrupted;
+      r.generation = g;
+      return r;
+    }
+    State state = State::parse(store_.tryGet(stateKey(g)).value_or(""), g);
+    if (host && state.kind == State::Kind::kOpen && maybeClose(g, state, restarts)) continue;
+    if (state.kind == State::Kind::kClosed) {
+      Round r = state.toRound(g);
+      if (r.nodeRankOf(self_.node_id) < 0) {
+        throw std::logic_error("rendezvous of generation " + std::to_string(g) +
+                               " closed without node " + std::to_string(self_.node_id) +
+                               ", which had joined it");
+      }
+      previous_group_.clear();
+      for (const RoundNode& n : r.nodes) previous_group_.push_back(n.node_id);
+      return r;
+    }
+    if (state.kind == State::Kind::kEnded) {
+      store_.set(ackKey(g, self_.node_id), self_.nonce);
+      return state.toRound(g);
+    }
+    if (host) {
+      sleep();
+    } else {
+      awaitSettled(g);
+    }
+  }
+}
+
+void Rendezvous::leave(int64_t g) {
+  for (;;) {
+    State state = State::parse(store_.tryGet(stateKey(g)).value_or(""), g);
+    if (state.kind != State::Kind::kOpen) return;  // too late: the group fails without us
+    State left = state;
+    left.nodes.erase(std::remove_if(left.nodes.begin(), left.nodes.end(),
+                                    [&](const RoundNode& n) { return n.nonce == self_.nonce; }),
+                     left.nodes.end());
+    if (left.nodes.size() == state.nodes.size()) return;
+    const std::string desired = left.encode();
+    if (store_.compareSet(stateKey(g), state.raw, desired) == desired) return;
+  }
+}
+
+bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
+  const auto now = std::chrono::steady_clock::now();
+  if (state.raw != last_seen_) {
+    last_seen_ = state.raw;
+    last_change_ = now;
+  }
+  const int64_t joined = static_cast<int64_t>(state.nodes.size());
+  // Members of the last group that said they are on their way (they saw the failure and are
+  // stopping their workers, which can take up to --stop-grace): worth waiting for.
+  bool rejoiner_missing = false;
+  for (int64_t id : previous_group_) {
+    bool in = std::any_of(state.nodes.begin(), state.nodes.end(),
+                          [&](const RoundNode& n) { return n.node_id == id; });
+    if (!in && store_.tryGet(comingKey(g, id))) rejoiner_missing = true;
+  }
+  const bool quiet = now - last_change_ >= options_.last_call;
+  const bool expired = now >= host_deadline_;
+  if (joined >= options_.max_nodes ||
+      (joined >= options_.min_nodes && ((quiet && !rejoiner_missing) || expired))) {
+    State closed = state;
+    closed.kind = State::Kind::kClosed;
+    closed.restarts = restarts;
+    std::sort(closed.nodes.begin(), closed.nodes.end(),
+              [](const RoundNode& a, const RoundNode& b) { return a.node_id < b.node_id; });
+    settle(g, state.raw, closed.encode());
+    return true;  // closed, or someone joined meanwhile: read again either way
+  }
+  if (!expired) return false;
+  const std::string nnodes =
+      options_.min_nodes == options_.max_nodes
+          ? std::to_string(options_.max_nodes)
+          : std::to_string(options_.min_nodes) + ":" + std::to_string(options_.max_nodes);
+  std::vector<RoundNode> joined_nodes = state.nodes;
+  std::sort(joined_nodes.begin(), joined_nodes.end(),
+            [](const RoundNode& a, const RoundNode& b) { return a.node_id < b.node_id; });
+  State ended;
+  ended.kind = State::Kind::kEnded;
+  ended.exit_code = g == 0 ? 2 : 1;
+  ended.reason = "only " + std::to_string(joined) +
+                 " node(s) joined the rendezvous of generation " + std::to_string(g) +
+                 " within --rdzv-timeout " + seconds(options_.timeout) + " s (nodes " +
+                 idList(joined_nodes) + "), fewer than the " + std::to_string(options_.min_nodes) +
+                 " that --nnodes " + nnodes + " needs";
+  if (settle(g, state.raw, ended.encode())) {
+    // Keep the Store up until the nodes that did join have read why (bounded).
+    std::vector<std::string> acks;
+    for (const RoundNode& n : state.nodes) {
+      if (n.node_id != self_.node_id) acks.push_back(ackKey(g, n.node_id));
+    }
+    try {
+      if (!acks.empty())
+        store_.wait(acks, std::min(options_.timeout, std::chrono::milliseconds(5000)));
+    } catch (const comm::CommError&) {
+    }
+  }
+  return true;
+}
+
+std::vector<int64_t> Rendezvous::waiting(int64_t generation) {
+  State state = State::parse(store_.tryGet(stateKey(generation)).value_or(""), generation);
+  std::vector<int64_t> ids;
+  if (state.kind != State::Kind::kOpen) return ids;
+  for (const RoundNode& n : state.nodes) ids.push_back(n.node_id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+void Rendezvous::announceRejoin(int64_t next_generation) {
+  store_.set(comingKey(next_generation, self_.node_id), self_.nonce);
+}
+
+int Rendezvous::end(int64_t generation, int exit_code, const std::string& reason,
+                    std::chrono::milliseconds linger) {
+  for (;;) {
+    State state = State::parse(store_.tryGet(stateKey(generation)).value_or(""), generation);
+    if (state.kind != State::Kind::kOpen) return 0;
+    State ended;
+    ended.kind = State::Kind::kEnded;
+    ended.exit_code = exit_code;
+    ended.reason = reason;
+    if (!settle(generation, state.raw, ended.encode())) continue;
+    std::vector<std::string> acks;
+    for (const RoundNode& n : state.nodes) {
+      if (n.node_id != self_.node_id) acks.push_back(ackKey(generation, n.node_id));
+    }
+    try {
+      if (!acks.empty()) store_.wait(acks, linger);
+    } catch (const comm::CommError&) {
+    }
+    return static_cast<int>(acks.size());
+  }
+}
+
+}  // namespace cumulus::launch

@@ -1,0 +1,42 @@
+#include "launch/tcp_probe.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+namespace cumulus::launch {
+namespace {
+
+bool tcpConnects(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool ok = false;
+  for (addrinfo* ai = found; ai != nullptr && !ok; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    ok = ::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return ok;
+}
+
+}  // namespace
+
+bool waitUntilListening(const std::string& host, int port, std::chrono::milliseconds timeout,
+                        bool (*interrupted)()) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (tcpConnects(host, port)) return true;
+    if (std::chrono::steady_clock::now() >= deadline || (interrupted && interrupted()))
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace cumulus::launch

@@ -1,0 +1,62 @@
+#include "launch/worker_group.h"
+
+#include <signal.h>
+
+#include <chrono>
+
+namespace cumulus::launch {
+
+void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace) {
+  for (auto& w : workers) w.process->signal(SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace);
+  for (;;) {
+    bool all = true;
+    for (auto& w : workers) all &= w.process->poll().exited;
+    if (all || std::chrono::steady_clock::now() >= deadline) break;
+    mux.pump(10);
+  }
+  for (auto& w : workers) {
+    w.process->signal(SIGKILL);
+    w.process->waitFor(5.0);
+    mux.finish(w.rank);
+  }
+}
+
+int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console, double seconds,
+                     double grace, int sig) {
+  bool all_checkpointed = true;
+  bool all_finished = true;
+  bool killed_at_deadline = false;
+  for (auto& w : workers) {
+    const ExitStatus& s = w.process->poll();
+    all_checkpointed &= s.signal == 0 && s.exit_code == kExitPreempted;
+    all_finished &= s.ok();
+    killed_at_deadline |= s.signal == SIGKILL;
+  }
+  std::string line;
+  for (auto& w : workers) {
+    if (line.empty()) line = mux.lastMarkedLine(w.rank);
+  }
+  if (all_finished) {
+    std::fprintf(console, "cumulus-run: the workers finished before they could be preempted\n");
+    return 0;
+  }
+  if (all_checkpointed) {
+    auto at = line.find(kPreemptedMarker);
+    std::fprintf(console,
+                 "cumulus-run: %s (notice to exit %.2f s); launch the same command again "
+                 "to resume\n",
+                 at == std::string::npos ? "preempted" : line.c_str() + at, seconds);
+    return kExitPreempted;
+  }
+  if (killed_at_deadline) {
+    std::fprintf(console,
+                 "cumulus-run: preempted, but the workers had not exited after the %.1f s "
+                 "grace and were killed; the newest valid checkpoint is the one before\n",
+                 grace);
+    return kExitPreempted;
+  }
+  return 128 + (sig ? sig : SIGTERM);
+}
+
+}  // namespace cumulus::launch

@@ -1,0 +1,38 @@
+#pragma once
+// The workers of one node in one generation, and how the agent stops them. Used by the launcher
+// (launcher.h) from its one thread; nothing here is thread-safe.
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launch/output_mux.h"
+#include "launch/worker_process.h"
+
+namespace cumulus::launch {
+
+constexpr int kExitPreempted = 75;  // EX_TEMPFAIL: checkpointed, resumable
+// The trainer's line at an agreed preemption stop ("preempted at step 7, checkpoint …").
+constexpr const char* kPreemptedMarker = "preempted at step ";
+
+struct Worker {
+  int rank = 0;
+  int local_rank = 0;
+  std::string log_path;
+  std::unique_ptr<WorkerProcess> process;
+};
+
+// Stops every running worker: SIGTERM to each group, SIGKILL to the ones still alive after
+// `grace` seconds. Keeps copying their output meanwhile so nothing they print on the way out is
+// lost. Blocks up to `grace` + 5 s.
+void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace);
+
+// After the workers were asked to stop for a preemption: 75 if the stop was the checkpointed one
+// (every worker exited 75) or the grace ran out (the previous checkpoint is still the newest
+// valid one), 0 if they had all finished, otherwise 128 + sig for a plain signal stop. Prints
+// the verdict on `console`.
+int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console, double seconds,
+                     double grace, int sig);
+
+}  // namespace cumulus::launch

@@ -1,0 +1,220 @@
+// The elastic rendezvous round (launch/rendezvous_round.h) on an in-process MemoryStore: each
+// node is a thread with its own Rendezvous, as each launcher has its own.
+
+#include "launch/rendezvous_round.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "comm/memory_store.h"
+
+namespace cumulus::launch {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+RendezvousOptions elastic(int64_t min, int64_t max, int last_call_ms = 300, int timeout_ms = 3000) {
+  RendezvousOptions o;
+  o.min_nodes = min;
+  o.max_nodes = max;
+  o.last_call = milliseconds(last_call_ms);
+  o.timeout = milliseconds(timeout_ms);
+  o.poll = milliseconds(5);
+  return o;
+}
+
+RoundNode node(int64_t id, int64_t nproc = 2) {
+  return RoundNode{id, nproc, "n" + std::to_string(id) + "x"};
+}
+
+double secondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+TEST(Rendezvous, AFullRoundClosesAtOnceOrderedByNodeId) {
+  comm::MemoryStore store;
+  Rendezvous n2(store, elastic(2, 3), node(2, 1));
+  Rendezvous n1(store, elastic(2, 3), node(1, 3));
+  Rendezvous n0(store, elastic(2, 3), node(0, 2));
+  const auto t0 = Clock::now();
+  auto f2 = std::async(std::launch::async, [&] { return n2.join(0, 0); });
+  auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
+  Round r0 = n0.join(0, 4);
+  Round r1 = f1.get(), r2 = f2.get();
+  EXPECT_LT(secondsSince(t0), 0.25);  // MAX joined: no last call
+  for (const Round* r : {&r0, &r1, &r2}) {
+    ASSERT_EQ(r->outcome, Round::Outcome::kClosed);
+    EXPECT_EQ(r->generation, 0);
+    EXPECT_EQ(r->nodeIds(), "0,1,2");  // whatever order they joined in
+    EXPECT_EQ(r->worldSize(), 6);
+    EXPECT_EQ(r->restarts, 4);  // the host's count
+  }
+  EXPECT_EQ(r0.firstRankOf(0), 0);
+  EXPECT_EQ(r0.firstRankOf(1), 2);  // node 0 has 2 workers
+  EXPECT_EQ(r0.firstRankOf(2), 5);  // node 1 has 3
+  EXPECT_EQ(r2.nodeRankOf(2), 2);
+}
+
+TEST(Rendezvous, WithAtLeastMinTheRoundClosesAfterTheLastCall) {
+  comm::MemoryStore store;
+  Rendezvous n0(store, elastic(2, 4, 400), node(0));
+  Rendezvous n3(store, elastic(2, 4, 400), node(3));
+  auto f3 = std::async(std::launch::async, [&] { return n3.join(0, 0); });
+  const auto t0 = Clock::now();
+  Round r0 = n0.join(0, 0);
+  const double took = secondsSince(t0);
+  Round r3 = f3.get();
+  ASSERT_EQ(r0.outcome, Round::Outcome::kClosed);
+  EXPECT_GE(took, 0.38);
+  EXPECT_LT(took, 1.5);
+  EXPECT_EQ(r0.nodeIds(), "0,3");
+  EXPECT_EQ(r3.nodeIds(), "0,3");
+  EXPECT_EQ(r3.nodeRankOf(3), 1);  // dense: node id 3 is node rank 1 of this group
+  EXPECT_EQ(r3.firstRankOf(3), 2);
+  EXPECT_EQ(r3.worldSize(), 4);
+}
+
+TEST(Rendezvous, ANewJoinerRestartsTheLastCall) {
+  comm::MemoryStore store;
+  Rendezvous n0(store, elastic(1, 3, 400), node(0));
+  Rendezvous n1(store, elastic(1, 3, 400), node(1));
+  std::future<Round> f1;
+  std::thread late([&] {
+    std::this_thread::sleep_for(milliseconds(250));  // inside node 0's last call
+    f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
+  });
+  const auto t0 = Clock::now();
+  Round r0 = n0.join(0, 0);
+  const double took = secondsSince(t0);
+  late.join();
+  EXPECT_EQ(r0.nodeIds(), "0,1");
+  EXPECT_EQ(f1.get().nodeIds(), "0,1");
+  EXPECT_GE(took, 0.6);  // 0.25 + a fresh 0.4
+}
+
+TEST(Rendezvous, TooFewNodesEndTheRoundWithTheCountAndWho) {
+  comm::MemoryStore store;
+  Rendezvous n0(store, elastic(3, 4, 50, 500), node(0));
+  Rendezvous n2(store, elastic(3, 4, 50, 500), node(2));
+  auto f2 = std::async(std::launch::async, [&] { return n2.join(1, 0); });
+  std::this_thread::sleep_for(milliseconds(50));
+  const auto t0 = Clock::now();
+  Round r0 = n0.join(1, 0);
+  EXPECT_LT(secondsSince(t0), 1.5);
+  Round r2 = f2.get();
+  const std::string reason =
+      "only 2 node(s) joined the rendezvous of generation 1 within --rdzv-timeout 0.5 s (nodes "
+      "0,2), fewer than the 3 that --nnodes 3:4 needs";
+  for (const Round* r : {&r0, &r2}) {
+    ASSERT_EQ(r->outcome, Round::Outcome::kEnded);
+    EXPECT_EQ(r->exit_code, 1);  // generation 0 would be a set-up error: 2
+    EXPECT_EQ(r->reason, reason);
+  }
+  // Generation 0: nobody else came; exit code 2 and the fixed count named as such.
+  Rendezvous alone(store, elastic(2, 2, 50, 200), node(0));
+  Round r = alone.join(5, 0);
+  EXPECT_EQ(r.exit_code, 1);
+  comm::MemoryStore fresh;
+  Rendezvous first(fresh, elastic(2, 2, 50, 200), node(0));
+  r = first.join(0, 0);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.reason,
+            "only 1 node(s) joined the rendezvous of generation 0 within --rdzv-timeout 0.2 s "
+            "(nodes 0), fewer than the 2 that --nnodes 2 needs");
+}
+
+TEST(Rendezvous, ALateNodeWaitsInTheNextRoundAndJoinsWhenTheGroupRestarts) {
+  comm::MemoryStore store;
+  std::vector<std::string> notes;
+  Rendezvous n0(store, elastic(1, 3, 100), node(0));
+  Rendezvous n1(store, elastic(1, 3, 100), node(1));
+  Rendezvous n2(store, elastic(1, 3, 100), node(2), {},
+                [&](const std::string& line) { notes.push_back(line); });
+  auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
+  ASSERT_EQ(n0.join(0, 0).nodeIds(), "0,1");
+  ASSERT_EQ(f1.get().nodeIds(), "0,1");
+  // Generation 0 runs without node 2: it waits in round 1 however long that takes.
+  auto f2 = std::async(std::launch::async, [&] { return n2.join(0, 0); });
+  EXPECT_EQ(f2.wait_for(milliseconds(400)), std::future_status::timeout);
+  // The group restarts: both members announce they come back, and node 1 is slow to.
+  n0.announceRejoin(1);
+  n1.announceRejoin(1);
+  auto f1b = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(milliseconds(300));  // longer than the last call
+    return n1.join(1, 0);
+  });
+  Round r0 = n0.join(1, 1);
+  EXPECT_EQ(r0.nodeIds(), "0,1,2");  // waited for the announced node 1 beyond the last call
+  EXPECT_EQ(r0.generation, 1);
+  EXPECT_EQ(f1b.get().nodeIds(), "0,1,2");
+  Round r2 = f2.get();
+  EXPECT_EQ(r2.generation, 1);
+  EXPECT_EQ(r2.restarts, 1);
+  EXPECT_EQ(r2.firstRankOf(2), 4);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0],
+            "the group of generation 0 formed without this node (nodes 0,1); waiting in the "
+            "rendezvous of "
+            "generation 1");
+}
+
+TEST(Rendezvous, EndReleasesTheNodesWaitingInTheNextRound) {
+  comm::MemoryStore store;
+  Rendezvous n0(store, elastic(1, 2, 50), node(0));
+  ASSERT_EQ(n0.join(0, 0).nodeIds(), "0");
+  Rendezvous n1(store, elastic(1, 2, 50), node(1));
+  auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(n0.end(1, 0, "the job finished", milliseconds(2000)), 1);
+  Round r1 = f1.get();
+  EXPECT_EQ(r1.outcome, Round::Outcome::kEnded);
+  EXPECT_EQ(r1.exit_code, 0);
+  EXPECT_EQ(r1.reason, "the job finished");
+  EXPECT_TRUE(store.tryGet("rdzv/1/ack/1").has_value());
+  // A node arriving afterwards learns the same at once.
+  Rendezvous again(store, elastic(1, 2, 50), RoundNode{1, 1, "other"});
+  Round r = again.join(0, 0);
+  EXPECT_EQ(r.outcome, Round::Outcome::kEnded);
+  EXPECT_EQ(r.generation, 1);
+}
+
+TEST(Rendezvous, TwoNodesWithOneIdAreAUserError) {
+  comm::MemoryStore store;
+  Rendezvous b(store, elastic(2, 3, 5000), RoundNode{1, 1, "b"});
+  std::atomic<bool> stop{false};
+  Rendezvous a_stoppable(store, elastic(2, 3), RoundNode{1, 1, "a"}, [&] { return stop.load(); });
+  auto fa = std::async(std::launch::async, [&] { return a_stoppable.join(0, 0); });
+  std::this_thread::sleep_for(milliseconds(50));
+  try {
+    b.join(0, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const RendezvousError& e) {
+    EXPECT_STREQ(e.what(),
+                 "node 1 already joined the rendezvous of generation 0 from another cumulus-run "
+                 "(or from one that died while waiting there): give every node its own "
+                 "--node-rank");
+  }
+  stop = true;
+  EXPECT_EQ(fa.get().outcome, Round::Outcome::kInterrupted);
+}
+
+TEST(Rendezvous, ANodeInterruptedWhileWaitingLeavesTheRound) {
+  comm::MemoryStore store;
+  std::atomic<bool> stop{false};
+  Rendezvous n0(store, elastic(1, 3, 300), node(0));
+  Rendezvous n1(store, elastic(1, 3, 300), node(1), [&] { return stop.load(); });
+  auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
+  auto f0 = std::async(std::launch::async, [&] { return n0.join(0, 0); });
+  std::this_thread::sleep_for(milliseconds(100));  // both in, the last call running
+  stop = true;
+  EXPECT_EQ(f1.get().outcome, Round::Outcome::kInterrupted);
+  EXPECT_EQ(f0.get().nodeIds(), "0");  // closed without the node that left
+}
+
+}  // namespace
+}  // namespace cumulus::launch
