@@ -432,8 +432,7 @@ Launcher::GroupEnd Launcher::supervise(Group& group, LaunchReport& report) {
       auto t0 = std::chrono::steady_clock::now();
       stopWorkers(workers, mux, o.preemption_grace);
       double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      report.exit_code =
-          reportPreemption(workers, mux, console_, took, o.preemption_grace, g_stop_signal.load());
+      report.exit_code = reportPreemption(workers, mux, console_, took, o.preemption_grace);
       if (report.exit_code == kExitPreempted) report.preemptions++;
       endWaiting(st.generation + 1, report.exit_code, "preempted");
       return end;
@@ -480,7 +479,7 @@ Launcher::GroupEnd Launcher::supervise(Group& group, LaunchReport& report) {
       if (any_preempted) {
         // A worker got the notice itself (SIGTERM from the cloud) and the group agreed to stop.
         report.preemptions++;
-        report.exit_code = reportPreemption(workers, mux, console_, 0.0, o.preemption_grace, 0);
+        report.exit_code = reportPreemption(workers, mux, console_, 0.0, o.preemption_grace);
       } else {
         std::fprintf(console_, "cumulus-run: all %lld worker(s) finished\n",
                      static_cast<long long>(o.nproc_per_node));
@@ -574,8 +573,13 @@ bool Launcher::restartAfter(Group& group, const GroupEnd& end, LaunchReport& rep
     what = end.detail + " on another node";
   }
   std::fprintf(console_, "cumulus-run: %s; stopping the group\n", what.c_str());
+  // Exit code 2 is a worker's usage or configuration error (a bad flag, a config that does not
+  // parse, a checkpoint that does not fit the experiment): a restart would only repeat it.
+  const bool repeatable = end.kind == GroupEnd::Kind::kWorkerFailed &&
+                          end.failed->process->poll().signal == 0 &&
+                          end.failed->process->poll().exit_code == kExitUsage;
   // A node loss counts like a crash: each is one restart of the group.
-  const bool giving_up = report.restarts >= o.max_restarts;
+  const bool giving_up = repeatable || report.restarts >= o.max_restarts;
   if (st.multi && !store_lost && !giving_up) {
     // Before stopping (up to --stop-grace): the host waits for this node beyond the last call.
     try {
@@ -606,12 +610,19 @@ bool Launcher::restartAfter(Group& group, const GroupEnd& end, LaunchReport& rep
     return false;
   }
   if (giving_up) {
-    std::fprintf(console_,
-                 "cumulus-run: giving up: %s and no restarts are left (--max-restarts %lld); "
-                 "see %s\n",
-                 what.c_str(), static_cast<long long>(o.max_restarts),
-                 end.failed ? end.failed->log_path.c_str() : st.errors->path().c_str());
-    report.exit_code = 1;
+    const char* log = end.failed ? end.failed->log_path.c_str() : st.errors->path().c_str();
+    if (repeatable) {
+      std::fprintf(console_,
+                   "cumulus-run: giving up: %s, an error in the command or the experiment that a "
+                   "restart would repeat; fix it and launch again (see %s)\n",
+                   what.c_str(), log);
+    } else {
+      std::fprintf(console_,
+                   "cumulus-run: giving up: %s and no restarts are left (--max-restarts %lld); "
+                   "see %s\n",
+                   what.c_str(), static_cast<long long>(o.max_restarts), log);
+    }
+    report.exit_code = repeatable ? kExitUsage : 1;
     endWaiting(st.generation + 1, 1, "gave up after " + what);
     return false;
   }

@@ -23,15 +23,18 @@ void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace) {
 }
 
 int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console, double seconds,
-                     double grace, int sig) {
+                     double grace) {
   bool all_checkpointed = true;
   bool all_finished = true;
   bool killed_at_deadline = false;
+  const Worker* first_other = nullptr;  // the first worker that neither checkpointed nor finished
   for (auto& w : workers) {
     const ExitStatus& s = w.process->poll();
-    all_checkpointed &= s.signal == 0 && s.exit_code == kExitPreempted;
+    const bool checkpointed = s.signal == 0 && s.exit_code == kExitPreempted;
+    all_checkpointed &= checkpointed;
     all_finished &= s.ok();
     killed_at_deadline |= s.signal == SIGKILL;
+    if (!checkpointed && !s.ok() && first_other == nullptr) first_other = &w;
   }
   std::string line;
   for (auto& w : workers) {
@@ -56,7 +59,14 @@ int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console
                  grace);
     return kExitPreempted;
   }
-  return 128 + (sig ? sig : SIGTERM);
+  // Stopped before the group could agree on a step: a notice during start-up (a worker still
+  // loading LibTorch dies of the SIGTERM itself) or a peer that left first. Nothing newer was
+  // written, so the newest valid checkpoint is the one to resume from: still a preemption.
+  std::fprintf(console,
+               "cumulus-run: preempted before the workers could checkpoint (rank %d: %s; notice "
+               "to exit %.2f s); the next launch resumes from the newest valid checkpoint\n",
+               first_other->rank, first_other->process->poll().describe().c_str(), seconds);
+  return kExitPreempted;
 }
 
 }  // namespace cumulus::launch

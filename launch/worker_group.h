@@ -13,6 +13,7 @@
 namespace cumulus::launch {
 
 constexpr int kExitPreempted = 75;  // EX_TEMPFAIL: checkpointed, resumable
+constexpr int kExitUsage = 2;       // a bad command or experiment: the same again on a restart
 // The trainer's line at an agreed preemption stop ("preempted at step 7, checkpoint …").
 constexpr const char* kPreemptedMarker = "preempted at step ";
 
@@ -28,11 +29,12 @@ struct Worker {
 // lost. Blocks up to `grace` + 5 s.
 void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace);
 
-// After the workers were asked to stop for a preemption: 75 if the stop was the checkpointed one
-// (every worker exited 75) or the grace ran out (the previous checkpoint is still the newest
-// valid one), 0 if they had all finished, otherwise 128 + sig for a plain signal stop. Prints
-// the verdict on `console`.
+// After the workers were asked to stop for a preemption: 0 if they had all finished, else 75,
+// the preemption code, whether the stop was the checkpointed one (every worker exited 75), the
+// grace ran out, or the workers stopped before they could agree on a step (a notice during
+// start-up); in the last two the previous checkpoint stays the newest valid one. Prints the
+// verdict on `console`.
 int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console, double seconds,
-                     double grace, int sig);
+                     double grace);
 
 }  // namespace cumulus::launch

@@ -15,10 +15,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <sstream>
 #include <string>
-#include <mutex>
 #include <thread>
 
 namespace fs = std::filesystem;
@@ -124,23 +124,27 @@ TEST_F(LauncherTest, WorkersGetTheTorchrunEnvironmentAndPrefixedOutput) {
                          "test ${#CUMULUS_JOB_TOKEN} -ge 16 && echo rendezvous-ok");
   Result r = launch("--nproc-per-node 2 --run-id envjob -- " + w);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[rank0] rank=0 local=0 world=2 lws=2 group=0 gen=0 restarts=0 run=envjob"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("[rank0] rank=0 local=0 world=2 lws=2 group=0 gen=0 restarts=0 run=envjob"),
+      std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("[rank1] rank=1 local=1 world=2 lws=2 group=0 gen=0 restarts=0 run=envjob"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("[rank1] rank=1 local=1 world=2 lws=2 group=0 gen=0 restarts=0 run=envjob"),
+      std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("[rank1] rendezvous-ok"), std::string::npos) << r.output;
   // Each rank also has its own log file, unprefixed.
   std::string log1 = readFile(dir_ / "logs/envjob/gen0/rank1.log");
-  EXPECT_EQ(log1, "rank=1 local=1 world=2 lws=2 group=0 gen=0 restarts=0 run=envjob\nrendezvous-ok\n");
+  EXPECT_EQ(log1,
+            "rank=1 local=1 world=2 lws=2 group=0 gen=0 restarts=0 run=envjob\nrendezvous-ok\n");
 }
 
 TEST_F(LauncherTest, CrashRestartsTheGroupUnderANewGeneration) {
   // Rank 1 fails in generation 0 only; the restarted group succeeds.
-  std::string w = script("flaky.sh",
-                         "if [ \"$RANK\" = 1 ] && [ \"$CUMULUS_GENERATION\" = 0 ]; then exit 3; fi\n"
-                         "echo done gen=$CUMULUS_GENERATION restarts=$CUMULUS_RESTART_COUNT");
+  std::string w =
+      script("flaky.sh",
+             "if [ \"$RANK\" = 1 ] && [ \"$CUMULUS_GENERATION\" = 0 ]; then exit 3; fi\n"
+             "echo done gen=$CUMULUS_GENERATION restarts=$CUMULUS_RESTART_COUNT");
   Result r = launch("--nproc-per-node 2 --run-id flaky --max-restarts 3 -- " + w);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("cumulus-run: rank 1 failed (exit code 3); stopping the group"),
@@ -171,6 +175,22 @@ TEST_F(LauncherTest, GivesUpAfterMaxRestartsNamingTheRank) {
   EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 2) << errors;
 }
 
+// Exit code 2 is a worker's usage or configuration error: a restart would repeat it, so the
+// launcher gives up at once, with that code, whatever --max-restarts allows.
+TEST_F(LauncherTest, UsageErrorIsNotRestarted) {
+  std::string w = script("usage.sh", "if [ \"$RANK\" = 1 ]; then exit 2; fi\nexec sleep 30");
+  Result r = launch("--nproc-per-node 2 --run-id usage --max-restarts 3 --stop-grace 5 -- " + w);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: giving up: rank 1 failed (exit code 2), an error in the "
+                          "command or the experiment that a restart would repeat; fix it and "
+                          "launch again (see "),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("restarting the group"), std::string::npos) << r.output;
+  std::string errors = readFile(dir_ / "logs/usage/errors.jsonl");
+  EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 1) << errors;
+}
+
 TEST_F(LauncherTest, WorkerKilledBySignalIsRecorded) {
   std::string w = script("kill.sh", "if [ \"$RANK\" = 0 ]; then kill -9 $$; fi\nexit 0");
   Result r = launch("--nproc-per-node 2 --run-id sig --max-restarts 0 -- " + w);
@@ -193,8 +213,8 @@ TEST_F(LauncherTest, MissingProgramIsAFailureWithAClearMessage) {
 TEST_F(LauncherTest, NoWorkerSurvivesTheLauncherBeingKilled) {
   std::string pids = (dir_ / "pids").string();
   std::string w = script("sleeper.sh", "echo $$ >> " + pids + "\nexec sleep 60");
-  std::string cmd = kRun + " --log-dir " + (dir_ / "logs").string() +
-                    " --nproc-per-node 2 -- " + w + " >/dev/null 2>&1";
+  std::string cmd = kRun + " --log-dir " + (dir_ / "logs").string() + " --nproc-per-node 2 -- " +
+                    w + " >/dev/null 2>&1";
   pid_t launcher = ::fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
@@ -290,6 +310,25 @@ TEST_F(PreemptionTest, SigtermToTheLauncherIsANoticeAndReportsTheCheckpoint) {
       << out();
 }
 
+// A notice that comes before the group can agree on a step (a worker still loading LibTorch dies
+// of the SIGTERM itself; its peer then fails on the lost connection) is still a preemption: no
+// newer checkpoint exists, the previous one is resumed, and the launcher says so with 75.
+TEST_F(PreemptionTest, NoticeBeforeTheWorkersCanCheckpointIsStillAPreemption) {
+  ready_ = (dir_ / "ready").string();
+  std::string w = script("early.sh", "if [ \"$RANK\" = 1 ]; then trap 'exit 1' TERM; fi\ntouch " +
+                                         ready_ + ".$RANK\nwhile true; do sleep 0.05; done");
+  pid_t launcher = startInBackground(cmd("", w), ready_, 2);
+  ::kill(launcher, SIGTERM);
+  EXPECT_EQ(waitExitCode(launcher), 75) << out();
+  EXPECT_NE(out().find("cumulus-run: preempted before the workers could checkpoint (rank 0: "
+                       "signal SIGTERM; notice to exit "),
+            std::string::npos)
+      << out();
+  EXPECT_NE(out().find("the next launch resumes from the newest valid checkpoint"),
+            std::string::npos)
+      << out();
+}
+
 TEST_F(PreemptionTest, NoticeFileTriggersTheSameProtocol) {
   std::string notice = (dir_ / "notice").string();
   std::string w = worker(kCheckpointAndExit);
@@ -318,7 +357,8 @@ TEST_F(PreemptionTest, WorkersThatOverrunTheGraceAreKilledAndTheRunStaysResumabl
 // A one-connection-at-a-time HTTP server on loopback that answers from a script of responses.
 class FakeMetadataServer {
  public:
-  explicit FakeMetadataServer(std::vector<std::string> responses) : responses_(std::move(responses)) {
+  explicit FakeMetadataServer(std::vector<std::string> responses)
+      : responses_(std::move(responses)) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -403,8 +443,9 @@ TEST_F(PreemptionTest, GcpPreemptedUrlIsPolledWithTheMetadataHeader) {
 TEST_F(PreemptionTest, ANoticeSpecTypoIsAUsageError) {
   Result r = launch("--preemption-notice htp://x -- /bin/true");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.output, "cumulus-run: error: --preemption-notice: expected file:PATH or url:http://…, "
-                      "got \"htp://x\"\n");
+  EXPECT_EQ(r.output,
+            "cumulus-run: error: --preemption-notice: expected file:PATH or url:http://…, "
+            "got \"htp://x\"\n");
 }
 
 TEST_F(LauncherTest, PortInUseIsAClearError) {
@@ -433,7 +474,8 @@ TEST_F(LauncherTest, UnreachableRendezvousFailsWithinItsTimeout) {
                         " --rdzv-timeout 1 -- /bin/true",
                     "CUMULUS_JOB_TOKEN=secret");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("cumulus-run: error: rendezvous failed: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: error: rendezvous failed: "), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 10.0);
 }
@@ -441,18 +483,21 @@ TEST_F(LauncherTest, UnreachableRendezvousFailsWithinItsTimeout) {
 TEST_F(LauncherTest, BadFlagIsExitTwoWithTheFlagNamed) {
   Result r = launch("--nproc-per-node two -- /bin/true");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.output,
-            "cumulus-run: error: --nproc-per-node: expected an integer in [1, 1024], got \"two\"\n");
+  EXPECT_EQ(
+      r.output,
+      "cumulus-run: error: --nproc-per-node: expected an integer in [1, 1024], got \"two\"\n");
 }
 
 TEST_F(LauncherTest, AFailureOnOneNodeRestartsBothNodes) {
   int port = freePort();
-  std::string w = script("flaky.sh",
-                         "if [ \"$RANK\" = 3 ] && [ \"$CUMULUS_GENERATION\" = 0 ]; then exit 5; fi\n"
-                         "if [ \"$CUMULUS_GENERATION\" = 0 ]; then exec sleep 30; fi\n"
-                         "echo rank=$RANK gen=$CUMULUS_GENERATION");
-  std::string common = "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" +
-                       std::to_string(port) + " --rdzv-timeout 20 --stop-grace 2 --run-id fl2";
+  std::string w =
+      script("flaky.sh",
+             "if [ \"$RANK\" = 3 ] && [ \"$CUMULUS_GENERATION\" = 0 ]; then exit 5; fi\n"
+             "if [ \"$CUMULUS_GENERATION\" = 0 ]; then exec sleep 30; fi\n"
+             "echo rank=$RANK gen=$CUMULUS_GENERATION");
+  std::string common =
+      "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+      " --rdzv-timeout 20 --stop-grace 2 --run-id fl2";
   auto [r0, r1] = launchTwoNodes(common, w);
   const std::string& o1 = r1.output;
   EXPECT_EQ(r0.exit_code, 0) << r0.output;
@@ -471,8 +516,9 @@ TEST_F(LauncherTest, AFailureOnOneNodeRestartsBothNodes) {
 TEST_F(LauncherTest, TwoNodesOnLoopbackFormOneJob) {
   int port = freePort();
   std::string w = script("ranks.sh", "echo rank=$RANK of $WORLD_SIZE group=$GROUP_RANK");
-  std::string common = "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" +
-                       std::to_string(port) + " --rdzv-timeout 20 --run-id two";
+  std::string common =
+      "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+      " --rdzv-timeout 20 --run-id two";
   auto [r0, r1] = launchTwoNodes(common, w);
   const std::string& o1 = r1.output;
   EXPECT_EQ(r0.exit_code, 0) << r0.output;
