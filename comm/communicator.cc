@@ -1,6 +1,9 @@
 #include "comm/communicator.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "comm/error.h"
 #include "comm/rendezvous.h"
@@ -21,6 +24,26 @@ CommError brokenError(const std::exception_ptr& first, const char* op, uint64_t 
     return CommError(ErrorKind::kInvalid, op, seq, -1,
                      std::string("communicator is broken by an earlier failure: ") + e.what());
   }
+}
+
+int resolveSpin(int requested, const std::vector<std::unique_ptr<tcp::Pair>>& pairs) {
+  if (requested >= 0) return requested;
+  if (const char* env = std::getenv("CUMULUS_SPIN_US"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long us = std::strtol(env, &end, 10);
+    if (*end != '\0' || us < 0 || us > 1000000) {
+      throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1,
+                      std::string("CUMULUS_SPIN_US='") + env +
+                          "' is not a number of microseconds in [0, 1000000]");
+    }
+    return static_cast<int>(us);
+  }
+  int local = 1;
+  for (const auto& pair : pairs) {
+    if (pair && std::strcmp(pair->transport(), "tcp") != 0) ++local;
+  }
+  const unsigned cpus = std::thread::hardware_concurrency();
+  return cpus == 0 || static_cast<unsigned>(local) > cpus ? 0 : kDefaultSpinMicros;
 }
 
 }  // namespace
@@ -51,6 +74,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   }
   config.deadline = tcp::Clock::now() + options_.timeout;
   pairs_ = connectMesh(store, config);
+  spinMicros_ = resolveSpin(options_.spinMicros, pairs_);
 }
 
 Communicator::~Communicator() {
@@ -152,6 +176,7 @@ void Communicator::execute(const Queued& item) {
   c.op.generation = options_.generation;
   c.op.deadline = tcp::Clock::now() + item.timeout;
   c.op.timeoutMs = static_cast<long>(item.timeout.count());
+  c.op.spinUs = spinMicros_;
   c.segmentBytes = options_.segmentBytes;
   c.scratch = &scratch_;
   try {

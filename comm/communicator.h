@@ -1,6 +1,6 @@
 #pragma once
 // Communicator: one rank's member of a group of `world` ranks, connected over TCP or, to peers on
-// the same host, AF_UNIX sockets (comm/transport.h), running
+// the same host, shared memory and AF_UNIX sockets (comm/transport.h), running
 // collectives on raw buffers (DESIGN.md "Communicator contract").
 //
 // Construction performs the rendezvous (rendezvous.h) and blocks until every rank is connected or
@@ -67,7 +67,17 @@ struct CommunicatorOptions {
   // unset too, uses AF_UNIX to same-host peers and TCP to the rest. Every rank should agree; a
   // rank forced to kTcp publishes no AF_UNIX name, so its peers reach it over TCP.
   Transport transport = Transport::kAuto;
+  // How long a wait busy-polls before it sleeps in poll() (tcp/transfer.h). -1: the environment's
+  // CUMULUS_SPIN_US if set, else kDefaultSpinMicros when this host's ranks (us and our AF_UNIX /
+  // shared-memory peers) are no more than its CPUs, and 0 when they outnumber them: then a
+  // spinning rank would only take the core from the rank it waits for.
+  int spinMicros = -1;
 };
+
+// A round trip between two idle ranks on this VM is ~5-15 µs when both are awake; a wake-up from
+// poll() alone costs about as much again. 50 µs covers the small-message round trip and bounds
+// the CPU wasted by a wait that turns out long.
+constexpr int kDefaultSpinMicros = 50;
 
 // Per-call options (c10d style). A zero timeout means the communicator's default.
 struct OpOptions {
@@ -118,7 +128,7 @@ class Communicator {
   Algorithm resolve(Algorithm algorithm, size_t bytes) const;
   // Sequence number the next collective will get (the first is 1).
   uint64_t nextSeq() const;
-  // "unix" or "tcp": the stream that connects this rank to `peer`; "self" for its own rank.
+  // "shm", "unix" or "tcp": what connects this rank to `peer`; "self" for its own rank.
   const char* transportTo(int peer) const;
 
  private:
@@ -153,6 +163,7 @@ class Communicator {
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
   std::vector<uint8_t> scratch_;  // used only by the executing operation
+  int spinMicros_ = 0;            // resolved from options_.spinMicros
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
