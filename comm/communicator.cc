@@ -66,6 +66,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   config.token = options_.jobToken;
   config.bindHost = options_.bindHost;
   config.socketBufferBytes = options_.socketBufferBytes;
+  config.segmentBytes = options_.segmentBytes;
   try {
     config.transport =
         options_.transport != Transport::kAuto ? options_.transport : transportFromEnvironment();
@@ -74,7 +75,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   }
   config.deadline = tcp::Clock::now() + options_.timeout;
   pairs_ = connectMesh(store, config);
-  spinMicros_ = resolveSpin(options_.spinMicros, pairs_);
+  spin_.budgetUs = resolveSpin(options_.spinMicros, pairs_);
 }
 
 Communicator::~Communicator() {
@@ -176,7 +177,7 @@ void Communicator::execute(const Queued& item) {
   c.op.generation = options_.generation;
   c.op.deadline = tcp::Clock::now() + item.timeout;
   c.op.timeoutMs = static_cast<long>(item.timeout.count());
-  c.op.spinUs = spinMicros_;
+  c.op.spin = &spin_;
   c.segmentBytes = options_.segmentBytes;
   c.scratch = &scratch_;
   try {

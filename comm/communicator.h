@@ -67,10 +67,11 @@ struct CommunicatorOptions {
   // unset too, uses AF_UNIX to same-host peers and TCP to the rest. Every rank should agree; a
   // rank forced to kTcp publishes no AF_UNIX name, so its peers reach it over TCP.
   Transport transport = Transport::kAuto;
-  // How long a wait busy-polls before it sleeps in poll() (tcp/transfer.h). -1: the environment's
-  // CUMULUS_SPIN_US if set, else kDefaultSpinMicros when this host's ranks (us and our AF_UNIX /
-  // shared-memory peers) are no more than its CPUs, and 0 when they outnumber them: then a
-  // spinning rank would only take the core from the rank it waits for.
+  // How long a wait on a shared-memory peer spins before it sleeps in poll() (tcp/transfer.h;
+  // spins that keep running out back off). -1: the environment's CUMULUS_SPIN_US if set, else
+  // kDefaultSpinMicros when this host's ranks (us and our AF_UNIX / shared-memory peers) are no
+  // more than its CPUs, and 0 when they outnumber them: then a spinning rank would only take the
+  // core from the rank it waits for.
   int spinMicros = -1;
 };
 
@@ -163,7 +164,7 @@ class Communicator {
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
   std::vector<uint8_t> scratch_;  // used only by the executing operation
-  int spinMicros_ = 0;            // resolved from options_.spinMicros
+  tcp::SpinGovernor spin_;        // budget resolved from options_.spinMicros; executing op only
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -200,7 +201,10 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
     Connection conn = connectTo(store, cfg, peer, address, hostId);
     tcp::connectorHandshake(conn.socket, self, peer, cfg.deadline);
     std::unique_ptr<shm::Channel> channel;
-    if (conn.shm) channel = shm::Channel::offer(conn.socket, peer, cfg.deadline);
+    if (conn.shm) {
+      channel = shm::Channel::offer(conn.socket, peer, cfg.deadline, shm::kDefaultSlots,
+                                    shm::slotBytesFor(cfg.segmentBytes));
+    }
     conn.socket.tune(cfg.socketBufferBytes);
     pairs[static_cast<size_t>(peer)] =
         std::make_unique<tcp::Pair>(std::move(conn.socket), peer, std::move(channel));
@@ -231,7 +235,10 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
     }
     std::unique_ptr<shm::Channel> channel;
     if (which == 2) {  // the shared-memory listener: the segment comes next
-      channel = shm::Channel::accept(socket, cfg.deadline, &why);
+      // Bounded like the handshake: a connection that says nothing cannot hold us long.
+      const tcp::Deadline offerDeadline =
+          std::min(cfg.deadline, tcp::Clock::now() + std::chrono::seconds(10));
+      channel = shm::Channel::accept(socket, offerDeadline, &why);
       if (!channel) {
         rejected = "rank " + std::to_string(peer) + ": " + why;
         continue;

@@ -43,6 +43,7 @@ struct RendezvousConfig {
   std::string bindHost = "127.0.0.1";
   int socketBufferBytes = 0;  // 0: kernel autotuning
   Transport transport = Transport::kAuto;
+  size_t segmentBytes = 512 * 1024;  // the collectives' pipeline segment: sizes shm slots
   tcp::Deadline deadline;
 };
 

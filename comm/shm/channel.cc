@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cerrno>
 #include <cstring>
@@ -35,7 +36,6 @@ constexpr uint32_t kOfferVersion = 1;
 constexpr size_t kOfferBytes = 24;
 constexpr size_t kAckBytes = 8;
 constexpr size_t kPage = 4096;
-constexpr size_t kMaxSlotBytes = 64 << 20;
 constexpr uint32_t kMaxSlots = 64;
 
 // Written by the producer before the frame header leaves, checked by the consumer after it
@@ -103,6 +103,10 @@ uint8_t* mapShared(int fd, size_t bytes) {
 }
 
 }  // namespace
+
+size_t slotBytesFor(size_t segmentBytes) {
+  return std::min(kMaxSlotBytes, std::max(kDefaultSlotBytes, alignUp(segmentBytes, kPage)));
+}
 
 size_t Channel::ringBytes(uint32_t slots, size_t slotBytes) {
   static_assert(sizeof(RingControl) == kControlBytes, "stamps follow the control block");

@@ -38,10 +38,18 @@
 
 namespace cumulus::comm::shm {
 
-// Payloads of at least kMinShmBytes and at most the slot size travel through a slot.
+// Payloads of at least kMinShmBytes and at most the slot size travel through a slot. Below that
+// the copy saved is worth less than the slot's bookkeeping, and inline frames keep the small-
+// message path to one sendmsg/recvmsg pair.
 constexpr size_t kMinShmBytes = 16 * 1024;
 constexpr size_t kDefaultSlotBytes = 512 * 1024;  // the ring's segment (comm/collective.h)
 constexpr uint32_t kDefaultSlots = 4;
+constexpr size_t kMaxSlotBytes = 8 << 20;
+
+// The slot size for a pipeline segment of `segmentBytes`: the segment rounded up to a page, at
+// least kDefaultSlotBytes (so reduce-scatter segments of any chunk size fit) and at most
+// kMaxSlotBytes (larger segments travel inline).
+size_t slotBytesFor(size_t segmentBytes);
 
 class Channel {
  public:

@@ -250,24 +250,36 @@ class Engine {
     }
   }
 
-  // Busy-waits up to ctx_.spinUs on shared memory for what we wait for: the peer announcing a
-  // frame, or freeing a slot. Only over shared-memory channels: polling a socket in a loop is
-  // slower on this project's VMs than sleeping. Returns true when there is something to do.
+  // Busy-waits (within the governor's budget and back-off) on shared memory for what we wait
+  // for: the peer announcing a frame, or freeing a slot. Returns true when there is something to
+  // do; false: sleep.
   bool spin(bool wantRecv, bool wantSlot) {
-    if (ctx_.spinUs <= 0) return false;
+    SpinGovernor* g = ctx_.spin;
+    if (g == nullptr || g->budgetUs <= 0) return false;
     shm::Channel* in = wantRecv ? t_.recvFrom->channel() : nullptr;
     shm::Channel* out = wantSlot ? t_.sendTo->channel() : nullptr;
     if ((wantRecv && in == nullptr) || (in == nullptr && out == nullptr)) return false;
-    const Deadline until = Clock::now() + std::chrono::microseconds(ctx_.spinUs);
+    if (g->skip > 0) {
+      --g->skip;
+      return false;
+    }
+    const Deadline until = Clock::now() + std::chrono::microseconds(g->budgetUs);
     for (unsigned i = 1;; ++i) {
       if (in != nullptr && in->peerAnnounced() != recvMark_) {
         recvBlocked_ = false;
+        g->misses = 0;
         return true;
       }
-      if (out != nullptr && out->slotFree()) return true;
-      if (i % 16 == 0 && Clock::now() >= until) return false;
+      if (out != nullptr && out->slotFree()) {
+        g->misses = 0;
+        return true;
+      }
+      if (i % 16 == 0 && Clock::now() >= until) break;
       cpuRelax();
     }
+    if (g->misses < kMaxSpinBackoff) ++g->misses;
+    g->skip = 1u << g->misses;
+    return false;
   }
 
   void waitReady() {

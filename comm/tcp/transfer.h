@@ -11,11 +11,12 @@
 //   validates the header, then hands the slot to `recvInPlace(i, data)` (e.g. reduce from it
 //   straight into user memory) or, without one, copies it to recvSpan(i) and runs onReceived(i).
 //   A sender waiting for a free slot sleeps in poll() on the channel's eventfd and the socket.
-// - Waiting: with OpContext::spinUs > 0 and a shared-memory channel, a wait first spins that long
-//   on the channel's shared counters (the peer announced a frame / freed a slot), then sleeps in
-//   poll(). A reply in a round trip between two awake cores comes back in a few µs, while a sleep
-//   and wake-up through the scheduler (on a VM, a halted vCPU) costs more than that; spinning on
-//   poll(…, 0) instead was measured 10-200× slower than sleeping on the development VM.
+// - Waiting: with a SpinGovernor whose budget is > 0 and a shared-memory channel, a wait first
+//   spins on the channel's shared counters (the peer announced a frame / freed a slot), then
+//   sleeps in poll(). A reply in a round trip between two awake cores comes back in a few µs,
+//   while a sleep and wake-up through the scheduler (on a VM, a halted vCPU) costs more than that.
+//   Spinning on poll(…, 0) instead was measured 10-200× slower than sleeping on the development
+//   VM, so sockets without a channel never spin.
 // - Every unit's header is checked against what must come next (magic, generation, op sequence,
 //   tag = unit index, exact length); anything else raises CommError(kBadFrame).
 // - The loop ends by the op's deadline: CommError(kTimeout) naming the peer being waited on.
@@ -32,14 +33,27 @@
 
 namespace cumulus::comm::tcp {
 
+// Adapts busy-waiting to the host. A spin pays when the peer answers within the budget (idle
+// cores); when it does not (ranks plus other work outnumber the cores), it only kept the peer off
+// the core it needed: measured on the 2-core VM under a parallel build, a 50 µs spin turned an
+// 8 µs 4 KiB ring all-reduce into 70-125 µs. So after a spin that ran out, the next 2^k waits
+// (k = consecutive misses, at most kMaxSpinBackoff) sleep at once; a spin that succeeds resets k.
+// Owned by the communicator, used by its executing thread only.
+constexpr unsigned kMaxSpinBackoff = 10;
+struct SpinGovernor {
+  int budgetUs = 0;  // 0: never spin
+  unsigned misses = 0;
+  unsigned skip = 0;
+};
+
 // What identifies an operation in frames and errors.
 struct OpContext {
   const char* op = "";
   uint64_t seq = 0;
   uint64_t generation = 0;
   Deadline deadline;
-  long timeoutMs = 0;  // for messages only
-  int spinUs = 0;      // spin this long on shared memory before sleeping; 0: sleep at once
+  long timeoutMs = 0;            // for messages only
+  SpinGovernor* spin = nullptr;  // null: never spin
 };
 
 struct Span {
