@@ -68,17 +68,17 @@ struct CommunicatorOptions {
   // rank forced to kTcp publishes no AF_UNIX name, so its peers reach it over TCP.
   Transport transport = Transport::kAuto;
   // How long a wait on a shared-memory peer spins before it sleeps in poll() (tcp/transfer.h;
-  // spins that keep running out back off). -1: the environment's CUMULUS_SPIN_US if set, else
+  // spins that often run out stop). -1: the environment's CUMULUS_SPIN_US if set, else
   // kDefaultSpinMicros when this host's ranks (us and our AF_UNIX / shared-memory peers) are no
   // more than its CPUs, and 0 when they outnumber them: then a spinning rank would only take the
   // core from the rank it waits for.
   int spinMicros = -1;
 };
 
-// A round trip between two idle ranks on this VM is ~5-15 µs when both are awake; a wake-up from
-// poll() alone costs about as much again. 50 µs covers the small-message round trip and bounds
-// the CPU wasted by a wait that turns out long.
-constexpr int kDefaultSpinMicros = 50;
+// A 4 KiB round trip between two awake ranks on this VM takes ~5 µs; a spin that runs out costs
+// its whole budget in CPU the peer may have needed (tcp/transfer.h's SpinGovernor backs off then),
+// so the budget covers a small-message reply and little more.
+constexpr int kDefaultSpinMicros = 20;
 
 // Per-call options (c10d style). A zero timeout means the communicator's default.
 struct OpOptions {

@@ -259,26 +259,22 @@ class Engine {
     shm::Channel* in = wantRecv ? t_.recvFrom->channel() : nullptr;
     shm::Channel* out = wantSlot ? t_.sendTo->channel() : nullptr;
     if ((wantRecv && in == nullptr) || (in == nullptr && out == nullptr)) return false;
-    if (g->skip > 0) {
-      --g->skip;
-      return false;
-    }
+    if (!g->shouldSpin()) return false;
     const Deadline until = Clock::now() + std::chrono::microseconds(g->budgetUs);
     for (unsigned i = 1;; ++i) {
       if (in != nullptr && in->peerAnnounced() != recvMark_) {
         recvBlocked_ = false;
-        g->misses = 0;
+        g->record(false);
         return true;
       }
       if (out != nullptr && out->slotFree()) {
-        g->misses = 0;
+        g->record(false);
         return true;
       }
       if (i % 16 == 0 && Clock::now() >= until) break;
       cpuRelax();
     }
-    if (g->misses < kMaxSpinBackoff) ++g->misses;
-    g->skip = 1u << g->misses;
+    g->record(true);
     return false;
   }
 

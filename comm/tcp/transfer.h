@@ -34,16 +34,21 @@
 namespace cumulus::comm::tcp {
 
 // Adapts busy-waiting to the host. A spin pays when the peer answers within the budget (idle
-// cores); when it does not (ranks plus other work outnumber the cores), it only kept the peer off
-// the core it needed: measured on the 2-core VM under a parallel build, a 50 µs spin turned an
-// 8 µs 4 KiB ring all-reduce into 70-125 µs. So after a spin that ran out, the next 2^k waits
-// (k = consecutive misses, at most kMaxSpinBackoff) sleep at once; a spin that succeeds resets k.
-// Owned by the communicator, used by its executing thread only.
-constexpr unsigned kMaxSpinBackoff = 10;
+// cores: a wake-up from poll() on a halted vCPU costs 10+ µs, the answer comes in a few); when it
+// does not (ranks plus other work outnumber the cores), it only kept the peer off the core it
+// needed: measured on the 2-core VM under a parallel build, a 50 µs spin turned an 8 µs 4 KiB ring
+// all-reduce into 70-125 µs. So the governor keeps a moving average of how often a spin ran out
+// (weight 1/8 per spin) and spins only while that stays under 1/8, probing once every
+// kSpinProbeEvery waits otherwise to notice that the host has calmed down. Owned by the
+// communicator, used by its executing thread only.
+constexpr unsigned kSpinProbeEvery = 64;
 struct SpinGovernor {
-  int budgetUs = 0;  // 0: never spin
-  unsigned misses = 0;
-  unsigned skip = 0;
+  int budgetUs = 0;       // 0: never spin
+  double missRate = 0.0;  // moving average of spins that ran out
+  unsigned waits = 0;
+
+  bool shouldSpin() { return budgetUs > 0 && (missRate < 0.125 || ++waits % kSpinProbeEvery == 0); }
+  void record(bool missed) { missRate += ((missed ? 1.0 : 0.0) - missRate) / 8; }
 };
 
 // What identifies an operation in frames and errors.
