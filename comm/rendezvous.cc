@@ -202,8 +202,10 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
     tcp::connectorHandshake(conn.socket, self, peer, cfg.deadline);
     std::unique_ptr<shm::Channel> channel;
     if (conn.shm) {
-      channel = shm::Channel::offer(conn.socket, peer, cfg.deadline, shm::kDefaultSlots,
-                                    shm::slotBytesFor(cfg.segmentBytes));
+      // kAuto settles for the plain socket when this host will not give us a segment.
+      channel =
+          shm::Channel::offer(conn.socket, peer, cfg.deadline, cfg.transport == Transport::kShm,
+                              shm::kDefaultSlots, shm::slotBytesFor(cfg.segmentBytes));
     }
     conn.socket.tune(cfg.socketBufferBytes);
     pairs[static_cast<size_t>(peer)] =
@@ -238,8 +240,9 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
       // Bounded like the handshake: a connection that says nothing cannot hold us long.
       const tcp::Deadline offerDeadline =
           std::min(cfg.deadline, tcp::Clock::now() + std::chrono::seconds(10));
-      channel = shm::Channel::accept(socket, offerDeadline, &why);
-      if (!channel) {
+      bool declined = false;
+      channel = shm::Channel::accept(socket, offerDeadline, &declined, &why);
+      if (!channel && !declined) {
         rejected = "rank " + std::to_string(peer) + ": " + why;
         continue;
       }

@@ -137,42 +137,47 @@ Channel::~Channel() {
   if (inCreditFd_ >= 0) ::close(inCreditFd_);
 }
 
-std::unique_ptr<Channel> Channel::offer(tcp::Socket& socket, int peer, tcp::Deadline deadline,
-                                        uint32_t slots, size_t slotBytes) {
+std::unique_ptr<Channel> Channel::create(uint32_t slots, size_t slotBytes, int* memfdOut,
+                                         std::string* error) {
   assert(slots > 0 && slots <= kMaxSlots && slotBytes % 64 == 0 && slotBytes <= kMaxSlotBytes);
   const size_t total = 2 * ringBytes(slots, slotBytes);
   Fd memfd(::memfd_create("cumulus-shm", MFD_CLOEXEC));
-  if (memfd.get() < 0) setupFailed(peer, errnoText("memfd_create"));
+  if (memfd.get() < 0) return *error = errnoText("memfd_create"), nullptr;
   if (::ftruncate(memfd.get(), static_cast<off_t>(total)) != 0) {
-    setupFailed(peer, errnoText("ftruncate"));
+    return *error = errnoText("ftruncate"), nullptr;
   }
   Fd credit0(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   Fd credit1(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (credit0.get() < 0 || credit1.get() < 0) setupFailed(peer, errnoText("eventfd"));
+  if (credit0.get() < 0 || credit1.get() < 0) return *error = errnoText("eventfd"), nullptr;
   uint8_t* base = mapShared(memfd.get(), total);
-  if (base == nullptr) setupFailed(peer, errnoText("mmap"));
+  if (base == nullptr) return *error = errnoText("mmap"), nullptr;
   // The memfd starts zeroed: both rings' counters are 0 and no producer waits.
-  std::unique_ptr<Channel> channel(
+  *memfdOut = memfd.release();
+  return std::unique_ptr<Channel>(
       new Channel(base, total, slots, slotBytes, true, credit0.release(), credit1.release()));
+}
 
+void Channel::sendOffer(tcp::Socket& socket, int peer, tcp::Deadline deadline, uint32_t slots,
+                        size_t slotBytes, const int* fds) {
   uint8_t msg[kOfferBytes] = {0};
   tcp::storeLe32(msg, kOfferMagic);
   tcp::storeLe32(msg + 4, kOfferVersion);
   tcp::storeLe32(msg + 8, slots);
   tcp::storeLe64(msg + 16, slotBytes);
-  const int fds[3] = {memfd.get(), channel->outCreditFd_, channel->inCreditFd_};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
   iovec iov{msg, sizeof msg};
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
-  mh.msg_control = control;
-  mh.msg_controllen = sizeof control;
-  cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof fds);
-  std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
+  if (fds != nullptr) {
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof control;
+    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(3 * sizeof(int));
+    std::memcpy(CMSG_DATA(cm), fds, 3 * sizeof(int));
+  }
   for (;;) {
     ssize_t rc = ::sendmsg(socket.fd(), &mh, MSG_NOSIGNAL);
     if (rc == static_cast<ssize_t>(sizeof msg)) break;
@@ -197,11 +202,31 @@ std::unique_ptr<Channel> Channel::offer(tcp::Socket& socket, int peer, tcp::Dead
   if (tcp::loadLe32(ack) != kOfferMagic || tcp::loadLe32(ack + 4) != 0) {
     setupFailed(peer, "the peer could not map the segment");
   }
+}
+
+std::unique_ptr<Channel> Channel::offer(tcp::Socket& socket, int peer, tcp::Deadline deadline,
+                                        bool required, uint32_t slots, size_t slotBytes) {
+  std::string error;
+  int memfd = -1;
+  std::unique_ptr<Channel> channel = create(slots, slotBytes, &memfd, &error);
+  if (!channel) {
+    if (required) setupFailed(peer, error);
+    decline(socket, peer, deadline);
+    return nullptr;
+  }
+  Fd owned(memfd);  // the peer gets its own descriptor; the mapping outlives ours
+  const int fds[3] = {memfd, channel->outCreditFd_, channel->inCreditFd_};
+  sendOffer(socket, peer, deadline, slots, slotBytes, fds);
   return channel;
 }
 
+void Channel::decline(tcp::Socket& socket, int peer, tcp::Deadline deadline) {
+  sendOffer(socket, peer, deadline, 0, 0, nullptr);
+}
+
 std::unique_ptr<Channel> Channel::accept(tcp::Socket& socket, tcp::Deadline deadline,
-                                         std::string* why) {
+                                         bool* declined, std::string* why) {
+  *declined = false;
   uint8_t msg[kOfferBytes];
   alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
   iovec iov{msg, sizeof msg};
@@ -242,7 +267,7 @@ std::unique_ptr<Channel> Channel::accept(tcp::Socket& socket, tcp::Deadline dead
     socket.writeFull(ack, sizeof ack, deadline);
   };
   if (rc != static_cast<ssize_t>(sizeof msg) || tcp::loadLe32(msg) != kOfferMagic ||
-      tcp::loadLe32(msg + 4) != kOfferVersion || received != 3 ||
+      tcp::loadLe32(msg + 4) != kOfferVersion || (received != 3 && received != 0) ||
       (mh.msg_flags & MSG_CTRUNC) != 0) {
     *why = "a same-host peer sent no valid shared-memory offer";
     answer(1);
@@ -250,7 +275,12 @@ std::unique_ptr<Channel> Channel::accept(tcp::Socket& socket, tcp::Deadline dead
   }
   const uint32_t slots = tcp::loadLe32(msg + 8);
   const uint64_t slotBytes = tcp::loadLe64(msg + 16);
-  if (slots == 0 || slots > kMaxSlots || slotBytes % 64 != 0 || slotBytes == 0 ||
+  if (slots == 0 && slotBytes == 0 && received == 0) {  // decline(): stay a plain socket
+    *declined = true;
+    answer(0);
+    return nullptr;
+  }
+  if (received != 3 || slots == 0 || slots > kMaxSlots || slotBytes % 64 != 0 || slotBytes == 0 ||
       slotBytes > kMaxSlotBytes) {
     *why = "a shared-memory offer with a bad geometry";
     answer(1);

@@ -58,16 +58,22 @@ class Channel {
   Channel& operator=(const Channel&) = delete;
 
   // Connector side: creates the segment and passes it to the peer over `socket` (after the
-  // handshake), then waits for the acknowledgement. Throws CommError (op "rendezvous", seq 0,
-  // `peer`): kRendezvous when the segment cannot be created or the peer refuses it, kTimeout /
-  // kPeerClosed from the socket.
+  // handshake), then waits for the acknowledgement. When the segment cannot be created (no memfd
+  // in this sandbox, no memory): throws if `required` (CUMULUS_TRANSPORT=shm), else declines the
+  // offer and returns null, and the pair carries everything on the socket. Throws CommError
+  // (op "rendezvous", seq 0, `peer`): kRendezvous when the segment cannot be created and is
+  // required or the peer refuses it, kTimeout / kPeerClosed from the socket.
   static std::unique_ptr<Channel> offer(tcp::Socket& socket, int peer, tcp::Deadline deadline,
-                                        uint32_t slots = kDefaultSlots,
+                                        bool required, uint32_t slots = kDefaultSlots,
                                         size_t slotBytes = kDefaultSlotBytes);
-  // Acceptor side: receives and maps the segment, acknowledges. Returns null and fills `why` when
-  // the peer sent no valid offer before the deadline (the caller drops the connection).
+  // Sends the "no segment" offer and waits for the acknowledgement (what offer() does when it
+  // cannot create one). Throws like offer().
+  static void decline(tcp::Socket& socket, int peer, tcp::Deadline deadline);
+  // Acceptor side: receives and maps the segment, acknowledges. Returns null and sets *declined
+  // when the peer declined (the pair stays a plain socket); returns null and fills `why` when the
+  // peer sent no valid offer before the deadline (the caller drops the connection).
   static std::unique_ptr<Channel> accept(tcp::Socket& socket, tcp::Deadline deadline,
-                                         std::string* why);
+                                         bool* declined, std::string* why);
 
   size_t slotBytes() const { return slotBytes_; }
   uint32_t slots() const { return slots_; }
@@ -107,6 +113,12 @@ class Channel {
   Channel(uint8_t* base, size_t mapped, uint32_t slots, size_t slotBytes, bool connector,
           int creditFd0, int creditFd1);
   static size_t ringBytes(uint32_t slots, size_t slotBytes);
+  // The connector's segment and eventfds; null and `error` when the host will not give them.
+  static std::unique_ptr<Channel> create(uint32_t slots, size_t slotBytes, int* memfd,
+                                         std::string* error);
+  // Sends the offer message (`fds` attached when non-null) and waits for the answer.
+  static void sendOffer(tcp::Socket& socket, int peer, tcp::Deadline deadline, uint32_t slots,
+                        size_t slotBytes, const int* fds);
 
   uint8_t* base_;
   size_t mapped_;

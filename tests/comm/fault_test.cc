@@ -75,7 +75,7 @@ RawPeer rawPeer(Store& store, int rank, int world, uint64_t generation, const st
   peer.socket = connectToRank0(store, generation, transport);
   tcp::connectorHandshake(peer.socket, {generation, rank, world, token}, 0, Clock::now() + 5s);
   if (transport == Transport::kShm) {
-    peer.channel = shm::Channel::offer(peer.socket, 0, Clock::now() + 5s);
+    peer.channel = shm::Channel::offer(peer.socket, 0, Clock::now() + 5s, true);
   }
   return peer;
 }
@@ -323,6 +323,41 @@ TEST(ShmFaults, SlotsThatDoNotHoldTheAnnouncedFrameAreBadFrames) {
     EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
     liar.join();
   }
+}
+
+// A same-host peer that cannot create a segment (no memfd in its sandbox, no memory) declines the
+// offer under auto; the pair then carries everything inline on its AF_UNIX socket, and says so.
+TEST(ShmFaults, DeclinedSegmentLeavesAPlainAfUnixPair) {
+  const uint64_t gen = 7;
+  MemoryStore store;
+  std::thread peer([&] {
+    tcp::Socket listener = tcp::Socket::listen("127.0.0.1");
+    store.set(addressKey(gen, 1), listener.localAddress());
+    tcp::Socket socket = connectToRank0(store, gen, Transport::kShm);
+    tcp::connectorHandshake(socket, {gen, 1, 2, "t0k3n"}, 0, Clock::now() + 5s);
+    shm::Channel::decline(socket, 0, Clock::now() + 5s);
+    // Ring all-reduce of 2 floats, p = 2, as rank 1: send our chunk 0 (3.0), then chunk 1 as
+    // the all-gather delivers it (final value 40.0), both inline.
+    for (uint32_t tag : {0u, 1u}) {
+      tcp::FrameHeader h;
+      h.generation = gen, h.sequence = 1, h.tag = tag, h.length = 4;
+      uint8_t frame[tcp::kFrameHeaderBytes + 4];
+      tcp::encodeFrameHeader(h, frame);
+      const float value = tag == 0 ? 3.0f : 40.0f;
+      std::memcpy(frame + tcp::kFrameHeaderBytes, &value, 4);
+      socket.writeFull(frame, sizeof frame, Clock::now() + 5s);
+    }
+    uint8_t sink[2 * (tcp::kFrameHeaderBytes + 4)];
+    EXPECT_TRUE(socket.readFull(sink, sizeof sink, Clock::now() + 5s).ok());
+  });
+  Communicator comm(0, 2, store, withTimeout(5000ms));  // auto
+  EXPECT_STREQ(comm.transportTo(1), "unix");
+  std::vector<float> v = {1.0f, 2.0f};
+  Buffer b{v.data(), 2, DType::kFloat32};
+  comm.allreduce(b, {ReduceOp::kSum, Algorithm::kRing});
+  EXPECT_EQ(v[0], 4.0f);   // ours 1.0 + the peer's 3.0
+  EXPECT_EQ(v[1], 40.0f);  // as the peer delivered it
+  peer.join();
 }
 
 // A producer whose consumer never reads fills every slot, then waits for one: that wait has the
