@@ -13,8 +13,11 @@
 //          both ranks map, and the receiver reduces straight from the slot. Headers, small
 //          payloads and liveness stay on the AF_UNIX socket, so a SIGKILLed peer is still seen
 //          as EOF and every wait keeps its deadline.
-//   kAuto  kShm to every peer whose host id (localHostId()) equals ours, kTcp to the others (and
-//          kUnix where the shared-memory listener is not offered, e.g. a peer forced to kUnix).
+//   kAuto  kShm to every peer whose host id (localHostId()) equals ours, kTcp to the others; kUnix
+//          where the peer offers no shared memory (it was forced to kUnix) or this host refuses a
+//          segment (no memfd, no memory). Chosen because it measured faster than kUnix in every
+//          64 MiB ring cell at p = 2 and 4, and used 27-46% less CPU per all-reduce
+//          (bench/results/allreduce.md, 2026-11-22).
 //
 // The wire protocol above the stream (handshake, frames, timeouts, liveness) is the same for
 // all: a SIGKILLed peer closes its socket either way, so dead-peer detection does not change.

@@ -17,9 +17,9 @@
 
 namespace cumulus::comm::shm {
 
-// One ring's shared control block. The two counters sit on their own cache lines: the consumer
-// writes `consumed`, the producer writes `producerWaiting`, and neither should bounce the other's
-// line on every message.
+// One ring's shared control block. Each field sits on its own cache line: the consumer writes
+// `consumed`, the producer writes `producerWaiting` and `announced`, and a spinning reader of one
+// should not bounce the line the other writes on every message.
 struct Channel::RingControl {
   alignas(64) std::atomic<uint64_t> consumed;
   alignas(64) std::atomic<uint32_t> producerWaiting;
