@@ -1,9 +1,7 @@
 #include "comm/communicator.h"
 
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
-#include <thread>
 
 #include "comm/error.h"
 #include "comm/rendezvous.h"
@@ -26,24 +24,18 @@ CommError brokenError(const std::exception_ptr& first, const char* op, uint64_t 
   }
 }
 
-int resolveSpin(int requested, const std::vector<std::unique_ptr<tcp::Pair>>& pairs) {
+int resolveSpin(int requested) {
   if (requested >= 0) return requested;
-  if (const char* env = std::getenv("CUMULUS_SPIN_US"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long us = std::strtol(env, &end, 10);
-    if (*end != '\0' || us < 0 || us > 1000000) {
-      throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1,
-                      std::string("CUMULUS_SPIN_US='") + env +
-                          "' is not a number of microseconds in [0, 1000000]");
-    }
-    return static_cast<int>(us);
+  const char* env = std::getenv("CUMULUS_SPIN_US");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const long us = std::strtol(env, &end, 10);
+  if (*end != '\0' || us < 0 || us > 1000000) {
+    throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1,
+                    std::string("CUMULUS_SPIN_US='") + env +
+                        "' is not a number of microseconds in [0, 1000000]");
   }
-  int local = 1;
-  for (const auto& pair : pairs) {
-    if (pair && std::strcmp(pair->transport(), "tcp") != 0) ++local;
-  }
-  const unsigned cpus = std::thread::hardware_concurrency();
-  return cpus == 0 || static_cast<unsigned>(local) > cpus ? 0 : kDefaultSpinMicros;
+  return static_cast<int>(us);
 }
 
 }  // namespace
@@ -75,7 +67,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   }
   config.deadline = tcp::Clock::now() + options_.timeout;
   pairs_ = connectMesh(store, config);
-  spin_.budgetUs = resolveSpin(options_.spinMicros, pairs_);
+  spin_.budgetUs = resolveSpin(options_.spinMicros);
 }
 
 Communicator::~Communicator() {

@@ -63,22 +63,20 @@ struct CommunicatorOptions {
   size_t segmentBytes = kDefaultSegmentBytes;
   // SO_SNDBUF / SO_RCVBUF of data connections; 0 keeps the kernel's autotuning.
   int socketBufferBytes = 4 << 20;
-  // Byte stream per peer (comm/transport.h). kAuto defers to CUMULUS_TRANSPORT and, when that is
-  // unset too, uses AF_UNIX to same-host peers and TCP to the rest. Every rank should agree; a
-  // rank forced to kTcp publishes no AF_UNIX name, so its peers reach it over TCP.
+  // What carries each peer (comm/transport.h). kAuto defers to CUMULUS_TRANSPORT and, when that
+  // is unset too, uses shared memory (with an AF_UNIX socket for headers and liveness) to
+  // same-host peers and TCP to the rest. Every rank should agree; a rank forced to kTcp publishes
+  // no AF_UNIX name, so its peers reach it over TCP, and one forced to kUnix offers no shared
+  // memory.
   Transport transport = Transport::kAuto;
-  // How long a wait on a shared-memory peer spins before it sleeps in poll() (tcp/transfer.h;
-  // spins that often run out stop). -1: the environment's CUMULUS_SPIN_US if set, else
-  // kDefaultSpinMicros when this host's ranks (us and our AF_UNIX / shared-memory peers) are no
-  // more than its CPUs, and 0 when they outnumber them: then a spinning rank would only take the
-  // core from the rank it waits for.
+  // How long a wait on a shared-memory peer spins on the shared segment before it sleeps in
+  // poll() (tcp/transfer.h; a governor stops spinning while spins often run out). -1: the
+  // environment's CUMULUS_SPIN_US if set, else 0 (sleep at once). Off by default because it did
+  // not pay on the development VM: a 4 KiB p=2 tree all-reduce took 5.0-5.4 µs sleeping and
+  // 5.5-5.6 µs with a 20 µs spin on an otherwise idle box, and the same within noise under load
+  // (bench/results/allreduce.md). It is for hosts where waking a sleeping core is expensive.
   int spinMicros = -1;
 };
-
-// A 4 KiB round trip between two awake ranks on this VM takes ~5 µs; a spin that runs out costs
-// its whole budget in CPU the peer may have needed (tcp/transfer.h's SpinGovernor backs off then),
-// so the budget covers a small-message reply and little more.
-constexpr int kDefaultSpinMicros = 20;
 
 // Per-call options (c10d style). A zero timeout means the communicator's default.
 struct OpOptions {
