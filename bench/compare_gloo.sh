@@ -9,8 +9,9 @@
 #                         [--algos "ring tree funnel"] [--bin build/bin/cumulus-bench]
 #                         [--out bench/results/compare_gloo.jsonl] [--cost-model PATH]
 #                         [--transports "auto tcp"] [--tcp-cost-model PATH]
-# --transports runs every cumulus sweep once per CUMULUS_TRANSPORT value (auto = AF_UNIX between
-# these same-host ranks); the tables show one column pair per (algorithm, transport).
+# --transports runs every cumulus sweep once per CUMULUS_TRANSPORT value (auto|shm|unix|tcp;
+# auto = shared memory between these same-host ranks, comm/transport.h); the tables show one
+# column pair per (algorithm, transport actually used), so auto and shm land in the same column.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 sizes="4K:64M"; factor=4; worlds="2 4"; rounds=2; algos="ring tree funnel"
@@ -29,7 +30,8 @@ while [ $# -gt 0 ]; do
     --cost-model) model_args=(--cost-model "$2"); shift 2 ;;
     --tcp-cost-model) tcp_model_args=(--cost-model "$2"); shift 2 ;;
     --transports) transports="$2"; shift 2 ;;
-    *) echo "compare_gloo.sh: unknown option $1" >&2; exit 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "compare_gloo.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [ -x "$bin" ] || { echo "compare_gloo.sh: $bin missing; build cumulus-bench first" >&2; exit 1; }

@@ -1,5 +1,6 @@
 #include "comm/communicator.h"
 
+#include <cstdlib>
 #include <stdexcept>
 
 #include "comm/error.h"
@@ -23,6 +24,20 @@ CommError brokenError(const std::exception_ptr& first, const char* op, uint64_t 
   }
 }
 
+int resolveSpin(int requested) {
+  if (requested >= 0) return requested;
+  const char* env = std::getenv("CUMULUS_SPIN_US");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const long us = std::strtol(env, &end, 10);
+  if (*end != '\0' || us < 0 || us > 1000000) {
+    throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1,
+                    std::string("CUMULUS_SPIN_US='") + env +
+                        "' is not a number of microseconds in [0, 1000000]");
+  }
+  return static_cast<int>(us);
+}
+
 }  // namespace
 
 Communicator::Communicator(int rank, int world, Store& store, CommunicatorOptions options)
@@ -43,6 +58,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   config.token = options_.jobToken;
   config.bindHost = options_.bindHost;
   config.socketBufferBytes = options_.socketBufferBytes;
+  config.segmentBytes = options_.segmentBytes;
   try {
     config.transport =
         options_.transport != Transport::kAuto ? options_.transport : transportFromEnvironment();
@@ -51,6 +67,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   }
   config.deadline = tcp::Clock::now() + options_.timeout;
   pairs_ = connectMesh(store, config);
+  spin_.budgetUs = resolveSpin(options_.spinMicros);
 }
 
 Communicator::~Communicator() {
@@ -152,6 +169,7 @@ void Communicator::execute(const Queued& item) {
   c.op.generation = options_.generation;
   c.op.deadline = tcp::Clock::now() + item.timeout;
   c.op.timeoutMs = static_cast<long>(item.timeout.count());
+  c.op.spin = &spin_;
   c.segmentBytes = options_.segmentBytes;
   c.scratch = &scratch_;
   try {

@@ -1,6 +1,6 @@
 #pragma once
 // Communicator: one rank's member of a group of `world` ranks, connected over TCP or, to peers on
-// the same host, AF_UNIX sockets (comm/transport.h), running
+// the same host, shared memory and AF_UNIX sockets (comm/transport.h), running
 // collectives on raw buffers (DESIGN.md "Communicator contract").
 //
 // Construction performs the rendezvous (rendezvous.h) and blocks until every rank is connected or
@@ -63,10 +63,19 @@ struct CommunicatorOptions {
   size_t segmentBytes = kDefaultSegmentBytes;
   // SO_SNDBUF / SO_RCVBUF of data connections; 0 keeps the kernel's autotuning.
   int socketBufferBytes = 4 << 20;
-  // Byte stream per peer (comm/transport.h). kAuto defers to CUMULUS_TRANSPORT and, when that is
-  // unset too, uses AF_UNIX to same-host peers and TCP to the rest. Every rank should agree; a
-  // rank forced to kTcp publishes no AF_UNIX name, so its peers reach it over TCP.
+  // What carries each peer (comm/transport.h). kAuto defers to CUMULUS_TRANSPORT and, when that
+  // is unset too, uses shared memory (with an AF_UNIX socket for headers and liveness) to
+  // same-host peers and TCP to the rest. Every rank should agree; a rank forced to kTcp publishes
+  // no AF_UNIX name, so its peers reach it over TCP, and one forced to kUnix offers no shared
+  // memory.
   Transport transport = Transport::kAuto;
+  // How long a wait on a shared-memory peer spins on the shared segment before it sleeps in
+  // poll() (tcp/transfer.h; a governor stops spinning while spins often run out). -1: the
+  // environment's CUMULUS_SPIN_US if set, else 0 (sleep at once). Off by default because it did
+  // not pay on the development VM: a 4 KiB p=2 tree all-reduce took 5.0-5.4 µs sleeping and
+  // 5.5-5.6 µs with a 20 µs spin on an otherwise idle box, and the same within noise under load
+  // (bench/results/allreduce.md). It is for hosts where waking a sleeping core is expensive.
+  int spinMicros = -1;
 };
 
 // Per-call options (c10d style). A zero timeout means the communicator's default.
@@ -118,7 +127,7 @@ class Communicator {
   Algorithm resolve(Algorithm algorithm, size_t bytes) const;
   // Sequence number the next collective will get (the first is 1).
   uint64_t nextSeq() const;
-  // "unix" or "tcp": the stream that connects this rank to `peer`; "self" for its own rank.
+  // "shm", "unix" or "tcp": what connects this rank to `peer`; "self" for its own rank.
   const char* transportTo(int peer) const;
 
  private:
@@ -153,6 +162,7 @@ class Communicator {
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
   std::vector<uint8_t> scratch_;  // used only by the executing operation
+  tcp::SpinGovernor spin_;        // budget resolved from options_.spinMicros; executing op only
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

@@ -11,6 +11,7 @@ set(COMM_CORE_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp/socket.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp/handshake.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp/transfer.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/shm/channel.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/rendezvous.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/ring.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tree.cc

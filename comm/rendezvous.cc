@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <random>
 
 #include "comm/error.h"
+#include "comm/shm/channel.h"
 #include "comm/tcp/handshake.h"
 
 namespace cumulus::comm {
@@ -68,10 +70,14 @@ std::string freshUnixName() {
   return name;
 }
 
-// The peer's AF_UNIX name if it is reachable that way from here, "" otherwise.
-std::string sameHostName(Store& store, const RendezvousConfig& cfg, int peer,
-                         const std::string& hostId) {
-  auto value = store.tryGet(localKey(cfg.generation, peer));
+bool wantsShm(Transport transport) {
+  return transport == Transport::kShm || transport == Transport::kAuto;
+}
+
+// The AF_UNIX name the peer published under `key` if it is reachable that way from here (same
+// host id), "" otherwise.
+std::string sameHostName(Store& store, const std::string& key, const std::string& hostId) {
+  auto value = store.tryGet(key);
   if (!value) return "";
   std::string text(value->begin(), value->end());
   auto newline = text.find('\n');
@@ -79,48 +85,78 @@ std::string sameHostName(Store& store, const RendezvousConfig& cfg, int peer,
   return text.substr(newline + 1);
 }
 
-tcp::Socket connectTo(Store& store, const RendezvousConfig& cfg, int peer,
-                      const std::string& address, const std::string& hostId) {
+struct Connection {
+  tcp::Socket socket;
+  bool shm = false;  // reached the peer's shared-memory listener: offer a channel
+};
+
+[[noreturn]] void unreachable(Transport transport, int peer, const std::string& detail) {
+  throw CommError(ErrorKind::kRendezvous, "rendezvous", 0, peer,
+                  std::string("transport '") + transportName(transport) + "' cannot reach rank " +
+                      std::to_string(peer) + ": " + detail +
+                      " (use CUMULUS_TRANSPORT=auto or tcp across hosts)");
+}
+
+Connection connectTo(Store& store, const RendezvousConfig& cfg, int peer,
+                     const std::string& address, const std::string& hostId) {
   tcp::IoStatus status;
-  if (cfg.transport != Transport::kTcp) {
-    const std::string name = sameHostName(store, cfg, peer, hostId);
+  Connection conn;
+  if (wantsShm(cfg.transport)) {
+    const std::string name = sameHostName(store, shmKey(cfg.generation, peer), hostId);
     if (!name.empty()) {
-      tcp::Socket socket = tcp::Socket::connectUnix(name, &status);
-      if (socket.valid()) return socket;
+      conn.socket = tcp::Socket::connectUnix(name, &status);
+      conn.shm = conn.socket.valid();
+      if (conn.shm) return conn;
+    } else {
+      status = {tcp::IoStatus::kClosed, "rank " + std::to_string(peer) +
+                                            " is on another host or does not offer shared memory"};
+    }
+    if (cfg.transport == Transport::kShm) unreachable(cfg.transport, peer, status.detail);
+  }
+  if (cfg.transport != Transport::kTcp) {
+    const std::string name = sameHostName(store, localKey(cfg.generation, peer), hostId);
+    if (!name.empty()) {
+      conn.socket = tcp::Socket::connectUnix(name, &status);
+      if (conn.socket.valid()) return conn;
     } else {
       status = {tcp::IoStatus::kClosed,
                 "rank " + std::to_string(peer) + " is on another host or does not offer AF_UNIX"};
     }
-    if (cfg.transport == Transport::kUnix) {
-      throw CommError(ErrorKind::kRendezvous, "rendezvous", 0, peer,
-                      "transport 'unix' cannot reach rank " + std::to_string(peer) + ": " +
-                          status.detail + " (use CUMULUS_TRANSPORT=auto or tcp across hosts)");
-    }
+    if (cfg.transport == Transport::kUnix) unreachable(cfg.transport, peer, status.detail);
   }
-  tcp::Socket socket = tcp::Socket::connect(address, cfg.deadline, &status);
-  if (!socket.valid()) {
+  conn.socket = tcp::Socket::connect(address, cfg.deadline, &status);
+  if (!conn.socket.valid()) {
     throw CommError(
         ErrorKind::kRendezvous, "rendezvous", 0, peer,
         "cannot connect to rank " + std::to_string(peer) + " at " + address + ": " + status.detail);
   }
-  return socket;
+  return conn;
 }
 
-// Accepts the next connection on whichever listener has one (`second` may be invalid).
-tcp::Socket acceptEither(tcp::Socket& first, tcp::Socket& second, tcp::Deadline deadline,
-                         tcp::IoStatus* status) {
+// Accepts the next connection on whichever listener has one (invalid listeners are skipped);
+// `which` is that listener's index.
+tcp::Socket acceptAny(tcp::Socket* const* listeners, int count, tcp::Deadline deadline,
+                      tcp::IoStatus* status, int* which) {
   for (;;) {
-    pollfd fds[2] = {{first.fd(), POLLIN, 0}, {second.fd(), POLLIN, 0}};
-    const nfds_t count = second.valid() ? 2 : 1;
-    int rc = ::poll(fds, count, tcp::pollTimeoutMs(deadline));
+    pollfd fds[3];
+    int index[3];
+    nfds_t n = 0;
+    for (int i = 0; i < count; ++i) {
+      if (!listeners[i]->valid()) continue;
+      index[n] = i;
+      fds[n++] = {listeners[i]->fd(), POLLIN, 0};
+    }
+    int rc = ::poll(fds, n, tcp::pollTimeoutMs(deadline));
     if (rc < 0 && errno == EINTR) continue;
     if (rc <= 0) {
       *status = {tcp::IoStatus::kTimeout, "no connection arrived before the deadline"};
       return tcp::Socket();
     }
-    tcp::Socket& ready = (fds[0].revents != 0 || count == 1) ? first : second;
+    nfds_t ready = 0;
+    while (ready + 1 < n && fds[ready].revents == 0) ++ready;
+    *which = index[ready];
     // Already readable: a near deadline only bounds a connection that was withdrawn meanwhile.
-    tcp::Socket socket = ready.accept(tcp::Clock::now(), status);
+    tcp::Socket socket = listeners[*which]->accept(tcp::Clock::now(), status);
     if (socket.valid() || status->code != tcp::IoStatus::kTimeout) return socket;
     if (tcp::Clock::now() >= deadline) return socket;
   }
@@ -132,6 +168,10 @@ std::string localKey(uint64_t generation, int rank) {
   return "gen/" + std::to_string(generation) + "/local/" + std::to_string(rank);
 }
 
+std::string shmKey(uint64_t generation, int rank) {
+  return "gen/" + std::to_string(generation) + "/shm/" + std::to_string(rank);
+}
+
 std::string addressKey(uint64_t generation, int rank) {
   return "gen/" + std::to_string(generation) + "/addr/" + std::to_string(rank);
 }
@@ -140,8 +180,13 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
   std::vector<std::unique_ptr<tcp::Pair>> pairs(static_cast<size_t>(cfg.world));
   if (cfg.world == 1) return pairs;
   tcp::Socket listener = tcp::Socket::listen(cfg.bindHost);
-  tcp::Socket unixListener;
+  tcp::Socket unixListener, shmListener;
   const std::string hostId = cfg.transport == Transport::kTcp ? "" : localHostId();
+  if (wantsShm(cfg.transport)) {
+    const std::string name = freshUnixName() + "/shm";
+    shmListener = tcp::Socket::listenUnix(name);
+    store.set(shmKey(cfg.generation, cfg.rank), hostId + "\n" + name);
+  }
   if (cfg.transport != Transport::kTcp) {
     const std::string name = freshUnixName();
     unixListener = tcp::Socket::listenUnix(name);
@@ -153,17 +198,27 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
 
   for (int peer = 0; peer < cfg.rank; ++peer) {
     const std::string& address = addresses[static_cast<size_t>(peer)];
-    tcp::Socket socket = connectTo(store, cfg, peer, address, hostId);
-    tcp::connectorHandshake(socket, self, peer, cfg.deadline);
-    socket.tune(cfg.socketBufferBytes);
-    pairs[static_cast<size_t>(peer)] = std::make_unique<tcp::Pair>(std::move(socket), peer);
+    Connection conn = connectTo(store, cfg, peer, address, hostId);
+    tcp::connectorHandshake(conn.socket, self, peer, cfg.deadline);
+    std::unique_ptr<shm::Channel> channel;
+    if (conn.shm) {
+      // kAuto settles for the plain socket when this host will not give us a segment.
+      channel =
+          shm::Channel::offer(conn.socket, peer, cfg.deadline, cfg.transport == Transport::kShm,
+                              shm::kDefaultSlots, shm::slotBytesFor(cfg.segmentBytes));
+    }
+    conn.socket.tune(cfg.socketBufferBytes);
+    pairs[static_cast<size_t>(peer)] =
+        std::make_unique<tcp::Pair>(std::move(conn.socket), peer, std::move(channel));
   }
 
   int pending = cfg.world - 1 - cfg.rank;
   std::string rejected;
+  tcp::Socket* const listeners[3] = {&listener, &unixListener, &shmListener};
   while (pending > 0) {
     tcp::IoStatus status;
-    tcp::Socket socket = acceptEither(listener, unixListener, cfg.deadline, &status);
+    int which = 0;
+    tcp::Socket socket = acceptAny(listeners, 3, cfg.deadline, &status, &which);
     if (!socket.valid()) {
       std::vector<int> missing;
       for (int r = cfg.rank + 1; r < cfg.world; ++r) {
@@ -180,8 +235,21 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
       rejected = peer < 0 ? why : "a second connection claiming rank " + std::to_string(peer);
       continue;  // not one of ours: drop it and keep waiting
     }
+    std::unique_ptr<shm::Channel> channel;
+    if (which == 2) {  // the shared-memory listener: the segment comes next
+      // Bounded like the handshake: a connection that says nothing cannot hold us long.
+      const tcp::Deadline offerDeadline =
+          std::min(cfg.deadline, tcp::Clock::now() + std::chrono::seconds(10));
+      bool declined = false;
+      channel = shm::Channel::accept(socket, offerDeadline, &declined, &why);
+      if (!channel && !declined) {
+        rejected = "rank " + std::to_string(peer) + ": " + why;
+        continue;
+      }
+    }
     socket.tune(cfg.socketBufferBytes);
-    pairs[static_cast<size_t>(peer)] = std::make_unique<tcp::Pair>(std::move(socket), peer);
+    pairs[static_cast<size_t>(peer)] =
+        std::make_unique<tcp::Pair>(std::move(socket), peer, std::move(channel));
     --pending;
   }
   return pairs;

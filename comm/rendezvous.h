@@ -4,11 +4,14 @@
 // then connects.
 //
 // Same-host peers (comm/transport.h): unless the transport is kTcp, a rank also listens on a
-// fresh abstract AF_UNIX name and publishes "<host id>\n<name>" under gen/<g>/local/<rank>
-// (before its address, so whoever sees the address sees this too). The connecting rank (the
-// higher one) uses AF_UNIX when both host ids match, TCP otherwise; under kAuto a refused AF_UNIX
-// connect (another network namespace) falls back to TCP, under kUnix it is an error. The
-// acceptor takes either; the handshake, and so the token and generation checks, is the same.
+// fresh abstract AF_UNIX name and publishes "<host id>\n<name>" under gen/<g>/local/<rank>; under
+// kShm and kAuto it listens on a second name for shared-memory pairs and publishes it the same
+// way under gen/<g>/shm/<rank> (both before its address, so whoever sees the address sees these
+// too). The connecting rank (the higher one) picks, when both host ids match, the shared-memory
+// listener (kShm, kAuto), else the AF_UNIX one (kUnix, kAuto), else TCP (kAuto, kTcp); a forced
+// kShm or kUnix that cannot be had is an error. On the shared-memory listener the handshake is
+// followed by the segment offer (shm::Channel::offer/accept). The acceptor takes any of the three;
+// the handshake, and so the token and generation checks, is the same.
 //
 // Topology: a full mesh (p(p−1)/2 connections). Ring neighbours, binomial-tree partners of any
 // root and broadcast/reduce from any root together need most pairs anyway for the small p of this
@@ -40,11 +43,13 @@ struct RendezvousConfig {
   std::string bindHost = "127.0.0.1";
   int socketBufferBytes = 0;  // 0: kernel autotuning
   Transport transport = Transport::kAuto;
+  size_t segmentBytes = 512 * 1024;  // the collectives' pipeline segment: sizes shm slots
   tcp::Deadline deadline;
 };
 
 std::string addressKey(uint64_t generation, int rank);  // "gen/<g>/addr/<rank>"
 std::string localKey(uint64_t generation, int rank);    // "gen/<g>/local/<rank>"
+std::string shmKey(uint64_t generation, int rank);      // "gen/<g>/shm/<rank>"
 
 // Returns pairs[peer] for every peer; pairs[rank] is null.
 std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const RendezvousConfig& config);

@@ -84,15 +84,25 @@ void RingPass::run() {
     span.data = stepOf(u) < reduceSteps ? landing : dst;
     return span;
   };
-  t.onReceived = [&](size_t u) {
+  // Folds the reduce-scatter segment at `src` into its place in the buffer; an all-gather one is
+  // copied there (only when it arrived in a shared-memory slot: inline ones landed in place).
+  auto absorb = [&](size_t u, const void* src) {
     const int step = stepOf(u);
-    if (step >= reduceSteps) return;
     size_t bytes = 0;
     void* dst = segment(recvChunk(step), u % segsPerStep_, &bytes);
-    reduceInto(dst, landing, bytes / elemSize_, dtype_, op_);
+    if (step >= reduceSteps) {
+      if (src != dst) std::memcpy(dst, src, bytes);
+      return;
+    }
+    reduceInto(dst, src, bytes / elemSize_, dtype_, op_);
     if (step == reduceSteps - 1 && op_ == ReduceOp::kAvg)
       divideBy(dst, bytes / elemSize_, dtype_, p);
   };
+  t.onReceived = [&](size_t u) {
+    if (stepOf(u) < reduceSteps) absorb(u, landing);
+  };
+  // Over shared memory the peer's segment is reduced straight from its slot: no landing copy.
+  t.recvInPlace = absorb;
   tcp::runTransfer(c_.op, t);
 }
 

@@ -15,6 +15,8 @@ const char* transportName(Transport transport) {
       return "tcp";
     case Transport::kUnix:
       return "unix";
+    case Transport::kShm:
+      return "shm";
     case Transport::kAuto:
       break;
   }
@@ -25,6 +27,7 @@ std::optional<Transport> parseTransport(const std::string& name) {
   if (name == "auto") return Transport::kAuto;
   if (name == "tcp") return Transport::kTcp;
   if (name == "unix") return Transport::kUnix;
+  if (name == "shm") return Transport::kShm;
   return std::nullopt;
 }
 
@@ -34,7 +37,7 @@ Transport transportFromEnvironment() {
   auto parsed = parseTransport(value);
   if (!parsed) {
     throw std::invalid_argument(std::string("CUMULUS_TRANSPORT='") + value +
-                                "' is not one of auto, tcp, unix");
+                                "' is not one of auto, tcp, unix, shm");
   }
   return *parsed;
 }

@@ -49,10 +49,12 @@ void treeReduce(const Collective& c, Buffer& buffer, ReduceOp op, int root) {
     t.recvFrom = c.peer(children[k]);
     t.recvUnits = segs.count;
     t.recvSpan = [&](size_t i) { return tcp::Span{landing, segs.at(i).bytes}; };
-    t.onReceived = [&](size_t i) {
+    // Inline segments land in scratch; shared-memory ones are reduced from the peer's slot.
+    t.recvInPlace = [&](size_t i, const void* src) {
       tcp::Span dst = segs.at(i);
-      reduceInto(dst.data, landing, dst.bytes / segs.esize, buffer.dtype, op);
+      reduceInto(dst.data, src, dst.bytes / segs.esize, buffer.dtype, op);
     };
+    t.onReceived = [&](size_t i) { t.recvInPlace(i, landing); };
     // Why the last child is special: once segment i of the last child is folded in, segment i
     // of our result is final, so it can go up to the parent right away instead of after the
     // whole buffer: the reduction pipelines up the tree.

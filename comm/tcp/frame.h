@@ -6,6 +6,9 @@
 // `sequence` is the communicator's operation number and `tag` the message's index within that
 // operation, so a receiver knows exactly which frame must come next: anything else (wrong magic,
 // another generation, sequence or tag, a length other than expected) is a kBadFrame.
+//
+// A frame whose payload lies in a shared-memory slot (comm/shm/channel.h) has the same header with
+// magic 'CMLS' and no payload bytes on the stream; `length` is still the payload's length.
 
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +16,8 @@
 
 namespace cumulus::comm::tcp {
 
-constexpr uint32_t kFrameMagic = 0x464c4d43;  // "CMLF" in memory order
+constexpr uint32_t kFrameMagic = 0x464c4d43;     // "CMLF" in memory order
+constexpr uint32_t kShmFrameMagic = 0x534c4d43;  // "CMLS"
 constexpr size_t kFrameHeaderBytes = 32;
 
 struct FrameHeader {

@@ -98,13 +98,16 @@ double load(const void* data, size_t i, DType d) {
   return 0;
 }
 
-// (world, transport): the whole matrix runs over TCP and over AF_UNIX.
+// (world, transport): the whole matrix runs over TCP, AF_UNIX and shared memory (large segments
+// through slots, small ones inline: counts 4097 and 2^20+3 take both paths).
 class AllreduceMatrix : public ::testing::TestWithParam<std::tuple<int, Transport>> {};
 
 TEST_P(AllreduceMatrix, EveryAlgorithmCountDTypeAndOp) {
   const int p = std::get<0>(GetParam());
   CommunicatorOptions options;
   options.transport = std::get<1>(GetParam());
+  // The shared-memory pairs also run the spinning wait (off by default) where it can pay.
+  if (options.transport == Transport::kShm && p == 2) options.spinMicros = 20;
   Group group(p, options);
   const std::vector<size_t> counts = {0, 1, 7, size_t(p - 1), 4097, (size_t(1) << 20) + 3};
   std::vector<std::string> failures(p);
@@ -146,47 +149,61 @@ TEST_P(AllreduceMatrix, EveryAlgorithmCountDTypeAndOp) {
 
 INSTANTIATE_TEST_SUITE_P(World, AllreduceMatrix,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
-                                            ::testing::Values(Transport::kTcp, Transport::kUnix)),
+                                            ::testing::Values(Transport::kTcp, Transport::kUnix,
+                                                              Transport::kShm)),
                          [](const auto& info) {
                            return "p" + std::to_string(std::get<0>(info.param)) + "_" +
                                   transportName(std::get<1>(info.param));
                          });
 
-// Random (non-integer) float32 data: results are bit-identical across repeated runs and across
-// ranks, for each algorithm; and the two algorithms agree to rounding.
-TEST(Allreduce, BitIdenticalAcrossRunsAndRanks) {
+// Random (non-integer) float32 data: results are bit-identical across repeated runs, across
+// ranks and across transports (the summation order belongs to the algorithm, not to what carries
+// the bytes: shared memory reduces from the peer's slot, the sockets from a landing buffer), for
+// each algorithm; and the two algorithms agree to rounding.
+TEST(Allreduce, BitIdenticalAcrossRunsRanksAndTransports) {
   const int p = 5;
   const size_t count = 300007;
-  Group group(p, [] {
-    CommunicatorOptions o;
-    o.segmentBytes = 64 * 1024;  // many segments: the pipeline's order is exercised
-    return o;
-  }());
   std::vector<std::vector<float>> inputs(p, std::vector<float>(count));
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (auto& in : inputs) {
     for (auto& v : in) v = dist(rng);
   }
-  for (Algorithm algorithm : {Algorithm::kTree, Algorithm::kRing}) {
-    std::vector<std::vector<float>> first(p), second(p);
-    for (auto* out : {&first, &second}) {
-      group.run([&](int rank, Communicator& comm) {
-        (*out)[rank] = inputs[rank];
-        Buffer b{(*out)[rank].data(), count, DType::kFloat32};
-        comm.allreduce(b, {ReduceOp::kSum, algorithm});
-      });
-    }
-    for (int r = 0; r < p; ++r) {
-      ASSERT_EQ(std::memcmp(first[r].data(), second[r].data(), count * 4), 0)
-          << algorithmName(algorithm) << " rank " << r << " differs between runs";
-      ASSERT_EQ(std::memcmp(first[0].data(), first[r].data(), count * 4), 0)
-          << algorithmName(algorithm) << " rank " << r << " differs from rank 0";
-    }
-    for (size_t i = 0; i < count; i += 997) {
-      double exact = 0;
-      for (int r = 0; r < p; ++r) exact += inputs[r][i];
-      ASSERT_NEAR(first[0][i], exact, 1e-5) << "index " << i;
+  std::vector<float> reference[2];  // rank 0's result per algorithm, on the first transport
+  for (Transport transport : {Transport::kTcp, Transport::kShm}) {
+    CommunicatorOptions o;
+    o.segmentBytes = 64 * 1024;  // many segments: the pipeline's order is exercised
+    o.transport = transport;
+    Group group(p, o);
+    for (Algorithm algorithm : {Algorithm::kTree, Algorithm::kRing}) {
+      std::vector<std::vector<float>> first(p), second(p);
+      for (auto* out : {&first, &second}) {
+        group.run([&](int rank, Communicator& comm) {
+          (*out)[rank] = inputs[rank];
+          Buffer b{(*out)[rank].data(), count, DType::kFloat32};
+          comm.allreduce(b, {ReduceOp::kSum, algorithm});
+        });
+      }
+      const std::string what =
+          std::string(algorithmName(algorithm)) + " over " + transportName(transport);
+      for (int r = 0; r < p; ++r) {
+        ASSERT_EQ(std::memcmp(first[r].data(), second[r].data(), count * 4), 0)
+            << what << " rank " << r << " differs between runs";
+        ASSERT_EQ(std::memcmp(first[0].data(), first[r].data(), count * 4), 0)
+            << what << " rank " << r << " differs from rank 0";
+      }
+      std::vector<float>& ref = reference[algorithm == Algorithm::kRing];
+      if (ref.empty()) {
+        ref = first[0];
+      } else {
+        ASSERT_EQ(std::memcmp(ref.data(), first[0].data(), count * 4), 0)
+            << what << " differs from the same algorithm over tcp";
+      }
+      for (size_t i = 0; i < count; i += 997) {
+        double exact = 0;
+        for (int r = 0; r < p; ++r) exact += inputs[r][i];
+        ASSERT_NEAR(first[0][i], exact, 1e-5) << what << " index " << i;
+      }
     }
   }
 }

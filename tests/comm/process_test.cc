@@ -112,7 +112,8 @@ class Worker {
   pid_t pid_ = -1;
 };
 
-// Runs on both transports: a SIGKILLed or stopped peer must be detected over either.
+// Runs on every transport: a SIGKILLed or stopped peer must be detected over each (over shared
+// memory the socket is still the liveness channel).
 class ProcessTest : public ::testing::TestWithParam<Transport> {
  protected:
   void SetUp() override {
@@ -183,7 +184,7 @@ TEST_P(ProcessTest, StoppedPeerTimesOut) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transport, ProcessTest,
-                         ::testing::Values(Transport::kTcp, Transport::kUnix),
+                         ::testing::Values(Transport::kTcp, Transport::kUnix, Transport::kShm),
                          [](const auto& info) { return std::string(transportName(info.param)); });
 
 }  // namespace

@@ -1,0 +1,377 @@
+#include "comm/shm/channel.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+
+#include "comm/error.h"
+#include "comm/tcp/frame.h"
+
+namespace cumulus::comm::shm {
+
+// One ring's shared control block. Each field sits on its own cache line: the consumer writes
+// `consumed`, the producer writes `producerWaiting` and `announced`, and a spinning reader of one
+// should not bounce the line the other writes on every message.
+struct Channel::RingControl {
+  alignas(64) std::atomic<uint64_t> consumed;
+  alignas(64) std::atomic<uint32_t> producerWaiting;
+  alignas(64) std::atomic<uint64_t> announced;  // frames the producer finished writing
+};
+
+namespace {
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared atomics must be lock-free");
+
+constexpr uint32_t kOfferMagic = 0x4d4c4d43;  // "CMLM"
+constexpr uint32_t kOfferVersion = 1;
+constexpr size_t kOfferBytes = 24;
+constexpr size_t kAckBytes = 8;
+constexpr size_t kPage = 4096;
+constexpr uint32_t kMaxSlots = 64;
+
+// Written by the producer before the frame header leaves, checked by the consumer after it
+// arrived: the slot really holds the frame the header announces.
+struct Stamp {
+  uint64_t seq;
+  uint64_t bytes;
+  uint32_t tag;
+  uint32_t pad;
+};
+
+size_t alignUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+constexpr size_t kControlBytes = 192;  // sizeof(RingControl), checked in ringBytes()
+size_t headBytes(uint32_t slots) { return alignUp(kControlBytes + slots * sizeof(Stamp), kPage); }
+
+Stamp* stamps(void* control) {
+  return reinterpret_cast<Stamp*>(static_cast<uint8_t*>(control) + kControlBytes);
+}
+
+[[noreturn]] void setupFailed(int peer, const std::string& what) {
+  throw CommError(ErrorKind::kRendezvous, "rendezvous", 0, peer,
+                  "shared-memory transport to rank " + std::to_string(peer) + ": " + what +
+                      " (CUMULUS_TRANSPORT=unix avoids shared memory)");
+}
+
+std::string errnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Waits for `events` on `fd` until the deadline; false on timeout.
+bool waitFor(int fd, short events, tcp::Deadline deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int rc = ::poll(&p, 1, tcp::pollTimeoutMs(deadline));
+    if (rc > 0) return true;
+    if (rc == 0) return false;
+    if (errno != EINTR) return true;
+  }
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_;
+};
+
+uint8_t* mapShared(int fd, size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+}
+
+}  // namespace
+
+size_t slotBytesFor(size_t segmentBytes) {
+  return std::min(kMaxSlotBytes, std::max(kDefaultSlotBytes, alignUp(segmentBytes, kPage)));
+}
+
+size_t Channel::ringBytes(uint32_t slots, size_t slotBytes) {
+  static_assert(sizeof(RingControl) == kControlBytes, "stamps follow the control block");
+  return headBytes(slots) + static_cast<size_t>(slots) * slotBytes;
+}
+
+Channel::Channel(uint8_t* base, size_t mapped, uint32_t slots, size_t slotBytes, bool connector,
+                 int creditFd0, int creditFd1)
+    : base_(base), mapped_(mapped), slots_(slots), slotBytes_(slotBytes) {
+  const size_t ring = ringBytes(slots, slotBytes);
+  Ring rings[2];
+  for (int i = 0; i < 2; ++i) {
+    uint8_t* start = base + static_cast<size_t>(i) * ring;
+    rings[i].control = reinterpret_cast<RingControl*>(start);
+    rings[i].slots = start + headBytes(slots);
+  }
+  // Ring 0 carries connector → acceptor, ring 1 the other way; eventfd i says "a slot of ring i
+  // was freed" and is polled by ring i's producer.
+  out_ = connector ? rings[0] : rings[1];
+  in_ = connector ? rings[1] : rings[0];
+  outCreditFd_ = connector ? creditFd0 : creditFd1;
+  inCreditFd_ = connector ? creditFd1 : creditFd0;
+}
+
+Channel::~Channel() {
+  if (base_ != nullptr) ::munmap(base_, mapped_);
+  if (outCreditFd_ >= 0) ::close(outCreditFd_);
+  if (inCreditFd_ >= 0) ::close(inCreditFd_);
+}
+
+std::unique_ptr<Channel> Channel::create(uint32_t slots, size_t slotBytes, int* memfdOut,
+                                         std::string* error) {
+  assert(slots > 0 && slots <= kMaxSlots && slotBytes % 64 == 0 && slotBytes <= kMaxSlotBytes);
+  const size_t total = 2 * ringBytes(slots, slotBytes);
+  Fd memfd(::memfd_create("cumulus-shm", MFD_CLOEXEC));
+  if (memfd.get() < 0) return *error = errnoText("memfd_create"), nullptr;
+  if (::ftruncate(memfd.get(), static_cast<off_t>(total)) != 0) {
+    return *error = errnoText("ftruncate"), nullptr;
+  }
+  Fd credit0(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  Fd credit1(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (credit0.get() < 0 || credit1.get() < 0) return *error = errnoText("eventfd"), nullptr;
+  uint8_t* base = mapShared(memfd.get(), total);
+  if (base == nullptr) return *error = errnoText("mmap"), nullptr;
+  // The memfd starts zeroed: both rings' counters are 0 and no producer waits.
+  *memfdOut = memfd.release();
+  return std::unique_ptr<Channel>(
+      new Channel(base, total, slots, slotBytes, true, credit0.release(), credit1.release()));
+}
+
+void Channel::sendOffer(tcp::Socket& socket, int peer, tcp::Deadline deadline, uint32_t slots,
+                        size_t slotBytes, const int* fds) {
+  uint8_t msg[kOfferBytes] = {0};
+  tcp::storeLe32(msg, kOfferMagic);
+  tcp::storeLe32(msg + 4, kOfferVersion);
+  tcp::storeLe32(msg + 8, slots);
+  tcp::storeLe64(msg + 16, slotBytes);
+  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
+  iovec iov{msg, sizeof msg};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (fds != nullptr) {
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof control;
+    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(3 * sizeof(int));
+    std::memcpy(CMSG_DATA(cm), fds, 3 * sizeof(int));
+  }
+  for (;;) {
+    ssize_t rc = ::sendmsg(socket.fd(), &mh, MSG_NOSIGNAL);
+    if (rc == static_cast<ssize_t>(sizeof msg)) break;
+    if (rc >= 0) setupFailed(peer, "the offer was cut short");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      throw CommError(ErrorKind::kPeerClosed, "rendezvous", 0, peer,
+                      errnoText("sending the shared-memory offer"));
+    }
+    if (!waitFor(socket.fd(), POLLOUT, deadline)) {
+      throw CommError(ErrorKind::kTimeout, "rendezvous", 0, peer,
+                      "sending the shared-memory offer timed out");
+    }
+  }
+  uint8_t ack[kAckBytes];
+  tcp::IoStatus st = socket.readFull(ack, sizeof ack, deadline);
+  if (!st.ok()) {
+    throw CommError(
+        st.code == tcp::IoStatus::kTimeout ? ErrorKind::kTimeout : ErrorKind::kPeerClosed,
+        "rendezvous", 0, peer, "waiting for the shared-memory answer: " + st.detail);
+  }
+  if (tcp::loadLe32(ack) != kOfferMagic || tcp::loadLe32(ack + 4) != 0) {
+    setupFailed(peer, "the peer could not map the segment");
+  }
+}
+
+std::unique_ptr<Channel> Channel::offer(tcp::Socket& socket, int peer, tcp::Deadline deadline,
+                                        bool required, uint32_t slots, size_t slotBytes) {
+  std::string error;
+  int memfd = -1;
+  std::unique_ptr<Channel> channel = create(slots, slotBytes, &memfd, &error);
+  if (!channel) {
+    if (required) setupFailed(peer, error);
+    decline(socket, peer, deadline);
+    return nullptr;
+  }
+  Fd owned(memfd);  // the peer gets its own descriptor; the mapping outlives ours
+  const int fds[3] = {memfd, channel->outCreditFd_, channel->inCreditFd_};
+  sendOffer(socket, peer, deadline, slots, slotBytes, fds);
+  return channel;
+}
+
+void Channel::decline(tcp::Socket& socket, int peer, tcp::Deadline deadline) {
+  sendOffer(socket, peer, deadline, 0, 0, nullptr);
+}
+
+std::unique_ptr<Channel> Channel::accept(tcp::Socket& socket, tcp::Deadline deadline,
+                                         bool* declined, std::string* why) {
+  *declined = false;
+  uint8_t msg[kOfferBytes];
+  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
+  iovec iov{msg, sizeof msg};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof control;
+  ssize_t rc = -1;
+  for (;;) {
+    rc = ::recvmsg(socket.fd(), &mh, MSG_CMSG_CLOEXEC);
+    if (rc >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+    if (!waitFor(socket.fd(), POLLIN, deadline)) {
+      *why = "no shared-memory offer arrived before the deadline";
+      return nullptr;
+    }
+  }
+  // Take ownership of whatever descriptors came, before any check can return.
+  Fd fds[3];
+  int received = 0;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr; cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    const int n = static_cast<int>((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < n; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+      if (received < 3) {
+        fds[received++].reset(fd);
+      } else {
+        ::close(fd);
+      }
+    }
+  }
+  auto answer = [&](uint32_t status) {
+    uint8_t ack[kAckBytes];
+    tcp::storeLe32(ack, kOfferMagic);
+    tcp::storeLe32(ack + 4, status);
+    socket.writeFull(ack, sizeof ack, deadline);
+  };
+  if (rc != static_cast<ssize_t>(sizeof msg) || tcp::loadLe32(msg) != kOfferMagic ||
+      tcp::loadLe32(msg + 4) != kOfferVersion || (received != 3 && received != 0) ||
+      (mh.msg_flags & MSG_CTRUNC) != 0) {
+    *why = "a same-host peer sent no valid shared-memory offer";
+    answer(1);
+    return nullptr;
+  }
+  const uint32_t slots = tcp::loadLe32(msg + 8);
+  const uint64_t slotBytes = tcp::loadLe64(msg + 16);
+  if (slots == 0 && slotBytes == 0 && received == 0) {  // decline(): stay a plain socket
+    *declined = true;
+    answer(0);
+    return nullptr;
+  }
+  if (received != 3 || slots == 0 || slots > kMaxSlots || slotBytes % 64 != 0 || slotBytes == 0 ||
+      slotBytes > kMaxSlotBytes) {
+    *why = "a shared-memory offer with a bad geometry";
+    answer(1);
+    return nullptr;
+  }
+  const size_t total = 2 * ringBytes(slots, slotBytes);
+  struct stat st {};
+  if (::fstat(fds[0].get(), &st) != 0 || static_cast<size_t>(st.st_size) != total) {
+    *why = "the offered shared-memory segment has the wrong size";
+    answer(1);
+    return nullptr;
+  }
+  uint8_t* base = mapShared(fds[0].get(), total);
+  if (base == nullptr) {
+    *why = errnoText("mmap of the offered segment");
+    answer(1);
+    return nullptr;
+  }
+  std::unique_ptr<Channel> channel(
+      new Channel(base, total, slots, slotBytes, false, fds[1].release(), fds[2].release()));
+  answer(0);
+  return channel;
+}
+
+std::atomic<uint64_t>* Channel::outAnnounced() const { return &out_.control->announced; }
+
+uint64_t Channel::peerAnnounced() const {
+  return in_.control->announced.load(std::memory_order_acquire);
+}
+
+bool Channel::slotFree() const {
+  return produced_ - out_.control->consumed.load(std::memory_order_acquire) < slots_;
+}
+
+void* Channel::acquire() {
+  const uint64_t consumed = out_.control->consumed.load(std::memory_order_acquire);
+  if (produced_ - consumed >= slots_) return nullptr;
+  return out_.slots + (produced_ % slots_) * slotBytes_;
+}
+
+void Channel::commit(uint64_t seq, uint32_t tag, uint64_t bytes) {
+  Stamp& s = stamps(out_.control)[produced_ % slots_];
+  s.seq = seq;
+  s.bytes = bytes;
+  s.tag = tag;
+  ++produced_;
+  // The header that announces this slot goes out by a syscall after this; the consumer reads the
+  // slot after its own syscall received the header: the kernel orders the two.
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+bool Channel::armCreditWait() {
+  // Dekker-style with release(): we publish "waiting" then re-read the counter; the consumer
+  // publishes the counter then reads "waiting". Sequentially consistent on both sides, so at
+  // least one of us sees the other's store and no wake-up is lost.
+  out_.control->producerWaiting.store(1, std::memory_order_seq_cst);
+  if (produced_ - out_.control->consumed.load(std::memory_order_seq_cst) < slots_) {
+    out_.control->producerWaiting.store(0, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+void Channel::drainCredits() {
+  uint64_t value;
+  while (::read(outCreditFd_, &value, sizeof value) == static_cast<ssize_t>(sizeof value)) {
+  }
+}
+
+const void* Channel::front(uint64_t seq, uint32_t tag, uint64_t bytes, std::string* why) const {
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const Stamp& s = stamps(in_.control)[consumed_ % slots_];
+  if (s.seq != seq || s.tag != tag || s.bytes != bytes) {
+    *why = "shared-memory slot " + std::to_string(consumed_ % slots_) + " holds sequence " +
+           std::to_string(s.seq) + " tag " + std::to_string(s.tag) + " (" +
+           std::to_string(s.bytes) + " bytes), not the announced frame";
+    return nullptr;
+  }
+  return in_.slots + (consumed_ % slots_) * slotBytes_;
+}
+
+void Channel::release() {
+  ++consumed_;
+  in_.control->consumed.store(consumed_, std::memory_order_seq_cst);
+  if (in_.control->producerWaiting.load(std::memory_order_seq_cst) != 0 &&
+      in_.control->producerWaiting.exchange(0, std::memory_order_seq_cst) != 0) {
+    const uint64_t one = 1;
+    // Cannot fail short of a closed descriptor; a lost wake-up would only cost the peer its
+    // deadline, which then names us.
+    [[maybe_unused]] ssize_t rc = ::write(inCreditFd_, &one, sizeof one);
+  }
+}
+
+}  // namespace cumulus::comm::shm
