@@ -11,7 +11,11 @@
 #
 # Per seed it prints the uninterrupted wall time, the spot run's wall time, notices, steps lost,
 # the goodput ratio, notice -> exit (mean, max), restart -> first step (mean, max) and the async
-# checkpoint stall share, then the mean goodput over the seeds; every spot report (cumulus-spot's
+# checkpoint stall share, then the mean goodput over the seeds. On a shared machine two runs of
+# the same job differ by up to +-10%, more than a preemption costs, so it also prints the
+# downtime each preemption cost (notice -> exit + relaunch delay + restart -> first step + the
+# steps lost) and the goodput that implies at one preemption per --mean-interval; odd seeds run
+# the spot run first, so a drift of the machine's speed does not always favour one side; every spot report (cumulus-spot's
 # JSON line plus the baseline) goes to --out as JSON lines. Each run gets a fresh run directory
 # (so nothing resumes from the one before); the decompressed-data cache starts empty in each.
 # --logs DIR keeps each run's console output there (base-SEED.log, spot-SEED.log).
@@ -35,7 +39,7 @@ while [ $# -gt 0 ]; do
     --bin-dir) bin_dir="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "spot_goodput.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -57,27 +61,44 @@ job() {  # job RUN_DIR: sets cmd to the training command, as cumulus-spot and th
 printf '%-5s %10s %9s %8s %6s %9s %14s %16s %7s\n' seed base_s spot_s notices lost goodput \
   "notice->exit" "restart->step1" stall
 sum=0; n=0
-for seed in $seeds; do
+baseline() {  # baseline SEED: the uninterrupted run; sets base (seconds)
+  local t0 t1
   t0=$(date +%s.%N)
-  job "$work/base-$seed"
-  "${cmd[@]}" > "$work/base-$seed.log" 2>&1 ||
-    { echo "spot_goodput.sh: the uninterrupted run failed; see below" >&2; tail -20 "$work/base-$seed.log" >&2; exit 1; }
+  job "$work/base-$1"
+  "${cmd[@]}" > "$work/base-$1.log" 2>&1 ||
+    { echo "spot_goodput.sh: the uninterrupted run failed; see below" >&2; tail -20 "$work/base-$1.log" >&2; exit 1; }
   t1=$(date +%s.%N)
   base=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
-  job "$work/spot-$seed"
-  "$bin_dir/cumulus-spot" --quiet --seed "$seed" --mean-interval "$interval" --notice "$notice" \
-    --relaunch-delay "$relaunch" --global-batch "$global_batch" --baseline-seconds "$base" \
-    -- "${cmd[@]}" > "$work/spot-$seed.log" 2>&1 ||
-    { echo "spot_goodput.sh: the spot run failed; see below" >&2; tail -20 "$work/spot-$seed.log" >&2; exit 1; }
+}
+spot() {  # spot SEED: the run under the trace (its goodput is filled in once base is known)
+  job "$work/spot-$1"
+  "$bin_dir/cumulus-spot" --quiet --seed "$1" --mean-interval "$interval" --notice "$notice" \
+    --relaunch-delay "$relaunch" --global-batch "$global_batch" --baseline-seconds "${base:-0}" \
+    -- "${cmd[@]}" > "$work/spot-$1.log" 2>&1 ||
+    { echo "spot_goodput.sh: the spot run failed; see below" >&2; tail -20 "$work/spot-$1.log" >&2; exit 1; }
+}
+for seed in $seeds; do
+  base=""
+  if (( seed % 2 )); then spot "$seed"; baseline "$seed"; else baseline "$seed"; spot "$seed"; fi
   json=$(grep '^{"completed"' "$work/spot-$seed.log" | tail -1)
+  # The ratio against this seed's baseline (a spot run that went first saw no baseline yet).
+  json=$(/usr/bin/python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["goodput_ratio"]=float(sys.argv[2])/r["wall_s"] if r["completed"] else 0; print(json.dumps(r))' "$json" "$base")
   echo "{\"seed\":$seed,\"steps\":$steps,\"baseline_s\":$base,\"spot\":$json}" >> "$out"
-  /usr/bin/python3 - "$seed" "$base" "$json" <<'EOF'
+  /usr/bin/python3 - "$seed" "$base" "$json" "$relaunch" "$steps" "$interval" <<'EOF'
 import json, sys
 seed, base, r = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3])
-print("%-5s %10.2f %9.2f %8d %6d %8.1f%% %6.2f / %5.2f s %7.2f / %5.2f s %6.3f%%" % (
+relaunch, steps, interval = float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+down = ""
+if r["preemptions"] > 0:
+    step_s = base / steps
+    cost = (r["notice_to_exit_mean_s"] + relaunch + r["restart_to_first_step_mean_s"]
+            + r["steps_lost"] / r["preemptions"] * step_s)
+    down = "   downtime %.2f s per preemption -> %.1f%% at one per %.0f s" % (
+        cost, 100 * (1 - cost / interval - r["stall_share"]), interval)
+print("%-5s %10.2f %9.2f %8d %6d %8.1f%% %6.2f / %5.2f s %7.2f / %5.2f s %6.3f%%%s" % (
     seed, base, r["wall_s"], r["preemptions"], r["steps_lost"], 100 * r["goodput_ratio"],
     r["notice_to_exit_mean_s"], r["notice_to_exit_max_s"], r["restart_to_first_step_mean_s"],
-    r["restart_to_first_step_max_s"], 100 * r["stall_share"]))
+    r["restart_to_first_step_max_s"], 100 * r["stall_share"], down))
 if not r["completed"]:
     print("  (this run did not complete)")
 EOF
