@@ -16,6 +16,7 @@ function(cumulus_test)
     CUMULUS_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     CUMULUS_BINARY_DIR="${PROJECT_BINARY_DIR}")
   cumulus_warnings(${T_NAME})
-  gtest_discover_tests(${T_NAME} DISCOVERY_TIMEOUT 120
+  # Each test is "<binary>.<Suite>.<Test>", so `ctest -R trainer_test` runs one binary's tests.
+  gtest_discover_tests(${T_NAME} DISCOVERY_TIMEOUT 120 TEST_PREFIX "${T_NAME}."
     PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
 endfunction()
