@@ -18,9 +18,9 @@
 //      every eval.every_steps steps, or at each epoch's end if that is 0, and after the last step.
 //      In a group each rank evaluates its contiguous slice of the test split and the loss sums
 //      and correct counts are all-reduced, so every rank reports the single-process accuracy.
-//   3b. At each step boundary before the last: rank 0 checkpoints when checkpoint.every_steps /
-//      every_seconds say so (a deep copy at the boundary, written in the background when
-//      checkpoint.async); then all ranks agree with one MAX all-reduce whether any of them got a
+//   3b. At each step boundary: rank 0 checkpoints when checkpoint.every_steps / every_seconds say
+//      so, and after the last step whenever either is set (a deep copy at the boundary, written
+//      in the background when checkpoint.async); then, before the last step, all ranks agree with one MAX all-reduce whether any of them got a
 //      preemption notice (preemption.h). If so they stop after that same step: rank 0 writes a
 //      blocking checkpoint, every rank waits for it, prints "preempted at step S, checkpoint
 //      PATH", and run() returns with preempted set (cumulus-train exits 75). A run started with a

@@ -272,9 +272,11 @@ RunResult Trainer::Impl::run() {
     if (eval_due || done == total_steps)
       eval = evaluateAndReport(done, epoch, progress, metrics.get());
 
-    if (done == total_steps) break;
-    if (done == fault_step) ::raise(SIGTERM);
-    if (saves && due.enabled() && due.due(done)) {
+    // The last step is always checkpointed when checkpoints are on, so a finished run can be
+    // extended (more steps, --allow-config-change) from its end, optimizer state included.
+    const bool last = done == total_steps;
+    if (!last && done == fault_step) ::raise(SIGTERM);
+    if (saves && due.enabled() && (last || due.due(done))) {
       const double pause = now();
       try {
         CheckpointSnapshot snap = snapshot(done, lr, false);
@@ -292,6 +294,7 @@ RunResult Trainer::Impl::run() {
       due.markSaved();
     }
     reportSaves();
+    if (last) break;
     if (watcher.shouldStop(done)) {
       const std::string path = checkpointDir() + "/" + CheckpointManager::dirName(done);
       if (saves) {
