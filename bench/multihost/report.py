@@ -35,7 +35,11 @@ def load(path):
 
 
 def plot(rows, worlds, sizes, out_png):
-    tmp = tempfile.mkdtemp(prefix="cumulus-mhplot")
+    with tempfile.TemporaryDirectory(prefix="cumulus-mhplot") as tmp:
+        plot_in(tmp, rows, worlds, sizes, out_png)
+
+
+def plot_in(tmp, rows, worlds, sizes, out_png):
     for p in worlds:
         for a in ALGOS:
             with open(os.path.join(tmp, "%s-%d.dat" % (a, p)), "w") as f:
