@@ -145,11 +145,21 @@ def main():
     ceiling_path = os.path.join(out_dir, "multihost-ceiling.tsv")
     if os.path.exists(ceiling_path):
         for (a, p, n), c in load(ceiling_path).items():
+            share = c["busbw"] / wire
+            if share < 1.0:
+                why = ("on this machine the ring is CPU-bound at %d hosts before the link is; the "
+                       "80%% target needs about one core per rank (or the same run on real hosts)."
+                       % p)
+            else:
+                why = ("so the %d cores can carry the bytes of %d ranks at the link rate. The "
+                       "shaped run most likely falls short because the %d simulated hosts share "
+                       "those cores: a rank waiting for a core leaves its rate-limited link idle, "
+                       "which the link cannot make up afterwards, and every ring step waits for "
+                       "the slowest link. Real hosts have a core per rank. At fewer hosts the "
+                       "shaped ring gets closer to the link (the busbw columns above)." % (nproc, p, p))
             w("- CPU ceiling: the same ring at %d hosts, %s on links 100× faster (so only the "
               "%d shared cores limit it) takes %s ms, busbw **%.1f MB/s = %.0f%% of %g Gbit/s**: "
-              "on this machine the ring is CPU-bound at %d hosts before the link is; the 80%% "
-              "target needs about one core per rank (or the same run on real hosts)." % (
-                  p, human(n), nproc, ms(c["median"]), c["busbw"], 100 * c["busbw"] / wire, gbit, p))
+              "%s" % (p, human(n), nproc, ms(c["median"]), c["busbw"], 100 * share, gbit, why))
     f2 = rows.get(("funnel", 2, big))
     if f2:
         ratios = []
