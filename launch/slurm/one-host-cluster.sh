@@ -88,10 +88,16 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF=$dir/slurm.conf
 
+did_not_start() {
+  echo "one-host-cluster: $1 did not start; daemon logs follow" >&2
+  tail -n 20 "$dir"/*.log >&2 || true
+  exit 4
+}
 /usr/sbin/munged --force --key-file="$dir/munge.key" --socket="$dir/munge.sock" \
-  --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munge.seed"
-/usr/sbin/slurmctld -f "$SLURM_CONF" -i
-/usr/sbin/slurmd -f "$SLURM_CONF" -N "$host"
+  --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munge.seed" ||
+  did_not_start munged
+/usr/sbin/slurmctld -f "$SLURM_CONF" -i || did_not_start slurmctld
+/usr/sbin/slurmd -f "$SLURM_CONF" -N "$host" || did_not_start slurmd
 for _ in $(seq 300); do
   [[ $(sinfo -h -o %T 2>/dev/null) == idle ]] && break
   sleep 0.2
