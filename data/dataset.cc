@@ -119,6 +119,16 @@ void applyNormalization(TensorDataset& dataset, const Normalization& norm) {
   dataset.images.sub_(norm.mean).div_(norm.std);
 }
 
+namespace {
+
+// The float each byte value 0..255 becomes: byte / 255 with the very tensor ops of the two-pass
+// path (loadMnistLike), so the table and the statistics see the same bits.
+torch::Tensor byteValues() {
+  return torch::arange(256, torch::kInt64).to(torch::kUInt8).to(torch::kFloat32).div_(255.0f);
+}
+
+}  // namespace
+
 Normalization normalizationOfBytes(const torch::Tensor& pixels) {
   if (!pixels.defined() || pixels.numel() == 0) {
     throw std::invalid_argument("normalization: the training images are empty");
@@ -140,9 +150,7 @@ Normalization normalizationOfBytes(const torch::Tensor& pixels) {
   for (const auto& h : partial) {
     for (int b = 0; b < 256; ++b) histogram[b] += h[b];
   }
-  // The float value each byte becomes, made the way toFloatImages makes it.
-  const torch::Tensor values =
-      torch::arange(256, torch::kInt64).to(torch::kUInt8).to(torch::kFloat32).div_(255.0f);
+  const torch::Tensor values = byteValues();
   const float* v = values.data_ptr<float>();
   double sum = 0.0;
   double sum_sq = 0.0;
@@ -159,8 +167,7 @@ Normalization normalizationOfBytes(const torch::Tensor& pixels) {
 
 TensorDataset toFloatImages(const ByteImages& bytes, const std::optional<Normalization>& norm) {
   TensorDataset table_set;
-  table_set.images =
-      torch::arange(256, torch::kInt64).to(torch::kUInt8).to(torch::kFloat32).div_(255.0f);
+  table_set.images = byteValues();
   if (norm) applyNormalization(table_set, *norm);
   const float* table = table_set.images.data_ptr<float>();
   const torch::Tensor pixels = bytes.pixels.contiguous();

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "configs/json.h"
+
 namespace cumulus::launch {
 namespace {
 
@@ -15,16 +17,6 @@ std::string utcNow() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-std::string jsonEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out;
 }
 
 std::string jsonIds(const std::vector<int64_t>& ids) { return "[" + joinIds(ids) + "]"; }
@@ -49,8 +41,8 @@ ErrorLog::ErrorLog(std::string path, std::string run_id)
 
 void ErrorLog::append(int64_t generation, const std::string& fields) {
   std::ofstream err(path_, std::ios::app);
-  err << "{\"time\":\"" << utcNow() << "\",\"run_id\":\"" << jsonEscape(run_id_)
-      << "\",\"generation\":" << generation << "," << fields << "}\n";
+  err << "{\"time\":\"" << utcNow() << "\",\"run_id\":" << configs::jsonQuote(run_id_)
+      << ",\"generation\":" << generation << "," << fields << "}\n";
 }
 
 void ErrorLog::workerFailed(int64_t generation, int rank, int local_rank, int64_t node_rank,
@@ -60,7 +52,7 @@ void ErrorLog::workerFailed(int64_t generation, int rank, int local_rank, int64_
              ",\"node_rank\":" + std::to_string(node_rank) + ",\"pid\":" + std::to_string(pid) +
              (status.signal ? ",\"signal\":\"" + signalName(status.signal) + "\""
                             : ",\"exit_code\":" + std::to_string(status.exit_code)) +
-             ",\"log\":\"" + jsonEscape(log_path) + "\"");
+             ",\"log\":" + configs::jsonQuote(log_path));
 }
 
 void ErrorLog::regroup(int64_t generation, const std::vector<int64_t>& previous,

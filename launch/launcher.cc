@@ -551,9 +551,13 @@ bool Launcher::restartAfter(Group& group, const GroupEnd& end, LaunchReport& rep
   bool store_lost = end.kind == GroupEnd::Kind::kStoreLost;
   std::string store_error = store_lost ? end.detail : "";
   std::string what;
+  // Exit code 2 is a worker's usage or configuration error (a bad flag, a config that does not
+  // parse, a checkpoint that does not fit the experiment): a restart would only repeat it.
+  bool repeatable = false;
   if (end.kind == GroupEnd::Kind::kWorkerFailed) {
     const Worker& failed = *end.failed;
     const ExitStatus s = failed.process->poll();
+    repeatable = s.signal == 0 && s.exit_code == kExitUsage;
     report.failed_rank = failed.rank;
     report.failure = s.describe();
     what = "rank " + std::to_string(failed.rank) + " failed (" + s.describe() + ")";
@@ -573,11 +577,6 @@ bool Launcher::restartAfter(Group& group, const GroupEnd& end, LaunchReport& rep
     what = end.detail + " on another node";
   }
   std::fprintf(console_, "cumulus-run: %s; stopping the group\n", what.c_str());
-  // Exit code 2 is a worker's usage or configuration error (a bad flag, a config that does not
-  // parse, a checkpoint that does not fit the experiment): a restart would only repeat it.
-  const bool repeatable = end.kind == GroupEnd::Kind::kWorkerFailed &&
-                          end.failed->process->poll().signal == 0 &&
-                          end.failed->process->poll().exit_code == kExitUsage;
   // A node loss counts like a crash: each is one restart of the group.
   const bool giving_up = repeatable || report.restarts >= o.max_restarts;
   if (st.multi && !store_lost && !giving_up) {

@@ -12,12 +12,12 @@ namespace cumulus::trainer {
 
 void JsonLine::key(const std::string& key) {
   if (!body_.empty()) body_ += ",";
-  body_ += jsonQuote(key) + ":";
+  body_ += configs::jsonQuote(key) + ":";
 }
 
 JsonLine& JsonLine::add(const std::string& k, const std::string& value) {
   key(k);
-  body_ += jsonQuote(value);
+  body_ += configs::jsonQuote(value);
   return *this;
 }
 

@@ -14,7 +14,7 @@
 #include <ios>
 #include <string>
 
-#include "trainer/json.h"
+#include "configs/json.h"
 
 namespace cumulus::trainer {
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "trainer/json.h"
+#include "configs/json.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -51,7 +51,7 @@ std::string TraceRecorder::json() const {
                   ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%lld,\"dur\":%lld,", pid_, e.tid,
                   static_cast<long long>(e.ts_us), static_cast<long long>(e.dur_us));
     out += head;
-    out += "\"name\":" + jsonQuote(e.name);
+    out += "\"name\":" + configs::jsonQuote(e.name);
     if (!e.args.empty()) out += ",\"args\":{" + e.args + "}";
     out += "}";
   }

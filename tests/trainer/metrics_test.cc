@@ -29,7 +29,7 @@ TEST(MetricsTest, NonFiniteNumbersBecomeNull) {
 }
 
 TEST(MetricsTest, StringsAreEscaped) {
-  EXPECT_EQ(jsonQuote("a\"b\\c\nd\x01"), R"("a\"b\\c\nd\u0001")");
+  EXPECT_EQ(configs::jsonQuote("a\"b\\c\nd\x01"), R"("a\"b\\c\nd\u0001")");
 }
 
 TEST(MetricsTest, LogWritesOneObjectPerLine) {

@@ -1,8 +1,8 @@
-#include "trainer/json.h"
+#include "configs/json.h"
 
 #include <cstdio>
 
-namespace cumulus::trainer {
+namespace cumulus::configs {
 
 std::string jsonQuote(const std::string& text) {
   std::string out = "\"";
@@ -33,4 +33,4 @@ std::string jsonQuote(const std::string& text) {
   return out + "\"";
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::configs
