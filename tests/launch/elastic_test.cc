@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "proto/checkpoint.pb.h"
+#include "tests/launch/free_port.h"
 
 namespace fs = std::filesystem;
 
@@ -67,18 +68,7 @@ std::vector<pid_t> childrenOf(pid_t parent) {
   return out;
 }
 
-// A port nothing listens on now (bound to 0 and released): node 0's Store takes it.
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using cumulus::testing::freePort;
 
 class ElasticTest : public ::testing::Test {
  protected:

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include "tests/launch/free_port.h"
 
 namespace fs = std::filesystem;
 
@@ -101,17 +102,7 @@ class LauncherTest : public ::testing::Test {
   fs::path dir_;
 };
 
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using cumulus::testing::freePort;
 
 bool processAlive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
