@@ -9,7 +9,10 @@ namespace cumulus::bench {
 
 // Table + JSON lines of busbw per size (see allreduce_bench.cc for the definitions).
 int runAllreduceWorker(const BenchOptions& options);
-// Measures α, β, γ with 2 ranks and saves them with comm::CostModel::save(options.out).
+// Measures α, β, γ with 2 ranks and saves them with comm::CostModel::save(options.out); with
+// --busy-phase, measures the busy_at table instead and adds it to that file.
 int runCalibrateWorker(const BenchOptions& options);
+// The coordinator of `calibrate`: the 2-rank group, then the oversubscribed one.
+int runCalibrate(int argc, char** argv, const BenchOptions& options);
 
 }  // namespace cumulus::bench

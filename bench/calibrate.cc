@@ -17,11 +17,21 @@
 //      round): other tenants of a shared machine only ever slow a round down, so the fastest
 //      round is the best estimate of what the machine itself does.
 //   cores  std::thread::hardware_concurrency() of this host.
+//   a second group, of P = --oversubscribed-world ranks (by default 2·cores), measures what ranks
+//      beyond the cores cost, with the oversubscribed formulas of comm/cost_model.cc (q = P − 1,
+//      c cores):
+//      α_busy  a 4 KiB ring, whose time is all messages: t = ⌈P/c⌉·(q/P)·2Pα_busy;
+//      busy_at at the same sizes as the β table, the tree and the ring, each solved for its CPU
+//              work per byte:
+//                tree    t = q(2α_busy + n·w_tree)/c
+//                ring    t = ⌈P/c⌉·(q/P)·(2Pα_busy + n·w_ring)
+//      Rank 0 adds them to the file the first group wrote.
 // The transport is whatever the communicator picks (CUMULUS_TRANSPORT=tcp measures TCP).
 // Rank 0 writes them with comm::CostModel::save(--out) and prints them.
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -117,6 +127,50 @@ double timedAllreduce(comm::Communicator& comm, comm::Algorithm algorithm, size_
 
 }  // namespace
 
+namespace {
+
+// The busy_at table: this group has more ranks than the host has cores.
+int runBusyWorker(const BenchOptions& o, const WorkerEnv& env, comm::Communicator& comm) {
+  const comm::CostModel pairs = comm::CostModel::load(o.out);  // the first group's file
+  const double c = pairs.cores();
+  const double p = env.world;
+  const double q = p - 1;
+  const double ringRanks = std::ceil(p / c) * q / p;  // one rank's share, times the waves
+  const double alpha = timedAllreduce(comm, comm::Algorithm::kRing, 4096) / ringRanks / (2 * p);
+  std::vector<comm::CostModel::WorkPoint> busy;
+  for (size_t n : {size_t(1) << 20, size_t(4) << 20, size_t(16) << 20, size_t(64) << 20}) {
+    const double bytes = static_cast<double>(n);
+    comm::CostModel::WorkPoint point;
+    point.bytes = bytes;
+    const double tree = timedAllreduce(comm, comm::Algorithm::kTree, n);
+    point.tree = std::max(0.0, (tree * c / q - 2 * alpha) / bytes);
+    const double ring = timedAllreduce(comm, comm::Algorithm::kRing, n);
+    point.ring = std::max(0.0, (ring / ringRanks - 2 * p * alpha) / bytes);
+    busy.push_back(point);
+  }
+  comm.barrier();
+  if (env.rank != 0) return 0;
+  const comm::CostModel model(pairs.alpha(), pairs.gamma(), pairs.betas(), pairs.cores(), busy,
+                              alpha);
+  model.save(o.out);
+  std::printf("# %d ranks on %d cores: what ranks beyond the cores cost\n", env.world,
+              pairs.cores());
+  std::printf("alpha_busy_s     %.3e   (per message, from a 4 KiB ring; alpha_s %.3e)\n", alpha,
+              pairs.alpha());
+  std::printf("# %10s %14s %14s   (derived from the 2-rank beta: tree 4*oneway+gamma, ring "
+              "2*duplex+gamma)\n",
+              "bytes", "work_tree", "work_ring");
+  for (const auto& w : busy) {
+    const comm::CostModel derived(pairs.alpha(), pairs.gamma(), pairs.betas(), pairs.cores());
+    std::printf("  %10.0f %14.3e %14.3e   (derived %.3e, %.3e)\n", w.bytes, w.tree, w.ring,
+                derived.workTree(w.bytes), derived.workRing(w.bytes));
+  }
+  std::printf("added to %s\n", o.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int runCalibrateWorker(const BenchOptions& o) {
   const WorkerEnv env = WorkerEnv::fromEnvironment();
   comm::StoreClient store("127.0.0.1", env.storePort, env.token);
@@ -130,6 +184,7 @@ int runCalibrateWorker(const BenchOptions& o) {
     copts.remoteReducer = funnel.get();
   }
   comm::Communicator comm(env.rank, env.world, store, copts);
+  if (o.busyPhase) return runBusyWorker(o, env, comm);
 
   constexpr size_t kLarge = 64u << 20;
   const double alpha = chainedBroadcast(comm, 4, 2000, 5);
@@ -153,13 +208,11 @@ int runCalibrateWorker(const BenchOptions& o) {
     }
     table.push_back(point);
   }
-  // Copy cost per byte can only grow with the working set (each cache level it spills from makes
-  // it dearer), so a dip in β_oneway or β_duplex at a larger size is noise from other load on a
-  // shared machine: keep the running maximum. (β_funnel falls with n, per-call costs amortizing.)
-  for (size_t i = 1; i < table.size(); ++i) {
-    table[i].oneway = std::max(table[i].oneway, table[i - 1].oneway);
-    table[i].duplex = std::max(table[i].duplex, table[i - 1].duplex);
-  }
+  // Each row stands as measured. (An earlier version kept the running maximum, on the theory that
+  // a copy only gets dearer as the working set spills out of each cache level; but per-segment
+  // costs amortize as n grows, so β can fall with n, and on the development VM the maximum
+  // carried one slow 1 MiB round into every larger row: the TCP tree then ran at 0.77 of its
+  // prediction from 4 to 16 MiB, bench/results/allreduce.md run 6.)
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   comm.barrier();
   if (env.rank != 0) return 0;
@@ -185,6 +238,24 @@ int runCalibrateWorker(const BenchOptions& o) {
       "\"gamma_s_per_byte\":%.4e}\n",
       alpha, beta, gamma);
   return 0;
+}
+
+int runCalibrate(int argc, char** argv, const BenchOptions& o) {
+  // The pairwise group times the funnel too, so it needs the parameter server.
+  const int pairs = runGroup(argc, argv, 2, /*withParameterServer=*/true, o.timeout * 2);
+  if (pairs != 0 || o.oversubscribedWorld == 0) return pairs;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int world = o.oversubscribedWorld > 0 ? o.oversubscribedWorld : std::min(64, 2 * cores);
+  if (world <= cores) {
+    std::printf("# no busy_at table: %d ranks do not outnumber the %d cores (pass "
+                "--oversubscribed-world with more)\n",
+                world, cores);
+    return 0;
+  }
+  std::vector<char*> args(argv, argv + argc);
+  char flag[] = "--busy-phase";
+  args.push_back(flag);
+  return runGroup(static_cast<int>(args.size()), args.data(), world, false, o.timeout * 2);
 }
 
 }  // namespace cumulus::bench

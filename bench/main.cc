@@ -21,11 +21,9 @@ int main(int argc, char** argv) {
     if (options.worker)
       return options.command == "allreduce" ? runAllreduceWorker(options)
                                             : runCalibrateWorker(options);
-    // calibrate times the funnel too, so it needs the parameter server.
-    const bool funnel =
-        options.command == "calibrate" || options.algorithm == cumulus::comm::Algorithm::kFunnel;
-    const int world = options.command == "calibrate" ? 2 : options.world;  // α/β are pairwise
-    return runGroup(argc, argv, world, funnel, options.timeout * 2);
+    if (options.command == "calibrate") return runCalibrate(argc, argv, options);
+    const bool funnel = options.algorithm == cumulus::comm::Algorithm::kFunnel;
+    return runGroup(argc, argv, options.world, funnel, options.timeout * 2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cumulus-bench%s: %s\n", options.worker ? " worker" : "", e.what());
     return 1;

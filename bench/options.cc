@@ -10,7 +10,9 @@ const char kUsage[] =
     "  cumulus-bench allreduce --algo {funnel,tree,ring,auto} --world-size P --sizes 4K:256M\n"
     "                          [--factor 2] [--iters N] [--warmup N] [--dtype float32]\n"
     "                          [--cost-model PATH] [--timeout-s 120]\n"
-    "  cumulus-bench calibrate [--out PATH]\n"
+    "  cumulus-bench calibrate [--out PATH] [--oversubscribed-world P]\n"
+    "                          (P ranks measure the work when ranks outnumber cores; default\n"
+    "                          twice the cores, at most 64; 0 skips that part)\n"
     "Ranks are processes on 127.0.0.1; the bench hosts the Store (and, for funnel, the\n"
     "parameter server) itself. Output: an nccl-tests-style table, then one JSON line per row.\n";
 
@@ -77,6 +79,10 @@ BenchOptions parseOptions(int argc, char** argv) {
       o.worker = true;
       continue;
     }
+    if (flag == "--busy-phase") {
+      o.busyPhase = true;
+      continue;
+    }
     if (i + 1 >= argc) throw std::invalid_argument("missing value after " + flag);
     const std::string value = argv[++i];
     if (flag == "--algo")
@@ -97,6 +103,8 @@ BenchOptions parseOptions(int argc, char** argv) {
       o.costModelPath = value;
     else if (flag == "--out")
       o.out = value;
+    else if (flag == "--oversubscribed-world")
+      o.oversubscribedWorld = std::stoi(value);
     else if (flag == "--timeout-s")
       o.timeout = std::chrono::milliseconds(std::stoi(value) * 1000);
     else
@@ -104,6 +112,9 @@ BenchOptions parseOptions(int argc, char** argv) {
   }
   if (o.world < 1 || o.world > 64)
     throw std::invalid_argument("--world-size must be in [1, 64], got " + std::to_string(o.world));
+  if (o.oversubscribedWorld < -1 || o.oversubscribedWorld > 64 || o.oversubscribedWorld == 1)
+    throw std::invalid_argument("--oversubscribed-world must be 0 (skip) or in [2, 64], got " +
+                                std::to_string(o.oversubscribedWorld));
   o.sizes = parseSizes(sizes, factor);
   return o;
 }

@@ -22,6 +22,10 @@ struct BenchOptions {
   comm::DType dtype = comm::DType::kFloat32;
   std::string costModelPath;  // --cost-model: predictions and auto picks; "" = built-in defaults
   std::string out = "cost_model.txt";  // calibrate --out
+  // calibrate --oversubscribed-world: the ranks that measure the busy_at table; -1 = twice the
+  // cores (at most 64), 0 = skip it.
+  int oversubscribedWorld = -1;
+  bool busyPhase = false;  // hidden: this group measures the busy_at table
   std::chrono::milliseconds timeout{120000};
   bool worker = false;  // hidden: this process is one rank
 };

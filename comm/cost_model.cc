@@ -26,6 +26,19 @@ constexpr double kDefaultAlpha = 10e-6;
 constexpr double kDefaultBeta = 0.3e-9;
 constexpr double kDefaultGamma = 0.1e-9;
 
+// Log-linear interpolation in the buffer size, clamped at the table's ends (see lookup()).
+template <class Row>
+double interpolate(const std::vector<Row>& rows, double n, double Row::*column) {
+  if (n <= rows.front().bytes) return rows.front().*column;
+  if (n >= rows.back().bytes) return rows.back().*column;
+  size_t hi = 1;
+  while (rows[hi].bytes < n) ++hi;
+  const Row& a = rows[hi - 1];
+  const Row& b = rows[hi];
+  const double t = std::log(n / a.bytes) / std::log(b.bytes / a.bytes);
+  return a.*column + t * (b.*column - a.*column);
+}
+
 int ceilLog2(int p) {
   int levels = 0;
   while ((1 << levels) < p) ++levels;
@@ -37,14 +50,21 @@ int ceilLog2(int p) {
 CostModel::CostModel() : CostModel(kDefaultAlpha, kDefaultBeta, kDefaultGamma) {}
 
 CostModel::CostModel(double alpha, double beta, double gamma)
-    : alpha_(alpha), beta_(beta), gamma_(gamma) {
+    : alpha_(alpha), beta_(beta), gamma_(gamma), alphaBusy_(alpha) {
   if (!(alpha >= 0) || !(beta >= 0) || !(gamma >= 0)) {
     throw std::invalid_argument("cost model parameters must be finite and >= 0");
   }
 }
 
-CostModel::CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, int cores)
-    : alpha_(alpha), beta_(0), gamma_(gamma), betas_(std::move(betas)), cores_(cores) {
+CostModel::CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, int cores,
+                     std::vector<WorkPoint> busy, double alphaBusy)
+    : alpha_(alpha),
+      beta_(0),
+      gamma_(gamma),
+      betas_(std::move(betas)),
+      cores_(cores),
+      busy_(std::move(busy)),
+      alphaBusy_(alphaBusy < 0 ? alpha : alphaBusy) {
   if (!(alpha >= 0) || !(gamma >= 0) || cores < 0) {
     throw std::invalid_argument("cost model parameters must be finite and >= 0");
   }
@@ -53,8 +73,15 @@ CostModel::CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, i
       throw std::invalid_argument("cost model beta_at rows need bytes > 0 and betas >= 0");
     }
   }
+  for (const WorkPoint& w : busy_) {
+    if (!(w.bytes > 0) || !(w.tree >= 0) || !(w.ring >= 0)) {
+      throw std::invalid_argument("cost model busy_at rows need bytes > 0 and work >= 0");
+    }
+  }
   std::sort(betas_.begin(), betas_.end(),
             [](const BetaPoint& a, const BetaPoint& b) { return a.bytes < b.bytes; });
+  std::sort(busy_.begin(), busy_.end(),
+            [](const WorkPoint& a, const WorkPoint& b) { return a.bytes < b.bytes; });
   if (!betas_.empty()) beta_ = betas_.back().oneway;
 }
 
@@ -63,30 +90,46 @@ CostModel::CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, i
 // the development VM; a 64 MiB one streams through DRAM at 0.2-0.6 ns/B. Between the calibrated
 // sizes the cost moves smoothly with log n (one cache level after the other spills).
 double CostModel::lookup(double n, double BetaPoint::*column) const {
-  if (betas_.empty()) return beta_;
-  if (n <= betas_.front().bytes) return betas_.front().*column;
-  if (n >= betas_.back().bytes) return betas_.back().*column;
-  size_t hi = 1;
-  while (betas_[hi].bytes < n) ++hi;
-  const BetaPoint& a = betas_[hi - 1];
-  const BetaPoint& b = betas_[hi];
-  const double t = std::log(n / a.bytes) / std::log(b.bytes / a.bytes);
-  return a.*column + t * (b.*column - a.*column);
+  return betas_.empty() ? beta_ : interpolate(betas_, n, column);
 }
 
 double CostModel::betaOneway(double n) const { return lookup(n, &BetaPoint::oneway); }
 double CostModel::betaDuplex(double n) const { return lookup(n, &BetaPoint::duplex); }
 double CostModel::betaFunnel(double n) const { return lookup(n, &BetaPoint::funnel); }
+double CostModel::workTree(double n) const {
+  return busy_.empty() ? 4 * betaOneway(n) + gamma_ : interpolate(busy_, n, &WorkPoint::tree);
+}
+double CostModel::workRing(double n) const {
+  return busy_.empty() ? 2 * betaDuplex(n) + gamma_ : interpolate(busy_, n, &WorkPoint::ring);
+}
 
 // Oversubscription, and why it is modelled this way. The formulas give the critical path with a
-// core per rank. On loopback every β and γ term is CPU work (kernel copies, the sum kernel, the
+// core per rank. On loopback every β and γ term is CPU work (copies, the sum kernel, the
 // syscalls and wake-ups behind α), so p ranks on c < p cores cannot all run at once:
-//   - ring: all p ranks are busy for the whole operation, each doing the same work, so each
-//     gets c/p of a core and the whole time stretches by max(1, p/c);
+//   - ring: all p ranks are busy for the whole operation, each doing the same work, and every
+//     step waits for all of them, so they run in ⌈p/c⌉ waves: one rank's work, (q/p)·(2pα_b +
+//     n·w_ring), times ⌈p/c⌉. Here w_ring, the CPU time per byte (of n) of one reduce-scatter
+//     plus all-gather summed over the ranks, is 2β_duplex + γ and α_b is α if nothing else is
+//     known (then at p = kc the time is exactly the path × p/c). The waves matter at p = 3 on
+//     2 cores: measured 1.2–1.33× the p/c stretch, the waves say 4/3;
 //   - tree: the ranks are not all busy (the root does L levels, leaves one), so the time is the
-//     longer of the critical path and the total CPU work spread over c cores. The total work is
-//     p−1 messages up and p−1 down, each paid by both ends (2nβ), plus p−1 reductions:
-//     (p−1)(2α + 2·2nβ + nγ) / c;
+//     longer of the critical path and the total CPU work spread over c cores: p−1 edges, each a
+//     message up and one down, each paid by both ends, and a reduction: q·(2α_b + n·w_tree)/c,
+//     with w_tree = 4β_oneway + γ if nothing else is known;
+//   - why α_b is measured (alpha_busy_s): α is the latency of a message to an idle rank, most
+//     of it the wake-up; with more ranks than cores no core idles, and what a message costs is
+//     the CPU time of its system calls. On the development VM: α = 7.1 µs, while a 4 KiB ring
+//     at p = 4..8 ran at 3.0–3.7 µs per message; priced at α, the 1 MiB ring at p = 8 came out
+//     1.6× too slow;
+//   - why w is measured (busy_at, `cumulus-bench calibrate` at p = 2c) rather than derived: the
+//     two-rank β prices a message's wall time with both ends running at once, not its CPU time.
+//     Over shared memory the tree's receiver reduces straight from the sender's slot, so a
+//     message up costs the sender a copy and the receiver the reduction, overlapped; the two-rank
+//     fit hides the copy in that overlap, so 4β + γ misses one copy per edge. And once ranks
+//     share a core every hand-off between them is a context switch that finds the caches cold:
+//     on the development VM a 64 MiB ring or tree over p = 4..8 ranks ran 1.3–1.8× slower than
+//     the derived work says, at 16 MiB 1.0–1.5× (bench/results/allreduce.md, run 6). Measured
+//     at p = 2c, both effects are in w, and the q/c scaling carries it to other p;
 //   - funnel: the formula charges the server for its q = p−1 clients one after the other. The
 //     ParameterServer is a gRPC server, though, whose handler threads serve the clients at once;
 //     what bounds them is the c cores, shared by the q handlers and by the other end of every
@@ -111,12 +154,15 @@ double CostModel::predict(Algorithm algorithm, double n, int p, bool funnelAvail
       const double b = betaOneway(n);
       const double path = 2 * levels * (alpha_ + n * b) + levels * n * gamma_;
       if (c <= 0) return path;
-      return std::max(path, q * (2 * alpha_ + 4 * n * b + n * gamma_) / c);
+      if (p <= c) return std::max(path, q * (2 * alpha_ + n * (4 * b + gamma_)) / c);
+      return std::max(path, q * (2 * alphaBusy_ + n * workTree(n)) / c);
     }
     case Algorithm::kRing: {
       const double b = betas_.empty() ? beta_ : betaDuplex(n);
       const double path = 2 * q * alpha_ + 2 * q / p * n * b + q / p * n * gamma_;
-      return c > 0 ? path * std::max(1.0, p / c) : path;
+      if (c <= 0 || p <= c) return path;
+      const double waves = std::ceil(p / c);
+      return std::max(path, waves * q / p * (2 * p * alphaBusy_ + n * workRing(n)));
     }
     case Algorithm::kAuto:
       return predict(pick(n, p, funnelAvailable), n, p, funnelAvailable);
@@ -143,8 +189,12 @@ void CostModel::save(const std::string& path) const {
       << "beta_s_per_byte " << beta_ << "\n"
       << "gamma_s_per_byte " << gamma_ << "\n";
   if (cores_ > 0) out << "cores " << cores_ << "\n";
+  if (cores_ > 0 && alphaBusy_ != alpha_) out << "alpha_busy_s " << alphaBusy_ << "\n";
   for (const BetaPoint& b : betas_) {
     out << "beta_at " << b.bytes << " " << b.oneway << " " << b.duplex << " " << b.funnel << "\n";
+  }
+  for (const WorkPoint& w : busy_) {
+    out << "busy_at " << w.bytes << " " << w.tree << " " << w.ring << "\n";
   }
   out.flush();
   if (!out) throw std::runtime_error("cannot write cost model file '" + path + "'");
@@ -153,10 +203,12 @@ void CostModel::save(const std::string& path) const {
 CostModel CostModel::load(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read cost model file '" + path + "'");
-  double values[3] = {0, 0, 0};
-  bool seen[3] = {false, false, false};
-  const char* keys[3] = {"alpha_s", "beta_s_per_byte", "gamma_s_per_byte"};
+  // The scalar keys; the first three are required.
+  double values[4] = {0, 0, 0, -1};
+  bool seen[4] = {false, false, false, false};
+  const char* keys[4] = {"alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "alpha_busy_s"};
   std::vector<BetaPoint> betas;
+  std::vector<WorkPoint> busy;
   int cores = 0;
   std::string line;
   for (int lineNo = 1; std::getline(in, line); ++lineNo) {
@@ -183,14 +235,25 @@ CostModel CostModel::load(const std::string& path) {
       betas.push_back(b);
       continue;
     }
+    if (key == "busy_at") {
+      WorkPoint w;
+      if (!(fields >> w.bytes >> w.tree >> w.ring) || (fields >> extra) || !(w.bytes > 0) ||
+          !(w.tree >= 0) || !(w.ring >= 0)) {
+        throw std::runtime_error(where +
+                                 ": expected 'busy_at <bytes> <tree> <ring>' with bytes > 0 and"
+                                 " seconds per byte >= 0");
+      }
+      busy.push_back(w);
+      continue;
+    }
     int index = -1;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
       if (key == keys[i]) index = i;
     }
     if (index < 0) {
       throw std::runtime_error(where + ": unknown key '" + key +
                                "' (expected alpha_s, beta_s_per_byte, gamma_s_per_byte, cores, "
-                               "beta_at)");
+                               "beta_at, alpha_busy_s, busy_at)");
     }
     if (!(fields >> value) || (fields >> extra)) {
       throw std::runtime_error(where + ": expected '" + key + " <number>'");
@@ -209,9 +272,15 @@ CostModel CostModel::load(const std::string& path) {
       throw std::runtime_error("cost model file '" + path + "' lacks '" + keys[i] + "'");
     }
   }
+  if ((!busy.empty() || seen[3]) && cores == 0) {
+    throw std::runtime_error("cost model file '" + path + "' has " +
+                             (seen[3] ? "alpha_busy_s" : "busy_at rows") +
+                             " but no 'cores' line: they price ranks that outnumber the cores, "
+                             "so say how many cores were measured");
+  }
   if (betas.empty() && cores == 0) return CostModel(values[0], values[1], values[2]);
   if (betas.empty()) betas.push_back({1, values[1], values[1], values[1]});
-  return CostModel(values[0], values[2], std::move(betas), cores);
+  return CostModel(values[0], values[2], std::move(betas), cores, std::move(busy), values[3]);
 }
 
 }  // namespace cumulus::comm

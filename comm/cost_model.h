@@ -14,6 +14,9 @@
 //     also receives one (every ring step), β_funnel the gRPC path of the funnel.
 //   - cores c: when p ranks outnumber c cores the CPU-bound terms stretch (ring: ×max(1, p/c);
 //     tree: never below its total CPU work / c).
+//   - the CPU cost of ranks that outnumber cores, measured with p = 2c ranks: per message
+//     (α_busy) and per byte, a table of (bytes, w_tree, w_ring); they replace the α and the work
+//     the formulas derive from the two-rank β (see predict() in cost_model.cc for why).
 // Without them (the 3-argument constructor, a 3-key file) the formulas above are used as is.
 //
 // Built-in defaults were measured on the 2-core development VM over loopback TCP (see
@@ -28,6 +31,8 @@
 //   gamma_s_per_byte 1e-10
 //   cores 2
 //   beta_at 1048576 1e-10 3e-10 2e-9      (bytes oneway duplex funnel; any number of lines)
+//   alpha_busy_s 3e-06                    (needs cores)
+//   busy_at 1048576 6e-10 4e-10           (bytes tree ring; any number of lines; needs cores)
 //
 // Thread-safety: a CostModel is an immutable value after construction; copy freely.
 
@@ -48,22 +53,39 @@ class CostModel {
     double funnel = 0;
   };
 
+  // One row of the oversubscribed-work table: CPU seconds per byte, at buffer size `bytes`, that
+  // one edge of the tree (a message up, a message down, a reduction, both ends' share) and one
+  // rank of the ring (its whole reduce-scatter and all-gather) cost when p > cores.
+  struct WorkPoint {
+    double bytes = 0;
+    double tree = 0;
+    double ring = 0;
+  };
+
   // The defaults measured on the development machine.
   CostModel();
   CostModel(double alpha, double beta, double gamma);
   // The refined model: `betas` sorted or not (it is sorted here), `cores` 0 = do not model
   // oversubscription. beta() is then the β_oneway of the largest row.
-  CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, int cores);
+  // `busy` and `alphaBusy` (< 0: α) price the ranks beyond the cores.
+  CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, int cores,
+            std::vector<WorkPoint> busy = {}, double alphaBusy = -1);
 
   double alpha() const { return alpha_; }
+  double alphaBusy() const { return alphaBusy_; }
   double beta() const { return beta_; }
   double gamma() const { return gamma_; }
   int cores() const { return cores_; }
   const std::vector<BetaPoint>& betas() const { return betas_; }
+  const std::vector<WorkPoint>& busy() const { return busy_; }
   // β for a buffer of `bytes` (the scalar β when there is no table).
   double betaOneway(double bytes) const;
   double betaDuplex(double bytes) const;
   double betaFunnel(double bytes) const;
+  // The work per byte used when p > cores: the busy_at table's, or else what the two-rank β
+  // implies (tree 4β_oneway + γ, ring 2β_duplex + γ).
+  double workTree(double bytes) const;
+  double workRing(double bytes) const;
 
   // Predicted seconds for an all-reduce of `bytes` on `world` ranks. kAuto is the pick's time.
   double predict(Algorithm algorithm, double bytes, int world, bool funnelAvailable = false) const;
@@ -83,6 +105,8 @@ class CostModel {
   double alpha_, beta_, gamma_;
   std::vector<BetaPoint> betas_;  // sorted by bytes; empty: beta_ everywhere
   int cores_ = 0;
+  std::vector<WorkPoint> busy_;  // sorted by bytes; empty: derived from β and γ
+  double alphaBusy_;             // α unless measured
 };
 
 }  // namespace cumulus::comm

@@ -99,6 +99,52 @@ TEST(CostModel, RefinedModelInterpolatesBetaAndModelsOversubscription) {
   EXPECT_NEAR(m.predict(Algorithm::kFunnel, 100, 2, true), 22.1, 1e-12);
 }
 
+TEST(CostModel, MeasuredBusyCostsPriceRanksBeyondTheCores) {
+  // α = 1, γ = 0.001, one β row (oneway 0.01, duplex 0.02, funnel 0.1), 2 cores; beyond them a
+  // message costs α_busy = 0.25 and a byte w_tree = 0.5, w_ring = 0.3 (one row: every n).
+  CostModel m(1.0, 0.001, {{100, 0.01, 0.02, 0.1}}, 2, {{100, 0.5, 0.3}}, 0.25);
+  EXPECT_EQ(m.alphaBusy(), 0.25);
+  EXPECT_DOUBLE_EQ(m.workTree(1e6), 0.5);
+  EXPECT_DOUBLE_EQ(m.workRing(1), 0.3);
+  // tree, p = 8, n = 100: path 2·3·(1 + 1) + 3·0.1 = 12.3; busy 7·(2·0.25 + 100·0.5)/2 = 176.75.
+  EXPECT_NEAR(m.predict(Algorithm::kTree, 100, 8), 176.75, 1e-9);
+  // tree, p = 2 = cores: the table does not apply; path 4.1 beats 1·(2 + 4 + 0.1)/2.
+  EXPECT_NEAR(m.predict(Algorithm::kTree, 100, 2), 4.1, 1e-12);
+  // ring, p = 3: ⌈3/2⌉ = 2 waves of one rank's work (2/3)·(2·3·0.25 + 100·0.3) = 21: 42.
+  EXPECT_NEAR(m.predict(Algorithm::kRing, 100, 3), 42.0, 1e-9);
+  // ring, p = 2: the path, 2·1·1 + 2·(1/2)·100·0.02 + (1/2)·100·0.001 = 4.05.
+  EXPECT_NEAR(m.predict(Algorithm::kRing, 100, 2), 4.05, 1e-12);
+  // Without the measurements the same p = 3 ring is the path stretched by the waves:
+  // 2 · (2/3) · (2·3·1 + 100·(2·0.02 + 0.001)) = 2 · (2/3) · 10.1.
+  CostModel derived(1.0, 0.001, {{100, 0.01, 0.02, 0.1}}, 2);
+  EXPECT_EQ(derived.alphaBusy(), 1.0);
+  EXPECT_NEAR(derived.predict(Algorithm::kRing, 100, 3), 2.0 * 2 / 3 * 10.1, 1e-9);
+  EXPECT_NEAR(derived.workTree(100), 4 * 0.01 + 0.001, 1e-15);
+
+  const std::string path = ::testing::TempDir() + "/cost_model_busy.txt";
+  m.save(path);
+  const CostModel loaded = CostModel::load(path);
+  EXPECT_EQ(loaded.alphaBusy(), 0.25);
+  ASSERT_EQ(loaded.busy().size(), 1u);
+  EXPECT_EQ(loaded.busy()[0].tree, 0.5);
+  EXPECT_EQ(loaded.predict(Algorithm::kTree, 100, 8), m.predict(Algorithm::kTree, 100, 8));
+  auto expectLoadError = [&](const std::string& text, const std::string& fragment) {
+    std::ofstream(path) << text;
+    try {
+      CostModel::load(path);
+      FAIL() << "expected an error for: " << text;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  const std::string head = "alpha_s 1\nbeta_s_per_byte 1\ngamma_s_per_byte 1\n";
+  expectLoadError(head + "busy_at 100 0.5\n", "line 4: expected 'busy_at <bytes> <tree> <ring>'");
+  expectLoadError(head + "busy_at 100 0.5 0.3\n", "busy_at rows but no 'cores' line");
+  expectLoadError(head + "alpha_busy_s 2\n", "has alpha_busy_s but no 'cores' line");
+  expectLoadError(head + "cores 2\nalpha_busy_s -2\n", "line 5: '-2' is not a finite number");
+  std::remove(path.c_str());
+}
+
 TEST(CostModel, RefinedModelRoundTripsThroughItsFile) {
   const std::string path = ::testing::TempDir() + "/cost_model_refined.txt";
   CostModel(2e-6, 1.5e-10, {{1048576, 1e-10, 3e-10, 2e-9}, {67108864, 3e-10, 7e-10, 1.5e-9}}, 2)
