@@ -1,4 +1,5 @@
-// cumulus-bench calibrate: measures the cost model's α, β, γ on this machine (2 ranks).
+// cumulus-bench calibrate: measures the cost model's α, β, γ on this machine (2 ranks), then what
+// ranks beyond the cores cost (2·cores ranks).
 //
 //   α  one-way latency of a small message: broadcasts of 4 bytes with the root alternating
 //      0, 1, 0, …; each broadcast must wait for the previous one to arrive, so the loop is a

@@ -1,8 +1,8 @@
 #!/bin/bash
 # The exact sequence behind bench/results/allreduce.md (run from the repository root after
 # `cmake --build build --target cumulus-bench`):
-#   N=5 bench/results/run_all.sh > bench/results/raw_5.log 2>&1
-#   bench/summarize.py bench/results/raw_5.log > bench/results/summary_5.md
+#   N=8 bench/results/run_all.sh > bench/results/raw_8.log 2>&1
+#   bench/summarize.py bench/results/raw_8.log > bench/results/summary_8.md
 # Writes bench/results/{cost_model.txt, cost_model_tcp.txt, compare_gloo_run$N.jsonl} and prints
 # everything else.
 #
@@ -20,19 +20,23 @@ bench/compare_gloo.sh --sizes 4K:64M --factor 4 --worlds "2 4" --rounds 2 \
   --algos "ring tree funnel" --transports "auto tcp" --cost-model $R/cost_model.txt \
   --tcp-cost-model $R/cost_model_tcp.txt --out $R/compare_gloo_run$N.jsonl
 date -u; uptime
-for p in 2 3 4 6 8; do
-  for a in ring tree funnel; do
-    $B allreduce --algo $a --world-size $p --sizes 1M:64M --factor 4 --cost-model $R/cost_model.txt
+# Two rounds of the sweeps, one after the other; bench/summarize.py keeps the best of each
+# configuration's runs.
+for round in 1 2; do
+  for p in 2 3 4 6 8; do
+    for a in ring tree funnel; do
+      $B allreduce --algo $a --world-size $p --sizes 1M:64M --factor 4 --cost-model $R/cost_model.txt
+    done
   done
-done
-date -u; uptime
-for p in 2 4 8; do
-  for a in ring tree; do
-    CUMULUS_TRANSPORT=tcp $B allreduce --algo $a --world-size $p --sizes 1M:64M --factor 4 \
-      --cost-model $R/cost_model_tcp.txt
+  date -u; uptime
+  for p in 2 4 8; do
+    for a in ring tree; do
+      CUMULUS_TRANSPORT=tcp $B allreduce --algo $a --world-size $p --sizes 1M:64M --factor 4 \
+        --cost-model $R/cost_model_tcp.txt
+    done
   done
+  date -u; uptime
 done
-date -u; uptime
 for a in auto; do
   $B allreduce --algo $a --world-size 4 --sizes 4K:64M --factor 4 --cost-model $R/cost_model.txt
 done
