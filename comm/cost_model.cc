@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -181,8 +182,11 @@ Algorithm CostModel::pick(double n, int p, bool funnelAvailable) const {
   return best;
 }
 
+// Written to PATH.tmp and renamed over PATH, so a reader (or a calibrate that dies half way)
+// never leaves a torn file behind.
 void CostModel::save(const std::string& path) const {
-  std::ofstream out(path);
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp);
   out.precision(17);
   out << "# cumulus cost model: seconds per message, per byte moved, per byte reduced\n"
       << "alpha_s " << alpha_ << "\n"
@@ -196,8 +200,11 @@ void CostModel::save(const std::string& path) const {
   for (const WorkPoint& w : busy_) {
     out << "busy_at " << w.bytes << " " << w.tree << " " << w.ring << "\n";
   }
-  out.flush();
-  if (!out) throw std::runtime_error("cannot write cost model file '" + path + "'");
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write cost model file '" + path + "'");
+  }
 }
 
 CostModel CostModel::load(const std::string& path) {

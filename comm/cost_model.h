@@ -94,6 +94,7 @@ class CostModel {
   // (p−1 ≥ ⌈log₂p⌉ term by term), so funnel is only ever chosen explicitly.
   Algorithm pick(double bytes, int world, bool funnelAvailable = false) const;
 
+  // save() replaces the file whole (a temporary, then rename).
   // Throws std::runtime_error naming the path (and line) when it cannot be written / parsed:
   // missing key, unknown key, non-numeric or negative value.
   void save(const std::string& path) const;

@@ -122,7 +122,10 @@ TEST(CostModel, MeasuredBusyCostsPriceRanksBeyondTheCores) {
   EXPECT_NEAR(derived.workTree(100), 4 * 0.01 + 0.001, 1e-15);
 
   const std::string path = ::testing::TempDir() + "/cost_model_busy.txt";
+  std::ofstream(path) << "a longer file than the model writes, which save() must replace whole\n"
+                       << std::string(4096, '#') << "\n";
   m.save(path);
+  EXPECT_FALSE(std::ifstream(path + ".tmp").good());  // renamed into place
   const CostModel loaded = CostModel::load(path);
   EXPECT_EQ(loaded.alphaBusy(), 0.25);
   ASSERT_EQ(loaded.busy().size(), 1u);
@@ -143,6 +146,13 @@ TEST(CostModel, MeasuredBusyCostsPriceRanksBeyondTheCores) {
   expectLoadError(head + "alpha_busy_s 2\n", "has alpha_busy_s but no 'cores' line");
   expectLoadError(head + "cores 2\nalpha_busy_s -2\n", "line 5: '-2' is not a finite number");
   std::remove(path.c_str());
+  try {
+    m.save(::testing::TempDir() + "/no-such-dir/cost_model.txt");
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot write cost model file '"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CostModel, RefinedModelRoundTripsThroughItsFile) {
