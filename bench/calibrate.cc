@@ -8,7 +8,8 @@
 //      β = (time / broadcasts − α) / n.
 //   γ  time per byte of the float32 sum kernel (comm/reduce.h) as the algorithms call it: a hot
 //      landing segment into a 64 MiB destination.
-//   β table, per size regime and pattern (comm/cost_model.h): at n = 1, 4, 16, 64 MiB, timed
+//   β table, per size regime and pattern (comm/cost_model.h): at n = --sizes (by default 1, 4,
+//      16, 64 MiB), timed
 //      2-rank all-reduces with the real algorithms, each solved for its β with the DESIGN.md
 //      formula at p = 2 (the α and γ terms subtracted):
 //        tree    t = 2α + 2nβ_oneway + nγ     (one message up, one down)
@@ -139,7 +140,7 @@ int runBusyWorker(const BenchOptions& o, const WorkerEnv& env, comm::Communicato
   const double ringRanks = std::ceil(p / c) * q / p;  // one rank's share, times the waves
   const double alpha = timedAllreduce(comm, comm::Algorithm::kRing, 4096) / ringRanks / (2 * p);
   std::vector<comm::CostModel::WorkPoint> busy;
-  for (size_t n : {size_t(1) << 20, size_t(4) << 20, size_t(16) << 20, size_t(64) << 20}) {
+  for (size_t n : o.sizes) {
     const double bytes = static_cast<double>(n);
     comm::CostModel::WorkPoint point;
     point.bytes = bytes;
@@ -194,7 +195,7 @@ int runCalibrateWorker(const BenchOptions& o) {
   // γ on every rank (it is needed to solve the table), the same kernel the ring runs.
   const double gamma = reductionSecondsPerByte();
   std::vector<comm::CostModel::BetaPoint> table;
-  for (size_t n : {size_t(1) << 20, size_t(4) << 20, size_t(16) << 20, size_t(64) << 20}) {
+  for (size_t n : o.sizes) {
     const double bytes = static_cast<double>(n);
     comm::CostModel::BetaPoint point;
     point.bytes = bytes;

@@ -10,7 +10,8 @@ const char kUsage[] =
     "  cumulus-bench allreduce --algo {funnel,tree,ring,auto} --world-size P --sizes 4K:256M\n"
     "                          [--factor 2] [--iters N] [--warmup N] [--dtype float32]\n"
     "                          [--cost-model PATH] [--timeout-s 120]\n"
-    "  cumulus-bench calibrate [--out PATH] [--oversubscribed-world P]\n"
+    "  cumulus-bench calibrate [--out PATH] [--oversubscribed-world P] [--sizes 1M:64M]\n"
+    "                          [--factor 4]\n"
     "                          (P ranks measure the work when ranks outnumber cores; default\n"
     "                          twice the cores, at most 64; 0 skips that part)\n"
     "Ranks are processes on 127.0.0.1; the bench hosts the Store (and, for funnel, the\n"
@@ -71,8 +72,8 @@ BenchOptions parseOptions(int argc, char** argv) {
   o.command = argv[1];
   if (o.command != "allreduce" && o.command != "calibrate")
     throw std::invalid_argument("unknown command '" + o.command + "'");
-  std::string sizes = "4K:256M";
-  size_t factor = 2;
+  std::string sizes;
+  size_t factor = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--worker") {
@@ -115,6 +116,10 @@ BenchOptions parseOptions(int argc, char** argv) {
   if (o.oversubscribedWorld < -1 || o.oversubscribedWorld > 64 || o.oversubscribedWorld == 1)
     throw std::invalid_argument("--oversubscribed-world must be 0 (skip) or in [2, 64], got " +
                                 std::to_string(o.oversubscribedWorld));
+  // calibrate's tables default to 1, 4, 16 and 64 MiB.
+  const bool calibrate = o.command == "calibrate";
+  if (sizes.empty()) sizes = calibrate ? "1M:64M" : "4K:256M";
+  if (factor == 0) factor = calibrate ? 4 : 2;
   o.sizes = parseSizes(sizes, factor);
   return o;
 }
