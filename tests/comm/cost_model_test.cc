@@ -8,6 +8,19 @@
 namespace cumulus::comm {
 namespace {
 
+// Writes `text` to `path` and expects load() to refuse it with `fragment` and the path.
+void expectLoadErrorFor(const std::string& path, const std::string& text,
+                        const std::string& fragment) {
+  std::ofstream(path) << text;
+  try {
+    CostModel::load(path);
+    FAIL() << "expected an error for: " << text;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
 TEST(CostModel, FormulasMatchHandComputedValues) {
   // α = 1, β = 0.01, γ = 0.001, n = 100, p = 5 (⌈log₂5⌉ = 3):
   //   funnel = 2·4·(1 + 1) + 4·100·0.001        = 16.4
@@ -55,14 +68,7 @@ TEST(CostModel, SaveLoadRoundTripAndErrorsNameTheFile) {
   EXPECT_EQ(loaded.gamma(), 7.25e-11);
 
   auto expectLoadError = [&](const std::string& text, const std::string& fragment) {
-    std::ofstream(path) << text;
-    try {
-      CostModel::load(path);
-      FAIL() << "expected an error for: " << text;
-    } catch (const std::runtime_error& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-    }
+    expectLoadErrorFor(path, text, fragment);
   };
   expectLoadError("alpha_s 1\nbeta_s_per_byte 2\n", "lacks 'gamma_s_per_byte'");
   expectLoadError("alpha_s 1\nbeta_s_per_byte x\ngamma_s_per_byte 1\n",
@@ -132,13 +138,7 @@ TEST(CostModel, MeasuredBusyCostsPriceRanksBeyondTheCores) {
   EXPECT_EQ(loaded.busy()[0].tree, 0.5);
   EXPECT_EQ(loaded.predict(Algorithm::kTree, 100, 8), m.predict(Algorithm::kTree, 100, 8));
   auto expectLoadError = [&](const std::string& text, const std::string& fragment) {
-    std::ofstream(path) << text;
-    try {
-      CostModel::load(path);
-      FAIL() << "expected an error for: " << text;
-    } catch (const std::runtime_error& e) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
+    expectLoadErrorFor(path, text, fragment);
   };
   const std::string head = "alpha_s 1\nbeta_s_per_byte 1\ngamma_s_per_byte 1\n";
   expectLoadError(head + "busy_at 100 0.5\n", "line 4: expected 'busy_at <bytes> <tree> <ring>'");
@@ -170,14 +170,8 @@ TEST(CostModel, RefinedModelRoundTripsThroughItsFile) {
       loaded.predict(Algorithm::kRing, 4e6, 4),
       CostModel(2e-6, 1.5e-10, {{1048576, 1e-10, 3e-10, 2e-9}, {67108864, 3e-10, 7e-10, 1.5e-9}}, 2)
           .predict(Algorithm::kRing, 4e6, 4));
-  std::ofstream(path) << "alpha_s 1\nbeta_s_per_byte 1\ngamma_s_per_byte 1\nbeta_at 0 1 1 1\n";
-  try {
-    CostModel::load(path);
-    FAIL() << "expected an error";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("line 4: expected 'beta_at <bytes>"), std::string::npos)
-        << e.what();
-  }
+  expectLoadErrorFor(path, "alpha_s 1\nbeta_s_per_byte 1\ngamma_s_per_byte 1\nbeta_at 0 1 1 1\n",
+                     "line 4: expected 'beta_at <bytes>");
   std::remove(path.c_str());
 }
 
