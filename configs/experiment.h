@@ -59,6 +59,7 @@ struct TrainerConfig {
   int64_t threads = 0;            // intra-op threads; 0 = cores / local workers
   std::string run_dir = "runs/default";
   int64_t log_every_steps = 50;
+  bool log_all_ranks = false;  // progress and summaries from every worker, not rank 0 alone
 };
 
 struct EvalConfig {
@@ -119,7 +120,7 @@ inline auto tieFields(const ScheduleConfig& c) {
 }
 inline auto tieFields(const TrainerConfig& c) {
   return std::tie(c.global_batch_size, c.epochs, c.max_steps, c.seed, c.grad_clip_norm,
-                  c.grad_accumulation, c.threads, c.run_dir, c.log_every_steps);
+                  c.grad_accumulation, c.threads, c.run_dir, c.log_every_steps, c.log_all_ranks);
 }
 inline auto tieFields(const EvalConfig& c) { return std::tie(c.every_steps, c.batch_size); }
 inline auto tieFields(const CheckpointConfig& c) {

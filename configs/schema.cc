@@ -196,6 +196,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(trainer, threads), 0, atLeast(0), "intra-op threads per worker; 0: cores / local workers"));
   t.push_back(row(KEY(trainer, run_dir), "runs/default", formatted(checkNonEmpty, "a non-empty path"), "directory for logs, config.yaml and, by default, checkpoints"));
   t.push_back(row(KEY(trainer, log_every_steps), 50, atLeast(1), "log loss and throughput every this many steps"));
+  t.push_back(row(KEY(trainer, log_all_ranks), false, anyValue(), "print progress, evaluations and the summary from every worker; false: rank 0 alone (every rank still prints its warnings)"));
 
   t.push_back(row(KEY(eval, every_steps), 0, atLeast(0), "evaluate every this many steps; 0: at the end of each epoch only"));
   t.push_back(row(KEY(eval, batch_size), 1000, atLeast(1), "evaluation batch size per worker"));

@@ -131,9 +131,11 @@ int runMain(int argc, char** argv) {
     group = std::make_unique<trainer::ProcessGroup>(trainer::GroupEnv::fromEnvironment(),
                                                     experiment.comm);
     options.group = group.get();
-    std::cout << "rank " << env.rank << " of " << env.world_size << ": connected (generation "
-              << env.generation << ", comm.algorithm " << experiment.comm.algorithm << ")"
-              << std::endl;
+    if (env.rank == 0 || experiment.trainer.log_all_ranks) {
+      std::cout << "rank " << env.rank << " of " << env.world_size << ": connected (generation "
+                << env.generation << ", comm.algorithm " << experiment.comm.algorithm << ")"
+                << std::endl;
+    }
   }
   startup.mark("connect");
   trainer::Trainer trainer(experiment, env, options);

@@ -6,8 +6,13 @@
 namespace cumulus::trainer {
 
 Progress::Progress(std::ostream& out, bool live, int64_t total_steps, int64_t epochs,
-                   int64_t log_every)
-    : out_(out), live_(live), total_(total_steps), epochs_(epochs), log_every_(log_every) {}
+                   int64_t log_every, bool quiet)
+    : out_(out),
+      live_(live && !quiet),
+      total_(total_steps),
+      epochs_(epochs),
+      log_every_(log_every),
+      quiet_(quiet) {}
 
 std::string Progress::formatDuration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -37,6 +42,7 @@ std::string Progress::statusText(const StepReport& r) const {
 }
 
 void Progress::update(const StepReport& r) {
+  if (quiet_) return;
   if (live_) {
     const bool last = r.step >= total_;
     if (!last && last_draw_ >= 0 && r.elapsed_seconds - last_draw_ < 0.1) return;
@@ -64,6 +70,10 @@ void Progress::line(const std::string& text) {
   clearLive();
   out_ << text << '\n';
   out_.flush();
+}
+
+void Progress::info(const std::string& text) {
+  if (!quiet_) line(text);
 }
 
 void Progress::finish() {

@@ -1,8 +1,10 @@
 #pragma once
 // The console side of a training run. On a terminal (`live`), one status line is redrawn in place
 // with '\r' at most every 0.1 s; otherwise (a log file, a pipe, a test) a plain line is printed
-// every `log_every` steps. Lines from line() (evaluation results, the final summary) are printed
-// in full above the status line. No LibTorch here. Not thread-safe.
+// every `log_every` steps. Lines from line() (warnings, a preemption) and info() (evaluation
+// results, the final summary) are printed in full above the status line. A quiet Progress (a rank
+// other than 0, unless trainer.log_all_ranks) prints line() alone: no status, no info(). No
+// LibTorch here. Not thread-safe.
 
 #include <cstdint>
 #include <ostream>
@@ -20,9 +22,13 @@ struct StepReport {
 
 class Progress {
  public:
-  Progress(std::ostream& out, bool live, int64_t total_steps, int64_t epochs, int64_t log_every);
+  Progress(std::ostream& out, bool live, int64_t total_steps, int64_t epochs, int64_t log_every,
+           bool quiet = false);
   void update(const StepReport& report);
+  // Always printed.
   void line(const std::string& text);
+  // Printed unless quiet.
+  void info(const std::string& text);
   // Ends the status line (live mode) so the next output starts on a fresh line.
   void finish();
 
@@ -38,6 +44,7 @@ class Progress {
   int64_t total_;
   int64_t epochs_;
   int64_t log_every_;
+  bool quiet_;
   double last_draw_ = -1;
   size_t live_width_ = 0;  // characters of the status line now on screen
 };

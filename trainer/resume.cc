@@ -13,6 +13,7 @@ namespace cumulus::trainer {
 const std::vector<std::string> kOperationalKeyPrefixes = {"name",
                                                           "trainer.run_dir",
                                                           "trainer.log_every_steps",
+                                                          "trainer.log_all_ranks",
                                                           "trainer.threads",
                                                           "data.cache",
                                                           "eval.",

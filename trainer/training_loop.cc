@@ -155,7 +155,7 @@ std::pair<double, double> Trainer::Impl::evaluateAndReport(int64_t step, int64_t
   std::snprintf(text, sizeof(text),
                 "eval  epoch %lld  step %lld  test_loss %.4f  test_accuracy %.4f",
                 static_cast<long long>(epoch), static_cast<long long>(step), loss, accuracy);
-  progress.line(text);
+  progress.info(text);
   if (metrics != nullptr) {
     metrics->write(JsonLine()
                        .add("type", "eval")
@@ -188,10 +188,11 @@ RunResult Trainer::Impl::run() {
   std::ostream& console = options.console != nullptr ? *options.console : discard;
   const int64_t steps_per_epoch = sampler->stepsPerEpoch();
   const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
-  Progress progress(console, options.live_progress, total_steps, epochs, t.log_every_steps);
+  Progress progress(console, options.live_progress, total_steps, epochs, t.log_every_steps,
+                    /*quiet=*/env.rank != 0 && !t.log_all_ranks);
   const std::unique_ptr<MetricsLog> metrics = openRunDir();
-  progress.line("model: " + model->summary());
-  for (const std::string& line : resume_lines) progress.line(line);
+  progress.info("model: " + model->summary());
+  for (const std::string& line : resume_lines) progress.info(line);
 
   // Step boundaries (DESIGN.md "Training step" 4): a checkpoint when one is due, written by rank 0
   // alone (the replicas are identical) in the background; a stop when the ranks agree on one.
@@ -214,7 +215,7 @@ RunResult Trainer::Impl::run() {
           static_cast<unsigned long long>(r.step), r.path.c_str(),
           stall_ms[static_cast<int64_t>(r.step)], r.encode_seconds, r.write_seconds,
           static_cast<double>(r.bytes) / 1e6);
-      progress.line(text);
+      progress.info(text);
       for (const auto& w : r.warnings) progress.line("warning: " + w.str());
     }
   };
@@ -241,7 +242,7 @@ RunResult Trainer::Impl::run() {
         options.startup->mark("step");
         text += ", " + options.startup->summary();
       }
-      progress.line(text);
+      progress.info(text);
     }
 
     const bool record = done == 1 || done == total_steps ||
@@ -325,7 +326,7 @@ RunResult Trainer::Impl::run() {
     char text[96];
     std::snprintf(text, sizeof(text), "trained %lld steps in %.3f s", static_cast<long long>(ran),
                   now() - start);
-    progress.line(text);
+    progress.info(text);
   }
   if (result.preempted) {
     result.seconds = now() - start;
@@ -340,14 +341,14 @@ RunResult Trainer::Impl::run() {
   if (metrics) writeFinalOutputs(result, *metrics);
   if (env.rank == 0) {
     result.parameter_digest = parameterDigest(*model);
-    progress.line("final parameters sha256 " + result.parameter_digest);
+    progress.info("final parameters sha256 " + result.parameter_digest);
   }
   char text[200];
   std::snprintf(text, sizeof(text),
                 "test accuracy %.4f (loss %.4f) after %s epochs, %lld steps, %.1f s",
                 result.test_accuracy, result.test_loss, formatEpochs(result.epochs).c_str(),
                 static_cast<long long>(result.steps), result.seconds);
-  progress.line(text);
+  progress.info(text);
   return result;
 }
 

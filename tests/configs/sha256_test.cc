@@ -93,7 +93,7 @@ TEST(DigestTest, SameExperimentSameDigestHoweverWritten) {
   // Pinned (the same as `cumulus-config defaults | sha256sum`): a change to toYaml's output or
   // to a default changes every digest, so it must be deliberate; checkpoints record digests.
   EXPECT_EQ(configDigest(Experiment{}),
-            "87a32f58f23af28d3ce0a0e77925b28ffa526dc97958b6575915fcdcb6a5be77");
+            "1a59558e157b3c27534cda1b1e315a08a1f1297f78c634a96f85b3a00fef3b5e");
 }
 
 TEST(DigestTest, DiffKeysListsChangedKeysInSchemaOrder) {

@@ -173,7 +173,8 @@ TEST_F(ElasticTest, LosingANodeRestartsTheSurvivorsFromTheCheckpointAtTheSmaller
   const fs::path run = dir_ / "run";
   const std::string train = kTrain + " " + kSmoke + " --set trainer.run_dir=" + run.string() +
                             " --set trainer.epochs=40 --set checkpoint.every_steps=20" +
-                            " --set trainer.log_every_steps=1000";
+                            " --set trainer.log_every_steps=1000" +
+                            " --set trainer.log_all_ranks=true";  // each node's lines, below
   const auto t0 = std::chrono::steady_clock::now();
   const std::string f = flags("2:3", "--rdzv-last-call 1 --rdzv-timeout 20 --max-restarts 2");
   for (int rank = 0; rank < 3; ++rank) start(rank, f, train);
@@ -310,7 +311,8 @@ TEST_F(ElasticTest, ANodeAdmittedMidTrainingResumesFromTheStopStepLosingNoStep) 
   const fs::path run = dir_ / "run";
   const std::string train = kTrain + " " + kSmoke + " --set trainer.run_dir=" + run.string() +
                             " --set trainer.epochs=20 --set checkpoint.every_steps=20" +
-                            " --set trainer.log_every_steps=1000 --set comm.algorithm=funnel";
+                            " --set trainer.log_every_steps=1000 --set comm.algorithm=funnel" +
+                            " --set trainer.log_all_ranks=true";  // node 2's summary, below
   const std::string f = flags("2:3", "--rdzv-last-call 0.5 --rdzv-timeout 20 --max-restarts 0");
   start(0, f, train);
   start(1, f, train);

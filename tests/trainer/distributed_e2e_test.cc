@@ -162,7 +162,8 @@ TEST_F(DistributedE2eTest, AKilledWorkerMakesTheLauncherRestartTheGroupAndTheJob
   const std::string out_path = (dir_ / "launcher.txt").string();
   const std::string cmd = command(
       2, "killed",
-      "--set trainer.epochs=50 --set trainer.log_every_steps=100 --set comm.algorithm=tree");
+      "--set trainer.epochs=50 --set trainer.log_every_steps=100 --set comm.algorithm=tree "
+      "--set trainer.log_all_ranks=true");
   const pid_t launcher = ::fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {

@@ -41,5 +41,30 @@ TEST(ProgressTest, LiveModeRedrawsOneLineAndClearsItForMessages) {
             "\r" + first + "\r" + last + "\r" + std::string(last.size(), ' ') + "\reval\n");
 }
 
+TEST(ProgressTest, QuietModePrintsOnlyWarningsAndPreemptions) {
+  for (bool live : {false, true}) {
+    std::ostringstream out;
+    Progress progress(out, live, /*total_steps=*/4, /*epochs=*/1, /*log_every=*/1, /*quiet=*/true);
+    progress.info("model: mlp");
+    for (int64_t s = 1; s <= 4; ++s) progress.update({s, 1, 0.5, 1000, s * 0.2});
+    progress.line("warning: checkpoint failed: disk full");
+    progress.info("test accuracy 0.8829");
+    progress.line("preempted at step 4, checkpoint /c/step-00000004");
+    progress.finish();
+    EXPECT_EQ(out.str(),
+              "warning: checkpoint failed: disk full\n"
+              "preempted at step 4, checkpoint /c/step-00000004\n")
+        << (live ? "live" : "plain");
+  }
+}
+
+TEST(ProgressTest, InfoIsALineWhenNotQuiet) {
+  std::ostringstream out;
+  Progress progress(out, /*live=*/false, /*total_steps=*/4, /*epochs=*/1, /*log_every=*/50);
+  progress.info("model: mlp");
+  progress.line("warning: w");
+  EXPECT_EQ(out.str(), "model: mlp\nwarning: w\n");
+}
+
 }  // namespace
 }  // namespace cumulus::trainer
