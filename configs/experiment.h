@@ -89,6 +89,8 @@ struct LaunchConfig {
   int64_t max_restarts = 3;
   double monitor_interval = 0.1;   // seconds
   std::string rdzv_endpoint = "";  // host:port; empty with nnodes 1: standalone
+  double rdzv_timeout = 60.0;      // seconds to wait for the Store and the other nodes
+  double rdzv_last_call = 3.0;     // elastic: seconds after the last joiner before closing
 };
 
 struct Experiment {
@@ -130,7 +132,8 @@ inline auto tieFields(const CommConfig& c) {
   return std::tie(c.algorithm, c.bucket_cap_mb, c.first_bucket_mb, c.timeout_seconds, c.cost_model);
 }
 inline auto tieFields(const LaunchConfig& c) {
-  return std::tie(c.nproc_per_node, c.nnodes, c.max_restarts, c.monitor_interval, c.rdzv_endpoint);
+  return std::tie(c.nproc_per_node, c.nnodes, c.max_restarts, c.monitor_interval, c.rdzv_endpoint,
+                  c.rdzv_timeout, c.rdzv_last_call);
 }
 inline auto tieFields(const Experiment& c) {
   return std::tie(c.name, c.model, c.data, c.optimizer, c.schedule, c.trainer, c.eval, c.checkpoint,

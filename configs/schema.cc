@@ -218,6 +218,8 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(launch, max_restarts), 3, atLeast(0), "group restarts after a crash (preemptions do not count)"));
   t.push_back(row(KEY(launch, monitor_interval), 0.1, above(0), "seconds between worker health checks"));
   t.push_back(row(KEY(launch, rdzv_endpoint), "", formatted(checkEndpoint, "empty or host:port"), "rendezvous host:port; empty with one node: standalone"));
+  t.push_back(row(KEY(launch, rdzv_timeout), 60.0, atLeast(0.1), "seconds to wait for the Store and the other nodes (`--rdzv-timeout`)"));
+  t.push_back(row(KEY(launch, rdzv_last_call), 3.0, atLeast(0), "elastic: close the rendezvous this many seconds after the last node joined, once MIN are in (`--rdzv-last-call`)"));
   // clang-format on
   return t;
 }

@@ -94,12 +94,20 @@ TEST(LaunchOptions, ErrorsNameTheFlag) {
 TEST(LaunchOptions, AnElasticRangeInTheExperimentAppliesAndNeedsAnEndpoint) {
   const std::filesystem::path yaml =
       std::filesystem::temp_directory_path() / ("elastic-" + std::to_string(::getpid()) + ".yaml");
-  std::ofstream(yaml) << "name: e\nlaunch:\n  nnodes: \"2:3\"\n  rdzv_endpoint: h:7\n";
+  std::ofstream(yaml) << "name: e\nlaunch:\n  nnodes: \"2:3\"\n  rdzv_endpoint: h:7\n"
+                      << "  rdzv_timeout: 90\n  rdzv_last_call: 0.5\n";
   LaunchOptions o = parseLaunchArgs({"--node-rank", "2", "--", "w", yaml.string()});
   applyExperimentLaunchSection(o);
   EXPECT_EQ(o.min_nodes, 2);
   EXPECT_EQ(o.max_nodes, 3);
   EXPECT_EQ(o.rdzv_host, "h");
+  EXPECT_DOUBLE_EQ(o.rdzv_timeout, 90);
+  EXPECT_DOUBLE_EQ(o.rdzv_last_call, 0.5);
+  // A flag wins over the experiment.
+  o = parseLaunchArgs({"--node-rank", "2", "--rdzv-last-call", "7", "--", "w", yaml.string()});
+  applyExperimentLaunchSection(o);
+  EXPECT_DOUBLE_EQ(o.rdzv_last_call, 7);
+  EXPECT_DOUBLE_EQ(o.rdzv_timeout, 90);
   std::ofstream(yaml) << "name: e\nlaunch:\n  nnodes: \"2:3\"\n";
   o = parseLaunchArgs({"--", "w", yaml.string()});
   try {
