@@ -127,10 +127,6 @@ double timedAllreduce(comm::Communicator& comm, comm::Algorithm algorithm, size_
   return *std::min_element(rounds.begin(), rounds.end());
 }
 
-}  // namespace
-
-namespace {
-
 // The busy_at table: this group has more ranks than the host has cores.
 int runBusyWorker(const BenchOptions& o, const WorkerEnv& env, comm::Communicator& comm) {
   const comm::CostModel pairs = comm::CostModel::load(o.out);  // the first group's file
@@ -162,8 +158,8 @@ int runBusyWorker(const BenchOptions& o, const WorkerEnv& env, comm::Communicato
   std::printf("# %10s %14s %14s   (derived from the 2-rank beta: tree 4*oneway+gamma, ring "
               "2*duplex+gamma)\n",
               "bytes", "work_tree", "work_ring");
+  const comm::CostModel derived(pairs.alpha(), pairs.gamma(), pairs.betas(), pairs.cores());
   for (const auto& w : busy) {
-    const comm::CostModel derived(pairs.alpha(), pairs.gamma(), pairs.betas(), pairs.cores());
     std::printf("  %10.0f %14.3e %14.3e   (derived %.3e, %.3e)\n", w.bytes, w.tree, w.ring,
                 derived.workTree(w.bytes), derived.workRing(w.bytes));
   }
