@@ -148,8 +148,8 @@ int runBusyWorker(const BenchOptions& o, const WorkerEnv& env, comm::Communicato
   }
   comm.barrier();
   if (env.rank != 0) return 0;
-  const comm::CostModel model(pairs.alpha(), pairs.gamma(), pairs.betas(), pairs.cores(), busy,
-                              alpha);
+  const comm::CostModel model(pairs.alpha(), pairs.gamma(), pairs.betas(), pairs.cores(),
+                              {env.world, alpha, busy});
   model.save(o.out);
   std::printf("# %d ranks on %d cores: what ranks beyond the cores cost\n", env.world,
               pairs.cores());

@@ -57,15 +57,18 @@ CostModel::CostModel(double alpha, double beta, double gamma)
   }
 }
 
+CostModel::CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, int cores)
+    : CostModel(alpha, gamma, std::move(betas), cores, Oversubscribed()) {}
+
 CostModel::CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, int cores,
-                     std::vector<WorkPoint> busy, double alphaBusy)
+                     Oversubscribed busy)
     : alpha_(alpha),
       beta_(0),
       gamma_(gamma),
       betas_(std::move(betas)),
       cores_(cores),
       busy_(std::move(busy)),
-      alphaBusy_(alphaBusy < 0 ? alpha : alphaBusy) {
+      alphaBusy_(busy_.alpha < 0 ? alpha : busy_.alpha) {
   if (!(alpha >= 0) || !(gamma >= 0) || cores < 0) {
     throw std::invalid_argument("cost model parameters must be finite and >= 0");
   }
@@ -74,14 +77,18 @@ CostModel::CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, i
       throw std::invalid_argument("cost model beta_at rows need bytes > 0 and betas >= 0");
     }
   }
-  for (const WorkPoint& w : busy_) {
+  for (const WorkPoint& w : busy_.work) {
     if (!(w.bytes > 0) || !(w.tree >= 0) || !(w.ring >= 0)) {
       throw std::invalid_argument("cost model busy_at rows need bytes > 0 and work >= 0");
     }
   }
+  if ((!busy_.work.empty() || busy_.alpha >= 0) && busy_.ranks <= cores_) {
+    throw std::invalid_argument("cost model: the busy terms need the ranks they were measured "
+                                "with, more than the cores");
+  }
   std::sort(betas_.begin(), betas_.end(),
             [](const BetaPoint& a, const BetaPoint& b) { return a.bytes < b.bytes; });
-  std::sort(busy_.begin(), busy_.end(),
+  std::sort(busy_.work.begin(), busy_.work.end(),
             [](const WorkPoint& a, const WorkPoint& b) { return a.bytes < b.bytes; });
   if (!betas_.empty()) beta_ = betas_.back().oneway;
 }
@@ -97,11 +104,18 @@ double CostModel::lookup(double n, double BetaPoint::*column) const {
 double CostModel::betaOneway(double n) const { return lookup(n, &BetaPoint::oneway); }
 double CostModel::betaDuplex(double n) const { return lookup(n, &BetaPoint::duplex); }
 double CostModel::betaFunnel(double n) const { return lookup(n, &BetaPoint::funnel); }
+double CostModel::busyLookup(double n, int p) const {
+  // Without measured rows the work is derived from the two-rank table: the same total as there.
+  return busy_.ranks > 0 && !busy_.work.empty() ? n * p / busy_.ranks : n * p / 2;
+}
+
 double CostModel::workTree(double n) const {
-  return busy_.empty() ? 4 * betaOneway(n) + gamma_ : interpolate(busy_, n, &WorkPoint::tree);
+  return busy_.work.empty() ? 4 * betaOneway(n) + gamma_
+                            : interpolate(busy_.work, n, &WorkPoint::tree);
 }
 double CostModel::workRing(double n) const {
-  return busy_.empty() ? 2 * betaDuplex(n) + gamma_ : interpolate(busy_, n, &WorkPoint::ring);
+  return busy_.work.empty() ? 2 * betaDuplex(n) + gamma_
+                            : interpolate(busy_.work, n, &WorkPoint::ring);
 }
 
 // Oversubscription, and why it is modelled this way. The formulas give the critical path with a
@@ -141,6 +155,16 @@ double CostModel::workRing(double n) const {
 //     predicts 1, 1.5, 2, 4; the bare formula 1, 2, 3, 7). It is a fit of shape, not a law.
 //     The divisor, max(1, c·q/(q+1)), is 1 at p = 2, where β_funnel was calibrated.
 // With cores = 0 (unknown) none of this applies.
+//
+// The host's working set. A model with cores describes ranks that share one host, and so its
+// caches: an all-reduce of n bytes over p such ranks streams p·n bytes, which is what decides
+// whether it runs from a cache or from DRAM. So the tree and the ring look their per-byte costs
+// up at the size that had the same p·n when it was measured: n·p/2 in the two-rank β table, n·p/P
+// in the busy table (P ranks). On the development VM the tree at p = 6–8 and 16 MiB (128 MiB in
+// all at p = 8; the p = 4 calibration saw 64 MiB) ran 1.26–1.36× the prediction looked up at
+// 16 MiB, and 1.09–1.20× looked up at the same total (bench/results/allreduce.md, runs 8 and 9).
+// The funnel is left out: its β is the gRPC server's, and falls with n as per-call costs
+// amortize, so a larger lookup would only undercount it.
 double CostModel::predict(Algorithm algorithm, double n, int p, bool funnelAvailable) const {
   const double q = p - 1;
   const double levels = ceilLog2(p);
@@ -152,18 +176,19 @@ double CostModel::predict(Algorithm algorithm, double n, int p, bool funnelAvail
       return c > 0 ? serial / std::max(1.0, c * q / (q + 1)) : serial;
     }
     case Algorithm::kTree: {
-      const double b = betaOneway(n);
+      const double b = betaOneway(c > 0 ? n * p / 2 : n);
       const double path = 2 * levels * (alpha_ + n * b) + levels * n * gamma_;
       if (c <= 0) return path;
       if (p <= c) return std::max(path, q * (2 * alpha_ + n * (4 * b + gamma_)) / c);
-      return std::max(path, q * (2 * alphaBusy_ + n * workTree(n)) / c);
+      return std::max(path, q * (2 * alphaBusy_ + n * workTree(busyLookup(n, p))) / c);
     }
     case Algorithm::kRing: {
-      const double b = betas_.empty() ? beta_ : betaDuplex(n);
+      const double b = betas_.empty() ? beta_ : betaDuplex(c > 0 ? n * p / 2 : n);
       const double path = 2 * q * alpha_ + 2 * q / p * n * b + q / p * n * gamma_;
       if (c <= 0 || p <= c) return path;
       const double waves = std::ceil(p / c);
-      return std::max(path, waves * q / p * (2 * p * alphaBusy_ + n * workRing(n)));
+      return std::max(path,
+                      waves * q / p * (2 * p * alphaBusy_ + n * workRing(busyLookup(n, p))));
     }
     case Algorithm::kAuto:
       return predict(pick(n, p, funnelAvailable), n, p, funnelAvailable);
@@ -193,11 +218,12 @@ void CostModel::save(const std::string& path) const {
       << "beta_s_per_byte " << beta_ << "\n"
       << "gamma_s_per_byte " << gamma_ << "\n";
   if (cores_ > 0) out << "cores " << cores_ << "\n";
-  if (cores_ > 0 && alphaBusy_ != alpha_) out << "alpha_busy_s " << alphaBusy_ << "\n";
+  if (busy_.ranks > 0) out << "busy_ranks " << busy_.ranks << "\n";
+  if (busy_.alpha >= 0) out << "alpha_busy_s " << busy_.alpha << "\n";
   for (const BetaPoint& b : betas_) {
     out << "beta_at " << b.bytes << " " << b.oneway << " " << b.duplex << " " << b.funnel << "\n";
   }
-  for (const WorkPoint& w : busy_) {
+  for (const WorkPoint& w : busy_.work) {
     out << "busy_at " << w.bytes << " " << w.tree << " " << w.ring << "\n";
   }
   out.close();
@@ -215,7 +241,7 @@ CostModel CostModel::load(const std::string& path) {
   bool seen[4] = {false, false, false, false};
   const char* keys[4] = {"alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "alpha_busy_s"};
   std::vector<BetaPoint> betas;
-  std::vector<WorkPoint> busy;
+  Oversubscribed busy;
   int cores = 0;
   std::string line;
   for (int lineNo = 1; std::getline(in, line); ++lineNo) {
@@ -225,9 +251,10 @@ CostModel CostModel::load(const std::string& path) {
     std::string key, value, extra;
     if (!(fields >> key)) continue;
     const std::string where = "cost model file '" + path + "' line " + std::to_string(lineNo);
-    if (key == "cores") {
-      if (!(fields >> cores) || cores < 0 || (fields >> extra)) {
-        throw std::runtime_error(where + ": expected 'cores <integer >= 0>'");
+    if (key == "cores" || key == "busy_ranks") {
+      int& count = key == "cores" ? cores : busy.ranks;
+      if (!(fields >> count) || count < 0 || (fields >> extra)) {
+        throw std::runtime_error(where + ": expected '" + key + " <integer >= 0>'");
       }
       continue;
     }
@@ -250,7 +277,7 @@ CostModel CostModel::load(const std::string& path) {
                                  ": expected 'busy_at <bytes> <tree> <ring>' with bytes > 0 and"
                                  " seconds per byte >= 0");
       }
-      busy.push_back(w);
+      busy.work.push_back(w);
       continue;
     }
     int index = -1;
@@ -260,7 +287,7 @@ CostModel CostModel::load(const std::string& path) {
     if (index < 0) {
       throw std::runtime_error(where + ": unknown key '" + key +
                                "' (expected alpha_s, beta_s_per_byte, gamma_s_per_byte, cores, "
-                               "beta_at, alpha_busy_s, busy_at)");
+                               "beta_at, busy_ranks, alpha_busy_s, busy_at)");
     }
     if (!(fields >> value) || (fields >> extra)) {
       throw std::runtime_error(where + ": expected '" + key + " <number>'");
@@ -279,15 +306,23 @@ CostModel CostModel::load(const std::string& path) {
       throw std::runtime_error("cost model file '" + path + "' lacks '" + keys[i] + "'");
     }
   }
-  if ((!busy.empty() || seen[3]) && cores == 0) {
-    throw std::runtime_error("cost model file '" + path + "' has " +
-                             (seen[3] ? "alpha_busy_s" : "busy_at rows") +
-                             " but no 'cores' line: they price ranks that outnumber the cores, "
-                             "so say how many cores were measured");
+  if (!busy.work.empty() || seen[3]) {
+    const std::string what = seen[3] ? "alpha_busy_s" : "busy_at rows";
+    if (cores == 0) {
+      throw std::runtime_error("cost model file '" + path + "' has " + what +
+                               " but no 'cores' line: they price ranks that outnumber the "
+                               "cores, so say how many cores were measured");
+    }
+    if (busy.ranks <= cores) {
+      throw std::runtime_error("cost model file '" + path + "' has " + what +
+                               " but no 'busy_ranks' line above the " + std::to_string(cores) +
+                               " cores: say how many ranks they were measured with");
+    }
   }
+  busy.alpha = values[3];
   if (betas.empty() && cores == 0) return CostModel(values[0], values[1], values[2]);
   if (betas.empty()) betas.push_back({1, values[1], values[1], values[1]});
-  return CostModel(values[0], values[2], std::move(betas), cores, std::move(busy), values[3]);
+  return CostModel(values[0], values[2], std::move(betas), cores, std::move(busy));
 }
 
 }  // namespace cumulus::comm

@@ -14,9 +14,12 @@
 //     also receives one (every ring step), β_funnel the gRPC path of the funnel.
 //   - cores c: when p ranks outnumber c cores the CPU-bound terms stretch (ring: ×max(1, p/c);
 //     tree: never below its total CPU work / c).
-//   - the CPU cost of ranks that outnumber cores, measured with p = 2c ranks: per message
+//   - the CPU cost of ranks that outnumber cores, measured with P = 2c ranks: per message
 //     (α_busy) and per byte, a table of (bytes, w_tree, w_ring); they replace the α and the work
 //     the formulas derive from the two-rank β (see predict() in cost_model.cc for why).
+//   - the host's working set: the ranks of a calibrated model share one host and its caches, so
+//     the tree's and the ring's per-byte costs are looked up at the same p·n bytes in total as
+//     they were measured at (n·p/2 in the β table, n·p/P in the busy table).
 // Without them (the 3-argument constructor, a 3-key file) the formulas above are used as is.
 //
 // Built-in defaults were measured on the 2-core development VM over loopback TCP (see
@@ -31,8 +34,9 @@
 //   gamma_s_per_byte 1e-10
 //   cores 2
 //   beta_at 1048576 1e-10 3e-10 2e-9      (bytes oneway duplex funnel; any number of lines)
-//   alpha_busy_s 3e-06                    (needs cores)
-//   busy_at 1048576 6e-10 4e-10           (bytes tree ring; any number of lines; needs cores)
+//   busy_ranks 4                          (the P the next two were measured with; > cores)
+//   alpha_busy_s 3e-06                    (needs busy_ranks)
+//   busy_at 1048576 6e-10 4e-10           (bytes tree ring; any number of lines; needs busy_ranks)
 //
 // Thread-safety: a CostModel is an immutable value after construction; copy freely.
 
@@ -62,14 +66,24 @@ class CostModel {
     double ring = 0;
   };
 
+  // What ranks beyond the cores cost, measured with `ranks` of them (> cores): per message
+  // (`alpha`, < 0: α) and per byte (`work`).
+  struct Oversubscribed {
+    int ranks = 0;
+    double alpha = -1;
+    std::vector<WorkPoint> work;
+  };
+
   // The defaults measured on the development machine.
   CostModel();
   CostModel(double alpha, double beta, double gamma);
   // The refined model: `betas` sorted or not (it is sorted here), `cores` 0 = do not model
   // oversubscription. beta() is then the β_oneway of the largest row.
-  // `busy` and `alphaBusy` (< 0: α) price the ranks beyond the cores.
+  // `busy` prices the ranks beyond the cores; throws std::invalid_argument when it has rows but
+  // ranks <= cores.
   CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, int cores,
-            std::vector<WorkPoint> busy = {}, double alphaBusy = -1);
+            Oversubscribed busy);
+  CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, int cores);
 
   double alpha() const { return alpha_; }
   double alphaBusy() const { return alphaBusy_; }
@@ -77,13 +91,14 @@ class CostModel {
   double gamma() const { return gamma_; }
   int cores() const { return cores_; }
   const std::vector<BetaPoint>& betas() const { return betas_; }
-  const std::vector<WorkPoint>& busy() const { return busy_; }
+  const std::vector<WorkPoint>& busy() const { return busy_.work; }
+  int busyRanks() const { return busy_.ranks; }
   // β for a buffer of `bytes` (the scalar β when there is no table).
   double betaOneway(double bytes) const;
   double betaDuplex(double bytes) const;
   double betaFunnel(double bytes) const;
-  // The work per byte used when p > cores: the busy_at table's, or else what the two-rank β
-  // implies (tree 4β_oneway + γ, ring 2β_duplex + γ).
+  // The work per byte used when p > cores: the busy_at table's (its rows as measured, at P
+  // ranks), or else what the two-rank β implies (tree 4β_oneway + γ, ring 2β_duplex + γ).
   double workTree(double bytes) const;
   double workRing(double bytes) const;
 
@@ -102,12 +117,14 @@ class CostModel {
 
  private:
   double lookup(double bytes, double BetaPoint::*column) const;
+  // The size to look workTree/workRing up at for `bytes` on `p` ranks (the host's working set).
+  double busyLookup(double bytes, int p) const;
 
   double alpha_, beta_, gamma_;
   std::vector<BetaPoint> betas_;  // sorted by bytes; empty: beta_ everywhere
   int cores_ = 0;
-  std::vector<WorkPoint> busy_;  // sorted by bytes; empty: derived from β and γ
-  double alphaBusy_;             // α unless measured
+  Oversubscribed busy_;  // work sorted by bytes; empty: derived from β and γ
+  double alphaBusy_;     // α unless measured
 };
 
 }  // namespace cumulus::comm

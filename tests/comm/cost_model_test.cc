@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -90,13 +91,20 @@ TEST(CostModel, RefinedModelInterpolatesBetaAndModelsOversubscription) {
   EXPECT_NEAR(m.betaFunnel(1000), 0.15, 1e-12);
   EXPECT_DOUBLE_EQ(m.betaOneway(10), 0.01);   // clamped below
   EXPECT_DOUBLE_EQ(m.betaDuplex(1e6), 0.04);  // clamped above
-  // ring, p = 4, n = 100: path 2·3·1 + 2·(3/4)·100·0.02 + (3/4)·100·0.001 = 6 + 3 + 0.075,
-  // times max(1, 4/2) = 2.
-  EXPECT_NEAR(m.predict(Algorithm::kRing, 100, 4), 2 * 9.075, 1e-12);
-  // ring, p = 2: no oversubscription.
+  // The ranks share one host: at p ranks, β is looked up where two ranks had the same p·n bytes
+  // in all, n·p/2. At 200 (p = 4): log(2)/log(100) of the way from 100 to 10000.
+  const double duplex200 = 0.02 + 0.02 * std::log(2.0) / std::log(100.0);
+  EXPECT_NEAR(m.betaDuplex(200), duplex200, 1e-15);
+  // ring, p = 4, n = 100: two waves of one rank's work, (3/4)·(2·4·1 + 100·(2β + 0.001)).
+  EXPECT_NEAR(m.predict(Algorithm::kRing, 100, 4), 2 * 0.75 * (8 + 100 * (2 * duplex200 + 0.001)),
+              1e-12);
+  // ring, p = 2: no oversubscription, β at n: 2·1·1 + 100·0.02 + (1/2)·100·0.001.
   EXPECT_NEAR(m.predict(Algorithm::kRing, 100, 2), 2 + 2 + 0.05, 1e-12);
-  // tree, p = 8, n = 100: path 2·3·(1 + 1) + 3·0.1 = 12.3; work 7·(2 + 4·1 + 0.1)/2 = 21.35.
-  EXPECT_NEAR(m.predict(Algorithm::kTree, 100, 8), 21.35, 1e-12);
+  // tree, p = 8, n = 100: β_oneway at 400 = 0.01 + 0.02·log(4)/log(100); path 2·3·(1 + 100β) +
+  // 3·0.1; work 7·(2 + 100·(4β + 0.001))/2, the larger.
+  const double oneway400 = 0.01 + 0.02 * std::log(4.0) / std::log(100.0);
+  EXPECT_NEAR(m.predict(Algorithm::kTree, 100, 8), 7 * (2 + 100 * (4 * oneway400 + 0.001)) / 2,
+              1e-12);
   // tree, p = 2: path 2·(1 + 1) + 0.1 = 4.1 beats work 1·(2 + 4 + 0.1)/2 = 3.05.
   EXPECT_NEAR(m.predict(Algorithm::kTree, 100, 2), 4.1, 1e-12);
   // funnel, p = 4, n = 100: serial 2·3·(1 + 10) + 3·0.1 = 66.3, over c·q/(q+1) = 1.5 cores.
@@ -108,7 +116,7 @@ TEST(CostModel, RefinedModelInterpolatesBetaAndModelsOversubscription) {
 TEST(CostModel, MeasuredBusyCostsPriceRanksBeyondTheCores) {
   // α = 1, γ = 0.001, one β row (oneway 0.01, duplex 0.02, funnel 0.1), 2 cores; beyond them a
   // message costs α_busy = 0.25 and a byte w_tree = 0.5, w_ring = 0.3 (one row: every n).
-  CostModel m(1.0, 0.001, {{100, 0.01, 0.02, 0.1}}, 2, {{100, 0.5, 0.3}}, 0.25);
+  CostModel m(1.0, 0.001, {{100, 0.01, 0.02, 0.1}}, 2, {4, 0.25, {{100, 0.5, 0.3}}});
   EXPECT_EQ(m.alphaBusy(), 0.25);
   EXPECT_DOUBLE_EQ(m.workTree(1e6), 0.5);
   EXPECT_DOUBLE_EQ(m.workRing(1), 0.3);
@@ -126,6 +134,15 @@ TEST(CostModel, MeasuredBusyCostsPriceRanksBeyondTheCores) {
   EXPECT_EQ(derived.alphaBusy(), 1.0);
   EXPECT_NEAR(derived.predict(Algorithm::kRing, 100, 3), 2.0 * 2 / 3 * 10.1, 1e-9);
   EXPECT_NEAR(derived.workTree(100), 4 * 0.01 + 0.001, 1e-15);
+  // Two busy rows, measured with P = 4 ranks: p = 8 ranks of 100 bytes stream what 4 ranks of 200
+  // did, so the tree's work is the 200 row's: 7·(2·0.25 + 100·1.0)/2.
+  CostModel twoRows(1.0, 0.001, {{100, 0.01, 0.02, 0.1}}, 2,
+                    {4, 0.25, {{100, 0.5, 0.3}, {200, 1.0, 0.6}}});
+  EXPECT_NEAR(twoRows.predict(Algorithm::kTree, 100, 8), 7 * (0.5 + 100 * 1.0) / 2, 1e-9);
+  // ... and p = 4 ranks of 100 bytes are the 100 row: 3·(0.5 + 100·0.5)/2.
+  EXPECT_NEAR(twoRows.predict(Algorithm::kTree, 100, 4), 3 * (0.5 + 100 * 0.5) / 2, 1e-9);
+  EXPECT_THROW(CostModel(1.0, 0.001, {{100, 0.01, 0.02, 0.1}}, 2, {2, 0.25, {{100, 0.5, 0.3}}}),
+               std::invalid_argument);  // measured with no more ranks than cores
 
   const std::string path = ::testing::TempDir() + "/cost_model_busy.txt";
   std::ofstream(path) << "a longer file than the model writes, which save() must replace whole\n"
@@ -134,6 +151,7 @@ TEST(CostModel, MeasuredBusyCostsPriceRanksBeyondTheCores) {
   EXPECT_FALSE(std::ifstream(path + ".tmp").good());  // renamed into place
   const CostModel loaded = CostModel::load(path);
   EXPECT_EQ(loaded.alphaBusy(), 0.25);
+  EXPECT_EQ(loaded.busyRanks(), 4);
   ASSERT_EQ(loaded.busy().size(), 1u);
   EXPECT_EQ(loaded.busy()[0].tree, 0.5);
   EXPECT_EQ(loaded.predict(Algorithm::kTree, 100, 8), m.predict(Algorithm::kTree, 100, 8));
@@ -144,6 +162,11 @@ TEST(CostModel, MeasuredBusyCostsPriceRanksBeyondTheCores) {
   expectLoadError(head + "busy_at 100 0.5\n", "line 4: expected 'busy_at <bytes> <tree> <ring>'");
   expectLoadError(head + "busy_at 100 0.5 0.3\n", "busy_at rows but no 'cores' line");
   expectLoadError(head + "alpha_busy_s 2\n", "has alpha_busy_s but no 'cores' line");
+  expectLoadError(head + "cores 2\nbusy_at 100 0.5 0.3\n",
+                  "has busy_at rows but no 'busy_ranks' line above the 2 cores");
+  expectLoadError(head + "cores 2\nbusy_ranks 2\nalpha_busy_s 1\n",
+                  "has alpha_busy_s but no 'busy_ranks' line above the 2 cores");
+  expectLoadError(head + "busy_ranks x\n", "line 4: expected 'busy_ranks <integer >= 0>'");
   expectLoadError(head + "cores 2\nalpha_busy_s -2\n", "line 5: '-2' is not a finite number");
   std::remove(path.c_str());
   try {
