@@ -1,8 +1,8 @@
 #!/bin/bash
 # The exact sequence behind bench/results/allreduce.md (run from the repository root after
 # `cmake --build build --target cumulus-bench`):
-#   N=8 bench/results/run_all.sh > bench/results/raw_8.log 2>&1
-#   bench/summarize.py bench/results/raw_8.log > bench/results/summary_8.md
+#   N=11 bench/results/run_all.sh > bench/results/raw_11.log 2>&1
+#   bench/summarize.py bench/results/raw_11.log > bench/results/summary_11.md
 # Writes bench/results/{cost_model.txt, cost_model_tcp.txt, compare_gloo_run$N.jsonl} and prints
 # everything else.
 #
@@ -20,8 +20,8 @@ bench/compare_gloo.sh --sizes 4K:64M --factor 4 --worlds "2 4" --rounds 2 \
   --algos "ring tree funnel" --transports "auto tcp" --cost-model $R/cost_model.txt \
   --tcp-cost-model $R/cost_model_tcp.txt --out $R/compare_gloo_run$N.jsonl
 date -u; uptime
-# Two rounds of the sweeps, one after the other; bench/summarize.py keeps the best of each
-# configuration's runs.
+# Two rounds of the sweeps (auto included), one after the other; bench/summarize.py keeps the
+# best of each configuration's runs.
 for round in 1 2; do
   for p in 2 3 4 6 8; do
     for a in ring tree funnel; do
@@ -35,9 +35,6 @@ for round in 1 2; do
         --cost-model $R/cost_model_tcp.txt
     done
   done
+  $B allreduce --algo auto --world-size 4 --sizes 4K:64M --factor 4 --cost-model $R/cost_model.txt
   date -u; uptime
 done
-for a in auto; do
-  $B allreduce --algo $a --world-size 4 --sizes 4K:64M --factor 4 --cost-model $R/cost_model.txt
-done
-date -u; uptime
