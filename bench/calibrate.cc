@@ -18,7 +18,8 @@
 //      Every figure is the best of 5 rounds of mean-per-op (the statistic `allreduce` reports per
 //      round): other tenants of a shared machine only ever slow a round down, so the fastest
 //      round is the best estimate of what the machine itself does.
-//   cores  std::thread::hardware_concurrency() of this host.
+//   cores  the CPUs this process may run on (its affinity mask, as the trainer counts them;
+//          hardware_concurrency() where that fails).
 //   a second group, of P = --oversubscribed-world ranks (by default 2·cores), measures what ranks
 //      beyond the cores cost, with the oversubscribed formulas of comm/cost_model.cc (q = P − 1,
 //      c cores):
@@ -30,6 +31,8 @@
 //      Rank 0 adds them to the file the first group wrote.
 // The transport is whatever the communicator picks (CUMULUS_TRANSPORT=tcp measures TCP).
 // Rank 0 writes them with comm::CostModel::save(--out) and prints them.
+
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -54,6 +57,15 @@ namespace cumulus::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The CPUs this process may run on: a container or `taskset` narrows the affinity mask, not
+// hardware_concurrency().
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
 
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -211,7 +223,7 @@ int runCalibrateWorker(const BenchOptions& o) {
   // costs amortize as n grows, so β can fall with n, and on the development VM the maximum
   // carried one slow 1 MiB round into every larger row: the TCP tree then ran at 0.77 of its
   // prediction from 4 to 16 MiB, bench/results/allreduce.md run 6.)
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int cores = usableCores();
   comm.barrier();
   if (env.rank != 0) return 0;
   const comm::CostModel model(alpha, gamma, table, cores);
@@ -242,7 +254,7 @@ int runCalibrate(int argc, char** argv, const BenchOptions& o) {
   // The pairwise group times the funnel too, so it needs the parameter server.
   const int pairs = runGroup(argc, argv, 2, /*withParameterServer=*/true, o.timeout * 2);
   if (pairs != 0 || o.oversubscribedWorld == 0) return pairs;
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int cores = usableCores();
   const int world = o.oversubscribedWorld > 0 ? o.oversubscribedWorld : std::min(64, 2 * cores);
   if (world <= cores) {
     std::printf("# no busy_at table: %d ranks do not outnumber the %d cores (pass "
