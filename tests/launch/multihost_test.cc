@@ -93,6 +93,12 @@ class Multihost : public ::testing::Test {
     }
     return s;
   }
+  // Script text: wait until rank 0 is inside the collectives (past its first timed point), pull
+  // host 2's plug, then wait for the rest.
+  std::string killHost2OnceTiming() const {
+    return "for i in $(seq 200); do grep -q \"rank(s)\" " + (dir_ / "n0.log").string() +
+           " && break; sleep 0.1; done; sleep 1; " + ns() + " kill 2; wait";
+  }
   int rc(int host) const {
     const std::string text = readFile(dir_ / ("rc" + std::to_string(host)));
     return text.empty() ? -1 : std::stoi(text);
@@ -183,9 +189,7 @@ TEST_F(Multihost, NodeLossFailsSurvivorsWithTypedErrorNamingThePeer) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string script =
       startJob(3, "--algorithms ring --sizes 16777216 --target-seconds 100 --max-iters 200", "");
-  // Wait until rank 0 is inside the collectives (past its first timed point) then pull the plug.
-  script += "for i in $(seq 200); do grep -q \"rank(s)\" " + (dir_ / "n0.log").string() +
-            " && break; sleep 0.1; done; sleep 1; " + ns() + " kill 2; wait";
+  script += killHost2OnceTiming();
   std::string out;
   shell(script, &out);
   const double seconds =
@@ -254,8 +258,7 @@ TEST_F(Multihost, ElasticJobGoesOnWithoutALostHost) {
               (dir_ / ("n" + std::to_string(i) + ".log")).string() + " 2>&1; echo $? > " +
               (dir_ / ("rc" + std::to_string(i))).string() + ") & ";
   }
-  script += "for i in $(seq 200); do grep -q \"rank(s)\" " + (dir_ / "n0.log").string() +
-            " && break; sleep 0.1; done; sleep 1; " + ns() + " kill 2; wait";
+  script += killHost2OnceTiming();
   std::string out;
   shell(script, &out);
   const double seconds =
