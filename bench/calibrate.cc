@@ -32,15 +32,12 @@
 // The transport is whatever the communicator picks (CUMULUS_TRANSPORT=tcp measures TCP).
 // Rank 0 writes them with comm::CostModel::save(--out) and prints them.
 
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "bench/bench.h"
@@ -57,15 +54,6 @@ namespace cumulus::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The CPUs this process may run on: a container or `taskset` narrows the affinity mask, not
-// hardware_concurrency().
-int usableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
 
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -223,7 +211,7 @@ int runCalibrateWorker(const BenchOptions& o) {
   // costs amortize as n grows, so β can fall with n, and on the development VM the maximum
   // carried one slow 1 MiB round into every larger row: the TCP tree then ran at 0.77 of its
   // prediction from 4 to 16 MiB, bench/results/allreduce.md run 6.)
-  const int cores = usableCores();
+  const int cores = comm::usableCores();
   comm.barrier();
   if (env.rank != 0) return 0;
   const comm::CostModel model(alpha, gamma, table, cores);
@@ -254,7 +242,7 @@ int runCalibrate(int argc, char** argv, const BenchOptions& o) {
   // The pairwise group times the funnel too, so it needs the parameter server.
   const int pairs = runGroup(argc, argv, 2, /*withParameterServer=*/true, o.timeout * 2);
   if (pairs != 0 || o.oversubscribedWorld == 0) return pairs;
-  const int cores = usableCores();
+  const int cores = comm::usableCores();
   const int world = o.oversubscribedWorld > 0 ? o.oversubscribedWorld : std::min(64, 2 * cores);
   if (world <= cores) {
     std::printf("# no busy_at table: %d ranks do not outnumber the %d cores (pass "

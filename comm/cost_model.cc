@@ -1,5 +1,7 @@
 #include "comm/cost_model.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace cumulus::comm {
 namespace {
@@ -47,6 +50,13 @@ int ceilLog2(int p) {
 }
 
 }  // namespace
+
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
 
 CostModel::CostModel() : CostModel(kDefaultAlpha, kDefaultBeta, kDefaultGamma) {}
 

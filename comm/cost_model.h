@@ -47,6 +47,11 @@
 
 namespace cumulus::comm {
 
+// The CPUs this process may run on: its affinity mask, which `taskset` and cpuset containers
+// narrow (hardware_concurrency() where the mask cannot be read). The `cores` a model is
+// calibrated with, and what the trainer divides among its local workers.
+int usableCores();
+
 class CostModel {
  public:
   // One row of the β table: seconds per byte at buffer size `bytes`.

@@ -26,6 +26,7 @@
 #include "configs/parse.h"
 #include "trainer/preemption.h"
 #include "trainer/process_group.h"
+#include "trainer/progress.h"
 #include "trainer/run_env.h"
 #include "trainer/startup_profile.h"
 #include "trainer/trace.h"
@@ -131,7 +132,7 @@ int runMain(int argc, char** argv) {
     group = std::make_unique<trainer::ProcessGroup>(trainer::GroupEnv::fromEnvironment(),
                                                     experiment.comm);
     options.group = group.get();
-    if (env.rank == 0 || experiment.trainer.log_all_ranks) {
+    if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
       std::cout << "rank " << env.rank << " of " << env.world_size << ": connected (generation "
                 << env.generation << ", comm.algorithm " << experiment.comm.algorithm << ")"
                 << std::endl;

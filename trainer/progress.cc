@@ -8,7 +8,7 @@ namespace cumulus::trainer {
 Progress::Progress(std::ostream& out, bool live, int64_t total_steps, int64_t epochs,
                    int64_t log_every, bool quiet)
     : out_(out),
-      live_(live && !quiet),
+      live_(live),
       total_(total_steps),
       epochs_(epochs),
       log_every_(log_every),

@@ -32,6 +32,9 @@ class Progress {
   // Ends the status line (live mode) so the next output starts on a fresh line.
   void finish();
 
+  // Whether `rank`'s routine output is quiet: every rank but 0, unless trainer.log_all_ranks.
+  static bool quietFor(int64_t rank, bool log_all_ranks) { return rank != 0 && !log_all_ranks; }
+
   // "1:02:03" or "2:03"; "?" for negative or non-finite.
   static std::string formatDuration(double seconds);
 

@@ -1,11 +1,10 @@
 #include "trainer/run_env.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <thread>
+
+#include "comm/cost_model.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -64,11 +63,7 @@ RunEnv RunEnv::fromEnvironment(const std::function<const char*(const char*)>& ge
 
 int64_t intraOpThreads(int64_t configured, int64_t local_world_size) {
   if (configured > 0) return configured;
-  int64_t cpus = 0;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
-  if (cpus <= 0) cpus = static_cast<int64_t>(std::thread::hardware_concurrency());
+  const int64_t cpus = comm::usableCores();
   return std::max<int64_t>(1, cpus / std::max<int64_t>(1, local_world_size));
 }
 

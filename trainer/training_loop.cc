@@ -189,7 +189,7 @@ RunResult Trainer::Impl::run() {
   const int64_t steps_per_epoch = sampler->stepsPerEpoch();
   const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
   Progress progress(console, options.live_progress, total_steps, epochs, t.log_every_steps,
-                    /*quiet=*/env.rank != 0 && !t.log_all_ranks);
+                    Progress::quietFor(env.rank, t.log_all_ranks));
   const std::unique_ptr<MetricsLog> metrics = openRunDir();
   progress.info("model: " + model->summary());
   for (const std::string& line : resume_lines) progress.info(line);

@@ -1,6 +1,7 @@
 #include "comm/cost_model.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cmath>
 #include <cstdio>
@@ -20,6 +21,13 @@ void expectLoadErrorFor(const std::string& path, const std::string& text,
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
+}
+
+TEST(CostModel, UsableCoresCountsTheAffinityMask) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_EQ(usableCores(), CPU_COUNT(&set));
+  EXPECT_GE(usableCores(), 1);
 }
 
 TEST(CostModel, FormulasMatchHandComputedValues) {

@@ -58,6 +58,12 @@ TEST(ProgressTest, QuietModePrintsOnlyWarningsAndPreemptions) {
   }
 }
 
+TEST(ProgressTest, RankZeroOrLogAllRanksPrintsRoutineLines) {
+  EXPECT_FALSE(Progress::quietFor(0, false));
+  EXPECT_TRUE(Progress::quietFor(1, false));
+  EXPECT_FALSE(Progress::quietFor(3, true));
+}
+
 TEST(ProgressTest, InfoIsALineWhenNotQuiet) {
   std::ostringstream out;
   Progress progress(out, /*live=*/false, /*total_steps=*/4, /*epochs=*/1, /*log_every=*/50);
