@@ -35,6 +35,19 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 RunEnv RunEnv::fromEnvironment(const std::function<const char*(const char*)>& getenv) {
+  // RANK and WORLD_SIZE come as a pair. Only one of them is a worker meant for a group that was
+  // started wrongly: training it alone would exit 0 with a model nobody asked for.
+  const auto isSet = [&](const char* name) {
+    const char* text = getenv(name);
+    return text != nullptr && *text != '\0';
+  };
+  for (const auto& [have, missing] : {std::pair{"RANK", "WORLD_SIZE"}, {"WORLD_SIZE", "RANK"}}) {
+    if (isSet(have) && !isSet(missing)) {
+      throw EnvError(std::string(have) + "=" + getenv(have) + " is set but " + missing +
+                     " is not: a worker of a group needs both (cumulus-run sets them); unset " +
+                     have + " to train alone");
+    }
+  }
   RunEnv env;
   env.world_size = readInt(getenv, "WORLD_SIZE", 1);
   env.rank = readInt(getenv, "RANK", 0);

@@ -30,7 +30,8 @@ struct RunEnv {
 
   // Reads the variables through `getenv` (std::getenv by default; tests pass a map lookup).
   // Throws EnvError naming the variable when a value is not an integer or is out of range
-  // (RANK outside [0, WORLD_SIZE), LOCAL_RANK outside [0, LOCAL_WORLD_SIZE), sizes < 1).
+  // (RANK outside [0, WORLD_SIZE), LOCAL_RANK outside [0, LOCAL_WORLD_SIZE), sizes < 1), and when
+  // only one of RANK and WORLD_SIZE is set.
   static RunEnv fromEnvironment(const std::function<const char*(const char*)>& getenv =
                                     [](const char* name) {
                                       return static_cast<const char*>(std::getenv(name));

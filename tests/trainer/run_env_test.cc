@@ -47,7 +47,7 @@ TEST(RunEnvTest, ReadsTheTorchrunVariables) {
 
 TEST(RunEnvTest, RejectsMalformedAndOutOfRangeValues) {
   try {
-    fromMap({{"WORLD_SIZE", "two"}});
+    fromMap({{"WORLD_SIZE", "two"}, {"RANK", "0"}});
     FAIL() << "expected an exception";
   } catch (const EnvError& e) {
     EXPECT_STREQ(e.what(), "environment variable WORLD_SIZE=\"two\" is not an integer");
@@ -58,10 +58,40 @@ TEST(RunEnvTest, RejectsMalformedAndOutOfRangeValues) {
   } catch (const EnvError& e) {
     EXPECT_STREQ(e.what(), "RANK=2 must be in [0, WORLD_SIZE=2)");
   }
-  EXPECT_THROW(fromMap({{"WORLD_SIZE", "0"}}), EnvError);
+  EXPECT_THROW(fromMap({{"WORLD_SIZE", "0"}, {"RANK", "0"}}), EnvError);
   EXPECT_THROW(fromMap({{"LOCAL_RANK", "1"}}), EnvError);
   EXPECT_THROW(fromMap({{"MASTER_PORT", "70000"}}), EnvError);
-  EXPECT_THROW(fromMap({{"RANK", "1x"}}), EnvError);
+  EXPECT_THROW(fromMap({{"RANK", "1x"}, {"WORLD_SIZE", "2"}}), EnvError);
+}
+
+// A worker meant for a group must not train alone because half of its environment is missing.
+TEST(RunEnvTest, RankAndWorldSizeComeTogether) {
+  try {
+    fromMap({{"RANK", "0"}});
+    FAIL() << "expected an exception";
+  } catch (const EnvError& e) {
+    EXPECT_STREQ(e.what(),
+                 "RANK=0 is set but WORLD_SIZE is not: a worker of a group needs both (cumulus-run "
+                 "sets them); unset RANK to train alone");
+  }
+  try {
+    fromMap({{"RANK", "1"}});
+    FAIL() << "expected an exception";
+  } catch (const EnvError& e) {
+    EXPECT_STREQ(e.what(),
+                 "RANK=1 is set but WORLD_SIZE is not: a worker of a group needs both (cumulus-run "
+                 "sets them); unset RANK to train alone");
+  }
+  try {
+    fromMap({{"WORLD_SIZE", "2"}});
+    FAIL() << "expected an exception";
+  } catch (const EnvError& e) {
+    EXPECT_STREQ(e.what(),
+                 "WORLD_SIZE=2 is set but RANK is not: a worker of a group needs both (cumulus-run "
+                 "sets them); unset WORLD_SIZE to train alone");
+  }
+  // Empty counts as unset, as for every other variable.
+  EXPECT_EQ(fromMap({{"RANK", ""}}).world_size, 1);
 }
 
 TEST(RunEnvTest, ThreadsComeFromConfigOrCoresPerLocalWorker) {
