@@ -9,7 +9,7 @@
 // A SIGTERM is a preemption notice: the ranks agree on a stop step, checkpoint it and exit 75.
 //
 // Exit codes: 0 done; 2 the user must fix something (usage, config, dataset, environment, a
-// checkpoint that cannot be resumed); 1 the run failed (diverged, LibTorch error, an output could
+// checkpoint that cannot be resumed, a job token the Store or a peer rejects); 1 the run failed (diverged, LibTorch error, an output could
 // not be written); 75 preempted after a checkpoint (resumable: run the same command again).
 
 #include <unistd.h>
@@ -170,6 +170,10 @@ int main(int argc, char** argv) {
     return fail(kExitUsage, e.what());
   } catch (const cumulus::trainer::GroupError& e) {
     return fail(kExitUsage, e.what());
+  } catch (const cumulus::comm::CommError& e) {
+    // A wrong job token fails the same way on every retry: a set-up error, not one to restart.
+    if (e.kind() == cumulus::comm::ErrorKind::kUnauthorized) return fail(kExitUsage, e.what());
+    return fail(kExitFailure, e.what());
   } catch (const std::exception& e) {
     return fail(kExitFailure, e.what());
   }

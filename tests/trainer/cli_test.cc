@@ -9,6 +9,8 @@
 #include <regex>
 #include <string>
 
+#include "comm/store_server.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -104,12 +106,37 @@ TEST_F(CliTest, AGroupWorkerWithoutTheLauncherEnvironmentNamesTheMissingVariable
             "WORLD_SIZE, MASTER_ADDR and MASTER_PORT (start it with cumulus-run)\n");
 }
 
+TEST_F(CliTest, RankWithoutWorldSizeExitsTwoInsteadOfTrainingAlone) {
+  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "RANK=0");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: RANK=0 is set but WORLD_SIZE is not: a worker of a group needs "
+            "both (cumulus-run sets them); unset RANK to train alone\n");
+  EXPECT_EQ(o.out, "");
+}
+
 TEST_F(CliTest, AGroupWorkerWhoseStoreIsDownSaysWhere) {
   // Port 1 on loopback: nothing listens there (and unprivileged tests cannot bind it).
   const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set comm.timeout_seconds=0.3",
                         "WORLD_SIZE=2 RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=1");
   EXPECT_EQ(o.exit_code, 1);
   EXPECT_NE(o.err.find("store 127.0.0.1:1 unreachable"), std::string::npos) << o.err;
+}
+
+// A wrong token fails the same way every time, so it is a set-up error (exit 2), which the
+// launcher does not restart.
+TEST_F(CliTest, AWrongJobTokenExitsTwo) {
+  cumulus::comm::StoreServer store("127.0.0.1", 0, "the-right-token");
+  const std::string port = std::to_string(store.port());
+  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set comm.timeout_seconds=5",
+                        "WORLD_SIZE=2 RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
+                            " CUMULUS_JOB_TOKEN=a-wrong-token");
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_NE(o.err.find("store 127.0.0.1:" + port +
+                       " rejected the call: wrong job token (x-cumulus-token); check "
+                       "CUMULUS_JOB_TOKEN"),
+            std::string::npos)
+      << o.err;
 }
 
 TEST_F(CliTest, PrintConfigShowsTheResolvedOverrides) {
