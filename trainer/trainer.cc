@@ -281,6 +281,20 @@ std::string Trainer::Impl::checkpointDir() const {
                                        : config.checkpoint.dir;
 }
 
+namespace {
+
+// "step-00000012, step-00000010": the checkpoints a resume rejected, by directory name.
+std::string rejectedNames(const std::vector<CheckpointWarning>& warnings) {
+  std::string names;
+  for (const CheckpointWarning& w : warnings) {
+    if (!names.empty()) names += ", ";
+    names += std::filesystem::path(w.path).filename().string();
+  }
+  return names;
+}
+
+}  // namespace
+
 // --resume: none, auto (the newest valid checkpoint in checkpointDir(), if any) or a directory.
 // Every rank loads the same checkpoint (the directory is shared, and nothing writes it while the
 // group starts) and restores parameters, buffers, optimizer state, sampler position and step.
@@ -302,12 +316,24 @@ void Trainer::Impl::resumeIfAsked() {
       resume_lines.push_back("warning: " + w.str() + "; not resuming from it");
     }
     if (!found) {
-      resume_lines.push_back("no checkpoint in " + checkpointDir() + ": starting from step 0");
+      resume_lines.push_back(warnings.empty()
+                                 ? "no checkpoint in " + checkpointDir() + ": starting from step 0"
+                                 : "no valid checkpoint in " + checkpointDir() + " (rejected: " +
+                                       rejectedNames(warnings) + "): starting from step 0");
       return;
     }
     const auto& [info, loaded] = *found;
-    const ResumePlan plan =
-        planResume(config, env.world_size, loaded.state, info.path, options.allow_config_change);
+    ResumePlan plan;
+    try {
+      plan = planResume(config, env.world_size, loaded.state, info.path,
+                        options.allow_config_change);
+    } catch (const ResumeError& e) {
+      // resume_lines are never printed once this throws: the error carries what was skipped.
+      if (warnings.empty()) throw;
+      std::string skipped;
+      for (const CheckpointWarning& w : warnings) skipped += "; newer checkpoint skipped: " + w.str();
+      throw ResumeError(e.what() + skipped);
+    }
     restoreTraining(loaded, *model, *optimizer, info.path);
     sampler->restore(plan.sampler);
     start_step = std::min(plan.step, total_steps);

@@ -203,6 +203,41 @@ TEST_F(ResumeProcessTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   EXPECT_EQ(digestOf(second), expected);
 }
 
+// The warning about a corrupt newest checkpoint must survive a resume that is then refused, and
+// a directory of only corrupt checkpoints must say so rather than "no checkpoint".
+TEST_F(ResumeProcessTest, RejectedCheckpointsAreNamedWhenTheResumeFailsOrFindsNone) {
+  const std::vector<std::string> every5 = {"--resume", "auto", "--set", "checkpoint.every_steps=5"};
+  const ProcessResult first =
+      runProcess(train("x", every5), alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", "12"}}));
+  ASSERT_EQ(first.exit_code, 75) << first.output;
+  auto corrupt = [&](int step) {
+    std::fstream model(ckpt("x", step) + "/model.pt",
+                       std::ios::in | std::ios::out | std::ios::binary);
+    model.seekp(100);
+    model.put('\x5a');
+  };
+  corrupt(12);
+  std::vector<std::string> changed = every5;
+  for (const char* s : {"--set", "optimizer.lr=0.01"}) changed.push_back(s);
+  const ProcessResult refused = runProcess(train("x", changed), alone());
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("optimizer.lr"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("; newer checkpoint skipped: " + ckpt("x", 12) + ": "),
+            std::string::npos)
+      << refused.output;
+
+  corrupt(10);
+  corrupt(5);
+  const ProcessResult none =
+      runProcess(train("x", {"--resume", "auto", "--set", "trainer.max_steps=1"}), alone());
+  EXPECT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_NE(none.output.find("no valid checkpoint in " + (dir_ / "x" / "checkpoints").string() +
+                             " (rejected: step-00000012, step-00000010, step-00000005): starting "
+                             "from step 0"),
+            std::string::npos)
+      << none.output;
+}
+
 // Two workers under cumulus-run, stopped by a notice on one rank only, for each algorithm.
 class GroupResumeTest : public ResumeProcessTest,
                         public ::testing::WithParamInterface<std::string> {};
