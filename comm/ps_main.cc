@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cumulus-ps: %s received, shutting down\n", strsignal(signal));
     server.shutdown();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "cumulus-ps: %s\n", e.what());
+    std::fprintf(stderr, "cumulus-ps: %s; choose another with --port or --host\n", e.what());
     return 1;
   }
   return 0;

@@ -1,10 +1,12 @@
 #include "comm/rpc_common.h"
 
 #include <grpc/grpc.h>
+#include <grpc/support/log.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -20,7 +22,15 @@ namespace cumulus::comm::rpc {
 
 void keepGrpcInitialized() {
   static std::once_flag once;
-  std::call_once(once, [] { grpc_init(); });  // deliberately never paired with grpc_shutdown()
+  std::call_once(once, [] {
+    // gRPC's own log lines ("chttp2_server.cc:… Address already in use") repeat, in gRPC's terms,
+    // an error that Cumulus reports in its own. They reach the console only when a user asks for
+    // them with gRPC's documented GRPC_VERBOSITY (or GRPC_TRACE).
+    if (std::getenv("GRPC_VERBOSITY") == nullptr && std::getenv("GRPC_TRACE") == nullptr) {
+      gpr_set_log_function([](gpr_log_func_args*) {});
+    }
+    grpc_init();  // deliberately never paired with grpc_shutdown()
+  });
 }
 
 bool tokenEquals(std::string_view expected, std::string_view given) {
@@ -99,7 +109,7 @@ std::unique_ptr<grpc::Server> startServer(const std::string& what, const std::st
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || *bound_port == 0) {
     throw std::runtime_error(what + " cannot listen on " + address +
-                             " (port in use or host not local); pick another --port or host");
+                             " (port in use or host not local)");
   }
   return server;
 }

@@ -457,6 +457,10 @@ TEST_F(LauncherTest, PortInUseIsAClearError) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("choose another with --rdzv-endpoint"), std::string::npos) << r.output;
+  // In cumulus-run's own terms: it has no --port flag, and gRPC's log lines stay out.
+  EXPECT_EQ(r.output.find("--port"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("chttp2"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Address already in use"), std::string::npos) << r.output;
 }
 
 TEST_F(LauncherTest, UnreachableRendezvousFailsWithinItsTimeout) {
