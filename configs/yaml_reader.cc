@@ -387,6 +387,33 @@ std::string sizeLimitMessage(size_t size, size_t limit) {
          " bytes) for experiment files; is this the right file?";
 }
 
+namespace {
+
+// yaml-cpp reports a tab in the indentation as "illegal map value" or the like, which never says
+// "tab". Names the line (the error's own, else the nearest one above it) whose indentation has a
+// tab, or returns "" when none does.
+std::string tabIndentationHint(std::string_view text, int error_line) {
+  int tab_line = 0;
+  int line = 1;
+  bool in_indent = true;
+  for (size_t i = 0; i < text.size() && line <= error_line; ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      in_indent = true;
+    } else if (in_indent && c == '\t') {
+      tab_line = line;
+    } else if (c != ' ') {
+      in_indent = false;
+    }
+  }
+  if (tab_line == 0) return "";
+  return " (line " + std::to_string(tab_line) +
+         " is indented with a tab; YAML indents with spaces only)";
+}
+
+}  // namespace
+
 std::optional<YamlNode> readYaml(std::string_view text, const YamlLimits& limits) {
   if (text.size() > limits.max_bytes) {
     throw YamlError(0, 0, "", sizeLimitMessage(text.size(), limits.max_bytes));
@@ -415,7 +442,11 @@ std::optional<YamlNode> readYaml(std::string_view text, const YamlLimits& limits
     // A second document is rejected by OnDocumentStart before any of its nodes are parsed.
     parser.HandleNextDocument(builder);
   } catch (const YAML::ParserException& e) {
-    throw YamlError(e.mark.line + 1, e.mark.column + 1, "", "invalid YAML: " + e.msg);
+    throw YamlError(e.mark.line + 1, e.mark.column + 1, "",
+                    "invalid YAML: " + e.msg +
+                        (e.msg.find("tab") == std::string::npos
+                             ? tabIndentationHint(text, e.mark.line + 1)
+                             : ""));
   } catch (const YAML::Exception& e) {
     throw YamlError(e.mark.line + 1, e.mark.column + 1, "", "invalid YAML: " + e.msg);
   }

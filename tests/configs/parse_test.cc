@@ -229,6 +229,15 @@ TEST(ParseTest, MalformedYamlKeepsYamlCppPosition) {
   EXPECT_EQ(errorOf("name: t\n  lr: 0.1\n"), "x.yaml:2:5: invalid YAML: illegal map value");
   EXPECT_EQ(errorOf("name: t\n\tlr: 1\n"),
             "x.yaml:2:1: invalid YAML: illegal tab when looking for indentation");
+  // yaml-cpp's own words for a tab under a key never say "tab"; ours do.
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n\tlr: 0.1\n"),
+            "x.yaml:3:4: invalid YAML: illegal map value (line 3 is indented with a tab; YAML "
+            "indents with spaces only)");
+  EXPECT_EQ(errorOf("name: t\noptimizer:\n  \tlr: 0.1\n  momentum: 0.9\n"),
+            "x.yaml:3:6: invalid YAML: illegal map value (line 3 is indented with a tab; YAML "
+            "indents with spaces only)");
+  // A tab inside a value is no indentation: no hint.
+  EXPECT_EQ(errorOf("name: t\n  lr: \"\t\"\n"), "x.yaml:2:5: invalid YAML: illegal map value");
   EXPECT_EQ(errorOf("name: t\nx: \"a\\q\"\n"),
             "x.yaml:2:8: invalid YAML: unknown escape character: q");
 }
