@@ -9,6 +9,7 @@ PACKAGES=(
   libopenblas0-openmp                # fast BLAS for LibTorch (see README "Why OpenBLAS")
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libgtest-dev zlib1g-dev
+  libssl-dev                         # OpenSSL libcrypto: SHA-256, HMAC, random bytes
   dataset-fashion-mnist              # the real Fashion-MNIST in /usr/share/datasets/fashion-mnist
   python3-torch                      # the peer we compare against, and the TorchScript fixture
   iproute2 procps

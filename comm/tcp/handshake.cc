@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <random>
 
 #include "comm/error.h"
 #include "comm/tcp/frame.h"
@@ -25,12 +24,8 @@ enum Status : uint32_t { kOk = 0, kStale = 1, kBadRank = 2, kDenied = 3 };
 using Nonce = std::array<uint8_t, 16>;
 
 Nonce freshNonce() {
-  std::random_device device;
   Nonce nonce;
-  for (size_t i = 0; i < nonce.size(); i += 4) {
-    uint32_t r = device();
-    for (size_t j = 0; j < 4; ++j) nonce[i + j] = static_cast<uint8_t>(r >> (8 * j));
-  }
+  randomBytes(nonce.data(), nonce.size());
   return nonce;
 }
 
