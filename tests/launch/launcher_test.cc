@@ -435,8 +435,8 @@ TEST_F(PreemptionTest, ANoticeSpecTypoIsAUsageError) {
   Result r = launch("--preemption-notice htp://x -- /bin/true");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.output,
-            "cumulus-run: error: --preemption-notice: expected file:PATH or url:http://…, "
-            "got \"htp://x\"\n");
+            "cumulus-run: error: --preemption-notice: expected aws, gcp, azure, auto, file:PATH "
+            "or url:http://…, got \"htp://x\"\n");
 }
 
 TEST_F(LauncherTest, PortInUseIsAClearError) {
