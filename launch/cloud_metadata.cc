@@ -74,16 +74,26 @@ MetadataReading readAnswerFailure(const HttpResponse& response) {
 
 std::string statusText(int status) {
   switch (status) {
-    case 400: return "400 Bad Request";
-    case 401: return "401 Unauthorized";
-    case 403: return "403 Forbidden";
-    case 404: return "404 Not Found";
-    case 405: return "405 Method Not Allowed";
-    case 500: return "500 Internal Server Error";
-    case 502: return "502 Bad Gateway";
-    case 503: return "503 Service Unavailable";
-    case 504: return "504 Gateway Timeout";
-    default: return std::to_string(status);
+    case 400:
+      return "400 Bad Request";
+    case 401:
+      return "401 Unauthorized";
+    case 403:
+      return "403 Forbidden";
+    case 404:
+      return "404 Not Found";
+    case 405:
+      return "405 Method Not Allowed";
+    case 500:
+      return "500 Internal Server Error";
+    case 502:
+      return "502 Bad Gateway";
+    case 503:
+      return "503 Service Unavailable";
+    case 504:
+      return "504 Gateway Timeout";
+    default:
+      return std::to_string(status);
   }
 }
 
@@ -115,8 +125,7 @@ MetadataReading readAwsRebalance(const HttpResponse& response) {
   return notice(NoticeKind::kRebalance, "AWS rebalance recommendation at " + time);
 }
 
-MetadataReading readAzureScheduledEvents(const HttpResponse& response,
-                                         const std::string& vm_name) {
+MetadataReading readAzureScheduledEvents(const HttpResponse& response, const std::string& vm_name) {
   if (!response.answered() || response.status != 200) return unexpectedAnswer(response);
   const json doc = parseObject(response.body);
   auto events = doc.find("Events");
@@ -171,9 +180,8 @@ ImdsToken::Headers ImdsToken::headers() {
     put.headers = {"X-aws-ec2-metadata-token-ttl-seconds: " + std::to_string(ttl_seconds_)};
     put.timeout = timeout_;
     const HttpResponse response = http_.send(put);
-    const bool refused = response.answered() &&
-                         (response.status == 403 || response.status == 404 ||
-                          response.status == 405);
+    const bool refused = response.answered() && (response.status == 403 || response.status == 404 ||
+                                                 response.status == 405);
     if (refused) {
       v1_ = true;
       token_.clear();

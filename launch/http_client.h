@@ -22,7 +22,7 @@ struct HttpRequest {
 };
 
 struct HttpResponse {
-  int status = 0;     // the HTTP status; 0 when no answer came (then `error` says why)
+  int status = 0;  // the HTTP status; 0 when no answer came (then `error` says why)
   std::string body;
   std::string error;  // empty when an answer came
   bool timed_out = false;

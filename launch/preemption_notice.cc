@@ -108,9 +108,11 @@ class AwsNotice final : public MetadataNotice {
     return {rebalance.kind, rebalance.detail};
   }
 
+  // Only an IMDSv2 token counts: another cloud's service may refuse the PUT and answer the
+  // IMDSv1 GET with a 404 that would pass for "no notice".
   bool answers() override {
     ImdsToken::Headers h = token_.headers();
-    if (!h.problem.empty()) return false;
+    if (!h.problem.empty() || token_.usingImdsV1()) return false;
     HttpResponse r = get(base_ + kAwsActionPath, h.headers);
     return r.answered() && (r.status == 200 || r.status == 404);
   }
@@ -165,8 +167,8 @@ class AzureNotice final : public MetadataNotice {
       }
       if (reported("GET /metadata/instance/compute/name", name)) return {};
     }
-    MetadataReading events = readAzureScheduledEvents(get(events_url_, {"Metadata: true"}),
-                                                      vm_name_);
+    MetadataReading events =
+        readAzureScheduledEvents(get(events_url_, {"Metadata: true"}), vm_name_);
     if (reported("GET /metadata/scheduledevents", events)) return {};
     return {events.kind, events.detail};
   }
@@ -207,8 +209,7 @@ std::unique_ptr<MetadataNotice> makeAws(const NoticeSourceOptions& o, std::strin
 }
 std::unique_ptr<MetadataNotice> makeAzure(const NoticeSourceOptions& o, std::string description) {
   return std::make_unique<AzureNotice>(std::move(description), o.azure_base,
-                                       o.azure_base + kAzureEventsPath + "?" + kAzureApiVersion,
-                                       o);
+                                       o.azure_base + kAzureEventsPath + "?" + kAzureApiVersion, o);
 }
 std::unique_ptr<MetadataNotice> makeGcp(const NoticeSourceOptions& o, std::string description) {
   return std::make_unique<GcpNotice>(std::move(description), o.gcp_base + kGcpPreemptedPath, o);
@@ -241,8 +242,9 @@ class AutoNotice final : public NoticeSource {
       }
       return chosen_->poll();
     }
-    log_.report("none", "no cloud metadata service answered (tried gcp, aws, azure; trying again "
-                        "every 60 s)");
+    log_.report("none",
+                "no cloud metadata service answered (tried gcp, aws, azure; trying again "
+                "every 60 s)");
     return {};
   }
   std::string describe() const override {
@@ -259,9 +261,10 @@ class AutoNotice final : public NoticeSource {
 
 std::unique_ptr<NoticeSource> makeUrlSource(const std::string& url, NoticeSourceOptions options) {
   std::smatch m;
-  if (!std::regex_match(url, m, std::regex(R"((http://(?:\[[^\]]+\]|[^/:?]+)(?::(\d+))?)(/[^?]*)?(\?.*)?)"))) {
-    throw UsageError("--preemption-notice: expected url:http://HOST[:PORT]/PATH, got \"url:" +
-                     url + "\" (https is not supported: metadata services are plain http)");
+  if (!std::regex_match(
+          url, m, std::regex(R"((http://(?:\[[^\]]+\]|[^/:?]+)(?::(\d+))?)(/[^?]*)?(\?.*)?)"))) {
+    throw UsageError("--preemption-notice: expected url:http://HOST[:PORT]/PATH, got \"url:" + url +
+                     "\" (https is not supported: metadata services are plain http)");
   }
   if (m[2].matched) {
     const long port = std::stol(m[2]);
@@ -271,8 +274,8 @@ std::unique_ptr<NoticeSource> makeUrlSource(const std::string& url, NoticeSource
   const std::string path = m[3];
   const std::string query = m[4];
   auto endsWith = [&](const std::string& tail) {
-    return path.size() >= tail.size() && path.compare(path.size() - tail.size(), tail.size(),
-                                                      tail) == 0;
+    return path.size() >= tail.size() &&
+           path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
   };
   const std::string description = "url:" + url;
   if (endsWith(kAwsActionPath)) {
@@ -282,8 +285,8 @@ std::unique_ptr<NoticeSource> makeUrlSource(const std::string& url, NoticeSource
   if (endsWith(kAzureEventsPath)) {
     const std::string base =
         origin + path.substr(0, path.size() - std::string(kAzureEventsPath).size());
-    const std::string events = origin + path + (query.empty() ? std::string("?") + kAzureApiVersion
-                                                              : query);
+    const std::string events =
+        origin + path + (query.empty() ? std::string("?") + kAzureApiVersion : query);
     return std::make_unique<AzureNotice>(description, base, events, options);
   }
   if (path.find("/computeMetadata/") != std::string::npos) {
@@ -313,8 +316,10 @@ std::unique_ptr<NoticeSource> makeNoticeSource(const std::string& spec,
     return makeGcp(options, "gcp (" + options.gcp_base + kGcpPreemptedPath + ")");
   }
   if (spec == "auto") return std::make_unique<AutoNotice>(std::move(options));
-  throw UsageError("--preemption-notice: expected aws, gcp, azure, auto, file:PATH or "
-                   "url:http://…, got \"" + spec + "\"");
+  throw UsageError(
+      "--preemption-notice: expected aws, gcp, azure, auto, file:PATH or "
+      "url:http://…, got \"" +
+      spec + "\"");
 }
 
 }  // namespace cumulus::launch

@@ -6,7 +6,8 @@
 //               recommendation (a softer signal: checkpoint now, keep training)
 //   gcp         metadata.google.internal: instance/preempted
 //   azure       Scheduled Events at 169.254.169.254: a Preempt event for this VM
-//   auto        whichever of gcp, aws, azure answers (probed again every 60 s until one does)
+//   auto        whichever of gcp, aws (an IMDSv2 token), azure answers as itself; probed again
+//               every 60 s until one does
 //   url:URL     one of those protocols at another host (a test's fake server, a proxy), chosen
 //               by the path: http://HOST[:PORT]/latest/meta-data/spot/instance-action (AWS),
 //               …/metadata/scheduledevents?api-version=… (Azure), …/computeMetadata/… (GCP)
@@ -49,7 +50,7 @@ struct NoticeSourceOptions {
   // The HTTP client (the source owns it). Empty: libcurl.
   std::function<std::unique_ptr<HttpClient>()> http;
   SecondsClock clock;  // empty: CLOCK_MONOTONIC
-  // Where the shorthands look. Tests of `auto` point them at a scripted client.
+  // Where the shorthands (and auto) look: the clouds' link-local metadata addresses.
   std::string aws_base = "http://169.254.169.254";
   std::string azure_base = "http://169.254.169.254";
   std::string gcp_base = "http://metadata.google.internal";

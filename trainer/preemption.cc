@@ -100,9 +100,9 @@ StepAction PreemptionWatcher::decide(int64_t step) {
   constexpr int64_t kStopLevel = 2;
   const uint64_t requests =
       checkpoint_requests_.load() + (options_.watch_sigusr1 ? checkpointSignalsReceived() : 0);
-  const int64_t level = noticed()                        ? kStopLevel
+  const int64_t level = noticed()                       ? kStopLevel
                         : requests > requests_answered_ ? kCheckpointLevel
-                                                         : 0;
+                                                        : 0;
   const int64_t agreed = agree_(level > 0 ? 4 * step + level : -1);
   if (agreed < 0) return StepAction::kContinue;
   // Every rank calls with the same step, so the max of the proposals is 4·step + the top level.

@@ -195,8 +195,9 @@ TEST_F(CloudNoticeTest, AwsRebalanceRecommendationCheckpointsAndTrainsToTheEnd) 
   const Result r =
       launch("--nproc-per-node 2 --preemption-notice " + aws.spec(kAwsPath) + " -- " + train);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "cumulus-run: AWS rebalance recommendation at 2026-11-23T22:25:00Z; "
-                            "asking the workers to checkpoint now and keep training"),
+  EXPECT_EQ(count(r.output,
+                  "cumulus-run: AWS rebalance recommendation at 2026-11-23T22:25:00Z; "
+                  "asking the workers to checkpoint now and keep training"),
             1u)
       << r.output;
   std::smatch m;

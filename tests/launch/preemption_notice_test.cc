@@ -85,8 +85,8 @@ const std::string kRebalance = "/latest/meta-data/events/recommendations/rebalan
 TEST(MetadataReadingTest, AwsInstanceAction) {
   EXPECT_EQ(readAwsInstanceAction(answer(404)).kind, NoticeKind::kNone);
   EXPECT_FALSE(readAwsInstanceAction(answer(404)).unexpected());
-  MetadataReading r = readAwsInstanceAction(
-      answer(200, R"({"action": "stop", "time": "2026-11-23T22:30:00Z"})"));
+  MetadataReading r =
+      readAwsInstanceAction(answer(200, R"({"action": "stop", "time": "2026-11-23T22:30:00Z"})"));
   EXPECT_EQ(r.kind, NoticeKind::kPreemption);
   EXPECT_EQ(r.detail, "AWS spot/instance-action stop at 2026-11-23T22:30:00Z");
   EXPECT_EQ(readAwsInstanceAction(answer(401)).problem, "answered 401 Unauthorized");
@@ -125,8 +125,7 @@ TEST(MetadataReadingTest, AzureScheduledEventsOnlyAPreemptOfThisVm) {
   EXPECT_EQ(readAzureScheduledEvents(answer(200, freeze_ours), "vm-1").kind, NoticeKind::kNone);
   MetadataReading r = readAzureScheduledEvents(answer(200, preempt_ours), "vm-1");
   EXPECT_EQ(r.kind, NoticeKind::kPreemption);
-  EXPECT_EQ(r.detail,
-            "Azure Scheduled Events Preempt E3 not before Mon, 23 Nov 2026 22:30:30 GMT");
+  EXPECT_EQ(r.detail, "Azure Scheduled Events Preempt E3 not before Mon, 23 Nov 2026 22:30:30 GMT");
   EXPECT_EQ(readAzureScheduledEvents(answer(200, "{\"Events\": 3}"), "vm-1").problem_key, "body");
   EXPECT_EQ(readAzureScheduledEvents(answer(200, "not json"), "vm-1").problem_key, "body");
   EXPECT_EQ(readAzureScheduledEvents(answer(400), "vm-1").problem, "answered 400 Bad Request");
@@ -144,7 +143,8 @@ TEST(MetadataReadingTest, GcpPreempted) {
 TEST_F(NoticeTest, ImdsV2TokenIsFetchedOnceAndRefreshedAMinuteBeforeItExpires) {
   std::vector<std::string> seen;
   ScriptedHttp http(&script_, &seen);
-  ImdsToken token(http, kAws, std::chrono::milliseconds(1000), [this] { return now_; }, 600);
+  ImdsToken token(
+      http, kAws, std::chrono::milliseconds(1000), [this] { return now_; }, 600);
   expect("PUT " + kAws + "/latest/api/token", answer(200, "tok-1"));
   EXPECT_EQ(token.headers().headers, std::vector<std::string>{"X-aws-ec2-metadata-token: tok-1"});
   EXPECT_EQ(seen, std::vector<std::string>{"PUT " + kAws +
@@ -241,14 +241,14 @@ TEST_F(NoticeTest, EachUnexpectedAnswerIsOneWarningNamingSourceAndStatus) {
   EXPECT_EQ(source->poll().kind, NoticeKind::kPreemption);  // polling went on
   const std::string head = "cumulus-run: warning: preemption notice source " + spec + ": ";
   const std::string tail = "; this is not read as \"no notice\" (still polling)";
-  EXPECT_EQ(warnings_,
-            (std::vector<std::string>{
-                head + "GET " + kAction + " answered 503 Service Unavailable" + tail,
-                head + "GET " + kAction + " answered 401 Unauthorized" + tail,
-                head + "GET " + kAction +
-                    " answered 200 with a body that is not an instance-action JSON: \"<html>\"" +
-                    tail,
-                head + "GET " + kAction + " gave no answer within 1000 ms" + tail}));
+  EXPECT_EQ(
+      warnings_,
+      (std::vector<std::string>{
+          head + "GET " + kAction + " answered 503 Service Unavailable" + tail,
+          head + "GET " + kAction + " answered 401 Unauthorized" + tail,
+          head + "GET " + kAction +
+              " answered 200 with a body that is not an instance-action JSON: \"<html>\"" + tail,
+          head + "GET " + kAction + " gave no answer within 1000 ms" + tail}));
   EXPECT_TRUE(script_.empty());
 }
 
@@ -266,8 +266,8 @@ TEST_F(NoticeTest, ATokenPutThatTimesOutIsAWarningThatMentionsTheHopLimit) {
 
 TEST_F(NoticeTest, AzureAsksForThisVmsNameThenForTheEvents) {
   const std::string base = "http://127.0.0.1:9000";
-  auto source = makeNoticeSource(
-      "url:" + base + "/metadata/scheduledevents?api-version=2020-07-01", options());
+  auto source = makeNoticeSource("url:" + base + "/metadata/scheduledevents?api-version=2020-07-01",
+                                 options());
   expect("GET " + base + "/metadata/instance/compute/name?api-version=2020-09-01&format=text",
          answer(200, "vm-1"));
   expect("GET " + base + "/metadata/scheduledevents?api-version=2020-07-01",
@@ -294,9 +294,11 @@ TEST_F(NoticeTest, GcpSendsTheMetadataFlavorHeader) {
 TEST_F(NoticeTest, AutoUsesTheFirstServiceThatAnswersAndProbesAgainAfterAMinute) {
   NoticeSourceOptions o = options();
   auto source = makeNoticeSource("auto", o);
-  const std::string gcp = "GET http://metadata.google.internal/computeMetadata/v1/instance/preempted";
+  const std::string gcp =
+      "GET http://metadata.google.internal/computeMetadata/v1/instance/preempted";
   const std::string put = "PUT http://169.254.169.254/latest/api/token";
-  const std::string azure = "GET http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01";
+  const std::string azure =
+      "GET http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01";
   HttpResponse unreachable;
   unreachable.error = "Couldn't resolve host name";
   expect(gcp, unreachable);
@@ -312,13 +314,18 @@ TEST_F(NoticeTest, AutoUsesTheFirstServiceThatAnswersAndProbesAgainAfterAMinute)
   EXPECT_TRUE(script_.empty());
   now_ += 31;
   expect(gcp, unreachable);
+  expect(put, answer(405));  // refused: another cloud's service, not AWS without IMDSv2
+  expect(azure, answer(200, "{}"));  // not a Scheduled Events document
+  EXPECT_EQ(source->poll().kind, NoticeKind::kNone);
+  EXPECT_EQ(warnings_.size(), 1u);  // the same problem: no second line
+  now_ += 61;
+  expect(gcp, unreachable);
   expect(put, answer(200, "tok"));
   expect("GET http://169.254.169.254" + kAction, answer(404));  // aws answers as itself
   expect("GET http://169.254.169.254" + kAction, answer(404));  // the first poll, same token
   expect("GET http://169.254.169.254" + kRebalance, answer(404));
   EXPECT_EQ(source->poll().kind, NoticeKind::kNone);
-  EXPECT_EQ(warnings_.back(),
-            "cumulus-run: preemption notices: using auto (aws)");
+  EXPECT_EQ(warnings_.back(), "cumulus-run: preemption notices: using auto (aws)");
   EXPECT_EQ(source->describe(), "auto (aws)");
   EXPECT_TRUE(script_.empty());
 }
@@ -329,9 +336,9 @@ TEST(NoticeSpecTest, SpecsAndTheirMistakes) {
             "gcp (http://metadata.google.internal/computeMetadata/v1/instance/preempted)");
   EXPECT_EQ(makeNoticeSource("azure")->describe(),
             "azure (http://169.254.169.254/metadata/scheduledevents)");
-  EXPECT_EQ(makeNoticeSource("url:http://[::1]:80/computeMetadata/v1/instance/preempted")
-                ->describe(),
-            "url:http://[::1]:80/computeMetadata/v1/instance/preempted");
+  EXPECT_EQ(
+      makeNoticeSource("url:http://[::1]:80/computeMetadata/v1/instance/preempted")->describe(),
+      "url:http://[::1]:80/computeMetadata/v1/instance/preempted");
   try {
     makeNoticeSource("url:http://127.0.0.1:80/latest/meta-data/");
     FAIL();
@@ -342,8 +349,9 @@ TEST(NoticeSpecTest, SpecsAndTheirMistakes) {
               "…/metadata/scheduledevents?api-version=2020-07-01 (Azure), "
               "…/computeMetadata/v1/instance/preempted (GCP)");
   }
-  EXPECT_THROW(makeNoticeSource("url:https://169.254.169.254/latest/meta-data/spot/instance-action"),
-               UsageError);
+  EXPECT_THROW(
+      makeNoticeSource("url:https://169.254.169.254/latest/meta-data/spot/instance-action"),
+      UsageError);
   EXPECT_THROW(makeNoticeSource("url:http://h:99999/computeMetadata/v1/instance/preempted"),
                UsageError);
   EXPECT_THROW(makeNoticeSource("ec2"), UsageError);
