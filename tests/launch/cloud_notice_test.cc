@@ -229,6 +229,9 @@ struct Misbehaviour {
   const char* problem;
 };
 
+// Names the case in ctest's list instead of gtest's byte dump.
+void PrintTo(const Misbehaviour& m, std::ostream* os) { *os << m.cloud << " " << m.kind; }
+
 class UnexpectedAnswerTest : public CloudNoticeTest,
                              public ::testing::WithParamInterface<Misbehaviour> {};
 
