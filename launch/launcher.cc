@@ -209,7 +209,11 @@ void Launcher::setUp() {
                st.store_endpoint.c_str(), st.bind_host.c_str(), st.run_dir.c_str());
 
   if (!o.preemption_notice.empty()) {
-    st.notice = makeNoticeSource(o.preemption_notice);
+    NoticeSourceOptions notice_options;
+    notice_options.warn = [console = console_](const std::string& line) {
+      std::fprintf(console, "%s\n", line.c_str());
+    };
+    st.notice = makeNoticeSource(o.preemption_notice, notice_options);
     std::fprintf(console_, "cumulus-run: polling %s for preemption notices\n",
                  st.notice->describe().c_str());
   }
@@ -421,7 +425,19 @@ Launcher::GroupEnd Launcher::supervise(Group& group, LaunchReport& report) {
     if (!sig && st.notice && std::chrono::steady_clock::now() >= next_notice_poll) {
       next_notice_poll =
           std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(interval_ms, 500));
-      if (st.notice->poll(notice_detail)) sig = SIGTERM;
+      const NoticeEvent event = st.notice->poll();
+      notice_detail = event.detail;
+      if (event.kind == NoticeKind::kPreemption) sig = SIGTERM;
+      if (event.kind == NoticeKind::kRebalance) {
+        // A softer, earlier signal: the workers agree on a step, checkpoint it and go on
+        // (trainer/preemption.h). SIGUSR1 stays blocked in a worker that does not ask for it.
+        std::fprintf(console_,
+                     "cumulus-run: %s; asking the workers to checkpoint now and keep training\n",
+                     event.detail.c_str());
+        for (auto& w : workers) {
+          if (!w.process->poll().exited) w.process->signal(SIGUSR1);
+        }
+      }
     }
     if (sig == SIGTERM) {
       // A spot notice: the workers agree on a stop step, checkpoint there and exit 75.

@@ -18,8 +18,8 @@
 //   --rdzv-timeout S        how long to wait for the Store and for the other nodes (default 60)
 //   --rdzv-last-call S      elastic: close a round with >= MIN nodes after S s with no new joiner
 //                           (default 3)
-//   --preemption-notice SRC file:PATH or url:http://… polled for a spot notice
-//                           (preemption_notice.h)
+//   --preemption-notice SRC aws, gcp, azure, auto, file:PATH or url:http://… polled for a spot
+//                           notice (preemption_notice.h)
 //   --preemption-grace S    notice → every worker gone, checkpoint included (default 25, for
 //                           GCP's 30)
 //   --bind-host H           this node's data-plane address (CUMULUS_BIND_HOST for the workers);

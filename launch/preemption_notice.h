@@ -1,37 +1,64 @@
 #pragma once
 // Where a spot-preemption notice comes from, besides SIGTERM to the launcher or a worker.
 //
-//   file:PATH    a notice once PATH exists (what a node's shutdown hook or a test touches)
-//   url:URL      polled with HTTP GET (plain http://, as cloud metadata services are):
-//                - AWS  …/latest/meta-data/spot/instance-action: 404 = no notice; 200 with
-//                  JSON {"action": "terminate"|"stop"|"hibernate", "time": …} = notice
-//                - GCP  …/computeMetadata/v1/instance/preempted (sent with
-//                  "Metadata-Flavor: Google"): body TRUE = notice, FALSE = none
-//                Any other 200 body is not a notice. An unreachable or slow URL is not a notice
-//                either: it is reported once, then polled again.
+//   file:PATH   a notice once PATH exists (what a node's shutdown hook or a test touches)
+//   aws         IMDSv2 at 169.254.169.254: spot/instance-action, and the rebalance
+//               recommendation (a softer signal: checkpoint now, keep training)
+//   gcp         metadata.google.internal: instance/preempted
+//   azure       Scheduled Events at 169.254.169.254: a Preempt event for this VM
+//   auto        whichever of gcp, aws (an IMDSv2 token), azure answers as itself; probed again
+//               every 60 s until one does
+//   url:URL     one of those protocols at another host (a test's fake server, a proxy), chosen
+//               by the path: http://HOST[:PORT]/latest/meta-data/spot/instance-action (AWS),
+//               …/metadata/scheduledevents?api-version=… (Azure), …/computeMetadata/… (GCP)
 //
-// poll() blocks for at most the source's timeout (1 s by default). Not thread-safe.
+// The protocols are in cloud_metadata.h. A source that answers anything unexpected (401, 403,
+// 5xx, a body that does not parse, no answer in time) is reported through `warn` once per kind
+// of problem, naming the source and the status, and polled again; it is never read as "no
+// notice".
+//
+// poll() blocks for at most a few request timeouts (1 s each by default; auto's probe of three
+// services, at most 3). Not thread-safe.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "launch/cloud_metadata.h"
+#include "launch/http_client.h"
+
 namespace cumulus::launch {
+
+struct NoticeEvent {
+  NoticeKind kind = NoticeKind::kNone;
+  std::string detail;  // what was seen (e.g. the AWS action and time)
+};
 
 class NoticeSource {
  public:
   virtual ~NoticeSource() = default;
-  // True once a notice is pending; `detail` says what was seen (e.g. the AWS action and time).
-  virtual bool poll(std::string& detail) = 0;
+  // A pending preemption is reported on every poll; a rebalance recommendation once.
+  virtual NoticeEvent poll() = 0;
   virtual std::string describe() const = 0;
 };
 
-// Parses "file:PATH" or "url:http://HOST[:PORT]/PATH". Throws UsageError (options.h) otherwise.
-std::unique_ptr<NoticeSource> makeNoticeSource(const std::string& spec,
-                                               std::chrono::milliseconds http_timeout =
-                                                   std::chrono::milliseconds(1000));
+struct NoticeSourceOptions {
+  std::chrono::milliseconds http_timeout{1000};
+  // One warning line, without a trailing newline. Empty: stderr.
+  std::function<void(const std::string&)> warn;
+  // The HTTP client (the source owns it). Empty: libcurl.
+  std::function<std::unique_ptr<HttpClient>()> http;
+  SecondsClock clock;  // empty: CLOCK_MONOTONIC
+  // Where the shorthands (and auto) look: the clouds' link-local metadata addresses.
+  std::string aws_base = "http://169.254.169.254";
+  std::string azure_base = "http://169.254.169.254";
+  std::string gcp_base = "http://metadata.google.internal";
+};
 
-// The decision for one metadata response, exposed for tests: status code and body → notice?
-bool isPreemptionResponse(int status, const std::string& body, std::string& detail);
+// Parses the spec (see above). Throws UsageError (options.h) for a malformed one. Makes no
+// request: the first poll does.
+std::unique_ptr<NoticeSource> makeNoticeSource(const std::string& spec,
+                                               NoticeSourceOptions options = {});
 
 }  // namespace cumulus::launch

@@ -65,7 +65,14 @@ void WorkerProcess::start() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe: " + std::string(strerror(errno)));
   pid_t parent = ::getpid();
+  // SIGUSR1 blocked across fork(), so that a request sent to the new group before the child
+  // reaches its own sigprocmask cannot kill it (the child keeps it blocked, see below).
+  sigset_t usr1, before_fork;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &usr1, &before_fork);
   pid_t pid = ::fork();
+  if (pid != 0) pthread_sigmask(SIG_SETMASK, &before_fork, nullptr);
   if (pid < 0) {
     ::close(fds[0]);
     ::close(fds[1]);
@@ -80,9 +87,12 @@ void WorkerProcess::start() {
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
     // Default dispositions: the launcher may block or ignore signals the worker must see.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    // SIGUSR1 ("checkpoint now", a rebalance recommendation) stays blocked: its default action
+    // kills, so only a worker that installs a handler and unblocks it (cumulus-train) sees it.
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGUSR1);
+    sigprocmask(SIG_SETMASK, &mask, nullptr);
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGPIPE, SIG_DFL);

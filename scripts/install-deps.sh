@@ -10,6 +10,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libgtest-dev zlib1g-dev
   libssl-dev                         # OpenSSL libcrypto: SHA-256, HMAC, random bytes
+  libcurl4-openssl-dev               # HTTP for the cloud metadata services (preemption notices)
+  nlohmann-json3-dev                 # JSON: AWS and Azure metadata answers
   dataset-fashion-mnist              # the real Fashion-MNIST in /usr/share/datasets/fashion-mnist
   python3-torch                      # the peer we compare against, and the TorchScript fixture
   iproute2 procps

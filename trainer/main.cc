@@ -154,6 +154,7 @@ int runMain(int argc, char** argv) {
 int main(int argc, char** argv) {
   // First of all, so that a notice during start-up is not lost: it stops after the first step.
   cumulus::trainer::installSigtermHandler();
+  cumulus::trainer::installCheckpointSignalHandler();
   try {
     return runMain(argc, argv);
   } catch (const cumulus::configs::CliError& e) {

@@ -18,6 +18,11 @@ static_assert(std::atomic<bool>::is_always_lock_free);
 
 extern "C" void onSigterm(int) { g_sigterm.store(true, std::memory_order_relaxed); }
 
+std::atomic<uint64_t> g_sigusr1{0};
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+extern "C" void onSigusr1(int) { g_sigusr1.fetch_add(1, std::memory_order_relaxed); }
+
 double monotonicSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -34,6 +39,21 @@ void installSigtermHandler() {
   action.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &action, nullptr);
 }
+
+void installCheckpointSignalHandler() {
+  struct sigaction action {};
+  action.sa_handler = onSigusr1;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &action, nullptr);
+  // A request sent while the mask still blocked it is delivered to the handler now.
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);
+}
+
+uint64_t checkpointSignalsReceived() { return g_sigusr1.load(std::memory_order_relaxed); }
 
 bool sigtermReceived() { return g_sigterm.load(std::memory_order_relaxed); }
 void resetSigtermForTesting() { g_sigterm.store(false); }
@@ -71,18 +91,29 @@ std::optional<double> PreemptionWatcher::secondsSinceNotice() const {
   return now() - notice_time_.load();
 }
 
-bool PreemptionWatcher::shouldStop(int64_t step) {
+void PreemptionWatcher::requestCheckpoint() { checkpoint_requests_.fetch_add(1); }
+
+StepAction PreemptionWatcher::decide(int64_t step) {
   assert(step >= 0);
-  if (stop_step_) return true;
-  const int64_t agreed = agree_(noticed() ? step : -1);
-  if (agreed < 0) return false;
-  // Every rank calls with the same step, so the max of the proposals is that step.
-  assert(agreed == step);
-  stop_step_ = agreed;
+  if (stop_step_) return StepAction::kStop;
+  constexpr int64_t kCheckpointLevel = 1;
+  constexpr int64_t kStopLevel = 2;
+  const uint64_t requests =
+      checkpoint_requests_.load() + (options_.watch_sigusr1 ? checkpointSignalsReceived() : 0);
+  const int64_t level = noticed()                       ? kStopLevel
+                        : requests > requests_answered_ ? kCheckpointLevel
+                                                        : 0;
+  const int64_t agreed = agree_(level > 0 ? 4 * step + level : -1);
+  if (agreed < 0) return StepAction::kContinue;
+  // Every rank calls with the same step, so the max of the proposals is 4·step + the top level.
+  assert(agreed / 4 == step && agreed % 4 >= kCheckpointLevel && agreed % 4 <= kStopLevel);
+  requests_answered_ = requests;
+  if (agreed % 4 == kCheckpointLevel) return StepAction::kCheckpoint;
+  stop_step_ = step;
   // A rank that learns of the stop only through the agreement still owes the deadline.
   notified_.store(true);
   noticed();
-  return true;
+  return StepAction::kStop;
 }
 
 std::optional<int64_t> PreemptionWatcher::stopStep() const { return stop_step_; }

@@ -1,15 +1,18 @@
 #pragma once
 // Turning a spot-preemption notice into "stop after an agreed step" (DESIGN.md "Preemption
-// protocol", steps 2-3). No LibTorch here.
+// protocol", steps 2-3), and a checkpoint request (an AWS rebalance recommendation) into
+// "checkpoint after an agreed step, then go on". No LibTorch here.
 //
-// The notice is a SIGTERM (the launcher forwards its own) or a call to notify(). Every rank calls
-// shouldStop(step) once at each step boundary, after step `step` is complete, with the same
-// sequence of steps. Each call contributes one integer to a MAX all-reduce through the `agree`
-// callback: `step` if this rank has seen a notice, -1 otherwise. A result >= 0 means some rank was
-// noticed by now, so every rank stops after this same step s* = the result (= `step`, because all
-// ranks call with the same step): no rank runs a step whose gradient a stopped peer would never
-// send. The cost is one 8-byte all-reduce per step (tens of microseconds on loopback; world size 1
-// passes an identity callback and pays nothing).
+// The notice is a SIGTERM (the launcher forwards its own) or a call to notify(); the checkpoint
+// request a SIGUSR1 (the launcher sends it) or a call to requestCheckpoint(). Every rank calls
+// decide(step) once at each step boundary, after step `step` is complete, with the same sequence
+// of steps. Each call contributes one integer to a MAX all-reduce through the `agree` callback:
+// -1 when this rank has seen neither, otherwise 4·step + level, where level is 2 for a notice and
+// 1 for a pending checkpoint request. Since every rank calls with the same step, the MAX carries
+// the strongest level any rank saw: a result >= 0 makes every rank stop (level 2) or checkpoint
+// (level 1) after this same step, so no rank runs a step whose gradient a stopped peer would
+// never send, and all ranks checkpoint the same state. The cost is one 8-byte all-reduce per step
+// (tens of microseconds on loopback; world size 1 passes an identity callback and pays nothing).
 //
 // The deadline: a watchdog thread, started by startWatchdog(), notices the notice too (it polls
 // every 10 ms) and, if the process is still alive `grace_seconds` after the notice, writes one line
@@ -18,7 +21,7 @@
 // directory is simply not a checkpoint and the previous valid one is what a resume finds.
 //
 // Thread-safety: notify(), noticed() and the signal handler may be called from any thread (or
-// signal context). shouldStop() is for the training thread only.
+// signal context), and so may requestCheckpoint(). decide() is for the training thread only.
 
 #include <atomic>
 #include <cstdint>
@@ -48,13 +51,29 @@ bool sigtermReceived();
 // Forget a received SIGTERM (tests run several watchers in one process).
 void resetSigtermForTesting();
 
+// Installs a process-wide SIGUSR1 handler that counts checkpoint requests, then unblocks SIGUSR1
+// in the calling thread (cumulus-run starts its workers with it blocked, so a program that does
+// not call this never dies of it). Call it before starting threads. Idempotent.
+void installCheckpointSignalHandler();
+// SIGUSR1s received since installCheckpointSignalHandler().
+uint64_t checkpointSignalsReceived();
+
 struct PreemptionOptions {
   double grace_seconds =
       kDefaultPreemptionGraceSeconds;  // notice -> forced exit; <= 0: no watchdog
   int exit_code = kExitPreempted;
   bool watch_sigterm = true;  // also count a SIGTERM (installSigtermHandler) as the notice
+  // Also count a SIGUSR1 (installCheckpointSignalHandler) as a checkpoint request.
+  bool watch_sigusr1 = true;
   // Monotonic seconds; empty: CLOCK_MONOTONIC. Used for notice timestamps, not by the watchdog.
   std::function<double()> clock;
+};
+
+// What every rank does after a step, by agreement.
+enum class StepAction {
+  kContinue,
+  kCheckpoint,  // checkpoint this step, then go on
+  kStop,        // checkpoint this step, then exit kExitPreempted
 };
 
 class PreemptionWatcher {
@@ -67,16 +86,20 @@ class PreemptionWatcher {
 
   // Records a notice (idempotent; the first one's time is kept).
   void notify();
+  // Asks for a checkpoint at the next step boundary (thread-safe). Requests that arrive before
+  // one agreement round are answered by one checkpoint.
+  void requestCheckpoint();
   // This rank has seen a notice (notify() or, with watch_sigterm, a SIGTERM).
   bool noticed() const;
   // Seconds since this rank saw the notice, or none. A SIGTERM's time is that of the watcher's
-  // first look after it (shouldStop, noticed, or the watchdog's 10 ms poll).
+  // first look after it (decide, noticed, or the watchdog's 10 ms poll).
   std::optional<double> secondsSinceNotice() const;
 
-  // One agreement round after step `step` (>= 0) completed. Returns true when every rank must stop
-  // now; then stopStep() == step. Once true, later calls return true without communicating.
+  // One agreement round after step `step` (>= 0) completed. kStop: every rank must stop now;
+  // then stopStep() == step, and later calls return kStop without communicating. kCheckpoint:
+  // every rank checkpoints this step and goes on; the requests seen so far are answered.
   // Propagates the agree callback's exception (a communicator error).
-  bool shouldStop(int64_t step);
+  StepAction decide(int64_t step);
   std::optional<int64_t> stopStep() const;
 
   // Starts the deadline watchdog (see above). Idempotent; no-op when grace_seconds <= 0.
@@ -91,6 +114,8 @@ class PreemptionWatcher {
   std::atomic<bool> notified_{false};
   mutable std::atomic<double> notice_time_{-1.0};  // now() at the first sighting of the notice
   std::optional<int64_t> stop_step_;               // training thread only
+  std::atomic<uint64_t> checkpoint_requests_{0};   // requestCheckpoint() calls
+  uint64_t requests_answered_ = 0;                 // training thread only
   std::atomic<bool> stopping_{false};
   std::thread watchdog_;
 };

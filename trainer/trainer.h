@@ -104,7 +104,8 @@ struct TrainerOptions {
   // Notice -> forced exit 75, even if the checkpoint write hangs; <= 0: no watchdog.
   double preemption_grace = 25.0;
   // Count a SIGTERM (trainer/preemption.h installSigtermHandler, done by the caller) as the
-  // preemption notice. Without it only the other ranks' agreement can stop this one.
+  // preemption notice, and a SIGUSR1 (installCheckpointSignalHandler) as a request to checkpoint
+  // and go on. Without it only the other ranks' agreement can stop this one or make it save.
   bool watch_sigterm = false;
   // Marks each start-up phase (data, model, resume, broadcast, step) and prints the summary with
   // the first step; not owned, null: no profile.

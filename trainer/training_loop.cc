@@ -199,6 +199,7 @@ RunResult Trainer::Impl::run() {
   PreemptionOptions stop_options;
   stop_options.grace_seconds = options.preemption_grace;
   stop_options.watch_sigterm = options.watch_sigterm;
+  stop_options.watch_sigusr1 = options.watch_sigterm;
   PreemptionWatcher watcher([this](int64_t v) { return maxOverRanks(v); }, stop_options);
   watcher.startWatchdog();
   CheckpointSchedule due(config.checkpoint.every_steps, config.checkpoint.every_seconds,
@@ -277,7 +278,7 @@ RunResult Trainer::Impl::run() {
     // extended (more steps, --allow-config-change) from its end, optimizer state included.
     const bool last = done == total_steps;
     if (!last && done == fault_step) ::raise(SIGTERM);
-    if (saves && due.enabled() && (last || due.due(done))) {
+    auto saveAndGoOn = [&] {
       const double pause = now();
       try {
         CheckpointSnapshot snap = snapshot(done, lr, false);
@@ -293,10 +294,18 @@ RunResult Trainer::Impl::run() {
       }
       stall_ms[done] = 1000.0 * (now() - pause);
       due.markSaved();
-    }
+    };
+    if (saves && due.enabled() && (last || due.due(done))) saveAndGoOn();
     reportSaves();
     if (last) break;
-    if (watcher.shouldStop(done)) {
+    const StepAction action = watcher.decide(done);
+    if (action == StepAction::kCheckpoint) {
+      // A rebalance recommendation: the instance may go soon, so save now, then train on.
+      progress.info("checkpoint requested at step " + std::to_string(done) + "; training goes on");
+      if (saves && saved_step != done) saveAndGoOn();
+      reportSaves();
+    }
+    if (action == StepAction::kStop) {
       const std::string path = checkpointDir() + "/" + CheckpointManager::dirName(done);
       if (saves) {
         if (saved_step == done) {

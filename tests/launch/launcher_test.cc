@@ -15,7 +15,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -345,98 +344,14 @@ TEST_F(PreemptionTest, WorkersThatOverrunTheGraceAreKilledAndTheRunStaysResumabl
       << out();
 }
 
-// A one-connection-at-a-time HTTP server on loopback that answers from a script of responses.
-class FakeMetadataServer {
- public:
-  explicit FakeMetadataServer(std::vector<std::string> responses)
-      : responses_(std::move(responses)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    ::listen(fd_, 8);
-    socklen_t len = sizeof addr;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~FakeMetadataServer() {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    thread_.join();
-  }
-  int port() const { return port_; }
-  std::string lastRequest() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return last_request_;
-  }
-
- private:
-  void serve() {
-    for (size_t i = 0;; ++i) {
-      int c = ::accept(fd_, nullptr, nullptr);
-      if (c < 0) return;
-      char buf[2048];
-      ssize_t n = ::recv(c, buf, sizeof buf, 0);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        last_request_.assign(buf, n > 0 ? static_cast<size_t>(n) : 0);
-      }
-      const std::string& r = responses_[std::min(i, responses_.size() - 1)];
-      ::send(c, r.data(), r.size(), MSG_NOSIGNAL);
-      ::close(c);
-    }
-  }
-  std::vector<std::string> responses_;
-  int fd_ = -1;
-  int port_ = 0;
-  std::thread thread_;
-  std::mutex mu_;
-  std::string last_request_;
-};
-
-TEST_F(PreemptionTest, AwsInstanceActionUrlIsPolled) {
-  FakeMetadataServer aws({"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
-                          "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
-                          "HTTP/1.1 200 OK\r\n\r\n{\"action\": \"terminate\", \"time\": "
-                          "\"2026-11-22T03:00:00Z\"}"});
-  std::string w = worker(kCheckpointAndExit);
-  pid_t launcher = startInBackground(
-      cmd("--preemption-notice url:http://127.0.0.1:" + std::to_string(aws.port()) +
-              "/latest/meta-data/spot/instance-action",
-          w),
-      ready_, 2);
-  EXPECT_EQ(waitExitCode(launcher), 75) << out();
-  EXPECT_NE(out().find("cumulus-run: preemption notice (AWS spot/instance-action terminate at "
-                       "2026-11-22T03:00:00Z)"),
-            std::string::npos)
-      << out();
-  EXPECT_NE(aws.lastRequest().find("GET /latest/meta-data/spot/instance-action HTTP/1.0"),
-            std::string::npos);
-}
-
-TEST_F(PreemptionTest, GcpPreemptedUrlIsPolledWithTheMetadataHeader) {
-  FakeMetadataServer gcp({"HTTP/1.1 200 OK\r\n\r\nFALSE", "HTTP/1.1 200 OK\r\n\r\nTRUE"});
-  std::string w = worker(kCheckpointAndExit);
-  pid_t launcher = startInBackground(
-      cmd("--preemption-notice url:http://127.0.0.1:" + std::to_string(gcp.port()) +
-              "/computeMetadata/v1/instance/preempted",
-          w),
-      ready_, 2);
-  EXPECT_EQ(waitExitCode(launcher), 75) << out();
-  EXPECT_NE(out().find("cumulus-run: preemption notice (GCP instance/preempted = TRUE)"),
-            std::string::npos)
-      << out();
-  EXPECT_NE(gcp.lastRequest().find("Metadata-Flavor: Google"), std::string::npos);
-}
+// The cloud metadata protocols are tested against fake servers in cloud_notice_test.cc.
 
 TEST_F(PreemptionTest, ANoticeSpecTypoIsAUsageError) {
   Result r = launch("--preemption-notice htp://x -- /bin/true");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.output,
-            "cumulus-run: error: --preemption-notice: expected file:PATH or url:http://…, "
-            "got \"htp://x\"\n");
+            "cumulus-run: error: --preemption-notice: expected aws, gcp, azure, auto, file:PATH "
+            "or url:http://…, got \"htp://x\"\n");
 }
 
 TEST_F(LauncherTest, PortInUseIsAClearError) {

@@ -1,5 +1,6 @@
 // PreemptionWatcher: the stop-step agreement across ranks (threads standing in for processes,
-// with an in-memory MAX all-reduce), the SIGTERM notice, and the deadline watchdog.
+// with an in-memory MAX all-reduce), the checkpoint request that rides on the same agreement,
+// the SIGTERM and SIGUSR1 handlers, and the deadline watchdog.
 #include "trainer/preemption.h"
 
 #include <gtest/gtest.h>
@@ -56,21 +57,22 @@ PreemptionOptions quiet() {
   PreemptionOptions options;
   options.grace_seconds = 0;  // no watchdog in these tests
   options.watch_sigterm = false;
+  options.watch_sigusr1 = false;
   return options;
 }
 
 TEST(PreemptionTest, AloneStopsAfterTheStepOfTheNotice) {
   PreemptionWatcher watcher(agreeAlone(), quiet());
   EXPECT_FALSE(watcher.noticed());
-  EXPECT_FALSE(watcher.shouldStop(0));
-  EXPECT_FALSE(watcher.shouldStop(1));
+  EXPECT_EQ(watcher.decide(0), StepAction::kContinue);
+  EXPECT_EQ(watcher.decide(1), StepAction::kContinue);
   EXPECT_FALSE(watcher.stopStep().has_value());
   EXPECT_FALSE(watcher.secondsSinceNotice().has_value());
   watcher.notify();
   EXPECT_TRUE(watcher.noticed());
-  EXPECT_TRUE(watcher.shouldStop(2));
+  EXPECT_EQ(watcher.decide(2), StepAction::kStop);
   EXPECT_EQ(watcher.stopStep(), 2);
-  EXPECT_TRUE(watcher.shouldStop(3));  // stays stopped
+  EXPECT_EQ(watcher.decide(3), StepAction::kStop);  // stays stopped
   EXPECT_EQ(watcher.stopStep(), 2);
 }
 
@@ -97,7 +99,7 @@ void runGroup(int world, int noticed_rank, int64_t notice_before_step) {
       PreemptionWatcher watcher([&](int64_t v) { return agree(v); }, quiet());
       for (int64_t step = 0; step < 100; ++step) {
         if (rank == noticed_rank && step == notice_before_step) watcher.notify();
-        if (watcher.shouldStop(step)) {
+        if (watcher.decide(step) == StepAction::kStop) {
           stopped[rank] = step;
           EXPECT_TRUE(watcher.noticed()) << "rank " << rank;  // the deadline applies to all
           return;
@@ -131,7 +133,7 @@ TEST(PreemptionTest, AllRanksNoticedAtDifferentStepsStopAtTheFirst) {
       PreemptionWatcher watcher([&](int64_t v) { return agree(v); }, quiet());
       for (int64_t step = 0; step < 100; ++step) {
         if (step == 3 + rank) watcher.notify();  // rank 0 first, at step 3
-        if (watcher.shouldStop(step)) {
+        if (watcher.decide(step) == StepAction::kStop) {
           stopped[rank] = step;
           return;
         }
@@ -142,10 +144,99 @@ TEST(PreemptionTest, AllRanksNoticedAtDifferentStepsStopAtTheFirst) {
   EXPECT_EQ(stopped, std::vector<int64_t>(world, 3));
 }
 
+// Rank `requester` asks for a checkpoint before step `request_step`; every rank must checkpoint
+// after that same step and only then, and go on to the end: one agreement round per step.
+TEST(PreemptionTest, ACheckpointRequestIsAgreedByEveryRankAndTrainingGoesOn) {
+  for (int world : {1, 2, 3}) {
+    for (int requester = 0; requester < world; ++requester) {
+      const int64_t request_step = 4;
+      ThreadMax agree(world);
+      std::vector<std::vector<int64_t>> checkpointed(world);
+      std::vector<std::thread> ranks;
+      for (int rank = 0; rank < world; ++rank) {
+        ranks.emplace_back([&, rank] {
+          PreemptionWatcher watcher([&](int64_t v) { return agree(v); }, quiet());
+          for (int64_t step = 0; step < 10; ++step) {
+            if (rank == requester && step == request_step) watcher.requestCheckpoint();
+            const StepAction action = watcher.decide(step);
+            EXPECT_NE(action, StepAction::kStop);
+            if (action == StepAction::kCheckpoint) checkpointed[rank].push_back(step);
+          }
+          EXPECT_FALSE(watcher.noticed());
+          EXPECT_FALSE(watcher.stopStep().has_value());
+        });
+      }
+      for (auto& t : ranks) t.join();
+      for (int rank = 0; rank < world; ++rank) {
+        EXPECT_EQ(checkpointed[rank], std::vector<int64_t>{request_step})
+            << "world " << world << " requester " << requester << ", rank " << rank;
+      }
+      EXPECT_EQ(agree.calls(), world * 10);
+    }
+  }
+}
+
+TEST(PreemptionTest, ANoticeWinsOverACheckpointRequestAtTheSameStep) {
+  const int world = 3;
+  ThreadMax agree(world);
+  std::vector<StepAction> at_step_2(world, StepAction::kContinue);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < world; ++rank) {
+    ranks.emplace_back([&, rank] {
+      PreemptionWatcher watcher([&](int64_t v) { return agree(v); }, quiet());
+      if (rank == 0) watcher.requestCheckpoint();
+      EXPECT_EQ(watcher.decide(0), StepAction::kCheckpoint);
+      EXPECT_EQ(watcher.decide(1), StepAction::kContinue);
+      if (rank == 0) watcher.requestCheckpoint();
+      if (rank == 2) watcher.notify();
+      at_step_2[rank] = watcher.decide(2);
+      EXPECT_EQ(watcher.stopStep(), 2);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(at_step_2, std::vector<StepAction>(world, StepAction::kStop));
+}
+
+TEST(PreemptionTest, RequestsBeforeOneRoundAreAnsweredByOneCheckpoint) {
+  std::vector<int64_t> proposals;
+  PreemptionWatcher watcher(
+      [&](int64_t v) {
+        proposals.push_back(v);
+        return v;
+      },
+      quiet());
+  watcher.requestCheckpoint();
+  watcher.requestCheckpoint();
+  EXPECT_EQ(watcher.decide(5), StepAction::kCheckpoint);
+  EXPECT_EQ(watcher.decide(6), StepAction::kContinue);
+  watcher.requestCheckpoint();
+  EXPECT_EQ(watcher.decide(7), StepAction::kCheckpoint);
+  watcher.notify();
+  EXPECT_EQ(watcher.decide(8), StepAction::kStop);
+  // -1: nothing; 4·step + 1: checkpoint; 4·step + 2: stop.
+  EXPECT_EQ(proposals, (std::vector<int64_t>{21, -1, 29, 34}));
+}
+
+TEST(PreemptionTest, Sigusr1IsACheckpointRequest) {
+  installCheckpointSignalHandler();
+  PreemptionOptions options = quiet();
+  options.watch_sigusr1 = true;
+  PreemptionWatcher watcher(agreeAlone(), options);
+  const uint64_t before = checkpointSignalsReceived();
+  // Seen before this watcher existed (a request that waited in the blocked mask): answered once.
+  const StepAction first = watcher.decide(0);
+  EXPECT_EQ(first, before > 0 ? StepAction::kCheckpoint : StepAction::kContinue);
+  ASSERT_EQ(::raise(SIGUSR1), 0);  // the handler counts it; the process goes on
+  EXPECT_EQ(checkpointSignalsReceived(), before + 1);
+  EXPECT_EQ(watcher.decide(1), StepAction::kCheckpoint);
+  EXPECT_EQ(watcher.decide(2), StepAction::kContinue);
+  EXPECT_FALSE(watcher.noticed());
+}
+
 TEST(PreemptionTest, AgreementErrorPropagates) {
   PreemptionWatcher watcher([](int64_t) -> int64_t { throw std::runtime_error("peer 1 died"); },
                             quiet());
-  EXPECT_THROW(watcher.shouldStop(0), std::runtime_error);
+  EXPECT_THROW(watcher.decide(0), std::runtime_error);
 }
 
 TEST(PreemptionTest, SigtermIsTheNotice) {
@@ -154,10 +245,10 @@ TEST(PreemptionTest, SigtermIsTheNotice) {
   PreemptionOptions options = quiet();
   options.watch_sigterm = true;
   PreemptionWatcher watcher(agreeAlone(), options);
-  EXPECT_FALSE(watcher.shouldStop(0));
+  EXPECT_EQ(watcher.decide(0), StepAction::kContinue);
   ASSERT_EQ(::raise(SIGTERM), 0);  // the handler records it; the process goes on
   EXPECT_TRUE(sigtermReceived());
-  EXPECT_TRUE(watcher.shouldStop(1));
+  EXPECT_EQ(watcher.decide(1), StepAction::kStop);
   EXPECT_EQ(watcher.stopStep(), 1);
   resetSigtermForTesting();
   signal(SIGTERM, SIG_DFL);
@@ -175,7 +266,7 @@ TEST(PreemptionTest, WatchdogExitsWithCode75AfterTheGrace) {
     PreemptionWatcher watcher(agreeAlone(), options);
     watcher.startWatchdog();
     watcher.notify();
-    watcher.shouldStop(0);
+    watcher.decide(0);
     std::this_thread::sleep_for(std::chrono::seconds(10));  // "the checkpoint write hangs"
     _exit(0);
   }
@@ -193,11 +284,12 @@ TEST(PreemptionTest, WatchdogWithoutNoticeNeverFires) {
   PreemptionOptions options;
   options.grace_seconds = 0.05;
   options.watch_sigterm = false;
+  options.watch_sigusr1 = false;  // Sigusr1IsACheckpointRequest may have raised one
   {
     PreemptionWatcher watcher(agreeAlone(), options);
     watcher.startWatchdog();
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    EXPECT_FALSE(watcher.shouldStop(0));
+    EXPECT_EQ(watcher.decide(0), StepAction::kContinue);
   }  // the destructor stops the watchdog; we are still alive
   SUCCEED();
 }
