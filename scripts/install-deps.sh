@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libtorch-dev                       # LibTorch 1.13, CPU
-  libopenblas0-openmp                # fast BLAS for LibTorch (see README "Why OpenBLAS")
+  libopenblas0-openmp                # fast BLAS for LibTorch (see docs/training.md "Why OpenBLAS")
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libgtest-dev zlib1g-dev
   libssl-dev                         # OpenSSL libcrypto: SHA-256, HMAC, random bytes
