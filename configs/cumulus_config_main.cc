@@ -4,7 +4,9 @@
 //   cumulus-config digest FILE [--set KEY=VALUE]...  print the config digest (SHA-256)
 //   cumulus-config diff FILE_A FILE_B                print the keys that differ, one per line
 //   cumulus-config defaults                          print every key at its default
-//   cumulus-config reference [--readme README.md]    print (or rewrite in README.md) the key table
+//   cumulus-config reference [--file FILE.md]        print the key table, or rewrite it in FILE.md
+//                                                    (docs/configuration.md); --readme is the
+//                                                    same flag under its older name
 //
 // Exit status: 0 success (diff: no difference), 1 diff found differences, 2 any error.
 #include <fstream>
@@ -29,7 +31,9 @@ const char* kUsage =
     "  digest FILE [--set KEY=VALUE]...   print the config digest (SHA-256 of the resolved YAML)\n"
     "  diff FILE_A FILE_B                 print each key that differs (exit 1 if any)\n"
     "  defaults                           print every key at its default\n"
-    "  reference [--readme FILE]          print the table of keys, or rewrite it in FILE\n"
+    "  reference [--file FILE]            print the table of keys, or rewrite it between its\n"
+    "                                     markers in the Markdown FILE (docs/configuration.md);\n"
+    "                                     --readme FILE is the same flag under its older name\n"
     "\n"
     "Exit status: 0 ok, 1 diff found differences, 2 error (the message is on stderr).\n";
 
@@ -63,8 +67,12 @@ int reference(const std::vector<std::string>& args) {
     std::cout << referenceMarkdown();
     return 0;
   }
-  if (args.size() != 2 || args[0] != "--readme") {
-    throw CliError("cumulus-config reference: expected nothing or --readme FILE");
+  // --readme is the flag's first name, from when the table lived in README.md; it takes any
+  // Markdown file, as --file does.
+  if (args.size() != 2 || (args[0] != "--file" && args[0] != "--readme")) {
+    throw CliError(
+        "cumulus-config reference: expected nothing (print the table) or --file FILE (rewrite "
+        "it in FILE, e.g. --file docs/configuration.md)");
   }
   const std::string& path = args[1];
   std::ifstream in(path, std::ios::binary);

@@ -1,7 +1,7 @@
 #pragma once
 // The experiment schema as plain structs. An experiment YAML file is parsed once into an
 // `Experiment` (see configs/parse.h); nothing downstream reads YAML. Defaults live in the schema
-// table in configs/schema.cc, which is also the source of the README's reference table; the
+// table in configs/schema.cc, which is also the source of the reference table in docs/configuration.md; the
 // initializers below must match it (a test checks that they do).
 
 #include <cstdint>

@@ -52,7 +52,7 @@ Experiment parseExperiment(const std::string& yaml_text, const std::string& sour
 // run directory keeps as config.yaml. parseExperiment(toYaml(e)) == e.
 std::string toYaml(const Experiment& experiment);
 
-// The reference table of every key (path, type, default, meaning) as Markdown, for the README.
+// The reference table of every key (path, type, default, meaning) as Markdown, for docs/configuration.md.
 std::string referenceMarkdown();
 
 }  // namespace cumulus::configs

@@ -10,29 +10,29 @@ struct Span {
   size_t end;    // first character of the end-marker line
 };
 
-std::optional<Span> findSection(const std::string& readme) {
-  size_t begin = readme.find(kReferenceBegin);
+std::optional<Span> findSection(const std::string& markdown) {
+  size_t begin = markdown.find(kReferenceBegin);
   if (begin == std::string::npos) return std::nullopt;
-  size_t after = readme.find('\n', begin);
+  size_t after = markdown.find('\n', begin);
   if (after == std::string::npos) return std::nullopt;
-  size_t end = readme.find(kReferenceEnd, after);
+  size_t end = markdown.find(kReferenceEnd, after);
   if (end == std::string::npos) return std::nullopt;
   return Span{after + 1, end};
 }
 
 }  // namespace
 
-std::optional<std::string> referenceSection(const std::string& readme) {
-  std::optional<Span> span = findSection(readme);
+std::optional<std::string> referenceSection(const std::string& markdown) {
+  std::optional<Span> span = findSection(markdown);
   if (!span) return std::nullopt;
-  return readme.substr(span->begin, span->end - span->begin);
+  return markdown.substr(span->begin, span->end - span->begin);
 }
 
-std::string withReferenceSection(const std::string& readme) {
-  if (std::optional<Span> span = findSection(readme)) {
-    return readme.substr(0, span->begin) + referenceMarkdown() + readme.substr(span->end);
+std::string withReferenceSection(const std::string& markdown) {
+  if (std::optional<Span> span = findSection(markdown)) {
+    return markdown.substr(0, span->begin) + referenceMarkdown() + markdown.substr(span->end);
   }
-  std::string out = readme;
+  std::string out = markdown;
   if (!out.empty() && out.back() != '\n') out += '\n';
   out += "\n## Configuration reference\n\n";
   out +=

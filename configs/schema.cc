@@ -153,7 +153,7 @@ std::string checkEndpoint(const std::string& text) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// THE TABLE. Order here is the order of toYaml, diffKeys and the README.
+// THE TABLE. Order here is the order of toYaml, diffKeys and docs/configuration.md.
 std::vector<KeySpec> buildSchema() {
   std::vector<KeySpec> t;
   // clang-format off

@@ -1,7 +1,7 @@
 #pragma once
 // The schema table: one row per experiment key, the only place where a key's type, default,
 // allowed values and meaning are written. The parser, the validation, toYaml, diffKeys and the
-// README reference table all walk this table; the struct initializers in configs/experiment.h
+// reference table in docs/configuration.md all walk this table; the struct initializers in configs/experiment.h
 // repeat the defaults only because C++ needs them there, and a test checks that the two agree.
 //
 // Everything here is immutable after first use and safe to read from any thread.

@@ -1,4 +1,4 @@
-// toYaml round trips and the README's reference table.
+// toYaml round trips and the reference table in docs/configuration.md.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -83,18 +83,18 @@ std::string readFile(const std::string& path) {
   return text.str();
 }
 
-TEST(EmitTest, ReadmeHoldsTheCurrentReferenceTable) {
-  const std::string path = std::string(CUMULUS_SOURCE_DIR) + "/README.md";
-  std::string readme = readFile(path);
-  ASSERT_FALSE(readme.empty()) << "cannot read " << path;
-  std::optional<std::string> section = referenceSection(readme);
+TEST(EmitTest, ConfigurationDocHoldsTheCurrentReferenceTable) {
+  const std::string path = std::string(CUMULUS_SOURCE_DIR) + "/docs/configuration.md";
+  std::string doc = readFile(path);
+  ASSERT_FALSE(doc.empty()) << "cannot read " << path;
+  std::optional<std::string> section = referenceSection(doc);
   ASSERT_TRUE(section.has_value())
       << path << " has no " << kReferenceBegin << " ... " << kReferenceEnd
-      << " section; run: build/bin/cumulus-config reference --readme README.md";
+      << " section; run: build/bin/cumulus-config reference --file docs/configuration.md";
   EXPECT_EQ(*section, referenceMarkdown())
-      << "README.md's configuration reference is stale; regenerate it with\n"
+      << "docs/configuration.md's configuration reference is stale; regenerate it with\n"
       << "  cmake --build build --target cumulus-config && "
-         "build/bin/cumulus-config reference --readme README.md";
+         "build/bin/cumulus-config reference --file docs/configuration.md";
 }
 
 TEST(EmitTest, ReferenceTableHasOneRowPerKey) {

@@ -112,5 +112,29 @@ TEST_F(ToolTest, ReferenceRewritesAReadme) {
             text);
 }
 
+TEST_F(ToolTest, ReferenceFileRewritesOnlyTheTableBetweenTheMarkers) {
+  const std::string before =
+      "# Configuration reference\n\nintro\n\n<!-- config-reference:begin -->\n";
+  const std::string after = "<!-- config-reference:end -->\n\nmore text\n";
+  std::string doc = write("configuration.md", before + "| stale | table |\n" + after);
+  Result r = run("reference --file " + doc);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "updated the configuration reference in " + doc + "\n");
+  std::ifstream in(doc);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+            before + referenceMarkdown() + after);
+}
+
+TEST_F(ToolTest, ReferenceSaysWhichArgumentsItTakes) {
+  Result r = run("reference --out x.md");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out,
+            "cumulus-config reference: expected nothing (print the table) or --file FILE (rewrite "
+            "it in FILE, e.g. --file docs/configuration.md)\n");
+  Result missing = run("reference --file " + dir_ + "/absent.md");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_EQ(missing.out, "cumulus-config reference: cannot read " + dir_ + "/absent.md\n");
+}
+
 }  // namespace
 }  // namespace cumulus::configs
