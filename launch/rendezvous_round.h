@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/error.h"
 #include "comm/store.h"
 
 namespace cumulus::launch {
@@ -117,6 +118,9 @@ class Rendezvous {
   static constexpr std::chrono::milliseconds kWaitSlice{250};
   bool interrupted() const { return interrupted_ && interrupted_(); }
   void sleep() const;
+  // Tells `note` that some of the `nodes` waiting in ended round `g` did not acknowledge it.
+  void noteUnread(int64_t g, size_t nodes, std::chrono::milliseconds linger,
+                  const comm::CommError& error) const;
   // Not the host: blocks up to kWaitSlice until the host settled round `g`.
   void awaitSettled(int64_t g);
   // The host: compare-and-set of round `g`'s state, then the wake-up for the others. Returns
