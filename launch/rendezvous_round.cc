@@ -148,6 +148,10 @@ void Rendezvous::noteUnread(int64_t g, size_t nodes, std::chrono::milliseconds l
           " s that they read why it ended: " + error.what());
 }
 
+std::chrono::steady_clock::time_point Rendezvous::clockNow() const {
+  return options_.now ? options_.now() : std::chrono::steady_clock::now();
+}
+
 void Rendezvous::sleep() const { std::this_thread::sleep_for(options_.poll); }
 
 void Rendezvous::awaitSettled(int64_t g) {
@@ -218,7 +222,7 @@ Round Rendezvous::waitForClose(int64_t g, int64_t restarts) {
   const bool host = self_.node_id == kHostId;
   if (host) {
     last_seen_.clear();
-    last_change_ = std::chrono::steady_clock::now();
+    last_change_ = clockNow();
     host_deadline_ = last_change_ + options_.timeout;
   }
   for (;;) {
@@ -269,7 +273,7 @@ void Rendezvous::leave(int64_t g) {
 }
 
 bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clockNow();
   if (state.raw != last_seen_) {
     last_seen_ = state.raw;
     last_change_ = now;
