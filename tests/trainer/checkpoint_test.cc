@@ -385,7 +385,11 @@ TEST_F(CheckpointTest, BackgroundErrorsSurfaceOnTheNextCall) {
   EXPECT_TRUE(manager_.waitForPending(milliseconds(1000)));  // reported once
 
   manager_.saveAsync(makeSnapshot(300));  // still full
-  while (manager_.pending()) std::this_thread::sleep_for(milliseconds(1));
+  // Not waitForPending(): that would surface the error the next save is meant to throw.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (manager_.pending() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(1));
+  ASSERT_FALSE(manager_.pending()) << "the failing save never ended";
   fs_.clear();
   // The next save waits for the failed one and throws its error instead of saving; the snapshot
   // it was given is left intact for a retry.
