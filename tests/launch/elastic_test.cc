@@ -388,8 +388,8 @@ TEST_F(ElasticTest, APreemptionNoticeDuringTheRendezvousIsResumableAndReleasesTh
   cumulus::comm::StoreClient store("127.0.0.1", port_, "elastic-test");
   cumulus::launch::Rendezvous observer(store, cumulus::launch::RendezvousOptions{},
                                        cumulus::launch::RoundNode{99, 1, "observer"});
-  ASSERT_TRUE(waitFor([&] { return observer.waiting(0) == std::vector<int64_t>{0, 1}; }, 10))
-      << output(1);
+  const auto both_wait = [&] { return observer.waiting(0) == std::vector<int64_t>{0, 1}; };
+  ASSERT_TRUE(waitFor(both_wait, 10)) << output(1);
   ::kill(nodes_[0].pid, SIGTERM);
   EXPECT_EQ(finish(0, 10), 75) << output(0);
   EXPECT_TRUE(printed(0,

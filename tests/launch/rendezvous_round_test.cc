@@ -277,8 +277,8 @@ TEST(Rendezvous, ANodeInterruptedWhileWaitingLeavesTheRound) {
   stop = true;
   EXPECT_EQ(f1.get().outcome, Round::Outcome::kInterrupted);
   EXPECT_TRUE(awaitWaiting(store, 0, "0"));
-  ASSERT_TRUE(clock.awaitReads());  // the host saw node 1 leave
-  clock.advance(milliseconds(300));  // the last call passes
+  ASSERT_TRUE(clock.awaitReads());     // the host saw node 1 leave
+  clock.advance(milliseconds(300));    // the last call passes
   EXPECT_EQ(f0.get().nodeIds(), "0");  // closed without the node that left
 }
 
