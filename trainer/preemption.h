@@ -81,6 +81,10 @@ class PreemptionWatcher {
 
   // Starts the deadline watchdog (see above). Idempotent; no-op when grace_seconds <= 0.
   void startWatchdog();
+  // How many times the watchdog has looked for the notice and its deadline so far (0 before
+  // startWatchdog). Never blocks. Lets an observer tell "the watchdog looked and did nothing" from
+  // "the watchdog has not run yet".
+  int64_t watchdogLooks() const { return watchdog_looks_.load(); }
 
  private:
   double now() const;
@@ -92,6 +96,7 @@ class PreemptionWatcher {
   mutable std::atomic<double> notice_time_{-1.0};  // now() at the first sighting of the notice
   std::optional<int64_t> stop_step_;               // training thread only
   std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> watchdog_looks_{0};
   std::thread watchdog_;
 };
 

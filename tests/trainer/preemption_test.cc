@@ -198,7 +198,11 @@ TEST(PreemptionTest, WatchdogWithoutNoticeNeverFires) {
   {
     PreemptionWatcher watcher(agreeAlone(), options);
     watcher.startWatchdog();
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    // Ten looks at least 10 ms apart span 90 ms, beyond the 50 ms grace, with no notice.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (watcher.watchdogLooks() < 10 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GE(watcher.watchdogLooks(), 10);
     EXPECT_FALSE(watcher.shouldStop(0));
   }  // the destructor stops the watchdog; we are still alive
   SUCCEED();
