@@ -375,7 +375,11 @@ TEST(ShmFaults, ProducerWaitingForASlotTimesOutOrSeesThePeerGo) {
     Buffer b{v.data(), v.size(), DType::kFloat32};
     std::thread leaver([&] {
       if (!peerLeaves) return;
-      std::this_thread::sleep_for(100ms);
+      // Leave once rank 0 sleeps for a slot (every slot full, rank 1 consuming none).
+      const auto deadline = Clock::now() + 5s;
+      while (comms[0]->slotWaits() == 0 && Clock::now() < deadline)
+        std::this_thread::sleep_for(1ms);
+      EXPECT_GT(comms[0]->slotWaits(), 0u) << "rank 0 never waited for a shared-memory slot";
       comms[1].reset();
     });
     const auto start = Clock::now();
