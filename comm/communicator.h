@@ -167,9 +167,9 @@ class Communicator {
   const int world_;
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
-  std::vector<uint8_t> scratch_;  // used only by the executing operation
-  std::atomic<uint64_t> slot_waits_{0};
-  tcp::SpinGovernor spin_;        // budget resolved from options_.spinMicros; executing op only
+  std::vector<uint8_t> scratch_;         // used only by the executing operation
+  std::atomic<uint64_t> slot_waits_{0};  // slotWaits(): the executing op adds, anyone reads
+  tcp::SpinGovernor spin_;  // budget resolved from options_.spinMicros; executing op only
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
