@@ -245,6 +245,24 @@ TEST(Rendezvous, EndReleasesTheNodesWaitingInTheNextRound) {
   EXPECT_EQ(r.generation, 1);
 }
 
+// A node that died while waiting never reads why the round ended: the host says so and goes on.
+TEST(Rendezvous, EndNotesTheNodesThatNeverReadWhy) {
+  comm::MemoryStore store;
+  std::vector<std::string> notes;
+  Rendezvous n0(store, elastic(1, 2, 50), node(0), {},
+                [&](const std::string& line) { notes.push_back(line); });
+  store.set("rdzv/1/state", "open 1:1:gone");  // node 1 joined round 1, then died
+  EXPECT_EQ(n0.end(1, 0, "the job finished", milliseconds(50)), 1);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0].rfind("of the 1 node(s) waiting in the rendezvous of generation 1, not all "
+                           "confirmed within 0.05 s that they read why it ended: ",
+                           0),
+            0u)
+      << notes[0];
+  EXPECT_NE(notes[0].find("keys still missing after 50 ms: 'rdzv/1/ack/1'"), std::string::npos)
+      << notes[0];
+}
+
 TEST(Rendezvous, TwoNodesWithOneIdAreAUserError) {
   comm::MemoryStore store;
   Rendezvous b(store, elastic(2, 3, 5000), RoundNode{1, 1, "b"});
