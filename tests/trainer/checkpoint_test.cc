@@ -438,6 +438,23 @@ TEST_F(CheckpointTest, OptimizerStateRoundTripsThroughParameterNames) {
   EXPECT_THROW(optimizerStateFrom(snapshot, {"other.weight", "fc1.bias"}), std::invalid_argument);
 }
 
+TEST_F(CheckpointTest, OptimizerStateKeysThatNameNoParameterAreRejected) {
+  const std::vector<std::string> names = {"fc1.weight", "fc1.bias"};
+  for (const std::string key : {"x.exp_avg", "2.exp_avg", "1x.exp_avg", "-1.exp_avg", "exp_avg"}) {
+    OptimizerState state;
+    state.name = "adamw";
+    state.tensors[key] = torch::zeros({1});
+    CheckpointSnapshot snapshot;
+    try {
+      addOptimizerState(state, names, snapshot);
+      ADD_FAILURE() << key << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "optimizer state key \"" + key + "\" names no parameter (2 parameters)");
+    }
+  }
+}
+
 TEST_F(CheckpointTest, PythonTorchLoadReadsModelAndOptimizer) {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "/usr/bin/python3 has no torch";
