@@ -25,6 +25,7 @@
 // Thread-safety: all methods are thread-safe; calls from several threads are serialized. The
 // cross-rank order must still be the same on every rank, which is the caller's job.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -129,6 +130,11 @@ class Communicator {
   uint64_t nextSeq() const;
   // "shm", "unix" or "tcp": what connects this rank to `peer`; "self" for its own rank.
   const char* transportTo(int peer) const;
+  // How many times an operation of this communicator went to sleep because every shared-memory
+  // slot to a peer was in use (the peer had not consumed them yet). Never blocks; may be called
+  // from any thread while an operation runs. Tells a monitor, or a test, that a sender is
+  // waiting on its receiver.
+  uint64_t slotWaits() const { return slot_waits_.load(); }
 
  private:
   using Body = std::function<void(Collective&)>;
@@ -161,8 +167,9 @@ class Communicator {
   const int world_;
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
-  std::vector<uint8_t> scratch_;  // used only by the executing operation
-  tcp::SpinGovernor spin_;        // budget resolved from options_.spinMicros; executing op only
+  std::vector<uint8_t> scratch_;         // used only by the executing operation
+  std::atomic<uint64_t> slot_waits_{0};  // slotWaits(): the executing op adds, anyone reads
+  tcp::SpinGovernor spin_;  // budget resolved from options_.spinMicros; executing op only
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

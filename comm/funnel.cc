@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <charconv>
 #include <cstring>
 
 #include "comm/error.h"
@@ -33,10 +34,13 @@ struct FunnelClient::Impl {
     int blame = -1;
     const auto& trailers = context.GetServerTrailingMetadata();
     if (auto it = trailers.find("x-cumulus-rank"); it != trailers.end()) {
-      try {
-        blame = std::stoi(std::string(it->second.data(), it->second.size()));
-      } catch (const std::exception&) {
-      }
+      // A trailer that is not a whole number names no rank: the error then blames none (-1)
+      // rather than hiding the server's status behind a parse error.
+      const char* begin = it->second.data();
+      const char* end = begin + it->second.size();
+      int parsed = -1;
+      const auto [stop, ec] = std::from_chars(begin, end, parsed);
+      if (ec == std::errc() && stop == end && parsed >= 0) blame = parsed;
     }
     const std::string where = "parameter server " + endpoint + ": ";
     switch (status.error_code()) {

@@ -79,7 +79,11 @@ void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::millis
     }
     return true;
   };
-  if (changed_.wait_until(lock, deadline, allPresent)) return;
+  if (allPresent()) return;
+  ++blocked_;
+  const bool present = changed_.wait_until(lock, deadline, allPresent);
+  --blocked_;
+  if (present) return;
   std::string missing;
   for (const auto& key : keys) {
     if (values_.count(key) == 0) missing += (missing.empty() ? "'" : ", '") + key + "'";
@@ -87,6 +91,11 @@ void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::millis
   throw CommError(
       ErrorKind::kTimeout, "store.wait", 0, -1,
       "keys still missing after " + std::to_string(timeout.count()) + " ms: " + missing);
+}
+
+int MemoryStore::blockedCalls() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return blocked_;
 }
 
 bool MemoryStore::remove(const std::string& key) {

@@ -29,11 +29,15 @@ class MemoryStore : public Store {
             std::chrono::milliseconds timeout = kDefaultTimeout) override;
   bool remove(const std::string& key) override;
   int64_t removePrefix(const std::string& prefix) override;
+  // get() and wait() calls blocked right now for keys still missing (as StoreServer's), so an
+  // observer can tell that a reader is waiting instead of guessing it by time. Non-blocking.
+  int blockedCalls() const;
 
  private:
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable changed_;      // notified on every insertion
   std::map<std::string, Bytes> values_;  // GUARDED_BY(mutex_)
+  int blocked_ = 0;                      // GUARDED_BY(mutex_)
 };
 
 }  // namespace cumulus::comm

@@ -107,6 +107,19 @@ class ParameterServerService final : public proto::ParameterServer::Service {
                  {grpc::Status(grpc::StatusCode::UNAVAILABLE, "parameter server shutting down")});
   }
 
+  ParameterServer::StepProgress progress(const StepKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ParameterServer::StepProgress out;
+    const auto it = steps_.find(key);
+    if (it == steps_.end()) return out;
+    const Step& step = *it->second;
+    for (int r = 0; r < step.world; ++r) {
+      if (step.joined[r]) out.joined.push_back(r);
+      if (step.pushed[r]) out.pushed.push_back(r);
+    }
+    return out;
+  }
+
   grpc::Status PushPull(grpc::ServerContext* context, Stream* stream) override {
     if (auto status = rpc::checkToken(*context, token_); !status.ok()) return status;
     Failure outcome;
@@ -394,6 +407,10 @@ ParameterServer::ParameterServer(const std::string& host, int port, const std::s
 }
 
 ParameterServer::~ParameterServer() { shutdown(); }
+
+ParameterServer::StepProgress ParameterServer::progress(uint64_t generation, uint64_t seq) const {
+  return service_->progress({generation, seq});
+}
 
 void ParameterServer::shutdown() {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);

@@ -30,9 +30,11 @@
 // Thread-safe. Binds 127.0.0.1 unless a host is named; port 0 = ephemeral.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace grpc {
 class Server;
@@ -58,6 +60,16 @@ class ParameterServer {
   int world() const { return world_; }
   // Fails running steps (UNAVAILABLE), stops accepting calls, waits ≤ 1 s for handlers. Idempotent.
   void shutdown();
+
+  // What the server holds of one running step: the ranks whose header arrived (joined) and
+  // those whose whole buffer arrived and who now wait for the result (pushed), ascending. Both
+  // empty when no such step runs (not begun, or already finished or failed). Non-blocking. Lets
+  // an observer (a test, a status page) wait for a state instead of guessing it by time.
+  struct StepProgress {
+    std::vector<int> joined;
+    std::vector<int> pushed;
+  };
+  StepProgress progress(uint64_t generation, uint64_t seq) const;
 
  private:
   std::string host_;

@@ -239,7 +239,12 @@ void Launcher::endWaiting(int64_t generation, int exit_code, const std::string& 
                  "the job ended (" + what + ", exit code " + std::to_string(exit_code) +
                      ") before this node could join",
                  std::chrono::milliseconds(5000));
-  } catch (const comm::CommError&) {
+  } catch (const comm::CommError& e) {
+    // Best effort: the job is over whatever the nodes waiting for the next round learn.
+    std::fprintf(console_,
+                 "cumulus-run: could not tell the nodes waiting for generation %lld that the job "
+                 "ended: %s\n",
+                 static_cast<long long>(generation), e.what());
   }
 }
 
@@ -315,7 +320,12 @@ LaunchReport Launcher::runOrThrow() {
                    end.detail.c_str(), o.preemption_grace);
       try {
         st.rdzv->announceRejoin(st.generation + 1);
-      } catch (const comm::CommError&) {
+      } catch (const comm::CommError& e) {
+        // Without the announcement node 0 closes the next round after the last call, maybe
+        // without this node; the group still forms, so go on.
+        std::fprintf(console_,
+                     "cumulus-run: could not announce this node for generation %lld: %s\n",
+                     static_cast<long long>(st.generation + 1), e.what());
       }
       stopWorkers(group->workers, group->mux, o.preemption_grace);
       continue;
@@ -488,7 +498,12 @@ Launcher::GroupEnd Launcher::supervise(Group& group, LaunchReport& report) {
             end.detail = *r;
             return end;
           }
-        } catch (const comm::CommError&) {
+        } catch (const comm::CommError& e) {
+          // Without the Store there is no regroup to join: the stop is the job's preemption.
+          std::fprintf(console_,
+                       "cumulus-run: could not read whether node 0 re-forms the group (%s); "
+                       "treating the stop as a preemption\n",
+                       e.what());
         }
       }
       for (auto& w : workers) mux.finish(w.rank);
@@ -509,7 +524,11 @@ Launcher::GroupEnd Launcher::supervise(Group& group, LaunchReport& report) {
           }
           try {
             st.store->wait(done, toMs(o.rdzv_timeout));
-          } catch (const comm::CommError&) {
+          } catch (const comm::CommError& e) {
+            // Best effort: this node is done; a node that never says so is gone.
+            std::fprintf(console_,
+                         "cumulus-run: not every node reported it finished generation %s: %s\n",
+                         gen.c_str(), e.what());
           }
         }
       }
@@ -617,7 +636,12 @@ bool Launcher::restartAfter(Group& group, const GroupEnd& end, LaunchReport& rep
         }
         st.store->wait(stopped, toMs(std::min(o.rdzv_timeout, o.stop_grace + 5.0)));
       }
-    } catch (const comm::CommError&) {
+    } catch (const comm::CommError& e) {
+      // Best effort: the failure is reported below whether or not the others saw it.
+      std::fprintf(console_,
+                   "cumulus-run: not every node confirmed it saw the failure of generation %s: "
+                   "%s\n",
+                   gen.c_str(), e.what());
     }
   }
   if (store_lost) {

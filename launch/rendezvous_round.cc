@@ -138,6 +138,20 @@ Rendezvous::Rendezvous(comm::Store& store, RendezvousOptions options, RoundNode 
   }
 }
 
+void Rendezvous::noteUnread(int64_t g, size_t nodes, std::chrono::milliseconds linger,
+                            const comm::CommError& error) const {
+  // The round has ended either way; a node that never read why is gone or will find out when it
+  // next reads the round, so this is worth a line, not a failure.
+  if (note_)
+    note_("of the " + std::to_string(nodes) + " node(s) waiting in the rendezvous of generation " +
+          std::to_string(g) + ", not all confirmed within " + seconds(linger) +
+          " s that they read why it ended: " + error.what());
+}
+
+std::chrono::steady_clock::time_point Rendezvous::clockNow() const {
+  return options_.now ? options_.now() : std::chrono::steady_clock::now();
+}
+
 void Rendezvous::sleep() const { std::this_thread::sleep_for(options_.poll); }
 
 void Rendezvous::awaitSettled(int64_t g) {
@@ -208,7 +222,7 @@ Round Rendezvous::waitForClose(int64_t g, int64_t restarts) {
   const bool host = self_.node_id == kHostId;
   if (host) {
     last_seen_.clear();
-    last_change_ = std::chrono::steady_clock::now();
+    last_change_ = clockNow();
     host_deadline_ = last_change_ + options_.timeout;
   }
   for (;;) {
@@ -259,7 +273,7 @@ void Rendezvous::leave(int64_t g) {
 }
 
 bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clockNow();
   if (state.raw != last_seen_) {
     last_seen_ = state.raw;
     last_change_ = now;
@@ -307,10 +321,11 @@ bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
     for (const RoundNode& n : state.nodes) {
       if (n.node_id != self_.node_id) acks.push_back(ackKey(g, n.node_id));
     }
+    const auto linger = std::min(options_.timeout, std::chrono::milliseconds(5000));
     try {
-      if (!acks.empty())
-        store_.wait(acks, std::min(options_.timeout, std::chrono::milliseconds(5000)));
-    } catch (const comm::CommError&) {
+      if (!acks.empty()) store_.wait(acks, linger);
+    } catch (const comm::CommError& e) {
+      noteUnread(g, acks.size(), linger, e);
     }
   }
   return true;
@@ -345,7 +360,8 @@ int Rendezvous::end(int64_t generation, int exit_code, const std::string& reason
     }
     try {
       if (!acks.empty()) store_.wait(acks, linger);
-    } catch (const comm::CommError&) {
+    } catch (const comm::CommError& e) {
+      noteUnread(generation, acks.size(), linger, e);
     }
     return static_cast<int>(acks.size());
   }

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/error.h"
 #include "comm/store.h"
 
 namespace cumulus::launch {
@@ -74,6 +75,10 @@ struct RendezvousOptions {
   std::chrono::milliseconds last_call{3000};  // --rdzv-last-call
   std::chrono::milliseconds timeout{60000};   // --rdzv-timeout: the host's wait for min_nodes
   std::chrono::milliseconds poll{50};
+  // The clock the host measures `last_call` and `timeout` with; empty = steady_clock::now. A
+  // test passes a clock it advances by hand, so that "a node joined during the last call" or
+  // "the last call passed" are states it sets rather than durations it hopes the threads keep.
+  std::function<std::chrono::steady_clock::time_point()> now;
 };
 
 class Rendezvous {
@@ -116,7 +121,11 @@ class Rendezvous {
   // `interrupted` and of the state itself.
   static constexpr std::chrono::milliseconds kWaitSlice{250};
   bool interrupted() const { return interrupted_ && interrupted_(); }
+  std::chrono::steady_clock::time_point clockNow() const;
   void sleep() const;
+  // Tells `note` that some of the `nodes` waiting in ended round `g` did not acknowledge it.
+  void noteUnread(int64_t g, size_t nodes, std::chrono::milliseconds linger,
+                  const comm::CommError& error) const;
   // Not the host: blocks up to kWaitSlice until the host settled round `g`.
   void awaitSettled(int64_t g);
   // The host: compare-and-set of round `g`'s state, then the wake-up for the others. Returns

@@ -3,6 +3,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include <charconv>
 #include <set>
 #include <stdexcept>
 
@@ -82,11 +83,13 @@ void addOptimizerState(const OptimizerState& state, const std::vector<std::strin
                        CheckpointSnapshot& snapshot) {
   for (const auto& [key, tensor] : state.tensors) {
     const size_t dot = key.find('.');
+    // Keys are "<parameter index>.<state name>"; anything else is rejected just below, with the
+    // key in the message, so a prefix that does not parse leaves `index` out of range.
     size_t index = param_names.size();
-    try {
-      index = std::stoul(key.substr(0, dot));
-    } catch (const std::exception&) {
-    }
+    const char* end = key.data() + (dot == std::string::npos ? key.size() : dot);
+    if (const auto [stop, ec] = std::from_chars(key.data(), end, index);
+        ec != std::errc() || stop != end)
+      index = param_names.size();
     if (dot == std::string::npos || index >= param_names.size()) {
       throw std::invalid_argument("optimizer state key \"" + key + "\" names no parameter (" +
                                   std::to_string(param_names.size()) + " parameters)");

@@ -369,6 +369,9 @@ void DistributedGradientSync::watchLoop() {
       try {
         work->wait(std::chrono::milliseconds(20));
       } catch (const std::exception&) {
+        // Expected: either this short wait timed out (the loop waits again) or the collective
+        // failed. A failure stays in work->exception(): the compute thread's wait rethrows it and
+        // the trace entry below marks it. The watcher only times the buckets.
       }
       std::lock_guard<std::mutex> lock(watch_mutex_);
       if (watch_stop_) return;

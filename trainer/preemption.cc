@@ -142,6 +142,7 @@ void PreemptionWatcher::watchdogLoop() {
       }
       _exit(options_.exit_code);
     }
+    watchdog_looks_++;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }

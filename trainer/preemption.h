@@ -104,6 +104,10 @@ class PreemptionWatcher {
 
   // Starts the deadline watchdog (see above). Idempotent; no-op when grace_seconds <= 0.
   void startWatchdog();
+  // How many times the watchdog has looked for the notice and its deadline so far (0 before
+  // startWatchdog). Never blocks. Lets an observer tell "the watchdog looked and did nothing" from
+  // "the watchdog has not run yet".
+  int64_t watchdogLooks() const { return watchdog_looks_.load(); }
 
  private:
   double now() const;
@@ -117,6 +121,7 @@ class PreemptionWatcher {
   std::atomic<uint64_t> checkpoint_requests_{0};   // requestCheckpoint() calls
   uint64_t requests_answered_ = 0;                 // training thread only
   std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> watchdog_looks_{0};
   std::thread watchdog_;
 };
 

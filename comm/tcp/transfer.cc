@@ -286,6 +286,7 @@ class Engine {
     const bool wantSlot = !wantSend && waitingForSlot_;
     if (!wantSend && spin(wantRecv, wantSlot)) return;
     if (wantSlot && !t_.sendTo->channel()->armCreditWait()) return;  // freed meanwhile
+    if (wantSlot && ctx_.slotWaits != nullptr) ctx_.slotWaits->fetch_add(1);
     auto add = [&](int fd, short events) {
       for (int i = 0; i < n; ++i) {
         if (fds[i].fd == fd) {

@@ -24,6 +24,7 @@
 //
 // Blocking: runs on the caller's thread until all units are sent and received, or throws.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -59,6 +60,8 @@ struct OpContext {
   Deadline deadline;
   long timeoutMs = 0;            // for messages only
   SpinGovernor* spin = nullptr;  // null: never spin
+  // Counts each time the operation goes to sleep for a free shared-memory slot; may be null.
+  std::atomic<uint64_t>* slotWaits = nullptr;
 };
 
 struct Span {

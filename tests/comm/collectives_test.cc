@@ -4,7 +4,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <future>
 #include <numeric>
+#include <thread>
 
 #include "comm/error.h"
 #include "comm/rendezvous.h"
@@ -107,7 +109,10 @@ TEST_P(Collectives, BarrierWaitsForTheLastRank) {
   Group group(p);
   std::atomic<int> arrived{0};
   group.run([&](int rank, Communicator& comm) {
-    if (rank == p - 1) std::this_thread::sleep_for(50ms);
+    // The last rank arrives only after all the others: any of them that left the barrier
+    // without waiting for it would see arrived < p.
+    if (rank == p - 1)
+      while (arrived.load() < p - 1) std::this_thread::yield();
     arrived++;
     comm.barrier();
     EXPECT_EQ(arrived.load(), p) << "rank " << rank << " left the barrier early";
@@ -163,24 +168,29 @@ TEST(Work, AsyncOperationsRunInOrderAndReportCompletion) {
 
 TEST(Work, WaitWithTimeoutThrowsWhileThePeerIsLate) {
   Group group(2);
+  std::promise<void> late_peer_may_start;
+  std::future<void> late_peer_started = late_peer_may_start.get_future();
   group.run([&](int rank, Communicator& comm) {
     std::vector<float> v(16, 1.0f);
     Buffer b{v.data(), v.size(), DType::kFloat32};
-    if (rank == 1) {
-      std::this_thread::sleep_for(300ms);
+    if (rank == 1) {  // late: joins only once rank 0's short wait timed out
+      late_peer_started.wait();
       comm.allreduce(b);
       return;
     }
     auto work = comm.allreduceAsync(b);
+    bool timed_out = false;
     try {
       work->wait(20ms);
-      FAIL() << "the peer is still sleeping";
     } catch (const CommError& e) {
+      timed_out = true;
       EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
       EXPECT_EQ(e.op(), "allreduce");
       EXPECT_EQ(e.seq(), work->seq());
     }
+    EXPECT_TRUE(timed_out) << "wait returned although the peer has not joined";
     EXPECT_FALSE(work->isCompleted());
+    late_peer_may_start.set_value();
     work->wait();  // the operation itself goes on and succeeds
     EXPECT_TRUE(work->isCompleted());
     EXPECT_EQ(work->exception(), nullptr);

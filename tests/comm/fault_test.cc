@@ -230,14 +230,12 @@ TEST_P(Faults, PeerClosingItsConnectionsIsPeerClosed) {
         [&](int r) { comms[r] = std::make_unique<Communicator>(r, 2, store, withTimeout(10s)); });
   std::vector<float> v(1 << 20, 1.0f);
   Buffer b{v.data(), v.size(), DType::kFloat32};
-  std::thread closer([&] {
-    std::this_thread::sleep_for(50ms);
-    comms[1].reset();  // rank 1 goes away while rank 0 waits in the collective
-  });
   const auto start = Clock::now();
   auto work = comms[0]->allreduceAsync(b, {ReduceOp::kSum, Algorithm::kRing});
+  // Rank 1 never joins the collective and goes away while rank 0 runs it: rank 0 cannot finish
+  // without rank 1, so whenever the close lands, rank 0 is in (or about to be in) the collective.
+  comms[1].reset();
   CommError e = expectCommError([&] { work->wait(); });
-  closer.join();
   // The Work reports the failure the same way to every observer.
   EXPECT_TRUE(work->isCompleted());
   ASSERT_NE(work->exception(), nullptr);
@@ -377,7 +375,11 @@ TEST(ShmFaults, ProducerWaitingForASlotTimesOutOrSeesThePeerGo) {
     Buffer b{v.data(), v.size(), DType::kFloat32};
     std::thread leaver([&] {
       if (!peerLeaves) return;
-      std::this_thread::sleep_for(100ms);
+      // Leave once rank 0 sleeps for a slot (every slot full, rank 1 consuming none).
+      const auto deadline = Clock::now() + 5s;
+      while (comms[0]->slotWaits() == 0 && Clock::now() < deadline)
+        std::this_thread::sleep_for(1ms);
+      EXPECT_GT(comms[0]->slotWaits(), 0u) << "rank 0 never waited for a shared-memory slot";
       comms[1].reset();
     });
     const auto start = Clock::now();

@@ -61,7 +61,12 @@ TEST(FunnelTest, AWorkerThatDiesMidPushFailsTheOthersFastAndTheStepIsForgotten) 
     h->set_timeout_ms(10000);
     message.set_data(std::string(ParameterServer::kChunkBytes, '\0'));
     stream->Write(message);
-    std::this_thread::sleep_for(300ms);
+    // Die once the server holds this first piece (it came with the header) and ranks 0 and 1
+    // have pushed everything and wait for the result.
+    EXPECT_TRUE(rpctest::waitUntil([&] {
+      const auto step = server.progress(0, 0);
+      return step.joined.size() == 3 && step.pushed == std::vector<int>{0, 1};
+    })) << "ranks 0 and 1 never finished their push";
     context.TryCancel();
     stream->Finish();
   });
@@ -118,7 +123,8 @@ TEST(FunnelTest, TimeoutNamesTheRanksThatNeverPushed) {
 TEST(FunnelTest, CountMismatchFailsEveryRankNamingTheOddOne) {
   ParameterServer server("", 0, kToken, 3);
   auto errors = rpctest::runRanks(3, [&](int rank) {
-    if (rank == 2) std::this_thread::sleep_for(200ms);  // ranks 0 and 1 set the reference
+    if (rank == 2)  // ranks 0 and 1 set the reference
+      ASSERT_TRUE(rpctest::waitUntil([&] { return server.progress(0, 3).joined.size() == 2; }));
     std::vector<float> data(rank == 2 ? 101 : 100, 1.0f);
     Buffer buffer{data.data(), data.size(), DType::kFloat32};
     FunnelClient("", server.port(), kToken, rank, 3).allreduce(buffer, ReduceOp::kSum, 3, 5s);
@@ -136,7 +142,8 @@ TEST(FunnelTest, CountMismatchFailsEveryRankNamingTheOddOne) {
 TEST(FunnelTest, DTypeMismatchFailsEveryRank) {
   ParameterServer server("", 0, kToken, 2);
   auto errors = rpctest::runRanks(2, [&](int rank) {
-    if (rank == 1) std::this_thread::sleep_for(200ms);
+    if (rank == 1)  // rank 0 sets the reference
+      ASSERT_TRUE(rpctest::waitUntil([&] { return server.progress(0, 0).joined.size() == 1; }));
     std::vector<double> data(10, 1.0);
     Buffer buffer{data.data(), rank == 1 ? 20u : 10u,
                   rank == 1 ? DType::kFloat32 : DType::kFloat64};
@@ -187,7 +194,7 @@ TEST(FunnelTest, StaleGenerationIsRejectedAndANewOneSupersedesOldSteps) {
       old_error = std::current_exception();
     }
   });
-  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(rpctest::waitUntil([&] { return server.progress(5, 9).pushed.size() == 1; }));
   rpctest::expectNoErrors(runStep(server.port(), 2, 0, 10, 5s, /*generation=*/6));
   old_rank.join();
   EXPECT_LT(seconds(Clock::now() - start), 3.0);
@@ -234,7 +241,8 @@ TEST(FunnelTest, UnreachableServerTimesOutNamingIt) {
 TEST(FunnelTest, ServerShutdownMidStepFailsTheWaitingRanks) {
   auto server = std::make_unique<ParameterServer>("", 0, kToken, 3);
   std::thread stopper([&] {
-    std::this_thread::sleep_for(300ms);
+    // Stop once both ranks wait in the step for the third, which never comes.
+    EXPECT_TRUE(rpctest::waitUntil([&] { return server->progress(0, 0).pushed.size() == 2; }));
     server->shutdown();
   });
   const auto start = Clock::now();

@@ -24,13 +24,18 @@ TEST(MemoryStore, SetGetTryGetRemove) {
 TEST(MemoryStore, GetBlocksUntilSetFromAnotherThread) {
   MemoryStore store;
   std::thread writer([&] {
-    std::this_thread::sleep_for(20ms);
+    // Set the key only once the reader waits for it (bounded: a reader that never blocks fails
+    // the test below rather than hanging it).
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (store.blockedCalls() == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
     store.set("late", "v");
   });
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(store.get("late", 5000ms), "v");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   writer.join();
+  EXPECT_EQ(store.blockedCalls(), 0);
 }
 
 TEST(MemoryStore, WaitTimesOutNamingMissingKeys) {

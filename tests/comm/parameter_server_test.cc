@@ -165,9 +165,15 @@ TEST(ParameterServerTest, ResultIsTheRankOrderSumBitForBitWhateverTheArrivalOrde
   for (int run = 0; run < 3; ++run) {
     std::vector<std::vector<float>> buffers = inputs;
     auto errors = rpctest::runRanks(kWorld, [&](int rank) {
-      // Run 1: rank 0 comes last; run 2: reverse rank order.
-      if (run == 1 && rank == 0) std::this_thread::sleep_for(150ms);
-      if (run == 2) std::this_thread::sleep_for(std::chrono::milliseconds(40 * (kWorld - rank)));
+      // Run 1: rank 0 comes last; run 2: reverse rank order. A rank starts once the server
+      // holds the whole buffers of the ranks that come before it.
+      std::vector<int> before;
+      if (run == 1 && rank == 0) before = {1, 2, 3, 4};
+      if (run == 2)
+        for (int r = rank + 1; r < kWorld; ++r) before.push_back(r);
+      if (!before.empty())
+        ASSERT_TRUE(rpctest::waitUntil([&] { return server.progress(0, run).pushed == before; }))
+            << "run " << run << " rank " << rank;
       Buffer buffer{buffers[rank].data(), kCount, DType::kFloat32};
       FunnelClient("", server.port(), kToken, rank, kWorld)
           .allreduce(buffer, ReduceOp::kSum, run, 20s);

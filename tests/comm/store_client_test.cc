@@ -89,7 +89,7 @@ TEST(StoreClientTest, ServerShutdownDuringABlockingWaitFailsFast) {
   auto server = std::make_unique<StoreServer>("", 0, "t");
   StoreClient client("127.0.0.1", server->port(), "t");
   std::thread stopper([&] {
-    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(rpctest::waitUntil([&] { return server->blockedCalls() == 1; }));
     server->shutdown();
   });
   const auto start = Clock::now();
@@ -112,7 +112,7 @@ TEST(StoreClientTest, ServerShutdownDuringABlockingWaitFailsFast) {
 TEST(StoreClientTest, ShutdownWakesEveryBlockedGet) {
   StoreServer server("", 0, "t");
   std::thread stopper([&] {
-    std::this_thread::sleep_for(300ms);
+    EXPECT_TRUE(rpctest::waitUntil([&] { return server.blockedCalls() == 6; }));
     server.shutdown();
   });
   const auto start = Clock::now();
@@ -150,9 +150,7 @@ TEST(StoreClientTest, ServerSideWaitEndsAtTheClientsDeadline) {
   EXPECT_LT(seconds(Clock::now() - start), 1.5);
   // The handler notices the expired deadline within its poll interval, without any shutdown.
   const auto wait_start = Clock::now();
-  while (server.blockedCalls() > 0 && Clock::now() - wait_start < 2s)
-    std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(server.blockedCalls(), 0);
+  EXPECT_TRUE(rpctest::waitUntil([&] { return server.blockedCalls() == 0; }, 2s));
   EXPECT_LT(seconds(Clock::now() - start), 0.8);
 }
 
@@ -160,9 +158,7 @@ TEST(StoreClientTest, BlockedCallsCountsWaitingHandlers) {
   StoreServer server("", 0, "t");
   StoreClient client("127.0.0.1", server.port(), "t");
   std::thread waiter([&] { client.get("soon", 5s); });
-  const auto start = Clock::now();
-  while (server.blockedCalls() == 0 && Clock::now() - start < 2s) std::this_thread::sleep_for(5ms);
-  EXPECT_EQ(server.blockedCalls(), 1);
+  EXPECT_TRUE(rpctest::waitUntil([&] { return server.blockedCalls() == 1; }, 2s));
   client.set("soon", "v");
   waiter.join();
   EXPECT_EQ(server.blockedCalls(), 0);

@@ -47,13 +47,13 @@ TEST_F(StoreServerTest, SetThenGetReturnsTheBytes) {
 TEST_F(StoreServerTest, GetBlocksUntilAnotherClientSets) {
   StoreClient other("127.0.0.1", server_.port(), kToken);
   std::thread setter([&] {
-    std::this_thread::sleep_for(150ms);
+    // Set the key only once the server blocks on the reader's behalf.
+    EXPECT_TRUE(rpctest::waitUntil([&] { return server_.blockedCalls() == 1; }));
     other.set("late", "here");
   });
-  const auto start = Clock::now();
   EXPECT_EQ(client_.get("late", 5s), "here");
-  EXPECT_GE(seconds(Clock::now() - start), 0.1);
   setter.join();
+  EXPECT_EQ(server_.blockedCalls(), 0);
 }
 
 TEST_F(StoreServerTest, GetTimeoutNamesTheKey) {
@@ -110,8 +110,9 @@ TEST_F(StoreServerTest, CompareSetSwapsOnlyOnAMatch) {
 TEST_F(StoreServerTest, WaitReturnsOnceEveryKeyExists) {
   std::thread setter([&] {
     StoreClient other("127.0.0.1", server_.port(), kToken);
+    // One key at a time, each while the wait blocks for the rest.
     for (int r = 0; r < 4; ++r) {
-      std::this_thread::sleep_for(30ms);
+      EXPECT_TRUE(rpctest::waitUntil([&] { return server_.blockedCalls() == 1; }));
       other.set("gen/1/addr/" + std::to_string(r), "host:" + std::to_string(r));
     }
   });

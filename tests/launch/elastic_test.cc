@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "comm/store_client.h"
+#include "launch/rendezvous_round.h"
 #include "proto/checkpoint.pb.h"
 #include "tests/launch/free_port.h"
 
@@ -382,7 +384,12 @@ TEST_F(ElasticTest, APreemptionNoticeDuringTheRendezvousIsResumableAndReleasesTh
   start(0, f, "/bin/true");
   ASSERT_TRUE(waitFor([&] { return printed(0, "cumulus-run: run el"); }, 10)) << output(0);
   start(1, f, "/bin/true");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // node 1 in the round, waiting
+  // Node 1 in the round, waiting: read the round from node 0's Store as any node would.
+  cumulus::comm::StoreClient store("127.0.0.1", port_, "elastic-test");
+  cumulus::launch::Rendezvous observer(store, cumulus::launch::RendezvousOptions{},
+                                       cumulus::launch::RoundNode{99, 1, "observer"});
+  const auto both_wait = [&] { return observer.waiting(0) == std::vector<int64_t>{0, 1}; };
+  ASSERT_TRUE(waitFor(both_wait, 10)) << output(1);
   ::kill(nodes_[0].pid, SIGTERM);
   EXPECT_EQ(finish(0, 10), 75) << output(0);
   EXPECT_TRUE(printed(0,

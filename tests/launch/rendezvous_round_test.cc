@@ -32,6 +32,55 @@ RoundNode node(int64_t id, int64_t nproc = 2) {
   return RoundNode{id, nproc, "n" + std::to_string(id) + "x"};
 }
 
+// A clock that moves only when the test advances it, and counts how often it was read: the
+// host reads it once per look at the round, so "read twice more" means "has seen the round as it
+// is now, at this time".
+class ManualClock {
+ public:
+  Clock::time_point now() {
+    reads_++;
+    return start_ + milliseconds(offset_ms_.load());
+  }
+  void advance(milliseconds by) { offset_ms_ += by.count(); }
+  // Waits (bounded) until the clock was read `more` times after this call.
+  bool awaitReads(int more = 2) {
+    const int64_t target = reads_.load() + more;
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (reads_.load() < target) {
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return true;
+  }
+
+ private:
+  const Clock::time_point start_ = Clock::now();
+  std::atomic<int64_t> offset_ms_{0};
+  std::atomic<int64_t> reads_{0};
+};
+
+RendezvousOptions withClock(RendezvousOptions o, ManualClock& clock) {
+  o.now = [&clock] { return clock.now(); };
+  return o;
+}
+
+// Waits (bounded) until the open round `generation` holds exactly `ids` (as "0,2").
+bool awaitWaiting(comm::Store& store, int64_t generation, const std::string& ids) {
+  Rendezvous observer(store, elastic(1, 1), RoundNode{99, 1, "observer"});
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    std::string seen;
+    for (int64_t id : observer.waiting(generation))
+      seen += (seen.empty() ? "" : ",") + std::to_string(id);
+    if (seen == ids) return true;
+    if (Clock::now() >= deadline) {
+      ADD_FAILURE() << "round " << generation << " holds {" << seen << "}, not {" << ids << "}";
+      return false;
+    }
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+}
+
 double secondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -81,20 +130,24 @@ TEST(Rendezvous, WithAtLeastMinTheRoundClosesAfterTheLastCall) {
 
 TEST(Rendezvous, ANewJoinerRestartsTheLastCall) {
   comm::MemoryStore store;
-  Rendezvous n0(store, elastic(1, 3, 400), node(0));
-  Rendezvous n1(store, elastic(1, 3, 400), node(1));
-  std::future<Round> f1;
-  std::thread late([&] {
-    std::this_thread::sleep_for(milliseconds(250));  // inside node 0's last call
-    f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
-  });
-  const auto t0 = Clock::now();
-  Round r0 = n0.join(0, 0);
-  const double took = secondsSince(t0);
-  late.join();
-  EXPECT_EQ(r0.nodeIds(), "0,1");
+  ManualClock clock;
+  Rendezvous n0(store, withClock(elastic(1, 3, 400), clock), node(0));
+  Rendezvous n1(store, withClock(elastic(1, 3, 400), clock), node(1));
+  auto f0 = std::async(std::launch::async, [&] { return n0.join(0, 0); });
+  ASSERT_TRUE(awaitWaiting(store, 0, "0"));
+  ASSERT_TRUE(clock.awaitReads());
+  clock.advance(milliseconds(250));  // inside node 0's last call
+  ASSERT_TRUE(clock.awaitReads());
+  auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
+  ASSERT_TRUE(awaitWaiting(store, 0, "0,1"));
+  ASSERT_TRUE(clock.awaitReads());
+  // 500 ms after node 0 joined but 250 ms after node 1 did: the last call runs again.
+  clock.advance(milliseconds(250));
+  ASSERT_TRUE(clock.awaitReads());
+  EXPECT_TRUE(awaitWaiting(store, 0, "0,1")) << "the round closed during node 1's last call";
+  clock.advance(milliseconds(150));  // 400 ms of quiet since node 1 joined
+  EXPECT_EQ(f0.get().nodeIds(), "0,1");
   EXPECT_EQ(f1.get().nodeIds(), "0,1");
-  EXPECT_GE(took, 0.6);  // 0.25 + a fresh 0.4
 }
 
 TEST(Rendezvous, TooFewNodesEndTheRoundWithTheCountAndWho) {
@@ -102,7 +155,7 @@ TEST(Rendezvous, TooFewNodesEndTheRoundWithTheCountAndWho) {
   Rendezvous n0(store, elastic(3, 4, 50, 500), node(0));
   Rendezvous n2(store, elastic(3, 4, 50, 500), node(2));
   auto f2 = std::async(std::launch::async, [&] { return n2.join(1, 0); });
-  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_TRUE(awaitWaiting(store, 1, "2"));  // node 2 first, then the host
   const auto t0 = Clock::now();
   Round r0 = n0.join(1, 0);
   EXPECT_LT(secondsSince(t0), 1.5);
@@ -130,13 +183,18 @@ TEST(Rendezvous, TooFewNodesEndTheRoundWithTheCountAndWho) {
 
 TEST(Rendezvous, ALateNodeWaitsInTheNextRoundAndJoinsWhenTheGroupRestarts) {
   comm::MemoryStore store;
+  ManualClock clock;
   std::vector<std::string> notes;
-  Rendezvous n0(store, elastic(1, 3, 100), node(0));
+  Rendezvous n0(store, withClock(elastic(1, 3, 100), clock), node(0));
   Rendezvous n1(store, elastic(1, 3, 100), node(1));
   Rendezvous n2(store, elastic(1, 3, 100), node(2), {},
                 [&](const std::string& line) { notes.push_back(line); });
   auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
-  ASSERT_EQ(n0.join(0, 0).nodeIds(), "0,1");
+  auto f0 = std::async(std::launch::async, [&] { return n0.join(0, 0); });
+  ASSERT_TRUE(awaitWaiting(store, 0, "0,1"));
+  ASSERT_TRUE(clock.awaitReads());
+  clock.advance(milliseconds(100));  // the last call passes
+  ASSERT_EQ(f0.get().nodeIds(), "0,1");
   ASSERT_EQ(f1.get().nodeIds(), "0,1");
   // Generation 0 runs without node 2: it waits in round 1 however long that takes.
   auto f2 = std::async(std::launch::async, [&] { return n2.join(0, 0); });
@@ -144,12 +202,16 @@ TEST(Rendezvous, ALateNodeWaitsInTheNextRoundAndJoinsWhenTheGroupRestarts) {
   // The group restarts: both members announce they come back, and node 1 is slow to.
   n0.announceRejoin(1);
   n1.announceRejoin(1);
-  auto f1b = std::async(std::launch::async, [&] {
-    std::this_thread::sleep_for(milliseconds(300));  // longer than the last call
-    return n1.join(1, 0);
-  });
-  Round r0 = n0.join(1, 1);
-  EXPECT_EQ(r0.nodeIds(), "0,1,2");  // waited for the announced node 1 beyond the last call
+  f0 = std::async(std::launch::async, [&] { return n0.join(1, 1); });
+  ASSERT_TRUE(awaitWaiting(store, 1, "0,2"));
+  ASSERT_TRUE(clock.awaitReads());
+  clock.advance(milliseconds(300));  // three last calls
+  ASSERT_TRUE(clock.awaitReads());
+  // The host waits for the announced node 1 beyond the last call.
+  EXPECT_TRUE(awaitWaiting(store, 1, "0,2")) << "the round closed without the announced node 1";
+  auto f1b = std::async(std::launch::async, [&] { return n1.join(1, 0); });
+  Round r0 = f0.get();
+  EXPECT_EQ(r0.nodeIds(), "0,1,2");
   EXPECT_EQ(r0.generation, 1);
   EXPECT_EQ(f1b.get().nodeIds(), "0,1,2");
   Round r2 = f2.get();
@@ -169,7 +231,7 @@ TEST(Rendezvous, EndReleasesTheNodesWaitingInTheNextRound) {
   ASSERT_EQ(n0.join(0, 0).nodeIds(), "0");
   Rendezvous n1(store, elastic(1, 2, 50), node(1));
   auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
-  std::this_thread::sleep_for(milliseconds(100));
+  ASSERT_TRUE(awaitWaiting(store, 1, "1"));  // late for round 0: waits in round 1
   EXPECT_EQ(n0.end(1, 0, "the job finished", milliseconds(2000)), 1);
   Round r1 = f1.get();
   EXPECT_EQ(r1.outcome, Round::Outcome::kEnded);
@@ -183,13 +245,31 @@ TEST(Rendezvous, EndReleasesTheNodesWaitingInTheNextRound) {
   EXPECT_EQ(r.generation, 1);
 }
 
+// A node that died while waiting never reads why the round ended: the host says so and goes on.
+TEST(Rendezvous, EndNotesTheNodesThatNeverReadWhy) {
+  comm::MemoryStore store;
+  std::vector<std::string> notes;
+  Rendezvous n0(store, elastic(1, 2, 50), node(0), {},
+                [&](const std::string& line) { notes.push_back(line); });
+  store.set("rdzv/1/state", "open 1:1:gone");  // node 1 joined round 1, then died
+  EXPECT_EQ(n0.end(1, 0, "the job finished", milliseconds(50)), 1);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0].rfind("of the 1 node(s) waiting in the rendezvous of generation 1, not all "
+                           "confirmed within 0.05 s that they read why it ended: ",
+                           0),
+            0u)
+      << notes[0];
+  EXPECT_NE(notes[0].find("keys still missing after 50 ms: 'rdzv/1/ack/1'"), std::string::npos)
+      << notes[0];
+}
+
 TEST(Rendezvous, TwoNodesWithOneIdAreAUserError) {
   comm::MemoryStore store;
   Rendezvous b(store, elastic(2, 3, 5000), RoundNode{1, 1, "b"});
   std::atomic<bool> stop{false};
   Rendezvous a_stoppable(store, elastic(2, 3), RoundNode{1, 1, "a"}, [&] { return stop.load(); });
   auto fa = std::async(std::launch::async, [&] { return a_stoppable.join(0, 0); });
-  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_TRUE(awaitWaiting(store, 0, "1"));
   try {
     b.join(0, 0);
     ADD_FAILURE() << "no error";
@@ -205,14 +285,18 @@ TEST(Rendezvous, TwoNodesWithOneIdAreAUserError) {
 
 TEST(Rendezvous, ANodeInterruptedWhileWaitingLeavesTheRound) {
   comm::MemoryStore store;
+  ManualClock clock;
   std::atomic<bool> stop{false};
-  Rendezvous n0(store, elastic(1, 3, 300), node(0));
+  Rendezvous n0(store, withClock(elastic(1, 3, 300), clock), node(0));
   Rendezvous n1(store, elastic(1, 3, 300), node(1), [&] { return stop.load(); });
   auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
   auto f0 = std::async(std::launch::async, [&] { return n0.join(0, 0); });
-  std::this_thread::sleep_for(milliseconds(100));  // both in, the last call running
+  ASSERT_TRUE(awaitWaiting(store, 0, "0,1"));  // both in; the host's clock stands still
   stop = true;
   EXPECT_EQ(f1.get().outcome, Round::Outcome::kInterrupted);
+  EXPECT_TRUE(awaitWaiting(store, 0, "0"));
+  ASSERT_TRUE(clock.awaitReads());     // the host saw node 1 leave
+  clock.advance(milliseconds(300));    // the last call passes
   EXPECT_EQ(f0.get().nodeIds(), "0");  // closed without the node that left
 }
 

@@ -385,7 +385,11 @@ TEST_F(CheckpointTest, BackgroundErrorsSurfaceOnTheNextCall) {
   EXPECT_TRUE(manager_.waitForPending(milliseconds(1000)));  // reported once
 
   manager_.saveAsync(makeSnapshot(300));  // still full
-  while (manager_.pending()) std::this_thread::sleep_for(milliseconds(1));
+  // Not waitForPending(): that would surface the error the next save is meant to throw.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (manager_.pending() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(1));
+  ASSERT_FALSE(manager_.pending()) << "the failing save never ended";
   fs_.clear();
   // The next save waits for the failed one and throws its error instead of saving; the snapshot
   // it was given is left intact for a retry.
@@ -432,6 +436,23 @@ TEST_F(CheckpointTest, OptimizerStateRoundTripsThroughParameterNames) {
   EXPECT_TRUE(torch::equal(w1, r1));
   EXPECT_TRUE(torch::equal(w2, r2));
   EXPECT_THROW(optimizerStateFrom(snapshot, {"other.weight", "fc1.bias"}), std::invalid_argument);
+}
+
+TEST_F(CheckpointTest, OptimizerStateKeysThatNameNoParameterAreRejected) {
+  const std::vector<std::string> names = {"fc1.weight", "fc1.bias"};
+  for (const std::string key : {"x.exp_avg", "2.exp_avg", "1x.exp_avg", "-1.exp_avg", "exp_avg"}) {
+    OptimizerState state;
+    state.name = "adamw";
+    state.tensors[key] = torch::zeros({1});
+    CheckpointSnapshot snapshot;
+    try {
+      addOptimizerState(state, names, snapshot);
+      ADD_FAILURE() << key << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "optimizer state key \"" + key + "\" names no parameter (2 parameters)");
+    }
+  }
 }
 
 TEST_F(CheckpointTest, PythonTorchLoadReadsModelAndOptimizer) {

@@ -267,8 +267,10 @@ TEST(PreemptionTest, WatchdogExitsWithCode75AfterTheGrace) {
     watcher.startWatchdog();
     watcher.notify();
     watcher.decide(0);
-    std::this_thread::sleep_for(std::chrono::seconds(10));  // "the checkpoint write hangs"
-    _exit(0);
+    // "The checkpoint write hangs": block until the watchdog ends the process. SIGALRM after
+    // 10 s bounds the test if it never does (the status check below then fails).
+    alarm(10);
+    for (;;) pause();
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
@@ -288,7 +290,11 @@ TEST(PreemptionTest, WatchdogWithoutNoticeNeverFires) {
   {
     PreemptionWatcher watcher(agreeAlone(), options);
     watcher.startWatchdog();
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    // Ten looks at least 10 ms apart span 90 ms, beyond the 50 ms grace, with no notice.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (watcher.watchdogLooks() < 10 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GE(watcher.watchdogLooks(), 10);
     EXPECT_EQ(watcher.decide(0), StepAction::kContinue);
   }  // the destructor stops the watchdog; we are still alive
   SUCCEED();
