@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "comm/parameter_server_service.h"
 #include "comm/reduce.h"
 #include "comm/rpc_common.h"
 #include "comm/types.h"
@@ -22,7 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using StepKey = std::pair<uint64_t, uint64_t>;  // (generation, seq)
-using Stream = grpc::ServerReaderWriter<proto::PullChunk, proto::PushChunk>;
 
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 constexpr size_t kMaxRemembered = 1024;
@@ -95,7 +95,8 @@ struct Step {
 
 }  // namespace
 
-class ParameterServerService final : public proto::ParameterServer::Service {
+class ParameterServerService final : public proto::ParameterServer::Service,
+                                     public PushPullHandler {
  public:
   ParameterServerService(std::string token, int world) : token_(std::move(token)), world_(world) {}
 
@@ -107,11 +108,17 @@ class ParameterServerService final : public proto::ParameterServer::Service {
                  {grpc::Status(grpc::StatusCode::UNAVAILABLE, "parameter server shutting down")});
   }
 
-  grpc::Status PushPull(grpc::ServerContext* context, Stream* stream) override {
-    if (auto status = rpc::checkToken(*context, token_); !status.ok()) return status;
+  grpc::Status PushPull(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<proto::PullChunk, proto::PushChunk>* stream) override {
+    return pushPull(*context, *stream);
+  }
+
+  grpc::Status pushPull(grpc::ServerContext& context, PushPullStream& stream) override {
+    if (auto status = rpc::checkToken(context, token_); !status.ok()) return status;
     Failure outcome;
     try {
-      outcome = serve(*context, *stream);
+      outcome = serve(context, stream);
     } catch (const std::exception& e) {
       outcome = {
           grpc::Status(grpc::StatusCode::INTERNAL, std::string("parameter server: ") + e.what())};
@@ -119,7 +126,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
       outcome = {grpc::Status(grpc::StatusCode::INTERNAL, "parameter server: unknown exception")};
     }
     if (outcome.rank >= 0)
-      context->AddTrailingMetadata(kRankMetadataKey, std::to_string(outcome.rank));
+      context.AddTrailingMetadata(kRankMetadataKey, std::to_string(outcome.rank));
     return outcome.status;
   }
 
@@ -138,7 +145,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
     int rank_;
   };
 
-  Failure serve(grpc::ServerContext& context, Stream& stream) {
+  Failure serve(grpc::ServerContext& context, PushPullStream& stream) {
     proto::PushChunk message;
     if (!stream.Read(&message))
       return {grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "stream closed before a header")};
@@ -381,6 +388,10 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   uint64_t generation_ = 0;                         // GUARDED_BY(mutex_)
   bool shutting_down_ = false;                      // GUARDED_BY(mutex_)
 };
+
+std::unique_ptr<PushPullHandler> makeParameterServerService(const std::string& token, int world) {
+  return std::make_unique<ParameterServerService>(token, world);
+}
 
 ParameterServer::ParameterServer(const std::string& host, int port, const std::string& token,
                                  int world)

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "comm/rpc_common.h"
+#include "comm/store_service.h"
 #include "proto/store.grpc.pb.h"
 
 namespace cumulus::comm {
@@ -215,6 +216,10 @@ class StoreService final : public proto::Store::Service {
   bool shutting_down_ = false;               // GUARDED_BY(mutex_)
   int blocked_ = 0;                          // GUARDED_BY(mutex_): handlers inside waitUntil
 };
+
+std::unique_ptr<proto::Store::Service> makeStoreService(const std::string& token) {
+  return std::make_unique<StoreService>(token);
+}
 
 StoreServer::StoreServer(const std::string& host, int port, const std::string& token)
     : host_(host.empty() ? "127.0.0.1" : host), service_(std::make_unique<StoreService>(token)) {
