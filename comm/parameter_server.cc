@@ -345,8 +345,9 @@ class ParameterServerService final : public proto::ParameterServer::Service,
   }
 
   // EXCLUSIVE_LOCKS_REQUIRED(mutex_). The first failure wins; the step is forgotten at once
-  // (handlers still hold it) and remembered for late ranks.
-  Failure failLocked(const std::shared_ptr<Step>& step, Failure failure) {
+  // (handlers still hold it) and remembered for late ranks. `step` is taken by value: callers may
+  // pass the steps_ entry that this erases.
+  Failure failLocked(std::shared_ptr<Step> step, Failure failure) {
     if (step->failure) return *step->failure;
     step->failure = failure;
     for (auto& pieces : step->early) pieces.clear();
