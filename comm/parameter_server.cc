@@ -248,7 +248,8 @@ class ParameterServerService final : public proto::ParameterServer::Service,
     ++step->joined_count;
     if (h.timeout_ms() > 0)
       step->wait_deadline =
-          std::min(step->wait_deadline, Clock::now() + std::chrono::milliseconds(h.timeout_ms()));
+          std::min(step->wait_deadline, Clock::now() + std::chrono::milliseconds(std::min<uint64_t>(
+                                                           h.timeout_ms(), rpc::kMaxWaitMs)));
     *out = step;
     if (step->complete()) changed_.notify_all();  // count == 0: joining is all there is
     return std::nullopt;

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <deque>
 #include <future>
 #include <random>
@@ -191,9 +192,13 @@ class ScriptedStream : public PushPullStream {
   bool hold_at_end = false;
   std::promise<void> reached_end;
   std::promise<void> release;
+  std::string pulled;  // what the server wrote back
 
   void SendInitialMetadata() override {}
-  bool Write(const proto::PullChunk&, grpc::WriteOptions) override { return true; }
+  bool Write(const proto::PullChunk& chunk, grpc::WriteOptions) override {
+    pulled += chunk.data();
+    return true;
+  }
   bool NextMessageSize(uint32_t* size) override {
     *size = pushes.empty() ? 0 : static_cast<uint32_t>(pushes.front().ByteSizeLong());
     return !pushes.empty();
@@ -255,6 +260,43 @@ TEST(ParameterServerTest, ARankThatPushesTwiceFailsTheStepForBothCalls) {
   EXPECT_EQ(second_status.error_message(), why);
   EXPECT_EQ(first_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(first_status.error_message(), why);
+}
+
+// Found by tests/fuzz/parameter_server_fuzz.cc: timeout_ms = 2^62 overflowed the clock arithmetic
+// (undefined; in practice the deadline became "now", so the first rank to arrive failed at once).
+TEST(ParameterServerTest, AnAstronomicalTimeoutWaitsForTheOtherRank) {
+  std::unique_ptr<PushPullHandler> service = makeParameterServerService("", 2);
+  ScriptedStream streams[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    proto::PushHeader header;
+    header.set_generation(1);
+    header.set_seq(1);
+    header.set_rank(rank);
+    header.set_world(2);
+    header.set_dtype(static_cast<uint32_t>(DType::kInt64));
+    header.set_op(static_cast<uint32_t>(ReduceOp::kSum));
+    header.set_count(1);
+    header.set_timeout_ms(uint64_t{1} << 62);
+    const int64_t value = 20 + rank;
+    streams[rank].pushes.emplace_back();
+    *streams[rank].pushes.back().mutable_header() = header;
+    streams[rank].pushes.back().set_data(std::string(reinterpret_cast<const char*>(&value), 8));
+  }
+  grpc::Status statuses[2];
+  std::thread rank0([&] {
+    grpc::ServerContext context;
+    statuses[0] = service->pushPull(context, streams[0]);
+  });
+  grpc::ServerContext context;
+  statuses[1] = service->pushPull(context, streams[1]);
+  rank0.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(statuses[rank].ok()) << "rank " << rank << ": " << statuses[rank].error_message();
+    int64_t sum = 0;
+    ASSERT_EQ(streams[rank].pulled.size(), sizeof sum);
+    std::memcpy(&sum, streams[rank].pulled.data(), sizeof sum);
+    EXPECT_EQ(sum, 41);
+  }
 }
 
 TEST(ParameterServerTest, CumulusPsBinaryServesAndStopsOnSigterm) {
