@@ -7,6 +7,8 @@
 // anything else is a finding, and so is a plan that resumes with a cursor the batch does not
 // divide, or with a grad_accumulation that does not divide the global batch.
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,6 +27,12 @@ const cumulus::configs::Experiment& currentExperiment() {
 }
 
 }  // namespace
+
+// protobuf logs every string field that is not UTF-8; a fuzzer makes millions of them.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -11,6 +11,8 @@ BUILD_DIR=${1:-build-fuzz}
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 targets="$BUILD_DIR/fuzz_targets.txt"
 [[ -f $targets ]] || { echo "fuzz: $targets missing; build with 'make fuzz'" >&2; exit 2; }
+BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
+corpora=$(pwd)/tests/fuzz/corpus
 
 scratch=$(mktemp -d -t cumulus-fuzz.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
@@ -23,10 +25,11 @@ while read -r name; do
   log="$BUILD_DIR/fuzz-logs/$name.log"
   result=ok
   # The scratch directory first: it is where libFuzzer writes; the seeds are only read.
-  if ! (cd "$scratch" && "$OLDPWD/$BUILD_DIR/bin/${name}_fuzz" -max_total_time="$FUZZ_SECONDS" \
+  # Run from the scratch directory: nothing a target writes lands in the tree.
+  if ! (cd "$scratch" && "$BUILD_DIR/bin/${name}_fuzz" -max_total_time="$FUZZ_SECONDS" \
         -timeout=5 -rss_limit_mb=2048 -print_final_stats=1 \
-        -artifact_prefix="$OLDPWD/$BUILD_DIR/fuzz-artifacts/$name/" \
-        "$scratch/$name" "$OLDPWD/tests/fuzz/corpus/$name") >"$log" 2>&1; then
+        -artifact_prefix="$BUILD_DIR/fuzz-artifacts/$name/" \
+        "$scratch/$name" "$corpora/$name") >"$log" 2>&1; then
     result="FAILED (log: $log)"
     failed+=("$name")
   fi
