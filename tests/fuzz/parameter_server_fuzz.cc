@@ -7,7 +7,7 @@
 // Expected answers are statuses; an exception, a sanitizer report or an unknown status code is a
 // finding, and so is a world-1 step that succeeds with a sum, max or min other than the pushed
 // buffer itself. Bounds the harness sets, so that no input waits or allocates much: with more
-// than one rank, a header's timeout_ms becomes 1 to 20 ms (ranks whose steps differ wait for it);
+// than one rank, a header's timeout_ms becomes 1 to 3 ms (ranks whose steps differ wait for it);
 // a count between 1 Mi elements and the server's limit is cut below 1 Mi (the server would
 // allocate the whole step at once). Counts over the limit are passed on, as are world-1 timeouts.
 
@@ -58,7 +58,7 @@ class FakeStream : public cumulus::comm::PushPullStream {
 void bound(proto::PushChunk* chunk, int world) {
   if (!chunk->has_header()) return;
   proto::PushHeader* h = chunk->mutable_header();
-  if (world > 1) h->set_timeout_ms(1 + h->timeout_ms() % 20);
+  if (world > 1) h->set_timeout_ms(1 + h->timeout_ms() % 3);
   constexpr uint64_t kMaxElements = uint64_t{1} << 20;
   const uint64_t limit = cumulus::comm::ParameterServer::kMaxStepBytes;  // / element size below
   if (h->count() > kMaxElements && h->count() <= limit) h->set_count(h->count() % kMaxElements);
