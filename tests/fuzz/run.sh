@@ -34,7 +34,7 @@ while read -r name; do
     failed+=("$name")
   fi
   execs=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
-  corpus=$(grep -o 'corp: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
+  corpus=$(grep -o 'corp: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2 || true)
   printf '%-18s %10s %8s %s\n' "$name" "${execs:--}" "${corpus:--}" "$result"
 done <"$targets"
 
