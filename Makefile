@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CONFIG ?= configs/fashion_mnist.yaml
 ARGS ?=
 
-.PHONY: all setup configure build run test clean format
+.PHONY: all setup configure build run test fuzz clean format
 
 all: build
 
@@ -26,6 +26,15 @@ run: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# libFuzzer targets (tests/fuzz/), built with clang into FUZZ_DIR, each run FUZZ_SECONDS over a
+# scratch copy of its seed corpus; fails on any crash, sanitizer report, leak or hang.
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 20
+fuzz: setup
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -G Ninja -DCUMULUS_FUZZ=ON >/dev/null
+	@cmake --build $(FUZZ_DIR) -j $(JOBS)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_DIR)
 
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i

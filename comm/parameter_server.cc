@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "comm/parameter_server_service.h"
 #include "comm/reduce.h"
 #include "comm/rpc_common.h"
 #include "comm/types.h"
@@ -22,7 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using StepKey = std::pair<uint64_t, uint64_t>;  // (generation, seq)
-using Stream = grpc::ServerReaderWriter<proto::PullChunk, proto::PushChunk>;
 
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 constexpr size_t kMaxRemembered = 1024;
@@ -95,7 +95,8 @@ struct Step {
 
 }  // namespace
 
-class ParameterServerService final : public proto::ParameterServer::Service {
+class ParameterServerService final : public proto::ParameterServer::Service,
+                                     public PushPullHandler {
  public:
   ParameterServerService(std::string token, int world) : token_(std::move(token)), world_(world) {}
 
@@ -120,11 +121,17 @@ class ParameterServerService final : public proto::ParameterServer::Service {
     return out;
   }
 
-  grpc::Status PushPull(grpc::ServerContext* context, Stream* stream) override {
-    if (auto status = rpc::checkToken(*context, token_); !status.ok()) return status;
+  grpc::Status PushPull(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<proto::PullChunk, proto::PushChunk>* stream) override {
+    return pushPull(*context, *stream);
+  }
+
+  grpc::Status pushPull(grpc::ServerContext& context, PushPullStream& stream) override {
+    if (auto status = rpc::checkToken(context, token_); !status.ok()) return status;
     Failure outcome;
     try {
-      outcome = serve(*context, *stream);
+      outcome = serve(context, stream);
     } catch (const std::exception& e) {
       outcome = {
           grpc::Status(grpc::StatusCode::INTERNAL, std::string("parameter server: ") + e.what())};
@@ -132,7 +139,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
       outcome = {grpc::Status(grpc::StatusCode::INTERNAL, "parameter server: unknown exception")};
     }
     if (outcome.rank >= 0)
-      context->AddTrailingMetadata(kRankMetadataKey, std::to_string(outcome.rank));
+      context.AddTrailingMetadata(kRankMetadataKey, std::to_string(outcome.rank));
     return outcome.status;
   }
 
@@ -151,7 +158,7 @@ class ParameterServerService final : public proto::ParameterServer::Service {
     int rank_;
   };
 
-  Failure serve(grpc::ServerContext& context, Stream& stream) {
+  Failure serve(grpc::ServerContext& context, PushPullStream& stream) {
     proto::PushChunk message;
     if (!stream.Read(&message))
       return {grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "stream closed before a header")};
@@ -254,7 +261,8 @@ class ParameterServerService final : public proto::ParameterServer::Service {
     ++step->joined_count;
     if (h.timeout_ms() > 0)
       step->wait_deadline =
-          std::min(step->wait_deadline, Clock::now() + std::chrono::milliseconds(h.timeout_ms()));
+          std::min(step->wait_deadline, Clock::now() + std::chrono::milliseconds(std::min<uint64_t>(
+                                                           h.timeout_ms(), rpc::kMaxWaitMs)));
     *out = step;
     if (step->complete()) changed_.notify_all();  // count == 0: joining is all there is
     return std::nullopt;
@@ -351,8 +359,9 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   }
 
   // EXCLUSIVE_LOCKS_REQUIRED(mutex_). The first failure wins; the step is forgotten at once
-  // (handlers still hold it) and remembered for late ranks.
-  Failure failLocked(const std::shared_ptr<Step>& step, Failure failure) {
+  // (handlers still hold it) and remembered for late ranks. `step` is taken by value: callers may
+  // pass the steps_ entry that this erases.
+  Failure failLocked(std::shared_ptr<Step> step, Failure failure) {
     if (step->failure) return *step->failure;
     step->failure = failure;
     for (auto& pieces : step->early) pieces.clear();
@@ -394,6 +403,10 @@ class ParameterServerService final : public proto::ParameterServer::Service {
   uint64_t generation_ = 0;                         // GUARDED_BY(mutex_)
   bool shutting_down_ = false;                      // GUARDED_BY(mutex_)
 };
+
+std::unique_ptr<PushPullHandler> makeParameterServerService(const std::string& token, int world) {
+  return std::make_unique<ParameterServerService>(token, world);
+}
 
 ParameterServer::ParameterServer(const std::string& host, int port, const std::string& token,
                                  int world)

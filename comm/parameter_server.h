@@ -21,8 +21,8 @@
 //   fails every step of the older ones (ABORTED, "superseded");
 // - a rank that disconnects, cancels or half-closes before its whole buffer arrived, or leaves
 //   before the result is ready: ABORTED naming the rank;
-// - the ranks still missing when the first waiter's timeout_ms expires: DEADLINE_EXCEEDED
-//   naming them; shutdown: UNAVAILABLE.
+// - the ranks still missing when the first waiter's timeout_ms (at most 30 days) expires:
+//   DEADLINE_EXCEEDED naming them; shutdown: UNAVAILABLE.
 // A failed rank is reported in the trailing metadata entry `x-cumulus-rank`.
 //
 // Limits: messages ≤ kChunkBytes + 64 KiB; a step ≤ kMaxStepBytes (the server holds one

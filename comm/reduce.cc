@@ -23,7 +23,13 @@
 namespace cumulus::comm {
 namespace {
 
+// Only conversions to and from float touch it. Clang 14 (the fuzz build) has no _Float16 on
+// x86-64; its __fp16 is the same IEEE binary16 storage with the same conversions.
+#if defined(__clang__) && __clang_major__ < 15
+using Half = __fp16;
+#else
 using Half = _Float16;
+#endif
 
 // NaN-propagating max/min without branches: if a is NaN, (a != a) picks a; if b is NaN, every
 // comparison is false and b is picked.

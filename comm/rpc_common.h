@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -16,6 +17,9 @@ namespace cumulus::comm::rpc {
 inline constexpr char kTokenMetadataKey[] = "x-cumulus-token";
 // Room for the protobuf framing around a maximal payload.
 inline constexpr size_t kMessageSlackBytes = 64 * 1024;
+// The longest wait a request may ask for (30 days); longer ones wait this long. Bounds the
+// arithmetic on clock values, which a wait of 2^63 ms would overflow.
+inline constexpr int64_t kMaxWaitMs = int64_t{30} * 24 * 3600 * 1000;
 
 // Keeps the gRPC library initialized for the rest of the process (once; thread-safe). Without
 // it, destroying the last server or channel runs grpc_shutdown(), which joins gRPC's executor

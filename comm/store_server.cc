@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <stdexcept>
 
 #include "comm/rpc_common.h"
+#include "comm/store_service.h"
 #include "proto/store.grpc.pb.h"
 
 namespace cumulus::comm {
@@ -68,7 +70,10 @@ class StoreService final : public proto::Store::Service {
       if (it != data_.end() && !parseInt(it->second, &value))
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             "key '" + request->key() + "' holds a non-integer value");
-      value += request->delta();
+      if (__builtin_add_overflow(value, request->delta(), &value))
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "adding " + std::to_string(request->delta()) + " to key '" +
+                                request->key() + "' overflows a 64-bit integer");
       data_[request->key()] = std::to_string(value);
       changed_.notify_all();
       response->set_value(value);
@@ -163,7 +168,8 @@ class StoreService final : public proto::Store::Service {
   // cancellation, or shutdown. Returns ready().
   bool waitUntil(std::unique_lock<std::mutex>& lock, const grpc::ServerContext& context,
                  int64_t wait_ms, const std::function<bool()>& ready) {
-    const auto requested = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(wait_ms, 0));
+    const auto requested =
+        Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, rpc::kMaxWaitMs));
     const auto deadline = std::min(requested, rpc::steadyDeadline(context));
     ++blocked_;
     bool done = ready();
@@ -215,6 +221,10 @@ class StoreService final : public proto::Store::Service {
   bool shutting_down_ = false;               // GUARDED_BY(mutex_)
   int blocked_ = 0;                          // GUARDED_BY(mutex_): handlers inside waitUntil
 };
+
+std::unique_ptr<proto::Store::Service> makeStoreService(const std::string& token) {
+  return std::make_unique<StoreService>(token);
+}
 
 StoreServer::StoreServer(const std::string& host, int port, const std::string& token)
     : host_(host.empty() ? "127.0.0.1" : host), service_(std::make_unique<StoreService>(token)) {

@@ -11,6 +11,9 @@
 //   passes or the client cancels, or the server shuts down (ABORTED "store server shutting
 //   down"): no handler thread outlives shutdown().
 // - Keys of a restart generation live under "gen/<g>/"; DeletePrefix drops a stale generation.
+// - Add on a key holding a non-integer, or whose sum would overflow int64, is INVALID_ARGUMENT
+//   and changes nothing. A Get/Wait asking to wait over 30 days
+//   (rpc::kMaxWaitMs) waits 30 days.
 //
 // Thread-safe. The destructor calls shutdown().
 

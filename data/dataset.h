@@ -13,12 +13,9 @@
 #include <string>
 #include <vector>
 
-namespace cumulus::data {
+#include "data/error.h"
 
-class DataError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace cumulus::data {
 
 // images: float32 [N, C, H, W] (already scaled to [0, 1], normalized if asked); labels: int64 [N].
 struct TensorDataset {

@@ -1,5 +1,6 @@
 // IDX reading (gzip or raw) and the MNIST-layout loader.
 #include "data/dataset.h"
+#include "data/idx_format.h"
 
 #include <zlib.h>
 
@@ -21,37 +22,11 @@
 namespace cumulus::data {
 namespace {
 
-// No IDX file we accept is larger than this (4 GiB less a byte), compressed or not; it bounds what
-// a gzip bomb or a corrupt length can make us allocate, and keeps sizes within zlib's 32-bit uInt.
-constexpr uint64_t kMaxIdxBytes = (uint64_t{1} << 32) - 1;
-constexpr uint8_t kUint8Code = 0x08;
-
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw DataError(path + ": " + what);
 }
 
-// A malloc'd byte buffer. Unlike std::vector it does not zero what it allocates, so room reserved
-// on the word of a size field (which may lie) costs address space, not memory or time.
-class Bytes {
- public:
-  uint8_t* data() const { return data_.get(); }
-  size_t size() const { return size_; }
-  const uint8_t& operator[](size_t i) const { return data_.get()[i]; }
-  void resize(size_t n) {
-    void* p = std::realloc(data_.get(), std::max<size_t>(n, 1));
-    if (p == nullptr) throw std::bad_alloc();
-    data_.release();
-    data_.reset(static_cast<uint8_t*>(p));
-    size_ = n;
-  }
-
- private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint8_t, Free> data_;
-  size_t size_ = 0;
-};
+using Bytes = IdxBytes;
 
 Bytes readWholeFile(const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
@@ -72,142 +47,12 @@ Bytes readWholeFile(const std::string& path) {
   return bytes;
 }
 
-bool isGzip(const Bytes& bytes) {
-  return bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
-}
-
-// Inflates every gzip member in `in` (as gunzip does). The output buffer starts at the size the
-// last member's trailer announces (ISIZE, exact for one member under 4 GiB), capped by deflate's
-// maximum ratio (1032:1), and grows geometrically if that was short. The buffer is not zeroed,
-// so a lying trailer only reserves address space.
-Bytes gunzip(const std::string& path, const Bytes& in) {
-  uint64_t hint = 0;
-  if (in.size() >= 4) {
-    for (int i = 0; i < 4; ++i) hint |= uint64_t{in[in.size() - 4 + i]} << (8 * i);
-  }
-  hint = std::min<uint64_t>({hint, in.size() * uint64_t{1032}, kMaxIdxBytes - 1});
-  Bytes out;
-  out.resize(static_cast<size_t>(std::max<uint64_t>(hint + 1, 4096)));  // +1: room to see the end
-  z_stream zs{};
-  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) fail(path, "zlib inflateInit2 failed");
-  std::unique_ptr<z_stream, int (*)(z_stream*)> guard(&zs, &inflateEnd);
-  zs.next_in = const_cast<Bytef*>(in.data());
-  zs.avail_in = static_cast<uInt>(in.size());
-  uint64_t produced = 0;
-  for (;;) {
-    if (produced == out.size()) {
-      if (out.size() >= kMaxIdxBytes) fail(path, "decompresses to more than the 4 GiB limit");
-      out.resize(static_cast<size_t>(std::min<uint64_t>(out.size() * 2, kMaxIdxBytes)));
-    }
-    const uint64_t room = out.size() - produced;  // <= kMaxIdxBytes, so it fits in a uInt
-    zs.next_out = out.data() + produced;
-    zs.avail_out = static_cast<uInt>(room);
-    const int rc = inflate(&zs, Z_NO_FLUSH);
-    produced += room - zs.avail_out;
-    if (rc == Z_STREAM_END) {
-      if (zs.avail_in == 0) break;
-      // Another member follows (concatenated .gz files), or garbage.
-      if (zs.avail_in < 2 || zs.next_in[0] != 0x1f || zs.next_in[1] != 0x8b) {
-        fail(path,
-             std::to_string(zs.avail_in) + " bytes of trailing garbage after the gzip stream");
-      }
-      inflateReset(&zs);
-      continue;
-    }
-    if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
-      fail(path, "truncated gzip stream (input ended after " + std::to_string(produced) +
-                     " decompressed bytes)");
-    }
-    if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      fail(path, std::string("corrupt gzip data: ") + (zs.msg ? zs.msg : zError(rc)));
-    }
-  }
-  out.resize(static_cast<size_t>(produced));
-  return out;
-}
-
-uint32_t bigEndian32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
-}
-
-const char* dtypeName(uint8_t code) {
-  switch (code) {
-    case 0x08:
-      return "uint8";
-    case 0x09:
-      return "int8";
-    case 0x0B:
-      return "int16";
-    case 0x0C:
-      return "int32";
-    case 0x0D:
-      return "float32";
-    case 0x0E:
-      return "float64";
-    default:
-      return "unknown";
-  }
-}
-
-std::string hexByte(uint8_t b) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "0x%02x", b);
-  return buf;
-}
-
-// Parses an in-memory IDX image. `what` is "" for raw files and " (decompressed)" for gzip, so
-// byte counts in messages say which size they refer to.
+// Parses an in-memory IDX image into a tensor (the checks: data/idx_format.h).
 torch::Tensor decodeIdx(const std::string& path, const Bytes& b, const std::string& what) {
-  if (b.size() < 4) {
-    fail(path, "too short for an IDX header: " + std::to_string(b.size()) + " bytes" + what);
-  }
-  if (b[0] != 0 || b[1] != 0) {
-    fail(path, "not an IDX file: magic bytes " + hexByte(b[0]) + " " + hexByte(b[1]) + " " +
-                   hexByte(b[2]) + " " + hexByte(b[3]) + ", expected 0x00 0x00 <dtype> <ndim>");
-  }
-  const uint8_t dtype = b[2];
-  const int ndim = b[3];
-  if (dtype != kUint8Code) {
-    fail(path, "unsupported IDX dtype " + hexByte(dtype) + " (" + dtypeName(dtype) +
-                   "); only 0x08 (uint8) is supported");
-  }
-  if (ndim < 1 || ndim > 4) {
-    fail(path, "IDX header has " + std::to_string(ndim) + " dimensions; expected 1 to 4");
-  }
-  const uint64_t header = 4 + 4 * static_cast<uint64_t>(ndim);
-  if (b.size() < header) {
-    fail(path, "truncated IDX header: " + std::to_string(ndim) + " dimensions need " +
-                   std::to_string(header) + " bytes, got " + std::to_string(b.size()) + what);
-  }
-  std::vector<int64_t> sizes;
-  std::string shape;
-  // Each dimension is < 2^32 and there are at most 4, so the product fits in 128 bits exactly.
-  unsigned __int128 payload = 1;
-  for (int d = 0; d < ndim; ++d) {
-    const uint32_t n = bigEndian32(&b[4 + 4 * d]);
-    shape += (d ? "x" : "") + std::to_string(n);
-    if (n == 0) fail(path, "IDX dimension " + std::to_string(d) + " is zero");
-    sizes.push_back(n);
-    payload *= n;
-  }
-  const uint64_t actual = b.size();
-  if (payload > kMaxIdxBytes) {
-    fail(path, "IDX dimensions " + shape + " are too large: the file has only " +
-                   std::to_string(actual) + " bytes" + what);
-  }
-  const uint64_t expected = header + static_cast<uint64_t>(payload);
-  if (actual < expected) {
-    fail(path, "truncated IDX file: dimensions " + shape + " need " + std::to_string(expected) +
-                   " bytes, got " + std::to_string(actual) + what);
-  }
-  if (actual > expected) {
-    fail(path, std::to_string(actual - expected) +
-                   " trailing bytes after the IDX data: " + "dimensions " + shape + " need " +
-                   std::to_string(expected) + " bytes, got " + std::to_string(actual) + what);
-  }
+  const IdxLayout layout = checkIdx(path, b.data(), b.size(), what);
   // Allocated only now that the file has been shown to hold exactly this many bytes.
-  torch::Tensor t = torch::empty(sizes, torch::kUInt8);
-  std::memcpy(t.data_ptr<uint8_t>(), b.data() + header, static_cast<size_t>(payload));
+  torch::Tensor t = torch::empty(layout.sizes, torch::kUInt8);
+  std::memcpy(t.data_ptr<uint8_t>(), b.data() + layout.header_bytes, layout.payload_bytes);
   return t;
 }
 
@@ -358,8 +203,8 @@ torch::Tensor readIdx(const std::string& path, const std::string& cache_dir) {
     if (readCache(cache_path, source, cached)) return decodeIdx(path, cached, " (decompressed)");
   }
   const Bytes bytes = readWholeFile(path);
-  if (!isGzip(bytes)) return decodeIdx(path, bytes, "");
-  const Bytes inflated = gunzip(path, bytes);
+  if (!isGzip(bytes.data(), bytes.size())) return decodeIdx(path, bytes, "");
+  const Bytes inflated = gunzipIdx(path, bytes.data(), bytes.size());
   torch::Tensor t = decodeIdx(path, inflated, " (decompressed)");
   // Only a file that decoded is cached, so the cache never holds what the source would refuse.
   if (!cache_path.empty()) writeCache(cache_dir, cache_path, source, inflated);

@@ -15,6 +15,7 @@ PACKAGES=(
   dataset-fashion-mnist              # the real Fashion-MNIST in /usr/share/datasets/fashion-mnist
   python3-torch                      # the peer we compare against, and the TorchScript fixture
   iproute2 procps
+  clang libclang-rt-14-dev           # libFuzzer, ASan and UBSan for `make fuzz`
   slurmctld slurmd slurm-client munge  # a real one-host Slurm cluster for the Slurm test
 )
 

@@ -138,7 +138,10 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
                                 ? static_cast<int64_t>(state.grad_accumulation())
                                 : saved.trainer.grad_accumulation;
     const int64_t saved_world = static_cast<int64_t>(state.world_size());
-    const int64_t largest_micro = ceilDiv(batch, saved_world * std::max<int64_t>(1, saved_k));
+    // ceil(ceil(a / b) / c) == ceil(a / (b c)), without the product: both come from the file
+    // and may be as large as 2^32 - 1 each.
+    const int64_t largest_micro =
+        ceilDiv(ceilDiv(batch, saved_world), std::max<int64_t>(1, saved_k));
     // A divisor of the global batch (configs requires equal micro-batches of a step), and no
     // more than every rank can fill.
     const int64_t needed = std::max(k, ceilDiv(batch, world_size * largest_micro));

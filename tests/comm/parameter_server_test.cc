@@ -9,9 +9,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <deque>
+#include <future>
 #include <random>
+#include <thread>
 
 #include "comm/funnel.h"
+#include "comm/parameter_server_service.h"
 #include "comm/reduce.h"
 #include "tests/comm/rpc_test_util.h"
 
@@ -182,6 +187,121 @@ TEST(ParameterServerTest, ResultIsTheRankOrderSumBitForBitWhateverTheArrivalOrde
     for (int rank = 0; rank < kWorld; ++rank)
       ASSERT_EQ(0, std::memcmp(buffers[rank].data(), reference.data(), kCount * sizeof(float)))
           << "run " << run << " rank " << rank << " differs from the rank-order sum";
+  }
+}
+
+// A PushPull stream in memory: Read() hands out `pushes`, then reports the end of the stream, after
+// first announcing it (`reached_end`) and waiting for `release` when `hold_at_end`.
+class ScriptedStream : public PushPullStream {
+ public:
+  std::deque<proto::PushChunk> pushes;
+  bool hold_at_end = false;
+  std::promise<void> reached_end;
+  std::promise<void> release;
+  std::string pulled;  // what the server wrote back
+
+  void SendInitialMetadata() override {}
+  bool Write(const proto::PullChunk& chunk, grpc::WriteOptions) override {
+    pulled += chunk.data();
+    return true;
+  }
+  bool NextMessageSize(uint32_t* size) override {
+    *size = pushes.empty() ? 0 : static_cast<uint32_t>(pushes.front().ByteSizeLong());
+    return !pushes.empty();
+  }
+  bool Read(proto::PushChunk* chunk) override {
+    if (pushes.empty()) {
+      if (hold_at_end) {
+        reached_end.set_value();
+        release.get_future().wait();
+      }
+      return false;
+    }
+    *chunk = std::move(pushes.front());
+    pushes.pop_front();
+    return true;
+  }
+};
+
+// Found by tests/fuzz/parameter_server_fuzz.cc (its crashing input was a third rank claiming an
+// earlier rank's number): a rank that pushes a second header for a step still in progress fails
+// the step for everyone, and the server did so through a reference to the step's map entry that
+// failing erases (heap-use-after-free under ASan). Rank 0 pushes the first of its two pieces and
+// stays in the call; a second "rank 0" then joins the same step.
+TEST(ParameterServerTest, ARankThatPushesTwiceFailsTheStepForBothCalls) {
+  std::unique_ptr<PushPullHandler> service = makeParameterServerService("", 2);
+  proto::PushHeader header;
+  header.set_generation(1);
+  header.set_seq(1);
+  header.set_rank(0);
+  header.set_world(2);
+  header.set_dtype(static_cast<uint32_t>(DType::kFloat32));
+  header.set_op(static_cast<uint32_t>(ReduceOp::kSum));
+  header.set_count(ParameterServer::kChunkBytes / sizeof(float) + 1);  // two pieces
+  header.set_timeout_ms(60000);
+
+  ScriptedStream first;
+  first.pushes.emplace_back();
+  *first.pushes.back().mutable_header() = header;
+  first.pushes.back().set_data(std::string(ParameterServer::kChunkBytes, '\0'));
+  first.hold_at_end = true;
+  std::future<void> first_in_step = first.reached_end.get_future();
+  grpc::Status first_status;
+  std::thread first_rank([&] {
+    grpc::ServerContext context;
+    first_status = service->pushPull(context, first);
+  });
+  first_in_step.wait();
+
+  ScriptedStream second;
+  second.pushes.emplace_back();
+  *second.pushes.back().mutable_header() = header;
+  grpc::ServerContext context;
+  const grpc::Status second_status = service->pushPull(context, second);
+  first.release.set_value();
+  first_rank.join();
+
+  const std::string why = "generation 1 seq 1: rank 0 pushed twice";
+  EXPECT_EQ(second_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(second_status.error_message(), why);
+  EXPECT_EQ(first_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(first_status.error_message(), why);
+}
+
+// Found by tests/fuzz/parameter_server_fuzz.cc: timeout_ms = 2^62 overflowed the clock arithmetic
+// (undefined; in practice the deadline became "now", so the first rank to arrive failed at once).
+TEST(ParameterServerTest, AnAstronomicalTimeoutWaitsForTheOtherRank) {
+  std::unique_ptr<PushPullHandler> service = makeParameterServerService("", 2);
+  ScriptedStream streams[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    proto::PushHeader header;
+    header.set_generation(1);
+    header.set_seq(1);
+    header.set_rank(rank);
+    header.set_world(2);
+    header.set_dtype(static_cast<uint32_t>(DType::kInt64));
+    header.set_op(static_cast<uint32_t>(ReduceOp::kSum));
+    header.set_count(1);
+    header.set_timeout_ms(uint64_t{1} << 62);
+    const int64_t value = 20 + rank;
+    streams[rank].pushes.emplace_back();
+    *streams[rank].pushes.back().mutable_header() = header;
+    streams[rank].pushes.back().set_data(std::string(reinterpret_cast<const char*>(&value), 8));
+  }
+  grpc::Status statuses[2];
+  std::thread rank0([&] {
+    grpc::ServerContext context;
+    statuses[0] = service->pushPull(context, streams[0]);
+  });
+  grpc::ServerContext context;
+  statuses[1] = service->pushPull(context, streams[1]);
+  rank0.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(statuses[rank].ok()) << "rank " << rank << ": " << statuses[rank].error_message();
+    int64_t sum = 0;
+    ASSERT_EQ(streams[rank].pulled.size(), sizeof sum);
+    std::memcpy(&sum, streams[rank].pulled.data(), sizeof sum);
+    EXPECT_EQ(sum, 41);
   }
 }
 

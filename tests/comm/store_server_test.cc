@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "comm/store_client.h"
+#include "comm/store_service.h"
 #include "tests/comm/rpc_test_util.h"
 
 namespace cumulus::comm {
@@ -95,6 +96,39 @@ TEST_F(StoreServerTest, AddOnANonIntegerValueIsInvalid) {
     EXPECT_THAT(e.what(), HasSubstr("key 'text' holds a non-integer value"));
   }
   EXPECT_EQ(client_.get("text", 1s), "abc");
+}
+
+// Found by tests/fuzz/store_fuzz.cc: the sum overflowed int64 (undefined behaviour).
+TEST_F(StoreServerTest, AddThatWouldOverflowIsInvalidAndKeepsTheValue) {
+  EXPECT_EQ(client_.add("n", INT64_MAX), INT64_MAX);
+  try {
+    client_.add("n", 1);
+    FAIL() << "an overflowing add returned";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalid);
+    EXPECT_THAT(e.what(), HasSubstr("adding 1 to key 'n' overflows a 64-bit integer"));
+  }
+  EXPECT_EQ(client_.get("n", 1s), "9223372036854775807");
+}
+
+// Found by tests/fuzz/store_fuzz.cc: a wait_ms near 2^63 overflowed the clock arithmetic
+// (undefined behaviour) before the handler looked at the key. Called in-process, as no client
+// asks for such a wait.
+TEST(StoreServiceTest, AnAstronomicalWaitOnAPresentKeyAnswersAtOnce) {
+  std::unique_ptr<proto::Store::Service> store = makeStoreService("");
+  grpc::ServerContext set_context, get_context;
+  proto::SetRequest set;
+  proto::SetResponse set_response;
+  set.set_key("k");
+  set.set_value("v");
+  ASSERT_TRUE(store->Set(&set_context, &set, &set_response).ok());
+  proto::GetRequest get;
+  proto::GetResponse got;
+  get.set_key("k");
+  get.set_wait_ms(INT64_MAX);
+  ASSERT_TRUE(store->Get(&get_context, &get, &got).ok());
+  EXPECT_TRUE(got.found());
+  EXPECT_EQ(got.value(), "v");
 }
 
 TEST_F(StoreServerTest, CompareSetSwapsOnlyOnAMatch) {

@@ -117,6 +117,18 @@ TEST(ResumeTest, AccumulationKeepsMicroBatchesFromGrowing) {
   EXPECT_EQ(plan(4, 6, 1), 1);
 }
 
+// Found by tests/fuzz/checkpoint_state_fuzz.cc: world_size and grad_accumulation of state.pb
+// are 32-bit each, and their product overflowed int64 (undefined; in practice it wrapped to a
+// negative divisor, then divided by zero). One worker resuming such a run gets micro-batches of
+// one sample.
+TEST(ResumeTest, AHugeSavedWorldAndAccumulationPlanMicroBatchesOfOne) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = 128;
+  proto::CheckpointState state = stateFor(e, 10, 0, 10 * 128, 0xffffffffu);
+  state.set_grad_accumulation(0xffffffffu);
+  EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", false).grad_accumulation, 128);
+}
+
 TEST(ResumeTest, ConfigChangeIsRefusedNamingEveryKey) {
   configs::Experiment saved;
   configs::Experiment now = saved;

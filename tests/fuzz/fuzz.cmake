@@ -1,0 +1,26 @@
+# The libFuzzer build (-DCUMULUS_FUZZ=ON, CXX=clang++): only the fuzz targets of tests/fuzz and the
+# LibTorch-free code they reach, every file of ours instrumented for coverage, ASan and UBSan.
+# Debian's gRPC, protobuf, yaml-cpp and zlib stay as built (gcc, libstdc++): clang links against
+# the same C++ ABI, and coverage is gathered on our code only. Included from the top CMakeLists
+# after the common find_package calls; `make fuzz` configures it into build-fuzz/ and runs it.
+if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  message(FATAL_ERROR "CUMULUS_FUZZ needs clang (libFuzzer): configure with CXX=clang++, "
+                      "e.g. `make fuzz`")
+endif()
+
+set(CMAKE_CXX_FLAGS_FUZZ "-O1 -g -fno-omit-frame-pointer")
+# UB is a finding, not a warning: stop at the first one so libFuzzer saves the input.
+add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all)
+
+# comm/reduce.cc's float16 conversions call compiler-rt helpers (__gnu_h2f_ieee) that GCC's
+# libgcc, clang's default runtime on Debian, does not have: link clang's builtins too.
+execute_process(COMMAND ${CMAKE_CXX_COMPILER} -rtlib=compiler-rt -print-libgcc-file-name
+                OUTPUT_VARIABLE CUMULUS_CLANG_BUILTINS OUTPUT_STRIP_TRAILING_WHITESPACE)
+
+include(cmake/cumulus.cmake)
+add_subdirectory(proto)
+# The libraries as the normal build defines them; EXCLUDE_FROM_ALL builds only what a fuzz target
+# links (not cumulus-ps or cumulus-config).
+add_subdirectory(comm EXCLUDE_FROM_ALL)
+add_subdirectory(configs EXCLUDE_FROM_ALL)
+add_subdirectory(tests/fuzz)
