@@ -27,6 +27,11 @@ run: build
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
+# ASan+UBSan and TSan builds of the LibTorch-free code (build-asan, build-tsan), and their tests.
+.PHONY: sanitize
+sanitize: setup
+	@JOBS=$(JOBS) scripts/sanitize.sh
+
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
