@@ -5,7 +5,8 @@
 # A sanitizing build leaves out the LibTorch libraries (data, models, trainer) and their tests:
 # LibTorch is not instrumented, its translation units are the slow ones, and the code with our
 # own threads and parsing (comm, configs, launch) has no LibTorch.
-set(CUMULUS_SANITIZE "" CACHE STRING "Sanitizer build: address (ASan+UBSan), thread (TSan) or empty")
+set(CUMULUS_SANITIZE "" CACHE STRING
+    "Sanitizer build: address (ASan+UBSan), thread (TSan), or empty for none")
 set_property(CACHE CUMULUS_SANITIZE PROPERTY STRINGS "" address thread)
 
 if(CUMULUS_SANITIZE STREQUAL "")

@@ -36,8 +36,10 @@ run_suite build-asan address comm_test configs_test launch_test
 # gRPC, Abseil and protobuf come uninstrumented from Debian, and their locks (absl::Mutex on
 # futexes) are invisible to TSan. Without ignore_noninstrumented_modules, the memcpy/memmove
 # calls they make are still checked, against none of their synchronization: the first five
-# StoreServerTest tests alone then gave 779 reports, each with gRPC, Abseil or protobuf on a stack.
-# With it, every access made by our own (instrumented) code is still checked. tsan.supp holds what is left, with reasons.
+# StoreServerTest tests alone then gave 779 reports, each with gRPC, Abseil or protobuf on a
+# stack. With it, every access made by our own (instrumented) code is still checked; what would
+# be lost is a race between gRPC's own copying and our code. tsan.supp holds what is left, with
+# reasons.
 export TSAN_OPTIONS="halt_on_error=1:ignore_noninstrumented_modules=1:second_deadlock_stack=1"
 TSAN_OPTIONS+=":suppressions=$root/scripts/sanitize/tsan.supp"
 run_suite build-tsan thread comm_test launch_test
