@@ -12,8 +12,8 @@ jobs=${JOBS:-$(nproc)}
 
 # Left out of both runs, by ctest pattern:
 # - ElasticTest: it trains with cumulus-train, which links LibTorch and is not built here.
-# - Multihost, SlurmCluster: they need root, network namespaces or Slurm (CI has none, so they
-#   skip in `make test` too), and run the same launcher code as LauncherTest does on loopback.
+# - Multihost, SlurmCluster: they need root and network namespaces or a one-host Slurm, and
+#   build a whole cluster for each test; LauncherTest runs the same launcher on loopback.
 exclude='\.(ElasticTest|Multihost|SlurmCluster)\.'
 
 run_suite() {  # run_suite <build dir> <address|thread> <test binaries...>
