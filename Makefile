@@ -36,6 +36,11 @@ fuzz: setup
 	@cmake --build $(FUZZ_DIR) -j $(JOBS)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_DIR)
 
+# ASan+UBSan and TSan builds of the LibTorch-free code (build-asan, build-tsan), and their tests.
+.PHONY: sanitize
+sanitize: setup
+	@JOBS=$(JOBS) scripts/sanitize.sh
+
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 

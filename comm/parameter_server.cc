@@ -359,8 +359,9 @@ class ParameterServerService final : public proto::ParameterServer::Service,
   }
 
   // EXCLUSIVE_LOCKS_REQUIRED(mutex_). The first failure wins; the step is forgotten at once
-  // (handlers still hold it) and remembered for late ranks. `step` is taken by value: callers may
-  // pass the steps_ entry that this erases.
+  // (handlers still hold it) and remembered for late ranks. `step` is taken by value: callers
+  // may pass the map's own shared_ptr (shutdown, join's `invalid`), which the erase below
+  // destroys, and the step must outlive the erase for remember(step->key).
   Failure failLocked(std::shared_ptr<Step> step, Failure failure) {
     if (step->failure) return *step->failure;
     step->failure = failure;

@@ -14,7 +14,11 @@
 // this file): no aliasing (__restrict), no early exits, branch-free selects. Each is compiled
 // twice (target_clones): once for x86-64-v3 (AVX2 + FMA + F16C, where the float16 conversions
 // become vcvtph2ps / vcvtps2ph) and once for the baseline, picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: the clones' resolvers run while the dynamic loader relocates the
+// program, before the TSan runtime is up, and their instrumented entry crashes it. Dropping the
+// clones there (rather than the instrumentation) keeps the kernels' reads and writes visible to
+// TSan, which is what it is for; the explicit AVX2 paths below still run.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define CUMULUS_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define CUMULUS_CLONES

@@ -1,0 +1,33 @@
+# Sanitizer builds (`make sanitize`), each in its own build directory:
+#   -DCUMULUS_SANITIZE=address  AddressSanitizer + UndefinedBehaviorSanitizer, halting on the
+#                               first finding so that it fails the test (and CI);
+#   -DCUMULUS_SANITIZE=thread   ThreadSanitizer.
+# A sanitizing build leaves out the LibTorch libraries (data, models, trainer) and their tests:
+# LibTorch is not instrumented, its translation units are the slow ones, and the code with our
+# own threads and parsing (comm, configs, launch) has no LibTorch.
+set(CUMULUS_SANITIZE "" CACHE STRING
+    "Sanitizer build: address (ASan+UBSan), thread (TSan), or empty for none")
+set_property(CACHE CUMULUS_SANITIZE PROPERTY STRINGS "" address thread)
+
+if(CUMULUS_SANITIZE STREQUAL "")
+  set(CUMULUS_WITH_TORCH ON)
+  return()
+endif()
+set(CUMULUS_WITH_TORCH OFF)
+if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  # comm/reduce.cc dispatches with GCC's target_clones and the suppressions are written for
+  # GCC's runtimes; see README "Tests".
+  message(FATAL_ERROR "CUMULUS_SANITIZE needs GCC (found ${CMAKE_CXX_COMPILER_ID}); configure "
+                      "with -DCMAKE_CXX_COMPILER=g++")
+endif()
+if(CUMULUS_SANITIZE STREQUAL "address")
+  set(CUMULUS_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all)
+elseif(CUMULUS_SANITIZE STREQUAL "thread")
+  set(CUMULUS_SANITIZE_FLAGS -fsanitize=thread)
+else()
+  message(FATAL_ERROR "CUMULUS_SANITIZE=${CUMULUS_SANITIZE} is not a sanitizer this build "
+                      "knows; use address (ASan+UBSan), thread (TSan), or leave it empty")
+endif()
+# Frame pointers and debug lines make the reports' stacks readable.
+add_compile_options(${CUMULUS_SANITIZE_FLAGS} -fno-omit-frame-pointer -g)
+add_link_options(${CUMULUS_SANITIZE_FLAGS})
