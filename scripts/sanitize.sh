@@ -4,7 +4,7 @@
 #   build-asan  AddressSanitizer + UndefinedBehaviorSanitizer: comm_test, configs_test, launch_test
 #   build-tsan  ThreadSanitizer: comm_test, launch_test (the code with threads)
 # A finding ends the process that made it with a nonzero status, so it fails its test, and the
-# script then fails. Figures and the reasons for what is left out: README "Tests".
+# script then fails. Figures and the reasons for what is left out: docs/testing.md "Sanitizers".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
