@@ -198,8 +198,9 @@ TEST(HostileTest, SurvivesOnASmallStack) {
   }
 }
 
-// Why the pre-scan exists: the same input kills yaml-cpp alone on that stack (yaml-cpp 0.7 stops
-// recursing only at depth 500).
+// Why the reader caps depth at all: the same input kills yaml-cpp alone on that stack (yaml-cpp
+// 0.7 stops recursing only at depth 500). The event-level cap alone would stop it (see
+// fooledPreScan); the pre-scan is kept for memory (see yaml_reader.h).
 TEST(HostileDeathTest, YamlCppAloneOverflowsASmallStack) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::string input = std::string(499, '[') + std::string(499, ']');
