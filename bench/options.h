@@ -21,7 +21,7 @@ struct BenchOptions {
   int warmup = -1;            // -1 = adaptive
   comm::DType dtype = comm::DType::kFloat32;
   std::string costModelPath;  // --cost-model: predictions and auto picks; "" = built-in defaults
-  std::string out = "cost_model.txt";  // calibrate --out
+  std::string out = "cost_model.json";  // calibrate --out
   // calibrate --oversubscribed-world: the ranks that measure the busy_at table; -1 = twice the
   // cores (at most 64), 0 = skip it.
   int oversubscribedWorld = -1;

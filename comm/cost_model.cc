@@ -3,15 +3,16 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 namespace cumulus::comm {
 namespace {
@@ -217,25 +218,129 @@ Algorithm CostModel::pick(double n, int p, bool funnelAvailable) const {
   return best;
 }
 
+namespace {
+
+// The file's keys, in the order save() writes them.
+constexpr const char* kKnownKeys =
+    "alpha_s, beta_s_per_byte, gamma_s_per_byte, cores, busy_ranks, alpha_busy_s, beta_at, "
+    "busy_at";
+
+// Reads a cost model file's JSON; every error names the file and, where there is one, the field.
+class CostModelReader {
+ public:
+  CostModelReader(std::string path, const nlohmann::json& root)
+      : path_(std::move(path)), root_(root) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& problem) const {
+    throw std::runtime_error("cost model file '" + path_ +
+                             "': " + (field.empty() ? "" : "\"" + field + "\": ") + problem);
+  }
+
+  void checkKeys() const {
+    if (!root_.is_object()) fail("", "expected a JSON object {\"alpha_s\": ..., ...}");
+    const std::string known = std::string(", ") + kKnownKeys + ",";
+    for (const auto& item : root_.items()) {
+      if (known.find(", " + item.key() + ",") == std::string::npos) {
+        fail(item.key(), std::string("unknown key (expected ") + kKnownKeys + ")");
+      }
+    }
+  }
+
+  bool has(const char* key) const { return root_.contains(key); }
+
+  // A finite number >= 0 at `value`, which `field` names.
+  double number(const nlohmann::json& value, const std::string& field) const {
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < 0) {
+      fail(field, "expected a finite number >= 0, got " + value.dump());
+    }
+    return value.get<double>();
+  }
+  double number(const char* key) const {
+    if (!has(key)) fail("", std::string("lacks \"") + key + "\"");
+    return number(root_.at(key), key);
+  }
+
+  int count(const char* key) const {
+    if (!has(key)) return 0;
+    const nlohmann::json& value = root_.at(key);
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+        value.get<int64_t>() > std::numeric_limits<int>::max()) {
+      fail(key, "expected an integer >= 0, got " + value.dump());
+    }
+    return value.get<int>();
+  }
+
+  // The rows of the table `key`: each an object with exactly `columns`, "bytes" > 0.
+  template <class Row>
+  std::vector<Row> table(const char* key,
+                         const std::vector<std::pair<const char*, double Row::*>>& columns) const {
+    std::vector<Row> rows;
+    if (!has(key)) return rows;
+    const nlohmann::json& list = root_.at(key);
+    if (!list.is_array()) fail(key, "expected a list of rows, got " + list.dump());
+    std::string shape;
+    for (const auto& column : columns)
+      shape += std::string(shape.empty() ? "" : ", ") + column.first;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string field = std::string(key) + "[" + std::to_string(i) + "]";
+      const nlohmann::json& row = list[i];
+      if (!row.is_object() || row.size() != columns.size()) {
+        fail(field, "expected an object with exactly " + shape + ", got " + row.dump());
+      }
+      Row parsed;
+      for (const auto& [name, member] : columns) {
+        if (!row.contains(name)) fail(field, std::string("lacks \"") + name + "\"");
+        parsed.*member = number(row.at(name), field + "." + name);
+      }
+      if (!(parsed.bytes > 0)) fail(field + ".bytes", "expected a size in bytes > 0, got 0");
+      rows.push_back(parsed);
+    }
+    return rows;
+  }
+
+ private:
+  std::string path_;
+  const nlohmann::json& root_;
+};
+
+const std::vector<std::pair<const char*, double CostModel::BetaPoint::*>> kBetaColumns = {
+    {"bytes", &CostModel::BetaPoint::bytes},
+    {"oneway", &CostModel::BetaPoint::oneway},
+    {"duplex", &CostModel::BetaPoint::duplex},
+    {"funnel", &CostModel::BetaPoint::funnel}};
+const std::vector<std::pair<const char*, double CostModel::WorkPoint::*>> kWorkColumns = {
+    {"bytes", &CostModel::WorkPoint::bytes},
+    {"tree", &CostModel::WorkPoint::tree},
+    {"ring", &CostModel::WorkPoint::ring}};
+
+}  // namespace
+
 // Written to PATH.tmp and renamed over PATH, so a reader (or a calibrate that dies half way)
 // never leaves a torn file behind.
 void CostModel::save(const std::string& path) const {
+  nlohmann::ordered_json root;
+  root["alpha_s"] = alpha_;
+  root["beta_s_per_byte"] = beta_;
+  root["gamma_s_per_byte"] = gamma_;
+  if (cores_ > 0) root["cores"] = cores_;
+  if (busy_.ranks > 0) root["busy_ranks"] = busy_.ranks;
+  if (busy_.alpha >= 0) root["alpha_busy_s"] = busy_.alpha;
+  if (!betas_.empty()) {
+    root["beta_at"] = nlohmann::ordered_json::array();
+    for (const BetaPoint& b : betas_) {
+      root["beta_at"].push_back(
+          {{"bytes", b.bytes}, {"oneway", b.oneway}, {"duplex", b.duplex}, {"funnel", b.funnel}});
+    }
+  }
+  if (!busy_.work.empty()) {
+    root["busy_at"] = nlohmann::ordered_json::array();
+    for (const WorkPoint& w : busy_.work) {
+      root["busy_at"].push_back({{"bytes", w.bytes}, {"tree", w.tree}, {"ring", w.ring}});
+    }
+  }
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp);
-  out.precision(17);
-  out << "# cumulus cost model: seconds per message, per byte moved, per byte reduced\n"
-      << "alpha_s " << alpha_ << "\n"
-      << "beta_s_per_byte " << beta_ << "\n"
-      << "gamma_s_per_byte " << gamma_ << "\n";
-  if (cores_ > 0) out << "cores " << cores_ << "\n";
-  if (busy_.ranks > 0) out << "busy_ranks " << busy_.ranks << "\n";
-  if (busy_.alpha >= 0) out << "alpha_busy_s " << busy_.alpha << "\n";
-  for (const BetaPoint& b : betas_) {
-    out << "beta_at " << b.bytes << " " << b.oneway << " " << b.duplex << " " << b.funnel << "\n";
-  }
-  for (const WorkPoint& w : busy_.work) {
-    out << "busy_at " << w.bytes << " " << w.tree << " " << w.ring << "\n";
-  }
+  out << root.dump(2) << "\n";  // doubles are written with the digits that read back exactly
   out.close();
   if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
@@ -243,96 +348,59 @@ void CostModel::save(const std::string& path) const {
   }
 }
 
+// Files in the earlier "key value" text format are refused rather than read: one parser for one
+// format, and a re-run of `cumulus-bench calibrate` rewrites them (the committed ones under
+// bench/results/ were converted).
 CostModel CostModel::load(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read cost model file '" + path + "'");
-  // The scalar keys; the first three are required.
-  double values[4] = {0, 0, 0, -1};
-  bool seen[4] = {false, false, false, false};
-  const char* keys[4] = {"alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "alpha_busy_s"};
-  std::vector<BetaPoint> betas;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] != '{' &&
+      (text.compare(first, 1, "#") == 0 || text.compare(first, 8, "alpha_s ") == 0)) {
+    throw std::runtime_error("cost model file '" + path +
+                             "' is in the text format of earlier versions; re-run "
+                             "`cumulus-bench calibrate --out " +
+                             path + "` to measure it again as JSON");
+  }
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line L, column C: ..."
+    const std::string what = e.what();
+    const size_t at = what.find("parse error");
+    throw std::runtime_error("cost model file '" + path + "' is not valid JSON: " +
+                             (at == std::string::npos ? what : what.substr(at)));
+  }
+  const CostModelReader reader(path, root);
+  reader.checkKeys();
+  const double alpha = reader.number("alpha_s");
+  const double beta = reader.number("beta_s_per_byte");
+  const double gamma = reader.number("gamma_s_per_byte");
+  const int cores = reader.count("cores");
   Oversubscribed busy;
-  int cores = 0;
-  std::string line;
-  for (int lineNo = 1; std::getline(in, line); ++lineNo) {
-    const auto hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
-    std::istringstream fields(line);
-    std::string key, value, extra;
-    if (!(fields >> key)) continue;
-    const std::string where = "cost model file '" + path + "' line " + std::to_string(lineNo);
-    if (key == "cores" || key == "busy_ranks") {
-      int& count = key == "cores" ? cores : busy.ranks;
-      if (!(fields >> count) || count < 0 || (fields >> extra)) {
-        throw std::runtime_error(where + ": expected '" + key + " <integer >= 0>'");
-      }
-      continue;
-    }
-    if (key == "beta_at") {
-      BetaPoint b;
-      if (!(fields >> b.bytes >> b.oneway >> b.duplex >> b.funnel) || (fields >> extra) ||
-          !(b.bytes > 0) || !(b.oneway >= 0) || !(b.duplex >= 0) || !(b.funnel >= 0)) {
-        throw std::runtime_error(where +
-                                 ": expected 'beta_at <bytes> <oneway> <duplex> <funnel>'"
-                                 " with bytes > 0 and seconds per byte >= 0");
-      }
-      betas.push_back(b);
-      continue;
-    }
-    if (key == "busy_at") {
-      WorkPoint w;
-      if (!(fields >> w.bytes >> w.tree >> w.ring) || (fields >> extra) || !(w.bytes > 0) ||
-          !(w.tree >= 0) || !(w.ring >= 0)) {
-        throw std::runtime_error(where +
-                                 ": expected 'busy_at <bytes> <tree> <ring>' with bytes > 0 and"
-                                 " seconds per byte >= 0");
-      }
-      busy.work.push_back(w);
-      continue;
-    }
-    int index = -1;
-    for (int i = 0; i < 4; ++i) {
-      if (key == keys[i]) index = i;
-    }
-    if (index < 0) {
-      throw std::runtime_error(where + ": unknown key '" + key +
-                               "' (expected alpha_s, beta_s_per_byte, gamma_s_per_byte, cores, "
-                               "beta_at, busy_ranks, alpha_busy_s, busy_at)");
-    }
-    if (!(fields >> value) || (fields >> extra)) {
-      throw std::runtime_error(where + ": expected '" + key + " <number>'");
-    }
-    char* end = nullptr;
-    errno = 0;
-    const double v = std::strtod(value.c_str(), &end);
-    if (*end != '\0' || errno != 0 || !std::isfinite(v) || v < 0) {
-      throw std::runtime_error(where + ": '" + value + "' is not a finite number >= 0");
-    }
-    values[index] = v;
-    seen[index] = true;
-  }
-  for (int i = 0; i < 3; ++i) {
-    if (!seen[i]) {
-      throw std::runtime_error("cost model file '" + path + "' lacks '" + keys[i] + "'");
-    }
-  }
-  if (!busy.work.empty() || seen[3]) {
-    const std::string what = seen[3] ? "alpha_busy_s" : "busy_at rows";
+  busy.ranks = reader.count("busy_ranks");
+  if (reader.has("alpha_busy_s")) busy.alpha = reader.number("alpha_busy_s");
+  std::vector<BetaPoint> betas = reader.table("beta_at", kBetaColumns);
+  busy.work = reader.table("busy_at", kWorkColumns);
+  if (!busy.work.empty() || busy.alpha >= 0) {
+    const std::string what = busy.alpha >= 0 ? "alpha_busy_s" : "busy_at";
     if (cores == 0) {
-      throw std::runtime_error("cost model file '" + path + "' has " + what +
-                               " but no 'cores' line: they price ranks that outnumber the "
-                               "cores, so say how many cores were measured");
+      reader.fail(what,
+                  "needs \"cores\": it prices ranks that outnumber the cores, so say how "
+                  "many cores were measured");
     }
     if (busy.ranks <= cores) {
-      throw std::runtime_error("cost model file '" + path + "' has " + what +
-                               " but no 'busy_ranks' line above the " + std::to_string(cores) +
-                               " cores: say how many ranks they were measured with");
+      reader.fail(what, "needs \"busy_ranks\" above the " + std::to_string(cores) +
+                            " cores: say how many ranks it was measured with");
     }
   }
-  busy.alpha = values[3];
-  if (betas.empty() && cores == 0) return CostModel(values[0], values[1], values[2]);
-  if (betas.empty()) betas.push_back({1, values[1], values[1], values[1]});
-  return CostModel(values[0], values[2], std::move(betas), cores, std::move(busy));
+  if (betas.empty() && cores == 0) return CostModel(alpha, beta, gamma);
+  if (betas.empty()) betas.push_back({1, beta, beta, beta});
+  return CostModel(alpha, gamma, std::move(betas), cores, std::move(busy));
 }
 
 }  // namespace cumulus::comm

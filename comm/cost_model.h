@@ -26,17 +26,15 @@
 // defaults() in cost_model.cc for how); `cumulus-bench calibrate` measures a cluster and writes
 // a file with save(), which workers read with load().
 //
-// File format (text, one "key value" per line, '#' starts a comment, the first three keys
-// required, the others optional):
-//   # cumulus cost model
-//   alpha_s 1e-05
-//   beta_s_per_byte 3e-10
-//   gamma_s_per_byte 1e-10
-//   cores 2
-//   beta_at 1048576 1e-10 3e-10 2e-9      (bytes oneway duplex funnel; any number of lines)
-//   busy_ranks 4                          (the P the next two were measured with; > cores)
-//   alpha_busy_s 3e-06                    (needs busy_ranks)
-//   busy_at 1048576 6e-10 4e-10           (bytes tree ring; any number of lines; needs busy_ranks)
+// File format: one JSON object; the first three keys required, the others optional, no other
+// keys. Seconds, and seconds per byte:
+//   {"alpha_s": 1e-05, "beta_s_per_byte": 3e-10, "gamma_s_per_byte": 1e-10,
+//    "cores": 2,
+//    "busy_ranks": 4,                  (the P the next two were measured with; > cores)
+//    "alpha_busy_s": 3e-06,            (needs busy_ranks)
+//    "beta_at": [{"bytes": 1048576, "oneway": 1e-10, "duplex": 3e-10, "funnel": 2e-9}, ...],
+//    "busy_at": [{"bytes": 1048576, "tree": 6e-10, "ring": 4e-10}, ...]}   (needs busy_ranks)
+// Files in the text format of earlier versions are refused with a message to re-calibrate.
 //
 // Thread-safety: a CostModel is an immutable value after construction; copy freely.
 
@@ -115,8 +113,8 @@ class CostModel {
   Algorithm pick(double bytes, int world, bool funnelAvailable = false) const;
 
   // save() replaces the file whole (a temporary, then rename).
-  // Throws std::runtime_error naming the path (and line) when it cannot be written / parsed:
-  // missing key, unknown key, non-numeric or negative value.
+  // Throws std::runtime_error naming the path (and the field) when it cannot be written / read:
+  // not JSON, the old text format, a missing or unknown key, a non-numeric or negative value.
   void save(const std::string& path) const;
   static CostModel load(const std::string& path);
 

@@ -85,7 +85,7 @@ def main():
       "data plane binds each host's own address. A call's time is the slowest rank's, each rank "
       "timing from its own exit of a barrier (a max all-reduce collects them); the figure is the "
       "median over 3-10 calls, after one untimed call that checks the sum. Predicted: "
-      "`comm/cost_model.h` with α measured on each cluster (`multihost-cost-pP.txt`), β = 1 / TCP "
+      "`comm/cost_model.h` with α measured on each cluster (`multihost-cost-pP.json`), β = 1 / TCP "
       "payload rate (%g Gbit/s × 1448/1514 = %.1f MB/s) and the built-in γ. "
       "busbw = n/t · 2(p−1)/p.\n" % (gbit, gbit, wire * 1448 / 1514))
     w("**Caveat:** this machine has %d CPU core(s); at 8 hosts, 8 ranks (plus the parameter "

@@ -5,7 +5,7 @@
 #   multihost.tsv  every point: algorithm world bytes iters median_s min_s predicted_s auto_pick busbw
 #   multihost.png  time vs size per world size, measured points over the cost model's lines
 #   multihost.md   the table (measured vs predicted), the targets and who wins where
-#   multihost-cost-pP.txt  the cost model used at P hosts (α measured there)
+#   multihost-cost-pP.json  the cost model used at P hosts (α measured there)
 #
 #   sudo bench/multihost/run.sh [--hosts "2 4 8"] [--sizes "4096 …"] [--rate-gbit 1] [--burst 4kb] [--out DIR]
 #
@@ -76,8 +76,8 @@ for P in $HOSTS; do
   # α is measured on this cluster first (β is the link's, γ the built-in), then every point is
   # predicted, and auto decided, with that model.
   echo "$P $(cut -d' ' -f1 /proc/loadavg)" >> "$TSV.load"
-  job "$P" "cal$P" --calibrate "$OUT/multihost-cost-p$P.txt"
-  job "$P" "p$P" --cost-model "$OUT/multihost-cost-p$P.txt" --algorithms "$ALGOS" \
+  job "$P" "cal$P" --calibrate "$OUT/multihost-cost-p$P.json"
+  job "$P" "p$P" --cost-model "$OUT/multihost-cost-p$P.json" --algorithms "$ALGOS" \
     --sizes "${SIZES// /,}" --target-seconds 1.0 --max-iters 10 --out "$TSV.new"
   $NS down >/dev/null
 done

@@ -57,7 +57,7 @@ TEST(CumulusBench, AllreducePrintsOneTableRowAndOneJsonLinePerSize) {
 }
 
 TEST(CumulusBench, CalibrateWritesAModelWithTheOversubscribedTerms) {
-  const std::string path = ::testing::TempDir() + "/bench_cli_cost_model.txt";
+  const std::string path = ::testing::TempDir() + "/bench_cli_cost_model.json";
   std::remove(path.c_str());
   const BenchRun run = runBench("calibrate --sizes 64K:256K --oversubscribed-world 3 --out " + path);
   ASSERT_EQ(run.exitCode, 0) << run.output;

@@ -23,6 +23,18 @@ void expectLoadErrorFor(const std::string& path, const std::string& text,
   }
 }
 
+// Expects load() to refuse `text` with exactly `message`.
+void expectLoadErrorExactly(const std::string& path, const std::string& text,
+                            const std::string& message) {
+  std::ofstream(path) << text;
+  try {
+    CostModel::load(path);
+    FAIL() << "expected an error for: " << text;
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+}
+
 TEST(CostModel, UsableCoresCountsTheAffinityMask) {
   cpu_set_t set;
   ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
@@ -69,7 +81,7 @@ TEST(CostModel, DefaultsPreferTreeForSmallAndRingForLarge) {
 }
 
 TEST(CostModel, SaveLoadRoundTripAndErrorsNameTheFile) {
-  const std::string path = ::testing::TempDir() + "cost_model_test.txt";
+  const std::string path = ::testing::TempDir() + "cost_model_test.json";
   CostModel(1.25e-5, 3.5e-10, 7.25e-11).save(path);
   CostModel loaded = CostModel::load(path);
   EXPECT_EQ(loaded.alpha(), 1.25e-5);
@@ -79,11 +91,21 @@ TEST(CostModel, SaveLoadRoundTripAndErrorsNameTheFile) {
   auto expectLoadError = [&](const std::string& text, const std::string& fragment) {
     expectLoadErrorFor(path, text, fragment);
   };
-  expectLoadError("alpha_s 1\nbeta_s_per_byte 2\n", "lacks 'gamma_s_per_byte'");
-  expectLoadError("alpha_s 1\nbeta_s_per_byte x\ngamma_s_per_byte 1\n",
-                  "line 2: 'x' is not a finite number");
-  expectLoadError("# c\nalpha_s 1\ndelta 2\n", "line 3: unknown key 'delta'");
-  expectLoadError("alpha_s -1\n", "line 1: '-1' is not a finite number >= 0");
+  expectLoadError(R"({"alpha_s": 1, "beta_s_per_byte": 2})", "lacks \"gamma_s_per_byte\"");
+  expectLoadError(R"({"alpha_s": 1, "beta_s_per_byte": "x", "gamma_s_per_byte": 1})",
+                  "\"beta_s_per_byte\": expected a finite number >= 0, got \"x\"");
+  expectLoadError(R"({"alpha_s": 1, "delta": 2})",
+                  "\"delta\": unknown key (expected alpha_s, beta_s_per_byte, gamma_s_per_byte, "
+                  "cores, busy_ranks, alpha_busy_s, beta_at, busy_at)");
+  expectLoadError(R"({"alpha_s": -1})", "\"alpha_s\": expected a finite number >= 0, got -1");
+  expectLoadError("{\"alpha_s\": 1,\n", "is not valid JSON: parse error at line 2, column 1");
+  expectLoadError("[1, 2]", "expected a JSON object {\"alpha_s\": ..., ...}");
+  // The text format of earlier versions: refused, with the command that rewrites it.
+  expectLoadErrorExactly(path, "# cumulus cost model\nalpha_s 1\nbeta_s_per_byte 2\n",
+                         "cost model file '" + path +
+                             "' is in the text format of earlier versions; re-run `cumulus-bench "
+                             "calibrate --out " +
+                             path + "` to measure it again as JSON");
   std::remove(path.c_str());
   EXPECT_THROW(CostModel::load(path), std::runtime_error);
 }
@@ -152,9 +174,9 @@ TEST(CostModel, MeasuredBusyCostsPriceRanksBeyondTheCores) {
   EXPECT_THROW(CostModel(1.0, 0.001, {{100, 0.01, 0.02, 0.1}}, 2, {2, 0.25, {{100, 0.5, 0.3}}}),
                std::invalid_argument);  // measured with no more ranks than cores
 
-  const std::string path = ::testing::TempDir() + "/cost_model_busy.txt";
+  const std::string path = ::testing::TempDir() + "/cost_model_busy.json";
   std::ofstream(path) << "a longer file than the model writes, which save() must replace whole\n"
-                       << std::string(4096, '#') << "\n";
+                      << std::string(4096, '#') << "\n";
   m.save(path);
   EXPECT_FALSE(std::ifstream(path + ".tmp").good());  // renamed into place
   const CostModel loaded = CostModel::load(path);
@@ -166,19 +188,28 @@ TEST(CostModel, MeasuredBusyCostsPriceRanksBeyondTheCores) {
   auto expectLoadError = [&](const std::string& text, const std::string& fragment) {
     expectLoadErrorFor(path, text, fragment);
   };
-  const std::string head = "alpha_s 1\nbeta_s_per_byte 1\ngamma_s_per_byte 1\n";
-  expectLoadError(head + "busy_at 100 0.5\n", "line 4: expected 'busy_at <bytes> <tree> <ring>'");
-  expectLoadError(head + "busy_at 100 0.5 0.3\n", "busy_at rows but no 'cores' line");
-  expectLoadError(head + "alpha_busy_s 2\n", "has alpha_busy_s but no 'cores' line");
-  expectLoadError(head + "cores 2\nbusy_at 100 0.5 0.3\n",
-                  "has busy_at rows but no 'busy_ranks' line above the 2 cores");
-  expectLoadError(head + "cores 2\nbusy_ranks 2\nalpha_busy_s 1\n",
-                  "has alpha_busy_s but no 'busy_ranks' line above the 2 cores");
-  expectLoadError(head + "busy_ranks x\n", "line 4: expected 'busy_ranks <integer >= 0>'");
-  expectLoadError(head + "cores 2\nalpha_busy_s -2\n", "line 5: '-2' is not a finite number");
+  const std::string head = R"({"alpha_s": 1, "beta_s_per_byte": 1, "gamma_s_per_byte": 1, )";
+  expectLoadError(head + R"("busy_at": [{"bytes": 100, "tree": 0.5}]})",
+                  "\"busy_at[0]\": expected an object with exactly bytes, tree, ring, got "
+                  "{\"bytes\":100,\"tree\":0.5}");
+  expectLoadError(head + R"("busy_at": [{"bytes": 100, "tree": 0.5, "ring": -3}]})",
+                  "\"busy_at[0].ring\": expected a finite number >= 0, got -3");
+  expectLoadError(head + R"("busy_at": [{"bytes": 0, "tree": 0.5, "ring": 0.3}]})",
+                  "\"busy_at[0].bytes\": expected a size in bytes > 0, got 0");
+  expectLoadError(head + R"("busy_at": [{"bytes": 100, "tree": 0.5, "ring": 0.3}]})",
+                  "\"busy_at\": needs \"cores\": it prices ranks that outnumber the cores");
+  expectLoadError(head + R"("alpha_busy_s": 2})", "\"alpha_busy_s\": needs \"cores\"");
+  expectLoadError(head + R"("cores": 2, "busy_at": [{"bytes": 100, "tree": 0.5, "ring": 0.3}]})",
+                  "\"busy_at\": needs \"busy_ranks\" above the 2 cores");
+  expectLoadError(head + R"("cores": 2, "busy_ranks": 2, "alpha_busy_s": 1})",
+                  "\"alpha_busy_s\": needs \"busy_ranks\" above the 2 cores");
+  expectLoadError(head + R"("busy_ranks": "x"})",
+                  "\"busy_ranks\": expected an integer >= 0, got \"x\"");
+  expectLoadError(head + R"("cores": 2, "alpha_busy_s": -2})",
+                  "\"alpha_busy_s\": expected a finite number >= 0, got -2");
   std::remove(path.c_str());
   try {
-    m.save(::testing::TempDir() + "/no-such-dir/cost_model.txt");
+    m.save(::testing::TempDir() + "/no-such-dir/cost_model.json");
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot write cost model file '"), std::string::npos)
@@ -187,7 +218,7 @@ TEST(CostModel, MeasuredBusyCostsPriceRanksBeyondTheCores) {
 }
 
 TEST(CostModel, RefinedModelRoundTripsThroughItsFile) {
-  const std::string path = ::testing::TempDir() + "/cost_model_refined.txt";
+  const std::string path = ::testing::TempDir() + "/cost_model_refined.json";
   CostModel(2e-6, 1.5e-10, {{1048576, 1e-10, 3e-10, 2e-9}, {67108864, 3e-10, 7e-10, 1.5e-9}}, 2)
       .save(path);
   CostModel loaded = CostModel::load(path);
@@ -201,9 +232,31 @@ TEST(CostModel, RefinedModelRoundTripsThroughItsFile) {
       loaded.predict(Algorithm::kRing, 4e6, 4),
       CostModel(2e-6, 1.5e-10, {{1048576, 1e-10, 3e-10, 2e-9}, {67108864, 3e-10, 7e-10, 1.5e-9}}, 2)
           .predict(Algorithm::kRing, 4e6, 4));
-  expectLoadErrorFor(path, "alpha_s 1\nbeta_s_per_byte 1\ngamma_s_per_byte 1\nbeta_at 0 1 1 1\n",
-                     "line 4: expected 'beta_at <bytes>");
+  expectLoadErrorFor(path,
+                     R"({"alpha_s": 1, "beta_s_per_byte": 1, "gamma_s_per_byte": 1, "beta_at": [)"
+                     R"({"bytes": 1, "oneway": 1, "duplex": 1, "funnel": 1}, {"bytes": 1}]})",
+                     "\"beta_at[1]\": expected an object with exactly bytes, oneway, duplex, "
+                     "funnel, got {\"bytes\":1}");
+  expectLoadErrorFor(path,
+                     R"({"alpha_s": 1, "beta_s_per_byte": 1, "gamma_s_per_byte": 1, "beta_at": 3})",
+                     "\"beta_at\": expected a list of rows, got 3");
   std::remove(path.c_str());
+}
+
+// The calibrations committed under bench/results/ are usable as `comm.cost_model` as they are.
+TEST(CostModel, CommittedCalibrationsLoad) {
+  const std::string dir = std::string(CUMULUS_SOURCE_DIR) + "/bench/results/";
+  const CostModel loopback = CostModel::load(dir + "cost_model.json");
+  EXPECT_EQ(loopback.alpha(), 2.332009e-06);
+  EXPECT_EQ(loopback.cores(), 2);
+  EXPECT_EQ(loopback.busyRanks(), 4);
+  EXPECT_EQ(loopback.betas().size(), 4u);
+  EXPECT_EQ(loopback.busy().size(), 4u);
+  EXPECT_EQ(CostModel::load(dir + "cost_model_tcp.json").betas().size(), 4u);
+  for (int hosts : {2, 4, 8}) {
+    const std::string name = "multihost-cost-p" + std::to_string(hosts) + ".json";
+    EXPECT_EQ(CostModel::load(dir + name).gamma(), 1e-10) << name;
+  }
 }
 
 }  // namespace
