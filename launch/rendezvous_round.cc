@@ -1,8 +1,11 @@
 #include "launch/rendezvous_round.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "comm/error.h"
 
@@ -69,48 +72,82 @@ struct Rendezvous::State {
   std::string reason;
   std::string raw;
 
+  // The JSON of each kind (keys in this order; "nodes" in join order while open, by node id
+  // once closed):
+  //   {"state":"open","nodes":[{"id":0,"nproc":2,"nonce":"N"},…]}
+  //   {"state":"closed","restarts":R,"nodes":[…]}
+  //   {"state":"ended","exit_code":C,"reason":"…"}
+  // encode() is deterministic, since compare-and-set compares the text.
   static State parse(const std::string& raw, int64_t g) {
     State s;
     s.raw = raw;
-    std::istringstream in(raw);
-    std::string word;
-    if (!(in >> word)) return s;
-    auto bad = [&] {
-      return std::runtime_error("malformed rendezvous state " + stateKey(g) + ": \"" + raw + "\"");
+    if (raw.empty()) return s;
+    auto bad = [&](const std::string& field, const std::string& problem) {
+      return std::runtime_error("malformed rendezvous state " + stateKey(g) + ": " +
+                                (field.empty() ? "" : "\"" + field + "\": ") + problem + " in " +
+                                raw);
     };
-    if (word == "ended") {
+    const nlohmann::json root = nlohmann::json::parse(raw, nullptr, /*allow_exceptions=*/false);
+    if (root.is_discarded()) throw bad("", "not JSON");
+    if (!root.is_object()) throw bad("", "expected an object");
+    auto integer = [&](const nlohmann::json& in, const char* key, const std::string& field) {
+      if (!in.contains(key) || !in.at(key).is_number_integer()) {
+        throw bad(field, "expected an integer");
+      }
+      return in.at(key).get<int64_t>();
+    };
+    auto text = [&](const nlohmann::json& in, const char* key, const std::string& field) {
+      if (!in.contains(key) || !in.at(key).is_string()) throw bad(field, "expected a string");
+      return in.at(key).get<std::string>();
+    };
+    const std::string kind = text(root, "state", "state");
+    if (kind == "ended") {
       s.kind = Kind::kEnded;
-      if (!(in >> s.exit_code)) throw bad();
-      std::getline(in >> std::ws, s.reason);
+      const int64_t code = integer(root, "exit_code", "exit_code");
+      if (code < std::numeric_limits<int>::min() || code > std::numeric_limits<int>::max()) {
+        throw bad("exit_code", "expected an int");
+      }
+      s.exit_code = static_cast<int>(code);
+      s.reason = text(root, "reason", "reason");
       return s;
     }
-    if (word == "closed") {
+    if (kind == "closed") {
       s.kind = Kind::kClosed;
-      if (!(in >> s.restarts)) throw bad();
-    } else if (word != "open") {
-      throw bad();
+      s.restarts = integer(root, "restarts", "restarts");
+    } else if (kind != "open") {
+      throw bad("state", "expected open, closed or ended");
     }
-    while (in >> word) {
+    if (!root.contains("nodes") || !root.at("nodes").is_array()) {
+      throw bad("nodes", "expected a list");
+    }
+    const nlohmann::json& nodes = root.at("nodes");
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const std::string field = "nodes[" + std::to_string(i) + "]";
+      if (!nodes[i].is_object()) throw bad(field, "expected an object");
       RoundNode n;
-      char c1 = 0, c2 = 0;
-      std::istringstream node(word);
-      if (!(node >> n.node_id >> c1 >> n.nproc >> c2) || c1 != ':' || c2 != ':') throw bad();
-      std::getline(node, n.nonce);
+      n.node_id = integer(nodes[i], "id", field + ".id");
+      n.nproc = integer(nodes[i], "nproc", field + ".nproc");
+      n.nonce = text(nodes[i], "nonce", field + ".nonce");
       s.nodes.push_back(std::move(n));
     }
     return s;
   }
 
   std::string encode() const {
-    std::ostringstream out;
+    nlohmann::ordered_json out;
     if (kind == Kind::kEnded) {
-      out << "ended " << exit_code << " " << reason;
-      return out.str();
+      out["state"] = "ended";
+      out["exit_code"] = exit_code;
+      out["reason"] = reason;
+      return out.dump();
     }
-    out << (kind == Kind::kOpen ? "open" : "closed");
-    if (kind == Kind::kClosed) out << " " << restarts;
-    for (const RoundNode& n : nodes) out << " " << n.node_id << ":" << n.nproc << ":" << n.nonce;
-    return out.str();
+    out["state"] = kind == Kind::kOpen ? "open" : "closed";
+    if (kind == Kind::kClosed) out["restarts"] = restarts;
+    out["nodes"] = nlohmann::ordered_json::array();
+    for (const RoundNode& n : nodes) {
+      out["nodes"].push_back({{"id", n.node_id}, {"nproc", n.nproc}, {"nonce", n.nonce}});
+    }
+    return out.dump();
   }
 
   Round toRound(int64_t g) const {

@@ -3,9 +3,11 @@
 // rendezvous, simplified). One round per generation g lives in the Store under the single key
 // `rdzv/<g>/state`, changed only by compare-and-set, so joining and closing are atomic:
 //
-//   "open 0:2:N 3:2:N …"            nodes that joined, as node-id:nproc:nonce, in join order
-//   "closed R 0:2:N 1:2:N …"        the group of generation g (R = restarts so far), by node id
-//   "ended C reason…"               no group any more: the job ended with exit code C
+//   {"state":"open","nodes":[{"id":0,"nproc":2,"nonce":"N"},…]}   nodes that joined, in join
+//                                                                  order
+//   {"state":"closed","restarts":R,"nodes":[…]}   the group of generation g (R = restarts so
+//                                                 far), by node id
+//   {"state":"ended","exit_code":C,"reason":"…"}  no group any more: the job ended with code C
 //
 // A node joins the first round at or after the generation it asks for that is still open. A round
 // that closed without it is skipped (the node is late: it waits in the next round, which opens

@@ -251,7 +251,8 @@ TEST(Rendezvous, EndNotesTheNodesThatNeverReadWhy) {
   std::vector<std::string> notes;
   Rendezvous n0(store, elastic(1, 2, 50), node(0), {},
                 [&](const std::string& line) { notes.push_back(line); });
-  store.set("rdzv/1/state", "open 1:1:gone");  // node 1 joined round 1, then died
+  // Node 1 joined round 1, then died.
+  store.set("rdzv/1/state", R"({"state":"open","nodes":[{"id":1,"nproc":1,"nonce":"gone"}]})");
   EXPECT_EQ(n0.end(1, 0, "the job finished", milliseconds(50)), 1);
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_EQ(notes[0].rfind("of the 1 node(s) waiting in the rendezvous of generation 1, not all "
@@ -298,6 +299,32 @@ TEST(Rendezvous, ANodeInterruptedWhileWaitingLeavesTheRound) {
   ASSERT_TRUE(clock.awaitReads());     // the host saw node 1 leave
   clock.advance(milliseconds(300));    // the last call passes
   EXPECT_EQ(f0.get().nodeIds(), "0");  // closed without the node that left
+}
+
+// The round state is JSON; anything else in its key is refused, naming the key and the field.
+TEST(Rendezvous, MalformedStateNamesTheKeyAndTheField) {
+  comm::MemoryStore store;
+  Rendezvous n0(store, elastic(1, 1, 50), node(0));
+  auto errorOf = [&](const std::string& state) -> std::string {
+    store.set("rdzv/0/state", state);
+    try {
+      n0.join(0, 0);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(errorOf("open 1:1:x"),
+            "malformed rendezvous state rdzv/0/state: not JSON in open 1:1:x");
+  EXPECT_EQ(errorOf(R"({"state":"shut","nodes":[]})"),
+            "malformed rendezvous state rdzv/0/state: \"state\": expected open, closed or ended "
+            "in {\"state\":\"shut\",\"nodes\":[]}");
+  EXPECT_EQ(errorOf(R"({"state":"open","nodes":[{"id":1,"nproc":"2","nonce":"x"}]})"),
+            "malformed rendezvous state rdzv/0/state: \"nodes[0].nproc\": expected an integer in "
+            "{\"state\":\"open\",\"nodes\":[{\"id\":1,\"nproc\":\"2\",\"nonce\":\"x\"}]}");
+  EXPECT_EQ(errorOf(R"({"state":"ended","exit_code":1})"),
+            "malformed rendezvous state rdzv/0/state: \"reason\": expected a string in "
+            "{\"state\":\"ended\",\"exit_code\":1}");
 }
 
 }  // namespace
