@@ -2,11 +2,14 @@
 # this same binary as their worker (see process_test.cc), so there is no second executable.
 set(COMM_CORE_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/reduce_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/types_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/memory_store_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cost_model_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/allreduce_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/collectives_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/work_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/transport_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/file_store.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/fault_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/process_test.cc)
