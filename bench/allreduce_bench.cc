@@ -132,7 +132,10 @@ int runAllreduceWorker(const BenchOptions& o) {
                 seconds * 1e6, algbw, busbw, model * 1e6);
     std::fflush(stdout);
     // Rounded as the table is, so the rows stay short; the table's precision is all there is.
-    const auto rounded = [](double x, double unit) { return std::round(x / unit) * unit; };
+    const auto rounded = [](double x, int digits) {
+      const double scale = std::pow(10.0, digits);
+      return std::round(x * scale) / scale;
+    };
     rows.push_back(nlohmann::ordered_json{{"bench", "allreduce"},
                                           {"impl", "cumulus"},
                                           {"algo", comm::algorithmName(o.algorithm)},
@@ -142,10 +145,10 @@ int runAllreduceWorker(const BenchOptions& o) {
                                           {"count", buffer.count},
                                           {"dtype", comm::dtypeName(o.dtype)},
                                           {"iters", iters},
-                                          {"time_us", rounded(seconds * 1e6, 0.01)},
-                                          {"algbw_GBps", rounded(algbw, 1e-4)},
-                                          {"busbw_GBps", rounded(busbw, 1e-4)},
-                                          {"model_us", rounded(model * 1e6, 0.01)},
+                                          {"time_us", rounded(seconds * 1e6, 2)},
+                                          {"algbw_GBps", rounded(algbw, 4)},
+                                          {"busbw_GBps", rounded(busbw, 4)},
+                                          {"model_us", rounded(model * 1e6, 2)},
                                           {"transport", p > 1 ? comm.transportTo(1) : "self"}}
                        .dump());
   }
