@@ -7,11 +7,14 @@
 // `model` is comm::CostModel's prediction for the algorithm that ran.
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
 #include "bench/group.h"
@@ -88,7 +91,7 @@ int runAllreduceWorker(const BenchOptions& o) {
                 "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "model(us)");
     std::fflush(stdout);
   }
-  std::vector<std::string> json;
+  std::vector<std::string> rows;
   for (size_t bytes : o.sizes) {
     comm::Buffer buffer{memory.data(), bytes / element, o.dtype};
     comm::AllreduceOptions aopts;
@@ -128,19 +131,29 @@ int runAllreduceWorker(const BenchOptions& o) {
                 buffer.count, comm::dtypeName(o.dtype), comm::algorithmName(ran), iters,
                 seconds * 1e6, algbw, busbw, model * 1e6);
     std::fflush(stdout);
-    char line[512];
-    std::snprintf(line, sizeof line,
-                  "{\"bench\":\"allreduce\",\"impl\":\"cumulus\",\"algo\":\"%s\",\"ran\":\"%s\","
-                  "\"world\":%d,\"bytes\":%zu,\"count\":%zu,\"dtype\":\"%s\",\"iters\":%d,"
-                  "\"time_us\":%.2f,\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"model_us\":%.2f,"
-                  "\"transport\":\"%s\"}",
-                  comm::algorithmName(o.algorithm), comm::algorithmName(ran), p, buffer.bytes(),
-                  buffer.count, comm::dtypeName(o.dtype), iters, seconds * 1e6, algbw, busbw,
-                  model * 1e6, p > 1 ? comm.transportTo(1) : "self");
-    json.push_back(line);
+    // Rounded as the table is, so the rows stay short; the table's precision is all there is.
+    const auto rounded = [](double x, int digits) {
+      const double scale = std::pow(10.0, digits);
+      return std::round(x * scale) / scale;
+    };
+    rows.push_back(nlohmann::ordered_json{{"bench", "allreduce"},
+                                          {"impl", "cumulus"},
+                                          {"algo", comm::algorithmName(o.algorithm)},
+                                          {"ran", comm::algorithmName(ran)},
+                                          {"world", p},
+                                          {"bytes", buffer.bytes()},
+                                          {"count", buffer.count},
+                                          {"dtype", comm::dtypeName(o.dtype)},
+                                          {"iters", iters},
+                                          {"time_us", rounded(seconds * 1e6, 2)},
+                                          {"algbw_GBps", rounded(algbw, 4)},
+                                          {"busbw_GBps", rounded(busbw, 4)},
+                                          {"model_us", rounded(model * 1e6, 2)},
+                                          {"transport", p > 1 ? comm.transportTo(1) : "self"}}
+                       .dump());
   }
   if (env.rank == 0) {
-    for (const auto& line : json) std::printf("%s\n", line.c_str());
+    for (const auto& line : rows) std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   }
   comm.barrier();

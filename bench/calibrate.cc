@@ -40,6 +40,8 @@
 #include <memory>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "bench/bench.h"
 #include "bench/group.h"
 #include "comm/collective.h"
@@ -155,9 +157,10 @@ int runBusyWorker(const BenchOptions& o, const WorkerEnv& env, comm::Communicato
               pairs.cores());
   std::printf("alpha_busy_s     %.3e   (per message, from a 4 KiB ring; alpha_s %.3e)\n", alpha,
               pairs.alpha());
-  std::printf("# %10s %14s %14s   (derived from the 2-rank beta: tree 4*oneway+gamma, ring "
-              "2*duplex+gamma)\n",
-              "bytes", "work_tree", "work_ring");
+  std::printf(
+      "# %10s %14s %14s   (derived from the 2-rank beta: tree 4*oneway+gamma, ring "
+      "2*duplex+gamma)\n",
+      "bytes", "work_tree", "work_ring");
   const comm::CostModel derived(pairs.alpha(), pairs.gamma(), pairs.betas(), pairs.cores());
   for (const auto& w : busy) {
     std::printf("  %10.0f %14.3e %14.3e   (derived %.3e, %.3e)\n", w.bytes, w.tree, w.ring,
@@ -231,10 +234,11 @@ int runCalibrateWorker(const BenchOptions& o) {
     std::printf("  %10.0f %14.3e %14.3e %14.3e\n", p.bytes, p.oneway, p.duplex, p.funnel);
   }
   std::printf("written to %s\n", o.out.c_str());
-  std::printf(
-      "{\"bench\":\"calibrate\",\"alpha_s\":%.4e,\"beta_s_per_byte\":%.4e,"
-      "\"gamma_s_per_byte\":%.4e}\n",
-      alpha, beta, gamma);
+  const nlohmann::ordered_json row{{"bench", "calibrate"},
+                                   {"alpha_s", alpha},
+                                   {"beta_s_per_byte", beta},
+                                   {"gamma_s_per_byte", gamma}};
+  std::printf("%s\n", row.dump().c_str());
   return 0;
 }
 
@@ -245,9 +249,10 @@ int runCalibrate(int argc, char** argv, const BenchOptions& o) {
   const int cores = comm::usableCores();
   const int world = o.oversubscribedWorld > 0 ? o.oversubscribedWorld : std::min(64, 2 * cores);
   if (world <= cores) {
-    std::printf("# no busy_at table: %d ranks do not outnumber the %d cores (pass "
-                "--oversubscribed-world with more)\n",
-                world, cores);
+    std::printf(
+        "# no busy_at table: %d ranks do not outnumber the %d cores (pass "
+        "--oversubscribed-world with more)\n",
+        world, cores);
     return 0;
   }
   std::vector<char*> args(argv, argv + argc);

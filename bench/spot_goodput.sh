@@ -74,7 +74,7 @@ spot() {  # spot SEED: the run under the trace (its goodput is filled in once ba
   job "$work/spot-$1"
   "$bin_dir/cumulus-spot" --quiet --seed "$1" --mean-interval "$interval" --notice "$notice" \
     --relaunch-delay "$relaunch" --global-batch "$global_batch" --baseline-seconds "${base:-0}" \
-    -- "${cmd[@]}" > "$work/spot-$1.log" 2>&1 ||
+    --metrics "$work/spot-$1/metrics.jsonl" -- "${cmd[@]}" > "$work/spot-$1.log" 2>&1 ||
     { echo "spot_goodput.sh: the spot run failed; see below" >&2; tail -20 "$work/spot-$1.log" >&2; exit 1; }
 }
 for seed in $seeds; do

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "configs/json.h"
+#include <nlohmann/json.hpp>
 
 namespace cumulus::launch {
 namespace {
@@ -18,8 +18,6 @@ std::string utcNow() {
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
-
-std::string jsonIds(const std::vector<int64_t>& ids) { return "[" + joinIds(ids) + "]"; }
 
 // The ids in `a` and not in `b` (both ascending).
 std::vector<int64_t> minus(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
@@ -39,27 +37,33 @@ std::string joinIds(const std::vector<int64_t>& ids) {
 ErrorLog::ErrorLog(std::string path, std::string run_id)
     : path_(std::move(path)), run_id_(std::move(run_id)) {}
 
-void ErrorLog::append(int64_t generation, const std::string& fields) {
+void ErrorLog::append(int64_t generation, const nlohmann::ordered_json& fields) {
+  nlohmann::ordered_json line{{"time", utcNow()}, {"run_id", run_id_}, {"generation", generation}};
+  line.update(fields);
   std::ofstream err(path_, std::ios::app);
-  err << "{\"time\":\"" << utcNow() << "\",\"run_id\":" << configs::jsonQuote(run_id_)
-      << ",\"generation\":" << generation << "," << fields << "}\n";
+  err << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 void ErrorLog::workerFailed(int64_t generation, int rank, int local_rank, int64_t node_rank,
                             pid_t pid, const ExitStatus& status, const std::string& log_path) {
-  append(generation,
-         "\"rank\":" + std::to_string(rank) + ",\"local_rank\":" + std::to_string(local_rank) +
-             ",\"node_rank\":" + std::to_string(node_rank) + ",\"pid\":" + std::to_string(pid) +
-             (status.signal ? ",\"signal\":\"" + signalName(status.signal) + "\""
-                            : ",\"exit_code\":" + std::to_string(status.exit_code)) +
-             ",\"log\":" + configs::jsonQuote(log_path));
+  nlohmann::ordered_json fields{
+      {"rank", rank}, {"local_rank", local_rank}, {"node_rank", node_rank}, {"pid", pid}};
+  if (status.signal) {
+    fields["signal"] = signalName(status.signal);
+  } else {
+    fields["exit_code"] = status.exit_code;
+  }
+  fields["log"] = log_path;
+  append(generation, fields);
 }
 
 void ErrorLog::regroup(int64_t generation, const std::vector<int64_t>& previous,
                        const std::vector<int64_t>& current, int64_t world_size) {
-  append(generation, "\"event\":\"regroup\",\"lost_nodes\":" + jsonIds(minus(previous, current)) +
-                         ",\"new_nodes\":" + jsonIds(minus(current, previous)) + ",\"nodes\":" +
-                         jsonIds(current) + ",\"world_size\":" + std::to_string(world_size));
+  append(generation, {{"event", "regroup"},
+                      {"lost_nodes", minus(previous, current)},
+                      {"new_nodes", minus(current, previous)},
+                      {"nodes", current},
+                      {"world_size", world_size}});
 }
 
 }  // namespace cumulus::launch

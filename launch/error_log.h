@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "launch/worker_process.h"
 
 namespace cumulus::launch {
@@ -32,7 +34,7 @@ class ErrorLog {
                const std::vector<int64_t>& current, int64_t world_size);
 
  private:
-  void append(int64_t generation, const std::string& fields);
+  void append(int64_t generation, const nlohmann::ordered_json& fields);
   std::string path_;
   std::string run_id_;
 };

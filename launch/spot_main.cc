@@ -12,6 +12,9 @@
 //   --world-sizes LIST     world size per launch, cycled, e.g. 2,1,2 (default: the command's)
 //   --max-preemptions N    launches from the N-th on are not preempted (default 100)
 //   --notice-file PATH     create PATH as the notice instead of sending SIGTERM
+//   --metrics PATH         the job's metrics.jsonl (<trainer.run_dir>/metrics.jsonl): what each
+//                          launch did (steps, checkpoints, stops) is read from it; without it
+//                          the report has the launches' times and exits only
 //   --baseline-seconds S   wall time of an uninterrupted run, for the goodput ratio
 //   --global-batch B       samples per step, for goodput in samples/s
 //   --timeout S            give up after S seconds in all (default 3600)
@@ -37,6 +40,7 @@ using namespace cumulus::launch;
 constexpr const char* kUsage =
     "usage: cumulus-spot [--seed N] [--mean-interval S] [--notice S] [--relaunch-delay S]\n"
     "                    [--world-sizes 2,1,2] [--max-preemptions N] [--notice-file PATH]\n"
+    "                    [--metrics RUN_DIR/metrics.jsonl]\n"
     "                    [--baseline-seconds S] [--global-batch B] [--timeout S]\n"
     "                    [--max-crashes N] [--quiet] [--print-trace N] -- COMMAND [ARGS...]\n";
 
@@ -74,7 +78,8 @@ int runMain(int argc, char** argv) {
   const std::vector<std::string> valued = {
       "--seed",         "--mean-interval",   "--notice",      "--relaunch-delay",
       "--world-sizes",  "--max-preemptions", "--notice-file", "--baseline-seconds",
-      "--global-batch", "--timeout",         "--max-crashes", "--print-trace"};
+      "--global-batch", "--timeout",         "--max-crashes", "--print-trace",
+      "--metrics"};
   int i = 1;
   for (; i < argc; ++i) {
     std::string arg = argv[i];
@@ -110,6 +115,7 @@ int runMain(int argc, char** argv) {
     if (arg == "--world-sizes") options.trace.world_sizes = parseWorldSizes(value, arg);
     if (arg == "--max-preemptions") options.trace.max_preemptions = integer(arg, value);
     if (arg == "--notice-file") options.notice_file = value;
+    if (arg == "--metrics") options.metrics_path = value;
     if (arg == "--baseline-seconds") report_options.baseline_seconds = number(arg, value);
     if (arg == "--global-batch") report_options.global_batch = integer(arg, value);
     if (arg == "--timeout") options.timeout_s = number(arg, value);

@@ -1,33 +1,15 @@
 #include "launch/spot_report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 namespace cumulus::launch {
 namespace {
-
-// The integer right after `marker` in `line`, if both are there.
-std::optional<int64_t> intAfter(const std::string& line, const std::string& marker) {
-  const size_t at = line.find(marker);
-  if (at == std::string::npos) return std::nullopt;
-  const char* begin = line.c_str() + at + marker.size();
-  char* end = nullptr;
-  const long long value = std::strtoll(begin, &end, 10);
-  if (end == begin) return std::nullopt;
-  return value;
-}
-
-std::optional<double> doubleAfter(const std::string& line, const std::string& marker) {
-  const size_t at = line.find(marker);
-  if (at == std::string::npos) return std::nullopt;
-  const char* begin = line.c_str() + at + marker.size();
-  char* end = nullptr;
-  const double value = std::strtod(begin, &end);
-  if (end == begin) return std::nullopt;
-  return value;
-}
 
 void seeStep(LaunchRecord& record, int64_t step) {
   record.max_step = std::max(record.max_step, step);
@@ -39,38 +21,40 @@ std::string fixed(double value, int digits) {
   return text;
 }
 
+// One record of the launch, seen at time `t` on the report's clock.
+void observeRecord(const nlohmann::json& r, double t, LaunchRecord& record) {
+  const std::string type = r.value("type", "");
+  const int64_t step = r.value("step", int64_t{0});
+  if (type == "resume") {
+    record.resumed_from_step = step;
+  } else if (type == "first_step") {
+    if (!record.first_step_s) record.first_step_s = t;
+  } else if (type == "checkpoint") {
+    record.stall_ms.push_back(r.value("stall_ms", 0.0));
+  } else if (type == "preempted") {
+    record.preempted_step = step;
+  } else if (type == "trained") {
+    record.trained_steps += r.value("steps", int64_t{0});
+    record.train_seconds += r.value("seconds", 0.0);
+  }
+  seeStep(record, step);
+}
+
 }  // namespace
 
-void observeLine(const std::string& line, double t, LaunchRecord& record) {
-  if (line.find("resuming from ") != std::string::npos) {
-    if (auto step = intAfter(line, " at step ")) {
-      record.resumed_from_step = *step;
-      seeStep(record, *step);
+void observeMetrics(const std::string& jsonl, double start_unix, LaunchRecord& record) {
+  std::istringstream in(jsonl);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!r.is_object()) continue;
+    const auto time = r.find("time");
+    if (time == r.end() || !time->is_number() || time->get<double>() < start_unix) continue;
+    try {
+      observeRecord(r, record.start_s + (time->get<double>() - start_unix), record);
+    } catch (const nlohmann::json::exception& e) {
+      // A field of the wrong type: not a record the trainer wrote. Name it rather than skip it.
+      throw std::runtime_error("metrics record " + line + ": " + e.what());
     }
-  }
-  if (auto step = intAfter(line, "first step ")) {
-    if (line.find(" completed") != std::string::npos && !record.first_step_s) {
-      record.first_step_s = t;
-      seeStep(record, *step);
-    }
-  }
-  if (auto step = intAfter(line, "checkpoint step ")) {
-    seeStep(record, *step);
-    if (auto stall = doubleAfter(line, "(stall ")) record.stall_ms.push_back(*stall);
-  }
-  if (auto step = intAfter(line, "preempted at step ")) {
-    record.preempted_step = *step;
-    seeStep(record, *step);
-  }
-  if (auto steps = intAfter(line, "trained ")) {
-    if (auto seconds = doubleAfter(line, " steps in ")) {
-      record.trained_steps += *steps;
-      record.train_seconds += *seconds;
-    }
-  }
-  // Progress: "epoch 1/2  step 40/128  loss ...".
-  if (line.find("epoch ") != std::string::npos) {
-    if (auto step = intAfter(line, "  step ")) seeStep(record, *step);
   }
 }
 
@@ -171,21 +155,30 @@ std::string reportTable(const std::vector<LaunchRecord>& records, const SpotRepo
 }
 
 std::string reportJson(const SpotReport& r) {
-  std::ostringstream out;
-  out << "{\"completed\":" << (r.completed ? "true" : "false") << ",\"launches\":" << r.launches
-      << ",\"preemptions\":" << r.preemptions << ",\"kills\":" << r.kills
-      << ",\"crashes\":" << r.crashes << ",\"wall_s\":" << fixed(r.wall_s, 3)
-      << ",\"final_step\":" << r.final_step << ",\"steps_lost\":" << r.steps_lost
-      << ",\"goodput_steps_per_s\":" << fixed(r.goodput_steps_per_s, 4)
-      << ",\"goodput_samples_per_s\":" << fixed(r.goodput_samples_per_s, 2)
-      << ",\"goodput_ratio\":" << fixed(r.goodput_ratio, 4)
-      << ",\"notice_to_exit_mean_s\":" << fixed(r.notice_to_exit_mean_s, 3)
-      << ",\"notice_to_exit_max_s\":" << fixed(r.notice_to_exit_max_s, 3)
-      << ",\"restart_to_first_step_mean_s\":" << fixed(r.restart_to_first_step_mean_s, 3)
-      << ",\"restart_to_first_step_max_s\":" << fixed(r.restart_to_first_step_max_s, 3)
-      << ",\"checkpoints\":" << r.checkpoints << ",\"stall_share\":" << fixed(r.stall_share, 6)
-      << "}";
-  return out.str();
+  // Rounded as the table is: more digits would only report timer noise.
+  const auto rounded = [](double x, int digits) {
+    const double unit = std::pow(10.0, digits);
+    return std::round(x * unit) / unit;
+  };
+  const nlohmann::ordered_json json{
+      {"completed", r.completed},
+      {"launches", r.launches},
+      {"preemptions", r.preemptions},
+      {"kills", r.kills},
+      {"crashes", r.crashes},
+      {"wall_s", rounded(r.wall_s, 3)},
+      {"final_step", r.final_step},
+      {"steps_lost", r.steps_lost},
+      {"goodput_steps_per_s", rounded(r.goodput_steps_per_s, 4)},
+      {"goodput_samples_per_s", rounded(r.goodput_samples_per_s, 2)},
+      {"goodput_ratio", rounded(r.goodput_ratio, 4)},
+      {"notice_to_exit_mean_s", rounded(r.notice_to_exit_mean_s, 3)},
+      {"notice_to_exit_max_s", rounded(r.notice_to_exit_max_s, 3)},
+      {"restart_to_first_step_mean_s", rounded(r.restart_to_first_step_mean_s, 3)},
+      {"restart_to_first_step_max_s", rounded(r.restart_to_first_step_max_s, 3)},
+      {"checkpoints", r.checkpoints},
+      {"stall_share", rounded(r.stall_share, 6)}};
+  return json.dump();
 }
 
 }  // namespace cumulus::launch

@@ -2,15 +2,15 @@
 // What cumulus-spot observed about each launch of a job, and the report it derives. Pure
 // functions over plain records, so the arithmetic is unit-tested without processes.
 //
-// The trainer's console lines that cumulus-spot reads (through cumulus-run's output, whatever
-// prefix it adds), by substring:
-//   "resuming from PATH at step S"               this launch continues after S completed steps
-//   "first step S completed"                      this launch's first step is done
-//   "step S/N"                                    progress lines: the highest step reached
-//   "checkpoint step S: PATH (stall X ms"         a periodic checkpoint committed; X is the
-//                                                 training thread's pause for it
-//   "preempted at step S, checkpoint PATH"        agreed stop after S steps, checkpoint written
-//   "trained K steps in T s"                      this process's training loop time
+// The run's metrics.jsonl (trainer/metrics.h) is what cumulus-spot reads, not the console. A
+// launch's records are those stamped ("time", Unix seconds) at or after its start; of those:
+//   {"type":"resume","step":S}          this launch continues after S completed steps
+//   {"type":"first_step","step":S}      this launch's first step is done (its "time" is when)
+//   {"type":"train"|"eval","step":S}    the highest step reached
+//   {"type":"checkpoint","step":S,"stall_ms":X}   a checkpoint committed; X is the training
+//                                                 thread's pause for it
+//   {"type":"preempted","step":S}       agreed stop after S steps, checkpoint written
+//   {"type":"trained","steps":K,"seconds":T}   this process's training loop time
 // Times are seconds since cumulus-spot started.
 
 #include <cstdint>
@@ -29,17 +29,19 @@ struct LaunchRecord {
   int signal = 0;
   std::optional<double> notice_s;      // when the notice was sent
   bool killed = false;                 // still alive at the end of the notice period
-  std::optional<double> first_step_s;  // when "first step" was seen
+  std::optional<double> first_step_s;  // when its first_step record was written
   int64_t resumed_from_step = 0;       // 0: started from scratch
   int64_t max_step = 0;                // highest completed step seen
   std::optional<int64_t> preempted_step;
   std::vector<double> stall_ms;  // one per checkpoint
-  double train_seconds = 0;      // "trained S steps in T s", summed
+  double train_seconds = 0;      // of its "trained" records, summed
   int64_t trained_steps = 0;
 };
 
-// Reads one output line of launch `record` seen at time `t`. Unknown lines are ignored.
-void observeLine(const std::string& line, double t, LaunchRecord& record);
+// Reads launch `record`'s records from `jsonl`, the text of the run's metrics.jsonl after the
+// launch ended: those stamped at or after `start_unix`, the launch's start (record.start_s) on the
+// wall clock. Lines that are not JSON objects (a torn last line) and other records are ignored.
+void observeMetrics(const std::string& jsonl, double start_unix, LaunchRecord& record);
 
 struct SpotReportOptions {
   double baseline_seconds = 0;  // wall time of an uninterrupted run; 0: unknown

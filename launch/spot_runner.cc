@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -17,6 +18,10 @@ namespace {
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double unixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string baseName(const std::string& path) {
@@ -83,10 +88,10 @@ SpotRun runSpot(const SpotOptions& options) {
     WorkerProcess process(commandFor(options.command, launch.world_size),
                           {{"CUMULUS_SPOT_LAUNCH", std::to_string(i)}});
     record.start_s = secondsSince(t0);
+    const double start_unix = unixNow();
     process.start();
     LineReader reader;
     auto onLine = [&](const std::string& line) {
-      observeLine(line, secondsSince(t0), record);
       if (options.echo) *options.echo << "[spot " << i << "] " << line << "\n" << std::flush;
     };
     bool open = true;
@@ -136,6 +141,14 @@ SpotRun runSpot(const SpotOptions& options) {
     record.end_s = secondsSince(t0);
     record.exit_code = status.exit_code;
     record.signal = status.signal;
+    if (!options.metrics_path.empty()) {
+      // The launch has ended, so its records are all there; the next launch may drop some (the
+      // steps past its checkpoint), which is why they are read now.
+      std::ifstream in(options.metrics_path);
+      std::ostringstream text;
+      text << in.rdbuf();
+      observeMetrics(text.str(), start_unix, record);
+    }
     run.records.push_back(record);
     if (run.timed_out) break;
     if (status.ok()) break;  // done (possibly during its notice period)

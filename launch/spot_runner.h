@@ -10,7 +10,8 @@
 // times. Between launches it waits relaunch_delay_s. The job must resume by itself (cumulus-train
 // --resume auto, the default under cumulus-run).
 //
-// The job's output is read line by line (observeLine) and echoed to `echo` if set. Blocks until
+// After each launch the run's metrics.jsonl (metrics_path) is read for what the launch did
+// (observeMetrics); the console is only echoed to `echo` if set, never parsed. Blocks until
 // the job completes, gives up (crashes), or timeout_s passes (then the job is killed and the
 // report says completed: no). Not thread-safe; run from one thread (WorkerProcess's PDEATHSIG
 // follows the spawning thread).
@@ -28,7 +29,8 @@ namespace cumulus::launch {
 struct SpotOptions {
   SpotTraceOptions trace;
   std::vector<std::string> command;
-  std::string notice_file;  // empty: SIGTERM
+  std::string notice_file;   // empty: SIGTERM
+  std::string metrics_path;  // the job's metrics.jsonl; empty: launches and exits only
   double timeout_s = 3600;
   int64_t max_crashes = 3;
   std::ostream* echo = nullptr;  // the job's output, each line prefixed "[spot N] "

@@ -8,6 +8,6 @@ add_library(cumulus_distributed STATIC
   ${CMAKE_CURRENT_LIST_DIR}/process_group.cc
   ${CMAKE_CURRENT_LIST_DIR}/trace.cc)
 target_include_directories(cumulus_distributed PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(cumulus_distributed PUBLIC cumulus_comm cumulus_configs ${TORCH_LIBRARIES}
-                      Threads::Threads)
+target_link_libraries(cumulus_distributed PUBLIC cumulus_comm cumulus_configs
+                      nlohmann_json::nlohmann_json ${TORCH_LIBRARIES} Threads::Threads)
 cumulus_warnings(cumulus_distributed)

@@ -379,13 +379,14 @@ void DistributedGradientSync::watchLoop() {
     const BucketSpec& spec = layout_[b];
     char name[64];
     std::snprintf(name, sizeof(name), "allreduce bucket %zu", b);
-    char args[160];
-    std::snprintf(
-        args, sizeof(args), "\"bytes\":%zu,\"params\":%zu,\"algorithm\":\"%s\",\"seq\":%llu%s",
-        spec.bytes(), spec.params.size(),
-        comm::algorithmName(comm_.resolve(options_.algorithm, spec.bytes())),
-        static_cast<unsigned long long>(work->seq()), work->exception() ? ",\"failed\":true" : "");
-    options_.trace->record(name, TraceRecorder::kCommTid, item.launched, Clock::now(), args);
+    nlohmann::ordered_json args{
+        {"bytes", spec.bytes()},
+        {"params", spec.params.size()},
+        {"algorithm", comm::algorithmName(comm_.resolve(options_.algorithm, spec.bytes()))},
+        {"seq", work->seq()}};
+    if (work->exception()) args["failed"] = true;
+    options_.trace->record(name, TraceRecorder::kCommTid, item.launched, Clock::now(),
+                           std::move(args));
     {
       std::lock_guard<std::mutex> lock(watch_mutex_);
       --watch_unrecorded_;

@@ -1,86 +1,50 @@
 #include "trainer/metrics.h"
 
 #include <cerrno>
-#include <cmath>
+#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <stdexcept>
+#include <utility>
 
 namespace cumulus::trainer {
 
-void JsonLine::key(const std::string& key) {
-  if (!body_.empty()) body_ += ",";
-  body_ += configs::jsonQuote(key) + ":";
-}
+MetricsLog::MetricsLog(const std::string& path, WallClock clock)
+    : MetricsLog(path, std::ios::trunc, std::move(clock)) {}
 
-JsonLine& JsonLine::add(const std::string& k, const std::string& value) {
-  key(k);
-  body_ += configs::jsonQuote(value);
-  return *this;
-}
-
-JsonLine& JsonLine::add(const std::string& k, double value) {
-  key(k);
-  if (!std::isfinite(value)) {
-    body_ += "null";
-  } else {
-    // %.9g keeps float32 values exact and short.
-    char text[32];
-    std::snprintf(text, sizeof(text), "%.9g", value);
-    body_ += text;
+MetricsLog::MetricsLog(const std::string& path, std::ios::openmode mode, WallClock clock)
+    : path_(path), clock_(std::move(clock)), out_(path, std::ios::out | mode) {
+  if (!clock_) {
+    clock_ = [] {
+      return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
   }
-  return *this;
-}
-
-JsonLine& JsonLine::add(const std::string& k, int64_t value) {
-  key(k);
-  body_ += std::to_string(value);
-  return *this;
-}
-
-JsonLine& JsonLine::add(const std::string& k, bool value) {
-  key(k);
-  body_ += value ? "true" : "false";
-  return *this;
-}
-
-MetricsLog::MetricsLog(const std::string& path) : MetricsLog(path, std::ios::trunc) {}
-
-MetricsLog::MetricsLog(const std::string& path, std::ios::openmode mode)
-    : path_(path), out_(path, std::ios::out | mode) {
   if (!out_) throw std::runtime_error(path + ": cannot open for writing");
 }
 
 namespace {
 
-// The value of "step" in one of our records (JsonLine writes `"step":N`), if it has one.
-std::optional<int64_t> stepOf(const std::string& line) {
-  const std::string key = "\"step\":";
-  const size_t at = line.find(key);
-  if (at == std::string::npos) return std::nullopt;
-  const char* begin = line.c_str() + at + key.size();
-  char* end = nullptr;
-  const long long step = std::strtoll(begin, &end, 10);
-  if (end == begin) return std::nullopt;
-  return step;
+// Whether a line of an earlier launch's file belongs to the first `step` steps of the run.
+bool keepAfterResume(const std::string& line, int64_t step) {
+  // No exceptions: a line that does not parse is the torn last line of a killed writer.
+  const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!record.is_object()) return false;
+  const auto type = record.find("type");
+  if (type != record.end() && *type == "summary") return false;
+  const auto s = record.find("step");
+  return s != record.end() && s->is_number_integer() && s->get<int64_t>() <= step;
 }
 
 }  // namespace
 
-MetricsLog MetricsLog::continueAfter(const std::string& path, int64_t step) {
+MetricsLog MetricsLog::continueAfter(const std::string& path, int64_t step, WallClock clock) {
   std::string kept;
   {
     std::ifstream in(path);
     std::string line;
-    // getline also returns a last line without its newline: a torn one (no closing brace) is
-    // what a killed writer leaves, and goes.
     while (std::getline(in, line)) {
-      if (line.empty() || line.back() != '}') continue;
-      if (line.find("\"type\":\"summary\"") != std::string::npos) continue;
-      const std::optional<int64_t> s = stepOf(line);
-      if (s && *s <= step) kept += line + "\n";
+      if (keepAfterResume(line, step)) kept += line + "\n";
     }
   }
   const std::string tmp = path + ".tmp";
@@ -94,11 +58,14 @@ MetricsLog MetricsLog::continueAfter(const std::string& path, int64_t step) {
     throw std::runtime_error(path + ": cannot replace it with " + tmp + ": " +
                              std::strerror(errno));
   }
-  return MetricsLog(path, std::ios::app);
+  return MetricsLog(path, std::ios::app, std::move(clock));
 }
 
-void MetricsLog::write(const JsonLine& line) {
-  out_ << line.str() << '\n';
+void MetricsLog::write(const nlohmann::ordered_json& record) {
+  nlohmann::ordered_json stamped = record;
+  stamped["time"] = clock_();
+  // Replace invalid UTF-8 rather than throw: a record is never worth failing a run over.
+  out_ << stamped.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   out_.flush();
   if (!out_) throw std::runtime_error(path_ + ": write failed");
 }

@@ -7,49 +7,49 @@
 //   {"type":"eval","step":S,"epoch":E,"test_loss":L,"test_accuracy":A}
 //   {"type":"summary",...}
 //   {"type":"resume","step":S,"world_size":W}   where a resumed launch takes over the file
-// Non-finite numbers are written as null (JSON has no NaN).
+//   {"type":"first_step","step":S,"seconds_since_exec":T}   each launch's first step
+//   {"type":"checkpoint","step":S,"stall_ms":X,"path":P}    a checkpoint committed; X is the
+//                                                            training thread's pause for it
+//   {"type":"preempted","step":S,"checkpoint":P}           the agreed stop after S steps
+//   {"type":"trained","step":S,"steps":K,"seconds":T}      the launch's loop ran K steps to S
+// Every record also gets "time" last: when it was written, in seconds since the Unix epoch (the
+// wall clock, so that another process, such as cumulus-spot, can tell which launch wrote it).
+// Records are nlohmann::ordered_json objects, so the keys keep the order they are written in.
+// Non-finite numbers are written as null (JSON has no NaN). This file, not the console, is the
+// interface for programs that follow a run.
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <ios>
 #include <string>
 
-#include "configs/json.h"
+#include <nlohmann/json.hpp>
 
 namespace cumulus::trainer {
 
-// Builds one JSON object. Keys are written in insertion order; the caller keeps them unique.
-class JsonLine {
- public:
-  JsonLine& add(const std::string& key, const std::string& value);
-  JsonLine& add(const std::string& key, const char* value) { return add(key, std::string(value)); }
-  JsonLine& add(const std::string& key, double value);
-  JsonLine& add(const std::string& key, int64_t value);
-  JsonLine& add(const std::string& key, int value) { return add(key, static_cast<int64_t>(value)); }
-  JsonLine& add(const std::string& key, bool value);
-  std::string str() const { return "{" + body_ + "}"; }
-
- private:
-  void key(const std::string& key);
-  std::string body_;
-};
-
 class MetricsLog {
  public:
+  // Seconds since the Unix epoch; empty: std::chrono::system_clock.
+  using WallClock = std::function<double()>;
+
   // Truncates `path`. Throws std::runtime_error naming the path if it cannot be opened.
-  explicit MetricsLog(const std::string& path);
+  explicit MetricsLog(const std::string& path, WallClock clock = {});
   // A launch that resumed after `step` completed steps continues the file of the launches before
   // it, so one metrics.jsonl tells the whole run: records of steps <= `step` are kept, records of
-  // later steps (run again from the checkpoint), summaries and a torn last line (a killed
-  // writer) are dropped. The file is rewritten to a temporary name and renamed, then appended
-  // to. Throws std::runtime_error naming the path on an I/O error.
-  static MetricsLog continueAfter(const std::string& path, int64_t step);
-  // Appends the line and flushes. Throws std::runtime_error naming the path on a write error.
-  void write(const JsonLine& line);
+  // later steps (run again from the checkpoint), records without a step, summaries and a line that
+  // is not a JSON object (the torn last line of a killed writer) are dropped. The file is
+  // rewritten to a temporary name and renamed, then appended to. Throws std::runtime_error
+  // naming the path on an I/O error.
+  static MetricsLog continueAfter(const std::string& path, int64_t step, WallClock clock = {});
+  // Appends the record, stamped with "time", as one line and flushes. Throws std::runtime_error
+  // naming the path on a write error.
+  void write(const nlohmann::ordered_json& record);
 
  private:
-  MetricsLog(const std::string& path, std::ios::openmode mode);
+  MetricsLog(const std::string& path, std::ios::openmode mode, WallClock clock);
   std::string path_;
+  WallClock clock_;
   std::ofstream out_;
 };
 

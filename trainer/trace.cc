@@ -1,12 +1,9 @@
 #include "trainer/trace.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
-
-#include "configs/json.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -21,8 +18,9 @@ TraceRecorder::TraceRecorder(int pid, size_t max_events)
     : pid_(pid), max_events_(max_events), origin_(Clock::now()) {}
 
 void TraceRecorder::record(const std::string& name, int tid, Clock::time_point start,
-                           Clock::time_point end, const std::string& args) {
-  Event event{name, tid, micros(start - origin_), std::max<int64_t>(0, micros(end - start)), args};
+                           Clock::time_point end, nlohmann::ordered_json args) {
+  Event event{name, tid, micros(start - origin_), std::max<int64_t>(0, micros(end - start)),
+              std::move(args)};
   std::lock_guard<std::mutex> lock(mutex_);
   if (events_.size() >= max_events_) {
     ++dropped_;
@@ -33,27 +31,24 @@ void TraceRecorder::record(const std::string& name, int tid, Clock::time_point s
 
 std::string TraceRecorder::json() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::string out = "{\"traceEvents\":[";
+  // One event per line, so that a person can still read and diff the file.
+  const auto line = [](const nlohmann::ordered_json& event) {
+    return event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
   // Name the lanes so the viewer shows "rank 1 / compute" rather than bare numbers.
-  char meta[256];
-  std::snprintf(meta, sizeof(meta),
-                "\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
-                "\"args\":{\"name\":\"rank %d\"}},"
-                "\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                "\"args\":{\"name\":\"compute\"}},"
-                "\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                "\"args\":{\"name\":\"comm\"}}",
-                pid_, pid_, pid_, kComputeTid, pid_, kCommTid);
-  out += meta;
+  const auto lane = [&](const char* kind, int tid, const std::string& name) {
+    return line(
+        {{"name", kind}, {"ph", "M"}, {"pid", pid_}, {"tid", tid}, {"args", {{"name", name}}}});
+  };
+  std::string out = "{\"traceEvents\":[";
+  out += "\n" + lane("process_name", 0, "rank " + std::to_string(pid_));
+  out += ",\n" + lane("thread_name", kComputeTid, "compute");
+  out += ",\n" + lane("thread_name", kCommTid, "comm");
   for (const Event& e : events_) {
-    char head[160];
-    std::snprintf(head, sizeof(head),
-                  ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%lld,\"dur\":%lld,", pid_, e.tid,
-                  static_cast<long long>(e.ts_us), static_cast<long long>(e.dur_us));
-    out += head;
-    out += "\"name\":" + configs::jsonQuote(e.name);
-    if (!e.args.empty()) out += ",\"args\":{" + e.args + "}";
-    out += "}";
+    nlohmann::ordered_json event{{"ph", "X"},     {"pid", pid_},     {"tid", e.tid},
+                                 {"ts", e.ts_us}, {"dur", e.dur_us}, {"name", e.name}};
+    if (!e.args.is_null()) event["args"] = e.args;
+    out += ",\n" + line(event);
   }
   out += "\n],\"displayTimeUnit\":\"ms\"}\n";
   return out;

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace cumulus::trainer {
 
 class TraceRecorder {
@@ -27,10 +29,10 @@ class TraceRecorder {
 
   explicit TraceRecorder(int pid, size_t max_events = 1000000);
 
-  // A span [start, end) on `tid`. `args` is a raw JSON object body ("\"bytes\":1024") or empty.
+  // A span [start, end) on `tid`. `args` is a JSON object ({"bytes": 1024}) or null for none.
   // Events beyond max_events are dropped (and counted), so a long run cannot exhaust memory.
   void record(const std::string& name, int tid, Clock::time_point start, Clock::time_point end,
-              const std::string& args = "");
+              nlohmann::ordered_json args = nullptr);
   // The whole trace as JSON.
   std::string json() const;
   // Writes json() to `path` (through a temporary file and a rename). Throws std::runtime_error
@@ -63,7 +65,7 @@ class TraceRecorder {
     int tid;
     int64_t ts_us;
     int64_t dur_us;
-    std::string args;
+    nlohmann::ordered_json args;
   };
 
   const int pid_;

@@ -142,8 +142,8 @@ std::unique_ptr<MetricsLog> Trainer::Impl::openRunDir() {
   const std::string path = dir + "/metrics.jsonl";
   if (start_step == 0) return std::make_unique<MetricsLog>(path);
   auto log = std::make_unique<MetricsLog>(MetricsLog::continueAfter(path, start_step));
-  log->write(
-      JsonLine().add("type", "resume").add("step", start_step).add("world_size", env.world_size));
+  log->write(nlohmann::ordered_json{
+      {"type", "resume"}, {"step", start_step}, {"world_size", env.world_size}});
   return log;
 }
 
@@ -157,12 +157,11 @@ std::pair<double, double> Trainer::Impl::evaluateAndReport(int64_t step, int64_t
                 static_cast<long long>(epoch), static_cast<long long>(step), loss, accuracy);
   progress.info(text);
   if (metrics != nullptr) {
-    metrics->write(JsonLine()
-                       .add("type", "eval")
-                       .add("step", step)
-                       .add("epoch", epoch)
-                       .add("test_loss", loss)
-                       .add("test_accuracy", accuracy));
+    metrics->write(nlohmann::ordered_json{{"type", "eval"},
+                                          {"step", step},
+                                          {"epoch", epoch},
+                                          {"test_loss", loss},
+                                          {"test_accuracy", accuracy}});
   }
   return {loss, accuracy};
 }
@@ -171,15 +170,14 @@ void Trainer::Impl::writeFinalOutputs(const RunResult& result, MetricsLog& metri
   auto tensors = model->namedParameters();
   for (auto& buffer : model->namedBuffers()) tensors.push_back(std::move(buffer));
   saveStateDict(tensors, config.trainer.run_dir + "/model_state_dict.pt");
-  metrics.write(JsonLine()
-                    .add("type", "summary")
-                    .add("steps", result.steps)
-                    .add("epochs", result.epochs)
-                    .add("test_loss", result.test_loss)
-                    .add("test_accuracy", result.test_accuracy)
-                    .add("wall_seconds", result.seconds)
-                    .add("parameters", model->parameterCount())
-                    .add("world_size", env.world_size));
+  metrics.write(nlohmann::ordered_json{{"type", "summary"},
+                                       {"steps", result.steps},
+                                       {"epochs", result.epochs},
+                                       {"test_loss", result.test_loss},
+                                       {"test_accuracy", result.test_accuracy},
+                                       {"wall_seconds", result.seconds},
+                                       {"parameters", model->parameterCount()},
+                                       {"world_size", env.world_size}});
 }
 
 RunResult Trainer::Impl::run() {
@@ -217,6 +215,12 @@ RunResult Trainer::Impl::run() {
           stall_ms[static_cast<int64_t>(r.step)], r.encode_seconds, r.write_seconds,
           static_cast<double>(r.bytes) / 1e6);
       progress.info(text);
+      if (metrics) {
+        metrics->write(nlohmann::ordered_json{{"type", "checkpoint"},
+                                              {"step", r.step},
+                                              {"stall_ms", stall_ms[static_cast<int64_t>(r.step)]},
+                                              {"path", r.path}});
+      }
       for (const auto& w : r.warnings) progress.line("warning: " + w.str());
     }
   };
@@ -239,11 +243,14 @@ RunResult Trainer::Impl::run() {
     samples_seen += static_cast<uint64_t>(samples);
     if (s == start_step) {
       std::string text = "first step " + std::to_string(done) + " completed";
+      nlohmann::ordered_json first{{"type", "first_step"}, {"step", done}};
       if (options.startup) {
         options.startup->mark("step");
         text += ", " + options.startup->summary();
+        first["seconds_since_exec"] = options.startup->totalSeconds();
       }
       progress.info(text);
+      if (metrics) metrics->write(first);
     }
 
     const bool record = done == 1 || done == total_steps ||
@@ -256,16 +263,16 @@ RunResult Trainer::Impl::run() {
     progress.update({done, epoch, shown_loss, window.samplesPerSec(), now() - start});
     if (record) {
       if (metrics) {
-        metrics->write(JsonLine()
-                           .add("type", "train")
-                           .add("step", done)
-                           .add("epoch", epoch)
-                           .add("loss", shown_loss)
-                           .add("lr", lr)
-                           .add("samples_per_sec", window.samplesPerSec())
-                           .add("step_time_ms", window.stepTimeMs())
-                           .add("compute_ms", window.stepTimeMs() - window.commWaitMs())
-                           .add("comm_wait_ms", window.commWaitMs()));
+        metrics->write(
+            nlohmann::ordered_json{{"type", "train"},
+                                   {"step", done},
+                                   {"epoch", epoch},
+                                   {"loss", shown_loss},
+                                   {"lr", lr},
+                                   {"samples_per_sec", window.samplesPerSec()},
+                                   {"step_time_ms", window.stepTimeMs()},
+                                   {"compute_ms", window.stepTimeMs() - window.commWaitMs()},
+                                   {"comm_wait_ms", window.commWaitMs()}});
       }
       window = StepWindow();
     }
@@ -322,6 +329,10 @@ RunResult Trainer::Impl::run() {
       result.steps = done;
       result.checkpoint = path;
       progress.line("preempted at step " + std::to_string(done) + ", checkpoint " + path);
+      if (metrics) {
+        metrics->write(
+            nlohmann::ordered_json{{"type", "preempted"}, {"step", done}, {"checkpoint", path}});
+      }
       break;
     }
   }
@@ -333,9 +344,14 @@ RunResult Trainer::Impl::run() {
   {
     const int64_t ran = (result.preempted ? result.steps : total_steps) - start_step;
     char text[96];
+    const double seconds = now() - start;
     std::snprintf(text, sizeof(text), "trained %lld steps in %.3f s", static_cast<long long>(ran),
-                  now() - start);
+                  seconds);
     progress.info(text);
+    if (metrics) {
+      metrics->write(nlohmann::ordered_json{
+          {"type", "trained"}, {"step", start_step + ran}, {"steps", ran}, {"seconds", seconds}});
+    }
   }
   if (result.preempted) {
     result.seconds = now() - start;

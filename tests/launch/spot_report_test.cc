@@ -5,32 +5,62 @@
 namespace cumulus::launch {
 namespace {
 
-TEST(SpotReportTest, ObservesTheTrainerLines) {
+// A metrics.jsonl after a launch that started at Unix time 1000 (at 1.0 s on the report's clock):
+// the records before its start are an earlier launch's.
+TEST(SpotReportTest, ReadsTheLaunchsRecordsFromMetrics) {
+  const std::string jsonl =
+      R"({"type":"train","step":40,"loss":0.5,"time":990.0})"
+      "\n"
+      R"({"type":"checkpoint","step":40,"stall_ms":9.0,"path":"/run/ckpt/step-00000040","time":990.5})"
+      "\n"
+      R"({"type":"resume","step":40,"world_size":2,"time":1000.5})"
+      "\n"
+      R"({"type":"first_step","step":41,"seconds_since_exec":1.2,"time":1001.5})"
+      "\n"
+      R"({"type":"train","step":48,"epoch":2,"loss":0.1234,"time":1002.0})"
+      "\n"
+      R"({"type":"checkpoint","step":50,"stall_ms":1.25,"path":"/run/ckpt/step-00000050","time":1003.0})"
+      "\n"
+      R"({"type":"checkpoint","step":60,"stall_ms":0.75,"path":"/run/ckpt/step-00000060","time":1004.0})"
+      "\n"
+      R"({"type":"preempted","step":63,"checkpoint":"/run/ckpt/step-00000063","time":1005.0})"
+      "\n"
+      R"({"type":"trained","step":63,"steps":23,"seconds":4.5,"time":1005.0})"
+      "\n"
+      R"({"type":"future_kind","step":70,"time":1005.5})"
+      "\n"
+      R"({"type":"train","step":64,"lo)";  // torn
   LaunchRecord r;
-  observeLine(
-      "[rank0]: resuming from /run/ckpt/step-00000040 at step 40 (epoch 1, sample 640 of "
-      "the epoch)",
-      1.0, r);
+  r.start_s = 1.0;
+  observeMetrics(jsonl, 1000.0, r);
   EXPECT_EQ(r.resumed_from_step, 40);
-  EXPECT_EQ(r.max_step, 40);
-  observeLine("[rank0]: first step 41 completed", 2.5, r);
-  observeLine("[rank0]: first step 42 completed", 3.5, r);  // only the first counts
   ASSERT_TRUE(r.first_step_s.has_value());
   EXPECT_EQ(*r.first_step_s, 2.5);
-  observeLine("epoch 2/3  step 48/96  loss 0.1234  5000 samples/s  ETA 0:02", 3.0, r);
-  EXPECT_EQ(r.max_step, 48);
-  observeLine("checkpoint step 50: /run/ckpt/step-00000050 (stall 1.25 ms, write 0.3 s)", 4, r);
-  observeLine("checkpoint step 60: /run/ckpt/step-00000060 (stall 0.75 ms, write 0.3 s)", 5, r);
   EXPECT_EQ(r.stall_ms, (std::vector<double>{1.25, 0.75}));
-  EXPECT_EQ(r.max_step, 60);
-  observeLine("preempted at step 63, checkpoint /run/ckpt/step-00000063", 6, r);
   EXPECT_EQ(r.preempted_step, 63);
-  EXPECT_EQ(r.max_step, 63);
-  observeLine("trained 23 steps in 4.5 s", 6, r);
   EXPECT_EQ(r.trained_steps, 23);
   EXPECT_EQ(r.train_seconds, 4.5);
-  observeLine("model: mlp 784-256-10", 6, r);  // ignored
-  EXPECT_EQ(r.max_step, 63);
+  EXPECT_EQ(r.max_step, 70);  // an unknown record still tells how far the run got
+}
+
+TEST(SpotReportTest, OnlyTheFirstFirstStepCountsAndBadFieldsAreNamed) {
+  LaunchRecord r;
+  observeMetrics(R"({"type":"first_step","step":1,"time":5})"
+                 "\n"
+                 R"({"type":"first_step","step":2,"time":6})",
+                 4.0, r);
+  ASSERT_TRUE(r.first_step_s.has_value());
+  EXPECT_EQ(*r.first_step_s, 1.0);
+  EXPECT_EQ(r.max_step, 2);
+  try {
+    observeMetrics(R"({"type":"train","step":"three","time":5})", 4.0, r);
+    FAIL() << "a step that is not a number was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(
+                  R"(metrics record {"type":"train","step":"three","time":5}: )", 0),
+              0u)
+        << e.what();
+  }
 }
 
 std::vector<LaunchRecord> threeLaunches() {
@@ -91,11 +121,11 @@ TEST(SpotReportTest, Arithmetic) {
   EXPECT_DOUBLE_EQ(r.stall_share, 0.009 / 20);
   EXPECT_EQ(reportJson(r),
             "{\"completed\":true,\"launches\":3,\"preemptions\":2,\"kills\":1,\"crashes\":0,"
-            "\"wall_s\":40.000,\"final_step\":250,\"steps_lost\":10,"
-            "\"goodput_steps_per_s\":6.2500,\"goodput_samples_per_s\":400.00,"
-            "\"goodput_ratio\":0.7500,\"notice_to_exit_mean_s\":2.750,"
-            "\"notice_to_exit_max_s\":5.000,\"restart_to_first_step_mean_s\":2.500,"
-            "\"restart_to_first_step_max_s\":3.000,\"checkpoints\":3,\"stall_share\":0.000450}");
+            "\"wall_s\":40.0,\"final_step\":250,\"steps_lost\":10,"
+            "\"goodput_steps_per_s\":6.25,\"goodput_samples_per_s\":400.0,"
+            "\"goodput_ratio\":0.75,\"notice_to_exit_mean_s\":2.75,"
+            "\"notice_to_exit_max_s\":5.0,\"restart_to_first_step_mean_s\":2.5,"
+            "\"restart_to_first_step_max_s\":3.0,\"checkpoints\":3,\"stall_share\":0.00045}");
   const std::string table = reportTable(threeLaunches(), r);
   EXPECT_NE(table.find("final step 250, steps lost 10, goodput 6.250 steps/s = 400.0 samples/s "
                        "(75.0% of uninterrupted)"),

@@ -1,5 +1,6 @@
 // runSpot against a shell job that behaves like a resumable trainer: it counts steps in a state
-// file, prints the trainer's lines, and on SIGTERM "checkpoints" and exits 75.
+// file, appends the trainer's records to a metrics.jsonl, and on SIGTERM "checkpoints" and exits
+// 75.
 #include "launch/spot_runner.h"
 
 #include <gtest/gtest.h>
@@ -25,20 +26,22 @@ class TempDir {
   std::string path_;
 };
 
-// Steps of 20 ms up to 30; a checkpoint (the state file) every 5 steps, and one at the agreed
-// stop when `trap_term`; otherwise SIGTERM is ignored and the kill loses the steps since.
+// Steps of 20 ms up to 30, each with a train record in dir/metrics.jsonl as cumulus-train writes
+// them; a checkpoint (the state file) every 5 steps, and one at the agreed stop when
+// `trap_term`; otherwise SIGTERM is ignored and the kill loses the steps since. Its console says
+// nothing cumulus-spot reads.
 std::vector<std::string> fakeJob(const std::string& dir, bool trap_term) {
   std::ostringstream s;
   s << "d=" << dir << "; s=$(cat $d/state 2>/dev/null || echo 0); "
-    << "[ $s -gt 0 ] && echo \"resuming from $d/ck at step $s (epoch 1)\"; "
-    << (trap_term ? "trap 'echo $s > $d/state; echo \"preempted at step $s, checkpoint $d/ck\"; "
-                    "exit 75' TERM; "
+    << R"(m() { echo "{\"type\":\"$1\",\"step\":$2$3,\"time\":$(date +%s.%N)}" >> $d/metrics.jsonl; }; )"
+    << "[ $s -gt 0 ] && m resume $s; "
+    << (trap_term ? "trap 'echo $s > $d/state; m preempted $s; echo stopping; exit 75' TERM; "
                   : "trap '' TERM; ")
     << "first=1; while [ $s -lt 30 ]; do sleep 0.02; s=$((s+1)); "
-    << "[ $first = 1 ] && echo \"first step $s completed\" && first=0; "
-    << "echo \"epoch 1/1  step $s/30  loss 1\"; "
-    << "[ $((s % 5)) = 0 ] && echo $s > $d/state && "
-    << "echo \"checkpoint step $s: $d/ck (stall 0.5 ms)\"; done; echo \"world {world}\"; exit 0";
+    << "[ $first = 1 ] && m first_step $s && first=0; "
+    << "m train $s; echo \"at $s\"; "
+    << "[ $((s % 5)) = 0 ] && echo $s > $d/state && m checkpoint $s ',\"stall_ms\":0.5'; "
+    << "done; echo \"world {world}\"; exit 0";
   return {"/bin/sh", "-c", s.str()};
 }
 
@@ -64,6 +67,7 @@ TEST(SpotRunnerTest, PreemptedJobResumesToTheEnd) {
   options.trace.max_preemptions = 3;
   options.trace.world_sizes = {2, 1};
   options.command = fakeJob(dir.path(), true);
+  options.metrics_path = dir.path() + "/metrics.jsonl";
   options.timeout_s = 30;
   std::ostringstream echo;
   options.echo = &echo;
@@ -93,6 +97,7 @@ TEST(SpotRunnerTest, JobIgnoringTheNoticeIsKilledAndLosesSteps) {
   options.trace.relaunch_delay_s = 0.0;
   options.trace.max_preemptions = 1;
   options.command = fakeJob(dir.path(), false);
+  options.metrics_path = dir.path() + "/metrics.jsonl";
   options.timeout_s = 30;
   std::ostringstream echo;
   options.echo = &echo;

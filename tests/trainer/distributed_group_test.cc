@@ -153,7 +153,7 @@ TEST(TraceRecorderTest, WritesCompleteEventsWithRankAsPid) {
   trace.record("backward \"fc\"", TraceRecorder::kComputeTid, t0,
                t0 + std::chrono::microseconds(250));
   trace.record("allreduce bucket 0", TraceRecorder::kCommTid, t0,
-               t0 + std::chrono::microseconds(40), "\"bytes\":1024");
+               t0 + std::chrono::microseconds(40), {{"bytes", 1024}});
   const std::string json = trace.json();
   EXPECT_THAT(json, HasSubstr("{\"traceEvents\":["));
   EXPECT_THAT(json, HasSubstr("\"ph\":\"X\",\"pid\":3,\"tid\":0,"));

@@ -12,44 +12,65 @@
 namespace cumulus::trainer {
 namespace {
 
-TEST(MetricsTest, JsonLineKeepsOrderAndFormatsNumbers) {
-  const std::string line = JsonLine()
-                               .add("type", "train")
-                               .add("step", int64_t{1406})
-                               .add("loss", 0.25)
-                               .add("lr", 1e-3)
-                               .add("ok", true)
-                               .str();
-  EXPECT_EQ(line, R"({"type":"train","step":1406,"loss":0.25,"lr":0.001,"ok":true})");
+// A wall clock that always says 1.5 s after the epoch.
+double fixedClock() { return 1.5; }
+
+// What MetricsLog writes for one record.
+std::string written(const nlohmann::ordered_json& record) {
+  const std::string path =
+      ::testing::TempDir() + "/metrics_record_" + std::to_string(::getpid()) + ".jsonl";
+  {
+    MetricsLog log(path, fixedClock);
+    log.write(record);
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::remove(path.c_str());
+  return text.str();
+}
+
+TEST(MetricsTest, RecordsKeepKeyOrderAndExactValues) {
+  const std::string line = written(
+      {{"type", "train"}, {"step", int64_t{1406}}, {"loss", 0.25}, {"lr", 1e-3}, {"ok", true}});
+  EXPECT_EQ(line,
+            "{\"type\":\"train\",\"step\":1406,\"loss\":0.25,\"lr\":0.001,\"ok\":true,"
+            "\"time\":1.5}\n");
+  // A float32 loss reads back as the same float.
+  const float loss = 0.1f;
+  const auto back = nlohmann::json::parse(written({{"loss", loss}}));
+  EXPECT_EQ(back["loss"].get<float>(), loss);
 }
 
 TEST(MetricsTest, NonFiniteNumbersBecomeNull) {
-  EXPECT_EQ(JsonLine().add("loss", std::nan("")).add("x", HUGE_VAL).str(),
-            R"({"loss":null,"x":null})");
+  EXPECT_EQ(written({{"loss", std::nan("")}, {"x", HUGE_VAL}}),
+            "{\"loss\":null,\"x\":null,\"time\":1.5}\n");
 }
 
 TEST(MetricsTest, StringsAreEscaped) {
-  EXPECT_EQ(configs::jsonQuote("a\"b\\c\nd\x01"), R"("a\"b\\c\nd\u0001")");
+  EXPECT_EQ(written({{"s", "a\"b\\c\nd\x01"}}), R"({"s":"a\"b\\c\nd\u0001","time":1.5})"
+                                                "\n");
 }
 
 TEST(MetricsTest, LogWritesOneObjectPerLine) {
   const std::string path =
       ::testing::TempDir() + "/metrics_test_" + std::to_string(::getpid()) + ".jsonl";
   {
-    MetricsLog log(path);
-    log.write(JsonLine().add("step", 1));
-    log.write(JsonLine().add("step", 2));
+    MetricsLog log(path, fixedClock);
+    log.write({{"step", 1}});
+    log.write({{"step", 2}});
   }
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
-  EXPECT_EQ(text.str(), "{\"step\":1}\n{\"step\":2}\n");
+  EXPECT_EQ(text.str(), "{\"step\":1,\"time\":1.5}\n{\"step\":2,\"time\":1.5}\n");
   std::remove(path.c_str());
   EXPECT_THROW(MetricsLog("/nonexistent-dir/metrics.jsonl"), std::runtime_error);
 }
 
 // A resumed launch continues the file: the records of steps it runs again, the summary of a
-// finished launch and a torn last line (a SIGKILLed writer) go; the rest stays, in order.
+// finished launch, lines without a step, lines that are not JSON and a torn last line (a
+// SIGKILLed writer) go; the rest stays, in order.
 TEST(MetricsTest, ContinueAfterKeepsTheStepsUpToTheCheckpoint) {
   const std::string path =
       ::testing::TempDir() + "/metrics_continue_" + std::to_string(::getpid()) + ".jsonl";
@@ -65,11 +86,15 @@ TEST(MetricsTest, ContinueAfterKeepsTheStepsUpToTheCheckpoint) {
         << "\n"
         << R"({"type":"summary","step":30,"seconds":3})"
         << "\n"
+        << R"({"type":"note","text":"no step"})"
+        << "\n"
+        << R"(not json, "step":1})"
+        << "\n"
         << R"({"type":"train","step":40,"lo)";
   }
   {
-    MetricsLog log = MetricsLog::continueAfter(path, 20);
-    log.write(JsonLine().add("type", "train").add("step", int64_t{30}));
+    MetricsLog log = MetricsLog::continueAfter(path, 20, fixedClock);
+    log.write({{"type", "train"}, {"step", int64_t{30}}});
   }
   std::ifstream in(path);
   std::stringstream text;
@@ -80,18 +105,18 @@ TEST(MetricsTest, ContinueAfterKeepsTheStepsUpToTheCheckpoint) {
                         "\n"
                         R"({"type":"eval","step":20,"test_accuracy":0.5})"
                         "\n"
-                        R"({"type":"train","step":30})"
+                        R"({"type":"train","step":30,"time":1.5})"
                         "\n");
   std::remove(path.c_str());
   // No earlier file: an empty one, appended to.
   {
-    MetricsLog log = MetricsLog::continueAfter(path, 5);
-    log.write(JsonLine().add("step", 6));
+    MetricsLog log = MetricsLog::continueAfter(path, 5, fixedClock);
+    log.write({{"step", 6}});
   }
   std::ifstream again(path);
   std::stringstream text2;
   text2 << again.rdbuf();
-  EXPECT_EQ(text2.str(), "{\"step\":6}\n");
+  EXPECT_EQ(text2.str(), "{\"step\":6,\"time\":1.5}\n");
   std::remove(path.c_str());
 }
 

@@ -70,6 +70,7 @@ TEST_P(SpotTraceJobTest, EndsBitIdenticalToTheUninterruptedRun) {
                                    "--relaunch-delay=0",
                                    "--max-preemptions=3",
                                    "--timeout=100",
+                                   "--metrics=" + (dir / "run" / "metrics.jsonl").string(),
                                    "--"};
   for (auto& a : job((dir / "run").string(), "auto")) argv.push_back(a);
   const auto r = runProcess(argv, kAlone);

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "models/model.h"
 #include "trainer/gradient_sync.h"
 #include "trainer/state_dict.h"
@@ -318,9 +320,19 @@ TEST(TrainingTest, WritesConfigMetricsAndAStateDictPythonCanRead) {
   EXPECT_EQ(train, 5);  // steps 1, 4, 8, 12, 16
   EXPECT_EQ(eval, 4);
   EXPECT_EQ(summary, 1);
-  EXPECT_EQ(lines.back().rfind("{\"type\":\"summary\",\"steps\":16,\"epochs\":2,", 0), 0u)
-      << lines.back();
-  EXPECT_NE(lines[0].find("\"step\":1,\"epoch\":1,\"loss\":"), std::string::npos) << lines[0];
+  const auto summary_record = nlohmann::json::parse(lines.back());
+  EXPECT_EQ(summary_record["type"], "summary") << lines.back();
+  EXPECT_EQ(summary_record["steps"], 16) << lines.back();
+  EXPECT_EQ(summary_record["epochs"], 2.0) << lines.back();
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[0].rfind("{\"type\":\"first_step\",\"step\":1,\"time\":", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[1].rfind("{\"type\":\"train\",\"step\":1,\"epoch\":1,\"loss\":", 0), 0u)
+      << lines[1];
+  // The loop's own record, just before the summary.
+  EXPECT_EQ(lines[lines.size() - 2].rfind(
+                "{\"type\":\"trained\",\"step\":16,\"steps\":16,\"seconds\":", 0),
+            0u)
+      << lines[lines.size() - 2];
 
   char final_line[160];
   std::snprintf(final_line, sizeof(final_line),
