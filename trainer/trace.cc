@@ -23,7 +23,7 @@ TraceRecorder::TraceRecorder(int pid, size_t max_events)
 void TraceRecorder::record(const std::string& name, int tid, Clock::time_point start,
                            Clock::time_point end, const std::string& args) {
   Event event{name, tid, micros(start - origin_), std::max<int64_t>(0, micros(end - start)), args};
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (events_.size() >= max_events_) {
     ++dropped_;
     return;
@@ -32,7 +32,7 @@ void TraceRecorder::record(const std::string& name, int tid, Clock::time_point s
 }
 
 std::string TraceRecorder::json() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   std::string out = "{\"traceEvents\":[";
   // Name the lanes so the viewer shows "rank 1 / compute" rather than bare numbers.
   char meta[256];
@@ -74,12 +74,12 @@ void TraceRecorder::write(const std::string& path) const {
 }
 
 size_t TraceRecorder::size() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return events_.size();
 }
 
 size_t TraceRecorder::dropped() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return dropped_;
 }
 
