@@ -49,8 +49,9 @@ std::string stepName(const StepKey& key) {
   return "generation " + std::to_string(key.first) + " seq " + std::to_string(key.second);
 }
 
-// The state of one all-reduce step. Everything is GUARDED_BY the service's mutex_, except the
-// bytes of `result` in piece k, which belong to the thread that set busy[k].
+// The state of one all-reduce step. Everything is guarded by the service's mutex_, except the
+// bytes of `result` in piece k, which belong to the thread that set busy[k]. Not annotated: a
+// member's ABSL_GUARDED_BY can only name a mutex that the struct itself can reach.
 struct Step {
   Step(const StepKey& step_key, const proto::PushHeader& h)
       : key(step_key),
