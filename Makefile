@@ -47,6 +47,16 @@ fuzz: setup
 sanitize: setup
 	@JOBS=$(JOBS) scripts/sanitize.sh
 
+# Clang's thread-safety analysis over the LibTorch-free code (comm, configs, launch and their
+# tests) in TSA_DIR: a lock-discipline violation against the ABSL_GUARDED_BY and
+# ABSL_EXCLUSIVE_LOCKS_REQUIRED annotations fails the build (cmake/thread_safety.cmake).
+TSA_DIR ?= build-tsa
+.PHONY: thread-safety
+thread-safety: setup
+	@CC=clang CXX=clang++ cmake -S . -B $(TSA_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCUMULUS_THREAD_SAFETY=ON >/dev/null
+	@cmake --build $(TSA_DIR) -j $(JOBS) --target comm_test configs_test launch_test
+
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 

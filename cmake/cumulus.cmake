@@ -1,8 +1,10 @@
 # Shared helpers for the per-folder CMakeLists.
 
-# Warnings for our own code only (LibTorch and gRPC headers are included as SYSTEM).
+# Warnings for our own code only (LibTorch and gRPC headers are included as SYSTEM), and the
+# thread-safety analysis in a CUMULUS_THREAD_SAFETY build (thread_safety.cmake).
 function(cumulus_warnings target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter
+                                           ${CUMULUS_THREAD_SAFETY_FLAGS})
 endfunction()
 
 # cumulus_test(NAME <binary> SOURCES <files...> LIBS <libs...>)

@@ -73,11 +73,11 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
 Communicator::~Communicator() {
   std::deque<Queued> abandoned;
   {
-    std::unique_lock<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     stopping_ = true;
     abandoned.swap(queue_);
     changed_.notify_all();
-    changed_.wait(lock, [&] { return !busy_; });
+    changed_.wait(lock, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return !busy_; });
   }
   for (auto& item : abandoned) {
     item.work->finish(std::make_exception_ptr(
@@ -98,7 +98,7 @@ const char* Communicator::transportTo(int peer) const {
 }
 
 uint64_t Communicator::nextSeq() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return nextSeq_;
 }
 
@@ -110,7 +110,7 @@ Algorithm Communicator::resolve(Algorithm algorithm, size_t bytes) const {
 
 std::shared_ptr<Work> Communicator::submit(const char* op, std::chrono::milliseconds timeout,
                                            Body body, bool async) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (stopping_) throw CommError(ErrorKind::kInvalid, op, nextSeq_, -1, "communicator is closing");
   auto work = std::make_shared<Work>(op, nextSeq_++);
   Queued item{std::move(body), timeout.count() > 0 ? timeout : options_.timeout, work};
@@ -135,9 +135,11 @@ std::shared_ptr<Work> Communicator::submit(const char* op, std::chrono::millisec
 }
 
 void Communicator::workerLoop() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   for (;;) {
-    changed_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !busy_); });
+    changed_.wait(lock, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+      return stopping_ || (!queue_.empty() && !busy_);
+    });
     if (stopping_) return;
     Queued item = std::move(queue_.front());
     queue_.pop_front();
@@ -154,7 +156,7 @@ void Communicator::execute(const Queued& item) {
   const char* op = item.work->op().c_str();
   const uint64_t seq = item.work->seq();
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (broken_) {
       item.work->finish(std::make_exception_ptr(brokenError(broken_, op, seq)));
       return;
@@ -179,7 +181,7 @@ void Communicator::execute(const Queued& item) {
   } catch (...) {
     std::exception_ptr error = std::current_exception();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      base::MutexLock lock(mutex_);
       if (!broken_) broken_ = error;
     }
     // Peers blocked on us fail now (kPeerClosed) instead of at their timeouts.

@@ -27,16 +27,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/annotated_mutex.h"
 #include "comm/algorithm.h"
 #include "comm/collective.h"
 #include "comm/cost_model.h"
@@ -171,14 +170,14 @@ class Communicator {
   std::atomic<uint64_t> slot_waits_{0};  // slotWaits(): the executing op adds, anyone reads
   tcp::SpinGovernor spin_;  // budget resolved from options_.spinMicros; executing op only
 
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  uint64_t nextSeq_ = 1;       // GUARDED_BY(mutex_)
-  std::deque<Queued> queue_;   // GUARDED_BY(mutex_)
-  bool busy_ = false;          // GUARDED_BY(mutex_): an operation is executing
-  bool stopping_ = false;      // GUARDED_BY(mutex_)
-  std::exception_ptr broken_;  // GUARDED_BY(mutex_): the first failure
-  std::thread worker_;         // started by the first async call
+  mutable base::Mutex mutex_;
+  base::CondVar changed_;
+  uint64_t nextSeq_ ABSL_GUARDED_BY(mutex_) = 1;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mutex_);
+  bool busy_ ABSL_GUARDED_BY(mutex_) = false;  // an operation is executing
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  std::exception_ptr broken_ ABSL_GUARDED_BY(mutex_);  // the first failure
+  std::thread worker_;                                 // started by the first async call
 };
 
 }  // namespace cumulus::comm

@@ -9,7 +9,7 @@ namespace cumulus::comm {
 
 void MemoryStore::set(const std::string& key, const Bytes& value) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     values_[key] = value;
   }
   changed_.notify_all();
@@ -17,7 +17,7 @@ void MemoryStore::set(const std::string& key, const Bytes& value) {
 
 Bytes MemoryStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   wait({key}, timeout);
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   auto it = values_.find(key);
   // A concurrent remove() between wait() and here counts as "missing", like a timeout.
   if (it == values_.end()) {
@@ -27,7 +27,7 @@ Bytes MemoryStore::get(const std::string& key, std::chrono::milliseconds timeout
 }
 
 std::optional<Bytes> MemoryStore::tryGet(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   auto it = values_.find(key);
   if (it == values_.end()) return std::nullopt;
   return it->second;
@@ -36,7 +36,7 @@ std::optional<Bytes> MemoryStore::tryGet(const std::string& key) {
 int64_t MemoryStore::add(const std::string& key, int64_t delta) {
   int64_t result = 0;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     auto it = values_.find(key);
     int64_t current = 0;
     if (it != values_.end()) {
@@ -59,7 +59,7 @@ int64_t MemoryStore::add(const std::string& key, int64_t delta) {
 Bytes MemoryStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
   Bytes result;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     auto it = values_.find(key);
     const bool matches = (it == values_.end()) ? expected.empty() : it->second == expected;
     if (!matches) return it == values_.end() ? Bytes() : it->second;
@@ -72,8 +72,8 @@ Bytes MemoryStore::compareSet(const std::string& key, const Bytes& expected, con
 
 void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto allPresent = [&] {
+  base::MutexLock lock(mutex_);
+  auto allPresent = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     for (const auto& key : keys) {
       if (values_.count(key) == 0) return false;
     }
@@ -94,17 +94,17 @@ void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::millis
 }
 
 int MemoryStore::blockedCalls() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return blocked_;
 }
 
 bool MemoryStore::remove(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return values_.erase(key) > 0;
 }
 
 int64_t MemoryStore::removePrefix(const std::string& prefix) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   int64_t removed = 0;
   for (auto it = values_.lower_bound(prefix);
        it != values_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {

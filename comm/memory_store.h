@@ -5,10 +5,9 @@
 // variable until the keys exist or the timeout expires, then throw CommError(kTimeout, op
 // "store.get"/"store.wait", peer -1) naming the keys still missing.
 
-#include <condition_variable>
 #include <map>
-#include <mutex>
 
+#include "base/annotated_mutex.h"
 #include "comm/store.h"
 
 namespace cumulus::comm {
@@ -34,10 +33,10 @@ class MemoryStore : public Store {
   int blockedCalls() const;
 
  private:
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;      // notified on every insertion
-  std::map<std::string, Bytes> values_;  // GUARDED_BY(mutex_)
-  int blocked_ = 0;                      // GUARDED_BY(mutex_)
+  mutable base::Mutex mutex_;
+  base::CondVar changed_;  // notified on every insertion
+  std::map<std::string, Bytes> values_ ABSL_GUARDED_BY(mutex_);
+  int blocked_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace cumulus::comm

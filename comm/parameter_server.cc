@@ -49,8 +49,9 @@ std::string stepName(const StepKey& key) {
   return "generation " + std::to_string(key.first) + " seq " + std::to_string(key.second);
 }
 
-// The state of one all-reduce step. Everything is GUARDED_BY the service's mutex_, except the
-// bytes of `result` in piece k, which belong to the thread that set busy[k].
+// The state of one all-reduce step. Everything is guarded by the service's mutex_, except the
+// bytes of `result` in piece k, which belong to the thread that set busy[k]. Not annotated: a
+// member's ABSL_GUARDED_BY can only name a mutex that the struct itself can reach.
 struct Step {
   Step(const StepKey& step_key, const proto::PushHeader& h)
       : key(step_key),
@@ -101,7 +102,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
   ParameterServerService(std::string token, int world) : token_(std::move(token)), world_(world) {}
 
   void shutdown() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     shutting_down_ = true;
     while (!steps_.empty())
       failLocked(steps_.begin()->second,
@@ -109,7 +110,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
   }
 
   ParameterServer::StepProgress progress(const StepKey& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     ParameterServer::StepProgress out;
     const auto it = steps_.find(key);
     if (it == steps_.end()) return out;
@@ -213,7 +214,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
 
   // Validates the header and adds the rank to its step (creating the step if it is the first).
   std::optional<Failure> join(const proto::PushHeader& h, std::shared_ptr<Step>* out) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     const StepKey key{h.generation(), h.seq()};
     const int rank = static_cast<int>(h.rank());
     if (shutting_down_)
@@ -228,7 +229,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
     if (h.generation() > generation_) supersede(h.generation());
     if (auto it = remembered_.find(key); it != remembered_.end()) return it->second;
 
-    auto invalid = [&](const std::string& why) {
+    auto invalid = [&](const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
       Failure failure{grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                    stepName(key) + ": rank " + std::to_string(rank) + " " + why),
                       rank};
@@ -280,7 +281,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
                                     std::to_string(received) + "; expected " +
                                     std::to_string(k < step->chunks ? step->pieceBytes(k) : 0)),
                    rank});
-    std::unique_lock<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (step->failure) return step->failure;
     step->early[k][rank].swap(*data);
     if (step->busy[k]) return std::nullopt;  // its folder will pick this piece up
@@ -314,7 +315,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
   // timeout passes (then the step fails naming the ranks that never pushed).
   std::optional<Failure> awaitResult(grpc::ServerContext& context,
                                      const std::shared_ptr<Step>& step, int rank) {
-    std::unique_lock<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     step->pushed[rank] = 1;
     while (!step->complete()) {
       if (step->failure) return step->failure;
@@ -340,7 +341,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
   }
 
   void leave(const std::shared_ptr<Step>& step, int rank) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     ++step->left;
     if (!step->complete() && !step->failure)
       failLocked(step,
@@ -354,15 +355,16 @@ class ParameterServerService final : public proto::ParameterServer::Service,
   }
 
   Failure fail(const std::shared_ptr<Step>& step, Failure failure) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     return failLocked(step, std::move(failure));
   }
 
-  // EXCLUSIVE_LOCKS_REQUIRED(mutex_). The first failure wins; the step is forgotten at once
+  // The first failure wins; the step is forgotten at once
   // (handlers still hold it) and remembered for late ranks. `step` is taken by value: callers
   // may pass the map's own shared_ptr (shutdown, join's `invalid`), which the erase below
   // destroys, and the step must outlive the erase for remember(step->key).
-  Failure failLocked(std::shared_ptr<Step> step, Failure failure) {
+  Failure failLocked(std::shared_ptr<Step> step, Failure failure)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     if (step->failure) return *step->failure;
     step->failure = failure;
     for (auto& pieces : step->early) pieces.clear();
@@ -373,7 +375,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
     return failure;
   }
 
-  void remember(const StepKey& key, const Failure& failure) {
+  void remember(const StepKey& key, const Failure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     if (remembered_.emplace(key, failure).second) remembered_order_.push_back(key);
     while (remembered_order_.size() > kMaxRemembered) {
       remembered_.erase(remembered_order_.front());
@@ -381,9 +383,9 @@ class ParameterServerService final : public proto::ParameterServer::Service,
     }
   }
 
-  // EXCLUSIVE_LOCKS_REQUIRED(mutex_). A newer generation means the group restarted: steps of
+  // A newer generation means the group restarted: steps of
   // older generations can never complete.
-  void supersede(uint64_t generation) {
+  void supersede(uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     generation_ = generation;
     std::vector<std::shared_ptr<Step>> stale;
     for (const auto& [key, step] : steps_)
@@ -396,13 +398,13 @@ class ParameterServerService final : public proto::ParameterServer::Service,
 
   const std::string token_;
   const int world_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<StepKey, std::shared_ptr<Step>> steps_;  // GUARDED_BY(mutex_)
-  std::map<StepKey, Failure> remembered_;           // GUARDED_BY(mutex_)
-  std::deque<StepKey> remembered_order_;            // GUARDED_BY(mutex_)
-  uint64_t generation_ = 0;                         // GUARDED_BY(mutex_)
-  bool shutting_down_ = false;                      // GUARDED_BY(mutex_)
+  base::Mutex mutex_;
+  base::CondVar changed_;
+  std::map<StepKey, std::shared_ptr<Step>> steps_ ABSL_GUARDED_BY(mutex_);
+  std::map<StepKey, Failure> remembered_ ABSL_GUARDED_BY(mutex_);
+  std::deque<StepKey> remembered_order_ ABSL_GUARDED_BY(mutex_);
+  uint64_t generation_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool shutting_down_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 std::unique_ptr<PushPullHandler> makeParameterServerService(const std::string& token, int world) {
@@ -427,7 +429,7 @@ ParameterServer::StepProgress ParameterServer::progress(uint64_t generation, uin
 }
 
 void ParameterServer::shutdown() {
-  std::lock_guard<std::mutex> lock(shutdown_mutex_);
+  base::MutexLock lock(shutdown_mutex_);
   if (!server_) return;
   service_->shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

@@ -32,9 +32,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "base/annotated_mutex.h"
 
 namespace grpc {
 class Server;
@@ -76,8 +77,8 @@ class ParameterServer {
   int port_ = 0;
   int world_;
   std::unique_ptr<ParameterServerService> service_;
-  std::mutex shutdown_mutex_;
-  std::unique_ptr<grpc::Server> server_;  // GUARDED_BY(shutdown_mutex_); null after shutdown
+  base::Mutex shutdown_mutex_;
+  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(shutdown_mutex_);  // null after shutdown
 };
 
 }  // namespace cumulus::comm

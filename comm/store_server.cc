@@ -27,7 +27,7 @@ class StoreService final : public proto::Store::Service {
   explicit StoreService(std::string token) : token_(std::move(token)) {}
 
   void shutdown() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     shutting_down_ = true;
     changed_.notify_all();
   }
@@ -37,7 +37,7 @@ class StoreService final : public proto::Store::Service {
     return guarded(*context, [&] {
       if (auto status = checkKey(request->key()); !status.ok()) return status;
       if (request->value().size() > StoreServer::kMaxValueBytes) return tooLarge(request->key());
-      std::lock_guard<std::mutex> lock(mutex_);
+      base::MutexLock lock(mutex_);
       data_[request->key()] = request->value();
       changed_.notify_all();
       return grpc::Status::OK;
@@ -48,9 +48,10 @@ class StoreService final : public proto::Store::Service {
                    proto::GetResponse* response) override {
     return guarded(*context, [&] {
       if (auto status = checkKey(request->key()); !status.ok()) return status;
-      std::unique_lock<std::mutex> lock(mutex_);
-      const bool ready = waitUntil(lock, *context, request->wait_ms(),
-                                   [&] { return data_.count(request->key()) > 0; });
+      base::MutexLock lock(mutex_);
+      const bool ready = waitUntil(
+          lock, *context, request->wait_ms(),
+          [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return data_.count(request->key()) > 0; });
       if (shutting_down_) return shuttingDown();
       if (ready) {
         response->set_found(true);
@@ -64,7 +65,7 @@ class StoreService final : public proto::Store::Service {
                    proto::AddResponse* response) override {
     return guarded(*context, [&] {
       if (auto status = checkKey(request->key()); !status.ok()) return status;
-      std::lock_guard<std::mutex> lock(mutex_);
+      base::MutexLock lock(mutex_);
       int64_t value = 0;
       auto it = data_.find(request->key());
       if (it != data_.end() && !parseInt(it->second, &value))
@@ -86,7 +87,7 @@ class StoreService final : public proto::Store::Service {
     return guarded(*context, [&] {
       if (auto status = checkKey(request->key()); !status.ok()) return status;
       if (request->desired().size() > StoreServer::kMaxValueBytes) return tooLarge(request->key());
-      std::lock_guard<std::mutex> lock(mutex_);
+      base::MutexLock lock(mutex_);
       auto it = data_.find(request->key());
       const bool matches =
           it == data_.end() ? request->expected().empty() : it->second == request->expected();
@@ -106,8 +107,8 @@ class StoreService final : public proto::Store::Service {
     return guarded(*context, [&] {
       for (const auto& key : request->keys())
         if (auto status = checkKey(key); !status.ok()) return status;
-      std::unique_lock<std::mutex> lock(mutex_);
-      auto allPresent = [&] {
+      base::MutexLock lock(mutex_);
+      auto allPresent = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
         for (const auto& key : request->keys())
           if (!data_.count(key)) return false;
         return true;
@@ -123,7 +124,7 @@ class StoreService final : public proto::Store::Service {
   grpc::Status Delete(grpc::ServerContext* context, const proto::DeleteRequest* request,
                       proto::DeleteResponse* response) override {
     return guarded(*context, [&] {
-      std::lock_guard<std::mutex> lock(mutex_);
+      base::MutexLock lock(mutex_);
       response->set_existed(data_.erase(request->key()) > 0);
       return grpc::Status::OK;
     });
@@ -132,7 +133,7 @@ class StoreService final : public proto::Store::Service {
   grpc::Status DeletePrefix(grpc::ServerContext* context, const proto::DeletePrefixRequest* request,
                             proto::DeletePrefixResponse* response) override {
     return guarded(*context, [&] {
-      std::lock_guard<std::mutex> lock(mutex_);
+      base::MutexLock lock(mutex_);
       const std::string& prefix = request->prefix();
       int64_t removed = 0;
       // std::map keeps keys sorted, so the prefix is one contiguous range.
@@ -152,7 +153,7 @@ class StoreService final : public proto::Store::Service {
                        const std::function<grpc::Status()>& body) {
     if (auto status = rpc::checkToken(context, token_); !status.ok()) return status;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      base::MutexLock lock(mutex_);
       if (shutting_down_) return shuttingDown();
     }
     try {
@@ -166,8 +167,8 @@ class StoreService final : public proto::Store::Service {
 
   // Waits on `changed_` until `ready()`, the request's wait (ms), the client's deadline or
   // cancellation, or shutdown. Returns ready().
-  bool waitUntil(std::unique_lock<std::mutex>& lock, const grpc::ServerContext& context,
-                 int64_t wait_ms, const std::function<bool()>& ready) {
+  bool waitUntil(base::MutexLock& lock, const grpc::ServerContext& context, int64_t wait_ms,
+                 const std::function<bool()>& ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     const auto requested =
         Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(wait_ms, 0, rpc::kMaxWaitMs));
     const auto deadline = std::min(requested, rpc::steadyDeadline(context));
@@ -185,7 +186,7 @@ class StoreService final : public proto::Store::Service {
 
  public:
   int blocked() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     return blocked_;
   }
 
@@ -215,11 +216,11 @@ class StoreService final : public proto::Store::Service {
   }
 
   const std::string token_;
-  std::mutex mutex_;
-  std::condition_variable changed_;          // GUARDED_BY(mutex_) for its predicates
-  std::map<std::string, std::string> data_;  // GUARDED_BY(mutex_)
-  bool shutting_down_ = false;               // GUARDED_BY(mutex_)
-  int blocked_ = 0;                          // GUARDED_BY(mutex_): handlers inside waitUntil
+  base::Mutex mutex_;
+  base::CondVar changed_ ABSL_GUARDED_BY(mutex_);  // for its predicates
+  std::map<std::string, std::string> data_ ABSL_GUARDED_BY(mutex_);
+  bool shutting_down_ ABSL_GUARDED_BY(mutex_) = false;
+  int blocked_ ABSL_GUARDED_BY(mutex_) = 0;  // handlers inside waitUntil
 };
 
 std::unique_ptr<proto::Store::Service> makeStoreService(const std::string& token) {
@@ -237,7 +238,7 @@ StoreServer::~StoreServer() { shutdown(); }
 int StoreServer::blockedCalls() const { return service_->blocked(); }
 
 void StoreServer::shutdown() {
-  std::lock_guard<std::mutex> lock(shutdown_mutex_);
+  base::MutexLock lock(shutdown_mutex_);
   if (!server_) return;
   service_->shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

@@ -19,8 +19,9 @@
 
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <string>
+
+#include "base/annotated_mutex.h"
 
 namespace grpc {
 class Server;
@@ -52,8 +53,8 @@ class StoreServer {
   std::string host_;
   int port_ = 0;
   std::unique_ptr<StoreService> service_;
-  std::mutex shutdown_mutex_;
-  std::unique_ptr<grpc::Server> server_;  // GUARDED_BY(shutdown_mutex_); null after shutdown
+  base::Mutex shutdown_mutex_;
+  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(shutdown_mutex_);  // null after shutdown
 };
 
 }  // namespace cumulus::comm

@@ -5,8 +5,8 @@
 namespace cumulus::comm {
 
 void Work::wait(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto finished = [&] { return completed_; };
+  base::MutexLock lock(mutex_);
+  auto finished = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return completed_; };
   if (timeout == kUntilDone) {
     done_.wait(lock, finished);
   } else if (!done_.wait_for(lock, timeout, finished)) {
@@ -17,18 +17,18 @@ void Work::wait(std::chrono::milliseconds timeout) {
 }
 
 bool Work::isCompleted() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return completed_;
 }
 
 std::exception_ptr Work::exception() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return error_;
 }
 
 void Work::finish(std::exception_ptr error) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     completed_ = true;
     error_ = std::move(error);
   }

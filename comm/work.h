@@ -4,11 +4,11 @@
 // Thread-safety: all methods may be called from any thread, concurrently.
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <mutex>
 #include <string>
+
+#include "base/annotated_mutex.h"
 
 namespace cumulus::comm {
 
@@ -37,10 +37,10 @@ class Work {
  private:
   const std::string op_;
   const uint64_t seq_;
-  mutable std::mutex mutex_;
-  std::condition_variable done_;
-  bool completed_ = false;    // GUARDED_BY(mutex_)
-  std::exception_ptr error_;  // GUARDED_BY(mutex_)
+  mutable base::Mutex mutex_;
+  base::CondVar done_;
+  bool completed_ ABSL_GUARDED_BY(mutex_) = false;
+  std::exception_ptr error_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace cumulus::comm

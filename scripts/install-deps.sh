@@ -12,6 +12,7 @@ PACKAGES=(
   libssl-dev                         # OpenSSL libcrypto: SHA-256, HMAC, random bytes
   libcurl4-openssl-dev               # HTTP for the cloud metadata services (preemption notices)
   nlohmann-json3-dev                 # JSON: AWS and Azure metadata answers
+  libabsl-dev                        # Abseil: thread-safety annotations (base/annotated_mutex.h)
   dataset-fashion-mnist              # the real Fashion-MNIST in /usr/share/datasets/fashion-mnist
   python3-torch                      # the peer we compare against, and the TorchScript fixture
   iproute2 procps

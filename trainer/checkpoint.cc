@@ -62,7 +62,7 @@ CheckpointManager::CheckpointManager(std::string dir, size_t keep, FileSystem& f
 
 CheckpointManager::~CheckpointManager() {
   if (worker_.joinable()) worker_.join();
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (error_) {
     try {
       std::rethrow_exception(error_);
@@ -79,12 +79,12 @@ std::string CheckpointManager::dirName(uint64_t step) {
   return name;
 }
 
-bool CheckpointManager::waitLocked(std::unique_lock<std::mutex>& lock,
-                                   std::chrono::milliseconds timeout) {
-  return done_cv_.wait_for(lock, timeout, [this] { return !in_flight_; });
+bool CheckpointManager::waitLocked(base::MutexLock& lock, std::chrono::milliseconds timeout) {
+  return done_cv_.wait_for(lock, timeout,
+                           [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return !in_flight_; });
 }
 
-void CheckpointManager::rethrowPendingError(std::unique_lock<std::mutex>& lock) {
+void CheckpointManager::rethrowPendingError(base::MutexLock& lock) {
   if (!error_) return;
   std::exception_ptr error = error_;
   error_ = nullptr;
@@ -93,7 +93,7 @@ void CheckpointManager::rethrowPendingError(std::unique_lock<std::mutex>& lock) 
 
 SaveResult CheckpointManager::save(const CheckpointSnapshot& snapshot) {
   {
-    std::unique_lock<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (!waitLocked(lock, kDefaultCheckpointWait)) {
       throw CheckpointError(dir_ + "/" + in_flight_name_ +
                             ": a background save is still running; step " +
@@ -107,7 +107,7 @@ SaveResult CheckpointManager::save(const CheckpointSnapshot& snapshot) {
 
 void CheckpointManager::saveAsync(CheckpointSnapshot&& snapshot, std::chrono::milliseconds wait) {
   {
-    std::unique_lock<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (!waitLocked(lock, wait)) {
       throw CheckpointError(dir_ + "/" + in_flight_name_ +
                             ": a background save is still running after " +
@@ -130,7 +130,7 @@ void CheckpointManager::saveAsync(CheckpointSnapshot&& snapshot, std::chrono::mi
       }
       snapshot = CheckpointSnapshot();  // free the copy before the next one can be taken
       {
-        std::lock_guard<std::mutex> lock(mutex_);
+        base::MutexLock lock(mutex_);
         in_flight_ = false;
         in_flight_name_.clear();
         if (error) {
@@ -142,7 +142,7 @@ void CheckpointManager::saveAsync(CheckpointSnapshot&& snapshot, std::chrono::mi
       done_cv_.notify_all();
     });
   } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     in_flight_ = false;
     in_flight_name_.clear();
     throw;
@@ -151,7 +151,7 @@ void CheckpointManager::saveAsync(CheckpointSnapshot&& snapshot, std::chrono::mi
 
 bool CheckpointManager::waitForPending(std::chrono::milliseconds timeout) {
   {
-    std::unique_lock<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (!waitLocked(lock, timeout)) return false;
     rethrowPendingError(lock);
   }
@@ -160,12 +160,12 @@ bool CheckpointManager::waitForPending(std::chrono::milliseconds timeout) {
 }
 
 bool CheckpointManager::pending() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return in_flight_;
 }
 
 std::vector<SaveResult> CheckpointManager::takeCompleted() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return std::exchange(completed_, {});
 }
 
@@ -388,7 +388,7 @@ std::vector<std::string> CheckpointManager::removeStaleTemporaries() {
   if (!fs_.exists(dir_)) return removed;
   std::string in_flight;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     in_flight = in_flight_name_;
   }
   for (const DirEntry& entry : fs_.list(dir_)) {

@@ -21,17 +21,16 @@
 // flight; a directory that its retention removes meanwhile is then reported as a warning.
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "base/annotated_mutex.h"
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/checkpoint_snapshot.h"
 #include "trainer/file_system.h"
@@ -139,20 +138,21 @@ class CheckpointManager {
   std::vector<CheckpointWarning> applyRetention(const std::string& just_saved);
   void ensureDir();
   // Waits for the background thread under `lock`; returns false on timeout.
-  bool waitLocked(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout);
-  void rethrowPendingError(std::unique_lock<std::mutex>& lock);
+  bool waitLocked(base::MutexLock& lock, std::chrono::milliseconds timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void rethrowPendingError(base::MutexLock& lock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const std::string dir_;
   const size_t keep_;
   FileSystem& fs_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable done_cv_;
-  std::thread worker_;                 // joined before reuse; only the owner thread touches it
-  bool in_flight_ = false;             // GUARDED_BY(mutex_)
-  std::string in_flight_name_;         // GUARDED_BY(mutex_), "step-00001200"
-  std::exception_ptr error_;           // GUARDED_BY(mutex_)
-  std::vector<SaveResult> completed_;  // GUARDED_BY(mutex_)
+  mutable base::Mutex mutex_;
+  base::CondVar done_cv_;
+  std::thread worker_;  // joined before reuse; only the owner thread touches it
+  bool in_flight_ ABSL_GUARDED_BY(mutex_) = false;
+  std::string in_flight_name_ ABSL_GUARDED_BY(mutex_);  // "step-00001200"
+  std::exception_ptr error_ ABSL_GUARDED_BY(mutex_);
+  std::vector<SaveResult> completed_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace cumulus::trainer

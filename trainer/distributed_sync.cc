@@ -67,7 +67,7 @@ DistributedGradientSync::~DistributedGradientSync() {
   removeHooks();
   if (watcher_.joinable()) {
     {
-      std::lock_guard<std::mutex> lock(watch_mutex_);
+      base::MutexLock lock(watch_mutex_);
       watch_stop_ = true;
     }
     watch_cv_.notify_all();
@@ -204,7 +204,7 @@ void DistributedGradientSync::attach(const std::vector<torch::Tensor>& params) {
             })));
     accumulators_.push_back(std::move(accumulator));
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   ready_.assign(params_.size(), 0);
   resetStepLocked();
 }
@@ -222,17 +222,17 @@ void DistributedGradientSync::resetStepLocked() {
 }
 
 void DistributedGradientSync::beforeBackward(bool last) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   armed_ = last;
 }
 
 void DistributedGradientSync::afterBackward(bool last) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   armed_ = false;
 }
 
 void DistributedGradientSync::onGradReady(size_t param) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (!armed_) return;  // an earlier micro-batch: accumulate locally only
   const size_t b = bucket_of_[param];
   if (ready_[param]) {
@@ -295,7 +295,7 @@ void DistributedGradientSync::launchLocked(size_t b) {
   }
   if (options_.trace != nullptr) {
     {
-      std::lock_guard<std::mutex> lock(watch_mutex_);
+      base::MutexLock lock(watch_mutex_);
       watch_queue_.push_back({b, bucket.work, bucket.launched});
       ++watch_unrecorded_;
     }
@@ -305,7 +305,7 @@ void DistributedGradientSync::launchLocked(size_t b) {
 
 void DistributedGradientSync::finish() {
   const Clock::time_point start = Clock::now();
-  std::unique_lock<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   armed_ = false;
   // Parameters no hook handed over (unused this step, or backward skipped) join as they are.
   while (next_launch_ < buckets_.size()) launchLocked(next_launch_++);
@@ -341,14 +341,16 @@ void DistributedGradientSync::finish() {
     options_.trace->record("comm wait", TraceRecorder::kComputeTid, start, end);
     // Every Work is complete, so the watcher is about to stamp the last ones: let it, so that a
     // trace written after this step holds all of the step's buckets.
-    std::unique_lock<std::mutex> watch_lock(watch_mutex_);
-    watch_cv_.wait(watch_lock, [&] { return watch_unrecorded_ == 0 || watch_stop_; });
+    base::MutexLock watch_lock(watch_mutex_);
+    watch_cv_.wait(watch_lock, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mutex_) {
+      return watch_unrecorded_ == 0 || watch_stop_;
+    });
   }
   if (error) std::rethrow_exception(error);
 }
 
 SyncStepStats DistributedGradientSync::lastStep() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return last_;
 }
 
@@ -356,8 +358,10 @@ void DistributedGradientSync::watchLoop() {
   for (;;) {
     Watched item;
     {
-      std::unique_lock<std::mutex> lock(watch_mutex_);
-      watch_cv_.wait(lock, [&] { return watch_stop_ || !watch_queue_.empty(); });
+      base::MutexLock lock(watch_mutex_);
+      watch_cv_.wait(lock, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mutex_) {
+        return watch_stop_ || !watch_queue_.empty();
+      });
       if (watch_queue_.empty()) return;
       item = std::move(watch_queue_.front());
       watch_queue_.pop_front();
@@ -373,7 +377,7 @@ void DistributedGradientSync::watchLoop() {
         // failed. A failure stays in work->exception(): the compute thread's wait rethrows it and
         // the trace entry below marks it. The watcher only times the buckets.
       }
-      std::lock_guard<std::mutex> lock(watch_mutex_);
+      base::MutexLock lock(watch_mutex_);
       if (watch_stop_) return;
     }
     const BucketSpec& spec = layout_[b];
@@ -388,7 +392,7 @@ void DistributedGradientSync::watchLoop() {
     options_.trace->record(name, TraceRecorder::kCommTid, item.launched, Clock::now(),
                            std::move(args));
     {
-      std::lock_guard<std::mutex> lock(watch_mutex_);
+      base::MutexLock lock(watch_mutex_);
       --watch_unrecorded_;
     }
     watch_cv_.notify_all();

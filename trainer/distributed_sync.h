@@ -30,14 +30,13 @@
 // on whichever thread runs backward (the caller's, for CPU). Internally locked.
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "base/annotated_mutex.h"
 #include "comm/algorithm.h"
 #include "comm/communicator.h"
 #include "comm/work.h"
@@ -101,9 +100,9 @@ class DistributedGradientSync final : public GradientSync {
   struct Bucket;
 
   void onGradReady(size_t param);
-  void launchReadyLocked();          // EXCLUSIVE_LOCKS_REQUIRED(mutex_)
-  void launchLocked(size_t bucket);  // EXCLUSIVE_LOCKS_REQUIRED(mutex_)
-  void resetStepLocked();            // EXCLUSIVE_LOCKS_REQUIRED(mutex_)
+  void launchReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void launchLocked(size_t bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void resetStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void watchLoop();
   void removeHooks();
 
@@ -117,25 +116,25 @@ class DistributedGradientSync final : public GradientSync {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
 
-  mutable std::mutex mutex_;
-  bool armed_ = false;               // GUARDED_BY(mutex_): in the last micro-batch's backward
-  std::vector<char> ready_;          // GUARDED_BY(mutex_): per param
-  size_t next_launch_ = 0;           // GUARDED_BY(mutex_)
-  size_t launched_in_backward_ = 0;  // GUARDED_BY(mutex_)
-  std::exception_ptr hook_error_;    // GUARDED_BY(mutex_)
-  SyncStepStats last_;               // GUARDED_BY(mutex_)
+  mutable base::Mutex mutex_;
+  bool armed_ ABSL_GUARDED_BY(mutex_) = false;       // in the last micro-batch's backward
+  std::vector<char> ready_ ABSL_GUARDED_BY(mutex_);  // per param
+  size_t next_launch_ ABSL_GUARDED_BY(mutex_) = 0;
+  size_t launched_in_backward_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::exception_ptr hook_error_ ABSL_GUARDED_BY(mutex_);
+  SyncStepStats last_ ABSL_GUARDED_BY(mutex_);
 
   // Trace only: a thread that stamps each bucket's completion time.
-  std::mutex watch_mutex_;
-  std::condition_variable watch_cv_;
+  base::Mutex watch_mutex_;
+  base::CondVar watch_cv_;
   struct Watched {
     size_t bucket;
     std::shared_ptr<comm::Work> work;
     std::chrono::steady_clock::time_point launched;
   };
-  std::deque<Watched> watch_queue_;  // GUARDED_BY(watch_mutex_)
-  size_t watch_unrecorded_ = 0;      // GUARDED_BY(watch_mutex_): queued or being stamped
-  bool watch_stop_ = false;          // GUARDED_BY(watch_mutex_)
+  std::deque<Watched> watch_queue_ ABSL_GUARDED_BY(watch_mutex_);
+  size_t watch_unrecorded_ ABSL_GUARDED_BY(watch_mutex_) = 0;  // queued or being stamped
+  bool watch_stop_ ABSL_GUARDED_BY(watch_mutex_) = false;
   std::thread watcher_;
 };
 

@@ -13,28 +13,28 @@ bool endsWith(const std::string& text, const std::string& suffix) {
 }  // namespace
 
 void FaultInjectingFileSystem::failWritesAfter(uint64_t bytes, int error_code) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   write_limit_ = written_ + bytes;
   write_error_ = error_code;
 }
 
 void FaultInjectingFileSystem::failSyncOf(const std::string& suffix, int error_code) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   sync_fault_ = PathFault{suffix, error_code};
 }
 
 void FaultInjectingFileSystem::failRenameTo(const std::string& suffix, int error_code, int times) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   rename_fault_ = PathFault{suffix, error_code, times};
 }
 
 void FaultInjectingFileSystem::disableExchange() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   exchange_disabled_ = true;
 }
 
 void FaultInjectingFileSystem::clear() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   exchange_disabled_ = false;
   write_limit_.reset();
   sync_fault_.reset();
@@ -42,7 +42,7 @@ void FaultInjectingFileSystem::clear() {
 }
 
 uint64_t FaultInjectingFileSystem::bytesWritten() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return written_;
 }
 
@@ -58,7 +58,7 @@ void FaultInjectingFileSystem::writeFile(const std::string& path, std::string_vi
   int error_code = 0;
   std::optional<PathFault> sync_fault;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (write_limit_ && written_ + data.size() > *write_limit_) {
       allowed = static_cast<size_t>(*write_limit_ - std::min(written_, *write_limit_));
       error_code = write_error_;
@@ -77,7 +77,7 @@ void FaultInjectingFileSystem::writeFile(const std::string& path, std::string_vi
 
 void FaultInjectingFileSystem::rename(const std::string& from, const std::string& to) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (rename_fault_ && rename_fault_->times != 0 && endsWith(to, rename_fault_->suffix)) {
       --rename_fault_->times;
       throw FileSystemError(to, "rename from " + from, rename_fault_->error_code);
@@ -88,7 +88,7 @@ void FaultInjectingFileSystem::rename(const std::string& from, const std::string
 
 void FaultInjectingFileSystem::exchange(const std::string& a, const std::string& b) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (exchange_disabled_) throw FileSystemError(b, "exchange with " + a, ENOSYS);
     if (rename_fault_ && rename_fault_->times != 0 && endsWith(b, rename_fault_->suffix)) {
       --rename_fault_->times;
@@ -101,7 +101,7 @@ void FaultInjectingFileSystem::exchange(const std::string& a, const std::string&
 void FaultInjectingFileSystem::syncDir(const std::string& path) {
   std::optional<PathFault> sync_fault;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     sync_fault = sync_fault_;
   }
   check(sync_fault, path, "fsync directory");

@@ -12,10 +12,10 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "base/annotated_mutex.h"
 #include "trainer/file_system.h"
 
 namespace cumulus::trainer {
@@ -58,13 +58,13 @@ class FaultInjectingFileSystem : public FileSystem {
                     const std::string& operation);
 
   FileSystem& base_;
-  mutable std::mutex mutex_;
-  uint64_t written_ = 0;                   // GUARDED_BY(mutex_)
-  std::optional<uint64_t> write_limit_;    // GUARDED_BY(mutex_), absolute in written_ units
-  int write_error_ = 0;                    // GUARDED_BY(mutex_)
-  std::optional<PathFault> sync_fault_;    // GUARDED_BY(mutex_)
-  bool exchange_disabled_ = false;         // GUARDED_BY(mutex_)
-  std::optional<PathFault> rename_fault_;  // GUARDED_BY(mutex_)
+  mutable base::Mutex mutex_;
+  uint64_t written_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::optional<uint64_t> write_limit_ ABSL_GUARDED_BY(mutex_);  // absolute in written_ units
+  int write_error_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::optional<PathFault> sync_fault_ ABSL_GUARDED_BY(mutex_);
+  bool exchange_disabled_ ABSL_GUARDED_BY(mutex_) = false;
+  std::optional<PathFault> rename_fault_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace cumulus::trainer

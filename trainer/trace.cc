@@ -21,7 +21,7 @@ void TraceRecorder::record(const std::string& name, int tid, Clock::time_point s
                            Clock::time_point end, nlohmann::ordered_json args) {
   Event event{name, tid, micros(start - origin_), std::max<int64_t>(0, micros(end - start)),
               std::move(args)};
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (events_.size() >= max_events_) {
     ++dropped_;
     return;
@@ -30,7 +30,7 @@ void TraceRecorder::record(const std::string& name, int tid, Clock::time_point s
 }
 
 std::string TraceRecorder::json() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   // One event per line, so that a person can still read and diff the file.
   const auto line = [](const nlohmann::ordered_json& event) {
     return event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -69,12 +69,12 @@ void TraceRecorder::write(const std::string& path) const {
 }
 
 size_t TraceRecorder::size() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return events_.size();
 }
 
 size_t TraceRecorder::dropped() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   return dropped_;
 }
 

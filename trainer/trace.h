@@ -13,11 +13,12 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "base/annotated_mutex.h"
 
 namespace cumulus::trainer {
 
@@ -71,9 +72,9 @@ class TraceRecorder {
   const int pid_;
   const size_t max_events_;
   const Clock::time_point origin_;
-  mutable std::mutex mutex_;
-  std::vector<Event> events_;  // GUARDED_BY(mutex_)
-  size_t dropped_ = 0;         // GUARDED_BY(mutex_)
+  mutable base::Mutex mutex_;
+  std::vector<Event> events_ ABSL_GUARDED_BY(mutex_);
+  size_t dropped_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace cumulus::trainer
