@@ -44,7 +44,7 @@ std::optional<HostPort> parseHostPort(std::string_view text, std::string* proble
   if (port.empty()) return fail(problem, "expected HOST:PORT, got " + quoted);
   const int number = portOf(port);
   if (number == 0) {
-    return fail(problem, "expected a port in [1, 65535], got \"" + std::string(port) + "\"");
+    return fail(problem, "expected an integer in [1, 65535], got \"" + std::string(port) + "\"");
   }
   return HostPort{std::string(host), number};
 }

@@ -22,7 +22,7 @@ struct HostPort {
 // what was wrong, worded to follow "<what>: ":
 //   "expected HOST:PORT, got \"<text>\""                  no colon, or an empty host or port
 //   "expected [IPv6]:PORT, got \"<text>\""                "[" without a closing "]:"
-//   "expected a port in [1, 65535], got \"<port>\""       port not decimal digits, or out of range
+//   "expected an integer in [1, 65535], got \"<port>\""    port not decimal digits, or out of range
 std::optional<HostPort> parseHostPort(std::string_view text, std::string* problem = nullptr);
 
 }  // namespace cumulus::base

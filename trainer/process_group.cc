@@ -3,7 +3,10 @@
 #include <cerrno>
 #include <climits>
 #include <cmath>
+#include <optional>
+#include <utility>
 
+#include "base/host_port.h"
 #include "comm/cost_model.h"
 #include "comm/funnel.h"
 #include "comm/store_client.h"
@@ -69,20 +72,10 @@ GroupEnv GroupEnv::fromEnvironment(const std::function<const char*(const char*)>
 }
 
 std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std::string& what) {
-  const size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) {
-    throw GroupError(what + "=\"" + endpoint + "\" is not host:port");
-  }
-  std::string host = endpoint.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string port_text = endpoint.substr(colon + 1);
-  const int64_t port = parseInteger(what.c_str(), port_text.c_str());
-  if (port < 1 || port > 65535) {
-    throw GroupError(what + "=\"" + endpoint + "\": port " + port_text + " is not 1-65535");
-  }
-  return {host, static_cast<int>(port)};
+  std::string problem;
+  std::optional<base::HostPort> parsed = base::parseHostPort(endpoint, &problem);
+  if (!parsed) throw GroupError(what + "=\"" + endpoint + "\": " + problem);
+  return {std::move(parsed->host), parsed->port};
 }
 
 ProcessGroup::ProcessGroup(const GroupEnv& env, const configs::CommConfig& config)

@@ -29,11 +29,11 @@ TEST(HostPortTest, SaysWhatIsWrong) {
   EXPECT_EQ(problemOf("[::1]80"), "expected [IPv6]:PORT, got \"[::1]80\"");
   EXPECT_EQ(problemOf("[]:80"), "expected [IPv6]:PORT, got \"[]:80\"");
   EXPECT_EQ(problemOf("[::1]:"), "expected HOST:PORT, got \"[::1]:\"");
-  EXPECT_EQ(problemOf("h:0"), "expected a port in [1, 65535], got \"0\"");
-  EXPECT_EQ(problemOf("h:99999"), "expected a port in [1, 65535], got \"99999\"");
-  EXPECT_EQ(problemOf("h:12x"), "expected a port in [1, 65535], got \"12x\"");
-  EXPECT_EQ(problemOf("h:+80"), "expected a port in [1, 65535], got \"+80\"");
-  EXPECT_EQ(problemOf("h: 80"), "expected a port in [1, 65535], got \" 80\"");
+  EXPECT_EQ(problemOf("h:0"), "expected an integer in [1, 65535], got \"0\"");
+  EXPECT_EQ(problemOf("h:99999"), "expected an integer in [1, 65535], got \"99999\"");
+  EXPECT_EQ(problemOf("h:12x"), "expected an integer in [1, 65535], got \"12x\"");
+  EXPECT_EQ(problemOf("h:+80"), "expected an integer in [1, 65535], got \"+80\"");
+  EXPECT_EQ(problemOf("h: 80"), "expected an integer in [1, 65535], got \" 80\"");
 }
 
 TEST(HostPortTest, ProblemIsOptional) {

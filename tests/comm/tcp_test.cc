@@ -1,6 +1,7 @@
-// Wire-level pieces of the TCP transport: the frame layout and host:port parsing.
+// Wire-level pieces of the TCP transport: the frame layout and the listener's address.
 #include <gtest/gtest.h>
 
+#include "base/host_port.h"
 #include "comm/tcp/frame.h"
 #include "comm/tcp/socket.h"
 
@@ -28,27 +29,12 @@ TEST(Frame, HeaderIsLittleEndianAndRoundTrips) {
   EXPECT_EQ(back.length, h.length);
 }
 
-TEST(Socket, SplitHostPort) {
-  std::string host;
-  int port = 0;
-  ASSERT_TRUE(splitHostPort("127.0.0.1:29500", &host, &port));
-  EXPECT_EQ(host, "127.0.0.1");
-  EXPECT_EQ(port, 29500);
-  ASSERT_TRUE(splitHostPort("[::1]:80", &host, &port));
-  EXPECT_EQ(host, "::1");
-  EXPECT_FALSE(splitHostPort("nohost", &host, &port));
-  EXPECT_FALSE(splitHostPort("h:0", &host, &port));
-  EXPECT_FALSE(splitHostPort("h:99999", &host, &port));
-  EXPECT_FALSE(splitHostPort("h:12x", &host, &port));
-}
-
 TEST(Socket, ListenPublishesANumericLoopbackAddress) {
   Socket listener = Socket::listen("127.0.0.1");
-  std::string host;
-  int port = 0;
-  ASSERT_TRUE(splitHostPort(listener.localAddress(), &host, &port)) << listener.localAddress();
-  EXPECT_EQ(host, "127.0.0.1");
-  EXPECT_GT(port, 0);
+  const auto endpoint = base::parseHostPort(listener.localAddress());
+  ASSERT_TRUE(endpoint) << listener.localAddress();
+  EXPECT_EQ(endpoint->host, "127.0.0.1");
+  EXPECT_GT(endpoint->port, 0);
   EXPECT_THROW(Socket::listen("no-such-host.invalid"), std::runtime_error);
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "base/host_port.h"
 #include "comm/error.h"
 #include "comm/memory_store.h"
 #include "comm/tcp/socket.h"
@@ -90,7 +91,7 @@ TEST(GroupEnvTest, ParsesEndpoints) {
     parseEndpoint("h:0", "CUMULUS_PS_ENDPOINT");
     FAIL();
   } catch (const GroupError& e) {
-    EXPECT_STREQ(e.what(), "CUMULUS_PS_ENDPOINT=\"h:0\": port 0 is not 1-65535");
+    EXPECT_STREQ(e.what(), "CUMULUS_PS_ENDPOINT=\"h:0\": expected an integer in [1, 65535], got \"0\"");
   }
 }
 
@@ -114,8 +115,9 @@ TEST(ProcessGroupTest, AnUnreachableStoreIsNamed) {
   int port = 0;
   {
     comm::tcp::Socket probe = comm::tcp::Socket::listen("127.0.0.1");
-    std::string host;
-    ASSERT_TRUE(comm::tcp::splitHostPort(probe.localAddress(), &host, &port));
+    const auto endpoint = base::parseHostPort(probe.localAddress());
+    ASSERT_TRUE(endpoint);
+    port = endpoint->port;
   }
   GroupEnv env;
   env.world_size = 2;
