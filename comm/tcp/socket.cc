@@ -19,6 +19,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/connect.h"
 #include "base/host_port.h"
 
 namespace cumulus::comm::tcp {
@@ -185,29 +186,18 @@ Socket Socket::connect(const std::string& address, Deadline deadline, IoStatus* 
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
-      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-      if (fd < 0) continue;
-      Socket sock(fd);
-      setNonBlocking(fd);
-      int err = 0;
-      if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        err = errno;
-        if (err == EINPROGRESS) {
-          if (!waitFor(fd, POLLOUT, deadline)) {
-            ::freeaddrinfo(result);
-            *status = {IoStatus::kTimeout, "connect to " + address + " timed out"};
-            return Socket();
-          }
-          socklen_t len = sizeof err;
-          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        }
-      }
-      if (err == 0) {
+      base::Connected attempt = base::connectBefore(ai->ai_addr, ai->ai_addrlen, deadline);
+      if (attempt.error == 0) {
         ::freeaddrinfo(result);
         *status = {};
-        return sock;
+        return Socket(attempt.fd.release());
       }
-      lastError = errnoText(("connect to " + address).c_str(), err);
+      if (attempt.error == ETIMEDOUT) {
+        ::freeaddrinfo(result);
+        *status = {IoStatus::kTimeout, "connect to " + address + " timed out"};
+        return Socket();
+      }
+      lastError = errnoText(("connect to " + address).c_str(), attempt.error);
     }
     if (Clock::now() + backoff >= deadline) break;
     std::this_thread::sleep_for(backoff);
