@@ -33,7 +33,18 @@ void require(bool ok, const std::string& message) {
 
 const char* systemEnvironment(const char* name) { return std::getenv(name); }
 
-RunEnv RunEnv::fromEnvironment(const EnvLookup& getenv) {
+RunEnv RunEnv::fromGroupEnvironment(const EnvLookup& getenv, const std::string& hint) {
+  for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+    const char* text = getenv(name);
+    require(text != nullptr && *text != '\0', std::string(name) + " is not set: " + hint);
+  }
+  return read(getenv, /*minPort=*/1);
+}
+
+RunEnv RunEnv::fromEnvironment(const EnvLookup& getenv) { return read(getenv, /*minPort=*/0); }
+
+// MASTER_PORT must be in [minPort, 65535]: 0 means "none" only for a process that may run alone.
+RunEnv RunEnv::read(const EnvLookup& getenv, int64_t minPort) {
   // RANK and WORLD_SIZE come as a pair. Only one of them is a worker meant for a group that was
   // started wrongly: training it alone would exit 0 with a model nobody asked for.
   const auto isSet = [&](const char* name) {
@@ -72,8 +83,9 @@ RunEnv RunEnv::fromEnvironment(const EnvLookup& getenv) {
   require(env.local_rank >= 0 && env.local_rank < env.local_world_size,
           "LOCAL_RANK=" + std::to_string(env.local_rank) +
               " must be in [0, LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size) + ")");
-  require(env.master_port >= 0 && env.master_port <= 65535,
-          "MASTER_PORT=" + std::to_string(env.master_port) + " must be in [0, 65535]");
+  require(env.master_port >= minPort && env.master_port <= 65535,
+          "MASTER_PORT=" + std::to_string(env.master_port) + " must be in [" +
+              std::to_string(minPort) + ", 65535]");
   require(env.restart_count >= 0,
           "CUMULUS_RESTART_COUNT=" + std::to_string(env.restart_count) + " must be >= 0");
   require(env.generation >= 0,

@@ -46,6 +46,14 @@ struct RunEnv {
   // MASTER_PORT outside [0, 65535], a negative CUMULUS_GENERATION or CUMULUS_RESTART_COUNT), and
   // when only one of RANK and WORLD_SIZE is set. Thread-safe if `getenv` is.
   static RunEnv fromEnvironment(const EnvLookup& getenv = systemEnvironment);
+
+  // The same for a process that only works as a member of a group (a probe, a collective
+  // worker): RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must be set ("RANK is not set: " +
+  // `hint`), and MASTER_PORT must be in [1, 65535].
+  static RunEnv fromGroupEnvironment(const EnvLookup& getenv, const std::string& hint);
+
+ private:
+  static RunEnv read(const EnvLookup& getenv, int64_t minPort);
 };
 
 }  // namespace cumulus::base

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/run_env.h"
 #include "comm/parameter_server.h"
 #include "comm/store_server.h"
 
@@ -36,13 +37,14 @@ std::string randomToken() {
 }  // namespace
 
 WorkerEnv WorkerEnv::fromEnvironment() {
+  const base::RunEnv run = base::RunEnv::fromGroupEnvironment(
+      base::systemEnvironment, "cumulus-bench starts its workers itself; run it without --worker");
   WorkerEnv env;
-  env.rank = envInt("RANK");
-  env.world = envInt("WORLD_SIZE");
-  env.storePort = envInt("MASTER_PORT");
-  env.psPort = envInt("CUMULUS_PS_PORT");
-  const char* token = std::getenv("CUMULUS_JOB_TOKEN");
-  env.token = token ? token : "";
+  env.rank = static_cast<int>(run.rank);
+  env.world = static_cast<int>(run.world_size);
+  env.storePort = static_cast<int>(run.master_port);
+  env.psPort = envInt("CUMULUS_PS_PORT");  // the bench's own variable
+  env.token = run.job_token;
   return env;
 }
 

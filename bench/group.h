@@ -16,7 +16,8 @@ struct WorkerEnv {
   int storePort = 0;
   int psPort = 0;  // 0 = no parameter server
   std::string token;
-  static WorkerEnv fromEnvironment();  // throws std::runtime_error naming a missing variable
+  // Throws base::EnvError (a std::runtime_error) naming a missing or malformed variable.
+  static WorkerEnv fromEnvironment();
 };
 
 // Runs the workers and waits for them. Returns 0 when all exit 0; otherwise kills the rest,

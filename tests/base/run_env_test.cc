@@ -86,5 +86,33 @@ TEST(RunEnvTest, ErrorsNameTheVariable) {
   EXPECT_EQ(errorOf({{"CUMULUS_RESTART_COUNT", "-3"}}), "CUMULUS_RESTART_COUNT=-3 must be >= 0");
 }
 
+TEST(RunEnvTest, AGroupMemberNeedsTheGroupVariables) {
+  const std::map<std::string, std::string> group = {
+      {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}};
+  const RunEnv env = RunEnv::fromGroupEnvironment(lookupIn(group), "start it with cumulus-run");
+  EXPECT_EQ(env.rank, 1);
+  EXPECT_EQ(env.master_port, 29500);
+  auto errorWith = [&](const std::string& name, const char* value) -> std::string {
+    auto vars = group;
+    if (value == nullptr) {
+      vars.erase(name);
+    } else {
+      vars[name] = value;
+    }
+    try {
+      RunEnv::fromGroupEnvironment(lookupIn(vars), "start it with cumulus-run");
+    } catch (const EnvError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(errorWith("MASTER_ADDR", nullptr),
+            "MASTER_ADDR is not set: start it with cumulus-run");
+  EXPECT_EQ(errorWith("RANK", ""), "RANK is not set: start it with cumulus-run");
+  EXPECT_EQ(errorWith("MASTER_PORT", "0"), "MASTER_PORT=0 must be in [1, 65535]");
+  EXPECT_EQ(errorWith("MASTER_PORT", "70000"), "MASTER_PORT=70000 must be in [1, 65535]");
+  EXPECT_EQ(errorWith("RANK", "5"), "RANK=5 must be in [0, WORLD_SIZE=2)");
+}
+
 }  // namespace
 }  // namespace cumulus::base
