@@ -74,6 +74,7 @@ int runGroup(int argc, char** argv, int world, bool withParameterServer,
       setenv("RANK", std::to_string(rank).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);  // one host
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(store.port()).c_str(), 1);
       setenv("CUMULUS_PS_PORT", std::to_string(ps ? ps->port() : 0).c_str(), 1);
