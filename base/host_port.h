@@ -13,9 +13,7 @@ struct HostPort {
   std::string host;
   int port = 0;  // 1-65535
 
-  bool operator==(const HostPort& other) const {
-    return host == other.host && port == other.port;
-  }
+  bool operator==(const HostPort& other) const { return host == other.host && port == other.port; }
 };
 
 // Parses `text`. On malformed input returns nullopt and, when `problem` is not null, sets it to

@@ -1,6 +1,7 @@
 #include "base/run_env.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <utility>
 
@@ -74,12 +75,15 @@ RunEnv RunEnv::read(const EnvLookup& getenv, int64_t minPort) {
   env.log_dir = readString(getenv, "CUMULUS_LOG_DIR");
   env.bind_host = readString(getenv, "CUMULUS_BIND_HOST");
 
-  require(env.world_size >= 1, "WORLD_SIZE=" + std::to_string(env.world_size) + " must be >= 1");
+  // Ranks and sizes are ints everywhere past this reader.
+  require(env.world_size >= 1 && env.world_size <= INT32_MAX,
+          "WORLD_SIZE=" + std::to_string(env.world_size) + " must be in [1, 2147483647]");
   require(env.rank >= 0 && env.rank < env.world_size,
           "RANK=" + std::to_string(env.rank) +
               " must be in [0, WORLD_SIZE=" + std::to_string(env.world_size) + ")");
-  require(env.local_world_size >= 1,
-          "LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size) + " must be >= 1");
+  require(
+      env.local_world_size >= 1 && env.local_world_size <= INT32_MAX,
+      "LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size) + " must be in [1, 2147483647]");
   require(env.local_rank >= 0 && env.local_rank < env.local_world_size,
           "LOCAL_RANK=" + std::to_string(env.local_rank) +
               " must be in [0, LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size) + ")");

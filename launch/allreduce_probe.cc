@@ -156,8 +156,8 @@ int calibrate(const ProbeOptions& o, comm::Communicator& comm, const comm::CostM
 }
 
 int probe(const ProbeOptions& o) {
-  const base::RunEnv env =
-      base::RunEnv::fromGroupEnvironment(base::systemEnvironment, "start the probe with cumulus-run");
+  const base::RunEnv env = base::RunEnv::fromGroupEnvironment(
+      base::systemEnvironment, "start the probe with cumulus-run");
   const int rank = static_cast<int>(env.rank);
   const int world = static_cast<int>(env.world_size);
   const std::string token = env.job_token;

@@ -10,7 +10,8 @@
 namespace cumulus::base {
 namespace {
 
-// SHA-256 of the 5137 bytes the loop in EveryLengthMatchesPiecewiseHashing makes, by Python hashlib.
+// SHA-256 of the 5137 bytes the loop in EveryLengthMatchesPiecewiseHashing makes, by Python
+// hashlib.
 constexpr char kLongDataSha256[] =
     "fa509c8ff77bcf9b38ed5a229cd0f574a7c5dc86a56afba1ae617a9307b776fa";
 

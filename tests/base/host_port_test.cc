@@ -36,9 +36,7 @@ TEST(HostPortTest, SaysWhatIsWrong) {
   EXPECT_EQ(problemOf("h: 80"), "expected an integer in [1, 65535], got \" 80\"");
 }
 
-TEST(HostPortTest, ProblemIsOptional) {
-  EXPECT_EQ(parseHostPort("nohost"), std::nullopt);
-}
+TEST(HostPortTest, ProblemIsOptional) { EXPECT_EQ(parseHostPort("nohost"), std::nullopt); }
 
 }  // namespace
 }  // namespace cumulus::base

@@ -77,10 +77,13 @@ TEST(RunEnvTest, ErrorsNameTheVariable) {
   EXPECT_EQ(errorOf({{"RANK", "x"}, {"WORLD_SIZE", "2"}}),
             "environment variable RANK=\"x\" is not an integer");
   EXPECT_EQ(errorOf({{"RANK", "2"}, {"WORLD_SIZE", "2"}}), "RANK=2 must be in [0, WORLD_SIZE=2)");
-  EXPECT_EQ(errorOf({{"RANK", "0"}, {"WORLD_SIZE", "0"}}), "WORLD_SIZE=0 must be >= 1");
+  EXPECT_EQ(errorOf({{"RANK", "0"}, {"WORLD_SIZE", "0"}}),
+            "WORLD_SIZE=0 must be in [1, 2147483647]");
+  EXPECT_EQ(errorOf({{"RANK", "0"}, {"WORLD_SIZE", "4294967296"}}),
+            "WORLD_SIZE=4294967296 must be in [1, 2147483647]");
   EXPECT_EQ(errorOf({{"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}}),
             "LOCAL_RANK=2 must be in [0, LOCAL_WORLD_SIZE=2)");
-  EXPECT_EQ(errorOf({{"LOCAL_WORLD_SIZE", "0"}}), "LOCAL_WORLD_SIZE=0 must be >= 1");
+  EXPECT_EQ(errorOf({{"LOCAL_WORLD_SIZE", "0"}}), "LOCAL_WORLD_SIZE=0 must be in [1, 2147483647]");
   EXPECT_EQ(errorOf({{"MASTER_PORT", "70000"}}), "MASTER_PORT=70000 must be in [0, 65535]");
   EXPECT_EQ(errorOf({{"CUMULUS_GENERATION", "-1"}}), "CUMULUS_GENERATION=-1 must be >= 0");
   EXPECT_EQ(errorOf({{"CUMULUS_RESTART_COUNT", "-3"}}), "CUMULUS_RESTART_COUNT=-3 must be >= 0");
@@ -106,8 +109,7 @@ TEST(RunEnvTest, AGroupMemberNeedsTheGroupVariables) {
     }
     return "(no error)";
   };
-  EXPECT_EQ(errorWith("MASTER_ADDR", nullptr),
-            "MASTER_ADDR is not set: start it with cumulus-run");
+  EXPECT_EQ(errorWith("MASTER_ADDR", nullptr), "MASTER_ADDR is not set: start it with cumulus-run");
   EXPECT_EQ(errorWith("RANK", ""), "RANK is not set: start it with cumulus-run");
   EXPECT_EQ(errorWith("MASTER_PORT", "0"), "MASTER_PORT=0 must be in [1, 65535]");
   EXPECT_EQ(errorWith("MASTER_PORT", "70000"), "MASTER_PORT=70000 must be in [1, 65535]");
