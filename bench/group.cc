@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/run_env.h"
 #include "comm/parameter_server.h"
 #include "comm/store_server.h"
 
@@ -36,13 +37,14 @@ std::string randomToken() {
 }  // namespace
 
 WorkerEnv WorkerEnv::fromEnvironment() {
+  const base::RunEnv run = base::RunEnv::fromGroupEnvironment(
+      base::systemEnvironment, "cumulus-bench starts its workers itself; run it without --worker");
   WorkerEnv env;
-  env.rank = envInt("RANK");
-  env.world = envInt("WORLD_SIZE");
-  env.storePort = envInt("MASTER_PORT");
-  env.psPort = envInt("CUMULUS_PS_PORT");
-  const char* token = std::getenv("CUMULUS_JOB_TOKEN");
-  env.token = token ? token : "";
+  env.rank = static_cast<int>(run.rank);
+  env.world = static_cast<int>(run.world_size);
+  env.storePort = static_cast<int>(run.master_port);
+  env.psPort = envInt("CUMULUS_PS_PORT");  // the bench's own variable
+  env.token = run.job_token;
   return env;
 }
 
@@ -72,6 +74,7 @@ int runGroup(int argc, char** argv, int world, bool withParameterServer,
       setenv("RANK", std::to_string(rank).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);  // one host
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(store.port()).c_str(), 1);
       setenv("CUMULUS_PS_PORT", std::to_string(ps ? ps->port() : 0).c_str(), 1);

@@ -1,9 +1,9 @@
 #pragma once
 // A group of `world` rank processes on loopback for one benchmark run: the coordinator hosts a
 // StoreServer (and optionally a ParameterServer), then forks/execs this same binary once per
-// rank with --worker and the torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT, CUMULUS_JOB_TOKEN, CUMULUS_PS_PORT). A worker reads that environment back with
-// WorkerEnv::fromEnvironment().
+// rank with --worker and the torchrun-style environment (RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CUMULUS_JOB_TOKEN, CUMULUS_PS_PORT). A worker reads
+// that environment back with WorkerEnv::fromEnvironment().
 
 #include <chrono>
 #include <string>
@@ -16,7 +16,8 @@ struct WorkerEnv {
   int storePort = 0;
   int psPort = 0;  // 0 = no parameter server
   std::string token;
-  static WorkerEnv fromEnvironment();  // throws std::runtime_error naming a missing variable
+  // Throws base::EnvError (a std::runtime_error) naming a missing or malformed variable.
+  static WorkerEnv fromEnvironment();
 };
 
 // Runs the workers and waits for them. Returns 0 when all exit 0; otherwise kills the rest,

@@ -1,5 +1,5 @@
 // cumulus-sha256-bench: how fast checkpoints are hashed (MANIFEST writes and verifies hash every
-// file once). Hashes a buffer of --mib MiB --rounds times with configs::Sha256, in 1 MiB updates
+// file once). Hashes a buffer of --mib MiB --rounds times with base::Sha256, in 1 MiB updates
 // as the checkpoint writer does, and prints the best round's MB/s (10^6 bytes per second).
 //
 //   cumulus-sha256-bench [MIB [ROUNDS]]      defaults: 256 MiB, 5 rounds
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "configs/sha256.h"
+#include "base/hash.h"
 
 int main(int argc, char** argv) {
   const long mib = argc > 1 ? std::strtol(argv[1], nullptr, 10) : 256;
@@ -29,9 +29,9 @@ int main(int argc, char** argv) {
   std::string hex;
   for (long r = 0; r < rounds; ++r) {
     const auto start = std::chrono::steady_clock::now();
-    cumulus::configs::Sha256 hasher;
+    cumulus::base::Sha256 hasher;
     for (size_t off = 0; off < data.size(); off += 1 << 20) hasher.update(&data[off], 1 << 20);
-    hex = cumulus::configs::toHex(hasher.digest());
+    hex = cumulus::base::toHex(hasher.digest());
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, static_cast<double>(data.size()) / s / 1e6);
   }

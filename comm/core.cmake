@@ -7,7 +7,6 @@ set(COMM_CORE_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/reduce.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/memory_store.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/transport.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/sha256.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp/socket.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp/handshake.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp/transfer.cc

@@ -12,11 +12,12 @@
 #include <stdexcept>
 
 #include <netdb.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+
+#include "base/connect.h"
 
 namespace cumulus::comm::rpc {
 
@@ -141,25 +142,14 @@ std::string connectFailureReason(const std::string& host, int port, const grpc::
   if (int rc = getaddrinfo(bare.c_str(), std::to_string(port).c_str(), &hints, &addresses))
     return std::string("cannot resolve host: ") + gai_strerror(rc);
   std::string reason = status.error_message();
-  const int fd = socket(addresses->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    int rc = connect(fd, addresses->ai_addr, addresses->ai_addrlen);
-    int error = rc == 0 ? 0 : errno;
-    if (error == EINPROGRESS) {
-      pollfd waiter{fd, POLLOUT, 0};
-      if (poll(&waiter, 1, 500) == 1) {
-        socklen_t length = sizeof error;
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
-      } else {
-        error = ETIMEDOUT;
-      }
-    }
-    close(fd);
-    if (error == ETIMEDOUT) {
-      reason = "connect timed out";
-    } else if (error != 0) {
-      reason = lower(std::strerror(error));
-    }
+  const int error = base::connectBefore(addresses->ai_addr, addresses->ai_addrlen,
+                                        std::chrono::steady_clock::now() +
+                                            std::chrono::milliseconds(500))
+                        .error;
+  if (error == ETIMEDOUT) {
+    reason = "connect timed out";
+  } else if (error != 0) {
+    reason = lower(std::strerror(error));
   }
   freeaddrinfo(addresses);
   return reason;

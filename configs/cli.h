@@ -25,12 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
+
 namespace cumulus::configs {
 
 // A usage mistake; the message starts with the program name and says what to do.
-class CliError : public std::runtime_error {
+class CliError : public base::UserError {
  public:
-  using std::runtime_error::runtime_error;
+  using base::UserError::UserError;
 };
 
 struct FlagSpec {

@@ -1,12 +1,14 @@
 #include "configs/digest.h"
 
+#include "base/hash.h"
 #include "configs/parse.h"
 #include "configs/schema.h"
-#include "configs/sha256.h"
 
 namespace cumulus::configs {
 
-std::string configDigest(const Experiment& experiment) { return sha256Hex(toYaml(experiment)); }
+std::string configDigest(const Experiment& experiment) {
+  return base::sha256Hex(toYaml(experiment));
+}
 
 std::vector<std::string> diffKeys(const Experiment& a, const Experiment& b) {
   std::vector<std::string> keys;

@@ -32,13 +32,14 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
 #include "configs/experiment.h"
 
 namespace cumulus::configs {
 
-class ConfigError : public std::runtime_error {
+class ConfigError : public base::UserError {
  public:
-  using std::runtime_error::runtime_error;
+  using base::UserError::UserError;
 };
 
 // Reads `path`, applies `overrides` ("dotted.key=value", as given to --set) on top, validates.

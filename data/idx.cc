@@ -1,4 +1,5 @@
 // IDX reading (gzip or raw) and the MNIST-layout loader.
+#include "base/fd.h"
 #include "data/dataset.h"
 #include "data/idx_format.h"
 
@@ -150,12 +151,9 @@ bool writeFully(int fd, const void* from, size_t size) {
 
 // The cached bytes of `source`, if a fresh and intact entry exists.
 bool readCache(const std::string& cache_path, const struct stat& source, Bytes& out) {
-  const int fd = ::open(cache_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  std::unique_ptr<int, void (*)(int*)> guard(new int(fd), [](int* f) {
-    ::close(*f);
-    delete f;
-  });
+  const base::Fd owner(::open(cache_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!owner.valid()) return false;
+  const int fd = owner.get();
   struct stat st {};
   CacheHeader header{};
   if (fstat(fd, &st) != 0 || !readFully(fd, &header, sizeof header)) return false;

@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "base/run_env.h"
+#include "base/user_error.h"
 #include "comm/communicator.h"
 #include "comm/cost_model.h"
 #include "comm/funnel.h"
@@ -54,14 +56,6 @@ struct ProbeOptions {
   std::string cost_model;  // --cost-model FILE: α, β, γ for predictions and auto
   std::string calibrate;   // --calibrate FILE: measure α here, write the model, exit
 };
-
-std::string env(const char* name, bool required = true) {
-  const char* v = std::getenv(name);
-  if ((v == nullptr || *v == '\0') && required) {
-    throw UsageError(std::string(name) + " is not set: start the probe with cumulus-run");
-  }
-  return v ? v : "";
-}
 
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> out;
@@ -162,10 +156,12 @@ int calibrate(const ProbeOptions& o, comm::Communicator& comm, const comm::CostM
 }
 
 int probe(const ProbeOptions& o) {
-  const int rank = std::atoi(env("RANK").c_str());
-  const int world = std::atoi(env("WORLD_SIZE").c_str());
-  const std::string token = env("CUMULUS_JOB_TOKEN", false);
-  comm::StoreClient store(env("MASTER_ADDR"), std::atoi(env("MASTER_PORT").c_str()), token);
+  const base::RunEnv env = base::RunEnv::fromGroupEnvironment(
+      base::systemEnvironment, "start the probe with cumulus-run");
+  const int rank = static_cast<int>(env.rank);
+  const int world = static_cast<int>(env.world_size);
+  const std::string token = env.job_token;
+  comm::StoreClient store(env.master_addr, static_cast<int>(env.master_port), token);
 
   const double payload_bytes_per_s = o.link_gbit * 1e9 / 8 * 1448.0 / 1514.0;
   const comm::CostModel defaults;
@@ -175,16 +171,16 @@ int probe(const ProbeOptions& o) {
           : comm::CostModel::load(o.cost_model);
 
   comm::CommunicatorOptions copts;
-  copts.generation = std::strtoull(env("CUMULUS_GENERATION", false).c_str(), nullptr, 10);
+  copts.generation = static_cast<uint64_t>(env.generation);
   copts.jobToken = token;
   copts.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000));
-  if (const std::string bind = env("CUMULUS_BIND_HOST", false); !bind.empty()) {
-    copts.bindHost = bind;
+  if (!env.bind_host.empty()) {
+    copts.bindHost = env.bind_host;
   }
   copts.costModel = model;
   std::unique_ptr<comm::FunnelClient> funnel;
-  if (const std::string ps = env("CUMULUS_PS_ENDPOINT", false); !ps.empty()) {
-    const auto [host, port] = parseEndpoint(ps, "CUMULUS_PS_ENDPOINT");
+  if (!env.ps_endpoint.empty()) {
+    const auto [host, port] = parseEndpoint(env.ps_endpoint, "CUMULUS_PS_ENDPOINT");
     funnel = std::make_unique<comm::FunnelClient>(host, port, token, rank, world, copts.generation);
     copts.remoteReducer = funnel.get();
   }
@@ -276,9 +272,9 @@ int main(int argc, char** argv) {
   using namespace cumulus::launch;
   try {
     return probe(parse(argc, argv));
-  } catch (const UsageError& e) {
+  } catch (const cumulus::base::UserError& e) {
     std::fprintf(stderr, "cumulus-allreduce-probe: %s\n", e.what());
-    return 2;
+    return cumulus::base::exitCodeFor(e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cumulus-allreduce-probe: error: %s\n", e.what());
     return 1;

@@ -1,5 +1,6 @@
 #include "launch/options.h"
 
+#include "base/host_port.h"
 #include "launch/preemption_notice.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 
 namespace cumulus::launch {
@@ -78,24 +80,10 @@ std::pair<int64_t, int64_t> parseNodeRange(const std::string& text, const std::s
 }
 
 std::pair<std::string, int> parseEndpoint(const std::string& text, const std::string& what) {
-  std::string host;
-  std::string port;
-  if (!text.empty() && text[0] == '[') {
-    auto close = text.find(']');
-    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      throw UsageError("--" + what + ": expected [IPv6]:PORT, got \"" + text + "\"");
-    }
-    host = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-  } else {
-    auto colon = text.rfind(':');
-    if (colon == std::string::npos || colon == 0) {
-      throw UsageError("--" + what + ": expected HOST:PORT, got \"" + text + "\"");
-    }
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  return {host, static_cast<int>(parseInt(port, what, 1, 65535))};
+  std::string problem;
+  std::optional<base::HostPort> parsed = base::parseHostPort(text, &problem);
+  if (!parsed) throw UsageError("--" + what + ": " + problem);
+  return {std::move(parsed->host), parsed->port};
 }
 
 void checkNodeRank(const LaunchOptions& o) {

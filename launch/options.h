@@ -35,12 +35,14 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
+
 namespace cumulus::launch {
 
 // A mistake on the command line; the message says which flag and what to do.
-class UsageError : public std::runtime_error {
+class UsageError : public base::UserError {
  public:
-  using std::runtime_error::runtime_error;
+  using base::UserError::UserError;
 };
 
 struct LaunchOptions {

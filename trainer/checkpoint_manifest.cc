@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <set>
 
-#include "configs/sha256.h"
+#include "base/hash.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -51,7 +51,7 @@ ManifestEntry parseEntry(std::string_view line, size_t line_number) {
 }  // namespace
 
 ManifestEntry describeFile(const std::string& name, std::string_view bytes) {
-  return {name, bytes.size(), configs::sha256Hex(bytes)};
+  return {name, bytes.size(), base::sha256Hex(bytes)};
 }
 
 std::string encodeManifest(std::vector<ManifestEntry> entries) {
@@ -68,7 +68,7 @@ std::string encodeManifest(std::vector<ManifestEntry> entries) {
     }
     body += e.sha256 + " " + std::to_string(e.size) + " " + e.name + "\n";
   }
-  return body + "end " + configs::sha256Hex(body) + "\n";
+  return body + "end " + base::sha256Hex(body) + "\n";
 }
 
 std::vector<ManifestEntry> parseManifest(std::string_view text) {
@@ -81,7 +81,7 @@ std::vector<ManifestEntry> parseManifest(std::string_view text) {
   if (trailer.substr(0, 4) != "end " || !validHex(trailer.substr(4))) {
     throw InvalidCheckpoint("torn MANIFEST: the last line is not \"end <sha256>\"");
   }
-  if (configs::sha256Hex(body) != trailer.substr(4)) {
+  if (base::sha256Hex(body) != trailer.substr(4)) {
     throw InvalidCheckpoint("corrupt MANIFEST: its SHA-256 does not match its end line");
   }
   std::vector<ManifestEntry> entries;
@@ -144,7 +144,7 @@ VerifiedCheckpoint verifyCheckpoint(FileSystem& fs, const std::string& dir,
                               " bytes, MANIFEST says " + std::to_string(entry.size) +
                               (bytes.size() < entry.size ? " (truncated)" : " (overwritten)"));
     }
-    if (configs::sha256Hex(bytes) != entry.sha256) {
+    if (base::sha256Hex(bytes) != entry.sha256) {
       throw InvalidCheckpoint(entry.name + ": SHA-256 mismatch (corrupt: content changed after " +
                               "the save)");
     }

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/fd.h"
+
 namespace cumulus::trainer {
 
 FileSystemError::FileSystemError(const std::string& path, const std::string& operation,
@@ -19,30 +21,7 @@ FileSystemError::FileSystemError(const std::string& path, const std::string& ope
       path_(path),
       error_code_(error_code) {}
 
-namespace {
-
-// Closes the descriptor on every path out of a function; close errors on the success path are
-// checked explicitly by the caller (they can report a failed delayed write on NFS).
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_;
-};
-
-}  // namespace
+using base::Fd;
 
 void PosixFileSystem::writeFile(const std::string& path, std::string_view data) {
   Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -57,7 +36,8 @@ void PosixFileSystem::writeFile(const std::string& path, std::string_view data) 
     done += static_cast<size_t>(n);
   }
   if (::fsync(fd.get()) != 0) throw FileSystemError(path, "fsync", errno);
-  if (::close(fd.release()) != 0) throw FileSystemError(path, "close", errno);
+  // A delayed write error (NFS) shows only here.
+  if (const int error = fd.close(); error != 0) throw FileSystemError(path, "close", error);
 }
 
 std::string PosixFileSystem::readFile(const std::string& path) {

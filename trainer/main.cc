@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
 #include "comm/error.h"
 #include "configs/cli.h"
 #include "configs/parse.h"
@@ -34,8 +35,8 @@
 
 namespace {
 
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
+constexpr int kExitFailure = cumulus::base::kFailureExitCode;
+constexpr int kExitUsage = cumulus::base::kUserErrorExitCode;
 constexpr const char* kProgram = "cumulus-train";
 
 cumulus::configs::CliSpec cliSpec() {
@@ -163,19 +164,12 @@ int main(int argc, char** argv) {
     const std::string prefix = std::string(kProgram) + ": ";
     if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
     return fail(kExitUsage, message);
-  } catch (const cumulus::configs::ConfigError& e) {
-    return fail(kExitUsage, e.what());
-  } catch (const cumulus::trainer::EnvError& e) {
-    return fail(kExitUsage, e.what());
-  } catch (const cumulus::trainer::SetupError& e) {
-    return fail(kExitUsage, e.what());
-  } catch (const cumulus::trainer::GroupError& e) {
-    return fail(kExitUsage, e.what());
   } catch (const cumulus::comm::CommError& e) {
     // A wrong job token fails the same way on every retry: a set-up error, not one to restart.
     if (e.kind() == cumulus::comm::ErrorKind::kUnauthorized) return fail(kExitUsage, e.what());
     return fail(kExitFailure, e.what());
   } catch (const std::exception& e) {
-    return fail(kExitFailure, e.what());
+    // A bad config, flag, environment or group set-up is a base::UserError: exit 2, not 1.
+    return fail(cumulus::base::exitCodeFor(e), e.what());
   }
 }

@@ -1,88 +1,46 @@
 #include "trainer/process_group.h"
 
-#include <cerrno>
-#include <climits>
 #include <cmath>
+#include <optional>
+#include <utility>
 
+#include "base/host_port.h"
+#include "base/run_env.h"
 #include "comm/cost_model.h"
 #include "comm/funnel.h"
 #include "comm/store_client.h"
 
 namespace cumulus::trainer {
-namespace {
-
-int64_t parseInteger(const char* name, const char* value) {
-  errno = 0;
-  char* end = nullptr;
-  const long long parsed = std::strtoll(value, &end, 10);
-  if (*value == '\0' || *end != '\0' || errno == ERANGE || parsed < INT_MIN || parsed > INT_MAX) {
-    throw GroupError(std::string(name) + "=\"" + value + "\" is not an integer");
-  }
-  return parsed;
-}
-
-}  // namespace
 
 GroupEnv GroupEnv::fromEnvironment(const std::function<const char*(const char*)>& getenv) {
-  auto required = [&](const char* name) -> std::string {
-    const char* value = getenv(name);
-    if (value == nullptr || *value == '\0') {
-      throw GroupError(std::string(name) +
-                       " is not set: a worker of a group needs RANK, WORLD_SIZE, MASTER_ADDR and "
-                       "MASTER_PORT (start it with cumulus-run)");
-    }
-    return value;
-  };
-  auto optional = [&](const char* name) -> std::string {
-    const char* value = getenv(name);
-    return value == nullptr ? std::string() : std::string(value);
-  };
+  base::RunEnv run;
+  try {
+    run = base::RunEnv::fromGroupEnvironment(
+        getenv,
+        "a worker of a group needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (start it with "
+        "cumulus-run)");
+  } catch (const base::EnvError& e) {
+    throw GroupError(e.what());  // the group's callers handle GroupError; the text is base's
+  }
   GroupEnv env;
-  env.rank = static_cast<int>(parseInteger("RANK", required("RANK").c_str()));
-  env.world_size = static_cast<int>(parseInteger("WORLD_SIZE", required("WORLD_SIZE").c_str()));
-  env.master_addr = required("MASTER_ADDR");
-  env.master_port = static_cast<int>(parseInteger("MASTER_PORT", required("MASTER_PORT").c_str()));
-  if (const std::string v = optional("LOCAL_RANK"); !v.empty()) {
-    env.local_rank = static_cast<int>(parseInteger("LOCAL_RANK", v.c_str()));
-  }
-  if (const std::string v = optional("CUMULUS_GENERATION"); !v.empty()) {
-    const int64_t g = parseInteger("CUMULUS_GENERATION", v.c_str());
-    if (g < 0) throw GroupError("CUMULUS_GENERATION=" + v + " is negative");
-    env.generation = static_cast<uint64_t>(g);
-  }
-  env.job_token = optional("CUMULUS_JOB_TOKEN");
-  env.ps_endpoint = optional("CUMULUS_PS_ENDPOINT");
-  env.log_dir = optional("CUMULUS_LOG_DIR");
-  env.bind_host = optional("CUMULUS_BIND_HOST");
-  if (env.world_size < 1) {
-    throw GroupError("WORLD_SIZE=" + std::to_string(env.world_size) + " must be >= 1");
-  }
-  if (env.rank < 0 || env.rank >= env.world_size) {
-    throw GroupError("RANK=" + std::to_string(env.rank) +
-                     " is outside [0, WORLD_SIZE=" + std::to_string(env.world_size) + ")");
-  }
-  if (env.master_port < 1 || env.master_port > 65535) {
-    throw GroupError("MASTER_PORT=" + std::to_string(env.master_port) +
-                     " is not a TCP port (1-65535)");
-  }
+  env.rank = static_cast<int>(run.rank);
+  env.world_size = static_cast<int>(run.world_size);
+  env.local_rank = static_cast<int>(run.local_rank);
+  env.master_addr = run.master_addr;
+  env.master_port = static_cast<int>(run.master_port);
+  env.generation = static_cast<uint64_t>(run.generation);
+  env.job_token = run.job_token;
+  env.ps_endpoint = run.ps_endpoint;
+  env.log_dir = run.log_dir;
+  env.bind_host = run.bind_host;
   return env;
 }
 
 std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std::string& what) {
-  const size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) {
-    throw GroupError(what + "=\"" + endpoint + "\" is not host:port");
-  }
-  std::string host = endpoint.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string port_text = endpoint.substr(colon + 1);
-  const int64_t port = parseInteger(what.c_str(), port_text.c_str());
-  if (port < 1 || port > 65535) {
-    throw GroupError(what + "=\"" + endpoint + "\": port " + port_text + " is not 1-65535");
-  }
-  return {host, static_cast<int>(port)};
+  std::string problem;
+  std::optional<base::HostPort> parsed = base::parseHostPort(endpoint, &problem);
+  if (!parsed) throw GroupError(what + "=\"" + endpoint + "\": " + problem);
+  return {std::move(parsed->host), parsed->port};
 }
 
 ProcessGroup::ProcessGroup(const GroupEnv& env, const configs::CommConfig& config)

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/user_error.h"
 #include "comm/algorithm.h"
 #include "comm/communicator.h"
 #include "comm/store.h"
@@ -31,9 +32,9 @@ class StoreClient;
 
 namespace cumulus::trainer {
 
-class GroupError : public std::runtime_error {
+class GroupError : public base::UserError {
  public:
-  using std::runtime_error::runtime_error;
+  using base::UserError::UserError;
 };
 
 // The variables cumulus-run (or a torchrun-style script) gives each worker.

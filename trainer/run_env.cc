@@ -1,78 +1,10 @@
 #include "trainer/run_env.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
 
 #include "comm/cost_model.h"
 
 namespace cumulus::trainer {
-namespace {
-
-int64_t readInt(const std::function<const char*(const char*)>& getenv, const char* name,
-                int64_t fallback) {
-  const char* text = getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long long value = std::strtoll(text, &end, 10);
-  if (errno != 0 || *end != '\0') {
-    throw EnvError(std::string("environment variable ") + name + "=\"" + text +
-                   "\" is not an integer");
-  }
-  return value;
-}
-
-std::string readString(const std::function<const char*(const char*)>& getenv, const char* name) {
-  const char* text = getenv(name);
-  return text == nullptr ? std::string() : std::string(text);
-}
-
-void require(bool ok, const std::string& message) {
-  if (!ok) throw EnvError(message);
-}
-
-}  // namespace
-
-RunEnv RunEnv::fromEnvironment(const std::function<const char*(const char*)>& getenv) {
-  // RANK and WORLD_SIZE come as a pair. Only one of them is a worker meant for a group that was
-  // started wrongly: training it alone would exit 0 with a model nobody asked for.
-  const auto isSet = [&](const char* name) {
-    const char* text = getenv(name);
-    return text != nullptr && *text != '\0';
-  };
-  for (const auto& [have, missing] : {std::pair{"RANK", "WORLD_SIZE"}, {"WORLD_SIZE", "RANK"}}) {
-    if (isSet(have) && !isSet(missing)) {
-      throw EnvError(std::string(have) + "=" + getenv(have) + " is set but " + missing +
-                     " is not: a worker of a group needs both (cumulus-run sets them); unset " +
-                     have + " to train alone");
-    }
-  }
-  RunEnv env;
-  env.world_size = readInt(getenv, "WORLD_SIZE", 1);
-  env.rank = readInt(getenv, "RANK", 0);
-  env.local_world_size = readInt(getenv, "LOCAL_WORLD_SIZE", 1);
-  env.local_rank = readInt(getenv, "LOCAL_RANK", 0);
-  env.group_rank = readInt(getenv, "GROUP_RANK", 0);
-  env.master_addr = readString(getenv, "MASTER_ADDR");
-  env.master_port = readInt(getenv, "MASTER_PORT", 0);
-  env.run_id = readString(getenv, "CUMULUS_RUN_ID");
-  env.restart_count = readInt(getenv, "CUMULUS_RESTART_COUNT", 0);
-  env.generation = readInt(getenv, "CUMULUS_GENERATION", 0);
-
-  require(env.world_size >= 1, "WORLD_SIZE=" + std::to_string(env.world_size) + " must be >= 1");
-  require(env.rank >= 0 && env.rank < env.world_size,
-          "RANK=" + std::to_string(env.rank) +
-              " must be in [0, WORLD_SIZE=" + std::to_string(env.world_size) + ")");
-  require(env.local_world_size >= 1,
-          "LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size) + " must be >= 1");
-  require(env.local_rank >= 0 && env.local_rank < env.local_world_size,
-          "LOCAL_RANK=" + std::to_string(env.local_rank) +
-              " must be in [0, LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size) + ")");
-  require(env.master_port >= 0 && env.master_port <= 65535,
-          "MASTER_PORT=" + std::to_string(env.master_port) + " must be in [0, 65535]");
-  return env;
-}
 
 int64_t intraOpThreads(int64_t configured, int64_t local_world_size) {
   if (configured > 0) return configured;

@@ -58,6 +58,7 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
 #include "configs/experiment.h"
 #include "trainer/run_env.h"
 
@@ -73,9 +74,9 @@ class GradientSync;
 class ProcessGroup;
 class TraceRecorder;
 
-class SetupError : public std::runtime_error {
+class SetupError : public base::UserError {
  public:
-  using std::runtime_error::runtime_error;
+  using base::UserError::UserError;
 };
 
 class TrainError : public std::runtime_error {

@@ -7,9 +7,9 @@
 #include <set>
 #include <sstream>
 
+#include "base/hash.h"
 #include "configs/digest.h"
 #include "configs/parse.h"
-#include "configs/sha256.h"
 #include "models/model.h"
 #include "trainer/optimizer.h"
 #include "trainer/resume.h"
@@ -102,14 +102,14 @@ void restoreTraining(const CheckpointSnapshot& snapshot, models::Model& model, O
 }
 
 std::string parameterDigest(models::Model& model) {
-  configs::Sha256 hash;
+  base::Sha256 hash;
   for (const auto& [name, tensor] : modelTensors(model)) {
     const torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
     const std::string header = name + "|" + shapeOf(t) + "|" + std::string(t.dtype().name()) + "|";
     hash.update(header);
     hash.update(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
   }
-  return configs::toHex(hash.digest());
+  return base::toHex(hash.digest());
 }
 
 }  // namespace cumulus::trainer

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/fd.h"
 #include "comm/error.h"
 #include "comm/tcp/frame.h"
 
@@ -27,6 +28,8 @@ struct Channel::RingControl {
 };
 
 namespace {
+
+using base::Fd;
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared atomics must be lock-free");
@@ -73,29 +76,6 @@ bool waitFor(int fd, short events, tcp::Deadline deadline) {
     if (errno != EINTR) return true;
   }
 }
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_;
-};
 
 uint8_t* mapShared(int fd, size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);

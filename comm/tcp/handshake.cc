@@ -3,12 +3,17 @@
 #include <algorithm>
 #include <array>
 
+#include "base/hash.h"
 #include "comm/error.h"
 #include "comm/tcp/frame.h"
-#include "comm/tcp/sha256.h"
 
 namespace cumulus::comm::tcp {
 namespace {
+
+using base::Digest;
+using base::digestEqual;
+using base::hmacSha256;
+using base::randomBytes;
 
 constexpr uint32_t kHelloMagic = 0x484c4d43;  // "CMLH"
 constexpr uint32_t kVersion = 1;

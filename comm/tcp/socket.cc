@@ -16,7 +16,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <optional>
 #include <thread>
+
+#include "base/connect.h"
+#include "base/host_port.h"
 
 namespace cumulus::comm::tcp {
 namespace {
@@ -48,19 +52,6 @@ int pollTimeoutMs(Deadline deadline) {
   if (left <= Clock::duration::zero()) return 0;
   auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
   return ms > 1000000 ? 1000000 : static_cast<int>(ms);
-}
-
-bool splitHostPort(const std::string& address, std::string* host, int* port) {
-  auto colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return false;
-  std::string h = address.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  char* end = nullptr;
-  long p = std::strtol(address.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || p <= 0 || p > 65535) return false;
-  *host = h;
-  *port = static_cast<int>(p);
-  return true;
 }
 
 Socket::~Socket() { close(); }
@@ -175,12 +166,13 @@ bool Socket::isUnix() const {
 }
 
 Socket Socket::connect(const std::string& address, Deadline deadline, IoStatus* status) {
-  std::string host;
-  int port = 0;
-  if (!splitHostPort(address, &host, &port)) {
+  const std::optional<base::HostPort> endpoint = base::parseHostPort(address);
+  if (!endpoint) {
     *status = {IoStatus::kClosed, "malformed address '" + address + "'"};
     return Socket();
   }
+  const std::string& host = endpoint->host;
+  const int port = endpoint->port;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -194,29 +186,18 @@ Socket Socket::connect(const std::string& address, Deadline deadline, IoStatus* 
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
-      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-      if (fd < 0) continue;
-      Socket sock(fd);
-      setNonBlocking(fd);
-      int err = 0;
-      if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        err = errno;
-        if (err == EINPROGRESS) {
-          if (!waitFor(fd, POLLOUT, deadline)) {
-            ::freeaddrinfo(result);
-            *status = {IoStatus::kTimeout, "connect to " + address + " timed out"};
-            return Socket();
-          }
-          socklen_t len = sizeof err;
-          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        }
-      }
-      if (err == 0) {
+      base::Connected attempt = base::connectBefore(ai->ai_addr, ai->ai_addrlen, deadline);
+      if (attempt.error == 0) {
         ::freeaddrinfo(result);
         *status = {};
-        return sock;
+        return Socket(attempt.fd.release());
       }
-      lastError = errnoText(("connect to " + address).c_str(), err);
+      if (attempt.error == ETIMEDOUT) {
+        ::freeaddrinfo(result);
+        *status = {IoStatus::kTimeout, "connect to " + address + " timed out"};
+        return Socket();
+      }
+      lastError = errnoText(("connect to " + address).c_str(), attempt.error);
     }
     if (Clock::now() + backoff >= deadline) break;
     std::this_thread::sleep_for(backoff);

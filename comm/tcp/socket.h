@@ -76,7 +76,4 @@ class Socket {
   int fd_ = -1;
 };
 
-// Splits "host:port" / "[v6]:port". Returns false if malformed.
-bool splitHostPort(const std::string& address, std::string* host, int* port);
-
 }  // namespace cumulus::comm::tcp

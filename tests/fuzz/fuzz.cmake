@@ -18,6 +18,7 @@ execute_process(COMMAND ${CMAKE_CXX_COMPILER} -rtlib=compiler-rt -print-libgcc-f
                 OUTPUT_VARIABLE CUMULUS_CLANG_BUILTINS OUTPUT_STRIP_TRAILING_WHITESPACE)
 
 include(cmake/cumulus.cmake)
+add_subdirectory(base EXCLUDE_FROM_ALL)
 add_subdirectory(proto)
 # The libraries as the normal build defines them; EXCLUDE_FROM_ALL builds only what a fuzz target
 # links (not cumulus-ps or cumulus-config).

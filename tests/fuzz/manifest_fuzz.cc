@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "configs/sha256.h"
+#include "base/hash.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "trainer/checkpoint_manifest.h"
 
@@ -68,7 +68,7 @@ bool sameEntries(const std::vector<ManifestEntry>& a, const std::vector<Manifest
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
-  if (data[0] % 2 == 0) text += "end " + cumulus::configs::sha256Hex(text) + "\n";
+  if (data[0] % 2 == 0) text += "end " + cumulus::base::sha256Hex(text) + "\n";
   std::vector<ManifestEntry> entries;
   try {
     entries = cumulus::trainer::parseManifest(text);

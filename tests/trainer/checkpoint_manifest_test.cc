@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "configs/sha256.h"
+#include "base/hash.h"
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/file_system.h"
 #include "trainer/file_system_fault.h"
@@ -74,7 +74,7 @@ TEST(CheckpointManifest, RejectsBadNamesAndOtherVersions) {
                std::invalid_argument);
   // A well-formed file of another format version: the trailer matches, the header does not.
   const std::string body = "cumulus-checkpoint-manifest 2\n";
-  const std::string text = body + "end " + configs::sha256Hex(body) + "\n";
+  const std::string text = body + "end " + base::sha256Hex(body) + "\n";
   EXPECT_EQ(reasonOf([&] { parseManifest(text); }),
             "MANIFEST line 1: \"cumulus-checkpoint-manifest 2\", expected "
             "\"cumulus-checkpoint-manifest 1\" (another format version?)");

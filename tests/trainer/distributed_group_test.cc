@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "base/host_port.h"
 #include "comm/error.h"
 #include "comm/memory_store.h"
 #include "comm/tcp/socket.h"
@@ -27,6 +28,7 @@ std::function<const char*(const char*)> lookup(const std::map<std::string, std::
 const std::map<std::string, std::string> kLauncherEnv = {{"RANK", "1"},
                                                          {"WORLD_SIZE", "2"},
                                                          {"LOCAL_RANK", "1"},
+                                                         {"LOCAL_WORLD_SIZE", "2"},
                                                          {"MASTER_ADDR", "127.0.0.1"},
                                                          {"MASTER_PORT", "29500"},
                                                          {"CUMULUS_GENERATION", "3"},
@@ -69,10 +71,10 @@ TEST(GroupEnvTest, NamesTheVariableThatIsMissingOrWrong) {
   };
   EXPECT_THAT(errorOf(without("MASTER_PORT")), HasSubstr("MASTER_PORT is not set"));
   EXPECT_THAT(errorOf(without("RANK")), HasSubstr("RANK is not set"));
-  EXPECT_EQ(errorOf(with("RANK", "2")), "RANK=2 is outside [0, WORLD_SIZE=2)");
-  EXPECT_EQ(errorOf(with("WORLD_SIZE", "two")), "WORLD_SIZE=\"two\" is not an integer");
-  EXPECT_EQ(errorOf(with("MASTER_PORT", "70000")), "MASTER_PORT=70000 is not a TCP port (1-65535)");
-  EXPECT_EQ(errorOf(with("CUMULUS_GENERATION", "-1")), "CUMULUS_GENERATION=-1 is negative");
+  EXPECT_EQ(errorOf(with("RANK", "2")), "RANK=2 must be in [0, WORLD_SIZE=2)");
+  EXPECT_EQ(errorOf(with("WORLD_SIZE", "two")), "environment variable WORLD_SIZE=\"two\" is not an integer");
+  EXPECT_EQ(errorOf(with("MASTER_PORT", "70000")), "MASTER_PORT=70000 must be in [1, 65535]");
+  EXPECT_EQ(errorOf(with("CUMULUS_GENERATION", "-1")), "CUMULUS_GENERATION=-1 must be >= 0");
   // Optional ones may be absent.
   auto vars = without("CUMULUS_PS_ENDPOINT");
   vars.erase("CUMULUS_GENERATION");
@@ -90,7 +92,7 @@ TEST(GroupEnvTest, ParsesEndpoints) {
     parseEndpoint("h:0", "CUMULUS_PS_ENDPOINT");
     FAIL();
   } catch (const GroupError& e) {
-    EXPECT_STREQ(e.what(), "CUMULUS_PS_ENDPOINT=\"h:0\": port 0 is not 1-65535");
+    EXPECT_STREQ(e.what(), "CUMULUS_PS_ENDPOINT=\"h:0\": expected an integer in [1, 65535], got \"0\"");
   }
 }
 
@@ -114,8 +116,9 @@ TEST(ProcessGroupTest, AnUnreachableStoreIsNamed) {
   int port = 0;
   {
     comm::tcp::Socket probe = comm::tcp::Socket::listen("127.0.0.1");
-    std::string host;
-    ASSERT_TRUE(comm::tcp::splitHostPort(probe.localAddress(), &host, &port));
+    const auto endpoint = base::parseHostPort(probe.localAddress());
+    ASSERT_TRUE(endpoint);
+    port = endpoint->port;
   }
   GroupEnv env;
   env.world_size = 2;

@@ -1,0 +1,100 @@
+#include "base/run_env.h"
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <utility>
+
+namespace cumulus::base {
+namespace {
+
+int64_t readInt(const EnvLookup& getenv, const char* name, int64_t fallback) {
+  const char* text = getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text, &end, 10);
+  if (errno != 0 || *end != '\0') {
+    throw EnvError(std::string("environment variable ") + name + "=\"" + text +
+                   "\" is not an integer");
+  }
+  return value;
+}
+
+std::string readString(const EnvLookup& getenv, const char* name) {
+  const char* text = getenv(name);
+  return text == nullptr ? std::string() : std::string(text);
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw EnvError(message);
+}
+
+}  // namespace
+
+const char* systemEnvironment(const char* name) { return std::getenv(name); }
+
+RunEnv RunEnv::fromGroupEnvironment(const EnvLookup& getenv, const std::string& hint) {
+  for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+    const char* text = getenv(name);
+    require(text != nullptr && *text != '\0', std::string(name) + " is not set: " + hint);
+  }
+  return read(getenv, /*minPort=*/1);
+}
+
+RunEnv RunEnv::fromEnvironment(const EnvLookup& getenv) { return read(getenv, /*minPort=*/0); }
+
+// MASTER_PORT must be in [minPort, 65535]: 0 means "none" only for a process that may run alone.
+RunEnv RunEnv::read(const EnvLookup& getenv, int64_t minPort) {
+  // RANK and WORLD_SIZE come as a pair. Only one of them is a worker meant for a group that was
+  // started wrongly: training it alone would exit 0 with a model nobody asked for.
+  const auto isSet = [&](const char* name) {
+    const char* text = getenv(name);
+    return text != nullptr && *text != '\0';
+  };
+  for (const auto& [have, missing] : {std::pair{"RANK", "WORLD_SIZE"}, {"WORLD_SIZE", "RANK"}}) {
+    if (isSet(have) && !isSet(missing)) {
+      throw EnvError(std::string(have) + "=" + getenv(have) + " is set but " + missing +
+                     " is not: a worker of a group needs both (cumulus-run sets them); unset " +
+                     have + " to train alone");
+    }
+  }
+  RunEnv env;
+  env.world_size = readInt(getenv, "WORLD_SIZE", 1);
+  env.rank = readInt(getenv, "RANK", 0);
+  env.local_world_size = readInt(getenv, "LOCAL_WORLD_SIZE", 1);
+  env.local_rank = readInt(getenv, "LOCAL_RANK", 0);
+  env.group_rank = readInt(getenv, "GROUP_RANK", 0);
+  env.master_addr = readString(getenv, "MASTER_ADDR");
+  env.master_port = readInt(getenv, "MASTER_PORT", 0);
+  env.run_id = readString(getenv, "CUMULUS_RUN_ID");
+  env.restart_count = readInt(getenv, "CUMULUS_RESTART_COUNT", 0);
+  env.generation = readInt(getenv, "CUMULUS_GENERATION", 0);
+  env.job_token = readString(getenv, "CUMULUS_JOB_TOKEN");
+  env.ps_endpoint = readString(getenv, "CUMULUS_PS_ENDPOINT");
+  env.log_dir = readString(getenv, "CUMULUS_LOG_DIR");
+  env.bind_host = readString(getenv, "CUMULUS_BIND_HOST");
+
+  // Ranks and sizes are ints everywhere past this reader.
+  require(env.world_size >= 1 && env.world_size <= INT32_MAX,
+          "WORLD_SIZE=" + std::to_string(env.world_size) + " must be in [1, 2147483647]");
+  require(env.rank >= 0 && env.rank < env.world_size,
+          "RANK=" + std::to_string(env.rank) +
+              " must be in [0, WORLD_SIZE=" + std::to_string(env.world_size) + ")");
+  require(
+      env.local_world_size >= 1 && env.local_world_size <= INT32_MAX,
+      "LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size) + " must be in [1, 2147483647]");
+  require(env.local_rank >= 0 && env.local_rank < env.local_world_size,
+          "LOCAL_RANK=" + std::to_string(env.local_rank) +
+              " must be in [0, LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size) + ")");
+  require(env.master_port >= minPort && env.master_port <= 65535,
+          "MASTER_PORT=" + std::to_string(env.master_port) + " must be in [" +
+              std::to_string(minPort) + ", 65535]");
+  require(env.restart_count >= 0,
+          "CUMULUS_RESTART_COUNT=" + std::to_string(env.restart_count) + " must be >= 0");
+  require(env.generation >= 0,
+          "CUMULUS_GENERATION=" + std::to_string(env.generation) + " must be >= 0");
+  return env;
+}
+
+}  // namespace cumulus::base

@@ -1,0 +1,59 @@
+#pragma once
+// The one reader of the torchrun-style environment a worker is started with (DESIGN.md
+// "Processes"). A worker started by hand, without any of these variables, is rank 0 of a world
+// of 1.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "base/user_error.h"
+
+namespace cumulus::base {
+
+// A variable is malformed or out of range; the text names it and its value.
+class EnvError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
+// Looks a variable up; nullptr when it is not set. Production code passes systemEnvironment();
+// tests pass a lookup in a map.
+using EnvLookup = std::function<const char*(const char*)>;
+
+// std::getenv. Not thread-safe against a concurrent setenv (POSIX).
+const char* systemEnvironment(const char* name);
+
+struct RunEnv {
+  int64_t rank = 0;              // RANK
+  int64_t local_rank = 0;        // LOCAL_RANK
+  int64_t world_size = 1;        // WORLD_SIZE
+  int64_t local_world_size = 1;  // LOCAL_WORLD_SIZE
+  int64_t group_rank = 0;        // GROUP_RANK (node index)
+  std::string master_addr;       // MASTER_ADDR
+  int64_t master_port = 0;       // MASTER_PORT (0: not set)
+  std::string run_id;            // CUMULUS_RUN_ID
+  int64_t restart_count = 0;     // CUMULUS_RESTART_COUNT
+  int64_t generation = 0;        // CUMULUS_GENERATION
+  std::string job_token;         // CUMULUS_JOB_TOKEN
+  std::string ps_endpoint;       // CUMULUS_PS_ENDPOINT (host:port of a parameter server)
+  std::string log_dir;           // CUMULUS_LOG_DIR
+  std::string bind_host;         // CUMULUS_BIND_HOST
+
+  // Reads the variables through `getenv`. An unset or empty variable keeps the default above.
+  // Throws EnvError naming the variable when a value is not an integer or is out of range
+  // (RANK outside [0, WORLD_SIZE), LOCAL_RANK outside [0, LOCAL_WORLD_SIZE), sizes < 1,
+  // MASTER_PORT outside [0, 65535], a negative CUMULUS_GENERATION or CUMULUS_RESTART_COUNT), and
+  // when only one of RANK and WORLD_SIZE is set. Thread-safe if `getenv` is.
+  static RunEnv fromEnvironment(const EnvLookup& getenv = systemEnvironment);
+
+  // The same for a process that only works as a member of a group (a probe, a collective
+  // worker): RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must be set ("RANK is not set: " +
+  // `hint`), and MASTER_PORT must be in [1, 65535].
+  static RunEnv fromGroupEnvironment(const EnvLookup& getenv, const std::string& hint);
+
+ private:
+  static RunEnv read(const EnvLookup& getenv, int64_t minPort);
+};
+
+}  // namespace cumulus::base
