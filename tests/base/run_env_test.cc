@@ -68,6 +68,12 @@ TEST(RunEnvTest, ReadsEveryVariable) {
 }
 
 TEST(RunEnvTest, ErrorsNameTheVariable) {
+  // A worker meant for a group must not train alone because half of its environment is missing.
+  EXPECT_EQ(errorOf({{"RANK", "0"}}),
+            "RANK=0 is set but WORLD_SIZE is not: a worker of a group needs both (cumulus-run "
+            "sets them); unset RANK to train alone");
+  // Empty counts as unset, as for every other variable.
+  EXPECT_EQ(errorOf({{"RANK", ""}}), "(no error)");
   EXPECT_EQ(errorOf({{"RANK", "1"}}),
             "RANK=1 is set but WORLD_SIZE is not: a worker of a group needs both (cumulus-run "
             "sets them); unset RANK to train alone");
