@@ -164,18 +164,6 @@ tcp::Socket acceptAny(tcp::Socket* const* listeners, int count, tcp::Deadline de
 
 }  // namespace
 
-std::string localKey(uint64_t generation, int rank) {
-  return "gen/" + std::to_string(generation) + "/local/" + std::to_string(rank);
-}
-
-std::string shmKey(uint64_t generation, int rank) {
-  return "gen/" + std::to_string(generation) + "/shm/" + std::to_string(rank);
-}
-
-std::string addressKey(uint64_t generation, int rank) {
-  return "gen/" + std::to_string(generation) + "/addr/" + std::to_string(rank);
-}
-
 std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const RendezvousConfig& cfg) {
   std::vector<std::unique_ptr<tcp::Pair>> pairs(static_cast<size_t>(cfg.world));
   if (cfg.world == 1) return pairs;

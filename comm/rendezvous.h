@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "comm/store.h"
+#include "comm/store_keys.h"  // addressKey, localKey, shmKey: where each rank publishes itself
 #include "comm/tcp/pair.h"
 #include "comm/transport.h"
 
@@ -46,10 +47,6 @@ struct RendezvousConfig {
   size_t segmentBytes = 512 * 1024;  // the collectives' pipeline segment: sizes shm slots
   tcp::Deadline deadline;
 };
-
-std::string addressKey(uint64_t generation, int rank);  // "gen/<g>/addr/<rank>"
-std::string localKey(uint64_t generation, int rank);    // "gen/<g>/local/<rank>"
-std::string shmKey(uint64_t generation, int rank);      // "gen/<g>/shm/<rank>"
 
 // Returns pairs[peer] for every peer; pairs[rank] is null.
 std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const RendezvousConfig& config);

@@ -8,20 +8,18 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/error.h"
+#include "comm/store_keys.h"
 
 namespace cumulus::launch {
 namespace {
 
-std::string stateKey(int64_t g) { return "rdzv/" + std::to_string(g) + "/state"; }
-std::string comingKey(int64_t g, int64_t id) {
-  return "rdzv/" + std::to_string(g) + "/coming/" + std::to_string(id);
-}
-// Set by the host once round `g` is no longer open: the others block on it in the Store (one
-// long-poll call at a time) instead of reading the state many times a second.
-std::string settledKey(int64_t g) { return "rdzv/" + std::to_string(g) + "/settled"; }
-std::string ackKey(int64_t g, int64_t id) {
-  return "rdzv/" + std::to_string(g) + "/ack/" + std::to_string(id);
-}
+// The round's keys (comm/store_keys.h). `settled` is set by the host once round `g` is no longer
+// open: the others block on it in the Store (one long-poll call at a time) instead of reading the
+// state many times a second.
+using comm::roundAckKey;
+using comm::roundComingKey;
+using comm::roundSettledKey;
+using comm::roundStateKey;
 
 std::string idList(const std::vector<RoundNode>& nodes) {
   std::string out;
@@ -83,7 +81,7 @@ struct Rendezvous::State {
     s.raw = raw;
     if (raw.empty()) return s;
     auto bad = [&](const std::string& field, const std::string& problem) {
-      return std::runtime_error("malformed rendezvous state " + stateKey(g) + ": " +
+      return std::runtime_error("malformed rendezvous state " + roundStateKey(g) + ": " +
                                 (field.empty() ? "" : "\"" + field + "\": ") + problem + " in " +
                                 raw);
     };
@@ -193,21 +191,21 @@ void Rendezvous::sleep() const { std::this_thread::sleep_for(options_.poll); }
 
 void Rendezvous::awaitSettled(int64_t g) {
   try {
-    store_.wait({settledKey(g)}, kWaitSlice);
+    store_.wait({roundSettledKey(g)}, kWaitSlice);
   } catch (const comm::CommError& e) {
     if (e.kind() != comm::ErrorKind::kTimeout) throw;
   }
 }
 
 bool Rendezvous::settle(int64_t g, const std::string& expected, const std::string& desired) {
-  if (store_.compareSet(stateKey(g), expected, desired) != desired) return false;
-  store_.set(settledKey(g), "1");
+  if (store_.compareSet(roundStateKey(g), expected, desired) != desired) return false;
+  store_.set(roundSettledKey(g), "1");
   return true;
 }
 
 bool Rendezvous::tryJoin(int64_t g, State& state) {
   for (;;) {
-    state = State::parse(store_.tryGet(stateKey(g)).value_or(""), g);
+    state = State::parse(store_.tryGet(roundStateKey(g)).value_or(""), g);
     if (state.kind != State::Kind::kOpen) return false;
     for (const RoundNode& n : state.nodes) {
       if (n.node_id != self_.node_id) continue;
@@ -227,7 +225,7 @@ bool Rendezvous::tryJoin(int64_t g, State& state) {
     State joined = state;
     joined.nodes.push_back(self_);
     const std::string desired = joined.encode();
-    if (store_.compareSet(stateKey(g), state.raw, desired) == desired) return true;
+    if (store_.compareSet(roundStateKey(g), state.raw, desired) == desired) return true;
   }
 }
 
@@ -270,7 +268,7 @@ Round Rendezvous::waitForClose(int64_t g, int64_t restarts) {
       r.generation = g;
       return r;
     }
-    State state = State::parse(store_.tryGet(stateKey(g)).value_or(""), g);
+    State state = State::parse(store_.tryGet(roundStateKey(g)).value_or(""), g);
     if (host && state.kind == State::Kind::kOpen && maybeClose(g, state, restarts)) continue;
     if (state.kind == State::Kind::kClosed) {
       Round r = state.toRound(g);
@@ -284,7 +282,7 @@ Round Rendezvous::waitForClose(int64_t g, int64_t restarts) {
       return r;
     }
     if (state.kind == State::Kind::kEnded) {
-      store_.set(ackKey(g, self_.node_id), self_.nonce);
+      store_.set(roundAckKey(g, self_.node_id), self_.nonce);
       return state.toRound(g);
     }
     if (host) {
@@ -297,7 +295,7 @@ Round Rendezvous::waitForClose(int64_t g, int64_t restarts) {
 
 void Rendezvous::leave(int64_t g) {
   for (;;) {
-    State state = State::parse(store_.tryGet(stateKey(g)).value_or(""), g);
+    State state = State::parse(store_.tryGet(roundStateKey(g)).value_or(""), g);
     if (state.kind != State::Kind::kOpen) return;  // too late: the group fails without us
     State left = state;
     left.nodes.erase(std::remove_if(left.nodes.begin(), left.nodes.end(),
@@ -305,7 +303,7 @@ void Rendezvous::leave(int64_t g) {
                      left.nodes.end());
     if (left.nodes.size() == state.nodes.size()) return;
     const std::string desired = left.encode();
-    if (store_.compareSet(stateKey(g), state.raw, desired) == desired) return;
+    if (store_.compareSet(roundStateKey(g), state.raw, desired) == desired) return;
   }
 }
 
@@ -322,7 +320,7 @@ bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
   for (int64_t id : previous_group_) {
     bool in = std::any_of(state.nodes.begin(), state.nodes.end(),
                           [&](const RoundNode& n) { return n.node_id == id; });
-    if (!in && store_.tryGet(comingKey(g, id))) rejoiner_missing = true;
+    if (!in && store_.tryGet(roundComingKey(g, id))) rejoiner_missing = true;
   }
   const bool quiet = now - last_change_ >= options_.last_call;
   const bool expired = now >= host_deadline_;
@@ -356,7 +354,7 @@ bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
     // Keep the Store up until the nodes that did join have read why (bounded).
     std::vector<std::string> acks;
     for (const RoundNode& n : state.nodes) {
-      if (n.node_id != self_.node_id) acks.push_back(ackKey(g, n.node_id));
+      if (n.node_id != self_.node_id) acks.push_back(roundAckKey(g, n.node_id));
     }
     const auto linger = std::min(options_.timeout, std::chrono::milliseconds(5000));
     try {
@@ -369,7 +367,7 @@ bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
 }
 
 std::vector<int64_t> Rendezvous::waiting(int64_t generation) {
-  State state = State::parse(store_.tryGet(stateKey(generation)).value_or(""), generation);
+  State state = State::parse(store_.tryGet(roundStateKey(generation)).value_or(""), generation);
   std::vector<int64_t> ids;
   if (state.kind != State::Kind::kOpen) return ids;
   for (const RoundNode& n : state.nodes) ids.push_back(n.node_id);
@@ -378,13 +376,13 @@ std::vector<int64_t> Rendezvous::waiting(int64_t generation) {
 }
 
 void Rendezvous::announceRejoin(int64_t next_generation) {
-  store_.set(comingKey(next_generation, self_.node_id), self_.nonce);
+  store_.set(roundComingKey(next_generation, self_.node_id), self_.nonce);
 }
 
 int Rendezvous::end(int64_t generation, int exit_code, const std::string& reason,
                     std::chrono::milliseconds linger) {
   for (;;) {
-    State state = State::parse(store_.tryGet(stateKey(generation)).value_or(""), generation);
+    State state = State::parse(store_.tryGet(roundStateKey(generation)).value_or(""), generation);
     if (state.kind != State::Kind::kOpen) return 0;
     State ended;
     ended.kind = State::Kind::kEnded;
@@ -393,7 +391,7 @@ int Rendezvous::end(int64_t generation, int exit_code, const std::string& reason
     if (!settle(generation, state.raw, ended.encode())) continue;
     std::vector<std::string> acks;
     for (const RoundNode& n : state.nodes) {
-      if (n.node_id != self_.node_id) acks.push_back(ackKey(generation, n.node_id));
+      if (n.node_id != self_.node_id) acks.push_back(roundAckKey(generation, n.node_id));
     }
     try {
       if (!acks.empty()) store_.wait(acks, linger);

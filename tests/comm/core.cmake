@@ -5,6 +5,7 @@ set(COMM_CORE_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/types_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/memory_store_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/store_keys_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cost_model_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/allreduce_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/collectives_test.cc

@@ -1,0 +1,84 @@
+#pragma once
+// The names of the keys that the processes of one job share in the Store. They are a protocol
+// between processes that may come from different builds (an agent of another version, a user's
+// own worker program), so a format changes only together with every reader and writer;
+// tests/comm/store_keys_test.cc pins each one. Every key is built here: nothing else concatenates
+// one. Generations are decimal, node ids are --node-rank, ranks are global ranks.
+//
+// The data plane (comm/rendezvous.h), written by each worker and read by its peers:
+//   gen/<g>/addr/<rank>    "host:port" of the rank's TCP listener
+//   gen/<g>/local/<rank>   "<host id>\n<name>" of its AF_UNIX listener, when it offers one
+//   gen/<g>/shm/<rank>     "<host id>\n<name>" of its shared-memory offer, when it makes one
+// The agents' rendezvous rounds (launch/rendezvous_round.h):
+//   rdzv/<g>/state           the round as JSON; changed by compare-and-set only
+//   rdzv/<g>/settled         "1" once the host closed or ended the round (the others wait on it)
+//   rdzv/<g>/coming/<node>   the nonce of a node of the last group that will join round g
+//   rdzv/<g>/ack/<node>      the nonce of a node that read why round g ended
+// The agents' group protocol (launch/group_store.h):
+//   launch/<g>/failed          what failed first ("rank 3 failed (exit code 1)"); compare-and-set
+//   launch/<g>/regroup         why node 0 re-forms the group ("node(s) 2 waiting to join")
+//   launch/<g>/stopped/<node>  "1" once that node's agent stopped its workers after a failure
+//   launch/<g>/done/<node>     "1" once that node's workers all finished
+//   launch/<g>/ps_endpoint     "host:port" of the funnel's parameter server, set by node 0
+
+#include <cstdint>
+#include <string>
+
+namespace cumulus::comm {
+
+namespace store_keys_detail {
+// "<space>/<g>/<leaf>"
+template <typename Generation>
+std::string key(const char* space, Generation g, const char* leaf) {
+  return std::string(space) + "/" + std::to_string(g) + "/" + leaf;
+}
+// "<space>/<g>/<leaf>/<id>"
+template <typename Generation, typename Id>
+std::string key(const char* space, Generation g, const char* leaf, Id id) {
+  return key(space, g, leaf) + "/" + std::to_string(id);
+}
+}  // namespace store_keys_detail
+
+// The data plane.
+inline std::string addressKey(uint64_t generation, int rank) {
+  return store_keys_detail::key("gen", generation, "addr", rank);
+}
+inline std::string localKey(uint64_t generation, int rank) {
+  return store_keys_detail::key("gen", generation, "local", rank);
+}
+inline std::string shmKey(uint64_t generation, int rank) {
+  return store_keys_detail::key("gen", generation, "shm", rank);
+}
+
+// The rendezvous rounds.
+inline std::string roundStateKey(int64_t generation) {
+  return store_keys_detail::key("rdzv", generation, "state");
+}
+inline std::string roundSettledKey(int64_t generation) {
+  return store_keys_detail::key("rdzv", generation, "settled");
+}
+inline std::string roundComingKey(int64_t generation, int64_t node) {
+  return store_keys_detail::key("rdzv", generation, "coming", node);
+}
+inline std::string roundAckKey(int64_t generation, int64_t node) {
+  return store_keys_detail::key("rdzv", generation, "ack", node);
+}
+
+// The group protocol.
+inline std::string groupFailedKey(int64_t generation) {
+  return store_keys_detail::key("launch", generation, "failed");
+}
+inline std::string groupRegroupKey(int64_t generation) {
+  return store_keys_detail::key("launch", generation, "regroup");
+}
+inline std::string groupStoppedKey(int64_t generation, int64_t node) {
+  return store_keys_detail::key("launch", generation, "stopped", node);
+}
+inline std::string groupDoneKey(int64_t generation, int64_t node) {
+  return store_keys_detail::key("launch", generation, "done", node);
+}
+inline std::string groupParameterServerKey(int64_t generation) {
+  return store_keys_detail::key("launch", generation, "ps_endpoint");
+}
+
+}  // namespace cumulus::comm
