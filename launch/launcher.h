@@ -24,6 +24,11 @@
 // SIGTERM (the trainer's preemption notice: agreed step, checkpoint, exit 75) and joins the next
 // round; that is not counted as a restart. Losing node 0 ends the job: it hosts the Store (as
 // torchrun's c10d store host does). Blocking waits on the Store use --rdzv-timeout.
+//
+// The parts: job_setup.h sets the job up (token, Store, parameter server); supervisor.h watches
+// one generation and says how it ended; restart_policy.h decides what follows (pure);
+// group_store.h is the agents' protocol over the Store, whose key names live in
+// comm/store_keys.h; agent_console.h writes every line the agent says. This class joins them.
 
 #include <cstdio>
 #include <memory>
@@ -33,6 +38,10 @@
 #include "launch/rendezvous_round.h"
 
 namespace cumulus::launch {
+
+struct GroupEnd;
+struct RestartDecision;
+struct WorkerGroup;
 
 // What run() learned, for tests and the final console line.
 struct LaunchReport {
@@ -59,20 +68,17 @@ class Launcher {
 
  private:
   struct State;
-  struct Group;     // this node's workers of one generation
-  struct GroupEnd;  // how a group ended
   LaunchReport runOrThrow();
-  // Token, Store (hosted on node 0), data-plane address, notice source, rendezvous.
-  void setUp();
+  // The rendezvous ended without a group: interrupted by a signal, or node 0 ended the job.
+  void endBeforeGroup(const Round& round, LaunchReport& report);
   // Starts this node's workers of `round` with the torchrun environment.
-  std::unique_ptr<Group> startGroup(const Round& round, int restarts);
-  void hostParameterServer(int64_t world_size, const std::string& gen);
-  GroupEnd supervise(Group& group, LaunchReport& report);
-  bool restartAfter(Group& group, const GroupEnd& end, LaunchReport& report);
-  // Says that node 0's Store is gone and the job cannot go on; returns the exit code (1).
-  int giveUpWithoutStore(const std::string& error);
-  // Node 0: ends round `generation` so that nodes waiting in it exit with `exit_code`.
-  void endWaiting(int64_t generation, int exit_code, const std::string& what);
+  std::unique_ptr<WorkerGroup> startGroup(const Round& round, int restarts);
+  // Acts on the restart policy's decision after `group` ended. Returns whether to join the next
+  // round; when not, report.exit_code is set.
+  bool afterGroup(WorkerGroup& group, const GroupEnd& end, LaunchReport& report);
+  void regroup(WorkerGroup& group, const RestartDecision& decision);
+  bool restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDecision decision,
+                    LaunchReport& report);
   LaunchOptions options_;
   FILE* console_;
   std::unique_ptr<State> state_;

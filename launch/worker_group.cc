@@ -6,6 +6,19 @@
 
 namespace cumulus::launch {
 
+const Worker* WorkerGroup::byRank(int rank) const {
+  for (const Worker& w : workers) {
+    if (w.rank == rank) return &w;
+  }
+  return nullptr;
+}
+
+std::vector<ExitStatus> WorkerGroup::poll() {
+  std::vector<ExitStatus> statuses;
+  for (Worker& w : workers) statuses.push_back(w.process->poll());
+  return statuses;
+}
+
 void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace) {
   for (auto& w : workers) w.process->signal(SIGTERM);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace);

@@ -2,6 +2,7 @@
 // The workers of one node in one generation, and how the agent stops them. Used by the launcher
 // (launcher.h) from its one thread; nothing here is thread-safe.
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -22,6 +23,20 @@ struct Worker {
   int local_rank = 0;
   std::string log_path;
   std::unique_ptr<WorkerProcess> process;
+};
+
+// This node's workers of one generation.
+struct WorkerGroup {
+  explicit WorkerGroup(FILE* console) : mux(console) {}
+  int64_t generation = 0;
+  std::vector<int64_t> node_ids;  // the nodes of the group, ascending
+  OutputMux mux;
+  std::vector<Worker> workers;  // in local rank order
+
+  // The worker of global rank `rank`, or nullptr.
+  const Worker* byRank(int rank) const;
+  // Each worker's status (poll(): reaps the ones that exited), in local rank order.
+  std::vector<ExitStatus> poll();
 };
 
 // Stops every running worker: SIGTERM to each group, SIGKILL to the ones still alive after

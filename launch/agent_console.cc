@@ -1,0 +1,149 @@
+#include "launch/agent_console.h"
+
+#include <cstdarg>
+
+#include "launch/worker_group.h"
+#include "launch/worker_process.h"
+
+namespace cumulus::launch {
+
+void AgentConsole::say(const char* format, ...) {
+  std::fputs("cumulus-run: ", out_);
+  va_list args;
+  va_start(args, format);
+  std::vfprintf(out_, format, args);
+  va_end(args);
+  std::fputc('\n', out_);
+}
+
+void AgentConsole::note(const std::string& text) { say("%s", text.c_str()); }
+
+void AgentConsole::setupError(const std::string& error) { say("error: %s", error.c_str()); }
+
+void AgentConsole::rendezvousFailed(const std::string& error) {
+  say("error: rendezvous failed: %s", error.c_str());
+}
+
+void AgentConsole::started(const std::string& run_id, const std::string& nodes,
+                           int64_t nproc_per_node, const std::string& store_endpoint,
+                           const std::string& bind_host, const std::string& run_dir) {
+  say("run %s, %s node(s) x %lld worker(s), store %s, data plane on %s, logs %s", run_id.c_str(),
+      nodes.c_str(), static_cast<long long>(nproc_per_node), store_endpoint.c_str(),
+      bind_host.c_str(), run_dir.c_str());
+}
+
+void AgentConsole::pollingNotices(const std::string& source) {
+  say("polling %s for preemption notices", source.c_str());
+}
+
+void AgentConsole::noticeWarning(const std::string& line) {
+  std::fprintf(out_, "%s\n", line.c_str());
+}
+
+void AgentConsole::parameterServer(const std::string& endpoint) {
+  say("parameter server (funnel) on %s", endpoint.c_str());
+}
+
+void AgentConsole::generationFormed(int64_t generation, const std::string& node_ids,
+                                    int64_t world_size, int64_t node_rank, int64_t first_rank,
+                                    int64_t last_rank) {
+  say("generation %lld: nodes %s, world size %lld; this node is node rank %lld (ranks %lld-%lld)",
+      static_cast<long long>(generation), node_ids.c_str(), static_cast<long long>(world_size),
+      static_cast<long long>(node_rank), static_cast<long long>(first_rank),
+      static_cast<long long>(last_rank));
+}
+
+void AgentConsole::rebalance(const std::string& detail) {
+  say("%s; asking the workers to checkpoint now and keep training", detail.c_str());
+}
+
+void AgentConsole::preemptionNotice(const std::string& detail, double grace) {
+  say("preemption notice (%s); asking the workers to checkpoint and stop within %.1f s",
+      detail.empty() ? "SIGTERM" : detail.c_str(), grace);
+}
+
+void AgentConsole::stoppingOnSignal(int sig) {
+  say("received %s, stopping workers", signalName(sig).c_str());
+}
+
+void AgentConsole::allFinished(int64_t workers) {
+  say("all %lld worker(s) finished", static_cast<long long>(workers));
+}
+
+void AgentConsole::regroupUnreadable(const std::string& error) {
+  say("could not read whether node 0 re-forms the group (%s); treating the stop as a preemption",
+      error.c_str());
+}
+
+void AgentConsole::finishUnconfirmed(int64_t generation, const std::string& error) {
+  say("not every node reported it finished generation %lld: %s", static_cast<long long>(generation),
+      error.c_str());
+}
+
+void AgentConsole::preemptedInRendezvous(int64_t generation) {
+  say("preemption notice (SIGTERM) during the rendezvous of generation %lld; no worker was "
+      "running; launch the same command again to resume",
+      static_cast<long long>(generation));
+}
+
+void AgentConsole::signalInRendezvous(int sig) {
+  say("received %s during the rendezvous", signalName(sig).c_str());
+}
+
+void AgentConsole::roundEnded(int exit_code, const std::string& reason) {
+  const char* what = exit_code == 0                ? "done"
+                     : exit_code == kExitPreempted ? "preempted"
+                                                   : "giving up";
+  say("%s: %s", what, reason.c_str());
+}
+
+void AgentConsole::endWaitingFailed(int64_t generation, const std::string& error) {
+  say("could not tell the nodes waiting for generation %lld that the job ended: %s",
+      static_cast<long long>(generation), error.c_str());
+}
+
+void AgentConsole::regrouping(const std::string& detail, double preemption_grace) {
+  say("%s: the workers checkpoint and stop (as for a preemption, within --preemption-grace "
+      "%.1f s), then the group forms again; not counted as a restart",
+      detail.c_str(), preemption_grace);
+}
+
+void AgentConsole::announceFailed(int64_t generation, const std::string& error) {
+  say("could not announce this node for generation %lld: %s", static_cast<long long>(generation),
+      error.c_str());
+}
+
+void AgentConsole::stoppingGroup(const std::string& what) {
+  say("%s; stopping the group", what.c_str());
+}
+
+void AgentConsole::failureUnconfirmed(int64_t generation, const std::string& error) {
+  say("not every node confirmed it saw the failure of generation %lld: %s",
+      static_cast<long long>(generation), error.c_str());
+}
+
+void AgentConsole::storeLost(const std::string& store_endpoint, const std::string& error) {
+  // Like torchrun's c10d store host: the rendezvous lives on node 0 and dies with it.
+  say("giving up: the rendezvous Store on node 0 (%s) is unreachable: %s; node 0 hosts the "
+      "Store, so the job cannot go on without it: launch it again on every node to resume from "
+      "the newest checkpoint",
+      store_endpoint.c_str(), error.c_str());
+}
+
+void AgentConsole::givingUp(const RestartDecision& decision, int64_t max_restarts,
+                            const std::string& log) {
+  if (decision.why == RestartDecision::Why::kRepeatable) {
+    say("giving up: %s, an error in the command or the experiment that a restart would repeat; "
+        "fix it and launch again (see %s)",
+        decision.what.c_str(), log.c_str());
+  } else {
+    say("giving up: %s and no restarts are left (--max-restarts %lld); see %s",
+        decision.what.c_str(), static_cast<long long>(max_restarts), log.c_str());
+  }
+}
+
+void AgentConsole::restarting(int restarts, int64_t max_restarts) {
+  say("restarting the group (restart %d of %lld)", restarts, static_cast<long long>(max_restarts));
+}
+
+}  // namespace cumulus::launch

@@ -1,0 +1,51 @@
+#include "launch/group_store.h"
+
+#include "comm/store_keys.h"
+
+namespace cumulus::launch {
+
+void GroupStore::recordFailure(int64_t g, const std::string& what) {
+  store_.compareSet(comm::groupFailedKey(g), "", what);
+}
+
+std::optional<std::string> GroupStore::failure(int64_t g) {
+  return store_.tryGet(comm::groupFailedKey(g));
+}
+
+void GroupStore::proposeRegroup(int64_t g, const std::string& why) {
+  store_.compareSet(comm::groupRegroupKey(g), "", why);
+}
+
+std::optional<std::string> GroupStore::regroup(int64_t g) {
+  return store_.tryGet(comm::groupRegroupKey(g));
+}
+
+void GroupStore::markStopped(int64_t g, int64_t node) {
+  store_.set(comm::groupStoppedKey(g, node), "1");
+}
+
+void GroupStore::waitStopped(int64_t g, const std::vector<int64_t>& nodes,
+                             std::chrono::milliseconds timeout) {
+  std::vector<std::string> keys;
+  for (int64_t id : nodes) keys.push_back(comm::groupStoppedKey(g, id));
+  store_.wait(keys, timeout);
+}
+
+void GroupStore::markDone(int64_t g, int64_t node) { store_.set(comm::groupDoneKey(g, node), "1"); }
+
+void GroupStore::waitDone(int64_t g, const std::vector<int64_t>& nodes,
+                          std::chrono::milliseconds timeout) {
+  std::vector<std::string> keys;
+  for (int64_t id : nodes) keys.push_back(comm::groupDoneKey(g, id));
+  store_.wait(keys, timeout);
+}
+
+void GroupStore::publishParameterServer(int64_t g, const std::string& endpoint) {
+  store_.set(comm::groupParameterServerKey(g), endpoint);
+}
+
+std::string GroupStore::parameterServer(int64_t g, std::chrono::milliseconds timeout) {
+  return store_.get(comm::groupParameterServerKey(g), timeout);
+}
+
+}  // namespace cumulus::launch

@@ -1,0 +1,55 @@
+#pragma once
+// The agents' group protocol over the Store (keys: comm/store_keys.h, "The agents' group
+// protocol"). Per generation g:
+//   - the first agent whose worker fails records what failed (compare-and-set: the first wins);
+//     every agent watches for it and stops its workers;
+//   - node 0 records why it re-forms the group to admit waiting nodes; every agent watches that;
+//   - after a failure each agent says it stopped its workers, and node 0, when the job gives up,
+//     waits (bounded) for all of them before its Store goes away;
+//   - at the end each agent says its workers finished, and node 0 waits (bounded) for all;
+//   - node 0 publishes the funnel's parameter server for the others to read.
+//
+// Every call throws comm::CommError when the Store fails; the waits also on their timeout.
+// Non-blocking unless it says "waits". Not thread-safe: used from the launcher's one thread.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/store.h"
+
+namespace cumulus::launch {
+
+class GroupStore {
+ public:
+  explicit GroupStore(comm::Store& store) : store_(store) {}
+
+  // Records `what` as generation g's failure unless one is recorded already.
+  void recordFailure(int64_t g, const std::string& what);
+  // The failure recorded for generation g, if any.
+  std::optional<std::string> failure(int64_t g);
+
+  // Records why node 0 re-forms generation g's group unless a reason is recorded already.
+  void proposeRegroup(int64_t g, const std::string& why);
+  // Why generation g's group is re-formed, if it is.
+  std::optional<std::string> regroup(int64_t g);
+
+  void markStopped(int64_t g, int64_t node);
+  // Waits up to `timeout` until every node of `nodes` said it stopped its workers.
+  void waitStopped(int64_t g, const std::vector<int64_t>& nodes, std::chrono::milliseconds timeout);
+
+  void markDone(int64_t g, int64_t node);
+  // Waits up to `timeout` until every node of `nodes` said its workers finished.
+  void waitDone(int64_t g, const std::vector<int64_t>& nodes, std::chrono::milliseconds timeout);
+
+  void publishParameterServer(int64_t g, const std::string& endpoint);
+  // Waits up to `timeout` for node 0 to publish generation g's parameter server.
+  std::string parameterServer(int64_t g, std::chrono::milliseconds timeout);
+
+ private:
+  comm::Store& store_;
+};
+
+}  // namespace cumulus::launch

@@ -1,0 +1,85 @@
+#include "launch/restart_policy.h"
+
+#include <algorithm>
+
+#include "launch/worker_group.h"
+
+namespace cumulus::launch {
+
+WorkerExits summarizeExits(const std::vector<ExitStatus>& statuses) {
+  WorkerExits out;
+  for (size_t i = 0; i < statuses.size(); ++i) {
+    const ExitStatus& s = statuses[i];
+    if (!s.exited) {
+      out.all_exited = false;
+    } else if (s.exit_code == kExitPreempted && s.signal == 0) {
+      out.any_preempted = true;
+    } else if (!s.ok() && out.first_failed < 0) {
+      out.first_failed = static_cast<int>(i);
+    }
+  }
+  return out;
+}
+
+RestartDecision RestartPolicy::decide(const GroupEnd& end, int restarts) const {
+  RestartDecision d;
+  switch (end.kind) {
+    case GroupEnd::Kind::kExit:
+      d.action = RestartDecision::Action::kExit;
+      d.exit_code = end.exit_code;
+      return d;
+    case GroupEnd::Kind::kRegroup:
+      d.action = RestartDecision::Action::kRegroup;
+      d.what = end.detail;
+      return d;
+    case GroupEnd::Kind::kStoreLost:
+      d.what = "the rendezvous Store is unreachable (" + end.detail + ")";
+      return storeLost(d, end.detail);
+    case GroupEnd::Kind::kWorkerFailed: {
+      const ExitStatus& s = end.failed_status;
+      d.what = "rank " + std::to_string(end.failed_rank) + " failed (" + s.describe() + ")";
+      d.publish_failure = multi_;
+      if (s.signal == 0 && s.exit_code == kExitUsage) {
+        d.action = RestartDecision::Action::kGiveUp;
+        d.why = RestartDecision::Why::kRepeatable;
+        d.exit_code = kExitUsage;
+        return d;
+      }
+      break;
+    }
+    case GroupEnd::Kind::kRemoteFailure:
+      d.what = end.detail + " on another node";
+      break;
+  }
+  // A node loss counts like a crash: each is one restart of the group.
+  if (restarts >= max_restarts_) {
+    d.action = RestartDecision::Action::kGiveUp;
+    d.why = RestartDecision::Why::kNoRestartsLeft;
+    d.exit_code = 1;
+    return d;
+  }
+  d.action = RestartDecision::Action::kRestart;
+  d.restarts = restarts + 1;
+  return d;
+}
+
+RestartDecision RestartPolicy::storeLost(RestartDecision decided, const std::string& error) const {
+  decided.action = RestartDecision::Action::kGiveUp;
+  decided.why = RestartDecision::Why::kStoreLost;
+  decided.exit_code = 1;
+  decided.restarts = 0;
+  decided.store_error = error;
+  return decided;
+}
+
+std::vector<int64_t> RestartPolicy::toAdmit(const std::vector<int64_t>& group,
+                                            const std::vector<int64_t>& waiting) const {
+  std::vector<int64_t> admit;
+  if (!hasRoom(group.size())) return admit;
+  for (int64_t id : waiting) {
+    if (!std::binary_search(group.begin(), group.end(), id)) admit.push_back(id);
+  }
+  return admit;
+}
+
+}  // namespace cumulus::launch

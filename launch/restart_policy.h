@@ -1,0 +1,103 @@
+#pragma once
+// What the agent does once its group of one generation has ended: end the job, restart the group
+// under a new generation, re-form it to admit waiting nodes, or give up. Pure: no processes, no
+// Store, no clock. The supervision loop (supervisor.h) says how the group ended, this policy
+// decides, and the launcher (launcher.cc) acts on the decision and prints it (agent_console.h).
+//
+// The rules (launcher.h has the exit codes):
+//   - a group that ended the job (finished, preempted, stopped by a signal) ends it with its code;
+//   - node 0 re-forming the group to admit waiting nodes is not a restart;
+//   - a worker's exit code 2 is a usage or configuration error that a restart would repeat: give
+//     up at once with exit code 2, whatever --max-restarts allows;
+//   - any other failure, here or on another node (a lost node included), is one restart of the
+//     group, while restarts are left; then give up with exit code 1;
+//   - without node 0's Store the job cannot go on: give up with exit code 1.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "launch/worker_process.h"
+
+namespace cumulus::launch {
+
+// How one generation's group ended on this node, as the supervision loop saw it.
+struct GroupEnd {
+  enum class Kind {
+    kExit,           // the job's outcome is settled (finished, preempted, stopped by a signal)
+    kWorkerFailed,   // a worker of this node exited non-zero (not 75) or by a signal
+    kRemoteFailure,  // a worker on another node failed; `detail` says which
+    kStoreLost,      // node 0's Store did not answer; `detail` is the error
+    kRegroup,        // node 0 re-forms the group to admit waiting nodes; `detail` says which
+  };
+  Kind kind = Kind::kExit;
+  int exit_code = 0;     // kExit: the job's exit code
+  int failed_rank = -1;  // kWorkerFailed: the first failed worker (global rank)
+  ExitStatus failed_status;
+  // kExit: why, for nodes still waiting to join ("finished", "preempted",
+  // "node 0's launcher was stopped by SIGINT"); otherwise as above.
+  std::string detail;
+};
+
+// How this node's workers stand, from their exit statuses (in local rank order).
+struct WorkerExits {
+  bool all_exited = true;
+  bool any_preempted = false;  // some exited 75 (EX_TEMPFAIL) after an agreed stop
+  int first_failed = -1;       // index of the first that exited non-zero (not 75) or by a signal
+};
+WorkerExits summarizeExits(const std::vector<ExitStatus>& statuses);
+
+struct RestartDecision {
+  enum class Action {
+    kExit,     // the job is over: exit with `exit_code`
+    kRegroup,  // stop the workers as for a preemption and join the next round; not a restart
+    kRestart,  // stop the workers and join the next round as restart number `restarts`
+    kGiveUp,   // stop the workers and exit with `exit_code`
+  };
+  enum class Why {
+    kNone,
+    kRepeatable,      // kGiveUp: a worker's usage error (exit code 2)
+    kNoRestartsLeft,  // kGiveUp: --max-restarts restarts were used
+    kStoreLost,       // kGiveUp: node 0's Store is unreachable; `store_error` says how
+  };
+  Action action = Action::kExit;
+  Why why = Why::kNone;
+  int exit_code = 0;  // kExit, kGiveUp
+  int restarts = 0;   // kRestart: the group restarts counting this one
+  // What ended the group ("rank 1 failed (exit code 3)", "rank 3 failed (…) on another node",
+  // "the rendezvous Store is unreachable (…)"); kRegroup: why node 0 re-forms the group.
+  std::string what;
+  // Tell the other nodes what failed (a failure of this node, in a multi-node job).
+  bool publish_failure = false;
+  std::string store_error;  // kStoreLost
+};
+
+class RestartPolicy {
+ public:
+  // `multi`: the job may span more than one node (--nnodes MAX > 1).
+  RestartPolicy(int64_t max_restarts, int64_t max_nodes, bool multi)
+      : max_restarts_(max_restarts), max_nodes_(max_nodes), multi_(multi) {}
+
+  // `restarts`: the group restarts so far.
+  RestartDecision decide(const GroupEnd& end, int restarts) const;
+
+  // The Store failed while the launcher acted on `decided` (telling the other nodes of a failure,
+  // announcing this node for the next round): the job cannot go on. Keeps `decided.what`.
+  RestartDecision storeLost(RestartDecision decided, const std::string& error) const;
+
+  // Node 0 only: whether a group of `group_size` nodes has room for more (--nnodes MAX).
+  bool hasRoom(size_t group_size) const { return static_cast<int64_t>(group_size) < max_nodes_; }
+  // Node 0 only: the nodes waiting in the next round to admit into the running group (node ids,
+  // ascending; `group` ascending). An id already in the group is not admitted: a returning host
+  // whose loss is not noticed yet, or a duplicate --node-rank; the next restart sorts that out
+  // without stopping a healthy group. Empty: do not re-form.
+  std::vector<int64_t> toAdmit(const std::vector<int64_t>& group,
+                               const std::vector<int64_t>& waiting) const;
+
+ private:
+  int64_t max_restarts_;
+  int64_t max_nodes_;
+  bool multi_;
+};
+
+}  // namespace cumulus::launch

@@ -1,0 +1,159 @@
+#include "launch/supervisor.h"
+
+#include <signal.h>
+
+#include <algorithm>
+
+#include "comm/error.h"
+
+namespace cumulus::launch {
+
+StopWatch::Request StopWatch::poll() {
+  Request request;
+  request.signal = stop_signal_();
+  if (request.signal || !notice_) return request;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_poll_) return request;
+  next_poll_ = now + interval_;
+  const NoticeEvent event = notice_->poll();
+  if (event.kind == NoticeKind::kPreemption) {
+    request.signal = SIGTERM;
+    request.detail = event.detail;
+  } else if (event.kind == NoticeKind::kRebalance) {
+    request.rebalance = event.detail;
+  }
+  return request;
+}
+
+GroupEnd Supervisor::run(WorkerGroup& group) {
+  const int interval_ms = std::max(1, static_cast<int>(options_.monitor_interval * 1000));
+  StopWatch stops(stop_signal_, job_.notice.get(),
+                  std::chrono::milliseconds(std::max(interval_ms, 500)));
+  auto next_store_check = std::chrono::steady_clock::now();
+  for (;;) {
+    group.mux.pump(interval_ms);
+    const StopWatch::Request stop = stops.poll();
+    if (!stop.rebalance.empty()) {
+      // A softer, earlier signal: the workers agree on a step, checkpoint it and go on
+      // (trainer/preemption.h). SIGUSR1 stays blocked in a worker that does not ask for it.
+      console_.rebalance(stop.rebalance);
+      for (auto& w : group.workers) {
+        if (!w.process->poll().exited) w.process->signal(SIGUSR1);
+      }
+    }
+    if (stop.signal == SIGTERM) return stopForPreemption(group, stop.detail);
+    if (stop.signal) return stopForSignal(group, stop.signal);
+
+    const std::vector<ExitStatus> statuses = group.poll();
+    const WorkerExits exits = summarizeExits(statuses);
+    if (exits.first_failed >= 0) {
+      GroupEnd end;
+      end.kind = GroupEnd::Kind::kWorkerFailed;
+      end.failed_rank = group.workers[static_cast<size_t>(exits.first_failed)].rank;
+      end.failed_status = statuses[static_cast<size_t>(exits.first_failed)];
+      return end;
+    }
+    if (exits.all_exited) return finish(group, exits.any_preempted);
+
+    if (job_.multi && std::chrono::steady_clock::now() >= next_store_check) {
+      next_store_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      if (std::optional<GroupEnd> end = checkStore(group)) return *end;
+    }
+  }
+}
+
+GroupEnd Supervisor::stopForPreemption(WorkerGroup& group, const std::string& notice) {
+  // A spot notice: the workers agree on a stop step, checkpoint there and exit 75.
+  const double grace = options_.preemption_grace;
+  console_.preemptionNotice(notice, grace);
+  const auto t0 = std::chrono::steady_clock::now();
+  stopWorkers(group.workers, group.mux, grace);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  GroupEnd end;
+  end.exit_code = reportPreemption(group.workers, group.mux, console_.file(), took, grace);
+  end.detail = "preempted";
+  return end;
+}
+
+GroupEnd Supervisor::stopForSignal(WorkerGroup& group, int sig) {
+  console_.stoppingOnSignal(sig);
+  stopWorkers(group.workers, group.mux, options_.stop_grace);
+  GroupEnd end;
+  end.exit_code = 128 + sig;
+  end.detail = "node 0's launcher was stopped by " + signalName(sig);
+  return end;
+}
+
+GroupEnd Supervisor::finish(WorkerGroup& group, bool any_preempted) {
+  GroupEnd end;
+  // Workers that stopped at an agreed step because node 0 re-forms the group (its workers got
+  // SIGTERM and told ours) are not a preemption of the job.
+  if (any_preempted && job_.multi) {
+    try {
+      if (auto why = job_.group_store->regroup(group.generation)) {
+        end.kind = GroupEnd::Kind::kRegroup;
+        end.detail = *why;
+        return end;
+      }
+    } catch (const comm::CommError& e) {
+      // Without the Store there is no regroup to join: the stop is the job's preemption.
+      console_.regroupUnreadable(e.what());
+    }
+  }
+  for (auto& w : group.workers) group.mux.finish(w.rank);
+  if (any_preempted) {
+    // A worker got the notice itself (SIGTERM from the cloud) and the group agreed to stop.
+    end.exit_code =
+        reportPreemption(group.workers, group.mux, console_.file(), 0.0, options_.preemption_grace);
+  } else {
+    console_.allFinished(options_.nproc_per_node);
+  }
+  if (job_.multi) {
+    job_.group_store->markDone(group.generation, options_.node_rank);
+    if (job_.host) {  // keep the Store up until every node is done with it
+      try {
+        job_.group_store->waitDone(group.generation, group.node_ids, toMs(options_.rdzv_timeout));
+      } catch (const comm::CommError& e) {
+        // Best effort: this node is done; a node that never says so is gone.
+        console_.finishUnconfirmed(group.generation, e.what());
+      }
+    }
+  }
+  end.detail = end.exit_code == 0 ? "finished" : "preempted";
+  return end;
+}
+
+std::optional<GroupEnd> Supervisor::checkStore(WorkerGroup& group) {
+  // Node 0 gone (its agent gave up, or the host was lost) takes the Store with it: that is a
+  // failure of the group too, not a reason for this agent to die with a Store error.
+  GroupEnd end;
+  try {
+    if (auto failure = job_.group_store->failure(group.generation)) {
+      end.kind = GroupEnd::Kind::kRemoteFailure;
+      end.detail = *failure;
+      return end;
+    }
+    // Nodes that arrived after this group formed wait in the next round: the host re-forms the
+    // group to admit them (torchrun's num_nodes_waiting).
+    if (job_.host && policy_.hasRoom(group.node_ids.size())) {
+      const std::vector<int64_t> admit =
+          policy_.toAdmit(group.node_ids, job_.rdzv->waiting(group.generation + 1));
+      if (!admit.empty()) {
+        job_.group_store->proposeRegroup(group.generation,
+                                         "node(s) " + joinIds(admit) + " waiting to join");
+      }
+    }
+    if (auto why = job_.group_store->regroup(group.generation)) {
+      end.kind = GroupEnd::Kind::kRegroup;
+      end.detail = *why;
+      return end;
+    }
+  } catch (const comm::CommError& e) {
+    end.kind = GroupEnd::Kind::kStoreLost;
+    end.detail = e.what();
+    return end;
+  }
+  return std::nullopt;
+}
+
+}  // namespace cumulus::launch

@@ -1,0 +1,224 @@
+// The restart policy without processes: every way a group can end, against the budget of
+// restarts, and the console lines the launcher prints for the decision.
+
+#include "launch/restart_policy.h"
+
+#include <signal.h>
+#include <stdio.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "launch/agent_console.h"
+
+namespace cumulus::launch {
+namespace {
+
+using Action = RestartDecision::Action;
+using Why = RestartDecision::Why;
+
+ExitStatus exited(int code) {
+  ExitStatus s;
+  s.exited = true;
+  s.exit_code = code;
+  return s;
+}
+
+ExitStatus killed(int sig) {
+  ExitStatus s;
+  s.exited = true;
+  s.exit_code = -1;
+  s.signal = sig;
+  return s;
+}
+
+ExitStatus running() { return ExitStatus{}; }
+
+GroupEnd workerFailed(int rank, ExitStatus status) {
+  GroupEnd end;
+  end.kind = GroupEnd::Kind::kWorkerFailed;
+  end.failed_rank = rank;
+  end.failed_status = status;
+  return end;
+}
+
+GroupEnd withDetail(GroupEnd::Kind kind, const std::string& detail) {
+  GroupEnd end;
+  end.kind = kind;
+  end.detail = detail;
+  return end;
+}
+
+GroupEnd exitWith(int code, const std::string& detail) {
+  GroupEnd end = withDetail(GroupEnd::Kind::kExit, detail);
+  end.exit_code = code;
+  return end;
+}
+
+struct Case {
+  const char* name;
+  GroupEnd end;
+  bool multi;
+  int64_t max_restarts;
+  int restarts;  // so far
+  // The decision.
+  Action action;
+  Why why;
+  int exit_code;
+  int restarts_after;  // kRestart
+  std::string what;
+  bool publish_failure;
+};
+
+std::vector<Case> cases() {
+  return {
+      {"finished", exitWith(0, "finished"), false, 3, 0, Action::kExit, Why::kNone, 0, 0, "",
+       false},
+      {"preempted", exitWith(75, "preempted"), true, 3, 1, Action::kExit, Why::kNone, 75, 0, "",
+       false},
+      {"stopped by SIGINT", exitWith(130, "node 0's launcher was stopped by SIGINT"), true, 0, 0,
+       Action::kExit, Why::kNone, 130, 0, "", false},
+      // Re-forming the group is never a restart, even with none left.
+      {"regroup", withDetail(GroupEnd::Kind::kRegroup, "node(s) 2 waiting to join"), true, 0, 0,
+       Action::kRegroup, Why::kNone, 0, 0, "node(s) 2 waiting to join", false},
+      {"crash, restarts left", workerFailed(1, exited(3)), false, 3, 0, Action::kRestart,
+       Why::kNone, 0, 1, "rank 1 failed (exit code 3)", false},
+      {"crash on one of several nodes", workerFailed(5, exited(1)), true, 3, 2, Action::kRestart,
+       Why::kNone, 0, 3, "rank 5 failed (exit code 1)", true},
+      {"crash, no restarts left", workerFailed(1, exited(7)), false, 1, 1, Action::kGiveUp,
+       Why::kNoRestartsLeft, 1, 0, "rank 1 failed (exit code 7)", false},
+      {"killed, --max-restarts 0", workerFailed(0, killed(SIGKILL)), true, 0, 0, Action::kGiveUp,
+       Why::kNoRestartsLeft, 1, 0, "rank 0 failed (signal SIGKILL)", true},
+      // Exit code 2 is a usage error: repeated by any restart, so never restarted.
+      {"usage error", workerFailed(1, exited(2)), false, 3, 0, Action::kGiveUp, Why::kRepeatable, 2,
+       0, "rank 1 failed (exit code 2)", false},
+      {"usage error on one of several nodes", workerFailed(3, exited(2)), true, 3, 0,
+       Action::kGiveUp, Why::kRepeatable, 2, 0, "rank 3 failed (exit code 2)", true},
+      // A signal numbered 2 (SIGINT) is not exit code 2.
+      {"killed by SIGINT", workerFailed(1, killed(SIGINT)), false, 3, 0, Action::kRestart,
+       Why::kNone, 0, 1, "rank 1 failed (signal SIGINT)", false},
+      {"another node's crash",
+       withDetail(GroupEnd::Kind::kRemoteFailure, "rank 2 failed (exit code 3)"), true, 2, 1,
+       Action::kRestart, Why::kNone, 0, 2, "rank 2 failed (exit code 3) on another node", false},
+      {"another node's crash, no restarts left",
+       withDetail(GroupEnd::Kind::kRemoteFailure, "rank 2 failed (exit code 3)"), true, 2, 2,
+       Action::kGiveUp, Why::kNoRestartsLeft, 1, 0, "rank 2 failed (exit code 3) on another node",
+       false},
+      {"Store lost", withDetail(GroupEnd::Kind::kStoreLost, "store 127.0.0.1:1 unreachable"), true,
+       3, 0, Action::kGiveUp, Why::kStoreLost, 1, 0,
+       "the rendezvous Store is unreachable (store 127.0.0.1:1 unreachable)", false},
+  };
+}
+
+TEST(RestartPolicy, DecidesEveryWayAGroupEnds) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const RestartPolicy policy(c.max_restarts, /*max_nodes=*/4, c.multi);
+    const RestartDecision d = policy.decide(c.end, c.restarts);
+    EXPECT_EQ(d.action, c.action);
+    EXPECT_EQ(d.why, c.why);
+    EXPECT_EQ(d.exit_code, c.exit_code);
+    if (c.action == Action::kRestart) {
+      EXPECT_EQ(d.restarts, c.restarts_after);
+    }
+    EXPECT_EQ(d.what, c.what);
+    EXPECT_EQ(d.publish_failure, c.publish_failure);
+    EXPECT_EQ(d.store_error, c.why == Why::kStoreLost ? c.end.detail : "");
+  }
+}
+
+// Losing the Store while acting on a decision (telling the others, announcing this node) ends the
+// job with exit code 1 whatever was decided, keeping what failed for the console.
+TEST(RestartPolicy, StoreLostWhileActingGivesUpWithCodeOne) {
+  const RestartPolicy policy(3, 2, true);
+  for (const GroupEnd& end : {workerFailed(1, exited(3)), workerFailed(1, exited(2))}) {
+    const RestartDecision d = policy.storeLost(policy.decide(end, 0), "deadline exceeded");
+    EXPECT_EQ(d.action, Action::kGiveUp);
+    EXPECT_EQ(d.why, Why::kStoreLost);
+    EXPECT_EQ(d.exit_code, 1);
+    EXPECT_EQ(d.store_error, "deadline exceeded");
+    EXPECT_EQ(d.what, "rank 1 failed (" + end.failed_status.describe() + ")");
+  }
+}
+
+TEST(RestartPolicy, AdmitsWaitingNodesOnlyWhileTheGroupHasRoom) {
+  const RestartPolicy policy(0, /*max_nodes=*/3, true);
+  EXPECT_TRUE(policy.hasRoom(2));
+  EXPECT_FALSE(policy.hasRoom(3));
+  EXPECT_EQ(policy.toAdmit({0, 1}, {2}), (std::vector<int64_t>{2}));
+  // A node id already in the group (a duplicate --node-rank, a host back before its loss was
+  // noticed) is left to the next restart.
+  EXPECT_EQ(policy.toAdmit({0, 1}, {1, 2}), (std::vector<int64_t>{2}));
+  EXPECT_EQ(policy.toAdmit({0, 1}, {1}), std::vector<int64_t>{});
+  EXPECT_EQ(policy.toAdmit({0, 1}, {}), std::vector<int64_t>{});
+  EXPECT_EQ(policy.toAdmit({0, 1, 2}, {3}), std::vector<int64_t>{});
+}
+
+TEST(WorkerExits, ReadsHowTheWorkersStand) {
+  WorkerExits e = summarizeExits({exited(0), running()});
+  EXPECT_FALSE(e.all_exited);
+  EXPECT_FALSE(e.any_preempted);
+  EXPECT_EQ(e.first_failed, -1);
+
+  e = summarizeExits({exited(0), exited(75)});
+  EXPECT_TRUE(e.all_exited);
+  EXPECT_TRUE(e.any_preempted);
+  EXPECT_EQ(e.first_failed, -1);
+
+  // A failure counts while others still run; the first in local rank order is named.
+  e = summarizeExits({running(), exited(3), killed(SIGKILL)});
+  EXPECT_FALSE(e.all_exited);
+  EXPECT_EQ(e.first_failed, 1);
+
+  // Killed by signal 75 is not an agreed preemption stop.
+  e = summarizeExits({killed(75)});
+  EXPECT_FALSE(e.any_preempted);
+  EXPECT_EQ(e.first_failed, 0);
+}
+
+// What the launcher prints for each way of giving up (the texts users and scripts read).
+std::string printed(void (*print)(AgentConsole&)) {
+  char* buffer = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&buffer, &size);
+  AgentConsole console(out);
+  print(console);
+  std::fclose(out);
+  std::string text(buffer, size);
+  std::free(buffer);
+  return text;
+}
+
+TEST(RestartPolicy, ConsoleLinesForEachDecision) {
+  EXPECT_EQ(printed([](AgentConsole& c) {
+              const RestartPolicy policy(1, 1, false);
+              c.givingUp(policy.decide(workerFailed(1, exited(7)), 1), 1, "/logs/gen1/rank1.log");
+            }),
+            "cumulus-run: giving up: rank 1 failed (exit code 7) and no restarts are left "
+            "(--max-restarts 1); see /logs/gen1/rank1.log\n");
+  EXPECT_EQ(printed([](AgentConsole& c) {
+              const RestartPolicy policy(3, 1, false);
+              c.givingUp(policy.decide(workerFailed(1, exited(2)), 0), 3, "/logs/gen0/rank1.log");
+            }),
+            "cumulus-run: giving up: rank 1 failed (exit code 2), an error in the command or the "
+            "experiment that a restart would repeat; fix it and launch again (see "
+            "/logs/gen0/rank1.log)\n");
+  EXPECT_EQ(printed([](AgentConsole& c) { c.storeLost("10.0.0.1:29500", "connection refused"); }),
+            "cumulus-run: giving up: the rendezvous Store on node 0 (10.0.0.1:29500) is "
+            "unreachable: connection refused; node 0 hosts the Store, so the job cannot go on "
+            "without it: launch it again on every node to resume from the newest checkpoint\n");
+  EXPECT_EQ(printed([](AgentConsole& c) { c.stoppingGroup("rank 1 failed (exit code 3)"); }),
+            "cumulus-run: rank 1 failed (exit code 3); stopping the group\n");
+  EXPECT_EQ(printed([](AgentConsole& c) { c.restarting(1, 3); }),
+            "cumulus-run: restarting the group (restart 1 of 3)\n");
+  EXPECT_EQ(printed([](AgentConsole& c) { c.regrouping("node(s) 2 waiting to join", 30.0); }),
+            "cumulus-run: node(s) 2 waiting to join: the workers checkpoint and stop (as for a "
+            "preemption, within --preemption-grace 30.0 s), then the group forms again; not "
+            "counted as a restart\n");
+}
+
+}  // namespace
+}  // namespace cumulus::launch
