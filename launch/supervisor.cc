@@ -12,8 +12,8 @@ StopWatch::Request StopWatch::poll() {
   Request request;
   request.signal = stop_signal_();
   if (request.signal || !notice_) return request;
-  const auto now = std::chrono::steady_clock::now();
-  if (now < next_poll_) return request;
+  const base::Clock::TimePoint now = clock_.now();
+  if (next_poll_ && now < *next_poll_) return request;
   next_poll_ = now + interval_;
   const NoticeEvent event = notice_->poll();
   if (event.kind == NoticeKind::kPreemption) {
@@ -28,8 +28,8 @@ StopWatch::Request StopWatch::poll() {
 GroupEnd Supervisor::run(WorkerGroup& group) {
   const int interval_ms = std::max(1, static_cast<int>(options_.monitor_interval * 1000));
   StopWatch stops(stop_signal_, job_.notice.get(),
-                  std::chrono::milliseconds(std::max(interval_ms, 500)));
-  auto next_store_check = std::chrono::steady_clock::now();
+                  std::chrono::milliseconds(std::max(interval_ms, 500)), clock_);
+  base::Clock::TimePoint next_store_check = clock_.now();
   for (;;) {
     group.mux.pump(interval_ms);
     const StopWatch::Request stop = stops.poll();
@@ -55,8 +55,8 @@ GroupEnd Supervisor::run(WorkerGroup& group) {
     }
     if (exits.all_exited) return finish(group, exits.any_preempted);
 
-    if (job_.multi && std::chrono::steady_clock::now() >= next_store_check) {
-      next_store_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    if (job_.multi && clock_.now() >= next_store_check) {
+      next_store_check = clock_.now() + std::chrono::milliseconds(200);
       if (std::optional<GroupEnd> end = checkStore(group)) return *end;
     }
   }
@@ -66,9 +66,9 @@ GroupEnd Supervisor::stopForPreemption(WorkerGroup& group, const std::string& no
   // A spot notice: the workers agree on a stop step, checkpoint there and exit 75.
   const double grace = options_.preemption_grace;
   console_.preemptionNotice(notice, grace);
-  const auto t0 = std::chrono::steady_clock::now();
+  const base::Clock::TimePoint t0 = clock_.now();
   stopWorkers(group.workers, group.mux, grace);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double took = std::chrono::duration<double>(clock_.now() - t0).count();
   GroupEnd end;
   end.exit_code = reportPreemption(group.workers, group.mux, console_.file(), took, grace);
   end.detail = "preempted";

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "base/clock.h"
 #include "launch/agent_console.h"
 #include "launch/job_setup.h"
 #include "launch/options.h"
@@ -36,9 +37,10 @@ class StopWatch {
     std::string rebalance;  // a rebalance recommendation to pass on to the workers, if any
   };
   // `stop_signal` returns the signal the launcher was asked to stop by, or 0. `notice` may be
-  // null.
-  StopWatch(int (*stop_signal)(), NoticeSource* notice, std::chrono::milliseconds interval)
-      : stop_signal_(stop_signal), notice_(notice), interval_(interval) {}
+  // null. The first poll asks the notice source at once.
+  StopWatch(int (*stop_signal)(), NoticeSource* notice, std::chrono::milliseconds interval,
+            const base::Clock& clock)
+      : stop_signal_(stop_signal), notice_(notice), interval_(interval), clock_(clock) {}
   // Non-blocking, except for the notice source's own poll (an HTTP request for a cloud source,
   // bounded by its timeout).
   Request poll();
@@ -47,7 +49,8 @@ class StopWatch {
   int (*stop_signal_)();
   NoticeSource* notice_;
   std::chrono::milliseconds interval_;
-  std::chrono::steady_clock::time_point next_poll_{};
+  const base::Clock& clock_;
+  std::optional<base::Clock::TimePoint> next_poll_;
 };
 
 class Supervisor {
@@ -78,6 +81,7 @@ class Supervisor {
   const RestartPolicy& policy_;
   AgentConsole& console_;
   int (*stop_signal_)();
+  base::SteadyClock clock_;
 };
 
 }  // namespace cumulus::launch
