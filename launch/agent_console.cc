@@ -70,6 +70,26 @@ void AgentConsole::allFinished(int64_t workers) {
   say("all %lld worker(s) finished", static_cast<long long>(workers));
 }
 
+void AgentConsole::finishedBeforePreemption() {
+  say("the workers finished before they could be preempted");
+}
+
+void AgentConsole::preempted(const std::string& what, double seconds) {
+  say("%s (notice to exit %.2f s); launch the same command again to resume", what.c_str(), seconds);
+}
+
+void AgentConsole::preemptedAndKilled(double grace) {
+  say("preempted, but the workers had not exited after the %.1f s grace and were killed; the "
+      "newest valid checkpoint is the one before",
+      grace);
+}
+
+void AgentConsole::preemptedBeforeCheckpoint(int rank, const std::string& status, double seconds) {
+  say("preempted before the workers could checkpoint (rank %d: %s; notice to exit %.2f s); the "
+      "next launch resumes from the newest valid checkpoint",
+      rank, status.c_str(), seconds);
+}
+
 void AgentConsole::regroupUnreadable(const std::string& error) {
   say("could not read whether node 0 re-forms the group (%s); treating the stop as a preemption",
       error.c_str());

@@ -42,6 +42,12 @@ class AgentConsole {
   void preemptionNotice(const std::string& detail, double grace);
   void stoppingOnSignal(int sig);
   void allFinished(int64_t workers);
+  // How the workers stopped after a preemption notice (worker_group.h reportPreemption).
+  void finishedBeforePreemption();
+  // `what`: the trainer's "preempted at step S, checkpoint …" line, or "preempted".
+  void preempted(const std::string& what, double seconds);
+  void preemptedAndKilled(double grace);
+  void preemptedBeforeCheckpoint(int rank, const std::string& status, double seconds);
   void regroupUnreadable(const std::string& error);
   void finishUnconfirmed(int64_t generation, const std::string& error);
 

@@ -70,7 +70,7 @@ GroupEnd Supervisor::stopForPreemption(WorkerGroup& group, const std::string& no
   stopWorkers(group.workers, group.mux, grace);
   const double took = std::chrono::duration<double>(clock_.now() - t0).count();
   GroupEnd end;
-  end.exit_code = reportPreemption(group.workers, group.mux, console_.file(), took, grace);
+  end.exit_code = reportPreemption(group.workers, group.mux, console_, took, grace);
   end.detail = "preempted";
   return end;
 }
@@ -104,7 +104,7 @@ GroupEnd Supervisor::finish(WorkerGroup& group, bool any_preempted) {
   if (any_preempted) {
     // A worker got the notice itself (SIGTERM from the cloud) and the group agreed to stop.
     end.exit_code =
-        reportPreemption(group.workers, group.mux, console_.file(), 0.0, options_.preemption_grace);
+        reportPreemption(group.workers, group.mux, console_, 0.0, options_.preemption_grace);
   } else {
     console_.allFinished(options_.nproc_per_node);
   }

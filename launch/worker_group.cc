@@ -35,8 +35,8 @@ void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace) {
   }
 }
 
-int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console, double seconds,
-                     double grace) {
+int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, AgentConsole& console,
+                     double seconds, double grace) {
   bool all_checkpointed = true;
   bool all_finished = true;
   bool killed_at_deadline = false;
@@ -54,31 +54,23 @@ int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console
     if (line.empty()) line = mux.lastMarkedLine(w.rank);
   }
   if (all_finished) {
-    std::fprintf(console, "cumulus-run: the workers finished before they could be preempted\n");
+    console.finishedBeforePreemption();
     return 0;
   }
   if (all_checkpointed) {
     auto at = line.find(kPreemptedMarker);
-    std::fprintf(console,
-                 "cumulus-run: %s (notice to exit %.2f s); launch the same command again "
-                 "to resume\n",
-                 at == std::string::npos ? "preempted" : line.c_str() + at, seconds);
+    console.preempted(at == std::string::npos ? "preempted" : line.substr(at), seconds);
     return kExitPreempted;
   }
   if (killed_at_deadline) {
-    std::fprintf(console,
-                 "cumulus-run: preempted, but the workers had not exited after the %.1f s "
-                 "grace and were killed; the newest valid checkpoint is the one before\n",
-                 grace);
+    console.preemptedAndKilled(grace);
     return kExitPreempted;
   }
   // Stopped before the group could agree on a step: a notice during start-up (a worker still
   // loading LibTorch dies of the SIGTERM itself) or a peer that left first. Nothing newer was
   // written, so the newest valid checkpoint is the one to resume from: still a preemption.
-  std::fprintf(console,
-               "cumulus-run: preempted before the workers could checkpoint (rank %d: %s; notice "
-               "to exit %.2f s); the next launch resumes from the newest valid checkpoint\n",
-               first_other->rank, first_other->process->poll().describe().c_str(), seconds);
+  console.preemptedBeforeCheckpoint(first_other->rank, first_other->process->poll().describe(),
+                                    seconds);
   return kExitPreempted;
 }
 

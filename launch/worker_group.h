@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "launch/agent_console.h"
 #include "launch/output_mux.h"
 #include "launch/worker_process.h"
 
@@ -47,9 +48,9 @@ void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace);
 // After the workers were asked to stop for a preemption: 0 if they had all finished, else 75,
 // the preemption code, whether the stop was the checkpointed one (every worker exited 75), the
 // grace ran out, or the workers stopped before they could agree on a step (a notice during
-// start-up); in the last two the previous checkpoint stays the newest valid one. Prints the
-// verdict on `console`.
-int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, FILE* console, double seconds,
-                     double grace);
+// start-up); in the last two the previous checkpoint stays the newest valid one. Says which on
+// `console`; `seconds` is how long they took to stop.
+int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, AgentConsole& console,
+                     double seconds, double grace);
 
 }  // namespace cumulus::launch
