@@ -28,19 +28,22 @@ class TempDir {
 
 // Steps of 20 ms up to 30, each with a train record in dir/metrics.jsonl as cumulus-train writes
 // them; a checkpoint (the state file) every 5 steps, and one at the agreed stop when
-// `trap_term`; otherwise SIGTERM is ignored and the kill loses the steps since. Its console says
+// `trap_term`; otherwise SIGTERM is ignored and the kill loses the steps since. The state file is
+// replaced whole (a SIGKILL mid-write must not leave it empty), after the step's train record: a
+// kill in between loses that step's checkpoint, as it would a real trainer's. Its console says
 // nothing cumulus-spot reads.
 std::vector<std::string> fakeJob(const std::string& dir, bool trap_term) {
   std::ostringstream s;
   s << "d=" << dir << "; s=$(cat $d/state 2>/dev/null || echo 0); "
     << R"(m() { echo "{\"type\":\"$1\",\"step\":$2$3,\"time\":$(date +%s.%N)}" >> $d/metrics.jsonl; }; )"
     << "[ $s -gt 0 ] && m resume $s; "
-    << (trap_term ? "trap 'echo $s > $d/state; m preempted $s; echo stopping; exit 75' TERM; "
+    << "save() { echo $1 > $d/state.tmp && mv $d/state.tmp $d/state; }; "
+    << (trap_term ? "trap 'save $s; m preempted $s; echo stopping; exit 75' TERM; "
                   : "trap '' TERM; ")
     << "first=1; while [ $s -lt 30 ]; do sleep 0.02; s=$((s+1)); "
     << "[ $first = 1 ] && m first_step $s && first=0; "
     << "m train $s; echo \"at $s\"; "
-    << "[ $((s % 5)) = 0 ] && echo $s > $d/state && m checkpoint $s ',\"stall_ms\":0.5'; "
+    << "[ $((s % 5)) = 0 ] && save $s && m checkpoint $s ',\"stall_ms\":0.5'; "
     << "done; echo \"world {world}\"; exit 0";
   return {"/bin/sh", "-c", s.str()};
 }
@@ -109,9 +112,15 @@ TEST(SpotRunnerTest, JobIgnoringTheNoticeIsKilledAndLosesSteps) {
   EXPECT_TRUE(report.completed);
   EXPECT_EQ(report.kills, 1);
   EXPECT_EQ(report.final_step, 30);
-  // Lost: the steps past the last multiple of 5 that launch 0 reached.
-  EXPECT_EQ(report.steps_lost, run.records[0].max_step - run.records[0].max_step / 5 * 5);
-  EXPECT_EQ(run.records[1].resumed_from_step, run.records[0].max_step / 5 * 5);
+  // Launch 1 resumes from launch 0's last checkpoint: the last multiple of 5 it reached, or the
+  // one before when the kill fell between that step's train record and its checkpoint. Lost: the
+  // steps past it.
+  const int64_t reached = run.records[0].max_step;
+  const int64_t resumed = run.records[1].resumed_from_step;
+  EXPECT_EQ(resumed % 5, 0) << echo.str();
+  EXPECT_TRUE(resumed == reached / 5 * 5 || (reached % 5 == 0 && resumed == reached - 5))
+      << "reached " << reached << ", resumed from " << resumed;
+  EXPECT_EQ(report.steps_lost, reached - resumed);
   EXPECT_GE(report.notice_to_exit_max_s, 0.1);
 }
 
