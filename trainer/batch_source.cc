@@ -6,7 +6,10 @@ namespace cumulus::trainer {
 
 SamplerBatchSource::SamplerBatchSource(data::TensorDataset train, data::DistributedSampler sampler,
                                        int64_t rank, int64_t world_size)
-    : train_(std::move(train)), sampler_(std::move(sampler)), rank_(rank), world_size_(world_size) {}
+    : train_(std::move(train)),
+      sampler_(std::move(sampler)),
+      rank_(rank),
+      world_size_(world_size) {}
 
 StepBatch SamplerBatchSource::next(int64_t /*step*/, int64_t micro_batches) {
   StepBatch batch;

@@ -41,9 +41,9 @@ class Evaluator {
 // counts are all-reduced (a fixed tree, so bit-identical from run to run); without one, this rank
 // evaluates everything.
 struct TestSetEvaluatorOptions {
-  int64_t batch_size = 1;       // eval.batch_size, >= 1
-  int64_t every_steps = 0;      // eval.every_steps; 0: at each epoch's end
-  int64_t steps_per_epoch = 1;  // >= 1
+  int64_t batch_size = 1;              // eval.batch_size, >= 1
+  int64_t every_steps = 0;             // eval.every_steps; 0: at each epoch's end
+  int64_t steps_per_epoch = 1;         // >= 1
   comm::Communicator* comm = nullptr;  // not owned; outlives the evaluator
   int64_t rank = 0;
   int64_t world_size = 1;

@@ -46,9 +46,8 @@ void ProgressMetricsRecorder::begin(const RunStart& start) {
     } else {
       metrics_ = std::make_unique<MetricsLog>(
           MetricsLog::continueAfter(options_.metrics_path, start.start_step));
-      metrics_->write(nlohmann::ordered_json{{"type", "resume"},
-                                             {"step", start.start_step},
-                                             {"world_size", options_.world_size}});
+      metrics_->write(nlohmann::ordered_json{
+          {"type", "resume"}, {"step", start.start_step}, {"world_size", options_.world_size}});
     }
   }
   progress_->info("model: " + start.model_summary);
@@ -104,10 +103,9 @@ void ProgressMetricsRecorder::step(const StepRecord& r) {
 
 void ProgressMetricsRecorder::evaluation(int64_t step, int64_t epoch, const Evaluation& result) {
   char text[160];
-  std::snprintf(text, sizeof(text),
-                "eval  epoch %lld  step %lld  test_loss %.4f  test_accuracy %.4f",
-                static_cast<long long>(epoch), static_cast<long long>(step), result.loss,
-                result.accuracy);
+  std::snprintf(
+      text, sizeof(text), "eval  epoch %lld  step %lld  test_loss %.4f  test_accuracy %.4f",
+      static_cast<long long>(epoch), static_cast<long long>(step), result.loss, result.accuracy);
   progress_->info(text);
   if (metrics_) {
     metrics_->write(nlohmann::ordered_json{{"type", "eval"},
@@ -126,10 +124,8 @@ void ProgressMetricsRecorder::checkpoint(const CheckpointRecord& r) {
                 r.write_seconds, static_cast<double>(r.bytes) / 1e6);
   progress_->info(text);
   if (metrics_) {
-    metrics_->write(nlohmann::ordered_json{{"type", "checkpoint"},
-                                           {"step", r.step},
-                                           {"stall_ms", r.stall_ms},
-                                           {"path", r.path}});
+    metrics_->write(nlohmann::ordered_json{
+        {"type", "checkpoint"}, {"step", r.step}, {"stall_ms", r.stall_ms}, {"path", r.path}});
   }
   for (const std::string& w : r.warnings) progress_->line("warning: " + w);
 }
@@ -141,8 +137,8 @@ void ProgressMetricsRecorder::warning(const std::string& text) { progress_->line
 void ProgressMetricsRecorder::preempted(int64_t step, const std::string& checkpoint) {
   progress_->line("preempted at step " + std::to_string(step) + ", checkpoint " + checkpoint);
   if (metrics_) {
-    metrics_->write(nlohmann::ordered_json{
-        {"type", "preempted"}, {"step", step}, {"checkpoint", checkpoint}});
+    metrics_->write(
+        nlohmann::ordered_json{{"type", "preempted"}, {"step", step}, {"checkpoint", checkpoint}});
   }
 }
 

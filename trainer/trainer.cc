@@ -135,8 +135,7 @@ Trainer::Impl::~Impl() = default;
 
 double Trainer::Impl::now() const {
   if (options_.clock) return options_.clock();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void Trainer::Impl::startupMark(const char* phase) {
@@ -160,11 +159,10 @@ void Trainer::Impl::build() {
   startupMark("data");
   data::DistributedSampler sampler(data.train.size(), t.global_batch_size, t.seed,
                                    config_.data.shuffle, config_.data.drop_last);
-  batches_ = choose<BatchSource>(
-      options_.batches,
-      std::make_shared<SamplerBatchSource>(data.train, std::move(sampler), env_.rank,
-                                           env_.world_size),
-      "batches");
+  batches_ = choose<BatchSource>(options_.batches,
+                                 std::make_shared<SamplerBatchSource>(
+                                     data.train, std::move(sampler), env_.rank, env_.world_size),
+                                 "batches");
   total_steps_ = std::max<int64_t>(0, t.epochs) * batches_->stepsPerEpoch();
   if (t.max_steps > 0) total_steps_ = std::min(total_steps_, t.max_steps);
   if (total_steps_ <= 0) {
@@ -237,8 +235,8 @@ void Trainer::Impl::buildParts(const Datasets& data) {
   eval.comm = comm_;
   eval.rank = env_.rank;
   eval.world_size = env_.world_size;
-  evaluator_ = choose<Evaluator>(options_.evaluator, makeTestSetEvaluator(data.test, eval),
-                                 "evaluator");
+  evaluator_ =
+      choose<Evaluator>(options_.evaluator, makeTestSetEvaluator(data.test, eval), "evaluator");
 
   ProgressRecorderOptions record;
   record.console = options_.console;
@@ -256,11 +254,11 @@ void Trainer::Impl::buildParts(const Datasets& data) {
   // A checkpoint when one is due, written by rank 0 alone (the replicas are identical).
   CheckpointSchedule schedule(config_.checkpoint.every_steps, config_.checkpoint.every_seconds,
                               options_.clock);
-  checkpoint_policy_ = choose<CheckpointPolicy>(
-      options_.checkpoint_policy,
-      std::make_shared<ScheduledCheckpointPolicy>(std::move(schedule), writes(),
-                                                  config_.checkpoint.async),
-      "checkpoint_policy");
+  checkpoint_policy_ =
+      choose<CheckpointPolicy>(options_.checkpoint_policy,
+                               std::make_shared<ScheduledCheckpointPolicy>(
+                                   std::move(schedule), writes(), config_.checkpoint.async),
+                               "checkpoint_policy");
 
   PreemptionOptions stop;
   stop.grace_seconds = options_.preemption_grace;
@@ -314,7 +312,8 @@ void Trainer::Impl::resumeIfAsked() {
       // The notes are never printed once this throws: the error carries what was skipped.
       if (warnings.empty()) throw;
       std::string skipped;
-      for (const CheckpointWarning& w : warnings) skipped += "; newer checkpoint skipped: " + w.str();
+      for (const CheckpointWarning& w : warnings)
+        skipped += "; newer checkpoint skipped: " + w.str();
       throw ResumeError(e.what() + skipped);
     }
     restoreTraining(loaded, *model_, *optimizer_, info.path);

@@ -138,11 +138,11 @@ struct TrainerOptions {
   StartupProfile* startup = nullptr;
   // The step loop's parts (see the top of this file); empty: the defaults. The Trainer loads the
   // experiment's data in any case (the built-in models are sized from it).
-  PartChoice<BatchSource> batches;             // SamplerBatchSource over the training split
-  PartChoice<Evaluator> evaluator;             // makeTestSetEvaluator over the test split
-  PartChoice<MetricsRecorder> metrics;         // ProgressMetricsRecorder on `console`
+  PartChoice<BatchSource> batches;                 // SamplerBatchSource over the training split
+  PartChoice<Evaluator> evaluator;                 // makeTestSetEvaluator over the test split
+  PartChoice<MetricsRecorder> metrics;             // ProgressMetricsRecorder on `console`
   PartChoice<CheckpointPolicy> checkpoint_policy;  // ScheduledCheckpointPolicy (checkpoint.*)
-  PartChoice<StopAgreement> stop;              // PreemptionWatcher over the group
+  PartChoice<StopAgreement> stop;                  // PreemptionWatcher over the group
 };
 
 struct RunResult {

@@ -40,8 +40,8 @@ struct Datasets {
 class Trainer::Impl {
  public:
   // Builds everything (trainer.cc); throws what Trainer's constructor documents, before mapping.
-  Impl(const configs::Experiment& experiment, const RunEnv& env,
-       std::unique_ptr<GradientSync> sync, TrainerOptions options);
+  Impl(const configs::Experiment& experiment, const RunEnv& env, std::unique_ptr<GradientSync> sync,
+       TrainerOptions options);
   ~Impl();
 
   RunResult run();  // training_loop.cc
@@ -52,9 +52,9 @@ class Trainer::Impl {
  private:
   // What one step did, for the records.
   struct StepOutcome {
-    double loss = 0;     // this rank's share of the global mean loss
-    int64_t epoch = 0;   // 1-based, for people
-    int64_t samples = 0; // the global batch
+    double loss = 0;      // this rank's share of the global mean loss
+    int64_t epoch = 0;    // 1-based, for people
+    int64_t samples = 0;  // the global batch
     double seconds = 0;
     double comm_wait = 0;  // of `seconds`, blocked in GradientSync::finish()
   };
@@ -113,9 +113,9 @@ class Trainer::Impl {
 
   // Where the run stands.
   int64_t total_steps_ = 0;
-  int64_t start_step_ = 0;        // completed steps this launch starts after
-  int64_t grad_accumulation_ = 1; // micro-batches per step: the config's, or a resume's
-  uint64_t samples_seen_ = 0;     // global samples consumed so far
+  int64_t start_step_ = 0;                 // completed steps this launch starts after
+  int64_t grad_accumulation_ = 1;          // micro-batches per step: the config's, or a resume's
+  uint64_t samples_seen_ = 0;              // global samples consumed so far
   std::vector<std::string> resume_notes_;  // what the resume found, for the recorder
   bool ran_ = false;
 };

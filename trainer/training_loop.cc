@@ -9,8 +9,8 @@
 
 #include "configs/parse.h"
 #include "trainer/checkpoint.h"
-#include "trainer/state_dict.h"
 #include "trainer/startup_profile.h"
+#include "trainer/state_dict.h"
 #include "trainer/trace.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
@@ -278,8 +278,8 @@ void Trainer::Impl::finishRun(const Evaluation& last_eval, double loop_start, Ru
   result.test_loss = last_eval.loss;
   result.test_accuracy = last_eval.accuracy;
   result.steps = total_steps_;
-  result.epochs = static_cast<double>(total_steps_) /
-                  static_cast<double>(batches_->stepsPerEpoch());
+  result.epochs =
+      static_cast<double>(total_steps_) / static_cast<double>(batches_->stepsPerEpoch());
   result.seconds = now() - loop_start;
   if (writes()) {
     auto tensors = model_->namedParameters();
