@@ -102,7 +102,12 @@ RunResult Trainer::Impl::run() {
 // loss over the global batch).
 Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   const double start = now();
-  const StepBatch batch = batches_->next(step, grad_accumulation_);
+  StepBatch batch;
+  {
+    // Gathering the rows: inside "forward" before the BatchSource split it out.
+    TraceRecorder::Span span(options_.trace, "batch");
+    batch = batches_->next(step, grad_accumulation_);
+  }
   if (batch.micro_batches.empty()) {
     throw TrainError("the batch source gave no micro-batch for step " + std::to_string(step + 1));
   }
