@@ -30,6 +30,8 @@
 #include <string>
 #include <thread>
 
+#include "trainer/stop_agreement.h"
+
 namespace cumulus::trainer {
 
 // EX_TEMPFAIL: "preempted, resumable"; cumulus-run relaunches without using up --max-restarts.
@@ -69,18 +71,13 @@ struct PreemptionOptions {
   std::function<double()> clock;
 };
 
-// What every rank does after a step, by agreement.
-enum class StepAction {
-  kContinue,
-  kCheckpoint,  // checkpoint this step, then go on
-  kStop,        // checkpoint this step, then exit kExitPreempted
-};
-
-class PreemptionWatcher {
+// The step loop's default StopAgreement (stop_agreement.h): decide() as below, start() starts the
+// watchdog, waitForAll() is one more agreement round.
+class PreemptionWatcher : public StopAgreement {
  public:
   PreemptionWatcher(AgreeMax agree, PreemptionOptions options = {});
   // Stops the watchdog thread (without exiting).
-  ~PreemptionWatcher();
+  ~PreemptionWatcher() override;
   PreemptionWatcher(const PreemptionWatcher&) = delete;
   PreemptionWatcher& operator=(const PreemptionWatcher&) = delete;
 
@@ -99,8 +96,10 @@ class PreemptionWatcher {
   // then stopStep() == step, and later calls return kStop without communicating. kCheckpoint:
   // every rank checkpoints this step and goes on; the requests seen so far are answered.
   // Propagates the agree callback's exception (a communicator error).
-  StepAction decide(int64_t step);
+  StepAction decide(int64_t step) override;
   std::optional<int64_t> stopStep() const;
+  void start() override { startWatchdog(); }
+  void waitForAll() override { agree_(0); }
 
   // Starts the deadline watchdog (see above). Idempotent; no-op when grace_seconds <= 0.
   void startWatchdog();

@@ -12,28 +12,15 @@
 
 namespace cumulus::trainer {
 
-GroupEnv GroupEnv::fromEnvironment(const std::function<const char*(const char*)>& getenv) {
-  base::RunEnv run;
+base::RunEnv groupEnvironment(const base::EnvLookup& getenv) {
   try {
-    run = base::RunEnv::fromGroupEnvironment(
+    return base::RunEnv::fromGroupEnvironment(
         getenv,
         "a worker of a group needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (start it with "
         "cumulus-run)");
   } catch (const base::EnvError& e) {
     throw GroupError(e.what());  // the group's callers handle GroupError; the text is base's
   }
-  GroupEnv env;
-  env.rank = static_cast<int>(run.rank);
-  env.world_size = static_cast<int>(run.world_size);
-  env.local_rank = static_cast<int>(run.local_rank);
-  env.master_addr = run.master_addr;
-  env.master_port = static_cast<int>(run.master_port);
-  env.generation = static_cast<uint64_t>(run.generation);
-  env.job_token = run.job_token;
-  env.ps_endpoint = run.ps_endpoint;
-  env.log_dir = run.log_dir;
-  env.bind_host = run.bind_host;
-  return env;
 }
 
 std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std::string& what) {
@@ -43,16 +30,16 @@ std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std
   return {std::move(parsed->host), parsed->port};
 }
 
-ProcessGroup::ProcessGroup(const GroupEnv& env, const configs::CommConfig& config)
+ProcessGroup::ProcessGroup(const base::RunEnv& env, const configs::CommConfig& config)
     : env_(env), config_(config) {
   comm::StoreClientOptions options;
   options.connect_timeout = timeoutOf(config);
-  store_ =
-      std::make_unique<comm::StoreClient>(env.master_addr, env.master_port, env.job_token, options);
+  store_ = std::make_unique<comm::StoreClient>(env.master_addr, static_cast<int>(env.master_port),
+                                               env.job_token, options);
   connect(*store_);
 }
 
-ProcessGroup::ProcessGroup(const GroupEnv& env, const configs::CommConfig& config,
+ProcessGroup::ProcessGroup(const base::RunEnv& env, const configs::CommConfig& config,
                            comm::Store& store)
     : env_(env), config_(config) {
   connect(store);
@@ -82,7 +69,7 @@ void ProcessGroup::connect(comm::Store& store) {
   timeout_ = timeoutOf(config_);
 
   comm::CommunicatorOptions options;
-  options.generation = env_.generation;
+  options.generation = static_cast<uint64_t>(env_.generation);
   options.jobToken = env_.job_token;
   options.timeout = timeout_;
   if (!env_.bind_host.empty()) options.bindHost = env_.bind_host;
@@ -101,11 +88,11 @@ void ProcessGroup::connect(comm::Store& store) {
           "CUMULUS_PS_ENDPOINT at a cumulus-ps host:port");
     }
     const auto [host, port] = parseEndpoint(env_.ps_endpoint, "CUMULUS_PS_ENDPOINT");
-    funnel_ = std::make_unique<comm::FunnelClient>(host, port, env_.job_token, env_.rank,
-                                                   env_.world_size, env_.generation);
+    funnel_ = std::make_unique<comm::FunnelClient>(host, port, env_.job_token, rank(), world(),
+                                                   static_cast<uint64_t>(env_.generation));
     options.remoteReducer = funnel_.get();
   }
-  communicator_ = std::make_unique<comm::Communicator>(env_.rank, env_.world_size, store, options);
+  communicator_ = std::make_unique<comm::Communicator>(rank(), world(), store, options);
 }
 
 }  // namespace cumulus::trainer

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/run_env.h"
 #include "base/user_error.h"
 #include "comm/algorithm.h"
 #include "comm/communicator.h"
@@ -37,26 +38,10 @@ class GroupError : public base::UserError {
   using base::UserError::UserError;
 };
 
-// The variables cumulus-run (or a torchrun-style script) gives each worker.
-struct GroupEnv {
-  int rank = 0;             // RANK (required)
-  int world_size = 1;       // WORLD_SIZE (required)
-  int local_rank = 0;       // LOCAL_RANK (default 0)
-  std::string master_addr;  // MASTER_ADDR (required): host of the Store
-  int master_port = 0;      // MASTER_PORT (required)
-  uint64_t generation = 0;  // CUMULUS_GENERATION (default 0)
-  std::string job_token;    // CUMULUS_JOB_TOKEN (default empty)
-  std::string ps_endpoint;  // CUMULUS_PS_ENDPOINT "host:port" (funnel only)
-  std::string log_dir;      // CUMULUS_LOG_DIR (may be empty)
-  std::string bind_host;    // CUMULUS_BIND_HOST: data-plane listen address ("" = loopback)
-
-  // Throws GroupError naming the variable that is missing, not an integer or out of range
-  // ("RANK=3 is outside [0, WORLD_SIZE=2)").
-  static GroupEnv fromEnvironment(const std::function<const char*(const char*)>& getenv =
-                                      [](const char* name) {
-                                        return static_cast<const char*>(std::getenv(name));
-                                      });
-};
+// The launcher's variables for a worker of a group (base::RunEnv::fromGroupEnvironment: RANK,
+// WORLD_SIZE, MASTER_ADDR and MASTER_PORT are required). Throws GroupError naming the variable
+// that is missing, not an integer or out of range ("RANK=3 must be in [0, WORLD_SIZE=2)").
+base::RunEnv groupEnvironment(const base::EnvLookup& getenv = base::systemEnvironment);
 
 // "host:port" → (host, port); throws GroupError naming `what` when malformed. "[::1]:80" works.
 std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std::string& what);
@@ -65,18 +50,18 @@ class ProcessGroup {
  public:
   // Connects to the Store at MASTER_ADDR:MASTER_PORT with the job token, to the parameter server
   // at CUMULUS_PS_ENDPOINT when comm.algorithm is funnel (GroupError if it is not set), and
-  // rendezvous with the other ranks under generation CUMULUS_GENERATION.
-  ProcessGroup(const GroupEnv& env, const configs::CommConfig& config);
+  // rendezvous with the other ranks under generation CUMULUS_GENERATION (the fields of `env`).
+  ProcessGroup(const base::RunEnv& env, const configs::CommConfig& config);
   // Over a caller-owned Store that outlives the group (tests: ranks as threads, a MemoryStore).
   // `env.master_addr/port` are ignored.
-  ProcessGroup(const GroupEnv& env, const configs::CommConfig& config, comm::Store& store);
+  ProcessGroup(const base::RunEnv& env, const configs::CommConfig& config, comm::Store& store);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
-  int rank() const { return env_.rank; }
-  int world() const { return env_.world_size; }
-  const GroupEnv& env() const { return env_; }
+  int rank() const { return static_cast<int>(env_.rank); }
+  int world() const { return static_cast<int>(env_.world_size); }
+  const base::RunEnv& env() const { return env_; }
   const configs::CommConfig& config() const { return config_; }
   comm::Communicator& communicator() { return *communicator_; }
   // comm.algorithm, parsed.
@@ -89,7 +74,7 @@ class ProcessGroup {
   // comm.timeout_seconds as a duration; GroupError if not positive.
   static std::chrono::milliseconds timeoutOf(const configs::CommConfig& config);
 
-  const GroupEnv env_;
+  const base::RunEnv env_;
   const configs::CommConfig config_;
   comm::Algorithm algorithm_;
   std::chrono::milliseconds timeout_;

@@ -66,41 +66,46 @@ std::vector<std::string> semanticDiffKeys(const configs::Experiment& before,
   return keys;
 }
 
-ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
-                      const proto::CheckpointState& state, const std::string& checkpoint_path,
-                      bool allow_config_change) {
-  const std::string where = "checkpoint " + checkpoint_path + ": ";
+namespace {
+
+// The experiment the checkpoint was written with; refuses an unknown format.
+configs::Experiment savedExperiment(const proto::CheckpointState& state,
+                                    const std::string& checkpoint_path, const std::string& where) {
   if (state.format_version() != kResumableFormatVersion) {
     throw ResumeError(where + "format version " + std::to_string(state.format_version()) +
                       " is not the supported " + std::to_string(kResumableFormatVersion) +
                       "; resume it with the Cumulus version that wrote it, or use --resume none");
   }
-  configs::Experiment saved;
   try {
-    saved = configs::parseExperiment(state.config_yaml(), checkpoint_path + "/state.pb config");
+    return configs::parseExperiment(state.config_yaml(), checkpoint_path + "/state.pb config");
   } catch (const std::exception& e) {
     throw ResumeError(where + "its recorded config does not parse (" + e.what() +
                       "); use --resume none to start over");
   }
+}
 
-  ResumePlan plan;
-  plan.checkpoint_path = checkpoint_path;
-  plan.config_changes = configs::describeDiff(saved, current);
+// Refuses the changes (describeDiff lines) that alter what the run computes, unless allowed.
+void checkConfigChanges(const std::vector<std::string>& changes, const std::string& where,
+                        bool allow_config_change) {
   std::vector<std::string> semantic;
-  for (const std::string& line : plan.config_changes) {
+  for (const std::string& line : changes) {
     if (!isOperational(keyOf(line))) semantic.push_back(line);
   }
-  if (!semantic.empty() && !allow_config_change) {
-    std::string text = where + "the experiment differs from the one that wrote it in " +
-                       std::to_string(semantic.size()) + (semantic.size() == 1 ? " key" : " keys") +
-                       ":";
-    for (const std::string& line : semantic) text += "\n  " + line;
-    text +=
-        "\nrerun with --allow-config-change to continue with the new values, or with "
-        "--resume none to start over";
-    throw ResumeError(text);
-  }
-  // Under --allow-config-change the model and optimizer must still match what the tensors are.
+  if (semantic.empty() || allow_config_change) return;
+  std::string text = where + "the experiment differs from the one that wrote it in " +
+                     std::to_string(semantic.size()) + (semantic.size() == 1 ? " key" : " keys") +
+                     ":";
+  for (const std::string& line : semantic) text += "\n  " + line;
+  text +=
+      "\nrerun with --allow-config-change to continue with the new values, or with "
+      "--resume none to start over";
+  throw ResumeError(text);
+}
+
+// Under --allow-config-change the model and optimizer must still match what the tensors are, and
+// the cursor must sit on a global batch boundary.
+void checkStateFits(const configs::Experiment& saved, const configs::Experiment& current,
+                    const proto::CheckpointState& state, const std::string& where) {
   if (saved.model.name != current.model.name) {
     throw ResumeError(where + "it holds a '" + saved.model.name + "' model, not '" +
                       current.model.name + "'; use --resume none to start over");
@@ -115,6 +120,54 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
                       " is not a multiple of trainer.global_batch_size " + std::to_string(batch) +
                       "; resume with the global batch it was written with");
   }
+}
+
+// On fewer workers than the writer had: enough micro-batches that none holds more samples than
+// the writer's largest, as far as the global batch allows. Otherwise the config's. Adds a note
+// when it differs from the config's.
+int64_t plannedAccumulation(const configs::Experiment& saved, const configs::Experiment& current,
+                            int64_t world_size, const proto::CheckpointState& state,
+                            std::vector<std::string>& notes) {
+  const int64_t k = current.trainer.grad_accumulation;
+  const auto saved_world = static_cast<int64_t>(state.world_size());
+  if (world_size >= saved_world) return k;
+  const int64_t batch = current.trainer.global_batch_size;
+  const int64_t saved_k = state.grad_accumulation() > 0
+                              ? static_cast<int64_t>(state.grad_accumulation())
+                              : saved.trainer.grad_accumulation;
+  // ceil(ceil(a / b) / c) == ceil(a / (b c)), without the product: both come from the file and
+  // may be as large as 2^32 - 1 each.
+  const int64_t largest_micro = ceilDiv(ceilDiv(batch, saved_world), std::max<int64_t>(1, saved_k));
+  // A divisor of the global batch (configs requires equal micro-batches of a step), and no more
+  // than every rank can fill.
+  const int64_t needed = std::max(k, ceilDiv(batch, world_size * largest_micro));
+  int64_t chosen = k;
+  for (int64_t d = 1; d <= batch / world_size; ++d) {
+    if (batch % d != 0) continue;
+    chosen = std::max(chosen, d);
+    if (d >= needed) break;
+  }
+  if (chosen != k) {
+    notes.push_back("trainer.grad_accumulation " + std::to_string(k) + " -> " +
+                    std::to_string(chosen) + " on " + std::to_string(world_size) +
+                    " worker(s), so no micro-batch outgrows the " + std::to_string(largest_micro) +
+                    " samples of the run that wrote it");
+  }
+  return chosen;
+}
+
+}  // namespace
+
+ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
+                      const proto::CheckpointState& state, const std::string& checkpoint_path,
+                      bool allow_config_change) {
+  const std::string where = "checkpoint " + checkpoint_path + ": ";
+  const configs::Experiment saved = savedExperiment(state, checkpoint_path, where);
+  ResumePlan plan;
+  plan.checkpoint_path = checkpoint_path;
+  plan.config_changes = configs::describeDiff(saved, current);
+  checkConfigChanges(plan.config_changes, where, allow_config_change);
+  checkStateFits(saved, current, state, where);
 
   plan.step = static_cast<int64_t>(state.step());
   plan.sampler.epoch = static_cast<int64_t>(state.epoch());
@@ -129,37 +182,10 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
   if (plan.world_size_changed) {
     plan.notes.push_back("world size " + std::to_string(state.world_size()) + " -> " +
                          std::to_string(world_size) + ": re-sharding each global batch of " +
-                         std::to_string(batch) + " from the global cursor");
+                         std::to_string(current.trainer.global_batch_size) +
+                         " from the global cursor");
   }
-  const int64_t k = current.trainer.grad_accumulation;
-  plan.grad_accumulation = k;
-  if (world_size < static_cast<int64_t>(state.world_size())) {
-    const int64_t saved_k = state.grad_accumulation() > 0
-                                ? static_cast<int64_t>(state.grad_accumulation())
-                                : saved.trainer.grad_accumulation;
-    const int64_t saved_world = static_cast<int64_t>(state.world_size());
-    // ceil(ceil(a / b) / c) == ceil(a / (b c)), without the product: both come from the file
-    // and may be as large as 2^32 - 1 each.
-    const int64_t largest_micro =
-        ceilDiv(ceilDiv(batch, saved_world), std::max<int64_t>(1, saved_k));
-    // A divisor of the global batch (configs requires equal micro-batches of a step), and no
-    // more than every rank can fill.
-    const int64_t needed = std::max(k, ceilDiv(batch, world_size * largest_micro));
-    int64_t chosen = k;
-    for (int64_t d = 1; d <= batch / world_size; ++d) {
-      if (batch % d != 0) continue;
-      chosen = std::max(chosen, d);
-      if (d >= needed) break;
-    }
-    plan.grad_accumulation = chosen;
-    if (plan.grad_accumulation != k) {
-      plan.notes.push_back("trainer.grad_accumulation " + std::to_string(k) + " -> " +
-                           std::to_string(plan.grad_accumulation) + " on " +
-                           std::to_string(world_size) +
-                           " worker(s), so no micro-batch outgrows the " +
-                           std::to_string(largest_micro) + " samples of the run that wrote it");
-    }
-  }
+  plan.grad_accumulation = plannedAccumulation(saved, current, world_size, state, plan.notes);
   for (const std::string& line : plan.config_changes) plan.notes.push_back("config: " + line);
   return plan;
 }

@@ -82,7 +82,8 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
                       bool allow_config_change);
 
 // Sample ledger, for tests: which global sample indices each rank consumed, per epoch. A trainer
-// started with CUMULUS_SAMPLE_LEDGER=PATH appends one line per step to PATH.rank<R>:
+// whose BatchSource is wrapped in a LedgerBatchSource (tests/trainer/fault_parts.h; what
+// cumulus-train-faults --sample-ledger PATH installs) appends one line per step to PATH.rank<R>:
 // "L E S R i,j,k" (launch, epoch, step, rank, indices), where the launch id orders the processes
 // of one job (the unix milliseconds at which the worker started). Steps run after the last
 // checkpoint of a preempted launch are run again by the next launch, possibly with another world

@@ -119,8 +119,7 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
     options.trace = trace.get();
   }
   if (env.world_size > 1) {
-    group = std::make_unique<trainer::ProcessGroup>(trainer::GroupEnv::fromEnvironment(),
-                                                    experiment.comm);
+    group = std::make_unique<trainer::ProcessGroup>(trainer::groupEnvironment(), experiment.comm);
     options.group = group.get();
     if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
       std::cout << "rank " << env.rank << " of " << env.world_size << ": connected (generation "

@@ -1,25 +1,16 @@
+// Building a Trainer: the data, the model and its optimizer, the step loop's parts (the defaults
+// from the experiment, or the caller's), and a resume from a checkpoint.
 #include "trainer/trainer.h"
-
-#include "trainer/trainer_impl.h"
 
 #include <torch/torch.h>
 
-#include <signal.h>
-
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <optional>
-#include <ostream>
 #include <sstream>
 
 #include "comm/communicator.h"
-#include "configs/parse.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "models/model.h"
@@ -27,37 +18,19 @@
 #include "trainer/checkpoint_schedule.h"
 #include "trainer/distributed_sync.h"
 #include "trainer/gradient_sync.h"
-#include "trainer/metrics.h"
-#include "trainer/optimizer.h"
 #include "trainer/preemption.h"
 #include "trainer/process_group.h"
 #include "trainer/progress.h"
+#include "trainer/rank_reduce.h"
 #include "trainer/resume.h"
-#include "trainer/schedule.h"
 #include "trainer/startup_profile.h"
-#include "trainer/state_dict.h"
-#include "trainer/trace.h"
+#include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
+
 namespace cumulus::trainer {
 namespace {
 
 constexpr int64_t kNumClasses = 10;  // every dataset we load has ten classes
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// The generator seed of one step: each field passes through the mixer so that neighbouring
-// (epoch, step, rank) triples give unrelated streams.
-uint64_t stepSeed(uint64_t seed, int64_t epoch, int64_t step, int64_t rank) {
-  uint64_t h = splitmix64(seed);
-  h = splitmix64(h ^ static_cast<uint64_t>(epoch));
-  h = splitmix64(h ^ static_cast<uint64_t>(step));
-  return splitmix64(h ^ static_cast<uint64_t>(rank));
-}
 
 // `cache_dir`: where IDX files are kept decompressed (data::readIdx); empty: nowhere.
 Datasets loadDatasets(const configs::DataConfig& config, uint64_t seed,
@@ -95,193 +68,18 @@ Datasets loadDatasets(const configs::DataConfig& config, uint64_t seed,
   return d;
 }
 
-// Zero-fills every gradient in place, creating it where missing, so gradient tensors keep one
-// storage for the whole run (what a bucketing GradientSync wants to view).
-void zeroGrads(const std::vector<torch::Tensor>& params) {
-  for (const auto& p : params) {
-    if (p.grad().defined()) {
-      p.grad().zero_();
-    } else {
-      p.mutable_grad() = torch::zeros_like(p);
-    }
+// The caller's choice of a part (TrainerOptions), given the default.
+template <typename Part>
+std::shared_ptr<Part> choose(const PartChoice<Part>& choice, std::shared_ptr<Part> standard,
+                             const char* field) {
+  if (!choice) return standard;
+  std::shared_ptr<Part> chosen = choice(std::move(standard));
+  if (!chosen) {
+    throw SetupError(std::string("TrainerOptions::") + field +
+                     " returned no part; return the default it is given to keep it");
   }
+  return chosen;
 }
-
-int64_t unixMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
-void Trainer::Impl::build() {
-  const auto& t = config.trainer;
-  if (t.grad_accumulation < 1)
-    throw std::invalid_argument("trainer.grad_accumulation: must be >= 1");
-  if (config.eval.batch_size < 1) throw std::invalid_argument("eval.batch_size: must be >= 1");
-  if (t.global_batch_size < env.world_size * t.grad_accumulation) {
-    throw std::invalid_argument(
-        "trainer.global_batch_size: " + std::to_string(t.global_batch_size) +
-        " leaves some micro-batch empty; it must be >= world size x trainer.grad_accumulation = " +
-        std::to_string(env.world_size * t.grad_accumulation));
-  }
-  grad_accumulation = t.grad_accumulation;
-  torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, env.local_world_size)));
-
-  // Every rank keeps its own host's copy (a run_dir may or may not be shared between hosts).
-  const bool cache = config.data.cache && options.write_outputs;
-  data = loadDatasets(config.data, t.seed, cache ? t.run_dir + "/cache" : "");
-  startupMark("data");
-  sampler = std::make_unique<data::DistributedSampler>(
-      data.train.size(), t.global_batch_size, t.seed, config.data.shuffle, config.data.drop_last);
-  total_steps = std::max<int64_t>(0, t.epochs) * sampler->stepsPerEpoch();
-  if (t.max_steps > 0) total_steps = std::min(total_steps, t.max_steps);
-  if (total_steps <= 0) {
-    throw std::invalid_argument("trainer.epochs / trainer.max_steps: the run has no steps");
-  }
-
-  models::ModelSpec spec;
-  spec.name = config.model.name;
-  spec.hidden = config.model.hidden;
-  spec.dropout = config.model.dropout;
-  spec.input_shape = {data.train.images.size(1), data.train.images.size(2),
-                      data.train.images.size(3)};
-  spec.num_classes = kNumClasses;
-  torch::manual_seed(t.seed);  // the initial parameters are a function of the seed alone
-  model = models::makeModel(spec);
-  checkModelFitsData();
-  model->train(true);
-  params = model->parameters();
-  optimizer = makeOptimizer(config.optimizer, params);
-  schedule = std::make_unique<LrSchedule>(config.schedule, config.optimizer.lr, total_steps);
-  checkpoints = std::make_unique<CheckpointManager>(
-      checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config.checkpoint.keep)), fs);
-  startupMark("model");
-  // Every rank restores the same checkpoint, before the broadcasts below make that moot.
-  resumeIfAsked();
-  startupMark("resume");
-  if (comm != nullptr) {
-    // Each rank found its checkpoint by itself: a rank that saw another one (a directory not
-    // shared, a file that failed to verify on one host only) would silently diverge.
-    const int64_t highest = maxOverRanks(start_step);
-    const int64_t lowest = -maxOverRanks(-start_step);
-    if (highest != lowest) {
-      throw std::invalid_argument("ranks resume from different steps (" + std::to_string(lowest) +
-                                  " to " + std::to_string(highest) + "; this rank " +
-                                  std::to_string(env.rank) + ": " + std::to_string(start_step) +
-                                  "): every rank must see the same " + checkpointDir());
-    }
-  }
-  if (const char* path = std::getenv("CUMULUS_SAMPLE_LEDGER"); path != nullptr && *path != 0) {
-    ledger = std::make_unique<std::ofstream>(std::string(path) + ".rank" + std::to_string(env.rank),
-                                             std::ios::app);
-    // One id for every rank of this launch (their clocks start apart): the latest start.
-    ledger_launch = maxOverRanks(unixMillis());
-  }
-  if (distributed != nullptr) {
-    // Buffers (batch-norm statistics) are not gradients: broadcast them once, like parameters.
-    std::vector<torch::Tensor> buffers;
-    for (auto& [name, buffer] : model->namedBuffers()) buffers.push_back(buffer);
-    if (!buffers.empty()) distributed->broadcastTensors(buffers);
-  }
-  sync->attach(params);
-  startupMark("broadcast");
-}
-
-// A model that does not fit the data (a TorchScript file made for other inputs) fails here, as a
-// setup error, rather than in the first step. Evaluation mode: no dropout, so no random draws.
-void Trainer::Impl::checkModelFitsData() {
-  torch::NoGradGuard no_grad;
-  model->train(false);
-  const torch::Tensor logits = model->forward(data.train.images.narrow(0, 0, 1));
-  if (logits.dim() != 2 || logits.size(0) != 1 || logits.size(1) != kNumClasses) {
-    std::ostringstream shape;
-    shape << logits.sizes();
-    throw std::invalid_argument("model \"" + config.model.name + "\" returns logits of shape " +
-                                shape.str() + " for one sample; expected [1, " +
-                                std::to_string(kNumClasses) + "]");
-  }
-}
-
-// One optimizer step; returns this rank's training loss (its share of the global mean, so at
-// world size 1 the mean loss over the global batch).
-double Trainer::Impl::trainStep(int64_t step) {
-  const int64_t epoch = sampler->state().epoch;
-  const int64_t global_size = static_cast<int64_t>(sampler->globalBatch().size());
-  const std::vector<int64_t> local = sampler->localIndices(env.rank, env.world_size);
-  const int64_t k = grad_accumulation;
-  const auto n = static_cast<int64_t>(local.size());
-
-  TraceRecorder* trace = options.trace;
-  if (ledger) *ledger << ledgerLine(ledger_launch, epoch, step, env.rank, local) << std::flush;
-  torch::manual_seed(stepSeed(config.trainer.seed, epoch, step, env.rank));
-  zeroGrads(params);
-  double loss_sum = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    const bool last = i == k - 1;
-    const int64_t begin = i * n / k;
-    const int64_t end = (i + 1) * n / k;
-    sync->beforeBackward(last);
-    if (end > begin) {
-      torch::Tensor loss;
-      {
-        TraceRecorder::Span span(trace, "forward");
-        const std::vector<int64_t> rows(local.begin() + begin, local.begin() + end);
-        const data::Batch batch = data::gather(data.train, rows);
-        const torch::Tensor logits = model->forward(batch.images);
-        loss = torch::nn::functional::cross_entropy(
-                   logits, batch.labels,
-                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
-               static_cast<double>(global_size);
-      }
-      {
-        TraceRecorder::Span span(trace, "backward");
-        loss.backward();
-      }
-      loss_sum += loss.item<double>();
-    }
-    sync->afterBackward(last);
-  }
-  const double wait_start = now();
-  sync->finish();
-  last_comm_wait = now() - wait_start;
-  TraceRecorder::Span span(trace, "optimizer");
-  if (config.trainer.grad_clip_norm > 0) clipGradNorm(params, config.trainer.grad_clip_norm);
-  optimizer->step(schedule->lr(step));
-  sampler->advance();
-  if (!std::isfinite(loss_sum)) {
-    throw TrainError("training diverged at step " + std::to_string(step + 1) + " (loss " +
-                     std::to_string(loss_sum) +
-                     "); lower optimizer.lr or set trainer.grad_clip_norm");
-  }
-  return loss_sum;
-}
-
-double Trainer::Impl::sumOverRanks(double value) {
-  comm::Buffer buffer{&value, 1, comm::DType::kFloat64};
-  comm::AllreduceOptions op;
-  op.algorithm = comm::Algorithm::kTree;  // fixed, so the sum is the same from run to run
-  comm->allreduce(buffer, op);
-  return value;
-}
-
-int64_t Trainer::Impl::maxOverRanks(int64_t value) {
-  if (comm == nullptr) return value;
-  comm::Buffer buffer{&value, 1, comm::DType::kInt64};
-  comm::AllreduceOptions op;
-  op.op = comm::ReduceOp::kMax;
-  op.algorithm = comm::Algorithm::kTree;  // never the funnel's parameter server for one integer
-  comm->allreduce(buffer, op);
-  return value;
-}
-
-std::string Trainer::Impl::checkpointDir() const {
-  return config.checkpoint.dir.empty() ? config.trainer.run_dir + "/checkpoints"
-                                       : config.checkpoint.dir;
-}
-
-namespace {
 
 // "step-00000012, step-00000010": the checkpoints a resume rejected, by directory name.
 std::string rejectedNames(const std::vector<CheckpointWarning>& warnings) {
@@ -292,90 +90,6 @@ std::string rejectedNames(const std::vector<CheckpointWarning>& warnings) {
   }
   return names;
 }
-
-}  // namespace
-
-// --resume: none, auto (the newest valid checkpoint in checkpointDir(), if any) or a directory.
-// Every rank loads the same checkpoint (the directory is shared, and nothing writes it while the
-// group starts) and restores parameters, buffers, optimizer state, sampler position and step.
-void Trainer::Impl::resumeIfAsked() {
-  const ResumeMode mode = options.resume.empty() ? ResumeMode::defaultFor(!env.run_id.empty())
-                                                 : ResumeMode::parse(options.resume);
-  if (mode.kind == ResumeMode::Kind::kNone) return;
-  try {
-    std::optional<std::pair<CheckpointInfo, CheckpointSnapshot>> found;
-    std::vector<CheckpointWarning> warnings;
-    if (mode.kind == ResumeMode::Kind::kPath) {
-      CheckpointSnapshot loaded = checkpoints->load(mode.path);
-      const uint64_t step = loaded.state.step();
-      found.emplace(CheckpointInfo{mode.path, step}, std::move(loaded));
-    } else {
-      found = checkpoints->loadLatestValid(warnings);
-    }
-    for (const CheckpointWarning& w : warnings) {
-      resume_lines.push_back("warning: " + w.str() + "; not resuming from it");
-    }
-    if (!found) {
-      resume_lines.push_back(warnings.empty()
-                                 ? "no checkpoint in " + checkpointDir() + ": starting from step 0"
-                                 : "no valid checkpoint in " + checkpointDir() + " (rejected: " +
-                                       rejectedNames(warnings) + "): starting from step 0");
-      return;
-    }
-    const auto& [info, loaded] = *found;
-    ResumePlan plan;
-    try {
-      plan = planResume(config, env.world_size, loaded.state, info.path,
-                        options.allow_config_change);
-    } catch (const ResumeError& e) {
-      // resume_lines are never printed once this throws: the error carries what was skipped.
-      if (warnings.empty()) throw;
-      std::string skipped;
-      for (const CheckpointWarning& w : warnings) skipped += "; newer checkpoint skipped: " + w.str();
-      throw ResumeError(e.what() + skipped);
-    }
-    restoreTraining(loaded, *model, *optimizer, info.path);
-    sampler->restore(plan.sampler);
-    start_step = std::min(plan.step, total_steps);
-    grad_accumulation = plan.grad_accumulation;
-    samples_seen = plan.samples_seen;
-    resume_lines.insert(resume_lines.end(), plan.notes.begin(), plan.notes.end());
-  } catch (const ResumeError& e) {
-    throw SetupError(e.what());
-  } catch (const CheckpointError& e) {
-    throw SetupError(std::string(e.what()) + "; use --resume auto or none");
-  }
-}
-
-CheckpointSnapshot Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
-  TrainingPosition position;
-  position.steps_done = done;
-  position.sampler = sampler->state();
-  position.samples_seen = samples_seen;
-  position.learning_rate = lr;
-  position.preempted = preempted;
-  position.grad_accumulation = grad_accumulation;
-  return captureSnapshot(*model, *optimizer, config, env, position);
-}
-
-// (test loss, test accuracy) over the whole test split. In a group each rank evaluates its
-// contiguous slice and the sums are all-reduced, so every rank returns the same pair.
-
-namespace {
-
-// LibTorch's c10::Error carries a C++ backtrace in what(); users get the message alone.
-template <typename F>
-auto translateTorchErrors(F&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const c10::Error& e) {
-    throw TrainError(e.what_without_backtrace());
-  }
-}
-
-}  // namespace
-
-namespace {
 
 std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
                                        const TrainerOptions& options) {
@@ -390,32 +104,253 @@ std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
   return std::make_unique<DistributedGradientSync>(options.group->communicator(), sync_options);
 }
 
+// LibTorch's c10::Error carries a C++ backtrace in what(); users get the message alone.
+template <typename F>
+auto translateTorchErrors(F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    throw TrainError(e.what_without_backtrace());
+  }
+}
+
 }  // namespace
+
+Trainer::Impl::Impl(const configs::Experiment& experiment, const RunEnv& env,
+                    std::unique_ptr<GradientSync> sync, TrainerOptions options)
+    : config_(experiment), env_(env), options_(std::move(options)), sync_(std::move(sync)) {
+  distributed_ = dynamic_cast<DistributedGradientSync*>(sync_.get());
+  if (ProcessGroup* group = options_.group; group != nullptr) {
+    if (group->world() != env.world_size || group->rank() != env.rank) {
+      throw SetupError("the process group (rank " + std::to_string(group->rank()) + " of " +
+                       std::to_string(group->world()) + ") does not match RANK/WORLD_SIZE (" +
+                       std::to_string(env.rank) + " of " + std::to_string(env.world_size) + ")");
+    }
+    comm_ = &group->communicator();
+  }
+  build();
+}
+
+Trainer::Impl::~Impl() = default;
+
+double Trainer::Impl::now() const {
+  if (options_.clock) return options_.clock();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void Trainer::Impl::startupMark(const char* phase) {
+  if (options_.startup) options_.startup->mark(phase);
+}
+
+std::string Trainer::Impl::checkpointDir() const {
+  return config_.checkpoint.dir.empty() ? config_.trainer.run_dir + "/checkpoints"
+                                        : config_.checkpoint.dir;
+}
+
+void Trainer::Impl::build() {
+  const auto& t = config_.trainer;
+  checkBatchSizes();
+  grad_accumulation_ = t.grad_accumulation;
+  torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, env_.local_world_size)));
+
+  // Every rank keeps its own host's copy (a run_dir may or may not be shared between hosts).
+  const bool cache = config_.data.cache && options_.write_outputs;
+  const Datasets data = loadDatasets(config_.data, t.seed, cache ? t.run_dir + "/cache" : "");
+  startupMark("data");
+  data::DistributedSampler sampler(data.train.size(), t.global_batch_size, t.seed,
+                                   config_.data.shuffle, config_.data.drop_last);
+  batches_ = choose<BatchSource>(options_.batches,
+                                 std::make_shared<SamplerBatchSource>(
+                                     data.train, std::move(sampler), env_.rank, env_.world_size),
+                                 "batches");
+  total_steps_ = std::max<int64_t>(0, t.epochs) * batches_->stepsPerEpoch();
+  if (t.max_steps > 0) total_steps_ = std::min(total_steps_, t.max_steps);
+  if (total_steps_ <= 0) {
+    throw std::invalid_argument("trainer.epochs / trainer.max_steps: the run has no steps");
+  }
+  buildModel(data.train);
+  checkpoints_ = std::make_unique<CheckpointManager>(
+      checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config_.checkpoint.keep)), fs_);
+  startupMark("model");
+  // Every rank restores the same checkpoint, before the broadcasts below make that moot.
+  resumeIfAsked();
+  startupMark("resume");
+  checkEveryRankResumesTogether();
+  buildParts(data);
+  broadcastBuffers();
+  sync_->attach(params_);
+  startupMark("broadcast");
+}
+
+void Trainer::Impl::checkBatchSizes() const {
+  const auto& t = config_.trainer;
+  if (t.grad_accumulation < 1)
+    throw std::invalid_argument("trainer.grad_accumulation: must be >= 1");
+  if (config_.eval.batch_size < 1) throw std::invalid_argument("eval.batch_size: must be >= 1");
+  if (t.global_batch_size < env_.world_size * t.grad_accumulation) {
+    throw std::invalid_argument(
+        "trainer.global_batch_size: " + std::to_string(t.global_batch_size) +
+        " leaves some micro-batch empty; it must be >= world size x trainer.grad_accumulation = " +
+        std::to_string(env_.world_size * t.grad_accumulation));
+  }
+}
+
+void Trainer::Impl::buildModel(const data::TensorDataset& train) {
+  models::ModelSpec spec;
+  spec.name = config_.model.name;
+  spec.hidden = config_.model.hidden;
+  spec.dropout = config_.model.dropout;
+  spec.input_shape = {train.images.size(1), train.images.size(2), train.images.size(3)};
+  spec.num_classes = kNumClasses;
+  torch::manual_seed(config_.trainer.seed);  // the initial parameters are a function of the seed
+  model_ = models::makeModel(spec);
+  checkModelFitsData(train);
+  model_->train(true);
+  params_ = model_->parameters();
+  optimizer_ = makeOptimizer(config_.optimizer, params_);
+  schedule_ = std::make_unique<LrSchedule>(config_.schedule, config_.optimizer.lr, total_steps_);
+}
+
+// A model that does not fit the data (a TorchScript file made for other inputs) fails here, as a
+// setup error, rather than in the first step. Evaluation mode: no dropout, so no random draws.
+void Trainer::Impl::checkModelFitsData(const data::TensorDataset& train) {
+  torch::NoGradGuard no_grad;
+  model_->train(false);
+  const torch::Tensor logits = model_->forward(train.images.narrow(0, 0, 1));
+  if (logits.dim() != 2 || logits.size(0) != 1 || logits.size(1) != kNumClasses) {
+    std::ostringstream shape;
+    shape << logits.sizes();
+    throw std::invalid_argument("model \"" + config_.model.name + "\" returns logits of shape " +
+                                shape.str() + " for one sample; expected [1, " +
+                                std::to_string(kNumClasses) + "]");
+  }
+}
+
+// The defaults from the experiment, each offered to the caller's choice (TrainerOptions).
+void Trainer::Impl::buildParts(const Datasets& data) {
+  TestSetEvaluatorOptions eval;
+  eval.batch_size = config_.eval.batch_size;
+  eval.every_steps = config_.eval.every_steps;
+  eval.steps_per_epoch = batches_->stepsPerEpoch();
+  eval.comm = comm_;
+  eval.rank = env_.rank;
+  eval.world_size = env_.world_size;
+  evaluator_ =
+      choose<Evaluator>(options_.evaluator, makeTestSetEvaluator(data.test, eval), "evaluator");
+
+  ProgressRecorderOptions record;
+  record.console = options_.console;
+  record.live = options_.live_progress;
+  record.quiet = Progress::quietFor(env_.rank, config_.trainer.log_all_ranks);
+  record.log_every_steps = config_.trainer.log_every_steps;
+  if (writes()) record.metrics_path = config_.trainer.run_dir + "/metrics.jsonl";
+  record.world_size = env_.world_size;
+  if (comm_ != nullptr) {
+    record.sum_over_ranks = [comm = comm_](double v) { return sumOverRanks(comm, v); };
+  }
+  recorder_ = choose<MetricsRecorder>(
+      options_.metrics, std::make_shared<ProgressMetricsRecorder>(std::move(record)), "metrics");
+
+  // A checkpoint when one is due, written by rank 0 alone (the replicas are identical).
+  CheckpointSchedule schedule(config_.checkpoint.every_steps, config_.checkpoint.every_seconds,
+                              options_.clock);
+  checkpoint_policy_ =
+      choose<CheckpointPolicy>(options_.checkpoint_policy,
+                               std::make_shared<ScheduledCheckpointPolicy>(
+                                   std::move(schedule), writes(), config_.checkpoint.async),
+                               "checkpoint_policy");
+
+  PreemptionOptions stop;
+  stop.grace_seconds = options_.preemption_grace;
+  stop.watch_sigterm = options_.watch_sigterm;
+  stop.watch_sigusr1 = options_.watch_sigterm;
+  stop_ = choose<StopAgreement>(
+      options_.stop, std::make_shared<PreemptionWatcher>(agreeOver(comm_), stop), "stop");
+}
+
+// Buffers (batch-norm statistics) are not gradients: broadcast them once, like parameters.
+void Trainer::Impl::broadcastBuffers() {
+  if (distributed_ == nullptr) return;
+  std::vector<torch::Tensor> buffers;
+  for (auto& [name, buffer] : model_->namedBuffers()) buffers.push_back(buffer);
+  if (!buffers.empty()) distributed_->broadcastTensors(buffers);
+}
+
+// --resume: none, auto (the newest valid checkpoint in checkpointDir(), if any) or a directory.
+// Every rank loads the same checkpoint (the directory is shared, and nothing writes it while the
+// group starts) and restores parameters, buffers, optimizer state, sampler position and step.
+void Trainer::Impl::resumeIfAsked() {
+  const ResumeMode mode = options_.resume.empty() ? ResumeMode::defaultFor(!env_.run_id.empty())
+                                                  : ResumeMode::parse(options_.resume);
+  if (mode.kind == ResumeMode::Kind::kNone) return;
+  try {
+    std::optional<std::pair<CheckpointInfo, CheckpointSnapshot>> found;
+    std::vector<CheckpointWarning> warnings;
+    if (mode.kind == ResumeMode::Kind::kPath) {
+      CheckpointSnapshot loaded = checkpoints_->load(mode.path);
+      const uint64_t step = loaded.state.step();
+      found.emplace(CheckpointInfo{mode.path, step}, std::move(loaded));
+    } else {
+      found = checkpoints_->loadLatestValid(warnings);
+    }
+    for (const CheckpointWarning& w : warnings) {
+      resume_notes_.push_back("warning: " + w.str() + "; not resuming from it");
+    }
+    if (!found) {
+      resume_notes_.push_back(warnings.empty()
+                                  ? "no checkpoint in " + checkpointDir() + ": starting from step 0"
+                                  : "no valid checkpoint in " + checkpointDir() + " (rejected: " +
+                                        rejectedNames(warnings) + "): starting from step 0");
+      return;
+    }
+    const auto& [info, loaded] = *found;
+    ResumePlan plan;
+    try {
+      plan = planResume(config_, env_.world_size, loaded.state, info.path,
+                        options_.allow_config_change);
+    } catch (const ResumeError& e) {
+      // The notes are never printed once this throws: the error carries what was skipped.
+      if (warnings.empty()) throw;
+      std::string skipped;
+      for (const CheckpointWarning& w : warnings)
+        skipped += "; newer checkpoint skipped: " + w.str();
+      throw ResumeError(e.what() + skipped);
+    }
+    restoreTraining(loaded, *model_, *optimizer_, info.path);
+    batches_->restore(plan.sampler);
+    start_step_ = std::min(plan.step, total_steps_);
+    grad_accumulation_ = plan.grad_accumulation;
+    samples_seen_ = plan.samples_seen;
+    resume_notes_.insert(resume_notes_.end(), plan.notes.begin(), plan.notes.end());
+  } catch (const ResumeError& e) {
+    throw SetupError(e.what());
+  } catch (const CheckpointError& e) {
+    throw SetupError(std::string(e.what()) + "; use --resume auto or none");
+  }
+}
+
+// Each rank found its checkpoint by itself: a rank that saw another one (a directory not shared, a
+// file that failed to verify on one host only) would silently diverge.
+void Trainer::Impl::checkEveryRankResumesTogether() {
+  if (comm_ == nullptr) return;
+  const int64_t highest = maxOverRanks(comm_, start_step_);
+  const int64_t lowest = -maxOverRanks(comm_, -start_step_);
+  if (highest != lowest) {
+    throw std::invalid_argument("ranks resume from different steps (" + std::to_string(lowest) +
+                                " to " + std::to_string(highest) + "; this rank " +
+                                std::to_string(env_.rank) + ": " + std::to_string(start_step_) +
+                                "): every rank must see the same " + checkpointDir());
+  }
+}
 
 Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env, TrainerOptions options)
     : Trainer(experiment, env, makeSync(experiment, options), std::move(options)) {}
 
 Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env,
-                 std::unique_ptr<GradientSync> sync, TrainerOptions options)
-    : impl_(std::make_unique<Impl>()) {
+                 std::unique_ptr<GradientSync> sync, TrainerOptions options) {
   TORCH_INTERNAL_ASSERT(sync != nullptr, "Trainer needs a GradientSync");
-  impl_->config = experiment;
-  impl_->env = env;
-  impl_->options = std::move(options);
-  impl_->sync = std::move(sync);
-  impl_->distributed = dynamic_cast<DistributedGradientSync*>(impl_->sync.get());
-  if (impl_->options.group != nullptr) {
-    if (impl_->options.group->world() != env.world_size ||
-        impl_->options.group->rank() != env.rank) {
-      throw SetupError("the process group (rank " + std::to_string(impl_->options.group->rank()) +
-                       " of " + std::to_string(impl_->options.group->world()) +
-                       ") does not match RANK/WORLD_SIZE (" + std::to_string(env.rank) + " of " +
-                       std::to_string(env.world_size) + ")");
-    }
-    impl_->comm = &impl_->options.group->communicator();
-  }
   try {
-    impl_->build();
+    impl_ = std::make_unique<Impl>(experiment, env, std::move(sync), std::move(options));
   } catch (const data::DataError& e) {
     throw SetupError(e.what());
   } catch (const std::invalid_argument& e) {
@@ -427,14 +362,12 @@ Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env,
 
 Trainer::~Trainer() = default;
 
-std::string Trainer::modelSummary() const { return impl_->model->summary(); }
-int64_t Trainer::totalSteps() const { return impl_->total_steps; }
-int64_t Trainer::stepsPerEpoch() const { return impl_->sampler->stepsPerEpoch(); }
-models::Model& Trainer::model() { return *impl_->model; }
+std::string Trainer::modelSummary() const { return impl_->model().summary(); }
+int64_t Trainer::totalSteps() const { return impl_->totalSteps(); }
+int64_t Trainer::stepsPerEpoch() const { return impl_->stepsPerEpoch(); }
+models::Model& Trainer::model() { return impl_->model(); }
 
 RunResult Trainer::run() {
-  if (impl_->ran) throw std::logic_error("Trainer::run() may be called once");
-  impl_->ran = true;
   return translateTorchErrors([&] { return impl_->run(); });
 }
 

@@ -2,26 +2,35 @@
 // The training loop of one worker (DESIGN.md "Training step"). LibTorch stays behind the pimpl so
 // that cumulus-train's main and other light callers compile without it.
 //
-// What run() does, in order:
+// What run() does: a step loop over parts (each in its own header, each replaceable through
+// TrainerOptions):
+//   BatchSource (batch_source.h)       this rank's micro-batches of each step
+//   GradientSync (gradient_sync.h)     the gradient sum over ranks
+//   MetricsRecorder (metrics_recorder.h)  console lines and metrics.jsonl
+//   Evaluator (evaluator.h)            the test loss and accuracy
+//   CheckpointPolicy (checkpoint_policy.h)  when this rank checkpoints
+//   StopAgreement (stop_agreement.h)   whether the ranks go on, checkpoint, or stop
+// In order:
 //   1. Rank 0 creates trainer.run_dir and writes config.yaml (configs::toYaml) there.
-//   2. For each optimizer step s = 0 .. totalSteps()-1: takes the sampler's global batch, this
-//      rank's slice (localIndices), splits it into trainer.grad_accumulation contiguous
-//      micro-batches, reseeds torch's default generator from (seed, epoch, s, rank) so dropout
-//      is a function of the position in training, and runs forward and backward on each with
-//      loss = cross_entropy(sum) / |global batch| (see gradient_sync.h for why). Then
-//      GradientSync::finish(), clipping to trainer.grad_clip_norm if > 0, and the optimizer
-//      step at LrSchedule::lr(s).
+//   2. For each optimizer step s = 0 .. totalSteps()-1: takes the step's micro-batches from the
+//      BatchSource (by default the sampler's global batch, this rank's slice localIndices split
+//      into trainer.grad_accumulation contiguous parts), reseeds torch's default generator from
+//      (seed, epoch, s, rank) so dropout is a function of the position in training, and runs
+//      forward and backward on each with loss = cross_entropy(sum) / |global batch| (see
+//      gradient_sync.h for why). Then GradientSync::finish(), clipping to
+//      trainer.grad_clip_norm if > 0, and the optimizer step at LrSchedule::lr(s).
 //      With a ProcessGroup (world size > 1) the gradients are summed across ranks by a
 //      DistributedGradientSync (distributed_sync.h), overlapped with backward; rank 0's parameters
 //      and buffers are broadcast before the first step so every replica starts identical.
-//   3. Evaluates on the test split (model.train(false), no grad, eval.batch_size rows at a time)
-//      every eval.every_steps steps, or at each epoch's end if that is 0, and after the last step.
-//      In a group each rank evaluates its contiguous slice of the test split and the loss sums
-//      and correct counts are all-reduced, so every rank reports the single-process accuracy.
-//   3b. At each step boundary: rank 0 checkpoints when checkpoint.every_steps / every_seconds say
-//      so, and after the last step whenever either is set (a deep copy at the boundary, written
-//      in the background when checkpoint.async); then, before the last step, all ranks agree with one MAX all-reduce whether any of them got a
-//      preemption notice (preemption.h). If so they stop after that same step: rank 0 writes a
+//   3. Evaluates when the Evaluator says so (by default every eval.every_steps steps, or at each
+//      epoch's end if that is 0) and after the last step. In a group each rank evaluates its
+//      contiguous slice of the test split and the sums are all-reduced, so every rank reports the
+//      single-process accuracy.
+//   4. At each step boundary: checkpoints as the CheckpointPolicy decides (by default rank 0, when
+//      checkpoint.every_steps / every_seconds say so, and after the last step whenever either is
+//      set; a deep copy at the boundary, written in the background when checkpoint.async); then,
+//      before the last step, the StopAgreement settles whether any rank got a preemption notice
+//      (preemption.h: one MAX all-reduce). If so they stop after that same step: rank 0 writes a
 //      blocking checkpoint, every rank waits for it, prints "preempted at step S, checkpoint
 //      PATH", and run() returns with preempted set (cumulus-train exits 75). A run started with a
 //      resume (TrainerOptions::resume) first restores the checkpoint (resume.h) and continues
@@ -30,10 +39,7 @@
 //      Console lines for tools (cumulus-spot reads them): "first step S completed",
 //      "checkpoint step S: PATH (stall X ms, ...)", "trained K steps in T s",
 //      "final parameters sha256 HEX" (rank 0, at the end).
-//      Test hooks from the environment: CUMULUS_FAULT_SIGTERM_AT_STEP=S[:R] (rank R, or every
-//      rank, raises SIGTERM at itself after step S); CUMULUS_SAMPLE_LEDGER=PATH (each rank
-//      appends the samples of each step to PATH.rank<R>, see resume.h SampleLedger).
-//   4. Rank 0 writes metrics.jsonl (see metrics.h; a train record at step 1 and every
+//   5. Rank 0 writes metrics.jsonl (see metrics.h; a train record at step 1 and every
 //      trainer.log_every_steps steps, averaging the steps since the previous record) and the final
 //      parameters and buffers as model_state_dict.pt (see state_dict.h). Train records carry
 //      step_time_ms split into compute_ms and comm_wait_ms (time blocked in
@@ -68,11 +74,30 @@ class Model;
 
 namespace cumulus::trainer {
 
-class StartupProfile;
-
+class BatchSource;
+class CheckpointPolicy;
+class Evaluator;
 class GradientSync;
+class MetricsRecorder;
 class ProcessGroup;
+class StartupProfile;
+class StopAgreement;
 class TraceRecorder;
+
+// How a caller picks one of the step loop's parts (TrainerOptions): called once while the Trainer
+// is built, with the part the Trainer made from the experiment and options, it returns the part to
+// use — that same one, a wrapper around it, or one of the caller's own (the default is then
+// dropped; defaults do nothing before run()). It must not return null (SetupError). An empty
+// PartChoice keeps the default.
+template <typename Part>
+using PartChoice = std::function<std::shared_ptr<Part>(std::shared_ptr<Part> standard)>;
+
+// A PartChoice that answers `part`, which the caller may hold on to (to notify a StopAgreement
+// from another thread, say).
+template <typename Part>
+PartChoice<Part> usePart(std::shared_ptr<Part> part) {
+  return [part](std::shared_ptr<Part>) { return part; };
+}
 
 class SetupError : public base::UserError {
  public:
@@ -111,6 +136,13 @@ struct TrainerOptions {
   // Marks each start-up phase (data, model, resume, broadcast, step) and prints the summary with
   // the first step; not owned, null: no profile.
   StartupProfile* startup = nullptr;
+  // The step loop's parts (see the top of this file); empty: the defaults. The Trainer loads the
+  // experiment's data in any case (the built-in models are sized from it).
+  PartChoice<BatchSource> batches;                 // SamplerBatchSource over the training split
+  PartChoice<Evaluator> evaluator;                 // makeTestSetEvaluator over the test split
+  PartChoice<MetricsRecorder> metrics;             // ProgressMetricsRecorder on `console`
+  PartChoice<CheckpointPolicy> checkpoint_policy;  // ScheduledCheckpointPolicy (checkpoint.*)
+  PartChoice<StopAgreement> stop;                  // PreemptionWatcher over the group
 };
 
 struct RunResult {
@@ -128,7 +160,8 @@ struct RunResult {
 
 class Trainer {
  public:
-  // LocalGradientSync, or a DistributedGradientSync over options.group when it is set.
+  // LocalGradientSync, or a DistributedGradientSync over options.group when it is set. Builds the
+  // model and every part, and restores the checkpoint TrainerOptions::resume names.
   Trainer(const configs::Experiment& experiment, const RunEnv& env, TrainerOptions options);
   // `sync` must not be null.
   Trainer(const configs::Experiment& experiment, const RunEnv& env,

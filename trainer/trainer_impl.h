@@ -1,90 +1,123 @@
 #pragma once
-// The trainer's insides, shared by trainer.cc (set-up, one step, resume) and training_loop.cc
-// (the loop, evaluation, checkpoints on schedule and at a preemption, outputs). Not a public
-// header: only those two files include it.
+// The trainer's insides: trainer.cc builds the model and the step loop's parts from the
+// experiment (and restores a checkpoint); training_loop.cc runs the loop over those parts. Not a
+// public header: only those two files include it.
 
 #include <torch/torch.h>
 
-#include <chrono>
-#include <fstream>
+#include <map>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "comm/communicator.h"
 #include "configs/experiment.h"
 #include "data/dataset.h"
-#include "data/sampler.h"
 #include "models/model.h"
+#include "trainer/batch_source.h"
 #include "trainer/checkpoint.h"
-#include "trainer/distributed_sync.h"
+#include "trainer/checkpoint_policy.h"
+#include "trainer/evaluator.h"
 #include "trainer/gradient_sync.h"
-#include "trainer/metrics.h"
+#include "trainer/metrics_recorder.h"
 #include "trainer/optimizer.h"
-#include "trainer/progress.h"
 #include "trainer/schedule.h"
-#include "trainer/startup_profile.h"
+#include "trainer/stop_agreement.h"
 #include "trainer/trainer.h"
-#include "trainer/training_checkpoint.h"
+
+namespace cumulus::comm {
+class Communicator;
+}
 
 namespace cumulus::trainer {
+
+class DistributedGradientSync;
 
 struct Datasets {
   data::TensorDataset train;
   data::TensorDataset test;
 };
 
-struct Trainer::Impl {
-  configs::Experiment config;
-  RunEnv env;
-  TrainerOptions options;
-  std::unique_ptr<GradientSync> sync;
-  DistributedGradientSync* distributed = nullptr;  // `sync`, when it is one
-  comm::Communicator* comm = nullptr;              // options.group's, or null (world of one)
-  double last_comm_wait = 0;                       // seconds in sync->finish() of the last step
-  Datasets data;
-  std::unique_ptr<data::DistributedSampler> sampler;
-  std::unique_ptr<models::Model> model;
-  std::vector<torch::Tensor> params;
-  std::unique_ptr<Optimizer> optimizer;
-  std::unique_ptr<LrSchedule> schedule;
-  int64_t total_steps = 0;
-  int64_t grad_accumulation = 1;  // micro-batches per step: the config's, or a resume's (resume.h)
-  bool ran = false;
-  // Checkpoints and resume (DESIGN.md "Preemption protocol").
-  PosixFileSystem fs;
-  std::unique_ptr<CheckpointManager> checkpoints;  // rank 0 writes; every rank may read
-  int64_t start_step = 0;                          // completed steps this run starts after
-  uint64_t samples_seen = 0;                       // global samples consumed so far
-  std::vector<std::string> resume_lines;           // printed once the console is up
-  std::unique_ptr<std::ofstream> ledger;           // CUMULUS_SAMPLE_LEDGER (tests)
-  int64_t ledger_launch = 0;
+class Trainer::Impl {
+ public:
+  // Builds everything (trainer.cc); throws what Trainer's constructor documents, before mapping.
+  Impl(const configs::Experiment& experiment, const RunEnv& env, std::unique_ptr<GradientSync> sync,
+       TrainerOptions options);
+  ~Impl();
 
-  double now() const {
-    if (options.clock) return options.clock();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-  bool writes() const { return options.write_outputs && env.rank == 0; }
-  void startupMark(const char* phase) {
-    if (options.startup) options.startup->mark(phase);
-  }
+  RunResult run();  // training_loop.cc
+  models::Model& model() { return *model_; }
+  int64_t totalSteps() const { return total_steps_; }
+  int64_t stepsPerEpoch() const { return batches_->stepsPerEpoch(); }
 
+ private:
+  // What one step did, for the records.
+  struct StepOutcome {
+    double loss = 0;      // this rank's share of the global mean loss
+    int64_t epoch = 0;    // 1-based, for people
+    int64_t samples = 0;  // the global batch
+    double seconds = 0;
+    double comm_wait = 0;  // of `seconds`, blocked in GradientSync::finish()
+  };
+
+  // Set-up (trainer.cc).
   void build();
-  void checkModelFitsData();
-  double trainStep(int64_t step);
-  std::pair<double, double> evaluate();
-  double sumOverRanks(double value);    // all ranks call it; needs `comm`
-  int64_t maxOverRanks(int64_t value);  // all ranks call it; identity in a world of one
-  std::string checkpointDir() const;
+  void checkBatchSizes() const;
+  void buildModel(const data::TensorDataset& train);
+  void checkModelFitsData(const data::TensorDataset& train);
+  void buildParts(const Datasets& data);
   void resumeIfAsked();
+  void checkEveryRankResumesTogether();
+  void broadcastBuffers();
+  std::string checkpointDir() const;
+  bool writes() const { return options_.write_outputs && env_.rank == 0; }
+  double now() const;
+  void startupMark(const char* phase);
+
+  // The loop (training_loop.cc).
+  StepOutcome trainStep(int64_t step);
+  double forwardBackward(const StepBatch& batch);
+  void optimizerStep(int64_t step);
+  void recordStep(int64_t step, const StepOutcome& outcome, double lr, double loop_start);
+  Evaluation evaluateAt(int64_t done, int64_t epoch);
+  void checkpointAt(const CheckpointDecision& decision, int64_t done, double lr);
+  void reportSaves();
   CheckpointSnapshot snapshot(int64_t done, double lr, bool preempted);
-  std::unique_ptr<MetricsLog> openRunDir();
-  std::pair<double, double> evaluateAndReport(int64_t step, int64_t epoch, Progress& progress,
-                                              MetricsLog* metrics);
-  void writeFinalOutputs(const RunResult& result, MetricsLog& metrics);
-  RunResult run();
+  void stopAt(int64_t done, RunResult& result);
+  void prepareRunDir() const;
+  void finishRun(const Evaluation& last_eval, double loop_start, RunResult& result);
+
+  const configs::Experiment config_;
+  const RunEnv env_;
+  const TrainerOptions options_;
+  comm::Communicator* comm_ = nullptr;  // options.group's, or null (a world of one)
+
+  // The model and how it learns.
+  std::unique_ptr<models::Model> model_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+
+  // The step loop's parts (trainer.h TrainerOptions).
+  std::shared_ptr<BatchSource> batches_;
+  std::unique_ptr<GradientSync> sync_;
+  DistributedGradientSync* distributed_ = nullptr;  // sync_, when it is one
+  std::shared_ptr<Evaluator> evaluator_;
+  std::shared_ptr<MetricsRecorder> recorder_;
+  std::shared_ptr<CheckpointPolicy> checkpoint_policy_;
+  std::shared_ptr<StopAgreement> stop_;
+
+  // Checkpoints (DESIGN.md "Checkpoints"): rank 0 writes; every rank may read.
+  PosixFileSystem fs_;
+  std::unique_ptr<CheckpointManager> checkpoints_;
+  std::map<int64_t, double> stall_ms_;  // step -> the training thread's pause for its checkpoint
+
+  // Where the run stands.
+  int64_t total_steps_ = 0;
+  int64_t start_step_ = 0;                 // completed steps this launch starts after
+  int64_t grad_accumulation_ = 1;          // micro-batches per step: the config's, or a resume's
+  uint64_t samples_seen_ = 0;              // global samples consumed so far
+  std::vector<std::string> resume_notes_;  // what the resume found, for the recorder
+  bool ran_ = false;
 };
 
 }  // namespace cumulus::trainer

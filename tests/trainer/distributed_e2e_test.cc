@@ -117,8 +117,8 @@ TEST_F(DistributedE2eTest, TwoWorkersTrainLikeOneWithTheSameGlobalBatch) {
   for (const char* name : {"trace.rank0.json", "trace.rank1.json"}) {
     const std::string trace = slurp(dir_ / name);
     EXPECT_THAT(trace, HasSubstr("{\"traceEvents\":[")) << name;
-    for (const char* span : {"\"forward\"", "\"backward\"", "\"comm wait\"", "\"optimizer\"",
-                             "\"evaluate\"", "\"allreduce bucket 0\""}) {
+    for (const char* span : {"\"batch\"", "\"forward\"", "\"backward\"", "\"comm wait\"",
+                             "\"optimizer\"", "\"evaluate\"", "\"allreduce bucket 0\""}) {
       EXPECT_THAT(trace, HasSubstr(span)) << name;
     }
     EXPECT_THAT(trace, HasSubstr("\"algorithm\":\"funnel\"")) << name;

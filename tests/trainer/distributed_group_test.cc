@@ -38,27 +38,27 @@ const std::map<std::string, std::string> kLauncherEnv = {{"RANK", "1"},
 
 std::string errorOf(const std::map<std::string, std::string>& vars) {
   try {
-    GroupEnv::fromEnvironment(lookup(vars));
+    groupEnvironment(lookup(vars));
   } catch (const GroupError& e) {
     return e.what();
   }
   return "no error";
 }
 
-TEST(GroupEnvTest, ReadsTheLauncherEnvironment) {
-  const GroupEnv env = GroupEnv::fromEnvironment(lookup(kLauncherEnv));
+TEST(GroupEnvironmentTest, ReadsTheLauncherEnvironment) {
+  const base::RunEnv env = groupEnvironment(lookup(kLauncherEnv));
   EXPECT_EQ(env.rank, 1);
   EXPECT_EQ(env.world_size, 2);
   EXPECT_EQ(env.local_rank, 1);
   EXPECT_EQ(env.master_addr, "127.0.0.1");
   EXPECT_EQ(env.master_port, 29500);
-  EXPECT_EQ(env.generation, 3u);
+  EXPECT_EQ(env.generation, 3);
   EXPECT_EQ(env.job_token, "secret");
   EXPECT_EQ(env.ps_endpoint, "127.0.0.1:4000");
   EXPECT_EQ(env.log_dir, "/tmp/logs");
 }
 
-TEST(GroupEnvTest, NamesTheVariableThatIsMissingOrWrong) {
+TEST(GroupEnvironmentTest, NamesTheVariableThatIsMissingOrWrong) {
   auto without = [](const std::string& name) {
     auto vars = kLauncherEnv;
     vars.erase(name);
@@ -79,12 +79,12 @@ TEST(GroupEnvTest, NamesTheVariableThatIsMissingOrWrong) {
   auto vars = without("CUMULUS_PS_ENDPOINT");
   vars.erase("CUMULUS_GENERATION");
   vars.erase("LOCAL_RANK");
-  const GroupEnv env = GroupEnv::fromEnvironment(lookup(vars));
-  EXPECT_EQ(env.generation, 0u);
+  const base::RunEnv env = groupEnvironment(lookup(vars));
+  EXPECT_EQ(env.generation, 0);
   EXPECT_EQ(env.ps_endpoint, "");
 }
 
-TEST(GroupEnvTest, ParsesEndpoints) {
+TEST(GroupEnvironmentTest, ParsesEndpoints) {
   EXPECT_EQ(parseEndpoint("10.0.0.1:80", "X"), std::make_pair(std::string("10.0.0.1"), 80));
   EXPECT_EQ(parseEndpoint("[::1]:9", "X"), std::make_pair(std::string("::1"), 9));
   EXPECT_THROW(parseEndpoint("nohost", "X"), GroupError);
@@ -98,7 +98,7 @@ TEST(GroupEnvTest, ParsesEndpoints) {
 
 TEST(ProcessGroupTest, FunnelWithoutAParameterServerSaysWhatToDo) {
   comm::MemoryStore store;
-  GroupEnv env;
+  base::RunEnv env;
   configs::CommConfig config;
   config.algorithm = "funnel";
   try {
@@ -120,7 +120,7 @@ TEST(ProcessGroupTest, AnUnreachableStoreIsNamed) {
     ASSERT_TRUE(endpoint);
     port = endpoint->port;
   }
-  GroupEnv env;
+  base::RunEnv env;
   env.world_size = 2;
   env.master_addr = "127.0.0.1";
   env.master_port = port;
@@ -137,7 +137,7 @@ TEST(ProcessGroupTest, AnUnreachableStoreIsNamed) {
 
 TEST(ProcessGroupTest, ASingleRankGroupReducesToItself) {
   comm::MemoryStore store;
-  GroupEnv env;
+  base::RunEnv env;
   configs::CommConfig config;
   config.algorithm = "ring";
   ProcessGroup group(env, config, store);

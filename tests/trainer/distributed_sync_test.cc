@@ -159,7 +159,7 @@ std::vector<RankResult> runGroup(const Plan& plan) {
   for (int rank = 0; rank < plan.world; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        GroupEnv env;
+        base::RunEnv env;
         env.rank = rank;
         env.world_size = plan.world;
         env.job_token = kToken;
@@ -356,7 +356,7 @@ TEST(DistributedSyncTest, GradientsAreViewsIntoTheBuckets) {
   torch::set_num_threads(1);
   comm::MemoryStore store;
   configs::CommConfig config;
-  ProcessGroup group(GroupEnv{}, config, store);
+  ProcessGroup group(base::RunEnv{}, config, store);
   DistributedGradientSync sync(group.communicator(), DistributedSyncOptions::fromConfig(config));
   auto net = makeNet(1);
   const auto params = net->parameters();
@@ -402,7 +402,7 @@ TEST(DistributedSyncTest, BroadcastCopiesRankZerosTensorsOfAnyDType) {
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        GroupEnv env;
+        base::RunEnv env;
         env.rank = rank;
         env.world_size = 2;
         configs::CommConfig config;
@@ -430,7 +430,7 @@ TEST(DistributedSyncTest, RanksWithDifferentModelsFailAtAttachNamingTheRank) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      GroupEnv env;
+      base::RunEnv env;
       env.rank = rank;
       env.world_size = 2;
       configs::CommConfig config;
@@ -461,7 +461,7 @@ TEST(DistributedSyncTest, APeerThatLeavesMakesFinishThrowNamingIt) {
   const auto start = std::chrono::steady_clock::now();
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      GroupEnv env;
+      base::RunEnv env;
       env.rank = rank;
       env.world_size = 2;
       configs::CommConfig config;

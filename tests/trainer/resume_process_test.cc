@@ -1,9 +1,10 @@
 // Stop and resume with real processes: cumulus-train alone and in a cumulus-run group. Each run is
 // a configs/smoke.yaml-sized job (a second or two); the final parameters are compared through the
 // "final parameters sha256" line rank 0 prints (training_checkpoint.h parameterDigest).
-// Faults: CUMULUS_FAULT_SIGTERM_AT_STEP=S[:RANK] makes a worker raise SIGTERM at itself after
-// step S (trainer.h), so the stop lands mid-run deterministically; the other faults are real
-// (a SIGTERM from outside, SIGKILL of a worker, a corrupted file).
+// Faults: cumulus-train-faults --fault-sigterm-at-step S[:RANK] makes a worker raise SIGTERM at
+// itself after step S (fault_parts.h SigtermAfterStep), so the stop lands mid-run
+// deterministically; the other faults are real (a SIGTERM from outside, SIGKILL of a worker, a
+// corrupted file).
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -29,6 +30,21 @@ using Env = std::vector<std::pair<std::string, std::string>>;
 
 const std::string kTrain = CUMULUS_BINARY_DIR "/bin/cumulus-train";
 const std::string kRun = CUMULUS_BINARY_DIR "/bin/cumulus-run";
+const std::string kTrainFaults = CUMULUS_BINARY_DIR "/bin/cumulus-train-faults";
+
+// The same worker command run by cumulus-train-faults with `faults` (its flags) installed.
+std::vector<std::string> withFaults(std::vector<std::string> faults,
+                                    const std::vector<std::string>& train_argv) {
+  std::vector<std::string> argv = {kTrainFaults};
+  for (auto& f : faults) argv.push_back(std::move(f));
+  argv.push_back("--");
+  argv.insert(argv.end(), train_argv.begin() + 1, train_argv.end());
+  return argv;
+}
+std::vector<std::string> sigtermAt(const std::string& step,
+                                   const std::vector<std::string>& train_argv) {
+  return withFaults({"--fault-sigterm-at-step", step}, train_argv);
+}
 
 // The environment of a worker started by hand (the test itself may run under a launcher).
 Env alone(Env extra = {}) {
@@ -97,8 +113,7 @@ TEST_F(ResumeProcessTest, OneWorkerStoppedAnywhereResumesBitIdentical) {
   for (int stop : {1, 7, 16, 29}) {
     const std::string run = "stop" + std::to_string(stop);
     const ProcessResult first =
-        runProcess(train(run, {"--resume", "auto"}),
-                   alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", std::to_string(stop)}}));
+        runProcess(sigtermAt(std::to_string(stop), train(run, {"--resume", "auto"})), alone());
     ASSERT_EQ(first.exit_code, 75) << first.output;
     EXPECT_NE(first.output.find("preempted at step " + std::to_string(stop) + ", checkpoint " +
                                 ckpt(run, stop)),
@@ -123,8 +138,8 @@ TEST_F(ResumeProcessTest, AdamWithAccumulationAndClippingResumesBitIdentical) {
   };
   const std::string expected =
       digestOf(runProcess(train("base", with({"--resume", "none"})), alone()));
-  const ProcessResult first = runProcess(train("x", with({"--resume", "auto"})),
-                                         alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", "11"}}));
+  const ProcessResult first =
+      runProcess(sigtermAt("11", train("x", with({"--resume", "auto"}))), alone());
   ASSERT_EQ(first.exit_code, 75) << first.output;
   EXPECT_EQ(digestOf(runProcess(train("x", with({"--resume", "auto"})), alone())), expected);
 }
@@ -159,10 +174,7 @@ TEST_F(ResumeProcessTest, ExternalSigtermStopsCheckpointsAndExits75) {
 }
 
 TEST_F(ResumeProcessTest, ConfigChangeIsRefusedUnlessAllowed) {
-  ASSERT_EQ(
-      runProcess(train("x", {"--resume", "auto"}), alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", "5"}}))
-          .exit_code,
-      75);
+  ASSERT_EQ(runProcess(sigtermAt("5", train("x", {"--resume", "auto"})), alone()).exit_code, 75);
   const ProcessResult refused = runProcess(
       train("x", {"--resume", "auto", "--set", "optimizer.lr=0.01", "--set", "trainer.seed=9"}),
       alone());
@@ -183,9 +195,9 @@ TEST_F(ResumeProcessTest, ConfigChangeIsRefusedUnlessAllowed) {
 
 TEST_F(ResumeProcessTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
   const std::string expected = digestOf(runProcess(train("base", {"--resume", "none"}), alone()));
-  const ProcessResult first =
-      runProcess(train("x", {"--resume", "auto", "--set", "checkpoint.every_steps=5"}),
-                 alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", "12"}}));
+  const ProcessResult first = runProcess(
+      sigtermAt("12", train("x", {"--resume", "auto", "--set", "checkpoint.every_steps=5"})),
+      alone());
   ASSERT_EQ(first.exit_code, 75) << first.output;
   ASSERT_TRUE(fs::exists(ckpt("x", 10))) << first.output;
   {
@@ -207,8 +219,7 @@ TEST_F(ResumeProcessTest, CorruptNewestCheckpointFallsBackToThePreviousOne) {
 // a directory of only corrupt checkpoints must say so rather than "no checkpoint".
 TEST_F(ResumeProcessTest, RejectedCheckpointsAreNamedWhenTheResumeFailsOrFindsNone) {
   const std::vector<std::string> every5 = {"--resume", "auto", "--set", "checkpoint.every_steps=5"};
-  const ProcessResult first =
-      runProcess(train("x", every5), alone({{"CUMULUS_FAULT_SIGTERM_AT_STEP", "12"}}));
+  const ProcessResult first = runProcess(sigtermAt("12", train("x", every5)), alone());
   ASSERT_EQ(first.exit_code, 75) << first.output;
   auto corrupt = [&](int step) {
     std::fstream model(ckpt("x", step) + "/model.pt",
@@ -250,8 +261,7 @@ TEST_P(GroupResumeTest, TwoWorkersStoppedAndResumedBitIdentical) {
   };
   const std::string expected =
       digestOf(runProcess(group(2, train("base", with({}))), {{"CUMULUS_RUN_ID", ""}}));
-  const ProcessResult first =
-      runProcess(group(2, train("x", with({}))), {{"CUMULUS_FAULT_SIGTERM_AT_STEP", "9:1"}});
+  const ProcessResult first = runProcess(group(2, sigtermAt("9:1", train("x", with({})))));
   ASSERT_EQ(first.exit_code, 75) << first.output;
   EXPECT_NE(first.output.find("preempted at step 9, checkpoint " + ckpt("x", 9)), std::string::npos)
       << first.output;
@@ -267,12 +277,11 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, GroupResumeTest, ::testing::Values("ring", 
 // by the steps that made the final model.
 TEST_F(ResumeProcessTest, WorldSizeTwoToOneConsumesEverySampleOnce) {
   const std::string ledger = (dir_ / "ledger").string();
-  const ProcessResult first =
-      runProcess(group(2, train("x")),
-                 {{"CUMULUS_FAULT_SIGTERM_AT_STEP", "9"}, {"CUMULUS_SAMPLE_LEDGER", ledger}});
+  const ProcessResult first = runProcess(group(
+      2, withFaults({"--fault-sigterm-at-step", "9", "--sample-ledger", ledger}, train("x"))));
   ASSERT_EQ(first.exit_code, 75) << first.output;
-  const ProcessResult second =
-      runProcess(train("x", {"--resume", "auto"}), alone({{"CUMULUS_SAMPLE_LEDGER", ledger}}));
+  const ProcessResult second = runProcess(
+      withFaults({"--sample-ledger", ledger}, train("x", {"--resume", "auto"})), alone());
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("world size 2 -> 1: re-sharding each global batch of 64"),
             std::string::npos)

@@ -1,0 +1,54 @@
+#pragma once
+// Step-loop parts that tests install through TrainerOptions (trainer.h PartChoice) to make a run
+// do something at a chosen point: cumulus-train-faults uses them, and batch_source_test and
+// stop_agreement_test check them.
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "trainer/batch_source.h"
+#include "trainer/stop_agreement.h"
+
+namespace cumulus::trainer {
+
+// Wraps a BatchSource and appends, for each step, the line resume.h ledgerLine() makes of this
+// rank's sample indices to `path` (opened for appending; std::runtime_error naming it if it cannot
+// be). `launch` orders the launches of one job: the same number on every rank of a launch, larger
+// for a later launch (SampleLedger::dropReplayedSteps).
+class LedgerBatchSource final : public BatchSource {
+ public:
+  LedgerBatchSource(std::shared_ptr<BatchSource> inner, const std::string& path, int64_t launch,
+                    int64_t rank);
+
+  int64_t stepsPerEpoch() const override { return inner_->stepsPerEpoch(); }
+  data::SamplerState position() const override { return inner_->position(); }
+  void restore(const data::SamplerState& position) override { inner_->restore(position); }
+  StepBatch next(int64_t step, int64_t micro_batches) override;
+
+ private:
+  std::shared_ptr<BatchSource> inner_;
+  std::string path_;
+  std::ofstream out_;
+  int64_t launch_;
+  int64_t rank_;
+};
+
+// Wraps a StopAgreement and raises a real SIGTERM at this process when the loop reaches the
+// boundary after step `step`, before agreeing: the run then stops there as it would for a notice
+// that arrived during that step.
+class SigtermAfterStep final : public StopAgreement {
+ public:
+  SigtermAfterStep(std::shared_ptr<StopAgreement> inner, int64_t step);
+
+  void start() override { inner_->start(); }
+  StepAction decide(int64_t steps_done) override;
+  void waitForAll() override { inner_->waitForAll(); }
+
+ private:
+  std::shared_ptr<StopAgreement> inner_;
+  int64_t step_;
+};
+
+}  // namespace cumulus::trainer

@@ -1,0 +1,127 @@
+// ProgressMetricsRecorder: which steps make records, the loss summed over ranks only at those, and
+// the lines and records a run's events become.
+#include "trainer/metrics_recorder.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace cumulus::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<nlohmann::json> readRecords(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+TEST(MetricsRecorderTest, RecordsSumTheLossOverRanksAndAverageTheStepsSinceTheLastOne) {
+  const fs::path path =
+      fs::path(::testing::TempDir()) / ("recorder_" + std::to_string(::getpid()) + ".jsonl");
+  std::ostringstream console;
+  int sums = 0;
+  ProgressRecorderOptions options;
+  options.console = &console;
+  options.log_every_steps = 4;
+  options.metrics_path = path.string();
+  options.world_size = 2;
+  // The other rank's share equals this one's.
+  options.sum_over_ranks = [&](double loss) {
+    ++sums;
+    return 2 * loss;
+  };
+  ProgressMetricsRecorder recorder(options);
+  recorder.begin({"mlp (10 parameters)", {"resuming from nowhere"}, 0, 8, 4});
+  for (int64_t step = 1; step <= 8; ++step) {
+    if (step == 1) recorder.firstStep(1, nullptr);
+    StepRecord r;
+    r.step = step;
+    r.epoch = (step + 3) / 4;
+    r.loss = 0.125 * static_cast<double>(step);  // exact in binary
+    r.lr = 0.5;
+    r.seconds = 0.5;
+    r.comm_wait_seconds = 0.125;
+    r.samples = 64;
+    r.elapsed_seconds = 0.5 * static_cast<double>(step);
+    recorder.step(r);
+  }
+  recorder.evaluation(8, 2, {0.25, 0.75});
+  recorder.stepsEnded();
+  recorder.trained(8, 8, 4.0);
+  RunSummary summary;
+  summary.steps = 8;
+  summary.epochs = 2;
+  summary.test = {0.25, 0.75};
+  summary.wall_seconds = 4.5;
+  summary.parameters = 10;
+  summary.parameter_digest = "ab";
+  recorder.finished(summary);
+
+  EXPECT_EQ(sums, 3);  // steps 1, 4 and 8, not every step
+  EXPECT_EQ(console.str(),
+            "model: mlp (10 parameters)\n"
+            "resuming from nowhere\n"
+            "first step 1 completed\n"
+            "epoch 1/2  step 1/8  loss 0.2500  128 samples/s  ETA 0:04\n"
+            "epoch 1/2  step 4/8  loss 0.7500  128 samples/s  ETA 0:02\n"
+            "epoch 2/2  step 8/8  loss 1.6250  128 samples/s  ETA 0:00\n"
+            "eval  epoch 2  step 8  test_loss 0.2500  test_accuracy 0.7500\n"
+            "trained 8 steps in 4.000 s\n"
+            "final parameters sha256 ab\n"
+            "test accuracy 0.7500 (loss 0.2500) after 2 epochs, 8 steps, 4.5 s\n");
+  const auto records = readRecords(path);
+  ASSERT_EQ(records.size(), 7u);
+  EXPECT_EQ(records[0]["type"], "first_step");
+  // Step 1: 2·0.125; steps 2-4: 2·(0.25+0.375+0.5)/3; steps 5-8: 2·(0.625+...+1)/4.
+  const double losses[] = {0.25, 0.75, 1.625};
+  const int64_t steps[] = {1, 4, 8};
+  for (int i = 0; i < 3; ++i) {
+    const auto& r = records[1 + i];
+    EXPECT_EQ(r["type"], "train");
+    EXPECT_EQ(r["step"], steps[i]);
+    EXPECT_EQ(r["loss"].get<double>(), losses[i]) << r;
+    EXPECT_EQ(r["samples_per_sec"].get<double>(), 128.0);
+    EXPECT_EQ(r["step_time_ms"].get<double>(), 500.0);
+    EXPECT_EQ(r["compute_ms"].get<double>(), 375.0);
+    EXPECT_EQ(r["comm_wait_ms"].get<double>(), 125.0);
+  }
+  EXPECT_EQ(records[4]["type"], "eval");
+  EXPECT_EQ(records[5]["type"], "trained");
+  EXPECT_EQ(records[6]["type"], "summary");
+  EXPECT_EQ(records[6]["world_size"], 2);
+  fs::remove(path);
+}
+
+TEST(MetricsRecorderTest, AQuietRankPrintsOnlyWarningsAndItsStop) {
+  std::ostringstream console;
+  ProgressRecorderOptions options;
+  options.console = &console;
+  options.quiet = true;
+  options.log_every_steps = 1;
+  ProgressMetricsRecorder recorder(options);
+  recorder.begin({"mlp", {}, 0, 4, 4});
+  recorder.firstStep(1, nullptr);
+  StepRecord r;
+  r.step = 1;
+  r.epoch = 1;
+  recorder.step(r);
+  recorder.note("checkpoint requested at step 1; training goes on");
+  recorder.warning("warning: checkpoint failed: disk full");
+  recorder.preempted(1, "/ckpt/step-00000001");
+  recorder.stepsEnded();
+  recorder.trained(1, 1, 0.5);
+  EXPECT_EQ(console.str(),
+            "warning: checkpoint failed: disk full\n"
+            "preempted at step 1, checkpoint /ckpt/step-00000001\n");
+}
+
+}  // namespace
+}  // namespace cumulus::trainer

@@ -1,0 +1,35 @@
+#include "trainer/batch_source.h"
+
+#include <utility>
+
+namespace cumulus::trainer {
+
+SamplerBatchSource::SamplerBatchSource(data::TensorDataset train, data::DistributedSampler sampler,
+                                       int64_t rank, int64_t world_size)
+    : train_(std::move(train)),
+      sampler_(std::move(sampler)),
+      rank_(rank),
+      world_size_(world_size) {}
+
+StepBatch SamplerBatchSource::next(int64_t /*step*/, int64_t micro_batches) {
+  StepBatch batch;
+  batch.epoch = sampler_.state().epoch;
+  batch.global_samples = static_cast<int64_t>(sampler_.globalBatch().size());
+  batch.indices = sampler_.localIndices(rank_, world_size_);
+  const int64_t k = micro_batches;
+  const auto n = static_cast<int64_t>(batch.indices.size());
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t begin = i * n / k;
+    const int64_t end = (i + 1) * n / k;
+    if (end == begin) {
+      batch.micro_batches.emplace_back();
+      continue;
+    }
+    const std::vector<int64_t> rows(batch.indices.begin() + begin, batch.indices.begin() + end);
+    batch.micro_batches.push_back(data::gather(train_, rows));
+  }
+  sampler_.advance();
+  return batch;
+}
+
+}  // namespace cumulus::trainer

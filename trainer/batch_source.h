@@ -1,0 +1,63 @@
+#pragma once
+// BatchSource: the step loop's part that yields, for each optimizer step, this rank's share of the
+// global batch as tensors, already split into the step's micro-batches. Includes LibTorch (the
+// batches are tensors).
+//
+// Contract with the step loop (trainer.h): next(step, k) once per step, steps in order from the
+// first one this launch runs; it returns the batch for that step and moves past it. position()
+// is where the next batch starts (saved in a checkpoint after each step) and restore() moves there
+// (a resume, before the first next()). Every rank's source must agree on stepsPerEpoch() and
+// global_samples, and the ranks' shares of one step together must be that global batch: the loss
+// of each micro-batch is divided by global_samples (gradient_sync.h). Training thread only.
+
+#include <cstdint>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+
+namespace cumulus::trainer {
+
+struct StepBatch {
+  int64_t epoch = 0;           // 0-based epoch the step belongs to
+  int64_t global_samples = 0;  // samples in the global batch, all ranks together
+  // This rank's samples (rows of the training set, in micro-batch order), where the source has
+  // such numbers; empty otherwise or when this rank has no share.
+  std::vector<int64_t> indices;
+  // This rank's share in contiguous parts; a part with no rows has undefined tensors.
+  std::vector<data::Batch> micro_batches;
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual int64_t stepsPerEpoch() const = 0;
+  virtual data::SamplerState position() const = 0;
+  // Throws std::invalid_argument (leaving the position) for a position the source cannot take.
+  virtual void restore(const data::SamplerState& position) = 0;
+  // Step `step`'s batch (0-based, counted from the start of training), split into `micro_batches`
+  // (>= 1) parts.
+  virtual StepBatch next(int64_t step, int64_t micro_batches) = 0;
+};
+
+// The default: data::DistributedSampler over a training set held in memory. Rank r of w takes the
+// sampler's localIndices(r, w) of each global batch, and micro-batch i of k holds rows
+// [i·n/k, (i+1)·n/k) of those n. The dataset's tensors are shared, not copied.
+class SamplerBatchSource final : public BatchSource {
+ public:
+  SamplerBatchSource(data::TensorDataset train, data::DistributedSampler sampler, int64_t rank,
+                     int64_t world_size);
+
+  int64_t stepsPerEpoch() const override { return sampler_.stepsPerEpoch(); }
+  data::SamplerState position() const override { return sampler_.state(); }
+  void restore(const data::SamplerState& position) override { sampler_.restore(position); }
+  StepBatch next(int64_t step, int64_t micro_batches) override;
+
+ private:
+  data::TensorDataset train_;
+  data::DistributedSampler sampler_;
+  int64_t rank_;
+  int64_t world_size_;
+};
+
+}  // namespace cumulus::trainer

@@ -1,0 +1,67 @@
+#include "trainer/evaluator.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "data/dataset.h"
+#include "models/model.h"
+#include "trainer/rank_reduce.h"
+
+namespace cumulus::trainer {
+namespace {
+
+class TestSetEvaluator final : public Evaluator {
+ public:
+  TestSetEvaluator(data::TensorDataset test, const TestSetEvaluatorOptions& options)
+      : test_(std::move(test)), options_(options) {}
+
+  bool due(int64_t steps_done) const override {
+    return options_.every_steps > 0 ? steps_done % options_.every_steps == 0
+                                    : steps_done % options_.steps_per_epoch == 0;
+  }
+
+  Evaluation evaluate(models::Model& model) override {
+    const int64_t n = test_.size();
+    const bool sharded = options_.comm != nullptr;
+    const int64_t shards = sharded ? options_.world_size : 1;
+    const int64_t shard = sharded ? options_.rank : 0;
+    const int64_t first = n * shard / shards;
+    const int64_t last = n * (shard + 1) / shards;
+    double loss_sum = 0;
+    int64_t correct = 0;
+    for (int64_t begin = first; begin < last; begin += options_.batch_size) {
+      const int64_t rows = std::min(options_.batch_size, last - begin);
+      const torch::Tensor images = test_.images.narrow(0, begin, rows);
+      const torch::Tensor labels = test_.labels.narrow(0, begin, rows);
+      const torch::Tensor logits = model.forward(images);
+      loss_sum += torch::nn::functional::cross_entropy(
+                      logits, labels,
+                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                      .item<double>();
+      correct += logits.argmax(1).eq(labels).sum().item<int64_t>();
+    }
+    if (sharded) {
+      // Counts are integers far below 2^53, so the float64 sum is exact.
+      double sums[2] = {loss_sum, static_cast<double>(correct)};
+      sumOverRanks(options_.comm, sums, 2);
+      loss_sum = sums[0];
+      correct = static_cast<int64_t>(sums[1]);
+    }
+    return {loss_sum / static_cast<double>(n),
+            static_cast<double>(correct) / static_cast<double>(n)};
+  }
+
+ private:
+  data::TensorDataset test_;
+  TestSetEvaluatorOptions options_;
+};
+
+}  // namespace
+
+std::shared_ptr<Evaluator> makeTestSetEvaluator(const data::TensorDataset& test,
+                                                const TestSetEvaluatorOptions& options) {
+  return std::make_shared<TestSetEvaluator>(test, options);
+}
+
+}  // namespace cumulus::trainer

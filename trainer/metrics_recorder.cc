@@ -1,0 +1,178 @@
+#include "trainer/metrics_recorder.h"
+
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+#include "trainer/metrics.h"
+#include "trainer/progress.h"
+#include "trainer/startup_profile.h"
+
+namespace cumulus::trainer {
+namespace {
+
+std::string formatEpochs(double epochs) {
+  char text[32];
+  if (std::fabs(epochs - std::round(epochs)) < 1e-9) {
+    std::snprintf(text, sizeof(text), "%.0f", epochs);
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f", epochs);
+  }
+  return text;
+}
+
+double perStepMs(double seconds, int64_t steps) {
+  return steps > 0 ? 1000.0 * seconds / static_cast<double>(steps) : 0;
+}
+
+}  // namespace
+
+ProgressMetricsRecorder::ProgressMetricsRecorder(ProgressRecorderOptions options)
+    : options_(std::move(options)) {}
+
+ProgressMetricsRecorder::~ProgressMetricsRecorder() = default;
+
+void ProgressMetricsRecorder::begin(const RunStart& start) {
+  std::ostream& console = options_.console != nullptr ? *options_.console : discard_;
+  total_steps_ = start.total_steps;
+  const int64_t epochs = (start.total_steps + start.steps_per_epoch - 1) / start.steps_per_epoch;
+  progress_ = std::make_unique<Progress>(console, options_.live, start.total_steps, epochs,
+                                         options_.log_every_steps, options_.quiet);
+  if (!options_.metrics_path.empty()) {
+    // One metrics.jsonl for the whole run: a resumed launch continues the file, dropping the
+    // records of the steps it runs again.
+    if (start.start_step == 0) {
+      metrics_ = std::make_unique<MetricsLog>(options_.metrics_path);
+    } else {
+      metrics_ = std::make_unique<MetricsLog>(
+          MetricsLog::continueAfter(options_.metrics_path, start.start_step));
+      metrics_->write(nlohmann::ordered_json{
+          {"type", "resume"}, {"step", start.start_step}, {"world_size", options_.world_size}});
+    }
+  }
+  progress_->info("model: " + start.model_summary);
+  for (const std::string& line : start.notes) progress_->info(line);
+}
+
+void ProgressMetricsRecorder::firstStep(int64_t step, const StartupProfile* startup) {
+  std::string text = "first step " + std::to_string(step) + " completed";
+  nlohmann::ordered_json record{{"type", "first_step"}, {"step", step}};
+  if (startup != nullptr) {
+    text += ", " + startup->summary();
+    record["seconds_since_exec"] = startup->totalSeconds();
+  }
+  progress_->info(text);
+  if (metrics_) metrics_->write(record);
+}
+
+void ProgressMetricsRecorder::step(const StepRecord& r) {
+  window_.loss += r.loss;
+  window_.seconds += r.seconds;
+  window_.comm_wait += r.comm_wait_seconds;
+  window_.samples += r.samples;
+  ++window_.steps;
+  const bool record = r.step == 1 || r.step == total_steps_ ||
+                      (options_.log_every_steps > 0 && r.step % options_.log_every_steps == 0);
+  // Each rank's loss is its share of the global mean: records show the sum over ranks (one small
+  // all-reduce per record, not per step); a live line in between scales the local share.
+  const bool alone = !options_.sum_over_ranks;
+  if (record && !alone) window_.loss = options_.sum_over_ranks(window_.loss);
+  const double mean_loss = window_.loss / static_cast<double>(window_.steps);
+  const double shown_loss =
+      mean_loss * (record || alone ? 1.0 : static_cast<double>(options_.world_size));
+  // Throughput of training time only, evaluations excluded.
+  const double samples_per_sec =
+      window_.seconds > 0 ? static_cast<double>(window_.samples) / window_.seconds : 0;
+  progress_->update({r.step, r.epoch, shown_loss, samples_per_sec, r.elapsed_seconds});
+  if (!record) return;
+  if (metrics_) {
+    const double step_ms = perStepMs(window_.seconds, window_.steps);
+    const double wait_ms = perStepMs(window_.comm_wait, window_.steps);
+    metrics_->write(nlohmann::ordered_json{{"type", "train"},
+                                           {"step", r.step},
+                                           {"epoch", r.epoch},
+                                           {"loss", shown_loss},
+                                           {"lr", r.lr},
+                                           {"samples_per_sec", samples_per_sec},
+                                           {"step_time_ms", step_ms},
+                                           {"compute_ms", step_ms - wait_ms},
+                                           {"comm_wait_ms", wait_ms}});
+  }
+  window_ = Window();
+}
+
+void ProgressMetricsRecorder::evaluation(int64_t step, int64_t epoch, const Evaluation& result) {
+  char text[160];
+  std::snprintf(
+      text, sizeof(text), "eval  epoch %lld  step %lld  test_loss %.4f  test_accuracy %.4f",
+      static_cast<long long>(epoch), static_cast<long long>(step), result.loss, result.accuracy);
+  progress_->info(text);
+  if (metrics_) {
+    metrics_->write(nlohmann::ordered_json{{"type", "eval"},
+                                           {"step", step},
+                                           {"epoch", epoch},
+                                           {"test_loss", result.loss},
+                                           {"test_accuracy", result.accuracy}});
+  }
+}
+
+void ProgressMetricsRecorder::checkpoint(const CheckpointRecord& r) {
+  char text[320];
+  std::snprintf(text, sizeof(text),
+                "checkpoint step %lld: %s (stall %.2f ms, encode %.3f s, write %.3f s, %.1f MB)",
+                static_cast<long long>(r.step), r.path.c_str(), r.stall_ms, r.encode_seconds,
+                r.write_seconds, static_cast<double>(r.bytes) / 1e6);
+  progress_->info(text);
+  if (metrics_) {
+    metrics_->write(nlohmann::ordered_json{
+        {"type", "checkpoint"}, {"step", r.step}, {"stall_ms", r.stall_ms}, {"path", r.path}});
+  }
+  for (const std::string& w : r.warnings) progress_->line("warning: " + w);
+}
+
+void ProgressMetricsRecorder::note(const std::string& text) { progress_->info(text); }
+
+void ProgressMetricsRecorder::warning(const std::string& text) { progress_->line(text); }
+
+void ProgressMetricsRecorder::preempted(int64_t step, const std::string& checkpoint) {
+  progress_->line("preempted at step " + std::to_string(step) + ", checkpoint " + checkpoint);
+  if (metrics_) {
+    metrics_->write(
+        nlohmann::ordered_json{{"type", "preempted"}, {"step", step}, {"checkpoint", checkpoint}});
+  }
+}
+
+void ProgressMetricsRecorder::stepsEnded() { progress_->finish(); }
+
+void ProgressMetricsRecorder::trained(int64_t last_step, int64_t steps, double seconds) {
+  char text[96];
+  std::snprintf(text, sizeof(text), "trained %lld steps in %.3f s", static_cast<long long>(steps),
+                seconds);
+  progress_->info(text);
+  if (metrics_) {
+    metrics_->write(nlohmann::ordered_json{
+        {"type", "trained"}, {"step", last_step}, {"steps", steps}, {"seconds", seconds}});
+  }
+}
+
+void ProgressMetricsRecorder::finished(const RunSummary& s) {
+  if (metrics_) {
+    metrics_->write(nlohmann::ordered_json{{"type", "summary"},
+                                           {"steps", s.steps},
+                                           {"epochs", s.epochs},
+                                           {"test_loss", s.test.loss},
+                                           {"test_accuracy", s.test.accuracy},
+                                           {"wall_seconds", s.wall_seconds},
+                                           {"parameters", s.parameters},
+                                           {"world_size", options_.world_size}});
+  }
+  if (!s.parameter_digest.empty()) progress_->info("final parameters sha256 " + s.parameter_digest);
+  char text[200];
+  std::snprintf(text, sizeof(text),
+                "test accuracy %.4f (loss %.4f) after %s epochs, %lld steps, %.1f s",
+                s.test.accuracy, s.test.loss, formatEpochs(s.epochs).c_str(),
+                static_cast<long long>(s.steps), s.wall_seconds);
+  progress_->info(text);
+}
+
+}  // namespace cumulus::trainer

@@ -1,0 +1,137 @@
+#pragma once
+// MetricsRecorder: the step loop's part that tells people and programs how the run goes — the
+// console lines (progress.h) and the metrics.jsonl records (metrics.h). The loop reports events;
+// the recorder decides what to print and write. No LibTorch here.
+//
+// Contract with the step loop (trainer.h), every rank, in this order:
+//   begin(); then per step: firstStep() (the launch's first step only), step(), evaluation() when
+//   one ran, checkpoint()/note()/warning() as they happen, preempted() at an agreed stop; then
+//   stepsEnded(), checkpoint() for writes that finished late, trained(); and finished() when the
+//   run completed (not after a stop). step() may be a collective (every rank calls it for every
+//   step). Training thread only. Errors writing a file are std::runtime_error naming the path.
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "trainer/evaluator.h"
+
+namespace cumulus::trainer {
+
+class MetricsLog;
+class Progress;
+class StartupProfile;
+
+struct RunStart {
+  std::string model_summary;
+  std::vector<std::string> notes;  // what the resume found and decided
+  int64_t start_step = 0;          // completed steps this launch starts after
+  int64_t total_steps = 0;
+  int64_t steps_per_epoch = 1;
+};
+
+struct StepRecord {
+  int64_t step = 0;   // completed steps, 1-based
+  int64_t epoch = 0;  // 1-based epoch the step belongs to
+  double loss = 0;    // this rank's share of the global mean loss
+  double lr = 0;
+  double seconds = 0;            // the step's wall time
+  double comm_wait_seconds = 0;  // of `seconds`, blocked waiting for the gradient sync
+  int64_t samples = 0;           // the global batch
+  double elapsed_seconds = 0;    // since the loop began
+};
+
+struct CheckpointRecord {
+  int64_t step = 0;
+  std::string path;
+  double stall_ms = 0;  // the training thread's pause for it
+  double encode_seconds = 0;
+  double write_seconds = 0;
+  uint64_t bytes = 0;
+  std::vector<std::string> warnings;  // from retention
+};
+
+struct RunSummary {
+  int64_t steps = 0;
+  double epochs = 0;
+  Evaluation test;
+  double wall_seconds = 0;
+  int64_t parameters = 0;
+  std::string parameter_digest;  // empty: not computed on this rank
+};
+
+class MetricsRecorder {
+ public:
+  virtual ~MetricsRecorder() = default;
+  virtual void begin(const RunStart& start) = 0;
+  // `startup` (may be null) has just marked the "step" phase.
+  virtual void firstStep(int64_t step, const StartupProfile* startup) = 0;
+  virtual void step(const StepRecord& record) = 0;
+  virtual void evaluation(int64_t step, int64_t epoch, const Evaluation& result) = 0;
+  virtual void checkpoint(const CheckpointRecord& record) = 0;
+  // Routine news (rank 0 only by default) and warnings (every rank).
+  virtual void note(const std::string& text) = 0;
+  virtual void warning(const std::string& text) = 0;
+  virtual void preempted(int64_t step, const std::string& checkpoint) = 0;
+  virtual void stepsEnded() = 0;
+  // This launch ran `steps` steps, to `last_step`, in `seconds`.
+  virtual void trained(int64_t last_step, int64_t steps, double seconds) = 0;
+  virtual void finished(const RunSummary& summary) = 0;
+};
+
+// The default: Progress on `console` and, when `metrics_path` is set, a MetricsLog there (a launch
+// that resumes after step S continues the file, MetricsLog::continueAfter, with a "resume" record).
+// Train records go at step 1, every log_every_steps steps and at the last step, with the mean over
+// the steps since the previous one; their loss is summed over ranks through `sum_over_ranks` (a
+// collective on every rank at those steps), and the live line in between scales this rank's share
+// by the world size.
+struct ProgressRecorderOptions {
+  std::ostream* console = nullptr;  // null: silent
+  bool live = false;                // redraw one status line with '\r'
+  bool quiet = false;               // Progress::quietFor(rank, trainer.log_all_ranks)
+  int64_t log_every_steps = 0;
+  std::string metrics_path;  // empty: no metrics.jsonl
+  int64_t world_size = 1;
+  std::function<double(double)> sum_over_ranks;  // empty: a world of one
+};
+
+class ProgressMetricsRecorder final : public MetricsRecorder {
+ public:
+  explicit ProgressMetricsRecorder(ProgressRecorderOptions options);
+  ~ProgressMetricsRecorder() override;
+
+  void begin(const RunStart& start) override;
+  void firstStep(int64_t step, const StartupProfile* startup) override;
+  void step(const StepRecord& record) override;
+  void evaluation(int64_t step, int64_t epoch, const Evaluation& result) override;
+  void checkpoint(const CheckpointRecord& record) override;
+  void note(const std::string& text) override;
+  void warning(const std::string& text) override;
+  void preempted(int64_t step, const std::string& checkpoint) override;
+  void stepsEnded() override;
+  void trained(int64_t last_step, int64_t steps, double seconds) override;
+  void finished(const RunSummary& summary) override;
+
+ private:
+  // The steps since the last train record.
+  struct Window {
+    double loss = 0;
+    double seconds = 0;
+    double comm_wait = 0;
+    int64_t steps = 0;
+    int64_t samples = 0;
+  };
+
+  ProgressRecorderOptions options_;
+  std::ostringstream discard_;  // the console when there is none
+  std::unique_ptr<Progress> progress_;
+  std::unique_ptr<MetricsLog> metrics_;
+  int64_t total_steps_ = 0;
+  Window window_;
+};
+
+}  // namespace cumulus::trainer
