@@ -59,18 +59,18 @@ void expectBadFrameFromRank1(Communicator& comm, Buffer& b, const std::string& n
 // Connects to rank 0 over `transport` the way a connector would: its TCP address, its AF_UNIX
 // name, or its shared-memory listener's name.
 tcp::Socket connectToRank0(Store& store, uint64_t generation, Transport transport) {
-  tcp::IoStatus status;
-  tcp::Socket socket;
-  if (transport == Transport::kTcp) {
-    const std::string address = store.get(addressKey(generation, 0), 5000ms);
-    socket = tcp::Socket::connect(address, Clock::now() + 5s, &status);
-  } else {
+  auto connect = [&]() -> Result<tcp::Socket> {
+    if (transport == Transport::kTcp) {
+      return tcp::Socket::connect(store.get(addressKey(generation, 0), 5000ms), Clock::now() + 5s);
+    }
     const std::string key =
         transport == Transport::kShm ? shmKey(generation, 0) : localKey(generation, 0);
     const std::string local = store.get(key, 5000ms);
-    socket = tcp::Socket::connectUnix(local.substr(local.find('\n') + 1), &status);
-  }
-  EXPECT_TRUE(socket.valid()) << status.detail;
+    return tcp::Socket::connectUnix(local.substr(local.find('\n') + 1));
+  };
+  Result<tcp::Socket> connected = connect();
+  EXPECT_TRUE(connected.ok()) << connected.status().detail();
+  tcp::Socket socket = connected.ok() ? std::move(connected.value()) : tcp::Socket();
   EXPECT_EQ(socket.isUnix(), transport != Transport::kTcp);
   return socket;
 }
@@ -183,11 +183,13 @@ TEST_P(Faults, CorruptFramesAreBadFramesNamingOpSeqAndPeer) {
       uint8_t bytes[tcp::kFrameHeaderBytes];
       tcp::encodeFrameHeader(c.header, bytes);
       std::vector<uint8_t> payload(2000, 0x7f);
-      socket.writeFull(bytes, sizeof bytes, Clock::now() + 5s);
-      socket.writeFull(payload.data(), payload.size(), Clock::now() + 5s);
-      // Hold the connection open until rank 0 gives up, so the only fault is the frame.
+      EXPECT_TRUE(socket.writeFull(bytes, sizeof bytes, Clock::now() + 5s).ok());
+      // Rank 0 may give up on the header before it reads the payload: then this write fails.
+      static_cast<void>(socket.writeFull(payload.data(), payload.size(), Clock::now() + 5s));
+      // Hold the connection open until rank 0 gives up, so the only fault is the frame; the read
+      // ends, failed, when it does.
       uint8_t sink[4096];
-      socket.readFull(sink, sizeof sink, Clock::now() + 5s);
+      static_cast<void>(socket.readFull(sink, sizeof sink, Clock::now() + 5s));
     });
     Communicator comm(0, 2, store, withTimeout(5000ms));
     std::vector<float> v(count, 1.0f);
@@ -308,9 +310,9 @@ TEST(ShmFaults, SlotsThatDoNotHoldTheAnnouncedFrameAreBadFrames) {
       h.magic = c.magic, h.generation = gen, h.sequence = 1, h.tag = 0, h.length = bytes;
       uint8_t header[tcp::kFrameHeaderBytes];
       tcp::encodeFrameHeader(h, header);
-      peer.socket.writeFull(header, sizeof header, Clock::now() + 5s);
-      uint8_t sink[4096];
-      peer.socket.readFull(sink, sizeof sink, Clock::now() + 5s);
+      EXPECT_TRUE(peer.socket.writeFull(header, sizeof header, Clock::now() + 5s).ok());
+      uint8_t sink[4096];  // held open until rank 0 gives up, as above
+      static_cast<void>(peer.socket.readFull(sink, sizeof sink, Clock::now() + 5s));
     });
     CommunicatorOptions o = withTimeout(5000ms);
     o.transport = Transport::kShm;
@@ -343,7 +345,7 @@ TEST(ShmFaults, DeclinedSegmentLeavesAPlainAfUnixPair) {
       tcp::encodeFrameHeader(h, frame);
       const float value = tag == 0 ? 3.0f : 40.0f;
       std::memcpy(frame + tcp::kFrameHeaderBytes, &value, 4);
-      socket.writeFull(frame, sizeof frame, Clock::now() + 5s);
+      EXPECT_TRUE(socket.writeFull(frame, sizeof frame, Clock::now() + 5s).ok());
     }
     uint8_t sink[2 * (tcp::kFrameHeaderBytes + 4)];
     EXPECT_TRUE(socket.readFull(sink, sizeof sink, Clock::now() + 5s).ok());
