@@ -3,8 +3,10 @@
 # Each file tests the comm/ file of the same name (tcp/socket_test.cc tests comm/tcp/socket.cc);
 # process_test.cc runs the communicator across processes.
 set(COMM_CORE_TESTS
+  ${CMAKE_CURRENT_SOURCE_DIR}/algorithm_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/communicator_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cost_model_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/error_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/memory_store_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/reduce_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/rendezvous_test.cc
@@ -15,6 +17,7 @@ set(COMM_CORE_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/work_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/shm/channel_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp/frame_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/handshake_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp/socket_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp/transfer_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/file_store.cc

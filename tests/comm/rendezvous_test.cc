@@ -4,7 +4,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "comm/error.h"
 #include "comm/rendezvous.h"
@@ -71,6 +74,61 @@ TEST_P(Faults, StaleGenerationIsRejectedAsBadFrame) {
   rank0.join();
 }
 
+TEST(Rendezvous, KeysNameTheGenerationAndTheRank) {
+  EXPECT_EQ(addressKey(3, 1), "gen/3/addr/1");
+  EXPECT_EQ(localKey(3, 1), "gen/3/local/1");
+  EXPECT_EQ(shmKey(3, 1), "gen/3/shm/1");
+}
+
+TEST(Rendezvous, AWorldOfOneNeedsNoPeersAndPublishesNothing) {
+  MemoryStore store;
+  RendezvousConfig config;
+  config.deadline = Clock::now() + 5s;
+  const std::vector<std::unique_ptr<tcp::Pair>> pairs = connectMesh(store, config);
+  ASSERT_EQ(pairs.size(), 1u);
+  EXPECT_EQ(pairs[0], nullptr);
+  EXPECT_FALSE(store.tryGet(addressKey(0, 0)).has_value());
+}
+
+// Every rank ends with one authenticated pair per peer, carried by the transport asked for (all
+// ranks share this host, so kAuto takes shared memory).
+TEST(Rendezvous, TheMeshHasOnePairPerPeerOverTheTransportAskedFor) {
+  const std::pair<Transport, const char*> cases[] = {{Transport::kTcp, "tcp"},
+                                                     {Transport::kUnix, "unix"},
+                                                     {Transport::kShm, "shm"},
+                                                     {Transport::kAuto, "shm"}};
+  for (const auto& [transport, carrier] : cases) {
+    const int world = 3;
+    MemoryStore store;
+    std::vector<std::vector<std::unique_ptr<tcp::Pair>>> meshes(world);
+    spawn(world, [&](int rank) {
+      RendezvousConfig config;
+      config.rank = rank;
+      config.world = world;
+      config.generation = 4;
+      config.token = "t0k3n";
+      config.transport = transport;
+      config.deadline = Clock::now() + 5s;
+      meshes[rank] = connectMesh(store, config);
+    });
+    for (int rank = 0; rank < world; ++rank) {
+      ASSERT_EQ(meshes[rank].size(), size_t(world));
+      for (int peer = 0; peer < world; ++peer) {
+        const auto& pair = meshes[rank][peer];
+        if (peer == rank) {
+          EXPECT_EQ(pair, nullptr);
+          continue;
+        }
+        ASSERT_NE(pair, nullptr) << "rank " << rank << " peer " << peer;
+        EXPECT_EQ(pair->peer(), peer);
+        EXPECT_STREQ(pair->transport(), carrier) << transportName(transport);
+      }
+    }
+  }
+}
+
+// The one instantiation of the Faults suite (fault_peer.h), whose TEST_Ps are here and in
+// tcp/transfer_test.cc.
 INSTANTIATE_TEST_SUITE_P(Transport, Faults,
                          ::testing::Values(Transport::kTcp, Transport::kUnix, Transport::kShm),
                          [](const auto& info) { return std::string(transportName(info.param)); });

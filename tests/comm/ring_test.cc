@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "collectives_suite.h"
+#include "comm/ring.h"
 #include "group.h"
 
 namespace cumulus::comm {
@@ -48,5 +50,18 @@ TEST_P(Collectives, AllgatherAndReduceScatter) {
     });
   }
 }
+TEST(Ring, ChunksCoverTheBufferAndDifferByAtMostOneElement) {
+  auto spans = [](size_t count, int parts) {
+    std::vector<std::pair<size_t, size_t>> out;
+    for (const RingPass::Chunk& c : evenChunks(count, parts)) out.emplace_back(c.offset, c.count);
+    return out;
+  };
+  using Spans = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(spans(10, 4), (Spans{{0, 3}, {3, 3}, {6, 2}, {8, 2}}));
+  EXPECT_EQ(spans(2, 4), (Spans{{0, 1}, {1, 1}, {2, 0}, {2, 0}}));
+  EXPECT_EQ(spans(0, 3), (Spans{{0, 0}, {0, 0}, {0, 0}}));
+  EXPECT_EQ(spans(7, 1), (Spans{{0, 7}}));
+}
+
 }  // namespace
 }  // namespace cumulus::comm

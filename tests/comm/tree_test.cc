@@ -61,5 +61,18 @@ TEST_P(Collectives, ReduceToEveryRoot) {
     }
   }
 }
+// p = 6 is no power of two: the binomial tree skips the missing partners. Each rank contributes
+// (rank, rank², 1), so every rank must end with (0+…+5, 0²+…+5², 6) = (15, 55, 6).
+TEST(Tree, AllreduceSumsKnownValuesOnANonPowerOfTwoWorld) {
+  const int p = 6;
+  Group group(p);
+  group.run([&](int rank, Communicator& comm) {
+    std::vector<int64_t> v = {rank, int64_t(rank) * rank, 1};
+    Buffer b{v.data(), v.size(), DType::kInt64};
+    comm.allreduce(b, {ReduceOp::kSum, Algorithm::kTree});
+    EXPECT_EQ(v, (std::vector<int64_t>{15, 55, 6})) << "rank " << rank;
+  });
+}
+
 }  // namespace
 }  // namespace cumulus::comm

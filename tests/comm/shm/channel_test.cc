@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "comm/error.h"
 #include "comm/rendezvous.h"
@@ -12,6 +14,7 @@
 #include "comm/tcp/frame.h"
 #include "comm/tcp/handshake.h"
 #include "../fault_peer.h"
+#include "../socket_pair.h"
 
 namespace cumulus::comm {
 namespace {
@@ -23,6 +26,7 @@ using testing::expectCommError;
 using testing::Faults;
 using testing::RawPeer;
 using testing::spawn;
+using testing::socketPair;
 using testing::withTimeout;
 using testing::connectToRank0;
 using testing::rawPeer;
@@ -143,5 +147,83 @@ TEST(ShmFaults, ProducerWaitingForASlotTimesOutOrSeesThePeerGo) {
     EXPECT_NE(std::string(e.what()).find("shared-memory slot"), std::string::npos) << e.what();
   }
 }
+// The channel itself, between the two ends of a socket pair.
+
+constexpr uint32_t kSlots = 2;
+constexpr size_t kSlotBytes = 64 * 1024;
+
+tcp::Deadline soon() { return Clock::now() + 5s; }
+
+TEST(Channel, AnOfferedSegmentCarriesAStampedPayload) {
+  auto wire = socketPair();
+  tcp::Socket& connectorEnd = wire.first;
+  tcp::Socket& acceptorEnd = wire.second;
+  std::unique_ptr<shm::Channel> producer;
+  std::thread offer([&] {
+    producer = shm::Channel::offer(connectorEnd, 1, soon(), true, kSlots, kSlotBytes);
+  });
+  Result<std::unique_ptr<shm::Channel>> accepted = shm::Channel::accept(acceptorEnd, soon());
+  offer.join();
+  ASSERT_TRUE(accepted.ok()) << accepted.status().detail();
+  std::unique_ptr<shm::Channel> consumer = std::move(accepted.value());
+  ASSERT_TRUE(consumer && producer);
+  EXPECT_EQ(consumer->slots(), kSlots);
+  EXPECT_EQ(consumer->slotBytes(), kSlotBytes);
+  EXPECT_TRUE(consumer->carries(shm::kMinShmBytes));
+  EXPECT_FALSE(consumer->carries(shm::kMinShmBytes - 1));
+  EXPECT_FALSE(consumer->carries(kSlotBytes + 1));
+
+  std::vector<uint8_t> payload(20000);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7);
+  void* slot = producer->acquire();
+  ASSERT_NE(slot, nullptr);
+  std::memcpy(slot, payload.data(), payload.size());
+  producer->commit(3, 1, payload.size());
+
+  // A frame the slot was not stamped for is refused, naming what the slot holds.
+  const Result<const void*> wrong = consumer->front(4, 1, payload.size());
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().kind(), ErrorKind::kBadFrame);
+  EXPECT_EQ(wrong.status().detail(),
+            "shared-memory slot 0 holds sequence 3 tag 1 (20000 bytes), not the announced frame");
+  const Result<const void*> right = consumer->front(3, 1, payload.size());
+  ASSERT_TRUE(right.ok()) << right.status().detail();
+  EXPECT_EQ(std::memcmp(right.value(), payload.data(), payload.size()), 0);
+  consumer->release();
+  EXPECT_TRUE(producer->slotFree());
+}
+
+TEST(Channel, ADeclinedOfferLeavesNoChannel) {
+  auto wire = socketPair();
+  tcp::Socket& connectorEnd = wire.first;
+  tcp::Socket& acceptorEnd = wire.second;
+  std::thread decline([&] { shm::Channel::decline(connectorEnd, 1, soon()); });
+  Result<std::unique_ptr<shm::Channel>> accepted = shm::Channel::accept(acceptorEnd, soon());
+  decline.join();
+  ASSERT_TRUE(accepted.ok()) << accepted.status().detail();
+  EXPECT_EQ(accepted.value(), nullptr);
+}
+
+TEST(Channel, AnInvalidOrMissingOfferIsRefusedSayingWhy) {
+  auto wire = socketPair();
+  tcp::Socket& peerEnd = wire.first;
+  tcp::Socket& acceptorEnd = wire.second;
+  const Result<std::unique_ptr<shm::Channel>> silent =
+      shm::Channel::accept(acceptorEnd, Clock::now() + 50ms);
+  ASSERT_FALSE(silent.ok());
+  EXPECT_EQ(silent.status().kind(), ErrorKind::kTimeout);
+  EXPECT_EQ(silent.status().detail(), "no shared-memory offer arrived before the deadline");
+
+  const uint8_t garbage[24] = {'n', 'o', 'p', 'e'};
+  ASSERT_TRUE(peerEnd.writeFull(garbage, sizeof garbage, soon()).ok());
+  const Result<std::unique_ptr<shm::Channel>> refused = shm::Channel::accept(acceptorEnd, soon());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().kind(), ErrorKind::kBadFrame);
+  EXPECT_EQ(refused.status().detail(), "a same-host peer sent no valid shared-memory offer");
+  uint8_t answer[8];
+  ASSERT_TRUE(peerEnd.readFull(answer, sizeof answer, soon()).ok());
+  EXPECT_EQ(tcp::loadLe32(answer + 4), 1u) << "the refusal is answered with status 1";
+}
+
 }  // namespace
 }  // namespace cumulus::comm
