@@ -97,7 +97,9 @@ TEST(Rendezvous, TheMeshHasOnePairPerPeerOverTheTransportAskedFor) {
                                                      {Transport::kUnix, "unix"},
                                                      {Transport::kShm, "shm"},
                                                      {Transport::kAuto, "shm"}};
-  for (const auto& [transport, carrier] : cases) {
+  for (const auto& c : cases) {
+    const Transport transport = c.first;  // a plain variable: a lambda cannot capture a binding
+    const char* const carrier = c.second;
     const int world = 3;
     MemoryStore store;
     std::vector<std::vector<std::unique_ptr<tcp::Pair>>> meshes(world);
