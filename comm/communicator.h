@@ -166,7 +166,7 @@ class Communicator {
   const int world_;
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
-  std::vector<uint8_t> scratch_;         // used only by the executing operation
+  std::vector<uint8_t> scratch_;        // used only by the executing operation
   std::atomic<uint64_t> slotWaits_{0};  // slotWaits(): the executing op adds, anyone reads
   tcp::SpinGovernor spin_;  // budget resolved from options_.spinMicros; executing op only
 

@@ -85,7 +85,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit, as a return value
+  Result(T value) : value_(std::move(value)) {}           // NOLINT: implicit, as a return value
   Result(Status failure) : status_(std::move(failure)) {  // NOLINT
     assert(!status_.ok() && "a Result without a value needs a failed Status");
   }

@@ -102,8 +102,8 @@ Result<tcp::Socket> connectSameHost(Store& store, const std::string& key, const 
                                     int peer, const char* what) {
   const std::string name = sameHostName(store, key, hostId);
   if (name.empty()) {
-    return Status(ErrorKind::kRendezvous, "rank " + std::to_string(peer) +
-                                              " is on another host or does not offer " + what);
+    return Status(ErrorKind::kRendezvous,
+                  "rank " + std::to_string(peer) + " is on another host or does not offer " + what);
   }
   return tcp::Socket::connectUnix(name);
 }

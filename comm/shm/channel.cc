@@ -265,7 +265,8 @@ Result<std::unique_ptr<Channel>> Channel::accept(tcp::Socket& socket, tcp::Deadl
     return refuse(ErrorKind::kBadFrame, "the offered shared-memory segment has the wrong size");
   }
   uint8_t* base = mapShared(fds[0].get(), total);
-  if (base == nullptr) return refuse(ErrorKind::kRendezvous, errnoText("mmap of the offered segment"));
+  if (base == nullptr)
+    return refuse(ErrorKind::kRendezvous, errnoText("mmap of the offered segment"));
   std::unique_ptr<Channel> channel(
       new Channel(base, total, slots, slotBytes, false, fds[1].release(), fds[2].release()));
   answer(0);
@@ -321,10 +322,10 @@ Result<const void*> Channel::front(uint64_t seq, uint32_t tag, uint64_t bytes) c
   std::atomic_thread_fence(std::memory_order_acquire);
   const Stamp& s = stamps(in_.control)[consumed_ % slots_];
   if (s.seq != seq || s.tag != tag || s.bytes != bytes) {
-    return Status(ErrorKind::kBadFrame,
-                  "shared-memory slot " + std::to_string(consumed_ % slots_) + " holds sequence " +
-                      std::to_string(s.seq) + " tag " + std::to_string(s.tag) + " (" +
-                      std::to_string(s.bytes) + " bytes), not the announced frame");
+    return Status(ErrorKind::kBadFrame, "shared-memory slot " + std::to_string(consumed_ % slots_) +
+                                            " holds sequence " + std::to_string(s.seq) + " tag " +
+                                            std::to_string(s.tag) + " (" + std::to_string(s.bytes) +
+                                            " bytes), not the announced frame");
   }
   return in_.slots + (consumed_ % slots_) * slotBytes_;
 }

@@ -136,12 +136,12 @@ Result<int> acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadl
   if (generation != self.generation) {
     status = kStale;
     rejected = "rank " + std::to_string(peer) + " of generation " + std::to_string(generation) +
-                " tried to join generation " + std::to_string(self.generation);
+               " tried to join generation " + std::to_string(self.generation);
   } else if (world != self.world || peer <= self.rank || peer >= self.world) {
     status = kBadRank;
     rejected = "a peer claiming rank " + std::to_string(peer) + " of world " +
-                std::to_string(world) + " connected to rank " + std::to_string(self.rank) +
-                " of world " + std::to_string(self.world);
+               std::to_string(world) + " connected to rank " + std::to_string(self.rank) +
+               " of world " + std::to_string(self.world);
   }
   storeLe32(challenge + 4, status);
   const Nonce nonceA = freshNonce();
@@ -159,8 +159,8 @@ Result<int> acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadl
   if (!st.ok()) {
     // The connector hangs up without a response only when our proof was wrong for it... or it
     // died. Either way this connection is useless; keep waiting for a good one.
-    return rejection("rank " + std::to_string(peer) + " sent no handshake response: " +
-                     st.detail());
+    return rejection("rank " + std::to_string(peer) +
+                     " sent no handshake response: " + st.detail());
   }
   Digest macC;
   std::copy(response + 8, response + 40, macC.begin());

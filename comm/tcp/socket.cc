@@ -148,8 +148,7 @@ Result<Socket> Socket::connectUnix(const std::string& name) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
-    return Status(ErrorKind::kPeerClosed,
-                  errnoText(("connect to unix:@" + name).c_str(), errno));
+    return Status(ErrorKind::kPeerClosed, errnoText(("connect to unix:@" + name).c_str(), errno));
   }
   return sock;
 }

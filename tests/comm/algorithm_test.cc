@@ -24,8 +24,9 @@ TEST(Algorithm, UnknownNameListsTheValidOnes) {
     parseAlgorithm("Ring");  // names are case-sensitive
     FAIL() << "'Ring' parsed";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(),
-                 "unknown communication algorithm 'Ring': expected one of funnel, tree, ring, auto");
+    EXPECT_STREQ(
+        e.what(),
+        "unknown communication algorithm 'Ring': expected one of funnel, tree, ring, auto");
   }
 }
 

@@ -41,7 +41,8 @@ TEST(Status, OkByDefaultAndRaisedWithTheCallersIdentity) {
     failed.raise("broadcast", 4, 1);
     FAIL() << "raise() returned";
   } catch (const CommError& e) {
-    EXPECT_STREQ(e.what(), "broadcast seq 4 with rank 1: peer closed: connection closed by the peer");
+    EXPECT_STREQ(e.what(),
+                 "broadcast seq 4 with rank 1: peer closed: connection closed by the peer");
   }
 }
 

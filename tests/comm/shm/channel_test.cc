@@ -13,23 +13,23 @@
 #include "comm/shm/channel.h"
 #include "comm/tcp/frame.h"
 #include "comm/tcp/handshake.h"
-#include "../fault_peer.h"
-#include "../socket_pair.h"
+#include "tests/comm/fault_peer.h"
+#include "tests/comm/socket_pair.h"
 
 namespace cumulus::comm {
 namespace {
 
 using namespace std::chrono_literals;
 using testing::Clock;
+using testing::connectToRank0;
 using testing::expectBadFrameFromRank1;
 using testing::expectCommError;
 using testing::Faults;
 using testing::RawPeer;
-using testing::spawn;
-using testing::socketPair;
-using testing::withTimeout;
-using testing::connectToRank0;
 using testing::rawPeer;
+using testing::socketPair;
+using testing::spawn;
+using testing::withTimeout;
 
 // Shared memory only: what can go wrong with slots.
 
@@ -159,9 +159,8 @@ TEST(Channel, AnOfferedSegmentCarriesAStampedPayload) {
   tcp::Socket& connectorEnd = wire.first;
   tcp::Socket& acceptorEnd = wire.second;
   std::unique_ptr<shm::Channel> producer;
-  std::thread offer([&] {
-    producer = shm::Channel::offer(connectorEnd, 1, soon(), true, kSlots, kSlotBytes);
-  });
+  std::thread offer(
+      [&] { producer = shm::Channel::offer(connectorEnd, 1, soon(), true, kSlots, kSlotBytes); });
   Result<std::unique_ptr<shm::Channel>> accepted = shm::Channel::accept(acceptorEnd, soon());
   offer.join();
   ASSERT_TRUE(accepted.ok()) << accepted.status().detail();

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <thread>
 
-#include "../socket_pair.h"
 #include "comm/error.h"
+#include "tests/comm/socket_pair.h"
 
 namespace cumulus::comm::tcp {
 namespace {
@@ -24,8 +24,7 @@ TEST(Handshake, APeerWithTheTokenIsAdmittedUnderItsRank) {
   auto wire = socketPair();
   Socket& acceptorEnd = wire.first;
   Socket& connectorEnd = wire.second;
-  std::thread connector(
-      [&] { connectorHandshake(connectorEnd, {5, 2, 3, "t0k3n"}, 0, soon()); });
+  std::thread connector([&] { connectorHandshake(connectorEnd, {5, 2, 3, "t0k3n"}, 0, soon()); });
   const Result<int> peer = acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, soon());
   connector.join();
   ASSERT_TRUE(peer.ok()) << peer.status().detail();
@@ -47,8 +46,7 @@ TEST(Handshake, AStrangerIsRejectedSayingWhy) {
 TEST(Handshake, ASilentConnectionIsRejectedAtTheDeadline) {
   auto wire = socketPair();
   Socket& acceptorEnd = wire.first;  // wire.second, held open, says nothing
-  const Result<int> peer =
-      acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, Clock::now() + 50ms);
+  const Result<int> peer = acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, Clock::now() + 50ms);
   ASSERT_FALSE(peer.ok());
   EXPECT_EQ(peer.status().detail(),
             "a connection sent no complete hello: received 0 of 40 bytes before the deadline");

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <string>
 
-#include "../socket_pair.h"
 #include "base/host_port.h"
 #include "comm/tcp/socket.h"
+#include "tests/comm/socket_pair.h"
 
 namespace cumulus::comm::tcp {
 namespace {

@@ -12,7 +12,7 @@
 #include "comm/shm/channel.h"
 #include "comm/tcp/frame.h"
 #include "comm/tcp/handshake.h"
-#include "../fault_peer.h"
+#include "tests/comm/fault_peer.h"
 
 namespace cumulus::comm {
 namespace {
