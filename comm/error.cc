@@ -46,4 +46,10 @@ CommError::CommError(ErrorKind kind, std::string op, uint64_t seq, int peer,
       seq_(seq),
       peer_(peer) {}
 
+void Status::raise(std::string op, uint64_t seq, int peer, const std::string& context) const {
+  assert(failed_ && "raise() of an ok Status");
+  throw CommError(kind_, std::move(op), seq, peer,
+                  context.empty() ? detail_ : context + ": " + detail_);
+}
+
 }  // namespace cumulus::comm

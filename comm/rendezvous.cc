@@ -97,46 +97,53 @@ struct Connection {
                       " (use CUMULUS_TRANSPORT=auto or tcp across hosts)");
 }
 
-Connection connectTo(Store& store, const RendezvousConfig& cfg, int peer,
-                     const std::string& address, const std::string& hostId) {
-  tcp::IoStatus status;
-  Connection conn;
-  if (wantsShm(cfg.transport)) {
-    const std::string name = sameHostName(store, shmKey(cfg.generation, peer), hostId);
-    if (!name.empty()) {
-      conn.socket = tcp::Socket::connectUnix(name, &status);
-      conn.shm = conn.socket.valid();
-      if (conn.shm) return conn;
-    } else {
-      status = {tcp::IoStatus::kClosed, "rank " + std::to_string(peer) +
-                                            " is on another host or does not offer shared memory"};
-    }
-    if (cfg.transport == Transport::kShm) unreachable(cfg.transport, peer, status.detail);
+// The same-host AF_UNIX listener the peer published under `key`, connected.
+Result<tcp::Socket> connectSameHost(Store& store, const std::string& key, const std::string& hostId,
+                                    int peer, const char* what) {
+  const std::string name = sameHostName(store, key, hostId);
+  if (name.empty()) {
+    return Status(ErrorKind::kRendezvous,
+                  "rank " + std::to_string(peer) + " is on another host or does not offer " + what);
   }
-  if (cfg.transport != Transport::kTcp) {
-    const std::string name = sameHostName(store, localKey(cfg.generation, peer), hostId);
-    if (!name.empty()) {
-      conn.socket = tcp::Socket::connectUnix(name, &status);
-      if (conn.socket.valid()) return conn;
-    } else {
-      status = {tcp::IoStatus::kClosed,
-                "rank " + std::to_string(peer) + " is on another host or does not offer AF_UNIX"};
-    }
-    if (cfg.transport == Transport::kUnix) unreachable(cfg.transport, peer, status.detail);
-  }
-  conn.socket = tcp::Socket::connect(address, cfg.deadline, &status);
-  if (!conn.socket.valid()) {
-    throw CommError(
-        ErrorKind::kRendezvous, "rendezvous", 0, peer,
-        "cannot connect to rank " + std::to_string(peer) + " at " + address + ": " + status.detail);
-  }
-  return conn;
+  return tcp::Socket::connectUnix(name);
 }
 
+Connection connectTo(Store& store, const RendezvousConfig& cfg, int peer,
+                     const std::string& address, const std::string& hostId) {
+  if (wantsShm(cfg.transport)) {
+    Result<tcp::Socket> socket =
+        connectSameHost(store, shmKey(cfg.generation, peer), hostId, peer, "shared memory");
+    if (socket.ok()) return {std::move(socket.value()), true};
+    if (cfg.transport == Transport::kShm) {
+      unreachable(cfg.transport, peer, socket.status().detail());
+    }
+  }
+  if (cfg.transport != Transport::kTcp) {
+    Result<tcp::Socket> socket =
+        connectSameHost(store, localKey(cfg.generation, peer), hostId, peer, "AF_UNIX");
+    if (socket.ok()) return {std::move(socket.value()), false};
+    if (cfg.transport == Transport::kUnix) {
+      unreachable(cfg.transport, peer, socket.status().detail());
+    }
+  }
+  Result<tcp::Socket> socket = tcp::Socket::connect(address, cfg.deadline);
+  if (!socket.ok()) {
+    throw CommError(ErrorKind::kRendezvous, "rendezvous", 0, peer,
+                    "cannot connect to rank " + std::to_string(peer) + " at " + address + ": " +
+                        socket.status().detail());
+  }
+  return {std::move(socket.value()), false};
+}
+
+// A connection accepted by one of the listeners, and that listener's index.
+struct Accepted {
+  tcp::Socket socket;
+  int listener = 0;
+};
+
 // Accepts the next connection on whichever listener has one (invalid listeners are skipped);
-// `which` is that listener's index.
-tcp::Socket acceptAny(tcp::Socket* const* listeners, int count, tcp::Deadline deadline,
-                      tcp::IoStatus* status, int* which) {
+// kTimeout when none arrived before the deadline.
+Result<Accepted> acceptAny(tcp::Socket* const* listeners, int count, tcp::Deadline deadline) {
   for (;;) {
     pollfd fds[3];
     int index[3];
@@ -148,17 +155,16 @@ tcp::Socket acceptAny(tcp::Socket* const* listeners, int count, tcp::Deadline de
     }
     int rc = ::poll(fds, n, tcp::pollTimeoutMs(deadline));
     if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) {
-      *status = {tcp::IoStatus::kTimeout, "no connection arrived before the deadline"};
-      return tcp::Socket();
-    }
+    if (rc <= 0) return Status(ErrorKind::kTimeout, "no connection arrived before the deadline");
     nfds_t ready = 0;
     while (ready + 1 < n && fds[ready].revents == 0) ++ready;
-    *which = index[ready];
+    const int which = index[ready];
     // Already readable: a near deadline only bounds a connection that was withdrawn meanwhile.
-    tcp::Socket socket = listeners[*which]->accept(tcp::Clock::now(), status);
-    if (socket.valid() || status->code != tcp::IoStatus::kTimeout) return socket;
-    if (tcp::Clock::now() >= deadline) return socket;
+    Result<tcp::Socket> socket = listeners[which]->accept(tcp::Clock::now());
+    if (socket.ok()) return Accepted{std::move(socket.value()), which};
+    if (socket.status().kind() != ErrorKind::kTimeout || tcp::Clock::now() >= deadline) {
+      return socket.status();
+    }
   }
 }
 
@@ -204,36 +210,39 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
   std::string rejected;
   tcp::Socket* const listeners[3] = {&listener, &unixListener, &shmListener};
   while (pending > 0) {
-    tcp::IoStatus status;
-    int which = 0;
-    tcp::Socket socket = acceptAny(listeners, 3, cfg.deadline, &status, &which);
-    if (!socket.valid()) {
+    Result<Accepted> accepted = acceptAny(listeners, 3, cfg.deadline);
+    if (!accepted.ok()) {
       std::vector<int> missing;
       for (int r = cfg.rank + 1; r < cfg.world; ++r) {
         if (!pairs[static_cast<size_t>(r)]) missing.push_back(r);
       }
       throw CommError(ErrorKind::kRendezvous, "rendezvous", 0, missing.front(),
                       "rank(s) " + rankList(missing) + " never connected to rank " +
-                          std::to_string(cfg.rank) + " (" + status.detail + ")" +
+                          std::to_string(cfg.rank) + " (" + accepted.status().detail() + ")" +
                           (rejected.empty() ? "" : "; last rejected connection: " + rejected));
     }
-    std::string why;
-    const int peer = tcp::acceptorHandshake(socket, self, cfg.deadline, &why);
-    if (peer < 0 || pairs[static_cast<size_t>(peer)]) {
-      rejected = peer < 0 ? why : "a second connection claiming rank " + std::to_string(peer);
+    tcp::Socket& socket = accepted.value().socket;
+    const Result<int> handshake = tcp::acceptorHandshake(socket, self, cfg.deadline);
+    if (!handshake.ok()) {
+      rejected = handshake.status().detail();
       continue;  // not one of ours: drop it and keep waiting
     }
+    const int peer = handshake.value();
+    if (pairs[static_cast<size_t>(peer)]) {
+      rejected = "a second connection claiming rank " + std::to_string(peer);
+      continue;
+    }
     std::unique_ptr<shm::Channel> channel;
-    if (which == 2) {  // the shared-memory listener: the segment comes next
+    if (accepted.value().listener == 2) {  // the shared-memory listener: the segment comes next
       // Bounded like the handshake: a connection that says nothing cannot hold us long.
       const tcp::Deadline offerDeadline =
           std::min(cfg.deadline, tcp::Clock::now() + std::chrono::seconds(10));
-      bool declined = false;
-      channel = shm::Channel::accept(socket, offerDeadline, &declined, &why);
-      if (!channel && !declined) {
-        rejected = "rank " + std::to_string(peer) + ": " + why;
+      Result<std::unique_ptr<shm::Channel>> offered = shm::Channel::accept(socket, offerDeadline);
+      if (!offered.ok()) {
+        rejected = "rank " + std::to_string(peer) + ": " + offered.status().detail();
         continue;
       }
+      channel = std::move(offered.value());  // null: declined, the pair stays a plain socket
     }
     socket.tune(cfg.socketBufferBytes);
     pairs[static_cast<size_t>(peer)] =

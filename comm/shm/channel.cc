@@ -117,24 +117,23 @@ Channel::~Channel() {
   if (inCreditFd_ >= 0) ::close(inCreditFd_);
 }
 
-std::unique_ptr<Channel> Channel::create(uint32_t slots, size_t slotBytes, int* memfdOut,
-                                         std::string* error) {
+Result<Channel::Segment> Channel::create(uint32_t slots, size_t slotBytes) {
   assert(slots > 0 && slots <= kMaxSlots && slotBytes % 64 == 0 && slotBytes <= kMaxSlotBytes);
+  auto failed = [](const char* what) { return Status(ErrorKind::kRendezvous, errnoText(what)); };
   const size_t total = 2 * ringBytes(slots, slotBytes);
-  Fd memfd(::memfd_create("cumulus-shm", MFD_CLOEXEC));
-  if (memfd.get() < 0) return *error = errnoText("memfd_create"), nullptr;
-  if (::ftruncate(memfd.get(), static_cast<off_t>(total)) != 0) {
-    return *error = errnoText("ftruncate"), nullptr;
-  }
+  Segment segment;
+  segment.memfd.reset(::memfd_create("cumulus-shm", MFD_CLOEXEC));
+  if (segment.memfd.get() < 0) return failed("memfd_create");
+  if (::ftruncate(segment.memfd.get(), static_cast<off_t>(total)) != 0) return failed("ftruncate");
   Fd credit0(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   Fd credit1(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (credit0.get() < 0 || credit1.get() < 0) return *error = errnoText("eventfd"), nullptr;
-  uint8_t* base = mapShared(memfd.get(), total);
-  if (base == nullptr) return *error = errnoText("mmap"), nullptr;
+  if (credit0.get() < 0 || credit1.get() < 0) return failed("eventfd");
+  uint8_t* base = mapShared(segment.memfd.get(), total);
+  if (base == nullptr) return failed("mmap");
   // The memfd starts zeroed: both rings' counters are 0 and no producer waits.
-  *memfdOut = memfd.release();
-  return std::unique_ptr<Channel>(
+  segment.channel.reset(
       new Channel(base, total, slots, slotBytes, true, credit0.release(), credit1.release()));
+  return segment;
 }
 
 void Channel::sendOffer(tcp::Socket& socket, int peer, tcp::Deadline deadline, uint32_t slots,
@@ -173,12 +172,8 @@ void Channel::sendOffer(tcp::Socket& socket, int peer, tcp::Deadline deadline, u
     }
   }
   uint8_t ack[kAckBytes];
-  tcp::IoStatus st = socket.readFull(ack, sizeof ack, deadline);
-  if (!st.ok()) {
-    throw CommError(
-        st.code == tcp::IoStatus::kTimeout ? ErrorKind::kTimeout : ErrorKind::kPeerClosed,
-        "rendezvous", 0, peer, "waiting for the shared-memory answer: " + st.detail);
-  }
+  const Status st = socket.readFull(ack, sizeof ack, deadline);
+  if (!st.ok()) st.raise("rendezvous", 0, peer, "waiting for the shared-memory answer");
   if (tcp::loadLe32(ack) != kOfferMagic || tcp::loadLe32(ack + 4) != 0) {
     setupFailed(peer, "the peer could not map the segment");
   }
@@ -186,27 +181,25 @@ void Channel::sendOffer(tcp::Socket& socket, int peer, tcp::Deadline deadline, u
 
 std::unique_ptr<Channel> Channel::offer(tcp::Socket& socket, int peer, tcp::Deadline deadline,
                                         bool required, uint32_t slots, size_t slotBytes) {
-  std::string error;
-  int memfd = -1;
-  std::unique_ptr<Channel> channel = create(slots, slotBytes, &memfd, &error);
-  if (!channel) {
-    if (required) setupFailed(peer, error);
+  Result<Segment> created = create(slots, slotBytes);
+  if (!created.ok()) {
+    if (required) setupFailed(peer, created.status().detail());
     decline(socket, peer, deadline);
     return nullptr;
   }
-  Fd owned(memfd);  // the peer gets its own descriptor; the mapping outlives ours
-  const int fds[3] = {memfd, channel->outCreditFd_, channel->inCreditFd_};
+  // The peer gets its own descriptor of the memfd; the mapping outlives ours (closed on return).
+  Segment& segment = created.value();
+  const int fds[3] = {segment.memfd.get(), segment.channel->outCreditFd_,
+                      segment.channel->inCreditFd_};
   sendOffer(socket, peer, deadline, slots, slotBytes, fds);
-  return channel;
+  return std::move(segment.channel);
 }
 
 void Channel::decline(tcp::Socket& socket, int peer, tcp::Deadline deadline) {
   sendOffer(socket, peer, deadline, 0, 0, nullptr);
 }
 
-std::unique_ptr<Channel> Channel::accept(tcp::Socket& socket, tcp::Deadline deadline,
-                                         bool* declined, std::string* why) {
-  *declined = false;
+Result<std::unique_ptr<Channel>> Channel::accept(tcp::Socket& socket, tcp::Deadline deadline) {
   uint8_t msg[kOfferBytes];
   alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
   iovec iov{msg, sizeof msg};
@@ -220,8 +213,7 @@ std::unique_ptr<Channel> Channel::accept(tcp::Socket& socket, tcp::Deadline dead
     rc = ::recvmsg(socket.fd(), &mh, MSG_CMSG_CLOEXEC);
     if (rc >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
     if (!waitFor(socket.fd(), POLLIN, deadline)) {
-      *why = "no shared-memory offer arrived before the deadline";
-      return nullptr;
+      return Status(ErrorKind::kTimeout, "no shared-memory offer arrived before the deadline");
     }
   }
   // Take ownership of whatever descriptors came, before any check can return.
@@ -240,45 +232,41 @@ std::unique_ptr<Channel> Channel::accept(tcp::Socket& socket, tcp::Deadline dead
       }
     }
   }
+  // A failed answer is not checked: the peer is gone then, and the pair's first transfer (or,
+  // for a refusal, the peer's own offer()) reports it, naming the rank.
   auto answer = [&](uint32_t status) {
     uint8_t ack[kAckBytes];
     tcp::storeLe32(ack, kOfferMagic);
     tcp::storeLe32(ack + 4, status);
-    socket.writeFull(ack, sizeof ack, deadline);
+    static_cast<void>(socket.writeFull(ack, sizeof ack, deadline));
+  };
+  auto refuse = [&](ErrorKind kind, std::string detail) {
+    answer(1);
+    return Status(kind, std::move(detail));
   };
   if (rc != static_cast<ssize_t>(sizeof msg) || tcp::loadLe32(msg) != kOfferMagic ||
       tcp::loadLe32(msg + 4) != kOfferVersion || (received != 3 && received != 0) ||
       (mh.msg_flags & MSG_CTRUNC) != 0) {
-    *why = "a same-host peer sent no valid shared-memory offer";
-    answer(1);
-    return nullptr;
+    return refuse(ErrorKind::kBadFrame, "a same-host peer sent no valid shared-memory offer");
   }
   const uint32_t slots = tcp::loadLe32(msg + 8);
   const uint64_t slotBytes = tcp::loadLe64(msg + 16);
   if (slots == 0 && slotBytes == 0 && received == 0) {  // decline(): stay a plain socket
-    *declined = true;
     answer(0);
-    return nullptr;
+    return std::unique_ptr<Channel>();
   }
   if (received != 3 || slots == 0 || slots > kMaxSlots || slotBytes % 64 != 0 || slotBytes == 0 ||
       slotBytes > kMaxSlotBytes) {
-    *why = "a shared-memory offer with a bad geometry";
-    answer(1);
-    return nullptr;
+    return refuse(ErrorKind::kBadFrame, "a shared-memory offer with a bad geometry");
   }
   const size_t total = 2 * ringBytes(slots, slotBytes);
   struct stat st {};
   if (::fstat(fds[0].get(), &st) != 0 || static_cast<size_t>(st.st_size) != total) {
-    *why = "the offered shared-memory segment has the wrong size";
-    answer(1);
-    return nullptr;
+    return refuse(ErrorKind::kBadFrame, "the offered shared-memory segment has the wrong size");
   }
   uint8_t* base = mapShared(fds[0].get(), total);
-  if (base == nullptr) {
-    *why = errnoText("mmap of the offered segment");
-    answer(1);
-    return nullptr;
-  }
+  if (base == nullptr)
+    return refuse(ErrorKind::kRendezvous, errnoText("mmap of the offered segment"));
   std::unique_ptr<Channel> channel(
       new Channel(base, total, slots, slotBytes, false, fds[1].release(), fds[2].release()));
   answer(0);
@@ -330,14 +318,14 @@ void Channel::drainCredits() {
   }
 }
 
-const void* Channel::front(uint64_t seq, uint32_t tag, uint64_t bytes, std::string* why) const {
+Result<const void*> Channel::front(uint64_t seq, uint32_t tag, uint64_t bytes) const {
   std::atomic_thread_fence(std::memory_order_acquire);
   const Stamp& s = stamps(in_.control)[consumed_ % slots_];
   if (s.seq != seq || s.tag != tag || s.bytes != bytes) {
-    *why = "shared-memory slot " + std::to_string(consumed_ % slots_) + " holds sequence " +
-           std::to_string(s.seq) + " tag " + std::to_string(s.tag) + " (" +
-           std::to_string(s.bytes) + " bytes), not the announced frame";
-    return nullptr;
+    return Status(ErrorKind::kBadFrame, "shared-memory slot " + std::to_string(consumed_ % slots_) +
+                                            " holds sequence " + std::to_string(s.seq) + " tag " +
+                                            std::to_string(s.tag) + " (" + std::to_string(s.bytes) +
+                                            " bytes), not the announced frame");
   }
   return in_.slots + (consumed_ % slots_) * slotBytes_;
 }

@@ -34,6 +34,8 @@
 #include <memory>
 #include <string>
 
+#include "base/fd.h"
+#include "comm/error.h"
 #include "comm/tcp/socket.h"
 
 namespace cumulus::comm::shm {
@@ -69,11 +71,12 @@ class Channel {
   // Sends the "no segment" offer and waits for the acknowledgement (what offer() does when it
   // cannot create one). Throws like offer().
   static void decline(tcp::Socket& socket, int peer, tcp::Deadline deadline);
-  // Acceptor side: receives and maps the segment, acknowledges. Returns null and sets *declined
-  // when the peer declined (the pair stays a plain socket); returns null and fills `why` when the
-  // peer sent no valid offer before the deadline (the caller drops the connection).
-  static std::unique_ptr<Channel> accept(tcp::Socket& socket, tcp::Deadline deadline,
-                                         bool* declined, std::string* why);
+  // Acceptor side: receives and maps the segment, acknowledges. Returns the channel, or null when
+  // the peer declined (the pair stays a plain socket). Fails (comm/error.h, rule 2: the caller
+  // drops the connection and keeps waiting) with kTimeout when no offer arrived before the
+  // deadline, kBadFrame for an offer that is not valid, kRendezvous when the segment cannot be
+  // mapped.
+  static Result<std::unique_ptr<Channel>> accept(tcp::Socket& socket, tcp::Deadline deadline);
 
   size_t slotBytes() const { return slotBytes_; }
   uint32_t slots() const { return slots_; }
@@ -99,9 +102,9 @@ class Channel {
   uint64_t peerAnnounced() const;
   bool slotFree() const;
 
-  // Consumer (incoming ring): the next slot's payload, or null and `why` when its stamp does not
-  // name this frame (a peer out of step). release() frees it for the producer.
-  const void* front(uint64_t seq, uint32_t tag, uint64_t bytes, std::string* why) const;
+  // Consumer (incoming ring): the next slot's payload; kBadFrame when its stamp does not name this
+  // frame (a peer out of step). release() frees it for the producer.
+  Result<const void*> front(uint64_t seq, uint32_t tag, uint64_t bytes) const;
   void release();
 
  private:
@@ -113,9 +116,13 @@ class Channel {
   Channel(uint8_t* base, size_t mapped, uint32_t slots, size_t slotBytes, bool connector,
           int creditFd0, int creditFd1);
   static size_t ringBytes(uint32_t slots, size_t slotBytes);
-  // The connector's segment and eventfds; null and `error` when the host will not give them.
-  static std::unique_ptr<Channel> create(uint32_t slots, size_t slotBytes, int* memfd,
-                                         std::string* error);
+  // The connector's segment and eventfds, and the memfd to pass on; kRendezvous when the host
+  // will not give them.
+  struct Segment {
+    std::unique_ptr<Channel> channel;
+    base::Fd memfd;
+  };
+  static Result<Segment> create(uint32_t slots, size_t slotBytes);
   // Sends the offer message (`fds` attached when non-null) and waits for the answer.
   static void sendOffer(tcp::Socket& socket, int peer, tcp::Deadline deadline, uint32_t slots,
                         size_t slotBytes, const int* fds);

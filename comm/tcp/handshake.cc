@@ -24,7 +24,7 @@ constexpr size_t kResultBytes = 8;
 // A connection that says nothing cannot hold the acceptor longer than this.
 constexpr auto kPerHandshakeLimit = std::chrono::seconds(10);
 
-enum Status : uint32_t { kOk = 0, kStale = 1, kBadRank = 2, kDenied = 3 };
+enum Verdict : uint32_t { kOk = 0, kStale = 1, kBadRank = 2, kDenied = 3 };
 
 using Nonce = std::array<uint8_t, 16>;
 
@@ -44,10 +44,13 @@ Digest mac(const std::string& token, char side, const Nonce& connectorNonce,
   return hmacSha256(token, msg);
 }
 
-[[noreturn]] void fail(const IoStatus& status, int peer, const std::string& stage) {
-  ErrorKind kind = status.code == IoStatus::kTimeout ? ErrorKind::kTimeout : ErrorKind::kPeerClosed;
-  throw CommError(kind, "rendezvous", 0, peer, "handshake (" + stage + "): " + status.detail);
+// A socket failure of the connector: kTimeout or kPeerClosed, naming the stage.
+[[noreturn]] void fail(const Status& status, int peer, const std::string& stage) {
+  status.raise("rendezvous", 0, peer, "handshake (" + stage + ")");
 }
+
+// A connection the acceptor drops: not one of ours, or gone before it proved it is.
+Status rejection(std::string detail) { return Status(ErrorKind::kBadFrame, std::move(detail)); }
 
 }  // namespace
 
@@ -60,7 +63,7 @@ void connectorHandshake(Socket& socket, const HandshakeConfig& self, int peer, D
   storeLe32(hello + 16, static_cast<uint32_t>(self.rank));
   storeLe32(hello + 20, static_cast<uint32_t>(self.world));
   std::copy(nonceC.begin(), nonceC.end(), hello + 24);
-  IoStatus st = socket.writeFull(hello, sizeof hello, deadline);
+  Status st = socket.writeFull(hello, sizeof hello, deadline);
   if (!st.ok()) fail(st, peer, "sending hello");
 
   uint8_t challenge[kChallengeBytes];
@@ -110,18 +113,13 @@ void connectorHandshake(Socket& socket, const HandshakeConfig& self, int peer, D
   }
 }
 
-int acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadline deadline,
-                      std::string* rejected) {
+Result<int> acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadline deadline) {
   deadline = std::min(deadline, Clock::now() + kPerHandshakeLimit);
   uint8_t hello[kHelloBytes];
-  IoStatus st = socket.readFull(hello, sizeof hello, deadline);
-  if (!st.ok()) {
-    *rejected = "a connection sent no complete hello: " + st.detail;
-    return -1;
-  }
+  Status st = socket.readFull(hello, sizeof hello, deadline);
+  if (!st.ok()) return rejection("a connection sent no complete hello: " + st.detail());
   if (loadLe32(hello) != kHelloMagic || loadLe32(hello + 4) != kVersion) {
-    *rejected = "a connection sent a non-Cumulus hello";
-    return -1;
+    return rejection("a connection sent a non-Cumulus hello");
   }
   const uint64_t generation = loadLe64(hello + 8);
   const int peer = static_cast<int>(loadLe32(hello + 16));
@@ -134,15 +132,16 @@ int acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadline dead
   storeLe64(challenge + 8, self.generation);
   storeLe32(challenge + 16, static_cast<uint32_t>(self.rank));
   uint32_t status = kOk;
+  std::string rejected;
   if (generation != self.generation) {
     status = kStale;
-    *rejected = "rank " + std::to_string(peer) + " of generation " + std::to_string(generation) +
-                " tried to join generation " + std::to_string(self.generation);
+    rejected = "rank " + std::to_string(peer) + " of generation " + std::to_string(generation) +
+               " tried to join generation " + std::to_string(self.generation);
   } else if (world != self.world || peer <= self.rank || peer >= self.world) {
     status = kBadRank;
-    *rejected = "a peer claiming rank " + std::to_string(peer) + " of world " +
-                std::to_string(world) + " connected to rank " + std::to_string(self.rank) +
-                " of world " + std::to_string(self.world);
+    rejected = "a peer claiming rank " + std::to_string(peer) + " of world " +
+               std::to_string(world) + " connected to rank " + std::to_string(self.rank) +
+               " of world " + std::to_string(self.world);
   }
   storeLe32(challenge + 4, status);
   const Nonce nonceA = freshNonce();
@@ -150,10 +149,9 @@ int acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadline dead
   Digest macA = mac(self.token, 'A', nonceC, nonceA, self.generation, peer, self.rank);
   std::copy(macA.begin(), macA.end(), challenge + 40);
   st = socket.writeFull(challenge, sizeof challenge, deadline);
-  if (status != kOk) return -1;
+  if (status != kOk) return rejection(rejected);
   if (!st.ok()) {
-    *rejected = "rank " + std::to_string(peer) + " left during the handshake: " + st.detail;
-    return -1;
+    return rejection("rank " + std::to_string(peer) + " left during the handshake: " + st.detail());
   }
 
   uint8_t response[kResponseBytes];
@@ -161,8 +159,8 @@ int acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadline dead
   if (!st.ok()) {
     // The connector hangs up without a response only when our proof was wrong for it... or it
     // died. Either way this connection is useless; keep waiting for a good one.
-    *rejected = "rank " + std::to_string(peer) + " sent no handshake response: " + st.detail;
-    return -1;
+    return rejection("rank " + std::to_string(peer) +
+                     " sent no handshake response: " + st.detail());
   }
   Digest macC;
   std::copy(response + 8, response + 40, macC.begin());
@@ -179,8 +177,7 @@ int acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadline dead
                         " does not hold this job's token (check CUMULUS_JOB_TOKEN)");
   }
   if (!st.ok()) {
-    *rejected = "rank " + std::to_string(peer) + " left during the handshake: " + st.detail;
-    return -1;
+    return rejection("rank " + std::to_string(peer) + " left during the handshake: " + st.detail());
   }
   return peer;
 }

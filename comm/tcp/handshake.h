@@ -34,10 +34,9 @@ void connectorHandshake(Socket& socket, const HandshakeConfig& self, int peer, D
 
 // Acceptor side. Returns the authenticated peer's rank (> self.rank). Throws CommError
 // kUnauthorized (naming the claimed rank) when a well-formed Hello of our generation carries the
-// wrong token: that is a misconfigured member of this job, so the group fails fast. Returns -1 and
-// fills `rejected` for connections that are merely not ours (garbage, stale generation, bad
-// rank, silence): the caller closes them and keeps waiting.
-int acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadline deadline,
-                      std::string* rejected);
+// wrong token: that is a misconfigured member of this job, so the group fails fast. Fails with
+// kBadFrame, its detail saying why, for connections that are merely not ours (garbage, stale
+// generation, bad rank, silence): the caller closes them and keeps waiting (comm/error.h, rule 2).
+Result<int> acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadline deadline);
 
 }  // namespace cumulus::comm::tcp

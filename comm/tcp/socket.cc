@@ -15,7 +15,6 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <stdexcept>
 #include <optional>
 #include <thread>
 
@@ -82,8 +81,8 @@ Socket Socket::listen(const std::string& host) {
   addrinfo* result = nullptr;
   int rc = ::getaddrinfo(host.c_str(), "0", &hints, &result);
   if (rc != 0) {
-    throw std::runtime_error("cannot resolve data-plane bind host '" + host +
-                             "': " + gai_strerror(rc));
+    throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1,
+                    "cannot resolve data-plane bind host '" + host + "': " + gai_strerror(rc));
   }
   std::string lastError = "no address";
   for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
@@ -100,8 +99,9 @@ Socket Socket::listen(const std::string& host) {
     lastError = errnoText("bind/listen", errno);
   }
   ::freeaddrinfo(result);
-  throw std::runtime_error("cannot listen on data-plane host '" + host + "': " + lastError +
-                           " (name a local address in the communicator's bind host)");
+  throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1,
+                  "cannot listen on data-plane host '" + host + "': " + lastError +
+                      " (name a local address in the communicator's bind host)");
 }
 
 namespace {
@@ -120,29 +120,26 @@ socklen_t unixAddress(const std::string& name, sockaddr_un* addr) {
 Socket Socket::listenUnix(const std::string& name) {
   sockaddr_un addr;
   socklen_t len = unixAddress(name, &addr);
-  if (len == 0) throw std::runtime_error("AF_UNIX name '" + name + "' is empty or too long");
+  auto fail = [](const std::string& detail) {
+    throw CommError(ErrorKind::kRendezvous, "rendezvous", 0, -1, detail);
+  };
+  if (len == 0) fail("AF_UNIX name '" + name + "' is empty or too long");
   Socket sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!sock.valid()) throw std::runtime_error(errnoText("AF_UNIX socket", errno));
+  if (!sock.valid()) fail(errnoText("AF_UNIX socket", errno));
   if (::bind(sock.fd(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
       ::listen(sock.fd(), 128) != 0) {
-    throw std::runtime_error(errnoText(("cannot listen on AF_UNIX name @" + name).c_str(), errno));
+    fail(errnoText(("cannot listen on AF_UNIX name @" + name).c_str(), errno));
   }
   setNonBlocking(sock.fd());
   return sock;
 }
 
-Socket Socket::connectUnix(const std::string& name, IoStatus* status) {
+Result<Socket> Socket::connectUnix(const std::string& name) {
   sockaddr_un addr;
   socklen_t len = unixAddress(name, &addr);
-  if (len == 0) {
-    *status = {IoStatus::kClosed, "malformed AF_UNIX name '" + name + "'"};
-    return Socket();
-  }
+  if (len == 0) return Status(ErrorKind::kInvalid, "malformed AF_UNIX name '" + name + "'");
   Socket sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!sock.valid()) {
-    *status = {IoStatus::kClosed, errnoText("AF_UNIX socket", errno)};
-    return Socket();
-  }
+  if (!sock.valid()) return Status(ErrorKind::kRendezvous, errnoText("AF_UNIX socket", errno));
   // A non-blocking AF_UNIX connect completes at once or fails with EAGAIN when the listener's
   // backlog is full; retry that briefly rather than fail the rendezvous.
   for (int attempt = 0;; ++attempt) {
@@ -151,10 +148,8 @@ Socket Socket::connectUnix(const std::string& name, IoStatus* status) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
-    *status = {IoStatus::kClosed, errnoText(("connect to unix:@" + name).c_str(), errno)};
-    return Socket();
+    return Status(ErrorKind::kPeerClosed, errnoText(("connect to unix:@" + name).c_str(), errno));
   }
-  *status = {};
   return sock;
 }
 
@@ -165,12 +160,9 @@ bool Socket::isUnix() const {
          addr.ss_family == AF_UNIX;
 }
 
-Socket Socket::connect(const std::string& address, Deadline deadline, IoStatus* status) {
+Result<Socket> Socket::connect(const std::string& address, Deadline deadline) {
   const std::optional<base::HostPort> endpoint = base::parseHostPort(address);
-  if (!endpoint) {
-    *status = {IoStatus::kClosed, "malformed address '" + address + "'"};
-    return Socket();
-  }
+  if (!endpoint) return Status(ErrorKind::kInvalid, "malformed address '" + address + "'");
   const std::string& host = endpoint->host;
   const int port = endpoint->port;
   addrinfo hints{};
@@ -179,8 +171,7 @@ Socket Socket::connect(const std::string& address, Deadline deadline, IoStatus* 
   addrinfo* result = nullptr;
   int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
   if (rc != 0) {
-    *status = {IoStatus::kClosed, "cannot resolve '" + host + "': " + gai_strerror(rc)};
-    return Socket();
+    return Status(ErrorKind::kRendezvous, "cannot resolve '" + host + "': " + gai_strerror(rc));
   }
   std::string lastError;
   auto backoff = std::chrono::milliseconds(1);
@@ -189,13 +180,11 @@ Socket Socket::connect(const std::string& address, Deadline deadline, IoStatus* 
       base::Connected attempt = base::connectBefore(ai->ai_addr, ai->ai_addrlen, deadline);
       if (attempt.error == 0) {
         ::freeaddrinfo(result);
-        *status = {};
         return Socket(attempt.fd.release());
       }
       if (attempt.error == ETIMEDOUT) {
         ::freeaddrinfo(result);
-        *status = {IoStatus::kTimeout, "connect to " + address + " timed out"};
-        return Socket();
+        return Status(ErrorKind::kTimeout, "connect to " + address + " timed out");
       }
       lastError = errnoText(("connect to " + address).c_str(), attempt.error);
     }
@@ -204,25 +193,19 @@ Socket Socket::connect(const std::string& address, Deadline deadline, IoStatus* 
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
   }
   ::freeaddrinfo(result);
-  *status = {IoStatus::kTimeout, lastError + " (retried until the deadline)"};
-  return Socket();
+  return Status(ErrorKind::kTimeout, lastError + " (retried until the deadline)");
 }
 
-Socket Socket::accept(Deadline deadline, IoStatus* status) {
+Result<Socket> Socket::accept(Deadline deadline) {
   for (;;) {
     int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) {
-      *status = {};
-      return Socket(fd);
-    }
+    if (fd >= 0) return Socket(fd);
     if (errno == EINTR || errno == ECONNABORTED) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      *status = {IoStatus::kClosed, errnoText("accept", errno)};
-      return Socket();
+      return Status(ErrorKind::kRendezvous, errnoText("accept", errno));
     }
     if (!waitFor(fd_, POLLIN, deadline)) {
-      *status = {IoStatus::kTimeout, "no connection arrived before the deadline"};
-      return Socket();
+      return Status(ErrorKind::kTimeout, "no connection arrived before the deadline");
     }
   }
 }
@@ -260,7 +243,7 @@ void Socket::tune(int bufferBytes) {
   }
 }
 
-IoStatus Socket::readFull(void* data, size_t bytes, Deadline deadline) {
+Status Socket::readFull(void* data, size_t bytes, Deadline deadline) {
   auto* p = static_cast<char*>(data);
   size_t done = 0;
   while (done < bytes) {
@@ -269,19 +252,19 @@ IoStatus Socket::readFull(void* data, size_t bytes, Deadline deadline) {
       done += static_cast<size_t>(n);
       continue;
     }
-    if (n == 0) return {IoStatus::kClosed, "connection closed by the peer"};
+    if (n == 0) return Status(ErrorKind::kPeerClosed, "connection closed by the peer");
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK)
-      return {IoStatus::kClosed, errnoText("recv", errno)};
+      return Status(ErrorKind::kPeerClosed, errnoText("recv", errno));
     if (!waitFor(fd_, POLLIN, deadline)) {
-      return {IoStatus::kTimeout, "received " + std::to_string(done) + " of " +
-                                      std::to_string(bytes) + " bytes before the deadline"};
+      return Status(ErrorKind::kTimeout, "received " + std::to_string(done) + " of " +
+                                             std::to_string(bytes) + " bytes before the deadline");
     }
   }
   return {};
 }
 
-IoStatus Socket::writeFull(const void* data, size_t bytes, Deadline deadline) {
+Status Socket::writeFull(const void* data, size_t bytes, Deadline deadline) {
   const auto* p = static_cast<const char*>(data);
   size_t done = 0;
   while (done < bytes) {
@@ -292,10 +275,10 @@ IoStatus Socket::writeFull(const void* data, size_t bytes, Deadline deadline) {
     }
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK)
-      return {IoStatus::kClosed, errnoText("send", errno)};
+      return Status(ErrorKind::kPeerClosed, errnoText("send", errno));
     if (!waitFor(fd_, POLLOUT, deadline)) {
-      return {IoStatus::kTimeout, "sent " + std::to_string(done) + " of " + std::to_string(bytes) +
-                                      " bytes before the deadline"};
+      return Status(ErrorKind::kTimeout, "sent " + std::to_string(done) + " of " +
+                                             std::to_string(bytes) + " bytes before the deadline");
     }
   }
   return {};

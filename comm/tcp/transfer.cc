@@ -201,13 +201,13 @@ class Engine {
   // The payload of the current unit lies in the peer's slot: use it there, then free the slot.
   void consumeSlot() {
     shm::Channel* channel = t_.recvFrom->channel();
-    std::string why;
-    const void* data =
-        channel->front(ctx_.seq, static_cast<uint32_t>(received_), recvSpan_.bytes, &why);
-    if (data == nullptr) {
-      fail(ErrorKind::kBadFrame, t_.recvFrom->peer(),
-           why + " in message " + std::to_string(received_));
+    Result<const void*> slot =
+        channel->front(ctx_.seq, static_cast<uint32_t>(received_), recvSpan_.bytes);
+    if (!slot.ok()) {
+      fail(slot.status().kind(), t_.recvFrom->peer(),
+           slot.status().detail() + " in message " + std::to_string(received_));
     }
+    const void* data = slot.value();
     if (t_.recvInPlace) {
       t_.recvInPlace(received_, data);
     } else {

@@ -1,18 +1,27 @@
 # Tests of the comm core (see comm/core.cmake). One binary, comm_test; the process tests re-run
 # this same binary as their worker (see process_test.cc), so there is no second executable.
+# Each file tests the comm/ file of the same name (tcp/socket_test.cc tests comm/tcp/socket.cc);
+# process_test.cc runs the communicator across processes.
 set(COMM_CORE_TESTS
-  ${CMAKE_CURRENT_SOURCE_DIR}/reduce_test.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/types_test.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/tcp_test.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/memory_store_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/algorithm_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/communicator_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/store_keys_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cost_model_test.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/allreduce_test.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/collectives_test.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/work_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/error_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/memory_store_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/reduce_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/rendezvous_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/ring_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/transport_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/tree_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/types_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/work_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/shm/channel_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/frame_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/handshake_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/socket_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/transfer_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/file_store.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/fault_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/process_test.cc)
 
 # comm_perf: a measuring tool (not a test) for all-reduce throughput and latency between

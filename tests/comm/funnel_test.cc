@@ -123,8 +123,9 @@ TEST(FunnelTest, TimeoutNamesTheRanksThatNeverPushed) {
 TEST(FunnelTest, CountMismatchFailsEveryRankNamingTheOddOne) {
   ParameterServer server("", 0, kToken, 3);
   auto errors = rpctest::runRanks(3, [&](int rank) {
-    if (rank == 2)  // ranks 0 and 1 set the reference
+    if (rank == 2) {  // ranks 0 and 1 set the reference
       ASSERT_TRUE(rpctest::waitUntil([&] { return server.progress(0, 3).joined.size() == 2; }));
+    }
     std::vector<float> data(rank == 2 ? 101 : 100, 1.0f);
     Buffer buffer{data.data(), data.size(), DType::kFloat32};
     FunnelClient("", server.port(), kToken, rank, 3).allreduce(buffer, ReduceOp::kSum, 3, 5s);
@@ -142,8 +143,9 @@ TEST(FunnelTest, CountMismatchFailsEveryRankNamingTheOddOne) {
 TEST(FunnelTest, DTypeMismatchFailsEveryRank) {
   ParameterServer server("", 0, kToken, 2);
   auto errors = rpctest::runRanks(2, [&](int rank) {
-    if (rank == 1)  // rank 0 sets the reference
+    if (rank == 1) {  // rank 0 sets the reference
       ASSERT_TRUE(rpctest::waitUntil([&] { return server.progress(0, 0).joined.size() == 1; }));
+    }
     std::vector<double> data(10, 1.0);
     Buffer buffer{data.data(), rank == 1 ? 20u : 10u,
                   rank == 1 ? DType::kFloat32 : DType::kFloat64};

@@ -1,4 +1,4 @@
-// Transport choice (comm/transport.h), moved from collectives_test.cc.
+// Transport choice (comm/transport.h).
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -1,4 +1,4 @@
-// The async Work contract (comm/work.h), moved from collectives_test.cc.
+// The async Work contract (comm/work.h).
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -64,11 +64,12 @@ struct Link {
       std::thread offer([&] {
         peerChannel = shm::Channel::offer(peerSocket, 0, deadline, true, kSlots, kSlotBytes);
       });
-      bool declined = false;
-      std::string why;
-      channel = shm::Channel::accept(socket, deadline, &declined, &why);
+      cumulus::comm::Result<std::unique_ptr<shm::Channel>> accepted =
+          shm::Channel::accept(socket, deadline);
       offer.join();
-      check(channel && peerChannel, "shared-memory set-up failed: " + why);
+      check(accepted.ok() && accepted.value() && peerChannel,
+            "shared-memory set-up failed: " + accepted.status().detail());
+      channel = std::move(accepted.value());
     }
     ours = std::make_unique<tcp::Pair>(std::move(socket), 1, std::move(channel));
   }

@@ -41,11 +41,13 @@ tcp::Deadline soon() { return tcp::Clock::now() + std::chrono::seconds(2); }
 void acceptor(const uint8_t* data, size_t size) {
   cumulus::fuzz::Wire wire(data, size);
   tcp::HandshakeConfig self{5, 0, 4, "fuzz-token"};
-  std::string rejected;
   try {
-    const int peer = tcp::acceptorHandshake(wire.ours, self, soon(), &rejected);
-    check(peer == -1, "the acceptor let in rank " + std::to_string(peer) + " without the token");
-    check(!rejected.empty(), "the acceptor refused a connection without saying why");
+    const cumulus::comm::Result<int> peer = tcp::acceptorHandshake(wire.ours, self, soon());
+    if (peer.ok()) {
+      cumulus::fuzz::finding("the acceptor let in rank " + std::to_string(peer.value()) +
+                             " without the token");
+    }
+    check(!peer.status().detail().empty(), "the acceptor refused a connection without saying why");
   } catch (const cumulus::comm::CommError& e) {
     check(e.kind() == cumulus::comm::ErrorKind::kUnauthorized,
           std::string("the acceptor threw other than kUnauthorized: ") + e.what());
@@ -65,11 +67,11 @@ void connector(const uint8_t* data, size_t size) {
 
 void shmAccept(const uint8_t* data, size_t size) {
   cumulus::fuzz::Wire wire(data, size);
-  bool declined = false;
-  std::string why;
-  std::unique_ptr<shm::Channel> channel = shm::Channel::accept(wire.ours, soon(), &declined, &why);
-  check(!channel, "accepted a shared-memory offer without descriptors");
-  check(declined || !why.empty(), "refused an offer without saying why");
+  const cumulus::comm::Result<std::unique_ptr<shm::Channel>> channel =
+      shm::Channel::accept(wire.ours, soon());
+  // Declined (ok, null) or refused (a failure that says why).
+  check(!channel.ok() || !channel.value(), "accepted a shared-memory offer without descriptors");
+  check(channel.ok() || !channel.status().detail().empty(), "refused an offer without saying why");
 }
 
 // The segment size that Channel::accept requires for this geometry (channel.cc's layout: per
@@ -124,20 +126,21 @@ void shmAcceptWithFds(const uint8_t* data, size_t size) {
   for (int fd : fds) ::close(fd);  // the receiver holds its own copies now
   ::shutdown(pair[1], SHUT_WR);
 
-  bool declined = false;
-  std::string why;
-  std::unique_ptr<shm::Channel> channel = shm::Channel::accept(ours, soon(), &declined, &why);
+  cumulus::comm::Result<std::unique_ptr<shm::Channel>> accepted =
+      shm::Channel::accept(ours, soon());
   ::close(pair[1]);
-  if (!channel) {
-    check(!declined && !why.empty(), "refused an offer with descriptors without saying why");
+  if (!accepted.ok()) {
+    check(!accepted.status().detail().empty(),
+          "refused an offer with descriptors without saying why");
     return;
   }
+  check(accepted.value() != nullptr, "took an offer with descriptors for a decline");
+  std::unique_ptr<shm::Channel> channel = std::move(accepted.value());
   check(channel->slots() == slots && channel->slotBytes() == slotBytes,
         "the channel's geometry differs from the offer's");
   // The stamps come from the (fuzzed) segment: front() must refuse or return a slot inside it.
-  std::string stampWhy;
-  const void* slot = channel->front(0, 0, 0, &stampWhy);
-  check(slot != nullptr || !stampWhy.empty(), "front() refused a slot without saying why");
+  const cumulus::comm::Result<const void*> slot = channel->front(0, 0, 0);
+  check(slot.ok() || !slot.status().detail().empty(), "front() refused a slot without saying why");
 }
 
 }  // namespace

@@ -1,22 +1,30 @@
-// The all-reduce correctness matrix: algorithm {tree, ring} × world {1,2,3,4,5,8} × count
-// {0, 1, 7, p−1, 4097, 2^20+3} × every dtype × every op, all ranks as threads over loopback.
-// Inputs are small integers, so every partial sum is exact in every dtype (even bfloat16) and
-// the expected value is computed independently in int64 arithmetic. For kAvg of floating types
-// the inputs are scaled by p, so the quotient is exact too; integer kAvg truncates toward zero.
+// The Communicator (comm/communicator.h): the all-reduce correctness matrix over every algorithm,
+// transport and world size; bit-identical results; the algorithm it resolves; the barrier; a
+// named IPv6 bind host.
+//
+// The matrix: algorithm {tree, ring} × world {1,2,3,4,5,8} × count {0, 1, 7, p−1, 4097, 2^20+3}
+// × every dtype × every op, all ranks as threads over loopback. Inputs are small integers, so
+// every partial sum is exact in every dtype (even bfloat16) and the expected value is computed
+// independently in int64 arithmetic. For kAvg of floating types the inputs are scaled by p, so
+// the quotient is exact too; integer kAvg truncates toward zero.
 #include <gtest/gtest.h>
 
-#include <tuple>
-
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <thread>
+#include <tuple>
 
+#include "collectives_suite.h"
 #include "comm/error.h"
+#include "comm/tcp/socket.h"
 #include "group.h"
 
 namespace cumulus::comm {
 namespace {
 
+using testing::Collectives;
 using testing::Group;
 
 // IEEE binary16 as comm/reduce.cc spells it: clang 14 (make thread-safety) has no _Float16 on
@@ -239,6 +247,40 @@ TEST(Allreduce, AutoUsesTheCostModelAndFunnelNeedsAServer) {
     Buffer buf{x.data(), x.size(), DType::kFloat32};
     comm.allreduce(buf);
     for (float f : x) ASSERT_EQ(f, 8.0f);
+  });
+}
+
+TEST_P(Collectives, BarrierWaitsForTheLastRank) {
+  const int p = GetParam();
+  Group group(p);
+  std::atomic<int> arrived{0};
+  group.run([&](int rank, Communicator& comm) {
+    // The last rank arrives only after all the others: any of them that left the barrier
+    // without waiting for it would see arrived < p.
+    if (rank == p - 1)
+      while (arrived.load() < p - 1) std::this_thread::yield();
+    arrived++;
+    comm.barrier();
+    EXPECT_EQ(arrived.load(), p) << "rank " << rank << " left the barrier early";
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(World, Collectives, ::testing::Values(1, 2, 3, 5, 8));
+
+TEST(Collectives, NamedIpv6BindHost) {
+  try {
+    tcp::Socket probe = tcp::Socket::listen("::1");
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+  }
+  CommunicatorOptions options;
+  options.bindHost = "::1";
+  Group group(3, options);
+  group.run([](int rank, Communicator& comm) {
+    std::vector<int64_t> v(100, rank);
+    Buffer b{v.data(), v.size(), DType::kInt64};
+    comm.allreduce(b, {ReduceOp::kMax, Algorithm::kRing});
+    for (int64_t x : v) ASSERT_EQ(x, 2);
   });
 }
 

@@ -1,9 +1,7 @@
-// Wire-level pieces of the TCP transport: the frame layout and the listener's address.
+// The frame header of the data plane (comm/tcp/frame.h): its byte layout and round trip.
 #include <gtest/gtest.h>
 
-#include "base/host_port.h"
 #include "comm/tcp/frame.h"
-#include "comm/tcp/socket.h"
 
 namespace cumulus::comm::tcp {
 namespace {
@@ -27,15 +25,6 @@ TEST(Frame, HeaderIsLittleEndianAndRoundTrips) {
   EXPECT_EQ(back.generation, h.generation);
   EXPECT_EQ(back.sequence, h.sequence);
   EXPECT_EQ(back.length, h.length);
-}
-
-TEST(Socket, ListenPublishesANumericLoopbackAddress) {
-  Socket listener = Socket::listen("127.0.0.1");
-  const auto endpoint = base::parseHostPort(listener.localAddress());
-  ASSERT_TRUE(endpoint) << listener.localAddress();
-  EXPECT_EQ(endpoint->host, "127.0.0.1");
-  EXPECT_GT(endpoint->port, 0);
-  EXPECT_THROW(Socket::listen("no-such-host.invalid"), std::runtime_error);
 }
 
 }  // namespace
