@@ -172,7 +172,7 @@ void Communicator::execute(const Queued& item) {
   c.op.deadline = tcp::Clock::now() + item.timeout;
   c.op.timeoutMs = static_cast<long>(item.timeout.count());
   c.op.spin = &spin_;
-  c.op.slotWaits = &slotWaits_;
+  c.op.slotWaits = &slot_waits_;
   c.segmentBytes = options_.segmentBytes;
   c.scratch = &scratch_;
   try {

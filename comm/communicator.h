@@ -133,7 +133,7 @@ class Communicator {
   // slot to a peer was in use (the peer had not consumed them yet). Never blocks; may be called
   // from any thread while an operation runs. Tells a monitor, or a test, that a sender is
   // waiting on its receiver.
-  uint64_t slotWaits() const { return slotWaits_.load(); }
+  uint64_t slotWaits() const { return slot_waits_.load(); }
 
  private:
   using Body = std::function<void(Collective&)>;
@@ -167,7 +167,7 @@ class Communicator {
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
   std::vector<uint8_t> scratch_;        // used only by the executing operation
-  std::atomic<uint64_t> slotWaits_{0};  // slotWaits(): the executing op adds, anyone reads
+  std::atomic<uint64_t> slot_waits_{0};  // slotWaits(): the executing op adds, anyone reads
   tcp::SpinGovernor spin_;  // budget resolved from options_.spinMicros; executing op only
 
   mutable base::Mutex mutex_;

@@ -53,17 +53,17 @@ std::string stepName(const StepKey& key) {
 // bytes of `result` in piece k, which belong to the thread that set busy[k]. Not annotated: a
 // member's ABSL_GUARDED_BY can only name a mutex that the struct itself can reach.
 struct Step {
-  Step(const StepKey& stepKey, const proto::PushHeader& h)
-      : key(stepKey),
+  Step(const StepKey& step_key, const proto::PushHeader& h)
+      : key(step_key),
         header(h),
-        firstRank(static_cast<int>(h.rank())),
+        first_rank(static_cast<int>(h.rank())),
         world(static_cast<int>(h.world())),
         dtype(static_cast<DType>(h.dtype())),
         op(static_cast<ReduceOp>(h.op())),
         bytes(h.count() * elementSize(dtype)),
         chunks((bytes + ParameterServer::kChunkBytes - 1) / ParameterServer::kChunkBytes),
         result(new char[bytes > 0 ? bytes : 1]),
-        nextRank(chunks, 0),
+        next_rank(chunks, 0),
         busy(chunks, 0),
         early(chunks),
         joined(world, 0),
@@ -72,25 +72,25 @@ struct Step {
   size_t pieceBytes(size_t k) const {
     return std::min(ParameterServer::kChunkBytes, bytes - k * ParameterServer::kChunkBytes);
   }
-  bool complete() const { return joinedCount == world && chunksDone == chunks; }
+  bool complete() const { return joined_count == world && chunks_done == chunks; }
 
   const StepKey key;
   const proto::PushHeader header;  // of the first rank to arrive: the reference for the others
-  const int firstRank;
+  const int first_rank;
   const int world;
   const DType dtype;
   const ReduceOp op;
   const size_t bytes;
   const size_t chunks;
   std::unique_ptr<char[]> result;
-  std::vector<int> nextRank;                      // per piece: the next rank to fold in
+  std::vector<int> next_rank;                      // per piece: the next rank to fold in
   std::vector<char> busy;                         // per piece: a thread is folding it
   std::vector<std::map<int, std::string>> early;  // per piece: arrived before predecessors
   std::vector<char> joined, pushed;
-  int joinedCount = 0;
-  size_t chunksDone = 0;
+  int joined_count = 0;
+  size_t chunks_done = 0;
   int left = 0;  // handlers that returned
-  Clock::time_point waitDeadline = Clock::time_point::max();
+  Clock::time_point wait_deadline = Clock::time_point::max();
   std::optional<Failure> failure;
 };
 
@@ -103,7 +103,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
 
   void shutdown() {
     base::MutexLock lock(mutex_);
-    shuttingDown_ = true;
+    shutting_down_ = true;
     while (!steps_.empty())
       failLocked(steps_.begin()->second,
                  {grpc::Status(grpc::StatusCode::UNAVAILABLE, "parameter server shutting down")});
@@ -217,7 +217,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
     base::MutexLock lock(mutex_);
     const StepKey key{h.generation(), h.seq()};
     const int rank = static_cast<int>(h.rank());
-    if (shuttingDown_)
+    if (shutting_down_)
       return Failure{grpc::Status(grpc::StatusCode::UNAVAILABLE, "parameter server shutting down")};
     if (h.generation() < generation_)
       return Failure{grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -255,14 +255,14 @@ class ParameterServerService final : public proto::ParameterServer::Service,
     const proto::PushHeader& ref = step->header;
     if (ref.world() != h.world() || ref.dtype() != h.dtype() || ref.op() != h.op() ||
         ref.count() != h.count())
-      return invalid("sent " + describe(h) + " but rank " + std::to_string(step->firstRank) +
+      return invalid("sent " + describe(h) + " but rank " + std::to_string(step->first_rank) +
                      " sent " + describe(ref));
     if (step->joined[rank]) return invalid("pushed twice");
     step->joined[rank] = 1;
-    ++step->joinedCount;
+    ++step->joined_count;
     if (h.timeout_ms() > 0)
-      step->waitDeadline =
-          std::min(step->waitDeadline, Clock::now() + std::chrono::milliseconds(std::min<uint64_t>(
+      step->wait_deadline =
+          std::min(step->wait_deadline, Clock::now() + std::chrono::milliseconds(std::min<uint64_t>(
                                                           h.timeout_ms(), rpc::kMaxWaitMs)));
     *out = step;
     if (step->complete()) changed_.notify_all();  // count == 0: joining is all there is
@@ -289,7 +289,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
     char* dst = step->result.get() + k * ParameterServer::kChunkBytes;
     const size_t count = step->pieceBytes(k) / elementSize(step->dtype);
     for (;;) {
-      auto it = step->early[k].find(step->nextRank[k]);
+      auto it = step->early[k].find(step->next_rank[k]);
       if (step->failure || it == step->early[k].end()) break;
       const int next = it->first;
       std::string piece = std::move(it->second);
@@ -304,8 +304,8 @@ class ParameterServerService final : public proto::ParameterServer::Service,
       if (last && step->op == ReduceOp::kAvg) divideBy(dst, count, step->dtype, step->world);
       piece = std::string();  // free before re-locking
       lock.lock();
-      step->nextRank[k] = next + 1;
-      if (last && ++step->chunksDone == step->chunks && step->complete()) changed_.notify_all();
+      step->next_rank[k] = next + 1;
+      if (last && ++step->chunks_done == step->chunks && step->complete()) changed_.notify_all();
     }
     step->busy[k] = 0;
     return std::nullopt;
@@ -322,7 +322,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
       if (context.IsCancelled())
         return Failure{grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled")};
       const auto now = Clock::now();
-      if (now >= step->waitDeadline) {
+      if (now >= step->wait_deadline) {
         std::string missing;
         for (int r = 0; r < step->world; ++r)
           if (!step->pushed[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
@@ -334,7 +334,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
                                                   " did not push before the timeout"),
                                  blame});
       }
-      changed_.wait_until(lock, std::min(step->waitDeadline, now + kPollInterval));
+      changed_.wait_until(lock, std::min(step->wait_deadline, now + kPollInterval));
     }
     if (step->failure) return step->failure;
     return std::nullopt;
@@ -348,7 +348,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
                  {grpc::Status(grpc::StatusCode::ABORTED, "rank " + std::to_string(rank) +
                                                               " left before every rank had pushed"),
                   rank});
-    if (step->left == step->joinedCount && step->complete()) {
+    if (step->left == step->joined_count && step->complete()) {
       auto it = steps_.find(step->key);
       if (it != steps_.end() && it->second == step) steps_.erase(it);
     }
@@ -376,10 +376,10 @@ class ParameterServerService final : public proto::ParameterServer::Service,
   }
 
   void remember(const StepKey& key, const Failure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-    if (remembered_.emplace(key, failure).second) rememberedOrder_.push_back(key);
-    while (rememberedOrder_.size() > kMaxRemembered) {
-      remembered_.erase(rememberedOrder_.front());
-      rememberedOrder_.pop_front();
+    if (remembered_.emplace(key, failure).second) remembered_order_.push_back(key);
+    while (remembered_order_.size() > kMaxRemembered) {
+      remembered_.erase(remembered_order_.front());
+      remembered_order_.pop_front();
     }
   }
 
@@ -402,9 +402,9 @@ class ParameterServerService final : public proto::ParameterServer::Service,
   base::CondVar changed_;
   std::map<StepKey, std::shared_ptr<Step>> steps_ ABSL_GUARDED_BY(mutex_);
   std::map<StepKey, Failure> remembered_ ABSL_GUARDED_BY(mutex_);
-  std::deque<StepKey> rememberedOrder_ ABSL_GUARDED_BY(mutex_);
+  std::deque<StepKey> remembered_order_ ABSL_GUARDED_BY(mutex_);
   uint64_t generation_ ABSL_GUARDED_BY(mutex_) = 0;
-  bool shuttingDown_ ABSL_GUARDED_BY(mutex_) = false;
+  bool shutting_down_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 std::unique_ptr<PushPullHandler> makeParameterServerService(const std::string& token, int world) {
@@ -429,7 +429,7 @@ ParameterServer::StepProgress ParameterServer::progress(uint64_t generation, uin
 }
 
 void ParameterServer::shutdown() {
-  base::MutexLock lock(shutdownMutex_);
+  base::MutexLock lock(shutdown_mutex_);
   if (!server_) return;
   service_->shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

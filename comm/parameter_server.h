@@ -77,8 +77,8 @@ class ParameterServer {
   int port_ = 0;
   int world_;
   std::unique_ptr<ParameterServerService> service_;
-  base::Mutex shutdownMutex_;
-  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(shutdownMutex_);  // null after shutdown
+  base::Mutex shutdown_mutex_;
+  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(shutdown_mutex_);  // null after shutdown
 };
 
 }  // namespace cumulus::comm

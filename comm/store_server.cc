@@ -28,7 +28,7 @@ class StoreService final : public proto::Store::Service {
 
   void shutdown() {
     base::MutexLock lock(mutex_);
-    shuttingDown_ = true;
+    shutting_down_ = true;
     changed_.notify_all();
   }
 
@@ -52,7 +52,7 @@ class StoreService final : public proto::Store::Service {
       const bool ready = waitUntil(
           lock, *context, request->wait_ms(),
           [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return data_.count(request->key()) > 0; });
-      if (shuttingDown_) return shuttingDown();
+      if (shutting_down_) return shuttingDown();
       if (ready) {
         response->set_found(true);
         response->set_value(data_.at(request->key()));
@@ -114,7 +114,7 @@ class StoreService final : public proto::Store::Service {
         return true;
       };
       waitUntil(lock, *context, request->wait_ms(), allPresent);
-      if (shuttingDown_) return shuttingDown();
+      if (shutting_down_) return shuttingDown();
       for (const auto& key : request->keys())
         if (!data_.count(key)) response->add_missing(key);
       return grpc::Status::OK;
@@ -154,7 +154,7 @@ class StoreService final : public proto::Store::Service {
     if (auto status = rpc::checkToken(context, token_); !status.ok()) return status;
     {
       base::MutexLock lock(mutex_);
-      if (shuttingDown_) return shuttingDown();
+      if (shutting_down_) return shuttingDown();
     }
     try {
       return body();
@@ -174,7 +174,7 @@ class StoreService final : public proto::Store::Service {
     const auto deadline = std::min(requested, rpc::steadyDeadline(context));
     ++blocked_;
     bool done = ready();
-    while (!done && !shuttingDown_ && !context.IsCancelled()) {
+    while (!done && !shutting_down_ && !context.IsCancelled()) {
       const auto now = Clock::now();
       if (now >= deadline) break;
       changed_.wait_until(lock, std::min(deadline, now + kPollInterval));
@@ -219,7 +219,7 @@ class StoreService final : public proto::Store::Service {
   base::Mutex mutex_;
   base::CondVar changed_ ABSL_GUARDED_BY(mutex_);  // for its predicates
   std::map<std::string, std::string> data_ ABSL_GUARDED_BY(mutex_);
-  bool shuttingDown_ ABSL_GUARDED_BY(mutex_) = false;
+  bool shutting_down_ ABSL_GUARDED_BY(mutex_) = false;
   int blocked_ ABSL_GUARDED_BY(mutex_) = 0;  // handlers inside waitUntil
 };
 
@@ -238,7 +238,7 @@ StoreServer::~StoreServer() { shutdown(); }
 int StoreServer::blockedCalls() const { return service_->blocked(); }
 
 void StoreServer::shutdown() {
-  base::MutexLock lock(shutdownMutex_);
+  base::MutexLock lock(shutdown_mutex_);
   if (!server_) return;
   service_->shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

@@ -53,8 +53,8 @@ class StoreServer {
   std::string host_;
   int port_ = 0;
   std::unique_ptr<StoreService> service_;
-  base::Mutex shutdownMutex_;
-  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(shutdownMutex_);  // null after shutdown
+  base::Mutex shutdown_mutex_;
+  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(shutdown_mutex_);  // null after shutdown
 };
 
 }  // namespace cumulus::comm
