@@ -11,10 +11,13 @@
 #include <map>
 
 #include "configs/schema.h"
-#include "configs/suggest.h"
+#include "base/suggest.h"
 #include "configs/yaml_reader.h"
 
 namespace cumulus::configs {
+using base::closestSpelling;
+using base::editDistance;
+using base::orList;
 namespace {
 
 // ---------------------------------------------------------------------------------------------
