@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <iomanip>
 #include <sstream>
 
 #include "base/suggest.h"
@@ -13,7 +14,7 @@ namespace {
 
 std::string formatNumber(double value) {
   std::ostringstream text;
-  text << value;
+  text << std::setprecision(12) << value;
   return text.str();
 }
 
@@ -77,7 +78,7 @@ void rejectEmptyAndSwitchValues(const CLI::App& app, const std::vector<std::stri
     const CLI::Option* option = findLong(app, name);
     if (option == nullptr) continue;  // CLI11 reports it as unknown
     if (option->get_expected_max() == 0) {
-      throw UsageError("--" + name + " takes no value" + seeHelp(app));
+      throw UsageError("--" + name + " takes no value");
     }
     if (eq + 1 == arg.size()) {
       throw UsageError("--" + name + ": the value is empty; give --" + name + " " +

@@ -87,8 +87,8 @@ TEST(CliTest, MistakesAreNamed) {
             "--set: expected KEY=VALUE, e.g. --set optimizer.lr=0.05, got \"optimizer.lr\"");
   EXPECT_EQ(errorOf({"x.yaml", "--resume"}), "--resume: 1 required DIR missing");
   EXPECT_EQ(errorOf({"x.yaml", "--resume="}), "--resume: the value is empty; give --resume DIR");
-  EXPECT_EQ(errorOf({"x.yaml", "--dry-run=yes"}), "--dry-run takes no value" + help);
-  EXPECT_EQ(errorOf({"x.yaml", "--print-config=1"}), "--print-config takes no value" + help);
+  EXPECT_EQ(errorOf({"x.yaml", "--dry-run=yes"}), "--dry-run takes no value");
+  EXPECT_EQ(errorOf({"x.yaml", "--print-config=1"}), "--print-config takes no value");
   EXPECT_EQ(errorOf({"x.yaml", "--resume", "a", "--resume", "b"}),
             "--resume: At Most 1 required but received 2");
 }
