@@ -104,6 +104,21 @@ std::string unexpected(const CLI::App& app, const std::vector<std::string>& extr
          (guess.empty() ? "" : "; did you mean --" + guess + "?") + seeHelp(app);
 }
 
+// A program made of commands (cumulus-config check …) needs one; `app.require_subcommand(1)`
+// shows that in the usage line, and this says it in our words.
+void requireCommand(const CLI::App& app) {
+  const std::vector<const CLI::App*> commands =
+      app.get_subcommands([](const CLI::App*) { return true; });
+  if (commands.empty() || !app.get_subcommands().empty()) return;
+  const std::vector<std::string> extras = app.remaining(true);
+  if (!extras.empty()) throw UsageError(unexpected(app, extras));
+  std::string names;
+  for (size_t i = 0; i < commands.size(); ++i) {
+    names += (i == 0 ? "" : i + 1 == commands.size() ? " or " : ", ") + commands[i]->get_name();
+  }
+  throw UsageError("missing COMMAND: " + names + seeHelp(app));
+}
+
 }  // namespace
 
 void setUpCommandLine(CLI::App& app, const std::string& exit_codes, const std::string& notes) {
@@ -111,7 +126,7 @@ void setUpCommandLine(CLI::App& app, const std::string& exit_codes, const std::s
   app.set_help_flag("-h,--help", "print this help and exit");
   app.get_formatter()->column_width(30);
   app.get_formatter()->label("OPTIONS", "FLAGS");
-  app.footer((notes.empty() ? "" : notes + "\n") + "Exit status: " + exit_codes);
+  app.footer((notes.empty() ? "" : notes + "\n") + "Exit status: " + exit_codes + "\n");
 }
 
 bool parseCommandLine(CLI::App& app, std::vector<std::string> args, std::ostream& help_out) {
@@ -125,6 +140,7 @@ bool parseCommandLine(CLI::App& app, std::vector<std::string> args, std::ostream
   } catch (const CLI::ExtrasError&) {
     throw UsageError(unexpected(app, app.remaining(true)));
   } catch (const CLI::ParseError& e) {
+    requireCommand(app);
     const std::string text = e.what();
     throw UsageError(text + (text.rfind("--", 0) == 0 ? "" : seeHelp(app)));
   }

@@ -55,7 +55,8 @@ void setUpCommandLine(CLI::App& app, const std::string& exit_codes = kCommonExit
 
 // Parses `args` (without the program name) into the variables the options are bound to. Returns
 // false after writing the help to `help_out` when -h/--help was given: the caller exits 0.
-// Throws UsageError for any mistake.
+// Throws UsageError for any mistake ("missing COMMAND: a or b" for an app whose subcommands are
+// required).
 bool parseCommandLine(CLI::App& app, std::vector<std::string> args,
                       std::ostream& help_out = std::cout);
 bool parseCommandLine(CLI::App& app, int argc, const char* const argv[],

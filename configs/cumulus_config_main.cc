@@ -51,6 +51,7 @@ int run(int argc, char** argv) {
   CLI::App app{"Validates and inspects experiment files.", kProgram};
   base::setUpCommandLine(app, "0 ok, 1 diff found differences, 2 error (the message is on stderr)",
                          "Every key, its default and meaning: cumulus-config reference");
+  app.require_subcommand(1);
   ExperimentArgs checked;
   CLI::App* check = app.add_subcommand("check", "validate; print the resolved experiment as YAML");
   addExperimentArgs(*check, checked, "FILE", /*with_print_config=*/false);
@@ -75,10 +76,6 @@ int run(int argc, char** argv) {
     base::setUpCommandLine(*sub, "0 ok, 1 diff found differences, 2 error");
   }
   if (!base::parseCommandLine(app, argc, argv)) return 0;
-  if (app.get_subcommands().empty()) {
-    throw base::UsageError(
-        "missing COMMAND: check, digest, diff, defaults or reference (see cumulus-config --help)");
-  }
 
   if (check->parsed()) {
     std::cout << toYaml(loadExperiment(checked.config_path, checked.overrides));
