@@ -19,8 +19,8 @@ std::string formatNumber(double value) {
 }
 
 bool readInteger(const std::string& text, int64_t& value) {
-  if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-' ||
-                        text[0] == '+')) {
+  if (text.empty() ||
+      !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-' || text[0] == '+')) {
     return false;
   }
   char* end = nullptr;
@@ -68,19 +68,22 @@ const CLI::Option* findLong(const CLI::App& app, const std::string& name) {
 std::string seeHelp(const CLI::App& app) { return " (see " + app.get_name() + " --help)"; }
 
 // CLI11 reads `--flag=` as "take the next argument" and `--switch=yes` as true: both hide a
-// mistake, so they are refused before CLI11 sees them.
+// mistake, so they are refused before CLI11 sees them. What follows `--`, or the first positional
+// of an app whose positionals end the flags (cumulus-run's PROGRAM), is not ours to check.
 void rejectEmptyAndSwitchValues(const CLI::App& app, const std::vector<std::string>& args) {
-  for (const std::string& arg : args) {
-    if (arg == "--") return;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--" || (arg.rfind('-', 0) != 0 && app.get_positionals_at_end())) return;
+    if (arg.rfind("--", 0) != 0) continue;
     const size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) continue;
-    const std::string name = arg.substr(2, eq - 2);
+    const std::string name = arg.substr(2, eq == std::string::npos ? eq : eq - 2);
     const CLI::Option* option = findLong(app, name);
     if (option == nullptr) continue;  // CLI11 reports it as unknown
-    if (option->get_expected_max() == 0) {
+    if (eq == std::string::npos) {
+      if (option->get_expected_max() > 0) ++i;  // its value, whatever it looks like
+    } else if (option->get_expected_max() == 0) {
       throw UsageError("--" + name + " takes no value");
-    }
-    if (eq + 1 == arg.size()) {
+    } else if (eq + 1 == arg.size()) {
       throw UsageError("--" + name + ": the value is empty; give --" + name + " " +
                        option->get_type_name());
     }
@@ -119,6 +122,24 @@ void requireCommand(const CLI::App& app) {
   throw UsageError("missing COMMAND: " + names + seeHelp(app));
 }
 
+bool helpAsked(const CLI::App& app) {
+  if (app.get_help_ptr() != nullptr && app.get_help_ptr()->count() > 0) return true;
+  for (const CLI::App* sub : app.get_subcommands()) {
+    if (helpAsked(*sub)) return true;
+  }
+  return false;
+}
+
+// CLI11's mistake in our words where we have better ones; its own otherwise.
+std::string describe(const CLI::App& app, const CLI::ParseError& error) {
+  if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+    return unexpected(app, app.remaining(true));
+  }
+  requireCommand(app);
+  const std::string text = error.what();
+  return text + (text.rfind("--", 0) == 0 ? "" : seeHelp(app));
+}
+
 }  // namespace
 
 void setUpCommandLine(CLI::App& app, const std::string& exit_codes, const std::string& notes) {
@@ -126,7 +147,7 @@ void setUpCommandLine(CLI::App& app, const std::string& exit_codes, const std::s
   app.set_help_flag("-h,--help", "print this help and exit");
   app.get_formatter()->column_width(30);
   app.get_formatter()->label("OPTIONS", "FLAGS");
-  app.footer((notes.empty() ? "" : notes + "\n") + "Exit status: " + exit_codes + "\n");
+  app.footer((notes.empty() ? "" : notes + "\n") + "Exit status: " + exit_codes);
 }
 
 bool parseCommandLine(CLI::App& app, std::vector<std::string> args, std::ostream& help_out) {
@@ -134,17 +155,16 @@ bool parseCommandLine(CLI::App& app, std::vector<std::string> args, std::ostream
   std::reverse(args.begin(), args.end());  // CLI11 takes them last first
   try {
     app.parse(args);
+    return true;
   } catch (const CLI::CallForHelp&) {
-    help_out << app.help();
-    return false;
-  } catch (const CLI::ExtrasError&) {
-    throw UsageError(unexpected(app, app.remaining(true)));
   } catch (const CLI::ParseError& e) {
-    requireCommand(app);
-    const std::string text = e.what();
-    throw UsageError(text + (text.rfind("--", 0) == 0 ? "" : seeHelp(app)));
+    // CLI11 checks the values before it looks for --help; --help wins.
+    if (!helpAsked(app)) throw UsageError(describe(app, e));
+  } catch (const UsageError&) {  // from a flag's own parser (a list, a range)
+    if (!helpAsked(app)) throw;
   }
-  return true;
+  help_out << app.help();
+  return false;
 }
 
 bool parseCommandLine(CLI::App& app, int argc, const char* const argv[], std::ostream& help_out) {
@@ -205,8 +225,8 @@ CLI::Validator positiveNumber(const std::string& what, double max) {
           return "expected a positive " + what + ", got \"" + text + "\"";
         }
         if (value > max) {
-          return "expected a positive " + what + " up to " + formatNumber(max) + ", got \"" +
-                 text + "\"";
+          return "expected a positive " + what + " up to " + formatNumber(max) + ", got \"" + text +
+                 "\"";
         }
         return std::string();
       },
@@ -215,8 +235,7 @@ CLI::Validator positiveNumber(const std::string& what, double max) {
 
 CLI::Validator nonEmpty(const std::string& what) {
   return CLI::Validator(
-      [what](std::string& text) { return text.empty() ? "expected a non-empty " + what : ""; },
-      "");
+      [what](std::string& text) { return text.empty() ? "expected a non-empty " + what : ""; }, "");
 }
 
 int reportError(const std::string& program, const std::exception& error, std::ostream& err) {

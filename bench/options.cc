@@ -15,11 +15,13 @@ using base::UsageError;
 void addCommonFlags(CLI::App& command, BenchOptions& o, std::string& sizes, int& factor) {
   command.add_option("--sizes", sizes, "message sizes MIN:MAX, suffixes K, M, G")
       ->type_name("MIN:MAX");
-  command.add_option("--factor", factor, "step between sizes")->type_name("F")
+  command.add_option("--factor", factor, "step between sizes")
+      ->type_name("F")
       ->transform(base::integerIn(2, 1024));
-  command.add_option_function<int>(
-             "--timeout-s", [&o](int s) { o.timeout = std::chrono::milliseconds(s * 1000LL); },
-             "deadline of every collective, in seconds (default 120)")
+  command
+      .add_option_function<int>(
+          "--timeout-s", [&o](int s) { o.timeout = std::chrono::milliseconds(s * 1000LL); },
+          "deadline of every collective, in seconds (default 120)")
       ->type_name("S")
       ->transform(base::integerIn(1, 86400));
   command.add_flag("--worker", o.worker)->group("");  // hidden: a rank that runGroup started
@@ -52,8 +54,9 @@ void addAllreduceFlags(CLI::App& command, BenchOptions& o) {
           "--dtype", [&o](const std::string& v) { o.dtype = parseDType(v); },
           "float32, float64, int32 or int64 (default float32)")
       ->type_name("TYPE");
-  command.add_option("--cost-model", o.costModelPath,
-                     "cost model for predictions and auto (default: built-in)")
+  command
+      .add_option("--cost-model", o.costModelPath,
+                  "cost model for predictions and auto (default: built-in)")
       ->type_name("PATH");
 }
 
@@ -136,9 +139,10 @@ int itersFor(size_t bytes) {
 
 BenchOptions parseOptions(int argc, const char* const argv[], std::ostream& help_out) {
   BenchOptions o;
-  CLI::App app{"Collective benchmarks: ranks are processes on 127.0.0.1; the bench hosts the "
-               "Store (and, for funnel, the parameter server) itself.",
-               "cumulus-bench"};
+  CLI::App app{
+      "Collective benchmarks: ranks are processes on 127.0.0.1; the bench hosts the "
+      "Store (and, for funnel, the parameter server) itself.",
+      "cumulus-bench"};
   base::setUpCommandLine(app, base::kCommonExitCodes,
                          "Output: an nccl-tests-style table, then one JSON line per row.");
   app.require_subcommand(1);

@@ -3,9 +3,9 @@
 // as the checkpoint writer does, and prints the best round's MB/s (10^6 bytes per second).
 //
 //   cumulus-sha256-bench [MIB [ROUNDS]]      defaults: 256 MiB, 5 rounds
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -17,9 +17,10 @@ namespace {
 
 int run(int argc, char** argv) {
   namespace base = cumulus::base;
-  CLI::App app{"How fast checkpoints are hashed: SHA-256 of a buffer in 1 MiB updates, best of "
-               "ROUNDS, in MB/s.",
-               "cumulus-sha256-bench"};
+  CLI::App app{
+      "How fast checkpoints are hashed: SHA-256 of a buffer in 1 MiB updates, best of "
+      "ROUNDS, in MB/s.",
+      "cumulus-sha256-bench"};
   base::setUpCommandLine(app);
   long mib = 256;
   long rounds = 5;
@@ -43,7 +44,8 @@ int run(int argc, char** argv) {
     cumulus::base::Sha256 hasher;
     for (size_t off = 0; off < data.size(); off += 1 << 20) hasher.update(&data[off], 1 << 20);
     hex = cumulus::base::toHex(hasher.digest());
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, static_cast<double>(data.size()) / s / 1e6);
   }
   std::printf("sha256 %ld MiB x %ld rounds: best %.0f MB/s (digest %s)\n", mib, rounds, best,

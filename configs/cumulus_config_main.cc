@@ -60,13 +60,14 @@ int run(int argc, char** argv) {
       app.add_subcommand("digest", "print the config digest (SHA-256 of the resolved YAML)");
   addExperimentArgs(*digest, digested, "FILE", /*with_print_config=*/false);
   std::string file_a, file_b;
-  CLI::App* diff_command = app.add_subcommand("diff", "print each key that differs (exit 1 if any)");
+  CLI::App* diff_command =
+      app.add_subcommand("diff", "print each key that differs (exit 1 if any)");
   diff_command->add_option("FILE_A", file_a, "an experiment file")->required()->type_name("");
   diff_command->add_option("FILE_B", file_b, "the other one")->required()->type_name("");
   CLI::App* defaults = app.add_subcommand("defaults", "print every key at its default");
   std::string markdown;
-  CLI::App* reference_command = app.add_subcommand(
-      "reference", "print the table of keys, or rewrite it in a Markdown file");
+  CLI::App* reference_command =
+      app.add_subcommand("reference", "print the table of keys, or rewrite it in a Markdown file");
   // --readme is the flag's first name, from when the table lived in README.md.
   reference_command
       ->add_option("--file,--readme", markdown,

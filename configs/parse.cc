@@ -10,8 +10,8 @@
 #include <functional>
 #include <map>
 
-#include "configs/schema.h"
 #include "base/suggest.h"
+#include "configs/schema.h"
 #include "configs/yaml_reader.h"
 
 namespace cumulus::configs {

@@ -33,8 +33,8 @@
 #include <string>
 #include <vector>
 
-#include "base/run_env.h"
 #include "base/command_line.h"
+#include "base/run_env.h"
 #include "comm/communicator.h"
 #include "comm/cost_model.h"
 #include "comm/funnel.h"
@@ -176,13 +176,13 @@ struct ProbeGroup {
 // Joins the group that cumulus-run started (the torchrun environment) with the cost model the
 // flags name.
 ProbeGroup joinGroup(const ProbeOptions& o) {
-  const base::RunEnv env = base::RunEnv::fromGroupEnvironment(
-      base::systemEnvironment, "start the probe with cumulus-run");
+  const base::RunEnv env = base::RunEnv::fromGroupEnvironment(base::systemEnvironment,
+                                                              "start the probe with cumulus-run");
   ProbeGroup g;
   g.rank = static_cast<int>(env.rank);
   g.world = static_cast<int>(env.world_size);
-  g.store = std::make_unique<comm::StoreClient>(env.master_addr,
-                                                static_cast<int>(env.master_port), env.job_token);
+  g.store = std::make_unique<comm::StoreClient>(env.master_addr, static_cast<int>(env.master_port),
+                                                env.job_token);
   const double payload_bytes_per_s = o.link_gbit * 1e9 / 8 * 1448.0 / 1514.0;
   const comm::CostModel defaults;
   g.model = o.cost_model.empty()
@@ -223,7 +223,8 @@ PointResult timePoint(const ProbeOptions& o, ProbeGroup& g, comm::Algorithm algo
   }
   PointResult r;
   r.concrete = algorithm == comm::Algorithm::kAuto ? g.comm->resolve(algorithm, bytes) : algorithm;
-  r.predicted = g.model.predict(r.concrete, static_cast<double>(bytes), g.world, g.funnel != nullptr);
+  r.predicted =
+      g.model.predict(r.concrete, static_cast<double>(bytes), g.world, g.funnel != nullptr);
   r.iters = std::clamp(static_cast<int>(o.target_seconds / std::max(r.predicted, 1e-6)), 3,
                        std::max(3, o.max_iters));
   const float expected = static_cast<float>(g.world) * static_cast<float>(g.world + 1) / 2.0f;
@@ -303,9 +304,10 @@ int probe(const ProbeOptions& o) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"Times all-reduce across the hosts of a job, one rank per process (started by "
-               "cumulus-run).",
-               kProgram};
+  CLI::App app{
+      "Times all-reduce across the hosts of a job, one rank per process (started by "
+      "cumulus-run).",
+      kProgram};
   base::setUpCommandLine(app,
                          "0 ok, 1 a wrong sum or a communication error (its text names op, seq "
                          "and peer), 2 usage");

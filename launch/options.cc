@@ -12,14 +12,19 @@ namespace {
 // Seconds flags: a decimal number from `min` up to a day.
 CLI::Validator seconds(double min) { return base::numberIn(min, 86400.0, "seconds"); }
 
-// Declares every flag, bound to `o`; the flags whose value needs more than a range check parse
-// it in their callback (so a mistake names the flag).
-void addFlags(CLI::App& app, LaunchOptions& o) {
+// The flags are declared bound to `o`; those whose value needs more than a range check parse it
+// in their callback (so a mistake names the flag).
+
+// Which nodes and workers make up the job, and where they meet.
+void addGroupFlags(CLI::App& app, LaunchOptions& o) {
   app.add_option("--nproc-per-node", o.nproc_per_node, "workers on this node")
       ->type_name("N")
       ->transform(base::integerIn(1, 1024));
   app.add_option_function<std::string>(
-         "--nnodes", [&](const std::string& v) { std::tie(o.min_nodes, o.max_nodes) = parseNodeRange(v, "nnodes"); },
+         "--nnodes",
+         [&](const std::string& v) {
+           std::tie(o.min_nodes, o.max_nodes) = parseNodeRange(v, "nnodes");
+         },
          "nodes in the job (default 1); MIN:MAX is elastic")
       ->type_name("N|MIN:MAX");
   app.add_option("--node-rank", o.node_rank,
@@ -34,6 +39,10 @@ void addFlags(CLI::App& app, LaunchOptions& o) {
          "the rendezvous Store, hosted by node 0")
       ->type_name("H:P");
   app.add_flag("--standalone", o.standalone, "single node, Store on a free loopback port");
+}
+
+// How this node runs, watches, stops and restarts its workers.
+void addRunFlags(CLI::App& app, LaunchOptions& o) {
   app.add_option("--max-restarts", o.max_restarts,
                  "group restarts after a crash or node loss (default 3)")
       ->type_name("K")
@@ -83,8 +92,6 @@ void addFlags(CLI::App& app, LaunchOptions& o) {
       ->check(base::nonEmpty("address or host name"));
   app.add_flag("--parameter-server", o.host_parameter_server,
                "node 0 hosts the funnel's parameter server");
-  app.add_option("PROGRAM", o.command, "the worker and its arguments, after -- or the flags")
-      ->type_name("");
 }
 
 // torchrun spells its flags with '_' (--node_rank); both spellings are accepted. Only the flags
@@ -163,7 +170,10 @@ LaunchOptions parseLaunchArgs(const std::vector<std::string>& args, std::ostream
                          "A PROGRAM argument ending in .yaml is read for its launch: section; "
                          "flags win.");
   app.positionals_at_end();  // everything from the program on is the program's
-  addFlags(app, o);
+  addGroupFlags(app, o);
+  addRunFlags(app, o);
+  app.add_option("PROGRAM", o.command, "the worker and its arguments, after -- or the flags")
+      ->type_name("");
   o.help = !base::parseCommandLine(app, withDashes(app, args), help_out);
   if (o.help) return o;
   for (const CLI::Option* option : app.get_options()) {

@@ -68,7 +68,9 @@ void addFlags(CLI::App& app, SpotFlags& f) {
       ->transform(seconds());
   app.add_option_function<std::string>(
          "--world-sizes",
-         [&trace](const std::string& v) { trace.world_sizes = parseWorldSizes(v, "--world-sizes"); },
+         [&trace](const std::string& v) {
+           trace.world_sizes = parseWorldSizes(v, "--world-sizes");
+         },
          "world size per launch, cycled (default: the command's)")
       ->type_name("2,1,2");
   app.add_option("--max-preemptions", trace.max_preemptions,

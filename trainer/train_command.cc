@@ -39,8 +39,9 @@ struct TrainFlags {
 
 void addFlags(CLI::App& app, TrainFlags& flags) {
   using namespace cumulus;
-  base::setUpCommandLine(app, "0 done, 1 failed, 2 usage or configuration error, 75 preempted "
-                              "after a checkpoint (the message is on stderr)",
+  base::setUpCommandLine(app,
+                         "0 done, 1 failed, 2 usage or configuration error, 75 preempted "
+                         "after a checkpoint (the message is on stderr)",
                          "Every key, its default and meaning: cumulus-config reference");
   configs::addExperimentArgs(app, flags.experiment);
   app.add_option("--trace", flags.trace,

@@ -48,8 +48,9 @@ TEST(CumulusBench, AllreducePrintsOneTableRowAndOneJsonLinePerSize) {
   EXPECT_NE(run.output.find("# cumulus-bench allreduce: algo ring, world 3, dtype float32"),
             std::string::npos)
       << run.output;
-  EXPECT_EQ(countLines(run.output, "{\"bench\":\"allreduce\",\"impl\":\"cumulus\",\"algo\":\"ring\","
-                                   "\"ran\":\"ring\",\"world\":3,"),
+  EXPECT_EQ(countLines(run.output,
+                       "{\"bench\":\"allreduce\",\"impl\":\"cumulus\",\"algo\":\"ring\","
+                       "\"ran\":\"ring\",\"world\":3,"),
             3)
       << run.output;
   for (const char* bytes : {"\"bytes\":4096,", "\"bytes\":16384,", "\"bytes\":65536,"})
@@ -59,7 +60,8 @@ TEST(CumulusBench, AllreducePrintsOneTableRowAndOneJsonLinePerSize) {
 TEST(CumulusBench, CalibrateWritesAModelWithTheOversubscribedTerms) {
   const std::string path = ::testing::TempDir() + "/bench_cli_cost_model.json";
   std::remove(path.c_str());
-  const BenchRun run = runBench("calibrate --sizes 64K:256K --oversubscribed-world 3 --out " + path);
+  const BenchRun run =
+      runBench("calibrate --sizes 64K:256K --oversubscribed-world 3 --out " + path);
   ASSERT_EQ(run.exitCode, 0) << run.output;
   EXPECT_NE(run.output.find("# 3 ranks on "), std::string::npos) << run.output;
   const CostModel model = CostModel::load(path);

@@ -373,8 +373,7 @@ TEST(ParameterServerTest, CumulusPsRejectsBadFlagsWithExitTwoAndHelpsWithExitZer
     return output;
   };
   int code = -1;
-  EXPECT_EQ(run("--port 0 2>&1", &code),
-            "cumulus-ps: error: --world-size is required\n");
+  EXPECT_EQ(run("--port 0 2>&1", &code), "cumulus-ps: error: --world-size is required\n");
   EXPECT_EQ(code, 2);
   EXPECT_EQ(run("--world-size 2x 2>&1", &code),
             "cumulus-ps: error: --world-size: expected an integer in [1, 65536], got \"2x\"\n");
@@ -382,7 +381,8 @@ TEST(ParameterServerTest, CumulusPsRejectsBadFlagsWithExitTwoAndHelpsWithExitZer
   const std::string help = run("--help 2>/dev/null", &code);
   EXPECT_EQ(code, 0);
   EXPECT_THAT(help, HasSubstr("Usage: cumulus-ps [FLAGS]"));
-  EXPECT_THAT(help, HasSubstr("  --world-size N REQUIRED     number of workers that push each step"));
+  EXPECT_THAT(help,
+              HasSubstr("  --world-size N REQUIRED     number of workers that push each step"));
 }
 
 }  // namespace

@@ -40,9 +40,8 @@ std::string errorOf(const std::vector<std::string>& argv) {
 }
 
 TEST(CliTest, ParsesPathOverridesAndFlagsInAnyOrder) {
-  const Parsed p =
-      parse({"--set", "optimizer.lr=0.05", "exp.yaml", "--set=model.hidden=[512,256]",
-             "--print-config", "--resume=/ckpt", "--dry-run", "--set", "name=a=b"});
+  const Parsed p = parse({"--set", "optimizer.lr=0.05", "exp.yaml", "--set=model.hidden=[512,256]",
+                          "--print-config", "--resume=/ckpt", "--dry-run", "--set", "name=a=b"});
   ASSERT_TRUE(p.finished);
   EXPECT_EQ(p.args.config_path, "exp.yaml");
   EXPECT_EQ(p.args.overrides,
@@ -66,8 +65,7 @@ TEST(CliTest, HelpNeedsNothingElseAndListsEveryFlag) {
   EXPECT_NE(p.help.find("  --set KEY=VALUE ..."), std::string::npos) << p.help;
   EXPECT_NE(p.help.find("  --resume DIR                resume from DIR\n"), std::string::npos)
       << p.help;
-  EXPECT_NE(p.help.find("  --dry-run                   stop before training\n"),
-            std::string::npos)
+  EXPECT_NE(p.help.find("  --dry-run                   stop before training\n"), std::string::npos)
       << p.help;
   EXPECT_NE(p.help.find("Exit status: 0 success, 1 failure, 2 usage or configuration error"),
             std::string::npos)

@@ -65,15 +65,16 @@ TEST_F(ToolTest, CheckReportsTheErrorWithExitStatus2) {
   std::string path = write("bad.yaml", "name: t\ntrainer:\n  lr: 0.1\n");
   Result r = run("check " + path);
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(r.out, "cumulus-config: error: " + path + ":3:3: trainer.lr: unknown key; did you mean `optimizer.lr`?\n");
+  EXPECT_EQ(r.out, "cumulus-config: error: " + path +
+                       ":3:3: trainer.lr: unknown key; did you mean `optimizer.lr`?\n");
   Result bad_override = run("check " + write("ok.yaml", "name: t\n") + " --set optimizer.lr=abc");
   EXPECT_EQ(bad_override.status, 2);
   EXPECT_EQ(bad_override.out,
-            "cumulus-config: error: --set optimizer.lr=abc: optimizer.lr: expected a number > 0, got \"abc\"\n");
+            "cumulus-config: error: --set optimizer.lr=abc: optimizer.lr: expected a number > 0, "
+            "got \"abc\"\n");
   Result missing = run("check");
   EXPECT_EQ(missing.status, 2);
-  EXPECT_EQ(missing.out,
-            "cumulus-config: error: FILE is required (see cumulus-config --help)\n");
+  EXPECT_EQ(missing.out, "cumulus-config: error: FILE is required (see cumulus-config --help)\n");
   EXPECT_EQ(run("frobnicate").status, 2);
 }
 
@@ -127,8 +128,7 @@ TEST_F(ToolTest, ReferenceFileRewritesOnlyTheTableBetweenTheMarkers) {
 TEST_F(ToolTest, ReferenceSaysWhichArgumentsItTakes) {
   Result r = run("reference --out x.md");
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(r.out,
-            "cumulus-config: error: unknown flag --out (see cumulus-config --help)\n");
+  EXPECT_EQ(r.out, "cumulus-config: error: unknown flag --out (see cumulus-config --help)\n");
   Result missing = run("reference --file " + dir_ + "/absent.md");
   EXPECT_EQ(missing.status, 2);
   EXPECT_EQ(missing.out, "cumulus-config: error: cannot read " + dir_ + "/absent.md\n");

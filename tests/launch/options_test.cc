@@ -107,9 +107,11 @@ TEST(LaunchOptions, NumbersAreWholeDecimalAndInRange) {
             "--nnodes: expected an integer in [1, 4096], got \"2x\"");
   EXPECT_EQ(usageErrorOf({"--stop-grace", "1s", "--", "x"}),
             "--stop-grace: expected seconds in [0, 86400], got \"1s\"");
-  EXPECT_EQ(usageErrorOf({"--standalone=yes", "--", "x"}),
-            "--standalone takes no value");
+  EXPECT_EQ(usageErrorOf({"--standalone=yes", "--", "x"}), "--standalone takes no value");
   EXPECT_EQ(parseLaunchArgs({"--nproc-per-node", "010", "--", "x"}).nproc_per_node, 10);
+  // The program's own flags are the program's.
+  EXPECT_EQ(parseLaunchArgs({"--standalone", "x", "--standalone=1", "--log-dir="}).command,
+            (std::vector<std::string>{"x", "--standalone=1", "--log-dir="}));
 }
 
 TEST(LaunchOptions, UnderscoresAreDashesInTheFlagsOnly) {
