@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iomanip>
+#include <memory>
 #include <sstream>
 
 #include "base/suggest.h"
@@ -122,6 +123,38 @@ void requireCommand(const CLI::App& app) {
   throw UsageError("missing COMMAND: " + names + seeHelp(app));
 }
 
+constexpr size_t kHelpWidth = 100;  // the line length of the code, and of the help
+constexpr size_t kNameColumn = 30;  // "  --preemption-grace S" and its padding
+
+// `text` broken at spaces into lines of at most `width` characters (a longer word keeps its own
+// line); each line after the first starts with `indent`.
+std::string wrap(const std::string& text, size_t width, const std::string& indent = "") {
+  std::string out;
+  size_t line = 0;
+  std::istringstream words(text);
+  for (std::string word; words >> word;) {
+    if (line > 0 && line + 1 + word.size() > width) {
+      out += "\n" + indent;
+      line = indent.size();
+    } else if (line > 0) {
+      out += " ";
+      ++line;
+    }
+    out += word;
+    line += word.size();
+  }
+  return out;
+}
+
+// CLI11 2.1 does not wrap a flag's description; this does, so that the help stays within
+// kHelpWidth columns (CLI11 indents each continuation line under the first).
+class WrappingFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_desc(const CLI::Option* option) const override {
+    return wrap(CLI::Formatter::make_option_desc(option), kHelpWidth - kNameColumn);
+  }
+};
+
 bool helpAsked(const CLI::App& app) {
   if (app.get_help_ptr() != nullptr && app.get_help_ptr()->count() > 0) return true;
   for (const CLI::App* sub : app.get_subcommands()) {
@@ -145,9 +178,12 @@ std::string describe(const CLI::App& app, const CLI::ParseError& error) {
 void setUpCommandLine(CLI::App& app, const std::string& exit_codes, const std::string& notes) {
   app.option_defaults()->group("Flags");
   app.set_help_flag("-h,--help", "print this help and exit");
-  app.get_formatter()->column_width(30);
-  app.get_formatter()->label("OPTIONS", "FLAGS");
-  app.footer((notes.empty() ? "" : notes + "\n") + "Exit status: " + exit_codes);
+  auto formatter = std::make_shared<WrappingFormatter>();
+  formatter->column_width(kNameColumn);
+  formatter->label("OPTIONS", "FLAGS");
+  app.formatter(formatter);
+  app.footer((notes.empty() ? "" : wrap(notes, kHelpWidth) + "\n") +
+             wrap("Exit status: " + exit_codes, kHelpWidth, "  "));
 }
 
 bool parseCommandLine(CLI::App& app, std::vector<std::string> args, std::ostream& help_out) {

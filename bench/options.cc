@@ -139,12 +139,10 @@ int itersFor(size_t bytes) {
 
 BenchOptions parseOptions(int argc, const char* const argv[], std::ostream& help_out) {
   BenchOptions o;
-  CLI::App app{
-      "Collective benchmarks: ranks are processes on 127.0.0.1; the bench hosts the "
-      "Store (and, for funnel, the parameter server) itself.",
-      "cumulus-bench"};
+  CLI::App app{"Collective benchmarks: ranks are processes on 127.0.0.1.", "cumulus-bench"};
   base::setUpCommandLine(app, base::kCommonExitCodes,
-                         "Output: an nccl-tests-style table, then one JSON line per row.");
+                         "The bench hosts the Store (and, for funnel, the parameter server) "
+                         "itself. Output: an nccl-tests-style table, then one JSON line per row.");
   app.require_subcommand(1);
   std::string sizes;
   int factor = 0;

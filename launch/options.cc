@@ -164,9 +164,9 @@ LaunchOptions parseLaunchArgs(const std::vector<std::string>& args, std::ostream
   CLI::App app{"Starts the workers of one node and supervises them (torchrun-style).",
                "cumulus-run"};
   base::setUpCommandLine(app,
-                         "0 every worker succeeded; 1 a worker failed with no restarts left, or\n"
-                         "  a node was lost; 2 usage or set-up error; 75 preempted after a\n"
-                         "  checkpoint (resumable); 128+N stopped by signal N",
+                         "0 every worker succeeded; 1 a worker failed with no restarts left, or a "
+                         "node was lost; 2 usage or set-up error; 75 preempted after a checkpoint "
+                         "(resumable); 128+N stopped by signal N",
                          "A PROGRAM argument ending in .yaml is read for its launch: section; "
                          "flags win.");
   app.positionals_at_end();  // everything from the program on is the program's

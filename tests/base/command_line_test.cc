@@ -107,6 +107,24 @@ TEST(CommandLineTest, HelpIsTheSharedLayout) {
             "stderr)\n");
 }
 
+TEST(CommandLineTest, LongDescriptionsWrapUnderTheirColumn) {
+  CLI::App app{"Does one thing.", "cumulus-x"};
+  setUpCommandLine(app);
+  std::string path;
+  app.add_option("--path", path,
+                 "where the output goes; the directory must exist, and the file is replaced "
+                 "atomically when the run ends")
+      ->type_name("PATH");
+  std::ostringstream help;
+  ASSERT_FALSE(parseCommandLine(app, {"--help"}, help));
+  EXPECT_NE(
+      help.str().find("  --path PATH                 where the output goes; the directory must "
+                      "exist, and the file is\n"
+                      "                              replaced atomically when the run ends\n"),
+      std::string::npos)
+      << help.str();
+}
+
 TEST(CommandLineTest, ReportErrorPrintsOneLineAndMapsTheExitCode) {
   std::ostringstream err;
   EXPECT_EQ(reportError("cumulus-x", UsageError("--count: bad"), err), 2);
