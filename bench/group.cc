@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "base/host_port.h"
 #include "base/run_env.h"
 #include "comm/parameter_server.h"
 #include "comm/store_server.h"
@@ -19,12 +21,6 @@
 namespace cumulus::bench {
 
 namespace {
-
-int envInt(const char* name) {
-  const char* value = std::getenv(name);
-  if (!value) throw std::runtime_error(std::string("worker environment lacks ") + name);
-  return std::atoi(value);
-}
 
 std::string randomToken() {
   std::random_device device;
@@ -43,7 +39,12 @@ WorkerEnv WorkerEnv::fromEnvironment() {
   env.rank = static_cast<int>(run.rank);
   env.world = static_cast<int>(run.world_size);
   env.storePort = static_cast<int>(run.master_port);
-  env.psPort = envInt("CUMULUS_PS_PORT");  // the bench's own variable
+  if (!run.ps_endpoint.empty()) {  // the parameter server that runGroup started
+    std::string problem;
+    const std::optional<base::HostPort> ps = base::parseHostPort(run.ps_endpoint, &problem);
+    if (!ps) throw std::runtime_error("CUMULUS_PS_ENDPOINT: " + problem);
+    env.psPort = ps->port;
+  }
   env.token = run.job_token;
   return env;
 }
@@ -77,7 +78,11 @@ int runGroup(int argc, char** argv, int world, bool withParameterServer,
       setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);  // one host
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(store.port()).c_str(), 1);
-      setenv("CUMULUS_PS_PORT", std::to_string(ps ? ps->port() : 0).c_str(), 1);
+      if (ps) {
+        setenv("CUMULUS_PS_ENDPOINT", ("127.0.0.1:" + std::to_string(ps->port())).c_str(), 1);
+      } else {
+        unsetenv("CUMULUS_PS_ENDPOINT");  // not one the bench's caller may have set
+      }
       setenv("CUMULUS_JOB_TOKEN", token.c_str(), 1);
       execv("/proc/self/exe", args.data());
       std::perror("cumulus-bench: exec");

@@ -2,8 +2,9 @@
 // A group of `world` rank processes on loopback for one benchmark run: the coordinator hosts a
 // StoreServer (and optionally a ParameterServer), then forks/execs this same binary once per
 // rank with --worker and the torchrun-style environment (RANK, LOCAL_RANK, WORLD_SIZE,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CUMULUS_JOB_TOKEN, CUMULUS_PS_PORT). A worker reads
-// that environment back with WorkerEnv::fromEnvironment().
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CUMULUS_JOB_TOKEN and, with a parameter server,
+// CUMULUS_PS_ENDPOINT). A worker reads that environment back with WorkerEnv::fromEnvironment(),
+// through base::RunEnv.
 
 #include <chrono>
 #include <string>

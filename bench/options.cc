@@ -1,37 +1,108 @@
 #include "bench/options.h"
 
 #include <algorithm>
+#include <cctype>
 #include <stdexcept>
 
-namespace cumulus::bench {
+#include "base/command_line.h"
 
-const char kUsage[] =
-    "usage:\n"
-    "  cumulus-bench allreduce --algo {funnel,tree,ring,auto} --world-size P --sizes 4K:256M\n"
-    "                          [--factor 2] [--iters N] [--warmup N] [--dtype float32]\n"
-    "                          [--cost-model PATH] [--timeout-s 120]\n"
-    "  cumulus-bench calibrate [--out PATH] [--oversubscribed-world P] [--sizes 1M:64M]\n"
-    "                          [--factor 4]\n"
-    "                          (P ranks measure the work when ranks outnumber cores; default\n"
-    "                          twice the cores, at most 64; 0 skips that part)\n"
-    "Ranks are processes on 127.0.0.1; the bench hosts the Store (and, for funnel, the\n"
-    "parameter server) itself. Output: an nccl-tests-style table, then one JSON line per row.\n";
+namespace cumulus::bench {
+namespace {
+
+using base::UsageError;
+
+// Flags both commands take.
+void addCommonFlags(CLI::App& command, BenchOptions& o, std::string& sizes, int& factor) {
+  command.add_option("--sizes", sizes, "message sizes MIN:MAX, suffixes K, M, G")
+      ->type_name("MIN:MAX");
+  command.add_option("--factor", factor, "step between sizes")
+      ->type_name("F")
+      ->transform(base::integerIn(2, 1024));
+  command
+      .add_option_function<int>(
+          "--timeout-s", [&o](int s) { o.timeout = std::chrono::milliseconds(s * 1000LL); },
+          "deadline of every collective, in seconds (default 120)")
+      ->type_name("S")
+      ->transform(base::integerIn(1, 86400));
+  command.add_flag("--worker", o.worker)->group("");  // hidden: a rank that runGroup started
+}
+
+void addAllreduceFlags(CLI::App& command, BenchOptions& o) {
+  command
+      .add_option_function<std::string>(
+          "--algo",
+          [&o](const std::string& v) {
+            try {
+              o.algorithm = comm::parseAlgorithm(v);
+            } catch (const std::invalid_argument& e) {
+              throw UsageError("--algo: " + std::string(e.what()));
+            }
+          },
+          "funnel, tree, ring or auto (default ring)")
+      ->type_name("ALGO");
+  command.add_option("--world-size", o.world, "ranks, processes on 127.0.0.1 (default 2)")
+      ->type_name("P")
+      ->transform(base::integerIn(1, 64));
+  command.add_option("--iters", o.iters, "timed iterations per size (default: adaptive)")
+      ->type_name("N")
+      ->transform(base::integerIn(1, 1000000));
+  command.add_option("--warmup", o.warmup, "warm-up iterations per size (default: adaptive)")
+      ->type_name("N")
+      ->transform(base::integerIn(0, 1000000));
+  command
+      .add_option_function<std::string>(
+          "--dtype", [&o](const std::string& v) { o.dtype = parseDType(v); },
+          "float32, float64, int32 or int64 (default float32)")
+      ->type_name("TYPE");
+  command
+      .add_option("--cost-model", o.costModelPath,
+                  "cost model for predictions and auto (default: built-in)")
+      ->type_name("PATH");
+}
+
+void addCalibrateFlags(CLI::App& command, BenchOptions& o) {
+  command.add_option("--out", o.out, "where the cost model goes (default cost_model.json)")
+      ->type_name("PATH");
+  command
+      .add_option("--oversubscribed-world", o.oversubscribedWorld,
+                  "ranks that measure the busy_at table (default twice the cores, at most 64; "
+                  "0 skips it)")
+      ->type_name("P")
+      ->transform(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v == "0") return "";
+            int64_t p = 0;
+            try {
+              p = base::parseInteger(v, "", 2, 64);
+            } catch (const UsageError&) {
+              return "expected 0 (skip) or an integer in [2, 64], got \"" + v + "\"";
+            }
+            v = std::to_string(p);
+            return "";
+          },
+          ""));
+  command.add_flag("--busy-phase", o.busyPhase)->group("");  // hidden: the busy_at group
+}
+
+}  // namespace
 
 size_t parseBytes(const std::string& text) {
-  if (text.empty()) throw std::invalid_argument("empty size");
-  size_t used = 0;
-  const unsigned long long value = std::stoull(text, &used);
-  const std::string suffix = text.substr(used);
-  size_t scale = 1;
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string suffix = text.substr(digits);
+  int shift = 0;
   if (suffix == "K" || suffix == "k")
-    scale = size_t{1} << 10;
+    shift = 10;
   else if (suffix == "M" || suffix == "m")
-    scale = size_t{1} << 20;
+    shift = 20;
   else if (suffix == "G" || suffix == "g")
-    scale = size_t{1} << 30;
+    shift = 30;
   else if (!suffix.empty() && suffix != "B")
-    throw std::invalid_argument("bad size '" + text + "'");
-  return static_cast<size_t>(value) * scale;
+    digits = 0;  // not a size
+  if (digits == 0 || digits > 12) {
+    throw UsageError("--sizes: expected a size such as 4096, 4K, 64M or 1G, got \"" + text + "\"");
+  }
+  return static_cast<size_t>(std::stoull(text.substr(0, digits))) << shift;
 }
 
 std::vector<size_t> parseSizes(const std::string& text, size_t factor) {
@@ -39,7 +110,7 @@ std::vector<size_t> parseSizes(const std::string& text, size_t factor) {
   const size_t lo = parseBytes(text.substr(0, colon));
   const size_t hi = colon == std::string::npos ? lo : parseBytes(text.substr(colon + 1));
   if (lo == 0 || hi < lo || factor < 2)
-    throw std::invalid_argument("--sizes wants MIN:MAX with 0 < MIN <= MAX, got '" + text + "'");
+    throw UsageError("--sizes wants MIN:MAX with 0 < MIN <= MAX, got '" + text + "'");
   std::vector<size_t> sizes;
   for (size_t s = lo; s <= hi; s *= factor) sizes.push_back(s);
   return sizes;
@@ -58,7 +129,7 @@ comm::DType parseDType(const std::string& name) {
   for (auto d :
        {comm::DType::kFloat32, comm::DType::kFloat64, comm::DType::kInt32, comm::DType::kInt64})
     if (name == comm::dtypeName(d)) return d;
-  throw std::invalid_argument("--dtype '" + name + "': expected float32, float64, int32 or int64");
+  throw UsageError("--dtype: expected float32, float64, int32 or int64, got \"" + name + "\"");
 }
 
 int itersFor(size_t bytes) {
@@ -66,61 +137,32 @@ int itersFor(size_t bytes) {
   return std::clamp(static_cast<int>(budget / static_cast<double>(bytes)), 3, 200);
 }
 
-BenchOptions parseOptions(int argc, char** argv) {
+BenchOptions parseOptions(int argc, const char* const argv[], std::ostream& help_out) {
   BenchOptions o;
-  if (argc < 2) throw std::invalid_argument("missing command");
-  o.command = argv[1];
-  if (o.command != "allreduce" && o.command != "calibrate")
-    throw std::invalid_argument("unknown command '" + o.command + "'");
+  CLI::App app{"Collective benchmarks: ranks are processes on 127.0.0.1.", "cumulus-bench"};
+  base::setUpCommandLine(app, base::kCommonExitCodes,
+                         "The bench hosts the Store (and, for funnel, the parameter server) "
+                         "itself. Output: an nccl-tests-style table, then one JSON line per row.");
+  app.require_subcommand(1);
   std::string sizes;
-  size_t factor = 0;
-  for (int i = 2; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--worker") {
-      o.worker = true;
-      continue;
-    }
-    if (flag == "--busy-phase") {
-      o.busyPhase = true;
-      continue;
-    }
-    if (i + 1 >= argc) throw std::invalid_argument("missing value after " + flag);
-    const std::string value = argv[++i];
-    if (flag == "--algo")
-      o.algorithm = comm::parseAlgorithm(value);
-    else if (flag == "--world-size")
-      o.world = std::stoi(value);
-    else if (flag == "--sizes")
-      sizes = value;
-    else if (flag == "--factor")
-      factor = std::stoul(value);
-    else if (flag == "--iters")
-      o.iters = std::stoi(value);
-    else if (flag == "--warmup")
-      o.warmup = std::stoi(value);
-    else if (flag == "--dtype")
-      o.dtype = parseDType(value);
-    else if (flag == "--cost-model")
-      o.costModelPath = value;
-    else if (flag == "--out")
-      o.out = value;
-    else if (flag == "--oversubscribed-world")
-      o.oversubscribedWorld = std::stoi(value);
-    else if (flag == "--timeout-s")
-      o.timeout = std::chrono::milliseconds(std::stoi(value) * 1000);
-    else
-      throw std::invalid_argument("unknown option " + flag);
+  int factor = 0;
+  CLI::App* allreduce = app.add_subcommand("allreduce", "an all-reduce sweep over sizes");
+  CLI::App* calibrate =
+      app.add_subcommand("calibrate", "measure the cost model's alpha, beta, gamma here");
+  for (CLI::App* command : {allreduce, calibrate}) {
+    base::setUpCommandLine(*command);
+    addCommonFlags(*command, o, sizes, factor);
   }
-  if (o.world < 1 || o.world > 64)
-    throw std::invalid_argument("--world-size must be in [1, 64], got " + std::to_string(o.world));
-  if (o.oversubscribedWorld < -1 || o.oversubscribedWorld > 64 || o.oversubscribedWorld == 1)
-    throw std::invalid_argument("--oversubscribed-world must be 0 (skip) or in [2, 64], got " +
-                                std::to_string(o.oversubscribedWorld));
+  addAllreduceFlags(*allreduce, o);
+  addCalibrateFlags(*calibrate, o);
+  o.help = !base::parseCommandLine(app, argc, argv, help_out);
+  if (o.help) return o;
+  o.command = calibrate->parsed() ? "calibrate" : "allreduce";
   // calibrate's tables default to 1, 4, 16 and 64 MiB.
-  const bool calibrate = o.command == "calibrate";
-  if (sizes.empty()) sizes = calibrate ? "1M:64M" : "4K:256M";
-  if (factor == 0) factor = calibrate ? 4 : 2;
-  o.sizes = parseSizes(sizes, factor);
+  const bool is_calibrate = o.command == "calibrate";
+  if (sizes.empty()) sizes = is_calibrate ? "1M:64M" : "4K:256M";
+  if (factor == 0) factor = is_calibrate ? 4 : 2;
+  o.sizes = parseSizes(sizes, static_cast<size_t>(factor));
   return o;
 }
 

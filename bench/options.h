@@ -1,9 +1,11 @@
 #pragma once
-// Command line of cumulus-bench. The coordinator and its worker processes parse the same argv
-// (a worker gets the coordinator's arguments plus --worker), so both see one BenchOptions.
+// Command line of cumulus-bench (CLI11 through base/command_line.h). The coordinator and its
+// worker processes parse the same argv (a worker gets the coordinator's arguments plus the hidden
+// --worker), so both see one BenchOptions.
 
 #include <chrono>
 #include <cstddef>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -28,11 +30,14 @@ struct BenchOptions {
   bool busyPhase = false;  // hidden: this group measures the busy_at table
   std::chrono::milliseconds timeout{120000};
   bool worker = false;  // hidden: this process is one rank
+  bool help = false;    // --help was printed: exit 0
 };
 
-// Throws std::invalid_argument with the offending flag and value.
-BenchOptions parseOptions(int argc, char** argv);
-// "4K:256M" → {4096, 8192, …, 268435456} (×factor steps); suffixes K, M, G (powers of 1024).
+// Throws base::UsageError naming the offending flag and value. --help prints the usage on
+// `help_out` and returns options with `help` set.
+BenchOptions parseOptions(int argc, const char* const argv[], std::ostream& help_out = std::cout);
+// "4K:256M" → {4096, 8192, …, 268435456} (×factor steps); suffixes K, M, G (powers of 1024), B or
+// none for bytes. Throws base::UsageError naming --sizes.
 std::vector<size_t> parseSizes(const std::string& text, size_t factor);
 size_t parseBytes(const std::string& text);
 std::string formatBytes(size_t bytes);  // "4K", "64M"
@@ -40,7 +45,5 @@ comm::DType parseDType(const std::string& name);
 
 // Timed iterations for `bytes`: about 0.5 GiB moved per size, between 3 and 200.
 int itersFor(size_t bytes);
-
-extern const char kUsage[];
 
 }  // namespace cumulus::bench

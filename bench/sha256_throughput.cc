@@ -3,22 +3,34 @@
 // as the checkpoint writer does, and prints the best round's MB/s (10^6 bytes per second).
 //
 //   cumulus-sha256-bench [MIB [ROUNDS]]      defaults: 256 MiB, 5 rounds
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "base/command_line.h"
 #include "base/hash.h"
 
-int main(int argc, char** argv) {
-  const long mib = argc > 1 ? std::strtol(argv[1], nullptr, 10) : 256;
-  const long rounds = argc > 2 ? std::strtol(argv[2], nullptr, 10) : 5;
-  if (mib < 1 || rounds < 1) {
-    std::fprintf(stderr, "usage: cumulus-sha256-bench [MIB >= 1 [ROUNDS >= 1]]\n");
-    return 2;
-  }
+namespace {
+
+int run(int argc, char** argv) {
+  namespace base = cumulus::base;
+  CLI::App app{
+      "How fast checkpoints are hashed: SHA-256 of a buffer in 1 MiB updates, best of "
+      "ROUNDS, in MB/s.",
+      "cumulus-sha256-bench"};
+  base::setUpCommandLine(app);
+  long mib = 256;
+  long rounds = 5;
+  app.add_option("MIB", mib, "buffer size in MiB (default 256)")
+      ->type_name("")
+      ->transform(base::integerIn(1, 1 << 16));
+  app.add_option("ROUNDS", rounds, "rounds, the best counts (default 5)")
+      ->type_name("")
+      ->transform(base::integerIn(1, 1000000));
+  if (!base::parseCommandLine(app, argc, argv)) return 0;
   std::vector<unsigned char> data(static_cast<size_t>(mib) << 20);
   uint32_t x = 12345;
   for (auto& b : data) {
@@ -32,10 +44,21 @@ int main(int argc, char** argv) {
     cumulus::base::Sha256 hasher;
     for (size_t off = 0; off < data.size(); off += 1 << 20) hasher.update(&data[off], 1 << 20);
     hex = cumulus::base::toHex(hasher.digest());
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, static_cast<double>(data.size()) / s / 1e6);
   }
   std::printf("sha256 %ld MiB x %ld rounds: best %.0f MB/s (digest %s)\n", mib, rounds, best,
               hex.c_str());
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    return cumulus::base::reportError("cumulus-sha256-bench", e);
+  }
 }

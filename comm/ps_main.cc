@@ -13,64 +13,26 @@
 #include <exception>
 #include <string>
 
+#include "base/command_line.h"
 #include "comm/parameter_server.h"
 
 namespace {
 
-constexpr char kUsage[] =
-    "usage: cumulus-ps --world-size N [--host H] [--port P] [--token-env VAR]\n"
-    "  --world-size N  number of workers that push each step (required, ≥ 1)\n"
-    "  --host H        address to bind (default 127.0.0.1; 0.0.0.0 for every interface)\n"
-    "  --port P        port to bind (default 29501; 0 picks a free one)\n"
-    "  --token-env VAR environment variable holding the job token (default CUMULUS_JOB_TOKEN)\n";
+constexpr const char* kProgram = "cumulus-ps";
 
-[[noreturn]] void usageError(const std::string& message) {
-  std::fprintf(stderr, "cumulus-ps: %s\n%s", message.c_str(), kUsage);
-  std::exit(2);
-}
-
-int parseInt(const std::string& flag, const std::string& text, int min, int max) {
-  char* end = nullptr;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || value < min || value > max)
-    usageError(flag + " wants an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
-               "], got '" + text + "'");
-  return static_cast<int>(value);
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
+struct PsFlags {
   int world = 0;
   int port = 29501;
   std::string host = "127.0.0.1";
   std::string token_env = "CUMULUS_JOB_TOKEN";
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (i + 1 >= argc) usageError("missing value after " + flag);
-    const std::string value = argv[++i];
-    if (flag == "--world-size") {
-      world = parseInt(flag, value, 1, 1 << 16);
-    } else if (flag == "--port") {
-      port = parseInt(flag, value, 0, 65535);
-    } else if (flag == "--host") {
-      host = value;
-    } else if (flag == "--token-env") {
-      token_env = value;
-    } else {
-      usageError("unknown option " + flag);
-    }
-  }
-  if (world == 0) usageError("--world-size is required");
-  const char* token = std::getenv(token_env.c_str());
+};
+
+int serve(const PsFlags& flags) {
+  const char* token = std::getenv(flags.token_env.c_str());
   if (token == nullptr)
     std::fprintf(stderr,
                  "cumulus-ps: warning: %s is not set; accepting only calls without a token\n",
-                 token_env.c_str());
+                 flags.token_env.c_str());
 
   // Block the stop signals before gRPC starts its threads, so that only sigwait() sees them.
   sigset_t stop_signals;
@@ -80,9 +42,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   try {
-    cumulus::comm::ParameterServer server(host, port, token ? token : "", world);
+    cumulus::comm::ParameterServer server(flags.host, flags.port, token ? token : "", flags.world);
     std::printf("cumulus-ps listening on %s:%d\n", server.host().c_str(), server.port());
-    std::fprintf(stderr, "cumulus-ps: world size %d\n", world);
+    std::fprintf(stderr, "cumulus-ps: world size %d\n", flags.world);
     std::fflush(stdout);
     int signal = 0;
     sigwait(&stop_signals, &signal);
@@ -93,4 +55,38 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+int run(int argc, char** argv) {
+  namespace base = cumulus::base;
+  CLI::App app{"Serves the funnel's parameter server as its own process.", kProgram};
+  base::setUpCommandLine(app, "0 stopped by SIGTERM or SIGINT, 1 cannot listen, 2 usage");
+  PsFlags flags;
+  app.add_option("--world-size", flags.world, "number of workers that push each step")
+      ->type_name("N")
+      ->required()
+      ->transform(base::integerIn(1, 1 << 16));
+  app.add_option("--host", flags.host,
+                 "address to bind (default 127.0.0.1; 0.0.0.0 for every interface)")
+      ->type_name("H")
+      ->check(base::nonEmpty("address"));
+  app.add_option("--port", flags.port, "port to bind (default 29501; 0 picks a free one)")
+      ->type_name("P")
+      ->transform(base::integerIn(0, 65535));
+  app.add_option("--token-env", flags.token_env,
+                 "environment variable holding the job token (default CUMULUS_JOB_TOKEN)")
+      ->type_name("VAR")
+      ->check(base::nonEmpty("variable name"));
+  if (!base::parseCommandLine(app, argc, argv)) return 0;
+  return serve(flags);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    return cumulus::base::reportError(kProgram, e);
+  }
 }

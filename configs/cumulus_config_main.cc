@@ -22,101 +22,83 @@
 namespace cumulus::configs {
 namespace {
 
-constexpr int kError = 2;
+constexpr const char* kProgram = "cumulus-config";
 
-const char* kUsage =
-    "usage: cumulus-config COMMAND ...\n"
-    "\n"
-    "  check FILE [--set KEY=VALUE]...    validate; print the resolved experiment as YAML\n"
-    "  digest FILE [--set KEY=VALUE]...   print the config digest (SHA-256 of the resolved YAML)\n"
-    "  diff FILE_A FILE_B                 print each key that differs (exit 1 if any)\n"
-    "  defaults                           print every key at its default\n"
-    "  reference [--file FILE]            print the table of keys, or rewrite it between its\n"
-    "                                     markers in the Markdown FILE (docs/configuration.md);\n"
-    "                                     --readme FILE is the same flag under its older name\n"
-    "\n"
-    "Exit status: 0 ok, 1 diff found differences, 2 error (the message is on stderr).\n";
-
-int check(const std::vector<std::string>& args, bool digest_only) {
-  CliSpec spec{digest_only ? "cumulus-config digest" : "cumulus-config check",
-               "Validates an experiment file.",
-               "FILE",
-               true,
-               {}};
-  CliArgs parsed = parseCommandLine(spec, args);
-  if (parsed.help) {
-    std::cout << usageText(spec);
-    return 0;
-  }
-  Experiment experiment = loadExperiment(parsed.config_path, parsed.overrides);
-  std::cout << (digest_only ? configDigest(experiment) + "\n" : toYaml(experiment));
-  return 0;
-}
-
-int diff(const std::vector<std::string>& args) {
-  if (args.size() != 2) throw CliError("cumulus-config diff: expected two files, FILE_A FILE_B");
-  Experiment a = loadExperiment(args[0]);
-  Experiment b = loadExperiment(args[1]);
-  std::vector<std::string> lines = describeDiff(a, b);
-  for (const std::string& line : lines) std::cout << line << "\n";
-  return lines.empty() ? 0 : 1;
-}
-
-int reference(const std::vector<std::string>& args) {
-  if (args.empty()) {
+int reference(const std::string& path) {
+  if (path.empty()) {
     std::cout << referenceMarkdown();
     return 0;
   }
-  // --readme is the flag's first name, from when the table lived in README.md; it takes any
-  // Markdown file, as --file does.
-  if (args.size() != 2 || (args[0] != "--file" && args[0] != "--readme")) {
-    throw CliError(
-        "cumulus-config reference: expected nothing (print the table) or --file FILE (rewrite "
-        "it in FILE, e.g. --file docs/configuration.md)");
-  }
-  const std::string& path = args[1];
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw CliError("cumulus-config reference: cannot read " + path);
+  if (!in) throw base::UsageError("cannot read " + path);
   std::stringstream text;
   text << in.rdbuf();
   std::string updated = withReferenceSection(text.str());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << updated;
-  if (!out.flush()) throw CliError("cumulus-config reference: cannot write " + path);
+  if (!out.flush()) throw base::UsageError("cannot write " + path);
   std::cout << "updated the configuration reference in " << path << "\n";
   return 0;
 }
 
-int run(const std::vector<std::string>& argv) {
-  if (argv.empty() || argv[0] == "-h" || argv[0] == "--help" || argv[0] == "help") {
-    (argv.empty() ? std::cerr : std::cout) << kUsage;
-    return argv.empty() ? kError : 0;
+int diff(const std::string& a_path, const std::string& b_path) {
+  std::vector<std::string> lines = describeDiff(loadExperiment(a_path), loadExperiment(b_path));
+  for (const std::string& line : lines) std::cout << line << "\n";
+  return lines.empty() ? 0 : 1;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"Validates and inspects experiment files.", kProgram};
+  base::setUpCommandLine(app, "0 ok, 1 diff found differences, 2 error (the message is on stderr)",
+                         "Every key, its default and meaning: cumulus-config reference");
+  app.require_subcommand(1);
+  ExperimentArgs checked;
+  CLI::App* check = app.add_subcommand("check", "validate; print the resolved experiment as YAML");
+  addExperimentArgs(*check, checked, "FILE", /*with_print_config=*/false);
+  ExperimentArgs digested;
+  CLI::App* digest =
+      app.add_subcommand("digest", "print the config digest (SHA-256 of the resolved YAML)");
+  addExperimentArgs(*digest, digested, "FILE", /*with_print_config=*/false);
+  std::string file_a, file_b;
+  CLI::App* diff_command =
+      app.add_subcommand("diff", "print each key that differs (exit 1 if any)");
+  diff_command->add_option("FILE_A", file_a, "an experiment file")->required()->type_name("");
+  diff_command->add_option("FILE_B", file_b, "the other one")->required()->type_name("");
+  CLI::App* defaults = app.add_subcommand("defaults", "print every key at its default");
+  std::string markdown;
+  CLI::App* reference_command =
+      app.add_subcommand("reference", "print the table of keys, or rewrite it in a Markdown file");
+  // --readme is the flag's first name, from when the table lived in README.md.
+  reference_command
+      ->add_option("--file,--readme", markdown,
+                   "rewrite the table between its markers in FILE (docs/configuration.md)")
+      ->type_name("FILE");
+  for (CLI::App* sub : {check, digest, diff_command, defaults, reference_command}) {
+    base::setUpCommandLine(*sub, "0 ok, 1 diff found differences, 2 error");
   }
-  const std::string& command = argv[0];
-  std::vector<std::string> args(argv.begin() + 1, argv.end());
-  if (command == "check") return check(args, false);
-  if (command == "digest") return check(args, true);
-  if (command == "diff") return diff(args);
-  if (command == "reference") return reference(args);
-  if (command == "defaults" && args.empty()) {
+  if (!base::parseCommandLine(app, argc, argv)) return 0;
+
+  if (check->parsed()) {
+    std::cout << toYaml(loadExperiment(checked.config_path, checked.overrides));
+  } else if (digest->parsed()) {
+    std::cout << configDigest(loadExperiment(digested.config_path, digested.overrides)) << "\n";
+  } else if (diff_command->parsed()) {
+    return diff(file_a, file_b);
+  } else if (defaults->parsed()) {
     std::cout << toYaml(schemaDefaults());
-    return 0;
+  } else {
+    return reference(markdown);
   }
-  std::cerr << "cumulus-config: unknown command \"" << command << "\"\n\n" << kUsage;
-  return kError;
+  return 0;
 }
 
 }  // namespace
 }  // namespace cumulus::configs
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    return cumulus::configs::run(args);
-  } catch (const cumulus::configs::ConfigError& e) {
-    std::cerr << e.what() << "\n";
-  } catch (const cumulus::configs::CliError& e) {
-    std::cerr << e.what() << "\n";
+    return cumulus::configs::run(argc, argv);
+  } catch (const std::exception& e) {
+    return cumulus::base::reportError(cumulus::configs::kProgram, e);
   }
-  return cumulus::configs::kError;
 }

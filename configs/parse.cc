@@ -10,11 +10,14 @@
 #include <functional>
 #include <map>
 
+#include "base/suggest.h"
 #include "configs/schema.h"
-#include "configs/suggest.h"
 #include "configs/yaml_reader.h"
 
 namespace cumulus::configs {
+using base::closestSpelling;
+using base::editDistance;
+using base::orList;
 namespace {
 
 // ---------------------------------------------------------------------------------------------

@@ -5,9 +5,10 @@
 #include <cmath>
 #include <type_traits>
 
-#include "configs/suggest.h"
+#include "base/suggest.h"
 
 namespace cumulus::configs {
+using base::closestSpelling;
 namespace {
 
 // ---------------------------------------------------------------------------------------------

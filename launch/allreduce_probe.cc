@@ -33,8 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "base/command_line.h"
 #include "base/run_env.h"
-#include "base/user_error.h"
 #include "comm/communicator.h"
 #include "comm/cost_model.h"
 #include "comm/funnel.h"
@@ -43,6 +43,8 @@
 
 namespace cumulus::launch {
 namespace {
+
+constexpr const char* kProgram = "cumulus-allreduce-probe";
 
 struct ProbeOptions {
   std::vector<comm::Algorithm> algorithms = {comm::Algorithm::kFunnel, comm::Algorithm::kTree,
@@ -66,51 +68,56 @@ std::vector<std::string> split(const std::string& text) {
   return out;
 }
 
-ProbeOptions parse(int argc, char** argv) {
-  ProbeOptions o;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (i + 1 >= argc) throw UsageError(flag + " needs a value");
-    std::string value = argv[++i];
-    if (flag == "--algorithms") {
-      o.algorithms.clear();
-      for (auto& a : split(value)) {
-        try {
-          o.algorithms.push_back(comm::parseAlgorithm(a));
-        } catch (const std::invalid_argument& e) {
-          throw UsageError("--algorithms: " + std::string(e.what()));
-        }
-      }
-    } else if (flag == "--sizes") {
-      o.sizes.clear();
-      for (auto& s : split(value)) {
-        const long long bytes = std::atoll(s.c_str());
-        if (bytes < 4 || bytes % 4 != 0) {
-          throw UsageError("--sizes: " + s + " is not a positive multiple of 4 bytes");
-        }
-        o.sizes.push_back(static_cast<size_t>(bytes));
-      }
-    } else if (flag == "--link-gbit") {
-      o.link_gbit = std::atof(value.c_str());
-      if (!(o.link_gbit > 0)) throw UsageError("--link-gbit: expected a positive rate");
-    } else if (flag == "--target-seconds") {
-      o.target_seconds = std::atof(value.c_str());
-    } else if (flag == "--max-iters") {
-      o.max_iters = std::max(1, std::atoi(value.c_str()));
-    } else if (flag == "--out") {
-      o.out = value;
-    } else if (flag == "--timeout") {
-      o.timeout_seconds = std::atof(value.c_str());
-      if (!(o.timeout_seconds > 0)) throw UsageError("--timeout: expected positive seconds");
-    } else if (flag == "--cost-model") {
-      o.cost_model = value;
-    } else if (flag == "--calibrate") {
-      o.calibrate = value;
-    } else {
-      throw UsageError("unknown flag " + flag);
-    }
-  }
-  return o;
+// Declares the flags, bound to `o`; the lists are parsed in their callbacks so that a mistake
+// names the flag and the item.
+void addFlags(CLI::App& app, ProbeOptions& o) {
+  app.add_option_function<std::string>(
+         "--algorithms",
+         [&o](const std::string& value) {
+           o.algorithms.clear();
+           for (const std::string& a : split(value)) {
+             try {
+               o.algorithms.push_back(comm::parseAlgorithm(a));
+             } catch (const std::invalid_argument& e) {
+               throw UsageError("--algorithms: " + std::string(e.what()));
+             }
+           }
+         },
+         "algorithms to time (default funnel,tree,ring,auto)")
+      ->type_name("LIST");
+  app.add_option_function<std::string>(
+         "--sizes",
+         [&o](const std::string& value) {
+           o.sizes.clear();
+           for (const std::string& s : split(value)) {
+             const int64_t bytes = base::parseInteger(s, "--sizes", 4, int64_t{1} << 40);
+             if (bytes % 4 != 0) {
+               throw UsageError("--sizes: " + s + " is not a positive multiple of 4 bytes");
+             }
+             o.sizes.push_back(static_cast<size_t>(bytes));
+           }
+         },
+         "bytes per all-reduce, multiples of 4 (default 4096,65536,1048576,16777216)")
+      ->type_name("LIST");
+  app.add_option("--link-gbit", o.link_gbit, "the link's rate, for predictions (default 1)")
+      ->type_name("G")
+      ->transform(base::positiveNumber("rate in Gbit/s", 1e6));
+  app.add_option("--target-seconds", o.target_seconds,
+                 "time each point for about S seconds (default 1.5)")
+      ->type_name("S")
+      ->transform(base::positiveNumber("number of seconds", 86400));
+  app.add_option("--max-iters", o.max_iters, "at most N timed calls per point (default 20)")
+      ->type_name("N")
+      ->transform(base::integerIn(1, 1000000));
+  app.add_option("--out", o.out, "rank 0 appends one TSV line per point to FILE")
+      ->type_name("FILE");
+  app.add_option("--timeout", o.timeout_seconds, "deadline of every collective (default 120)")
+      ->type_name("S")
+      ->transform(base::positiveNumber("number of seconds", 86400));
+  app.add_option("--cost-model", o.cost_model, "alpha, beta, gamma for predictions and auto")
+      ->type_name("FILE");
+  app.add_option("--calibrate", o.calibrate, "measure alpha here, write the model to FILE, exit")
+      ->type_name("FILE");
 }
 
 double median(std::vector<double> v) {
@@ -155,128 +162,168 @@ int calibrate(const ProbeOptions& o, comm::Communicator& comm, const comm::CostM
   return 0;
 }
 
-int probe(const ProbeOptions& o) {
-  const base::RunEnv env = base::RunEnv::fromGroupEnvironment(
-      base::systemEnvironment, "start the probe with cumulus-run");
-  const int rank = static_cast<int>(env.rank);
-  const int world = static_cast<int>(env.world_size);
-  const std::string token = env.job_token;
-  comm::StoreClient store(env.master_addr, static_cast<int>(env.master_port), token);
+// One rank's view of the job: its place in the group and the communicator with its parts.
+struct ProbeGroup {
+  int rank = 0;
+  int world = 1;
+  comm::CostModel model;
+  std::unique_ptr<comm::StoreClient> store;
+  std::unique_ptr<comm::FunnelClient> funnel;  // with a parameter server (CUMULUS_PS_ENDPOINT)
+  std::unique_ptr<comm::Communicator> comm;
+  std::string bind_host;
+};
 
+// Joins the group that cumulus-run started (the torchrun environment) with the cost model the
+// flags name.
+ProbeGroup joinGroup(const ProbeOptions& o) {
+  const base::RunEnv env = base::RunEnv::fromGroupEnvironment(base::systemEnvironment,
+                                                              "start the probe with cumulus-run");
+  ProbeGroup g;
+  g.rank = static_cast<int>(env.rank);
+  g.world = static_cast<int>(env.world_size);
+  g.store = std::make_unique<comm::StoreClient>(env.master_addr, static_cast<int>(env.master_port),
+                                                env.job_token);
   const double payload_bytes_per_s = o.link_gbit * 1e9 / 8 * 1448.0 / 1514.0;
   const comm::CostModel defaults;
-  const comm::CostModel model =
-      o.cost_model.empty()
-          ? comm::CostModel(defaults.alpha(), 1.0 / payload_bytes_per_s, defaults.gamma())
-          : comm::CostModel::load(o.cost_model);
-
+  g.model = o.cost_model.empty()
+                ? comm::CostModel(defaults.alpha(), 1.0 / payload_bytes_per_s, defaults.gamma())
+                : comm::CostModel::load(o.cost_model);
   comm::CommunicatorOptions copts;
   copts.generation = static_cast<uint64_t>(env.generation);
-  copts.jobToken = token;
+  copts.jobToken = env.job_token;
   copts.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000));
-  if (!env.bind_host.empty()) {
-    copts.bindHost = env.bind_host;
-  }
-  copts.costModel = model;
-  std::unique_ptr<comm::FunnelClient> funnel;
+  if (!env.bind_host.empty()) copts.bindHost = env.bind_host;
+  copts.costModel = g.model;
   if (!env.ps_endpoint.empty()) {
     const auto [host, port] = parseEndpoint(env.ps_endpoint, "CUMULUS_PS_ENDPOINT");
-    funnel = std::make_unique<comm::FunnelClient>(host, port, token, rank, world, copts.generation);
-    copts.remoteReducer = funnel.get();
+    g.funnel = std::make_unique<comm::FunnelClient>(host, port, env.job_token, g.rank, g.world,
+                                                    copts.generation);
+    copts.remoteReducer = g.funnel.get();
   }
-  comm::Communicator comm(rank, world, store, copts);
-  std::unique_ptr<std::ofstream> out;
-  if (rank == 0 && !o.out.empty()) {
-    out = std::make_unique<std::ofstream>(o.out, std::ios::app);
-    if (!*out) throw std::runtime_error("cannot append to " + o.out);
-  }
-  if (rank == 0) {
-    std::printf("probe: %d rank(s), data plane on %s, link %.3g Gbit/s\n", world,
-                copts.bindHost.c_str(), o.link_gbit);
-    std::fflush(stdout);
-  }
+  g.bind_host = copts.bindHost;
+  g.comm = std::make_unique<comm::Communicator>(g.rank, g.world, *g.store, copts);
+  return g;
+}
 
-  if (!o.calibrate.empty()) return calibrate(o, comm, model, rank, world);
+struct PointResult {
+  int iters = 0;
+  double predicted = 0;
+  comm::Algorithm concrete = comm::Algorithm::kRing;
+  std::vector<double> times;  // the slowest rank's, per timed call
+  bool correct = true;
+};
 
-  const float expected = static_cast<float>(world) * static_cast<float>(world + 1) / 2.0f;
-  for (size_t bytes : o.sizes) {
-    std::vector<float> data(bytes / 4);
-    comm::Buffer buffer{data.data(), data.size(), comm::DType::kFloat32};
-    for (comm::Algorithm algorithm : o.algorithms) {
-      if (algorithm == comm::Algorithm::kFunnel && !funnel) {
-        throw UsageError(
-            "--algorithms funnel needs a parameter server: give cumulus-run "
-            "--parameter-server");
-      }
-      const bool has_funnel = funnel != nullptr;
-      const comm::Algorithm concrete =
-          algorithm == comm::Algorithm::kAuto ? comm.resolve(algorithm, bytes) : algorithm;
-      const double predicted =
-          model.predict(concrete, static_cast<double>(bytes), world, has_funnel);
-      const int iters = std::clamp(static_cast<int>(o.target_seconds / std::max(predicted, 1e-6)),
-                                   3, std::max(3, o.max_iters));
-      comm::AllreduceOptions aopts;
-      aopts.algorithm = algorithm;
-      std::vector<double> times;
-      for (int it = 0; it <= iters; ++it) {  // iteration 0 checks the answer and warms up
-        std::fill(data.begin(), data.end(), static_cast<float>(rank + 1));
-        comm.barrier();
-        const auto t0 = std::chrono::steady_clock::now();
-        comm.allreduce(buffer, aopts);
-        double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        // One rank's clock is not the call's: ranks leave the barrier at different times, and a
-        // late rank finds its peers' data already in its socket buffer. The slowest rank's time
-        // (each from its own barrier exit) bounds the call from above by only the barrier skew.
-        comm::Buffer slowest{&dt, 1, comm::DType::kFloat64};
-        comm.allreduce(slowest, {comm::ReduceOp::kMax, comm::Algorithm::kTree});
-        if (it == 0) {
-          for (size_t i = 0; i < data.size(); i += std::max<size_t>(1, data.size() / 64)) {
-            if (data[i] != expected) {
-              std::fprintf(stderr, "probe: rank %d: %s %zu bytes: element %zu is %g, expected %g\n",
-                           rank, comm::algorithmName(algorithm), bytes, i, data[i], expected);
-              return 1;
-            }
-          }
-        } else {
-          times.push_back(dt);
-        }
-      }
-      if (rank == 0) {
-        const double med = median(times);
-        const double busbw = static_cast<double>(bytes) / med * 2.0 * (world - 1) / world / 1e6;
-        std::printf(
-            "probe: %-6s p=%d %10zu B  %3d iters  median %9.6f s  min %9.6f s  "
-            "predicted %9.6f s  busbw %7.1f MB/s%s%s\n",
-            comm::algorithmName(algorithm), world, bytes, iters, med,
-            *std::min_element(times.begin(), times.end()), predicted, busbw,
-            algorithm == comm::Algorithm::kAuto ? "  auto->" : "",
-            algorithm == comm::Algorithm::kAuto ? comm::algorithmName(concrete) : "");
-        std::fflush(stdout);
-        if (out) {
-          *out << comm::algorithmName(algorithm) << '\t' << world << '\t' << bytes << '\t' << iters
-               << '\t' << med << '\t' << *std::min_element(times.begin(), times.end()) << '\t'
-               << predicted << '\t' << comm::algorithmName(concrete) << '\t' << busbw << '\n';
-          out->flush();
-        }
+// Times `algorithm` on `bytes`: iteration 0 checks the sum p(p+1)/2 and warms up, the others
+// are timed.
+PointResult timePoint(const ProbeOptions& o, ProbeGroup& g, comm::Algorithm algorithm,
+                      size_t bytes) {
+  if (algorithm == comm::Algorithm::kFunnel && !g.funnel) {
+    throw UsageError(
+        "--algorithms funnel needs a parameter server: give cumulus-run --parameter-server");
+  }
+  PointResult r;
+  r.concrete = algorithm == comm::Algorithm::kAuto ? g.comm->resolve(algorithm, bytes) : algorithm;
+  r.predicted =
+      g.model.predict(r.concrete, static_cast<double>(bytes), g.world, g.funnel != nullptr);
+  r.iters = std::clamp(static_cast<int>(o.target_seconds / std::max(r.predicted, 1e-6)), 3,
+                       std::max(3, o.max_iters));
+  const float expected = static_cast<float>(g.world) * static_cast<float>(g.world + 1) / 2.0f;
+  std::vector<float> data(bytes / 4);
+  comm::Buffer buffer{data.data(), data.size(), comm::DType::kFloat32};
+  comm::AllreduceOptions aopts;
+  aopts.algorithm = algorithm;
+  for (int it = 0; it <= r.iters; ++it) {
+    std::fill(data.begin(), data.end(), static_cast<float>(g.rank + 1));
+    g.comm->barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    g.comm->allreduce(buffer, aopts);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // One rank's clock is not the call's: ranks leave the barrier at different times, and a
+    // late rank finds its peers' data already in its socket buffer. The slowest rank's time
+    // (each from its own barrier exit) bounds the call from above by only the barrier skew.
+    comm::Buffer slowest{&dt, 1, comm::DType::kFloat64};
+    g.comm->allreduce(slowest, {comm::ReduceOp::kMax, comm::Algorithm::kTree});
+    if (it > 0) {
+      r.times.push_back(dt);
+      continue;
+    }
+    for (size_t i = 0; i < data.size(); i += std::max<size_t>(1, data.size() / 64)) {
+      if (data[i] != expected) {
+        std::fprintf(stderr, "probe: rank %d: %s %zu bytes: element %zu is %g, expected %g\n",
+                     g.rank, comm::algorithmName(algorithm), bytes, i, data[i], expected);
+        r.correct = false;
+        return r;
       }
     }
   }
-  comm.barrier();
+  return r;
+}
+
+// Rank 0's line on the console and, with --out, in the TSV file.
+void report(const ProbeGroup& g, comm::Algorithm algorithm, size_t bytes, const PointResult& r,
+            std::ofstream* out) {
+  const double med = median(r.times);
+  const double fastest = *std::min_element(r.times.begin(), r.times.end());
+  const double busbw = static_cast<double>(bytes) / med * 2.0 * (g.world - 1) / g.world / 1e6;
+  const bool is_auto = algorithm == comm::Algorithm::kAuto;
+  std::printf(
+      "probe: %-6s p=%d %10zu B  %3d iters  median %9.6f s  min %9.6f s  "
+      "predicted %9.6f s  busbw %7.1f MB/s%s%s\n",
+      comm::algorithmName(algorithm), g.world, bytes, r.iters, med, fastest, r.predicted, busbw,
+      is_auto ? "  auto->" : "", is_auto ? comm::algorithmName(r.concrete) : "");
+  std::fflush(stdout);
+  if (out == nullptr) return;
+  *out << comm::algorithmName(algorithm) << '\t' << g.world << '\t' << bytes << '\t' << r.iters
+       << '\t' << med << '\t' << fastest << '\t' << r.predicted << '\t'
+       << comm::algorithmName(r.concrete) << '\t' << busbw << '\n';
+  out->flush();
+}
+
+int probe(const ProbeOptions& o) {
+  ProbeGroup g = joinGroup(o);
+  std::unique_ptr<std::ofstream> out;
+  if (g.rank == 0 && !o.out.empty()) {
+    out = std::make_unique<std::ofstream>(o.out, std::ios::app);
+    if (!*out) throw std::runtime_error("cannot append to " + o.out);
+  }
+  if (g.rank == 0) {
+    std::printf("probe: %d rank(s), data plane on %s, link %.3g Gbit/s\n", g.world,
+                g.bind_host.c_str(), o.link_gbit);
+    std::fflush(stdout);
+  }
+  if (!o.calibrate.empty()) return calibrate(o, *g.comm, g.model, g.rank, g.world);
+  for (size_t bytes : o.sizes) {
+    for (comm::Algorithm algorithm : o.algorithms) {
+      const PointResult r = timePoint(o, g, algorithm, bytes);
+      if (!r.correct) return 1;
+      if (g.rank == 0) report(g, algorithm, bytes, r, out.get());
+    }
+  }
+  g.comm->barrier();
   return 0;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{
+      "Times all-reduce across the hosts of a job, one rank per process (started by "
+      "cumulus-run).",
+      kProgram};
+  base::setUpCommandLine(app,
+                         "0 ok, 1 a wrong sum or a communication error (its text names op, seq "
+                         "and peer), 2 usage");
+  ProbeOptions o;
+  addFlags(app, o);
+  if (!base::parseCommandLine(app, argc, argv)) return 0;
+  return probe(o);
 }
 
 }  // namespace
 }  // namespace cumulus::launch
 
 int main(int argc, char** argv) {
-  using namespace cumulus::launch;
   try {
-    return probe(parse(argc, argv));
-  } catch (const cumulus::base::UserError& e) {
-    std::fprintf(stderr, "cumulus-allreduce-probe: %s\n", e.what());
-    return cumulus::base::exitCodeFor(e);
+    return cumulus::launch::run(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "cumulus-allreduce-probe: error: %s\n", e.what());
-    return 1;
+    return cumulus::base::reportError(cumulus::launch::kProgram, e);
   }
 }

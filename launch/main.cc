@@ -22,13 +22,11 @@ int main(int argc, char** argv) {
   cumulus::launch::LaunchOptions options;
   try {
     options = cumulus::launch::parseLaunchArgs(args);
+    if (options.help) return 0;
     cumulus::launch::applySlurmEnvironment(options, [](const char* n) { return std::getenv(n); });
     cumulus::launch::applyExperimentLaunchSection(options);
-  } catch (const cumulus::launch::UsageError& e) {
-    bool help = !args.empty() && (args[0] == "--help" || args[0] == "-h");
-    std::fprintf(help ? stdout : stderr, "%s%s%s", help ? "" : "cumulus-run: error: ", e.what(),
-                 help ? "" : "\n");
-    return help ? 0 : 2;
+  } catch (const std::exception& e) {
+    return cumulus::base::reportError("cumulus-run", e);
   }
   struct sigaction sa {};
   sa.sa_handler = onSignal;

@@ -3,7 +3,8 @@
 //
 //   cumulus-run [flags] -- PROGRAM [ARGS...]
 //
-// Flags (both --flag=value and --flag value are accepted; '_' and '-' are interchangeable):
+// Flags (both --flag=value and --flag value are accepted; '_' and '-' are interchangeable; parsed
+// with CLI11 through base/command_line.h, so --help and the errors look as in every binary):
 //   --nproc-per-node N      workers on this node (default 1, or launch.nproc_per_node)
 //   --nnodes N | MIN:MAX    nodes in the job (default 1); MIN:MAX is elastic (rendezvous_round.h)
 //   --node-rank I           this node's id, 0 … MAX-1, unique (default 0); node 0 hosts the Store
@@ -30,20 +31,19 @@
 // Flags given on the command line win over an experiment's `launch:` section (see launcher.h).
 
 #include <cstdint>
+#include <iostream>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "base/user_error.h"
+#include "base/command_line.h"
 
 namespace cumulus::launch {
 
-// A mistake on the command line; the message says which flag and what to do.
-class UsageError : public base::UserError {
- public:
-  using base::UserError::UserError;
-};
+// A mistake on the command line or in the launch: section; the message says which flag and what
+// to do.
+using base::UsageError;
 
 struct LaunchOptions {
   int64_t nproc_per_node = 1;
@@ -68,10 +68,13 @@ struct LaunchOptions {
   bool host_parameter_server = false;    // comm.algorithm: funnel — node 0 hosts it
   int64_t allocation_nodes = 0;          // SLURM_NNODES when it set --nnodes (slurm_env.h), else 0
   std::set<std::string> explicit_flags;  // flags given on the command line, e.g. "nproc-per-node"
+  bool help = false;                     // --help was given and printed: exit 0
 };
 
-// Parses argv[1..]. Throws UsageError. `--help` throws UsageError with the usage text.
-LaunchOptions parseLaunchArgs(const std::vector<std::string>& args);
+// Parses argv[1..]. Throws UsageError. `--help` prints the usage to `help_out` and returns
+// options with `help` set (nothing else is checked then).
+LaunchOptions parseLaunchArgs(const std::vector<std::string>& args,
+                              std::ostream& help_out = std::cout);
 
 // Throws UsageError when --node-rank is not below the node count (MAX). parseLaunchArgs checks
 // it only when --nnodes is given; applyExperimentLaunchSection checks it in every case.
@@ -81,7 +84,5 @@ void checkNodeRank(const LaunchOptions& options);
 std::pair<int64_t, int64_t> parseNodeRange(const std::string& text, const std::string& what);
 // "host:port" (IPv6 as "[::1]:port") → {host, port}; throws UsageError naming `what`.
 std::pair<std::string, int> parseEndpoint(const std::string& text, const std::string& what);
-
-std::string usageText();
 
 }  // namespace cumulus::launch

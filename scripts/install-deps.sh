@@ -9,6 +9,7 @@ PACKAGES=(
   libopenblas0-openmp                # fast BLAS for LibTorch (see docs/training.md "Why OpenBLAS")
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libgtest-dev zlib1g-dev
+  libcli11-dev                       # CLI11: every binary's command line (base/command_line.h)
   libssl-dev                         # OpenSSL libcrypto: SHA-256, HMAC, random bytes
   libcurl4-openssl-dev               # HTTP for the cloud metadata services (preemption notices)
   nlohmann-json3-dev                 # JSON: AWS and Azure metadata answers

@@ -28,22 +28,41 @@ constexpr int kExitFailure = cumulus::base::kFailureExitCode;
 constexpr int kExitUsage = cumulus::base::kUserErrorExitCode;
 constexpr const char* kProgram = "cumulus-train";
 
-cumulus::configs::CliSpec cliSpec() {
-  return {kProgram,
-          "Trains one worker of an experiment (alone, or one rank of a cumulus-run group).",
-          "CONFIG",
-          true,
-          {{"trace", "PATH",
-            "write a Chrome trace of the steps (Perfetto); a group rank inserts .rank<N> or fills "
-            "{rank}"},
-           {"resume", "auto|none|PATH",
-            "continue from the newest valid checkpoint (auto), a checkpoint directory, or not "
-            "(none); default: auto under cumulus-run, else none"},
-           {"allow-config-change", "",
-            "resume even if the experiment differs from the checkpoint's (the keys are listed)"},
-           {"preemption-grace", "S",
-            "after a SIGTERM notice, exit 75 within S seconds even if the checkpoint hangs "
-            "(default 25)"}}};
+// cumulus-train's flags, besides the experiment's (configs/cli.h).
+struct TrainFlags {
+  cumulus::configs::ExperimentArgs experiment;
+  std::string trace;
+  std::string resume;
+  bool allow_config_change = false;
+  double preemption_grace = 0;  // 0: the trainer's default
+};
+
+void addFlags(CLI::App& app, TrainFlags& flags) {
+  using namespace cumulus;
+  base::setUpCommandLine(app,
+                         "0 done, 1 failed, 2 usage or configuration error, 75 preempted "
+                         "after a checkpoint (the message is on stderr)",
+                         "Every key, its default and meaning: cumulus-config reference");
+  configs::addExperimentArgs(app, flags.experiment);
+  app.add_option("--trace", flags.trace,
+                 "write a Chrome trace of the steps (Perfetto); a group rank inserts .rank<N> or "
+                 "fills {rank}")
+      ->type_name("PATH")
+      ->check(base::nonEmpty("PATH"));
+  app.add_option("--resume", flags.resume,
+                 "continue from the newest valid checkpoint (auto), a checkpoint directory, or "
+                 "not (none); default: auto under cumulus-run, else none")
+      ->type_name("auto|none|PATH")
+      ->check(base::nonEmpty("value: auto, none or a checkpoint directory"));
+  app.add_flag("--allow-config-change", flags.allow_config_change,
+               "resume even if the experiment differs from the checkpoint's (the keys are listed)");
+  // Under cumulus-run the launcher passes a grace just inside its own; the flag wins.
+  app.add_option("--preemption-grace", flags.preemption_grace,
+                 "after a SIGTERM notice, exit 75 within S seconds even if the checkpoint hangs "
+                 "(default 25)")
+      ->type_name("S")
+      ->envname("CUMULUS_PREEMPTION_GRACE")
+      ->transform(base::positiveNumber("number of seconds", 86400));
 }
 
 // "{rank}" is replaced by the rank; otherwise, in a group, ".rank<N>" goes before the extension.
@@ -69,13 +88,14 @@ int fail(int code, const std::string& message) {
 int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& customize) {
   using namespace cumulus;
   trainer::StartupProfile startup;
-  const configs::CliArgs args = configs::parseCommandLine(cliSpec(), argc, argv);
-  if (args.help) {
-    std::cout << configs::usageText(cliSpec());
-    return 0;
-  }
-  const configs::Experiment experiment = configs::loadExperiment(args.config_path, args.overrides);
-  if (args.print_config) {
+  CLI::App app{"Trains one worker of an experiment (alone, or one rank of a cumulus-run group).",
+               kProgram};
+  TrainFlags flags;
+  addFlags(app, flags);
+  if (!base::parseCommandLine(app, argc, argv)) return 0;
+  const configs::Experiment experiment =
+      configs::loadExperiment(flags.experiment.config_path, flags.experiment.overrides);
+  if (flags.experiment.print_config) {
     std::cout << configs::toYaml(experiment);
     return 0;
   }
@@ -83,23 +103,9 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   startup.mark("config");
   trainer::TrainerOptions options;
   options.startup = &startup;
-  options.resume = args.value("resume");
-  if (args.has("resume") && options.resume.empty()) {
-    return fail(kExitUsage, "--resume: give auto, none or a checkpoint directory");
-  }
-  options.allow_config_change = args.has("allow-config-change");
-  // The flag wins; under cumulus-run the launcher passes a grace just inside its own.
-  const char* launcher_grace = std::getenv("CUMULUS_PREEMPTION_GRACE");
-  if (args.has("preemption-grace") || (launcher_grace && *launcher_grace)) {
-    const std::string text =
-        args.has("preemption-grace") ? args.value("preemption-grace") : launcher_grace;
-    char* end = nullptr;
-    options.preemption_grace = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != 0 || !(options.preemption_grace > 0)) {
-      return fail(kExitUsage,
-                  "--preemption-grace: '" + text + "' is not a positive number of seconds");
-    }
-  }
+  options.resume = flags.resume;
+  options.allow_config_change = flags.allow_config_change;
+  if (flags.preemption_grace > 0) options.preemption_grace = flags.preemption_grace;
   options.watch_sigterm = true;
   // The deadline covers start-up too: a notice while this worker waits in the rendezvous or a
   // collective for a peer that the notice already killed must not keep it alive past the grace.
@@ -114,7 +120,7 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   // Declared before the trainer, so they outlive it.
   std::unique_ptr<trainer::TraceRecorder> trace;
   std::unique_ptr<trainer::ProcessGroup> group;
-  if (args.has("trace")) {
+  if (!flags.trace.empty()) {
     trace = std::make_unique<trainer::TraceRecorder>(static_cast<int>(env.rank));
     options.trace = trace.get();
   }
@@ -132,7 +138,7 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   trainer::Trainer trainer(experiment, env, options);
   const trainer::RunResult result = trainer.run();
   if (trace) {
-    const std::string path = tracePath(args.value("trace"), env.rank, env.world_size);
+    const std::string path = tracePath(flags.trace, env.rank, env.world_size);
     trace->write(path);
     std::cout << "trace: " << path << std::endl;
   }
@@ -149,19 +155,13 @@ int trainCommand(int argc, char** argv, const TrainCustomization& customize) {
   cumulus::trainer::installCheckpointSignalHandler();
   try {
     return runMain(argc, argv, customize);
-  } catch (const cumulus::configs::CliError& e) {
-    // Its message starts with "cumulus-train: "; ours adds "error: " after that.
-    std::string message = e.what();
-    const std::string prefix = std::string(kProgram) + ": ";
-    if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
-    return fail(kExitUsage, message);
   } catch (const cumulus::comm::CommError& e) {
     // A wrong job token fails the same way on every retry: a set-up error, not one to restart.
     if (e.kind() == cumulus::comm::ErrorKind::kUnauthorized) return fail(kExitUsage, e.what());
     return fail(kExitFailure, e.what());
   } catch (const std::exception& e) {
     // A bad config, flag, environment or group set-up is a base::UserError: exit 2, not 1.
-    return fail(cumulus::base::exitCodeFor(e), e.what());
+    return cumulus::base::reportError(kProgram, e);
   }
 }
 

@@ -359,17 +359,31 @@ TEST(ParameterServerTest, CumulusPsBinaryServesAndStopsOnSigterm) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
-TEST(ParameterServerTest, CumulusPsRejectsAMissingWorldSize) {
+// As every Cumulus binary (base/command_line.h): a usage mistake exits 2 naming the flag, --help
+// prints on stdout and exits 0.
+TEST(ParameterServerTest, CumulusPsRejectsBadFlagsWithExitTwoAndHelpsWithExitZero) {
   const std::string binary = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-ps";
-  const std::string command = binary + " --port 0 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char chunk[256];
-  while (size_t n = fread(chunk, 1, sizeof chunk, pipe)) output.append(chunk, n);
-  const int status = pclose(pipe);
-  EXPECT_EQ(WEXITSTATUS(status), 2);
-  EXPECT_THAT(output, HasSubstr("cumulus-ps: --world-size is required"));
+  auto run = [&](const std::string& args, int* code) {
+    FILE* pipe = popen((binary + " " + args).c_str(), "r");
+    EXPECT_NE(pipe, nullptr);
+    std::string output;
+    char chunk[256];
+    while (size_t n = fread(chunk, 1, sizeof chunk, pipe)) output.append(chunk, n);
+    const int status = pclose(pipe);
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return output;
+  };
+  int code = -1;
+  EXPECT_EQ(run("--port 0 2>&1", &code), "cumulus-ps: error: --world-size is required\n");
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(run("--world-size 2x 2>&1", &code),
+            "cumulus-ps: error: --world-size: expected an integer in [1, 65536], got \"2x\"\n");
+  EXPECT_EQ(code, 2);
+  const std::string help = run("--help 2>/dev/null", &code);
+  EXPECT_EQ(code, 0);
+  EXPECT_THAT(help, HasSubstr("Usage: cumulus-ps [FLAGS]"));
+  EXPECT_THAT(help,
+              HasSubstr("  --world-size N REQUIRED     number of workers that push each step"));
 }
 
 }  // namespace

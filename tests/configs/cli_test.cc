@@ -1,93 +1,94 @@
-// The shared command line: PROGRAM CONFIG [--set K=V]... [--print-config] [declared flags].
+// The experiment part of a command line: PROGRAM CONFIG [--set K=V]... [--print-config], on the
+// shared CLI11 layout (base/command_line.h).
+#include "configs/cli.h"
+
 #include <gtest/gtest.h>
 
-#include "configs/cli.h"
+#include <sstream>
 
 namespace cumulus::configs {
 namespace {
 
-const CliSpec kSpec{
-    "cumulus-train",
-    "Trains one worker.",
-    "CONFIG",
-    true,
-    {{"resume", "DIR", "resume from DIR"}, {"dry-run", "", "stop before training"}}};
+struct Parsed {
+  ExperimentArgs args;
+  std::string resume;
+  bool dry_run = false;
+  bool finished = false;  // false: --help was printed
+  std::string help;
+};
 
-std::string errorOf(const std::vector<std::string>& args, const CliSpec& spec = kSpec) {
+Parsed parse(const std::vector<std::string>& argv) {
+  CLI::App app{"Trains one worker.", "cumulus-train"};
+  base::setUpCommandLine(app);
+  Parsed parsed;
+  addExperimentArgs(app, parsed.args);
+  app.add_option("--resume", parsed.resume, "resume from DIR")->type_name("DIR");
+  app.add_flag("--dry-run", parsed.dry_run, "stop before training");
+  std::ostringstream help;
+  parsed.finished = base::parseCommandLine(app, argv, help);
+  parsed.help = help.str();
+  return parsed;
+}
+
+std::string errorOf(const std::vector<std::string>& argv) {
   try {
-    parseCommandLine(spec, args);
-  } catch (const CliError& e) {
+    parse(argv);
+  } catch (const base::UsageError& e) {
     return e.what();
   }
   return "(no error)";
 }
 
 TEST(CliTest, ParsesPathOverridesAndFlagsInAnyOrder) {
-  CliArgs args = parseCommandLine(
-      kSpec, {"--set", "optimizer.lr=0.05", "exp.yaml", "--set=model.hidden=[512,256]",
-              "--print-config", "--resume=/ckpt", "--dry-run", "--set", "name=a=b"});
-  EXPECT_EQ(args.config_path, "exp.yaml");
-  EXPECT_EQ(args.overrides,
+  const Parsed p = parse({"--set", "optimizer.lr=0.05", "exp.yaml", "--set=model.hidden=[512,256]",
+                          "--print-config", "--resume=/ckpt", "--dry-run", "--set", "name=a=b"});
+  ASSERT_TRUE(p.finished);
+  EXPECT_EQ(p.args.config_path, "exp.yaml");
+  EXPECT_EQ(p.args.overrides,
             (std::vector<std::string>{"optimizer.lr=0.05", "model.hidden=[512,256]", "name=a=b"}));
-  EXPECT_TRUE(args.print_config);
-  EXPECT_FALSE(args.help);
-  EXPECT_EQ(args.value("resume"), "/ckpt");
-  EXPECT_TRUE(args.has("dry-run"));
-  EXPECT_EQ(args.value("dry-run", "x"), "");
-  EXPECT_FALSE(args.has("absent"));
-  EXPECT_EQ(args.value("absent", "fallback"), "fallback");
+  EXPECT_TRUE(p.args.print_config);
+  EXPECT_EQ(p.resume, "/ckpt");
+  EXPECT_TRUE(p.dry_run);
 
-  CliArgs spaced = parseCommandLine(kSpec, {"--resume", "/c", "--", "--odd-name.yaml"});
-  EXPECT_EQ(spaced.value("resume"), "/c");
-  EXPECT_EQ(spaced.config_path, "--odd-name.yaml");
+  const Parsed spaced = parse({"--resume", "/c", "--", "--odd-name.yaml"});
+  EXPECT_EQ(spaced.resume, "/c");
+  EXPECT_EQ(spaced.args.config_path, "--odd-name.yaml");
+  EXPECT_FALSE(spaced.args.print_config);
 }
 
-TEST(CliTest, HelpNeedsNothingElse) {
-  EXPECT_TRUE(parseCommandLine(kSpec, {"--help"}).help);
-  EXPECT_TRUE(parseCommandLine(kSpec, {"-h", "a", "b"}).help);
-  std::string usage = usageText(kSpec);
-  EXPECT_EQ(usage.substr(0, usage.find('\n')),
-            "usage: cumulus-train CONFIG [--set KEY=VALUE]... [--print-config] [flags]");
-  EXPECT_NE(usage.find("  --resume DIR" + std::string(14, ' ') + "resume from DIR\n"),
-            std::string::npos);
-  EXPECT_NE(usage.find("  --dry-run" + std::string(17, ' ') + "stop before training\n"),
-            std::string::npos);
+TEST(CliTest, HelpNeedsNothingElseAndListsEveryFlag) {
+  const Parsed p = parse({"--help"});
+  EXPECT_FALSE(p.finished);
+  EXPECT_FALSE(parse({"-h", "a", "b"}).finished);
+  EXPECT_EQ(p.help.substr(0, p.help.find('\n')), "Trains one worker.");
+  EXPECT_NE(p.help.find("Usage: cumulus-train [FLAGS] CONFIG\n"), std::string::npos) << p.help;
+  EXPECT_NE(p.help.find("  --set KEY=VALUE ..."), std::string::npos) << p.help;
+  EXPECT_NE(p.help.find("  --resume DIR                resume from DIR\n"), std::string::npos)
+      << p.help;
+  EXPECT_NE(p.help.find("  --dry-run                   stop before training\n"), std::string::npos)
+      << p.help;
+  EXPECT_NE(p.help.find("Exit status: 0 success, 1 failure, 2 usage or configuration error"),
+            std::string::npos)
+      << p.help;
 }
 
 TEST(CliTest, MistakesAreNamed) {
-  const std::string help = " (cumulus-train --help shows the usage)";
+  const std::string help = " (see cumulus-train --help)";
   EXPECT_EQ(errorOf({"x.yaml", "--prnt-config"}),
-            "cumulus-train: unknown flag --prnt-config; did you mean --print-config?" + help);
-  EXPECT_EQ(errorOf({"x.yaml", "--bogus"}), "cumulus-train: unknown flag --bogus" + help);
-  EXPECT_EQ(errorOf({"x.yaml", "-x"}), "cumulus-train: unknown flag -x" + help);
-  EXPECT_EQ(errorOf({}), "cumulus-train: missing CONFIG, the experiment file" + help);
-  EXPECT_EQ(errorOf({"a.yaml", "b.yaml"}),
-            "cumulus-train: unexpected argument \"b.yaml\"; cumulus-train takes one CONFIG" + help);
-  EXPECT_EQ(errorOf({"x.yaml", "--set"}), "cumulus-train: --set needs a value KEY=VALUE" + help);
+            "unknown flag --prnt-config; did you mean --print-config?" + help);
+  EXPECT_EQ(errorOf({"x.yaml", "--bogus"}), "unknown flag --bogus" + help);
+  EXPECT_EQ(errorOf({"x.yaml", "-x"}), "unknown flag -x" + help);
+  EXPECT_EQ(errorOf({}), "CONFIG is required" + help);
+  EXPECT_EQ(errorOf({"a.yaml", "b.yaml"}), "unexpected argument \"b.yaml\"" + help);
+  EXPECT_EQ(errorOf({"x.yaml", "--set"}), "--set: 1 required KEY=VALUE missing");
   EXPECT_EQ(errorOf({"x.yaml", "--set", "optimizer.lr"}),
-            "cumulus-train: --set optimizer.lr: expected KEY=VALUE, e.g. --set "
-            "optimizer.lr=0.05" +
-                help);
-  EXPECT_EQ(errorOf({"x.yaml", "--resume"}), "cumulus-train: --resume needs a value DIR" + help);
-  EXPECT_EQ(errorOf({"x.yaml", "--dry-run=yes"}), "cumulus-train: --dry-run takes no value" + help);
-  EXPECT_EQ(errorOf({"x.yaml", "--print-config=1"}),
-            "cumulus-train: --print-config takes no value" + help);
+            "--set: expected KEY=VALUE, e.g. --set optimizer.lr=0.05, got \"optimizer.lr\"");
+  EXPECT_EQ(errorOf({"x.yaml", "--resume"}), "--resume: 1 required DIR missing");
+  EXPECT_EQ(errorOf({"x.yaml", "--resume="}), "--resume: the value is empty; give --resume DIR");
+  EXPECT_EQ(errorOf({"x.yaml", "--dry-run=yes"}), "--dry-run takes no value");
+  EXPECT_EQ(errorOf({"x.yaml", "--print-config=1"}), "--print-config takes no value");
   EXPECT_EQ(errorOf({"x.yaml", "--resume", "a", "--resume", "b"}),
-            "cumulus-train: --resume is given twice" + help);
-}
-
-TEST(CliTest, OptionalOrNoPositional) {
-  CliSpec optional = kSpec;
-  optional.positional_required = false;
-  EXPECT_EQ(parseCommandLine(optional, {"--set", "a.b=1"}).config_path, "");
-  CliSpec none = kSpec;
-  none.positional = "";
-  EXPECT_EQ(errorOf({"x.yaml"}, none),
-            "cumulus-train: unexpected argument \"x.yaml\" (cumulus-train --help shows the usage)");
-  const char* argv[] = {"cumulus-train", "x.yaml", "--set", "a.b=1"};
-  CliArgs from_argv = parseCommandLine(kSpec, 4, argv);
-  EXPECT_EQ(from_argv.config_path, "x.yaml");
-  EXPECT_EQ(from_argv.overrides, std::vector<std::string>{"a.b=1"});
+            "--resume: At Most 1 required but received 2");
 }
 
 }  // namespace

@@ -65,16 +65,16 @@ TEST_F(ToolTest, CheckReportsTheErrorWithExitStatus2) {
   std::string path = write("bad.yaml", "name: t\ntrainer:\n  lr: 0.1\n");
   Result r = run("check " + path);
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(r.out, path + ":3:3: trainer.lr: unknown key; did you mean `optimizer.lr`?\n");
+  EXPECT_EQ(r.out, "cumulus-config: error: " + path +
+                       ":3:3: trainer.lr: unknown key; did you mean `optimizer.lr`?\n");
   Result bad_override = run("check " + write("ok.yaml", "name: t\n") + " --set optimizer.lr=abc");
   EXPECT_EQ(bad_override.status, 2);
   EXPECT_EQ(bad_override.out,
-            "--set optimizer.lr=abc: optimizer.lr: expected a number > 0, got \"abc\"\n");
+            "cumulus-config: error: --set optimizer.lr=abc: optimizer.lr: expected a number > 0, "
+            "got \"abc\"\n");
   Result missing = run("check");
   EXPECT_EQ(missing.status, 2);
-  EXPECT_EQ(missing.out,
-            "cumulus-config check: missing FILE, the experiment file "
-            "(cumulus-config check --help shows the usage)\n");
+  EXPECT_EQ(missing.out, "cumulus-config: error: FILE is required (see cumulus-config --help)\n");
   EXPECT_EQ(run("frobnicate").status, 2);
 }
 
@@ -128,12 +128,34 @@ TEST_F(ToolTest, ReferenceFileRewritesOnlyTheTableBetweenTheMarkers) {
 TEST_F(ToolTest, ReferenceSaysWhichArgumentsItTakes) {
   Result r = run("reference --out x.md");
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(r.out,
-            "cumulus-config reference: expected nothing (print the table) or --file FILE (rewrite "
-            "it in FILE, e.g. --file docs/configuration.md)\n");
+  EXPECT_EQ(r.out, "cumulus-config: error: unknown flag --out (see cumulus-config --help)\n");
   Result missing = run("reference --file " + dir_ + "/absent.md");
   EXPECT_EQ(missing.status, 2);
-  EXPECT_EQ(missing.out, "cumulus-config reference: cannot read " + dir_ + "/absent.md\n");
+  EXPECT_EQ(missing.out, "cumulus-config: error: cannot read " + dir_ + "/absent.md\n");
+}
+
+TEST_F(ToolTest, HelpGoesToStdoutWithExitZeroAndNoCommandIsAUsageError) {
+  Result help = run("--help 2>/dev/null");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_EQ(help.out.rfind("Validates and inspects experiment files.\nUsage: cumulus-config", 0),
+            0u)
+      << help.out;
+  EXPECT_NE(help.out.find("Exit status: 0 ok, 1 diff found differences, 2 error"),
+            std::string::npos)
+      << help.out;
+  Result check_help = run("check --help 2>/dev/null");
+  EXPECT_EQ(check_help.status, 0);
+  EXPECT_NE(check_help.out.find("--set KEY=VALUE"), std::string::npos) << check_help.out;
+  Result none = run("");
+  EXPECT_EQ(none.status, 2);
+  EXPECT_EQ(none.out,
+            "cumulus-config: error: missing COMMAND: check, digest, diff, defaults or reference "
+            "(see cumulus-config --help)\n");
+  Result unknown = run("frobnicate");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_EQ(unknown.out,
+            "cumulus-config: error: unexpected argument \"frobnicate\" (see cumulus-config "
+            "--help)\n");
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ TEST(LaunchOptions, BindHostAndParameterServerFlags) {
     parseLaunchArgs({"--bind-host=", "w"});
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "--bind-host: expected an address or host name");
+    EXPECT_STREQ(e.what(), "--bind-host: the value is empty; give --bind-host H");
   }
 }
 

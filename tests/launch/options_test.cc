@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "launch/experiment_launch.h"
 
@@ -63,7 +64,7 @@ TEST(LaunchOptions, ElasticRangeAndIpv6Endpoint) {
       usageErrorOf({"--nnodes", "2:3", "--node-rank", "3", "--rdzv-endpoint", "h:1", "--", "x"}),
       "--node-rank 3 is out of range for --nnodes 2:3 (node ids are 0 … MAX-1, one per node)");
   EXPECT_EQ(usageErrorOf({"--rdzv-last-call", "-1", "--", "x"}),
-            "--rdzv-last-call: expected seconds >= 0, got \"-1\"");
+            "--rdzv-last-call: expected seconds in [0, 86400], got \"-1\"");
 }
 
 TEST(LaunchOptions, ErrorsNameTheFlag) {
@@ -77,7 +78,7 @@ TEST(LaunchOptions, ErrorsNameTheFlag) {
             "--rdzv-endpoint: expected HOST:PORT, got \"localhost\"");
   EXPECT_EQ(usageErrorOf({"--rdzv-endpoint", "h:99999", "--", "x"}),
             "--rdzv-endpoint: expected an integer in [1, 65535], got \"99999\"");
-  EXPECT_EQ(usageErrorOf({"--nproc-per-node"}), "--nproc-per-node needs a value");
+  EXPECT_EQ(usageErrorOf({"--nproc-per-node"}), "--nproc-per-node: 1 required N missing");
   EXPECT_EQ(usageErrorOf({"--nproc-per-node", "2"}),
             "no program to run: cumulus-run [flags] -- PROGRAM [ARGS...]");
   EXPECT_EQ(
@@ -88,7 +89,51 @@ TEST(LaunchOptions, ErrorsNameTheFlag) {
   EXPECT_EQ(usageErrorOf({"--standalone", "--nnodes", "2", "--", "x"}),
             "--standalone runs one node with its own Store; drop --nnodes/--rdzv-endpoint");
   EXPECT_EQ(usageErrorOf({"--monitor-interval", "fast", "--", "x"}),
-            "--monitor-interval: expected seconds >= 0.001, got \"fast\"");
+            "--monitor-interval: expected seconds in [0.001, 86400], got \"fast\"");
+}
+
+TEST(LaunchOptions, NumbersAreWholeDecimalAndInRange) {
+  EXPECT_EQ(usageErrorOf({"--nproc-per-node", "2x", "--", "x"}),
+            "--nproc-per-node: expected an integer in [1, 1024], got \"2x\"");
+  EXPECT_EQ(usageErrorOf({"--nproc-per-node=", "--", "x"}),
+            "--nproc-per-node: the value is empty; give --nproc-per-node N");
+  EXPECT_EQ(usageErrorOf({"--nproc-per-node", "", "--", "x"}),
+            "--nproc-per-node: expected an integer in [1, 1024], got \"\"");
+  EXPECT_EQ(usageErrorOf({"--max-restarts", "-1", "--", "x"}),
+            "--max-restarts: expected an integer in [0, 1000000], got \"-1\"");
+  EXPECT_EQ(usageErrorOf({"--max-restarts", "1e99", "--", "x"}),
+            "--max-restarts: expected an integer in [0, 1000000], got \"1e99\"");
+  EXPECT_EQ(usageErrorOf({"--nnodes", "2x", "--", "x"}),
+            "--nnodes: expected an integer in [1, 4096], got \"2x\"");
+  EXPECT_EQ(usageErrorOf({"--stop-grace", "1s", "--", "x"}),
+            "--stop-grace: expected seconds in [0, 86400], got \"1s\"");
+  EXPECT_EQ(usageErrorOf({"--standalone=yes", "--", "x"}), "--standalone takes no value");
+  EXPECT_EQ(parseLaunchArgs({"--nproc-per-node", "010", "--", "x"}).nproc_per_node, 10);
+  // The program's own flags are the program's.
+  EXPECT_EQ(parseLaunchArgs({"--standalone", "x", "--standalone=1", "--log-dir="}).command,
+            (std::vector<std::string>{"x", "--standalone=1", "--log-dir="}));
+}
+
+TEST(LaunchOptions, UnderscoresAreDashesInTheFlagsOnly) {
+  auto o = parseLaunchArgs({"--nproc_per_node=2", "--log_dir", "/tmp/l", "--standalone", "prog",
+                            "--some_flag", "--max_restarts=1"});
+  EXPECT_EQ(o.nproc_per_node, 2);
+  EXPECT_EQ(o.log_dir, "/tmp/l");
+  EXPECT_EQ(o.max_restarts, 3);
+  EXPECT_EQ(o.command, (std::vector<std::string>{"prog", "--some_flag", "--max_restarts=1"}));
+  EXPECT_TRUE(o.explicit_flags.count("log-dir"));
+}
+
+TEST(LaunchOptions, HelpPrintsTheFlagsAndChecksNothingElse) {
+  std::ostringstream help;
+  const LaunchOptions o = parseLaunchArgs({"--nnodes", "2", "--help"}, help);
+  EXPECT_TRUE(o.help);
+  EXPECT_NE(help.str().find("Usage: cumulus-run [FLAGS] [PROGRAM...]\n"), std::string::npos)
+      << help.str();
+  EXPECT_NE(help.str().find("  --nproc-per-node N          workers on this node\n"),
+            std::string::npos)
+      << help.str();
+  EXPECT_FALSE(parseLaunchArgs({"--", "x"}).help);
 }
 
 TEST(LaunchOptions, AnElasticRangeInTheExperimentAppliesAndNeedsAnEndpoint) {

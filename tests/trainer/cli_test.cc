@@ -89,12 +89,43 @@ TEST_F(CliTest, AMissingDatasetExitsTwoNamingTheDirectory) {
 TEST_F(CliTest, UsageErrorsExitTwo) {
   Outcome o = run("");
   EXPECT_EQ(o.exit_code, 2);
-  EXPECT_EQ(o.err,
-            "cumulus-train: error: missing CONFIG, the experiment file (cumulus-train --help "
-            "shows the usage)\n");
+  EXPECT_EQ(o.err, "cumulus-train: error: CONFIG is required (see cumulus-train --help)\n");
   o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --frobnicate");
   EXPECT_EQ(o.exit_code, 2);
-  EXPECT_EQ(o.err.rfind("cumulus-train: error: unknown flag --frobnicate", 0), 0u) << o.err;
+  EXPECT_EQ(o.err, "cumulus-train: error: unknown flag --frobnicate (see cumulus-train --help)\n");
+  o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --resme auto");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: unknown flag --resme; did you mean --resume? (see cumulus-train "
+            "--help)\n");
+}
+
+TEST_F(CliTest, AMalformedNumberExitsTwoNamingTheFlag) {
+  Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --preemption-grace 2x");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: --preemption-grace: expected a positive number of seconds, got "
+            "\"2x\"\n");
+  EXPECT_EQ(o.out, "");
+  // The launcher's grace arrives in the environment and is checked the same way.
+  o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "CUMULUS_PREEMPTION_GRACE=0");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: --preemption-grace: expected a positive number of seconds, got "
+            "\"0\"\n");
+}
+
+TEST_F(CliTest, HelpPrintsTheFlagsOnStdoutAndExitsZero) {
+  const Outcome o = run("--help");
+  EXPECT_EQ(o.exit_code, 0);
+  EXPECT_EQ(o.err, "");
+  EXPECT_EQ(o.out.rfind("Trains one worker of an experiment", 0), 0u) << o.out;
+  EXPECT_NE(o.out.find("Usage: cumulus-train [FLAGS] CONFIG\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("  --resume auto|none|PATH "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("Exit status: 0 done, 1 failed, 2 usage or configuration error, 75 "
+                       "preempted"),
+            std::string::npos)
+      << o.out;
 }
 
 TEST_F(CliTest, AGroupWorkerWithoutTheLauncherEnvironmentNamesTheMissingVariable) {

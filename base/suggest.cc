@@ -1,8 +1,8 @@
-#include "configs/suggest.h"
+#include "base/suggest.h"
 
 #include <algorithm>
 
-namespace cumulus::configs {
+namespace cumulus::base {
 
 size_t editDistance(std::string_view a, std::string_view b) {
   // Three rolling rows of the usual dynamic programme; the extra row lets a swap look back two.
@@ -60,4 +60,4 @@ std::string orList(const std::vector<std::string>& items) {
   return out;
 }
 
-}  // namespace cumulus::configs
+}  // namespace cumulus::base

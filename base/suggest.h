@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace cumulus::configs {
+namespace cumulus::base {
 
 // Optimal-string-alignment distance: insertions, deletions, substitutions and swaps of two
 // neighbouring characters each cost 1 ("lr" -> "rl" is 1).
@@ -22,4 +22,4 @@ std::string closestSpelling(std::string_view word, const std::vector<std::string
 // "`a`", "`a` or `b`", "`a`, `b` or `c`".
 std::string orList(const std::vector<std::string>& items);
 
-}  // namespace cumulus::configs
+}  // namespace cumulus::base
