@@ -67,16 +67,16 @@ double at(const comm::Buffer& b, size_t i) {
 
 int runAllreduceWorker(const BenchOptions& o) {
   const WorkerEnv env = WorkerEnv::fromEnvironment();
-  comm::StoreClient store("127.0.0.1", env.storePort, env.token);
+  comm::StoreClient store("127.0.0.1", env.store_port, env.token);
   comm::CommunicatorOptions copts;
-  copts.jobToken = env.token;
+  copts.job_token = env.token;
   copts.timeout = o.timeout;
-  if (!o.costModelPath.empty()) copts.costModel = comm::CostModel::load(o.costModelPath);
+  if (!o.cost_model_path.empty()) copts.cost_model = comm::CostModel::load(o.cost_model_path);
   std::unique_ptr<comm::FunnelClient> funnel;
-  if (env.psPort > 0) {
-    funnel = std::make_unique<comm::FunnelClient>("127.0.0.1", env.psPort, env.token, env.rank,
+  if (env.ps_port > 0) {
+    funnel = std::make_unique<comm::FunnelClient>("127.0.0.1", env.ps_port, env.token, env.rank,
                                                   env.world);
-    copts.remoteReducer = funnel.get();
+    copts.remote_reducer = funnel.get();
   }
   comm::Communicator comm(env.rank, env.world, store, copts);
   const int p = env.world;
@@ -126,7 +126,7 @@ int runAllreduceWorker(const BenchOptions& o) {
     const double algbw = static_cast<double>(buffer.bytes()) / seconds / 1e9;
     const double busbw = algbw * 2.0 * (p - 1) / p;
     const double model =
-        copts.costModel.predict(ran, static_cast<double>(buffer.bytes()), p, funnel != nullptr);
+        copts.cost_model.predict(ran, static_cast<double>(buffer.bytes()), p, funnel != nullptr);
     std::printf("  %10zu %11zu %8s %6s %7d %11.1f %11.3f %11.3f %10.1f\n", buffer.bytes(),
                 buffer.count, comm::dtypeName(o.dtype), comm::algorithmName(ran), iters,
                 seconds * 1e6, algbw, busbw, model * 1e6);

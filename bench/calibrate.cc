@@ -174,18 +174,18 @@ int runBusyWorker(const BenchOptions& o, const WorkerEnv& env, comm::Communicato
 
 int runCalibrateWorker(const BenchOptions& o) {
   const WorkerEnv env = WorkerEnv::fromEnvironment();
-  comm::StoreClient store("127.0.0.1", env.storePort, env.token);
+  comm::StoreClient store("127.0.0.1", env.store_port, env.token);
   comm::CommunicatorOptions copts;
-  copts.jobToken = env.token;
+  copts.job_token = env.token;
   copts.timeout = o.timeout;
   std::unique_ptr<comm::FunnelClient> funnel;
-  if (env.psPort > 0) {
-    funnel = std::make_unique<comm::FunnelClient>("127.0.0.1", env.psPort, env.token, env.rank,
+  if (env.ps_port > 0) {
+    funnel = std::make_unique<comm::FunnelClient>("127.0.0.1", env.ps_port, env.token, env.rank,
                                                   env.world);
-    copts.remoteReducer = funnel.get();
+    copts.remote_reducer = funnel.get();
   }
   comm::Communicator comm(env.rank, env.world, store, copts);
-  if (o.busyPhase) return runBusyWorker(o, env, comm);
+  if (o.busy_phase) return runBusyWorker(o, env, comm);
 
   constexpr size_t kLarge = 64u << 20;
   const double alpha = chainedBroadcast(comm, 4, 2000, 5);
@@ -245,9 +245,9 @@ int runCalibrateWorker(const BenchOptions& o) {
 int runCalibrate(int argc, char** argv, const BenchOptions& o) {
   // The pairwise group times the funnel too, so it needs the parameter server.
   const int pairs = runGroup(argc, argv, 2, /*withParameterServer=*/true, o.timeout * 2);
-  if (pairs != 0 || o.oversubscribedWorld == 0) return pairs;
+  if (pairs != 0 || o.oversubscribed_world == 0) return pairs;
   const int cores = comm::usableCores();
-  const int world = o.oversubscribedWorld > 0 ? o.oversubscribedWorld : std::min(64, 2 * cores);
+  const int world = o.oversubscribed_world > 0 ? o.oversubscribed_world : std::min(64, 2 * cores);
   if (world <= cores) {
     std::printf(
         "# no busy_at table: %d ranks do not outnumber the %d cores (pass "

@@ -38,12 +38,12 @@ WorkerEnv WorkerEnv::fromEnvironment() {
   WorkerEnv env;
   env.rank = static_cast<int>(run.rank);
   env.world = static_cast<int>(run.world_size);
-  env.storePort = static_cast<int>(run.master_port);
+  env.store_port = static_cast<int>(run.master_port);
   if (!run.ps_endpoint.empty()) {  // the parameter server that runGroup started
     std::string problem;
     const std::optional<base::HostPort> ps = base::parseHostPort(run.ps_endpoint, &problem);
     if (!ps) throw std::runtime_error("CUMULUS_PS_ENDPOINT: " + problem);
-    env.psPort = ps->port;
+    env.ps_port = ps->port;
   }
   env.token = run.job_token;
   return env;

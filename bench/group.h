@@ -14,8 +14,8 @@ namespace cumulus::bench {
 struct WorkerEnv {
   int rank = 0;
   int world = 1;
-  int storePort = 0;
-  int psPort = 0;  // 0 = no parameter server
+  int store_port = 0;
+  int ps_port = 0;  // 0 = no parameter server
   std::string token;
   // Throws base::EnvError (a std::runtime_error) naming a missing or malformed variable.
   static WorkerEnv fromEnvironment();

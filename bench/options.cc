@@ -55,7 +55,7 @@ void addAllreduceFlags(CLI::App& command, BenchOptions& o) {
           "float32, float64, int32 or int64 (default float32)")
       ->type_name("TYPE");
   command
-      .add_option("--cost-model", o.costModelPath,
+      .add_option("--cost-model", o.cost_model_path,
                   "cost model for predictions and auto (default: built-in)")
       ->type_name("PATH");
 }
@@ -64,7 +64,7 @@ void addCalibrateFlags(CLI::App& command, BenchOptions& o) {
   command.add_option("--out", o.out, "where the cost model goes (default cost_model.json)")
       ->type_name("PATH");
   command
-      .add_option("--oversubscribed-world", o.oversubscribedWorld,
+      .add_option("--oversubscribed-world", o.oversubscribed_world,
                   "ranks that measure the busy_at table (default twice the cores, at most 64; "
                   "0 skips it)")
       ->type_name("P")
@@ -81,7 +81,7 @@ void addCalibrateFlags(CLI::App& command, BenchOptions& o) {
             return "";
           },
           ""));
-  command.add_flag("--busy-phase", o.busyPhase)->group("");  // hidden: the busy_at group
+  command.add_flag("--busy-phase", o.busy_phase)->group("");  // hidden: the busy_at group
 }
 
 }  // namespace

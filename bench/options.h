@@ -22,12 +22,12 @@ struct BenchOptions {
   int iters = 0;              // 0 = adaptive per size (see itersFor)
   int warmup = -1;            // -1 = adaptive
   comm::DType dtype = comm::DType::kFloat32;
-  std::string costModelPath;  // --cost-model: predictions and auto picks; "" = built-in defaults
+  std::string cost_model_path;  // --cost-model: predictions and auto picks; "" = built-in defaults
   std::string out = "cost_model.json";  // calibrate --out
   // calibrate --oversubscribed-world: the ranks that measure the busy_at table; -1 = twice the
   // cores (at most 64), 0 = skip it.
-  int oversubscribedWorld = -1;
-  bool busyPhase = false;  // hidden: this group measures the busy_at table
+  int oversubscribed_world = -1;
+  bool busy_phase = false;  // hidden: this group measures the busy_at table
   std::chrono::milliseconds timeout{120000};
   bool worker = false;  // hidden: this process is one rank
   bool help = false;    // --help was printed: exit 0

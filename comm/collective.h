@@ -22,7 +22,7 @@ struct Collective {
   int world = 1;
   std::vector<tcp::Pair*> pairs;  // pairs[peer]; null at [rank]
   tcp::OpContext op;
-  size_t segmentBytes = kDefaultSegmentBytes;
+  size_t segment_bytes = kDefaultSegmentBytes;
   std::vector<uint8_t>* scratch = nullptr;  // grown on demand, reused across operations
 
   tcp::Pair* peer(int r) const { return pairs[static_cast<size_t>(r)]; }

@@ -47,7 +47,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
         ErrorKind::kInvalid, "rendezvous", 0, -1,
         "rank " + std::to_string(rank) + " is not in a world of " + std::to_string(world));
   }
-  if (options_.timeout.count() <= 0 || options_.segmentBytes == 0) {
+  if (options_.timeout.count() <= 0 || options_.segment_bytes == 0) {
     throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1,
                     "communicator timeout and segment size must be positive");
   }
@@ -55,10 +55,10 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   config.rank = rank;
   config.world = world;
   config.generation = options_.generation;
-  config.token = options_.jobToken;
-  config.bindHost = options_.bindHost;
-  config.socketBufferBytes = options_.socketBufferBytes;
-  config.segmentBytes = options_.segmentBytes;
+  config.token = options_.job_token;
+  config.bind_host = options_.bind_host;
+  config.socket_buffer_bytes = options_.socket_buffer_bytes;
+  config.segment_bytes = options_.segment_bytes;
   try {
     config.transport =
         options_.transport != Transport::kAuto ? options_.transport : transportFromEnvironment();
@@ -67,7 +67,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   }
   config.deadline = tcp::Clock::now() + options_.timeout;
   pairs_ = connectMesh(store, config);
-  spin_.budgetUs = resolveSpin(options_.spinMicros);
+  spin_.budget_us = resolveSpin(options_.spin_micros);
 }
 
 Communicator::~Communicator() {
@@ -99,20 +99,20 @@ const char* Communicator::transportTo(int peer) const {
 
 uint64_t Communicator::nextSeq() const {
   base::MutexLock lock(mutex_);
-  return nextSeq_;
+  return next_seq_;
 }
 
 Algorithm Communicator::resolve(Algorithm algorithm, size_t bytes) const {
   if (algorithm != Algorithm::kAuto) return algorithm;
-  return options_.costModel.pick(static_cast<double>(bytes), world_,
-                                 options_.remoteReducer != nullptr);
+  return options_.cost_model.pick(static_cast<double>(bytes), world_,
+                                 options_.remote_reducer != nullptr);
 }
 
 std::shared_ptr<Work> Communicator::submit(const char* op, std::chrono::milliseconds timeout,
                                            Body body, bool async) {
   base::MutexLock lock(mutex_);
-  if (stopping_) throw CommError(ErrorKind::kInvalid, op, nextSeq_, -1, "communicator is closing");
-  auto work = std::make_shared<Work>(op, nextSeq_++);
+  if (stopping_) throw CommError(ErrorKind::kInvalid, op, next_seq_, -1, "communicator is closing");
+  auto work = std::make_shared<Work>(op, next_seq_++);
   Queued item{std::move(body), timeout.count() > 0 ? timeout : options_.timeout, work};
   if (!async && queue_.empty() && !busy_) {
     // The fast path: nothing is queued, so run right here without waking another thread.
@@ -170,10 +170,10 @@ void Communicator::execute(const Queued& item) {
   c.op.seq = seq;
   c.op.generation = options_.generation;
   c.op.deadline = tcp::Clock::now() + item.timeout;
-  c.op.timeoutMs = static_cast<long>(item.timeout.count());
+  c.op.timeout_ms = static_cast<long>(item.timeout.count());
   c.op.spin = &spin_;
-  c.op.slotWaits = &slot_waits_;
-  c.segmentBytes = options_.segmentBytes;
+  c.op.slot_waits = &slot_waits_;
+  c.segment_bytes = options_.segment_bytes;
   c.scratch = &scratch_;
   try {
     item.body(c);
@@ -211,14 +211,14 @@ std::shared_ptr<Work> Communicator::startAllreduce(Buffer& buffer, const Allredu
                                                    bool async) {
   validate("allreduce", buffer);
   const Algorithm algorithm = resolve(options.algorithm, buffer.bytes());
-  if (algorithm == Algorithm::kFunnel && options_.remoteReducer == nullptr) {
+  if (algorithm == Algorithm::kFunnel && options_.remote_reducer == nullptr) {
     throw CommError(ErrorKind::kInvalid, "allreduce", nextSeq(), -1,
                     "the funnel algorithm needs a parameter server endpoint: give the "
                     "communicator a RemoteReducer (comm/funnel.h) or choose tree, ring or auto");
   }
   Buffer b = buffer;
   const ReduceOp op = options.op;
-  RemoteReducer* remote = options_.remoteReducer;
+  RemoteReducer* remote = options_.remote_reducer;
   return submit(
       "allreduce", options.timeout,
       [b, op, algorithm, remote](Collective& c) mutable {
@@ -228,7 +228,7 @@ std::shared_ptr<Work> Communicator::startAllreduce(Buffer& buffer, const Allredu
           case Algorithm::kTree:
             return treeAllreduce(c, b, op);
           case Algorithm::kFunnel:
-            return remote->allreduce(b, op, c.op.seq, std::chrono::milliseconds(c.op.timeoutMs));
+            return remote->allreduce(b, op, c.op.seq, std::chrono::milliseconds(c.op.timeout_ms));
           case Algorithm::kAuto:
             break;
         }

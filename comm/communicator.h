@@ -50,19 +50,19 @@ struct CommunicatorOptions {
   // Every restart of a job bumps the generation; frames and handshakes of another are rejected.
   uint64_t generation = 0;
   // Shared secret of the job (CUMULUS_JOB_TOKEN); proven by HMAC during the handshake.
-  std::string jobToken;
+  std::string job_token;
   // Default deadline of rendezvous and of each collective.
   std::chrono::milliseconds timeout{60000};
   // Address the data plane listens on and publishes. Loopback unless a host is named.
-  std::string bindHost = "127.0.0.1";
+  std::string bind_host = "127.0.0.1";
   // The parameter server seam for Algorithm::kFunnel; not owned, may be null.
-  RemoteReducer* remoteReducer = nullptr;
+  RemoteReducer* remote_reducer = nullptr;
   // Decides Algorithm::kAuto.
-  CostModel costModel;
+  CostModel cost_model;
   // Pipeline segment of ring and tree (collective.h).
-  size_t segmentBytes = kDefaultSegmentBytes;
+  size_t segment_bytes = kDefaultSegmentBytes;
   // SO_SNDBUF / SO_RCVBUF of data connections; 0 keeps the kernel's autotuning.
-  int socketBufferBytes = 4 << 20;
+  int socket_buffer_bytes = 4 << 20;
   // What carries each peer (comm/transport.h). kAuto defers to CUMULUS_TRANSPORT and, when that
   // is unset too, uses shared memory (with an AF_UNIX socket for headers and liveness) to
   // same-host peers and TCP to the rest. Every rank should agree; a rank forced to kTcp publishes
@@ -75,7 +75,7 @@ struct CommunicatorOptions {
   // not pay on the development VM: a 4 KiB p=2 tree all-reduce took 5.0-5.4 µs sleeping and
   // 5.5-5.6 µs with a 20 µs spin on an otherwise idle box, and the same within noise under load
   // (bench/results/allreduce.md). It is for hosts where waking a sleeping core is expensive.
-  int spinMicros = -1;
+  int spin_micros = -1;
 };
 
 // Per-call options (c10d style). A zero timeout means the communicator's default.
@@ -168,11 +168,11 @@ class Communicator {
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
   std::vector<uint8_t> scratch_;        // used only by the executing operation
   std::atomic<uint64_t> slot_waits_{0};  // slotWaits(): the executing op adds, anyone reads
-  tcp::SpinGovernor spin_;  // budget resolved from options_.spinMicros; executing op only
+  tcp::SpinGovernor spin_;  // budget resolved from options_.spin_micros; executing op only
 
   mutable base::Mutex mutex_;
   base::CondVar changed_;
-  uint64_t nextSeq_ ABSL_GUARDED_BY(mutex_) = 1;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mutex_) = 1;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mutex_);
   bool busy_ ABSL_GUARDED_BY(mutex_) = false;  // an operation is executing
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;

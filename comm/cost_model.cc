@@ -62,7 +62,7 @@ int usableCores() {
 CostModel::CostModel() : CostModel(kDefaultAlpha, kDefaultBeta, kDefaultGamma) {}
 
 CostModel::CostModel(double alpha, double beta, double gamma)
-    : alpha_(alpha), beta_(beta), gamma_(gamma), alphaBusy_(alpha) {
+    : alpha_(alpha), beta_(beta), gamma_(gamma), alpha_busy_(alpha) {
   if (!(alpha >= 0) || !(beta >= 0) || !(gamma >= 0)) {
     throw std::invalid_argument("cost model parameters must be finite and >= 0");
   }
@@ -79,7 +79,7 @@ CostModel::CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, i
       betas_(std::move(betas)),
       cores_(cores),
       busy_(std::move(busy)),
-      alphaBusy_(busy_.alpha < 0 ? alpha : busy_.alpha) {
+      alpha_busy_(busy_.alpha < 0 ? alpha : busy_.alpha) {
   if (!(alpha >= 0) || !(gamma >= 0) || cores < 0) {
     throw std::invalid_argument("cost model parameters must be finite and >= 0");
   }
@@ -191,7 +191,7 @@ double CostModel::predict(Algorithm algorithm, double n, int p, bool funnelAvail
       const double path = 2 * levels * (alpha_ + n * b) + levels * n * gamma_;
       if (c <= 0) return path;
       if (p <= c) return std::max(path, q * (2 * alpha_ + n * (4 * b + gamma_)) / c);
-      return std::max(path, q * (2 * alphaBusy_ + n * workTree(busyLookup(n, p))) / c);
+      return std::max(path, q * (2 * alpha_busy_ + n * workTree(busyLookup(n, p))) / c);
     }
     case Algorithm::kRing: {
       const double b = betas_.empty() ? beta_ : betaDuplex(c > 0 ? n * p / 2 : n);
@@ -199,7 +199,7 @@ double CostModel::predict(Algorithm algorithm, double n, int p, bool funnelAvail
       if (c <= 0 || p <= c) return path;
       const double waves = std::ceil(p / c);
       return std::max(path,
-                      waves * q / p * (2 * p * alphaBusy_ + n * workRing(busyLookup(n, p))));
+                      waves * q / p * (2 * p * alpha_busy_ + n * workRing(busyLookup(n, p))));
     }
     case Algorithm::kAuto:
       return predict(pick(n, p, funnelAvailable), n, p, funnelAvailable);

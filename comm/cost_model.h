@@ -89,7 +89,7 @@ class CostModel {
   CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, int cores);
 
   double alpha() const { return alpha_; }
-  double alphaBusy() const { return alphaBusy_; }
+  double alphaBusy() const { return alpha_busy_; }
   double beta() const { return beta_; }
   double gamma() const { return gamma_; }
   int cores() const { return cores_; }
@@ -127,7 +127,7 @@ class CostModel {
   std::vector<BetaPoint> betas_;  // sorted by bytes; empty: beta_ everywhere
   int cores_ = 0;
   Oversubscribed busy_;  // work sorted by bytes; empty: derived from β and γ
-  double alphaBusy_;     // α unless measured
+  double alpha_busy_;     // α unless measured
 };
 
 }  // namespace cumulus::comm

@@ -173,7 +173,7 @@ Result<Accepted> acceptAny(tcp::Socket* const* listeners, int count, tcp::Deadli
 std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const RendezvousConfig& cfg) {
   std::vector<std::unique_ptr<tcp::Pair>> pairs(static_cast<size_t>(cfg.world));
   if (cfg.world == 1) return pairs;
-  tcp::Socket listener = tcp::Socket::listen(cfg.bindHost);
+  tcp::Socket listener = tcp::Socket::listen(cfg.bind_host);
   tcp::Socket unixListener, shmListener;
   const std::string hostId = cfg.transport == Transport::kTcp ? "" : localHostId();
   if (wantsShm(cfg.transport)) {
@@ -199,9 +199,9 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
       // kAuto settles for the plain socket when this host will not give us a segment.
       channel =
           shm::Channel::offer(conn.socket, peer, cfg.deadline, cfg.transport == Transport::kShm,
-                              shm::kDefaultSlots, shm::slotBytesFor(cfg.segmentBytes));
+                              shm::kDefaultSlots, shm::slotBytesFor(cfg.segment_bytes));
     }
-    conn.socket.tune(cfg.socketBufferBytes);
+    conn.socket.tune(cfg.socket_buffer_bytes);
     pairs[static_cast<size_t>(peer)] =
         std::make_unique<tcp::Pair>(std::move(conn.socket), peer, std::move(channel));
   }
@@ -244,7 +244,7 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
       }
       channel = std::move(offered.value());  // null: declined, the pair stays a plain socket
     }
-    socket.tune(cfg.socketBufferBytes);
+    socket.tune(cfg.socket_buffer_bytes);
     pairs[static_cast<size_t>(peer)] =
         std::make_unique<tcp::Pair>(std::move(socket), peer, std::move(channel));
     --pending;

@@ -41,10 +41,10 @@ struct RendezvousConfig {
   int world = 1;
   uint64_t generation = 0;
   std::string token;
-  std::string bindHost = "127.0.0.1";
-  int socketBufferBytes = 0;  // 0: kernel autotuning
+  std::string bind_host = "127.0.0.1";
+  int socket_buffer_bytes = 0;  // 0: kernel autotuning
   Transport transport = Transport::kAuto;
-  size_t segmentBytes = 512 * 1024;  // the collectives' pipeline segment: sizes shm slots
+  size_t segment_bytes = 512 * 1024;  // the collectives' pipeline segment: sizes shm slots
   tcp::Deadline deadline;
 };
 

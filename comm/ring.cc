@@ -28,45 +28,45 @@ RingPass::RingPass(const Collective& c, void* base, DType dtype, ReduceOp op,
       dtype_(dtype),
       op_(op),
       chunks_(std::move(chunks)),
-      firstStep_(firstStep),
-      lastStep_(lastStep),
-      elemSize_(elementSize(dtype)) {
+      first_step_(firstStep),
+      last_step_(lastStep),
+      elem_size_(elementSize(dtype)) {
   size_t largest = 0;
   for (const Chunk& chunk : chunks_) largest = std::max(largest, chunk.count);
   // At least kMinSegmentsPerChunk segments per chunk (down to kMinSegmentBytes), so that mid-size
   // buffers pipeline too; at most the configured segment.
-  const size_t wanted = std::max(kMinSegmentBytes, largest * elemSize_ / kMinSegmentsPerChunk);
-  segElems_ = std::max<size_t>(1, std::min(c.segmentBytes, wanted) / elemSize_);
-  segsPerStep_ = (largest + segElems_ - 1) / segElems_;
+  const size_t wanted = std::max(kMinSegmentBytes, largest * elem_size_ / kMinSegmentsPerChunk);
+  seg_elems_ = std::max<size_t>(1, std::min(c.segment_bytes, wanted) / elem_size_);
+  segs_per_step_ = (largest + seg_elems_ - 1) / seg_elems_;
 }
 
 void* RingPass::segment(int chunk, size_t segmentIndex, size_t* bytes) const {
   const Chunk& ch = chunks_[static_cast<size_t>(chunk)];
-  const size_t begin = std::min(ch.count, segmentIndex * segElems_);
-  const size_t end = std::min(ch.count, begin + segElems_);
-  *bytes = (end - begin) * elemSize_;
-  return base_ + (ch.offset + begin) * elemSize_;
+  const size_t begin = std::min(ch.count, segmentIndex * seg_elems_);
+  const size_t end = std::min(ch.count, begin + seg_elems_);
+  *bytes = (end - begin) * elem_size_;
+  return base_ + (ch.offset + begin) * elem_size_;
 }
 
 void RingPass::run() {
   const int p = c_.world;
-  if (p == 1 || segsPerStep_ == 0 || firstStep_ >= lastStep_) return;
+  if (p == 1 || segs_per_step_ == 0 || first_step_ >= last_step_) return;
   const int reduceSteps = p - 1;  // steps [0, p−1) reduce, the rest only copy
-  const size_t units = static_cast<size_t>(lastStep_ - firstStep_) * segsPerStep_;
-  uint8_t* landing = c_.scratchBytes(segElems_ * elemSize_);
+  const size_t units = static_cast<size_t>(last_step_ - first_step_) * segs_per_step_;
+  uint8_t* landing = c_.scratchBytes(seg_elems_ * elem_size_);
   // At step s rank r sends chunk r−s−1 and receives chunk r−s−2: what it receives at step s it
   // sends on at step s+1, and after step p−2 it holds the complete sum of chunk r.
-  auto stepOf = [&](size_t unit) { return firstStep_ + static_cast<int>(unit / segsPerStep_); };
+  auto stepOf = [&](size_t unit) { return first_step_ + static_cast<int>(unit / segs_per_step_); };
   auto sendChunk = [&](int step) { return c_.mod(c_.rank - step - 1); };
   auto recvChunk = [&](int step) { return c_.mod(c_.rank - step - 2); };
 
   tcp::Transfer t;
-  t.sendTo = c_.peer(c_.mod(c_.rank + 1));
-  t.recvFrom = c_.peer(c_.mod(c_.rank - 1));
-  t.sendUnits = t.recvUnits = units;
-  t.sendSpan = [&](size_t u) {
+  t.send_to = c_.peer(c_.mod(c_.rank + 1));
+  t.recv_from = c_.peer(c_.mod(c_.rank - 1));
+  t.send_units = t.recv_units = units;
+  t.send_span = [&](size_t u) {
     tcp::Span span;
-    span.data = segment(sendChunk(stepOf(u)), u % segsPerStep_, &span.bytes);
+    span.data = segment(sendChunk(stepOf(u)), u % segs_per_step_, &span.bytes);
     return span;
   };
   // Why this gate is all the pipelining there is: segment j of step s is the segment j that was
@@ -74,12 +74,12 @@ void RingPass::run() {
   // when the whole previous step is. Segments therefore stream around the ring back to back:
   // while this rank reduces segment j, the kernel is already moving j+1 in and j−1 out, and the
   // reduce-scatter flows into the all-gather without a barrier between them.
-  t.sendAfterRecvs = [&](size_t u) -> size_t {
-    return u < segsPerStep_ ? 0 : u - segsPerStep_ + 1;
+  t.send_after_recvs = [&](size_t u) -> size_t {
+    return u < segs_per_step_ ? 0 : u - segs_per_step_ + 1;
   };
-  t.recvSpan = [&](size_t u) {
+  t.recv_span = [&](size_t u) {
     tcp::Span span;
-    void* dst = segment(recvChunk(stepOf(u)), u % segsPerStep_, &span.bytes);
+    void* dst = segment(recvChunk(stepOf(u)), u % segs_per_step_, &span.bytes);
     // Reduce-scatter segments land in scratch and are folded in; all-gather ones in place.
     span.data = stepOf(u) < reduceSteps ? landing : dst;
     return span;
@@ -89,20 +89,20 @@ void RingPass::run() {
   auto absorb = [&](size_t u, const void* src) {
     const int step = stepOf(u);
     size_t bytes = 0;
-    void* dst = segment(recvChunk(step), u % segsPerStep_, &bytes);
+    void* dst = segment(recvChunk(step), u % segs_per_step_, &bytes);
     if (step >= reduceSteps) {
       if (src != dst) std::memcpy(dst, src, bytes);
       return;
     }
-    reduceInto(dst, src, bytes / elemSize_, dtype_, op_);
+    reduceInto(dst, src, bytes / elem_size_, dtype_, op_);
     if (step == reduceSteps - 1 && op_ == ReduceOp::kAvg)
-      divideBy(dst, bytes / elemSize_, dtype_, p);
+      divideBy(dst, bytes / elem_size_, dtype_, p);
   };
-  t.onReceived = [&](size_t u) {
+  t.on_received = [&](size_t u) {
     if (stepOf(u) < reduceSteps) absorb(u, landing);
   };
   // Over shared memory the peer's segment is reduced straight from its slot: no landing copy.
-  t.recvInPlace = absorb;
+  t.recv_in_place = absorb;
   tcp::runTransfer(c_.op, t);
 }
 
@@ -121,7 +121,7 @@ void ringReduceScatter(const Collective& c, const Buffer& input, Buffer& output,
     return;
   }
   // Workspace after the landing segment; sized once so the pass's own request fits.
-  const size_t landingBytes = std::max<size_t>(esize, c.segmentBytes / esize * esize);
+  const size_t landingBytes = std::max<size_t>(esize, c.segment_bytes / esize * esize);
   uint8_t* work = c.scratchBytes(landingBytes + input.bytes()) + landingBytes;
   std::memcpy(work, input.data, input.bytes());
   std::vector<RingPass::Chunk> chunks(static_cast<size_t>(c.world));

@@ -8,7 +8,7 @@
 // the fully reduced chunk r. The summation order of each element is fixed by (p, rank layout),
 // so results are bit-identical from run to run.
 //
-// Segments: each chunk is sent as segments of Collective::segmentBytes. 512 KiB is the default
+// Segments: each chunk is sent as segments of Collective::segment_bytes. 512 KiB is the default
 // because it cost the least CPU per 64 MiB float32 all-reduce on the 2-core development VM
 // (tests/comm/comm_perf, all ranks' CPU per op, p=2 / p=4): 64 KiB 45.9 / 157 ms,
 // 256 KiB 42.8 / 134 ms, 512 KiB 42.2 / 134 ms, 1 MiB 44.6 / 136 ms, 2 MiB 47.2 / 133 ms.
@@ -53,8 +53,8 @@ class RingPass {
   DType dtype_;
   ReduceOp op_;
   std::vector<Chunk> chunks_;
-  int firstStep_, lastStep_;
-  size_t elemSize_, segElems_, segsPerStep_;
+  int first_step_, last_step_;
+  size_t elem_size_, seg_elems_, segs_per_step_;
 };
 
 // Splits `count` elements into `parts` chunks whose sizes differ by at most one.

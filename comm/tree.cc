@@ -12,7 +12,7 @@ namespace {
 struct Segments {
   Segments(const Collective& c, const Buffer& b)
       : base(static_cast<char*>(b.data)), total(b.bytes()), esize(elementSize(b.dtype)) {
-    size = std::max(esize, c.segmentBytes / esize * esize);
+    size = std::max(esize, c.segment_bytes / esize * esize);
     count = (total + size - 1) / size;
   }
   tcp::Span at(size_t i) const {
@@ -46,31 +46,31 @@ void treeReduce(const Collective& c, Buffer& buffer, ReduceOp op, int root) {
 
   for (size_t k = 0; k < children.size(); ++k) {
     tcp::Transfer t;
-    t.recvFrom = c.peer(children[k]);
-    t.recvUnits = segs.count;
-    t.recvSpan = [&](size_t i) { return tcp::Span{landing, segs.at(i).bytes}; };
+    t.recv_from = c.peer(children[k]);
+    t.recv_units = segs.count;
+    t.recv_span = [&](size_t i) { return tcp::Span{landing, segs.at(i).bytes}; };
     // Inline segments land in scratch; shared-memory ones are reduced from the peer's slot.
-    t.recvInPlace = [&](size_t i, const void* src) {
+    t.recv_in_place = [&](size_t i, const void* src) {
       tcp::Span dst = segs.at(i);
       reduceInto(dst.data, src, dst.bytes / segs.esize, buffer.dtype, op);
     };
-    t.onReceived = [&](size_t i) { t.recvInPlace(i, landing); };
+    t.on_received = [&](size_t i) { t.recv_in_place(i, landing); };
     // Why the last child is special: once segment i of the last child is folded in, segment i
     // of our result is final, so it can go up to the parent right away instead of after the
     // whole buffer: the reduction pipelines up the tree.
     if (hasParent && k + 1 == children.size()) {
-      t.sendTo = c.peer(parent);
-      t.sendUnits = segs.count;
-      t.sendSpan = [&](size_t i) { return segs.at(i); };
-      t.sendAfterRecvs = [](size_t i) { return i + 1; };
+      t.send_to = c.peer(parent);
+      t.send_units = segs.count;
+      t.send_span = [&](size_t i) { return segs.at(i); };
+      t.send_after_recvs = [](size_t i) { return i + 1; };
     }
     tcp::runTransfer(c.op, t);
   }
   if (hasParent && children.empty()) {
     tcp::Transfer t;
-    t.sendTo = c.peer(parent);
-    t.sendUnits = segs.count;
-    t.sendSpan = [&](size_t i) { return segs.at(i); };
+    t.send_to = c.peer(parent);
+    t.send_units = segs.count;
+    t.send_span = [&](size_t i) { return segs.at(i); };
     tcp::runTransfer(c.op, t);
   }
   if (!hasParent && op == ReduceOp::kAvg) divideBy(buffer.data, buffer.count, buffer.dtype, p);
@@ -94,22 +94,22 @@ void treeBroadcast(const Collective& c, Buffer& buffer, int root) {
     // Receive straight into the user's buffer, forwarding each segment to the first child as
     // soon as it is complete.
     tcp::Transfer t;
-    t.recvFrom = c.peer(c.mod(c.rank - lastMask));
-    t.recvUnits = segs.count;
-    t.recvSpan = [&](size_t i) { return segs.at(i); };
+    t.recv_from = c.peer(c.mod(c.rank - lastMask));
+    t.recv_units = segs.count;
+    t.recv_span = [&](size_t i) { return segs.at(i); };
     if (!children.empty()) {
-      t.sendTo = c.peer(children[k++]);
-      t.sendUnits = segs.count;
-      t.sendSpan = [&](size_t i) { return segs.at(i); };
-      t.sendAfterRecvs = [](size_t i) { return i + 1; };
+      t.send_to = c.peer(children[k++]);
+      t.send_units = segs.count;
+      t.send_span = [&](size_t i) { return segs.at(i); };
+      t.send_after_recvs = [](size_t i) { return i + 1; };
     }
     tcp::runTransfer(c.op, t);
   }
   for (; k < children.size(); ++k) {
     tcp::Transfer t;
-    t.sendTo = c.peer(children[k]);
-    t.sendUnits = segs.count;
-    t.sendSpan = [&](size_t i) { return segs.at(i); };
+    t.send_to = c.peer(children[k]);
+    t.send_units = segs.count;
+    t.send_span = [&](size_t i) { return segs.at(i); };
     tcp::runTransfer(c.op, t);
   }
 }

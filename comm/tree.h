@@ -6,7 +6,7 @@
 // Ranks are renumbered relative to the root (v = rank − root mod p). In reduce round k a rank
 // with bit k set sends its partial result to v − 2^k and stops; the others fold in v + 2^k. The
 // order of folding is fixed by p and root, so results are bit-identical from run to run.
-// Any p works (missing partners are skipped). Buffers travel in Collective::segmentBytes
+// Any p works (missing partners are skipped). Buffers travel in Collective::segment_bytes
 // segments, so a rank forwards segment j while it still receives j+1.
 //
 // Blocking, throws CommError (see tcp/transfer.h). Not thread-safe (uses the scratch).

@@ -190,17 +190,17 @@ ProbeGroup joinGroup(const ProbeOptions& o) {
                 : comm::CostModel::load(o.cost_model);
   comm::CommunicatorOptions copts;
   copts.generation = static_cast<uint64_t>(env.generation);
-  copts.jobToken = env.job_token;
+  copts.job_token = env.job_token;
   copts.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000));
-  if (!env.bind_host.empty()) copts.bindHost = env.bind_host;
-  copts.costModel = g.model;
+  if (!env.bind_host.empty()) copts.bind_host = env.bind_host;
+  copts.cost_model = g.model;
   if (!env.ps_endpoint.empty()) {
     const auto [host, port] = parseEndpoint(env.ps_endpoint, "CUMULUS_PS_ENDPOINT");
     g.funnel = std::make_unique<comm::FunnelClient>(host, port, env.job_token, g.rank, g.world,
                                                     copts.generation);
-    copts.remoteReducer = g.funnel.get();
+    copts.remote_reducer = g.funnel.get();
   }
-  g.bind_host = copts.bindHost;
+  g.bind_host = copts.bind_host;
   g.comm = std::make_unique<comm::Communicator>(g.rank, g.world, *g.store, copts);
   return g;
 }

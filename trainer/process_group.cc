@@ -70,12 +70,12 @@ void ProcessGroup::connect(comm::Store& store) {
 
   comm::CommunicatorOptions options;
   options.generation = static_cast<uint64_t>(env_.generation);
-  options.jobToken = env_.job_token;
+  options.job_token = env_.job_token;
   options.timeout = timeout_;
-  if (!env_.bind_host.empty()) options.bindHost = env_.bind_host;
+  if (!env_.bind_host.empty()) options.bind_host = env_.bind_host;
   if (!config_.cost_model.empty()) {
     try {
-      options.costModel = comm::CostModel::load(config_.cost_model);
+      options.cost_model = comm::CostModel::load(config_.cost_model);
     } catch (const std::exception& e) {
       throw GroupError(std::string("comm.cost_model: ") + e.what());
     }
@@ -90,7 +90,7 @@ void ProcessGroup::connect(comm::Store& store) {
     const auto [host, port] = parseEndpoint(env_.ps_endpoint, "CUMULUS_PS_ENDPOINT");
     funnel_ = std::make_unique<comm::FunnelClient>(host, port, env_.job_token, rank(), world(),
                                                    static_cast<uint64_t>(env_.generation));
-    options.remoteReducer = funnel_.get();
+    options.remote_reducer = funnel_.get();
   }
   communicator_ = std::make_unique<comm::Communicator>(rank(), world(), store, options);
 }

@@ -19,11 +19,11 @@
 namespace cumulus::comm::shm {
 
 // One ring's shared control block. Each field sits on its own cache line: the consumer writes
-// `consumed`, the producer writes `producerWaiting` and `announced`, and a spinning reader of one
+// `consumed`, the producer writes `producer_waiting` and `announced`, and a spinning reader of one
 // should not bounce the line the other writes on every message.
 struct Channel::RingControl {
   alignas(64) std::atomic<uint64_t> consumed;
-  alignas(64) std::atomic<uint32_t> producerWaiting;
+  alignas(64) std::atomic<uint32_t> producer_waiting;
   alignas(64) std::atomic<uint64_t> announced;  // frames the producer finished writing
 };
 
@@ -84,8 +84,8 @@ uint8_t* mapShared(int fd, size_t bytes) {
 
 }  // namespace
 
-size_t slotBytesFor(size_t segmentBytes) {
-  return std::min(kMaxSlotBytes, std::max(kDefaultSlotBytes, alignUp(segmentBytes, kPage)));
+size_t slotBytesFor(size_t segment_bytes) {
+  return std::min(kMaxSlotBytes, std::max(kDefaultSlotBytes, alignUp(segment_bytes, kPage)));
 }
 
 size_t Channel::ringBytes(uint32_t slots, size_t slotBytes) {
@@ -95,7 +95,7 @@ size_t Channel::ringBytes(uint32_t slots, size_t slotBytes) {
 
 Channel::Channel(uint8_t* base, size_t mapped, uint32_t slots, size_t slotBytes, bool connector,
                  int creditFd0, int creditFd1)
-    : base_(base), mapped_(mapped), slots_(slots), slotBytes_(slotBytes) {
+    : base_(base), mapped_(mapped), slots_(slots), slot_bytes_(slotBytes) {
   const size_t ring = ringBytes(slots, slotBytes);
   Ring rings[2];
   for (int i = 0; i < 2; ++i) {
@@ -107,14 +107,14 @@ Channel::Channel(uint8_t* base, size_t mapped, uint32_t slots, size_t slotBytes,
   // was freed" and is polled by ring i's producer.
   out_ = connector ? rings[0] : rings[1];
   in_ = connector ? rings[1] : rings[0];
-  outCreditFd_ = connector ? creditFd0 : creditFd1;
-  inCreditFd_ = connector ? creditFd1 : creditFd0;
+  out_credit_fd_ = connector ? creditFd0 : creditFd1;
+  in_credit_fd_ = connector ? creditFd1 : creditFd0;
 }
 
 Channel::~Channel() {
   if (base_ != nullptr) ::munmap(base_, mapped_);
-  if (outCreditFd_ >= 0) ::close(outCreditFd_);
-  if (inCreditFd_ >= 0) ::close(inCreditFd_);
+  if (out_credit_fd_ >= 0) ::close(out_credit_fd_);
+  if (in_credit_fd_ >= 0) ::close(in_credit_fd_);
 }
 
 Result<Channel::Segment> Channel::create(uint32_t slots, size_t slotBytes) {
@@ -189,8 +189,8 @@ std::unique_ptr<Channel> Channel::offer(tcp::Socket& socket, int peer, tcp::Dead
   }
   // The peer gets its own descriptor of the memfd; the mapping outlives ours (closed on return).
   Segment& segment = created.value();
-  const int fds[3] = {segment.memfd.get(), segment.channel->outCreditFd_,
-                      segment.channel->inCreditFd_};
+  const int fds[3] = {segment.memfd.get(), segment.channel->out_credit_fd_,
+                      segment.channel->in_credit_fd_};
   sendOffer(socket, peer, deadline, slots, slotBytes, fds);
   return std::move(segment.channel);
 }
@@ -286,7 +286,7 @@ bool Channel::slotFree() const {
 void* Channel::acquire() {
   const uint64_t consumed = out_.control->consumed.load(std::memory_order_acquire);
   if (produced_ - consumed >= slots_) return nullptr;
-  return out_.slots + (produced_ % slots_) * slotBytes_;
+  return out_.slots + (produced_ % slots_) * slot_bytes_;
 }
 
 void Channel::commit(uint64_t seq, uint32_t tag, uint64_t bytes) {
@@ -304,9 +304,9 @@ bool Channel::armCreditWait() {
   // Dekker-style with release(): we publish "waiting" then re-read the counter; the consumer
   // publishes the counter then reads "waiting". Sequentially consistent on both sides, so at
   // least one of us sees the other's store and no wake-up is lost.
-  out_.control->producerWaiting.store(1, std::memory_order_seq_cst);
+  out_.control->producer_waiting.store(1, std::memory_order_seq_cst);
   if (produced_ - out_.control->consumed.load(std::memory_order_seq_cst) < slots_) {
-    out_.control->producerWaiting.store(0, std::memory_order_relaxed);
+    out_.control->producer_waiting.store(0, std::memory_order_relaxed);
     return false;
   }
   return true;
@@ -314,7 +314,7 @@ bool Channel::armCreditWait() {
 
 void Channel::drainCredits() {
   uint64_t value;
-  while (::read(outCreditFd_, &value, sizeof value) == static_cast<ssize_t>(sizeof value)) {
+  while (::read(out_credit_fd_, &value, sizeof value) == static_cast<ssize_t>(sizeof value)) {
   }
 }
 
@@ -327,18 +327,18 @@ Result<const void*> Channel::front(uint64_t seq, uint32_t tag, uint64_t bytes) c
                                             std::to_string(s.tag) + " (" + std::to_string(s.bytes) +
                                             " bytes), not the announced frame");
   }
-  return in_.slots + (consumed_ % slots_) * slotBytes_;
+  return in_.slots + (consumed_ % slots_) * slot_bytes_;
 }
 
 void Channel::release() {
   ++consumed_;
   in_.control->consumed.store(consumed_, std::memory_order_seq_cst);
-  if (in_.control->producerWaiting.load(std::memory_order_seq_cst) != 0 &&
-      in_.control->producerWaiting.exchange(0, std::memory_order_seq_cst) != 0) {
+  if (in_.control->producer_waiting.load(std::memory_order_seq_cst) != 0 &&
+      in_.control->producer_waiting.exchange(0, std::memory_order_seq_cst) != 0) {
     const uint64_t one = 1;
     // Cannot fail short of a closed descriptor; a lost wake-up would only cost the peer its
     // deadline, which then names us.
-    [[maybe_unused]] ssize_t rc = ::write(inCreditFd_, &one, sizeof one);
+    [[maybe_unused]] ssize_t rc = ::write(in_credit_fd_, &one, sizeof one);
   }
 }
 

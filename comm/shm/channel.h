@@ -48,10 +48,10 @@ constexpr size_t kDefaultSlotBytes = 512 * 1024;  // the ring's segment (comm/co
 constexpr uint32_t kDefaultSlots = 4;
 constexpr size_t kMaxSlotBytes = 8 << 20;
 
-// The slot size for a pipeline segment of `segmentBytes`: the segment rounded up to a page, at
+// The slot size for a pipeline segment of `segment_bytes`: the segment rounded up to a page, at
 // least kDefaultSlotBytes (so reduce-scatter segments of any chunk size fit) and at most
 // kMaxSlotBytes (larger segments travel inline).
-size_t slotBytesFor(size_t segmentBytes);
+size_t slotBytesFor(size_t segment_bytes);
 
 class Channel {
  public:
@@ -78,9 +78,9 @@ class Channel {
   // mapped.
   static Result<std::unique_ptr<Channel>> accept(tcp::Socket& socket, tcp::Deadline deadline);
 
-  size_t slotBytes() const { return slotBytes_; }
+  size_t slotBytes() const { return slot_bytes_; }
   uint32_t slots() const { return slots_; }
-  bool carries(size_t bytes) const { return bytes >= kMinShmBytes && bytes <= slotBytes_; }
+  bool carries(size_t bytes) const { return bytes >= kMinShmBytes && bytes <= slot_bytes_; }
 
   // Producer (outgoing ring). acquire() returns the next free slot, or null while every slot is
   // in use. commit() stamps it with the frame it belongs to and hands it over (the frame header on
@@ -91,7 +91,7 @@ class Channel {
   // meanwhile (do not sleep then). The fd to poll for POLLIN is creditFd(); after waking, call
   // drainCredits().
   bool armCreditWait();
-  int creditFd() const { return outCreditFd_; }
+  int creditFd() const { return out_credit_fd_; }
   void drainCredits();
 
   // Busy-wait support (tcp/transfer.h): polling a syscall in a loop is slow on the VMs this runs
@@ -130,10 +130,10 @@ class Channel {
   uint8_t* base_;
   size_t mapped_;
   uint32_t slots_;
-  size_t slotBytes_;
+  size_t slot_bytes_;
   Ring out_, in_;
-  int outCreditFd_ = -1;  // we poll it when our outgoing ring is full
-  int inCreditFd_ = -1;   // we write it when we free a slot the peer waits for
+  int out_credit_fd_ = -1;  // we poll it when our outgoing ring is full
+  int in_credit_fd_ = -1;   // we write it when we free a slot the peer waits for
   std::atomic<uint64_t>* outAnnounced() const;
   uint64_t produced_ = 0;
   uint64_t consumed_ = 0;

@@ -36,52 +36,52 @@ class Engine {
     // A direction is "blocked" once a call moved less than asked (the socket is drained / full);
     // it is retried only after poll() says it is ready, so no syscall is spent on a sure EAGAIN.
     // Sending goes first: at the start of a step the data to receive is rarely there yet.
-    while (sent_ < t_.sendUnits || received_ < t_.recvUnits) {
-      if (!sendBlocked_ && sendReady()) pumpSend();
-      if (!recvBlocked_ && received_ < t_.recvUnits) pumpRecv();
-      const bool canSend = !sendBlocked_ && sendReady();
-      const bool canRecv = !recvBlocked_ && received_ < t_.recvUnits;
-      if (!canSend && !canRecv && (sent_ < t_.sendUnits || received_ < t_.recvUnits)) waitReady();
+    while (sent_ < t_.send_units || received_ < t_.recv_units) {
+      if (!send_blocked_ && sendReady()) pumpSend();
+      if (!recv_blocked_ && received_ < t_.recv_units) pumpRecv();
+      const bool canSend = !send_blocked_ && sendReady();
+      const bool canRecv = !recv_blocked_ && received_ < t_.recv_units;
+      if (!canSend && !canRecv && (sent_ < t_.send_units || received_ < t_.recv_units)) waitReady();
     }
   }
 
  private:
   bool sendReady() {
-    if (sent_ >= t_.sendUnits) return false;
-    if (!sendLoaded_) {
+    if (sent_ >= t_.send_units) return false;
+    if (!send_loaded_) {
       // Skip empty units; they never touch the wire.
-      while (sent_ < t_.sendUnits) {
-        if (t_.sendAfterRecvs && t_.sendAfterRecvs(sent_) > received_) {
-          waitingForSlot_ = false;
+      while (sent_ < t_.send_units) {
+        if (t_.send_after_recvs && t_.send_after_recvs(sent_) > received_) {
+          waiting_for_slot_ = false;
           return false;
         }
-        sendSpan_ = t_.sendSpan(sent_);
-        if (sendSpan_.bytes > 0) break;
+        send_span_ = t_.send_span(sent_);
+        if (send_span_.bytes > 0) break;
         ++sent_;
       }
-      if (sent_ >= t_.sendUnits) return false;
-      shm::Channel* channel = t_.sendTo->channel();
-      const bool viaShm = channel != nullptr && channel->carries(sendSpan_.bytes);
+      if (sent_ >= t_.send_units) return false;
+      shm::Channel* channel = t_.send_to->channel();
+      const bool viaShm = channel != nullptr && channel->carries(send_span_.bytes);
       if (viaShm) {
         void* slot = channel->acquire();
         if (slot == nullptr) {
-          waitingForSlot_ = true;  // every slot is still being read by the peer
+          waiting_for_slot_ = true;  // every slot is still being read by the peer
           return false;
         }
-        std::memcpy(slot, sendSpan_.data, sendSpan_.bytes);
-        channel->commit(ctx_.seq, static_cast<uint32_t>(sent_), sendSpan_.bytes);
+        std::memcpy(slot, send_span_.data, send_span_.bytes);
+        channel->commit(ctx_.seq, static_cast<uint32_t>(sent_), send_span_.bytes);
       }
-      waitingForSlot_ = false;
+      waiting_for_slot_ = false;
       FrameHeader h;
       h.magic = viaShm ? kShmFrameMagic : kFrameMagic;
       h.tag = static_cast<uint32_t>(sent_);
       h.generation = ctx_.generation;
       h.sequence = ctx_.seq;
-      h.length = sendSpan_.bytes;
-      encodeFrameHeader(h, sendHeader_);
-      sendWireBytes_ = viaShm ? 0 : sendSpan_.bytes;
-      sendOffset_ = 0;
-      sendLoaded_ = true;
+      h.length = send_span_.bytes;
+      encodeFrameHeader(h, send_header_);
+      send_wire_bytes_ = viaShm ? 0 : send_span_.bytes;
+      send_offset_ = 0;
+      send_loaded_ = true;
     }
     return true;
   }
@@ -92,35 +92,35 @@ class Engine {
     while (sendReady()) {
       iovec iov[2];
       int n = 0;
-      if (sendOffset_ < kFrameHeaderBytes) {
-        iov[n++] = {sendHeader_ + sendOffset_, kFrameHeaderBytes - sendOffset_};
-        if (sendWireBytes_ > 0) iov[n++] = {sendSpan_.data, sendWireBytes_};
+      if (send_offset_ < kFrameHeaderBytes) {
+        iov[n++] = {send_header_ + send_offset_, kFrameHeaderBytes - send_offset_};
+        if (send_wire_bytes_ > 0) iov[n++] = {send_span_.data, send_wire_bytes_};
       } else {
-        size_t off = sendOffset_ - kFrameHeaderBytes;
-        iov[n++] = {static_cast<char*>(sendSpan_.data) + off, sendWireBytes_ - off};
+        size_t off = send_offset_ - kFrameHeaderBytes;
+        iov[n++] = {static_cast<char*>(send_span_.data) + off, send_wire_bytes_ - off};
       }
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = n;
       const size_t asked = iov[0].iov_len + (n > 1 ? iov[1].iov_len : 0);
-      ssize_t rc = ::sendmsg(t_.sendTo->fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t rc = ::sendmsg(t_.send_to->fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (rc < 0) {
         if (wouldBlock(errno)) {
-          sendBlocked_ = errno != EINTR;
+          send_blocked_ = errno != EINTR;
           return progress;
         }
-        fail(ErrorKind::kPeerClosed, t_.sendTo->peer(),
+        fail(ErrorKind::kPeerClosed, t_.send_to->peer(),
              std::string("send failed: ") + std::strerror(errno));
       }
       progress = true;
-      sendOffset_ += static_cast<size_t>(rc);
-      if (sendOffset_ == kFrameHeaderBytes + sendWireBytes_) {
-        if (shm::Channel* channel = t_.sendTo->channel()) channel->announce();
+      send_offset_ += static_cast<size_t>(rc);
+      if (send_offset_ == kFrameHeaderBytes + send_wire_bytes_) {
+        if (shm::Channel* channel = t_.send_to->channel()) channel->announce();
         ++sent_;
-        sendLoaded_ = false;
+        send_loaded_ = false;
       }
       if (static_cast<size_t>(rc) < asked) {
-        sendBlocked_ = true;  // the send buffer is full
+        send_blocked_ = true;  // the send buffer is full
         return progress;
       }
     }
@@ -128,70 +128,70 @@ class Engine {
   }
 
   void skipEmptyRecvs() {
-    while (received_ < t_.recvUnits) {
-      recvSpan_ = t_.recvSpan(received_);
-      if (recvSpan_.bytes > 0) {
-        shm::Channel* channel = t_.recvFrom->channel();
-        recvViaShm_ = channel != nullptr && channel->carries(recvSpan_.bytes);
-        recvWireBytes_ = recvViaShm_ ? 0 : recvSpan_.bytes;
+    while (received_ < t_.recv_units) {
+      recv_span_ = t_.recv_span(received_);
+      if (recv_span_.bytes > 0) {
+        shm::Channel* channel = t_.recv_from->channel();
+        recv_via_shm_ = channel != nullptr && channel->carries(recv_span_.bytes);
+        recv_wire_bytes_ = recv_via_shm_ ? 0 : recv_span_.bytes;
         break;
       }
-      if (t_.onReceived) t_.onReceived(received_);
+      if (t_.on_received) t_.on_received(received_);
       ++received_;
     }
-    recvOffset_ = 0;
+    recv_offset_ = 0;
   }
 
   // Receives header and payload of the current unit straight into their destinations.
   bool pumpRecv() {
     bool progress = false;
     // What the peer had announced before we looked: spin() waits for it to move.
-    if (shm::Channel* channel = t_.recvFrom->channel()) recvMark_ = channel->peerAnnounced();
-    while (received_ < t_.recvUnits) {
+    if (shm::Channel* channel = t_.recv_from->channel()) recv_mark_ = channel->peerAnnounced();
+    while (received_ < t_.recv_units) {
       iovec iov[2];
       int n = 0;
-      if (recvOffset_ < kFrameHeaderBytes) {
-        iov[n++] = {recvHeader_ + recvOffset_, kFrameHeaderBytes - recvOffset_};
+      if (recv_offset_ < kFrameHeaderBytes) {
+        iov[n++] = {recv_header_ + recv_offset_, kFrameHeaderBytes - recv_offset_};
         // Read the payload in the same call only when the header is complete in this read;
         // reading exactly header + expected length never touches the next unit.
-        if (recvWireBytes_ > 0) iov[n++] = {recvSpan_.data, recvWireBytes_};
+        if (recv_wire_bytes_ > 0) iov[n++] = {recv_span_.data, recv_wire_bytes_};
       } else {
-        size_t off = recvOffset_ - kFrameHeaderBytes;
-        iov[n++] = {static_cast<char*>(recvSpan_.data) + off, recvWireBytes_ - off};
+        size_t off = recv_offset_ - kFrameHeaderBytes;
+        iov[n++] = {static_cast<char*>(recv_span_.data) + off, recv_wire_bytes_ - off};
       }
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = n;
       const size_t asked = iov[0].iov_len + (n > 1 ? iov[1].iov_len : 0);
-      ssize_t rc = ::recvmsg(t_.recvFrom->fd(), &msg, MSG_DONTWAIT);
+      ssize_t rc = ::recvmsg(t_.recv_from->fd(), &msg, MSG_DONTWAIT);
       if (rc == 0) {
-        fail(ErrorKind::kPeerClosed, t_.recvFrom->peer(),
+        fail(ErrorKind::kPeerClosed, t_.recv_from->peer(),
              "connection closed after " + std::to_string(received_) + " of " +
-                 std::to_string(t_.recvUnits) + " messages");
+                 std::to_string(t_.recv_units) + " messages");
       }
       if (rc < 0) {
         if (wouldBlock(errno)) {
-          recvBlocked_ = errno != EINTR;
+          recv_blocked_ = errno != EINTR;
           return progress;
         }
-        fail(ErrorKind::kPeerClosed, t_.recvFrom->peer(),
+        fail(ErrorKind::kPeerClosed, t_.recv_from->peer(),
              std::string("receive failed: ") + std::strerror(errno));
       }
       progress = true;
-      const bool headerWasIncomplete = recvOffset_ < kFrameHeaderBytes;
-      recvOffset_ += static_cast<size_t>(rc);
-      if (headerWasIncomplete && recvOffset_ >= kFrameHeaderBytes) checkHeader();
-      if (recvOffset_ == kFrameHeaderBytes + recvWireBytes_) {
-        if (recvViaShm_) {
+      const bool headerWasIncomplete = recv_offset_ < kFrameHeaderBytes;
+      recv_offset_ += static_cast<size_t>(rc);
+      if (headerWasIncomplete && recv_offset_ >= kFrameHeaderBytes) checkHeader();
+      if (recv_offset_ == kFrameHeaderBytes + recv_wire_bytes_) {
+        if (recv_via_shm_) {
           consumeSlot();
-        } else if (t_.onReceived) {
-          t_.onReceived(received_);
+        } else if (t_.on_received) {
+          t_.on_received(received_);
         }
         ++received_;
         skipEmptyRecvs();
       }
       if (static_cast<size_t>(rc) < asked) {
-        recvBlocked_ = true;  // drained for now
+        recv_blocked_ = true;  // drained for now
         return progress;
       }
     }
@@ -200,26 +200,26 @@ class Engine {
 
   // The payload of the current unit lies in the peer's slot: use it there, then free the slot.
   void consumeSlot() {
-    shm::Channel* channel = t_.recvFrom->channel();
+    shm::Channel* channel = t_.recv_from->channel();
     Result<const void*> slot =
-        channel->front(ctx_.seq, static_cast<uint32_t>(received_), recvSpan_.bytes);
+        channel->front(ctx_.seq, static_cast<uint32_t>(received_), recv_span_.bytes);
     if (!slot.ok()) {
-      fail(slot.status().kind(), t_.recvFrom->peer(),
+      fail(slot.status().kind(), t_.recv_from->peer(),
            slot.status().detail() + " in message " + std::to_string(received_));
     }
     const void* data = slot.value();
-    if (t_.recvInPlace) {
-      t_.recvInPlace(received_, data);
+    if (t_.recv_in_place) {
+      t_.recv_in_place(received_, data);
     } else {
-      std::memcpy(recvSpan_.data, data, recvSpan_.bytes);
-      if (t_.onReceived) t_.onReceived(received_);
+      std::memcpy(recv_span_.data, data, recv_span_.bytes);
+      if (t_.on_received) t_.on_received(received_);
     }
     channel->release();
   }
 
   void checkHeader() {
-    const FrameHeader h = decodeFrameHeader(recvHeader_);
-    const int peer = t_.recvFrom->peer();
+    const FrameHeader h = decodeFrameHeader(recv_header_);
+    const int peer = t_.recv_from->peer();
     auto bad = [&](const std::string& what) {
       fail(ErrorKind::kBadFrame, peer, what + " in message " + std::to_string(received_));
     };
@@ -240,12 +240,12 @@ class Engine {
       bad("unexpected tag " + std::to_string(h.tag) + " (expected " + std::to_string(received_) +
           ")");
     }
-    if (h.length != recvSpan_.bytes) {
+    if (h.length != recv_span_.bytes) {
       bad("wrong length " + std::to_string(h.length) + " (expected " +
-          std::to_string(recvSpan_.bytes) + "; do all ranks pass the same count and dtype?)");
+          std::to_string(recv_span_.bytes) + "; do all ranks pass the same count and dtype?)");
     }
-    if ((h.magic == kShmFrameMagic) != recvViaShm_) {
-      bad(recvViaShm_ ? "an inline frame where a shared-memory one was due"
+    if ((h.magic == kShmFrameMagic) != recv_via_shm_) {
+      bad(recv_via_shm_ ? "an inline frame where a shared-memory one was due"
                       : "a shared-memory frame where an inline one was due");
     }
   }
@@ -255,15 +255,15 @@ class Engine {
   // do; false: sleep.
   bool spin(bool wantRecv, bool wantSlot) {
     SpinGovernor* g = ctx_.spin;
-    if (g == nullptr || g->budgetUs <= 0) return false;
-    shm::Channel* in = wantRecv ? t_.recvFrom->channel() : nullptr;
-    shm::Channel* out = wantSlot ? t_.sendTo->channel() : nullptr;
+    if (g == nullptr || g->budget_us <= 0) return false;
+    shm::Channel* in = wantRecv ? t_.recv_from->channel() : nullptr;
+    shm::Channel* out = wantSlot ? t_.send_to->channel() : nullptr;
     if ((wantRecv && in == nullptr) || (in == nullptr && out == nullptr)) return false;
     if (!g->shouldSpin()) return false;
-    const Deadline until = Clock::now() + std::chrono::microseconds(g->budgetUs);
+    const Deadline until = Clock::now() + std::chrono::microseconds(g->budget_us);
     for (unsigned i = 1;; ++i) {
-      if (in != nullptr && in->peerAnnounced() != recvMark_) {
-        recvBlocked_ = false;
+      if (in != nullptr && in->peerAnnounced() != recv_mark_) {
+        recv_blocked_ = false;
         g->record(false);
         return true;
       }
@@ -281,12 +281,12 @@ class Engine {
   void waitReady() {
     pollfd fds[3];
     int n = 0;
-    const bool wantRecv = received_ < t_.recvUnits;
+    const bool wantRecv = received_ < t_.recv_units;
     const bool wantSend = sendReady();  // false while gated or while every slot is in use
-    const bool wantSlot = !wantSend && waitingForSlot_;
+    const bool wantSlot = !wantSend && waiting_for_slot_;
     if (!wantSend && spin(wantRecv, wantSlot)) return;
-    if (wantSlot && !t_.sendTo->channel()->armCreditWait()) return;  // freed meanwhile
-    if (wantSlot && ctx_.slotWaits != nullptr) ctx_.slotWaits->fetch_add(1);
+    if (wantSlot && !t_.send_to->channel()->armCreditWait()) return;  // freed meanwhile
+    if (wantSlot && ctx_.slot_waits != nullptr) ctx_.slot_waits->fetch_add(1);
     auto add = [&](int fd, short events) {
       for (int i = 0; i < n; ++i) {
         if (fds[i].fd == fd) {
@@ -296,46 +296,46 @@ class Engine {
       }
       fds[n++] = {fd, events, 0};
     };
-    if (wantRecv) add(t_.recvFrom->fd(), POLLIN);
-    if (wantSend) add(t_.sendTo->fd(), POLLOUT);
+    if (wantRecv) add(t_.recv_from->fd(), POLLIN);
+    if (wantSend) add(t_.send_to->fd(), POLLOUT);
     // Waiting for a slot, the socket still tells us that the peer is gone (POLLRDHUP: it closed,
     // or our own abort() shut it down).
     if (wantSlot) {
-      add(t_.sendTo->channel()->creditFd(), POLLIN);
-      add(t_.sendTo->fd(), POLLRDHUP);
+      add(t_.send_to->channel()->creditFd(), POLLIN);
+      add(t_.send_to->fd(), POLLRDHUP);
     }
     if (n == 0) return;  // cannot happen: a gated send always has a pending receive
     int rc = ::poll(fds, n, pollTimeoutMs(ctx_.deadline));
     if (rc < 0 && errno == EINTR) return;
     if (rc == 0) {
-      const int peer = wantRecv ? t_.recvFrom->peer() : t_.sendTo->peer();
+      const int peer = wantRecv ? t_.recv_from->peer() : t_.send_to->peer();
       const char* what = wantRecv   ? "waiting to receive"
                          : wantSlot ? "waiting for a free shared-memory slot"
                                     : "waiting to send";
       fail(ErrorKind::kTimeout, peer,
-           std::string("no progress within the ") + std::to_string(ctx_.timeoutMs) +
+           std::string("no progress within the ") + std::to_string(ctx_.timeout_ms) +
                " ms timeout: " + what + " (received " + std::to_string(received_) + "/" +
-               std::to_string(t_.recvUnits) + ", sent " + std::to_string(sent_) + "/" +
-               std::to_string(t_.sendUnits) + " messages)");
+               std::to_string(t_.recv_units) + ", sent " + std::to_string(sent_) + "/" +
+               std::to_string(t_.send_units) + " messages)");
     }
     // Any readiness (POLLERR/POLLHUP included) unblocks the direction: the next sendmsg/recvmsg
     // then moves data or reports the failure precisely.
     for (int i = 0; i < n; ++i) {
       if (fds[i].revents == 0) continue;
-      if (wantRecv && fds[i].fd == t_.recvFrom->fd() && (fds[i].revents & ~POLLOUT)) {
-        recvBlocked_ = false;
+      if (wantRecv && fds[i].fd == t_.recv_from->fd() && (fds[i].revents & ~POLLOUT)) {
+        recv_blocked_ = false;
       }
-      if (wantSend && fds[i].fd == t_.sendTo->fd() && (fds[i].revents & ~POLLIN)) {
-        sendBlocked_ = false;
+      if (wantSend && fds[i].fd == t_.send_to->fd() && (fds[i].revents & ~POLLIN)) {
+        send_blocked_ = false;
       }
-      if (wantSlot && fds[i].fd == t_.sendTo->channel()->creditFd()) {
-        t_.sendTo->channel()->drainCredits();
+      if (wantSlot && fds[i].fd == t_.send_to->channel()->creditFd()) {
+        t_.send_to->channel()->drainCredits();
       }
-      if (wantSlot && fds[i].fd == t_.sendTo->fd() &&
+      if (wantSlot && fds[i].fd == t_.send_to->fd() &&
           (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-        fail(ErrorKind::kPeerClosed, t_.sendTo->peer(),
+        fail(ErrorKind::kPeerClosed, t_.send_to->peer(),
              "connection closed while waiting for a free shared-memory slot (sent " +
-                 std::to_string(sent_) + "/" + std::to_string(t_.sendUnits) + " messages)");
+                 std::to_string(sent_) + "/" + std::to_string(t_.send_units) + " messages)");
       }
     }
   }
@@ -348,23 +348,23 @@ class Engine {
   const Transfer& t_;
 
   size_t sent_ = 0;
-  bool sendLoaded_ = false;
-  bool waitingForSlot_ = false;  // the next unit needs a shared-memory slot and none is free
-  Span sendSpan_;
-  size_t sendWireBytes_ = 0;  // payload bytes on the socket: 0 when it went through a slot
-  size_t sendOffset_ = 0;
-  uint8_t sendHeader_[kFrameHeaderBytes];
+  bool send_loaded_ = false;
+  bool waiting_for_slot_ = false;  // the next unit needs a shared-memory slot and none is free
+  Span send_span_;
+  size_t send_wire_bytes_ = 0;  // payload bytes on the socket: 0 when it went through a slot
+  size_t send_offset_ = 0;
+  uint8_t send_header_[kFrameHeaderBytes];
 
-  bool sendBlocked_ = false;
-  bool recvBlocked_ = false;
+  bool send_blocked_ = false;
+  bool recv_blocked_ = false;
 
   size_t received_ = 0;
-  Span recvSpan_;
-  uint64_t recvMark_ = 0;     // the peer's announced() count when we last tried to receive
-  bool recvViaShm_ = false;   // the current unit's payload is in a shared-memory slot
-  size_t recvWireBytes_ = 0;  // payload bytes to read from the socket
-  size_t recvOffset_ = 0;
-  uint8_t recvHeader_[kFrameHeaderBytes];
+  Span recv_span_;
+  uint64_t recv_mark_ = 0;     // the peer's announced() count when we last tried to receive
+  bool recv_via_shm_ = false;   // the current unit's payload is in a shared-memory slot
+  size_t recv_wire_bytes_ = 0;  // payload bytes to read from the socket
+  size_t recv_offset_ = 0;
+  uint8_t recv_header_[kFrameHeaderBytes];
 };
 
 }  // namespace

@@ -8,8 +8,8 @@
 //   memory or a scratch segment, as the algorithm chooses).
 // - On a pair with a shared-memory channel (comm/shm/channel.h) a payload the channel carries is
 //   copied once into the next free slot and only its header goes on the socket; the receiver
-//   validates the header, then hands the slot to `recvInPlace(i, data)` (e.g. reduce from it
-//   straight into user memory) or, without one, copies it to recvSpan(i) and runs onReceived(i).
+//   validates the header, then hands the slot to `recv_in_place(i, data)` (e.g. reduce from it
+//   straight into user memory) or, without one, copies it to recv_span(i) and runs on_received(i).
 //   A sender waiting for a free slot sleeps in poll() on the channel's eventfd and the socket.
 // - Waiting: with a SpinGovernor whose budget is > 0 and a shared-memory channel, a wait first
 //   spins on the channel's shared counters (the peer announced a frame / freed a slot), then
@@ -44,12 +44,12 @@ namespace cumulus::comm::tcp {
 // communicator, used by its executing thread only.
 constexpr unsigned kSpinProbeEvery = 64;
 struct SpinGovernor {
-  int budgetUs = 0;       // 0: never spin
-  double missRate = 0.0;  // moving average of spins that ran out
+  int budget_us = 0;       // 0: never spin
+  double miss_rate = 0.0;  // moving average of spins that ran out
   unsigned waits = 0;
 
-  bool shouldSpin() { return budgetUs > 0 && (missRate < 0.125 || ++waits % kSpinProbeEvery == 0); }
-  void record(bool missed) { missRate += ((missed ? 1.0 : 0.0) - missRate) / 8; }
+  bool shouldSpin() { return budget_us > 0 && (miss_rate < 0.125 || ++waits % kSpinProbeEvery == 0); }
+  void record(bool missed) { miss_rate += ((missed ? 1.0 : 0.0) - miss_rate) / 8; }
 };
 
 // What identifies an operation in frames and errors.
@@ -58,10 +58,10 @@ struct OpContext {
   uint64_t seq = 0;
   uint64_t generation = 0;
   Deadline deadline;
-  long timeoutMs = 0;            // for messages only
+  long timeout_ms = 0;            // for messages only
   SpinGovernor* spin = nullptr;  // null: never spin
   // Counts each time the operation goes to sleep for a free shared-memory slot; may be null.
-  std::atomic<uint64_t>* slotWaits = nullptr;
+  std::atomic<uint64_t>* slot_waits = nullptr;
 };
 
 struct Span {
@@ -70,19 +70,19 @@ struct Span {
 };
 
 struct Transfer {
-  Pair* sendTo = nullptr;  // null: nothing to send
-  size_t sendUnits = 0;
-  std::function<Span(size_t)> sendSpan;
-  std::function<size_t(size_t)> sendAfterRecvs;  // null: never gated
+  Pair* send_to = nullptr;  // null: nothing to send
+  size_t send_units = 0;
+  std::function<Span(size_t)> send_span;
+  std::function<size_t(size_t)> send_after_recvs;  // null: never gated
 
-  Pair* recvFrom = nullptr;  // null: nothing to receive
-  size_t recvUnits = 0;
-  std::function<Span(size_t)> recvSpan;
-  std::function<void(size_t)> onReceived;  // null: nothing to do
-  // Consumes a unit that arrived in a shared-memory slot (`data`, recvSpan(i).bytes long) where it
-  // lies, instead of copying it to recvSpan(i) and calling onReceived(i). Null: copy, then
-  // onReceived. `data` is valid only during the call.
-  std::function<void(size_t, const void*)> recvInPlace;
+  Pair* recv_from = nullptr;  // null: nothing to receive
+  size_t recv_units = 0;
+  std::function<Span(size_t)> recv_span;
+  std::function<void(size_t)> on_received;  // null: nothing to do
+  // Consumes a unit that arrived in a shared-memory slot (`data`, recv_span(i).bytes long) where it
+  // lies, instead of copying it to recv_span(i) and calling on_received(i). Null: copy, then
+  // on_received. `data` is valid only during the call.
+  std::function<void(size_t, const void*)> recv_in_place;
 };
 
 void runTransfer(const OpContext& ctx, const Transfer& transfer);

@@ -17,7 +17,7 @@ namespace cumulus::comm {
 namespace {
 
 struct BenchRun {
-  int exitCode = -1;
+  int exit_code = -1;
   std::string output;  // stdout and stderr
 };
 
@@ -31,7 +31,7 @@ BenchRun runBench(const std::string& args) {
   size_t got = 0;
   while ((got = fread(chunk, 1, sizeof chunk, pipe)) > 0) run.output.append(chunk, got);
   const int status = pclose(pipe);
-  run.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return run;
 }
 
@@ -44,7 +44,7 @@ int countLines(const std::string& text, const std::string& prefix) {
 
 TEST(CumulusBench, AllreducePrintsOneTableRowAndOneJsonLinePerSize) {
   const BenchRun run = runBench("allreduce --algo ring --world-size 3 --sizes 4K:64K --factor 4");
-  ASSERT_EQ(run.exitCode, 0) << run.output;
+  ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("# cumulus-bench allreduce: algo ring, world 3, dtype float32"),
             std::string::npos)
       << run.output;
@@ -62,7 +62,7 @@ TEST(CumulusBench, CalibrateWritesAModelWithTheOversubscribedTerms) {
   std::remove(path.c_str());
   const BenchRun run =
       runBench("calibrate --sizes 64K:256K --oversubscribed-world 3 --out " + path);
-  ASSERT_EQ(run.exitCode, 0) << run.output;
+  ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("# 3 ranks on "), std::string::npos) << run.output;
   const CostModel model = CostModel::load(path);
   cpu_set_t set;  // calibrate counts the CPUs of its affinity mask
@@ -89,12 +89,12 @@ TEST(CumulusBench, CalibrateWritesAModelWithTheOversubscribedTerms) {
 
 TEST(CumulusBench, BadOptionsExitTwoSayingWhich) {
   const BenchRun world = runBench("calibrate --oversubscribed-world 1");
-  EXPECT_EQ(world.exitCode, 2);
+  EXPECT_EQ(world.exit_code, 2);
   EXPECT_EQ(world.output,
             "cumulus-bench: error: --oversubscribed-world: expected 0 (skip) or an integer in "
             "[2, 64], got \"1\"\n");
   const BenchRun sizes = runBench("allreduce --sizes 64K:4K");
-  EXPECT_EQ(sizes.exitCode, 2);
+  EXPECT_EQ(sizes.exit_code, 2);
   EXPECT_EQ(sizes.output,
             "cumulus-bench: error: --sizes wants MIN:MAX with 0 < MIN <= MAX, got '64K:4K'\n");
 }
@@ -103,31 +103,31 @@ TEST(CumulusBench, BadOptionsExitTwoSayingWhich) {
 // read as the number before it.
 TEST(CumulusBench, MalformedNumbersExitTwoNamingTheFlag) {
   const BenchRun world = runBench("allreduce --world-size 2x");
-  EXPECT_EQ(world.exitCode, 2);
+  EXPECT_EQ(world.exit_code, 2);
   EXPECT_EQ(world.output,
             "cumulus-bench: error: --world-size: expected an integer in [1, 64], got \"2x\"\n");
   const BenchRun empty = runBench("allreduce --iters=");
-  EXPECT_EQ(empty.exitCode, 2);
+  EXPECT_EQ(empty.exit_code, 2);
   EXPECT_EQ(empty.output, "cumulus-bench: error: --iters: the value is empty; give --iters N\n");
   const BenchRun size = runBench("allreduce --sizes 4Kx:64K");
-  EXPECT_EQ(size.exitCode, 2);
+  EXPECT_EQ(size.exit_code, 2);
   EXPECT_EQ(size.output,
             "cumulus-bench: error: --sizes: expected a size such as 4096, 4K, 64M or 1G, got "
             "\"4Kx\"\n");
   const BenchRun command = runBench("allredcue");
-  EXPECT_EQ(command.exitCode, 2);
+  EXPECT_EQ(command.exit_code, 2);
   EXPECT_EQ(command.output,
             "cumulus-bench: error: unexpected argument \"allredcue\" (see cumulus-bench --help)\n");
 }
 
 TEST(CumulusBench, HelpExitsZeroAndHidesTheWorkerFlags) {
   const BenchRun help = runBench("--help");
-  EXPECT_EQ(help.exitCode, 0);
+  EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.output.find("\nUsage: cumulus-bench [FLAGS] SUBCOMMAND\n"), std::string::npos)
       << help.output;
   EXPECT_NE(help.output.find("  allreduce "), std::string::npos) << help.output;
   const BenchRun allreduce = runBench("allreduce --help");
-  EXPECT_EQ(allreduce.exitCode, 0);
+  EXPECT_EQ(allreduce.exit_code, 0);
   EXPECT_NE(allreduce.output.find("  --world-size P              ranks, processes on 127.0.0.1"),
             std::string::npos)
       << allreduce.output;

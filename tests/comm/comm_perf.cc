@@ -41,9 +41,9 @@ struct Args {
 
 int runRank(const Args& a, int rank, Store& store) {
   CommunicatorOptions o;
-  o.jobToken = "perf";
-  o.segmentBytes = a.segment;
-  o.socketBufferBytes = a.sockbuf;
+  o.job_token = "perf";
+  o.segment_bytes = a.segment;
+  o.socket_buffer_bytes = a.sockbuf;
   Communicator comm(rank, a.world, store, o);
   // The buffer as a trainer would hold it; --hugepages asks for transparent huge pages.
   const size_t alloc = (a.bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20);

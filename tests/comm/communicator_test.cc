@@ -123,7 +123,7 @@ TEST_P(AllreduceMatrix, EveryAlgorithmCountDTypeAndOp) {
   CommunicatorOptions options;
   options.transport = std::get<1>(GetParam());
   // The shared-memory pairs also run the spinning wait (off by default) where it can pay.
-  if (options.transport == Transport::kShm && p == 2) options.spinMicros = 20;
+  if (options.transport == Transport::kShm && p == 2) options.spin_micros = 20;
   Group group(p, options);
   const std::vector<size_t> counts = {0, 1, 7, size_t(p - 1), 4097, (size_t(1) << 20) + 3};
   std::vector<std::string> failures(p);
@@ -188,7 +188,7 @@ TEST(Allreduce, BitIdenticalAcrossRunsRanksAndTransports) {
   std::vector<float> reference[2];  // rank 0's result per algorithm, on the first transport
   for (Transport transport : {Transport::kTcp, Transport::kShm}) {
     CommunicatorOptions o;
-    o.segmentBytes = 64 * 1024;  // many segments: the pipeline's order is exercised
+    o.segment_bytes = 64 * 1024;  // many segments: the pipeline's order is exercised
     o.transport = transport;
     Group group(p, o);
     for (Algorithm algorithm : {Algorithm::kTree, Algorithm::kRing}) {
@@ -226,7 +226,7 @@ TEST(Allreduce, BitIdenticalAcrossRunsRanksAndTransports) {
 
 TEST(Allreduce, AutoUsesTheCostModelAndFunnelNeedsAServer) {
   CommunicatorOptions options;
-  options.costModel = CostModel(10e-6, 0.25e-9, 0.1e-9);
+  options.cost_model = CostModel(10e-6, 0.25e-9, 0.1e-9);
   // p = 4: at p = 2 and 3 ring never costs more than tree (2(p−1) = 2⌈log₂p⌉ messages).
   Group group(4, options);
   EXPECT_EQ(group.at(0).resolve(Algorithm::kAuto, 64), Algorithm::kTree);
@@ -274,7 +274,7 @@ TEST(Collectives, NamedIpv6BindHost) {
     GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
   }
   CommunicatorOptions options;
-  options.bindHost = "::1";
+  options.bind_host = "::1";
   Group group(3, options);
   group.run([](int rank, Communicator& comm) {
     std::vector<int64_t> v(100, rank);

@@ -27,7 +27,7 @@ inline CommunicatorOptions withTimeout(std::chrono::milliseconds timeout,
                                        std::string token = "t0k3n", uint64_t generation = 7) {
   CommunicatorOptions o;
   o.timeout = timeout;
-  o.jobToken = std::move(token);
+  o.job_token = std::move(token);
   o.generation = generation;
   return o;
 }

@@ -271,9 +271,9 @@ TEST(FunnelTest, CommunicatorRunsTheFunnelThroughItsRemoteReducer) {
   auto errors = rpctest::runRanks(kWorld, [&](int rank) {
     FunnelClient funnel("", server.port(), kToken, rank, kWorld);
     CommunicatorOptions options;
-    options.jobToken = kToken;
+    options.job_token = kToken;
     options.timeout = 10s;
-    options.remoteReducer = &funnel;
+    options.remote_reducer = &funnel;
     Communicator comm(rank, kWorld, store, options);
     for (int step = 0; step < 3; ++step) {
       std::vector<int64_t> data(5000, rank + step);

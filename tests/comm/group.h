@@ -38,7 +38,7 @@ inline void spawn(int world, const std::function<void(int)>& fn) {
 class Group {
  public:
   explicit Group(int world, CommunicatorOptions options = {}) : comms_(world) {
-    if (options.jobToken.empty()) options.jobToken = "test-token";
+    if (options.job_token.empty()) options.job_token = "test-token";
     spawn(world,
           [&](int r) { comms_[r] = std::make_unique<Communicator>(r, world, store_, options); });
   }

@@ -31,7 +31,7 @@ constexpr size_t kCount = (1 << 20) + 3;
 CommunicatorOptions workerOptions(Transport transport) {
   CommunicatorOptions o;
   o.transport = transport;
-  o.jobToken = "process-test";
+  o.job_token = "process-test";
   o.generation = 3;
   o.timeout = 20s;
   return o;

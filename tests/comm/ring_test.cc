@@ -20,7 +20,7 @@ TEST_P(Collectives, AllgatherAndReduceScatter) {
   const int p = GetParam();
   Group group(p, [] {
     CommunicatorOptions o;
-    o.segmentBytes = 1024;
+    o.segment_bytes = 1024;
     return o;
   }());
   for (size_t block : {size_t(0), size_t(1), size_t(3001)}) {

@@ -26,7 +26,7 @@ TEST(Transport, SameHostPeersUseShmUnlessUnixOrTcpIsAsked) {
   std::vector<std::unique_ptr<Communicator>> comms(4);
   testing::spawn(4, [&](int r) {
     CommunicatorOptions o;
-    o.jobToken = "t";
+    o.job_token = "t";
     o.transport = r == 1 ? Transport::kUnix : r == 3 ? Transport::kTcp : Transport::kAuto;
     comms[r] = std::make_unique<Communicator>(r, 4, store, o);
   });

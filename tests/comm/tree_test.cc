@@ -18,7 +18,7 @@ TEST_P(Collectives, BroadcastFromEveryRoot) {
   const int p = GetParam();
   Group group(p, [] {
     CommunicatorOptions o;
-    o.segmentBytes = 4096;  // several segments: exercises forwarding while receiving
+    o.segment_bytes = 4096;  // several segments: exercises forwarding while receiving
     return o;
   }());
   for (size_t count : {size_t(0), size_t(1), size_t(5000)}) {

@@ -49,7 +49,7 @@ struct Link {
   std::unique_ptr<tcp::Pair> ours;
   int peerFd = -1;
   tcp::Socket peerSocket;
-  std::unique_ptr<shm::Channel> peerChannel;
+  std::unique_ptr<shm::Channel> peer_channel;
 
   explicit Link(bool withChannel) {
     int fds[2];
@@ -62,12 +62,12 @@ struct Link {
     if (withChannel) {
       const tcp::Deadline deadline = tcp::Clock::now() + std::chrono::seconds(2);
       std::thread offer([&] {
-        peerChannel = shm::Channel::offer(peerSocket, 0, deadline, true, kSlots, kSlotBytes);
+        peer_channel = shm::Channel::offer(peerSocket, 0, deadline, true, kSlots, kSlotBytes);
       });
       cumulus::comm::Result<std::unique_ptr<shm::Channel>> accepted =
           shm::Channel::accept(socket, deadline);
       offer.join();
-      check(accepted.ok() && accepted.value() && peerChannel,
+      check(accepted.ok() && accepted.value() && peer_channel,
             "shared-memory set-up failed: " + accepted.status().detail());
       channel = std::move(accepted.value());
     }
@@ -110,10 +110,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (at >= size) return 0;
     const uint8_t how = data[at++];
     if ((how & 8) != 0 || stamped == kSlots) continue;
-    void* slot = link.peerChannel->acquire();
+    void* slot = link.peer_channel->acquire();
     check(slot != nullptr, "a free slot is missing");
     std::memset(slot, slotPattern(i), kSlotBytes);
-    link.peerChannel->commit(kSeq ^ (how & 1), static_cast<uint32_t>(i) ^ ((how >> 1) & 1),
+    link.peer_channel->commit(kSeq ^ (how & 1), static_cast<uint32_t>(i) ^ ((how >> 1) & 1),
                              kSlotBytes ^ ((how >> 2) & 1));
     ++stamped;
   }
@@ -125,12 +125,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ctx.op = "fuzz";
   ctx.seq = kSeq;
   ctx.generation = kGeneration;
-  ctx.timeoutMs = 2000;
-  ctx.deadline = tcp::Clock::now() + std::chrono::milliseconds(ctx.timeoutMs);
+  ctx.timeout_ms = 2000;
+  ctx.deadline = tcp::Clock::now() + std::chrono::milliseconds(ctx.timeout_ms);
   tcp::Transfer transfer;
-  transfer.recvFrom = link.ours.get();
-  transfer.recvUnits = units;
-  transfer.recvSpan = [&](size_t i) { return tcp::Span{buffers[i].data(), buffers[i].size()}; };
+  transfer.recv_from = link.ours.get();
+  transfer.recv_units = units;
+  transfer.recv_span = [&](size_t i) { return tcp::Span{buffers[i].data(), buffers[i].size()}; };
   try {
     tcp::runTransfer(ctx, transfer);
   } catch (const cumulus::comm::CommError&) {

@@ -76,7 +76,7 @@ void shmAccept(const uint8_t* data, size_t size) {
 
 // The segment size that Channel::accept requires for this geometry (channel.cc's layout: per
 // ring a 192-byte control block and a 24-byte stamp per slot, rounded up to a page, then slots).
-uint64_t segmentBytes(uint32_t slots, uint64_t slotBytes) {
+uint64_t segment_bytes(uint32_t slots, uint64_t slotBytes) {
   const uint64_t head = (192 + uint64_t{slots} * 24 + 4095) / 4096 * 4096;
   return 2 * (head + slots * slotBytes);
 }
@@ -89,7 +89,7 @@ void shmAcceptWithFds(const uint8_t* data, size_t size) {
   const uint64_t slotBytes = tcp::loadLe64(offer + 16);
   uint64_t memfdBytes = (uint64_t{data[0]} << 8 | data[1]) * 64;
   if (sizeChoice % 2 == 1 && slots <= 64 && slotBytes <= (4u << 20)) {
-    const uint64_t exact = segmentBytes(slots, slotBytes);
+    const uint64_t exact = segment_bytes(slots, slotBytes);
     if (exact <= (4u << 20)) memfdBytes = exact;
   }
   const int memfd = ::memfd_create("cumulus-fuzz", MFD_CLOEXEC);

@@ -42,7 +42,7 @@ TEST(ShmFaults, SlotsThatDoNotHoldTheAnnouncedFrameAreBadFrames) {
   struct Case {
     const char* name;
     uint32_t magic;
-    bool fillSlot;  // commit a slot stamped for another sequence number first
+    bool fill_slot;  // commit a slot stamped for another sequence number first
     const char* message;
   };
   const Case cases[] = {
@@ -54,7 +54,7 @@ TEST(ShmFaults, SlotsThatDoNotHoldTheAnnouncedFrameAreBadFrames) {
     MemoryStore store;
     std::thread liar([&] {
       RawPeer peer = rawPeer(store, 1, 2, gen, "t0k3n", Transport::kShm);
-      if (c.fillSlot) {
+      if (c.fill_slot) {
         std::memset(peer.channel->acquire(), 0x7f, bytes);
         peer.channel->commit(9, 0, bytes);
       }
