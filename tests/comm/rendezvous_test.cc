@@ -74,12 +74,6 @@ TEST_P(Faults, StaleGenerationIsRejectedAsBadFrame) {
   rank0.join();
 }
 
-TEST(Rendezvous, KeysNameTheGenerationAndTheRank) {
-  EXPECT_EQ(addressKey(3, 1), "gen/3/addr/1");
-  EXPECT_EQ(localKey(3, 1), "gen/3/local/1");
-  EXPECT_EQ(shmKey(3, 1), "gen/3/shm/1");
-}
-
 TEST(Rendezvous, AWorldOfOneNeedsNoPeersAndPublishesNothing) {
   MemoryStore store;
   RendezvousConfig config;
