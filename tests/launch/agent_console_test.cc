@@ -2,6 +2,7 @@
 // a restart decision are checked beside the policy, in restart_policy_test.cc.)
 
 #include "launch/agent_console.h"
+#include "tests/launch/console_capture.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -14,18 +15,6 @@
 
 namespace cumulus::launch {
 namespace {
-
-std::string printed(const std::function<void(AgentConsole&)>& print) {
-  char* buffer = nullptr;
-  size_t size = 0;
-  FILE* out = open_memstream(&buffer, &size);
-  AgentConsole console(out);
-  print(console);
-  std::fclose(out);
-  std::string text(buffer, size);
-  std::free(buffer);
-  return text;
-}
 
 TEST(AgentConsole, PreemptionVerdicts) {
   EXPECT_EQ(printed([](AgentConsole& c) { c.finishedBeforePreemption(); }),

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "launch/agent_console.h"
+#include "tests/launch/console_capture.h"
 
 namespace cumulus::launch {
 namespace {
@@ -177,19 +178,6 @@ TEST(WorkerExits, ReadsHowTheWorkersStand) {
   e = summarizeExits({killed(75)});
   EXPECT_FALSE(e.any_preempted);
   EXPECT_EQ(e.first_failed, 0);
-}
-
-// What the launcher prints for each way of giving up (the texts users and scripts read).
-std::string printed(void (*print)(AgentConsole&)) {
-  char* buffer = nullptr;
-  size_t size = 0;
-  FILE* out = open_memstream(&buffer, &size);
-  AgentConsole console(out);
-  print(console);
-  std::fclose(out);
-  std::string text(buffer, size);
-  std::free(buffer);
-  return text;
 }
 
 TEST(RestartPolicy, ConsoleLinesForEachDecision) {
