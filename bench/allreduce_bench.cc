@@ -63,6 +63,79 @@ double at(const comm::Buffer& b, size_t i) {
   }
 }
 
+// Fills every rank's buffer with rank + 1, all-reduces it once and checks each element against
+// 1 + 2 + ... + p; leaves the buffer zeroed for the timed calls.
+void checkSum(comm::Communicator& comm, comm::Buffer buffer, const comm::AllreduceOptions& options,
+              int rank, int p) {
+  fill(buffer, rank + 1);
+  comm.allreduce(buffer, options);
+  const double want = p * (p + 1) / 2.0;
+  for (size_t i = 0; i < buffer.count; ++i) {
+    if (at(buffer, i) != want) {
+      throw std::runtime_error("wrong all-reduce result at index " + std::to_string(i) + " of " +
+                               std::to_string(buffer.bytes()) +
+                               " bytes: " + std::to_string(at(buffer, i)) + " instead of " +
+                               std::to_string(want));
+    }
+  }
+  fill(buffer, 0);
+}
+
+// Seconds per all-reduce over `iters` calls after `warmup`, the slowest rank's (every rank gets
+// it: the figure a synchronous step would see).
+double slowestSeconds(comm::Communicator& comm, comm::Buffer buffer,
+                      const comm::AllreduceOptions& options, int iters, int warmup) {
+  for (int i = 0; i < warmup; ++i) comm.allreduce(buffer, options);
+  comm.barrier();
+  const auto start = Clock::now();
+  for (int i = 0; i < iters; ++i) comm.allreduce(buffer, options);
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iters;
+  comm::Buffer slowest{&seconds, 1, comm::DType::kFloat64};
+  comm::AllreduceOptions max_options;
+  max_options.op = comm::ReduceOp::kMax;
+  max_options.algorithm = comm::Algorithm::kTree;
+  comm.allreduce(slowest, max_options);
+  return seconds;
+}
+
+// One size's figures, as rank 0 prints them.
+struct Row {
+  comm::Algorithm asked;
+  comm::Algorithm ran;
+  int world;
+  comm::Buffer buffer;
+  int iters;
+  double seconds;
+  double algbw;
+  double busbw;
+  double model;
+  const char* transport;
+};
+
+// The row as a JSON line, rounded as the table is so that it stays short: the table's precision
+// is all there is.
+std::string jsonRow(const Row& r) {
+  const auto rounded = [](double x, int digits) {
+    const double scale = std::pow(10.0, digits);
+    return std::round(x * scale) / scale;
+  };
+  return nlohmann::ordered_json{{"bench", "allreduce"},
+                                {"impl", "cumulus"},
+                                {"algo", comm::algorithmName(r.asked)},
+                                {"ran", comm::algorithmName(r.ran)},
+                                {"world", r.world},
+                                {"bytes", r.buffer.bytes()},
+                                {"count", r.buffer.count},
+                                {"dtype", comm::dtypeName(r.buffer.dtype)},
+                                {"iters", r.iters},
+                                {"time_us", rounded(r.seconds * 1e6, 2)},
+                                {"algbw_GBps", rounded(r.algbw, 4)},
+                                {"busbw_GBps", rounded(r.busbw, 4)},
+                                {"model_us", rounded(r.model * 1e6, 2)},
+                                {"transport", r.transport}}
+      .dump();
+}
+
 }  // namespace
 
 int runAllreduceWorker(const BenchOptions& o) {
@@ -98,29 +171,10 @@ int runAllreduceWorker(const BenchOptions& o) {
     aopts.algorithm = o.algorithm;
     const comm::Algorithm ran = comm.resolve(o.algorithm, buffer.bytes());
 
-    fill(buffer, env.rank + 1);
-    comm.allreduce(buffer, aopts);
-    const double want = p * (p + 1) / 2.0;
-    for (size_t i = 0; i < buffer.count; ++i)
-      if (at(buffer, i) != want)
-        throw std::runtime_error("wrong all-reduce result at index " + std::to_string(i) + " of " +
-                                 std::to_string(bytes) +
-                                 " bytes: " + std::to_string(at(buffer, i)) + " instead of " +
-                                 std::to_string(want));
-
-    fill(buffer, 0);
+    checkSum(comm, buffer, aopts, env.rank, p);
     const int iters = o.iters > 0 ? o.iters : itersFor(bytes);
     const int warmup = o.warmup >= 0 ? o.warmup : std::max(2, iters / 10);
-    for (int i = 0; i < warmup; ++i) comm.allreduce(buffer, aopts);
-    comm.barrier();
-    const auto start = Clock::now();
-    for (int i = 0; i < iters; ++i) comm.allreduce(buffer, aopts);
-    double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iters;
-    comm::Buffer slowest{&seconds, 1, comm::DType::kFloat64};
-    comm::AllreduceOptions maxOpts;
-    maxOpts.op = comm::ReduceOp::kMax;
-    maxOpts.algorithm = comm::Algorithm::kTree;
-    comm.allreduce(slowest, maxOpts);
+    const double seconds = slowestSeconds(comm, buffer, aopts, iters, warmup);
 
     if (env.rank != 0) continue;
     const double algbw = static_cast<double>(buffer.bytes()) / seconds / 1e9;
@@ -131,26 +185,8 @@ int runAllreduceWorker(const BenchOptions& o) {
                 buffer.count, comm::dtypeName(o.dtype), comm::algorithmName(ran), iters,
                 seconds * 1e6, algbw, busbw, model * 1e6);
     std::fflush(stdout);
-    // Rounded as the table is, so the rows stay short; the table's precision is all there is.
-    const auto rounded = [](double x, int digits) {
-      const double scale = std::pow(10.0, digits);
-      return std::round(x * scale) / scale;
-    };
-    rows.push_back(nlohmann::ordered_json{{"bench", "allreduce"},
-                                          {"impl", "cumulus"},
-                                          {"algo", comm::algorithmName(o.algorithm)},
-                                          {"ran", comm::algorithmName(ran)},
-                                          {"world", p},
-                                          {"bytes", buffer.bytes()},
-                                          {"count", buffer.count},
-                                          {"dtype", comm::dtypeName(o.dtype)},
-                                          {"iters", iters},
-                                          {"time_us", rounded(seconds * 1e6, 2)},
-                                          {"algbw_GBps", rounded(algbw, 4)},
-                                          {"busbw_GBps", rounded(busbw, 4)},
-                                          {"model_us", rounded(model * 1e6, 2)},
-                                          {"transport", p > 1 ? comm.transportTo(1) : "self"}}
-                       .dump());
+    rows.push_back(jsonRow({o.algorithm, ran, p, buffer, iters, seconds, algbw, busbw, model,
+                            p > 1 ? comm.transportTo(1) : "self"}));
   }
   if (env.rank == 0) {
     for (const auto& line : rows) std::printf("%s\n", line.c_str());
