@@ -105,7 +105,7 @@ uint64_t Communicator::nextSeq() const {
 Algorithm Communicator::resolve(Algorithm algorithm, size_t bytes) const {
   if (algorithm != Algorithm::kAuto) return algorithm;
   return options_.cost_model.pick(static_cast<double>(bytes), world_,
-                                 options_.remote_reducer != nullptr);
+                                  options_.remote_reducer != nullptr);
 }
 
 std::shared_ptr<Work> Communicator::submit(const char* op, std::chrono::milliseconds timeout,
@@ -172,7 +172,7 @@ void Communicator::execute(const Queued& item) {
   c.op.deadline = tcp::Clock::now() + item.timeout;
   c.op.timeout_ms = static_cast<long>(item.timeout.count());
   c.op.spin = &spin_;
-  c.op.slot_waits = &slot_waits_;
+  c.op.on_slot_wait = options_.on_slot_wait ? &options_.on_slot_wait : nullptr;
   c.segment_bytes = options_.segment_bytes;
   c.scratch = &scratch_;
   try {

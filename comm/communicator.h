@@ -76,6 +76,10 @@ struct CommunicatorOptions {
   // 5.5-5.6 µs with a 20 µs spin on an otherwise idle box, and the same within noise under load
   // (bench/results/allreduce.md). It is for hosts where waking a sleeping core is expensive.
   int spin_micros = -1;
+  // Called on the operation's thread each time it goes to sleep because every shared-memory
+  // slot to a peer is in use (the peer has not consumed them yet): tells a monitor, or a test,
+  // that a sender waits on its receiver. Must not block or throw; empty: nothing is called.
+  std::function<void()> on_slot_wait;
 };
 
 // Per-call options (c10d style). A zero timeout means the communicator's default.
@@ -129,11 +133,6 @@ class Communicator {
   uint64_t nextSeq() const;
   // "shm", "unix" or "tcp": what connects this rank to `peer`; "self" for its own rank.
   const char* transportTo(int peer) const;
-  // How many times an operation of this communicator went to sleep because every shared-memory
-  // slot to a peer was in use (the peer had not consumed them yet). Never blocks; may be called
-  // from any thread while an operation runs. Tells a monitor, or a test, that a sender is
-  // waiting on its receiver.
-  uint64_t slotWaits() const { return slot_waits_.load(); }
 
  private:
   using Body = std::function<void(Collective&)>;
@@ -166,9 +165,8 @@ class Communicator {
   const int world_;
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
-  std::vector<uint8_t> scratch_;        // used only by the executing operation
-  std::atomic<uint64_t> slot_waits_{0};  // slotWaits(): the executing op adds, anyone reads
-  tcp::SpinGovernor spin_;  // budget resolved from options_.spin_micros; executing op only
+  std::vector<uint8_t> scratch_;  // used only by the executing operation
+  tcp::SpinGovernor spin_;        // budget resolved from options_.spin_micros; executing op only
 
   mutable base::Mutex mutex_;
   base::CondVar changed_;

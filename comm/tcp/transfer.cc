@@ -246,7 +246,7 @@ class Engine {
     }
     if ((h.magic == kShmFrameMagic) != recv_via_shm_) {
       bad(recv_via_shm_ ? "an inline frame where a shared-memory one was due"
-                      : "a shared-memory frame where an inline one was due");
+                        : "a shared-memory frame where an inline one was due");
     }
   }
 
@@ -286,7 +286,7 @@ class Engine {
     const bool wantSlot = !wantSend && waiting_for_slot_;
     if (!wantSend && spin(wantRecv, wantSlot)) return;
     if (wantSlot && !t_.send_to->channel()->armCreditWait()) return;  // freed meanwhile
-    if (wantSlot && ctx_.slot_waits != nullptr) ctx_.slot_waits->fetch_add(1);
+    if (wantSlot && ctx_.on_slot_wait != nullptr) (*ctx_.on_slot_wait)();
     auto add = [&](int fd, short events) {
       for (int i = 0; i < n; ++i) {
         if (fds[i].fd == fd) {
@@ -360,7 +360,7 @@ class Engine {
 
   size_t received_ = 0;
   Span recv_span_;
-  uint64_t recv_mark_ = 0;     // the peer's announced() count when we last tried to receive
+  uint64_t recv_mark_ = 0;      // the peer's announced() count when we last tried to receive
   bool recv_via_shm_ = false;   // the current unit's payload is in a shared-memory slot
   size_t recv_wire_bytes_ = 0;  // payload bytes to read from the socket
   size_t recv_offset_ = 0;

@@ -48,7 +48,9 @@ struct SpinGovernor {
   double miss_rate = 0.0;  // moving average of spins that ran out
   unsigned waits = 0;
 
-  bool shouldSpin() { return budget_us > 0 && (miss_rate < 0.125 || ++waits % kSpinProbeEvery == 0); }
+  bool shouldSpin() {
+    return budget_us > 0 && (miss_rate < 0.125 || ++waits % kSpinProbeEvery == 0);
+  }
   void record(bool missed) { miss_rate += ((missed ? 1.0 : 0.0) - miss_rate) / 8; }
 };
 
@@ -58,10 +60,10 @@ struct OpContext {
   uint64_t seq = 0;
   uint64_t generation = 0;
   Deadline deadline;
-  long timeout_ms = 0;            // for messages only
+  long timeout_ms = 0;           // for messages only
   SpinGovernor* spin = nullptr;  // null: never spin
-  // Counts each time the operation goes to sleep for a free shared-memory slot; may be null.
-  std::atomic<uint64_t>* slot_waits = nullptr;
+  // Called each time the operation goes to sleep for a free shared-memory slot; may be null.
+  const std::function<void()>* on_slot_wait = nullptr;
 };
 
 struct Span {

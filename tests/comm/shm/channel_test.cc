@@ -2,8 +2,10 @@
 // stamps that tie a slot to its frame, and what can go wrong with slots inside a communicator.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -118,10 +120,17 @@ TEST(ShmFaults, DeclinedSegmentLeavesAPlainAfUnixPair) {
 TEST(ShmFaults, ProducerWaitingForASlotTimesOutOrSeesThePeerGo) {
   for (bool peerLeaves : {false, true}) {
     MemoryStore store;
+    std::promise<void> waiting;  // rank 0 went to sleep for a slot (outlives the communicators)
+    std::atomic<bool> told{false};
     std::vector<std::unique_ptr<Communicator>> comms(2);
     spawn(2, [&](int r) {
       CommunicatorOptions o = withTimeout(10s);
       o.transport = Transport::kShm;
+      if (r == 0) {
+        o.on_slot_wait = [&] {
+          if (!told.exchange(true)) waiting.set_value();
+        };
+      }
       comms[r] = std::make_unique<Communicator>(r, 2, store, o);
     });
     // 8 MiB from root 0: 16 segments of 512 KiB for 4 slots; rank 1 never joins the broadcast.
@@ -130,10 +139,8 @@ TEST(ShmFaults, ProducerWaitingForASlotTimesOutOrSeesThePeerGo) {
     std::thread leaver([&] {
       if (!peerLeaves) return;
       // Leave once rank 0 sleeps for a slot (every slot full, rank 1 consuming none).
-      const auto deadline = Clock::now() + 5s;
-      while (comms[0]->slotWaits() == 0 && Clock::now() < deadline)
-        std::this_thread::sleep_for(1ms);
-      EXPECT_GT(comms[0]->slotWaits(), 0u) << "rank 0 never waited for a shared-memory slot";
+      EXPECT_EQ(waiting.get_future().wait_for(5s), std::future_status::ready)
+          << "rank 0 never waited for a shared-memory slot";
       comms[1].reset();
     });
     const auto start = Clock::now();
