@@ -149,7 +149,6 @@ TEST(StoreClientTest, ServerSideWaitEndsAtTheClientsDeadline) {
   }
   EXPECT_LT(seconds(Clock::now() - start), 1.5);
   // The handler notices the expired deadline within its poll interval, without any shutdown.
-  const auto wait_start = Clock::now();
   EXPECT_TRUE(rpctest::waitUntil([&] { return server.blockedCalls() == 0; }, 2s));
   EXPECT_LT(seconds(Clock::now() - start), 0.8);
 }
