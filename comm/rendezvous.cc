@@ -168,28 +168,36 @@ Result<Accepted> acceptAny(tcp::Socket* const* listeners, int count, tcp::Deadli
   }
 }
 
-}  // namespace
+// This rank's listeners: TCP always, AF_UNIX unless the transport is TCP, and the shared-memory
+// one when the transport may use it; each is published under its Store key.
+struct Listeners {
+  tcp::Socket tcp;
+  tcp::Socket unix_socket;
+  tcp::Socket shm;
+};
 
-std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const RendezvousConfig& cfg) {
-  std::vector<std::unique_ptr<tcp::Pair>> pairs(static_cast<size_t>(cfg.world));
-  if (cfg.world == 1) return pairs;
-  tcp::Socket listener = tcp::Socket::listen(cfg.bind_host);
-  tcp::Socket unixListener, shmListener;
-  const std::string hostId = cfg.transport == Transport::kTcp ? "" : localHostId();
+Listeners listenAndPublish(Store& store, const RendezvousConfig& cfg, const std::string& hostId) {
+  Listeners l;
+  l.tcp = tcp::Socket::listen(cfg.bind_host);
   if (wantsShm(cfg.transport)) {
     const std::string name = freshUnixName() + "/shm";
-    shmListener = tcp::Socket::listenUnix(name);
+    l.shm = tcp::Socket::listenUnix(name);
     store.set(shmKey(cfg.generation, cfg.rank), hostId + "\n" + name);
   }
   if (cfg.transport != Transport::kTcp) {
     const std::string name = freshUnixName();
-    unixListener = tcp::Socket::listenUnix(name);
+    l.unix_socket = tcp::Socket::listenUnix(name);
     store.set(localKey(cfg.generation, cfg.rank), hostId + "\n" + name);
   }
-  store.set(addressKey(cfg.generation, cfg.rank), listener.localAddress());
-  const std::vector<std::string> addresses = collectAddresses(store, cfg);
-  const tcp::HandshakeConfig self{cfg.generation, cfg.rank, cfg.world, cfg.token};
+  store.set(addressKey(cfg.generation, cfg.rank), l.tcp.localAddress());
+  return l;
+}
 
+// Connects to every lower rank, in rank order, and shakes hands.
+void connectToLowerRanks(Store& store, const RendezvousConfig& cfg, const std::string& hostId,
+                         const std::vector<std::string>& addresses,
+                         std::vector<std::unique_ptr<tcp::Pair>>& pairs) {
+  const tcp::HandshakeConfig self{cfg.generation, cfg.rank, cfg.world, cfg.token};
   for (int peer = 0; peer < cfg.rank; ++peer) {
     const std::string& address = addresses[static_cast<size_t>(peer)];
     Connection conn = connectTo(store, cfg, peer, address, hostId);
@@ -205,10 +213,17 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
     pairs[static_cast<size_t>(peer)] =
         std::make_unique<tcp::Pair>(std::move(conn.socket), peer, std::move(channel));
   }
+}
 
+// Accepts every higher rank on any listener until each has connected or the deadline passes.
+// A connection that fails the handshake or the segment offer, or claims a rank already
+// connected, is dropped and named in the error should the deadline pass.
+void acceptHigherRanks(Listeners& l, const RendezvousConfig& cfg,
+                       std::vector<std::unique_ptr<tcp::Pair>>& pairs) {
+  const tcp::HandshakeConfig self{cfg.generation, cfg.rank, cfg.world, cfg.token};
   int pending = cfg.world - 1 - cfg.rank;
   std::string rejected;
-  tcp::Socket* const listeners[3] = {&listener, &unixListener, &shmListener};
+  tcp::Socket* const listeners[3] = {&l.tcp, &l.unix_socket, &l.shm};
   while (pending > 0) {
     Result<Accepted> accepted = acceptAny(listeners, 3, cfg.deadline);
     if (!accepted.ok()) {
@@ -249,6 +264,18 @@ std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const Rendezvo
         std::make_unique<tcp::Pair>(std::move(socket), peer, std::move(channel));
     --pending;
   }
+}
+
+}  // namespace
+
+std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const RendezvousConfig& cfg) {
+  std::vector<std::unique_ptr<tcp::Pair>> pairs(static_cast<size_t>(cfg.world));
+  if (cfg.world == 1) return pairs;
+  const std::string hostId = cfg.transport == Transport::kTcp ? "" : localHostId();
+  Listeners listeners = listenAndPublish(store, cfg, hostId);
+  const std::vector<std::string> addresses = collectAddresses(store, cfg);
+  connectToLowerRanks(store, cfg, hostId, addresses, pairs);
+  acceptHigherRanks(listeners, cfg, pairs);
   return pairs;
 }
 

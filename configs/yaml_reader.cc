@@ -126,30 +126,58 @@ class NestingScanner {
     return scanRest(line, i, node_start);
   }
 
+  // Inside a quoted scalar: consumes line[i] (and the escaped or doubled quote after it), and
+  // closes the scalar at its closing quote.
+  void scanQuoted(std::string_view line, size_t& i, bool& after_json_node) {
+    const char c = line[i];
+    if (quote_ == Quote::kDouble) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        quote_ = Quote::kNone;
+        after_json_node = true;
+      }
+      return;
+    }
+    if (c == '\'') {
+      if (i + 1 < line.size() && line[i + 1] == '\'') {
+        ++i;
+      } else {
+        quote_ = Quote::kNone;
+        after_json_node = true;
+      }
+    }
+  }
+
+  // One non-blank character `c` at column `i` inside brackets; `separator`: it is a ',' or a ':'
+  // that ends a key. Returns false when an opening bracket passes the depth limit.
+  bool scanFlow(char c, size_t i, bool separator, bool& node_start, bool& after_json_node) {
+    if (c == '[' || c == '{') {
+      ++flow_;
+      if (!record(i)) return false;
+      node_start = true;
+    } else if (c == ']' || c == '}') {
+      --flow_;
+      node_start = false;
+      after_json_node = true;
+    } else if (c == ',' || separator) {
+      node_start = true;
+    } else if (c == '?' && node_start) {
+      node_start = true;
+    } else {
+      node_start = false;
+    }
+    return true;
+  }
+
   bool scanRest(std::string_view line, size_t i, bool node_start) {
     bool after_json_node = false;  // just closed a quoted scalar or bracket: ':' may follow at once
     for (; i < line.size(); ++i) {
+      if (quote_ != Quote::kNone) {
+        scanQuoted(line, i, after_json_node);
+        continue;
+      }
       char c = line[i];
-      if (quote_ == Quote::kDouble) {
-        if (c == '\\') {
-          ++i;
-        } else if (c == '"') {
-          quote_ = Quote::kNone;
-          after_json_node = true;
-        }
-        continue;
-      }
-      if (quote_ == Quote::kSingle) {
-        if (c == '\'') {
-          if (i + 1 < line.size() && line[i + 1] == '\'') {
-            ++i;
-          } else {
-            quote_ = Quote::kNone;
-            after_json_node = true;
-          }
-        }
-        continue;
-      }
       if (isBlank(c)) continue;
       if (c == '#' && (i == 0 || isBlank(line[i - 1]))) return true;  // comment
       bool was_json_node = after_json_node;
@@ -174,20 +202,9 @@ class NestingScanner {
       }
       bool colon_indicator = c == ':' && (i + 1 == line.size() || isBlank(line[i + 1]));
       if (flow_ > 0) {
-        if (c == '[' || c == '{') {
-          ++flow_;
-          if (!record(i)) return false;
-          node_start = true;
-        } else if (c == ']' || c == '}') {
-          --flow_;
-          node_start = false;
-          after_json_node = true;
-        } else if (c == ',' || colon_indicator || (c == ':' && was_json_node)) {
-          node_start = true;
-        } else if (c == '?' && node_start) {
-          node_start = true;
-        } else {
-          node_start = false;
+        if (!scanFlow(c, i, colon_indicator || (c == ':' && was_json_node), node_start,
+                      after_json_node)) {
+          return false;
         }
         continue;
       }
@@ -442,11 +459,11 @@ std::optional<YamlNode> readYaml(std::string_view text, const YamlLimits& limits
     // A second document is rejected by OnDocumentStart before any of its nodes are parsed.
     parser.HandleNextDocument(builder);
   } catch (const YAML::ParserException& e) {
-    throw YamlError(e.mark.line + 1, e.mark.column + 1, "",
-                    "invalid YAML: " + e.msg +
-                        (e.msg.find("tab") == std::string::npos
-                             ? tabIndentationHint(text, e.mark.line + 1)
-                             : ""));
+    throw YamlError(
+        e.mark.line + 1, e.mark.column + 1, "",
+        "invalid YAML: " + e.msg +
+            (e.msg.find("tab") == std::string::npos ? tabIndentationHint(text, e.mark.line + 1)
+                                                    : ""));
   } catch (const YAML::Exception& e) {
     throw YamlError(e.mark.line + 1, e.mark.column + 1, "", "invalid YAML: " + e.msg);
   }

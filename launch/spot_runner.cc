@@ -74,6 +74,81 @@ std::vector<std::string> commandFor(const std::vector<std::string>& command, int
       "{world} placeholder; put {world} where the world size goes");
 }
 
+namespace {
+
+// Sends the launch's notice when the trace says (SIGTERM, or the notice file), SIGKILLs it when
+// the notice period is over or the whole run's timeout passes. `now`: seconds since the run began.
+void applyTrace(WorkerProcess& process, const SpotOptions& options, const SpotLaunch& launch,
+                double now, LaunchRecord& record, SpotRun& run) {
+  if (!record.notice_s && now - record.start_s >= launch.notice_after_s) {
+    record.notice_s = now;
+    if (options.notice_file.empty()) {
+      ::kill(process.pid(), SIGTERM);
+    } else {
+      std::ofstream(options.notice_file) << "preempt\n";
+    }
+  }
+  if (record.notice_s && !record.killed && now - *record.notice_s >= options.trace.notice_s) {
+    record.killed = true;
+    process.signal(SIGKILL);
+  }
+  if (now >= options.timeout_s && !run.timed_out) {
+    run.timed_out = true;
+    process.signal(SIGKILL);
+  }
+}
+
+// Runs one launch to its end: echoes its output line by line, applies the trace, and returns once
+// the child has exited and its output is drained.
+void superviseLaunch(WorkerProcess& process, const SpotOptions& options, const SpotLaunch& launch,
+                     std::chrono::steady_clock::time_point t0, LaunchRecord& record, SpotRun& run) {
+  LineReader reader;
+  auto onLine = [&](const std::string& line) {
+    if (options.echo) {
+      *options.echo << "[spot " << record.index << "] " << line << "\n" << std::flush;
+    }
+  };
+  bool open = true;
+  while (true) {
+    if (open) {
+      pollfd fd{process.outputFd(), POLLIN, 0};
+      if (::poll(&fd, 1, 20) > 0) {
+        char chunk[4096];
+        const ssize_t n = ::read(process.outputFd(), chunk, sizeof chunk);
+        if (n > 0) {
+          reader.feed(chunk, static_cast<size_t>(n), onLine);
+        } else if (n == 0) {
+          open = false;  // every holder of the pipe's write end is gone
+        }
+      }
+    } else {
+      process.waitFor(0.005);  // the output is closed: wake at the exit, or to apply the trace
+    }
+    const ExitStatus& status = process.poll();
+    if (status.exited && !open) break;
+    if (status.exited) {
+      // Drain what the child wrote before it exited (grandchildren may keep the pipe: bounded).
+      pollfd fd{process.outputFd(), POLLIN, 0};
+      if (::poll(&fd, 1, 100) <= 0) break;
+      continue;
+    }
+    applyTrace(process, options, launch, secondsSince(t0), record, run);
+  }
+  reader.flush(onLine);
+}
+
+// The launch's records from the metrics file, read once it has ended: they are all there, and the
+// next launch may drop some (the steps past its checkpoint).
+void readMetrics(const std::string& path, double start_unix, LaunchRecord& record) {
+  if (path.empty()) return;
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  observeMetrics(text.str(), start_unix, record);
+}
+
+}  // namespace
+
 SpotRun runSpot(const SpotOptions& options) {
   const SpotTrace trace(options.trace);
   const auto t0 = std::chrono::steady_clock::now();
@@ -90,65 +165,12 @@ SpotRun runSpot(const SpotOptions& options) {
     record.start_s = secondsSince(t0);
     const double start_unix = unixNow();
     process.start();
-    LineReader reader;
-    auto onLine = [&](const std::string& line) {
-      if (options.echo) *options.echo << "[spot " << i << "] " << line << "\n" << std::flush;
-    };
-    bool open = true;
-    while (true) {
-      if (open) {
-        pollfd fd{process.outputFd(), POLLIN, 0};
-        if (::poll(&fd, 1, 20) > 0) {
-          char chunk[4096];
-          const ssize_t n = ::read(process.outputFd(), chunk, sizeof chunk);
-          if (n > 0) {
-            reader.feed(chunk, static_cast<size_t>(n), onLine);
-          } else if (n == 0) {
-            open = false;  // every holder of the pipe's write end is gone
-          }
-        }
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      const ExitStatus& status = process.poll();
-      if (status.exited && !open) break;
-      if (status.exited) {
-        // Drain what the child wrote before it exited (grandchildren may keep the pipe: bounded).
-        pollfd fd{process.outputFd(), POLLIN, 0};
-        if (::poll(&fd, 1, 100) <= 0) break;
-        continue;
-      }
-      const double now = secondsSince(t0);
-      if (!record.notice_s && now - record.start_s >= launch.notice_after_s) {
-        record.notice_s = now;
-        if (options.notice_file.empty()) {
-          ::kill(process.pid(), SIGTERM);
-        } else {
-          std::ofstream(options.notice_file) << "preempt\n";
-        }
-      }
-      if (record.notice_s && !record.killed && now - *record.notice_s >= options.trace.notice_s) {
-        record.killed = true;
-        process.signal(SIGKILL);
-      }
-      if (now >= options.timeout_s && !run.timed_out) {
-        run.timed_out = true;
-        process.signal(SIGKILL);
-      }
-    }
-    reader.flush(onLine);
+    superviseLaunch(process, options, launch, t0, record, run);
     const ExitStatus status = process.poll();
     record.end_s = secondsSince(t0);
     record.exit_code = status.exit_code;
     record.signal = status.signal;
-    if (!options.metrics_path.empty()) {
-      // The launch has ended, so its records are all there; the next launch may drop some (the
-      // steps past its checkpoint), which is why they are read now.
-      std::ifstream in(options.metrics_path);
-      std::ostringstream text;
-      text << in.rdbuf();
-      observeMetrics(text.str(), start_unix, record);
-    }
+    readMetrics(options.metrics_path, start_unix, record);
     run.records.push_back(record);
     if (run.timed_out) break;
     if (status.ok()) break;  // done (possibly during its notice period)
