@@ -54,10 +54,10 @@ TensorDataset makeSynthetic(int64_t n, uint64_t seed, int64_t num_classes) {
   for (int64_t c = 0; c < num_classes; ++c) drawTemplate(c, &templates[c * kPixels]);
 
   TensorDataset out;
-  out.images = torch::empty({n, 1, kSide, kSide}, torch::kFloat32);
-  out.labels = torch::empty({n}, torch::kInt64);
-  float* images = out.images.data_ptr<float>();
-  int64_t* labels = out.labels.data_ptr<int64_t>();
+  out.inputs = torch::empty({n, 1, kSide, kSide}, torch::kFloat32);
+  out.targets = torch::empty({n}, torch::kInt64);
+  float* images = out.inputs.data_ptr<float>();
+  int64_t* labels = out.targets.data_ptr<int64_t>();
   // Sample i draws from its own stream, so the output is independent of the thread count.
   at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -93,10 +93,10 @@ TensorDataset makeSynthetic(int64_t n, uint64_t seed, int64_t num_classes) {
 // Summed in double, serially, in index order: the result is the same for every thread count and
 // so on every rank, whatever its OMP_NUM_THREADS.
 Normalization computeNormalization(const TensorDataset& train) {
-  if (!train.images.defined() || train.images.numel() == 0) {
+  if (!train.inputs.defined() || train.inputs.numel() == 0) {
     throw std::invalid_argument("normalization: the training images are empty");
   }
-  const torch::Tensor images = train.images.to(torch::kFloat32).contiguous();
+  const torch::Tensor images = train.inputs.to(torch::kFloat32).contiguous();
   const float* p = images.data_ptr<float>();
   const int64_t count = images.numel();
   double sum = 0.0;
@@ -116,7 +116,7 @@ void applyNormalization(TensorDataset& dataset, const Normalization& norm) {
     throw std::invalid_argument("normalization: std must be positive and finite, got mean " +
                                 std::to_string(norm.mean) + " std " + std::to_string(norm.std));
   }
-  dataset.images.sub_(norm.mean).div_(norm.std);
+  dataset.inputs.sub_(norm.mean).div_(norm.std);
 }
 
 namespace {
@@ -167,17 +167,17 @@ Normalization normalizationOfBytes(const torch::Tensor& pixels) {
 
 TensorDataset toFloatImages(const ByteImages& bytes, const std::optional<Normalization>& norm) {
   TensorDataset table_set;
-  table_set.images = byteValues();
+  table_set.inputs = byteValues();
   if (norm) applyNormalization(table_set, *norm);
-  const float* table = table_set.images.data_ptr<float>();
+  const float* table = table_set.inputs.data_ptr<float>();
   const torch::Tensor pixels = bytes.pixels.contiguous();
   TensorDataset out;
-  out.images = torch::empty(pixels.sizes(), torch::kFloat32);
+  out.inputs = torch::empty(pixels.sizes(), torch::kFloat32);
   const uint8_t* in = pixels.data_ptr<uint8_t>();
-  float* images = out.images.data_ptr<float>();
+  float* images = out.inputs.data_ptr<float>();
   const int64_t count = pixels.numel();
   for (int64_t i = 0; i < count; ++i) images[i] = table[in[i]];
-  out.labels = bytes.labels;
+  out.targets = bytes.targets;
   return out;
 }
 
@@ -191,7 +191,45 @@ Batch gather(const TensorDataset& dataset, const std::vector<int64_t>& indices) 
   }
   const torch::Tensor index = torch::from_blob(
       const_cast<int64_t*>(indices.data()), {static_cast<int64_t>(indices.size())}, torch::kInt64);
-  return {dataset.images.index_select(0, index), dataset.labels.index_select(0, index)};
+  return {dataset.inputs.index_select(0, index), dataset.targets.index_select(0, index)};
+}
+
+Batch Examples::slice(int64_t begin, int64_t count) const {
+  std::vector<int64_t> indices(static_cast<size_t>(std::max<int64_t>(0, count)));
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = begin + static_cast<int64_t>(i);
+  return gather(indices);
+}
+
+namespace {
+
+class InMemoryExamples final : public Examples {
+ public:
+  InMemoryExamples(TensorDataset dataset, std::string description)
+      : dataset_(std::move(dataset)), description_(std::move(description)) {}
+  int64_t size() const override { return dataset_.size(); }
+  Batch gather(const std::vector<int64_t>& indices) const override {
+    return data::gather(dataset_, indices);
+  }
+  Batch slice(int64_t begin, int64_t count) const override {
+    if (begin < 0 || count < 0 || begin + count > size()) {
+      throw std::out_of_range("slice: samples [" + std::to_string(begin) + ", " +
+                              std::to_string(begin + count) + ") are out of range for a " +
+                              "dataset of " + std::to_string(size()) + " samples");
+    }
+    return {dataset_.inputs.narrow(0, begin, count).clone(),
+            dataset_.targets.narrow(0, begin, count).clone()};
+  }
+  std::string describe() const override { return description_; }
+
+ private:
+  TensorDataset dataset_;
+  std::string description_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Examples> inMemory(const TensorDataset& dataset, std::string description) {
+  return std::make_shared<InMemoryExamples>(dataset, std::move(description));
 }
 
 }  // namespace cumulus::data

@@ -14,14 +14,16 @@
 #include <vector>
 
 #include "data/error.h"
+#include "data/examples.h"
 
 namespace cumulus::data {
 
-// images: float32 [N, C, H, W] (already scaled to [0, 1], normalized if asked); labels: int64 [N].
+// Samples held in memory. For the image sets: inputs float32 [N, C, H, W] (already scaled to
+// [0, 1], normalized if asked) and targets int64 [N] (class ids).
 struct TensorDataset {
-  torch::Tensor images;
-  torch::Tensor labels;
-  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+  torch::Tensor inputs;
+  torch::Tensor targets;
+  int64_t size() const { return targets.defined() ? targets.size(0) : 0; }
 };
 
 enum class Split { kTrain, kTest };
@@ -49,7 +51,7 @@ TensorDataset loadMnistLike(const std::string& dir, Split split);
 // and normalizing take one pass (toFloatImages). `cache_dir` as in readIdx.
 struct ByteImages {
   torch::Tensor pixels;
-  torch::Tensor labels;
+  torch::Tensor targets;
 };
 ByteImages loadMnistLikeBytes(const std::string& dir, Split split,
                               const std::string& cache_dir = "");
@@ -82,10 +84,6 @@ TensorDataset toFloatImages(const ByteImages& bytes, const std::optional<Normali
 
 // Rows `indices` of the dataset, as contiguous tensors (copies). Throws std::out_of_range naming
 // the first index outside [0, size).
-struct Batch {
-  torch::Tensor images;
-  torch::Tensor labels;
-};
 Batch gather(const TensorDataset& dataset, const std::vector<int64_t>& indices);
 
 }  // namespace cumulus::data

@@ -232,7 +232,7 @@ ByteImages loadMnistLikeBytes(const std::string& dir, Split split, const std::st
   }
   ByteImages out;
   out.pixels = images.unsqueeze(1);
-  out.labels = labels.to(torch::kInt64);
+  out.targets = labels.to(torch::kInt64);
   return out;
 }
 

@@ -4,8 +4,9 @@
 
 namespace cumulus::trainer {
 
-SamplerBatchSource::SamplerBatchSource(data::TensorDataset train, data::DistributedSampler sampler,
-                                       int64_t rank, int64_t world_size)
+SamplerBatchSource::SamplerBatchSource(std::shared_ptr<const data::Examples> train,
+                                       data::DistributedSampler sampler, int64_t rank,
+                                       int64_t world_size)
     : train_(std::move(train)),
       sampler_(std::move(sampler)),
       rank_(rank),
@@ -26,7 +27,7 @@ StepBatch SamplerBatchSource::next(int64_t /*step*/, int64_t micro_batches) {
       continue;
     }
     const std::vector<int64_t> rows(batch.indices.begin() + begin, batch.indices.begin() + end);
-    batch.micro_batches.push_back(data::gather(train_, rows));
+    batch.micro_batches.push_back(train_->gather(rows));
   }
   sampler_.advance();
   return batch;

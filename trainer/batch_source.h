@@ -11,9 +11,10 @@
 // of each micro-batch is divided by global_samples (gradient_sync.h). Training thread only.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "data/dataset.h"
+#include "data/examples.h"
 #include "data/sampler.h"
 
 namespace cumulus::trainer {
@@ -40,13 +41,13 @@ class BatchSource {
   virtual StepBatch next(int64_t step, int64_t micro_batches) = 0;
 };
 
-// The default: data::DistributedSampler over a training set held in memory. Rank r of w takes the
-// sampler's localIndices(r, w) of each global batch, and micro-batch i of k holds rows
-// [i·n/k, (i+1)·n/k) of those n. The dataset's tensors are shared, not copied.
+// The default: data::DistributedSampler over the training Examples. Rank r of w takes the
+// sampler's localIndices(r, w) of each global batch, and micro-batch i of k holds samples
+// [i·n/k, (i+1)·n/k) of those n.
 class SamplerBatchSource final : public BatchSource {
  public:
-  SamplerBatchSource(data::TensorDataset train, data::DistributedSampler sampler, int64_t rank,
-                     int64_t world_size);
+  SamplerBatchSource(std::shared_ptr<const data::Examples> train, data::DistributedSampler sampler,
+                     int64_t rank, int64_t world_size);
 
   int64_t stepsPerEpoch() const override { return sampler_.stepsPerEpoch(); }
   data::SamplerState position() const override { return sampler_.state(); }
@@ -54,7 +55,7 @@ class SamplerBatchSource final : public BatchSource {
   StepBatch next(int64_t step, int64_t micro_batches) override;
 
  private:
-  data::TensorDataset train_;
+  std::shared_ptr<const data::Examples> train_;
   data::DistributedSampler sampler_;
   int64_t rank_;
   int64_t world_size_;

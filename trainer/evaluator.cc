@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "data/dataset.h"
+#include "data/examples.h"
 #include "models/model.h"
 #include "trainer/rank_reduce.h"
 
@@ -13,7 +13,7 @@ namespace {
 
 class TestSetEvaluator final : public Evaluator {
  public:
-  TestSetEvaluator(data::TensorDataset test, const TestSetEvaluatorOptions& options)
+  TestSetEvaluator(std::shared_ptr<const data::Examples> test, const TestSetEvaluatorOptions& options)
       : test_(std::move(test)), options_(options) {}
 
   bool due(int64_t steps_done) const override {
@@ -22,7 +22,7 @@ class TestSetEvaluator final : public Evaluator {
   }
 
   Evaluation evaluate(models::Model& model) override {
-    const int64_t n = test_.size();
+    const int64_t n = test_->size();
     const bool sharded = options_.comm != nullptr;
     const int64_t shards = sharded ? options_.world_size : 1;
     const int64_t shard = sharded ? options_.rank : 0;
@@ -32,9 +32,9 @@ class TestSetEvaluator final : public Evaluator {
     int64_t correct = 0;
     for (int64_t begin = first; begin < last; begin += options_.batch_size) {
       const int64_t rows = std::min(options_.batch_size, last - begin);
-      const torch::Tensor images = test_.images.narrow(0, begin, rows);
-      const torch::Tensor labels = test_.labels.narrow(0, begin, rows);
-      const torch::Tensor logits = model.forward(images);
+      const data::Batch batch = test_->slice(begin, rows);
+      const torch::Tensor& labels = batch.targets;
+      const torch::Tensor logits = model.forward(batch.inputs);
       loss_sum += torch::nn::functional::cross_entropy(
                       logits, labels,
                       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
@@ -53,15 +53,15 @@ class TestSetEvaluator final : public Evaluator {
   }
 
  private:
-  data::TensorDataset test_;
+  std::shared_ptr<const data::Examples> test_;
   TestSetEvaluatorOptions options_;
 };
 
 }  // namespace
 
-std::shared_ptr<Evaluator> makeTestSetEvaluator(const data::TensorDataset& test,
+std::shared_ptr<Evaluator> makeTestSetEvaluator(std::shared_ptr<const data::Examples> test,
                                                 const TestSetEvaluatorOptions& options) {
-  return std::make_shared<TestSetEvaluator>(test, options);
+  return std::make_shared<TestSetEvaluator>(std::move(test), options);
 }
 
 }  // namespace cumulus::trainer

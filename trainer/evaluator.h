@@ -14,7 +14,7 @@ namespace cumulus::comm {
 class Communicator;
 }
 namespace cumulus::data {
-struct TensorDataset;
+class Examples;
 }
 namespace cumulus::models {
 class Model;
@@ -48,8 +48,8 @@ struct TestSetEvaluatorOptions {
   int64_t rank = 0;
   int64_t world_size = 1;
 };
-// `test` is shared, not copied (its tensors are handles). Defined in a LibTorch TU.
-std::shared_ptr<Evaluator> makeTestSetEvaluator(const data::TensorDataset& test,
+// Defined in a LibTorch TU.
+std::shared_ptr<Evaluator> makeTestSetEvaluator(std::shared_ptr<const data::Examples> test,
                                                 const TestSetEvaluatorOptions& options);
 
 }  // namespace cumulus::trainer

@@ -41,10 +41,10 @@ Datasets loadDatasets(const configs::DataConfig& config, uint64_t seed,
     const int64_t n_train = config.synthetic_train_samples;
     const int64_t n_test = config.synthetic_test_samples;
     const data::TensorDataset all = data::makeSynthetic(n_train + n_test, seed);
-    d.train = {all.images.narrow(0, 0, n_train).contiguous(),
-               all.labels.narrow(0, 0, n_train).contiguous()};
-    d.test = {all.images.narrow(0, n_train, n_test).contiguous(),
-              all.labels.narrow(0, n_train, n_test).contiguous()};
+    d.train = {all.inputs.narrow(0, 0, n_train).contiguous(),
+               all.targets.narrow(0, 0, n_train).contiguous()};
+    d.test = {all.inputs.narrow(0, n_train, n_test).contiguous(),
+              all.targets.narrow(0, n_train, n_test).contiguous()};
     if (config.normalize) {
       const data::Normalization norm = data::computeNormalization(d.train);
       data::applyNormalization(d.train, norm);
@@ -161,7 +161,8 @@ void Trainer::Impl::build() {
                                    config_.data.shuffle, config_.data.drop_last);
   batches_ = choose<BatchSource>(options_.batches,
                                  std::make_shared<SamplerBatchSource>(
-                                     data.train, std::move(sampler), env_.rank, env_.world_size),
+                                     data::inMemory(data.train, "training set"), std::move(sampler),
+                                     env_.rank, env_.world_size),
                                  "batches");
   total_steps_ = std::max<int64_t>(0, t.epochs) * batches_->stepsPerEpoch();
   if (t.max_steps > 0) total_steps_ = std::min(total_steps_, t.max_steps);
@@ -200,7 +201,7 @@ void Trainer::Impl::buildModel(const data::TensorDataset& train) {
   spec.name = config_.model.name;
   spec.hidden = config_.model.hidden;
   spec.dropout = config_.model.dropout;
-  spec.input_shape = {train.images.size(1), train.images.size(2), train.images.size(3)};
+  spec.input_shape = {train.inputs.size(1), train.inputs.size(2), train.inputs.size(3)};
   spec.num_classes = kNumClasses;
   torch::manual_seed(config_.trainer.seed);  // the initial parameters are a function of the seed
   model_ = models::makeModel(spec);
@@ -216,7 +217,7 @@ void Trainer::Impl::buildModel(const data::TensorDataset& train) {
 void Trainer::Impl::checkModelFitsData(const data::TensorDataset& train) {
   torch::NoGradGuard no_grad;
   model_->train(false);
-  const torch::Tensor logits = model_->forward(train.images.narrow(0, 0, 1));
+  const torch::Tensor logits = model_->forward(train.inputs.narrow(0, 0, 1));
   if (logits.dim() != 2 || logits.size(0) != 1 || logits.size(1) != kNumClasses) {
     std::ostringstream shape;
     shape << logits.sizes();
@@ -236,7 +237,7 @@ void Trainer::Impl::buildParts(const Datasets& data) {
   eval.rank = env_.rank;
   eval.world_size = env_.world_size;
   evaluator_ =
-      choose<Evaluator>(options_.evaluator, makeTestSetEvaluator(data.test, eval), "evaluator");
+      choose<Evaluator>(options_.evaluator, makeTestSetEvaluator(data::inMemory(data.test, "test set"), eval), "evaluator");
 
   ProgressRecorderOptions record;
   record.console = options_.console;

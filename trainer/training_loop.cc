@@ -141,13 +141,13 @@ double Trainer::Impl::forwardBackward(const StepBatch& batch) {
     const bool last = i + 1 == k;
     const data::Batch& micro = batch.micro_batches[i];
     sync_->beforeBackward(last);
-    if (micro.labels.defined() && micro.labels.size(0) > 0) {
+    if (micro.targets.defined() && micro.targets.size(0) > 0) {
       torch::Tensor loss;
       {
         TraceRecorder::Span span(trace, "forward");
-        const torch::Tensor logits = model_->forward(micro.images);
+        const torch::Tensor logits = model_->forward(micro.inputs);
         loss = torch::nn::functional::cross_entropy(
-                   logits, micro.labels,
+                   logits, micro.targets,
                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
                static_cast<double>(batch.global_samples);
       }

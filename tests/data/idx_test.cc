@@ -317,14 +317,14 @@ TEST_F(MnistLikeTest, LoadsScaledFloatsAndInt64Labels) {
   writeSplit("t10k", 1, {0}, false);
   const TensorDataset train = loadMnistLike(dir_, Split::kTrain);
   EXPECT_EQ(train.size(), 2);
-  EXPECT_EQ(train.images.sizes(), torch::IntArrayRef({2, 1, 2, 3}));
-  EXPECT_EQ(train.images.scalar_type(), torch::kFloat32);
-  EXPECT_EQ(train.labels.scalar_type(), torch::kInt64);
-  EXPECT_FLOAT_EQ(train.images[0][0][0][0].item<float>(), 250.0f / 255.0f);
-  EXPECT_FLOAT_EQ(train.images[0][0][1][2].item<float>(), 1.0f);  // byte 255
-  EXPECT_FLOAT_EQ(train.images[1][0][0][0].item<float>(), 0.0f);  // byte 256 wrapped to 0
-  EXPECT_FLOAT_EQ(train.images[1][0][1][2].item<float>(), 5.0f / 255.0f);
-  EXPECT_EQ(train.labels[1].item<int64_t>(), 9);
+  EXPECT_EQ(train.inputs.sizes(), torch::IntArrayRef({2, 1, 2, 3}));
+  EXPECT_EQ(train.inputs.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(train.targets.scalar_type(), torch::kInt64);
+  EXPECT_FLOAT_EQ(train.inputs[0][0][0][0].item<float>(), 250.0f / 255.0f);
+  EXPECT_FLOAT_EQ(train.inputs[0][0][1][2].item<float>(), 1.0f);  // byte 255
+  EXPECT_FLOAT_EQ(train.inputs[1][0][0][0].item<float>(), 0.0f);  // byte 256 wrapped to 0
+  EXPECT_FLOAT_EQ(train.inputs[1][0][1][2].item<float>(), 5.0f / 255.0f);
+  EXPECT_EQ(train.targets[1].item<int64_t>(), 9);
   EXPECT_EQ(loadMnistLike(dir_, Split::kTest).size(), 1);
 }
 

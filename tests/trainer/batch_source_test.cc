@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 
+#include "data/dataset.h"
 #include "tests/trainer/fault_parts.h"
 #include "trainer/resume.h"
 
@@ -21,16 +22,16 @@ namespace fs = std::filesystem;
 // Row i holds the value i everywhere, and label i % 10, so a batch shows which rows it holds.
 data::TensorDataset numbered(int64_t n) {
   data::TensorDataset d;
-  d.images = torch::arange(n, torch::kFloat32).reshape({n, 1, 1, 1}).expand({n, 1, 2, 2}).clone();
-  d.labels = torch::arange(n, torch::kInt64).remainder(10);
+  d.inputs = torch::arange(n, torch::kFloat32).reshape({n, 1, 1, 1}).expand({n, 1, 2, 2}).clone();
+  d.targets = torch::arange(n, torch::kInt64).remainder(10);
   return d;
 }
 
 std::vector<int64_t> rowsOf(const data::Batch& batch) {
   std::vector<int64_t> rows;
-  if (!batch.images.defined()) return rows;
-  for (int64_t i = 0; i < batch.images.size(0); ++i) {
-    rows.push_back(static_cast<int64_t>(batch.images[i][0][0][0].item<float>()));
+  if (!batch.inputs.defined()) return rows;
+  for (int64_t i = 0; i < batch.inputs.size(0); ++i) {
+    rows.push_back(static_cast<int64_t>(batch.inputs[i][0][0][0].item<float>()));
   }
   return rows;
 }
@@ -38,7 +39,7 @@ std::vector<int64_t> rowsOf(const data::Batch& batch) {
 TEST(BatchSourceTest, EachRankGetsItsSliceOfTheGlobalBatchInContiguousMicroBatches) {
   // 20 samples, global batch 8: steps of 8, 8, 4.
   const data::DistributedSampler sampler(20, 8, /*seed=*/3, /*shuffle=*/true, /*drop_last=*/false);
-  SamplerBatchSource rank1(numbered(20), sampler, /*rank=*/1, /*world_size=*/2);
+  SamplerBatchSource rank1(data::inMemory(numbered(20), "numbered"), sampler, /*rank=*/1, /*world_size=*/2);
   data::DistributedSampler reference = sampler;
   EXPECT_EQ(rank1.stepsPerEpoch(), 3);
   for (int64_t step = 0; step < 3; ++step) {
@@ -66,14 +67,14 @@ TEST(BatchSourceTest, EachRankGetsItsSliceOfTheGlobalBatchInContiguousMicroBatch
 TEST(BatchSourceTest, AnEmptyShareHasEmptyMicroBatchesAndRestoreMovesThePosition) {
   // The last batch of 2 samples leaves nothing for rank 0 of 3 (its slice is [0, 2·0/3)).
   const data::DistributedSampler sampler(10, 8, 3, true, false);
-  SamplerBatchSource rank0(numbered(10), sampler, 0, 3);
+  SamplerBatchSource rank0(data::inMemory(numbered(10), "numbered"), sampler, 0, 3);
   rank0.restore({0, 8});
   const StepBatch batch = rank0.next(1, 2);
   EXPECT_EQ(batch.global_samples, 2);
   EXPECT_TRUE(batch.indices.empty());
   ASSERT_EQ(batch.micro_batches.size(), 2u);
-  EXPECT_FALSE(batch.micro_batches[0].images.defined());
-  EXPECT_FALSE(batch.micro_batches[1].labels.defined());
+  EXPECT_FALSE(batch.micro_batches[0].inputs.defined());
+  EXPECT_FALSE(batch.micro_batches[1].targets.defined());
   EXPECT_EQ(rank0.position(), (data::SamplerState{1, 0}));
   EXPECT_THROW(rank0.restore({0, 3}), std::invalid_argument);
 }
@@ -87,7 +88,7 @@ TEST(BatchSourceTest, TheLedgerWrapperAppendsEachStepsSamplesAndPassesTheBatchOn
   data::DistributedSampler reference = sampler;
   std::vector<std::string> expected = {ledgerLine(5, 0, 0, 1, {7})};
   {
-    LedgerBatchSource ledger(std::make_shared<SamplerBatchSource>(numbered(20), sampler, 1, 2),
+    LedgerBatchSource ledger(std::make_shared<SamplerBatchSource>(data::inMemory(numbered(20), "numbered"), sampler, 1, 2),
                              path.string(), /*launch=*/9, /*rank=*/1);
     for (int64_t step = 0; step < 4; ++step) {  // into the second epoch
       const data::SamplerState at = reference.state();
@@ -115,7 +116,7 @@ TEST(BatchSourceTest, TheLedgerWrapperAppendsEachStepsSamplesAndPassesTheBatchOn
 TEST(BatchSourceTest, TheLedgerWrapperNamesAFileItCannotOpen) {
   const data::DistributedSampler sampler(20, 8, 3, true, false);
   try {
-    LedgerBatchSource ledger(std::make_shared<SamplerBatchSource>(numbered(20), sampler, 0, 1),
+    LedgerBatchSource ledger(std::make_shared<SamplerBatchSource>(data::inMemory(numbered(20), "numbered"), sampler, 0, 1),
                              "/nonexistent-dir/ledger.rank0", 1, 0);
     FAIL() << "opened";
   } catch (const std::runtime_error& e) {

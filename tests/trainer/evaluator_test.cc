@@ -15,9 +15,9 @@ TEST(EvaluatorTest, DueEveryNStepsOrAtEachEpochsEnd) {
   data::TensorDataset none;
   TestSetEvaluatorOptions options;
   options.steps_per_epoch = 8;
-  const auto at_epochs = makeTestSetEvaluator(none, options);
+  const auto at_epochs = makeTestSetEvaluator(data::inMemory(none, "none"), options);
   options.every_steps = 5;
-  const auto every5 = makeTestSetEvaluator(none, options);
+  const auto every5 = makeTestSetEvaluator(data::inMemory(none, "none"), options);
   std::vector<int64_t> epochs, fives;
   for (int64_t step = 1; step <= 20; ++step) {
     if (at_epochs->due(step)) epochs.push_back(step);
@@ -36,14 +36,14 @@ TEST(EvaluatorTest, BatchesAddUpToTheWholeTestSplit) {
   torch::NoGradGuard no_grad;
   model->train(false);
   // The answer in one piece.
-  const torch::Tensor logits = model->forward(test.images);
-  const double loss = torch::nn::functional::cross_entropy(logits, test.labels).item<double>();
+  const torch::Tensor logits = model->forward(test.inputs);
+  const double loss = torch::nn::functional::cross_entropy(logits, test.targets).item<double>();
   const double accuracy =
-      logits.argmax(1).eq(test.labels).to(torch::kFloat64).mean().item<double>();
+      logits.argmax(1).eq(test.targets).to(torch::kFloat64).mean().item<double>();
 
   TestSetEvaluatorOptions options;
   options.batch_size = 5;  // 5 + 5 + 5 + 5 + 3 rows
-  const Evaluation result = makeTestSetEvaluator(test, options)->evaluate(*model);
+  const Evaluation result = makeTestSetEvaluator(data::inMemory(test, "test"), options)->evaluate(*model);
   EXPECT_NEAR(result.loss, loss, 1e-6);
   EXPECT_EQ(result.accuracy, accuracy);
 }
