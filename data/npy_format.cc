@@ -85,10 +85,11 @@ class DictReader {
     const char quote = text_[pos_++];
     const size_t begin = pos_;
     while (pos_ < size_ && text_[pos_] != quote) {
-      if (text_[pos_] == '\\' || text_[pos_] == '\n') malformed("unsupported character in string");
+      if (text_[pos_] == '\n') break;
+      if (text_[pos_] == '\\') malformed("escapes in strings are not supported");
       ++pos_;
     }
-    if (pos_ >= size_) malformed("unterminated string");
+    if (pos_ >= size_ || text_[pos_] != quote) malformed("unterminated string");
     return std::string(text_ + begin, text_ + pos_++);
   }
 
@@ -359,8 +360,7 @@ NpyLayout checkNpy(const std::string& path, const uint8_t* data, size_t size) {
     fail(path, "holds " + std::to_string(size - end) + " bytes of data after its " +
                    std::to_string(end) + "-byte header, but shape " + shapeText(layout.shape) +
                    " of " + dtypeName(layout.dtype) + " needs " +
-                   std::to_string(layout.data_bytes) + "; the file is truncated or damaged" +
-                   kResave);
+                   std::to_string(layout.data_bytes) + "; the file is truncated or damaged");
   }
   return layout;
 }
