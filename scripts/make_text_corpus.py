@@ -4,7 +4,8 @@
   /usr/bin/python3 scripts/make_text_corpus.py --out data/gpt [--source /usr/share/games/fortunes]
 
 Writes OUT/train.npy and OUT/val.npy: 1-D uint8 arrays (numpy.save), the bytes of the text, for
-`data.format: tokens` with a byte vocabulary of 256.
+`data.format: tokens` with a byte vocabulary of 256; and OUT/val_short.npy, the first 32 KiB of
+val.npy, for configs/gpt_bench.yaml, whose 25M-parameter model would spend minutes on all of val.
 
 What goes in, deterministically (the same package gives the same bytes):
   * every regular file of SOURCE without an extension (the .dat files are fortune's indexes and
@@ -31,6 +32,7 @@ import numpy as np
 SOURCE = "/usr/share/games/fortunes"
 EXCLUDED = {"ascii-art"}
 VAL_EVERY = 20
+SHORT_VAL_BYTES = 32 * 1024
 BELL = b"\x07"
 
 
@@ -106,7 +108,8 @@ def main():
     val = np.frombuffer(separator.join(val_parts) + b"\n", dtype=np.uint8)
 
     os.makedirs(args.out, exist_ok=True)
-    for name, array in (("train.npy", train), ("val.npy", val)):
+    for name, array in (("train.npy", train), ("val.npy", val),
+                        ("val_short.npy", val[:SHORT_VAL_BYTES])):
         tmp = os.path.join(args.out, name + ".tmp.npy")
         np.save(tmp, array)
         os.replace(tmp, os.path.join(args.out, name))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes what the GPT experiments (configs/gpt_text.yaml, configs/gpt_bench.yaml) read, into OUTDIR
 # (default data/gpt, which git ignores):
-#   train.npy, val.npy   the fortunes corpus as bytes (scripts/make_text_corpus.py)
+#   train.npy, val.npy   the fortunes corpus as bytes (scripts/make_text_corpus.py), and
+#   val_short.npy        the first 32 KiB of val.npy
 #   gpt_text.pt          the scripted model of preset "text"  (models/gpt/export.py)
 #   gpt_bench.pt         the scripted model of preset "bench"
 # Each file is rebuilt only when it is missing or older than the script that writes it (or
@@ -21,7 +22,8 @@ stale() {  # target dependency...: true when target is missing or older than one
 
 mkdir -p "$out"
 corpus="$root/scripts/make_text_corpus.py"
-if stale "$out/train.npy" "$corpus" || stale "$out/val.npy" "$corpus"; then
+if stale "$out/train.npy" "$corpus" || stale "$out/val.npy" "$corpus" ||
+   stale "$out/val_short.npy" "$corpus"; then
   "$python" "$corpus" --out "$out"
 fi
 for preset in text bench; do
