@@ -80,7 +80,7 @@ DEFAULTS = {
     "model": {"name": "mlp", "hidden": [256, 128, 100], "dropout": 0.0},
     "data": {"format": "idx", "dataset": "fashion-mnist",
              "dir": "/usr/share/datasets/fashion-mnist", "normalize": True, "shuffle": True,
-             "drop_last": True, "train": "", "test": "", "seq_len": 0},
+             "drop_last": True, "train": "", "test": "", "seq_len": 128},
     "loss": {"name": "cross_entropy"},
     "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": False,
                   "weight_decay": 0.0, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8},
