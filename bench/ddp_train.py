@@ -376,32 +376,44 @@ def train_step(ddp, optimizer, batch, clip):
     return loss.item(), time.perf_counter() - begin
 
 
-def train_rank(config, skip_steps, save_state_dict=None):
+def join_group(config):
+    """Sets the intra-op threads and joins the Gloo group; (rank, world, threads)."""
     import torch
     import torch.distributed as dist
-
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    t = config["trainer"]
-    threads = intra_op_threads(int(t["threads"]), local_world)
+    threads = intra_op_threads(int(config["trainer"]["threads"]), local_world)
     torch.set_num_threads(threads)
-
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(free_port()))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    return rank, world, threads
 
-    train, test = load_data(config)
-    n = len(train)
+
+def plan_steps(config, n, world):
+    """(global batch, steps per epoch, total steps) for n training samples."""
+    t = config["trainer"]
     batch = int(t["global_batch_size"])
     if batch < world:
         sys.exit("ddp_train.py: trainer.global_batch_size %d < world size %d" % (batch, world))
-    drop_last = bool(config["data"]["drop_last"])
-    steps_per_epoch = n // batch if drop_last else -(-n // batch)
+    steps_per_epoch = n // batch if config["data"]["drop_last"] else -(-n // batch)
     total_steps = int(t["epochs"]) * steps_per_epoch
     if int(t["max_steps"]) > 0:
         total_steps = min(total_steps, int(t["max_steps"]))
+    return batch, steps_per_epoch, total_steps
+
+
+def train_rank(config, skip_steps, save_state_dict=None):
+    import torch
+    import torch.distributed as dist
+
+    rank, world, threads = join_group(config)
+    t = config["trainer"]
+    train, test = load_data(config)
+    n = len(train)
+    batch, steps_per_epoch, total_steps = plan_steps(config, n, world)
     every = int(config["eval"]["every_steps"]) or steps_per_epoch
     eval_batch = int(config["eval"]["batch_size"])
 
