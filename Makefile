@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CONFIG ?= configs/fashion_mnist.yaml
 ARGS ?=
 
-.PHONY: all setup configure build run test test-portable fuzz clean format
+.PHONY: all setup configure build run test test-portable fuzz clean format gpt-data
 
 all: build
 
@@ -19,9 +19,14 @@ configure: setup $(BUILD_DIR)/build.ninja
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# The GPT experiments' corpus and scripted models, made by scripts; each file only when missing
+# or stale. `make run` makes them first when CONFIG names a file under data/gpt/.
+gpt-data: setup
+	@scripts/prepare_gpt.sh data/gpt
+
 # Two workers on this machine through the launcher (flags win over the experiment's launch:).
 NPROC ?= 2
-run: build
+run: build $(if $(shell grep -s 'data/gpt/' $(CONFIG)),gpt-data)
 	$(BUILD_DIR)/bin/cumulus-run --nproc-per-node $(NPROC) -- $(BUILD_DIR)/bin/cumulus-train $(CONFIG) $(ARGS)
 
 test: build

@@ -3,20 +3,31 @@
 
 It trains what a Cumulus experiment YAML describes, doing what cumulus-train does, step for
 step:
-  * data: Fashion-MNIST / MNIST from the same IDX .gz files, scaled to [0, 1], then normalized
-    by the train set's mean and (population) std over all pixels (data/dataset.cc);
+  * data, data.format idx (the default): Fashion-MNIST / MNIST from the same IDX .gz files,
+    scaled to [0, 1], then normalized by the train set's mean and (population) std over all
+    pixels (data/dataset.cc);
+  * data, data.format tokens: data.train / data.test, 1-D .npy token streams (numpy.load);
+    sample i is the window of tokens [iT, iT + T + 1) (T = data.seq_len): inputs its first T,
+    targets its last T, so there are (tokens - 1) // T samples, as in data/npy.h;
   * model: models/fixtures/reference_models.py's Mlp / ConvNet (the Python copies of
-    models/builtin.cc, same parameter names and shapes), built after torch.manual_seed(seed);
-  * sampler: each epoch a permutation of the train set drawn from (seed, epoch); global batch k
-    is positions [kB, (k+1)B); rank r of p takes the contiguous slice [rB/p, (r+1)B/p); the
-    last short batch is dropped (drop_last) unless data.drop_last is false. The order differs
-    from Cumulus's SplitMix64 shuffle; the distribution does not;
+    models/builtin.cc, same parameter names and shapes), built after torch.manual_seed(seed),
+    or for `torchscript:FILE` the file itself (torch.jit.load), every rank the same weights;
+  * sampler: each epoch a permutation of the train samples drawn from (seed, epoch); global
+    batch k is positions [kB, (k+1)B); rank r of p takes the contiguous slice [rB/p, (r+1)B/p);
+    the last short batch is dropped (drop_last) unless data.drop_last is false. The order
+    differs from Cumulus's SplitMix64 shuffle; the distribution does not;
   * batches: index_select on the preloaded tensors, as data::gather does (no DataLoader, whose
     worker processes would compete for the same cores);
-  * loss: cross entropy, mean over the local batch; DDP averages gradients over ranks, so each
-    rank holds the gradient of the global-batch mean, as in Cumulus;
+  * loss: cross entropy (loss.name cross_entropy), mean over the local batch, of logits [B, C]
+    against class ids or of logits [B, T, V] against token ids (mean over the B x T tokens);
+    DDP averages gradients over ranks, so each rank holds the gradient of the global-batch
+    mean, as in Cumulus;
+  * clipping: trainer.grad_clip_norm > 0 clips the global gradient norm after the all-reduce
+    (torch.nn.utils.clip_grad_norm_: scale max_norm / (norm + 1e-6) when below 1, as
+    trainer/optimizer.cc clipGradNorm);
   * optimizer: torch.optim.SGD (momentum, nesterov, coupled weight decay) or torch.optim.AdamW,
-    both of which match trainer/optimizer.cc's update rules;
+    both of which match trainer/optimizer.cc's update rules, with PyTorch's default
+    implementation choice;
   * schedule: trainer/schedule.cc's linear warm-up then constant / step / cosine, set per step;
   * threads: torch.set_num_threads(trainer.threads if > 0 else usable CPUs // LOCAL_WORLD_SIZE),
     the rule of trainer/run_env.cc intraOpThreads();
@@ -28,8 +39,14 @@ optimizer step) and reports global samples/s = (timed steps x global batch) / (t
 time), skipping the first --skip-steps steps (warm-up: allocator, Gloo connections); the
 evaluation is outside the timed steps. Cumulus's train records measure the same span.
 
-Test accuracy: rank 0 evaluates the whole test split at the end, in eval mode, in batches of
-eval.batch_size.
+Evaluation, as trainer/evaluator.cc: every eval.every_steps steps (0: at each epoch's end) and
+after the last step, each rank evaluates its contiguous share of the test samples in batches of
+eval.batch_size and the sums are all-reduced: test_loss is the mean cross entropy per target
+(per image, or per token), test_accuracy the fraction of targets whose argmax is right. The
+summary's test_loss is the one after the last step.
+
+Also reported: optimizer_step_ms, the median time of optimizer.step() on rank 0 over the timed
+steps, and peak_rss_mb, the largest ru_maxrss (getrusage RUSAGE_SELF) over the ranks at the end.
 
 Usage:
   /usr/bin/python3 bench/ddp_train.py CONFIG.yaml [--set KEY=VALUE]... [--nproc N]
@@ -61,15 +78,17 @@ sys.path.insert(0, os.path.join(HERE, "..", "models", "fixtures"))
 # Defaults of the keys read here, from configs/experiment.h, for an unresolved experiment file.
 DEFAULTS = {
     "model": {"name": "mlp", "hidden": [256, 128, 100], "dropout": 0.0},
-    "data": {"dataset": "fashion-mnist", "dir": "/usr/share/datasets/fashion-mnist",
-             "normalize": True, "shuffle": True, "drop_last": True},
+    "data": {"format": "idx", "dataset": "fashion-mnist",
+             "dir": "/usr/share/datasets/fashion-mnist", "normalize": True, "shuffle": True,
+             "drop_last": True, "train": "", "test": "", "seq_len": 128},
+    "loss": {"name": "cross_entropy"},
     "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": False,
                   "weight_decay": 0.0, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8},
     "schedule": {"name": "constant", "warmup_steps": 0, "step_size": 1000, "gamma": 0.1,
                  "min_lr": 0.0},
     "trainer": {"global_batch_size": 128, "epochs": 3, "max_steps": 0, "seed": 0,
                 "grad_clip_norm": 0.0, "grad_accumulation": 1, "threads": 0},
-    "eval": {"batch_size": 1000},
+    "eval": {"batch_size": 1000, "every_steps": 0},
     "comm": {"bucket_cap_mb": 25.0},
 }
 NUM_CLASSES = 10
@@ -98,9 +117,11 @@ def load_config(path, overrides):
         for key, default in keys.items():
             if isinstance(default, float):
                 config[section][key] = float(config[section][key])
-    if config["trainer"]["grad_accumulation"] != 1 or config["trainer"]["grad_clip_norm"] > 0:
-        sys.exit("ddp_train.py: %s: grad_accumulation > 1 and grad_clip_norm are not mirrored"
-                 % path)
+    if config["trainer"]["grad_accumulation"] != 1:
+        sys.exit("ddp_train.py: %s: grad_accumulation > 1 is not mirrored" % path)
+    if config["loss"]["name"] != "cross_entropy":
+        sys.exit("ddp_train.py: %s: loss.name %r: only cross_entropy is mirrored"
+                 % (path, config["loss"]["name"]))
     return config
 
 
@@ -133,20 +154,75 @@ def load_split(directory, prefix):
     return images.unsqueeze(1).contiguous(), labels  # N x 1 x H x W, like data::loadMnistLike
 
 
+class Samples:
+    """Preloaded samples: batch(rows) gives (inputs, targets) of those sample indices."""
+
+    def __init__(self, inputs, targets):
+        self.inputs, self.targets = inputs, targets
+
+    def __len__(self):
+        return len(self.targets)
+
+    def batch(self, rows):
+        return self.inputs.index_select(0, rows), self.targets.index_select(0, rows)
+
+
+class TokenWindows:
+    """data.format tokens: sample i = tokens [iT, iT + T + 1), inputs the first T, targets the
+    last T, both int64 [T]; (tokens - 1) // T samples (data/npy.h TokenExamples)."""
+
+    def __init__(self, path, seq_len):
+        import numpy as np
+        import torch
+        array = np.load(path, allow_pickle=False)
+        if array.ndim != 1 or array.dtype.kind not in "iu":
+            sys.exit("ddp_train.py: %s: expected a 1-D array of integer token ids, got %s %s"
+                     % (path, array.dtype, array.shape))
+        self.tokens = torch.from_numpy(array.astype(np.int64 if array.dtype.itemsize > 1
+                                                    else np.uint8))
+        self.seq_len = seq_len
+        self.windows = (len(array) - 1) // seq_len
+        if self.windows < 1:
+            sys.exit("ddp_train.py: seq_len %d is longer than the token stream %s (%d tokens)"
+                     % (seq_len, path, len(array)))
+        self.offsets = torch.arange(seq_len + 1)
+
+    def __len__(self):
+        return self.windows
+
+    def batch(self, rows):
+        windows = self.tokens[rows.unsqueeze(1) * self.seq_len + self.offsets].long()
+        return windows[:, :-1], windows[:, 1:]
+
+
 def load_data(config):
     data = config["data"]
+    if data["format"] == "tokens":
+        seq_len = int(data["seq_len"])
+        if seq_len < 1:
+            sys.exit("ddp_train.py: data.seq_len must be at least 1 for data.format tokens")
+        return TokenWindows(data["train"], seq_len), TokenWindows(data["test"], seq_len)
+    if data["format"] != "idx":
+        sys.exit("ddp_train.py: data.format %r: only idx and tokens are mirrored" % data["format"])
     if data["dataset"] not in ("fashion-mnist", "mnist"):
         sys.exit("ddp_train.py: data.dataset %r: only fashion-mnist and mnist are mirrored"
                  % data["dataset"])
     train = load_split(data["dir"], "train")
     test = load_split(data["dir"], "t10k")
     if data["normalize"]:
-        pixels = train[0].double()
-        mean = pixels.mean().item()
-        std = math.sqrt(max(0.0, pixels.pow(2).mean().item() - mean * mean))
+        # float64 sums over chunks: a float64 copy of the whole set would add ~750 MB to the
+        # peak RSS that compare_ddp.sh reports.
+        total = squares = 0.0
+        pixels = train[0].view(-1)
+        for chunk in pixels.split(1 << 22):
+            chunk = chunk.double()
+            total += chunk.sum().item()
+            squares += chunk.pow(2).sum().item()
+        mean = total / pixels.numel()
+        std = math.sqrt(max(0.0, squares / pixels.numel() - mean * mean))
         train[0].sub_(mean).div_(std)
         test[0].sub_(mean).div_(std)
-    return train, test
+    return Samples(*train), Samples(*test)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,8 +230,13 @@ def load_data(config):
 
 
 def build_model(config, input_shape):
-    from reference_models import ConvNet, Mlp
+    import torch
     m = config["model"]
+    if m["name"].startswith("torchscript:"):
+        model = torch.jit.load(m["name"][len("torchscript:"):])
+        model.train()
+        return model
+    from reference_models import ConvNet, Mlp
     c, h, w = input_shape
     if m["name"] == "mlp":
         return Mlp(c * h * w, list(m["hidden"]), NUM_CLASSES, float(m["dropout"]))
@@ -204,71 +285,154 @@ def intra_op_threads(configured, local_world_size):
     return max(1, cpus // max(1, local_world_size))
 
 
-def evaluate(model, test, batch_size):
+def cross_entropy(outputs, targets, reduction="mean"):
+    """[B, C] against class ids [B], or [B, T, V] against token ids [B, T] (per token)."""
     import torch
-    images, labels = test
+    return torch.nn.functional.cross_entropy(outputs.reshape(-1, outputs.size(-1)),
+                                             targets.reshape(-1), reduction=reduction)
+
+
+def evaluate(model, test, batch_size, rank, world):
+    """trainer/evaluator.cc: this rank's contiguous share of the test samples, sums all-reduced;
+    (mean loss per target, fraction of targets right)."""
+    import torch
+    import torch.distributed as dist
+    n = len(test)
+    first, last = n * rank // world, n * (rank + 1) // world
     model.eval()
-    loss_sum, correct = 0.0, 0
+    sums = torch.zeros(3, dtype=torch.float64)  # loss, correct, targets
     with torch.no_grad():
-        for begin in range(0, len(labels), batch_size):
-            logits = model(images[begin:begin + batch_size])
-            target = labels[begin:begin + batch_size]
-            loss_sum += torch.nn.functional.cross_entropy(logits, target, reduction="sum").item()
-            correct += logits.argmax(1).eq(target).sum().item()
+        for begin in range(first, last, batch_size):
+            inputs, targets = test.batch(torch.arange(begin, min(begin + batch_size, last)))
+            outputs = model(inputs)
+            sums[0] += cross_entropy(outputs, targets, reduction="sum").item()
+            sums[1] += outputs.argmax(-1).eq(targets).sum().item()
+            sums[2] += targets.numel()
     model.train()
-    return loss_sum / len(labels), correct / len(labels)
+    dist.all_reduce(sums)
+    return sums[0].item() / sums[2].item(), sums[1].item() / sums[2].item()
+
+
+def peak_rss_mb():
+    """The largest ru_maxrss of any rank, in MiB (Linux reports KiB)."""
+    import resource
+    import torch
+    import torch.distributed as dist
+    peak = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss], dtype=torch.int64)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    return peak.item() / 1024.0
 
 
 # ---------------------------------------------------------------------------------------------
 # One rank.
 
 
-def train_rank(config, skip_steps):
+class Timing:
+    """Rank 0's clock over the steps after the first `skip`."""
+
+    def __init__(self, skip):
+        self.skip, self.seconds, self.samples, self.steps, self.optimizer = skip, 0.0, 0, 0, []
+
+    def add(self, step, seconds, samples, optimizer_seconds):
+        if step >= self.skip:
+            self.seconds += seconds
+            self.samples += samples
+            self.steps += 1
+            self.optimizer.append(optimizer_seconds)
+
+    def samples_per_sec(self):
+        return self.samples / self.seconds if self.seconds > 0 else None
+
+    def summary(self):
+        import statistics
+        return {
+            "samples_per_sec": self.samples_per_sec(), "timed_steps": self.steps,
+            "skip_steps": self.skip,
+            "step_time_ms": 1000.0 * self.seconds / self.steps if self.steps else None,
+            "optimizer_step_ms": (1000.0 * statistics.median(self.optimizer)
+                                  if self.optimizer else None),
+        }
+
+
+def epoch_order(config, n, epoch):
+    import torch
+    if not config["data"]["shuffle"]:
+        return torch.arange(n)
+    g = torch.Generator().manual_seed(int(config["trainer"]["seed"]) * 1000003 + epoch)
+    return torch.randperm(n, generator=g)
+
+
+def train_step(ddp, optimizer, batch, clip):
+    """One optimizer step; (loss, seconds in optimizer.step())."""
+    import torch
+    inputs, targets = batch
+    optimizer.zero_grad(set_to_none=False)
+    loss = cross_entropy(ddp(inputs), targets)
+    loss.backward()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(ddp.parameters(), clip)
+    begin = time.perf_counter()
+    optimizer.step()
+    return loss.item(), time.perf_counter() - begin
+
+
+def join_group(config):
+    """Sets the intra-op threads and joins the Gloo group; (rank, world, threads)."""
     import torch
     import torch.distributed as dist
-
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    t = config["trainer"]
-    threads = intra_op_threads(int(t["threads"]), local_world)
+    threads = intra_op_threads(int(config["trainer"]["threads"]), local_world)
     torch.set_num_threads(threads)
-
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(free_port()))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    return rank, world, threads
 
-    train, test = load_data(config)
-    n = len(train[1])
+
+def plan_steps(config, n, world):
+    """(global batch, steps per epoch, total steps) for n training samples."""
+    t = config["trainer"]
     batch = int(t["global_batch_size"])
     if batch < world:
         sys.exit("ddp_train.py: trainer.global_batch_size %d < world size %d" % (batch, world))
-    drop_last = bool(config["data"]["drop_last"])
-    steps_per_epoch = n // batch if drop_last else -(-n // batch)
+    steps_per_epoch = n // batch if config["data"]["drop_last"] else -(-n // batch)
     total_steps = int(t["epochs"]) * steps_per_epoch
     if int(t["max_steps"]) > 0:
         total_steps = min(total_steps, int(t["max_steps"]))
+    return batch, steps_per_epoch, total_steps
+
+
+def train_rank(config, skip_steps, save_state_dict=None):
+    import torch
+    import torch.distributed as dist
+
+    rank, world, threads = join_group(config)
+    t = config["trainer"]
+    train, test = load_data(config)
+    n = len(train)
+    batch, steps_per_epoch, total_steps = plan_steps(config, n, world)
+    every = int(config["eval"]["every_steps"]) or steps_per_epoch
+    eval_batch = int(config["eval"]["batch_size"])
 
     torch.manual_seed(int(t["seed"]))
-    model = build_model(config, tuple(train[0].shape[1:]))
+    model = build_model(config, tuple(train.inputs.shape[1:]) if isinstance(train, Samples) else ())
     parameters = sum(p.numel() for p in model.parameters())
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, bucket_cap_mb=float(config["comm"]["bucket_cap_mb"]))
     optimizer = build_optimizer(config, ddp.parameters())
+    clip = float(t["grad_clip_norm"])
 
-    timed_seconds, timed_samples, timed_steps = 0.0, 0, 0
-    loss_value = float("nan")
+    timing = Timing(skip_steps)
+    loss_value, evaluation, evaluations = float("nan"), None, []
     start = time.perf_counter()
     perm, epoch = None, -1
     for step in range(total_steps):
         if step // steps_per_epoch != epoch:
             epoch = step // steps_per_epoch
-            if config["data"]["shuffle"]:
-                g = torch.Generator().manual_seed(int(t["seed"]) * 1000003 + epoch)
-                perm = torch.randperm(n, generator=g)
-            else:
-                perm = torch.arange(n)
+            perm = epoch_order(config, n, epoch)
         k = step % steps_per_epoch
         global_rows = perm[k * batch:(k + 1) * batch]
         size = len(global_rows)
@@ -277,40 +441,36 @@ def train_rank(config, skip_steps):
         for group in optimizer.param_groups:
             group["lr"] = schedule_lr(config, step, total_steps)
         step_start = time.perf_counter()
-        images = train[0].index_select(0, rows)
-        labels = train[1].index_select(0, rows)
-        optimizer.zero_grad(set_to_none=False)
-        loss = torch.nn.functional.cross_entropy(ddp(images), labels)
-        loss.backward()
-        optimizer.step()
-        loss_value = loss.item()
-        elapsed = time.perf_counter() - step_start
+        loss_value, optimizer_seconds = train_step(ddp, optimizer, train.batch(rows), clip)
+        timing.add(step, time.perf_counter() - step_start, size, optimizer_seconds)
         if not math.isfinite(loss_value):
             sys.exit("ddp_train.py: training diverged at step %d" % (step + 1))
-        if step >= skip_steps:
-            timed_seconds += elapsed
-            timed_samples += size
-            timed_steps += 1
         if rank == 0 and (step + 1) % 100 == 0:
             log("ddp step %d/%d loss %.4f %.1f samples/s" % (
-                step + 1, total_steps, loss_value,
-                timed_samples / timed_seconds if timed_seconds > 0 else 0.0))
+                step + 1, total_steps, loss_value, timing.samples_per_sec() or 0.0))
+        if (step + 1) % every == 0 or step + 1 == total_steps:
+            evaluation = evaluate(model, test, eval_batch, rank, world)
+            evaluations.append({"step": step + 1, "test_loss": evaluation[0],
+                                "test_accuracy": evaluation[1]})
+            if rank == 0:
+                log("ddp eval step %d test_loss %.4f test_accuracy %.4f"
+                    % (step + 1, evaluation[0], evaluation[1]))
     train_seconds = time.perf_counter() - start
+    peak_mb = peak_rss_mb()
 
     result = None
     if rank == 0:
-        test_loss, accuracy = evaluate(model, test, int(config["eval"]["batch_size"]))
         result = {
             "type": "summary", "impl": "ddp", "steps": total_steps,
-            "epochs": total_steps / steps_per_epoch, "test_loss": test_loss,
-            "test_accuracy": accuracy, "wall_seconds": time.perf_counter() - start,
+            "epochs": total_steps / steps_per_epoch, "test_loss": evaluation[0],
+            "test_accuracy": evaluation[1], "wall_seconds": time.perf_counter() - start,
             "train_seconds": train_seconds, "parameters": parameters, "world_size": world,
-            "samples_per_sec": timed_samples / timed_seconds if timed_seconds > 0 else None,
-            "timed_steps": timed_steps, "skip_steps": skip_steps,
-            "step_time_ms": 1000.0 * timed_seconds / timed_steps if timed_steps else None,
-            "threads": threads,
-            "torch": torch.__version__,
+            "train_loss": loss_value, "peak_rss_mb": peak_mb, "evaluations": evaluations,
+            "threads": threads, "torch": torch.__version__,
         }
+        result.update(timing.summary())
+        if save_state_dict:
+            torch.save(dict(model.state_dict()), save_state_dict)
     dist.barrier()
     dist.destroy_process_group()
     return result
@@ -372,16 +532,21 @@ def main():
     parser.add_argument("--skip-steps", type=int, default=10,
                         help="leading steps left out of samples/s (default 10)")
     parser.add_argument("--timeout", type=float, default=1800, help="launcher timeout, seconds")
+    parser.add_argument("--save-state-dict", metavar="FILE",
+                        help="rank 0 saves the trained parameters there (torch.save of a dict "
+                             "name -> tensor, as model_state_dict.pt)")
     args = parser.parse_args()
 
     if args.nproc > 0 and "RANK" not in os.environ:
         rest = [args.config, "--skip-steps", str(args.skip_steps)]
+        if args.save_state_dict:
+            rest += ["--save-state-dict", os.path.abspath(args.save_state_dict)]
         for item in args.set:
             rest += ["--set", item]
         sys.exit(launch(args.nproc, rest, args.timeout))
 
     config = load_config(args.config, args.set)
-    result = train_rank(config, args.skip_steps)
+    result = train_rank(config, args.skip_steps, args.save_state_dict)
     if result is not None:
         print(json.dumps(result), flush=True)
 

@@ -16,6 +16,7 @@ PACKAGES=(
   libabsl-dev                        # Abseil: thread-safety annotations (base/annotated_mutex.h)
   dataset-fashion-mnist              # the real Fashion-MNIST in /usr/share/datasets/fashion-mnist
   python3-torch                      # the peer we compare against, and the TorchScript fixture
+  fortunes                           # English text for the GPT showcase (scripts/make_text_corpus.py)
   iproute2 procps
   clang libclang-rt-14-dev           # libFuzzer, ASan and UBSan for `make fuzz`
   slurmctld slurmd slurm-client munge  # a real one-host Slurm cluster for the Slurm test
