@@ -20,14 +20,11 @@
 #include <vector>
 
 #include "data/examples.h"
+#include "data/npy_format.h"
 
 namespace cumulus::data {
 
-enum class NpyDType { kUInt8, kUInt16, kInt16, kInt32, kInt64, kFloat16, kFloat32, kFloat64 };
-
-// numpy's spelling: "uint8", "float32", ...
-std::string dtypeName(NpyDType dtype);
-bool isFloating(NpyDType dtype);
+// NpyDType, dtypeName and isFloating: data/npy_format.h (the LibTorch-free header checks).
 
 class NpyArray {
  public:
@@ -48,12 +45,21 @@ class NpyArray {
   const uint8_t* data() const;  // the first element, inside the mapping
 
   // Rows `indices` (in that order) converted to `type`: a tensor [indices.size(), shape[1:]...].
-  // Throws std::out_of_range naming the first index outside [0, rows()).
+  // `type` is kFloat32, kFloat64 or kInt64; float16 is widened exactly (through c10::Half).
+  // Throws std::out_of_range naming the first index outside [0, rows()), std::invalid_argument
+  // for another `type` or for floating data asked for as kInt64.
   torch::Tensor gatherRows(const std::vector<int64_t>& indices, torch::ScalarType type) const;
+  // Rows [begin, begin + count) converted to `type`, as one run over the mapping (no per-row
+  // work). Throws std::out_of_range unless 0 <= begin <= begin + count <= rows().
+  torch::Tensor sliceRows(int64_t begin, int64_t count, torch::ScalarType type) const;
+  // The conversion under both: rows [begin, begin + count) as `type` into `out`, which has room
+  // for count * product(shape[1:]) elements of `type`. Throws as sliceRows and gatherRows do.
+  void readRows(int64_t begin, int64_t count, torch::ScalarType type, void* out) const;
 
  private:
   struct Mapping;
   explicit NpyArray(std::unique_ptr<Mapping> mapping);
+  std::vector<int64_t> batchShape(int64_t count) const;  // shape() with shape[0] = count
   std::unique_ptr<Mapping> mapping_;
 };
 
