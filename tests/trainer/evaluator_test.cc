@@ -45,7 +45,7 @@ TEST(EvaluatorTest, BatchesAddUpToTheWholeTestSplit) {
   options.batch_size = 5;  // 5 + 5 + 5 + 5 + 3 rows
   const Evaluation result = makeTestSetEvaluator(data::inMemory(test, "test"), options)->evaluate(*model);
   EXPECT_NEAR(result.loss, loss, 1e-6);
-  EXPECT_EQ(result.accuracy, accuracy);
+  EXPECT_EQ(result.accuracy, std::optional<double>(accuracy));
 }
 
 }  // namespace
