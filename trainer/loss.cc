@@ -23,7 +23,37 @@ std::string shapeOf(const torch::Tensor& t) {
                               " wants " + wants);
 }
 
+// numpy's spelling, which users of .npy files know: "float32", not LibTorch's "Float".
+std::string dtypeText(torch::ScalarType type) {
+  switch (type) {
+    case torch::kUInt8:
+      return "uint8";
+    case torch::kInt8:
+      return "int8";
+    case torch::kInt16:
+      return "int16";
+    case torch::kInt32:
+      return "int32";
+    case torch::kInt64:
+      return "int64";
+    case torch::kFloat16:
+      return "float16";
+    case torch::kFloat32:
+      return "float32";
+    case torch::kFloat64:
+      return "float64";
+    case torch::kBool:
+      return "bool";
+    default:
+      return c10::toString(type);
+  }
+}
+
 }  // namespace
+
+std::string tensorText(const torch::Tensor& t) {
+  return dtypeText(t.scalar_type()) + " " + shapeOf(t);
+}
 
 Loss Loss::named(const std::string& name) {
   if (name == "cross_entropy") return Loss(Kind::kCrossEntropy, name);
@@ -75,8 +105,8 @@ torch::Tensor Loss::crossEntropySum(const torch::Tensor& outputs,
   }
   if (targets.scalar_type() != torch::kInt64) {
     throw std::invalid_argument("loss.name " + name_ + ": targets " + shapeOf(targets) + " are " +
-                                std::string(c10::toString(targets.scalar_type())) +
-                                "; cross_entropy wants integer class or token ids (int64)");
+                                dtypeText(targets.scalar_type()) +
+                                "; cross_entropy wants integer class or token ids");
   }
   if (classes) return torch::nn::functional::cross_entropy(outputs, targets, sum);
   // Each sample's mean over its T tokens, summed over the samples: the sum over all tokens / T.
@@ -92,7 +122,7 @@ torch::Tensor Loss::mseSum(const torch::Tensor& outputs, const torch::Tensor& ta
   }
   if (!outputs.is_floating_point()) {
     throw std::invalid_argument("loss.name " + name_ + ": outputs " + shapeOf(outputs) + " are " +
-                                std::string(c10::toString(outputs.scalar_type())) +
+                                dtypeText(outputs.scalar_type()) +
                                 "; mse wants floating-point outputs");
   }
   // Each sample's mean over its elements, summed over the samples.

@@ -69,4 +69,7 @@ class Loss {
   std::string name_;
 };
 
+// For messages: numpy's name of the tensor's dtype and its shape, "float32 [1, 13]".
+std::string tensorText(const torch::Tensor& t);
+
 }  // namespace cumulus::trainer

@@ -70,13 +70,6 @@ std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
   return std::make_unique<DistributedGradientSync>(options.group->communicator(), sync_options);
 }
 
-// "float32 [1, 13]"
-std::string tensorText(const torch::Tensor& t) {
-  std::ostringstream text;
-  text << c10::toString(t.scalar_type()) << " " << t.sizes();
-  return text.str();
-}
-
 // An error's text for a user: LibTorch's c10::Error without its C++ backtrace.
 std::string reasonOf(const std::exception& e) {
   if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e)) {
