@@ -220,8 +220,8 @@ void Trainer::Impl::tryOneBatch(const data::Batch& batch, const std::string& sou
   if (config_.data.format == "idx" && loss_->kind() == Loss::Kind::kCrossEntropy &&
       (outputs.dim() != 2 || outputs.size(1) != kIdxClasses)) {
     throw SetupError("model " + config_.model.name + " returns outputs " + tensorText(outputs) +
-                     " for " + sample + "; its " + std::to_string(kIdxClasses) +
-                     " classes want logits [1, " + std::to_string(kIdxClasses) + "]");
+                     " for " + sample + "; the IDX datasets have " + std::to_string(kIdxClasses) +
+                     " classes, so it must return logits [1, " + std::to_string(kIdxClasses) + "]");
   }
   try {
     loss_->sumOf(outputs, batch.targets);

@@ -52,7 +52,10 @@
 //
 // Errors: construction throws SetupError for anything the user must fix before the run can start
 // (a dataset file, an unknown model, optimizer or schedule, an out-of-range hyper-parameter, a
-// TorchScript model LibTorch rejects), with the original message. run() throws TrainError if the
+// TorchScript model LibTorch rejects), with the original message. A start-up dry run passes one
+// training sample through the model and the loss (in evaluation mode, without gradients) and,
+// for token data, windows holding each stream's smallest and largest token id: a failure is a
+// SetupError naming the model, the file and the reason. run() throws TrainError if the
 // loss becomes non-finite or LibTorch fails mid-run, and std::runtime_error naming the path if an
 // output cannot be written. Not thread-safe.
 
