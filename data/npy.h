@@ -8,8 +8,11 @@
 // missing, nothing malformed), and that the file holds exactly product(shape) * item size bytes
 // after the header. Each problem throws DataError "<path>: <what is wrong>" (data/error.h).
 //
-// An NpyArray is movable, not copyable; the mapping lives as long as the object. const methods
-// may run concurrently.
+// An NpyArray is movable, not copyable; the mapping lives as long as the object (the file
+// descriptor is closed once the file is mapped). const methods may run concurrently. Reading a row
+// blocks on the page-in if it is not in the page cache (a local disk; no timeout applies). A file
+// truncated by someone else while mapped makes a read of the lost pages raise SIGBUS, as with any
+// mapped file: write a new file and rename it over the old one instead.
 
 #include <torch/types.h>
 
