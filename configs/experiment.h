@@ -16,10 +16,17 @@ struct ModelConfig {
   std::string name = "mlp";
   std::vector<int64_t> hidden = {256, 128, 100};  // mlp hidden widths
   double dropout = 0.0;                           // mlp: after each hidden layer; convnet: 0.4
+  int64_t num_classes = 10;  // mlp, convnet: the output width (a TorchScript model has its own)
 };
 
 struct DataConfig {
-  // "fashion-mnist", "mnist" (IDX files in `dir`, gzip or raw) or "synthetic".
+  // "idx": `dataset` (IDX files in `dir`, or synthetic); "npy": `train` and `test` are directories
+  // with inputs.npy and targets.npy; "tokens": `train` and `test` are 1-D .npy token streams.
+  std::string format = "idx";
+  std::string train = "";  // npy, tokens: the training data
+  std::string test = "";   // npy, tokens: the test data
+  int64_t seq_len = 128;   // tokens: tokens per sample (inputs [T], targets shifted by one)
+  // idx: "fashion-mnist", "mnist" (IDX files in `dir`, gzip or raw) or "synthetic".
   std::string dataset = "fashion-mnist";
   std::string dir = "/usr/share/datasets/fashion-mnist";
   bool normalize = true;  // subtract the train-set mean, divide by its std
@@ -28,6 +35,13 @@ struct DataConfig {
   bool cache = true;      // keep gunzipped IDX files in <run_dir>/cache for fast restarts
   int64_t synthetic_train_samples = 4096;
   int64_t synthetic_test_samples = 1024;
+};
+
+struct LossConfig {
+  // "cross_entropy" (logits [B, C] vs class ids [B], or [B, T, V] vs token ids [B, T]), "mse"
+  // (outputs and targets of one shape), "module" (the model's forward(inputs, targets) returns
+  // its mean loss).
+  std::string name = "cross_entropy";
 };
 
 struct OptimizerConfig {
@@ -97,6 +111,7 @@ struct Experiment {
   std::string name = "experiment";
   ModelConfig model;
   DataConfig data;
+  LossConfig loss;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   TrainerConfig trainer;
@@ -109,11 +124,14 @@ struct Experiment {
 // Field-by-field equality. tests/configs/schema_test.cc checks that every struct has exactly as
 // many fields as the schema table has keys for it, and that each key is seen by these operators, so
 // a field added here without a table entry (or without a line below) fails the tests.
-inline auto tieFields(const ModelConfig& c) { return std::tie(c.name, c.hidden, c.dropout); }
-inline auto tieFields(const DataConfig& c) {
-  return std::tie(c.dataset, c.dir, c.normalize, c.shuffle, c.drop_last, c.cache,
-                  c.synthetic_train_samples, c.synthetic_test_samples);
+inline auto tieFields(const ModelConfig& c) {
+  return std::tie(c.name, c.hidden, c.dropout, c.num_classes);
 }
+inline auto tieFields(const DataConfig& c) {
+  return std::tie(c.format, c.train, c.test, c.seq_len, c.dataset, c.dir, c.normalize, c.shuffle,
+                  c.drop_last, c.cache, c.synthetic_train_samples, c.synthetic_test_samples);
+}
+inline auto tieFields(const LossConfig& c) { return std::tie(c.name); }
 inline auto tieFields(const OptimizerConfig& c) {
   return std::tie(c.name, c.lr, c.momentum, c.nesterov, c.weight_decay, c.beta1, c.beta2, c.eps);
 }
@@ -136,8 +154,8 @@ inline auto tieFields(const LaunchConfig& c) {
                   c.rdzv_timeout, c.rdzv_last_call);
 }
 inline auto tieFields(const Experiment& c) {
-  return std::tie(c.name, c.model, c.data, c.optimizer, c.schedule, c.trainer, c.eval, c.checkpoint,
-                  c.comm, c.launch);
+  return std::tie(c.name, c.model, c.data, c.loss, c.optimizer, c.schedule, c.trainer, c.eval,
+                  c.checkpoint, c.comm, c.launch);
 }
 
 #define CUMULUS_CONFIGS_EQUALITY(T)                                                       \
@@ -145,6 +163,7 @@ inline auto tieFields(const Experiment& c) {
   inline bool operator!=(const T& a, const T& b) { return !(a == b); }
 CUMULUS_CONFIGS_EQUALITY(ModelConfig)
 CUMULUS_CONFIGS_EQUALITY(DataConfig)
+CUMULUS_CONFIGS_EQUALITY(LossConfig)
 CUMULUS_CONFIGS_EQUALITY(OptimizerConfig)
 CUMULUS_CONFIGS_EQUALITY(ScheduleConfig)
 CUMULUS_CONFIGS_EQUALITY(TrainerConfig)

@@ -445,7 +445,8 @@ class ExperimentBuilder {
       failAt("optimizer.lr", lr + " is below schedule.min_lr (" + floor +
                                  "); the cosine schedule decays from lr down to min_lr");
     }
-    if (e.data.dataset == "synthetic" && e.data.drop_last &&
+    checkDataFiles();
+    if (e.data.format == "idx" && e.data.dataset == "synthetic" && e.data.drop_last &&
         e.data.synthetic_train_samples < t.global_batch_size) {
       std::string samples = std::to_string(e.data.synthetic_train_samples);
       std::string batch = std::to_string(t.global_batch_size);
@@ -458,6 +459,23 @@ class ExperimentBuilder {
       failAt("trainer.global_batch_size", batch + " is more than data.synthetic_train_samples (" +
                                               samples +
                                               "), so with data.drop_last no step would run");
+    }
+  }
+
+  // npy and tokens read their samples from data.train and data.test: both must be named. Blamed
+  // where the empty path was set, or else where data.format was (the default is "idx").
+  void checkDataFiles() const {
+    const DataConfig& d = experiment_.data;
+    if (d.format == "idx") return;
+    const std::string what = d.format == "npy" ? "a directory with inputs.npy and targets.npy"
+                                               : "a 1-D .npy file of token ids";
+    for (const auto& [path, value] :
+         {std::pair<std::string, const std::string*>{"data.train", &d.train},
+          {"data.test", &d.test}}) {
+      if (!value->empty()) continue;
+      const auto set = origins_.find(path);
+      fail(set != origins_.end() ? set->second.where : origins_.at("data.format").where, path,
+           "required when data.format is " + d.format + "; name " + what);
     }
   }
 

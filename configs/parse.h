@@ -21,8 +21,9 @@
 //   empty string for string keys) apply after the file, in order. Each file value and each
 //   override is checked as it is applied; the checks that relate keys (global_batch_size
 //   divisible by grad_accumulation, first_bucket_mb <= bucket_cap_mb, cosine min_lr <= lr,
-//   synthetic samples >= one global batch) run once at the end, so a later override may repair
-//   an earlier value, and blame the key set last.
+//   synthetic samples >= one global batch, data.train and data.test named when data.format is npy
+//   or tokens) run once at the end, so a later override may repair an earlier value, and blame
+//   the key set last.
 // - Hostile input is bounded (configs/yaml_reader.h): at most 1 MiB, 64 levels of nesting and
 //   10,000 YAML nodes; anchors, aliases, tags and second documents are rejected.
 //

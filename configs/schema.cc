@@ -163,15 +163,22 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(model, name), "mlp", oneOf({"mlp", "convnet"}, "torchscript:"), "architecture; `torchscript:<file>` loads a torch.jit.save file"));
   t.push_back(row(KEY(model, hidden), {256, 128, 100}, atLeast(1), "mlp: hidden layer widths, from input to output"));
   t.push_back(row(KEY(model, dropout), 0.0, between(0, false, 1, true), "mlp: dropout probability after each hidden layer"));
+  t.push_back(row(KEY(model, num_classes), 10, atLeast(1), "mlp, convnet: output width (classes); a TorchScript model has its own"));
 
-  t.push_back(row(KEY(data, dataset), "fashion-mnist", oneOf({"fashion-mnist", "mnist", "synthetic"}), "IDX files in `data.dir` (gzip or raw), or generated samples"));
-  t.push_back(row(KEY(data, dir), "/usr/share/datasets/fashion-mnist", anyValue(), "directory of the IDX files; unused for synthetic"));
-  t.push_back(row(KEY(data, normalize), true, anyValue(), "subtract the train-set mean and divide by its standard deviation"));
+  t.push_back(row(KEY(data, format), "idx", oneOf({"idx", "npy", "tokens"}), "idx: `data.dataset`; npy: `inputs.npy` and `targets.npy` in `data.train` and `data.test`; tokens: 1-D .npy token-id files `data.train` and `data.test`"));
+  t.push_back(row(KEY(data, train), "", anyValue(), "npy: directory of the training samples; tokens: the training token file (numpy.save of a 1-D integer array)"));
+  t.push_back(row(KEY(data, test), "", anyValue(), "npy: directory of the test samples; tokens: the test token file"));
+  t.push_back(row(KEY(data, seq_len), 128, atLeast(1), "tokens: tokens per sample; inputs are `seq_len` consecutive tokens, targets the same shifted by one"));
+  t.push_back(row(KEY(data, dataset), "fashion-mnist", oneOf({"fashion-mnist", "mnist", "synthetic"}), "idx: IDX files in `data.dir` (gzip or raw), or generated samples"));
+  t.push_back(row(KEY(data, dir), "/usr/share/datasets/fashion-mnist", anyValue(), "idx: directory of the IDX files; unused for synthetic"));
+  t.push_back(row(KEY(data, normalize), true, anyValue(), "idx: subtract the train-set mean and divide by its standard deviation"));
   t.push_back(row(KEY(data, shuffle), true, anyValue(), "permute the samples each epoch, from (seed, epoch)"));
   t.push_back(row(KEY(data, drop_last), true, anyValue(), "drop the last incomplete global batch of each epoch"));
   t.push_back(row(KEY(data, cache), true, anyValue(), "keep gunzipped copies of the IDX files in `<run_dir>/cache`, so a restarted worker skips the decompression"));
   t.push_back(row(KEY(data, synthetic_train_samples), 4096, atLeast(1), "synthetic: training samples"));
   t.push_back(row(KEY(data, synthetic_test_samples), 1024, atLeast(1), "synthetic: test samples"));
+
+  t.push_back(row(KEY(loss, name), "cross_entropy", oneOf({"cross_entropy", "mse", "module"}), "cross_entropy: logits [B, C] against class ids [B], or [B, T, V] against token ids [B, T]; mse: outputs and targets of one shape; module: the model's `forward(inputs, targets)` returns its own mean loss"));
 
   t.push_back(row(KEY(optimizer, name), "sgd", oneOf({"sgd", "adamw"}), "optimizer"));
   t.push_back(row(KEY(optimizer, lr), 0.1, above(0), "peak learning rate (after warm-up, before decay)"));
@@ -244,13 +251,15 @@ const std::vector<KeySpec>& schema() {
 
 const std::vector<std::string_view>& sectionNames() {
   static const std::vector<std::string_view> sections = {
-      "model", "data", "optimizer", "schedule", "trainer", "eval", "checkpoint", "comm", "launch"};
+      "model",   "data", "loss",       "optimizer", "schedule",
+      "trainer", "eval", "checkpoint", "comm",      "launch"};
   return sections;
 }
 
 std::string_view sectionMeaning(std::string_view section) {
   if (section == "model") return "the network";
   if (section == "data") return "the dataset and how it is fed";
+  if (section == "loss") return "what training minimizes";
   if (section == "optimizer") return "the optimizer";
   if (section == "schedule") return "the learning-rate schedule";
   if (section == "trainer") return "the training loop";

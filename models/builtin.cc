@@ -5,6 +5,7 @@
 
 #include <torch/nn.h>
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -12,11 +13,17 @@
 namespace cumulus::models {
 namespace {
 
-void checkSpec(const ModelSpec& spec) {
+// The mlp flattens whatever one sample is ([13], [1, 28, 28], ...); the convnet wants (C, H, W).
+void checkSpec(const ModelSpec& spec, bool images) {
   const auto& s = spec.input_shape;
-  if (s.size() != 3 || s[0] <= 0 || s[1] <= 0 || s[2] <= 0) {
+  const bool positive = std::all_of(s.begin(), s.end(), [](int64_t d) { return d > 0; });
+  if (images && (s.size() != 3 || !positive)) {
     throw std::invalid_argument("model \"" + spec.name +
                                 "\": input_shape must be 3 positive sizes (C, H, W)");
+  }
+  if (s.empty() || !positive) {
+    throw std::invalid_argument("model \"" + spec.name +
+                                "\": input_shape must be one or more positive sizes");
   }
   if (spec.num_classes <= 0) {
     throw std::invalid_argument("model \"" + spec.name + "\": num_classes must be positive, got " +
@@ -44,19 +51,26 @@ std::string dropoutText(double p) {
 // A user error, not an invariant: the dataset and the model spec disagree.
 void checkInput(const torch::Tensor& x, const ModelSpec& spec) {
   const auto& s = spec.input_shape;
-  if (x.dim() != 4 || x.size(1) != s[0] || x.size(2) != s[1] || x.size(3) != s[2]) {
+  if (x.dim() != static_cast<int64_t>(s.size()) + 1 || x.sizes().slice(1) != c10::IntArrayRef(s)) {
     std::ostringstream msg;
-    msg << "model \"" << spec.name << "\" expects input [N, " << s[0] << ", " << s[1] << ", "
-        << s[2] << "] (model.input_shape), got " << x.sizes();
+    msg << "model \"" << spec.name << "\" expects input [N";
+    for (const int64_t d : s) msg << ", " << d;
+    msg << "] (model.input_shape), got " << x.sizes();
     throw std::invalid_argument(msg.str());
   }
+}
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  return n;
 }
 
 class MlpNet : public torch::nn::Module {
  public:
   explicit MlpNet(const ModelSpec& spec) {
     layers_ = register_module("layers", torch::nn::Sequential());
-    int64_t width = spec.input_shape[0] * spec.input_shape[1] * spec.input_shape[2];
+    int64_t width = product(spec.input_shape);
     for (const int64_t hidden : spec.hidden) {
       layers_->push_back(torch::nn::Linear(width, hidden));
       layers_->push_back(torch::nn::ReLU());
@@ -140,9 +154,8 @@ class NativeModel : public Model {
 }  // namespace
 
 std::unique_ptr<Model> makeMlp(const ModelSpec& spec) {
-  checkSpec(spec);
-  const auto& s = spec.input_shape;
-  std::string widths = std::to_string(s[0] * s[1] * s[2]);
+  checkSpec(spec, /*images=*/false);
+  std::string widths = std::to_string(product(spec.input_shape));
   for (const int64_t h : spec.hidden) {
     if (h <= 0) {
       throw std::invalid_argument("model \"mlp\": hidden widths must be positive, got " +
@@ -155,7 +168,7 @@ std::unique_ptr<Model> makeMlp(const ModelSpec& spec) {
 }
 
 std::unique_ptr<Model> makeConvnet(const ModelSpec& spec) {
-  checkSpec(spec);
+  checkSpec(spec, /*images=*/true);
   if (spec.input_shape[1] < 4 || spec.input_shape[2] < 4) {
     throw std::invalid_argument("model \"convnet\": input_shape " + shapeText(spec.input_shape) +
                                 " is too small for two 2x2 pools (H and W must be at least 4)");

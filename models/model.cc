@@ -54,6 +54,12 @@ std::vector<torch::Tensor> Model::parameters() {
   return out;
 }
 
+torch::Tensor Model::forwardLoss(const torch::Tensor&, const torch::Tensor&) {
+  throw std::invalid_argument(
+      "loss.name module: the built-in models (mlp, convnet) have no forward(inputs, targets) "
+      "that returns a loss; use loss.name cross_entropy or mse, or a torchscript: model");
+}
+
 int64_t Model::parameterCount() {
   int64_t count = 0;
   for (auto& named : namedParameters()) count += named.second.numel();

@@ -1,8 +1,10 @@
 #pragma once
-// The model registry. A Model is forward(x) -> logits over either a C++ torch::nn module or a
-// TorchScript module loaded from a torch.jit.save file; the trainer sees only this interface.
+// The model registry. A Model is forward(x) -> outputs (logits, say) over either a C++ torch::nn
+// module or a TorchScript module loaded from a torch.jit.save file; the trainer sees only this
+// interface.
 //
-//   mlp                 flatten -> [Linear, ReLU, (Dropout)] per hidden width -> Linear;
+//   mlp                 flatten (any input_shape) -> [Linear, ReLU, (Dropout)] per hidden
+//                       width -> Linear;
 //                       parameters "layers.<i>.weight|bias" (a Python nn.Sequential's indices)
 //   convnet             conv5x5x32 'same' -> ReLU -> pool2 -> conv5x5x64 -> ReLU -> pool2 ->
 //                       Linear 1024 -> ReLU -> Dropout(spec.dropout) -> Linear num_classes;
@@ -25,17 +27,23 @@ struct ModelSpec {
   std::string name = "mlp";  // "mlp", "convnet", "torchscript:<path>"
   std::vector<int64_t> hidden = {256, 128, 100};
   double dropout = 0.0;
-  std::vector<int64_t> input_shape = {1, 28, 28};  // C, H, W
+  std::vector<int64_t> input_shape = {1, 28, 28};  // one sample: C, H, W (mlp: any shape)
   int64_t num_classes = 10;
 };
 
 class Model {
  public:
   virtual ~Model() = default;
-  // x: float32 [N, C, H, W]; returns logits [N, num_classes]. A built-in model throws
-  // std::invalid_argument if x is not [N, input_shape...]; a TorchScript one throws
-  // std::runtime_error with the path and the interpreter's one-line reason.
+  // x: a batch [N, ...]; returns outputs [N, ...] (a built-in model: float32 [N, input_shape...]
+  // to logits [N, num_classes]). A built-in model throws std::invalid_argument if x is not
+  // [N, input_shape...]; a TorchScript one throws std::runtime_error with the path and the
+  // interpreter's one-line reason.
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  // For loss.name module: the model's own loss, forward(x, targets), a scalar (its mean over the
+  // batch). A TorchScript model throws std::runtime_error with the path and the reason when its
+  // forward fails or returns anything but a scalar tensor; the built-in models have no such
+  // forward and throw std::invalid_argument.
+  virtual torch::Tensor forwardLoss(const torch::Tensor& x, const torch::Tensor& targets);
   // Trainable parameters in registration order, with their state_dict names.
   virtual std::vector<std::pair<std::string, torch::Tensor>> namedParameters() = 0;
   // Non-trainable state (e.g. batch-norm statistics), with their state_dict names.

@@ -8,8 +8,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace cumulus::models {
 namespace {
@@ -34,19 +36,26 @@ class TorchScriptModel : public Model {
       : module_(std::move(module)), path_(std::move(path)) {}
 
   torch::Tensor forward(const torch::Tensor& x) override {
-    torch::IValue out;
-    try {
-      out = module_.forward({x});
-    } catch (const c10::Error& e) {
-      throw std::runtime_error("torchscript model " + path_ +
-                               ": forward failed: " + reasonOf(e.what_without_backtrace()));
-    } catch (const std::exception& e) {  // the interpreter's JITException
-      throw std::runtime_error("torchscript model " + path_ +
-                               ": forward failed: " + reasonOf(e.what()));
-    }
+    const torch::IValue out = call({x});
     if (!out.isTensor()) {
       throw std::runtime_error("torchscript model " + path_ + ": forward returned " +
                                out.tagKind() + ", expected a tensor of logits");
+    }
+    return out.toTensor();
+  }
+  torch::Tensor forwardLoss(const torch::Tensor& x, const torch::Tensor& targets) override {
+    const torch::IValue out = call({x, targets});
+    if (!out.isTensor() || out.toTensor().dim() != 0) {
+      std::string what = out.tagKind();
+      if (out.isTensor()) {
+        std::ostringstream shape;
+        shape << out.toTensor().sizes();
+        what = "a tensor of shape " + shape.str();
+      }
+      throw std::runtime_error("torchscript model " + path_ +
+                               ": forward(inputs, targets) returned " + what +
+                               ", not a scalar; with loss.name module it must return the mean loss "
+                               "over the batch");
     }
     return out.toTensor();
   }
@@ -71,6 +80,18 @@ class TorchScriptModel : public Model {
   }
 
  private:
+  torch::IValue call(std::vector<torch::IValue> inputs) {
+    try {
+      return module_.forward(std::move(inputs));
+    } catch (const c10::Error& e) {
+      throw std::runtime_error("torchscript model " + path_ +
+                               ": forward failed: " + reasonOf(e.what_without_backtrace()));
+    } catch (const std::exception& e) {  // the interpreter's JITException
+      throw std::runtime_error("torchscript model " + path_ +
+                               ": forward failed: " + reasonOf(e.what()));
+    }
+  }
+
   torch::jit::Module module_;
   std::string path_;
 };

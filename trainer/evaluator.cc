@@ -6,6 +6,7 @@
 
 #include "data/examples.h"
 #include "models/model.h"
+#include "trainer/loss.h"
 #include "trainer/rank_reduce.h"
 
 namespace cumulus::trainer {
@@ -13,8 +14,11 @@ namespace {
 
 class TestSetEvaluator final : public Evaluator {
  public:
-  TestSetEvaluator(std::shared_ptr<const data::Examples> test, const TestSetEvaluatorOptions& options)
-      : test_(std::move(test)), options_(options) {}
+  TestSetEvaluator(std::shared_ptr<const data::Examples> test,
+                   const TestSetEvaluatorOptions& options)
+      : test_(std::move(test)),
+        options_(options),
+        loss_(options.loss ? options.loss : std::make_shared<Loss>(Loss::named("cross_entropy"))) {}
 
   bool due(int64_t steps_done) const override {
     return options_.every_steps > 0 ? steps_done % options_.every_steps == 0
@@ -30,31 +34,34 @@ class TestSetEvaluator final : public Evaluator {
     const int64_t last = n * (shard + 1) / shards;
     double loss_sum = 0;
     int64_t correct = 0;
+    int64_t predictions = 0;
     for (int64_t begin = first; begin < last; begin += options_.batch_size) {
       const int64_t rows = std::min(options_.batch_size, last - begin);
-      const data::Batch batch = test_->slice(begin, rows);
-      const torch::Tensor& labels = batch.targets;
-      const torch::Tensor logits = model.forward(batch.inputs);
-      loss_sum += torch::nn::functional::cross_entropy(
-                      logits, labels,
-                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                      .item<double>();
-      correct += logits.argmax(1).eq(labels).sum().item<int64_t>();
+      const LossResult result = loss_->apply(model, test_->slice(begin, rows), true);
+      loss_sum += result.sum.item<double>();
+      correct += result.correct;
+      predictions += result.predictions;
     }
     if (sharded) {
       // Counts are integers far below 2^53, so the float64 sum is exact.
-      double sums[2] = {loss_sum, static_cast<double>(correct)};
-      sumOverRanks(options_.comm, sums, 2);
+      double sums[3] = {loss_sum, static_cast<double>(correct), static_cast<double>(predictions)};
+      sumOverRanks(options_.comm, sums, 3);
       loss_sum = sums[0];
       correct = static_cast<int64_t>(sums[1]);
+      predictions = static_cast<int64_t>(sums[2]);
     }
-    return {loss_sum / static_cast<double>(n),
-            static_cast<double>(correct) / static_cast<double>(n)};
+    Evaluation evaluation;
+    evaluation.loss = loss_sum / static_cast<double>(n);
+    if (loss_->hasAccuracy()) {
+      evaluation.accuracy = static_cast<double>(correct) / static_cast<double>(predictions);
+    }
+    return evaluation;
   }
 
  private:
   std::shared_ptr<const data::Examples> test_;
   TestSetEvaluatorOptions options_;
+  std::shared_ptr<const Loss> loss_;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 namespace cumulus::comm {
 class Communicator;
@@ -22,9 +23,15 @@ class Model;
 
 namespace cumulus::trainer {
 
+class Loss;
+
 struct Evaluation {
-  double loss = 0;      // mean loss per sample
-  double accuracy = 0;  // fraction of samples classified right
+  // The mean over the samples of each sample's mean loss (trainer/loss.h); for a language model,
+  // nats per token.
+  double loss = 0;
+  // The share of predictions that are right (samples for class ids, tokens for a language model);
+  // unset where accuracy means nothing (loss.name mse or module).
+  std::optional<double> accuracy;
 };
 
 class Evaluator {
@@ -35,11 +42,11 @@ class Evaluator {
   virtual Evaluation evaluate(models::Model& model) = 0;
 };
 
-// The default: cross-entropy and accuracy over the whole test split, eval.batch_size rows at a
-// time, every `every_steps` steps, or at each epoch's end when that is 0. In a group (`comm` set)
-// rank r of w evaluates the contiguous slice [n·r/w, n·(r+1)/w) and the loss sums and correct
-// counts are all-reduced (a fixed tree, so bit-identical from run to run); without one, this rank
-// evaluates everything.
+// The default: the experiment's loss (and accuracy, where the loss has one) over the whole test
+// split, eval.batch_size rows at a time, every `every_steps` steps, or at each epoch's end when
+// that is 0. In a group (`comm` set) rank r of w evaluates the contiguous slice [n·r/w, n·(r+1)/w)
+// and the loss sums and correct counts are all-reduced (a fixed tree, so bit-identical from run to
+// run); without one, this rank evaluates everything.
 struct TestSetEvaluatorOptions {
   int64_t batch_size = 1;              // eval.batch_size, >= 1
   int64_t every_steps = 0;             // eval.every_steps; 0: at each epoch's end
@@ -47,6 +54,7 @@ struct TestSetEvaluatorOptions {
   comm::Communicator* comm = nullptr;  // not owned; outlives the evaluator
   int64_t rank = 0;
   int64_t world_size = 1;
+  std::shared_ptr<const Loss> loss;  // null: cross_entropy
 };
 // Defined in a LibTorch TU.
 std::shared_ptr<Evaluator> makeTestSetEvaluator(std::shared_ptr<const data::Examples> test,

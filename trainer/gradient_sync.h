@@ -1,12 +1,14 @@
 #pragma once
 // The seam between the training loop and gradient communication.
 //
-// Loss normalization makes the sync a plain SUM: each micro-batch's loss is
-// cross_entropy(reduction = sum) / B, where B is the size of the whole global batch (all ranks,
-// all micro-batches). The gradients of one rank's micro-batches therefore add up to that rank's
-// share of the global mean, and the sum over ranks is exactly the gradient of the mean loss over
-// the global batch, whatever the world size, the accumulation count, or an uneven last batch.
-// No implementation may divide by the world size.
+// Loss normalization makes the sync a plain SUM: each micro-batch's loss is the sum over its
+// samples of each sample's mean loss (trainer/loss.h: summed cross-entropy, a language model's
+// per-sample mean over its tokens, a per-sample mean squared error, or a module's own mean loss
+// times the micro-batch's sample count) divided by B, the sample count of the whole global batch
+// (all ranks, all micro-batches). The gradients of one rank's micro-batches therefore add up to
+// that rank's share of the global mean, and the sum over ranks is exactly the gradient of the
+// mean per-sample loss over the global batch, whatever the loss, the world size, the accumulation
+// count, or an uneven last batch. No implementation may divide by the world size.
 //
 // Call order, per optimizer step with k micro-batches (the trainer zero-fills every .grad()
 // before the first micro-batch, so gradient tensors exist and keep their storage):

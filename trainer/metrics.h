@@ -6,6 +6,7 @@
 //   {"type":"train","step":S,"epoch":E,"loss":L,"lr":R,"samples_per_sec":X,"step_time_ms":T}
 //   {"type":"eval","step":S,"epoch":E,"test_loss":L,"test_accuracy":A}
 //   {"type":"summary",...}
+//   (test_accuracy only where the loss has one: class ids and tokens, not mse or module)
 //   {"type":"resume","step":S,"world_size":W}   where a resumed launch takes over the file
 //   {"type":"first_step","step":S,"seconds_since_exec":T}   each launch's first step
 //   {"type":"checkpoint","step":S,"stall_ms":X,"path":P}    a checkpoint committed; X is the

@@ -103,16 +103,20 @@ void ProgressMetricsRecorder::step(const StepRecord& r) {
 
 void ProgressMetricsRecorder::evaluation(int64_t step, int64_t epoch, const Evaluation& result) {
   char text[160];
-  std::snprintf(
-      text, sizeof(text), "eval  epoch %lld  step %lld  test_loss %.4f  test_accuracy %.4f",
-      static_cast<long long>(epoch), static_cast<long long>(step), result.loss, result.accuracy);
-  progress_->info(text);
+  std::snprintf(text, sizeof(text), "eval  epoch %lld  step %lld  test_loss %.4f",
+                static_cast<long long>(epoch), static_cast<long long>(step), result.loss);
+  std::string line = text;
+  // Accuracy only where it means something (class ids, tokens): no "accuracy 0" for mse.
+  if (result.accuracy) {
+    std::snprintf(text, sizeof(text), "  test_accuracy %.4f", *result.accuracy);
+    line += text;
+  }
+  progress_->info(line);
   if (metrics_) {
-    metrics_->write(nlohmann::ordered_json{{"type", "eval"},
-                                           {"step", step},
-                                           {"epoch", epoch},
-                                           {"test_loss", result.loss},
-                                           {"test_accuracy", result.accuracy}});
+    nlohmann::ordered_json record{
+        {"type", "eval"}, {"step", step}, {"epoch", epoch}, {"test_loss", result.loss}};
+    if (result.accuracy) record["test_accuracy"] = *result.accuracy;
+    metrics_->write(record);
   }
 }
 
@@ -157,21 +161,25 @@ void ProgressMetricsRecorder::trained(int64_t last_step, int64_t steps, double s
 
 void ProgressMetricsRecorder::finished(const RunSummary& s) {
   if (metrics_) {
-    metrics_->write(nlohmann::ordered_json{{"type", "summary"},
-                                           {"steps", s.steps},
-                                           {"epochs", s.epochs},
-                                           {"test_loss", s.test.loss},
-                                           {"test_accuracy", s.test.accuracy},
-                                           {"wall_seconds", s.wall_seconds},
-                                           {"parameters", s.parameters},
-                                           {"world_size", options_.world_size}});
+    nlohmann::ordered_json record{
+        {"type", "summary"}, {"steps", s.steps}, {"epochs", s.epochs}, {"test_loss", s.test.loss}};
+    if (s.test.accuracy) record["test_accuracy"] = *s.test.accuracy;
+    record["wall_seconds"] = s.wall_seconds;
+    record["parameters"] = s.parameters;
+    record["world_size"] = options_.world_size;
+    metrics_->write(record);
   }
   if (!s.parameter_digest.empty()) progress_->info("final parameters sha256 " + s.parameter_digest);
   char text[200];
-  std::snprintf(text, sizeof(text),
-                "test accuracy %.4f (loss %.4f) after %s epochs, %lld steps, %.1f s",
-                s.test.accuracy, s.test.loss, formatEpochs(s.epochs).c_str(),
-                static_cast<long long>(s.steps), s.wall_seconds);
+  char result[64];
+  if (s.test.accuracy) {
+    std::snprintf(result, sizeof(result), "test accuracy %.4f (loss %.4f)", *s.test.accuracy,
+                  s.test.loss);
+  } else {
+    std::snprintf(result, sizeof(result), "test loss %.4f", s.test.loss);
+  }
+  std::snprintf(text, sizeof(text), "%s after %s epochs, %lld steps, %.1f s", result,
+                formatEpochs(s.epochs).c_str(), static_cast<long long>(s.steps), s.wall_seconds);
   progress_->info(text);
 }
 

@@ -10,6 +10,9 @@
 
 namespace cumulus::trainer {
 
+// Everything not listed is semantic: the model (model.num_classes too), the data (data.format,
+// data.train, data.test, data.seq_len, as much as data.dataset and data.dir: other samples are
+// another run, and a path that moved takes --allow-config-change) and the loss (loss.name).
 const std::vector<std::string> kOperationalKeyPrefixes = {"name",
                                                           "trainer.run_dir",
                                                           "trainer.log_every_steps",

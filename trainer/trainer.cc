@@ -11,13 +11,14 @@
 #include <sstream>
 
 #include "comm/communicator.h"
-#include "data/dataset.h"
+#include "data/npy.h"
 #include "data/sampler.h"
 #include "models/model.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_schedule.h"
 #include "trainer/distributed_sync.h"
 #include "trainer/gradient_sync.h"
+#include "trainer/loss.h"
 #include "trainer/preemption.h"
 #include "trainer/process_group.h"
 #include "trainer/progress.h"
@@ -30,43 +31,8 @@
 namespace cumulus::trainer {
 namespace {
 
-constexpr int64_t kNumClasses = 10;  // every dataset we load has ten classes
-
-// `cache_dir`: where IDX files are kept decompressed (data::readIdx); empty: nowhere.
-Datasets loadDatasets(const configs::DataConfig& config, uint64_t seed,
-                      const std::string& cache_dir) {
-  Datasets d;
-  if (config.dataset == "synthetic") {
-    // One draw split in two, so train and test share the class patterns.
-    const int64_t n_train = config.synthetic_train_samples;
-    const int64_t n_test = config.synthetic_test_samples;
-    const data::TensorDataset all = data::makeSynthetic(n_train + n_test, seed);
-    d.train = {all.inputs.narrow(0, 0, n_train).contiguous(),
-               all.targets.narrow(0, 0, n_train).contiguous()};
-    d.test = {all.inputs.narrow(0, n_train, n_test).contiguous(),
-              all.targets.narrow(0, n_train, n_test).contiguous()};
-    if (config.normalize) {
-      const data::Normalization norm = data::computeNormalization(d.train);
-      data::applyNormalization(d.train, norm);
-      data::applyNormalization(d.test, norm);
-    }
-  } else if (config.dataset == "fashion-mnist" || config.dataset == "mnist") {
-    // Bytes first: the statistics come from a histogram and the floats from one table lookup
-    // per pixel, the same bits as converting and normalizing in two passes, in a third the time.
-    const data::ByteImages train =
-        data::loadMnistLikeBytes(config.dir, data::Split::kTrain, cache_dir);
-    const data::ByteImages test =
-        data::loadMnistLikeBytes(config.dir, data::Split::kTest, cache_dir);
-    std::optional<data::Normalization> norm;
-    if (config.normalize) norm = data::normalizationOfBytes(train.pixels);
-    d.train = data::toFloatImages(train, norm);
-    d.test = data::toFloatImages(test, norm);
-  } else {
-    throw std::invalid_argument("data.dataset: unknown dataset \"" + config.dataset +
-                                "\" (known: fashion-mnist, mnist, synthetic)");
-  }
-  return d;
-}
+// The IDX datasets (fashion-mnist, mnist, synthetic) all have ten classes.
+constexpr int64_t kIdxClasses = 10;
 
 // The caller's choice of a part (TrainerOptions), given the default.
 template <typename Part>
@@ -102,6 +68,14 @@ std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
   }
   sync_options.trace = options.trace;
   return std::make_unique<DistributedGradientSync>(options.group->communicator(), sync_options);
+}
+
+// An error's text for a user: LibTorch's c10::Error without its C++ backtrace.
+std::string reasonOf(const std::exception& e) {
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e)) {
+    return torch_error->what_without_backtrace();
+  }
+  return e.what();
 }
 
 // LibTorch's c10::Error carries a C++ backtrace in what(); users get the message alone.
@@ -156,20 +130,22 @@ void Trainer::Impl::build() {
   // Every rank keeps its own host's copy (a run_dir may or may not be shared between hosts).
   const bool cache = config_.data.cache && options_.write_outputs;
   const Datasets data = loadDatasets(config_.data, t.seed, cache ? t.run_dir + "/cache" : "");
+  train_source_ = data.train_source;
   startupMark("data");
-  data::DistributedSampler sampler(data.train.size(), t.global_batch_size, t.seed,
+  data::DistributedSampler sampler(data.train->size(), t.global_batch_size, t.seed,
                                    config_.data.shuffle, config_.data.drop_last);
   batches_ = choose<BatchSource>(options_.batches,
                                  std::make_shared<SamplerBatchSource>(
-                                     data::inMemory(data.train, "training set"), std::move(sampler),
-                                     env_.rank, env_.world_size),
+                                     data.train, std::move(sampler), env_.rank, env_.world_size),
                                  "batches");
   total_steps_ = std::max<int64_t>(0, t.epochs) * batches_->stepsPerEpoch();
   if (t.max_steps > 0) total_steps_ = std::min(total_steps_, t.max_steps);
   if (total_steps_ <= 0) {
     throw std::invalid_argument("trainer.epochs / trainer.max_steps: the run has no steps");
   }
-  buildModel(data.train);
+  loss_ = std::make_shared<const Loss>(Loss::named(config_.loss.name));
+  buildModel(*data.train);
+  checkTokenIds(data);
   checkpoints_ = std::make_unique<CheckpointManager>(
       checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config_.checkpoint.keep)), fs_);
   startupMark("model");
@@ -196,13 +172,14 @@ void Trainer::Impl::checkBatchSizes() const {
   }
 }
 
-void Trainer::Impl::buildModel(const data::TensorDataset& train) {
+void Trainer::Impl::buildModel(const data::Examples& train) {
   models::ModelSpec spec;
   spec.name = config_.model.name;
   spec.hidden = config_.model.hidden;
   spec.dropout = config_.model.dropout;
-  spec.input_shape = {train.inputs.size(1), train.inputs.size(2), train.inputs.size(3)};
-  spec.num_classes = kNumClasses;
+  const auto sample = train.slice(0, 1).inputs.sizes().slice(1);  // one sample's shape
+  spec.input_shape.assign(sample.begin(), sample.end());
+  spec.num_classes = config_.model.num_classes;
   torch::manual_seed(config_.trainer.seed);  // the initial parameters are a function of the seed
   model_ = models::makeModel(spec);
   checkModelFitsData(train);
@@ -212,19 +189,84 @@ void Trainer::Impl::buildModel(const data::TensorDataset& train) {
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, config_.optimizer.lr, total_steps_);
 }
 
-// A model that does not fit the data (a TorchScript file made for other inputs) fails here, as a
-// setup error, rather than in the first step. Evaluation mode: no dropout, so no random draws.
-void Trainer::Impl::checkModelFitsData(const data::TensorDataset& train) {
+// The start-up dry run: one training sample through the model and the loss, so that a model, data
+// and loss that do not fit together fail here, naming them, rather than in the first step.
+// Evaluation mode without gradients: no dropout (no random draws), and nothing learns.
+void Trainer::Impl::checkModelFitsData(const data::Examples& train) {
   torch::NoGradGuard no_grad;
   model_->train(false);
-  const torch::Tensor logits = model_->forward(train.inputs.narrow(0, 0, 1));
-  if (logits.dim() != 2 || logits.size(0) != 1 || logits.size(1) != kNumClasses) {
-    std::ostringstream shape;
-    shape << logits.sizes();
-    throw std::invalid_argument("model \"" + config_.model.name + "\" returns logits of shape " +
-                                shape.str() + " for one sample; expected [1, " +
-                                std::to_string(kNumClasses) + "]");
+  tryOneBatch(train.slice(0, 1), train_source_);
+  model_->train(true);
+}
+
+void Trainer::Impl::tryOneBatch(const data::Batch& batch, const std::string& source) {
+  const std::string sample = "one sample of " + source;
+  const std::string failed = "model " + config_.model.name + " failed on " + sample + " (inputs " +
+                             tensorText(batch.inputs) + "): ";
+  if (loss_->kind() == Loss::Kind::kModule) {
+    try {
+      loss_->apply(*model_, batch);
+    } catch (const std::exception& e) {
+      throw SetupError(failed + reasonOf(e));
+    }
+    return;
   }
+  torch::Tensor outputs;
+  try {
+    outputs = model_->forward(batch.inputs);
+  } catch (const std::exception& e) {
+    throw SetupError(failed + reasonOf(e));
+  }
+  if (config_.data.format == "idx" && loss_->kind() == Loss::Kind::kCrossEntropy &&
+      (outputs.dim() != 2 || outputs.size(1) != kIdxClasses)) {
+    throw SetupError("model " + config_.model.name + " returns outputs " + tensorText(outputs) +
+                     " for " + sample + "; the IDX datasets have " + std::to_string(kIdxClasses) +
+                     " classes, so it must return logits [1, " + std::to_string(kIdxClasses) + "]");
+  }
+  try {
+    loss_->sumOf(outputs, batch.targets);
+  } catch (const std::exception& e) {
+    throw SetupError(reasonOf(e) + " (model " + config_.model.name + ", " + sample + ")");
+  }
+}
+
+// A token id that the model's embedding rejects, or that its outputs do not cover, fails here,
+// naming the id and the file: for each stream, one window whose first input and target token is
+// the stream's largest id, and one with its smallest.
+void Trainer::Impl::checkTokenIds(const Datasets& data) {
+  if (!data.train_tokens) return;
+  torch::NoGradGuard no_grad;
+  model_->train(false);
+  const std::pair<const data::TokenExamples*, std::string> streams[] = {
+      {data.train_tokens.get(), data.train_source}, {data.test_tokens.get(), data.test_source}};
+  for (const auto& [tokens, source] : streams) {
+    for (const int64_t id : {tokens->maxToken(), tokens->minToken()}) {
+      data::Batch window = tokens->slice(0, 1);
+      window.inputs.data_ptr<int64_t>()[0] = id;
+      window.targets.data_ptr<int64_t>()[0] = id;
+      const std::string token = "token id " + std::to_string(id) + " in " + source;
+      if (loss_->kind() == Loss::Kind::kModule) {
+        try {
+          loss_->apply(*model_, window);
+        } catch (const std::exception& e) {
+          throw SetupError(token + " is out of range for the model: " + reasonOf(e));
+        }
+        continue;
+      }
+      torch::Tensor outputs;
+      try {
+        outputs = model_->forward(window.inputs);
+      } catch (const std::exception& e) {
+        throw SetupError(token + " is out of range for the model's embedding: " + reasonOf(e));
+      }
+      if (loss_->kind() == Loss::Kind::kCrossEntropy && outputs.dim() == 3 &&
+          outputs.size(2) <= id) {
+        throw SetupError(token + " is beyond the model's outputs: logits " + tensorText(outputs) +
+                         " score ids 0 to " + std::to_string(outputs.size(2) - 1));
+      }
+    }
+  }
+  model_->train(true);
 }
 
 // The defaults from the experiment, each offered to the caller's choice (TrainerOptions).
@@ -236,8 +278,9 @@ void Trainer::Impl::buildParts(const Datasets& data) {
   eval.comm = comm_;
   eval.rank = env_.rank;
   eval.world_size = env_.world_size;
+  eval.loss = loss_;
   evaluator_ =
-      choose<Evaluator>(options_.evaluator, makeTestSetEvaluator(data::inMemory(data.test, "test set"), eval), "evaluator");
+      choose<Evaluator>(options_.evaluator, makeTestSetEvaluator(data.test, eval), "evaluator");
 
   ProgressRecorderOptions record;
   record.console = options_.console;

@@ -16,10 +16,10 @@
 //      BatchSource (by default the sampler's global batch, this rank's slice localIndices split
 //      into trainer.grad_accumulation contiguous parts), reseeds torch's default generator from
 //      (seed, epoch, s, rank) so dropout is a function of the position in training, and runs
-//      forward and backward on each with loss = cross_entropy(sum) / |global batch| (see
-//      gradient_sync.h for why). Then GradientSync::finish(), clipping to
-//      trainer.grad_clip_norm if > 0, and the optimizer step at LrSchedule::lr(s).
-//      With a ProcessGroup (world size > 1) the gradients are summed across ranks by a
+//      forward and backward on each with loss = the experiment's loss summed over the samples
+//      (loss.h) / |global batch| (see gradient_sync.h for why). Then GradientSync::finish(),
+//      clipping to trainer.grad_clip_norm if > 0, and the optimizer step at LrSchedule::lr(s). With
+//      a ProcessGroup (world size > 1) the gradients are summed across ranks by a
 //      DistributedGradientSync (distributed_sync.h), overlapped with backward; rank 0's parameters
 //      and buffers are broadcast before the first step so every replica starts identical.
 //   3. Evaluates when the Evaluator says so (by default every eval.every_steps steps, or at each
@@ -52,7 +52,10 @@
 //
 // Errors: construction throws SetupError for anything the user must fix before the run can start
 // (a dataset file, an unknown model, optimizer or schedule, an out-of-range hyper-parameter, a
-// TorchScript model LibTorch rejects), with the original message. run() throws TrainError if the
+// TorchScript model LibTorch rejects), with the original message. A start-up dry run passes one
+// training sample through the model and the loss (in evaluation mode, without gradients) and,
+// for token data, windows holding each stream's smallest and largest token id: a failure is a
+// SetupError naming the model, the file and the reason. run() throws TrainError if the
 // loss becomes non-finite or LibTorch fails mid-run, and std::runtime_error naming the path if an
 // output cannot be written. Not thread-safe.
 
@@ -60,6 +63,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -146,8 +150,8 @@ struct TrainerOptions {
 };
 
 struct RunResult {
-  double test_loss = 0;
-  double test_accuracy = 0;
+  double test_loss = 0;                 // mean per-sample loss (a language model: nats per token)
+  std::optional<double> test_accuracy;  // unset where the loss has none (mse, module)
   int64_t steps = 0;
   double epochs = 0;                // steps / steps per epoch
   double seconds = 0;               // wall time of run(), evaluations included

@@ -11,13 +11,15 @@
 #include <vector>
 
 #include "configs/experiment.h"
-#include "data/dataset.h"
+#include "data/examples.h"
 #include "models/model.h"
 #include "trainer/batch_source.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_policy.h"
+#include "trainer/datasets.h"
 #include "trainer/evaluator.h"
 #include "trainer/gradient_sync.h"
+#include "trainer/loss.h"
 #include "trainer/metrics_recorder.h"
 #include "trainer/optimizer.h"
 #include "trainer/schedule.h"
@@ -31,11 +33,6 @@ class Communicator;
 namespace cumulus::trainer {
 
 class DistributedGradientSync;
-
-struct Datasets {
-  data::TensorDataset train;
-  data::TensorDataset test;
-};
 
 class Trainer::Impl {
  public:
@@ -62,8 +59,10 @@ class Trainer::Impl {
   // Set-up (trainer.cc).
   void build();
   void checkBatchSizes() const;
-  void buildModel(const data::TensorDataset& train);
-  void checkModelFitsData(const data::TensorDataset& train);
+  void buildModel(const data::Examples& train);
+  void checkModelFitsData(const data::Examples& train);
+  void tryOneBatch(const data::Batch& batch, const std::string& source);
+  void checkTokenIds(const Datasets& data);
   void buildParts(const Datasets& data);
   void resumeIfAsked();
   void checkEveryRankResumesTogether();
@@ -93,6 +92,7 @@ class Trainer::Impl {
 
   // The model and how it learns.
   std::unique_ptr<models::Model> model_;
+  std::shared_ptr<const Loss> loss_;  // loss.name
   std::vector<torch::Tensor> params_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
@@ -117,6 +117,7 @@ class Trainer::Impl {
   int64_t grad_accumulation_ = 1;          // micro-batches per step: the config's, or a resume's
   uint64_t samples_seen_ = 0;              // global samples consumed so far
   std::vector<std::string> resume_notes_;  // what the resume found, for the recorder
+  std::string train_source_;               // Datasets::train_source, for the dry run's messages
   bool ran_ = false;
 };
 

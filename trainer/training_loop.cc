@@ -9,6 +9,7 @@
 
 #include "configs/parse.h"
 #include "trainer/checkpoint.h"
+#include "trainer/loss.h"
 #include "trainer/startup_profile.h"
 #include "trainer/state_dict.h"
 #include "trainer/trace.h"
@@ -130,7 +131,8 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   return outcome;
 }
 
-// Each micro-batch's summed loss is divided by the whole global batch, so the gradients the sync
+// Each micro-batch's loss, summed over its samples (trainer/loss.h), is divided by the whole
+// global batch, so the gradients the sync
 // adds up are those of the global mean (gradient_sync.h). A micro-batch with no rows on this rank
 // runs no backward but still tells the sync.
 double Trainer::Impl::forwardBackward(const StepBatch& batch) {
@@ -145,11 +147,7 @@ double Trainer::Impl::forwardBackward(const StepBatch& batch) {
       torch::Tensor loss;
       {
         TraceRecorder::Span span(trace, "forward");
-        const torch::Tensor logits = model_->forward(micro.inputs);
-        loss = torch::nn::functional::cross_entropy(
-                   logits, micro.targets,
-                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
-               static_cast<double>(batch.global_samples);
+        loss = loss_->apply(*model_, micro).sum / static_cast<double>(batch.global_samples);
       }
       {
         TraceRecorder::Span span(trace, "backward");

@@ -99,7 +99,7 @@ TEST(ParseTest, UnknownKeySuggestsTheClosestKnownKey) {
             "`trainer.global_batch_size`?");
   EXPECT_EQ(errorOf("name: t\ntrainer:\n  name: x\n"),
             "x.yaml:3:3: trainer.name: unknown key; did you mean `name`, `model.name`, "
-            "`optimizer.name` or `schedule.name`?");
+            "`loss.name`, `optimizer.name` or `schedule.name`?");
   EXPECT_EQ(errorOf("name: t\neval:\n  zzz: 1\n"),
             "x.yaml:3:3: eval.zzz: unknown key; the keys of eval are every_steps, batch_size");
 }
@@ -272,6 +272,21 @@ TEST(ParseTest, CrossFieldChecksBlameTheKeySetLast) {
   EXPECT_EQ(errorOf("name: t\ndata: {dataset: synthetic, synthetic_train_samples: 100, "
                     "drop_last: false}\n"),
             "(no error)");
+  // npy and tokens name their files; the format is blamed when a path was never set.
+  EXPECT_EQ(errorOf("name: t\ndata: {format: npy, test: d/test}\n"),
+            "x.yaml:2:16: data.train: required when data.format is npy; name a directory with "
+            "inputs.npy and targets.npy");
+  EXPECT_EQ(errorOf("name: t\ndata: {format: tokens, train: a.npy, test: \"\"}\n"),
+            "x.yaml:2:44: data.test: required when data.format is tokens; name a 1-D .npy file "
+            "of token ids");
+  EXPECT_EQ(errorOf("name: t\ndata: {format: tokens, train: a.npy, test: b.npy, seq_len: 0}\n"),
+            "x.yaml:2:60: data.seq_len: expected an integer >= 1, got 0");
+  EXPECT_EQ(errorOf("name: t\ndata: {format: npy, train: a, test: b, dataset: synthetic, "
+                    "synthetic_train_samples: 100}\nloss: {name: mse}\n"),
+            "(no error)");
+  EXPECT_EQ(errorOf("name: t\nloss: {name: mae}\n"),
+            "x.yaml:2:14: loss.name: expected one of cross_entropy, mse, module, got \"mae\"; "
+            "did you mean `mse`?");
 }
 
 TEST(ParseTest, LoadExperimentReportsUnreadableFiles) {

@@ -43,6 +43,7 @@ size_t keysIn(std::string_view section) {
 TEST(SchemaTest, EveryStructFieldHasExactlyOneRow) {
   EXPECT_EQ(countFields<ModelConfig>(), keysIn("model"));
   EXPECT_EQ(countFields<DataConfig>(), keysIn("data"));
+  EXPECT_EQ(countFields<LossConfig>(), keysIn("loss"));
   EXPECT_EQ(countFields<OptimizerConfig>(), keysIn("optimizer"));
   EXPECT_EQ(countFields<ScheduleConfig>(), keysIn("schedule"));
   EXPECT_EQ(countFields<TrainerConfig>(), keysIn("trainer"));

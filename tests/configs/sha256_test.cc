@@ -20,7 +20,7 @@ TEST(DigestTest, SameExperimentSameDigestHoweverWritten) {
   // Pinned (the same as `cumulus-config defaults | sha256sum`): a change to toYaml's output or
   // to a default changes every digest, so it must be deliberate; checkpoints record digests.
   EXPECT_EQ(configDigest(Experiment{}),
-            "06f0209c841def8facce4aab04dc0eda4f778b0e78fce2d1f591805c8f26ac2d");
+            "94f2d721d181fbbb407080dc4eac22a4ab2b70e79ab25718b1288dac17d48875");
 }
 
 TEST(DigestTest, DiffKeysListsChangedKeysInSchemaOrder) {

@@ -156,6 +156,26 @@ TEST(ModelTest, RejectsBadSpecs) {
   spec = named("mlp");
   spec.num_classes = 0;
   EXPECT_EQ(errorOf(spec), "model \"mlp\": num_classes must be positive, got 0");
+  spec = named("mlp");
+  spec.input_shape = {};
+  EXPECT_EQ(errorOf(spec), "model \"mlp\": input_shape must be one or more positive sizes");
+}
+
+// .npy samples of any shape: the mlp flattens one sample, whatever its rank.
+TEST(ModelTest, MlpTakesSamplesOfAnyShape) {
+  ModelSpec spec = named("mlp");
+  spec.input_shape = {13};
+  spec.hidden = {4};
+  spec.num_classes = 3;
+  auto model = makeModel(spec);
+  EXPECT_EQ(model->forward(torch::rand({5, 13})).sizes(), (std::vector<int64_t>{5, 3}));
+  EXPECT_EQ(model->summary(), "mlp 13-4-3, 71 parameters");
+  try {
+    model->forward(torch::rand({5, 12}));
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "model \"mlp\" expects input [N, 13] (model.input_shape), got [5, 12]");
+  }
 }
 
 }  // namespace

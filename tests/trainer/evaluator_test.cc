@@ -7,6 +7,7 @@
 
 #include "data/dataset.h"
 #include "models/model.h"
+#include "trainer/loss.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -43,9 +44,35 @@ TEST(EvaluatorTest, BatchesAddUpToTheWholeTestSplit) {
 
   TestSetEvaluatorOptions options;
   options.batch_size = 5;  // 5 + 5 + 5 + 5 + 3 rows
-  const Evaluation result = makeTestSetEvaluator(data::inMemory(test, "test"), options)->evaluate(*model);
+  const Evaluation result =
+      makeTestSetEvaluator(data::inMemory(test, "test"), options)->evaluate(*model);
   EXPECT_NEAR(result.loss, loss, 1e-6);
-  EXPECT_EQ(result.accuracy, accuracy);
+  EXPECT_EQ(result.accuracy, std::optional<double>(accuracy));
+}
+
+// loss.name mse: the mean of the per-sample mean squared errors, and no accuracy.
+TEST(EvaluatorTest, MseReportsTheMeanPerSampleErrorAndNoAccuracy) {
+  // An mlp with no hidden layer, its weights zero and bias one: every output is [1, 1].
+  models::ModelSpec spec;
+  spec.hidden = {};
+  spec.input_shape = {3};
+  spec.num_classes = 2;
+  const std::unique_ptr<models::Model> model = models::makeModel(spec);
+  for (auto& [name, p] : model->namedParameters()) {
+    torch::NoGradGuard no_grad;
+    p.fill_(name.find("bias") != std::string::npos ? 1.0 : 0.0);
+  }
+  // Targets (0, 0), (1, 3), (1, 1), (3, 1): squared errors per sample (1+1)/2, (0+4)/2, 0, 2.
+  data::TensorDataset test{torch::zeros({4, 3}),
+                           torch::tensor({{0.f, 0.f}, {1.f, 3.f}, {1.f, 1.f}, {3.f, 1.f}})};
+  TestSetEvaluatorOptions options;
+  options.batch_size = 3;
+  options.loss = std::make_shared<Loss>(Loss::named("mse"));
+  torch::NoGradGuard no_grad;
+  const Evaluation result =
+      makeTestSetEvaluator(data::inMemory(test, "test"), options)->evaluate(*model);
+  EXPECT_DOUBLE_EQ(result.loss, (1.0 + 2.0 + 0.0 + 2.0) / 4);
+  EXPECT_FALSE(result.accuracy.has_value());
 }
 
 }  // namespace

@@ -100,6 +100,37 @@ TEST(MetricsRecorderTest, RecordsSumTheLossOverRanksAndAverageTheStepsSinceTheLa
   fs::remove(path);
 }
 
+// mse and module losses have no accuracy: no "accuracy 0" on the console or in the records.
+TEST(MetricsRecorderTest, AnEvaluationWithoutAccuracyPrintsAndRecordsTheLossAlone) {
+  const fs::path path =
+      fs::path(::testing::TempDir()) / ("recorder_mse_" + std::to_string(::getpid()) + ".jsonl");
+  std::ostringstream console;
+  ProgressRecorderOptions options;
+  options.console = &console;
+  options.metrics_path = path.string();
+  ProgressMetricsRecorder recorder(options);
+  recorder.begin({"torchscript:m.pt", {}, 0, 4, 4});
+  recorder.evaluation(4, 1, {0.125, std::nullopt});
+  RunSummary summary;
+  summary.steps = 4;
+  summary.epochs = 1;
+  summary.test = {0.125, std::nullopt};
+  summary.wall_seconds = 1.5;
+  recorder.finished(summary);
+  EXPECT_EQ(console.str(),
+            "model: torchscript:m.pt\n"
+            "eval  epoch 1  step 4  test_loss 0.1250\n"
+            "test loss 0.1250 after 1 epochs, 4 steps, 1.5 s\n");
+  const auto records = readRecords(path);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].dump(0).find("accuracy"), std::string::npos) << records[0];
+  EXPECT_EQ(records[0]["test_loss"], 0.125);
+  EXPECT_EQ(records[1]["type"], "summary");
+  EXPECT_FALSE(records[1].contains("test_accuracy")) << records[1];
+  EXPECT_EQ(records[1]["test_loss"], 0.125);
+  fs::remove(path);
+}
+
 TEST(MetricsRecorderTest, AQuietRankPrintsOnlyWarningsAndItsStop) {
   std::ostringstream console;
   ProgressRecorderOptions options;

@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""Writes the users' models and data that tests/trainer/user_models_test.cc trains: TorchScript
+modules made with torch.jit.script, and .npy files made with numpy.save, as a user would.
+
+Run with Debian's Python (it has torch and numpy):
+    /usr/bin/python3 tests/trainer/make_user_fixtures.py OUT_DIR
+Everything is seeded, so two runs write the same bytes. Writes into OUT_DIR:
+  linear.pt         Linear 13 -> 1, forward(x) -> [B, 1]                 (loss mse)
+  linear_loss.pt    the same, with the same initial parameters, whose forward(x, y) returns
+                    its mean squared error                                 (loss module)
+  vector_loss.pt    forward(x, y) -> each sample's error, [B]: not a scalar
+  wrong_width.pt    Linear 12 -> 1: fails on 13 features
+  tiny_lm.pt        Embedding 256 x 32 -> Linear 32 -> 256, forward(x [B, T]) -> [B, T, 256]
+  small_vocab.pt    the same with 200 token ids
+  narrow_lm.pt      Embedding 256 -> Linear 32 -> 200: embeds every byte, scores 200 ids
+  regression/{train,test}/{inputs,targets}.npy   float32 [N, 13] and [N, 1]
+  flat_targets/{inputs,targets}.npy              targets [N]: do not match [N, 1] outputs
+  bad_rows/{inputs,targets}.npy                  10 inputs, 9 targets
+  text_train.npy, text_val.npy                   uint8 bytes of English sentences
+  wide.npy          uint8 text with byte 250 after the first window
+  short.npy         10 tokens
+"""
+import os
+import sys
+
+import numpy
+import torch
+
+
+class Linear(torch.nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.fc = torch.nn.Linear(features, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+class LinearLoss(torch.nn.Module):
+    """Computes its own loss: forward(inputs, targets) -> the mean over the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(13, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ((self.fc(x) - y) ** 2).mean()
+
+
+class VectorLoss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(13, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ((self.fc(x) - y) ** 2).mean(1)
+
+
+class TinyLm(torch.nn.Module):
+    """A bigram language model: each token's embedding scores the next token."""
+
+    def __init__(self, vocab: int, outputs: int):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, 32)
+        self.head = torch.nn.Linear(32, outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(x))
+
+
+def save_module(make, out, name):
+    torch.manual_seed(0)  # every module starts from the same draws: linear and linear_loss agree
+    torch.jit.script(make()).save(os.path.join(out, name))
+
+
+def save_samples(directory, inputs, targets):
+    os.makedirs(directory, exist_ok=True)
+    numpy.save(os.path.join(directory, "inputs.npy"), inputs)
+    numpy.save(os.path.join(directory, "targets.npy"), targets)
+
+
+def regression(generator, n, weights):
+    x = generator.standard_normal((n, 13)).astype(numpy.float32)
+    noise = 0.01 * generator.standard_normal((n, 1))
+    return x, (x @ weights + 0.5 + noise).astype(numpy.float32)
+
+
+def text(generator, sentences):
+    words = ["the cat sat on the mat.", "a dog ran in the park.", "we like to read books.",
+             "it is warm in the sun.", "they sing a song at night."]
+    picks = generator.integers(0, len(words), sentences)
+    return numpy.frombuffer(" ".join(words[i] for i in picks).encode(), dtype=numpy.uint8)
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    save_module(lambda: Linear(13), out, "linear.pt")
+    save_module(LinearLoss, out, "linear_loss.pt")
+    save_module(VectorLoss, out, "vector_loss.pt")
+    save_module(lambda: Linear(12), out, "wrong_width.pt")
+    save_module(lambda: TinyLm(256, 256), out, "tiny_lm.pt")
+    save_module(lambda: TinyLm(200, 200), out, "small_vocab.pt")
+    save_module(lambda: TinyLm(256, 200), out, "narrow_lm.pt")
+
+    generator = numpy.random.default_rng(7)
+    weights = generator.standard_normal((13, 1))
+    save_samples(os.path.join(out, "regression", "train"), *regression(generator, 512, weights))
+    save_samples(os.path.join(out, "regression", "test"), *regression(generator, 128, weights))
+    x, y = regression(generator, 64, weights)
+    save_samples(os.path.join(out, "flat_targets"), x, y.ravel())
+    save_samples(os.path.join(out, "bad_rows"), x[:10], y[:9])
+
+    numpy.save(os.path.join(out, "text_train.npy"), text(generator, 400))
+    numpy.save(os.path.join(out, "text_val.npy"), text(generator, 80))
+    wide = text(generator, 60).copy()
+    wide[100] = 250
+    numpy.save(os.path.join(out, "wide.npy"), wide)
+    numpy.save(os.path.join(out, "short.npy"), text(generator, 1)[:10])
+
+
+if __name__ == "__main__":
+    main()

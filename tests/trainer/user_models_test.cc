@@ -1,0 +1,269 @@
+// Users' own TorchScript models, losses and .npy data, trained from YAML alone by cumulus-train
+// and cumulus-run as a user runs them (issue 13). The models and data are made at test time by
+// make_user_fixtures.py with Debian's /usr/bin/python3 (torch.jit.script, numpy.save); where it
+// lacks torch or numpy the tests skip. Final parameters are compared through the "final
+// parameters sha256" line rank 0 prints; resumes stop a worker with cumulus-train-faults, as in
+// resume_process_test.cc.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/trainer/process_runner.h"
+
+namespace cumulus::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using cumulus::testing::lastAfter;
+using cumulus::testing::ProcessResult;
+using cumulus::testing::runProcess;
+using Env = std::vector<std::pair<std::string, std::string>>;
+using Args = std::vector<std::string>;
+
+const std::string kTrain = CUMULUS_BINARY_DIR "/bin/cumulus-train";
+const std::string kRun = CUMULUS_BINARY_DIR "/bin/cumulus-run";
+const std::string kTrainFaults = CUMULUS_BINARY_DIR "/bin/cumulus-train-faults";
+const std::string kPython = "/usr/bin/python3";
+
+// A worker started by hand (the test itself may run under a launcher).
+const Env kAlone = {{"WORLD_SIZE", ""},           {"RANK", ""},
+                    {"LOCAL_RANK", ""},           {"LOCAL_WORLD_SIZE", ""},
+                    {"CUMULUS_RUN_ID", ""},       {"MASTER_ADDR", ""},
+                    {"MASTER_PORT", ""},          {"CUMULUS_GENERATION", ""},
+                    {"CUMULUS_RESTART_COUNT", ""}};
+
+std::vector<nlohmann::json> records(const fs::path& metrics, const std::string& type) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (record["type"] == type) out.push_back(record);
+  }
+  return out;
+}
+
+class UserModelsTest : public ::testing::Test {
+ protected:
+  // The fixtures, once for the suite (a couple of seconds of Python).
+  static void SetUpTestSuite() {
+    fixtures_ = new fs::path(fs::path(::testing::TempDir()) /
+                             ("user_fixtures_" + std::to_string(::getpid())));
+    fs::remove_all(*fixtures_);
+    if (std::system((kPython + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) != 0) return;
+    const std::string make = kPython +
+                             " " CUMULUS_SOURCE_DIR "/tests/trainer/make_user_fixtures.py " +
+                             fixtures_->string() + " 2>&1";
+    made_ = std::system(make.c_str()) == 0;
+    if (!made_) ADD_FAILURE() << "make_user_fixtures.py failed: " << make;
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*fixtures_);
+    delete fixtures_;
+  }
+
+  void SetUp() override {
+    if (!made_) GTEST_SKIP() << kPython << " with torch and numpy is absent";
+    dir_ = fs::path(::testing::TempDir()) /
+           ("user_models_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // A user's regression: 13 features -> 1 value, 512 training samples, 16 steps an epoch.
+    std::ofstream(dir_ / "regression.yaml")
+        << "name: regression\n"
+        << "model: {name: torchscript:" << fixture("linear.pt") << "}\n"
+        << "data: {format: npy, train: " << fixture("regression/train")
+        << ", test: " << fixture("regression/test") << "}\n"
+        << "loss: {name: mse}\n"
+        << "optimizer: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+        << "trainer: {global_batch_size: 32, epochs: 2, threads: 1, log_every_steps: 4}\n";
+    // A user's byte-level language model: windows of 16 + 1 tokens, 18 steps an epoch.
+    std::ofstream(dir_ / "lm.yaml")
+        << "name: lm\n"
+        << "model: {name: torchscript:" << fixture("tiny_lm.pt") << "}\n"
+        << "data: {format: tokens, train: " << fixture("text_train.npy")
+        << ", test: " << fixture("text_val.npy") << ", seq_len: 16}\n"
+        << "loss: {name: cross_entropy}\n"
+        << "optimizer: {name: adamw, lr: 0.02}\n"
+        << "trainer: {global_batch_size: 32, epochs: 3, threads: 1, log_every_steps: 6}\n";
+  }
+  void TearDown() override {
+    if (!HasFailure() && !dir_.empty()) fs::remove_all(dir_);
+  }
+
+  static std::string fixture(const std::string& name) { return (*fixtures_ / name).string(); }
+
+  // cumulus-train CONFIG with its own run directory and `extra` arguments.
+  Args train(const std::string& config, const std::string& run, Args extra = {}) const {
+    Args argv = {kTrain, (dir_ / config).string(), "--set",
+                 "trainer.run_dir=" + (dir_ / run).string()};
+    for (auto& e : extra) argv.push_back(std::move(e));
+    return argv;
+  }
+  Args group(Args train_argv) const {
+    Args argv = {kRun,
+                 "--standalone",
+                 "--nproc-per-node=2",
+                 "--log-dir=" + (dir_ / "logs").string(),
+                 "--monitor-interval=0.02",
+                 "--"};
+    for (auto& a : train_argv) argv.push_back(std::move(a));
+    return argv;
+  }
+  // The worker command run by cumulus-train-faults, raising SIGTERM at rank 1 after `step`.
+  static Args stoppedAt(const std::string& step, const Args& train_argv) {
+    Args argv = {kTrainFaults, "--fault-sigterm-at-step", step + ":1", "--"};
+    argv.insert(argv.end(), train_argv.begin() + 1, train_argv.end());
+    return argv;
+  }
+
+  static std::string digestOf(const ProcessResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const std::string digest = lastAfter(r.output, "final parameters sha256 ");
+    EXPECT_EQ(digest.size(), 64u) << r.output;
+    return digest;
+  }
+
+  // 2 workers to the end; then 2 workers stopped after step `stop` and resumed by 2 more: the
+  // resumed run must end bit-identical to the uninterrupted one. Returns the uninterrupted run.
+  ProcessResult trainStopAndResume(const std::string& config, int stop) {
+    const ProcessResult whole = runProcess(group(train(config, "whole")));
+    const std::string expected = digestOf(whole);
+    const ProcessResult first =
+        runProcess(group(stoppedAt(std::to_string(stop), train(config, "x"))));
+    EXPECT_EQ(first.exit_code, 75) << first.output;
+    EXPECT_NE(first.output.find("preempted at step " + std::to_string(stop)), std::string::npos)
+        << first.output;
+    const ProcessResult second = runProcess(group(train(config, "x")));
+    EXPECT_NE(second.output.find(" at step " + std::to_string(stop)), std::string::npos)
+        << second.output;
+    EXPECT_EQ(digestOf(second), expected) << "resumed after step " << stop;
+    return whole;
+  }
+
+  // cumulus-train alone, expected to refuse to start: its one error line.
+  std::string setupError(const std::string& config, Args sets) const {
+    const ProcessResult r = runProcess(train(config, "bad", std::move(sets)), kAlone);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    return lastAfter(r.output, "cumulus-train: error: ");
+  }
+
+  static inline fs::path* fixtures_ = nullptr;
+  static inline bool made_ = false;
+  fs::path dir_;
+};
+
+TEST_F(UserModelsTest, RegressionOnNpyLearnsWithMseOnTwoWorkersAndResumesBitIdentical) {
+  const ProcessResult whole = trainStopAndResume("regression.yaml", 9);
+  // The targets are a linear function of the inputs plus 1% noise: the fit takes most of the
+  // initial error away.
+  const auto train_records = records(dir_ / "whole" / "metrics.jsonl", "train");
+  ASSERT_GE(train_records.size(), 2u);
+  const double first = train_records.front()["loss"], last = train_records.back()["loss"];
+  EXPECT_LT(last, 0.2 * first) << "first " << first << ", last " << last;
+  const auto summary = records(dir_ / "whole" / "metrics.jsonl", "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_LT(summary[0]["test_loss"].get<double>(), 0.2 * first);
+  // mse has no accuracy: none is printed or recorded.
+  EXPECT_FALSE(summary[0].contains("test_accuracy")) << summary[0];
+  EXPECT_EQ(whole.output.find("accuracy"), std::string::npos) << whole.output;
+  EXPECT_NE(whole.output.find("test loss "), std::string::npos) << whole.output;
+}
+
+TEST_F(UserModelsTest, ByteLanguageModelLearnsWithCrossEntropyAndReportsTokenAccuracy) {
+  const ProcessResult whole = trainStopAndResume("lm.yaml", 20);
+  const auto evals = records(dir_ / "whole" / "metrics.jsonl", "eval");
+  ASSERT_EQ(evals.size(), 3u);  // one an epoch
+  // Nats per token: ln 256 = 5.55 for a uniform guess; a bigram model of these sentences
+  // gets well under 2.
+  EXPECT_LT(evals.back()["test_loss"].get<double>(), 2.0) << evals.back();
+  EXPECT_LT(evals.back()["test_loss"].get<double>(), evals.front()["test_loss"].get<double>());
+  const double accuracy = evals.back()["test_accuracy"];
+  EXPECT_GT(accuracy, 0.3);
+  EXPECT_LE(accuracy, 1.0);
+  EXPECT_NE(whole.output.find("test_accuracy "), std::string::npos) << whole.output;
+  EXPECT_NE(whole.output.find("test accuracy "), std::string::npos) << whole.output;
+}
+
+// loss.name module: the module's forward(x, y) returns its mean squared error. It starts from the
+// parameters linear.pt starts from, so it must train as mse does, up to float rounding (the
+// module sums its mean times the batch; mse sums per-sample means).
+TEST_F(UserModelsTest, ModuleLossTrainsAsTheBuiltInLossWould) {
+  const ProcessResult mse = runProcess(train("regression.yaml", "mse"), kAlone);
+  ASSERT_EQ(mse.exit_code, 0) << mse.output;
+  const ProcessResult module =
+      runProcess(train("regression.yaml", "module",
+                       {"--set", "model.name=torchscript:" + fixture("linear_loss.pt"), "--set",
+                        "loss.name=module"}),
+                 kAlone);
+  ASSERT_EQ(module.exit_code, 0) << module.output;
+  const auto a = records(dir_ / "mse" / "metrics.jsonl", "eval");
+  const auto b = records(dir_ / "module" / "metrics.jsonl", "eval");
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i]["test_loss"], y = b[i]["test_loss"];
+    EXPECT_NEAR(x, y, 1e-5 * x) << "evaluation " << i;
+    EXPECT_FALSE(b[i].contains("test_accuracy")) << b[i];
+  }
+  EXPECT_EQ(module.output.find("accuracy"), std::string::npos) << module.output;
+}
+
+TEST_F(UserModelsTest, BadInputFailsBeforeTrainingNamingTheFileAndTheReason) {
+  const std::string linear = "torchscript:" + fixture("wrong_width.pt");
+  EXPECT_EQ(setupError("regression.yaml", {"--set", "model.name=" + linear}),
+            "model " + linear + " failed on one sample of " + fixture("regression/train") +
+                " (inputs float32 [1, 13]): torchscript model " + fixture("wrong_width.pt") +
+                ": forward failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x13 "
+                "and 12x1)");
+  const std::string vector = "torchscript:" + fixture("vector_loss.pt");
+  EXPECT_EQ(
+      setupError("regression.yaml", {"--set", "model.name=" + vector, "--set", "loss.name=module"}),
+      "model " + vector + " failed on one sample of " + fixture("regression/train") +
+          " (inputs float32 [1, 13]): torchscript model " + fixture("vector_loss.pt") +
+          ": forward(inputs, targets) returned a tensor of shape [1], not a scalar; with "
+          "loss.name module it must return the mean loss over the batch");
+  EXPECT_EQ(setupError("regression.yaml", {"--set", "data.train=" + fixture("flat_targets")}),
+            "loss.name mse: outputs [1, 1] and targets [1] do not match; mse wants outputs and "
+            "targets of one shape [B, ...] (model torchscript:" +
+                fixture("linear.pt") + ", one sample of " + fixture("flat_targets") + ")");
+  EXPECT_EQ(setupError("regression.yaml", {"--set", "data.test=" + fixture("bad_rows")}),
+            "data.test: " + fixture("bad_rows") +
+                ": inputs.npy has 10 rows but targets.npy has 9; sample i is row i of both, so "
+                "their first dimensions must agree");
+  EXPECT_EQ(setupError("regression.yaml", {"--set", "data.format=tokens"}),
+            "data.train: " + fixture("regression/train") + ": not a regular file");
+}
+
+TEST_F(UserModelsTest, TokenIdsTheModelCannotTakeAndShortStreamsFailBeforeTraining) {
+  EXPECT_EQ(setupError("lm.yaml", {"--set", "model.name=torchscript:" + fixture("small_vocab.pt"),
+                                   "--set", "data.train=" + fixture("wide.npy")}),
+            "token id 250 in " + fixture("wide.npy") +
+                " is out of range for the model's embedding: torchscript model " +
+                fixture("small_vocab.pt") +
+                ": forward failed: RuntimeError: index out of range "
+                "in self");
+  EXPECT_EQ(setupError("lm.yaml", {"--set", "model.name=torchscript:" + fixture("narrow_lm.pt"),
+                                   "--set", "data.test=" + fixture("wide.npy")}),
+            "token id 250 in " + fixture("wide.npy") +
+                " is beyond the model's outputs: logits float32 [1, 16, 200] score ids 0 to 199");
+  EXPECT_EQ(setupError("lm.yaml", {"--set", "data.test=" + fixture("short.npy")}),
+            "data.test: seq_len 16 is longer than the token stream " + fixture("short.npy") +
+                " (10 tokens); one sample needs seq_len + 1 tokens");
+  EXPECT_EQ(setupError("lm.yaml", {"--set", "loss.name=mse"}),
+            "loss.name mse: outputs [1, 16, 256] and targets [1, 16] do not match; mse wants "
+            "outputs and targets of one shape [B, ...] (model torchscript:" +
+                fixture("tiny_lm.pt") + ", one sample of " + fixture("text_train.npy") + ")");
+  EXPECT_EQ(setupError("lm.yaml", {"--set", "model.name=mlp"}),
+            "model mlp failed on one sample of " + fixture("text_train.npy") +
+                " (inputs int64 [1, 16]): mat1 and mat2 must have the same dtype");
+}
+
+}  // namespace
+}  // namespace cumulus::trainer
