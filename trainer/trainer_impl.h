@@ -17,6 +17,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_policy.h"
 #include "trainer/evaluator.h"
+#include "trainer/flat_parameters.h"
 #include "trainer/gradient_sync.h"
 #include "trainer/metrics_recorder.h"
 #include "trainer/optimizer.h"
@@ -94,6 +95,8 @@ class Trainer::Impl {
   // The model and how it learns.
   std::unique_ptr<models::Model> model_;
   std::vector<torch::Tensor> params_;
+  // params_ and their gradients in the gradient sync's bucket layout; the optimizer steps over it.
+  std::shared_ptr<FlatParameters> flat_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
 
