@@ -33,8 +33,8 @@ std::vector<torch::Tensor> gptParameters(int64_t layers, int64_t dim, int64_t po
   std::vector<std::vector<int64_t>> shapes = {{vocab, dim}, {positions, dim}};
   for (int64_t l = 0; l < layers; ++l) {
     const std::vector<std::vector<int64_t>> block = {
-        {dim},          {dim},      {3 * dim, dim}, {3 * dim}, {dim, dim}, {dim}, {dim},
-        {dim},          {4 * dim, dim}, {4 * dim}, {dim, 4 * dim}, {dim}};
+        {dim}, {dim}, {3 * dim, dim}, {3 * dim}, {dim, dim},     {dim},
+        {dim}, {dim}, {4 * dim, dim}, {4 * dim}, {dim, 4 * dim}, {dim}};
     shapes.insert(shapes.end(), block.begin(), block.end());
   }
   shapes.push_back({dim});
@@ -125,16 +125,11 @@ int run(int argc, char** argv) {
     if (s >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
   }
   std::sort(ms.begin(), ms.end());
-  nlohmann::ordered_json out{{"model", model},
-                             {"optimizer", optimizer},
-                             {"impl", impl},
-                             {"threads", threads},
-                             {"params", numel},
-                             {"tensors", params.size()},
-                             {"buckets", buckets},
-                             {"median_ms", ms[ms.size() / 2]},
-                             {"min_ms", ms.front()},
-                             {"max_ms", ms.back()}};
+  nlohmann::ordered_json out{{"model", model},       {"optimizer", optimizer},
+                             {"impl", impl},         {"threads", threads},
+                             {"params", numel},      {"tensors", params.size()},
+                             {"buckets", buckets},   {"median_ms", ms[ms.size() / 2]},
+                             {"min_ms", ms.front()}, {"max_ms", ms.back()}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

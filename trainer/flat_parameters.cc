@@ -54,8 +54,8 @@ FlatParameters::FlatParameters(std::vector<torch::Tensor> params, std::vector<Bu
     const torch::TensorOptions options = params_[spec.params.front()].options();
     const auto numel = static_cast<int64_t>(spec.numel);
     // Zeros: a gap the layout leaves (none today) must not hold garbage that a norm would read.
-    buckets_.push_back({std::move(spec), torch::zeros({numel}, options),
-                        torch::zeros({numel}, options)});
+    buckets_.push_back(
+        {std::move(spec), torch::zeros({numel}, options), torch::zeros({numel}, options)});
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor& p = params_[i];
@@ -98,7 +98,7 @@ bool FlatParameters::gradInPlace(size_t i) const {
   const Bucket& bucket = buckets_[slots_[i].bucket];
   return g.defined() && g.is_contiguous() && g.scalar_type() == bucket.grads.scalar_type() &&
          g.data_ptr() == static_cast<char*>(bucket.grads.data_ptr()) +
-                              slots_[i].offset * bucket.grads.element_size();
+                             slots_[i].offset * bucket.grads.element_size();
 }
 
 bool FlatParameters::valuesInPlace(size_t i) const {
@@ -130,8 +130,7 @@ void FlatParameters::gatherGradients() {
     if (gradInPlace(i)) continue;
     const torch::Tensor& g = params_[i].grad();
     if (!g.defined()) {
-      throw std::logic_error("optimizer step: parameter " + std::to_string(i) +
-                             " has no gradient");
+      throw std::logic_error("optimizer step: parameter " + std::to_string(i) + " has no gradient");
     }
     slice(buckets_[slots_[i].bucket].grads, i).copy_(g);
   }

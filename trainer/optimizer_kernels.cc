@@ -27,8 +27,8 @@ void withFlag(bool on, F&& body) {
 // the compiler vectorizes it. Each line is one rounding, in optimizer.h's order:
 // d = g + wd w;  buf = buf mu + d (or d);  d = d + mu buf (Nesterov) or buf;  w = w + (-lr) d.
 template <typename T, bool kDecay, bool kMomentum, bool kNesterov, bool kFirst>
-void sgdRange(T* __restrict w, const T* __restrict g, T* __restrict buf, int64_t begin,
-              int64_t end, T wd, T mu, T neg_lr) {
+void sgdRange(T* __restrict w, const T* __restrict g, T* __restrict buf, int64_t begin, int64_t end,
+              T wd, T mu, T neg_lr) {
   for (int64_t i = begin; i < end; ++i) {
     T d = g[i];
     if constexpr (kDecay) d = d + wd * w[i];
@@ -82,8 +82,7 @@ void sgdTyped(const torch::Tensor& w_t, const torch::Tensor& g_t, const torch::T
 template <typename T>
 inline __attribute__((always_inline)) void adamwRange(T* __restrict w, const T* __restrict g,
                                                       T* __restrict m, T* __restrict v,
-                                                      int64_t begin, int64_t end,
-                                                      const T (&k)[8]) {
+                                                      int64_t begin, int64_t end, const T (&k)[8]) {
   const T f = k[0], b1 = k[1], c1 = k[2], b2 = k[3], c2 = k[4], s2 = k[5], eps = k[6], step = k[7];
   for (int64_t i = begin; i < end; ++i) {
     const T gi = g[i];
@@ -104,15 +103,17 @@ inline __attribute__((always_inline)) void adamwRange(T* __restrict w, const T* 
 // The square root and the division make AdamW's pass bound by arithmetic rather than memory on
 // 4-lane SSE2, so it is also compiled for AVX2 and picked at load time. Both give the same bits:
 // each operation is correctly rounded IEEE arithmetic at any vector width, and nothing is fused.
-__attribute__((target_clones("avx2", "default"))) void adamwRangeOf(
-    float* w, const float* g, float* m, float* v, int64_t begin, int64_t end,
-    const float (&k)[8]) {
+__attribute__((target_clones("avx2", "default"))) void adamwRangeOf(float* w, const float* g,
+                                                                    float* m, float* v,
+                                                                    int64_t begin, int64_t end,
+                                                                    const float (&k)[8]) {
   adamwRange<float>(w, g, m, v, begin, end, k);
 }
 
-__attribute__((target_clones("avx2", "default"))) void adamwRangeOf(
-    double* w, const double* g, double* m, double* v, int64_t begin, int64_t end,
-    const double (&k)[8]) {
+__attribute__((target_clones("avx2", "default"))) void adamwRangeOf(double* w, const double* g,
+                                                                    double* m, double* v,
+                                                                    int64_t begin, int64_t end,
+                                                                    const double (&k)[8]) {
   adamwRange<double>(w, g, m, v, begin, end, k);
 }
 
@@ -132,9 +133,8 @@ void adamwTyped(const torch::Tensor& w_t, const torch::Tensor& g_t, const torch:
                   static_cast<T>(std::sqrt(1.0 - std::pow(a.beta2, t))),
                   static_cast<T>(a.eps),
                   static_cast<T>(-a.lr / (1.0 - std::pow(a.beta1, t)))};
-  at::parallel_for(0, w_t.numel(), kGrain, [&](int64_t begin, int64_t end) {
-    adamwRangeOf(w, g, m, v, begin, end, k);
-  });
+  at::parallel_for(0, w_t.numel(), kGrain,
+                   [&](int64_t begin, int64_t end) { adamwRangeOf(w, g, m, v, begin, end, k); });
 }
 
 // Eight independent accumulators (so the loop is not one long chain of dependent additions),

@@ -42,8 +42,8 @@ TEST(FlatParametersTest, ParametersAndGradientsAliasTheFlatBuffersAndKeepTheirVa
     EXPECT_EQ(params[i].data_ptr(), addressIn(bucket.values, flat.offsetOf(i))) << i;
   }
   // A gradient that existed was copied in; the others wait for zeroGrads().
-  EXPECT_EQ(params[1].grad().data_ptr(), addressIn(flat.buckets()[flat.bucketOf(1)].grads,
-                                                   flat.offsetOf(1)));
+  EXPECT_EQ(params[1].grad().data_ptr(),
+            addressIn(flat.buckets()[flat.bucketOf(1)].grads, flat.offsetOf(1)));
   EXPECT_TRUE(torch::equal(params[1].grad(), torch::full({5}, 2.5f)));
   EXPECT_FALSE(params[0].grad().defined());
   EXPECT_FALSE(flat.gradsInPlace());
@@ -118,7 +118,8 @@ TEST(FlatParametersTest, RejectsAParameterListedTwice) {
 // that named_parameters() returned must reach the module's forward.
 TEST(FlatParametersTest, TorchScriptForwardComputesWithTheFlatStorage) {
   models::ModelSpec spec;
-  spec.name = std::string("torchscript:") + CUMULUS_SOURCE_DIR + "/models/fixtures/tiny_scripted.pt";
+  spec.name =
+      std::string("torchscript:") + CUMULUS_SOURCE_DIR + "/models/fixtures/tiny_scripted.pt";
   auto model = models::makeModel(spec);
   model->train(false);
   torch::NoGradGuard no_grad;

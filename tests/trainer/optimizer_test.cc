@@ -243,7 +243,6 @@ TEST(OptimizerTest, ClipGradNormScalesByTheGlobalNorm) {
   EXPECT_NEAR(clipGradNorm({a, b}, 100.0), norm_after, 1e-5);
 }
 
-
 // Flat against per-tensor ------------------------------------------------------------------------
 
 std::vector<torch::Tensor> oddShapes(uint64_t seed) {
@@ -267,7 +266,8 @@ void train(Optimizer& opt, const std::vector<torch::Tensor>& params, int steps, 
   }
 }
 
-int64_t differingElements(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+int64_t differingElements(const std::vector<torch::Tensor>& a,
+                          const std::vector<torch::Tensor>& b) {
   int64_t n = 0;
   for (size_t i = 0; i < a.size(); ++i) n += (a[i] != b[i]).sum().item<int64_t>();
   return n;
@@ -308,11 +308,12 @@ TEST(FlatOptimizerTest, MatchesThePerTensorImplementationOverSteps) {
     for (const auto& [key, tensor] : a.tensors) {
       EXPECT_TRUE(torch::allclose(tensor, b.tensors.at(key), 1e-5, 1e-6)) << key;
     }
-    std::printf("[ %s momentum %.1f nesterov %d ] elements whose bits differ from per-tensor "
-                "after 8 steps: %lld of %lld\n",
-                config.name.c_str(), config.momentum, config.nesterov ? 1 : 0,
-                static_cast<long long>(differingElements(flat_params, reference_params)),
-                static_cast<long long>(total));
+    std::printf(
+        "[ %s momentum %.1f nesterov %d ] elements whose bits differ from per-tensor "
+        "after 8 steps: %lld of %lld\n",
+        config.name.c_str(), config.momentum, config.nesterov ? 1 : 0,
+        static_cast<long long>(differingElements(flat_params, reference_params)),
+        static_cast<long long>(total));
   }
 }
 
@@ -348,9 +349,9 @@ TEST(FlatOptimizerTest, ExportedStateHasPerParameterKeysAndImportsExactly) {
     EXPECT_TRUE(opt->exportState().tensors.empty()) << "no state before the first step";
     train(*opt, params, 3, 32);
     const OptimizerState saved = opt->exportState();
-    const std::vector<std::string> slots =
-        config.name == "sgd" ? std::vector<std::string>{"momentum_buffer"}
-                             : std::vector<std::string>{"exp_avg", "exp_avg_sq"};
+    const std::vector<std::string> slots = config.name == "sgd"
+                                               ? std::vector<std::string>{"momentum_buffer"}
+                                               : std::vector<std::string>{"exp_avg", "exp_avg_sq"};
     ASSERT_EQ(saved.tensors.size(), params.size() * slots.size());
     for (size_t i = 0; i < params.size(); ++i) {
       for (const auto& slot : slots) {
@@ -361,8 +362,8 @@ TEST(FlatOptimizerTest, ExportedStateHasPerParameterKeysAndImportsExactly) {
       }
     }
     const auto other = clones(params);
-    auto resumed = makeFlatOptimizer(config, std::make_shared<FlatParameters>(
-                                             other, layoutOf(other, 2048, 512)));
+    auto resumed = makeFlatOptimizer(
+        config, std::make_shared<FlatParameters>(other, layoutOf(other, 2048, 512)));
     resumed->importState(saved);
     EXPECT_EQ(resumed->stepCount(), 3);
     const OptimizerState again = resumed->exportState();
@@ -382,8 +383,10 @@ TEST(FlatOptimizerTest, PartialStateContinuesLikeThePerTensorImplementation) {
   const auto params = oddShapes(41);
   const auto reference_params = clones(params);
   torch::manual_seed(42);
-  OptimizerState state{"sgd", 4, {{"1.momentum_buffer", torch::randn({1000})},
-                                  {"3.momentum_buffer", torch::randn({64, 33})}}};
+  OptimizerState state{
+      "sgd",
+      4,
+      {{"1.momentum_buffer", torch::randn({1000})}, {"3.momentum_buffer", torch::randn({64, 33})}}};
   auto flat = makeOptimizer(sgdConfig(), params);
   auto reference = makePerTensorOptimizer(sgdConfig(), reference_params);
   flat->importState(state);
@@ -402,8 +405,8 @@ TEST(FlatOptimizerTest, ImportRejectsAnUnknownSlotAndChangesNothing) {
   auto opt = makeOptimizer(adamwConfig(), params);
   train(*opt, params, 1, 52);
   const OptimizerState before = opt->exportState();
-  OptimizerState state{"adamw", 9, {{"0.exp_avg", torch::zeros({37, 5})},
-                                    {"2.momentum_buffer", torch::zeros({3})}}};
+  OptimizerState state{
+      "adamw", 9, {{"0.exp_avg", torch::zeros({37, 5})}, {"2.momentum_buffer", torch::zeros({3})}}};
   try {
     opt->importState(state);
     FAIL() << "expected an exception";
