@@ -1,10 +1,12 @@
 # cumulus_distributed: multi-worker gradient sync — bucket layout, the DDP-style overlapping
 # GradientSync, the process group built from the launcher's environment, the Chrome trace
-# recorder. Included by trainer/CMakeLists.txt before cumulus_trainer, which links it.
-# Only distributed_sync.cc includes LibTorch.
+# recorder, and the flat parameter buffers that the optimizer steps over and the sync reduces.
+# Included by trainer/CMakeLists.txt before cumulus_trainer, which links it.
+# Only distributed_sync.cc and flat_parameters.cc include LibTorch.
 add_library(cumulus_distributed STATIC
   ${CMAKE_CURRENT_LIST_DIR}/bucket_layout.cc
   ${CMAKE_CURRENT_LIST_DIR}/distributed_sync.cc
+  ${CMAKE_CURRENT_LIST_DIR}/flat_parameters.cc
   ${CMAKE_CURRENT_LIST_DIR}/process_group.cc
   ${CMAKE_CURRENT_LIST_DIR}/trace.cc)
 target_include_directories(cumulus_distributed PUBLIC ${PROJECT_SOURCE_DIR})

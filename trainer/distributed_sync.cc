@@ -11,6 +11,7 @@
 #include <string>
 
 #include "comm/error.h"
+#include "trainer/flat_parameters.h"
 
 namespace cumulus::trainer {
 
@@ -163,13 +164,8 @@ void DistributedGradientSync::attach(const std::vector<torch::Tensor>& params) {
   checkSameLayout(comm_, params_, "parameters", options_.timeout);
   broadcastTensors(params_);
 
-  std::vector<ParamInfo> infos;
-  for (const auto& p : params_) {
-    commDType(p.scalar_type());  // throws for a dtype that cannot be reduced
-    infos.push_back({static_cast<size_t>(p.numel()), static_cast<size_t>(p.element_size()),
-                     static_cast<int>(p.scalar_type())});
-  }
-  layout_ = computeBucketLayout(infos, options_.bucket_cap_bytes, options_.first_bucket_bytes);
+  for (const auto& p : params_) commDType(p.scalar_type());  // throws for a dtype it cannot reduce
+  layout_ = layoutOf(params_, options_.bucket_cap_bytes, options_.first_bucket_bytes);
 
   torch::NoGradGuard no_grad;
   bucket_of_.assign(params_.size(), 0);
@@ -177,15 +173,19 @@ void DistributedGradientSync::attach(const std::vector<torch::Tensor>& params) {
     const BucketSpec& spec = layout_[b];
     auto bucket = std::make_unique<Bucket>();
     const torch::Tensor& first = params_[spec.params.front()];
-    bucket->flat = torch::zeros({static_cast<int64_t>(spec.numel)}, first.options());
+    // Gradients already laid out as this bucket (FlatParameters with the same layout) are
+    // reduced where they are.
+    bucket->flat = options_.gradient_as_bucket_view ? gradientsLaidOutAs(spec) : torch::Tensor();
+    const bool in_place = bucket->flat.defined();
+    if (!in_place) bucket->flat = torch::zeros({static_cast<int64_t>(spec.numel)}, first.options());
     bucket->copied.assign(spec.params.size(), 0);
     for (size_t s = 0; s < spec.params.size(); ++s) {
       torch::Tensor& p = params_[spec.params[s]];
       torch::Tensor view =
           bucket->flat.narrow(0, static_cast<int64_t>(spec.offsets[s]), p.numel()).view(p.sizes());
       // Start from the caller's gradient (if any), then make the bucket hold it.
-      if (p.grad().defined()) view.copy_(p.grad());
-      if (options_.gradient_as_bucket_view) p.mutable_grad() = view;
+      if (!in_place && p.grad().defined()) view.copy_(p.grad());
+      if (!in_place && options_.gradient_as_bucket_view) p.mutable_grad() = view;
       bucket->views.push_back(std::move(view));
       bucket_of_[spec.params[s]] = b;
     }
@@ -207,6 +207,26 @@ void DistributedGradientSync::attach(const std::vector<torch::Tensor>& params) {
   base::MutexLock lock(mutex_);
   ready_.assign(params_.size(), 0);
   resetStepLocked();
+}
+
+torch::Tensor DistributedGradientSync::gradientsLaidOutAs(const BucketSpec& spec) const {
+  const torch::Tensor& first = params_[spec.params.front()].grad();
+  if (!first.defined()) return {};
+  for (size_t s = 0; s < spec.params.size(); ++s) {
+    const torch::Tensor& g = params_[spec.params[s]].grad();
+    const torch::Tensor& p = params_[spec.params[s]];
+    if (!g.defined() || !g.is_contiguous() || g.scalar_type() != p.scalar_type() ||
+        g.sizes() != p.sizes() || !g.storage().is_alias_of(first.storage()) ||
+        g.storage_offset() !=
+            first.storage_offset() + static_cast<int64_t>(spec.offsets[s] - spec.offsets[0])) {
+      return {};
+    }
+  }
+  const int64_t start = first.storage_offset() - static_cast<int64_t>(spec.offsets[0]);
+  if (start < 0) return {};
+  torch::Tensor flat = torch::empty({0}, first.options());
+  flat.set_(first.storage(), start, {static_cast<int64_t>(spec.numel)}, {1});
+  return flat;
 }
 
 void DistributedGradientSync::resetStepLocked() {

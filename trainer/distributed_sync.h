@@ -8,7 +8,9 @@
 // (bucket_layout.h: reverse registration order, comm.bucket_cap_mb, a small first bucket of
 // comm.first_bucket_mb). Each parameter's .grad() becomes a view into its bucket
 // (DDP's gradient_as_bucket_view): backward accumulates straight into the bucket, which is
-// reduced in place, so there is no copy in or out. That holds as long as the trainer keeps the
+// reduced in place, so there is no copy in or out. Gradients that already lie in that layout
+// (FlatParameters over the same list, as the trainer builds) are left where they are: those
+// buffers are the buckets. That holds as long as the trainer keeps the
 // gradient tensors (zero_() in place, as trainer.cc does); a gradient the caller replaced is
 // detected at launch and copied in and back out instead, so correctness never depends on it.
 //
@@ -99,6 +101,9 @@ class DistributedGradientSync final : public GradientSync {
  private:
   struct Bucket;
 
+  // A 1-D tensor over the bucket's memory when the parameters' gradients already lie there, in
+  // the layout's order and offsets; undefined otherwise.
+  torch::Tensor gradientsLaidOutAs(const BucketSpec& spec) const;
   void onGradReady(size_t param);
   void launchReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void launchLocked(size_t bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);

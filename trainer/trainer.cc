@@ -185,7 +185,13 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   checkModelFitsData(train);
   model_->train(true);
   params_ = model_->parameters();
-  optimizer_ = makeOptimizer(config_.optimizer, params_);
+  // Flat in the buckets a DistributedGradientSync lays out (bucket_layout.h), so that it reduces
+  // the optimizer's gradient buffers in place; the gradients exist before it attaches.
+  flat_ = std::make_shared<FlatParameters>(
+      params_, layoutOf(params_, mebibytes(config_.comm.bucket_cap_mb, "comm.bucket_cap_mb"),
+                        mebibytes(config_.comm.first_bucket_mb, "comm.first_bucket_mb")));
+  flat_->zeroGrads();
+  optimizer_ = makeFlatOptimizer(config_.optimizer, flat_);
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, config_.optimizer.lr, total_steps_);
 }
 

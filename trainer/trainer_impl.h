@@ -18,6 +18,7 @@
 #include "trainer/checkpoint_policy.h"
 #include "trainer/datasets.h"
 #include "trainer/evaluator.h"
+#include "trainer/flat_parameters.h"
 #include "trainer/gradient_sync.h"
 #include "trainer/loss.h"
 #include "trainer/metrics_recorder.h"
@@ -94,6 +95,8 @@ class Trainer::Impl {
   std::unique_ptr<models::Model> model_;
   std::shared_ptr<const Loss> loss_;  // loss.name
   std::vector<torch::Tensor> params_;
+  // params_ and their gradients in the gradient sync's bucket layout; the optimizer steps over it.
+  std::shared_ptr<FlatParameters> flat_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
 

@@ -35,18 +35,6 @@ uint64_t stepSeed(uint64_t seed, int64_t epoch, int64_t step, int64_t rank) {
   return splitmix64(h ^ static_cast<uint64_t>(rank));
 }
 
-// Zero-fills every gradient in place, creating it where missing, so gradient tensors keep one
-// storage for the whole run (what a bucketing GradientSync wants to view).
-void zeroGrads(const std::vector<torch::Tensor>& params) {
-  for (const auto& p : params) {
-    if (p.grad().defined()) {
-      p.grad().zero_();
-    } else {
-      p.mutable_grad() = torch::zeros_like(p);
-    }
-  }
-}
-
 }  // namespace
 
 RunResult Trainer::Impl::run() {
@@ -113,7 +101,8 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
     throw TrainError("the batch source gave no micro-batch for step " + std::to_string(step + 1));
   }
   torch::manual_seed(stepSeed(config_.trainer.seed, batch.epoch, step, env_.rank));
-  zeroGrads(params_);
+  // In place, one zero_() per bucket: the gradients keep their flat storage for the whole run.
+  flat_->zeroGrads();
   StepOutcome outcome;
   outcome.loss = forwardBackward(batch);
   const double wait_start = now();
@@ -162,7 +151,7 @@ double Trainer::Impl::forwardBackward(const StepBatch& batch) {
 
 void Trainer::Impl::optimizerStep(int64_t step) {
   TraceRecorder::Span span(options_.trace, "optimizer");
-  if (config_.trainer.grad_clip_norm > 0) clipGradNorm(params_, config_.trainer.grad_clip_norm);
+  if (config_.trainer.grad_clip_norm > 0) clipGradNorm(*flat_, config_.trainer.grad_clip_norm);
   optimizer_->step(schedule_->lr(step));
 }
 

@@ -18,6 +18,7 @@
 #include "comm/error.h"
 #include "comm/memory_store.h"
 #include "comm/parameter_server.h"
+#include "trainer/flat_parameters.h"
 #include "trainer/process_group.h"
 
 namespace cumulus::trainer {
@@ -100,6 +101,7 @@ struct Plan {
   int accumulation = 1;
   bool bucket_view = true;
   bool replace_grads = false;  // the "trainer" gives every step fresh gradient tensors
+  bool flat = false;           // the parameters are FlatParameters in the sync's layout
   // Per (step, rank): whether the extra layer runs; whether the rank skips backward entirely.
   std::function<bool(int, int)> use_extra = [](int, int) { return true; };
   std::function<bool(int, int)> skip_backward = [](int, int) { return false; };
@@ -130,6 +132,7 @@ struct RankResult {
   std::vector<SyncStepStats> stats;
   std::vector<BucketSpec> layout;
   std::string trace_json;
+  bool grads_in_place = true;  // plan.flat: every .grad() stayed in the flat buffers
 };
 
 configs::CommConfig commConfig(const Plan& plan) {
@@ -172,12 +175,23 @@ std::vector<RankResult> runGroup(const Plan& plan) {
         DistributedGradientSync sync(group.communicator(), options);
         Net& net = *nets[rank];
         const std::vector<torch::Tensor> params = net.parameters();
+        std::unique_ptr<FlatParameters> flat;
+        if (plan.flat) {
+          flat = std::make_unique<FlatParameters>(
+              params, layoutOf(params, options.bucket_cap_bytes, options.first_bucket_bytes));
+          flat->zeroGrads();
+        }
         sync.attach(params);
         RankResult& result = results[rank];
+        if (flat) result.grads_in_place = flat->gradsInPlace();
         result.layout = sync.buckets();
         for (int step = 0; step < plan.steps; ++step) {
           const uint64_t seq_before = group.communicator().nextSeq();
-          zeroGrads(params, plan.replace_grads);
+          if (flat) {
+            flat->zeroGrads();
+          } else {
+            zeroGrads(params, plan.replace_grads);
+          }
           const auto [begin, end] = slice(plan, step, rank);
           for (int i = 0; i < plan.accumulation; ++i) {
             const bool last = i == plan.accumulation - 1;
@@ -197,6 +211,7 @@ std::vector<RankResult> runGroup(const Plan& plan) {
             sync.afterBackward(last);
           }
           sync.finish();
+          if (flat) result.grads_in_place = result.grads_in_place && flat->gradsInPlace();
           result.collectives.push_back(group.communicator().nextSeq() - seq_before);
           result.stats.push_back(sync.lastStep());
           sgd(params);
@@ -323,6 +338,22 @@ TEST(DistributedSyncTest, UnusedParametersAndSkippedBackwardNeitherHangNorDiverg
   // Step 1: rank 0 left extra.b (in bucket 0) unused, so nothing could launch during backward.
   EXPECT_EQ(results[0].stats[1].launched_in_backward, 0u);
   EXPECT_EQ(results[1].stats[4].launched_in_backward, 0u);
+}
+
+// Gradients already in FlatParameters laid out as the sync's buckets: attach() leaves every
+// .grad() where it is (it would point them into buckets of its own otherwise) and the buckets it
+// reduces are those buffers, so the sums land there.
+TEST(DistributedSyncTest, FlatGradientsAreReducedWhereTheyAre) {
+  Plan plan;
+  plan.flat = true;
+  const auto results = runGroup(plan);
+  expectReplicasIdentical(results);
+  for (const auto& r : results) EXPECT_TRUE(r.grads_in_place);
+  EXPECT_LE(maxAbsDiff(results[0].params, runReference(plan, /*fused=*/true)), kOrderTolerance);
+  // Bit for bit what the sync's own buckets give.
+  Plan own = plan;
+  own.flat = false;
+  EXPECT_EQ(runGroup(own)[0].hashes, results[0].hashes);
 }
 
 TEST(DistributedSyncTest, AccumulationSyncsOncePerStep) {

@@ -243,5 +243,199 @@ TEST(OptimizerTest, ClipGradNormScalesByTheGlobalNorm) {
   EXPECT_NEAR(clipGradNorm({a, b}, 100.0), norm_after, 1e-5);
 }
 
+// Flat against per-tensor ------------------------------------------------------------------------
+
+std::vector<torch::Tensor> oddShapes(uint64_t seed) {
+  torch::manual_seed(seed);
+  return {torch::randn({37, 5}).requires_grad_(), torch::randn({1000}).requires_grad_(),
+          torch::randn({3}).requires_grad_(), torch::randn({64, 33}).requires_grad_()};
+}
+
+std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : params) out.push_back(p.detach().clone().requires_grad_());
+  return out;
+}
+
+// Takes `steps` steps with gradients and learning rates drawn from `seed`.
+void train(Optimizer& opt, const std::vector<torch::Tensor>& params, int steps, uint64_t seed) {
+  torch::manual_seed(seed);
+  for (int s = 0; s < steps; ++s) {
+    for (const auto& p : params) p.mutable_grad() = torch::randn(p.sizes());
+    opt.step(0.01 * (1 + s % 3));
+  }
+}
+
+int64_t differingElements(const std::vector<torch::Tensor>& a,
+                          const std::vector<torch::Tensor>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += (a[i] != b[i]).sum().item<int64_t>();
+  return n;
+}
+
+std::vector<configs::OptimizerConfig> allConfigs() {
+  auto heavy = sgdConfig();
+  heavy.nesterov = false;
+  heavy.weight_decay = 0;
+  auto plain = sgdConfig();
+  plain.momentum = 0;
+  plain.nesterov = false;
+  auto adamw = adamwConfig();
+  adamw.weight_decay = 0.05;
+  return {sgdConfig(), heavy, plain, adamw};
+}
+
+// The same formulas in the same float32 order per element; LibTorch's vectorized add-with-alpha
+// rounds once (an FMA) where the flat kernel rounds twice, so a few elements differ in the last
+// bits. The test prints how many.
+TEST(FlatOptimizerTest, MatchesThePerTensorImplementationOverSteps) {
+  for (const auto& config : allConfigs()) {
+    const auto flat_params = oddShapes(11);
+    const auto reference_params = clones(flat_params);
+    auto flat = makeOptimizer(config, flat_params);
+    auto reference = makePerTensorOptimizer(config, reference_params);
+    train(*flat, flat_params, 8, 12);
+    train(*reference, reference_params, 8, 12);
+    int64_t total = 0;
+    for (size_t i = 0; i < flat_params.size(); ++i) {
+      total += flat_params[i].numel();
+      EXPECT_TRUE(torch::allclose(flat_params[i], reference_params[i], 1e-5, 1e-6))
+          << config.name << " parameter " << i;
+    }
+    const OptimizerState a = flat->exportState();
+    const OptimizerState b = reference->exportState();
+    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << config.name;
+    for (const auto& [key, tensor] : a.tensors) {
+      EXPECT_TRUE(torch::allclose(tensor, b.tensors.at(key), 1e-5, 1e-6)) << key;
+    }
+    std::printf(
+        "[ %s momentum %.1f nesterov %d ] elements whose bits differ from per-tensor "
+        "after 8 steps: %lld of %lld\n",
+        config.name.c_str(), config.momentum, config.nesterov ? 1 : 0,
+        static_cast<long long>(differingElements(flat_params, reference_params)),
+        static_cast<long long>(total));
+  }
+}
+
+// One bucket on one thread against four buckets on two threads: bit-identical, parameters and
+// state.
+TEST(FlatOptimizerTest, ResultsDoNotDependOnTheLayoutOrTheThreadCount) {
+  const int threads = torch::get_num_threads();
+  for (const auto& config : allConfigs()) {
+    const auto one = oddShapes(21);
+    const auto many = clones(one);
+    torch::set_num_threads(1);
+    auto a = makeOptimizer(config, one);
+    train(*a, one, 5, 22);
+    torch::set_num_threads(2);
+    auto flat = std::make_shared<FlatParameters>(many, layoutOf(many, 4096, 1024));
+    ASSERT_GE(flat->buckets().size(), 3u);
+    auto b = makeFlatOptimizer(config, flat);
+    train(*b, many, 5, 22);
+    EXPECT_EQ(differingElements(one, many), 0) << config.name;
+    for (const auto& [key, tensor] : a->exportState().tensors) {
+      EXPECT_TRUE(torch::equal(tensor, b->exportState().tensors.at(key))) << key;
+    }
+  }
+  torch::set_num_threads(threads);
+}
+
+// The state leaves as one tensor per parameter and slot, with torch.optim's names and the
+// parameter's shape, and comes back bit for bit.
+TEST(FlatOptimizerTest, ExportedStateHasPerParameterKeysAndImportsExactly) {
+  for (const auto& config : {sgdConfig(), adamwConfig()}) {
+    const auto params = oddShapes(31);
+    auto opt = makeOptimizer(config, params);
+    EXPECT_TRUE(opt->exportState().tensors.empty()) << "no state before the first step";
+    train(*opt, params, 3, 32);
+    const OptimizerState saved = opt->exportState();
+    const std::vector<std::string> slots = config.name == "sgd"
+                                               ? std::vector<std::string>{"momentum_buffer"}
+                                               : std::vector<std::string>{"exp_avg", "exp_avg_sq"};
+    ASSERT_EQ(saved.tensors.size(), params.size() * slots.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      for (const auto& slot : slots) {
+        const torch::Tensor& t = saved.tensors.at(std::to_string(i) + "." + slot);
+        EXPECT_EQ(t.sizes(), params[i].sizes());
+        EXPECT_TRUE(t.is_contiguous());
+        EXPECT_EQ(t.storage().nbytes(), static_cast<size_t>(t.nbytes())) << "a copy, not a view";
+      }
+    }
+    const auto other = clones(params);
+    auto resumed = makeFlatOptimizer(
+        config, std::make_shared<FlatParameters>(other, layoutOf(other, 2048, 512)));
+    resumed->importState(saved);
+    EXPECT_EQ(resumed->stepCount(), 3);
+    const OptimizerState again = resumed->exportState();
+    ASSERT_EQ(again.tensors.size(), saved.tensors.size());
+    for (const auto& [key, tensor] : saved.tensors) {
+      EXPECT_TRUE(torch::equal(tensor, again.tensors.at(key))) << key;
+    }
+    train(*opt, params, 2, 33);
+    train(*resumed, other, 2, 33);
+    EXPECT_EQ(differingElements(params, other), 0) << config.name;
+  }
+}
+
+// An imported state that covers some parameters only: those continue, the others start afresh
+// (SGD: their buffer becomes their first d), as in the per-tensor implementation.
+TEST(FlatOptimizerTest, PartialStateContinuesLikeThePerTensorImplementation) {
+  const auto params = oddShapes(41);
+  const auto reference_params = clones(params);
+  torch::manual_seed(42);
+  OptimizerState state{
+      "sgd",
+      4,
+      {{"1.momentum_buffer", torch::randn({1000})}, {"3.momentum_buffer", torch::randn({64, 33})}}};
+  auto flat = makeOptimizer(sgdConfig(), params);
+  auto reference = makePerTensorOptimizer(sgdConfig(), reference_params);
+  flat->importState(state);
+  reference->importState(state);
+  EXPECT_EQ(flat->exportState().tensors.size(), 2u);
+  train(*flat, params, 3, 43);
+  train(*reference, reference_params, 3, 43);
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(params[i], reference_params[i], 1e-5, 1e-6)) << i;
+  }
+  EXPECT_EQ(flat->exportState().tensors.size(), 4u);
+}
+
+TEST(FlatOptimizerTest, ImportRejectsAnUnknownSlotAndChangesNothing) {
+  const auto params = oddShapes(51);
+  auto opt = makeOptimizer(adamwConfig(), params);
+  train(*opt, params, 1, 52);
+  const OptimizerState before = opt->exportState();
+  OptimizerState state{
+      "adamw", 9, {{"0.exp_avg", torch::zeros({37, 5})}, {"2.momentum_buffer", torch::zeros({3})}}};
+  try {
+    opt->importState(state);
+    FAIL() << "expected an exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "optimizer state: \"2.momentum_buffer\" is not a slot of adamw");
+  }
+  EXPECT_EQ(opt->stepCount(), 1);
+  for (const auto& [key, tensor] : opt->exportState().tensors) {
+    EXPECT_TRUE(torch::equal(tensor, before.tensors.at(key))) << key;
+  }
+}
+
+TEST(FlatOptimizerTest, ClipGradNormOverFlatGradientsMatchesThePerTensorOne) {
+  const auto a = param({0, 0});
+  const auto b = param({0});
+  FlatParameters flat({a, b}, layoutOf({a, b}, 4, 4));
+  flat.zeroGrads();
+  a.grad().copy_(torch::tensor({3.0f, 4.0f}));
+  b.grad().fill_(12.0f);
+  EXPECT_EQ(clipGradNorm(flat, 20.0), 13.0);
+  expectValues(a.grad(), {3, 4}, 0, "unclipped");
+  EXPECT_EQ(clipGradNorm(flat, 6.5), 13.0);
+  expectValues(a.grad(), {1.5, 2}, 1e-6, "clipped a");
+  expectValues(b.grad(), {6}, 1e-6, "clipped b");
+  // A replaced gradient is clipped where it is.
+  b.mutable_grad() = torch::tensor({12.0f});
+  EXPECT_NEAR(clipGradNorm(flat, 6.5), std::sqrt(1.5 * 1.5 + 2 * 2 + 144), 1e-5);
+  EXPECT_LT(b.grad().item<float>(), 12.0f);
+}
+
 }  // namespace
 }  // namespace cumulus::trainer
