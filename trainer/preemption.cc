@@ -57,6 +57,7 @@ uint64_t checkpointSignalsReceived() { return g_sigusr1.load(std::memory_order_r
 
 bool sigtermReceived() { return g_sigterm.load(std::memory_order_relaxed); }
 void resetSigtermForTesting() { g_sigterm.store(false); }
+void resetCheckpointSignalsForTesting() { g_sigusr1.store(0); }
 
 PreemptionWatcher::PreemptionWatcher(AgreeMax agree, PreemptionOptions options)
     : agree_(std::move(agree)), options_(std::move(options)) {

@@ -59,6 +59,8 @@ void resetSigtermForTesting();
 void installCheckpointSignalHandler();
 // SIGUSR1s received since installCheckpointSignalHandler().
 uint64_t checkpointSignalsReceived();
+// Forget the SIGUSR1s received so far (tests raise them in a process that goes on).
+void resetCheckpointSignalsForTesting();
 
 struct PreemptionOptions {
   double grace_seconds =
