@@ -75,6 +75,13 @@ RunResult Trainer::Impl::run() {
     }
   }
   recorder_->stepsEnded();
+  if (start_step_ >= total_steps_) {
+    // Resumed from the last step's checkpoint: nothing to train, but the results are still the
+    // model's, not zeros.
+    recorder_->note("the run was already complete at step " + std::to_string(total_steps_) +
+                    ": evaluating the checkpoint's model only");
+    eval = evaluateAt(total_steps_, batches_->position().epoch + 1);
+  }
   checkpoints_->waitForPending();
   reportSaves();
   const int64_t ran = (result.preempted ? result.steps : total_steps_) - start_step_;

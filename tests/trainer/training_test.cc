@@ -415,5 +415,36 @@ TEST(TrainingTest, EvaluatesAtEachEpochEndByDefault) {
   EXPECT_EQ(evals[2].rfind("{\"type\":\"eval\",\"step\":20,\"epoch\":3,", 0), 0u) << evals[2];
 }
 
+// Launching again a run that finished (its last step checkpointed) trains nothing, and reports
+// the checkpoint's model, not zeros.
+TEST(TrainingTest, AResumedFinishedRunReportsTheModelItRestored) {
+  TempDir dir;
+  auto e = smallExperiment(dir.str());
+  e.trainer.max_steps = 12;
+  e.checkpoint.every_steps = 6;
+  e.checkpoint.async = false;
+  TrainerOptions first_options;
+  first_options.resume = "none";
+  Trainer first(e, RunEnv{}, first_options);
+  const RunResult done = first.run();
+  ASSERT_TRUE(done.test_accuracy.has_value());
+
+  std::ostringstream console;
+  TrainerOptions again_options;
+  again_options.resume = "auto";
+  again_options.console = &console;
+  Trainer again(e, RunEnv{}, again_options);
+  const RunResult result = again.run();
+  EXPECT_EQ(result.first_step, 12);
+  EXPECT_TRUE(result.step_losses.empty());
+  EXPECT_EQ(result.test_loss, done.test_loss);
+  EXPECT_EQ(result.test_accuracy, done.test_accuracy);
+  EXPECT_EQ(result.parameter_digest, done.parameter_digest);
+  EXPECT_NE(console.str().find("the run was already complete at step 12: evaluating the "
+                               "checkpoint's model only"),
+            std::string::npos)
+      << console.str();
+}
+
 }  // namespace
 }  // namespace cumulus::trainer
