@@ -9,12 +9,16 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "data/npy.h"
+#include "data/sampler.h"
 #include "tests/trainer/process_runner.h"
+#include "trainer/resume.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -189,6 +193,45 @@ TEST_F(UserModelsTest, ByteLanguageModelLearnsWithCrossEntropyAndReportsTokenAcc
   EXPECT_LE(accuracy, 1.0);
   EXPECT_NE(whole.output.find("test_accuracy "), std::string::npos) << whole.output;
   EXPECT_NE(whole.output.find("test accuracy "), std::string::npos) << whole.output;
+}
+
+// 2 workers stopped mid-epoch, resumed by 1, on a token stream: windows are re-sharded as IDX
+// samples are, so the steps that made the final model consumed every window of every epoch's
+// global batches exactly once.
+TEST_F(UserModelsTest, TokenWindowsReshardFromTwoWorkersToOne) {
+  const std::string ledger = (dir_ / "ledger").string();
+  Args stopped = {kTrainFaults, "--fault-sigterm-at-step", "7:1", "--sample-ledger", ledger, "--"};
+  const Args first_worker = train("lm.yaml", "x");
+  stopped.insert(stopped.end(), first_worker.begin() + 1, first_worker.end());
+  const ProcessResult first = runProcess(group(stopped));
+  ASSERT_EQ(first.exit_code, 75) << first.output;
+
+  Args alone = {kTrainFaults, "--sample-ledger", ledger, "--"};
+  const Args second_worker = train("lm.yaml", "x", {"--resume", "auto"});
+  alone.insert(alone.end(), second_worker.begin() + 1, second_worker.end());
+  const ProcessResult second = runProcess(alone, kAlone);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("world size 2 -> 1: re-sharding each global batch of 32"),
+            std::string::npos)
+      << second.output;
+
+  SampleLedger book;
+  for (const char* suffix : {".rank0", ".rank1"}) book.readFile(ledger + suffix);
+  book.dropReplayedSteps();
+  EXPECT_EQ(book.epochs(), (std::set<int64_t>{0, 1, 2}));
+  // Each epoch's windows: its full global batches of the (seed 0, epoch) permutation.
+  const auto windows = data::TokenExamples::open(fixture("text_train.npy"), 16);
+  data::DistributedSampler sampler(windows->size(), 32, /*seed=*/0, /*shuffle=*/true,
+                                   /*drop_last=*/true);
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    std::set<int64_t> expected;
+    for (int64_t k = 0; k < sampler.stepsPerEpoch(); ++k, sampler.advance()) {
+      for (const int64_t i : sampler.globalBatch()) expected.insert(i);
+    }
+    ASSERT_EQ(expected.size(), 18u * 32) << "epoch " << epoch;
+    const auto problems = book.checkEpoch(epoch, expected);
+    EXPECT_TRUE(problems.empty()) << problems.size() << " problems, first: " << problems[0];
+  }
 }
 
 // loss.name module: the module's forward(x, y) returns its mean squared error. It starts from the
