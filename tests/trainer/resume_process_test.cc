@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "tests/trainer/process_runner.h"
+#include "tests/trainer/worker_commands.h"
 #include "trainer/resume.h"
 
 namespace cumulus::trainer {
@@ -26,36 +27,19 @@ namespace fs = std::filesystem;
 using cumulus::testing::lastAfter;
 using cumulus::testing::ProcessResult;
 using cumulus::testing::runProcess;
-using Env = std::vector<std::pair<std::string, std::string>>;
+using cumulus::testing::digestOf;
+using cumulus::testing::Env;
+using cumulus::testing::withFaults;
 
-const std::string kTrain = CUMULUS_BINARY_DIR "/bin/cumulus-train";
-const std::string kRun = CUMULUS_BINARY_DIR "/bin/cumulus-run";
-const std::string kTrainFaults = CUMULUS_BINARY_DIR "/bin/cumulus-train-faults";
+const std::string& kTrain = cumulus::testing::kTrainBinary;
 
-// The same worker command run by cumulus-train-faults with `faults` (its flags) installed.
-std::vector<std::string> withFaults(std::vector<std::string> faults,
-                                    const std::vector<std::string>& train_argv) {
-  std::vector<std::string> argv = {kTrainFaults};
-  for (auto& f : faults) argv.push_back(std::move(f));
-  argv.push_back("--");
-  argv.insert(argv.end(), train_argv.begin() + 1, train_argv.end());
-  return argv;
-}
 std::vector<std::string> sigtermAt(const std::string& step,
                                    const std::vector<std::string>& train_argv) {
   return withFaults({"--fault-sigterm-at-step", step}, train_argv);
 }
 
 // The environment of a worker started by hand (the test itself may run under a launcher).
-Env alone(Env extra = {}) {
-  Env env = {{"WORLD_SIZE", ""},           {"RANK", ""},
-             {"LOCAL_RANK", ""},           {"LOCAL_WORLD_SIZE", ""},
-             {"CUMULUS_RUN_ID", ""},       {"MASTER_ADDR", ""},
-             {"MASTER_PORT", ""},          {"CUMULUS_GENERATION", ""},
-             {"CUMULUS_RESTART_COUNT", ""}};
-  for (auto& e : extra) env.push_back(std::move(e));
-  return env;
-}
+Env alone(Env extra = {}) { return cumulus::testing::aloneEnv(std::move(extra)); }
 
 class ResumeProcessTest : public ::testing::Test {
  protected:
@@ -82,20 +66,8 @@ class ResumeProcessTest : public ::testing::Test {
   }
   std::vector<std::string> group(int workers, std::vector<std::string> train_argv,
                                  std::vector<std::string> launch_flags = {}) {
-    std::vector<std::string> argv = {
-        kRun, "--standalone", "--nproc-per-node=" + std::to_string(workers),
-        "--log-dir=" + (dir_ / "logs").string(), "--monitor-interval=0.02"};
-    for (auto& f : launch_flags) argv.push_back(std::move(f));
-    argv.push_back("--");
-    for (auto& a : train_argv) argv.push_back(std::move(a));
-    return argv;
-  }
-
-  std::string digestOf(const ProcessResult& r) {
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    const std::string digest = lastAfter(r.output, "final parameters sha256 ");
-    EXPECT_EQ(digest.size(), 64u) << r.output;
-    return digest;
+    return cumulus::testing::groupOf(workers, (dir_ / "logs").string(), std::move(train_argv),
+                                     std::move(launch_flags));
   }
 
   std::string ckpt(const std::string& run, int step) {

@@ -18,6 +18,7 @@
 #include "data/npy.h"
 #include "data/sampler.h"
 #include "tests/trainer/process_runner.h"
+#include "tests/trainer/worker_commands.h"
 #include "trainer/resume.h"
 
 namespace cumulus::trainer {
@@ -27,20 +28,16 @@ namespace fs = std::filesystem;
 using cumulus::testing::lastAfter;
 using cumulus::testing::ProcessResult;
 using cumulus::testing::runProcess;
-using Env = std::vector<std::pair<std::string, std::string>>;
-using Args = std::vector<std::string>;
+using cumulus::testing::Args;
+using cumulus::testing::digestOf;
+using cumulus::testing::Env;
+using cumulus::testing::withFaults;
 
-const std::string kTrain = CUMULUS_BINARY_DIR "/bin/cumulus-train";
-const std::string kRun = CUMULUS_BINARY_DIR "/bin/cumulus-run";
-const std::string kTrainFaults = CUMULUS_BINARY_DIR "/bin/cumulus-train-faults";
+const std::string& kTrain = cumulus::testing::kTrainBinary;
 const std::string kPython = "/usr/bin/python3";
 
 // A worker started by hand (the test itself may run under a launcher).
-const Env kAlone = {{"WORLD_SIZE", ""},           {"RANK", ""},
-                    {"LOCAL_RANK", ""},           {"LOCAL_WORLD_SIZE", ""},
-                    {"CUMULUS_RUN_ID", ""},       {"MASTER_ADDR", ""},
-                    {"MASTER_PORT", ""},          {"CUMULUS_GENERATION", ""},
-                    {"CUMULUS_RESTART_COUNT", ""}};
+const Env kAlone = cumulus::testing::aloneEnv();
 
 std::vector<nlohmann::json> records(const fs::path& metrics, const std::string& type) {
   std::vector<nlohmann::json> out;
@@ -110,28 +107,13 @@ class UserModelsTest : public ::testing::Test {
     for (auto& e : extra) argv.push_back(std::move(e));
     return argv;
   }
+  // Two workers under cumulus-run.
   Args group(Args train_argv) const {
-    Args argv = {kRun,
-                 "--standalone",
-                 "--nproc-per-node=2",
-                 "--log-dir=" + (dir_ / "logs").string(),
-                 "--monitor-interval=0.02",
-                 "--"};
-    for (auto& a : train_argv) argv.push_back(std::move(a));
-    return argv;
+    return cumulus::testing::groupOf(2, (dir_ / "logs").string(), std::move(train_argv));
   }
   // The worker command run by cumulus-train-faults, raising SIGTERM at rank 1 after `step`.
   static Args stoppedAt(const std::string& step, const Args& train_argv) {
-    Args argv = {kTrainFaults, "--fault-sigterm-at-step", step + ":1", "--"};
-    argv.insert(argv.end(), train_argv.begin() + 1, train_argv.end());
-    return argv;
-  }
-
-  static std::string digestOf(const ProcessResult& r) {
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    const std::string digest = lastAfter(r.output, "final parameters sha256 ");
-    EXPECT_EQ(digest.size(), 64u) << r.output;
-    return digest;
+    return withFaults({"--fault-sigterm-at-step", step + ":1"}, train_argv);
   }
 
   // 2 workers to the end; then 2 workers stopped after step `stop` and resumed by 2 more: the
@@ -200,16 +182,12 @@ TEST_F(UserModelsTest, ByteLanguageModelLearnsWithCrossEntropyAndReportsTokenAcc
 // global batches exactly once.
 TEST_F(UserModelsTest, TokenWindowsReshardFromTwoWorkersToOne) {
   const std::string ledger = (dir_ / "ledger").string();
-  Args stopped = {kTrainFaults, "--fault-sigterm-at-step", "7:1", "--sample-ledger", ledger, "--"};
-  const Args first_worker = train("lm.yaml", "x");
-  stopped.insert(stopped.end(), first_worker.begin() + 1, first_worker.end());
-  const ProcessResult first = runProcess(group(stopped));
+  const ProcessResult first = runProcess(group(withFaults(
+      {"--fault-sigterm-at-step", "7:1", "--sample-ledger", ledger}, train("lm.yaml", "x"))));
   ASSERT_EQ(first.exit_code, 75) << first.output;
-
-  Args alone = {kTrainFaults, "--sample-ledger", ledger, "--"};
-  const Args second_worker = train("lm.yaml", "x", {"--resume", "auto"});
-  alone.insert(alone.end(), second_worker.begin() + 1, second_worker.end());
-  const ProcessResult second = runProcess(alone, kAlone);
+  const ProcessResult second = runProcess(
+      withFaults({"--sample-ledger", ledger}, train("lm.yaml", "x", {"--resume", "auto"})),
+      kAlone);
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("world size 2 -> 1: re-sharding each global batch of 32"),
             std::string::npos)
