@@ -180,7 +180,7 @@ TEST_F(Multihost, ThreeHostJobBindsEachHostsAddressAndSumsExactly) {
   EXPECT_LT(seconds, 30.0);
 }
 
-// Node loss: every process of host 2 is killed mid-collective. The survivors' workers raise a
+// Node loss: every process of host 2 is killed mid-collective. A survivor's worker raises a
 // typed communication error naming the lost peer, and their agents give up (no restarts left)
 // well within the collective timeout.
 TEST_F(Multihost, NodeLossFailsSurvivorsWithTypedErrorNamingThePeer) {
@@ -198,16 +198,17 @@ TEST_F(Multihost, NodeLossFailsSurvivorsWithTypedErrorNamingThePeer) {
     EXPECT_EQ(rc(i), 1) << "host " << i << ":\n" << log(i);
     EXPECT_NE(log(i).find("giving up"), std::string::npos) << log(i);
   }
-  // Each survivor's worker failed with the communicator's typed error (op, sequence number, peer),
-  // and at least one of them names the lost rank 2 (the other may see its neighbour stop first).
+  // The first survivor to notice fails with the communicator's typed error (op, sequence number,
+  // peer) naming the lost rank 2. The other survivor's worker may fail the same way, or be stopped
+  // by its agent first when the group's failure reaches the agent before the worker notices.
   const fs::path gen0 = dir_ / "logs" / "mh" / "gen0";
   const std::string survivors = readFile(gen0 / "rank0.log") + readFile(gen0 / "rank1.log");
   const std::regex typed(
       "cumulus-allreduce-probe: error: (allreduce|barrier) seq [0-9]+ with rank [0-9]");
-  EXPECT_EQ(std::distance(std::sregex_iterator(survivors.begin(), survivors.end(), typed),
-                          std::sregex_iterator()),
-            2)
-      << survivors;
+  const auto typed_errors = std::distance(
+      std::sregex_iterator(survivors.begin(), survivors.end(), typed), std::sregex_iterator());
+  EXPECT_GE(typed_errors, 1) << survivors;
+  EXPECT_LE(typed_errors, 2) << survivors;
   EXPECT_NE(survivors.find("with rank 2: peer closed"), std::string::npos) << survivors;
   EXPECT_LT(seconds, 20.0);
 }
