@@ -1,5 +1,7 @@
 #include "base/command_line.h"
 
+#include "cumulus/version.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -178,6 +180,7 @@ std::string describe(const CLI::App& app, const CLI::ParseError& error) {
 void setUpCommandLine(CLI::App& app, const std::string& exit_codes, const std::string& notes) {
   app.option_defaults()->group("Flags");
   app.set_help_flag("-h,--help", "print this help and exit");
+  app.set_version_flag("--version", app.get_name() + " " + version(), "print the version and exit");
   auto formatter = std::make_shared<WrappingFormatter>();
   formatter->column_width(kNameColumn);
   formatter->label("OPTIONS", "FLAGS");
@@ -193,6 +196,9 @@ bool parseCommandLine(CLI::App& app, std::vector<std::string> args, std::ostream
     app.parse(args);
     return true;
   } catch (const CLI::CallForHelp&) {
+  } catch (const CLI::CallForVersion& e) {
+    help_out << e.what() << "\n";
+    return false;
   } catch (const CLI::ParseError& e) {
     // CLI11 checks the values before it looks for --help; --help wins.
     if (!helpAsked(app)) throw UsageError(describe(app, e));

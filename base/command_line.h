@@ -54,7 +54,8 @@ void setUpCommandLine(CLI::App& app, const std::string& exit_codes = kCommonExit
                       const std::string& notes = "");
 
 // Parses `args` (without the program name) into the variables the options are bound to. Returns
-// false after writing the help to `help_out` when -h/--help was given: the caller exits 0.
+// false after writing the help to `help_out` when -h/--help was given, or "NAME X.Y.Z" for
+// --version (every binary has it; the version is set once, in CMakeLists.txt): the caller exits 0.
 // Throws UsageError for any mistake ("missing COMMAND: a or b" for an app whose subcommands are
 // required).
 bool parseCommandLine(CLI::App& app, std::vector<std::string> args,

@@ -1,22 +1,22 @@
 #include "comm/error.h"
 
-namespace cumulus::comm {
+namespace cumulus {
 
-const char* errorKindName(ErrorKind kind) {
+const char* errorKindName(CommErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kTimeout:
+    case CommErrorKind::kTimeout:
       return "timeout";
-    case ErrorKind::kPeerClosed:
+    case CommErrorKind::kPeerClosed:
       return "peer closed";
-    case ErrorKind::kBadFrame:
+    case CommErrorKind::kBadFrame:
       return "bad frame";
-    case ErrorKind::kRendezvous:
+    case CommErrorKind::kRendezvous:
       return "rendezvous";
-    case ErrorKind::kUnauthorized:
+    case CommErrorKind::kUnauthorized:
       return "unauthorized";
-    case ErrorKind::kStore:
+    case CommErrorKind::kStore:
       return "store";
-    case ErrorKind::kInvalid:
+    case CommErrorKind::kInvalid:
       return "invalid";
   }
   return "unknown";
@@ -25,7 +25,7 @@ const char* errorKindName(ErrorKind kind) {
 namespace {
 
 // "allreduce seq 7 with rank 3: timeout: <detail>"; the parts that do not apply are left out.
-std::string formatMessage(ErrorKind kind, const std::string& op, uint64_t seq, int peer,
+std::string formatMessage(CommErrorKind kind, const std::string& op, uint64_t seq, int peer,
                           const std::string& detail) {
   std::string text = op.empty() ? std::string("comm") : op;
   text += " seq " + std::to_string(seq);
@@ -38,13 +38,17 @@ std::string formatMessage(ErrorKind kind, const std::string& op, uint64_t seq, i
 
 }  // namespace
 
-CommError::CommError(ErrorKind kind, std::string op, uint64_t seq, int peer,
+CommError::CommError(CommErrorKind kind, std::string op, uint64_t seq, int peer,
                      const std::string& detail)
     : std::runtime_error(formatMessage(kind, op, seq, peer, detail)),
       kind_(kind),
       op_(std::move(op)),
       seq_(seq),
       peer_(peer) {}
+
+}  // namespace cumulus
+
+namespace cumulus::comm {
 
 void Status::raise(std::string op, uint64_t seq, int peer, const std::string& context) const {
   assert(failed_ && "raise() of an ok Status");

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace cumulus::data {
+namespace cumulus {
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t global_batch_size,
                                        uint64_t seed, bool shuffle, bool drop_last)
@@ -100,11 +100,11 @@ void DistributedSampler::buildPermutation() {
   perm_.resize(static_cast<size_t>(size_));
   std::iota(perm_.begin(), perm_.end(), int64_t{0});
   if (!shuffle_) return;
-  SplitMix64 rng(streamKey(seed_, static_cast<uint64_t>(state_.epoch)));
+  data::SplitMix64 rng(data::streamKey(seed_, static_cast<uint64_t>(state_.epoch)));
   for (int64_t i = size_ - 1; i > 0; --i) {
     const auto j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1));
     std::swap(perm_[i], perm_[j]);
   }
 }
 
-}  // namespace cumulus::data
+}  // namespace cumulus

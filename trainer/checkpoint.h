@@ -31,42 +31,19 @@
 #include <vector>
 
 #include "base/annotated_mutex.h"
+#include "cumulus/checkpoint.h"
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/checkpoint_snapshot.h"
 #include "trainer/file_system.h"
 
 namespace cumulus::trainer {
 
-// A checkpoint that failed verification or an oddity worth a log line; the caller logs these.
-struct CheckpointWarning {
-  std::string path;
-  std::string reason;
-  std::string str() const { return path + ": " + reason; }
-};
-
-struct CheckpointInfo {
-  std::string path;  // <dir>/step-00001200
-  uint64_t step = 0;
-};
-
-struct SaveResult {
-  std::string path;  // the committed directory
-  uint64_t step = 0;
-  uint64_t bytes = 0;                       // all files, MANIFEST included
-  double encode_seconds = 0;                // pickling and serializing
-  double write_seconds = 0;                 // hashing, writing, fsync, rename
-  double retention_seconds = 0;             // verifying and removing older checkpoints
-  std::vector<CheckpointWarning> warnings;  // from retention: failed removals, invalid dirs kept
-};
-
-// A save that did not commit. what() names the checkpoint path and the cause, with errno text for
-// a file system failure ("/ckpt/step-00000100.tmp/model.pt: write: No space left on device").
-class CheckpointError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-inline constexpr std::chrono::milliseconds kDefaultCheckpointWait = std::chrono::minutes(10);
+// The value types are public API (<cumulus/checkpoint.h>, where they are documented).
+using cumulus::CheckpointError;
+using cumulus::CheckpointInfo;
+using cumulus::CheckpointWarning;
+using cumulus::kDefaultCheckpointWait;
+using cumulus::SaveResult;
 
 class CheckpointManager {
  public:

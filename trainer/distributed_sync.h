@@ -69,13 +69,7 @@ struct DistributedSyncOptions {
   static DistributedSyncOptions fromConfig(const configs::CommConfig& config);
 };
 
-// What the last finish() saw.
-struct SyncStepStats {
-  double comm_wait_seconds = 0;     // time blocked in finish(): launching the rest, then waiting
-  size_t launched_in_backward = 0;  // buckets launched from hooks (overlapped with backward)
-  size_t buckets = 0;
-  size_t bytes = 0;
-};
+using cumulus::SyncStepStats;  // public API: <cumulus/data_parallel.h>
 
 class DistributedGradientSync final : public GradientSync {
  public:

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
-namespace cumulus::trainer {
+namespace cumulus {
 namespace {
 
 // The signal handler can only reach process-wide state; lock-free atomics are async-signal-safe.
@@ -148,4 +148,4 @@ void PreemptionWatcher::watchdogLoop() {
   }
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus

@@ -33,10 +33,7 @@ class StoreClient;
 
 namespace cumulus::trainer {
 
-class GroupError : public base::UserError {
- public:
-  using base::UserError::UserError;
-};
+using cumulus::GroupError;  // public API: <cumulus/errors.h>
 
 // The launcher's variables for a worker of a group (base::RunEnv::fromGroupEnvironment: RANK,
 // WORLD_SIZE, MASTER_ADDR and MASTER_PORT are required). Throws GroupError naming the variable

@@ -72,6 +72,11 @@
 #include "configs/experiment.h"
 #include "trainer/run_env.h"
 
+namespace cumulus {
+class GradientSync;   // <cumulus/data_parallel.h>
+class StopAgreement;  // <cumulus/preemption.h>
+}  // namespace cumulus
+
 namespace cumulus::models {
 class Model;
 }
@@ -81,11 +86,9 @@ namespace cumulus::trainer {
 class BatchSource;
 class CheckpointPolicy;
 class Evaluator;
-class GradientSync;
 class MetricsRecorder;
 class ProcessGroup;
 class StartupProfile;
-class StopAgreement;
 class TraceRecorder;
 
 // How a caller picks one of the step loop's parts (TrainerOptions): called once while the Trainer

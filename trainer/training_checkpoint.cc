@@ -10,6 +10,7 @@
 #include "base/hash.h"
 #include "configs/digest.h"
 #include "configs/parse.h"
+#include "cumulus/version.h"
 #include "models/model.h"
 #include "trainer/optimizer.h"
 #include "trainer/resume.h"
@@ -51,7 +52,7 @@ CheckpointSnapshot captureSnapshot(models::Model& model, const Optimizer& optimi
   s.set_config_digest(configs::configDigest(config));
   s.set_world_size(static_cast<uint32_t>(env.world_size));
   s.set_global_batch(static_cast<uint64_t>(config.trainer.global_batch_size));
-  s.set_framework_version("cumulus 0.1, libtorch " TORCH_VERSION);
+  s.set_framework_version(std::string("cumulus ") + version() + ", libtorch " TORCH_VERSION);
   s.set_format_version(kCheckpointFormatVersion);
   s.set_config_yaml(configs::toYaml(config));
   s.set_model(config.model.name);

@@ -1,0 +1,20 @@
+#pragma once
+// <cumulus/cumulus.h>: all of Cumulus's public C++ API. See docs/library.md for a tour.
+//
+//   cumulus/version.h        the version (CUMULUS_VERSION_STRING, cumulus::version())
+//   cumulus/errors.h         UserError, GroupError, CommError, CheckpointError; exit codes
+//   cumulus/process_group.h  ProcessGroup from the torchrun environment; collectives on tensors
+//   cumulus/data_parallel.h  DataParallel: bucketed gradient all-reduce overlapped with backward
+//   cumulus/sampler.h        DistributedSampler: global batches, sharded, resumable by cursor
+//   cumulus/checkpoint.h     Checkpoints: atomic, verified, newest valid found by scan
+//   cumulus/preemption.h     PreemptionWatcher: "stop after this step?", agreed by all ranks
+//
+// Link with Cumulus::cumulus (CMake: find_package(Cumulus REQUIRED)) or `pkg-config cumulus`.
+
+#include "cumulus/checkpoint.h"
+#include "cumulus/data_parallel.h"
+#include "cumulus/errors.h"
+#include "cumulus/preemption.h"
+#include "cumulus/process_group.h"
+#include "cumulus/sampler.h"
+#include "cumulus/version.h"

@@ -1,0 +1,130 @@
+#pragma once
+// <cumulus/data_parallel.h>: data-parallel gradient sync, as PyTorch DDP: every rank's gradients
+// become their sum over the group, reduced in buckets from autograd hooks while backward runs.
+//
+//   auto group = cumulus::ProcessGroup::fromEnvironment();
+//   cumulus::DataParallel sync(*group);
+//   sync.attach(net->parameters());        // rank 0's values everywhere; buckets laid out
+//   for (...) {
+//     optimizer.zero_grad();
+//     torch::Tensor loss = lossSum(net->forward(x), y) / global_batch;   // see below
+//     sync.backward(loss);                 // backward + all-reduce; every .grad() is the sum
+//     optimizer.step();
+//   }
+//
+// The sum, not the mean: the sync is a plain SUM over ranks and never divides by the world size.
+// Scale each rank's loss so that the sum over ranks is what you want: with a global batch of B
+// samples split over the ranks, loss = (sum over this rank's samples of each sample's loss) / B
+// gives exactly the gradient of the mean over the global batch, whatever the world size, an uneven
+// split or gradient accumulation.
+//
+// GradientSync is the seam; its call order per optimizer step with k micro-batches:
+//   for i in 0..k-1: beforeBackward(i == k-1); loss.backward(); afterBackward(i == k-1);
+//   finish();  // now every .grad() holds the sum over all ranks
+// `last` is true only for the micro-batch whose backward completes the local gradient:
+// communication starts only then (earlier micro-batches accumulate locally). A rank whose share
+// of a micro-batch is empty skips loss.backward() but still makes both calls; finish() then
+// reduces the gradients no hook handed over (zeros, or earlier micro-batches' sums). backward(loss)
+// is the whole sequence for k = 1.
+//
+// DataParallel, the implementation over a ProcessGroup:
+//   - attach(params) checks that every rank has the same parameter list (shapes and dtypes; a
+//     mismatch throws std::invalid_argument on every rank, naming the first rank that differs),
+//     broadcasts rank 0's values so all replicas start identical, and lays the gradients out in
+//     flat buckets in reverse registration order (bucket_cap_mb, and a small first bucket of
+//     first_bucket_mb so communication starts early). Each .grad() becomes a view into its bucket,
+//     so backward accumulates straight into it and it is reduced in place: zero gradients in place
+//     (optimizer.zero_grad() with set_to_none=false, or .grad().zero_()). A gradient the program
+//     replaced is noticed and copied in and out instead, so results never depend on it.
+//   - During the last micro-batch's backward each bucket is launched as soon as all its
+//     gradients are ready and the buckets before it were launched; finish() launches the rest and
+//     waits for all. The order is the same on every rank, and so are the results, bit for bit,
+//     for a fixed algorithm and world size.
+//   - In a group of one every call returns at once.
+// Failure: a collective that fails or times out makes finish() (or attach()) throw its
+// CommError (op, sequence number, peer); the group is broken afterwards. A gradient that arrives
+// after its bucket was launched (a second backward in the last micro-batch) makes finish() throw
+// std::logic_error.
+// Thread-safety: call the methods from the training thread; the hooks run on whichever thread
+// runs backward, and are locked internally.
+
+#include <torch/types.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cumulus/errors.h"
+
+namespace cumulus {
+
+class ProcessGroup;
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  // Once, before the first step; a blocking collective in a group.
+  virtual void attach(const std::vector<torch::Tensor>& params) = 0;
+  virtual void beforeBackward(bool last) = 0;
+  virtual void afterBackward(bool last) = 0;
+  // Blocks until every gradient holds the global sum; throws CommError if the group fails.
+  virtual void finish() = 0;
+
+  // One micro-batch that completes the step: beforeBackward(true), loss.backward(),
+  // afterBackward(true), finish().
+  void backward(const torch::Tensor& loss);
+};
+
+// A world of one: the local gradient already is the global sum.
+class LocalGradientSync final : public GradientSync {
+ public:
+  void attach(const std::vector<torch::Tensor>&) override {}
+  void beforeBackward(bool) override {}
+  void afterBackward(bool) override {}
+  void finish() override {}
+};
+
+struct DataParallelOptions {
+  std::string algorithm;         // "funnel", "tree", "ring", "hierarchical", "auto"; empty: the
+                                 // group's GroupOptions::algorithm
+  double bucket_cap_mb = 25.0;   // the largest bucket (> 0)
+  double first_bucket_mb = 1.0;  // the first bucket launched in backward (> 0)
+  double timeout_seconds = 0;    // attach's collectives and each bucket's wait; 0: the group's
+};
+
+// What the last finish() saw.
+struct SyncStepStats {
+  double comm_wait_seconds = 0;     // time blocked in finish(): launching the rest, then waiting
+  size_t launched_in_backward = 0;  // buckets launched from hooks (overlapped with backward)
+  size_t buckets = 0;
+  size_t bytes = 0;
+};
+
+class DataParallel final : public GradientSync {
+ public:
+  // `group` must outlive this object. Throws GroupError naming a bad option.
+  explicit DataParallel(ProcessGroup& group, DataParallelOptions options = {});
+  ~DataParallel() override;
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  void attach(const std::vector<torch::Tensor>& params) override;
+  void beforeBackward(bool last) override;
+  void afterBackward(bool last) override;
+  void finish() override;
+
+  // Copies rank 0's values into every rank's `tensors` (buffers such as batch-norm statistics,
+  // any dtype, any strides) with one broadcast. A collective: every rank passes the same shapes.
+  void broadcast(const std::vector<torch::Tensor>& tensors);
+  SyncStepStats lastStep() const;
+  // The buckets' sizes in bytes, in launch order (after attach).
+  std::vector<size_t> bucketBytes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cumulus

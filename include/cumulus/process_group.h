@@ -1,0 +1,101 @@
+#pragma once
+// <cumulus/process_group.h>: this process's membership in the job, and the collectives on tensors.
+//
+// A program started by cumulus-run (or by hand with the same variables) finds its group in the
+// torchrun environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// plus CUMULUS_RUN_ID, CUMULUS_GENERATION, CUMULUS_RESTART_COUNT, CUMULUS_JOB_TOKEN and, for the
+// funnel algorithm, CUMULUS_PS_ENDPOINT. Without WORLD_SIZE (or with WORLD_SIZE=1) it is a group of
+// one: no Store, no sockets, and every collective returns at once with the one rank's data.
+//
+//   auto group = cumulus::ProcessGroup::fromEnvironment();   // blocks for the rendezvous
+//   torch::Tensor t = torch::ones({4});
+//   group->allreduce(t);                                      // t == world size, on every rank
+//
+// Collectives: every rank calls them in the same order with matching arguments (same shape and
+// dtype; same root; same op). Tensors are CPU tensors of float32, float64, bfloat16, float16, int32
+// or int64; a non-contiguous one is reduced through a contiguous copy and written back. They block
+// until done, or throw CommError naming the operation, its sequence number and the peer within
+// `timeout_seconds` when a peer dies, hangs or lies. After a CommError the group is broken: every
+// later call throws at once. Build a new group (a new generation, which cumulus-run starts) to go
+// on. For a fixed algorithm and world size the order of summation is fixed, so results are
+// bit-identical from run to run.
+//
+// Thread-safety: all methods may be called from any thread; concurrent collectives are
+// serialized, and the cross-rank order is the caller's job.
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cumulus/errors.h"
+
+namespace cumulus {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+
+struct GroupOptions {
+  // The default algorithm of allreduce: "funnel" (through cumulus-run's parameter server), "tree",
+  // "ring", "hierarchical" or "auto" (the cost model's pick for the size, world and hosts).
+  std::string algorithm = "auto";
+  // The deadline of the rendezvous and of every collective, in seconds (> 0).
+  double timeout_seconds = 60.0;
+  // A calibration file written by `cumulus-bench calibrate`; empty: the built-in cost model.
+  std::string cost_model;
+};
+
+// Per-call choices; the defaults are the group's.
+struct CollectiveOptions {
+  ReduceOp op = ReduceOp::kSum;
+  std::string algorithm;         // allreduce only; empty: GroupOptions::algorithm
+  double timeout_seconds = 0;    // 0: GroupOptions::timeout_seconds
+};
+
+class ProcessGroup {
+ public:
+  // Joins the group the environment describes and blocks until every rank is connected (or
+  // options.timeout_seconds pass). Throws GroupError naming a missing or malformed variable
+  // ("RANK=3 must be in [0, WORLD_SIZE=2)") or option ("algorithm: unknown 'rng'; did you mean
+  // 'ring'?"), and CommError (kStore "store HOST:PORT unreachable ...", kRendezvous,
+  // kUnauthorized, kTimeout) when the rendezvous fails.
+  static std::unique_ptr<ProcessGroup> fromEnvironment(const GroupOptions& options = {});
+
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const;
+  int size() const;
+  int localRank() const;       // LOCAL_RANK: this process's index on its host (0 alone)
+  int localSize() const;       // LOCAL_WORLD_SIZE (1 alone)
+  uint64_t generation() const; // CUMULUS_GENERATION: bumped by cumulus-run at every regroup
+  int restartCount() const;    // CUMULUS_RESTART_COUNT
+  std::string runId() const;   // CUMULUS_RUN_ID; empty when not started by cumulus-run
+  bool underLauncher() const;  // CUMULUS_RUN_ID is set
+  const GroupOptions& options() const;
+
+  // In place: every rank ends with the reduction over all ranks (kAvg: the sum / size()).
+  void allreduce(torch::Tensor& tensor, const CollectiveOptions& options = {});
+  // In place: every rank ends with `root`'s values. Throws std::invalid_argument for a bad root.
+  void broadcast(torch::Tensor& tensor, int root = 0, const CollectiveOptions& options = {});
+  // Returns the ranks' tensors stacked: shape {size(), tensor.sizes()...}, row r from rank r.
+  torch::Tensor allgather(const torch::Tensor& tensor, const CollectiveOptions& options = {});
+  // `tensor`'s first dimension must be a multiple of size() (std::invalid_argument otherwise).
+  // Returns this rank's block of the reduction: rows [rank·n/size, (rank+1)·n/size).
+  torch::Tensor reduceScatter(const torch::Tensor& tensor, const CollectiveOptions& options = {});
+  // Returns once every rank has entered it.
+  void barrier(const CollectiveOptions& options = {});
+
+  // For implementations built on the group (DataParallel, PreemptionWatcher): the object that
+  // runs the collectives. Not part of the stable API.
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  explicit ProcessGroup(std::unique_ptr<Impl> impl);
+  friend struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cumulus
