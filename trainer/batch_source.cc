@@ -5,7 +5,7 @@
 namespace cumulus::trainer {
 
 SamplerBatchSource::SamplerBatchSource(std::shared_ptr<const data::Examples> train,
-                                       data::DistributedSampler sampler, int64_t rank,
+                                       DistributedSampler sampler, int64_t rank,
                                        int64_t world_size)
     : train_(std::move(train)),
       sampler_(std::move(sampler)),

@@ -33,30 +33,30 @@ class BatchSource {
  public:
   virtual ~BatchSource() = default;
   virtual int64_t stepsPerEpoch() const = 0;
-  virtual data::SamplerState position() const = 0;
+  virtual SamplerState position() const = 0;
   // Throws std::invalid_argument (leaving the position) for a position the source cannot take.
-  virtual void restore(const data::SamplerState& position) = 0;
+  virtual void restore(const SamplerState& position) = 0;
   // Step `step`'s batch (0-based, counted from the start of training), split into `micro_batches`
   // (>= 1) parts.
   virtual StepBatch next(int64_t step, int64_t micro_batches) = 0;
 };
 
-// The default: data::DistributedSampler over the training Examples. Rank r of w takes the
+// The default: DistributedSampler over the training Examples. Rank r of w takes the
 // sampler's localIndices(r, w) of each global batch, and micro-batch i of k holds samples
 // [i·n/k, (i+1)·n/k) of those n.
 class SamplerBatchSource final : public BatchSource {
  public:
-  SamplerBatchSource(std::shared_ptr<const data::Examples> train, data::DistributedSampler sampler,
+  SamplerBatchSource(std::shared_ptr<const data::Examples> train, DistributedSampler sampler,
                      int64_t rank, int64_t world_size);
 
   int64_t stepsPerEpoch() const override { return sampler_.stepsPerEpoch(); }
-  data::SamplerState position() const override { return sampler_.state(); }
-  void restore(const data::SamplerState& position) override { sampler_.restore(position); }
+  SamplerState position() const override { return sampler_.state(); }
+  void restore(const SamplerState& position) override { sampler_.restore(position); }
   StepBatch next(int64_t step, int64_t micro_batches) override;
 
  private:
   std::shared_ptr<const data::Examples> train_;
-  data::DistributedSampler sampler_;
+  DistributedSampler sampler_;
   int64_t rank_;
   int64_t world_size_;
 };

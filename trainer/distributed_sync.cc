@@ -61,7 +61,7 @@ DistributedSyncOptions DistributedSyncOptions::fromConfig(const configs::CommCon
 DistributedGradientSync::DistributedGradientSync(comm::Communicator& communicator,
                                                  DistributedSyncOptions options)
     : comm_(communicator), options_(options) {
-  if (options_.trace != nullptr) watcher_ = std::thread([this] { watchLoop(); });
+  if (options_.on_bucket_done) watcher_ = std::thread([this] { watchLoop(); });
 }
 
 DistributedGradientSync::~DistributedGradientSync() {
@@ -313,7 +313,7 @@ void DistributedGradientSync::launchLocked(size_t b) {
     if (!hook_error_) hook_error_ = std::current_exception();
     return;
   }
-  if (options_.trace != nullptr) {
+  if (options_.on_bucket_done) {
     {
       base::MutexLock lock(watch_mutex_);
       watch_queue_.push_back({b, bucket.work, bucket.launched});
@@ -357,9 +357,8 @@ void DistributedGradientSync::finish() {
   last_.bytes = bytes;
   resetStepLocked();
   lock.unlock();
-  if (options_.trace != nullptr) {
-    options_.trace->record("comm wait", TraceRecorder::kComputeTid, start, end);
-    // Every Work is complete, so the watcher is about to stamp the last ones: let it, so that a
+  if (options_.on_bucket_done) {
+    // Every Work is complete, so the watcher is about to report the last ones: let it, so that a
     // trace written after this step holds all of the step's buckets.
     base::MutexLock watch_lock(watch_mutex_);
     watch_cv_.wait(watch_lock, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mutex_) {
@@ -401,16 +400,16 @@ void DistributedGradientSync::watchLoop() {
       if (watch_stop_) return;
     }
     const BucketSpec& spec = layout_[b];
-    char name[64];
-    std::snprintf(name, sizeof(name), "allreduce bucket %zu", b);
-    nlohmann::ordered_json args{
-        {"bytes", spec.bytes()},
-        {"params", spec.params.size()},
-        {"algorithm", comm::algorithmName(comm_.resolve(options_.algorithm, spec.bytes()))},
-        {"seq", work->seq()}};
-    if (work->exception()) args["failed"] = true;
-    options_.trace->record(name, TraceRecorder::kCommTid, item.launched, Clock::now(),
-                           std::move(args));
+    BucketEvent event;
+    event.bucket = b;
+    event.bytes = spec.bytes();
+    event.params = spec.params.size();
+    event.algorithm = comm::algorithmName(comm_.resolve(options_.algorithm, spec.bytes()));
+    event.seq = work->seq();
+    event.failed = work->exception() != nullptr;
+    event.launched = item.launched;
+    event.completed = Clock::now();
+    options_.on_bucket_done(event);
     {
       base::MutexLock lock(watch_mutex_);
       --watch_unrecorded_;

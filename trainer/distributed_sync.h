@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -45,7 +46,6 @@
 #include "configs/experiment.h"
 #include "trainer/bucket_layout.h"
 #include "trainer/gradient_sync.h"
-#include "trainer/trace.h"
 
 namespace torch::autograd {
 struct Node;
@@ -61,15 +61,16 @@ struct DistributedSyncOptions {
   std::chrono::milliseconds timeout{60000};
   // false: always copy gradients into the buckets and back (for measurements).
   bool gradient_as_bucket_view = true;
-  // Records each bucket's all-reduce (launch → completion, on TraceRecorder::kCommTid) and the
-  // wait in finish(). Not owned; null: no tracing.
-  TraceRecorder* trace = nullptr;
+  // Told of each bucket's all-reduce (launch → completion) from a watcher thread; finish() waits
+  // until the step's buckets were all reported. Empty: no watcher (see <cumulus/data_parallel.h>).
+  std::function<void(const BucketEvent&)> on_bucket_done;
 
   // From the `comm` section; throws std::invalid_argument naming the key.
   static DistributedSyncOptions fromConfig(const configs::CommConfig& config);
 };
 
-using cumulus::SyncStepStats;  // public API: <cumulus/data_parallel.h>
+using cumulus::BucketEvent;  // public API: <cumulus/data_parallel.h>
+using cumulus::SyncStepStats;
 
 class DistributedGradientSync final : public GradientSync {
  public:
@@ -123,7 +124,7 @@ class DistributedGradientSync final : public GradientSync {
   std::exception_ptr hook_error_ ABSL_GUARDED_BY(mutex_);
   SyncStepStats last_ ABSL_GUARDED_BY(mutex_);
 
-  // Trace only: a thread that stamps each bucket's completion time.
+  // on_bucket_done only: a thread that stamps each bucket's completion time.
   base::Mutex watch_mutex_;
   base::CondVar watch_cv_;
   struct Watched {

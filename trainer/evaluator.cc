@@ -27,7 +27,7 @@ class TestSetEvaluator final : public Evaluator {
 
   Evaluation evaluate(models::Model& model) override {
     const int64_t n = test_->size();
-    const bool sharded = options_.comm != nullptr;
+    const bool sharded = options_.group != nullptr && options_.world_size > 1;
     const int64_t shards = sharded ? options_.world_size : 1;
     const int64_t shard = sharded ? options_.rank : 0;
     const int64_t first = n * shard / shards;
@@ -45,7 +45,7 @@ class TestSetEvaluator final : public Evaluator {
     if (sharded) {
       // Counts are integers far below 2^53, so the float64 sum is exact.
       double sums[3] = {loss_sum, static_cast<double>(correct), static_cast<double>(predictions)};
-      sumOverRanks(options_.comm, sums, 3);
+      sumOverRanks(options_.group, sums, 3);
       loss_sum = sums[0];
       correct = static_cast<int64_t>(sums[1]);
       predictions = static_cast<int64_t>(sums[2]);

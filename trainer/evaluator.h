@@ -11,8 +11,8 @@
 #include <memory>
 #include <optional>
 
-namespace cumulus::comm {
-class Communicator;
+namespace cumulus {
+class ProcessGroup;
 }
 namespace cumulus::data {
 class Examples;
@@ -44,14 +44,14 @@ class Evaluator {
 
 // The default: the experiment's loss (and accuracy, where the loss has one) over the whole test
 // split, eval.batch_size rows at a time, every `every_steps` steps, or at each epoch's end when
-// that is 0. In a group (`comm` set) rank r of w evaluates the contiguous slice [n·r/w, n·(r+1)/w)
-// and the loss sums and correct counts are all-reduced (a fixed tree, so bit-identical from run to
-// run); without one, this rank evaluates everything.
+// that is 0. In a group (`group` set, of more than one rank) rank r of w evaluates the contiguous
+// slice [n·r/w, n·(r+1)/w) and the loss sums and correct counts are all-reduced (a fixed tree, so
+// bit-identical from run to run); without one, this rank evaluates everything.
 struct TestSetEvaluatorOptions {
-  int64_t batch_size = 1;              // eval.batch_size, >= 1
-  int64_t every_steps = 0;             // eval.every_steps; 0: at each epoch's end
-  int64_t steps_per_epoch = 1;         // >= 1
-  comm::Communicator* comm = nullptr;  // not owned; outlives the evaluator
+  int64_t batch_size = 1;                  // eval.batch_size, >= 1
+  int64_t every_steps = 0;                 // eval.every_steps; 0: at each epoch's end
+  int64_t steps_per_epoch = 1;             // >= 1
+  cumulus::ProcessGroup* group = nullptr;  // not owned; outlives the evaluator
   int64_t rank = 0;
   int64_t world_size = 1;
   std::shared_ptr<const Loss> loss;  // null: cross_entropy

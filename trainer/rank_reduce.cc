@@ -1,34 +1,39 @@
 #include "trainer/rank_reduce.h"
 
-#include "comm/communicator.h"
+#include <torch/types.h>
+
+#include "cumulus/process_group.h"
 
 namespace cumulus::trainer {
+namespace {
 
-void sumOverRanks(comm::Communicator* comm, double* values, size_t count) {
-  if (comm == nullptr) return;
-  comm::Buffer buffer{values, count, comm::DType::kFloat64};
-  comm::AllreduceOptions op;
-  op.algorithm = comm::Algorithm::kTree;
-  comm->allreduce(buffer, op);
+bool alone(const cumulus::ProcessGroup* group) { return group == nullptr || group->size() == 1; }
+
+CollectiveOptions byTree(ReduceOp op) {
+  CollectiveOptions options;
+  options.op = op;
+  options.algorithm = "tree";
+  return options;
 }
 
-double sumOverRanks(comm::Communicator* comm, double value) {
-  sumOverRanks(comm, &value, 1);
+}  // namespace
+
+void sumOverRanks(cumulus::ProcessGroup* group, double* values, size_t count) {
+  if (alone(group)) return;
+  torch::Tensor view = torch::from_blob(values, {static_cast<int64_t>(count)}, torch::kFloat64);
+  group->allreduce(view, byTree(ReduceOp::kSum));
+}
+
+double sumOverRanks(cumulus::ProcessGroup* group, double value) {
+  sumOverRanks(group, &value, 1);
   return value;
 }
 
-int64_t maxOverRanks(comm::Communicator* comm, int64_t value) {
-  if (comm == nullptr) return value;
-  comm::Buffer buffer{&value, 1, comm::DType::kInt64};
-  comm::AllreduceOptions op;
-  op.op = comm::ReduceOp::kMax;
-  op.algorithm = comm::Algorithm::kTree;
-  comm->allreduce(buffer, op);
+int64_t maxOverRanks(cumulus::ProcessGroup* group, int64_t value) {
+  if (alone(group)) return value;
+  torch::Tensor view = torch::from_blob(&value, {1}, torch::kInt64);
+  group->allreduce(view, byTree(ReduceOp::kMax));
   return value;
-}
-
-AgreeMax agreeOver(comm::Communicator* comm) {
-  return [comm](int64_t value) { return maxOverRanks(comm, value); };
 }
 
 }  // namespace cumulus::trainer

@@ -60,7 +60,7 @@ std::vector<std::string> semanticDiffKeys(const configs::Experiment& before,
 struct ResumePlan {
   std::string checkpoint_path;
   int64_t step = 0;  // steps completed; the next step to run
-  data::SamplerState sampler;
+  SamplerState sampler;
   uint64_t samples_seen = 0;
   uint32_t saved_world_size = 0;
   bool world_size_changed = false;

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "base/user_error.h"
-#include "comm/error.h"
 #include "configs/cli.h"
 #include "configs/parse.h"
+#include "cumulus/errors.h"
+#include "cumulus/process_group.h"
 #include "trainer/preemption.h"
-#include "trainer/process_group.h"
 #include "trainer/progress.h"
 #include "trainer/run_env.h"
 #include "trainer/startup_profile.h"
@@ -119,13 +119,17 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   options.live_progress = isatty(STDOUT_FILENO) == 1;
   // Declared before the trainer, so they outlive it.
   std::unique_ptr<trainer::TraceRecorder> trace;
-  std::unique_ptr<trainer::ProcessGroup> group;
+  std::unique_ptr<cumulus::ProcessGroup> group;
   if (!flags.trace.empty()) {
     trace = std::make_unique<trainer::TraceRecorder>(static_cast<int>(env.rank));
     options.trace = trace.get();
   }
   if (env.world_size > 1) {
-    group = std::make_unique<trainer::ProcessGroup>(trainer::groupEnvironment(), experiment.comm);
+    cumulus::GroupOptions group_options;
+    group_options.algorithm = experiment.comm.algorithm;
+    group_options.timeout_seconds = experiment.comm.timeout_seconds;
+    group_options.cost_model = experiment.comm.cost_model;
+    group = cumulus::ProcessGroup::fromEnvironment(group_options);
     options.group = group.get();
     if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
       std::cout << "rank " << env.rank << " of " << env.world_size << ": connected (generation "
@@ -155,9 +159,9 @@ int trainCommand(int argc, char** argv, const TrainCustomization& customize) {
   cumulus::trainer::installCheckpointSignalHandler();
   try {
     return runMain(argc, argv, customize);
-  } catch (const cumulus::comm::CommError& e) {
+  } catch (const cumulus::CommError& e) {
     // A wrong job token fails the same way on every retry: a set-up error, not one to restart.
-    if (e.kind() == cumulus::comm::ErrorKind::kUnauthorized) return fail(kExitUsage, e.what());
+    if (e.kind() == cumulus::CommErrorKind::kUnauthorized) return fail(kExitUsage, e.what());
     return fail(kExitFailure, e.what());
   } catch (const std::exception& e) {
     // A bad config, flag, environment or group set-up is a base::UserError: exit 2, not 1.

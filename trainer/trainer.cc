@@ -10,21 +10,22 @@
 #include <optional>
 #include <sstream>
 
-#include "comm/communicator.h"
+#include <nlohmann/json.hpp>
+
+#include "cumulus/data_parallel.h"
+#include "cumulus/preemption.h"
+#include "cumulus/process_group.h"
+#include "cumulus/sampler.h"
 #include "data/npy.h"
-#include "data/sampler.h"
 #include "models/model.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_schedule.h"
-#include "trainer/distributed_sync.h"
-#include "trainer/gradient_sync.h"
 #include "trainer/loss.h"
-#include "trainer/preemption.h"
-#include "trainer/process_group.h"
 #include "trainer/progress.h"
 #include "trainer/rank_reduce.h"
 #include "trainer/resume.h"
 #include "trainer/startup_profile.h"
+#include "trainer/trace.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
@@ -57,17 +58,33 @@ std::string rejectedNames(const std::vector<CheckpointWarning>& warnings) {
   return names;
 }
 
+// Each bucket's all-reduce as a span on the trace's comm thread.
+std::function<void(const BucketEvent&)> traceBuckets(TraceRecorder* trace) {
+  return [trace](const BucketEvent& e) {
+    nlohmann::ordered_json args{
+        {"bytes", e.bytes}, {"params", e.params}, {"algorithm", e.algorithm}, {"seq", e.seq}};
+    if (e.failed) args["failed"] = true;
+    trace->record("allreduce bucket " + std::to_string(e.bucket), TraceRecorder::kCommTid,
+                  e.launched, e.completed, std::move(args));
+  };
+}
+
 std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
                                        const TrainerOptions& options) {
-  if (options.group == nullptr) return std::make_unique<LocalGradientSync>();
-  DistributedSyncOptions sync_options;
-  try {
-    sync_options = DistributedSyncOptions::fromConfig(experiment.comm);
-  } catch (const std::invalid_argument& e) {
-    throw SetupError(e.what());
+  if (options.group == nullptr || options.group->size() == 1) {
+    return std::make_unique<LocalGradientSync>();
   }
-  sync_options.trace = options.trace;
-  return std::make_unique<DistributedGradientSync>(options.group->communicator(), sync_options);
+  DataParallelOptions sync;
+  sync.algorithm = experiment.comm.algorithm;
+  sync.bucket_cap_mb = experiment.comm.bucket_cap_mb;
+  sync.first_bucket_mb = experiment.comm.first_bucket_mb;
+  sync.timeout_seconds = experiment.comm.timeout_seconds;
+  if (options.trace != nullptr) sync.on_bucket_done = traceBuckets(options.trace);
+  try {
+    return std::make_unique<DataParallel>(*options.group, std::move(sync));
+  } catch (const GroupError& e) {
+    throw SetupError(std::string("comm.") + e.what());
+  }
 }
 
 // An error's text for a user: LibTorch's c10::Error without its C++ backtrace.
@@ -93,14 +110,14 @@ auto translateTorchErrors(F&& body) -> decltype(body()) {
 Trainer::Impl::Impl(const configs::Experiment& experiment, const RunEnv& env,
                     std::unique_ptr<GradientSync> sync, TrainerOptions options)
     : config_(experiment), env_(env), options_(std::move(options)), sync_(std::move(sync)) {
-  distributed_ = dynamic_cast<DistributedGradientSync*>(sync_.get());
-  if (ProcessGroup* group = options_.group; group != nullptr) {
-    if (group->world() != env.world_size || group->rank() != env.rank) {
+  distributed_ = dynamic_cast<DataParallel*>(sync_.get());
+  if (cumulus::ProcessGroup* group = options_.group; group != nullptr) {
+    if (group->size() != env.world_size || group->rank() != env.rank) {
       throw SetupError("the process group (rank " + std::to_string(group->rank()) + " of " +
-                       std::to_string(group->world()) + ") does not match RANK/WORLD_SIZE (" +
+                       std::to_string(group->size()) + ") does not match RANK/WORLD_SIZE (" +
                        std::to_string(env.rank) + " of " + std::to_string(env.world_size) + ")");
     }
-    comm_ = &group->communicator();
+    if (group->size() > 1) group_ = group;
   }
   build();
 }
@@ -132,8 +149,8 @@ void Trainer::Impl::build() {
   const Datasets data = loadDatasets(config_.data, t.seed, cache ? t.run_dir + "/cache" : "");
   train_source_ = data.train_source;
   startupMark("data");
-  data::DistributedSampler sampler(data.train->size(), t.global_batch_size, t.seed,
-                                   config_.data.shuffle, config_.data.drop_last);
+  DistributedSampler sampler(data.train->size(), t.global_batch_size, t.seed, config_.data.shuffle,
+                             config_.data.drop_last);
   batches_ = choose<BatchSource>(options_.batches,
                                  std::make_shared<SamplerBatchSource>(
                                      data.train, std::move(sampler), env_.rank, env_.world_size),
@@ -281,7 +298,7 @@ void Trainer::Impl::buildParts(const Datasets& data) {
   eval.batch_size = config_.eval.batch_size;
   eval.every_steps = config_.eval.every_steps;
   eval.steps_per_epoch = batches_->stepsPerEpoch();
-  eval.comm = comm_;
+  eval.group = group_;
   eval.rank = env_.rank;
   eval.world_size = env_.world_size;
   eval.loss = loss_;
@@ -295,8 +312,8 @@ void Trainer::Impl::buildParts(const Datasets& data) {
   record.log_every_steps = config_.trainer.log_every_steps;
   if (writes()) record.metrics_path = config_.trainer.run_dir + "/metrics.jsonl";
   record.world_size = env_.world_size;
-  if (comm_ != nullptr) {
-    record.sum_over_ranks = [comm = comm_](double v) { return sumOverRanks(comm, v); };
+  if (group_ != nullptr) {
+    record.sum_over_ranks = [group = group_](double v) { return sumOverRanks(group, v); };
   }
   recorder_ = choose<MetricsRecorder>(
       options_.metrics, std::make_shared<ProgressMetricsRecorder>(std::move(record)), "metrics");
@@ -314,8 +331,10 @@ void Trainer::Impl::buildParts(const Datasets& data) {
   stop.grace_seconds = options_.preemption_grace;
   stop.watch_sigterm = options_.watch_sigterm;
   stop.watch_sigusr1 = options_.watch_sigterm;
-  stop_ = choose<StopAgreement>(
-      options_.stop, std::make_shared<PreemptionWatcher>(agreeOver(comm_), stop), "stop");
+  stop_ = choose<StopAgreement>(options_.stop,
+                                std::make_shared<PreemptionWatcher>(
+                                    group_ != nullptr ? agreeOver(*group_) : agreeAlone(), stop),
+                                "stop");
 }
 
 // Buffers (batch-norm statistics) are not gradients: broadcast them once, like parameters.
@@ -323,7 +342,7 @@ void Trainer::Impl::broadcastBuffers() {
   if (distributed_ == nullptr) return;
   std::vector<torch::Tensor> buffers;
   for (auto& [name, buffer] : model_->namedBuffers()) buffers.push_back(buffer);
-  if (!buffers.empty()) distributed_->broadcastTensors(buffers);
+  if (!buffers.empty()) distributed_->broadcast(buffers);
 }
 
 // --resume: none, auto (the newest valid checkpoint in checkpointDir(), if any) or a directory.
@@ -382,9 +401,9 @@ void Trainer::Impl::resumeIfAsked() {
 // Each rank found its checkpoint by itself: a rank that saw another one (a directory not shared, a
 // file that failed to verify on one host only) would silently diverge.
 void Trainer::Impl::checkEveryRankResumesTogether() {
-  if (comm_ == nullptr) return;
-  const int64_t highest = maxOverRanks(comm_, start_step_);
-  const int64_t lowest = -maxOverRanks(comm_, -start_step_);
+  if (group_ == nullptr) return;
+  const int64_t highest = maxOverRanks(group_, start_step_);
+  const int64_t lowest = -maxOverRanks(group_, -start_step_);
   if (highest != lowest) {
     throw std::invalid_argument("ranks resume from different steps (" + std::to_string(lowest) +
                                 " to " + std::to_string(highest) + "; this rank " +

@@ -19,8 +19,8 @@
 //      forward and backward on each with loss = the experiment's loss summed over the samples
 //      (loss.h) / |global batch| (see gradient_sync.h for why). Then GradientSync::finish(),
 //      clipping to trainer.grad_clip_norm if > 0, and the optimizer step at LrSchedule::lr(s). With
-//      a ProcessGroup (world size > 1) the gradients are summed across ranks by a
-//      DistributedGradientSync (distributed_sync.h), overlapped with backward; rank 0's parameters
+//      a ProcessGroup (world size > 1) the gradients are summed across ranks by the public
+//      DataParallel (<cumulus/data_parallel.h>), overlapped with backward; rank 0's parameters
 //      and buffers are broadcast before the first step so every replica starts identical.
 //   3. Evaluates when the Evaluator says so (by default every eval.every_steps steps, or at each
 //      epoch's end if that is 0) and after the last step. In a group each rank evaluates its
@@ -74,6 +74,7 @@
 
 namespace cumulus {
 class GradientSync;   // <cumulus/data_parallel.h>
+class ProcessGroup;   // <cumulus/process_group.h>
 class StopAgreement;  // <cumulus/preemption.h>
 }  // namespace cumulus
 
@@ -87,7 +88,6 @@ class BatchSource;
 class CheckpointPolicy;
 class Evaluator;
 class MetricsRecorder;
-class ProcessGroup;
 class StartupProfile;
 class TraceRecorder;
 
@@ -121,10 +121,10 @@ struct TrainerOptions {
   bool live_progress = false;       // redraw one status line with '\r' (a terminal)
   bool write_outputs = true;        // run_dir files (rank 0 only in any case)
   std::function<double()> clock;    // monotonic seconds; empty: std::chrono::steady_clock
-  // World size > 1: this rank's group (not owned, outlives the Trainer). The trainer then
-  // synchronizes gradients with a DistributedGradientSync over it (comm section of the config)
-  // and shards evaluation. Null: a world of one.
-  ProcessGroup* group = nullptr;
+  // This rank's group (<cumulus/process_group.h>; not owned, outlives the Trainer). With more than
+  // one rank the trainer synchronizes gradients with a DataParallel over it (the comm section of
+  // the config) and shards evaluation. Null, or a group of one: a world of one.
+  cumulus::ProcessGroup* group = nullptr;
   // Records forward, backward, the comm wait, each bucket's all-reduce, the optimizer step and
   // evaluation as Chrome trace events (trace.h); not owned, null: no tracing.
   TraceRecorder* trace = nullptr;
@@ -167,8 +167,8 @@ struct RunResult {
 
 class Trainer {
  public:
-  // LocalGradientSync, or a DistributedGradientSync over options.group when it is set. Builds the
-  // model and every part, and restores the checkpoint TrainerOptions::resume names.
+  // LocalGradientSync, or a DataParallel over options.group when it has more than one rank. Builds
+  // the model and every part, and restores the checkpoint TrainerOptions::resume names.
   Trainer(const configs::Experiment& experiment, const RunEnv& env, TrainerOptions options);
   // `sync` must not be null.
   Trainer(const configs::Experiment& experiment, const RunEnv& env,

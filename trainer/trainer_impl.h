@@ -27,13 +27,12 @@
 #include "trainer/stop_agreement.h"
 #include "trainer/trainer.h"
 
-namespace cumulus::comm {
-class Communicator;
-}
+namespace cumulus {
+class DataParallel;
+class ProcessGroup;
+}  // namespace cumulus
 
 namespace cumulus::trainer {
-
-class DistributedGradientSync;
 
 class Trainer::Impl {
  public:
@@ -89,7 +88,8 @@ class Trainer::Impl {
   const configs::Experiment config_;
   const RunEnv env_;
   const TrainerOptions options_;
-  comm::Communicator* comm_ = nullptr;  // options.group's, or null (a world of one)
+  cumulus::ProcessGroup* group_ =
+      nullptr;  // options.group when it has more than one rank; null alone
 
   // The model and how it learns.
   std::unique_ptr<models::Model> model_;
@@ -103,7 +103,7 @@ class Trainer::Impl {
   // The step loop's parts (trainer.h TrainerOptions).
   std::shared_ptr<BatchSource> batches_;
   std::unique_ptr<GradientSync> sync_;
-  DistributedGradientSync* distributed_ = nullptr;  // sync_, when it is one
+  DataParallel* distributed_ = nullptr;  // sync_, when it is one
   std::shared_ptr<Evaluator> evaluator_;
   std::shared_ptr<MetricsRecorder> recorder_;
   std::shared_ptr<CheckpointPolicy> checkpoint_policy_;

@@ -28,7 +28,7 @@ class Optimizer;
 
 struct TrainingPosition {
   int64_t steps_done = 0;         // completed optimizer steps: the checkpoint's step
-  data::SamplerState sampler;     // after the last completed step
+  SamplerState sampler;     // after the last completed step
   uint64_t samples_seen = 0;      // global samples consumed since the start of training
   double learning_rate = 0;       // of the last step
   bool preempted = false;         // taken at an agreed preemption stop

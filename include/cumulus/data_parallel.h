@@ -50,7 +50,10 @@
 
 #include <torch/types.h>
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,12 +88,28 @@ class LocalGradientSync final : public GradientSync {
   void finish() override {}
 };
 
+// One bucket's all-reduce, from its launch to its completion (DataParallelOptions::on_bucket_done).
+struct BucketEvent {
+  size_t bucket = 0;  // index in launch order
+  size_t bytes = 0;
+  size_t params = 0;      // parameters in the bucket
+  std::string algorithm;  // what it ran with ("ring", ...; "auto" resolved)
+  uint64_t seq = 0;       // the collective's sequence number in the group
+  bool failed = false;
+  std::chrono::steady_clock::time_point launched;
+  std::chrono::steady_clock::time_point completed;
+};
+
 struct DataParallelOptions {
   std::string algorithm;         // "funnel", "tree", "ring", "hierarchical", "auto"; empty: the
                                  // group's GroupOptions::algorithm
   double bucket_cap_mb = 25.0;   // the largest bucket (> 0)
   double first_bucket_mb = 1.0;  // the first bucket launched in backward (> 0)
   double timeout_seconds = 0;    // attach's collectives and each bucket's wait; 0: the group's
+  // Called on a background thread as each bucket's all-reduce completes (for a trace, or a
+  // monitor); finish() returns only after every bucket of the step was reported. Must not block
+  // for long or throw. Empty: no thread, nothing is timed.
+  std::function<void(const BucketEvent&)> on_bucket_done;
 };
 
 // What the last finish() saw.

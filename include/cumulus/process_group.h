@@ -23,13 +23,21 @@
 // Thread-safety: all methods may be called from any thread; concurrent collectives are
 // serialized, and the cross-rank order is the caller's job.
 
-#include <torch/types.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "cumulus/errors.h"
+
+// torch::Tensor, declared only: a program that joins a group without touching tensors (a launcher
+// tool, cumulus-train's main) does not compile LibTorch's headers. Callers of the collectives
+// include <torch/torch.h> (or <torch/types.h>) themselves.
+namespace at {
+class Tensor;
+}
+namespace torch {
+using at::Tensor;
+}
 
 namespace cumulus {
 
@@ -48,8 +56,8 @@ struct GroupOptions {
 // Per-call choices; the defaults are the group's.
 struct CollectiveOptions {
   ReduceOp op = ReduceOp::kSum;
-  std::string algorithm;         // allreduce only; empty: GroupOptions::algorithm
-  double timeout_seconds = 0;    // 0: GroupOptions::timeout_seconds
+  std::string algorithm;       // allreduce only; empty: GroupOptions::algorithm
+  double timeout_seconds = 0;  // 0: GroupOptions::timeout_seconds
 };
 
 class ProcessGroup {
@@ -67,12 +75,12 @@ class ProcessGroup {
 
   int rank() const;
   int size() const;
-  int localRank() const;       // LOCAL_RANK: this process's index on its host (0 alone)
-  int localSize() const;       // LOCAL_WORLD_SIZE (1 alone)
-  uint64_t generation() const; // CUMULUS_GENERATION: bumped by cumulus-run at every regroup
-  int restartCount() const;    // CUMULUS_RESTART_COUNT
-  std::string runId() const;   // CUMULUS_RUN_ID; empty when not started by cumulus-run
-  bool underLauncher() const;  // CUMULUS_RUN_ID is set
+  int localRank() const;        // LOCAL_RANK: this process's index on its host (0 alone)
+  int localSize() const;        // LOCAL_WORLD_SIZE (1 alone)
+  uint64_t generation() const;  // CUMULUS_GENERATION: bumped by cumulus-run at every regroup
+  int restartCount() const;     // CUMULUS_RESTART_COUNT
+  std::string runId() const;    // CUMULUS_RUN_ID; empty when not started by cumulus-run
+  bool underLauncher() const;   // CUMULUS_RUN_ID is set
   const GroupOptions& options() const;
 
   // In place: every rank ends with the reduction over all ranks (kAvg: the sum / size()).
