@@ -2,7 +2,7 @@
 // CheckpointPolicy: the step loop's part that decides when this rank checkpoints, and how: on the
 // schedule (checkpoint.every_steps / every_seconds, and the run's last step), when the ranks agreed
 // on a requested checkpoint, and at an agreed stop. It only decides; the loop takes the snapshot
-// and hands it to the CheckpointManager. No LibTorch here.
+// and hands it to Checkpoints (<cumulus/checkpoint.h>). No LibTorch here.
 //
 // Call order at each step boundary, after step `steps_done` completed (training thread only):
 //   atStepEnd(steps_done, last)            -> a checkpoint the schedule wants

@@ -72,15 +72,15 @@ std::vector<std::string> semanticDiffKeys(const configs::Experiment& before,
 namespace {
 
 // The experiment the checkpoint was written with; refuses an unknown format.
-configs::Experiment savedExperiment(const proto::CheckpointState& state,
+configs::Experiment savedExperiment(const CheckpointState& state,
                                     const std::string& checkpoint_path, const std::string& where) {
-  if (state.format_version() != kResumableFormatVersion) {
-    throw ResumeError(where + "format version " + std::to_string(state.format_version()) +
+  if (state.format_version != kResumableFormatVersion) {
+    throw ResumeError(where + "format version " + std::to_string(state.format_version) +
                       " is not the supported " + std::to_string(kResumableFormatVersion) +
                       "; resume it with the Cumulus version that wrote it, or use --resume none");
   }
   try {
-    return configs::parseExperiment(state.config_yaml(), checkpoint_path + "/state.pb config");
+    return configs::parseExperiment(state.config_yaml, checkpoint_path + "/state.pb config");
   } catch (const std::exception& e) {
     throw ResumeError(where + "its recorded config does not parse (" + e.what() +
                       "); use --resume none to start over");
@@ -108,7 +108,7 @@ void checkConfigChanges(const std::vector<std::string>& changes, const std::stri
 // Under --allow-config-change the model and optimizer must still match what the tensors are, and
 // the cursor must sit on a global batch boundary.
 void checkStateFits(const configs::Experiment& saved, const configs::Experiment& current,
-                    const proto::CheckpointState& state, const std::string& where) {
+                    const CheckpointState& state, const std::string& where) {
   if (saved.model.name != current.model.name) {
     throw ResumeError(where + "it holds a '" + saved.model.name + "' model, not '" +
                       current.model.name + "'; use --resume none to start over");
@@ -118,8 +118,8 @@ void checkStateFits(const configs::Experiment& saved, const configs::Experiment&
                       current.optimizer.name + "'; use --resume none to start over");
   }
   const int64_t batch = current.trainer.global_batch_size;
-  if (static_cast<int64_t>(state.sampler_cursor()) % batch != 0) {
-    throw ResumeError(where + "sampler cursor " + std::to_string(state.sampler_cursor()) +
+  if (static_cast<int64_t>(state.sampler_cursor) % batch != 0) {
+    throw ResumeError(where + "sampler cursor " + std::to_string(state.sampler_cursor) +
                       " is not a multiple of trainer.global_batch_size " + std::to_string(batch) +
                       "; resume with the global batch it was written with");
   }
@@ -129,14 +129,14 @@ void checkStateFits(const configs::Experiment& saved, const configs::Experiment&
 // the writer's largest, as far as the global batch allows. Otherwise the config's. Adds a note
 // when it differs from the config's.
 int64_t plannedAccumulation(const configs::Experiment& saved, const configs::Experiment& current,
-                            int64_t world_size, const proto::CheckpointState& state,
+                            int64_t world_size, const CheckpointState& state,
                             std::vector<std::string>& notes) {
   const int64_t k = current.trainer.grad_accumulation;
-  const auto saved_world = static_cast<int64_t>(state.world_size());
+  const auto saved_world = static_cast<int64_t>(state.world_size);
   if (world_size >= saved_world) return k;
   const int64_t batch = current.trainer.global_batch_size;
-  const int64_t saved_k = state.grad_accumulation() > 0
-                              ? static_cast<int64_t>(state.grad_accumulation())
+  const int64_t saved_k = state.grad_accumulation > 0
+                              ? static_cast<int64_t>(state.grad_accumulation)
                               : saved.trainer.grad_accumulation;
   // ceil(ceil(a / b) / c) == ceil(a / (b c)), without the product: both come from the file and
   // may be as large as 2^32 - 1 each.
@@ -162,7 +162,7 @@ int64_t plannedAccumulation(const configs::Experiment& saved, const configs::Exp
 }  // namespace
 
 ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
-                      const proto::CheckpointState& state, const std::string& checkpoint_path,
+                      const CheckpointState& state, const std::string& checkpoint_path,
                       bool allow_config_change) {
   const std::string where = "checkpoint " + checkpoint_path + ": ";
   const configs::Experiment saved = savedExperiment(state, checkpoint_path, where);
@@ -172,18 +172,18 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
   checkConfigChanges(plan.config_changes, where, allow_config_change);
   checkStateFits(saved, current, state, where);
 
-  plan.step = static_cast<int64_t>(state.step());
-  plan.sampler.epoch = static_cast<int64_t>(state.epoch());
-  plan.sampler.cursor = static_cast<int64_t>(state.sampler_cursor());
-  plan.samples_seen = state.samples_seen();
-  plan.saved_world_size = state.world_size();
-  plan.world_size_changed = static_cast<int64_t>(state.world_size()) != world_size;
+  plan.step = static_cast<int64_t>(state.step);
+  plan.sampler.epoch = static_cast<int64_t>(state.epoch);
+  plan.sampler.cursor = static_cast<int64_t>(state.sampler_cursor);
+  plan.samples_seen = state.samples_seen;
+  plan.saved_world_size = state.world_size;
+  plan.world_size_changed = static_cast<int64_t>(state.world_size) != world_size;
 
   plan.notes.push_back("resuming from " + checkpoint_path + " at step " +
                        std::to_string(plan.step) + " (epoch " + std::to_string(plan.sampler.epoch) +
                        ", sample " + std::to_string(plan.sampler.cursor) + " of the epoch)");
   if (plan.world_size_changed) {
-    plan.notes.push_back("world size " + std::to_string(state.world_size()) + " -> " +
+    plan.notes.push_back("world size " + std::to_string(state.world_size) + " -> " +
                          std::to_string(world_size) + ": re-sharding each global batch of " +
                          std::to_string(current.trainer.global_batch_size) +
                          " from the global cursor");

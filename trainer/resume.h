@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "configs/experiment.h"
+#include "cumulus/checkpoint_state.h"
 #include "data/sampler.h"
-#include "proto/checkpoint.pb.h"
 
 namespace cumulus::trainer {
 
@@ -78,7 +78,7 @@ struct ResumePlan {
 // model or optimizer name differing from the current one; a cursor that is not a multiple of the
 // global batch.
 ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
-                      const proto::CheckpointState& state, const std::string& checkpoint_path,
+                      const CheckpointState& state, const std::string& checkpoint_path,
                       bool allow_config_change);
 
 // Sample ledger, for tests: which global sample indices each rank consumed, per epoch. A trainer

@@ -12,13 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cumulus/checkpoint.h"
 #include "cumulus/data_parallel.h"
 #include "cumulus/preemption.h"
 #include "cumulus/process_group.h"
 #include "cumulus/sampler.h"
 #include "data/npy.h"
 #include "models/model.h"
-#include "trainer/checkpoint.h"
 #include "trainer/checkpoint_schedule.h"
 #include "trainer/loss.h"
 #include "trainer/progress.h"
@@ -163,8 +163,8 @@ void Trainer::Impl::build() {
   loss_ = std::make_shared<const Loss>(Loss::named(config_.loss.name));
   buildModel(*data.train);
   checkTokenIds(data);
-  checkpoints_ = std::make_unique<CheckpointManager>(
-      checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config_.checkpoint.keep)), fs_);
+  checkpoints_ = std::make_unique<Checkpoints>(
+      checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config_.checkpoint.keep)));
   startupMark("model");
   // Every rank restores the same checkpoint, before the broadcasts below make that moot.
   resumeIfAsked();
@@ -353,14 +353,17 @@ void Trainer::Impl::resumeIfAsked() {
                                                   : ResumeMode::parse(options_.resume);
   if (mode.kind == ResumeMode::Kind::kNone) return;
   try {
-    std::optional<std::pair<CheckpointInfo, CheckpointSnapshot>> found;
+    std::optional<std::pair<CheckpointInfo, Checkpoint>> found;
     std::vector<CheckpointWarning> warnings;
     if (mode.kind == ResumeMode::Kind::kPath) {
-      CheckpointSnapshot loaded = checkpoints_->load(mode.path);
-      const uint64_t step = loaded.state.step();
+      Checkpoint loaded = checkpoints_->load(mode.path);
+      const uint64_t step = loaded.state.step;
       found.emplace(CheckpointInfo{mode.path, step}, std::move(loaded));
-    } else {
-      found = checkpoints_->loadLatestValid(warnings);
+    } else if (std::optional<Checkpoint> latest = checkpoints_->loadLatest(&warnings)) {
+      // load() checked that state.pb's step is the directory's.
+      const uint64_t step = latest->state.step;
+      found.emplace(CheckpointInfo{checkpointDir() + "/" + Checkpoints::dirName(step), step},
+                    std::move(*latest));
     }
     for (const CheckpointWarning& w : warnings) {
       resume_notes_.push_back("warning: " + w.str() + "; not resuming from it");

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "configs/experiment.h"
+#include "cumulus/checkpoint.h"
 #include "data/examples.h"
 #include "models/model.h"
 #include "trainer/batch_source.h"
-#include "trainer/checkpoint.h"
 #include "trainer/checkpoint_policy.h"
 #include "trainer/datasets.h"
 #include "trainer/evaluator.h"
@@ -80,7 +80,7 @@ class Trainer::Impl {
   Evaluation evaluateAt(int64_t done, int64_t epoch);
   void checkpointAt(const CheckpointDecision& decision, int64_t done, double lr);
   void reportSaves();
-  CheckpointSnapshot snapshot(int64_t done, double lr, bool preempted);
+  Checkpoint snapshot(int64_t done, double lr, bool preempted);
   void stopAt(int64_t done, RunResult& result);
   void prepareRunDir() const;
   void finishRun(const Evaluation& last_eval, double loop_start, RunResult& result);
@@ -110,8 +110,7 @@ class Trainer::Impl {
   std::shared_ptr<StopAgreement> stop_;
 
   // Checkpoints (DESIGN.md "Checkpoints"): rank 0 writes; every rank may read.
-  PosixFileSystem fs_;
-  std::unique_ptr<CheckpointManager> checkpoints_;
+  std::unique_ptr<Checkpoints> checkpoints_;
   std::map<int64_t, double> stall_ms_;  // step -> the training thread's pause for its checkpoint
 
   // Where the run stands.

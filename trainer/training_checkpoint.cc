@@ -10,8 +10,8 @@
 #include "base/hash.h"
 #include "configs/digest.h"
 #include "configs/parse.h"
-#include "cumulus/version.h"
 #include "models/model.h"
+#include "trainer/checkpoint_snapshot.h"
 #include "trainer/optimizer.h"
 #include "trainer/resume.h"
 
@@ -38,42 +38,41 @@ std::string shapeOf(const torch::Tensor& t) {
 
 }  // namespace
 
-CheckpointSnapshot captureSnapshot(models::Model& model, const Optimizer& optimizer,
-                                   const configs::Experiment& config, const RunEnv& env,
-                                   const TrainingPosition& position) {
-  CheckpointSnapshot snapshot;
-  snapshot.model = cloneTensors(modelTensors(model));
-  addOptimizerState(optimizer.exportState(), parameterNames(model), snapshot);
-  proto::CheckpointState& s = snapshot.state;
-  s.set_step(static_cast<uint64_t>(position.steps_done));
-  s.set_epoch(static_cast<uint64_t>(position.sampler.epoch));
-  s.set_sampler_cursor(static_cast<uint64_t>(position.sampler.cursor));
-  s.set_seed(config.trainer.seed);
-  s.set_config_digest(configs::configDigest(config));
-  s.set_world_size(static_cast<uint32_t>(env.world_size));
-  s.set_global_batch(static_cast<uint64_t>(config.trainer.global_batch_size));
-  s.set_framework_version(std::string("cumulus ") + version() + ", libtorch " TORCH_VERSION);
-  s.set_format_version(kCheckpointFormatVersion);
-  s.set_config_yaml(configs::toYaml(config));
-  s.set_model(config.model.name);
-  s.set_optimizer(config.optimizer.name);
-  s.set_samples_seen(position.samples_seen);
-  s.set_preempted(position.preempted);
-  s.set_generation(static_cast<uint64_t>(env.generation));
-  s.set_run_id(env.run_id);
-  s.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count());
-  s.set_learning_rate(position.learning_rate);
-  s.set_grad_accumulation(static_cast<uint32_t>(position.grad_accumulation));
-  return snapshot;
+Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,
+                             const configs::Experiment& config, const RunEnv& env,
+                             const TrainingPosition& position) {
+  Checkpoint checkpoint;
+  checkpoint.tensors = cloneTensors(modelTensors(model));
+  CheckpointSnapshot optimizer_part;
+  addOptimizerState(optimizer.exportState(), parameterNames(model), optimizer_part);
+  checkpoint.optimizer_tensors = std::move(optimizer_part.optimizer_tensors);
+  checkpoint.optimizer_scalars = std::move(optimizer_part.optimizer_scalars);
+  CheckpointState& s = checkpoint.state;
+  s.step = static_cast<uint64_t>(position.steps_done);
+  s.epoch = static_cast<uint64_t>(position.sampler.epoch);
+  s.sampler_cursor = static_cast<uint64_t>(position.sampler.cursor);
+  s.seed = config.trainer.seed;
+  s.config_digest = configs::configDigest(config);
+  s.world_size = static_cast<uint32_t>(env.world_size);
+  s.global_batch = static_cast<uint64_t>(config.trainer.global_batch_size);
+  s.config_yaml = configs::toYaml(config);
+  s.model = config.model.name;
+  s.optimizer = config.optimizer.name;
+  s.samples_seen = position.samples_seen;
+  s.preempted = position.preempted;
+  s.generation = static_cast<uint64_t>(env.generation);
+  s.run_id = env.run_id;
+  s.learning_rate = position.learning_rate;
+  s.grad_accumulation = static_cast<uint32_t>(position.grad_accumulation);
+  // format_version, framework_version and created_unix_ms: Checkpoints::save fills them.
+  return checkpoint;
 }
 
-void restoreTraining(const CheckpointSnapshot& snapshot, models::Model& model, Optimizer& optimizer,
+void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimizer& optimizer,
                      const std::string& checkpoint_path) {
   const std::string where = "checkpoint " + checkpoint_path + ": ";
   std::map<std::string, torch::Tensor> saved;
-  for (const auto& [name, tensor] : snapshot.model) saved.emplace(name, tensor);
+  for (const auto& [name, tensor] : checkpoint.tensors) saved.emplace(name, tensor);
   std::set<std::string> used;
   torch::NoGradGuard no_grad;
   for (auto& [name, live] : modelTensors(model)) {
@@ -96,7 +95,10 @@ void restoreTraining(const CheckpointSnapshot& snapshot, models::Model& model, O
     }
   }
   try {
-    optimizer.importState(optimizerStateFrom(snapshot, parameterNames(model)));
+    CheckpointSnapshot optimizer_part;
+    optimizer_part.optimizer_tensors = checkpoint.optimizer_tensors;  // handles, not copies
+    optimizer_part.optimizer_scalars = checkpoint.optimizer_scalars;
+    optimizer.importState(optimizerStateFrom(optimizer_part, parameterNames(model)));
   } catch (const std::invalid_argument& e) {
     throw ResumeError(where + "optim.pt: " + e.what());
   }

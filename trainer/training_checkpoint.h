@@ -1,5 +1,6 @@
 #pragma once
-// The bridge between a live training run and a CheckpointSnapshot: what the training loop captures
+// The bridge between a live training run and a public Checkpoint (<cumulus/checkpoint.h>): what the
+// training loop captures
 // at a step boundary and what a resume puts back (DESIGN.md "Checkpoints"). The decision whether
 // a checkpoint may be resumed is resume.h's; this file only moves the state.
 //
@@ -14,8 +15,8 @@
 #include <vector>
 
 #include "configs/experiment.h"
+#include "cumulus/checkpoint.h"
 #include "data/sampler.h"
-#include "trainer/checkpoint_snapshot.h"
 #include "trainer/run_env.h"
 
 namespace cumulus::models {
@@ -28,21 +29,21 @@ class Optimizer;
 
 struct TrainingPosition {
   int64_t steps_done = 0;         // completed optimizer steps: the checkpoint's step
-  SamplerState sampler;     // after the last completed step
+  SamplerState sampler;           // after the last completed step
   uint64_t samples_seen = 0;      // global samples consumed since the start of training
   double learning_rate = 0;       // of the last step
   bool preempted = false;         // taken at an agreed preemption stop
   int64_t grad_accumulation = 1;  // micro-batches per step this launch runs
 };
 
-CheckpointSnapshot captureSnapshot(models::Model& model, const Optimizer& optimizer,
-                                   const configs::Experiment& config, const RunEnv& env,
-                                   const TrainingPosition& position);
+Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,
+                             const configs::Experiment& config, const RunEnv& env,
+                             const TrainingPosition& position);
 
-// Copies the snapshot's model tensors into `model`'s parameters and buffers, by name, and imports
+// Copies the checkpoint's model tensors into `model`'s parameters and buffers, by name, and imports
 // the optimizer state. Throws ResumeError naming `checkpoint_path` and the tensor for a missing,
 // extra or differently shaped tensor, or an optimizer state the optimizer rejects.
-void restoreTraining(const CheckpointSnapshot& snapshot, models::Model& model, Optimizer& optimizer,
+void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimizer& optimizer,
                      const std::string& checkpoint_path);
 
 // SHA-256 (hex) over the names, shapes, dtypes and bytes of the model's parameters and buffers:

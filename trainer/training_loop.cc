@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "configs/parse.h"
-#include "trainer/checkpoint.h"
+#include "cumulus/checkpoint.h"
 #include "trainer/loss.h"
 #include "trainer/startup_profile.h"
 #include "trainer/state_dict.h"
@@ -195,7 +195,7 @@ Evaluation Trainer::Impl::evaluateAt(int64_t done, int64_t epoch) {
   return result;
 }
 
-CheckpointSnapshot Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
+Checkpoint Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
   TrainingPosition position;
   position.steps_done = done;
   position.sampler = batches_->position();
@@ -203,7 +203,7 @@ CheckpointSnapshot Trainer::Impl::snapshot(int64_t done, double lr, bool preempt
   position.learning_rate = lr;
   position.preempted = preempted;
   position.grad_accumulation = grad_accumulation_;
-  return captureSnapshot(*model_, *optimizer_, config_, env_, position);
+  return captureCheckpoint(*model_, *optimizer_, config_, env_, position);
 }
 
 // Carries out the policy's decision, then reports the saves that have committed.
@@ -219,7 +219,7 @@ void Trainer::Impl::checkpointAt(const CheckpointDecision& decision, int64_t don
       saved = true;
     } else {
       try {
-        CheckpointSnapshot snap = snapshot(done, lr, false);
+        Checkpoint snap = snapshot(done, lr, false);
         if (decision.background) {
           checkpoints_->saveAsync(std::move(snap));
         } else {
@@ -256,7 +256,7 @@ void Trainer::Impl::stopAt(int64_t done, RunResult& result) {
   stop_->waitForAll();  // no rank exits before rank 0's checkpoint is durable
   result.preempted = true;
   result.steps = done;
-  result.checkpoint = checkpointDir() + "/" + CheckpointManager::dirName(done);
+  result.checkpoint = checkpointDir() + "/" + Checkpoints::dirName(done);
   recorder_->preempted(done, result.checkpoint);
 }
 

@@ -7,11 +7,13 @@
 //   cumulus/data_parallel.h  DataParallel: bucketed gradient all-reduce overlapped with backward
 //   cumulus/sampler.h        DistributedSampler: global batches, sharded, resumable by cursor
 //   cumulus/checkpoint.h     Checkpoints: atomic, verified, newest valid found by scan
+//   cumulus/checkpoint_state.h  a checkpoint's state.pb as plain fields (no LibTorch)
 //   cumulus/preemption.h     PreemptionWatcher: "stop after this step?", agreed by all ranks
 //
 // Link with Cumulus::cumulus (CMake: find_package(Cumulus REQUIRED)) or `pkg-config cumulus`.
 
 #include "cumulus/checkpoint.h"
+#include "cumulus/checkpoint_state.h"
 #include "cumulus/data_parallel.h"
 #include "cumulus/errors.h"
 #include "cumulus/preemption.h"
