@@ -25,16 +25,16 @@ std::string errorOf(const std::function<void()>& fn) {
   return "(no exception)";
 }
 
-proto::CheckpointState stateFor(const configs::Experiment& e, uint64_t step, uint64_t epoch,
+CheckpointState stateFor(const configs::Experiment& e, uint64_t step, uint64_t epoch,
                                 uint64_t cursor, uint32_t world) {
-  proto::CheckpointState state;
-  state.set_format_version(kResumableFormatVersion);
-  state.set_config_yaml(configs::toYaml(e));
-  state.set_step(step);
-  state.set_epoch(epoch);
-  state.set_sampler_cursor(cursor);
-  state.set_world_size(world);
-  state.set_samples_seen(step * e.trainer.global_batch_size);
+  CheckpointState state;
+  state.format_version = kResumableFormatVersion;
+  state.config_yaml = configs::toYaml(e);
+  state.step = step;
+  state.epoch = epoch;
+  state.sampler_cursor = cursor;
+  state.world_size = world;
+  state.samples_seen = step * e.trainer.global_batch_size;
   return state;
 }
 
@@ -92,9 +92,9 @@ TEST(ResumeTest, AccumulationKeepsMicroBatchesFromGrowing) {
   configs::Experiment e;
   e.trainer.global_batch_size = 128;
   auto plan = [&](int64_t world, uint32_t saved_world, uint32_t saved_k) {
-    proto::CheckpointState state =
+    CheckpointState state =
         stateFor(e, 10, 0, 10 * e.trainer.global_batch_size, saved_world);
-    state.set_grad_accumulation(saved_k);
+    state.grad_accumulation = saved_k;
     return planResume(e, world, state, "/c/step-00000010", false).grad_accumulation;
   };
   EXPECT_EQ(plan(2, 4, 1), 2);  // 4 x 32 -> 2 x (2 x 32)
@@ -124,8 +124,8 @@ TEST(ResumeTest, AccumulationKeepsMicroBatchesFromGrowing) {
 TEST(ResumeTest, AHugeSavedWorldAndAccumulationPlanMicroBatchesOfOne) {
   configs::Experiment e;
   e.trainer.global_batch_size = 128;
-  proto::CheckpointState state = stateFor(e, 10, 0, 10 * 128, 0xffffffffu);
-  state.set_grad_accumulation(0xffffffffu);
+  CheckpointState state = stateFor(e, 10, 0, 10 * 128, 0xffffffffu);
+  state.grad_accumulation = 0xffffffffu;
   EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", false).grad_accumulation, 128);
 }
 
@@ -186,8 +186,8 @@ TEST(ResumeTest, ModelOrOptimizerChangeIsRefusedEvenWhenAllowed) {
 
 TEST(ResumeTest, BadStateIsRefused) {
   configs::Experiment e;
-  proto::CheckpointState state = stateFor(e, 5, 0, 640, 1);
-  state.set_format_version(9);
+  CheckpointState state = stateFor(e, 5, 0, 640, 1);
+  state.format_version = 9;
   EXPECT_EQ(errorOf([&] { planResume(e, 1, state, "/c/s", false); }),
             "checkpoint /c/s: format version 9 is not the supported 1; resume it with the "
             "Cumulus version that wrote it, or use --resume none");
@@ -196,7 +196,7 @@ TEST(ResumeTest, BadStateIsRefused) {
             "checkpoint /c/s: sampler cursor 100 is not a multiple of trainer.global_batch_size "
             "128; resume with the global batch it was written with");
   state = stateFor(e, 5, 0, 0, 1);
-  state.set_config_yaml("trainer: [");
+  state.config_yaml = "trainer: [";
   EXPECT_NE(errorOf([&] {
               planResume(e, 1, state, "/c/s", false);
             }).find("checkpoint /c/s: its recorded config does not parse"),

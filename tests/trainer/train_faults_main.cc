@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "cumulus/process_group.h"
 #include "tests/trainer/fault_parts.h"
-#include "trainer/process_group.h"
 #include "trainer/rank_reduce.h"
 #include "trainer/train_command.h"
 
@@ -75,7 +75,7 @@ int64_t unixMillis() {
 }
 
 void install(const Faults& faults, TrainerOptions& options) {
-  ProcessGroup* group = options.group;
+  cumulus::ProcessGroup* group = options.group;
   const int64_t rank = group != nullptr ? group->rank() : 0;
   if (faults.sigterm_step >= 0 && (faults.sigterm_rank < 0 || faults.sigterm_rank == rank)) {
     options.stop = [step = faults.sigterm_step](std::shared_ptr<StopAgreement> standard) {
@@ -84,8 +84,7 @@ void install(const Faults& faults, TrainerOptions& options) {
   }
   if (!faults.ledger.empty()) {
     // One id for every rank of this launch (their clocks start apart): the latest start.
-    const int64_t launch =
-        maxOverRanks(group != nullptr ? &group->communicator() : nullptr, unixMillis());
+    const int64_t launch = maxOverRanks(group, unixMillis());
     const std::string path = faults.ledger + ".rank" + std::to_string(rank);
     options.batches = [path, launch, rank](std::shared_ptr<BatchSource> standard) {
       return std::make_shared<LedgerBatchSource>(std::move(standard), path, launch, rank);
