@@ -202,7 +202,7 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   checkModelFitsData(train);
   model_->train(true);
   params_ = model_->parameters();
-  // Flat in the buckets a DistributedGradientSync lays out (bucket_layout.h), so that it reduces
+  // Flat in the buckets DataParallel lays out (the same bucket_layout.h), so that it reduces
   // the optimizer's gradient buffers in place; the gradients exist before it attaches.
   flat_ = std::make_shared<FlatParameters>(
       params_, layoutOf(params_, mebibytes(config_.comm.bucket_cap_mb, "comm.bucket_cap_mb"),

@@ -113,7 +113,10 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   StepOutcome outcome;
   outcome.loss = forwardBackward(batch);
   const double wait_start = now();
-  sync_->finish();
+  {
+    TraceRecorder::Span span(distributed_ != nullptr ? options_.trace : nullptr, "comm wait");
+    sync_->finish();
+  }
   outcome.comm_wait = now() - wait_start;
   optimizerStep(step);
   if (!std::isfinite(outcome.loss)) {
