@@ -31,9 +31,8 @@ size_t bucketOption(double mb, const std::string& what) {
 trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
                                             const DataParallelOptions& options) {
   trainer::DistributedSyncOptions out;
-  out.algorithm = options.algorithm.empty()
-                      ? group.algorithm
-                      : parseAlgorithmOption(options.algorithm, "algorithm");
+  out.algorithm = options.algorithm.empty() ? group.algorithm
+                                            : parseAlgorithmOption(options.algorithm, "algorithm");
   out.bucket_cap_bytes = bucketOption(options.bucket_cap_mb, "bucket_cap_mb");
   out.first_bucket_bytes = bucketOption(options.first_bucket_mb, "first_bucket_mb");
   out.timeout = options.timeout_seconds == 0
@@ -57,7 +56,8 @@ struct DataParallel::Impl {
 DataParallel::DataParallel(ProcessGroup& group, DataParallelOptions options)
     : impl_(std::make_unique<Impl>()) {
   ProcessGroup::Impl& g = group.impl();
-  // Validated alone too, so that a program tried alone fails on a bad option as it would in a group.
+  // Validated alone too, so that a program tried alone fails on a bad option as it would in a
+  // group.
   const trainer::DistributedSyncOptions sync_options = syncOptions(g, options);
   if (comm::Communicator* communicator = g.communicator()) {
     impl_->distributed =
@@ -67,7 +67,9 @@ DataParallel::DataParallel(ProcessGroup& group, DataParallelOptions options)
 
 DataParallel::~DataParallel() = default;
 
-void DataParallel::attach(const std::vector<torch::Tensor>& params) { impl_->sync().attach(params); }
+void DataParallel::attach(const std::vector<torch::Tensor>& params) {
+  impl_->sync().attach(params);
+}
 void DataParallel::beforeBackward(bool last) { impl_->sync().beforeBackward(last); }
 void DataParallel::afterBackward(bool last) { impl_->sync().afterBackward(last); }
 void DataParallel::finish() { impl_->sync().finish(); }

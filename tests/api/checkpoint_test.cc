@@ -115,11 +115,13 @@ TEST(Checkpoints, RoundTripOfModuleOptimizerSamplerRngAndFiles) {
   std::optional<Checkpoint> latest = checkpoints.loadLatest(&warnings);
   ASSERT_TRUE(latest.has_value());
   EXPECT_TRUE(warnings.empty());
-  // The program builds its optimizer with the same options; the archive restores the state.
+  // Built with another learning rate: restoreOptimizer puts the saved options back too.
   Net resumed = makeNet(99);
-  torch::optim::Adam resumed_adam(resumed->parameters(), torch::optim::AdamOptions(0.01));
+  torch::optim::Adam resumed_adam(resumed->parameters(), torch::optim::AdamOptions(0.5));
   latest->restoreModule(*resumed);
   latest->restoreOptimizer(resumed_adam);
+  EXPECT_EQ(static_cast<torch::optim::AdamOptions&>(resumed_adam.param_groups()[0].options()).lr(),
+            0.01);
   trainStep(resumed, resumed_adam);
   const std::vector<torch::Tensor> got = stateOf(resumed);
   ASSERT_EQ(got.size(), expected.size());
@@ -252,11 +254,21 @@ TEST(Checkpoint, MissingOptimizerOrRngIsACheckpointError) {
   EXPECT_EQ(errorOf<CheckpointError>([&] { c.restoreOptimizer(sgd); }),
             "the checkpoint has no file \"optimizer.pt\" with an optimizer's state (addOptimizer "
             "writes it)");
+  torch::nn::Linear bigger(3, 3);
+  torch::optim::SGD other(bigger->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  c.addOptimizer(
+      torch::optim::SGD(std::vector<torch::Tensor>{net->weight}, torch::optim::SGDOptions(0.1)),
+      "one.pt");
+  EXPECT_EQ(errorOf<CheckpointError>([&] {
+              c.restoreOptimizer(other, "one.pt");
+            }).rfind("file \"one.pt\" does not load into the optimizer: ", 0),
+            0u);
   EXPECT_EQ(errorOf<CheckpointError>([&] { c.restoreRng(); }),
             "state.rng_state is empty: call captureRng() before saving");
   c.state.rng_state = "short";
-  EXPECT_NE(errorOf<CheckpointError>([&] { c.restoreRng(); })
-                .find("state.rng_state (5 bytes) is not a CPU generator's state: "),
+  EXPECT_NE(errorOf<CheckpointError>([&] {
+              c.restoreRng();
+            }).find("state.rng_state (5 bytes) is not a CPU generator's state: "),
             std::string::npos);
 }
 

@@ -78,7 +78,9 @@ TEST(DataParallel, TwoRanksGiveTheWholeBatchGradient) {
     for (size_t i = 0; i < 2; ++i) {
       EXPECT_TRUE(torch::equal(after_attach[r][i], initial[i])) << "rank " << r << " param " << i;
       EXPECT_TRUE(torch::allclose(grads[r][i], expected[i].grad(), 1e-12, 1e-12))
-          << "rank " << r << " param " << i << "\n" << grads[r][i] << "\n" << expected[i].grad();
+          << "rank " << r << " param " << i << "\n"
+          << grads[r][i] << "\n"
+          << expected[i].grad();
     }
     // Both gradients (12 + 3 doubles) fit the first 1 MiB bucket.
     EXPECT_EQ(buckets[r], (std::vector<size_t>{120}));

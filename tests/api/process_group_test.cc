@@ -11,6 +11,7 @@
 #include <string>
 
 #include "api/testing.h"
+#include "cumulus/preemption.h"
 #include "ranks.h"
 
 namespace cumulus {
@@ -143,8 +144,8 @@ TEST(ProcessGroupCollectives, AllreduceSumMaxAvgOverThreeRanks) {
     group.allreduce(f64, max);
     EXPECT_TRUE(torch::equal(f64, torch::tensor({0.75, 3e10, -3.0}, torch::kFloat64)));
 
-    torch::Tensor i64 = torch::tensor({int64_t{1} << 40, int64_t{-7}}, torch::kInt64) *
-                        static_cast<int64_t>(scale);
+    torch::Tensor i64 =
+        torch::tensor({int64_t{1} << 40, int64_t{-7}}, torch::kInt64) * static_cast<int64_t>(scale);
     group.allreduce(i64);
     EXPECT_TRUE(torch::equal(i64, torch::tensor({int64_t{6} << 40, int64_t{-42}}, torch::kInt64)));
 
@@ -194,10 +195,22 @@ TEST(ProcessGroupCollectives, ReduceScatterGivesEachRankItsRows) {
     const torch::Tensor block = group.reduceScatter(input);
     const torch::Tensor sum = torch::arange(12, torch::kFloat64).reshape({6, 2}) * 6;
     EXPECT_TRUE(torch::equal(block, sum.slice(0, 2 * group.rank(), 2 * group.rank() + 2)));
-    EXPECT_EQ(invalidArgumentOf([&] { group.reduceScatter(torch::zeros({5, 2})); }),
+    EXPECT_EQ(invalidArgumentOf([&] {
+                group.reduceScatter(torch::zeros({5, 2}));
+              }),
               "reduceScatter: the first dimension (5) must be a multiple of the group's size 3");
     group.barrier();
   });
+}
+
+TEST(AgreeOver, MaxOverRanksAndIdentityAlone) {
+  runRanks(3, [](ProcessGroup& group) {
+    const AgreeMax agree = agreeOver(group);
+    EXPECT_EQ(agree(group.rank() == 1 ? 41 : -1), 41);
+    EXPECT_EQ(agree(-1), -1);
+  });
+  const auto alone = testing::groupFromVariables({});
+  EXPECT_EQ(agreeOver(*alone)(7), 7);
 }
 
 // Rank 1 leaves (destroys its group) after a barrier; rank 0's next allreduce then fails with the
