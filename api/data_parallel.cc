@@ -3,11 +3,12 @@
 
 #include "cumulus/data_parallel.h"
 
-#include <cmath>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "api/process_group_impl.h"
+#include "trainer/bucket_layout.h"
 #include "trainer/distributed_sync.h"
 
 namespace cumulus {
@@ -21,11 +22,13 @@ void GradientSync::backward(const torch::Tensor& loss) {
 
 namespace {
 
-size_t bucketOption(double mb, const std::string& what) {
-  if (!(mb > 0) || !std::isfinite(mb)) {
-    throw GroupError(what + ": must be a positive number of MiB, got " + std::to_string(mb));
+// The trainer's conversion (the same layout as cumulus-train's for the same figure), as a GroupError.
+size_t bucketOption(double mb, const char* what) {
+  try {
+    return trainer::mebibytes(mb, what);
+  } catch (const std::invalid_argument& e) {
+    throw GroupError(e.what());
   }
-  return static_cast<size_t>(std::ceil(mb * (1 << 20)));
 }
 
 trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
