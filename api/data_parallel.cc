@@ -41,6 +41,7 @@ trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
   out.timeout = options.timeout_seconds == 0
                     ? group.timeout
                     : timeoutOption(options.timeout_seconds, "timeout_seconds");
+  out.on_bucket_done = options.on_bucket_done;
   return out;
 }
 
