@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <sstream>
+
+#include "cumulus/version.h"
 
 namespace cumulus::base {
 namespace {
@@ -97,6 +100,7 @@ TEST(CommandLineTest, HelpIsTheSharedLayout) {
             "\n"
             "Flags:\n"
             "  -h,--help                   print this help and exit\n"
+            "  --version                   print the version and exit\n"
             "  --count N                   how many\n"
             "  --seconds S                 how long\n"
             "  --rate G                    how fast\n"
@@ -105,6 +109,17 @@ TEST(CommandLineTest, HelpIsTheSharedLayout) {
             "\n"
             "Exit status: 0 success, 1 failure, 2 usage or configuration error (the message is on "
             "stderr)\n");
+}
+
+// Every binary answers --version with its name and the project's one version (CMakeLists.txt),
+// and exits 0 like --help.
+TEST(CommandLineTest, VersionIsTheNameAndTheProjectVersion) {
+  Flags flags;
+  std::string out;
+  ASSERT_EQ(parse({"--version"}, flags, &out), "(help)");
+  EXPECT_EQ(out, std::string("cumulus-x ") + CUMULUS_VERSION_STRING + "\n");
+  EXPECT_EQ(std::string(cumulus::version()), CUMULUS_VERSION_STRING);
+  EXPECT_TRUE(std::regex_match(out, std::regex("cumulus-x [0-9]+\\.[0-9]+\\.[0-9]+\n"))) << out;
 }
 
 TEST(CommandLineTest, LongDescriptionsWrapUnderTheirColumn) {
