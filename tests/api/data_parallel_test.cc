@@ -55,13 +55,16 @@ TEST(DataParallel, TwoRanksGiveTheWholeBatchGradient) {
   std::vector<std::vector<torch::Tensor>> after_attach(2), grads(2);
   std::vector<std::vector<size_t>> buckets(2);
   std::vector<SyncStepStats> stats(2);
+  std::vector<std::vector<BucketEvent>> events(2);  // each rank's observer runs on its own thread
   // Built here: torch's generator is process-wide. Rank 1 starts elsewhere.
   std::vector<torch::nn::Linear> nets{makeNet(100), makeNet(101)};
   ASSERT_FALSE(torch::equal(nets[1]->weight, initial[0]));
   testing::runRanks(2, [&](ProcessGroup& group) {
     const int r = group.rank();
     torch::nn::Linear& net = nets[r];
-    DataParallel sync(group);
+    DataParallelOptions options;
+    options.on_bucket_done = [&events, r](const BucketEvent& e) { events[r].push_back(e); };
+    DataParallel sync(group, options);
     sync.attach(net->parameters());
     after_attach[r] = clones(net->parameters());
     const int64_t begin = kBatch * r / 2, end = kBatch * (r + 1) / 2;
@@ -86,6 +89,12 @@ TEST(DataParallel, TwoRanksGiveTheWholeBatchGradient) {
     EXPECT_EQ(buckets[r], (std::vector<size_t>{120}));
     EXPECT_EQ(stats[r].buckets, 1u);
     EXPECT_EQ(stats[r].bytes, 120u);
+    // The observer heard of the one bucket before backward() returned.
+    ASSERT_EQ(events[r].size(), 1u) << "rank " << r;
+    EXPECT_EQ(events[r][0].bucket, 0u);
+    EXPECT_EQ(events[r][0].bytes, 120u);
+    EXPECT_EQ(events[r][0].params, 2u);
+    EXPECT_FALSE(events[r][0].failed);
   }
   // The ranks agree bit for bit.
   for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i]));
