@@ -13,29 +13,16 @@
 #include "base/suggest.h"
 #include "comm/cost_model.h"
 #include "comm/types.h"
+#include "trainer/distributed_sync.h"
 
 namespace cumulus {
 namespace {
 
 comm::DType dtypeOf(const char* op, const torch::Tensor& tensor) {
-  switch (tensor.scalar_type()) {
-    case torch::kFloat:
-      return comm::DType::kFloat32;
-    case torch::kDouble:
-      return comm::DType::kFloat64;
-    case torch::kBFloat16:
-      return comm::DType::kBFloat16;
-    case torch::kHalf:
-      return comm::DType::kFloat16;
-    case torch::kInt:
-      return comm::DType::kInt32;
-    case torch::kLong:
-      return comm::DType::kInt64;
-    default:
-      throw std::invalid_argument(std::string(op) + ": a tensor of dtype " +
-                                  c10::toString(tensor.scalar_type()) +
-                                  " cannot take part (float32, float64, bfloat16, float16, int32 "
-                                  "and int64 can)");
+  try {
+    return trainer::commDType(tensor.scalar_type());
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string(op) + ": " + e.what());
   }
 }
 

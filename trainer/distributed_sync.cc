@@ -40,9 +40,14 @@ comm::DType commDType(torch::ScalarType type) {
       return comm::DType::kBFloat16;
     case torch::kHalf:
       return comm::DType::kFloat16;
+    case torch::kInt:
+      return comm::DType::kInt32;
+    case torch::kLong:
+      return comm::DType::kInt64;
     default:
-      throw std::invalid_argument(std::string("gradients of dtype ") + c10::toString(type) +
-                                  " cannot be all-reduced (float32/64, bfloat16, float16 can)");
+      throw std::invalid_argument(std::string("a tensor of dtype ") + c10::toString(type) +
+                                  " cannot take part (float32, float64, bfloat16, float16, int32 "
+                                  "and int64 can)");
   }
 }
 

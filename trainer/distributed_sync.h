@@ -138,7 +138,8 @@ class DistributedGradientSync final : public GradientSync {
   std::thread watcher_;
 };
 
-// The comm dtype of a gradient's torch dtype; throws std::invalid_argument for others.
+// The comm dtype of a torch dtype; throws std::invalid_argument for the others ("a tensor of dtype
+// Byte cannot take part (float32, ... can)").
 comm::DType commDType(torch::ScalarType type);
 
 }  // namespace cumulus::trainer
