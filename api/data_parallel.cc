@@ -1,6 +1,14 @@
-// GradientSync::backward and DataParallel (<cumulus/data_parallel.h>).
+// GradientSync::backward and DataParallel (<cumulus/data_parallel.h>): the trainer's
+// DistributedGradientSync over the group's communicator, or nothing at all in a group of one.
 
 #include "cumulus/data_parallel.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "api/process_group_impl.h"
+#include "trainer/distributed_sync.h"
 
 namespace cumulus {
 
@@ -9,6 +17,76 @@ void GradientSync::backward(const torch::Tensor& loss) {
   loss.backward();
   afterBackward(true);
   finish();
+}
+
+namespace {
+
+size_t bucketOption(double mb, const std::string& what) {
+  if (!(mb > 0) || !std::isfinite(mb)) {
+    throw GroupError(what + ": must be a positive number of MiB, got " + std::to_string(mb));
+  }
+  return static_cast<size_t>(std::ceil(mb * (1 << 20)));
+}
+
+trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
+                                            const DataParallelOptions& options) {
+  trainer::DistributedSyncOptions out;
+  out.algorithm = options.algorithm.empty()
+                      ? group.algorithm
+                      : parseAlgorithmOption(options.algorithm, "algorithm");
+  out.bucket_cap_bytes = bucketOption(options.bucket_cap_mb, "bucket_cap_mb");
+  out.first_bucket_bytes = bucketOption(options.first_bucket_mb, "first_bucket_mb");
+  out.timeout = options.timeout_seconds == 0
+                    ? group.timeout
+                    : timeoutOption(options.timeout_seconds, "timeout_seconds");
+  return out;
+}
+
+}  // namespace
+
+struct DataParallel::Impl {
+  std::unique_ptr<trainer::DistributedGradientSync> distributed;  // null in a group of one
+  LocalGradientSync local;
+
+  GradientSync& sync() {
+    if (distributed) return *distributed;
+    return local;
+  }
+};
+
+DataParallel::DataParallel(ProcessGroup& group, DataParallelOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  ProcessGroup::Impl& g = group.impl();
+  // Validated alone too, so that a program tried alone fails on a bad option as it would in a group.
+  const trainer::DistributedSyncOptions sync_options = syncOptions(g, options);
+  if (comm::Communicator* communicator = g.communicator()) {
+    impl_->distributed =
+        std::make_unique<trainer::DistributedGradientSync>(*communicator, sync_options);
+  }
+}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::attach(const std::vector<torch::Tensor>& params) { impl_->sync().attach(params); }
+void DataParallel::beforeBackward(bool last) { impl_->sync().beforeBackward(last); }
+void DataParallel::afterBackward(bool last) { impl_->sync().afterBackward(last); }
+void DataParallel::finish() { impl_->sync().finish(); }
+
+void DataParallel::broadcast(const std::vector<torch::Tensor>& tensors) {
+  if (impl_->distributed) impl_->distributed->broadcastTensors(tensors);
+}
+
+SyncStepStats DataParallel::lastStep() const {
+  return impl_->distributed ? impl_->distributed->lastStep() : SyncStepStats{};
+}
+
+std::vector<size_t> DataParallel::bucketBytes() const {
+  std::vector<size_t> out;
+  if (!impl_->distributed) return out;
+  for (const trainer::BucketSpec& bucket : impl_->distributed->buckets()) {
+    out.push_back(bucket.bytes());
+  }
+  return out;
 }
 
 }  // namespace cumulus

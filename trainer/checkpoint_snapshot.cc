@@ -3,6 +3,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <charconv>
 #include <set>
 #include <stdexcept>
@@ -61,6 +62,10 @@ void decodeFile(const std::string& path, const char* what, Fn&& decode) {
   }
 }
 
+bool isReservedName(const std::string& name) {
+  return name == kModelFile || name == kOptimizerFile || name == kStateFile || name == "MANIFEST";
+}
+
 const std::string& fileOf(const std::map<std::string, std::string>& files, const char* name,
                           const std::string& dir) {
   const auto it = files.find(name);
@@ -69,6 +74,23 @@ const std::string& fileOf(const std::map<std::string, std::string>& files, const
 }
 
 }  // namespace
+
+void checkExtraFileName(const std::string& name) {
+  const bool valid =
+      !name.empty() && name[0] != '.' && std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '.' || c == '_' || c == '-';
+      });
+  if (!valid) {
+    throw std::invalid_argument("checkpoint file name \"" + name +
+                                "\" is not allowed: use [A-Za-z0-9_.-], not starting with '.'");
+  }
+  if (isReservedName(name)) {
+    throw std::invalid_argument("checkpoint file name \"" + name +
+                                "\" is reserved (model.pt, optim.pt, state.pb and MANIFEST are "
+                                "the checkpoint's own): choose another");
+  }
+}
 
 NamedTensors cloneTensors(const NamedTensors& tensors) {
   NamedTensors out;
@@ -149,6 +171,10 @@ std::map<std::string, std::string> encodeSnapshot(const CheckpointSnapshot& snap
     throw std::invalid_argument("checkpoint state does not serialize");
   }
   files[kStateFile] = std::move(state_bytes);
+  for (const auto& [name, bytes] : snapshot.files) {
+    checkExtraFileName(name);
+    files[name] = bytes;
+  }
   return files;
 }
 
@@ -191,6 +217,9 @@ CheckpointSnapshot decodeSnapshot(const std::map<std::string, std::string>& file
     throw std::runtime_error(state_path + ": format version " +
                              std::to_string(snapshot.state.format_version()) +
                              ", this build reads " + std::to_string(kCheckpointFormatVersion));
+  }
+  for (const auto& [name, bytes] : files) {
+    if (!isReservedName(name)) snapshot.files.emplace(name, bytes);
   }
   return snapshot;
 }

@@ -8,6 +8,7 @@
 //             keys are "<parameter name>.<slot>" ("fc1.weight.exp_avg"), scalars hold e.g.
 //             {"name": "adamw", "step": 1200}. Python: torch.load("optim.pt").
 //   state.pb  proto::CheckpointState, binary.
+//   <name>    each of `files` (a program's own: an optimizer archive, a replay buffer), as is.
 // Snapshots are plain values: copying one copies tensor handles (shared storage); the capture
 // helpers below make the deep copies that keep a snapshot immutable while training goes on.
 
@@ -38,7 +39,12 @@ struct CheckpointSnapshot {
   NamedTensors optimizer_tensors;                            // "<param name>.<slot>"
   std::map<std::string, OptimizerScalar> optimizer_scalars;  // "name", "step", ...
   proto::CheckpointState state;                              // state.step names the directory
+  std::map<std::string, std::string> files;                  // extra files: name -> bytes
 };
+
+// Throws std::invalid_argument unless `name` may be an extra file of a checkpoint: it matches
+// [A-Za-z0-9_.-]+, does not start with '.', and is none of model.pt, optim.pt, state.pb, MANIFEST.
+void checkExtraFileName(const std::string& name);
 
 // Deep, contiguous CPU copies of `tensors` (detached), in order: one memcpy per tensor for CPU
 // tensors. Call at a step boundary, on the training thread, before training goes on.
@@ -56,11 +62,13 @@ void addOptimizerState(const OptimizerState& state, const std::vector<std::strin
 OptimizerState optimizerStateFrom(const CheckpointSnapshot& snapshot,
                                   const std::vector<std::string>& param_names);
 
-// File name -> bytes for model.pt, optim.pt and state.pb. Throws std::invalid_argument for a
-// tensor that is not on the CPU or a duplicate name. CPU-bound (pickling copies every tensor).
+// File name -> bytes for model.pt, optim.pt, state.pb and the extra files. Throws
+// std::invalid_argument for a tensor that is not on the CPU, a duplicate name, or an extra file
+// name that checkExtraFileName rejects. CPU-bound (pickling copies every tensor).
 std::map<std::string, std::string> encodeSnapshot(const CheckpointSnapshot& snapshot);
 
-// The inverse. `dir` only names the checkpoint in errors: std::runtime_error
+// The inverse; every file but the three above (and a MANIFEST) becomes one of `files`. `dir` only
+// names the checkpoint in errors: std::runtime_error
 // "<dir>/optim.pt: not an optimizer state file: ...".
 CheckpointSnapshot decodeSnapshot(const std::map<std::string, std::string>& files,
                                   const std::string& dir);

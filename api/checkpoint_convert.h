@@ -1,0 +1,21 @@
+#pragma once
+// Private: the public Checkpoint as the trainer's CheckpointSnapshot and back, field by field.
+
+#include "cumulus/checkpoint.h"
+#include "proto/checkpoint.pb.h"
+#include "trainer/checkpoint_snapshot.h"
+
+namespace cumulus {
+
+proto::CheckpointState toProto(const CheckpointState& state);
+CheckpointState fromProto(const proto::CheckpointState& state);
+
+// Moves the tensors' handles and the files' bytes (a Checkpoint's tensors are shared, not copied).
+trainer::CheckpointSnapshot toSnapshot(Checkpoint&& checkpoint);
+Checkpoint fromSnapshot(trainer::CheckpointSnapshot&& snapshot);
+
+// What save() fills when the caller left it empty: format_version, framework_version ("cumulus
+// X.Y.Z, libtorch A.B.C") and created_unix_ms (the wall clock now).
+void fillSaveDefaults(CheckpointState& state);
+
+}  // namespace cumulus

@@ -1,0 +1,263 @@
+// ProcessGroup (<cumulus/process_group.h>) over the trainer's ProcessGroup and the communicator.
+
+#include <torch/types.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/process_group_impl.h"
+#include "base/suggest.h"
+#include "comm/cost_model.h"
+#include "comm/types.h"
+
+namespace cumulus {
+namespace {
+
+comm::DType dtypeOf(const char* op, const torch::Tensor& tensor) {
+  switch (tensor.scalar_type()) {
+    case torch::kFloat:
+      return comm::DType::kFloat32;
+    case torch::kDouble:
+      return comm::DType::kFloat64;
+    case torch::kBFloat16:
+      return comm::DType::kBFloat16;
+    case torch::kHalf:
+      return comm::DType::kFloat16;
+    case torch::kInt:
+      return comm::DType::kInt32;
+    case torch::kLong:
+      return comm::DType::kInt64;
+    default:
+      throw std::invalid_argument(std::string(op) + ": a tensor of dtype " +
+                                  c10::toString(tensor.scalar_type()) +
+                                  " cannot take part (float32, float64, bfloat16, float16, int32 "
+                                  "and int64 can)");
+  }
+}
+
+// Throws std::invalid_argument unless `tensor` can take part in a collective.
+comm::DType checkTensor(const char* op, const torch::Tensor& tensor) {
+  if (!tensor.defined()) throw std::invalid_argument(std::string(op) + ": the tensor is undefined");
+  if (!tensor.device().is_cpu()) {
+    throw std::invalid_argument(std::string(op) + ": the tensor is on " + tensor.device().str() +
+                                "; collectives take CPU tensors (move it with .cpu())");
+  }
+  return dtypeOf(op, tensor);
+}
+
+comm::Buffer bufferOf(const torch::Tensor& contiguous, comm::DType dtype) {
+  return {contiguous.data_ptr(), static_cast<size_t>(contiguous.numel()), dtype};
+}
+
+comm::ReduceOp commOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return comm::ReduceOp::kSum;
+    case ReduceOp::kAvg:
+      return comm::ReduceOp::kAvg;
+    case ReduceOp::kMax:
+      return comm::ReduceOp::kMax;
+    case ReduceOp::kMin:
+      return comm::ReduceOp::kMin;
+  }
+  throw std::invalid_argument("unknown ReduceOp " + std::to_string(static_cast<int>(op)));
+}
+
+// A per-call timeout: 0 means the group's (the communicator's default).
+std::chrono::milliseconds callTimeout(const CollectiveOptions& options) {
+  if (options.timeout_seconds == 0) return std::chrono::milliseconds(0);
+  return timeoutOption(options.timeout_seconds, "timeout_seconds");
+}
+
+comm::OpOptions opOptions(const CollectiveOptions& options) {
+  comm::OpOptions out;
+  out.timeout = callTimeout(options);
+  return out;
+}
+
+// Runs `run` on a contiguous view of `tensor`; a non-contiguous tensor goes through a contiguous
+// copy whose result is copied back.
+template <typename Fn>
+void inPlace(torch::Tensor& tensor, Fn&& run) {
+  if (tensor.is_contiguous()) {
+    run(tensor);
+    return;
+  }
+  torch::Tensor work = tensor.contiguous();
+  run(work);
+  torch::NoGradGuard no_grad;
+  tensor.copy_(work);
+}
+
+std::unique_ptr<trainer::ProcessGroup> groupOfSeveral(const base::RunEnv& env,
+                                                      const configs::CommConfig& config,
+                                                      comm::Store* store) {
+  if (env.world_size == 1) return nullptr;
+  if (store != nullptr) return std::make_unique<trainer::ProcessGroup>(env, config, *store);
+  return std::make_unique<trainer::ProcessGroup>(env, config);
+}
+
+}  // namespace
+
+comm::Algorithm parseAlgorithmOption(const std::string& name, const std::string& what) {
+  try {
+    return comm::parseAlgorithm(name);
+  } catch (const std::invalid_argument& e) {
+    const std::string guess =
+        base::closestSpelling(name, {"funnel", "tree", "ring", "auto"});
+    throw GroupError(what + ": " + e.what() +
+                     (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
+  }
+}
+
+std::chrono::milliseconds timeoutOption(double seconds, const std::string& what) {
+  if (!(seconds > 0) || !std::isfinite(seconds)) {
+    throw GroupError(what + ": must be a positive number of seconds, got " +
+                     std::to_string(seconds));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
+}
+
+std::unique_ptr<ProcessGroup::Impl> ProcessGroup::Impl::validated(const GroupOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->algorithm = parseAlgorithmOption(options.algorithm, "algorithm");
+  impl->timeout = timeoutOption(options.timeout_seconds, "timeout_seconds");
+  if (!options.cost_model.empty()) {
+    try {
+      comm::CostModel::load(options.cost_model);
+    } catch (const std::exception& e) {
+      throw GroupError(std::string("cost_model: ") + e.what());
+    }
+  }
+  impl->config.algorithm = options.algorithm;
+  impl->config.timeout_seconds = options.timeout_seconds;
+  impl->config.cost_model = options.cost_model;
+  return impl;
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::Impl::wrap(std::unique_ptr<Impl> impl) {
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::Impl::fromEnvironment(const GroupOptions& options,
+                                                                  const base::EnvLookup& getenv) {
+  std::unique_ptr<Impl> impl = validated(options);
+  try {
+    impl->env = base::RunEnv::fromEnvironment(getenv);
+  } catch (const base::EnvError& e) {
+    throw GroupError(e.what());
+  }
+  // A group of several also needs the Store's address: the stricter reader names what is missing.
+  if (impl->env.world_size > 1) impl->env = trainer::groupEnvironment(getenv);
+  impl->group = groupOfSeveral(impl->env, impl->config, nullptr);
+  return wrap(std::move(impl));
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::Impl::overStore(const base::RunEnv& env,
+                                                            const GroupOptions& options,
+                                                            comm::Store& store) {
+  std::unique_ptr<Impl> impl = validated(options);
+  impl->env = env;
+  impl->group = groupOfSeveral(impl->env, impl->config, &store);
+  return wrap(std::move(impl));
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::fromEnvironment(const GroupOptions& options) {
+  return Impl::fromEnvironment(options, base::systemEnvironment);
+}
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ProcessGroup::~ProcessGroup() = default;
+
+int ProcessGroup::rank() const { return static_cast<int>(impl_->env.rank); }
+int ProcessGroup::size() const { return static_cast<int>(impl_->env.world_size); }
+int ProcessGroup::localRank() const { return static_cast<int>(impl_->env.local_rank); }
+int ProcessGroup::localSize() const { return static_cast<int>(impl_->env.local_world_size); }
+uint64_t ProcessGroup::generation() const { return static_cast<uint64_t>(impl_->env.generation); }
+int ProcessGroup::restartCount() const { return static_cast<int>(impl_->env.restart_count); }
+std::string ProcessGroup::runId() const { return impl_->env.run_id; }
+bool ProcessGroup::underLauncher() const { return !impl_->env.run_id.empty(); }
+const GroupOptions& ProcessGroup::options() const { return impl_->options; }
+
+void ProcessGroup::allreduce(torch::Tensor& tensor, const CollectiveOptions& options) {
+  const comm::DType dtype = checkTensor("allreduce", tensor);
+  comm::AllreduceOptions call;
+  call.op = commOp(options.op);
+  call.algorithm = options.algorithm.empty()
+                       ? impl_->algorithm
+                       : parseAlgorithmOption(options.algorithm, "algorithm");
+  call.timeout = callTimeout(options);
+  comm::Communicator* communicator = impl_->communicator();
+  if (communicator == nullptr) return;  // one rank: the reduction is its own tensor
+  inPlace(tensor, [&](torch::Tensor& t) {
+    comm::Buffer buffer = bufferOf(t, dtype);
+    communicator->allreduce(buffer, call);
+  });
+}
+
+void ProcessGroup::broadcast(torch::Tensor& tensor, int root, const CollectiveOptions& options) {
+  const comm::DType dtype = checkTensor("broadcast", tensor);
+  if (root < 0 || root >= size()) {
+    throw std::invalid_argument("broadcast: root " + std::to_string(root) + " must be in [0, " +
+                                std::to_string(size()) + ")");
+  }
+  const comm::OpOptions call = opOptions(options);
+  comm::Communicator* communicator = impl_->communicator();
+  if (communicator == nullptr) return;
+  inPlace(tensor, [&](torch::Tensor& t) {
+    comm::Buffer buffer = bufferOf(t, dtype);
+    communicator->broadcast(buffer, root, call);
+  });
+}
+
+torch::Tensor ProcessGroup::allgather(const torch::Tensor& tensor,
+                                      const CollectiveOptions& options) {
+  const comm::DType dtype = checkTensor("allgather", tensor);
+  const comm::OpOptions call = opOptions(options);
+  std::vector<int64_t> shape{size()};
+  for (int64_t d : tensor.sizes()) shape.push_back(d);
+  torch::Tensor output = torch::empty(shape, tensor.options());
+  comm::Communicator* communicator = impl_->communicator();
+  if (communicator == nullptr) {
+    output[0].copy_(tensor);
+    return output;
+  }
+  const torch::Tensor input = tensor.contiguous();
+  comm::Buffer out = bufferOf(output, dtype);
+  communicator->allgather(bufferOf(input, dtype), out, call);
+  return output;
+}
+
+torch::Tensor ProcessGroup::reduceScatter(const torch::Tensor& tensor,
+                                          const CollectiveOptions& options) {
+  const comm::DType dtype = checkTensor("reduceScatter", tensor);
+  if (tensor.dim() == 0 || tensor.size(0) % size() != 0) {
+    throw std::invalid_argument(
+        "reduceScatter: the first dimension (" +
+        (tensor.dim() == 0 ? std::string("none: a 0-dim tensor") : std::to_string(tensor.size(0))) +
+        ") must be a multiple of the group's size " + std::to_string(size()));
+  }
+  const comm::ReduceOp op = commOp(options.op);
+  const comm::OpOptions call = opOptions(options);
+  comm::Communicator* communicator = impl_->communicator();
+  if (communicator == nullptr) return tensor.clone(at::MemoryFormat::Contiguous);
+  std::vector<int64_t> shape = tensor.sizes().vec();
+  shape[0] /= size();
+  torch::Tensor output = torch::empty(shape, tensor.options());
+  const torch::Tensor input = tensor.contiguous();
+  comm::Buffer out = bufferOf(output, dtype);
+  communicator->reduceScatter(bufferOf(input, dtype), out, op, call);
+  return output;
+}
+
+void ProcessGroup::barrier(const CollectiveOptions& options) {
+  const comm::OpOptions call = opOptions(options);
+  if (comm::Communicator* communicator = impl_->communicator()) communicator->barrier(call);
+}
+
+}  // namespace cumulus

@@ -1,0 +1,56 @@
+#pragma once
+// Private: what a public ProcessGroup holds, for the API's own implementations (DataParallel,
+// agreeOver) and for cumulus-train. Not installed.
+//
+// A group of more than one rank owns a trainer::ProcessGroup (the Store client, the
+// communicator, the funnel client). A group of one owns nothing that communicates: `group` is
+// null and every collective is answered locally.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "base/run_env.h"
+#include "comm/algorithm.h"
+#include "comm/communicator.h"
+#include "comm/store.h"
+#include "configs/experiment.h"
+#include "cumulus/process_group.h"
+#include "trainer/process_group.h"
+
+namespace cumulus {
+
+struct ProcessGroup::Impl {
+  GroupOptions options;
+  configs::CommConfig config;  // `options` as the comm section the trainer's parts take
+  base::RunEnv env;
+  comm::Algorithm algorithm = comm::Algorithm::kAuto;  // options.algorithm, parsed
+  std::chrono::milliseconds timeout{60000};            // options.timeout_seconds
+  std::unique_ptr<trainer::ProcessGroup> group;        // null in a group of one
+
+  // The communicator of a group of several ranks; null in a group of one.
+  comm::Communicator* communicator() { return group ? &group->communicator() : nullptr; }
+
+  // fromEnvironment with the variables read through `getenv`.
+  static std::unique_ptr<ProcessGroup> fromEnvironment(const GroupOptions& options,
+                                                       const base::EnvLookup& getenv);
+  // A group of env.world_size ranks over a caller-owned Store that outlives it (tests run ranks
+  // as threads over a comm::MemoryStore). A group of one when env.world_size == 1.
+  static std::unique_ptr<ProcessGroup> overStore(const base::RunEnv& env,
+                                                 const GroupOptions& options, comm::Store& store);
+
+ private:
+  // Validates `options` (GroupError naming the option) and fills everything but `env` and `group`.
+  static std::unique_ptr<Impl> validated(const GroupOptions& options);
+  static std::unique_ptr<ProcessGroup> wrap(std::unique_ptr<Impl> impl);
+};
+
+// `name` parsed as an algorithm; GroupError "<what>: unknown communication algorithm 'rng': ...;
+// did you mean 'ring'?" otherwise.
+comm::Algorithm parseAlgorithmOption(const std::string& name, const std::string& what);
+
+// `seconds` as a deadline; GroupError "<what>: must be a positive number of seconds, got ..."
+// unless it is positive and finite.
+std::chrono::milliseconds timeoutOption(double seconds, const std::string& what);
+
+}  // namespace cumulus
