@@ -3,7 +3,14 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/lbfgs.h>
 #include <torch/optim/optimizer.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/serialize.h>
+#include <torch/optim/sgd.h>
 #include <torch/serialize/archive.h>
 #include <torch/utils.h>
 
@@ -44,10 +51,40 @@ void checkFits(const std::string& name, const torch::Tensor& stored, const torch
                           " in the checkpoint, " + shapeText(target) + " in the module");
   }
   if (stored.scalar_type() != target.scalar_type()) {
-    throw CheckpointError("tensor \"" + name + "\": dtype " +
-                          c10::toString(stored.scalar_type()) + " in the checkpoint, " +
-                          c10::toString(target.scalar_type()) + " in the module");
+    throw CheckpointError("tensor \"" + name + "\": dtype " + c10::toString(stored.scalar_type()) +
+                          " in the checkpoint, " + c10::toString(target.scalar_type()) +
+                          " in the module");
   }
+}
+
+// LibTorch's Optimizer::load restores every parameter's state but not the groups' options (lr,
+// betas, ...), which the archive holds too: put them back when the groups' options are of type
+// `Options`. Returns false when they are not.
+template <typename Options>
+bool restoreOptionsAs(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive) {
+  auto& groups = optimizer.param_groups();
+  if (groups.empty() || dynamic_cast<Options*>(&groups[0].options()) == nullptr) return false;
+  torch::serialize::InputArchive groups_archive;
+  archive.read("param_groups", groups_archive);
+  std::vector<std::pair<std::vector<std::string>, std::unique_ptr<torch::optim::OptimizerOptions>>>
+      saved;
+  torch::optim::detail::serialize<Options>(groups_archive, saved);
+  // Optimizer::load already checked that the groups match in number and size.
+  for (size_t i = 0; i < saved.size() && i < groups.size(); ++i) {
+    groups[i].set_options(std::move(saved[i].second));
+  }
+  return true;
+}
+
+// False for an optimizer whose options are of another type: its options stay as built.
+bool restoreOptions(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive) {
+  using namespace torch::optim;  // NOLINT(build/namespaces): six option types
+  return restoreOptionsAs<AdamOptions>(optimizer, archive) ||
+         restoreOptionsAs<AdamWOptions>(optimizer, archive) ||
+         restoreOptionsAs<SGDOptions>(optimizer, archive) ||
+         restoreOptionsAs<RMSpropOptions>(optimizer, archive) ||
+         restoreOptionsAs<AdagradOptions>(optimizer, archive) ||
+         restoreOptionsAs<LBFGSOptions>(optimizer, archive);
 }
 
 bool startsWith(const std::string& text, const std::string& prefix) {
@@ -116,9 +153,10 @@ void Checkpoint::restoreOptimizer(torch::optim::Optimizer& optimizer,
     torch::serialize::InputArchive archive;
     archive.load_from(it->second.data(), it->second.size());
     optimizer.load(archive);
+    restoreOptions(optimizer, archive);
   } catch (const c10::Error& e) {
-    throw CheckpointError("file \"" + name + "\" does not load into the optimizer: " +
-                          e.what_without_backtrace());
+    throw CheckpointError("file \"" + name +
+                          "\" does not load into the optimizer: " + e.what_without_backtrace());
   } catch (const std::exception& e) {
     throw CheckpointError("file \"" + name + "\" does not load into the optimizer: " + e.what());
   }
@@ -136,8 +174,7 @@ void Checkpoint::restoreRng() const {
   if (state.rng_state.empty()) {
     throw CheckpointError("state.rng_state is empty: call captureRng() before saving");
   }
-  torch::Tensor bytes =
-      torch::empty({static_cast<int64_t>(state.rng_state.size())}, torch::kUInt8);
+  torch::Tensor bytes = torch::empty({static_cast<int64_t>(state.rng_state.size())}, torch::kUInt8);
   std::memcpy(bytes.data_ptr(), state.rng_state.data(), state.rng_state.size());
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(generator.mutex());
@@ -145,8 +182,7 @@ void Checkpoint::restoreRng() const {
     generator.set_state(bytes);
   } catch (const c10::Error& e) {
     throw CheckpointError("state.rng_state (" + std::to_string(state.rng_state.size()) +
-                          " bytes) is not a CPU generator's state: " +
-                          e.what_without_backtrace());
+                          " bytes) is not a CPU generator's state: " + e.what_without_backtrace());
   }
 }
 

@@ -43,8 +43,10 @@ void appendWarnings(const std::vector<CheckpointWarning>& found,
 
 size_t checkedKeep(size_t keep) {
   if (keep < 1) {
-    throw std::invalid_argument("Checkpoints: keep must be >= 1 (the newest valid checkpoint is "
-                                "always kept), got " + std::to_string(keep));
+    throw std::invalid_argument(
+        "Checkpoints: keep must be >= 1 (the newest valid checkpoint is "
+        "always kept), got " +
+        std::to_string(keep));
   }
   return keep;
 }

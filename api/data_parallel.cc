@@ -3,11 +3,12 @@
 
 #include "cumulus/data_parallel.h"
 
-#include <cmath>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "api/process_group_impl.h"
+#include "trainer/bucket_layout.h"
 #include "trainer/distributed_sync.h"
 
 namespace cumulus {
@@ -21,19 +22,20 @@ void GradientSync::backward(const torch::Tensor& loss) {
 
 namespace {
 
-size_t bucketOption(double mb, const std::string& what) {
-  if (!(mb > 0) || !std::isfinite(mb)) {
-    throw GroupError(what + ": must be a positive number of MiB, got " + std::to_string(mb));
+// The trainer's conversion (the same layout as cumulus-train's for the same figure), as a GroupError.
+size_t bucketOption(double mb, const char* what) {
+  try {
+    return trainer::mebibytes(mb, what);
+  } catch (const std::invalid_argument& e) {
+    throw GroupError(e.what());
   }
-  return static_cast<size_t>(std::ceil(mb * (1 << 20)));
 }
 
 trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
                                             const DataParallelOptions& options) {
   trainer::DistributedSyncOptions out;
-  out.algorithm = options.algorithm.empty()
-                      ? group.algorithm
-                      : parseAlgorithmOption(options.algorithm, "algorithm");
+  out.algorithm = options.algorithm.empty() ? group.algorithm
+                                            : parseAlgorithmOption(options.algorithm, "algorithm");
   out.bucket_cap_bytes = bucketOption(options.bucket_cap_mb, "bucket_cap_mb");
   out.first_bucket_bytes = bucketOption(options.first_bucket_mb, "first_bucket_mb");
   out.timeout = options.timeout_seconds == 0
@@ -57,7 +59,8 @@ struct DataParallel::Impl {
 DataParallel::DataParallel(ProcessGroup& group, DataParallelOptions options)
     : impl_(std::make_unique<Impl>()) {
   ProcessGroup::Impl& g = group.impl();
-  // Validated alone too, so that a program tried alone fails on a bad option as it would in a group.
+  // Validated alone too, so that a program tried alone fails on a bad option as it would in a
+  // group.
   const trainer::DistributedSyncOptions sync_options = syncOptions(g, options);
   if (comm::Communicator* communicator = g.communicator()) {
     impl_->distributed =
@@ -67,7 +70,9 @@ DataParallel::DataParallel(ProcessGroup& group, DataParallelOptions options)
 
 DataParallel::~DataParallel() = default;
 
-void DataParallel::attach(const std::vector<torch::Tensor>& params) { impl_->sync().attach(params); }
+void DataParallel::attach(const std::vector<torch::Tensor>& params) {
+  impl_->sync().attach(params);
+}
 void DataParallel::beforeBackward(bool last) { impl_->sync().beforeBackward(last); }
 void DataParallel::afterBackward(bool last) { impl_->sync().afterBackward(last); }
 void DataParallel::finish() { impl_->sync().finish(); }

@@ -107,8 +107,7 @@ comm::Algorithm parseAlgorithmOption(const std::string& name, const std::string&
   try {
     return comm::parseAlgorithm(name);
   } catch (const std::invalid_argument& e) {
-    const std::string guess =
-        base::closestSpelling(name, {"funnel", "tree", "ring", "auto"});
+    const std::string guess = base::closestSpelling(name, {"funnel", "tree", "ring", "auto"});
     throw GroupError(what + ": " + e.what() +
                      (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
   }
@@ -188,9 +187,8 @@ void ProcessGroup::allreduce(torch::Tensor& tensor, const CollectiveOptions& opt
   const comm::DType dtype = checkTensor("allreduce", tensor);
   comm::AllreduceOptions call;
   call.op = commOp(options.op);
-  call.algorithm = options.algorithm.empty()
-                       ? impl_->algorithm
-                       : parseAlgorithmOption(options.algorithm, "algorithm");
+  call.algorithm = options.algorithm.empty() ? impl_->algorithm
+                                             : parseAlgorithmOption(options.algorithm, "algorithm");
   call.timeout = callTimeout(options);
   comm::Communicator* communicator = impl_->communicator();
   if (communicator == nullptr) return;  // one rank: the reduction is its own tensor

@@ -104,7 +104,9 @@ struct Checkpoint {
 
   // files[name]: the optimizer's state (LibTorch's own serialization: param groups, every
   // parameter's state such as Adam's step, exp_avg and exp_avg_sq), so that a restored optimizer
-  // takes bit-identical steps. Returns *this.
+  // takes bit-identical steps. restoreOptimizer puts back the groups' options (lr, betas, ...) too
+  // for LibTorch's own optimizers (Adam, AdamW, SGD, RMSprop, Adagrad, LBFGS); for another
+  // optimizer only the per-parameter state: build it with the same options. Returns *this.
   Checkpoint& addOptimizer(const torch::optim::Optimizer& optimizer,
                            const std::string& name = "optimizer.pt");
   // Throws CheckpointError if files[name] is missing or does not load into `optimizer`.

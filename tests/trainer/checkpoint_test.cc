@@ -229,6 +229,19 @@ TEST_F(CheckpointTest, UnlistedFileIsReportedNotFatal) {
   EXPECT_EQ(warnings_[0].str(), stepDir(100) + ": ignoring notes.txt: not listed in MANIFEST");
 }
 
+TEST_F(CheckpointTest, ExtraFilesAreListedVerifiedAndLoaded) {
+  CheckpointSnapshot saved = makeSnapshot(100);
+  saved.files["notes.txt"] = std::string("a\0b", 3);
+  manager_.save(saved);
+  EXPECT_EQ(manager_.load(stepDir(100)).files, saved.files);
+  EXPECT_TRUE(latest().has_value());
+  EXPECT_TRUE(warnings_.empty());  // listed in MANIFEST: not "unlisted"
+  for (const char* name : {"MANIFEST", "state.pb", ".hidden", "a/b", ""}) {
+    saved.files = {{name, "x"}};
+    EXPECT_THROW(encodeSnapshot(saved), std::invalid_argument) << name;
+  }
+}
+
 TEST_F(CheckpointTest, UndecodableButListedFileNamesItsPath) {
   const CheckpointSnapshot older = makeSnapshot(50);
   manager_.save(older);

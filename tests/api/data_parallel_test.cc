@@ -1,0 +1,137 @@
+// DataParallel (<cumulus/data_parallel.h>) over 2 ranks as threads: replicas start from rank 0's
+// values, and the summed gradients of sum-normalized losses equal one process's gradient of the
+// whole batch.
+
+#include "cumulus/data_parallel.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "api/testing.h"
+#include "ranks.h"
+
+namespace cumulus {
+namespace {
+
+constexpr int64_t kBatch = 8;
+
+struct Batch {
+  torch::Tensor x, y;
+};
+
+Batch makeBatch() {
+  torch::manual_seed(7);
+  return {torch::randn({kBatch, 4}, torch::kFloat64), torch::randn({kBatch, 3}, torch::kFloat64)};
+}
+
+torch::nn::Linear makeNet(uint64_t seed) {
+  torch::manual_seed(seed);
+  torch::nn::Linear net(4, 3);
+  net->to(torch::kFloat64);
+  return net;
+}
+
+// The loss the header prescribes: the sum of the rows' losses over the global batch size.
+torch::Tensor lossOf(torch::nn::Linear& net, const torch::Tensor& x, const torch::Tensor& y) {
+  return (net->forward(x) - y).pow(2).sum() / static_cast<double>(kBatch);
+}
+
+std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : tensors) out.push_back(t.detach().clone());
+  return out;
+}
+
+TEST(DataParallel, TwoRanksGiveTheWholeBatchGradient) {
+  const Batch batch = makeBatch();
+  // One process, the whole batch, from rank 0's initial values.
+  torch::nn::Linear reference = makeNet(100);
+  const std::vector<torch::Tensor> initial = clones(reference->parameters());
+  lossOf(reference, batch.x, batch.y).backward();
+
+  std::vector<std::vector<torch::Tensor>> after_attach(2), grads(2);
+  std::vector<std::vector<size_t>> buckets(2);
+  std::vector<SyncStepStats> stats(2);
+  // Built here: torch's generator is process-wide. Rank 1 starts elsewhere.
+  std::vector<torch::nn::Linear> nets{makeNet(100), makeNet(101)};
+  ASSERT_FALSE(torch::equal(nets[1]->weight, initial[0]));
+  testing::runRanks(2, [&](ProcessGroup& group) {
+    const int r = group.rank();
+    torch::nn::Linear& net = nets[r];
+    DataParallel sync(group);
+    sync.attach(net->parameters());
+    after_attach[r] = clones(net->parameters());
+    const int64_t begin = kBatch * r / 2, end = kBatch * (r + 1) / 2;
+    sync.backward(lossOf(net, batch.x.slice(0, begin, end), batch.y.slice(0, begin, end)));
+    for (const auto& p : net->parameters()) grads[r].push_back(p.grad().clone());
+    buckets[r] = sync.bucketBytes();
+    stats[r] = sync.lastStep();
+  });
+
+  const std::vector<torch::Tensor> expected = reference->parameters();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(after_attach[r].size(), 2u);
+    ASSERT_EQ(grads[r].size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(torch::equal(after_attach[r][i], initial[i])) << "rank " << r << " param " << i;
+      EXPECT_TRUE(torch::allclose(grads[r][i], expected[i].grad(), 1e-12, 1e-12))
+          << "rank " << r << " param " << i << "\n"
+          << grads[r][i] << "\n"
+          << expected[i].grad();
+    }
+    // Both gradients (12 + 3 doubles) fit the first 1 MiB bucket.
+    EXPECT_EQ(buckets[r], (std::vector<size_t>{120}));
+    EXPECT_EQ(stats[r].buckets, 1u);
+    EXPECT_EQ(stats[r].bytes, 120u);
+  }
+  // The ranks agree bit for bit.
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i]));
+}
+
+TEST(DataParallel, BroadcastCopiesRankZerosBuffers) {
+  testing::runRanks(2, [](ProcessGroup& group) {
+    DataParallel sync(group);
+    torch::Tensor buffer = torch::full({3}, group.rank() + 5, torch::kInt64);
+    torch::Tensor strided = torch::full({2, 2}, group.rank() + 0.5).t();
+    sync.broadcast({buffer, strided});
+    EXPECT_TRUE(torch::equal(buffer, torch::full({3}, 5, torch::kInt64)));
+    EXPECT_TRUE(torch::equal(strided, torch::full({2, 2}, 0.5)));
+  });
+}
+
+TEST(DataParallel, AloneTheLocalGradientIsKept) {
+  const auto group = testing::groupFromVariables({});
+  const Batch batch = makeBatch();
+  torch::nn::Linear net = makeNet(3);
+  torch::nn::Linear reference = makeNet(3);
+  DataParallel sync(*group);
+  sync.attach(net->parameters());
+  sync.backward(lossOf(net, batch.x, batch.y));
+  lossOf(reference, batch.x, batch.y).backward();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(torch::equal(net->parameters()[i].grad(), reference->parameters()[i].grad()));
+  }
+  EXPECT_TRUE(sync.bucketBytes().empty());
+  EXPECT_EQ(sync.lastStep().buckets, 0u);
+}
+
+TEST(DataParallel, BadOptionIsAGroupError) {
+  const auto group = testing::groupFromVariables({});
+  DataParallelOptions options;
+  options.bucket_cap_mb = 0;
+  try {
+    DataParallel sync(*group, options);
+    ADD_FAILURE() << "no GroupError";
+  } catch (const GroupError& e) {
+    EXPECT_STREQ(e.what(), "bucket_cap_mb: must be a positive number of MiB, got 0.000000");
+  }
+  options = {};
+  options.algorithm = "rign";
+  EXPECT_THROW(DataParallel(*group, options), GroupError);
+}
+
+}  // namespace
+}  // namespace cumulus

@@ -1,0 +1,255 @@
+// ProcessGroup (<cumulus/process_group.h>): a group of one from an empty environment, the
+// environment's and the options' errors, and every collective's answer over 2-3 ranks as threads.
+
+#include "cumulus/process_group.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <future>
+#include <map>
+#include <string>
+
+#include "api/testing.h"
+#include "cumulus/preemption.h"
+#include "ranks.h"
+
+namespace cumulus {
+namespace {
+
+using testing::groupFromVariables;
+using testing::runRanks;
+
+std::string groupErrorOf(const std::map<std::string, std::string>& variables,
+                         const GroupOptions& options = {}) {
+  try {
+    groupFromVariables(variables, options);
+  } catch (const GroupError& e) {
+    return e.what();
+  }
+  return "no GroupError";
+}
+
+template <typename Fn>
+std::string invalidArgumentOf(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no std::invalid_argument";
+}
+
+TEST(ProcessGroupAlone, EmptyEnvironmentIsAGroupOfOne) {
+  const auto group = groupFromVariables({});
+  EXPECT_EQ(group->rank(), 0);
+  EXPECT_EQ(group->size(), 1);
+  EXPECT_EQ(group->localRank(), 0);
+  EXPECT_EQ(group->localSize(), 1);
+  EXPECT_EQ(group->generation(), 0u);
+  EXPECT_EQ(group->restartCount(), 0);
+  EXPECT_EQ(group->runId(), "");
+  EXPECT_FALSE(group->underLauncher());
+  EXPECT_EQ(group->options().algorithm, "auto");
+  EXPECT_EQ(group->impl().communicator(), nullptr);
+
+  torch::Tensor t = torch::tensor({1.5f, -2.0f, 3.0f});
+  group->allreduce(t);
+  EXPECT_TRUE(torch::equal(t, torch::tensor({1.5f, -2.0f, 3.0f})));
+  CollectiveOptions avg;
+  avg.op = ReduceOp::kAvg;
+  group->allreduce(t, avg);
+  EXPECT_TRUE(torch::equal(t, torch::tensor({1.5f, -2.0f, 3.0f})));
+  group->broadcast(t, 0);
+  EXPECT_TRUE(torch::equal(t, torch::tensor({1.5f, -2.0f, 3.0f})));
+  const torch::Tensor gathered = group->allgather(t);
+  EXPECT_EQ(gathered.sizes(), (std::vector<int64_t>{1, 3}));
+  EXPECT_TRUE(torch::equal(gathered[0], t));
+  EXPECT_TRUE(torch::equal(group->reduceScatter(t), t));
+  group->barrier();
+  EXPECT_EQ(invalidArgumentOf([&] { group->broadcast(t, 1); }),
+            "broadcast: root 1 must be in [0, 1)");
+}
+
+TEST(ProcessGroupAlone, LauncherVariablesAreReported) {
+  const auto group = groupFromVariables({{"RANK", "0"},
+                                         {"WORLD_SIZE", "1"},
+                                         {"CUMULUS_RUN_ID", "run-7"},
+                                         {"CUMULUS_GENERATION", "3"},
+                                         {"CUMULUS_RESTART_COUNT", "2"}});
+  EXPECT_EQ(group->size(), 1);
+  EXPECT_EQ(group->runId(), "run-7");
+  EXPECT_TRUE(group->underLauncher());
+  EXPECT_EQ(group->generation(), 3u);
+  EXPECT_EQ(group->restartCount(), 2);
+}
+
+TEST(ProcessGroupErrors, BadEnvironmentIsAGroupError) {
+  EXPECT_EQ(groupErrorOf({{"RANK", "3"}, {"WORLD_SIZE", "2"}}),
+            "RANK=3 must be in [0, WORLD_SIZE=2)");
+  EXPECT_EQ(groupErrorOf({{"RANK", "x"}, {"WORLD_SIZE", "2"}}),
+            "environment variable RANK=\"x\" is not an integer");
+  EXPECT_EQ(groupErrorOf({{"RANK", "1"}, {"WORLD_SIZE", "2"}}),
+            "MASTER_ADDR is not set: a worker of a group needs RANK, WORLD_SIZE, MASTER_ADDR and "
+            "MASTER_PORT (start it with cumulus-run)");
+}
+
+TEST(ProcessGroupErrors, BadOptionsAreGroupErrors) {
+  GroupOptions options;
+  options.algorithm = "rng";
+  EXPECT_EQ(groupErrorOf({}, options),
+            "algorithm: unknown communication algorithm 'rng': expected one of funnel, tree, "
+            "ring, auto; did you mean 'ring'?");
+  options.algorithm = "tree";
+  options.timeout_seconds = 0;
+  EXPECT_EQ(groupErrorOf({}, options),
+            "timeout_seconds: must be a positive number of seconds, got 0.000000");
+
+  const auto group = groupFromVariables({});
+  torch::Tensor t = torch::ones({2});
+  CollectiveOptions call;
+  call.algorithm = "bogus";
+  try {
+    group->allreduce(t, call);
+    ADD_FAILURE() << "no GroupError";
+  } catch (const GroupError& e) {
+    EXPECT_STREQ(e.what(),
+                 "algorithm: unknown communication algorithm 'bogus': expected one of funnel, "
+                 "tree, ring, auto");
+  }
+}
+
+TEST(ProcessGroupErrors, TensorsMustBeCpuOfAKnownDtype) {
+  const auto group = groupFromVariables({});
+  torch::Tensor meta = torch::empty({2}, torch::TensorOptions().device(torch::kMeta));
+  EXPECT_EQ(invalidArgumentOf([&] { group->allreduce(meta); }),
+            "allreduce: the tensor is on meta; collectives take CPU tensors (move it with .cpu())");
+  torch::Tensor bytes = torch::zeros({2}, torch::kUInt8);
+  EXPECT_EQ(invalidArgumentOf([&] { group->broadcast(bytes); }),
+            "broadcast: a tensor of dtype Byte cannot take part (float32, float64, bfloat16, "
+            "float16, int32 and int64 can)");
+}
+
+// Rank r's tensor: base * (r + 1), so the sum over 3 ranks is 6 * base and the max 3 * base.
+TEST(ProcessGroupCollectives, AllreduceSumMaxAvgOverThreeRanks) {
+  runRanks(3, [](ProcessGroup& group) {
+    const double scale = group.rank() + 1;
+    torch::Tensor f32 = torch::tensor({1.0f, -2.0f, 0.5f}) * scale;
+    group.allreduce(f32);
+    EXPECT_TRUE(torch::equal(f32, torch::tensor({6.0f, -12.0f, 3.0f})));
+
+    torch::Tensor f64 = torch::tensor({0.25, 1e10, -3.0}, torch::kFloat64) * scale;
+    CollectiveOptions max;
+    max.op = ReduceOp::kMax;
+    group.allreduce(f64, max);
+    EXPECT_TRUE(torch::equal(f64, torch::tensor({0.75, 3e10, -3.0}, torch::kFloat64)));
+
+    torch::Tensor i64 =
+        torch::tensor({int64_t{1} << 40, int64_t{-7}}, torch::kInt64) * static_cast<int64_t>(scale);
+    group.allreduce(i64);
+    EXPECT_TRUE(torch::equal(i64, torch::tensor({int64_t{6} << 40, int64_t{-42}}, torch::kInt64)));
+
+    torch::Tensor avg = torch::tensor({3.0, 6.0}, torch::kFloat64) * scale;
+    CollectiveOptions mean;
+    mean.op = ReduceOp::kAvg;
+    mean.algorithm = "tree";
+    group.allreduce(avg, mean);
+    EXPECT_TRUE(torch::equal(avg, torch::tensor({6.0, 12.0}, torch::kFloat64)));
+  });
+}
+
+TEST(ProcessGroupCollectives, NonContiguousTensorIsReducedInPlace) {
+  runRanks(2, [](ProcessGroup& group) {
+    // A transposed view of a 2x3 storage: written back through the view.
+    torch::Tensor storage = torch::arange(6, torch::kFloat32).reshape({2, 3}) * (group.rank() + 1);
+    torch::Tensor view = storage.t();
+    ASSERT_FALSE(view.is_contiguous());
+    group.allreduce(view);
+    EXPECT_TRUE(torch::equal(storage, torch::arange(6, torch::kFloat32).reshape({2, 3}) * 3));
+  });
+}
+
+TEST(ProcessGroupCollectives, BroadcastFromRootOne) {
+  runRanks(3, [](ProcessGroup& group) {
+    torch::Tensor t = torch::full({4}, group.rank() * 10, torch::kInt32);
+    group.broadcast(t, 1);
+    EXPECT_TRUE(torch::equal(t, torch::full({4}, 10, torch::kInt32)));
+    EXPECT_EQ(invalidArgumentOf([&] { group.broadcast(t, 3); }),
+              "broadcast: root 3 must be in [0, 3)");
+  });
+}
+
+TEST(ProcessGroupCollectives, AllgatherStacksRanksInOrder) {
+  runRanks(3, [](ProcessGroup& group) {
+    const int64_t r = group.rank();
+    const torch::Tensor mine = torch::tensor({r, r * 10}, torch::kInt64);
+    const torch::Tensor all = group.allgather(mine);
+    EXPECT_TRUE(torch::equal(all, torch::tensor({0, 0, 1, 10, 2, 20}, torch::kInt64).view({3, 2})));
+  });
+}
+
+TEST(ProcessGroupCollectives, ReduceScatterGivesEachRankItsRows) {
+  runRanks(3, [](ProcessGroup& group) {
+    const torch::Tensor input =
+        torch::arange(12, torch::kFloat64).reshape({6, 2}) * (group.rank() + 1);
+    const torch::Tensor block = group.reduceScatter(input);
+    const torch::Tensor sum = torch::arange(12, torch::kFloat64).reshape({6, 2}) * 6;
+    EXPECT_TRUE(torch::equal(block, sum.slice(0, 2 * group.rank(), 2 * group.rank() + 2)));
+    EXPECT_EQ(invalidArgumentOf([&] {
+                group.reduceScatter(torch::zeros({5, 2}));
+              }),
+              "reduceScatter: the first dimension (5) must be a multiple of the group's size 3");
+    group.barrier();
+  });
+}
+
+TEST(AgreeOver, MaxOverRanksAndIdentityAlone) {
+  runRanks(3, [](ProcessGroup& group) {
+    const AgreeMax agree = agreeOver(group);
+    EXPECT_EQ(agree(group.rank() == 1 ? 41 : -1), 41);
+    EXPECT_EQ(agree(-1), -1);
+  });
+  const auto alone = testing::groupFromVariables({});
+  EXPECT_EQ(agreeOver(*alone)(7), 7);
+}
+
+// Rank 1 leaves (destroys its group) after a barrier; rank 0's next allreduce then fails with the
+// peer to blame, and the broken group fails every later call at once.
+TEST(ProcessGroupFailure, PeerThatLeavesSurfacesAsCommError) {
+  std::promise<void> left;
+  std::shared_future<void> rank1_left = left.get_future().share();
+  GroupOptions options = testing::testGroupOptions("tree");
+  options.timeout_seconds = 5;
+  comm::MemoryStore store;
+  auto rank = [&](int r) {
+    base::RunEnv env;
+    env.rank = r;
+    env.world_size = 2;
+    env.job_token = "api-test-token";
+    return testing::groupOverStore(env, store, options);
+  };
+  std::thread peer([&] {
+    std::unique_ptr<ProcessGroup> group = rank(1);
+    group->barrier();
+    group.reset();
+    left.set_value();
+  });
+  std::unique_ptr<ProcessGroup> group = rank(0);
+  group->barrier();
+  rank1_left.wait();
+  torch::Tensor t = torch::ones({16});
+  try {
+    group->allreduce(t);
+    ADD_FAILURE() << "allreduce with a peer gone did not throw";
+  } catch (const CommError& e) {
+    EXPECT_TRUE(e.kind() == CommErrorKind::kPeerClosed || e.kind() == CommErrorKind::kTimeout)
+        << e.what();
+    EXPECT_EQ(e.op(), "allreduce");
+    EXPECT_EQ(e.peer(), 1);
+  }
+  EXPECT_THROW(group->barrier(), CommError);
+  peer.join();
+}
+
+}  // namespace
+}  // namespace cumulus
