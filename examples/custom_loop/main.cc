@@ -109,7 +109,8 @@ const std::map<std::string, Setter>& setters() {
       {"--hidden", [](Flags& f, auto& k, auto& v) { f.hidden = positive(k, v); }},
       {"--code", [](Flags& f, auto& k, auto& v) { f.code = positive(k, v); }},
       {"--warmup", [](Flags& f, auto& k, auto& v) { f.warmup = positive(k, v, 0); }},
-      {"--checkpoint-every", [](Flags& f, auto& k, auto& v) { f.checkpoint_every = positive(k, v); }},
+      {"--checkpoint-every",
+       [](Flags& f, auto& k, auto& v) { f.checkpoint_every = positive(k, v); }},
       {"--log-every", [](Flags& f, auto& k, auto& v) { f.log_every = positive(k, v); }},
       {"--limit", [](Flags& f, auto& k, auto& v) { f.limit = positive(k, v, 0); }},
       {"--seed", [](Flags& f, auto& k, auto& v) { f.seed = positive(k, v, 0); }},
@@ -167,7 +168,8 @@ torch::Tensor loadImages(const Flags& flags) {
   for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"}) {
     const std::string path = flags.data + "/" + name;
     if (!std::filesystem::is_regular_file(path)) {
-      throw cumulus::UserError(path + " not found: --data must name a directory holding the "
+      throw cumulus::UserError(path +
+                               " not found: --data must name a directory holding the "
                                "uncompressed Fashion-MNIST training files (gunzip "
                                "/usr/share/datasets/fashion-mnist/train-*.gz into it)");
     }
@@ -185,8 +187,8 @@ torch::Tensor loadImages(const Flags& flags) {
 struct AutoencoderImpl : torch::nn::Module {
   AutoencoderImpl(int64_t hidden, int64_t code) {
     using namespace torch::nn;
-    encoder = register_module(
-        "encoder", Sequential(Linear(kPixels, hidden), ReLU(), Linear(hidden, code)));
+    encoder = register_module("encoder",
+                              Sequential(Linear(kPixels, hidden), ReLU(), Linear(hidden, code)));
     decoder = register_module(
         "decoder", Sequential(Linear(code, hidden), ReLU(), Linear(hidden, kPixels), Sigmoid()));
   }
@@ -370,9 +372,8 @@ int train(const Flags& flags) {
     const double loss_sum = trainStep(job, sync);
     if (job.step % flags.log_every == 0 || job.step == flags.steps) logProgress(job, loss_sum);
     // Every rank asks after every step but the last, and every rank gets the same answer.
-    const cumulus::StepAction action = job.step < flags.steps
-                                           ? preemption.decide(job.step)
-                                           : cumulus::StepAction::kContinue;
+    const cumulus::StepAction action =
+        job.step < flags.steps ? preemption.decide(job.step) : cumulus::StepAction::kContinue;
     const bool due =
         job.step % flags.checkpoint_every == 0 || action != cumulus::StepAction::kContinue;
     std::string saved;

@@ -40,10 +40,11 @@ const std::string kDatasetDir = "/usr/share/datasets/fashion-mnist";
 // The environment of a program a user starts from a shell: not inside a launched job, with no
 // search path that could find another Cumulus than the one installed here.
 Env userEnv(Env extra = {}) {
-  Env env = {{"WORLD_SIZE", ""},         {"RANK", ""},           {"LOCAL_RANK", ""},
-             {"LOCAL_WORLD_SIZE", ""},   {"CUMULUS_RUN_ID", ""}, {"MASTER_ADDR", ""},
-             {"MASTER_PORT", ""},        {"CMAKE_PREFIX_PATH", ""},
-             {"PKG_CONFIG_PATH", ""},    {"LD_LIBRARY_PATH", ""}};
+  Env env = {{"WORLD_SIZE", ""},      {"RANK", ""},
+             {"LOCAL_RANK", ""},      {"LOCAL_WORLD_SIZE", ""},
+             {"CUMULUS_RUN_ID", ""},  {"MASTER_ADDR", ""},
+             {"MASTER_PORT", ""},     {"CMAKE_PREFIX_PATH", ""},
+             {"PKG_CONFIG_PATH", ""}, {"LD_LIBRARY_PATH", ""}};
   for (auto& e : extra) env.push_back(std::move(e));
   return env;
 }
@@ -129,9 +130,12 @@ class InstalledCumulus : public ::testing::Test {
   static ProcessResult buildExample(const std::string& name) {
     const std::string build = (work_ / ("build-" + name)).string();
     Args configure = {EXAMPLES_CMAKE,
-                      "-S", std::string(CUMULUS_SOURCE_DIR) + "/examples/" + name,
-                      "-B", build,
-                      "-G", "Ninja",
+                      "-S",
+                      std::string(CUMULUS_SOURCE_DIR) + "/examples/" + name,
+                      "-B",
+                      build,
+                      "-G",
+                      "Ninja",
                       "-DCMAKE_MAKE_PROGRAM=" EXAMPLES_NINJA,
                       "-DCMAKE_CXX_COMPILER=" EXAMPLES_CXX,
                       "-DCMAKE_BUILD_TYPE=Release",
@@ -166,23 +170,23 @@ class InstalledCumulus : public ::testing::Test {
 
   // `program` under the installed cumulus-run with `workers` local workers.
   static Args underCumulusRun(int workers, Args program) {
-    Args argv = {bin("cumulus-run"), "--standalone", "--nproc-per-node",
-                 std::to_string(workers), "--log-dir", (work_ / "logs").string(),
-                 "--monitor-interval", "0.02", "--"};
+    Args argv = {bin("cumulus-run"),      "--standalone", "--nproc-per-node",
+                 std::to_string(workers), "--log-dir",    (work_ / "logs").string(),
+                 "--monitor-interval",    "0.02",         "--"};
     argv.insert(argv.end(), program.begin(), program.end());
     return argv;
   }
 
-  // The custom loop: short enough for a test, long enough that a SIGTERM after step kSignalAfter lands mid-run.
+  // The custom loop: short enough for a test, long enough that a SIGTERM after step kSignalAfter
+  // lands mid-run.
   static constexpr int kSteps = 240;
   static constexpr int kSignalAfter = 40;
 
   Args command(const std::string& run) const {
     return underCumulusRun(
-        2, {(work_ / "build-custom_loop/custom_loop").string(), "--data",
-            (work_ / "data").string(), "--run-dir", (work_ / run).string(), "--steps",
-            std::to_string(kSteps), "--warmup", "20", "--checkpoint-every", "50", "--log-every",
-            "10"});
+        2, {(work_ / "build-custom_loop/custom_loop").string(), "--data", (work_ / "data").string(),
+            "--run-dir", (work_ / run).string(), "--steps", std::to_string(kSteps), "--warmup",
+            "20", "--checkpoint-every", "50", "--log-every", "10"});
   }
   std::string parametersDigest(const std::string& run) const {
     const std::string bytes = readFile(work_ / run / "final_parameters.bin");
@@ -295,20 +299,19 @@ TEST_F(InstalledCumulus, CollectivesUnderCumulusRunGiveTheKnownAnswers) {
   const char* blocks[] = {"[3, 6]", "[9, 12]", "[15, 18]"};  // elements 2r, 2r+1 of 3i + 3
   for (int rank = 0; rank < 3; ++rank) {
     const std::string at = "[rank" + std::to_string(rank) + "] ";
-    for (const std::string& line : {
-             "rank " + std::to_string(rank) + " of 3 (cumulus " + kVersion + ")",
-             std::string("allreduce sum of rank+1 = [6, 6, 6, 6]"),  // 3·4/2
-             std::string("allreduce max of rank = [2, 2]"),
-             std::string("allreduce avg of rank = [1, 1]"),
-             std::string("broadcast from rank 2 = [200, 201, 202]"),
-             std::string("allgather of [rank, rank^2] = [[0, 0], [1, 1], [2, 4]]"),
-             "reduceScatter of [0..2P) + rank = " + std::string(blocks[rank]),
-             std::string("barrier passed")}) {
+    for (const std::string& line :
+         {"rank " + std::to_string(rank) + " of 3 (cumulus " + kVersion + ")",
+          std::string("allreduce sum of rank+1 = [6, 6, 6, 6]"),  // 3·4/2
+          std::string("allreduce max of rank = [2, 2]"),
+          std::string("allreduce avg of rank = [1, 1]"),
+          std::string("broadcast from rank 2 = [200, 201, 202]"),
+          std::string("allgather of [rank, rank^2] = [[0, 0], [1, 1], [2, 4]]"),
+          "reduceScatter of [0..2P) + rank = " + std::string(blocks[rank]),
+          std::string("barrier passed")}) {
       EXPECT_EQ(lines.count(at + line), 1u) << at + line << "\n" << r.output;
     }
   }
 }
-
 
 // Preempted by a SIGTERM to cumulus-run and relaunched, the custom loop ends with exactly the
 // parameters of a run that was never stopped.
@@ -321,19 +324,21 @@ TEST_F(InstalledCumulus, CustomLoopPreemptedAndRelaunchedEndsBitIdenticalToUnint
 
   bool sent = false;
   const std::regex progress_line(R"(\[rank0\] step (\d+)/.*)");
-  const ProcessResult first =
-      runProcess(command("preempted"), userEnv(), [&](const std::string& line, pid_t pid) {
+  const ProcessResult first = runProcess(
+      command("preempted"), userEnv(),
+      [&](const std::string& line, pid_t pid) {
         std::smatch m;
         if (!sent && std::regex_match(line, m, progress_line) && std::stoi(m[1]) >= kSignalAfter) {
           sent = true;
           ::kill(pid, SIGTERM);  // to cumulus-run, which forwards it
         }
-      }, 300);
+      },
+      300);
   ASSERT_TRUE(sent) << first.output;
   ASSERT_EQ(first.exit_code, 75) << first.output;
   std::smatch stop;
-  ASSERT_TRUE(std::regex_search(first.output, stop,
-                                std::regex(R"(\[rank0\] preempted at step (\d+), checkpoint (\S+))")))
+  ASSERT_TRUE(std::regex_search(
+      first.output, stop, std::regex(R"(\[rank0\] preempted at step (\d+), checkpoint (\S+))")))
       << first.output;
   const int stop_step = std::stoi(stop[1]);
   EXPECT_GE(stop_step, kSignalAfter);
