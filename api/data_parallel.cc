@@ -42,6 +42,7 @@ trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
                     ? group.timeout
                     : timeoutOption(options.timeout_seconds, "timeout_seconds");
   out.on_bucket_done = options.on_bucket_done;
+  out.gradient_as_bucket_view = options.gradient_as_bucket_view;
   return out;
 }
 
@@ -50,6 +51,7 @@ trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
 struct DataParallel::Impl {
   std::unique_ptr<trainer::DistributedGradientSync> distributed;  // null in a group of one
   LocalGradientSync local;
+  std::vector<torch::Tensor> params;  // as given to attach()
 
   GradientSync& sync() {
     if (distributed) return *distributed;
@@ -73,6 +75,14 @@ DataParallel::~DataParallel() = default;
 
 void DataParallel::attach(const std::vector<torch::Tensor>& params) {
   impl_->sync().attach(params);
+  impl_->params = params;
+}
+
+void DataParallel::zeroGrad() {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : impl_->params) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
 }
 void DataParallel::beforeBackward(bool last) { impl_->sync().beforeBackward(last); }
 void DataParallel::afterBackward(bool last) { impl_->sync().afterBackward(last); }

@@ -79,6 +79,8 @@ std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
   sync.bucket_cap_mb = experiment.comm.bucket_cap_mb;
   sync.first_bucket_mb = experiment.comm.first_bucket_mb;
   sync.timeout_seconds = experiment.comm.timeout_seconds;
+  // The gradients already lie in the buckets' layout (FlatParameters): reduced where they are.
+  sync.gradient_as_bucket_view = true;
   if (options.trace != nullptr) sync.on_bucket_done = traceBuckets(options.trace);
   try {
     return std::make_unique<DataParallel>(*options.group, std::move(sync));

@@ -289,11 +289,7 @@ double trainStep(Job& job, cumulus::GradientSync& sync) {
   job.sampler.advance();
   const torch::Tensor x = job.images.index_select(0, torch::tensor(local, torch::kInt64));
 
-  // In place: each .grad() is a view into one of DataParallel's buckets. (LibTorch 1.13's
-  // Optimizer::zero_grad() detaches the gradient in place, which a view refuses.)
-  for (torch::Tensor& p : job.net->parameters()) {
-    if (p.grad().defined()) p.mutable_grad().zero_();
-  }
+  job.optimizer.zero_grad();
   const torch::Tensor per_sample =
       torch::mse_loss(job.net->forward(x), x, torch::Reduction::None).mean(1);
   // Divided by the global batch, not this rank's share: the sum over ranks that DataParallel

@@ -6,7 +6,7 @@
 //   cumulus::DataParallel sync(*group);
 //   sync.attach(net->parameters());        // rank 0's values everywhere; buckets laid out
 //   for (...) {
-//     optimizer.zero_grad();
+//     optimizer.zero_grad();               // or sync.zeroGrad()
 //     torch::Tensor loss = lossSum(net->forward(x), y) / global_batch;   // see below
 //     sync.backward(loss);                 // backward + all-reduce; every .grad() is the sum
 //     optimizer.step();
@@ -32,10 +32,15 @@
 //     mismatch throws std::invalid_argument on every rank, naming the first rank that differs),
 //     broadcasts rank 0's values so all replicas start identical, and lays the gradients out in
 //     flat buckets in reverse registration order (bucket_cap_mb, and a small first bucket of
-//     first_bucket_mb so communication starts early). Each .grad() becomes a view into its bucket,
-//     so backward accumulates straight into it and it is reduced in place: zero gradients in place
-//     (optimizer.zero_grad() with set_to_none=false, or .grad().zero_()). A gradient the program
-//     replaced is noticed and copied in and out instead, so results never depend on it.
+//     first_bucket_mb so communication starts early). As in DDP, by default each bucket is a
+//     buffer of its own: gradients are copied in at launch and the sums copied back, so the
+//     program may treat .grad() as it likes (optimizer.zero_grad() included). With
+//     gradient_as_bucket_view each .grad() becomes a view into its bucket instead, so backward
+//     accumulates straight into it and it is reduced in place, without the two copies: then
+//     zero gradients in place (zeroGrad(), or .grad().zero_()), because LibTorch 1.13's
+//     Optimizer::zero_grad() detaches each gradient first, which a view refuses ("Can't detach
+//     views in-place"). A gradient the program replaced anyway is noticed and copied in and out,
+//     so results never depend on the mode.
 //   - During the last micro-batch's backward each bucket is launched as soon as all its
 //     gradients are ready and the buckets before it were launched; finish() launches the rest and
 //     waits for all. The order is the same on every rank, and so are the results, bit for bit,
@@ -106,6 +111,8 @@ struct DataParallelOptions {
   double bucket_cap_mb = 25.0;   // the largest bucket (> 0)
   double first_bucket_mb = 1.0;  // the first bucket launched in backward (> 0)
   double timeout_seconds = 0;    // attach's collectives and each bucket's wait; 0: the group's
+  // Gradients as views into the buckets (no copies; zero them in place). See above.
+  bool gradient_as_bucket_view = false;
   // Called on a background thread as each bucket's all-reduce completes (for a trace, or a
   // monitor); finish() returns only after every bucket of the step was reported. Must not block
   // for long or throw. Empty: no thread, nothing is timed.
@@ -133,6 +140,9 @@ class DataParallel final : public GradientSync {
   void afterBackward(bool last) override;
   void finish() override;
 
+  // Zeroes, in place, the gradient of every parameter given to attach() that has one. Never
+  // communicates.
+  void zeroGrad();
   // Copies rank 0's values into every rank's `tensors` (buffers such as batch-norm statistics,
   // any dtype, any strides) with one broadcast. A collective: every rank passes the same shapes.
   void broadcast(const std::vector<torch::Tensor>& tensors);

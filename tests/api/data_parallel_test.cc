@@ -100,6 +100,51 @@ TEST(DataParallel, TwoRanksGiveTheWholeBatchGradient) {
   for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i]));
 }
 
+// Three SGD steps over 2 ranks end where one process ends on the whole batch, in both modes: by
+// default the program zeroes with LibTorch's own Optimizer::zero_grad() (which detaches each
+// gradient in place); with gradient_as_bucket_view the gradients are views and zeroGrad() zeroes.
+void trainThreeSteps(bool as_view) {
+  const Batch batch = makeBatch();
+  torch::nn::Linear reference = makeNet(100);
+  torch::optim::SGD reference_sgd(reference->parameters(), torch::optim::SGDOptions(0.1));
+  for (int step = 0; step < 3; ++step) {
+    reference_sgd.zero_grad();
+    lossOf(reference, batch.x, batch.y).backward();
+    reference_sgd.step();
+  }
+  std::vector<torch::nn::Linear> nets{makeNet(100), makeNet(101)};
+  std::vector<std::vector<torch::Tensor>> trained(2);
+  testing::runRanks(2, [&](ProcessGroup& group) {
+    const int r = group.rank();
+    torch::nn::Linear& net = nets[r];
+    DataParallelOptions options;
+    options.gradient_as_bucket_view = as_view;
+    DataParallel sync(group, options);
+    sync.attach(net->parameters());
+    torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
+    const int64_t begin = kBatch * r / 2, end = kBatch * (r + 1) / 2;
+    for (int step = 0; step < 3; ++step) {
+      if (as_view) {
+        sync.zeroGrad();
+      } else {
+        sgd.zero_grad();
+      }
+      sync.backward(lossOf(net, batch.x.slice(0, begin, end), batch.y.slice(0, begin, end)));
+      sgd.step();
+    }
+    trained[r] = clones(net->parameters());
+  });
+  const std::vector<torch::Tensor> expected = reference->parameters();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(torch::equal(trained[0][i], trained[1][i])) << "param " << i;
+    EXPECT_TRUE(torch::allclose(trained[0][i], expected[i], 1e-12, 1e-12)) << "param " << i;
+  }
+}
+
+TEST(DataParallel, OptimizerZeroGradWorksByDefault) { trainThreeSteps(false); }
+
+TEST(DataParallel, ZeroGradZeroesBucketViews) { trainThreeSteps(true); }
+
 TEST(DataParallel, BroadcastCopiesRankZerosBuffers) {
   testing::runRanks(2, [](ProcessGroup& group) {
     DataParallel sync(group);
