@@ -145,6 +145,47 @@ configs::CommConfig commConfig(const Plan& plan) {
   return config;
 }
 
+// This rank's share of step `step`, in plan.accumulation micro-batches, through `sync`'s calls.
+void backwardShare(const Plan& plan, const Data& data, Net& net, GradientSync& sync, int step,
+                   int rank) {
+  const auto [begin, end] = slice(plan, step, rank);
+  for (int i = 0; i < plan.accumulation; ++i) {
+    const bool last = i == plan.accumulation - 1;
+    const int64_t b = begin + (end - begin) * i / plan.accumulation;
+    const int64_t e = begin + (end - begin) * (i + 1) / plan.accumulation;
+    sync.beforeBackward(last);
+    if (e > b && !plan.skip_backward(step, rank)) {
+      const torch::Tensor logits = net.forward(data.x.slice(0, b, e), plan.use_extra(step, rank));
+      const torch::Tensor loss =
+          torch::nn::functional::cross_entropy(
+              logits, data.y.slice(0, b, e),
+              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
+          static_cast<double>(plan.global_batch);
+      loss.backward();
+    }
+    sync.afterBackward(last);
+  }
+}
+
+// What on_bucket_done reports, from the sync's watcher thread.
+class BucketLog {
+ public:
+  std::function<void(const BucketEvent&)> observer() {
+    return [this](const BucketEvent& e) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      events_.push_back(e);
+    };
+  }
+  std::vector<BucketEvent> take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::move(events_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<BucketEvent> events_;
+};
+
 // Runs `plan` on plan.world threads; returns each rank's result.
 std::vector<RankResult> runGroup(const Plan& plan) {
   torch::set_num_threads(1);  // the intra-op pool is process-wide
@@ -169,16 +210,10 @@ std::vector<RankResult> runGroup(const Plan& plan) {
         env.job_token = kToken;
         if (server) env.ps_endpoint = "127.0.0.1:" + std::to_string(server->port());
         ProcessGroup group(env, commConfig(plan), store);
-        std::mutex events_mutex;
-        std::vector<BucketEvent> events;
+        BucketLog bucket_log;
         DistributedSyncOptions options = DistributedSyncOptions::fromConfig(commConfig(plan));
         options.gradient_as_bucket_view = plan.bucket_view;
-        if (plan.trace) {
-          options.on_bucket_done = [&](const BucketEvent& e) {
-            std::lock_guard<std::mutex> lock(events_mutex);
-            events.push_back(e);
-          };
-        }
+        if (plan.trace) options.on_bucket_done = bucket_log.observer();
         DistributedGradientSync sync(group.communicator(), options);
         Net& net = *nets[rank];
         const std::vector<torch::Tensor> params = net.parameters();
@@ -199,24 +234,7 @@ std::vector<RankResult> runGroup(const Plan& plan) {
           } else {
             zeroGrads(params, plan.replace_grads);
           }
-          const auto [begin, end] = slice(plan, step, rank);
-          for (int i = 0; i < plan.accumulation; ++i) {
-            const bool last = i == plan.accumulation - 1;
-            const int64_t b = begin + (end - begin) * i / plan.accumulation;
-            const int64_t e = begin + (end - begin) * (i + 1) / plan.accumulation;
-            sync.beforeBackward(last);
-            if (e > b && !plan.skip_backward(step, rank)) {
-              const torch::Tensor logits =
-                  net.forward(data.x.slice(0, b, e), plan.use_extra(step, rank));
-              const torch::Tensor loss =
-                  torch::nn::functional::cross_entropy(
-                      logits, data.y.slice(0, b, e),
-                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
-                  static_cast<double>(plan.global_batch);
-              loss.backward();
-            }
-            sync.afterBackward(last);
-          }
+          backwardShare(plan, data, net, sync, step, rank);
           sync.finish();
           if (flat) result.grads_in_place = result.grads_in_place && flat->gradsInPlace();
           result.collectives.push_back(group.communicator().nextSeq() - seq_before);
@@ -225,10 +243,7 @@ std::vector<RankResult> runGroup(const Plan& plan) {
           result.hashes.push_back(hashParams(params));
         }
         result.params = snapshot(params);
-        if (plan.trace) {
-          std::lock_guard<std::mutex> lock(events_mutex);
-          result.bucket_events = events;
-        }
+        if (plan.trace) result.bucket_events = bucket_log.take();
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);
         if (!first_error) first_error = std::current_exception();
