@@ -2,13 +2,9 @@
 // Private: the public Checkpoint as the trainer's CheckpointSnapshot and back, field by field.
 
 #include "cumulus/checkpoint.h"
-#include "proto/checkpoint.pb.h"
 #include "trainer/checkpoint_snapshot.h"
 
 namespace cumulus {
-
-proto::CheckpointState toProto(const CheckpointState& state);
-CheckpointState fromProto(const proto::CheckpointState& state);
 
 // Moves the tensors' handles and the files' bytes (a Checkpoint's tensors are shared, not copied).
 trainer::CheckpointSnapshot toSnapshot(Checkpoint&& checkpoint);

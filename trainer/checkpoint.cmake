@@ -9,6 +9,7 @@ add_library(cumulus_checkpoint STATIC
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_manifest.cc
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_schedule.cc
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_snapshot.cc
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_state_proto.cc
   ${CMAKE_CURRENT_LIST_DIR}/file_system.cc
   ${CMAKE_CURRENT_LIST_DIR}/file_system_fault.cc
   ${CMAKE_CURRENT_LIST_DIR}/preemption.cc

@@ -1,5 +1,5 @@
 // The reader of a checkpoint's state.pb: the bytes are parsed as proto::CheckpointState (as
-// decodeSnapshot does) and, when they parse, planned against the current experiment and a world
+// decodeSnapshot does) and, when they parse, converted (stateFromProto) and planned against the current experiment and a world
 // size (trainer/resume.h planResume), which is everything a resume does with them besides tensors.
 // The first byte is the current world size (1 to 16). A state whose config_yaml is empty gets the
 // current experiment's, so that the fuzzer reaches the checks after the config comparison without
@@ -16,6 +16,7 @@
 #include "configs/parse.h"
 #include "proto/checkpoint.pb.h"
 #include "tests/fuzz/fuzz_check.h"
+#include "trainer/checkpoint_state_proto.h"
 #include "trainer/resume.h"
 
 namespace {
@@ -43,7 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (state.config_yaml().empty()) state.set_config_yaml(cumulus::configs::toYaml(current));
   try {
     const cumulus::trainer::ResumePlan plan =
-        cumulus::trainer::planResume(current, world_size, state, "fuzz/step-00000001", true);
+        cumulus::trainer::planResume(current, world_size, cumulus::trainer::stateFromProto(state),
+                                     "fuzz/step-00000001", true);
     const int64_t batch = current.trainer.global_batch_size;
     cumulus::fuzz::check(plan.sampler.cursor % batch == 0, "cursor not a multiple of the batch");
     cumulus::fuzz::check(plan.grad_accumulation >= 1 && batch % plan.grad_accumulation == 0,
