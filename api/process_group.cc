@@ -170,13 +170,25 @@ std::string ProcessGroup::runId() const { return impl_->env.run_id; }
 bool ProcessGroup::underLauncher() const { return !impl_->env.run_id.empty(); }
 const GroupOptions& ProcessGroup::options() const { return impl_->options; }
 
-void ProcessGroup::allreduce(torch::Tensor& tensor, const CollectiveOptions& options) {
-  const comm::DType dtype = checkTensor("allreduce", tensor);
+comm::AllreduceOptions ProcessGroup::Impl::allreduceCall(const CollectiveOptions& options) const {
   comm::AllreduceOptions call;
   call.op = commOp(options.op);
-  call.algorithm = options.algorithm.empty() ? impl_->algorithm
-                                             : parseAlgorithmOption(options.algorithm, "algorithm");
+  call.algorithm =
+      options.algorithm.empty() ? algorithm : parseAlgorithmOption(options.algorithm, "algorithm");
   call.timeout = callTimeout(options);
+  return call;
+}
+
+void ProcessGroup::Impl::checkRoot(const char* op, int root) const {
+  if (root < 0 || root >= static_cast<int>(env.world_size)) {
+    throw std::invalid_argument(std::string(op) + ": root " + std::to_string(root) +
+                                " must be in [0, " + std::to_string(env.world_size) + ")");
+  }
+}
+
+void ProcessGroup::allreduce(torch::Tensor& tensor, const CollectiveOptions& options) {
+  const comm::DType dtype = checkTensor("allreduce", tensor);
+  const comm::AllreduceOptions call = impl_->allreduceCall(options);
   comm::Communicator* communicator = impl_->communicator();
   if (communicator == nullptr) return;  // one rank: the reduction is its own tensor
   inPlace(tensor, [&](torch::Tensor& t) {
@@ -187,10 +199,7 @@ void ProcessGroup::allreduce(torch::Tensor& tensor, const CollectiveOptions& opt
 
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root, const CollectiveOptions& options) {
   const comm::DType dtype = checkTensor("broadcast", tensor);
-  if (root < 0 || root >= size()) {
-    throw std::invalid_argument("broadcast: root " + std::to_string(root) + " must be in [0, " +
-                                std::to_string(size()) + ")");
-  }
+  impl_->checkRoot("broadcast", root);
   const comm::OpOptions call = opOptions(options);
   comm::Communicator* communicator = impl_->communicator();
   if (communicator == nullptr) return;
@@ -243,6 +252,85 @@ torch::Tensor ProcessGroup::reduceScatter(const torch::Tensor& tensor,
 void ProcessGroup::barrier(const CollectiveOptions& options) {
   const comm::OpOptions call = opOptions(options);
   if (comm::Communicator* communicator = impl_->communicator()) communicator->barrier(call);
+}
+
+// Work (<cumulus/process_group.h>): the communicator's Work, and the tensor it writes into.
+struct Work::Impl {
+  std::shared_ptr<comm::Work> work;  // null: nothing in flight (a group of one)
+  torch::Tensor target;              // the caller's tensor
+  torch::Tensor buffer;              // what the collective writes: `target`, or its contiguous copy
+  bool waited = false;
+  std::exception_ptr error;
+};
+
+Work::Work(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Work::~Work() {
+  if (impl_->waited) return;
+  try {
+    wait();
+  } catch (const std::exception&) {
+    // Documented: dropped here; the broken group reports it at its next call.
+  }
+}
+
+void Work::wait() {
+  if (!impl_->waited) {
+    impl_->waited = true;
+    if (impl_->work) {
+      try {
+        impl_->work->wait();
+      } catch (...) {
+        impl_->error = std::current_exception();
+      }
+    }
+    if (!impl_->error && !impl_->buffer.is_same(impl_->target)) {
+      torch::NoGradGuard no_grad;
+      impl_->target.copy_(impl_->buffer);
+    }
+  }
+  if (impl_->error) std::rethrow_exception(impl_->error);
+}
+
+bool Work::isCompleted() const { return impl_->work == nullptr || impl_->work->isCompleted(); }
+
+namespace {
+
+// A Work over `tensor`: `start` launches the collective on its contiguous buffer, unless the
+// group is one rank.
+template <typename Start>
+std::unique_ptr<Work> startWork(torch::Tensor& tensor, comm::DType dtype,
+                                comm::Communicator* communicator, Start&& start) {
+  auto impl = std::make_unique<Work::Impl>();
+  impl->target = tensor;
+  impl->buffer = tensor;
+  if (communicator != nullptr) {
+    if (!tensor.is_contiguous()) impl->buffer = tensor.contiguous();
+    comm::Buffer buffer = bufferOf(impl->buffer, dtype);
+    impl->work = start(*communicator, buffer);
+  }
+  return std::make_unique<Work>(std::move(impl));
+}
+
+}  // namespace
+
+std::unique_ptr<Work> ProcessGroup::allreduceAsync(torch::Tensor& tensor,
+                                                   const CollectiveOptions& options) {
+  const comm::DType dtype = checkTensor("allreduce", tensor);
+  const comm::AllreduceOptions call = impl_->allreduceCall(options);
+  return startWork(
+      tensor, dtype, impl_->communicator(),
+      [&](comm::Communicator& c, comm::Buffer& b) { return c.allreduceAsync(b, call); });
+}
+
+std::unique_ptr<Work> ProcessGroup::broadcastAsync(torch::Tensor& tensor, int root,
+                                                   const CollectiveOptions& options) {
+  const comm::DType dtype = checkTensor("broadcast", tensor);
+  impl_->checkRoot("broadcast", root);
+  const comm::OpOptions call = opOptions(options);
+  return startWork(
+      tensor, dtype, impl_->communicator(),
+      [&](comm::Communicator& c, comm::Buffer& b) { return c.broadcastAsync(b, root, call); });
 }
 
 }  // namespace cumulus

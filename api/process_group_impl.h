@@ -28,6 +28,11 @@ struct ProcessGroup::Impl {
   std::chrono::milliseconds timeout{60000};            // options.timeout_seconds
   std::unique_ptr<trainer::ProcessGroup> group;        // null in a group of one
 
+  // The communicator's options for an allreduce with `options` (GroupError for a bad algorithm
+  // or timeout).
+  comm::AllreduceOptions allreduceCall(const CollectiveOptions& options) const;
+  // std::invalid_argument unless 0 <= root < the group's size.
+  void checkRoot(const char* op, int root) const;
   // The communicator of a group of several ranks; null in a group of one.
   comm::Communicator* communicator() { return group ? &group->communicator() : nullptr; }
 

@@ -60,6 +60,33 @@ struct CollectiveOptions {
   double timeout_seconds = 0;  // 0: GroupOptions::timeout_seconds
 };
 
+// A collective in flight (ProcessGroup::allreduceAsync, broadcastAsync), as c10d's Work. It holds
+// the tensor, so the memory stays alive; the program must neither read nor write the tensor until
+// wait() returns. Queued collectives run in call order on the group's background thread, before
+// any later blocking collective, so the cross-rank order is still the order of the calls.
+// Thread-safety: one thread waits; isCompleted() may be called from any thread.
+class Work {
+ public:
+  // Waits for the collective if no wait() did (it writes into the tensor); an error that no wait()
+  // surfaced is dropped here, and the group's next call reports it.
+  ~Work();
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  // Blocks until the collective is done, bounded by its timeout, then leaves the result in the
+  // tensor (a non-contiguous tensor gets it copied back here). Throws its CommError if it failed.
+  // A second call returns at once (or throws the same error).
+  void wait();
+  // True once the collective finished, successfully or not. Never blocks.
+  bool isCompleted() const;
+
+  struct Impl;
+  explicit Work(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 class ProcessGroup {
  public:
   // Joins the group the environment describes and blocks until every rank is connected (or
@@ -94,6 +121,15 @@ class ProcessGroup {
   torch::Tensor reduceScatter(const torch::Tensor& tensor, const CollectiveOptions& options = {});
   // Returns once every rank has entered it.
   void barrier(const CollectiveOptions& options = {});
+
+  // The same as allreduce and broadcast, started on the group's background thread: they return
+  // at once (after checking the arguments, which throws as the blocking calls do), and the Work
+  // says when the result is in `tensor`. Overlap computation with communication, or start
+  // several collectives and wait for them together. In a group of one the Work is complete.
+  std::unique_ptr<Work> allreduceAsync(torch::Tensor& tensor,
+                                       const CollectiveOptions& options = {});
+  std::unique_ptr<Work> broadcastAsync(torch::Tensor& tensor, int root = 0,
+                                       const CollectiveOptions& options = {});
 
   // For implementations built on the group (DataParallel, PreemptionWatcher): the object that
   // runs the collectives. Not part of the stable API.

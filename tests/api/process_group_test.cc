@@ -179,6 +179,40 @@ TEST(ProcessGroupCollectives, BroadcastFromRootOne) {
   });
 }
 
+// Several collectives in flight at once, waited for together: the results are those of the
+// blocking calls, a non-contiguous tensor gets its result at wait(), and a Work nobody waited for
+// still finishes before its destructor returns.
+TEST(ProcessGroupCollectives, AsyncCollectivesCompleteInCallOrder) {
+  runRanks(3, [](ProcessGroup& group) {
+    const int r = group.rank();
+    torch::Tensor sum = torch::full({1000}, r + 1.0, torch::kFloat64);
+    torch::Tensor strided = torch::full({4, 2}, r + 1.0f).t();  // non-contiguous
+    torch::Tensor root = torch::full({3}, r * 10, torch::kInt64);
+    std::unique_ptr<Work> w1 = group.allreduceAsync(sum);
+    std::unique_ptr<Work> w2 = group.allreduceAsync(strided);
+    std::unique_ptr<Work> w3 = group.broadcastAsync(root, 2);
+    w3->wait();
+    EXPECT_TRUE(w3->isCompleted());
+    EXPECT_TRUE(torch::equal(root, torch::full({3}, 20, torch::kInt64)));
+    w2->wait();
+    EXPECT_TRUE(torch::equal(strided, torch::full({2, 4}, 6.0f)));
+    w1.reset();  // the destructor waits
+    EXPECT_TRUE(torch::equal(sum, torch::full({1000}, 6.0, torch::kFloat64)));
+    w2->wait();  // a second wait returns at once
+    EXPECT_EQ(invalidArgumentOf([&] { group.broadcastAsync(root, -1); }),
+              "broadcast: root -1 must be in [0, 3)");
+  });
+}
+
+TEST(ProcessGroupAlone, AsyncWorkIsCompleteAtOnce) {
+  const auto group = groupFromVariables({});
+  torch::Tensor t = torch::tensor({1.5f, 2.5f});
+  std::unique_ptr<Work> work = group->allreduceAsync(t);
+  EXPECT_TRUE(work->isCompleted());
+  work->wait();
+  EXPECT_TRUE(torch::equal(t, torch::tensor({1.5f, 2.5f})));
+}
+
 TEST(ProcessGroupCollectives, AllgatherStacksRanksInOrder) {
   runRanks(3, [](ProcessGroup& group) {
     const int64_t r = group.rank();
@@ -238,8 +272,11 @@ TEST(ProcessGroupFailure, PeerThatLeavesSurfacesAsCommError) {
   group->barrier();
   rank1_left.wait();
   torch::Tensor t = torch::ones({16});
+  // Started in the background; the failure comes out of wait(), typed, and again from a second
+  // wait().
+  std::unique_ptr<Work> work = group->allreduceAsync(t);
   try {
-    group->allreduce(t);
+    work->wait();
     ADD_FAILURE() << "allreduce with a peer gone did not throw";
   } catch (const CommError& e) {
     EXPECT_TRUE(e.kind() == CommErrorKind::kPeerClosed || e.kind() == CommErrorKind::kTimeout)
@@ -247,6 +284,10 @@ TEST(ProcessGroupFailure, PeerThatLeavesSurfacesAsCommError) {
     EXPECT_EQ(e.op(), "allreduce");
     EXPECT_EQ(e.peer(), 1);
   }
+  EXPECT_TRUE(work->isCompleted());
+  EXPECT_THROW(work->wait(), CommError);
+  // The group is broken: the blocking calls throw at once.
+  EXPECT_THROW(group->allreduce(t), CommError);
   EXPECT_THROW(group->barrier(), CommError);
   peer.join();
 }
