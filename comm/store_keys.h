@@ -20,6 +20,14 @@
 //   launch/<g>/stopped/<node>  "1" once that node's agent stopped its workers after a failure
 //   launch/<g>/done/<node>     "1" once that node's workers all finished
 //   launch/<g>/ps_endpoint     "host:port" of the funnel's parameter server, set by node 0
+// The workers' in-place membership (comm/quorum.h), <q> an epoch, <id> a CUMULUS_MEMBER_ID:
+//   quorum/<g>/<q>/record        the closed epoch as JSON; compare-and-set from empty only
+//   quorum/<g>/<q>/present/<id>  steps done of a member that asks to be in epoch q
+//   quorum/<g>/<q>/id/<rank>     epoch 0 only: the id of the launch's rank
+//   quorum/<g>/latest            the newest closed epoch (a hint for joiners; they scan on)
+//   quorum/<g>/gone/<id>         why a member is gone (its agent saw it die, or it left)
+//   quorum/<g>/tickets           join tickets taken so far (Store add)
+//   quorum/<g>/ticket/<t>        the id of the joiner holding ticket t (1, 2, …)
 
 #include <cstdint>
 #include <string>
@@ -79,6 +87,31 @@ inline std::string groupDoneKey(int64_t generation, int64_t node) {
 }
 inline std::string groupParameterServerKey(int64_t generation) {
   return store_keys_detail::key("launch", generation, "ps_endpoint");
+}
+
+// The in-place membership.
+inline std::string quorumRecordKey(int64_t generation, int64_t epoch) {
+  return store_keys_detail::key("quorum", generation, "") + std::to_string(epoch) + "/record";
+}
+inline std::string quorumPresentKey(int64_t generation, int64_t epoch, const std::string& id) {
+  return store_keys_detail::key("quorum", generation, "") + std::to_string(epoch) + "/present/" +
+         id;
+}
+inline std::string quorumIdKey(int64_t generation, int64_t epoch, int rank) {
+  return store_keys_detail::key("quorum", generation, "") + std::to_string(epoch) + "/id/" +
+         std::to_string(rank);
+}
+inline std::string quorumLatestKey(int64_t generation) {
+  return store_keys_detail::key("quorum", generation, "latest");
+}
+inline std::string quorumGoneKey(int64_t generation, const std::string& id) {
+  return store_keys_detail::key("quorum", generation, "gone") + "/" + id;
+}
+inline std::string quorumTicketsKey(int64_t generation) {
+  return store_keys_detail::key("quorum", generation, "tickets");
+}
+inline std::string quorumTicketKey(int64_t generation, int64_t ticket) {
+  return store_keys_detail::key("quorum", generation, "ticket", ticket);
 }
 
 }  // namespace cumulus::comm

@@ -34,6 +34,16 @@ TEST(StoreKeys, GroupProtocol) {
   EXPECT_EQ(groupParameterServerKey(6), "launch/6/ps_endpoint");
 }
 
+TEST(StoreKeys, InPlaceMembership) {
+  EXPECT_EQ(quorumRecordKey(2, 0), "quorum/2/0/record");
+  EXPECT_EQ(quorumPresentKey(2, 5, "1.0.3"), "quorum/2/5/present/1.0.3");
+  EXPECT_EQ(quorumIdKey(0, 0, 3), "quorum/0/0/id/3");
+  EXPECT_EQ(quorumLatestKey(7), "quorum/7/latest");
+  EXPECT_EQ(quorumGoneKey(1, "0.1.0"), "quorum/1/gone/0.1.0");
+  EXPECT_EQ(quorumTicketsKey(1), "quorum/1/tickets");
+  EXPECT_EQ(quorumTicketKey(1, 12), "quorum/1/ticket/12");
+}
+
 // A generation of one space never prefixes another's keys ("gen/1/" is not a prefix of "gen/10/"),
 // which is what removePrefix of a stale generation relies on.
 TEST(StoreKeys, AGenerationPrefixMatchesOnlyItsOwnKeys) {
