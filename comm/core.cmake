@@ -16,6 +16,7 @@ set(COMM_CORE_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/tree.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/work.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/communicator.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/quorum.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cost_model.cc)
 # The kernels are the compute hot path: vectorize them whatever the build type.
 set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/reduce.cc PROPERTIES COMPILE_OPTIONS "-O3")

@@ -22,6 +22,7 @@ set(COMM_CORE_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp/socket_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tcp/transfer_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/file_store.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/quorum_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/process_test.cc)
 
 # comm_perf: a measuring tool (not a test) for all-reduce throughput and latency between
