@@ -181,6 +181,7 @@ QuorumEpoch Quorum::close(const QuorumEpoch& last, const std::vector<std::string
   for (size_t r = 0; r < done.size(); ++r) {
     if (e.source >= 0 && done[r] < e.step) e.stale.push_back(static_cast<int>(r));
   }
+  if (e.stale.empty()) e.source = -1;  // every member already holds the state
   if (e.members.empty()) {
     // Nobody is left to train (this member was marked gone while it reformed): say so as the
     // record would not.
