@@ -1,5 +1,7 @@
 #include "trainer/batch_source.h"
 
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace cumulus::trainer {
@@ -11,6 +13,21 @@ SamplerBatchSource::SamplerBatchSource(std::shared_ptr<const data::Examples> tra
       sampler_(std::move(sampler)),
       rank_(rank),
       world_size_(world_size) {}
+
+void BatchSource::reshard(int64_t /*rank*/, int64_t /*world_size*/) {
+  throw std::logic_error(
+      "this BatchSource cannot re-shard, so the group cannot change in place; override "
+      "BatchSource::reshard or use launch.recovery: restart");
+}
+
+void SamplerBatchSource::reshard(int64_t rank, int64_t world_size) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw std::invalid_argument("SamplerBatchSource::reshard: rank " + std::to_string(rank) +
+                                " of " + std::to_string(world_size));
+  }
+  rank_ = rank;
+  world_size_ = world_size;
+}
 
 StepBatch SamplerBatchSource::next(int64_t /*step*/, int64_t micro_batches) {
   StepBatch batch;

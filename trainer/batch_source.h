@@ -36,6 +36,9 @@ class BatchSource {
   virtual SamplerState position() const = 0;
   // Throws std::invalid_argument (leaving the position) for a position the source cannot take.
   virtual void restore(const SamplerState& position) = 0;
+  // This rank's share from now on, after the group changed in place (then restore() follows).
+  // The default throws std::logic_error: a source that cannot re-shard cannot recover in place.
+  virtual void reshard(int64_t rank, int64_t world_size);
   // Step `step`'s batch (0-based, counted from the start of training), split into `micro_batches`
   // (>= 1) parts.
   virtual StepBatch next(int64_t step, int64_t micro_batches) = 0;
@@ -52,6 +55,7 @@ class SamplerBatchSource final : public BatchSource {
   int64_t stepsPerEpoch() const override { return sampler_.stepsPerEpoch(); }
   SamplerState position() const override { return sampler_.state(); }
   void restore(const SamplerState& position) override { sampler_.restore(position); }
+  void reshard(int64_t rank, int64_t world_size) override;
   StepBatch next(int64_t step, int64_t micro_batches) override;
 
  private:

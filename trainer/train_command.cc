@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "api/elastic_group.h"
 #include "base/user_error.h"
 #include "configs/cli.h"
 #include "configs/parse.h"
@@ -120,15 +121,32 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   // Declared before the trainer, so they outlive it.
   std::unique_ptr<trainer::TraceRecorder> trace;
   std::unique_ptr<cumulus::ProcessGroup> group;
+  std::unique_ptr<cumulus::ElasticGroup> elastic;
   if (!flags.trace.empty()) {
     trace = std::make_unique<trainer::TraceRecorder>(static_cast<int>(env.rank));
     options.trace = trace.get();
   }
-  if (env.world_size > 1) {
-    cumulus::GroupOptions group_options;
-    group_options.algorithm = experiment.comm.algorithm;
-    group_options.timeout_seconds = experiment.comm.timeout_seconds;
-    group_options.cost_model = experiment.comm.cost_model;
+  cumulus::GroupOptions group_options;
+  group_options.algorithm = experiment.comm.algorithm;
+  group_options.timeout_seconds = experiment.comm.timeout_seconds;
+  group_options.cost_model = experiment.comm.cost_model;
+  if (const auto settings = cumulus::elasticSettings(base::systemEnvironment)) {
+    // launch.recovery: in_place, even for a group of one: it may grow.
+    elastic = std::make_unique<cumulus::ElasticGroup>(group_options, *settings);
+    options.group = &elastic->group();
+    options.elastic = elastic.get();
+    if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
+      std::cout << (settings->joining ? "member " + settings->member_id +
+                                            ": joining the running group (recovery in_place)"
+                                      : "rank " + std::to_string(env.rank) + " of " +
+                                            std::to_string(env.world_size) +
+                                            ": connected (generation " +
+                                            std::to_string(env.generation) +
+                                            ", recovery in_place, comm.algorithm " +
+                                            experiment.comm.algorithm + ")")
+                << std::endl;
+    }
+  } else if (env.world_size > 1) {
     group = cumulus::ProcessGroup::fromEnvironment(group_options);
     options.group = group.get();
     if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
@@ -142,7 +160,7 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   trainer::Trainer trainer(experiment, env, options);
   const trainer::RunResult result = trainer.run();
   if (trace) {
-    const std::string path = tracePath(flags.trace, env.rank, env.world_size);
+    const std::string path = tracePath(flags.trace, env.rank, env.world_size);  // the launch's rank
     trace->write(path);
     std::cout << "trace: " << path << std::endl;
   }

@@ -26,6 +26,7 @@
 #include "trainer/resume.h"
 #include "trainer/startup_profile.h"
 #include "trainer/trace.h"
+#include "api/elastic_group.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
@@ -69,11 +70,11 @@ std::function<void(const BucketEvent&)> traceBuckets(TraceRecorder* trace) {
   };
 }
 
+}  // namespace
+
 std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
-                                       const TrainerOptions& options) {
-  if (options.group == nullptr || options.group->size() == 1) {
-    return std::make_unique<LocalGradientSync>();
-  }
+                                       cumulus::ProcessGroup* group, TraceRecorder* trace) {
+  if (group == nullptr || group->size() == 1) return std::make_unique<LocalGradientSync>();
   DataParallelOptions sync;
   sync.algorithm = experiment.comm.algorithm;
   sync.bucket_cap_mb = experiment.comm.bucket_cap_mb;
@@ -81,13 +82,15 @@ std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
   sync.timeout_seconds = experiment.comm.timeout_seconds;
   // The gradients already lie in the buckets' layout (FlatParameters): reduced where they are.
   sync.gradient_as_bucket_view = true;
-  if (options.trace != nullptr) sync.on_bucket_done = traceBuckets(options.trace);
+  if (trace != nullptr) sync.on_bucket_done = traceBuckets(trace);
   try {
-    return std::make_unique<DataParallel>(*options.group, std::move(sync));
+    return std::make_unique<DataParallel>(*group, std::move(sync));
   } catch (const GroupError& e) {
     throw SetupError(std::string("comm.") + e.what());
   }
 }
+
+namespace {
 
 // An error's text for a user: LibTorch's c10::Error without its C++ backtrace.
 std::string reasonOf(const std::exception& e) {
@@ -113,8 +116,17 @@ Trainer::Impl::Impl(const configs::Experiment& experiment, const RunEnv& env,
                     std::unique_ptr<GradientSync> sync, TrainerOptions options)
     : config_(experiment), env_(env), options_(std::move(options)), sync_(std::move(sync)) {
   distributed_ = dynamic_cast<DataParallel*>(sync_.get());
+  elastic_ = options_.elastic;
   if (cumulus::ProcessGroup* group = options_.group; group != nullptr) {
-    if (group->size() != env.world_size || group->rank() != env.rank) {
+    if (elastic_ != nullptr) {
+      // In place the epoch decides the rank (a joiner's RANK and WORLD_SIZE are placeholders).
+      if (group != &elastic_->group()) {
+        throw SetupError("TrainerOptions::group must be &elastic->group() when elastic is set");
+      }
+      env_.rank = group->rank();
+      env_.world_size = group->size();
+      env_.generation = static_cast<int64_t>(group->generation());
+    } else if (group->size() != env.world_size || group->rank() != env.rank) {
       throw SetupError("the process group (rank " + std::to_string(group->rank()) + " of " +
                        std::to_string(group->size()) + ") does not match RANK/WORLD_SIZE (" +
                        std::to_string(env.rank) + " of " + std::to_string(env.world_size) + ")");
@@ -150,6 +162,7 @@ void Trainer::Impl::build() {
   const bool cache = config_.data.cache && options_.write_outputs;
   const Datasets data = loadDatasets(config_.data, t.seed, cache ? t.run_dir + "/cache" : "");
   train_source_ = data.train_source;
+  test_data_ = data.test;
   startupMark("data");
   DistributedSampler sampler(data.train->size(), t.global_batch_size, t.seed, config_.data.shuffle,
                              config_.data.drop_last);
@@ -168,8 +181,11 @@ void Trainer::Impl::build() {
   checkpoints_ = std::make_unique<Checkpoints>(
       checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config_.checkpoint.keep)));
   startupMark("model");
-  // Every rank restores the same checkpoint, before the broadcasts below make that moot.
-  resumeIfAsked();
+  // Every rank restores the same checkpoint, before the broadcasts below make that moot. A joiner
+  // reads nothing from disk: a live peer sends it the state (joinGroup).
+  if (!inPlace() || elastic_->joined()) resumeIfAsked();
+  steps_done_ = start_step_;
+  done_position_ = batches_->position();
   startupMark("resume");
   checkEveryRankResumesTogether();
   buildParts(data);
@@ -295,7 +311,9 @@ void Trainer::Impl::checkTokenIds(const Datasets& data) {
 }
 
 // The defaults from the experiment, each offered to the caller's choice (TrainerOptions).
-void Trainer::Impl::buildParts(const Datasets& data) {
+void Trainer::Impl::buildParts(const Datasets& /*data*/) { buildGroupParts(); }
+
+void Trainer::Impl::buildGroupParts() {
   TestSetEvaluatorOptions eval;
   eval.batch_size = config_.eval.batch_size;
   eval.every_steps = config_.eval.every_steps;
@@ -305,7 +323,7 @@ void Trainer::Impl::buildParts(const Datasets& data) {
   eval.world_size = env_.world_size;
   eval.loss = loss_;
   evaluator_ =
-      choose<Evaluator>(options_.evaluator, makeTestSetEvaluator(data.test, eval), "evaluator");
+      choose<Evaluator>(options_.evaluator, makeTestSetEvaluator(test_data_, eval), "evaluator");
 
   ProgressRecorderOptions record;
   record.console = options_.console;
@@ -333,10 +351,11 @@ void Trainer::Impl::buildParts(const Datasets& data) {
   stop.grace_seconds = options_.preemption_grace;
   stop.watch_sigterm = options_.watch_sigterm;
   stop.watch_sigusr1 = options_.watch_sigterm;
-  stop_ = choose<StopAgreement>(options_.stop,
-                                std::make_shared<PreemptionWatcher>(
-                                    group_ != nullptr ? agreeOver(*group_) : agreeAlone(), stop),
-                                "stop");
+  AgreeMax agree = inPlace()             ? inPlaceVote()
+                   : group_ != nullptr ? agreeOver(*group_)
+                                       : agreeAlone();
+  stop_ = choose<StopAgreement>(
+      options_.stop, std::make_shared<PreemptionWatcher>(std::move(agree), stop), "stop");
 }
 
 // Buffers (batch-norm statistics) are not gradients: broadcast them once, like parameters.
@@ -418,7 +437,8 @@ void Trainer::Impl::checkEveryRankResumesTogether() {
 }
 
 Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env, TrainerOptions options)
-    : Trainer(experiment, env, makeSync(experiment, options), std::move(options)) {}
+    : Trainer(experiment, env, makeSync(experiment, options.group, options.trace),
+              std::move(options)) {}
 
 Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env,
                  std::unique_ptr<GradientSync> sync, TrainerOptions options) {

@@ -75,6 +75,7 @@
 namespace cumulus {
 class GradientSync;   // <cumulus/data_parallel.h>
 class ProcessGroup;   // <cumulus/process_group.h>
+class ElasticGroup;   // api/elastic_group.h
 class StopAgreement;  // <cumulus/preemption.h>
 }  // namespace cumulus
 
@@ -125,6 +126,9 @@ struct TrainerOptions {
   // one rank the trainer synchronizes gradients with a DataParallel over it (the comm section of
   // the config) and shards evaluation. Null, or a group of one: a world of one.
   cumulus::ProcessGroup* group = nullptr;
+  // launch.recovery: in_place (api/elastic_group.h; not owned): the group re-forms without a
+  // restart after a failure, a notice or a joiner. `group` must then be &elastic->group().
+  cumulus::ElasticGroup* elastic = nullptr;
   // Records forward, backward, the comm wait, each bucket's all-reduce, the optimizer step and
   // evaluation as Chrome trace events (trace.h); not owned, null: no tracing.
   TraceRecorder* trace = nullptr;
@@ -162,6 +166,8 @@ struct RunResult {
   int64_t first_step = 0;           // completed steps restored from a checkpoint
   bool preempted = false;           // stopped at an agreed step: exit 75 and resume later
   std::string checkpoint;           // preempted: the checkpoint of the stop step
+  bool left = false;                // preempted in place: left the group, which trains on
+  int64_t reforms = 0;              // in place: epochs this rank went through after its first
   std::string parameter_digest;     // rank 0, finished runs: parameterDigest of the model
 };
 

@@ -28,11 +28,17 @@
 #include "trainer/trainer.h"
 
 namespace cumulus {
+class CommError;
 class DataParallel;
+class ElasticGroup;
 class ProcessGroup;
 }  // namespace cumulus
 
 namespace cumulus::trainer {
+
+// LocalGradientSync, or a DataParallel over `group` when it has more than one rank (trainer.cc).
+std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
+                                       cumulus::ProcessGroup* group, TraceRecorder* trace);
 
 class Trainer::Impl {
  public:
@@ -64,6 +70,9 @@ class Trainer::Impl {
   void tryOneBatch(const data::Batch& batch, const std::string& source);
   void checkTokenIds(const Datasets& data);
   void buildParts(const Datasets& data);
+  // The parts that depend on the group's membership (evaluator, recorder, checkpoint policy, stop
+  // agreement); built once, and again after each in-place re-forming.
+  void buildGroupParts();
   void resumeIfAsked();
   void checkEveryRankResumesTogether();
   void broadcastBuffers();
@@ -73,6 +82,9 @@ class Trainer::Impl {
   void startupMark(const char* phase);
 
   // The loop (training_loop.cc).
+  enum class Boundary { kNext, kDone, kStop };
+  // Step `step` and the boundary after it.
+  Boundary stepAndBoundary(int64_t step, double loop_start, Evaluation& eval, RunResult& result);
   StepOutcome trainStep(int64_t step);
   double forwardBackward(const StepBatch& batch);
   void optimizerStep(int64_t step);
@@ -85,11 +97,33 @@ class Trainer::Impl {
   void prepareRunDir() const;
   void finishRun(const Evaluation& last_eval, double loop_start, RunResult& result);
 
+  // Recovery in place (in_place.cc; DESIGN.md "Failures, preemption and membership").
+  bool inPlace() const { return elastic_ != nullptr; }
+  // Whether a failure can be recovered in place (not a wrong token, not a lost Store).
+  bool recoverable(const cumulus::CommError& error) const;
+  // After a communication failure: the next epoch, the state moved to who needs it, the parts
+  // rebuilt. Returns the step to train next.
+  int64_t recover(const cumulus::CommError& error);
+  // A joiner's start: admission, then the state from a live peer.
+  void joinGroup();
+  // A re-forming agreed at boundary `done` (leaving ranks, or joiners waiting).
+  void reformAt(int64_t done, const std::vector<int>& leaving);
+  void afterReform(double started, bool begin_records);
+  void transferState(int source, bool receiving);
+  // The in-place part of a boundary: true when this rank leaves (result set), after handling a
+  // kStop that some ranks survive; `action` becomes kContinue for those who stay.
+  bool leaveOrStay(int64_t done, StepAction& action, RunResult& result);
+  // The stop agreement's MAX, as an allgather that also tells who proposed what, and whether
+  // joiners wait (rank 0 looks at most every 0.2 s).
+  AgreeMax inPlaceVote();
+  bool joinersWaiting();
+
   const configs::Experiment config_;
-  const RunEnv env_;
+  RunEnv env_;  // rank and world size change when the group re-forms in place
   const TrainerOptions options_;
   cumulus::ProcessGroup* group_ =
       nullptr;  // options.group when it has more than one rank; null alone
+  cumulus::ElasticGroup* elastic_ = nullptr;  // options.elastic: the group re-forms in place
 
   // The model and how it learns.
   std::unique_ptr<models::Model> model_;
@@ -120,6 +154,13 @@ class Trainer::Impl {
   uint64_t samples_seen_ = 0;              // global samples consumed so far
   std::vector<std::string> resume_notes_;  // what the resume found, for the recorder
   std::string train_source_;               // Datasets::train_source, for the dry run's messages
+  std::shared_ptr<const data::Examples> test_data_;  // for the evaluator, rebuilt on re-forming
+  int64_t steps_done_ = 0;          // optimizer steps this rank's state has taken
+  SamplerState done_position_;      // the sampler's position after step steps_done_
+  std::vector<int64_t> vote_;       // in place: each rank's proposal at the last boundary
+  bool vote_joiners_ = false;       // in place: joiners wait (rank 0's look, agreed)
+  double joiners_checked_at_ = -1;  // rank 0: when it last looked
+  int64_t final_boundary_ = -1;     // the step whose boundary ran to its end last
   bool ran_ = false;
 };
 

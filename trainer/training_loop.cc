@@ -40,6 +40,7 @@ uint64_t stepSeed(uint64_t seed, int64_t epoch, int64_t step, int64_t rank) {
 RunResult Trainer::Impl::run() {
   if (ran_) throw std::logic_error("Trainer::run() may be called once");
   ran_ = true;
+  if (inPlace()) joinGroup();  // a joiner: admission and the state; others: nothing
   if (writes()) prepareRunDir();
   recorder_->begin(RunStart{model_->summary(), resume_notes_, start_step_, total_steps_,
                             batches_->stepsPerEpoch()});
@@ -49,29 +50,23 @@ RunResult Trainer::Impl::run() {
   result.first_step = start_step_;
   const double start = now();
   Evaluation eval;
-  for (int64_t s = start_step_; s < total_steps_; ++s) {
-    const double lr = schedule_->lr(s);
-    const StepOutcome step = trainStep(s);
-    result.step_losses.push_back(step.loss);
-    samples_seen_ += static_cast<uint64_t>(step.samples);
-    recordStep(s, step, lr, start);
-
-    // Step boundaries (DESIGN.md "Training step" 4).
-    const int64_t done = s + 1;
-    const bool last = done == total_steps_;
-    if (evaluator_->due(done) || last) eval = evaluateAt(done, step.epoch);
-    checkpointAt(checkpoint_policy_->atStepEnd(done, last), done, lr);
-    if (last) break;
-    const StepAction action = stop_->decide(done);
-    if (action == StepAction::kContinue) continue;
-    if (action == StepAction::kCheckpoint) {
-      recorder_->note("checkpoint requested at step " + std::to_string(done) +
-                      "; training goes on");
-    }
-    checkpointAt(checkpoint_policy_->afterAgreement(done, action), done, lr);
-    if (action == StepAction::kStop) {
-      stopAt(done, result);
-      break;
+  int64_t s = start_step_;
+  while (s < total_steps_ || (s > start_step_ && final_boundary_ < s)) {
+    try {
+      if (s == total_steps_) {
+        // Re-formed after the last step but before its boundary ended: evaluate and checkpoint.
+        eval = evaluateAt(s, batches_->position().epoch);
+        checkpointAt(checkpoint_policy_->atStepEnd(s, true), s, schedule_->lr(s - 1));
+        final_boundary_ = s;
+        break;
+      }
+      const Boundary boundary = stepAndBoundary(s, start, eval, result);
+      if (boundary != Boundary::kNext) break;
+      s = steps_done_;
+    } catch (const cumulus::CommError& e) {
+      if (!inPlace() || !recoverable(e)) throw;
+      s = recover(e);
+      ++result.reforms;
     }
   }
   recorder_->stepsEnded();
@@ -92,6 +87,37 @@ RunResult Trainer::Impl::run() {
   }
   finishRun(eval, start, result);
   return result;
+}
+
+Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_start,
+                                                       Evaluation& eval, RunResult& result) {
+  const double lr = schedule_->lr(s);
+  const StepOutcome step = trainStep(s);
+  result.step_losses.push_back(step.loss);
+  recordStep(s, step, lr, loop_start);
+
+  // Step boundaries (DESIGN.md "Training step" 4).
+  const int64_t done = s + 1;
+  const bool last = done == total_steps_;
+  if (evaluator_->due(done) || last) eval = evaluateAt(done, step.epoch);
+  checkpointAt(checkpoint_policy_->atStepEnd(done, last), done, lr);
+  if (last) {
+    final_boundary_ = done;
+    return Boundary::kDone;
+  }
+  StepAction action = stop_->decide(done);
+  if (inPlace() && leaveOrStay(done, action, result)) return Boundary::kStop;
+  if (action == StepAction::kCheckpoint) {
+    recorder_->note("checkpoint requested at step " + std::to_string(done) +
+                    "; training goes on");
+  }
+  checkpointAt(checkpoint_policy_->afterAgreement(done, action), done, lr);
+  if (action == StepAction::kStop) {
+    stopAt(done, result);
+    return Boundary::kStop;
+  }
+  if (inPlace() && vote_joiners_) reformAt(done, {});
+  return Boundary::kNext;
 }
 
 // One optimizer step; its loss is this rank's share of the global mean (at world size 1 the mean
@@ -119,6 +145,10 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   }
   outcome.comm_wait = now() - wait_start;
   optimizerStep(step);
+  // Committed: this rank's state has taken the step (an in-place re-forming starts from here).
+  steps_done_ = step + 1;
+  done_position_ = batches_->position();
+  samples_seen_ += static_cast<uint64_t>(batch.global_samples);
   if (!std::isfinite(outcome.loss)) {
     throw TrainError("training diverged at step " + std::to_string(step + 1) + " (loss " +
                      std::to_string(outcome.loss) +
@@ -201,7 +231,7 @@ Evaluation Trainer::Impl::evaluateAt(int64_t done, int64_t epoch) {
 Checkpoint Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
   TrainingPosition position;
   position.steps_done = done;
-  position.sampler = batches_->position();
+  position.sampler = done == steps_done_ ? done_position_ : batches_->position();
   position.samples_seen = samples_seen_;
   position.learning_rate = lr;
   position.preempted = preempted;
@@ -288,7 +318,8 @@ void Trainer::Impl::finishRun(const Evaluation& last_eval, double loop_start, Ru
     for (auto& buffer : model_->namedBuffers()) tensors.push_back(std::move(buffer));
     saveStateDict(tensors, config_.trainer.run_dir + "/model_state_dict.pt");
   }
-  if (env_.rank == 0) result.parameter_digest = parameterDigest(*model_);
+  // In place every replica hashes its own, so that tests can tell that they are identical.
+  if (env_.rank == 0 || inPlace()) result.parameter_digest = parameterDigest(*model_);
   RunSummary summary;
   summary.steps = result.steps;
   summary.epochs = result.epochs;

@@ -2,7 +2,9 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "trainer/resume.h"
@@ -10,19 +12,40 @@
 namespace cumulus::trainer {
 
 LedgerBatchSource::LedgerBatchSource(std::shared_ptr<BatchSource> inner, const std::string& path,
-                                     int64_t launch, int64_t rank)
+                                     std::function<int64_t()> launch,
+                                     std::function<int64_t()> rank)
     : inner_(std::move(inner)),
       path_(path),
       out_(path, std::ios::app),
-      launch_(launch),
-      rank_(rank) {
+      launch_(std::move(launch)),
+      rank_(std::move(rank)) {
   if (!out_) throw std::runtime_error(path + ": cannot open the sample ledger for appending");
 }
 
 StepBatch LedgerBatchSource::next(int64_t step, int64_t micro_batches) {
   StepBatch batch = inner_->next(step, micro_batches);
-  out_ << ledgerLine(launch_, batch.epoch, step, rank_, batch.indices) << std::flush;
+  out_ << ledgerLine(launch_(), batch.epoch, step, rank_(), batch.indices) << std::flush;
   if (!out_) throw std::runtime_error(path_ + ": cannot append to the sample ledger");
+  return batch;
+}
+
+KillAtStep::KillAtStep(std::shared_ptr<BatchSource> inner, int64_t step, int64_t delay_ms,
+                       bool stall)
+    : inner_(std::move(inner)), step_(step), delay_ms_(delay_ms), stall_(stall) {}
+
+StepBatch KillAtStep::next(int64_t step, int64_t micro_batches) {
+  StepBatch batch = inner_->next(step, micro_batches);
+  if (step != step_) return batch;
+  if (stall_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+  } else if (delay_ms_ <= 0) {
+    ::raise(SIGKILL);
+  } else {
+    std::thread([ms = delay_ms_] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      ::raise(SIGKILL);
+    }).detach();
+  }
   return batch;
 }
 

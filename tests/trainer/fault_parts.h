@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -16,23 +17,45 @@ namespace cumulus::trainer {
 // Wraps a BatchSource and appends, for each step, the line resume.h ledgerLine() makes of this
 // rank's sample indices to `path` (opened for appending; std::runtime_error naming it if it cannot
 // be). `launch` orders the launches of one job: the same number on every rank of a launch, larger
-// for a later launch (SampleLedger::dropReplayedSteps).
+// for a later launch (SampleLedger::dropReplayedSteps); in place it is the epoch's communicator
+// generation, read at each step, as is the rank.
 class LedgerBatchSource final : public BatchSource {
  public:
-  LedgerBatchSource(std::shared_ptr<BatchSource> inner, const std::string& path, int64_t launch,
-                    int64_t rank);
+  LedgerBatchSource(std::shared_ptr<BatchSource> inner, const std::string& path,
+                    std::function<int64_t()> launch, std::function<int64_t()> rank);
 
   int64_t stepsPerEpoch() const override { return inner_->stepsPerEpoch(); }
   data::SamplerState position() const override { return inner_->position(); }
   void restore(const data::SamplerState& position) override { inner_->restore(position); }
+  void reshard(int64_t rank, int64_t world_size) override { inner_->reshard(rank, world_size); }
   StepBatch next(int64_t step, int64_t micro_batches) override;
 
  private:
   std::shared_ptr<BatchSource> inner_;
   std::string path_;
   std::ofstream out_;
-  int64_t launch_;
-  int64_t rank_;
+  std::function<int64_t()> launch_;
+  std::function<int64_t()> rank_;
+};
+
+// Wraps a BatchSource and kills this process with SIGKILL when step `step` (0-based) is drawn:
+// at once, or `delay_ms` later from another thread (mid-forward or mid-backward), or, with
+// `stall`, sleeps that long instead (a worker that only stalled).
+class KillAtStep final : public BatchSource {
+ public:
+  KillAtStep(std::shared_ptr<BatchSource> inner, int64_t step, int64_t delay_ms, bool stall);
+
+  int64_t stepsPerEpoch() const override { return inner_->stepsPerEpoch(); }
+  data::SamplerState position() const override { return inner_->position(); }
+  void restore(const data::SamplerState& position) override { inner_->restore(position); }
+  void reshard(int64_t rank, int64_t world_size) override { inner_->reshard(rank, world_size); }
+  StepBatch next(int64_t step, int64_t micro_batches) override;
+
+ private:
+  std::shared_ptr<BatchSource> inner_;
+  int64_t step_;
+  int64_t delay_ms_;
+  bool stall_;
 };
 
 // Wraps a StopAgreement and raises a real SIGTERM at this process when the loop reaches the

@@ -2,12 +2,17 @@
 // (tests/trainer/resume_process_test).
 //
 //   cumulus-train-faults [--fault-sigterm-at-step S[:RANK]] [--sample-ledger PATH]
-//                        -- CONFIG.yaml [cumulus-train's flags]
+//                        [--fault-kill SPEC] [--fault-stall SPEC] -- CONFIG.yaml [flags]
 //
 // --fault-sigterm-at-step S[:RANK]  rank RANK (every rank without it) raises SIGTERM at itself
-//                                   after step S (SigtermAfterStep), so a stop lands there
+//                                   after step S (SigtermAfterStep), so a stop lands there;
+//                                   S@MEMBER: the worker whose CUMULUS_MEMBER_ID is MEMBER
 // --sample-ledger PATH              each rank appends the samples of each step to PATH.rank<R>
-//                                   (LedgerBatchSource; resume.h SampleLedger reads them)
+//                                   (in place: PATH.member<ID>, with the epoch's generation as
+//                                   the launch; LedgerBatchSource; resume.h SampleLedger reads them)
+// --fault-kill SPEC                 STEP@MEMBER[+MS],…: that member SIGKILLs itself when it draws
+//                                   step STEP (0-based), MS milliseconds later if given (KillAtStep)
+// --fault-stall SPEC                STEP@MEMBER+MS,…: that member sleeps MS ms when it draws STEP
 // Everything after "--" goes to trainer::trainCommand unchanged; the faults enter through the
 // TrainerOptions customization, the seam cumulus-train's own main leaves empty.
 
@@ -15,7 +20,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cumulus/process_group.h"
@@ -30,8 +37,16 @@ using namespace cumulus::trainer;
 struct Faults {
   int64_t sigterm_step = -1;  // -1: none
   int64_t sigterm_rank = -1;  // -1: every rank
+  std::string sigterm_member;  // non-empty: only this member
   std::string ledger;         // empty: none
+  std::string kill;           // --fault-kill
+  std::string stall;          // --fault-stall
 };
+
+std::string memberId() {
+  const char* id = std::getenv("CUMULUS_MEMBER_ID");
+  return id == nullptr ? "" : id;
+}
 
 int64_t parseInteger(const std::string& text, const std::string& flag) {
   size_t used = 0;
@@ -54,7 +69,14 @@ int parseFaults(int argc, char** argv, Faults& faults) {
     if (arg == "--") return i + 1;
     if (i + 1 >= argc) throw std::invalid_argument(arg + ": needs a value");
     const std::string value = argv[++i];
-    if (arg == "--fault-sigterm-at-step") {
+    if (arg == "--fault-sigterm-at-step" && value.find('@') != std::string::npos) {
+      faults.sigterm_step = parseInteger(value.substr(0, value.find('@')), arg);
+      faults.sigterm_member = value.substr(value.find('@') + 1);
+    } else if (arg == "--fault-kill") {
+      faults.kill = value;
+    } else if (arg == "--fault-stall") {
+      faults.stall = value;
+    } else if (arg == "--fault-sigterm-at-step") {
       const size_t colon = value.find(':');
       faults.sigterm_step = parseInteger(value.substr(0, colon), arg);
       if (colon != std::string::npos)
@@ -62,7 +84,9 @@ int parseFaults(int argc, char** argv, Faults& faults) {
     } else if (arg == "--sample-ledger") {
       faults.ledger = value;
     } else {
-      throw std::invalid_argument(arg + ": unknown; use --fault-sigterm-at-step, --sample-ledger");
+      throw std::invalid_argument(arg +
+                                  ": unknown; use --fault-sigterm-at-step, --sample-ledger, "
+                                  "--fault-kill, --fault-stall");
     }
   }
   throw std::invalid_argument("missing \"--\" before cumulus-train's arguments");
@@ -74,22 +98,69 @@ int64_t unixMillis() {
       .count();
 }
 
+// This member's entry of a STEP@MEMBER[+MS],… list: {step, ms}, or {-1, 0}.
+std::pair<int64_t, int64_t> entryFor(const std::string& spec, const std::string& member) {
+  size_t at = 0;
+  while (at < spec.size()) {
+    const size_t comma = std::min(spec.find(',', at), spec.size());
+    const std::string entry = spec.substr(at, comma - at);
+    at = comma + 1;
+    const size_t sign = entry.find('@');
+    if (sign == std::string::npos) throw std::invalid_argument("fault '" + entry + "': STEP@MEMBER");
+    const size_t plus = entry.find('+', sign);
+    const std::string who = entry.substr(sign + 1, plus == std::string::npos ? std::string::npos
+                                                                              : plus - sign - 1);
+    if (who != member) continue;
+    const int64_t ms = plus == std::string::npos ? 0 : parseInteger(entry.substr(plus + 1), entry);
+    return {parseInteger(entry.substr(0, sign), entry), ms};
+  }
+  return {-1, 0};
+}
+
 void install(const Faults& faults, TrainerOptions& options) {
   cumulus::ProcessGroup* group = options.group;
+  const bool in_place = options.elastic != nullptr;
   const int64_t rank = group != nullptr ? group->rank() : 0;
-  if (faults.sigterm_step >= 0 && (faults.sigterm_rank < 0 || faults.sigterm_rank == rank)) {
+  const std::string member = memberId();
+  const bool sigterm_here = faults.sigterm_member.empty()
+                                ? faults.sigterm_rank < 0 || faults.sigterm_rank == rank
+                                : faults.sigterm_member == member;
+  if (faults.sigterm_step >= 0 && sigterm_here) {
     options.stop = [step = faults.sigterm_step](std::shared_ptr<StopAgreement> standard) {
       return std::make_shared<SigtermAfterStep>(std::move(standard), step);
     };
   }
-  if (!faults.ledger.empty()) {
-    // One id for every rank of this launch (their clocks start apart): the latest start.
-    const int64_t launch = maxOverRanks(group, unixMillis());
-    const std::string path = faults.ledger + ".rank" + std::to_string(rank);
-    options.batches = [path, launch, rank](std::shared_ptr<BatchSource> standard) {
-      return std::make_shared<LedgerBatchSource>(std::move(standard), path, launch, rank);
-    };
+  std::vector<std::function<std::shared_ptr<BatchSource>(std::shared_ptr<BatchSource>)>> wraps;
+  for (const auto& [spec, stall] : {std::pair{faults.kill, false}, std::pair{faults.stall, true}}) {
+    const auto [step, ms] = entryFor(spec, member);
+    if (step < 0) continue;
+    wraps.push_back([step = step, ms = ms, stall = stall](std::shared_ptr<BatchSource> inner) {
+      return std::make_shared<KillAtStep>(std::move(inner), step, ms, stall);
+    });
   }
+  if (!faults.ledger.empty()) {
+    std::function<int64_t()> launch;
+    std::function<int64_t()> rank_now;
+    std::string path;
+    if (in_place) {
+      launch = [group] { return static_cast<int64_t>(group->generation()); };
+      rank_now = [group] { return static_cast<int64_t>(group->rank()); };
+      path = faults.ledger + ".member" + member;
+    } else {
+      // One id for every rank of this launch (their clocks start apart): the latest start.
+      launch = [id = maxOverRanks(group, unixMillis())] { return id; };
+      rank_now = [rank] { return rank; };
+      path = faults.ledger + ".rank" + std::to_string(rank);
+    }
+    wraps.push_back([path, launch, rank_now](std::shared_ptr<BatchSource> inner) {
+      return std::make_shared<LedgerBatchSource>(std::move(inner), path, launch, rank_now);
+    });
+  }
+  if (wraps.empty()) return;
+  options.batches = [wraps](std::shared_ptr<BatchSource> standard) {
+    for (const auto& wrap : wraps) standard = wrap(std::move(standard));
+    return standard;
+  };
 }
 
 }  // namespace

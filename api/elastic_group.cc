@@ -1,0 +1,120 @@
+// ElasticGroup (api/elastic_group.h): the public ProcessGroup over the epochs of comm/quorum.h.
+
+#include "api/elastic_group.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include "api/process_group_impl.h"
+#include "comm/store_client.h"
+#include "trainer/process_group.h"
+
+namespace cumulus {
+namespace {
+
+std::string variable(const base::EnvLookup& getenv, const char* name) {
+  const char* value = getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+int64_t positiveVariable(const base::EnvLookup& getenv, const char* name, int64_t fallback) {
+  const std::string text = variable(getenv, name);
+  if (text.empty()) return fallback;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || value < 1) {
+    throw GroupError(std::string(name) + "=\"" + text + "\": must be a positive integer");
+  }
+  return value;
+}
+
+}  // namespace
+
+std::optional<ElasticSettings> elasticSettings(const base::EnvLookup& getenv) {
+  const std::string recovery = variable(getenv, "CUMULUS_RECOVERY");
+  if (recovery.empty() || recovery == "restart") return std::nullopt;
+  if (recovery != "in_place") {
+    throw GroupError("CUMULUS_RECOVERY=\"" + recovery + "\": must be in_place or restart");
+  }
+  ElasticSettings s;
+  s.member_id = variable(getenv, "CUMULUS_MEMBER_ID");
+  if (s.member_id.empty() || s.member_id.find('/') != std::string::npos) {
+    throw GroupError("CUMULUS_MEMBER_ID=\"" + s.member_id +
+                     "\": in_place recovery needs this worker's member id (cumulus-run sets it, "
+                     "e.g. 0.1.0 for node 0, local rank 1)");
+  }
+  const std::string join = variable(getenv, "CUMULUS_JOIN");
+  s.joining = join == "1";
+  s.min_workers = positiveVariable(getenv, "CUMULUS_MIN_WORKERS", 1);
+  s.max_workers = positiveVariable(getenv, "CUMULUS_MAX_WORKERS", 1 << 20);
+  return s;
+}
+
+ElasticGroup::ElasticGroup(const GroupOptions& options, const ElasticSettings& settings,
+                           const base::EnvLookup& getenv)
+    : settings_(settings) {
+  env_ = trainer::groupEnvironment(getenv);
+  const std::chrono::milliseconds timeout = timeoutOption(options.timeout_seconds, "timeout_seconds");
+  comm::StoreClientOptions store_options;
+  store_options.connect_timeout = timeout;
+  store_ = std::make_unique<comm::StoreClient>(
+      env_.master_addr, static_cast<int>(env_.master_port), env_.job_token, store_options);
+  comm::QuorumOptions quorum;
+  quorum.generation = env_.generation;
+  quorum.member_id = settings.member_id;
+  quorum.max_members = settings.max_workers;
+  // Admission waits for the running group's next step boundary and for room under MAX.
+  quorum.join_timeout = std::max(timeout, std::chrono::milliseconds(60000));
+  quorum_ = std::make_unique<comm::Quorum>(*store_, quorum);
+  // A group of one until an epoch says otherwise.
+  base::RunEnv alone = env_;
+  alone.rank = 0;
+  alone.world_size = 1;
+  group_ = ProcessGroup::Impl::overStore(alone, options, *store_);
+  if (settings.joining) return;
+  connect(quorum_->start(static_cast<int>(env_.rank), static_cast<int>(env_.world_size), timeout));
+  joined_ = true;
+}
+
+ElasticGroup::~ElasticGroup() {
+  group_.reset();  // the communicator before the Store client it may still use
+}
+
+void ElasticGroup::connect(const comm::QuorumEpoch& epoch) {
+  ProcessGroup::Impl& impl = group_->impl();
+  impl.group.reset();  // the old epoch's connections close before the new ones open
+  epoch_ = epoch;
+  base::RunEnv env = env_;
+  env.rank = epoch.rankOf(settings_.member_id);
+  env.world_size = epoch.size();
+  env.generation = static_cast<int64_t>(epoch.commGeneration());
+  impl.env = env;
+  if (env.world_size > 1) {
+    impl.group = std::make_unique<trainer::ProcessGroup>(env, impl.config, *store_);
+  }
+}
+
+const comm::QuorumEpoch& ElasticGroup::join() {
+  connect(quorum_->join());
+  joined_ = true;
+  return epoch_;
+}
+
+const comm::QuorumEpoch& ElasticGroup::reform(int64_t steps_done,
+                                              const std::vector<int>& leaving_ranks) {
+  std::vector<std::string> leaving;
+  for (int r : leaving_ranks) leaving.push_back(epoch_.members.at(static_cast<size_t>(r)));
+  // Close this epoch's connections first: peers still blocked on them fail at once.
+  group_->impl().group.reset();
+  connect(quorum_->reform(epoch_, steps_done, leaving));
+  return epoch_;
+}
+
+int64_t ElasticGroup::pendingJoiners() { return quorum_->pendingJoiners(epoch_); }
+
+void ElasticGroup::leave(const std::string& why) { quorum_->leave(why); }
+
+}  // namespace cumulus

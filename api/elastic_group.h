@@ -1,0 +1,82 @@
+#pragma once
+// Private: a public ProcessGroup whose membership changes in place (`launch.recovery: in_place`,
+// comm/quorum.h). cumulus-train builds one when the launcher says CUMULUS_RECOVERY=in_place; the
+// trainer re-forms it after a communication failure or at an agreed step boundary, and moves the
+// training state to the members that need it. Not installed (yet): the state transfer is the
+// trainer's.
+//
+// The public group() keeps its identity across epochs; its rank(), size() and generation()
+// follow the current epoch, and a group of one has no communicator (collectives return at once),
+// so a lone survivor trains on and can grow again.
+//
+// Blocking: every call that talks to the Store or connects a communicator has a deadline (the
+// comm timeout for connecting, QuorumOptions for the membership). Errors: comm::CommError from the
+// Store and the rendezvous, unchanged (kStore when node 0's Store is gone: in-place recovery
+// cannot go on without it); GroupError for a bad environment. Training thread only, except
+// pendingJoiners().
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/run_env.h"
+#include "comm/quorum.h"
+#include "cumulus/process_group.h"
+
+namespace cumulus::comm {
+class StoreClient;
+}
+
+namespace cumulus {
+
+struct ElasticSettings {
+  std::string member_id;    // CUMULUS_MEMBER_ID
+  bool joining = false;     // CUMULUS_JOIN=1: started into a running group
+  int64_t min_workers = 1;  // CUMULUS_MIN_WORKERS
+  int64_t max_workers = 1 << 20;  // CUMULUS_MAX_WORKERS
+};
+
+// The launcher's in_place variables, or none when CUMULUS_RECOVERY is not in_place. GroupError
+// naming a variable that is missing or malformed.
+std::optional<ElasticSettings> elasticSettings(const base::EnvLookup& getenv);
+
+class ElasticGroup {
+ public:
+  // Connects to the Store (MASTER_ADDR/MASTER_PORT), then: a launch member closes epoch 0 with the
+  // other ranks and connects; a joiner (settings.joining) does nothing more until join(), so that
+  // it builds its model before the group waits for it.
+  ElasticGroup(const GroupOptions& options, const ElasticSettings& settings,
+               const base::EnvLookup& getenv = base::systemEnvironment);
+  ~ElasticGroup();
+  ElasticGroup(const ElasticGroup&) = delete;
+  ElasticGroup& operator=(const ElasticGroup&) = delete;
+
+  ProcessGroup& group() { return *group_; }
+  const comm::QuorumEpoch& epoch() const { return epoch_; }
+  const ElasticSettings& settings() const { return settings_; }
+  // False for a joiner until join() returned.
+  bool joined() const { return joined_; }
+  // A joiner's admission: waits for an epoch that takes it, then connects.
+  const comm::QuorumEpoch& join();
+  // The next epoch, after a failure (leaving empty) or at an agreed boundary, and connects to it.
+  // `steps_done`: the optimizer steps this member's state has taken (-1: none). A member fenced
+  // out of the next epoch joins again and comes back through a later one.
+  const comm::QuorumEpoch& reform(int64_t steps_done, const std::vector<int>& leaving_ranks = {});
+  // Join tickets the current epoch has not admitted (one Store read; any thread).
+  int64_t pendingJoiners();
+  // Marks this member gone before it exits after a notice, so that the others do not wait for it.
+  void leave(const std::string& why);
+
+ private:
+  void connect(const comm::QuorumEpoch& epoch);
+
+  ElasticSettings settings_;
+  base::RunEnv env_;  // the launcher's; rank, size and generation are replaced per epoch
+  std::unique_ptr<comm::StoreClient> store_;
+  std::unique_ptr<comm::Quorum> quorum_;
+  std::unique_ptr<ProcessGroup> group_;
+  comm::QuorumEpoch epoch_;
+  bool joined_ = false;
+};
+
+}  // namespace cumulus

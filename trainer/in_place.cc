@@ -1,0 +1,335 @@
+// Recovery in place (`launch.recovery: in_place`): the trainer's side of comm/quorum.h. After a
+// communication failure the survivors agree on the next epoch, the members whose state is behind
+// (a rank that failed before its optimizer step while another finished it, a joiner) take the
+// whole training state from a live peer over the new communicator, and training goes on from the
+// newest step any survivor completed. At an agreed step boundary ranks that got a notice leave and
+// waiting joiners are let in the same way. Nothing restarts and nothing is read from disk.
+
+#include <torch/torch.h>
+
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "api/elastic_group.h"
+#include "cumulus/data_parallel.h"
+#include "cumulus/errors.h"
+#include "cumulus/process_group.h"
+#include "trainer/trainer_impl.h"
+#include "trainer/resume.h"
+#include "trainer/training_checkpoint.h"
+
+namespace cumulus::trainer {
+namespace {
+
+// Re-formings in a row without a step trained in between before the trainer gives up.
+constexpr int kMaxReformsWithoutProgress = 16;
+// Rank 0 looks for joiners at most this often (one Store read each time).
+constexpr double kJoinerLookSeconds = 0.2;
+
+constexpr int64_t kStopLevel = 2;  // PreemptionWatcher's proposal 4·step + 2: "I got a notice"
+
+std::string joined(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
+  return text;
+}
+
+// The tensors of a Checkpoint as one payload: each tensor's bytes at an 8-byte aligned offset.
+nlohmann::json packTensors(const NamedTensors& tensors, std::vector<torch::Tensor>& parts,
+                           int64_t& offset) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [name, tensor] : tensors) {
+    const torch::Tensor t = tensor.contiguous();
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    list.push_back({{"name", name},
+                    {"dtype", static_cast<int>(t.scalar_type())},
+                    {"shape", t.sizes().vec()},
+                    {"offset", offset}});
+    parts.push_back(t);
+    offset += (bytes + 7) / 8 * 8;
+  }
+  return list;
+}
+
+NamedTensors unpackTensors(const nlohmann::json& list, const torch::Tensor& payload) {
+  NamedTensors tensors;
+  auto* base = static_cast<char*>(payload.data_ptr());
+  for (const nlohmann::json& entry : list) {
+    const auto dtype = static_cast<torch::ScalarType>(entry.at("dtype").get<int>());
+    const std::vector<int64_t> shape = entry.at("shape").get<std::vector<int64_t>>();
+    const int64_t offset = entry.at("offset").get<int64_t>();
+    tensors.emplace_back(entry.at("name").get<std::string>(),
+                         torch::from_blob(base + offset, shape, torch::TensorOptions(dtype)).clone());
+  }
+  return tensors;
+}
+
+nlohmann::json packScalars(const std::map<std::string, OptimizerScalar>& scalars) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [name, value] : scalars) {
+    if (const auto* i = std::get_if<int64_t>(&value)) {
+      list.push_back({name, "i", *i});
+    } else if (const auto* d = std::get_if<double>(&value)) {
+      list.push_back({name, "d", *d});
+    } else {
+      list.push_back({name, "s", std::get<std::string>(value)});
+    }
+  }
+  return list;
+}
+
+std::map<std::string, OptimizerScalar> unpackScalars(const nlohmann::json& list) {
+  std::map<std::string, OptimizerScalar> scalars;
+  for (const nlohmann::json& entry : list) {
+    const std::string kind = entry.at(1).get<std::string>();
+    const std::string name = entry.at(0).get<std::string>();
+    if (kind == "i") {
+      scalars[name] = entry.at(2).get<int64_t>();
+    } else if (kind == "d") {
+      scalars[name] = entry.at(2).get<double>();
+    } else {
+      scalars[name] = entry.at(2).get<std::string>();
+    }
+  }
+  return scalars;
+}
+
+// `text` in an int64 tensor (8 bytes per element), to travel by broadcast.
+torch::Tensor bytesTensor(const std::string& text, int64_t elements) {
+  torch::Tensor t = torch::zeros({elements}, torch::kInt64);
+  std::memcpy(t.data_ptr(), text.data(), text.size());
+  return t;
+}
+
+}  // namespace
+
+bool Trainer::Impl::recoverable(const cumulus::CommError& error) const {
+  // A wrong token fails the same way on every retry; without node 0's Store no epoch can form.
+  return error.kind() != CommErrorKind::kUnauthorized && error.kind() != CommErrorKind::kStore;
+}
+
+int64_t Trainer::Impl::recover(const cumulus::CommError& error) {
+  const double started = now();
+  recorder_->warning("rank " + std::to_string(env_.rank) + ": " + error.what() +
+                     "; re-forming the group in place from step " + std::to_string(steps_done_));
+  // The gradient sync refers to the communicator that is about to go: drop it first.
+  sync_.reset();
+  distributed_ = nullptr;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      elastic_->reform(steps_done_);
+      afterReform(started, true);
+      break;
+    } catch (const cumulus::CommError& again) {
+      if (!recoverable(again) || attempt >= kMaxReformsWithoutProgress) throw;
+      recorder_->warning("rank " + std::to_string(env_.rank) + ": re-forming failed (" +
+                         again.what() + "); trying again");
+      sync_.reset();
+      distributed_ = nullptr;
+    }
+  }
+  if (env_.world_size < elastic_->settings().min_workers) {
+    recorder_->warning("warning: the group went on with " + std::to_string(env_.world_size) +
+                       " workers, fewer than the " +
+                       std::to_string(elastic_->settings().min_workers) + " --nnodes asks for");
+  }
+  return steps_done_;
+}
+
+void Trainer::Impl::joinGroup() {
+  if (elastic_->joined()) return;
+  const double started = now();
+  elastic_->join();
+  afterReform(started, false);  // run() begins the records once this returns
+  start_step_ = steps_done_;
+}
+
+void Trainer::Impl::reformAt(int64_t /*done*/, const std::vector<int>& leaving) {
+  const double started = now();
+  sync_.reset();
+  distributed_ = nullptr;
+  elastic_->reform(steps_done_, leaving);
+  afterReform(started, true);
+}
+
+// The new epoch is connected: take the state if this rank is behind, then rebuild everything that
+// depends on the rank and the world size.
+void Trainer::Impl::afterReform(double started, bool begin_records) {
+  const comm::QuorumEpoch& epoch = elastic_->epoch();
+  cumulus::ProcessGroup& group = elastic_->group();
+  const int64_t old_rank = env_.rank;
+  const int64_t old_world = env_.world_size;
+  env_.rank = group.rank();
+  env_.world_size = group.size();
+  env_.generation = static_cast<int64_t>(group.generation());
+  group_ = group.size() > 1 ? &group : nullptr;
+  if (epoch.source < 0 && epoch.step < 0 && epoch.epoch > 0) {
+    throw TrainError("no member of the re-formed group holds the training state (every survivor "
+                     "is a joiner); restart the job to resume from the newest checkpoint");
+  }
+  if (epoch.source >= 0) transferState(epoch.source, epoch.isStale(static_cast<int>(env_.rank)));
+  batches_->reshard(env_.rank, env_.world_size);
+  batches_->restore(done_position_);
+  sync_ = makeSync(config_, group_, options_.trace);
+  distributed_ = dynamic_cast<DataParallel*>(sync_.get());
+  sync_->attach(params_);
+  buildGroupParts();
+  if (begin_records) {
+    recorder_->begin(RunStart{model_->summary(), {}, steps_done_, total_steps_,
+                              batches_->stepsPerEpoch()});
+    stop_->start();
+  }
+  const double ms = 1000.0 * (now() - started);
+  char took[32];
+  std::snprintf(took, sizeof(took), "%.0f ms", ms);
+  const std::string from =
+      old_rank == env_.rank && old_world == env_.world_size
+          ? ""
+          : " (was rank " + std::to_string(old_rank) + " of " + std::to_string(old_world) + ")";
+  std::string line = "re-formed in place: epoch " + std::to_string(epoch.epoch) + ", rank " +
+                     std::to_string(env_.rank) + " of " + std::to_string(env_.world_size) + from +
+                     ", training from step " + std::to_string(steps_done_) + " in " + took;
+  if (!epoch.stale.empty()) {
+    line += "; state sent by rank " + std::to_string(epoch.source) + " to rank(s) " +
+            joined(epoch.stale);
+  }
+  if (begin_records) {
+    recorder_->warning(line);
+  } else {
+    resume_notes_.push_back(line);  // a joiner's records begin after this
+  }
+}
+
+// One broadcast of a header (sizes), one of the manifest, one of the payload, from `source`.
+void Trainer::Impl::transferState(int source, bool receiving) {
+  cumulus::ProcessGroup& group = elastic_->group();
+  const bool sending = env_.rank == source;
+  std::string manifest;
+  torch::Tensor payload;
+  if (sending) {
+    TrainingPosition position;
+    position.steps_done = steps_done_;
+    position.sampler = done_position_;
+    position.samples_seen = samples_seen_;
+    position.learning_rate = schedule_->lr(std::max<int64_t>(0, steps_done_ - 1));
+    position.grad_accumulation = grad_accumulation_;
+    const Checkpoint state = captureCheckpoint(*model_, *optimizer_, config_, env_, position);
+    std::vector<torch::Tensor> parts;
+    int64_t offset = 0;
+    nlohmann::json j;
+    j["tensors"] = packTensors(state.tensors, parts, offset);
+    j["optimizer_tensors"] = packTensors(state.optimizer_tensors, parts, offset);
+    j["optimizer_scalars"] = packScalars(state.optimizer_scalars);
+    j["steps_done"] = steps_done_;
+    j["epoch"] = done_position_.epoch;
+    j["cursor"] = done_position_.cursor;
+    j["samples_seen"] = samples_seen_;
+    j["grad_accumulation"] = grad_accumulation_;
+    manifest = j.dump();
+    payload = torch::zeros({offset / 8}, torch::kInt64);
+    auto* out = static_cast<char*>(payload.data_ptr());
+    int64_t at = 0;
+    for (const torch::Tensor& t : parts) {
+      const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+      std::memcpy(out + at, t.data_ptr(), static_cast<size_t>(bytes));
+      at += (bytes + 7) / 8 * 8;
+    }
+  }
+  torch::Tensor sizes = torch::zeros({2}, torch::kInt64);
+  if (sending) {
+    sizes[0] = static_cast<int64_t>(manifest.size());
+    sizes[1] = payload.numel();
+  }
+  group.broadcast(sizes, source);
+  const int64_t manifest_bytes = sizes[0].item<int64_t>();
+  torch::Tensor header = sending ? bytesTensor(manifest, (manifest_bytes + 7) / 8)
+                                 : torch::zeros({(manifest_bytes + 7) / 8}, torch::kInt64);
+  group.broadcast(header, source);
+  if (!sending) payload = torch::zeros({sizes[1].item<int64_t>()}, torch::kInt64);
+  group.broadcast(payload, source);
+  if (!receiving) return;
+
+  // Everything arrived: only now does this rank's state change.
+  const nlohmann::json j = nlohmann::json::parse(
+      std::string(static_cast<const char*>(header.data_ptr()), static_cast<size_t>(manifest_bytes)));
+  Checkpoint state;
+  state.tensors = unpackTensors(j.at("tensors"), payload);
+  state.optimizer_tensors = unpackTensors(j.at("optimizer_tensors"), payload);
+  state.optimizer_scalars = unpackScalars(j.at("optimizer_scalars"));
+  try {
+    restoreTraining(state, *model_, *optimizer_, "the state sent by rank " + std::to_string(source));
+  } catch (const ResumeError& e) {
+    throw TrainError(e.what());
+  }
+  steps_done_ = j.at("steps_done").get<int64_t>();
+  done_position_.epoch = j.at("epoch").get<int64_t>();
+  done_position_.cursor = j.at("cursor").get<int64_t>();
+  samples_seen_ = j.at("samples_seen").get<uint64_t>();
+  grad_accumulation_ = j.at("grad_accumulation").get<int64_t>();
+}
+
+bool Trainer::Impl::leaveOrStay(int64_t done, StepAction& action, RunResult& result) {
+  if (action != StepAction::kStop) return false;
+  std::vector<int> leaving;
+  for (size_t r = 0; r < vote_.size(); ++r) {
+    if (vote_[r] >= 0 && vote_[r] % 4 == kStopLevel) leaving.push_back(static_cast<int>(r));
+  }
+  const int64_t staying = env_.world_size - static_cast<int64_t>(leaving.size());
+  if (staying < 1 || staying < elastic_->settings().min_workers) {
+    recorder_->note("preemption notice for rank(s) " + joined(leaving) + ": " +
+                    std::to_string(staying) + " worker(s) would remain (at least " +
+                    std::to_string(elastic_->settings().min_workers) +
+                    " needed), so every rank checkpoints and stops");
+    return false;  // the restart path: checkpoint this step, exit 75
+  }
+  const bool me = std::find(leaving.begin(), leaving.end(), static_cast<int>(env_.rank)) !=
+                  leaving.end();
+  if (me) {
+    elastic_->leave("preempted at step " + std::to_string(done));
+    result.preempted = true;
+    result.left = true;
+    result.steps = done;
+    recorder_->warning("preempted at step " + std::to_string(done) + ": rank " +
+                       std::to_string(env_.rank) + " leaves the group, which trains on with " +
+                       std::to_string(staying) + " worker(s); no checkpoint needed");
+    return true;
+  }
+  reformAt(done, leaving);
+  action = StepAction::kContinue;
+  return false;
+}
+
+AgreeMax Trainer::Impl::inPlaceVote() {
+  return [this](int64_t proposal) {
+    const int64_t waiting = joinersWaiting() ? 1 : 0;
+    if (group_ == nullptr) {
+      vote_ = {proposal};
+      vote_joiners_ = waiting > 0;
+      return proposal;
+    }
+    torch::Tensor mine = torch::tensor({proposal, waiting}, torch::kInt64);
+    const torch::Tensor all = group_->allgather(mine).contiguous();
+    const int64_t* v = all.data_ptr<int64_t>();
+    vote_.assign(static_cast<size_t>(all.size(0)), 0);
+    int64_t top = INT64_MIN;
+    vote_joiners_ = false;
+    for (int64_t r = 0; r < all.size(0); ++r) {
+      vote_[static_cast<size_t>(r)] = v[2 * r];
+      top = std::max(top, v[2 * r]);
+      vote_joiners_ = vote_joiners_ || v[2 * r + 1] > 0;
+    }
+    return top;
+  };
+}
+
+bool Trainer::Impl::joinersWaiting() {
+  if (env_.rank != 0 || env_.world_size >= elastic_->settings().max_workers) return false;
+  const double t = now();
+  if (joiners_checked_at_ >= 0 && t - joiners_checked_at_ < kJoinerLookSeconds) return false;
+  joiners_checked_at_ = t;
+  return elastic_->pendingJoiners() > 0;
+}
+
+}  // namespace cumulus::trainer
