@@ -97,11 +97,15 @@ void ElasticGroup::connect(const comm::QuorumEpoch& epoch) {
   }
 }
 
-const comm::QuorumEpoch& ElasticGroup::join() {
-  connect(quorum_->join());
+bool ElasticGroup::join() {
+  std::optional<comm::QuorumEpoch> epoch = quorum_->join();
+  if (!epoch) return false;
+  connect(*epoch);
   joined_ = true;
-  return epoch_;
+  return true;
 }
+
+void ElasticGroup::finish(int64_t last_step) { quorum_->finish(last_step); }
 
 const comm::QuorumEpoch& ElasticGroup::reform(int64_t steps_done,
                                               const std::vector<int>& leaving_ranks) {

@@ -56,8 +56,11 @@ class ElasticGroup {
   const ElasticSettings& settings() const { return settings_; }
   // False for a joiner until join() returned.
   bool joined() const { return joined_; }
-  // A joiner's admission: waits for an epoch that takes it, then connects.
-  const comm::QuorumEpoch& join();
+  // A joiner's admission: waits for an epoch that takes it, then connects. False when the group
+  // finished training first (nothing is connected then).
+  bool join();
+  // The group trained its last step: joiners still waiting stop (rank 0 calls it).
+  void finish(int64_t last_step);
   // The next epoch, after a failure (leaving empty) or at an agreed boundary, and connects to it.
   // `steps_done`: the optimizer steps this member's state has taken (-1: none). A member fenced
   // out of the next epoch joins again and comes back through a later one.

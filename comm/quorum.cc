@@ -132,7 +132,8 @@ QuorumEpoch Quorum::reform(const QuorumEpoch& last, int64_t steps_done,
   for (;;) {
     if (std::optional<Bytes> record = store_.tryGet(quorumRecordKey(g, next))) {
       QuorumEpoch e = QuorumEpoch::decode(*record, g, next);
-      return e.rankOf(me) >= 0 ? e : join();  // not in it: fenced out, join again
+      if (e.rankOf(me) >= 0) return e;
+      return admitted(join(), next);  // not in it: fenced out, join again
     }
     bool everyone = true;
     for (const std::string& m : last.members) {
@@ -142,7 +143,7 @@ QuorumEpoch Quorum::reform(const QuorumEpoch& last, int64_t steps_done,
     }
     if (everyone || Clock::now() - arrived >= options_.window) {
       QuorumEpoch e = close(last, leaving);
-      return e.rankOf(me) >= 0 ? e : join();
+      return e.rankOf(me) >= 0 ? e : admitted(join(), next);
     }
     std::this_thread::sleep_for(options_.poll);
   }
@@ -224,7 +225,19 @@ QuorumEpoch Quorum::waitForRecord(int64_t epoch, Clock::time_point deadline) {
   }
 }
 
-QuorumEpoch Quorum::join() {
+QuorumEpoch Quorum::admitted(std::optional<QuorumEpoch> epoch, int64_t fenced_from) {
+  if (epoch) return *epoch;
+  throw CommError(ErrorKind::kRendezvous, "quorum", static_cast<uint64_t>(fenced_from), -1,
+                  "member " + options_.member_id + " was left out of " +
+                      epochName(options_.generation, fenced_from) +
+                      " and the group finished training before it could join again");
+}
+
+void Quorum::finish(int64_t last_step) {
+  store_.set(quorumFinishedKey(options_.generation), std::to_string(last_step));
+}
+
+std::optional<QuorumEpoch> Quorum::join() {
   const int64_t g = options_.generation;
   const std::string& me = options_.member_id;
   const int64_t ticket = store_.add(quorumTicketsKey(g), 1);
@@ -245,6 +258,7 @@ QuorumEpoch Quorum::join() {
       ++epoch;
       continue;
     }
+    if (store_.tryGet(quorumFinishedKey(g))) return std::nullopt;
     if (Clock::now() >= deadline) {
       throw CommError(ErrorKind::kTimeout, "quorum.join", static_cast<uint64_t>(ticket), -1,
                       "member " + me + " was not admitted to the group of generation " +

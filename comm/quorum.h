@@ -29,13 +29,14 @@
 //   - join: a process started into a running group takes a ticket and waits until an epoch
 //     admits it (up to `join_timeout`). Epochs admit waiting joiners when they close, up to
 //     `max_members`; the running group looks at pendingJoiners() between steps and reforms to let
-//     them in.
+//     them in. A group that finished says so (finish()), and joiners still waiting stop.
 //
 // Not thread-safe: one Quorum per worker, used from its training thread. pendingJoiners() reads
 // one key and may be called from another thread.
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,8 +91,10 @@ class Quorum {
   QuorumEpoch reform(const QuorumEpoch& last, int64_t steps_done,
                      const std::vector<std::string>& leaving = {});
   // Waits to be admitted to a running group (CommError kTimeout after join_timeout, naming the
-  // generation and the last epoch seen).
-  QuorumEpoch join();
+  // generation and the last epoch seen). None when the group finished training first.
+  std::optional<QuorumEpoch> join();
+  // The group trained its last step: joiners still waiting give up (join() returns none).
+  void finish(int64_t last_step);
   // Join tickets not yet admitted by `current` (one Store read).
   int64_t pendingJoiners(const QuorumEpoch& current);
   // Marks this member gone (it leaves after a notice), so reforms do not wait for it.
@@ -107,6 +110,8 @@ class Quorum {
   // that won the compare-and-set, which may be another closer's.
   QuorumEpoch close(const QuorumEpoch& last, const std::vector<std::string>& leaving);
   QuorumEpoch waitForRecord(int64_t epoch, std::chrono::steady_clock::time_point deadline);
+  // `epoch`, or a CommError saying the group finished while this member was fenced out.
+  QuorumEpoch admitted(std::optional<QuorumEpoch> epoch, int64_t fenced_from);
   std::vector<std::string> waitingJoiners(int64_t from_ticket, int64_t room, int64_t* admitted);
 
   Store& store_;

@@ -28,6 +28,7 @@
 //   quorum/<g>/gone/<id>         why a member is gone (its agent saw it die, or it left)
 //   quorum/<g>/tickets           join tickets taken so far (Store add)
 //   quorum/<g>/ticket/<t>        the id of the joiner holding ticket t (1, 2, …)
+//   quorum/<g>/finished          the last step, once the group trained it (waiting joiners leave)
 
 #include <cstdint>
 #include <string>
@@ -112,6 +113,9 @@ inline std::string quorumTicketsKey(int64_t generation) {
 }
 inline std::string quorumTicketKey(int64_t generation, int64_t ticket) {
   return store_keys_detail::key("quorum", generation, "ticket", ticket);
+}
+inline std::string quorumFinishedKey(int64_t generation) {
+  return store_keys_detail::key("quorum", generation, "finished");
 }
 
 }  // namespace cumulus::comm

@@ -25,8 +25,10 @@ namespace {
 
 // Re-formings in a row without a step trained in between before the trainer gives up.
 constexpr int kMaxReformsWithoutProgress = 16;
-// Rank 0 looks for joiners at most this often (one Store read each time).
+// Rank 0 looks for joiners (one Store read) at a boundary when this much time or this many steps
+// have passed since it last looked.
 constexpr double kJoinerLookSeconds = 0.2;
+constexpr int64_t kJoinerLookSteps = 16;
 
 constexpr int64_t kStopLevel = 2;  // PreemptionWatcher's proposal 4·step + 2: "I got a notice"
 
@@ -138,12 +140,13 @@ int64_t Trainer::Impl::recover(const cumulus::CommError& error) {
   return steps_done_;
 }
 
-void Trainer::Impl::joinGroup() {
-  if (elastic_->joined()) return;
+bool Trainer::Impl::joinGroup() {
+  if (elastic_->joined()) return true;
   const double started = now();
-  elastic_->join();
+  if (!elastic_->join()) return false;
   afterReform(started, false);  // run() begins the records once this returns
   start_step_ = steps_done_;
+  return true;
 }
 
 void Trainer::Impl::reformAt(int64_t /*done*/, const std::vector<int>& leaving) {
@@ -327,9 +330,15 @@ AgreeMax Trainer::Impl::inPlaceVote() {
 bool Trainer::Impl::joinersWaiting() {
   if (env_.rank != 0 || env_.world_size >= elastic_->settings().max_workers) return false;
   const double t = now();
-  if (joiners_checked_at_ >= 0 && t - joiners_checked_at_ < kJoinerLookSeconds) return false;
+  if (joiners_checked_at_ >= 0 && t - joiners_checked_at_ < kJoinerLookSeconds &&
+      steps_done_ - joiners_checked_step_ < kJoinerLookSteps) {
+    return false;
+  }
   joiners_checked_at_ = t;
+  joiners_checked_step_ = steps_done_;
   return elastic_->pendingJoiners() > 0;
 }
+
+void Trainer::Impl::finishGroup() { elastic_->finish(total_steps_); }
 
 }  // namespace cumulus::trainer

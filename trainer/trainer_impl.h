@@ -104,8 +104,9 @@ class Trainer::Impl {
   // After a communication failure: the next epoch, the state moved to who needs it, the parts
   // rebuilt. Returns the step to train next.
   int64_t recover(const cumulus::CommError& error);
-  // A joiner's start: admission, then the state from a live peer.
-  void joinGroup();
+  // A joiner's start: admission, then the state from a live peer. False when the group finished
+  // training before admitting it. Others: true at once.
+  bool joinGroup();
   // A re-forming agreed at boundary `done` (leaving ranks, or joiners waiting).
   void reformAt(int64_t done, const std::vector<int>& leaving);
   void afterReform(double started, bool begin_records);
@@ -117,6 +118,8 @@ class Trainer::Impl {
   // joiners wait (rank 0 looks at most every 0.2 s).
   AgreeMax inPlaceVote();
   bool joinersWaiting();
+  // Rank 0, after the last step: joiners still waiting stop waiting.
+  void finishGroup();
 
   const configs::Experiment config_;
   RunEnv env_;  // rank and world size change when the group re-forms in place
@@ -160,6 +163,7 @@ class Trainer::Impl {
   std::vector<int64_t> vote_;       // in place: each rank's proposal at the last boundary
   bool vote_joiners_ = false;       // in place: joiners wait (rank 0's look, agreed)
   double joiners_checked_at_ = -1;  // rank 0: when it last looked
+  int64_t joiners_checked_step_ = 0;  // and after which step
   int64_t final_boundary_ = -1;     // the step whose boundary ran to its end last
   bool ran_ = false;
 };

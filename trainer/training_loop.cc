@@ -40,7 +40,14 @@ uint64_t stepSeed(uint64_t seed, int64_t epoch, int64_t step, int64_t rank) {
 RunResult Trainer::Impl::run() {
   if (ran_) throw std::logic_error("Trainer::run() may be called once");
   ran_ = true;
-  if (inPlace()) joinGroup();  // a joiner: admission and the state; others: nothing
+  if (inPlace() && !joinGroup()) {
+    if (options_.console != nullptr) {
+      *options_.console << "the group finished training before this member was admitted; "
+                           "nothing to do"
+                        << std::endl;
+    }
+    return RunResult{};
+  }
   if (writes()) prepareRunDir();
   recorder_->begin(RunStart{model_->summary(), resume_notes_, start_step_, total_steps_,
                             batches_->stepsPerEpoch()});
@@ -79,6 +86,7 @@ RunResult Trainer::Impl::run() {
   }
   checkpoints_->waitForPending();
   reportSaves();
+  if (inPlace() && env_.rank == 0 && !result.preempted) finishGroup();
   const int64_t ran = (result.preempted ? result.steps : total_steps_) - start_step_;
   recorder_->trained(start_step_ + ran, ran, now() - start);
   if (result.preempted) {

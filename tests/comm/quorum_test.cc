@@ -134,7 +134,7 @@ TEST(Quorum, JoinersAreAdmittedInIdOrderUpToTheMaximum) {
     return std::async(std::launch::async, [&store, id] {
       QuorumOptions o = optionsFor(id);
       o.join_timeout = milliseconds(500);
-      return Quorum(store, o).join();
+      return Quorum(store, o).join().value();
     });
   };
   auto j10 = join("10.0.0");
@@ -167,6 +167,19 @@ TEST(Quorum, JoinersAreAdmittedInIdOrderUpToTheMaximum) {
   EXPECT_NE(timed_out.find("was not admitted to the group of generation 3 within 500 ms"),
             std::string::npos)
       << timed_out;
+}
+
+// A group that finished tells the joiners still waiting, who stop waiting.
+TEST(Quorum, AJoinerOfAFinishedGroupStopsWaiting) {
+  MemoryStore store;
+  const QuorumEpoch first = startAll(store, {"0.0.0"});
+  Quorum joiner(store, optionsFor("1.0.0"));
+  auto joined = std::async(std::launch::async, [&] { return joiner.join(); });
+  Quorum member(store, optionsFor("0.0.0"));
+  while (member.pendingJoiners(first) == 0) std::this_thread::yield();
+  member.finish(48);
+  EXPECT_FALSE(joined.get().has_value());
+  EXPECT_EQ(store.tryGet(quorumFinishedKey(3)), "48");
 }
 
 TEST(Quorum, AMalformedRecordIsATypedErrorNamingTheKey) {

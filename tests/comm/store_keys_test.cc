@@ -42,6 +42,7 @@ TEST(StoreKeys, InPlaceMembership) {
   EXPECT_EQ(quorumGoneKey(1, "0.1.0"), "quorum/1/gone/0.1.0");
   EXPECT_EQ(quorumTicketsKey(1), "quorum/1/tickets");
   EXPECT_EQ(quorumTicketKey(1, 12), "quorum/1/ticket/12");
+  EXPECT_EQ(quorumFinishedKey(4), "quorum/4/finished");
 }
 
 // A generation of one space never prefixes another's keys ("gen/1/" is not a prefix of "gen/10/"),

@@ -89,7 +89,8 @@ TEST(BatchSourceTest, TheLedgerWrapperAppendsEachStepsSamplesAndPassesTheBatchOn
   std::vector<std::string> expected = {ledgerLine(5, 0, 0, 1, {7})};
   {
     LedgerBatchSource ledger(std::make_shared<SamplerBatchSource>(data::inMemory(numbered(20), "numbered"), sampler, 1, 2),
-                             path.string(), /*launch=*/9, /*rank=*/1);
+                             path.string(), [] { return int64_t{9}; } /*launch*/,
+                             [] { return int64_t{1}; } /*rank*/);
     for (int64_t step = 0; step < 4; ++step) {  // into the second epoch
       const data::SamplerState at = reference.state();
       const std::vector<int64_t> indices = reference.localIndices(1, 2);
@@ -117,7 +118,8 @@ TEST(BatchSourceTest, TheLedgerWrapperNamesAFileItCannotOpen) {
   const data::DistributedSampler sampler(20, 8, 3, true, false);
   try {
     LedgerBatchSource ledger(std::make_shared<SamplerBatchSource>(data::inMemory(numbered(20), "numbered"), sampler, 0, 1),
-                             "/nonexistent-dir/ledger.rank0", 1, 0);
+                             "/nonexistent-dir/ledger.rank0", [] { return int64_t{1}; },
+                             [] { return int64_t{0}; });
     FAIL() << "opened";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(),

@@ -1,9 +1,11 @@
 #include "tests/trainer/fault_parts.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -47,6 +49,23 @@ StepBatch KillAtStep::next(int64_t step, int64_t micro_batches) {
     }).detach();
   }
   return batch;
+}
+
+HoldAtStep::HoldAtStep(std::shared_ptr<BatchSource> inner, int64_t step, std::string path)
+    : inner_(std::move(inner)), step_(step), path_(std::move(path)) {}
+
+StepBatch HoldAtStep::next(int64_t step, int64_t micro_batches) {
+  if (step == step_) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+    while (::access(path_.c_str(), F_OK) != 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw std::runtime_error("held at step " + std::to_string(step) + " for 2 minutes: " +
+                                 path_ + " never appeared");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return inner_->next(step, micro_batches);
 }
 
 SigtermAfterStep::SigtermAfterStep(std::shared_ptr<StopAgreement> inner, int64_t step)

@@ -58,6 +58,25 @@ class KillAtStep final : public BatchSource {
   bool stall_;
 };
 
+// Wraps a BatchSource and, when step `step` is drawn, waits until the file `path` exists (up to
+// two minutes; std::runtime_error then), so that a test can hold a group at a step until
+// something it waits for has happened (a joiner took its ticket).
+class HoldAtStep final : public BatchSource {
+ public:
+  HoldAtStep(std::shared_ptr<BatchSource> inner, int64_t step, std::string path);
+
+  int64_t stepsPerEpoch() const override { return inner_->stepsPerEpoch(); }
+  data::SamplerState position() const override { return inner_->position(); }
+  void restore(const data::SamplerState& position) override { inner_->restore(position); }
+  void reshard(int64_t rank, int64_t world_size) override { inner_->reshard(rank, world_size); }
+  StepBatch next(int64_t step, int64_t micro_batches) override;
+
+ private:
+  std::shared_ptr<BatchSource> inner_;
+  int64_t step_;
+  std::string path_;
+};
+
 // Wraps a StopAgreement and raises a real SIGTERM at this process when the loop reaches the
 // boundary after step `step`, before agreeing: the run then stops there as it would for a notice
 // that arrived during that step.

@@ -13,6 +13,7 @@
 // --fault-kill SPEC                 STEP@MEMBER[+MS],…: that member SIGKILLs itself when it draws
 //                                   step STEP (0-based), MS milliseconds later if given (KillAtStep)
 // --fault-stall SPEC                STEP@MEMBER+MS,…: that member sleeps MS ms when it draws STEP
+// --fault-hold STEP:PATH            every worker waits at step STEP until the file PATH exists
 // Everything after "--" goes to trainer::trainCommand unchanged; the faults enter through the
 // TrainerOptions customization, the seam cumulus-train's own main leaves empty.
 
@@ -41,6 +42,8 @@ struct Faults {
   std::string ledger;         // empty: none
   std::string kill;           // --fault-kill
   std::string stall;          // --fault-stall
+  int64_t hold_step = -1;     // --fault-hold
+  std::string hold_path;
 };
 
 std::string memberId() {
@@ -76,6 +79,11 @@ int parseFaults(int argc, char** argv, Faults& faults) {
       faults.kill = value;
     } else if (arg == "--fault-stall") {
       faults.stall = value;
+    } else if (arg == "--fault-hold") {
+      const size_t colon = value.find(':');
+      if (colon == std::string::npos) throw std::invalid_argument(arg + ": STEP:PATH");
+      faults.hold_step = parseInteger(value.substr(0, colon), arg);
+      faults.hold_path = value.substr(colon + 1);
     } else if (arg == "--fault-sigterm-at-step") {
       const size_t colon = value.find(':');
       faults.sigterm_step = parseInteger(value.substr(0, colon), arg);
@@ -86,7 +94,7 @@ int parseFaults(int argc, char** argv, Faults& faults) {
     } else {
       throw std::invalid_argument(arg +
                                   ": unknown; use --fault-sigterm-at-step, --sample-ledger, "
-                                  "--fault-kill, --fault-stall");
+                                  "--fault-kill, --fault-stall, --fault-hold");
     }
   }
   throw std::invalid_argument("missing \"--\" before cumulus-train's arguments");
@@ -136,6 +144,12 @@ void install(const Faults& faults, TrainerOptions& options) {
     if (step < 0) continue;
     wraps.push_back([step = step, ms = ms, stall = stall](std::shared_ptr<BatchSource> inner) {
       return std::make_shared<KillAtStep>(std::move(inner), step, ms, stall);
+    });
+  }
+  if (faults.hold_step >= 0) {
+    wraps.push_back([step = faults.hold_step, path = faults.hold_path](
+                        std::shared_ptr<BatchSource> inner) {
+      return std::make_shared<HoldAtStep>(std::move(inner), step, path);
     });
   }
   if (!faults.ledger.empty()) {

@@ -1,0 +1,309 @@
+// Recovery in place with real worker processes started by hand, as cumulus-run starts them with
+// `launch.recovery: in_place`: the test hosts the gRPC Store and plays the agent's part (it marks
+// a worker that died gone in the Store, and starts joiners). Faults come from
+// cumulus-train-faults: --fault-kill STEP@MEMBER (a real SIGKILL of the worker), --fault-stall,
+// --fault-sigterm-at-step S@MEMBER (a notice). Each worker writes a sample ledger
+// (PATH.member<ID>, launch = the epoch's communicator generation), and every replica prints the
+// SHA-256 of its final parameters.
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "comm/quorum.h"
+#include "comm/store_client.h"
+#include "comm/store_keys.h"
+#include "comm/store_server.h"
+#include "tests/trainer/process_runner.h"
+#include "tests/trainer/worker_commands.h"
+#include "trainer/resume.h"
+
+namespace cumulus::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using cumulus::testing::Env;
+using cumulus::testing::lastAfter;
+using cumulus::testing::ProcessResult;
+using cumulus::testing::runProcess;
+using cumulus::testing::withFaults;
+
+constexpr const char* kToken = "in-place-test-token";
+
+// One worker process: its id, and how it ended.
+struct Worker {
+  std::string id;
+  std::thread thread;
+  ProcessResult result;
+};
+
+class InPlaceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("in_place_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    server_ = std::make_unique<comm::StoreServer>("127.0.0.1", 0, kToken);
+    store_ = std::make_unique<comm::StoreClient>("127.0.0.1", server_->port(), kToken);
+  }
+  void TearDown() override {
+    for (auto& [id, w] : workers_) {
+      if (w->thread.joinable()) w->thread.join();
+    }
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // cumulus-train-faults with `faults` over smoke.yaml: 3 epochs of 16 steps, a small timeout so
+  // that a stalled peer is declared dead soon, every rank printing its results.
+  std::vector<std::string> command(std::vector<std::string> faults, const std::string& run) {
+    faults.push_back("--sample-ledger");
+    faults.push_back((dir_ / "ledger").string());
+    return withFaults(faults, {"cumulus-train", CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
+                               "trainer.run_dir=" + (dir_ / run).string(), "--set",
+                               "trainer.epochs=3", "--set", "trainer.log_all_ranks=true", "--set",
+                               "comm.timeout_seconds=3", "--set", "trainer.log_every_steps=16"});
+  }
+
+  // Starts a worker: rank `rank` of `world` of the launch, or a joiner (rank < 0).
+  void start(const std::string& id, int rank, int world, const std::vector<std::string>& argv) {
+    Env env = cumulus::testing::aloneEnv({{"RANK", std::to_string(std::max(rank, 0))},
+                                          {"WORLD_SIZE", std::to_string(world)},
+                                          {"LOCAL_RANK", "0"},
+                                          {"LOCAL_WORLD_SIZE", "1"},
+                                          {"MASTER_ADDR", "127.0.0.1"},
+                                          {"MASTER_PORT", std::to_string(server_->port())},
+                                          {"CUMULUS_JOB_TOKEN", kToken},
+                                          {"CUMULUS_RUN_ID", "in-place"},
+                                          {"CUMULUS_GENERATION", "0"},
+                                          {"CUMULUS_RECOVERY", "in_place"},
+                                          {"CUMULUS_MEMBER_ID", id},
+                                          {"CUMULUS_JOIN", rank < 0 ? "1" : ""}});
+    auto worker = std::make_unique<Worker>();
+    worker->id = id;
+    Worker* w = worker.get();
+    workers_[id] = std::move(worker);
+    w->thread = std::thread([this, w, argv, env] {
+      w->result = runProcess(argv, env, [this](const std::string& line, pid_t) { seen(line); },
+                             180);
+      // The agent's part: a worker that died is marked gone at once.
+      if (w->result.signal != 0) {
+        comm::Quorum::markGone(*store_, 0, w->id, "signal " + std::to_string(w->result.signal));
+      }
+    });
+  }
+
+  void startGroup(int world, const std::vector<std::string>& argv) {
+    for (int r = 0; r < world; ++r) start("0." + std::to_string(r) + ".0", r, world, argv);
+  }
+
+  // Blocks until some worker printed a line containing `text`.
+  void waitForLine(const std::string& text) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ASSERT_TRUE(changed_.wait_for(lock, std::chrono::seconds(120), [&] {
+      for (const std::string& l : lines_) {
+        if (l.find(text) != std::string::npos) return true;
+      }
+      return false;
+    })) << "no worker printed '" << text << "'";
+  }
+
+  const ProcessResult& finish(const std::string& id) {
+    Worker& w = *workers_.at(id);
+    if (w.thread.joinable()) w.thread.join();
+    return w.result;
+  }
+
+  // Every surviving worker exited 0 with the same final parameters; returns them.
+  std::string identicalReplicas(const std::set<std::string>& survivors) {
+    std::set<std::string> digests;
+    for (const std::string& id : survivors) {
+      const ProcessResult& r = finish(id);
+      EXPECT_EQ(r.exit_code, 0) << id << ":\n" << r.output;
+      const std::string digest = lastAfter(r.output, "final parameters sha256 ");
+      EXPECT_EQ(digest.size(), 64u) << id << ":\n" << r.output;
+      digests.insert(digest);
+    }
+    EXPECT_EQ(digests.size(), 1u) << "the replicas differ";
+    return digests.empty() ? "" : *digests.begin();
+  }
+
+  // Every sample of each of the 3 epochs trained exactly once, counting each step in the epoch
+  // (communicator generation) that last ran it.
+  void ledgerIsExact() {
+    SampleLedger book;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      if (entry.path().filename().string().rfind("ledger.member", 0) == 0) {
+        book.readFile(entry.path().string());
+      }
+    }
+    book.dropReplayedSteps();
+    std::set<int64_t> all;
+    for (int64_t i = 0; i < 1024; ++i) all.insert(i);
+    EXPECT_EQ(book.epochs(), (std::set<int64_t>{0, 1, 2}));
+    for (int64_t epoch : book.epochs()) {
+      for (const std::string& problem : book.checkEpoch(epoch, all)) ADD_FAILURE() << problem;
+    }
+  }
+
+  // The group holds at a step (--fault-hold) until the first joiner has taken its ticket.
+  void releaseWhenJoinerWaits() {
+    store_->get(comm::quorumTicketKey(0, 1), std::chrono::seconds(120));
+    std::ofstream(dir_ / "go") << "go\n";
+  }
+
+  void seen(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lines_.push_back(line);
+    changed_.notify_all();
+  }
+
+  fs::path dir_;
+  std::unique_ptr<comm::StoreServer> server_;
+  std::unique_ptr<comm::StoreClient> store_;
+  std::map<std::string, std::unique_ptr<Worker>> workers_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::string> lines_;
+};
+
+// Two workers of four are SIGKILLed, at steps 10 and 25: the survivors re-form without a restart,
+// train every sample once, end identical, and the same schedule gives the same bits again.
+TEST_F(InPlaceTest, SurvivorsOfKillsTrainOnBitIdenticallyRunAfterRun) {
+  std::string first;
+  for (int run = 0; run < 2; ++run) {
+    const std::string name = "run" + std::to_string(run);
+    startGroup(4, command({"--fault-kill", "10@0.1.0,25@0.3.0"}, name));
+    EXPECT_EQ(finish("0.1.0").signal, SIGKILL);
+    EXPECT_EQ(finish("0.3.0").signal, SIGKILL);
+    const std::string digest = identicalReplicas({"0.0.0", "0.2.0"});
+    const std::string& out = finish("0.0.0").output;
+    EXPECT_NE(out.find("re-formed in place: epoch 1, rank 0 of 3 (was rank 0 of 4), training "
+                       "from step 10"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("re-formed in place: epoch 2, rank 0 of 2 (was rank 0 of 3), training "
+                       "from step 25"),
+              std::string::npos)
+        << out;
+    ledgerIsExact();
+    if (run == 0) first = digest;
+    EXPECT_EQ(digest, first) << "the same failure schedule gave other parameters";
+    for (auto& [id, w] : workers_) finish(id);
+    workers_.clear();
+    fs::remove_all(dir_ / "run0");
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      if (entry.path().filename().string().rfind("ledger", 0) == 0) fs::remove(entry.path());
+    }
+    // The next run is another job: a Store of its own.
+    server_ = std::make_unique<comm::StoreServer>("127.0.0.1", 0, kToken);
+    store_ = std::make_unique<comm::StoreClient>("127.0.0.1", server_->port(), kToken);
+  }
+}
+
+// Two deaths at the same step, one of them mid-step (SIGKILL 5 ms after drawing the batch).
+TEST_F(InPlaceTest, TwoSimultaneousDeaths) {
+  startGroup(4, command({"--fault-kill", "12@0.0.0,12@0.2.0+5"}, "run"));
+  identicalReplicas({"0.1.0", "0.3.0"});
+  ledgerIsExact();
+}
+
+// A notice to one worker: it leaves at the agreed step with exit 75 and writes no checkpoint; the
+// others shrink the group and train on.
+TEST_F(InPlaceTest, ANoticeLeavesAtAStepBoundaryAndTheOthersTrainOn) {
+  startGroup(3, command({"--fault-sigterm-at-step", "20@0.1.0"}, "run"));
+  const ProcessResult& left = finish("0.1.0");
+  EXPECT_EQ(left.exit_code, 75) << left.output;
+  EXPECT_NE(left.output.find("preempted at step 20: rank 1 leaves the group, which trains on with "
+                             "2 worker(s); no checkpoint needed"),
+            std::string::npos)
+      << left.output;
+  identicalReplicas({"0.0.0", "0.2.0"});
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "checkpoints" / "step-00000020"));
+  ledgerIsExact();
+}
+
+// A joiner is admitted at a step boundary and takes the whole state from a live peer, reading no
+// checkpoint; afterwards every replica is identical.
+TEST_F(InPlaceTest, AJoinerHealsFromALivePeer) {
+  const auto argv = command({"--fault-hold", "5:" + (dir_ / "go").string()}, "run");
+  startGroup(2, argv);
+  start("1.0.0", -1, 2, argv);
+  releaseWhenJoinerWaits();
+  identicalReplicas({"0.0.0", "0.1.0", "1.0.0"});
+  const std::string& out = finish("1.0.0").output;
+  EXPECT_NE(out.find("re-formed in place: epoch 1, rank 2 of 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("state sent by rank 0 to rank(s) 2"), std::string::npos) << out;
+  EXPECT_EQ(out.find("checkpoint"), std::string::npos) << out;
+  ledgerIsExact();
+}
+
+// A worker that only stalls past the others' timeout is left out (nobody marks it gone: the
+// window closes the epoch without it); when it wakes its old epoch is gone, it joins again
+// and is healed.
+TEST_F(InPlaceTest, AStalledWorkerIsFencedOutAndRejoinsThroughTheHeal) {
+  startGroup(3, command({"--fault-stall", "10@0.2.0+6000", "--fault-hold",
+                         "20:" + (dir_ / "go").string()},
+                        "run"));
+  releaseWhenJoinerWaits();
+  identicalReplicas({"0.0.0", "0.1.0", "0.2.0"});
+  const std::string& out = finish("0.2.0").output;
+  EXPECT_NE(out.find("re-formed in place: epoch 2, rank 2 of 3"), std::string::npos) << out;
+  ledgerIsExact();
+}
+
+// Seeded random schedules of SIGKILLs (at a batch or mid-step) and notices on 4 workers: every
+// one ends with an exact ledger and identical replicas.
+TEST_F(InPlaceTest, RandomSchedulesOfDeathsAndNotices) {
+  for (int seed = 0; seed < 20; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 random(static_cast<uint32_t>(seed));
+    std::vector<std::string> ids = {"0.0.0", "0.1.0", "0.2.0", "0.3.0"};
+    std::shuffle(ids.begin(), ids.end(), random);
+    const int events = 1 + static_cast<int>(random() % 3);  // at least one survivor
+    std::string kills;
+    std::string notice;
+    std::set<std::string> survivors(ids.begin(), ids.end());
+    for (int e = 0; e < events; ++e) {
+      const int step = 2 + static_cast<int>(random() % 40);
+      if (notice.empty() && random() % 3 == 0) {
+        notice = std::to_string(step) + "@" + ids[e];
+      } else {
+        kills += (kills.empty() ? "" : ",") + std::to_string(step) + "@" + ids[e] +
+                 (random() % 2 ? "+" + std::to_string(1 + random() % 20) : "");
+      }
+      survivors.erase(ids[e]);
+    }
+    std::vector<std::string> faults;
+    if (!kills.empty()) faults = {"--fault-kill", kills};
+    if (!notice.empty()) {
+      faults.push_back("--fault-sigterm-at-step");
+      faults.push_back(notice);
+    }
+    startGroup(4, command(faults, "run" + std::to_string(seed)));
+    identicalReplicas(survivors);
+    ledgerIsExact();
+    for (auto& [id, w] : workers_) finish(id);
+    workers_.clear();
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      if (entry.path().filename().string().rfind("ledger", 0) == 0) fs::remove(entry.path());
+    }
+    server_ = std::make_unique<comm::StoreServer>("127.0.0.1", 0, kToken);
+    store_ = std::make_unique<comm::StoreClient>("127.0.0.1", server_->port(), kToken);
+    if (HasFailure()) break;
+  }
+}
+
+}  // namespace
+}  // namespace cumulus::trainer
