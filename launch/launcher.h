@@ -32,7 +32,10 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "launch/options.h"
 #include "launch/rendezvous_round.h"
@@ -41,12 +44,13 @@ namespace cumulus::launch {
 
 struct GroupEnd;
 struct RestartDecision;
+struct Worker;
 struct WorkerGroup;
 
 // What run() learned, for tests and the final console line.
 struct LaunchReport {
   int exit_code = 0;
-  int restarts = 0;  // group restarts after failures
+  int restarts = 0;  // group restarts after failures (in place: this node's replacements)
   int preemptions = 0;
   int failed_rank = -1;  // the rank of the last failure, if any
   std::string failure;   // "exit code 3", "signal SIGKILL"
@@ -71,8 +75,21 @@ class Launcher {
   LaunchReport runOrThrow();
   // The rendezvous ended without a group: interrupted by a signal, or node 0 ended the job.
   void endBeforeGroup(const Round& round, LaunchReport& report);
-  // Starts this node's workers of `round` with the torchrun environment.
-  std::unique_ptr<WorkerGroup> startGroup(const Round& round, int restarts);
+  // Starts this node's workers of `round` with the torchrun environment; `joining`: the round is
+  // a running group this node joins late (recovery in place).
+  std::unique_ptr<WorkerGroup> startGroup(const Round& round, int restarts, bool joining);
+  // The environment of worker `w` of `group`; `joiner`: it starts into a running group.
+  std::vector<std::pair<std::string, std::string>> workerEnv(const WorkerGroup& group,
+                                                             const Worker& w, bool joiner,
+                                                             int restarts) const;
+  // Starts `w` (of `group`, whose rank and local rank are set): names it (recovery in place), opens
+  // its log and follows its output. Throws comm::CommError when the Store fails.
+  void launchWorker(WorkerGroup& group, Worker& w, bool joiner, int restarts);
+  // Supervises `group` until it ends; with recovery in place, replaces each worker that dies
+  // while restarts are left and goes on.
+  GroupEnd supervise(WorkerGroup& group, LaunchReport& report);
+  std::optional<GroupEnd> replaceWorker(WorkerGroup& group, const GroupEnd& end,
+                                        const RestartDecision& decision, LaunchReport& report);
   // Acts on the restart policy's decision after `group` ended. Returns whether to join the next
   // round; when not, report.exit_code is set.
   bool afterGroup(WorkerGroup& group, const GroupEnd& end, LaunchReport& report);
