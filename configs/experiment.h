@@ -110,7 +110,8 @@ struct LaunchConfig {
   std::string rdzv_endpoint = "";  // host:port; empty with nnodes 1: standalone
   double rdzv_timeout = 60.0;      // seconds to wait for the Store and the other nodes
   double rdzv_last_call = 3.0;     // elastic: seconds after the last joiner before closing
-  std::string recovery = kDefaultRecovery;  // "in_place" or "restart"
+  // "in_place" or "restart"
+  std::string recovery = kDefaultRecovery;
 };
 
 struct Experiment {

@@ -142,8 +142,7 @@ void Launcher::endBeforeGroup(const Round& round, LaunchReport& report) {
              "node 0's launcher was stopped by " + signalName(sig));
 }
 
-std::unique_ptr<WorkerGroup> Launcher::startGroup(const Round& round, int restarts,
-                                                  bool joining) {
+std::unique_ptr<WorkerGroup> Launcher::startGroup(const Round& round, int restarts, bool joining) {
   const LaunchOptions& o = options_;
   State& st = *state_;
   Job& job = *st.job;
@@ -226,10 +225,10 @@ void Launcher::launchWorker(WorkerGroup& group, Worker& w, bool joiner, int rest
   std::string name = "rank" + std::to_string(w.rank);
   std::string label;  // the console prefix: "rank<r>" unless a late joiner
   if (o.recovery == Recovery::kInPlace) {
-    const int64_t n = state_->job->group_store->nextMember(group.generation, o.node_rank,
-                                                           w.local_rank);
-    w.member_id = std::to_string(o.node_rank) + "." + std::to_string(w.local_rank) + "." +
-                  std::to_string(n);
+    const int64_t n =
+        state_->job->group_store->nextMember(group.generation, o.node_rank, w.local_rank);
+    w.member_id =
+        std::to_string(o.node_rank) + "." + std::to_string(w.local_rank) + "." + std::to_string(n);
     if (group.joining) {
       name = "member" + w.member_id;
       label = name;

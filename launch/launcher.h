@@ -25,6 +25,13 @@
 // round; that is not counted as a restart. Losing node 0 ends the job: it hosts the Store (as
 // torchrun's c10d store host does). Blocking waits on the Store use --rdzv-timeout.
 //
+// With recovery in place (--recovery in_place; not with the funnel's parameter server) the workers
+// re-form the group themselves (comm/quorum.h): the agent marks a dead worker gone in the Store,
+// starts a replacement in its slot (CUMULUS_JOIN=1; each counts against --max-restarts on this
+// node) and leaves every other worker alone; a late node's workers join the running generation
+// instead of waiting for the next round, and node 0 re-forms nothing. Giving up, exit code 2 and
+// losing node 0 end the job as above.
+//
 // The parts: job_setup.h sets the job up (token, Store, parameter server); supervisor.h watches
 // one generation and says how it ended; restart_policy.h decides what follows (pure);
 // group_store.h is the agents' protocol over the Store, whose key names live in

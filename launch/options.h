@@ -78,9 +78,9 @@ struct LaunchOptions {
   std::string preemption_notice;  // "" or a NoticeSource spec
   double preemption_grace = 25.0;
   std::string bind_host;  // "" = the source address of the route to rdzv_host (bind_address.h)
-  std::vector<std::string> command;      // PROGRAM ARGS…
-  std::string experiment_path;           // the experiment YAML the command names, if any
-  bool host_parameter_server = false;    // comm.algorithm: funnel — node 0 hosts it
+  std::vector<std::string> command;    // PROGRAM ARGS…
+  std::string experiment_path;         // the experiment YAML the command names, if any
+  bool host_parameter_server = false;  // comm.algorithm: funnel — node 0 hosts it
   Recovery recovery = parseRecovery(configs::kDefaultRecovery, "launch.recovery");
   int64_t allocation_nodes = 0;          // SLURM_NNODES when it set --nnodes (slurm_env.h), else 0
   std::set<std::string> explicit_flags;  // flags given on the command line, e.g. "nproc-per-node"

@@ -61,9 +61,9 @@ struct RestartDecision {
   };
   enum class Why {
     kNone,
-    kRepeatable,      // kGiveUp: a worker's usage error (exit code 2)
-    kNoRestartsLeft,  // kGiveUp: --max-restarts restarts were used
-    kStoreLost,       // kGiveUp: node 0's Store is unreachable; `store_error` says how
+    kRepeatable,       // kGiveUp: a worker's usage error (exit code 2)
+    kNoRestartsLeft,   // kGiveUp: --max-restarts restarts were used
+    kStoreLost,        // kGiveUp: node 0's Store is unreachable; `store_error` says how
     kOtherNodeGaveUp,  // kGiveUp, in place: another node's failure ended the job
   };
   Action action = Action::kExit;

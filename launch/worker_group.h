@@ -36,8 +36,8 @@ struct WorkerGroup {
   std::vector<int64_t> node_ids;  // the nodes of the group, ascending
   int64_t world_size = 0;         // the round's
   int64_t node_rank = 0;          // this node's (GROUP_RANK); a late joiner: its node id
-  bool joining = false;  // recovery in place: this node joined the running group late
-  std::string log_dir;   // <run dir>/gen<g>
+  bool joining = false;           // recovery in place: this node joined the running group late
+  std::string log_dir;            // <run dir>/gen<g>
   OutputMux mux;
   std::vector<Worker> workers;  // in local rank order
 

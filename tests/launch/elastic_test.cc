@@ -448,8 +448,9 @@ TEST_F(ElasticTest, InPlaceANoticeEndsOneNodeWith75AndTheOtherGoesOn) {
   ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "ready.1.0.0"); }, 20)) << output(1);
   ::kill(nodes_[1].pid, SIGTERM);
   EXPECT_EQ(finish(1, 20), 75) << output(1);
-  EXPECT_TRUE(printed(1, "cumulus-run: preemption notice (SIGTERM); asking the workers to "
-                         "checkpoint and stop within 25.0 s\n"))
+  EXPECT_TRUE(printed(1,
+                      "cumulus-run: preemption notice (SIGTERM); asking the workers to "
+                      "checkpoint and stop within 25.0 s\n"))
       << output(1);
   EXPECT_TRUE(printed(1, "cumulus-run: preempted (notice to exit ")) << output(1);
   // Node 0 and its worker are untouched: only node 1's worker left.
@@ -476,8 +477,9 @@ TEST_F(ElasticTest, InPlaceALateNodeJoinsTheRunningGroupWithoutReformingIt) {
   EXPECT_EQ(finish(0), 0) << output(0);
   EXPECT_EQ(finish(1), 0) << output(1);
   EXPECT_EQ(finish(2), 0) << output(2);
-  EXPECT_TRUE(printed(2, "cumulus-run: the group of generation 0 (nodes 0,1) is already running; "
-                         "this node's 1 worker(s) join it in place\n"))
+  EXPECT_TRUE(printed(2,
+                      "cumulus-run: the group of generation 0 (nodes 0,1) is already running; "
+                      "this node's 1 worker(s) join it in place\n"))
       << output(2);
   // Under the running generation, named by its own node id, RANK and WORLD_SIZE placeholders.
   EXPECT_TRUE(printed(2, "[member2.0.0] rank=0 of 2 gen=0 member=2.0.0 join=1 min=2 max=3\n"))
@@ -491,7 +493,7 @@ TEST_F(ElasticTest, InPlaceALateNodeJoinsTheRunningGroupWithoutReformingIt) {
     EXPECT_FALSE(printed(rank, "waiting to join")) << output(rank);
     EXPECT_FALSE(printed(rank, "generation 1")) << output(rank);
   }
-  EXPECT_FALSE(fs::exists(dir_ / "left"));  // nobody was asked to stop
+  EXPECT_FALSE(fs::exists(dir_ / "left"));                  // nobody was asked to stop
   EXPECT_FALSE(printed(0, "not every node")) << output(0);  // node 0 waited for node 2 too
 }
 

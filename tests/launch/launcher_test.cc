@@ -503,9 +503,9 @@ class InPlaceTest : public LauncherTest {
   pid_t startAgent(const std::string& flags, const std::string& worker) {
     port_ = freePort();
     const std::string cmd = "CUMULUS_JOB_TOKEN=tok " + kRun + " --log-dir " +
-                            (dir_ / "logs").string() + " --rdzv-endpoint 127.0.0.1:" +
-                            std::to_string(port_) + " " + flags + " -- " + worker + " >" +
-                            (dir_ / "out").string() + " 2>&1";
+                            (dir_ / "logs").string() +
+                            " --rdzv-endpoint 127.0.0.1:" + std::to_string(port_) + " " + flags +
+                            " -- " + worker + " >" + (dir_ / "out").string() + " 2>&1";
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::execl("/bin/sh", "sh", "-c", ("exec env " + cmd).c_str(), static_cast<char*>(nullptr));
@@ -549,16 +549,22 @@ TEST_F(InPlaceTest, WorkersGetMemberIdsAndTheBoundsButNoJoinFlag) {
 TEST_F(InPlaceTest, ADeadWorkerIsMarkedGoneAndReplacedWhileTheOtherKeepsRunning) {
   // Rank 1's first process kills itself; its replacement says what it got. Rank 0 records any
   // signal it receives and runs until the test releases both.
-  const std::string w = script(
-      "w.sh", "if [ -n \"$CUMULUS_JOIN\" ]; then\n"
-              "  echo joined rank=$RANK of $WORLD_SIZE member=$CUMULUS_MEMBER_ID "
-              "join=$CUMULUS_JOIN restarts=$CUMULUS_RESTART_COUNT\n"
-              "  touch " + path("replaced") + "\n"
-              "elif [ \"$LOCAL_RANK\" = 1 ]; then kill -9 $$\n"
-              "else trap 'echo $$ >> " + path("signalled") + "' TERM INT HUP\n"
-              "fi\n"
-              "while [ ! -f " + path("release") + " ]; do sleep 0.02; done\n"
-              "echo done member=$CUMULUS_MEMBER_ID");
+  const std::string w = script("w.sh",
+                               "if [ -n \"$CUMULUS_JOIN\" ]; then\n"
+                               "  echo joined rank=$RANK of $WORLD_SIZE member=$CUMULUS_MEMBER_ID "
+                               "join=$CUMULUS_JOIN restarts=$CUMULUS_RESTART_COUNT\n"
+                               "  touch " +
+                                   path("replaced") +
+                                   "\n"
+                                   "elif [ \"$LOCAL_RANK\" = 1 ]; then kill -9 $$\n"
+                                   "else trap 'echo $$ >> " +
+                                   path("signalled") +
+                                   "' TERM INT HUP\n"
+                                   "fi\n"
+                                   "while [ ! -f " +
+                                   path("release") +
+                                   " ]; do sleep 0.02; done\n"
+                                   "echo done member=$CUMULUS_MEMBER_ID");
   const pid_t agent = startAgent("--nproc-per-node 2 --recovery in_place --run-id ip", w);
   ASSERT_TRUE(appears(dir_ / "replaced")) << out();
   cumulus::comm::StoreClient store("127.0.0.1", port_, "tok");
@@ -594,8 +600,10 @@ TEST_F(InPlaceTest, ADeadWorkerIsMarkedGoneAndReplacedWhileTheOtherKeepsRunning)
 
 TEST_F(InPlaceTest, GivesUpWhenNoRestartsAreLeft) {
   const std::string w = script("bad.sh", "if [ \"$RANK\" = 1 ]; then exit 7; fi\nexec sleep 30");
-  Result r = launch("--nproc-per-node 2 --recovery in_place --run-id ipbad --max-restarts 1 "
-                    "--stop-grace 5 -- " + w);
+  Result r = launch(
+      "--nproc-per-node 2 --recovery in_place --run-id ipbad --max-restarts 1 "
+      "--stop-grace 5 -- " +
+      w);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("cumulus-run: rank 1 (member 0.1.0) died (exit code 7); the group goes "
                           "on without it; starting a replacement (member 0.1.1), restart 1 of 1\n"),

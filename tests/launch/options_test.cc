@@ -176,8 +176,8 @@ TEST(LaunchOptions, RecoveryFromTheFlagOrTheExperimentFlagWinning) {
   EXPECT_STREQ(recoveryName(Recovery::kInPlace), "in_place");
   EXPECT_STREQ(recoveryName(Recovery::kRestart), "restart");
 
-  const std::filesystem::path yaml = std::filesystem::temp_directory_path() /
-                                     ("recovery-" + std::to_string(::getpid()) + ".yaml");
+  const std::filesystem::path yaml =
+      std::filesystem::temp_directory_path() / ("recovery-" + std::to_string(::getpid()) + ".yaml");
   std::ofstream(yaml) << "name: e\nlaunch:\n  recovery: in_place\n";
   LaunchOptions o = parseLaunchArgs({"--", "w", yaml.string()});
   applyExperimentLaunchSection(o);

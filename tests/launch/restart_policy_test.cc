@@ -184,7 +184,8 @@ TEST(WorkerExits, ReadsHowTheWorkersStand) {
 // hear nothing); with none left, or a usage error, the job gives up as with restarts, telling the
 // others; another node's recorded failure means it gave up, which ends the job here too.
 TEST(RestartPolicy, InPlaceReplacesTheWorkerWhileRestartsAreLeft) {
-  const RestartPolicy policy(/*max_restarts=*/2, /*max_nodes=*/2, /*multi=*/true, /*in_place=*/true);
+  const RestartPolicy policy(/*max_restarts=*/2, /*max_nodes=*/2, /*multi=*/true,
+                             /*in_place=*/true);
   RestartDecision d = policy.decide(workerFailed(3, killed(SIGKILL)), 1);
   EXPECT_EQ(d.action, Action::kReplace);
   EXPECT_EQ(d.restarts, 2);
