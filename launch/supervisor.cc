@@ -134,7 +134,9 @@ GroupEnd Supervisor::finish(WorkerGroup& group, bool any_preempted) {
     if (job_.host) {  // keep the Store up until every node is done with it
       try {
         std::vector<int64_t> nodes = group.node_ids;
-        for (int64_t id : job_.group_store->joined(group.generation)) nodes.push_back(id);
+        if (options_.recovery == Recovery::kInPlace) {  // and the nodes that joined it late
+          for (int64_t id : job_.group_store->joined(group.generation)) nodes.push_back(id);
+        }
         job_.group_store->waitDone(group.generation, nodes, toMs(options_.rdzv_timeout));
       } catch (const comm::CommError& e) {
         // Best effort: this node is done; a node that never says so is gone.
