@@ -20,6 +20,10 @@
 //   launch/<g>/stopped/<node>  "1" once that node's agent stopped its workers after a failure
 //   launch/<g>/done/<node>     "1" once that node's workers all finished
 //   launch/<g>/ps_endpoint     "host:port" of the funnel's parameter server, set by node 0
+//   launch/<g>/slot/<node>.<local>  recovery in place: processes started in that worker slot so
+//                                   far (Store add; the n of the next CUMULUS_MEMBER_ID)
+//   launch/<g>/joined          recovery in place: node ids that joined the running group late,
+//                              "2,5" in joining order; compare-and-set
 // The workers' in-place membership (comm/quorum.h), <q> an epoch, <id> a CUMULUS_MEMBER_ID:
 //   quorum/<g>/<q>/record        the closed epoch as JSON; compare-and-set from empty only
 //   quorum/<g>/<q>/present/<id>  steps done of a member that asks to be in epoch q
@@ -88,6 +92,14 @@ inline std::string groupDoneKey(int64_t generation, int64_t node) {
 }
 inline std::string groupParameterServerKey(int64_t generation) {
   return store_keys_detail::key("launch", generation, "ps_endpoint");
+}
+
+inline std::string groupSlotKey(int64_t generation, int64_t node, int64_t local_rank) {
+  return store_keys_detail::key("launch", generation, "slot") + "/" + std::to_string(node) + "." +
+         std::to_string(local_rank);
+}
+inline std::string groupJoinedKey(int64_t generation) {
+  return store_keys_detail::key("launch", generation, "joined");
 }
 
 // The in-place membership.

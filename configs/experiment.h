@@ -97,6 +97,11 @@ struct CommConfig {
   std::string cost_model = "";  // calibration file from `cumulus-bench calibrate`; empty: built-in
 };
 
+// How a group recovers from a failed worker or node (`launch.recovery`, `--recovery`): "restart"
+// stops every worker and restarts the group from the newest checkpoint; "in_place" lets the
+// survivors re-form without restarting and starts replacements that join them. The one default.
+inline constexpr const char* kDefaultRecovery = "restart";
+
 struct LaunchConfig {
   int64_t nproc_per_node = 2;
   std::string nnodes = "1";  // "N" or "MIN:MAX"
@@ -105,6 +110,8 @@ struct LaunchConfig {
   std::string rdzv_endpoint = "";  // host:port; empty with nnodes 1: standalone
   double rdzv_timeout = 60.0;      // seconds to wait for the Store and the other nodes
   double rdzv_last_call = 3.0;     // elastic: seconds after the last joiner before closing
+  // "in_place" or "restart"
+  std::string recovery = kDefaultRecovery;
 };
 
 struct Experiment {
@@ -151,7 +158,7 @@ inline auto tieFields(const CommConfig& c) {
 }
 inline auto tieFields(const LaunchConfig& c) {
   return std::tie(c.nproc_per_node, c.nnodes, c.max_restarts, c.monitor_interval, c.rdzv_endpoint,
-                  c.rdzv_timeout, c.rdzv_last_call);
+                  c.rdzv_timeout, c.rdzv_last_call, c.recovery);
 }
 inline auto tieFields(const Experiment& c) {
   return std::tie(c.name, c.model, c.data, c.loss, c.optimizer, c.schedule, c.trainer, c.eval,

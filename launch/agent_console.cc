@@ -53,6 +53,31 @@ void AgentConsole::generationFormed(int64_t generation, const std::string& node_
       static_cast<long long>(last_rank));
 }
 
+void AgentConsole::inPlaceFallsBack() {
+  say("launch.recovery in_place is not possible with comm.algorithm funnel (its parameter server "
+      "serves one world size); a failure restarts the group instead");
+}
+
+void AgentConsole::joiningRunningGroup(int64_t generation, const std::string& node_ids,
+                                       int64_t workers) {
+  say("the group of generation %lld (nodes %s) is already running; this node's %lld worker(s) "
+      "join it in place",
+      static_cast<long long>(generation), node_ids.c_str(), static_cast<long long>(workers));
+}
+
+void AgentConsole::workerReplaced(int rank, const std::string& member, const std::string& status,
+                                  const std::string& replacement, int restarts,
+                                  int64_t max_restarts) {
+  say("rank %d (member %s) died (%s); the group goes on without it; starting a replacement "
+      "(member %s), restart %d of %lld",
+      rank, member.c_str(), status.c_str(), replacement.c_str(), restarts,
+      static_cast<long long>(max_restarts));
+}
+
+void AgentConsole::markGoneFailed(const std::string& member, const std::string& error) {
+  say("could not tell the group that member %s is gone: %s", member.c_str(), error.c_str());
+}
+
 void AgentConsole::rebalance(const std::string& detail) {
   say("%s; asking the workers to checkpoint now and keep training", detail.c_str());
 }
@@ -152,7 +177,9 @@ void AgentConsole::storeLost(const std::string& store_endpoint, const std::strin
 
 void AgentConsole::givingUp(const RestartDecision& decision, int64_t max_restarts,
                             const std::string& log) {
-  if (decision.why == RestartDecision::Why::kRepeatable) {
+  if (decision.why == RestartDecision::Why::kOtherNodeGaveUp) {
+    say("giving up: %s, and that node gave up; see %s", decision.what.c_str(), log.c_str());
+  } else if (decision.why == RestartDecision::Why::kRepeatable) {
     say("giving up: %s, an error in the command or the experiment that a restart would repeat; "
         "fix it and launch again (see %s)",
         decision.what.c_str(), log.c_str());

@@ -34,10 +34,19 @@ class AgentConsole {
   void pollingNotices(const std::string& source);
   void noticeWarning(const std::string& line);  // the notice source's own words, as they are
   void parameterServer(const std::string& endpoint);
+  // launch.recovery in_place asked for with the funnel's parameter server.
+  void inPlaceFallsBack();
 
   // One generation.
   void generationFormed(int64_t generation, const std::string& node_ids, int64_t world_size,
                         int64_t node_rank, int64_t first_rank, int64_t last_rank);
+  // Recovery in place: this node arrived after the group of `generation` (nodes `node_ids`) formed;
+  // its workers join that group as it runs.
+  void joiningRunningGroup(int64_t generation, const std::string& node_ids, int64_t workers);
+  // Recovery in place: a worker died and the group goes on; `replacement` is the new member id.
+  void workerReplaced(int rank, const std::string& member, const std::string& status,
+                      const std::string& replacement, int restarts, int64_t max_restarts);
+  void markGoneFailed(const std::string& member, const std::string& error);
   void rebalance(const std::string& detail);
   void preemptionNotice(const std::string& detail, double grace);
   void stoppingOnSignal(int sig);

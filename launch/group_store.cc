@@ -1,5 +1,7 @@
 #include "launch/group_store.h"
 
+#include <sstream>
+
 #include "comm/store_keys.h"
 
 namespace cumulus::launch {
@@ -38,6 +40,30 @@ void GroupStore::waitDone(int64_t g, const std::vector<int64_t>& nodes,
   std::vector<std::string> keys;
   for (int64_t id : nodes) keys.push_back(comm::groupDoneKey(g, id));
   store_.wait(keys, timeout);
+}
+
+int64_t GroupStore::nextMember(int64_t g, int64_t node, int64_t local_rank) {
+  return store_.add(comm::groupSlotKey(g, node, local_rank), 1) - 1;
+}
+
+void GroupStore::markGone(int64_t g, const std::string& member_id, const std::string& why) {
+  store_.set(comm::quorumGoneKey(g, member_id), why);
+}
+
+void GroupStore::addJoined(int64_t g, int64_t node) {
+  const std::string key = comm::groupJoinedKey(g);
+  for (;;) {
+    const std::string before = store_.tryGet(key).value_or("");
+    const std::string after = (before.empty() ? "" : before + ",") + std::to_string(node);
+    if (store_.compareSet(key, before, after) == after) return;
+  }
+}
+
+std::vector<int64_t> GroupStore::joined(int64_t g) {
+  std::vector<int64_t> nodes;
+  std::istringstream in(store_.tryGet(comm::groupJoinedKey(g)).value_or(""));
+  for (std::string id; std::getline(in, id, ',');) nodes.push_back(std::stoll(id));
+  return nodes;
 }
 
 void GroupStore::publishParameterServer(int64_t g, const std::string& endpoint) {

@@ -7,7 +7,11 @@
 //   - after a failure each agent says it stopped its workers, and node 0, when the job gives up,
 //     waits (bounded) for all of them before its Store goes away;
 //   - at the end each agent says its workers finished, and node 0 waits (bounded) for all;
-//   - node 0 publishes the funnel's parameter server for the others to read.
+//   - node 0 publishes the funnel's parameter server for the others to read;
+//   - recovery in place: each agent numbers the processes it starts in a worker slot (the n of
+//     CUMULUS_MEMBER_ID, counted in the Store, so a node that comes back under the same id never
+//     reuses a member id), marks a dead worker gone for the workers' quorum (comm/quorum.h), and
+//     a node that joined the running group late lists itself, so node 0 waits for it at the end.
 //
 // Every call throws comm::CommError when the Store fails; the waits also on their timeout.
 // Non-blocking unless it says "waits". Not thread-safe: used from the launcher's one thread.
@@ -43,6 +47,16 @@ class GroupStore {
   void markDone(int64_t g, int64_t node);
   // Waits up to `timeout` until every node of `nodes` said its workers finished.
   void waitDone(int64_t g, const std::vector<int64_t>& nodes, std::chrono::milliseconds timeout);
+
+  // The n of the next process started in worker slot (node, local_rank): 0, 1, 2, ….
+  int64_t nextMember(int64_t g, int64_t node, int64_t local_rank);
+  // Tells the workers' quorum that member `member_id` is gone and why (what
+  // comm::Quorum::markGone writes).
+  void markGone(int64_t g, const std::string& member_id, const std::string& why);
+  // Adds `node` to the nodes that joined generation g's running group late.
+  void addJoined(int64_t g, int64_t node);
+  // Those nodes, in joining order.
+  std::vector<int64_t> joined(int64_t g);
 
   void publishParameterServer(int64_t g, const std::string& endpoint);
   // Waits up to `timeout` for node 0 to publish generation g's parameter server.

@@ -113,6 +113,7 @@ std::unique_ptr<Job> setUpJob(LaunchOptions& o, AgentConsole& console, bool (*in
   ropts.max_nodes = o.max_nodes;
   ropts.last_call = toMs(o.rdzv_last_call);
   ropts.timeout = toMs(o.rdzv_timeout);
+  ropts.join_running = o.recovery == Recovery::kInPlace;
   job->rdzv = std::make_unique<Rendezvous>(
       *job->store, ropts, RoundNode{o.node_rank, o.nproc_per_node, randomHex(8)}, interrupted,
       [&console](const std::string& line) { console.note(line); });

@@ -72,8 +72,14 @@ LaunchReport Launcher::run() {
 
 LaunchReport Launcher::runOrThrow() {
   State& st = *state_;
+  const bool asked_in_place = options_.recovery == Recovery::kInPlace;
+  // The funnel's parameter server is built for one world size: a group that shrinks in place
+  // would be left without one.
+  if (asked_in_place && options_.host_parameter_server) options_.recovery = Recovery::kRestart;
   st.job = setUpJob(options_, st.console, &stopRequested);
-  st.policy.emplace(options_.max_restarts, options_.max_nodes, st.job->multi);
+  if (asked_in_place && options_.recovery != Recovery::kInPlace) st.console.inPlaceFallsBack();
+  st.policy.emplace(options_.max_restarts, options_.max_nodes, st.job->multi,
+                    options_.recovery == Recovery::kInPlace);
   Job& job = *st.job;
   LaunchReport report;
   std::vector<int64_t> previous_group;
@@ -87,20 +93,32 @@ LaunchReport Launcher::runOrThrow() {
       report.exit_code = 1;
       return report;
     }
-    if (round.outcome != Round::Outcome::kClosed) {
+    const bool joining = round.outcome == Round::Outcome::kRunning;
+    if (round.outcome != Round::Outcome::kClosed && !joining) {
       endBeforeGroup(round, report);
       return report;
     }
     st.generation = round.generation;
     report.restarts = static_cast<int>(round.restarts);
-    std::unique_ptr<WorkerGroup> group = startGroup(round, report.restarts);
-    if (!previous_group.empty() && previous_group != group->node_ids) {
+    std::unique_ptr<WorkerGroup> group = startGroup(round, report.restarts, joining);
+    if (!joining && !previous_group.empty() && previous_group != group->node_ids) {
       job.errors->regroup(st.generation, previous_group, group->node_ids, round.worldSize());
     }
     previous_group = group->node_ids;
 
-    const GroupEnd end = Supervisor(options_, job, *st.policy, st.console, &stopSignal).run(*group);
+    const GroupEnd end = supervise(*group, report);
     if (!afterGroup(*group, end, report)) return report;
+  }
+}
+
+GroupEnd Launcher::supervise(WorkerGroup& group, LaunchReport& report) {
+  State& st = *state_;
+  for (;;) {
+    GroupEnd end = Supervisor(options_, *st.job, *st.policy, st.console, &stopSignal).run(group);
+    if (end.kind != GroupEnd::Kind::kWorkerFailed) return end;
+    const RestartDecision decision = st.policy->decide(end, report.restarts);
+    if (decision.action != RestartDecision::Action::kReplace) return end;
+    if (std::optional<GroupEnd> lost = replaceWorker(group, end, decision, report)) return *lost;
   }
 }
 
@@ -124,62 +142,147 @@ void Launcher::endBeforeGroup(const Round& round, LaunchReport& report) {
              "node 0's launcher was stopped by " + signalName(sig));
 }
 
-std::unique_ptr<WorkerGroup> Launcher::startGroup(const Round& round, int restarts) {
+std::unique_ptr<WorkerGroup> Launcher::startGroup(const Round& round, int restarts, bool joining) {
   const LaunchOptions& o = options_;
   State& st = *state_;
   Job& job = *st.job;
   auto group = std::make_unique<WorkerGroup>(console_);
   group->generation = round.generation;
   group->node_ids = idsOf(round);
-  const std::string gen = std::to_string(round.generation);
-  const int64_t world_size = round.worldSize();
-  const int64_t node_rank = round.nodeRankOf(o.node_rank);
-  const int64_t first_rank = round.firstRankOf(o.node_rank);
-  if (job.multi) {
-    st.console.generationFormed(round.generation, round.nodeIds(), world_size, node_rank,
-                                first_rank, first_rank + o.nproc_per_node - 1);
+  group->world_size = round.worldSize();
+  group->joining = joining;
+  group->node_rank = joining ? o.node_rank : round.nodeRankOf(o.node_rank);
+  const int64_t first_rank = joining ? 0 : round.firstRankOf(o.node_rank);
+  if (joining) {
+    job.group_store->addJoined(round.generation, o.node_rank);  // node 0 waits for us at the end
+    st.console.joiningRunningGroup(round.generation, round.nodeIds(), o.nproc_per_node);
+  } else if (job.multi) {
+    st.console.generationFormed(round.generation, round.nodeIds(), group->world_size,
+                                group->node_rank, first_rank, first_rank + o.nproc_per_node - 1);
   }
   if (o.host_parameter_server) {
-    prepareParameterServer(job, st.console, round.generation, world_size, toMs(o.rdzv_timeout));
+    prepareParameterServer(job, st.console, round.generation, group->world_size,
+                           toMs(o.rdzv_timeout));
   }
 
-  const std::string gen_dir = job.run_dir + "/gen" + gen;
+  group->log_dir = job.run_dir + "/gen" + std::to_string(round.generation);
   std::error_code ec;
-  std::filesystem::create_directories(gen_dir, ec);
+  std::filesystem::create_directories(group->log_dir, ec);
   group->mux.watchFor(kPreemptedMarker);
-  // The worker's own preemption deadline ends a little before ours, so that a worker whose
-  // checkpoint hangs exits 75 by itself rather than being SIGKILLed by the launcher.
-  const double worker_grace =
-      std::max(0.1, o.preemption_grace - std::min(2.0, o.preemption_grace / 5));
   for (int64_t local = 0; local < o.nproc_per_node; ++local) {
     Worker w;
     w.local_rank = static_cast<int>(local);
     w.rank = static_cast<int>(first_rank + local);
-    w.log_path = gen_dir + "/rank" + std::to_string(w.rank) + ".log";
-    std::vector<std::pair<std::string, std::string>> env = {
-        {"RANK", std::to_string(w.rank)},
-        {"LOCAL_RANK", std::to_string(local)},
-        {"WORLD_SIZE", std::to_string(world_size)},
-        {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
-        {"GROUP_RANK", std::to_string(node_rank)},
-        {"ROLE_RANK", std::to_string(w.rank)},
-        {"MASTER_ADDR", job.store_host},
-        {"MASTER_PORT", std::to_string(job.store_port)},
-        {"CUMULUS_RUN_ID", o.run_id},
-        {"CUMULUS_RESTART_COUNT", std::to_string(restarts)},
-        {"CUMULUS_GENERATION", gen},
-        {"CUMULUS_JOB_TOKEN", job.token},
-        {"CUMULUS_LOG_DIR", gen_dir},
-        {"CUMULUS_BIND_HOST", job.bind_host},
-        {"CUMULUS_PREEMPTION_GRACE", std::to_string(worker_grace)},
-    };
-    if (!job.ps_endpoint.empty()) env.emplace_back("CUMULUS_PS_ENDPOINT", job.ps_endpoint);
-    w.process = std::make_unique<WorkerProcess>(o.command, env);
-    w.process->start();
-    group->mux.add(w.rank, w.process->outputFd(), w.log_path);
     group->workers.push_back(std::move(w));
+    launchWorker(*group, group->workers.back(), joining, restarts);
   }
   return group;
+}
+
+std::vector<std::pair<std::string, std::string>> Launcher::workerEnv(const WorkerGroup& group,
+                                                                     const Worker& w, bool joiner,
+                                                                     int restarts) const {
+  const LaunchOptions& o = options_;
+  const Job& job = *state_->job;
+  // The worker's own preemption deadline ends a little before ours, so that a worker whose
+  // checkpoint hangs exits 75 by itself rather than being SIGKILLed by the launcher.
+  const double worker_grace =
+      std::max(0.1, o.preemption_grace - std::min(2.0, o.preemption_grace / 5));
+  // A late node's joiners have no rank yet: RANK and WORLD_SIZE are placeholders that the worker
+  // ignores (CUMULUS_JOIN), kept valid for readers of the torchrun environment.
+  const int64_t world_size =
+      group.joining ? std::max(group.world_size, o.nproc_per_node) : group.world_size;
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"RANK", std::to_string(w.rank)},
+      {"LOCAL_RANK", std::to_string(w.local_rank)},
+      {"WORLD_SIZE", std::to_string(world_size)},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(group.node_rank)},
+      {"ROLE_RANK", std::to_string(w.rank)},
+      {"MASTER_ADDR", job.store_host},
+      {"MASTER_PORT", std::to_string(job.store_port)},
+      {"CUMULUS_RUN_ID", o.run_id},
+      {"CUMULUS_RESTART_COUNT", std::to_string(restarts)},
+      {"CUMULUS_GENERATION", std::to_string(group.generation)},
+      {"CUMULUS_JOB_TOKEN", job.token},
+      {"CUMULUS_LOG_DIR", group.log_dir},
+      {"CUMULUS_BIND_HOST", job.bind_host},
+      {"CUMULUS_PREEMPTION_GRACE", std::to_string(worker_grace)},
+  };
+  if (!job.ps_endpoint.empty()) env.emplace_back("CUMULUS_PS_ENDPOINT", job.ps_endpoint);
+  if (o.recovery == Recovery::kInPlace) {
+    env.emplace_back("CUMULUS_RECOVERY", recoveryName(o.recovery));
+    env.emplace_back("CUMULUS_MEMBER_ID", w.member_id);
+    env.emplace_back("CUMULUS_MIN_WORKERS", std::to_string(o.min_nodes * o.nproc_per_node));
+    env.emplace_back("CUMULUS_MAX_WORKERS", std::to_string(o.max_nodes * o.nproc_per_node));
+    if (joiner) env.emplace_back("CUMULUS_JOIN", "1");
+  }
+  return env;
+}
+
+void Launcher::launchWorker(WorkerGroup& group, Worker& w, bool joiner, int restarts) {
+  const LaunchOptions& o = options_;
+  std::string name = "rank" + std::to_string(w.rank);
+  std::string label;  // the console prefix: "rank<r>" unless a late joiner
+  if (o.recovery == Recovery::kInPlace) {
+    const int64_t n =
+        state_->job->group_store->nextMember(group.generation, o.node_rank, w.local_rank);
+    w.member_id =
+        std::to_string(o.node_rank) + "." + std::to_string(w.local_rank) + "." + std::to_string(n);
+    if (group.joining) {
+      name = "member" + w.member_id;
+      label = name;
+    } else if (n > 0) {
+      name += "." + std::to_string(n);  // a replacement: the dead one's log stays
+    }
+  }
+  w.log_path = group.log_dir + "/" + name + ".log";
+  w.process = std::make_unique<WorkerProcess>(o.command, workerEnv(group, w, joiner, restarts));
+  w.process->start();
+  group.mux.add(w.rank, w.process->outputFd(), w.log_path, label);
+}
+
+// Recovery in place: the worker of `end` died. The survivors re-form without it as soon as it is
+// marked gone, so that comes first; then the record, and a replacement that joins them in the
+// same slot. Returns how the group ended when the Store failed, else nothing.
+std::optional<GroupEnd> Launcher::replaceWorker(WorkerGroup& group, const GroupEnd& end,
+                                                const RestartDecision& decision,
+                                                LaunchReport& report) {
+  State& st = *state_;
+  Job& job = *st.job;
+  Worker* dead = nullptr;
+  for (Worker& w : group.workers) {
+    if (w.rank == end.failed_rank) dead = &w;
+  }
+  const std::string why = end.failed_status.describe();
+  std::optional<std::string> store_error;
+  try {
+    job.group_store->markGone(group.generation, dead->member_id, why);
+  } catch (const comm::CommError& e) {
+    st.console.markGoneFailed(dead->member_id, e.what());
+    store_error = e.what();
+  }
+  report.failed_rank = dead->rank;
+  report.failure = why;
+  job.errors->workerFailed(group.generation, dead->rank, dead->local_rank, options_.node_rank,
+                           dead->process->pid(), end.failed_status, dead->log_path);
+  group.mux.finish(dead->rank);
+  const std::string old_member = dead->member_id;
+  try {
+    if (!store_error) launchWorker(group, *dead, /*joiner=*/true, decision.restarts);
+  } catch (const comm::CommError& e) {
+    store_error = e.what();
+  }
+  if (store_error) {
+    GroupEnd lost;
+    lost.kind = GroupEnd::Kind::kStoreLost;
+    lost.detail = *store_error;
+    return lost;
+  }
+  report.restarts = decision.restarts;
+  st.console.workerReplaced(dead->rank, old_member, why, dead->member_id, report.restarts,
+                            options_.max_restarts);
+  return std::nullopt;
 }
 
 bool Launcher::afterGroup(WorkerGroup& group, const GroupEnd& end, LaunchReport& report) {
@@ -196,6 +299,7 @@ bool Launcher::afterGroup(WorkerGroup& group, const GroupEnd& end, LaunchReport&
       return true;
     case RestartDecision::Action::kRestart:
     case RestartDecision::Action::kGiveUp:
+    case RestartDecision::Action::kReplace:  // not here: supervise() replaced the worker
       break;
   }
   return restartAfter(group, end, decision, report);

@@ -25,6 +25,13 @@
 // round; that is not counted as a restart. Losing node 0 ends the job: it hosts the Store (as
 // torchrun's c10d store host does). Blocking waits on the Store use --rdzv-timeout.
 //
+// With recovery in place (--recovery in_place; not with the funnel's parameter server) the workers
+// re-form the group themselves (comm/quorum.h): the agent marks a dead worker gone in the Store,
+// starts a replacement in its slot (CUMULUS_JOIN=1; each counts against --max-restarts on this
+// node) and leaves every other worker alone; a late node's workers join the running generation
+// instead of waiting for the next round, and node 0 re-forms nothing. Giving up, exit code 2 and
+// losing node 0 end the job as above.
+//
 // The parts: job_setup.h sets the job up (token, Store, parameter server); supervisor.h watches
 // one generation and says how it ended; restart_policy.h decides what follows (pure);
 // group_store.h is the agents' protocol over the Store, whose key names live in
@@ -32,7 +39,10 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "launch/options.h"
 #include "launch/rendezvous_round.h"
@@ -41,12 +51,13 @@ namespace cumulus::launch {
 
 struct GroupEnd;
 struct RestartDecision;
+struct Worker;
 struct WorkerGroup;
 
 // What run() learned, for tests and the final console line.
 struct LaunchReport {
   int exit_code = 0;
-  int restarts = 0;  // group restarts after failures
+  int restarts = 0;  // group restarts after failures (in place: this node's replacements)
   int preemptions = 0;
   int failed_rank = -1;  // the rank of the last failure, if any
   std::string failure;   // "exit code 3", "signal SIGKILL"
@@ -71,8 +82,21 @@ class Launcher {
   LaunchReport runOrThrow();
   // The rendezvous ended without a group: interrupted by a signal, or node 0 ended the job.
   void endBeforeGroup(const Round& round, LaunchReport& report);
-  // Starts this node's workers of `round` with the torchrun environment.
-  std::unique_ptr<WorkerGroup> startGroup(const Round& round, int restarts);
+  // Starts this node's workers of `round` with the torchrun environment; `joining`: the round is
+  // a running group this node joins late (recovery in place).
+  std::unique_ptr<WorkerGroup> startGroup(const Round& round, int restarts, bool joining);
+  // The environment of worker `w` of `group`; `joiner`: it starts into a running group.
+  std::vector<std::pair<std::string, std::string>> workerEnv(const WorkerGroup& group,
+                                                             const Worker& w, bool joiner,
+                                                             int restarts) const;
+  // Starts `w` (of `group`, whose rank and local rank are set): names it (recovery in place), opens
+  // its log and follows its output. Throws comm::CommError when the Store fails.
+  void launchWorker(WorkerGroup& group, Worker& w, bool joiner, int restarts);
+  // Supervises `group` until it ends; with recovery in place, replaces each worker that dies
+  // while restarts are left and goes on.
+  GroupEnd supervise(WorkerGroup& group, LaunchReport& report);
+  std::optional<GroupEnd> replaceWorker(WorkerGroup& group, const GroupEnd& end,
+                                        const RestartDecision& decision, LaunchReport& report);
   // Acts on the restart policy's decision after `group` ended. Returns whether to join the next
   // round; when not, report.exit_code is set.
   bool afterGroup(WorkerGroup& group, const GroupEnd& end, LaunchReport& report);

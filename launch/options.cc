@@ -90,6 +90,11 @@ void addRunFlags(CLI::App& app, LaunchOptions& o) {
                  "this node's data-plane address (default: route to the Store)")
       ->type_name("H")
       ->check(base::nonEmpty("address or host name"));
+  app.add_option_function<std::string>(
+         "--recovery", [&](const std::string& v) { o.recovery = parseRecovery(v, "--recovery"); },
+         "after a failure: restart the group, or go on in place (default " +
+             std::string(configs::kDefaultRecovery) + ")")
+      ->type_name("in_place|restart");
   app.add_flag("--parameter-server", o.host_parameter_server,
                "node 0 hosts the funnel's parameter server");
 }
@@ -126,6 +131,16 @@ void checkCombination(const LaunchOptions& o) {
 }
 
 }  // namespace
+
+Recovery parseRecovery(const std::string& text, const std::string& what) {
+  if (text == "restart") return Recovery::kRestart;
+  if (text == "in_place") return Recovery::kInPlace;
+  throw UsageError(what + ": must be in_place or restart, got '" + text + "'");
+}
+
+const char* recoveryName(Recovery recovery) {
+  return recovery == Recovery::kInPlace ? "in_place" : "restart";
+}
 
 std::pair<int64_t, int64_t> parseNodeRange(const std::string& text, const std::string& what) {
   auto colon = text.find(':');

@@ -25,6 +25,9 @@
 //                           GCP's 30)
 //   --bind-host H           this node's data-plane address (CUMULUS_BIND_HOST for the workers);
 //                           default: the source address of the route to the rendezvous host
+//   --recovery MODE         restart (stop the group, restart it from the newest checkpoint) or
+//                           in_place (the survivors go on; a dead worker is replaced by a joiner);
+//                           default configs::kDefaultRecovery, or launch.recovery
 //   --parameter-server      node 0 hosts the funnel's parameter server even without a YAML saying
 //                           comm.algorithm: funnel (for workers such as cumulus-allreduce-probe)
 //
@@ -38,12 +41,24 @@
 #include <vector>
 
 #include "base/command_line.h"
+#include "configs/experiment.h"
 
 namespace cumulus::launch {
+
+// How the job recovers from a failed worker (launch.recovery; docs/launch.md).
+enum class Recovery {
+  kRestart,  // stop every worker of every node, restart the group under a new generation
+  kInPlace,  // the survivors re-form by themselves; the agent replaces the dead worker
+};
 
 // A mistake on the command line or in the launch: section; the message says which flag and what
 // to do.
 using base::UsageError;
+
+// "in_place" or "restart" → the mode; throws UsageError naming `what` ("--recovery",
+// "launch.recovery").
+Recovery parseRecovery(const std::string& text, const std::string& what);
+const char* recoveryName(Recovery recovery);
 
 struct LaunchOptions {
   int64_t nproc_per_node = 1;
@@ -63,9 +78,10 @@ struct LaunchOptions {
   std::string preemption_notice;  // "" or a NoticeSource spec
   double preemption_grace = 25.0;
   std::string bind_host;  // "" = the source address of the route to rdzv_host (bind_address.h)
-  std::vector<std::string> command;      // PROGRAM ARGS…
-  std::string experiment_path;           // the experiment YAML the command names, if any
-  bool host_parameter_server = false;    // comm.algorithm: funnel — node 0 hosts it
+  std::vector<std::string> command;    // PROGRAM ARGS…
+  std::string experiment_path;         // the experiment YAML the command names, if any
+  bool host_parameter_server = false;  // comm.algorithm: funnel — node 0 hosts it
+  Recovery recovery = parseRecovery(configs::kDefaultRecovery, "launch.recovery");
   int64_t allocation_nodes = 0;          // SLURM_NNODES when it set --nnodes (slurm_env.h), else 0
   std::set<std::string> explicit_flags;  // flags given on the command line, e.g. "nproc-per-node"
   bool help = false;                     // --help was given and printed: exit 0

@@ -17,18 +17,19 @@ OutputMux::~OutputMux() {
   while (!streams_.empty()) finish(streams_.begin()->first);
 }
 
-void OutputMux::add(int rank, int fd, const std::string& log_path) {
+void OutputMux::add(int rank, int fd, const std::string& log_path, std::string label) {
   FILE* log = std::fopen(log_path.c_str(), "ae");
   if (!log) {
     throw std::runtime_error("cannot open log file " + log_path + ": " + strerror(errno));
   }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   finish(rank);
-  streams_[rank] = Stream{fd, log, {}};
+  if (label.empty()) label = "rank" + std::to_string(rank);
+  streams_[rank] = Stream{fd, log, {}, std::move(label)};
 }
 
-void OutputMux::line(int rank, const char* data, size_t size) {
-  std::fprintf(console_, "[rank%d] %.*s\n", rank, static_cast<int>(size), data);
+void OutputMux::line(int rank, const Stream& s, const char* data, size_t size) {
+  std::fprintf(console_, "[%s] %.*s\n", s.label.c_str(), static_cast<int>(size), data);
   if (!marker_.empty()) {
     std::string text(data, size);
     if (text.find(marker_) != std::string::npos) marked_[rank] = text;
@@ -40,11 +41,11 @@ void OutputMux::emit(int rank, Stream& s, bool flush_partial) {
   for (;;) {
     size_t nl = s.pending.find('\n', start);
     if (nl == std::string::npos) break;
-    line(rank, s.pending.data() + start, nl - start);
+    line(rank, s, s.pending.data() + start, nl - start);
     start = nl + 1;
   }
   if ((flush_partial && start < s.pending.size()) || s.pending.size() - start > kMaxPartialLine) {
-    line(rank, s.pending.data() + start, s.pending.size() - start);
+    line(rank, s, s.pending.data() + start, s.pending.size() - start);
     start = s.pending.size();
   }
   s.pending.erase(0, start);

@@ -16,9 +16,10 @@ class OutputMux {
   explicit OutputMux(FILE* console) : console_(console) {}
   ~OutputMux();
 
-  // Starts following `fd` (not owned) for `rank`, appending to `log_path`. Throws
-  // std::runtime_error if the log file cannot be opened, naming it.
-  void add(int rank, int fd, const std::string& log_path);
+  // Starts following `fd` (not owned) for `rank`, appending to `log_path`; its console lines
+  // start with "[<label>] " ("[rank<rank>] " when `label` is empty). Throws std::runtime_error if
+  // the log file cannot be opened, naming it.
+  void add(int rank, int fd, const std::string& log_path, std::string label = "");
   // Waits up to `timeout_ms` for output, then copies whatever is ready. Returns the ranks whose
   // pipe reached end of file during this call.
   std::vector<int> pump(int timeout_ms);
@@ -38,11 +39,12 @@ class OutputMux {
     int fd = -1;
     FILE* log = nullptr;
     std::string pending;
+    std::string label;
   };
   void emit(int rank, Stream& s, bool flush_partial);
   bool drain(int rank, Stream& s);  // returns false at EOF
 
-  void line(int rank, const char* data, size_t size);
+  void line(int rank, const Stream& s, const char* data, size_t size);
 
   FILE* console_;
   std::map<int, Stream> streams_;

@@ -242,6 +242,11 @@ Round Rendezvous::join(int64_t generation, int64_t restarts) {
         return r;
       }
       skipped = state;  // closed without this node
+      if (options_.join_running && !store_.tryGet(roundStateKey(g + 1))) {
+        Round running = state.toRound(g);  // the newest round: its group is the running one
+        running.outcome = Round::Outcome::kRunning;
+        return running;
+      }
       continue;
     }
     if (g > generation && note_) {

@@ -11,7 +11,9 @@
 //
 // A node joins the first round at or after the generation it asks for that is still open. A round
 // that closed without it is skipped (the node is late: it waits in the next round, which opens
-// when the running group restarts). Only the host (node id 0, which hosts the Store) closes a
+// when the running group restarts). With `join_running` (recovery in place) a late node does not
+// wait: when the newest round closed without it, join() returns that round as kRunning and the
+// node's workers join the running group. Only the host (node id 0, which hosts the Store) closes a
 // round, once it has joined it itself, when
 //   - max_nodes nodes have joined, or
 //   - at least min_nodes have joined, no node joined for `last_call`, and every node of the
@@ -54,7 +56,8 @@ struct RoundNode {
 };
 
 struct Round {
-  enum class Outcome { kClosed, kEnded, kInterrupted };
+  // kRunning: the newest round closed without this node (join_running); `nodes` is its group.
+  enum class Outcome { kClosed, kEnded, kInterrupted, kRunning };
   Outcome outcome = Outcome::kClosed;
   int64_t generation = 0;
   std::vector<RoundNode> nodes;  // kClosed: the group, by node id
@@ -77,6 +80,7 @@ struct RendezvousOptions {
   std::chrono::milliseconds last_call{3000};  // --rdzv-last-call
   std::chrono::milliseconds timeout{60000};   // --rdzv-timeout: the host's wait for min_nodes
   std::chrono::milliseconds poll{50};
+  bool join_running = false;  // see the header comment
   // The clock the host measures `last_call` and `timeout` with; empty = steady_clock::now. A
   // test passes a clock it advances by hand, so that "a node joined during the last call" or
   // "the last call passed" are states it sets rather than durations it hopes the threads keep.

@@ -49,6 +49,12 @@ RestartDecision RestartPolicy::decide(const GroupEnd& end, int restarts) const {
     }
     case GroupEnd::Kind::kRemoteFailure:
       d.what = end.detail + " on another node";
+      if (in_place_) {  // the other node gave up: nothing goes on in place without it
+        d.action = RestartDecision::Action::kGiveUp;
+        d.why = RestartDecision::Why::kOtherNodeGaveUp;
+        d.exit_code = 1;
+        return d;
+      }
       break;
   }
   // A node loss counts like a crash: each is one restart of the group.
@@ -58,7 +64,9 @@ RestartDecision RestartPolicy::decide(const GroupEnd& end, int restarts) const {
     d.exit_code = 1;
     return d;
   }
-  d.action = RestartDecision::Action::kRestart;
+  d.action = in_place_ ? RestartDecision::Action::kReplace : RestartDecision::Action::kRestart;
+  // In place only this node's worker is replaced: the other nodes hear nothing.
+  d.publish_failure = d.publish_failure && !in_place_;
   d.restarts = restarts + 1;
   return d;
 }

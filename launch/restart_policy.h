@@ -12,6 +12,10 @@
 //   - any other failure, here or on another node (a lost node included), is one restart of the
 //     group, while restarts are left; then give up with exit code 1;
 //   - without node 0's Store the job cannot go on: give up with exit code 1.
+// With recovery in place (`in_place`) a failure of this node's worker, while restarts are left,
+// is instead one replacement of that worker (counted like a restart) and the group goes on; with
+// none left the job gives up as above. Another node's recorded failure then means that node gave
+// up, which ends the job here too (exit code 1).
 
 #include <cstdint>
 #include <string>
@@ -53,17 +57,19 @@ struct RestartDecision {
     kRegroup,  // stop the workers as for a preemption and join the next round; not a restart
     kRestart,  // stop the workers and join the next round as restart number `restarts`
     kGiveUp,   // stop the workers and exit with `exit_code`
+    kReplace,  // in place: the failed worker is gone; start a replacement as restart `restarts`
   };
   enum class Why {
     kNone,
-    kRepeatable,      // kGiveUp: a worker's usage error (exit code 2)
-    kNoRestartsLeft,  // kGiveUp: --max-restarts restarts were used
-    kStoreLost,       // kGiveUp: node 0's Store is unreachable; `store_error` says how
+    kRepeatable,       // kGiveUp: a worker's usage error (exit code 2)
+    kNoRestartsLeft,   // kGiveUp: --max-restarts restarts were used
+    kStoreLost,        // kGiveUp: node 0's Store is unreachable; `store_error` says how
+    kOtherNodeGaveUp,  // kGiveUp, in place: another node's failure ended the job
   };
   Action action = Action::kExit;
   Why why = Why::kNone;
   int exit_code = 0;  // kExit, kGiveUp
-  int restarts = 0;   // kRestart: the group restarts counting this one
+  int restarts = 0;   // kRestart, kReplace: the restarts counting this one
   // What ended the group ("rank 1 failed (exit code 3)", "rank 3 failed (…) on another node",
   // "the rendezvous Store is unreachable (…)"); kRegroup: why node 0 re-forms the group.
   std::string what;
@@ -74,11 +80,12 @@ struct RestartDecision {
 
 class RestartPolicy {
  public:
-  // `multi`: the job may span more than one node (--nnodes MAX > 1).
-  RestartPolicy(int64_t max_restarts, int64_t max_nodes, bool multi)
-      : max_restarts_(max_restarts), max_nodes_(max_nodes), multi_(multi) {}
+  // `multi`: the job may span more than one node (--nnodes MAX > 1). `in_place`: recovery in
+  // place (see above).
+  RestartPolicy(int64_t max_restarts, int64_t max_nodes, bool multi, bool in_place = false)
+      : max_restarts_(max_restarts), max_nodes_(max_nodes), multi_(multi), in_place_(in_place) {}
 
-  // `restarts`: the group restarts so far.
+  // `restarts`: the group restarts so far (in place: this node's replacements so far).
   RestartDecision decide(const GroupEnd& end, int restarts) const;
 
   // The Store failed while the launcher acted on `decided` (telling the other nodes of a failure,
@@ -98,6 +105,7 @@ class RestartPolicy {
   int64_t max_restarts_;
   int64_t max_nodes_;
   bool multi_;
+  bool in_place_;
 };
 
 }  // namespace cumulus::launch

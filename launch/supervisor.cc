@@ -72,7 +72,28 @@ GroupEnd Supervisor::stopForPreemption(WorkerGroup& group, const std::string& no
   GroupEnd end;
   end.exit_code = reportPreemption(group.workers, group.mux, console_, took, grace);
   end.detail = "preempted";
+  if (options_.recovery == Recovery::kInPlace) leaveInPlace(group);
   return end;
+}
+
+void Supervisor::leaveInPlace(WorkerGroup& group) {
+  // The other nodes go on: a worker that did not leave by itself (killed at the grace) is marked
+  // gone so that they need not wait for it, and node 0 need not wait for this node at the end.
+  for (const Worker& w : group.workers) {
+    const ExitStatus& s = w.process->poll();
+    if (s.ok() || (s.signal == 0 && s.exit_code == kExitPreempted)) continue;
+    try {
+      job_.group_store->markGone(group.generation, w.member_id, s.describe());
+    } catch (const comm::CommError& e) {
+      console_.markGoneFailed(w.member_id, e.what());
+    }
+  }
+  if (!job_.multi) return;
+  try {
+    job_.group_store->markDone(group.generation, options_.node_rank);
+  } catch (const comm::CommError& e) {
+    console_.finishUnconfirmed(group.generation, e.what());
+  }
 }
 
 GroupEnd Supervisor::stopForSignal(WorkerGroup& group, int sig) {
@@ -112,7 +133,11 @@ GroupEnd Supervisor::finish(WorkerGroup& group, bool any_preempted) {
     job_.group_store->markDone(group.generation, options_.node_rank);
     if (job_.host) {  // keep the Store up until every node is done with it
       try {
-        job_.group_store->waitDone(group.generation, group.node_ids, toMs(options_.rdzv_timeout));
+        std::vector<int64_t> nodes = group.node_ids;
+        if (options_.recovery == Recovery::kInPlace) {  // and the nodes that joined it late
+          for (int64_t id : job_.group_store->joined(group.generation)) nodes.push_back(id);
+        }
+        job_.group_store->waitDone(group.generation, nodes, toMs(options_.rdzv_timeout));
       } catch (const comm::CommError& e) {
         // Best effort: this node is done; a node that never says so is gone.
         console_.finishUnconfirmed(group.generation, e.what());
@@ -135,7 +160,9 @@ std::optional<GroupEnd> Supervisor::checkStore(WorkerGroup& group) {
     }
     // Nodes that arrived after this group formed wait in the next round: the host re-forms the
     // group to admit them (torchrun's num_nodes_waiting).
-    if (job_.host && policy_.hasRoom(group.node_ids.size())) {
+    // With recovery in place they joined the running group instead.
+    if (job_.host && options_.recovery == Recovery::kRestart &&
+        policy_.hasRoom(group.node_ids.size())) {
       const std::vector<int64_t> admit =
           policy_.toAdmit(group.node_ids, job_.rdzv->waiting(group.generation + 1));
       if (!admit.empty()) {

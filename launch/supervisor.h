@@ -7,6 +7,9 @@
 //   - the group protocol over the Store (group_store.h), every 200 ms in a multi-node job:
 //     another node's failure, node 0 re-forming the group to admit waiting nodes;
 //   - the agent's console lines (agent_console.h).
+// With recovery in place (options.recovery) a failed worker still ends run() (kWorkerFailed): the
+// launcher replaces it and calls run() again; node 0 re-forms nothing, and a node that leaves
+// after a notice marks itself done so that the others go on.
 // When the job ends here (a signal, a notice, every worker finished) the loop stops and reaps the
 // workers itself and returns kExit with the job's exit code; on a failure or a regroup it leaves
 // them running for the launcher, which acts on the restart policy's decision.
@@ -71,6 +74,8 @@ class Supervisor {
  private:
   GroupEnd stopForPreemption(WorkerGroup& group, const std::string& notice);
   GroupEnd stopForSignal(WorkerGroup& group, int sig);
+  // Recovery in place, after a preemption stop: tells the others this node left (best effort).
+  void leaveInPlace(WorkerGroup& group);
   // Every worker exited, each 0 or 75.
   GroupEnd finish(WorkerGroup& group, bool any_preempted);
   // Another node's news in the Store, if any.

@@ -39,6 +39,7 @@ int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, AgentConsole&
                      double seconds, double grace) {
   bool all_checkpointed = true;
   bool all_finished = true;
+  bool all_done = true;  // each finished or checkpointed
   bool killed_at_deadline = false;
   const Worker* first_other = nullptr;  // the first worker that neither checkpointed nor finished
   for (auto& w : workers) {
@@ -46,6 +47,7 @@ int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, AgentConsole&
     const bool checkpointed = s.signal == 0 && s.exit_code == kExitPreempted;
     all_checkpointed &= checkpointed;
     all_finished &= s.ok();
+    all_done &= s.ok() || checkpointed;
     killed_at_deadline |= s.signal == SIGKILL;
     if (!checkpointed && !s.ok() && first_other == nullptr) first_other = &w;
   }
@@ -53,7 +55,7 @@ int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, AgentConsole&
   for (auto& w : workers) {
     if (line.empty()) line = mux.lastMarkedLine(w.rank);
   }
-  if (all_finished) {
+  if (all_finished || (all_done && !all_checkpointed)) {
     console.finishedBeforePreemption();
     return 0;
   }

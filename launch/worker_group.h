@@ -20,8 +20,11 @@ constexpr int kExitUsage = 2;       // a bad command or experiment: the same aga
 constexpr const char* kPreemptedMarker = "preempted at step ";
 
 struct Worker {
+  // Its global rank; a worker of a node that joined a running group late (recovery in place) has
+  // none yet and carries its local rank, as in its placeholder RANK.
   int rank = 0;
   int local_rank = 0;
+  std::string member_id;  // recovery in place: CUMULUS_MEMBER_ID, "<node>.<local>.<n>"; else ""
   std::string log_path;
   std::unique_ptr<WorkerProcess> process;
 };
@@ -31,6 +34,10 @@ struct WorkerGroup {
   explicit WorkerGroup(FILE* console) : mux(console) {}
   int64_t generation = 0;
   std::vector<int64_t> node_ids;  // the nodes of the group, ascending
+  int64_t world_size = 0;         // the round's
+  int64_t node_rank = 0;          // this node's (GROUP_RANK); a late joiner: its node id
+  bool joining = false;           // recovery in place: this node joined the running group late
+  std::string log_dir;            // <run dir>/gen<g>
   OutputMux mux;
   std::vector<Worker> workers;  // in local rank order
 
@@ -45,7 +52,8 @@ struct WorkerGroup {
 // lost. Blocks up to `grace` + 5 s.
 void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace);
 
-// After the workers were asked to stop for a preemption: 0 if they had all finished, else 75,
+// After the workers were asked to stop for a preemption: 0 if they had all finished (or some
+// finished and the others left with 75: the training is over), else 75,
 // the preemption code, whether the stop was the checkpointed one (every worker exited 75), the
 // grace ran out, or the workers stopped before they could agree on a step (a notice during
 // start-up); in the last two the previous checkpoint stays the newest valid one. Says which on

@@ -32,6 +32,8 @@ TEST(StoreKeys, GroupProtocol) {
   EXPECT_EQ(groupStoppedKey(3, 0), "launch/3/stopped/0");
   EXPECT_EQ(groupDoneKey(11, 4), "launch/11/done/4");
   EXPECT_EQ(groupParameterServerKey(6), "launch/6/ps_endpoint");
+  EXPECT_EQ(groupSlotKey(2, 1, 3), "launch/2/slot/1.3");
+  EXPECT_EQ(groupJoinedKey(0), "launch/0/joined");
 }
 
 TEST(StoreKeys, InPlaceMembership) {

@@ -423,4 +423,92 @@ TEST_F(ElasticTest, LosingNodeZeroEndsTheJobBecauseItHostsTheStore) {
   EXPECT_EQ(text.find("restarting the group"), std::string::npos) << text;
 }
 
+// Recovery in place: a worker that waits for the test's release file, saying who it is and
+// leaving with 75 on SIGTERM (the trainer's stop after a notice).
+std::string inPlaceWorker(const fs::path& dir) {
+  const std::string path = (dir / "w.sh").string();
+  std::ofstream(path)
+      << "#!/bin/sh\n"
+      << "trap 'echo $CUMULUS_MEMBER_ID >> " << (dir / "left").string() << "; exit 75' TERM\n"
+      << "echo rank=$RANK of $WORLD_SIZE gen=$CUMULUS_GENERATION member=$CUMULUS_MEMBER_ID"
+         " join=${CUMULUS_JOIN-none} min=$CUMULUS_MIN_WORKERS max=$CUMULUS_MAX_WORKERS\n"
+      << "touch " << (dir / "ready.").string() << "$CUMULUS_MEMBER_ID\n"
+      << "while [ ! -f " << (dir / "release").string() << " ]; do sleep 0.02; done\n"
+      << "echo done member=$CUMULUS_MEMBER_ID\n";
+  fs::permissions(path, fs::perms::owner_all);
+  return path;
+}
+
+TEST_F(ElasticTest, InPlaceANoticeEndsOneNodeWith75AndTheOtherGoesOn) {
+  const std::string worker = inPlaceWorker(dir_);
+  const std::string f = flags("1:2", "--recovery in_place --rdzv-last-call 5 --rdzv-timeout 10");
+  start(0, f, worker);
+  start(1, f, worker);
+  ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "ready.0.0.0"); }, 20)) << output(0);
+  ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "ready.1.0.0"); }, 20)) << output(1);
+  ::kill(nodes_[1].pid, SIGTERM);
+  EXPECT_EQ(finish(1, 20), 75) << output(1);
+  EXPECT_TRUE(printed(1,
+                      "cumulus-run: preemption notice (SIGTERM); asking the workers to "
+                      "checkpoint and stop within 25.0 s\n"))
+      << output(1);
+  EXPECT_TRUE(printed(1, "cumulus-run: preempted (notice to exit ")) << output(1);
+  // Node 0 and its worker are untouched: only node 1's worker left.
+  EXPECT_EQ(readFile(dir_ / "left"), "1.0.0\n");
+  EXPECT_EQ(::waitpid(nodes_[0].pid, nullptr, WNOHANG), 0) << output(0);
+  std::ofstream(dir_ / "release") << "";
+  EXPECT_EQ(finish(0, 10), 0) << output(0);  // without waiting for node 1 to say it finished
+  EXPECT_TRUE(printed(0, "[rank0] done member=0.0.0\n")) << output(0);
+  EXPECT_TRUE(printed(0, "cumulus-run: all 1 worker(s) finished\n")) << output(0);
+  EXPECT_FALSE(printed(0, "not every node")) << output(0);
+  EXPECT_FALSE(printed(0, "stopping")) << output(0);
+}
+
+TEST_F(ElasticTest, InPlaceALateNodeJoinsTheRunningGroupWithoutReformingIt) {
+  const std::string worker = inPlaceWorker(dir_);
+  const std::string f =
+      flags("2:3", "--recovery in_place --rdzv-last-call 0.3 --rdzv-timeout 10 --max-restarts 0");
+  start(0, f, worker);
+  start(1, f, worker);
+  ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "ready.1.0.0"); }, 20)) << output(1);
+  start(2, f, worker);
+  ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "ready.2.0.0"); }, 20)) << output(2);
+  std::ofstream(dir_ / "release") << "";
+  EXPECT_EQ(finish(0), 0) << output(0);
+  EXPECT_EQ(finish(1), 0) << output(1);
+  EXPECT_EQ(finish(2), 0) << output(2);
+  EXPECT_TRUE(printed(2,
+                      "cumulus-run: the group of generation 0 (nodes 0,1) is already running; "
+                      "this node's 1 worker(s) join it in place\n"))
+      << output(2);
+  // Under the running generation, named by its own node id, RANK and WORLD_SIZE placeholders.
+  EXPECT_TRUE(printed(2, "[member2.0.0] rank=0 of 2 gen=0 member=2.0.0 join=1 min=2 max=3\n"))
+      << output(2);
+  EXPECT_TRUE(printed(2, "[member2.0.0] done member=2.0.0\n")) << output(2);
+  EXPECT_TRUE(printed(0, "[rank0] rank=0 of 2 gen=0 member=0.0.0 join=none min=2 max=3\n"))
+      << output(0);
+  EXPECT_TRUE(printed(1, "[rank1] rank=1 of 2 gen=0 member=1.0.0 join=none min=2 max=3\n"))
+      << output(1);
+  for (int rank : {0, 1}) {
+    EXPECT_FALSE(printed(rank, "waiting to join")) << output(rank);
+    EXPECT_FALSE(printed(rank, "generation 1")) << output(rank);
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "left"));                  // nobody was asked to stop
+  EXPECT_FALSE(printed(0, "not every node")) << output(0);  // node 0 waited for node 2 too
+}
+
+TEST_F(ElasticTest, InPlaceLosingNodeZeroStillEndsTheJobBecauseItHostsTheStore) {
+  const std::string worker = inPlaceWorker(dir_);
+  const std::string f = flags("1:2", "--recovery in_place --rdzv-last-call 5 --rdzv-timeout 2");
+  start(0, f, worker);
+  start(1, f, worker);
+  ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "ready.1.0.0"); }, 20)) << output(1);
+  killNode(0);
+  EXPECT_EQ(finish(1, 15), 1) << output(1);
+  EXPECT_TRUE(printed(1, "cumulus-run: giving up: the rendezvous Store on node 0 (127.0.0.1:" +
+                             std::to_string(port_) + ") is unreachable: "))
+      << output(1);
+  EXPECT_FALSE(printed(1, "restarting the group")) << output(1);
+}
+
 }  // namespace

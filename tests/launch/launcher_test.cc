@@ -19,6 +19,9 @@
 #include <sstream>
 #include <string>
 #include <thread>
+
+#include "comm/store_client.h"
+#include "comm/store_keys.h"
 #include "tests/launch/free_port.h"
 
 namespace fs = std::filesystem;
@@ -486,6 +489,161 @@ TEST_F(LauncherTest, WorkersGetAGraceInsideTheLaunchersOwn) {
   EXPECT_NE(r.output.find("[rank0] grace=8.000000"), std::string::npos) << r.output;
   r = launch("--preemption-grace 0.5 -- " + w);
   EXPECT_NE(r.output.find("[rank0] grace=0.400000"), std::string::npos) << r.output;
+}
+
+}  // namespace
+
+// Recovery in place (launch.recovery: in_place): the agent names each worker process, replaces a
+// dead one without touching the others, and tells the workers' quorum in the Store.
+namespace {
+
+class InPlaceTest : public LauncherTest {
+ protected:
+  // cumulus-run on a Store the test can read (port_, token "tok"), in the background.
+  pid_t startAgent(const std::string& flags, const std::string& worker) {
+    port_ = freePort();
+    const std::string cmd = "CUMULUS_JOB_TOKEN=tok " + kRun + " --log-dir " +
+                            (dir_ / "logs").string() +
+                            " --rdzv-endpoint 127.0.0.1:" + std::to_string(port_) + " " + flags +
+                            " -- " + worker + " >" + (dir_ / "out").string() + " 2>&1";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", ("exec env " + cmd).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    return pid;
+  }
+  // Waits for `file` to appear (the workers' own signal that they got somewhere).
+  bool appears(const fs::path& file) {
+    for (int i = 0; i < 1000 && !fs::exists(file); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return fs::exists(file);
+  }
+  std::string out() { return readFile(dir_ / "out"); }
+  std::string path(const std::string& name) { return (dir_ / name).string(); }
+  int port_ = 0;
+};
+
+TEST_F(InPlaceTest, WorkersGetMemberIdsAndTheBoundsButNoJoinFlag) {
+  const std::string w =
+      script("env.sh",
+             "echo rank=$RANK member=$CUMULUS_MEMBER_ID recovery=$CUMULUS_RECOVERY "
+             "min=$CUMULUS_MIN_WORKERS max=$CUMULUS_MAX_WORKERS join=${CUMULUS_JOIN-none}");
+  Result r = launch("--nproc-per-node 2 --recovery in_place --run-id ipenv -- " + w);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0] rank=0 member=0.0.0 recovery=in_place min=2 max=2 join=none\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[rank1] rank=1 member=0.1.0 recovery=in_place min=2 max=2 join=none\n"),
+            std::string::npos)
+      << r.output;
+  // Recovery by restart (the default here) hands out none of these.
+  r = launch("--nproc-per-node 1 --recovery restart -- " + w);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0] rank=0 member= recovery= min= max= join=none\n"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(InPlaceTest, ADeadWorkerIsMarkedGoneAndReplacedWhileTheOtherKeepsRunning) {
+  // Rank 1's first process kills itself; its replacement says what it got. Rank 0 records any
+  // signal it receives and runs until the test releases both.
+  const std::string w = script("w.sh",
+                               "if [ -n \"$CUMULUS_JOIN\" ]; then\n"
+                               "  echo joined rank=$RANK of $WORLD_SIZE member=$CUMULUS_MEMBER_ID "
+                               "join=$CUMULUS_JOIN restarts=$CUMULUS_RESTART_COUNT\n"
+                               "  touch " +
+                                   path("replaced") +
+                                   "\n"
+                                   "elif [ \"$LOCAL_RANK\" = 1 ]; then kill -9 $$\n"
+                                   "else trap 'echo $$ >> " +
+                                   path("signalled") +
+                                   "' TERM INT HUP\n"
+                                   "fi\n"
+                                   "while [ ! -f " +
+                                   path("release") +
+                                   " ]; do sleep 0.02; done\n"
+                                   "echo done member=$CUMULUS_MEMBER_ID");
+  const pid_t agent = startAgent("--nproc-per-node 2 --recovery in_place --run-id ip", w);
+  ASSERT_TRUE(appears(dir_ / "replaced")) << out();
+  cumulus::comm::StoreClient store("127.0.0.1", port_, "tok");
+  EXPECT_EQ(store.tryGet(cumulus::comm::quorumGoneKey(0, "0.1.0")), "signal SIGKILL");
+  EXPECT_EQ(store.tryGet(cumulus::comm::quorumGoneKey(0, "0.0.0")), std::nullopt);
+  EXPECT_EQ(store.tryGet(cumulus::comm::quorumGoneKey(0, "0.1.1")), std::nullopt);
+  std::ofstream(dir_ / "release") << "";
+  EXPECT_EQ(waitExitCode(agent), 0) << out();
+  const std::string text = out();
+  EXPECT_NE(text.find("cumulus-run: rank 1 (member 0.1.0) died (signal SIGKILL); the group goes "
+                      "on without it; starting a replacement (member 0.1.1), restart 1 of 3\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("[rank1] joined rank=1 of 2 member=0.1.1 join=1 restarts=1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("[rank0] done member=0.0.0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("[rank1] done member=0.1.1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("cumulus-run: all 2 worker(s) finished\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("stopping the group"), std::string::npos) << text;
+  EXPECT_FALSE(fs::exists(dir_ / "signalled")) << readFile(dir_ / "signalled");
+  // The failure is on record, and the replacement's log does not overwrite the dead one's.
+  const std::string errors = readFile(dir_ / "logs/ip/errors.jsonl");
+  EXPECT_TRUE(std::regex_match(
+      errors, std::regex(R"(\{"time":"[0-9TZ:-]+","run_id":"ip","generation":0,"rank":1,)"
+                         R"("local_rank":1,"node_rank":0,"pid":\d+,"signal":"SIGKILL",)"
+                         R"("log":".*/gen0/rank1.log"\}\n)")))
+      << errors;
+  EXPECT_EQ(readFile(dir_ / "logs/ip/gen0/rank1.1.log"),
+            "joined rank=1 of 2 member=0.1.1 join=1 restarts=1\ndone member=0.1.1\n");
+  EXPECT_TRUE(fs::exists(dir_ / "logs/ip/gen0/rank1.log"));
+}
+
+TEST_F(InPlaceTest, GivesUpWhenNoRestartsAreLeft) {
+  const std::string w = script("bad.sh", "if [ \"$RANK\" = 1 ]; then exit 7; fi\nexec sleep 30");
+  Result r = launch(
+      "--nproc-per-node 2 --recovery in_place --run-id ipbad --max-restarts 1 "
+      "--stop-grace 5 -- " +
+      w);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: rank 1 (member 0.1.0) died (exit code 7); the group goes "
+                          "on without it; starting a replacement (member 0.1.1), restart 1 of 1\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: giving up: rank 1 failed (exit code 7) and no restarts are "
+                          "left (--max-restarts 1); see "),
+            std::string::npos)
+      << r.output;
+  EXPECT_LT(r.seconds, 15.0);
+  const std::string errors = readFile(dir_ / "logs/ipbad/errors.jsonl");
+  EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 2) << errors;
+}
+
+TEST_F(InPlaceTest, TheExperimentChoosesItAndABadValueIsExitTwo) {
+  fs::path yaml = dir_ / "exp.yaml";
+  std::ofstream(yaml) << "name: exp\nlaunch:\n  nproc_per_node: 1\n  recovery: bogus\n";
+  const std::string w = script("w.sh", "echo recovery=${CUMULUS_RECOVERY-unset}");
+  Result r = launch("-- " + w + " " + yaml.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "cumulus-run: error: " + yaml.string() +
+                          ":4:13: launch.recovery: expected one of in_place, restart, got "
+                          "\"bogus\"\n");
+  r = launch("--recovery bogus -- " + w);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "cumulus-run: error: --recovery: must be in_place or restart, got 'bogus'\n");
+
+  std::ofstream(yaml) << "name: exp\nlaunch:\n  nproc_per_node: 1\n  recovery: in_place\n";
+  r = launch("-- " + w + " " + yaml.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0] recovery=in_place\n"), std::string::npos) << r.output;
+  // The funnel's parameter server serves one world size: such a job recovers by restarting.
+  r = launch("-- " + w + " " + yaml.string() + " --set comm.algorithm=funnel");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: launch.recovery in_place is not possible with "
+                          "comm.algorithm funnel (its parameter server serves one world size); a "
+                          "failure restarts the group instead\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[rank0] recovery=unset\n"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -166,5 +166,27 @@ TEST(LaunchOptions, AnElasticRangeInTheExperimentAppliesAndNeedsAnEndpoint) {
   std::filesystem::remove(yaml);
 }
 
+TEST(LaunchOptions, RecoveryFromTheFlagOrTheExperimentFlagWinning) {
+  EXPECT_EQ(parseLaunchArgs({"--", "w"}).recovery,
+            parseRecovery(configs::kDefaultRecovery, "launch.recovery"));
+  EXPECT_EQ(parseLaunchArgs({"--recovery", "in_place", "--", "w"}).recovery, Recovery::kInPlace);
+  EXPECT_EQ(parseLaunchArgs({"--recovery=restart", "--", "w"}).recovery, Recovery::kRestart);
+  EXPECT_EQ(usageErrorOf({"--recovery", "bogus", "--", "w"}),
+            "--recovery: must be in_place or restart, got 'bogus'");
+  EXPECT_STREQ(recoveryName(Recovery::kInPlace), "in_place");
+  EXPECT_STREQ(recoveryName(Recovery::kRestart), "restart");
+
+  const std::filesystem::path yaml =
+      std::filesystem::temp_directory_path() / ("recovery-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(yaml) << "name: e\nlaunch:\n  recovery: in_place\n";
+  LaunchOptions o = parseLaunchArgs({"--", "w", yaml.string()});
+  applyExperimentLaunchSection(o);
+  EXPECT_EQ(o.recovery, Recovery::kInPlace);
+  o = parseLaunchArgs({"--recovery", "restart", "--", "w", yaml.string()});
+  applyExperimentLaunchSection(o);
+  EXPECT_EQ(o.recovery, Recovery::kRestart);
+  std::filesystem::remove(yaml);
+}
+
 }  // namespace
 }  // namespace cumulus::launch

@@ -180,6 +180,47 @@ TEST(WorkerExits, ReadsHowTheWorkersStand) {
   EXPECT_EQ(e.first_failed, 0);
 }
 
+// Recovery in place: this node's failed worker is replaced while restarts are left (the others
+// hear nothing); with none left, or a usage error, the job gives up as with restarts, telling the
+// others; another node's recorded failure means it gave up, which ends the job here too.
+TEST(RestartPolicy, InPlaceReplacesTheWorkerWhileRestartsAreLeft) {
+  const RestartPolicy policy(/*max_restarts=*/2, /*max_nodes=*/2, /*multi=*/true,
+                             /*in_place=*/true);
+  RestartDecision d = policy.decide(workerFailed(3, killed(SIGKILL)), 1);
+  EXPECT_EQ(d.action, Action::kReplace);
+  EXPECT_EQ(d.restarts, 2);
+  EXPECT_FALSE(d.publish_failure);
+  EXPECT_EQ(d.what, "rank 3 failed (signal SIGKILL)");
+
+  d = policy.decide(workerFailed(3, exited(1)), 2);
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.why, Why::kNoRestartsLeft);
+  EXPECT_EQ(d.exit_code, 1);
+  EXPECT_TRUE(d.publish_failure);
+
+  d = policy.decide(workerFailed(3, exited(2)), 0);
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.why, Why::kRepeatable);
+  EXPECT_EQ(d.exit_code, 2);
+  EXPECT_TRUE(d.publish_failure);
+
+  d = policy.decide(withDetail(GroupEnd::Kind::kRemoteFailure, "rank 1 failed (exit code 7)"), 0);
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.why, Why::kOtherNodeGaveUp);
+  EXPECT_EQ(d.exit_code, 1);
+  EXPECT_FALSE(d.publish_failure);
+  EXPECT_EQ(printed([&](AgentConsole& c) { c.givingUp(d, 2, "/logs/errors.jsonl"); }),
+            "cumulus-run: giving up: rank 1 failed (exit code 7) on another node, and that node "
+            "gave up; see /logs/errors.jsonl\n");
+  EXPECT_EQ(printed([](AgentConsole& c) {
+              c.workerReplaced(2, "0.2.0", "signal SIGKILL", "0.2.1", 1, 3);
+            }),
+            "cumulus-run: rank 2 (member 0.2.0) died (signal SIGKILL); the group goes on without "
+            "it; starting a replacement (member 0.2.1), restart 1 of 3\n");
+  // A preemption and a finish are the same as with restarts.
+  EXPECT_EQ(policy.decide(exitWith(75, "preempted"), 0).action, Action::kExit);
+}
+
 TEST(RestartPolicy, ConsoleLinesForEachDecision) {
   EXPECT_EQ(printed([](AgentConsole& c) {
               const RestartPolicy policy(1, 1, false);
