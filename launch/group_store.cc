@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "comm/quorum.h"
 #include "comm/store_keys.h"
 
 namespace cumulus::launch {
@@ -47,7 +48,7 @@ int64_t GroupStore::nextMember(int64_t g, int64_t node, int64_t local_rank) {
 }
 
 void GroupStore::markGone(int64_t g, const std::string& member_id, const std::string& why) {
-  store_.set(comm::quorumGoneKey(g, member_id), why);
+  comm::Quorum::markGone(store_, g, member_id, why);
 }
 
 void GroupStore::addJoined(int64_t g, int64_t node) {
