@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -31,6 +32,12 @@ constexpr double kJoinerLookSeconds = 0.2;
 constexpr int64_t kJoinerLookSteps = 16;
 
 constexpr int64_t kStopLevel = 2;  // PreemptionWatcher's proposal 4·step + 2: "I got a notice"
+
+int64_t unixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 std::string joined(const std::vector<int>& ranks) {
   std::string text;
@@ -114,6 +121,7 @@ bool Trainer::Impl::recoverable(const cumulus::CommError& error) const {
 
 int64_t Trainer::Impl::recover(const cumulus::CommError& error) {
   const double started = now();
+  const int64_t detected = unixMillis();
   recorder_->warning("rank " + std::to_string(env_.rank) + ": " + error.what() +
                      "; re-forming the group in place from step " + std::to_string(steps_done_));
   // The gradient sync refers to the communicator that is about to go: drop it first.
@@ -122,7 +130,7 @@ int64_t Trainer::Impl::recover(const cumulus::CommError& error) {
   for (int attempt = 1;; ++attempt) {
     try {
       elastic_->reform(steps_done_);
-      afterReform(started, true);
+      afterReform(started, true, "failure", detected);
       break;
     } catch (const cumulus::CommError& again) {
       if (!recoverable(again) || attempt >= kMaxReformsWithoutProgress) throw;
@@ -143,23 +151,26 @@ int64_t Trainer::Impl::recover(const cumulus::CommError& error) {
 bool Trainer::Impl::joinGroup() {
   if (elastic_->joined()) return true;
   const double started = now();
+  const int64_t detected = unixMillis();
   if (!elastic_->join()) return false;
-  afterReform(started, false);  // run() begins the records once this returns
+  afterReform(started, false, "join", detected);  // run() begins the records once this returns
   start_step_ = steps_done_;
   return true;
 }
 
 void Trainer::Impl::reformAt(int64_t /*done*/, const std::vector<int>& leaving) {
   const double started = now();
+  const int64_t detected = unixMillis();
   sync_.reset();
   distributed_ = nullptr;
   elastic_->reform(steps_done_, leaving);
-  afterReform(started, true);
+  afterReform(started, true, leaving.empty() ? "join" : "leave", detected);
 }
 
 // The new epoch is connected: take the state if this rank is behind, then rebuild everything that
 // depends on the rank and the world size.
-void Trainer::Impl::afterReform(double started, bool begin_records) {
+void Trainer::Impl::afterReform(double started, bool begin_records, const std::string& cause,
+                                int64_t detected_unix_ms) {
   const comm::QuorumEpoch& epoch = elastic_->epoch();
   cumulus::ProcessGroup& group = elastic_->group();
   const int64_t old_rank = env_.rank;
@@ -180,11 +191,19 @@ void Trainer::Impl::afterReform(double started, bool begin_records) {
   sync_->attach(params_);
   buildGroupParts();
   if (begin_records) {
-    recorder_->begin(RunStart{model_->summary(), {}, steps_done_, total_steps_,
+    recorder_->begin(RunStart{"", {}, steps_done_, total_steps_,
                               batches_->stepsPerEpoch()});
     stop_->start();
   }
   const double ms = 1000.0 * (now() - started);
+  ReformRecord record;
+  record.cause = cause;
+  record.step = steps_done_;
+  record.epoch = epoch.epoch;
+  record.world_size = env_.world_size;
+  record.detected_unix_ms = detected_unix_ms;
+  record.reform_ms = ms;
+  reform_record_ = record;
   char took[32];
   std::snprintf(took, sizeof(took), "%.0f ms", ms);
   const std::string from =
@@ -337,6 +356,13 @@ bool Trainer::Impl::joinersWaiting() {
   joiners_checked_at_ = t;
   joiners_checked_step_ = steps_done_;
   return elastic_->pendingJoiners() > 0;
+}
+
+void Trainer::Impl::recordReform() {
+  if (!reform_record_) return;
+  reform_record_->next_step_unix_ms = unixMillis();
+  recorder_->reformed(*reform_record_);
+  reform_record_.reset();
 }
 
 void Trainer::Impl::finishGroup() { elastic_->finish(total_steps_); }

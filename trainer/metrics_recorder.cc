@@ -50,7 +50,8 @@ void ProgressMetricsRecorder::begin(const RunStart& start) {
           {"type", "resume"}, {"step", start.start_step}, {"world_size", options_.world_size}});
     }
   }
-  progress_->info("model: " + start.model_summary);
+  // A re-formed group begins its records again without the model line.
+  if (!start.model_summary.empty()) progress_->info("model: " + start.model_summary);
   for (const std::string& line : start.notes) progress_->info(line);
 }
 
@@ -144,6 +145,18 @@ void ProgressMetricsRecorder::preempted(int64_t step, const std::string& checkpo
     metrics_->write(
         nlohmann::ordered_json{{"type", "preempted"}, {"step", step}, {"checkpoint", checkpoint}});
   }
+}
+
+void ProgressMetricsRecorder::reformed(const ReformRecord& r) {
+  if (!metrics_) return;
+  metrics_->write(nlohmann::ordered_json{{"type", "reform"},
+                                         {"cause", r.cause},
+                                         {"step", r.step},
+                                         {"epoch", r.epoch},
+                                         {"world_size", r.world_size},
+                                         {"detected_unix_ms", r.detected_unix_ms},
+                                         {"reform_ms", r.reform_ms},
+                                         {"next_step_unix_ms", r.next_step_unix_ms}});
 }
 
 void ProgressMetricsRecorder::stepsEnded() { progress_->finish(); }

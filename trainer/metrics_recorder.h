@@ -55,6 +55,18 @@ struct CheckpointRecord {
   std::vector<std::string> warnings;  // from retention
 };
 
+// One in-place re-forming of the group (launch.recovery: in_place), written once the first step
+// after it completed.
+struct ReformRecord {
+  std::string cause;  // "failure", "leave" or "join"
+  int64_t step = 0;   // the step the group trained from
+  int64_t epoch = 0;  // the membership epoch it formed
+  int64_t world_size = 0;
+  int64_t detected_unix_ms = 0;   // the failure seen, or the boundary that agreed on the change
+  double reform_ms = 0;           // agreeing, connecting and moving the state
+  int64_t next_step_unix_ms = 0;  // the first step after it completed
+};
+
 struct RunSummary {
   int64_t steps = 0;
   double epochs = 0;
@@ -77,6 +89,8 @@ class MetricsRecorder {
   virtual void note(const std::string& text) = 0;
   virtual void warning(const std::string& text) = 0;
   virtual void preempted(int64_t step, const std::string& checkpoint) = 0;
+  // The group re-formed in place (rank 0's recorder records it). Default: nothing.
+  virtual void reformed(const ReformRecord& /*record*/) {}
   virtual void stepsEnded() = 0;
   // This launch ran `steps` steps, to `last_step`, in `seconds`.
   virtual void trained(int64_t last_step, int64_t steps, double seconds) = 0;
@@ -112,6 +126,7 @@ class ProgressMetricsRecorder final : public MetricsRecorder {
   void note(const std::string& text) override;
   void warning(const std::string& text) override;
   void preempted(int64_t step, const std::string& checkpoint) override;
+  void reformed(const ReformRecord& record) override;
   void stepsEnded() override;
   void trained(int64_t last_step, int64_t steps, double seconds) override;
   void finished(const RunSummary& summary) override;

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -109,7 +110,9 @@ class Trainer::Impl {
   bool joinGroup();
   // A re-forming agreed at boundary `done` (leaving ranks, or joiners waiting).
   void reformAt(int64_t done, const std::vector<int>& leaving);
-  void afterReform(double started, bool begin_records);
+  // `cause` and `detected_unix_ms` go into the reform record (rank 0 writes it after a step).
+  void afterReform(double started, bool begin_records, const std::string& cause,
+                   int64_t detected_unix_ms);
   void transferState(int source, bool receiving);
   // The in-place part of a boundary: true when this rank leaves (result set), after handling a
   // kStop that some ranks survive; `action` becomes kContinue for those who stay.
@@ -118,6 +121,8 @@ class Trainer::Impl {
   // joiners wait (rank 0 looks at most every 0.2 s).
   AgreeMax inPlaceVote();
   bool joinersWaiting();
+  // After the first step that follows a re-forming: its record (rank 0's recorder writes it).
+  void recordReform();
   // Rank 0, after the last step: joiners still waiting stop waiting.
   void finishGroup();
 
@@ -165,6 +170,7 @@ class Trainer::Impl {
   double joiners_checked_at_ = -1;  // rank 0: when it last looked
   int64_t joiners_checked_step_ = 0;  // and after which step
   int64_t final_boundary_ = -1;     // the step whose boundary ran to its end last
+  std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
   bool ran_ = false;
 };
 

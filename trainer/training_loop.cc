@@ -102,6 +102,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_st
   const double lr = schedule_->lr(s);
   const StepOutcome step = trainStep(s);
   result.step_losses.push_back(step.loss);
+  if (inPlace()) recordReform();
   recordStep(s, step, lr, loop_start);
 
   // Step boundaries (DESIGN.md "Training step" 4).
