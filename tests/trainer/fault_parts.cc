@@ -1,7 +1,6 @@
 #include "tests/trainer/fault_parts.h"
 
 #include <signal.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <stdexcept>
@@ -51,20 +50,12 @@ StepBatch KillAtStep::next(int64_t step, int64_t micro_batches) {
   return batch;
 }
 
-HoldAtStep::HoldAtStep(std::shared_ptr<BatchSource> inner, int64_t step, std::string path)
-    : inner_(std::move(inner)), step_(step), path_(std::move(path)) {}
+HoldAtStep::HoldAtStep(std::shared_ptr<BatchSource> inner, int64_t step,
+                       std::function<void()> wait)
+    : inner_(std::move(inner)), step_(step), wait_(std::move(wait)) {}
 
 StepBatch HoldAtStep::next(int64_t step, int64_t micro_batches) {
-  if (step == step_) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-    while (::access(path_.c_str(), F_OK) != 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        throw std::runtime_error("held at step " + std::to_string(step) + " for 2 minutes: " +
-                                 path_ + " never appeared");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
+  if (step == step_) wait_();
   return inner_->next(step, micro_batches);
 }
 

@@ -58,12 +58,11 @@ class KillAtStep final : public BatchSource {
   bool stall_;
 };
 
-// Wraps a BatchSource and, when step `step` is drawn, waits until the file `path` exists (up to
-// two minutes; std::runtime_error then), so that a test can hold a group at a step until
-// something it waits for has happened (a joiner took its ticket).
+// Wraps a BatchSource and, when step `step` is drawn, calls `wait` first, so that a test can hold
+// a group at a step until something has happened (a joiner took its ticket).
 class HoldAtStep final : public BatchSource {
  public:
-  HoldAtStep(std::shared_ptr<BatchSource> inner, int64_t step, std::string path);
+  HoldAtStep(std::shared_ptr<BatchSource> inner, int64_t step, std::function<void()> wait);
 
   int64_t stepsPerEpoch() const override { return inner_->stepsPerEpoch(); }
   data::SamplerState position() const override { return inner_->position(); }
@@ -74,7 +73,7 @@ class HoldAtStep final : public BatchSource {
  private:
   std::shared_ptr<BatchSource> inner_;
   int64_t step_;
-  std::string path_;
+  std::function<void()> wait_;
 };
 
 // Wraps a StopAgreement and raises a real SIGTERM at this process when the loop reaches the

@@ -10,6 +10,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
@@ -157,12 +159,6 @@ class InPlaceTest : public ::testing::Test {
     }
   }
 
-  // The group holds at a step (--fault-hold) until the first joiner has taken its ticket.
-  void releaseWhenJoinerWaits() {
-    store_->get(comm::quorumTicketKey(0, 1), std::chrono::seconds(120));
-    std::ofstream(dir_ / "go") << "go\n";
-  }
-
   void seen(const std::string& line) {
     std::lock_guard<std::mutex> lock(mutex_);
     lines_.push_back(line);
@@ -237,10 +233,9 @@ TEST_F(InPlaceTest, ANoticeLeavesAtAStepBoundaryAndTheOthersTrainOn) {
 // A joiner is admitted at a step boundary and takes the whole state from a live peer, reading no
 // checkpoint; afterwards every replica is identical.
 TEST_F(InPlaceTest, AJoinerHealsFromALivePeer) {
-  const auto argv = command({"--fault-hold", "5:" + (dir_ / "go").string()}, "run");
+  const auto argv = command({"--fault-hold-for-joiner", "5"}, "run");
   startGroup(2, argv);
   start("1.0.0", -1, 2, argv);
-  releaseWhenJoinerWaits();
   identicalReplicas({"0.0.0", "0.1.0", "1.0.0"});
   const std::string& out = finish("1.0.0").output;
   EXPECT_NE(out.find("re-formed in place: epoch 1, rank 2 of 3"), std::string::npos) << out;
@@ -253,10 +248,7 @@ TEST_F(InPlaceTest, AJoinerHealsFromALivePeer) {
 // window closes the epoch without it); when it wakes its old epoch is gone, it joins again
 // and is healed.
 TEST_F(InPlaceTest, AStalledWorkerIsFencedOutAndRejoinsThroughTheHeal) {
-  startGroup(3, command({"--fault-stall", "10@0.2.0+6000", "--fault-hold",
-                         "20:" + (dir_ / "go").string()},
-                        "run"));
-  releaseWhenJoinerWaits();
+  startGroup(3, command({"--fault-stall", "10@0.2.0+6000", "--fault-hold-for-joiner", "20"}, "run"));
   identicalReplicas({"0.0.0", "0.1.0", "0.2.0"});
   const std::string& out = finish("0.2.0").output;
   EXPECT_NE(out.find("re-formed in place: epoch 2, rank 2 of 3"), std::string::npos) << out;
@@ -303,6 +295,38 @@ TEST_F(InPlaceTest, RandomSchedulesOfDeathsAndNotices) {
     store_ = std::make_unique<comm::StoreClient>("127.0.0.1", server_->port(), kToken);
     if (HasFailure()) break;
   }
+}
+
+// The same under cumulus-run --recovery in_place, as a user starts it: the agent marks the killed
+// worker gone and starts a replacement (member 0.1.1), which joins and is healed; no process but
+// the killed one ends early, and the run ends with identical replicas and an exact ledger.
+TEST_F(InPlaceTest, UnderCumulusRunAKilledWorkerIsReplacedAndHealed) {
+  const std::vector<std::string> train =
+      command({"--fault-kill", "10@0.1.0", "--fault-hold-for-joiner", "30"}, "run");
+  std::vector<std::string> argv =
+      cumulus::testing::groupOf(3, (dir_ / "logs").string(), train,
+                                {"--recovery=in_place", "--max-restarts=1"});
+  const ProcessResult r = runProcess(argv, cumulus::testing::aloneEnv(), {}, 180);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: rank 1 (member 0.1.0) died (signal SIGKILL); the group "
+                          "goes on without it; starting a replacement (member 0.1.1), restart 1 of "
+                          "1"),
+            std::string::npos)
+      << r.output;
+  std::set<std::string> digests;
+  size_t at = 0;
+  while ((at = r.output.find("final parameters sha256 ", at)) != std::string::npos) {
+    at += 24;
+    digests.insert(r.output.substr(at, 64));
+  }
+  EXPECT_EQ(digests.size(), 1u) << r.output;
+  size_t finals = 0;
+  for (at = 0; (at = r.output.find("final parameters sha256 ", at)) != std::string::npos; ++at) {
+    ++finals;
+  }
+  EXPECT_EQ(finals, 3u) << "every replica, the replacement included, finishes: " << r.output;
+  EXPECT_NE(r.output.find("state sent by rank 0 to rank(s) 2"), std::string::npos) << r.output;
+  ledgerIsExact();
 }
 
 }  // namespace

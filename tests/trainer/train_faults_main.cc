@@ -13,7 +13,8 @@
 // --fault-kill SPEC                 STEP@MEMBER[+MS],…: that member SIGKILLs itself when it draws
 //                                   step STEP (0-based), MS milliseconds later if given (KillAtStep)
 // --fault-stall SPEC                STEP@MEMBER+MS,…: that member sleeps MS ms when it draws STEP
-// --fault-hold STEP:PATH            every worker waits at step STEP until the file PATH exists
+// --fault-hold-for-joiner STEP      every worker waits at step STEP until a joiner has taken the
+//                                   first join ticket in the Store (in place)
 // Everything after "--" goes to trainer::trainCommand unchanged; the faults enter through the
 // TrainerOptions customization, the seam cumulus-train's own main leaves empty.
 
@@ -26,6 +27,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/run_env.h"
+#include "comm/store_client.h"
+#include "comm/store_keys.h"
 #include "cumulus/process_group.h"
 #include "tests/trainer/fault_parts.h"
 #include "trainer/rank_reduce.h"
@@ -42,8 +46,7 @@ struct Faults {
   std::string ledger;         // empty: none
   std::string kill;           // --fault-kill
   std::string stall;          // --fault-stall
-  int64_t hold_step = -1;     // --fault-hold
-  std::string hold_path;
+  int64_t hold_step = -1;     // --fault-hold-for-joiner
 };
 
 std::string memberId() {
@@ -79,11 +82,8 @@ int parseFaults(int argc, char** argv, Faults& faults) {
       faults.kill = value;
     } else if (arg == "--fault-stall") {
       faults.stall = value;
-    } else if (arg == "--fault-hold") {
-      const size_t colon = value.find(':');
-      if (colon == std::string::npos) throw std::invalid_argument(arg + ": STEP:PATH");
-      faults.hold_step = parseInteger(value.substr(0, colon), arg);
-      faults.hold_path = value.substr(colon + 1);
+    } else if (arg == "--fault-hold-for-joiner") {
+      faults.hold_step = parseInteger(value, arg);
     } else if (arg == "--fault-sigterm-at-step") {
       const size_t colon = value.find(':');
       faults.sigterm_step = parseInteger(value.substr(0, colon), arg);
@@ -94,7 +94,7 @@ int parseFaults(int argc, char** argv, Faults& faults) {
     } else {
       throw std::invalid_argument(arg +
                                   ": unknown; use --fault-sigterm-at-step, --sample-ledger, "
-                                  "--fault-kill, --fault-stall, --fault-hold");
+                                  "--fault-kill, --fault-stall, --fault-hold-for-joiner");
     }
   }
   throw std::invalid_argument("missing \"--\" before cumulus-train's arguments");
@@ -147,9 +147,15 @@ void install(const Faults& faults, TrainerOptions& options) {
     });
   }
   if (faults.hold_step >= 0) {
-    wraps.push_back([step = faults.hold_step, path = faults.hold_path](
-                        std::shared_ptr<BatchSource> inner) {
-      return std::make_shared<HoldAtStep>(std::move(inner), step, path);
+    // The launcher's Store, read as any process of the job may.
+    const cumulus::base::RunEnv env = cumulus::base::RunEnv::fromEnvironment();
+    auto wait = [env] {
+      cumulus::comm::StoreClient store(env.master_addr, static_cast<int>(env.master_port),
+                                       env.job_token);
+      store.get(cumulus::comm::quorumTicketKey(env.generation, 1), std::chrono::minutes(2));
+    };
+    wraps.push_back([step = faults.hold_step, wait](std::shared_ptr<BatchSource> inner) {
+      return std::make_shared<HoldAtStep>(std::move(inner), step, wait);
     });
   }
   if (!faults.ledger.empty()) {
