@@ -100,7 +100,7 @@ struct CommConfig {
 // How a group recovers from a failed worker or node (`launch.recovery`, `--recovery`): "restart"
 // stops every worker and restarts the group from the newest checkpoint; "in_place" lets the
 // survivors re-form without restarting and starts replacements that join them. The one default.
-inline constexpr const char* kDefaultRecovery = "restart";
+inline constexpr const char* kDefaultRecovery = "in_place";
 
 struct LaunchConfig {
   int64_t nproc_per_node = 2;

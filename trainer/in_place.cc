@@ -129,7 +129,7 @@ int64_t Trainer::Impl::recover(const cumulus::CommError& error) {
   distributed_ = nullptr;
   for (int attempt = 1;; ++attempt) {
     try {
-      elastic_->reform(steps_done_);
+      elastic_->reform(has_state_ ? steps_done_ : -1);
       afterReform(started, true, "failure", detected);
       break;
     } catch (const cumulus::CommError& again) {
@@ -153,7 +153,21 @@ bool Trainer::Impl::joinGroup() {
   const double started = now();
   const int64_t detected = unixMillis();
   if (!elastic_->join()) return false;
-  afterReform(started, false, "join", detected);  // run() begins the records once this returns
+  for (int attempt = 1;; ++attempt) {
+    try {
+      if (attempt > 1) elastic_->reform(has_state_ ? steps_done_ : -1);
+      afterReform(started, false, "join", detected);  // run() begins the records after this
+      break;
+    } catch (const cumulus::CommError& e) {
+      // The sender died during the heal, or a member while connecting: this rank has applied
+      // nothing, so it re-forms with whoever is left, still without a state.
+      if (!recoverable(e) || attempt >= kMaxReformsWithoutProgress) throw;
+      resume_notes_.push_back(std::string("warning: joining failed (") + e.what() +
+                              "); re-forming");
+      sync_.reset();
+      distributed_ = nullptr;
+    }
+  }
   start_step_ = steps_done_;
   return true;
 }
@@ -163,7 +177,7 @@ void Trainer::Impl::reformAt(int64_t /*done*/, const std::vector<int>& leaving) 
   const int64_t detected = unixMillis();
   sync_.reset();
   distributed_ = nullptr;
-  elastic_->reform(steps_done_, leaving);
+  elastic_->reform(has_state_ ? steps_done_ : -1, leaving);
   afterReform(started, true, leaving.empty() ? "join" : "leave", detected);
 }
 
@@ -259,6 +273,12 @@ void Trainer::Impl::transferState(int source, bool receiving) {
       at += (bytes + 7) / 8 * 8;
     }
   }
+  if (sending) {
+    char mb[32];
+    std::snprintf(mb, sizeof(mb), "%.1f MB", static_cast<double>(payload.numel()) * 8 / 1e6);
+    recorder_->note("rank " + std::to_string(env_.rank) + " sends the training state of step " +
+                    std::to_string(steps_done_) + " (" + mb + ")");
+  }
   torch::Tensor sizes = torch::zeros({2}, torch::kInt64);
   if (sending) {
     sizes[0] = static_cast<int64_t>(manifest.size());
@@ -285,6 +305,7 @@ void Trainer::Impl::transferState(int source, bool receiving) {
   } catch (const ResumeError& e) {
     throw TrainError(e.what());
   }
+  has_state_ = true;
   steps_done_ = j.at("steps_done").get<int64_t>();
   done_position_.epoch = j.at("epoch").get<int64_t>();
   done_position_.cursor = j.at("cursor").get<int64_t>();

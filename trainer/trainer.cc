@@ -183,7 +183,8 @@ void Trainer::Impl::build() {
   startupMark("model");
   // Every rank restores the same checkpoint, before the broadcasts below make that moot. A joiner
   // reads nothing from disk: a live peer sends it the state (joinGroup).
-  if (!inPlace() || elastic_->joined()) resumeIfAsked();
+  has_state_ = !inPlace() || elastic_->joined();
+  if (has_state_) resumeIfAsked();
   steps_done_ = start_step_;
   done_position_ = batches_->position();
   startupMark("resume");

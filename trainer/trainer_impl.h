@@ -164,6 +164,7 @@ class Trainer::Impl {
   std::string train_source_;               // Datasets::train_source, for the dry run's messages
   std::shared_ptr<const data::Examples> test_data_;  // for the evaluator, rebuilt on re-forming
   int64_t steps_done_ = 0;          // optimizer steps this rank's state has taken
+  bool has_state_ = true;           // false for a joiner until a peer sent it the state
   SamplerState done_position_;      // the sampler's position after step steps_done_
   std::vector<int64_t> vote_;       // in place: each rank's proposal at the last boundary
   bool vote_joiners_ = false;       // in place: joiners wait (rank 0's look, agreed)

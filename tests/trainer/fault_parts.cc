@@ -59,6 +59,19 @@ StepBatch HoldAtStep::next(int64_t step, int64_t micro_batches) {
   return inner_->next(step, micro_batches);
 }
 
+KillOnText::KillOnText(std::shared_ptr<MetricsRecorder> inner, std::string text)
+    : inner_(std::move(inner)), text_(std::move(text)) {}
+
+void KillOnText::note(const std::string& text) {
+  if (text.find(text_) != std::string::npos) ::raise(SIGKILL);
+  inner_->note(text);
+}
+
+void KillOnText::warning(const std::string& text) {
+  if (text.find(text_) != std::string::npos) ::raise(SIGKILL);
+  inner_->warning(text);
+}
+
 SigtermAfterStep::SigtermAfterStep(std::shared_ptr<StopAgreement> inner, int64_t step)
     : inner_(std::move(inner)), step_(step) {}
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "trainer/batch_source.h"
+#include "trainer/metrics_recorder.h"
 #include "trainer/stop_agreement.h"
 
 namespace cumulus::trainer {
@@ -74,6 +75,39 @@ class HoldAtStep final : public BatchSource {
   std::shared_ptr<BatchSource> inner_;
   int64_t step_;
   std::function<void()> wait_;
+};
+
+// Wraps a MetricsRecorder and kills this process with SIGKILL when a note or a warning containing
+// `text` is recorded: a death at a chosen point of an in-place re-forming ("re-forming the group
+// in place" as it starts, "sends the training state" as the heal starts on the sender).
+class KillOnText final : public MetricsRecorder {
+ public:
+  KillOnText(std::shared_ptr<MetricsRecorder> inner, std::string text);
+
+  void begin(const RunStart& start) override { inner_->begin(start); }
+  void firstStep(int64_t step, const StartupProfile* startup) override {
+    inner_->firstStep(step, startup);
+  }
+  void step(const StepRecord& record) override { inner_->step(record); }
+  void evaluation(int64_t step, int64_t epoch, const Evaluation& result) override {
+    inner_->evaluation(step, epoch, result);
+  }
+  void checkpoint(const CheckpointRecord& record) override { inner_->checkpoint(record); }
+  void note(const std::string& text) override;
+  void warning(const std::string& text) override;
+  void preempted(int64_t step, const std::string& checkpoint) override {
+    inner_->preempted(step, checkpoint);
+  }
+  void reformed(const ReformRecord& record) override { inner_->reformed(record); }
+  void stepsEnded() override { inner_->stepsEnded(); }
+  void trained(int64_t last_step, int64_t steps, double seconds) override {
+    inner_->trained(last_step, steps, seconds);
+  }
+  void finished(const RunSummary& summary) override { inner_->finished(summary); }
+
+ private:
+  std::shared_ptr<MetricsRecorder> inner_;
+  std::string text_;
 };
 
 // Wraps a StopAgreement and raises a real SIGTERM at this process when the loop reaches the

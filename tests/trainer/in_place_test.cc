@@ -215,6 +215,31 @@ TEST_F(InPlaceTest, TwoSimultaneousDeaths) {
   ledgerIsExact();
 }
 
+// A worker dies just as the group starts re-forming after another one's death: the re-forming
+// goes on without both.
+TEST_F(InPlaceTest, ADeathWhileTheGroupReforms) {
+  startGroup(4, command({"--fault-kill", "10@0.1.0", "--fault-kill-on",
+                         "0.2.0:re-forming the group in place"},
+                        "run"));
+  EXPECT_EQ(finish("0.2.0").signal, SIGKILL);
+  identicalReplicas({"0.0.0", "0.3.0"});
+  ledgerIsExact();
+}
+
+// The state's sender dies as the heal starts: the joiner has applied nothing, the group re-forms
+// again and the other survivor, which holds the same step, sends it instead.
+TEST_F(InPlaceTest, TheSendersDeathDuringAHealHandsItToAnotherPeer) {
+  const auto argv = command(
+      {"--fault-hold-for-joiner", "5", "--fault-kill-on", "0.0.0:sends the training state"}, "run");
+  startGroup(2, argv);
+  start("1.0.0", -1, 2, argv);
+  EXPECT_EQ(finish("0.0.0").signal, SIGKILL);
+  identicalReplicas({"0.1.0", "1.0.0"});
+  const std::string& out = finish("1.0.0").output;
+  EXPECT_NE(out.find("state sent by rank 0 to rank(s) 1"), std::string::npos) << out;
+  ledgerIsExact();
+}
+
 // A notice to one worker: it leaves at the agreed step with exit 75 and writes no checkpoint; the
 // others shrink the group and train on.
 TEST_F(InPlaceTest, ANoticeLeavesAtAStepBoundaryAndTheOthersTrainOn) {

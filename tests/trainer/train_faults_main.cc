@@ -13,6 +13,8 @@
 // --fault-kill SPEC                 STEP@MEMBER[+MS],…: that member SIGKILLs itself when it draws
 //                                   step STEP (0-based), MS milliseconds later if given (KillAtStep)
 // --fault-stall SPEC                STEP@MEMBER+MS,…: that member sleeps MS ms when it draws STEP
+// --fault-kill-on MEMBER:TEXT       that member SIGKILLs itself when it records a note or warning
+//                                   containing TEXT (KillOnText)
 // --fault-hold-for-joiner STEP      every worker waits at step STEP until a joiner has taken the
 //                                   first join ticket in the Store (in place)
 // Everything after "--" goes to trainer::trainCommand unchanged; the faults enter through the
@@ -47,6 +49,7 @@ struct Faults {
   std::string kill;           // --fault-kill
   std::string stall;          // --fault-stall
   int64_t hold_step = -1;     // --fault-hold-for-joiner
+  std::string kill_on;        // --fault-kill-on MEMBER:TEXT
 };
 
 std::string memberId() {
@@ -82,6 +85,8 @@ int parseFaults(int argc, char** argv, Faults& faults) {
       faults.kill = value;
     } else if (arg == "--fault-stall") {
       faults.stall = value;
+    } else if (arg == "--fault-kill-on") {
+      faults.kill_on = value;
     } else if (arg == "--fault-hold-for-joiner") {
       faults.hold_step = parseInteger(value, arg);
     } else if (arg == "--fault-sigterm-at-step") {
@@ -94,7 +99,7 @@ int parseFaults(int argc, char** argv, Faults& faults) {
     } else {
       throw std::invalid_argument(arg +
                                   ": unknown; use --fault-sigterm-at-step, --sample-ledger, "
-                                  "--fault-kill, --fault-stall, --fault-hold-for-joiner");
+                                  "--fault-kill, --fault-stall, --fault-kill-on, --fault-hold-for-joiner");
     }
   }
   throw std::invalid_argument("missing \"--\" before cumulus-train's arguments");
@@ -145,6 +150,13 @@ void install(const Faults& faults, TrainerOptions& options) {
     wraps.push_back([step = step, ms = ms, stall = stall](std::shared_ptr<BatchSource> inner) {
       return std::make_shared<KillAtStep>(std::move(inner), step, ms, stall);
     });
+  }
+  if (const size_t colon = faults.kill_on.find(':');
+      colon != std::string::npos && faults.kill_on.substr(0, colon) == member) {
+    options.metrics = [text = faults.kill_on.substr(colon + 1)](
+                          std::shared_ptr<MetricsRecorder> standard) {
+      return std::make_shared<KillOnText>(std::move(standard), text);
+    };
   }
   if (faults.hold_step >= 0) {
     // The launcher's Store, read as any process of the job may.
