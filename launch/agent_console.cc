@@ -58,6 +58,12 @@ void AgentConsole::inPlaceFallsBack() {
       "serves one world size); a failure restarts the group instead");
 }
 
+void AgentConsole::workersNotInPlace(int64_t generation) {
+  say("the workers of generation %lld did not form an in-place group (the program does not "
+      "recover in place, or it failed before it could); restarting the group instead",
+      static_cast<long long>(generation));
+}
+
 void AgentConsole::joiningRunningGroup(int64_t generation, const std::string& node_ids,
                                        int64_t workers) {
   say("the group of generation %lld (nodes %s) is already running; this node's %lld worker(s) "

@@ -36,6 +36,8 @@ class AgentConsole {
   void parameterServer(const std::string& endpoint);
   // launch.recovery in_place asked for with the funnel's parameter server.
   void inPlaceFallsBack();
+  // In place was asked for, but generation g's workers never formed an in-place group.
+  void workersNotInPlace(int64_t generation);
 
   // One generation.
   void generationFormed(int64_t generation, const std::string& node_ids, int64_t world_size,

@@ -43,6 +43,10 @@ void GroupStore::waitDone(int64_t g, const std::vector<int64_t>& nodes,
   store_.wait(keys, timeout);
 }
 
+bool GroupStore::runsInPlace(int64_t g) {
+  return store_.tryGet(comm::quorumRecordKey(g, 0)).has_value();
+}
+
 int64_t GroupStore::nextMember(int64_t g, int64_t node, int64_t local_rank) {
   return store_.add(comm::groupSlotKey(g, node, local_rank), 1) - 1;
 }

@@ -53,6 +53,10 @@ class GroupStore {
   // Tells the workers' quorum that member `member_id` is gone and why (what
   // comm::Quorum::markGone writes).
   void markGone(int64_t g, const std::string& member_id, const std::string& why);
+  // Whether generation g's workers formed an in-place group (comm/quorum.h closed its epoch 0).
+  // A program that does not recover in place (a user's own, without Cumulus's trainer) never
+  // does, so its failures take the restart path.
+  bool runsInPlace(int64_t g);
   // Adds `node` to the nodes that joined generation g's running group late.
   void addJoined(int64_t g, int64_t node);
   // Those nodes, in joining order.

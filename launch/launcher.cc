@@ -115,10 +115,25 @@ GroupEnd Launcher::supervise(WorkerGroup& group, LaunchReport& report) {
   State& st = *state_;
   for (;;) {
     GroupEnd end = Supervisor(options_, *st.job, *st.policy, st.console, &stopSignal).run(group);
+    const bool failed = end.kind == GroupEnd::Kind::kWorkerFailed ||
+                        end.kind == GroupEnd::Kind::kRemoteFailure;
+    if (failed && options_.recovery == Recovery::kInPlace && !workersRunInPlace(group)) {
+      st.console.workersNotInPlace(group.generation);
+      st.policy->fallBackToRestart();
+      options_.recovery = Recovery::kRestart;
+    }
     if (end.kind != GroupEnd::Kind::kWorkerFailed) return end;
     const RestartDecision decision = st.policy->decide(end, report.restarts);
     if (decision.action != RestartDecision::Action::kReplace) return end;
     if (std::optional<GroupEnd> lost = replaceWorker(group, end, decision, report)) return *lost;
+  }
+}
+
+bool Launcher::workersRunInPlace(const WorkerGroup& group) {
+  try {
+    return state_->job->group_store->runsInPlace(group.generation);
+  } catch (const comm::CommError&) {
+    return true;  // the Store is gone: the in-place path reports that as it does now
   }
 }
 

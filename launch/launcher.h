@@ -95,6 +95,8 @@ class Launcher {
   // Supervises `group` until it ends; with recovery in place, replaces each worker that dies
   // while restarts are left and goes on.
   GroupEnd supervise(WorkerGroup& group, LaunchReport& report);
+  // Whether the group's workers formed an in-place group (GroupStore::runsInPlace).
+  bool workersRunInPlace(const WorkerGroup& group);
   std::optional<GroupEnd> replaceWorker(WorkerGroup& group, const GroupEnd& end,
                                         const RestartDecision& decision, LaunchReport& report);
   // Acts on the restart policy's decision after `group` ended. Returns whether to join the next

@@ -87,6 +87,8 @@ class RestartPolicy {
 
   // `restarts`: the group restarts so far (in place: this node's replacements so far).
   RestartDecision decide(const GroupEnd& end, int restarts) const;
+  // From now on failures restart the group (the workers turned out not to recover in place).
+  void fallBackToRestart() { in_place_ = false; }
 
   // The Store failed while the launcher acted on `decided` (telling the other nodes of a failure,
   // announcing this node for the next round): the job cannot go on. Keeps `decided.what`.

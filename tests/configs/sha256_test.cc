@@ -20,7 +20,7 @@ TEST(DigestTest, SameExperimentSameDigestHoweverWritten) {
   // Pinned (the same as `cumulus-config defaults | sha256sum`): a change to toYaml's output or
   // to a default changes every digest, so it must be deliberate; checkpoints record digests.
   EXPECT_EQ(configDigest(Experiment{}),
-            "90da3129c977d216903eb7e77333c0808cc7e00cd89448a4d1a4e4a992bb9396");
+            "1deb9aa44fc7315b829d79aa6ae09ce564cb99472b1e77e85fe15d89d482ec81");
 }
 
 TEST(DigestTest, DiffKeysListsChangedKeysInSchemaOrder) {

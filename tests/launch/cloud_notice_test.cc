@@ -117,14 +117,25 @@ class CloudNoticeTest : public ::testing::Test {
 
   // Two cumulus-train workers on the smoke config with checkpoints every 20 steps, long enough
   // that only the notice ends them; the notice is up once the first checkpoint is in.
-  Result trainUntilNotice(const std::string& notice_spec) {
+  // `ready`, when given, must also hold before the notice goes up.
+  Result trainUntilNotice(const std::string& notice_spec,
+                          const std::function<bool()>& ready = {}) {
     const std::string train = kTrain + " " + kSmoke + " --set trainer.run_dir=" + run().string() +
                               " --set trainer.epochs=400 --set checkpoint.every_steps=20";
     Result r;
     std::thread launcher([&] {
       r = launch("--nproc-per-node 2 --preemption-notice " + notice_spec + " -- " + train);
     });
-    const bool training = waitFor([&] { return fs::exists(checkpoints() / "step-00000020"); }, 120);
+    // Some checkpoint is there (retention may already have removed step 20's).
+    auto checkpointed = [&] {
+      std::error_code error;
+      for (const auto& e : fs::directory_iterator(checkpoints(), error)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos) return true;
+      }
+      return false;
+    };
+    const bool training = waitFor([&] { return checkpointed() && (!ready || ready()); }, 120);
     std::ofstream(trigger_) << "";
     launcher.join();
     EXPECT_TRUE(training) << r.output;
@@ -155,7 +166,10 @@ TEST_F(CloudNoticeTest, AwsImdsV2NoticeWithExpiringTokensCheckpointsAndExits75) 
   const std::string log = (dir_ / "requests.log").string();
   // Tokens die after 1 s whatever TTL was asked for: the launcher must fetch new ones.
   FakeCloud aws("--cloud aws --token-lifetime 1 --notice-when " + trigger_ + " --log " + log);
-  const Result r = trainUntilNotice(aws.spec(kAwsPath));
+  // The notice goes up once the launcher has had to fetch a second token (the first one expired).
+  const Result r = trainUntilNotice(aws.spec(kAwsPath), [&] {
+    return count(readFile(log), "PUT /latest/api/token 200") >= 2;
+  });
   expectCheckpointedAndStopped(r);
   EXPECT_NE(r.output.find("cumulus-run: preemption notice (AWS spot/instance-action terminate at "
                           "2026-11-23T22:30:00Z); asking the workers to checkpoint and stop"),

@@ -138,7 +138,7 @@ TEST_F(LauncherTest, CrashRestartsTheGroupUnderANewGeneration) {
       script("flaky.sh",
              "if [ \"$RANK\" = 1 ] && [ \"$CUMULUS_GENERATION\" = 0 ]; then exit 3; fi\n"
              "echo done gen=$CUMULUS_GENERATION restarts=$CUMULUS_RESTART_COUNT");
-  Result r = launch("--nproc-per-node 2 --run-id flaky --max-restarts 3 -- " + w);
+  Result r = launch("--nproc-per-node 2 --run-id flaky --max-restarts 3 --recovery restart -- " + w);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("cumulus-run: rank 1 failed (exit code 3); stopping the group"),
             std::string::npos)
@@ -152,6 +152,27 @@ TEST_F(LauncherTest, CrashRestartsTheGroupUnderANewGeneration) {
                          R"("generation":0,"rank":1,"local_rank":1,"node_rank":0,"pid":\d+,)"
                          R"("exit_code":3,"log":".*/gen0/rank1.log"\}\n$)")))
       << errors;
+}
+
+// Recovery in place is the default, but a program that does not recover in place (a script, a
+// user's own loop) never forms an in-place group: its failure restarts the group as before.
+TEST_F(LauncherTest, AProgramThatDoesNotRecoverInPlaceIsRestarted) {
+  std::string w =
+      script("flaky.sh",
+             "if [ \"$RANK\" = 1 ] && [ \"$CUMULUS_GENERATION\" = 0 ]; then exit 3; fi\n"
+             "echo done gen=$CUMULUS_GENERATION recovery=$CUMULUS_RECOVERY");
+  Result r = launch("--nproc-per-node 2 --run-id flaky --max-restarts 3 -- " + w);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: the workers of generation 0 did not form an in-place "
+                          "group (the program does not recover in place, or it failed before it "
+                          "could); restarting the group instead"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: restarting the group (restart 1 of 3)"), std::string::npos)
+      << r.output;
+  // From then on the job runs as with --recovery restart.
+  EXPECT_NE(r.output.find("[rank0] done gen=1 recovery=\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank1] done gen=1 recovery=\n"), std::string::npos) << r.output;
 }
 
 TEST_F(LauncherTest, GivesUpAfterMaxRestartsNamingTheRank) {
@@ -410,7 +431,7 @@ TEST_F(LauncherTest, AFailureOnOneNodeRestartsBothNodes) {
              "echo rank=$RANK gen=$CUMULUS_GENERATION");
   std::string common =
       "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
-      " --rdzv-timeout 20 --stop-grace 2 --run-id fl2";
+      " --rdzv-timeout 20 --stop-grace 2 --run-id fl2 --recovery restart";
   auto [r0, r1] = launchTwoNodes(common, w);
   const std::string& o1 = r1.output;
   EXPECT_EQ(r0.exit_code, 0) << r0.output;
@@ -522,6 +543,22 @@ class InPlaceTest : public LauncherTest {
   }
   std::string out() { return readFile(dir_ / "out"); }
   std::string path(const std::string& name) { return (dir_ / name).string(); }
+  // What cumulus-train does first in place: close epoch 0 of the workers' quorum in the Store, so
+  // the agent treats failures in place (a program that never does is restarted instead). Then
+  // the file `in-place` tells the script workers to go on.
+  void declareInPlace(const std::string& members) {
+    cumulus::comm::StoreClientOptions options;
+    options.connect_timeout = std::chrono::seconds(20);
+    cumulus::comm::StoreClient store("127.0.0.1", port_, "tok", options);
+    store.set(cumulus::comm::quorumRecordKey(0, 0),
+              "{\"members\":" + members +
+                  ",\"step\":-1,\"source\":-1,\"stale\":[],\"admitted\":0}");
+    std::ofstream(dir_ / "in-place") << "";
+  }
+  // A shell line that waits for declareInPlace().
+  std::string waitInPlace() {
+    return "while [ ! -f " + path("in-place") + " ]; do sleep 0.02; done; ";
+  }
   int port_ = 0;
 };
 
@@ -556,7 +593,8 @@ TEST_F(InPlaceTest, ADeadWorkerIsMarkedGoneAndReplacedWhileTheOtherKeepsRunning)
                                "  touch " +
                                    path("replaced") +
                                    "\n"
-                                   "elif [ \"$LOCAL_RANK\" = 1 ]; then kill -9 $$\n"
+                                   "elif [ \"$LOCAL_RANK\" = 1 ]; then " +
+                                   waitInPlace() + "kill -9 $$\n"
                                    "else trap 'echo $$ >> " +
                                    path("signalled") +
                                    "' TERM INT HUP\n"
@@ -566,6 +604,7 @@ TEST_F(InPlaceTest, ADeadWorkerIsMarkedGoneAndReplacedWhileTheOtherKeepsRunning)
                                    " ]; do sleep 0.02; done\n"
                                    "echo done member=$CUMULUS_MEMBER_ID");
   const pid_t agent = startAgent("--nproc-per-node 2 --recovery in_place --run-id ip", w);
+  declareInPlace(R"(["0.0.0","0.1.0"])");
   ASSERT_TRUE(appears(dir_ / "replaced")) << out();
   cumulus::comm::StoreClient store("127.0.0.1", port_, "tok");
   EXPECT_EQ(store.tryGet(cumulus::comm::quorumGoneKey(0, "0.1.0")), "signal SIGKILL");
@@ -599,21 +638,23 @@ TEST_F(InPlaceTest, ADeadWorkerIsMarkedGoneAndReplacedWhileTheOtherKeepsRunning)
 }
 
 TEST_F(InPlaceTest, GivesUpWhenNoRestartsAreLeft) {
-  const std::string w = script("bad.sh", "if [ \"$RANK\" = 1 ]; then exit 7; fi\nexec sleep 30");
-  Result r = launch(
-      "--nproc-per-node 2 --recovery in_place --run-id ipbad --max-restarts 1 "
-      "--stop-grace 5 -- " +
-      w);
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("cumulus-run: rank 1 (member 0.1.0) died (exit code 7); the group goes "
-                          "on without it; starting a replacement (member 0.1.1), restart 1 of 1\n"),
+  const std::string w = script(
+      "bad.sh", "if [ \"$RANK\" = 1 ]; then " + waitInPlace() + "exit 7; fi\nexec sleep 30");
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t agent = startAgent(
+      "--nproc-per-node 2 --recovery in_place --run-id ipbad --max-restarts 1 --stop-grace 5", w);
+  declareInPlace(R"(["0.0.0","0.1.0"])");
+  EXPECT_EQ(waitExitCode(agent), 1) << out();
+  const std::string text = out();
+  EXPECT_NE(text.find("cumulus-run: rank 1 (member 0.1.0) died (exit code 7); the group goes "
+                      "on without it; starting a replacement (member 0.1.1), restart 1 of 1\n"),
             std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("cumulus-run: giving up: rank 1 failed (exit code 7) and no restarts are "
-                          "left (--max-restarts 1); see "),
+      << text;
+  EXPECT_NE(text.find("cumulus-run: giving up: rank 1 failed (exit code 7) and no restarts are "
+                      "left (--max-restarts 1); see "),
             std::string::npos)
-      << r.output;
-  EXPECT_LT(r.seconds, 15.0);
+      << text;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 15.0);
   const std::string errors = readFile(dir_ / "logs/ipbad/errors.jsonl");
   EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 2) << errors;
 }

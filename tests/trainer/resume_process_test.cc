@@ -249,8 +249,9 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, GroupResumeTest, ::testing::Values("ring", 
 // by the steps that made the final model.
 TEST_F(ResumeProcessTest, WorldSizeTwoToOneConsumesEverySampleOnce) {
   const std::string ledger = (dir_ / "ledger").string();
-  const ProcessResult first = runProcess(group(
-      2, withFaults({"--fault-sigterm-at-step", "9", "--sample-ledger", ledger}, train("x"))));
+  const ProcessResult first = runProcess(
+      group(2, withFaults({"--fault-sigterm-at-step", "9", "--sample-ledger", ledger}, train("x")),
+            {"--recovery=restart"}));
   ASSERT_EQ(first.exit_code, 75) << first.output;
   const ProcessResult second = runProcess(
       withFaults({"--sample-ledger", ledger}, train("x", {"--resume", "auto"})), alone());
@@ -341,7 +342,7 @@ TEST_F(ResumeProcessTest, KilledWorkerIsRestartedAndResumes) {
   const std::string expected = digestOf(runProcess(group(2, train("base", with({})))));
   bool killed = false;
   const ProcessResult run =
-      runProcess(group(2, train("x", with({})), {"--max-restarts=2"}), {},
+      runProcess(group(2, train("x", with({})), {"--max-restarts=2", "--recovery=restart"}), {},
                  [&](const std::string& line, pid_t launcher) {
                    if (!killed && line.find("checkpoint step 8:") != std::string::npos) {
                      const auto workers = childrenOf(launcher);

@@ -107,9 +107,10 @@ class UserModelsTest : public ::testing::Test {
     for (auto& e : extra) argv.push_back(std::move(e));
     return argv;
   }
-  // Two workers under cumulus-run.
+  // Two workers under cumulus-run, which restarts (these tests stop one rank and resume).
   Args group(Args train_argv) const {
-    return cumulus::testing::groupOf(2, (dir_ / "logs").string(), std::move(train_argv));
+    return cumulus::testing::groupOf(2, (dir_ / "logs").string(), std::move(train_argv),
+                                     {"--recovery=restart"});
   }
   // The worker command run by cumulus-train-faults, raising SIGTERM at rank 1 after `step`.
   static Args stoppedAt(const std::string& step, const Args& train_argv) {
