@@ -67,15 +67,18 @@ class InPlaceTest : public ::testing::Test {
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
-  // cumulus-train-faults with `faults` over smoke.yaml: 3 epochs of 16 steps, a small timeout so
-  // that a stalled peer is declared dead soon, every rank printing its results.
-  std::vector<std::string> command(std::vector<std::string> faults, const std::string& run) {
+  // cumulus-train-faults with `faults` over smoke.yaml: 3 epochs of 16 steps, every rank printing
+  // its results, and `timeout` as comm.timeout_seconds (small, so that a stalled peer is declared
+  // dead soon; not so small that a loaded machine trips it).
+  std::vector<std::string> command(std::vector<std::string> faults, const std::string& run,
+                                   int timeout = 10) {
     faults.push_back("--sample-ledger");
     faults.push_back((dir_ / "ledger").string());
     return withFaults(faults, {"cumulus-train", CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
                                "trainer.run_dir=" + (dir_ / run).string(), "--set",
                                "trainer.epochs=3", "--set", "trainer.log_all_ranks=true", "--set",
-                               "comm.timeout_seconds=3", "--set", "trainer.log_every_steps=16"});
+                               "comm.timeout_seconds=" + std::to_string(timeout), "--set",
+                               "trainer.log_every_steps=16"});
   }
 
   // Starts a worker: rank `rank` of `world` of the launch, or a joiner (rank < 0).
@@ -269,11 +272,12 @@ TEST_F(InPlaceTest, AJoinerHealsFromALivePeer) {
   ledgerIsExact();
 }
 
-// A worker that only stalls past the others' timeout is left out (nobody marks it gone: the
+// A worker that only stalls (8 s) past the others' timeout (3 s) is left out (nobody marks it gone: the
 // window closes the epoch without it); when it wakes its old epoch is gone, it joins again
 // and is healed.
 TEST_F(InPlaceTest, AStalledWorkerIsFencedOutAndRejoinsThroughTheHeal) {
-  startGroup(3, command({"--fault-stall", "10@0.2.0+6000", "--fault-hold-for-joiner", "20"}, "run"));
+  startGroup(3, command({"--fault-stall", "10@0.2.0+8000", "--fault-hold-for-joiner", "20"}, "run",
+                        /*timeout=*/3));
   identicalReplicas({"0.0.0", "0.1.0", "0.2.0"});
   const std::string& out = finish("0.2.0").output;
   EXPECT_NE(out.find("re-formed in place: epoch 2, rank 2 of 3"), std::string::npos) << out;
