@@ -57,11 +57,12 @@ ElasticGroup::ElasticGroup(const GroupOptions& options, const ElasticSettings& s
                            const base::EnvLookup& getenv)
     : settings_(settings) {
   env_ = trainer::groupEnvironment(getenv);
-  const std::chrono::milliseconds timeout = timeoutOption(options.timeout_seconds, "timeout_seconds");
+  const std::chrono::milliseconds timeout =
+      timeoutOption(options.timeout_seconds, "timeout_seconds");
   comm::StoreClientOptions store_options;
   store_options.connect_timeout = timeout;
-  store_ = std::make_unique<comm::StoreClient>(
-      env_.master_addr, static_cast<int>(env_.master_port), env_.job_token, store_options);
+  store_ = std::make_unique<comm::StoreClient>(env_.master_addr, static_cast<int>(env_.master_port),
+                                               env_.job_token, store_options);
   comm::QuorumOptions quorum;
   quorum.generation = env_.generation;
   quorum.member_id = settings.member_id;

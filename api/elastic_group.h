@@ -30,9 +30,9 @@ class StoreClient;
 namespace cumulus {
 
 struct ElasticSettings {
-  std::string member_id;    // CUMULUS_MEMBER_ID
-  bool joining = false;     // CUMULUS_JOIN=1: started into a running group
-  int64_t min_workers = 1;  // CUMULUS_MIN_WORKERS
+  std::string member_id;          // CUMULUS_MEMBER_ID
+  bool joining = false;           // CUMULUS_JOIN=1: started into a running group
+  int64_t min_workers = 1;        // CUMULUS_MIN_WORKERS
   int64_t max_workers = 1 << 20;  // CUMULUS_MAX_WORKERS
 };
 

@@ -62,8 +62,10 @@ bool QuorumEpoch::isStale(int rank) const {
 }
 
 std::string QuorumEpoch::encode() const {
-  nlohmann::ordered_json j{{"members", members}, {"step", step},
-                           {"source", source},   {"stale", stale},
+  nlohmann::ordered_json j{{"members", members},
+                           {"step", step},
+                           {"source", source},
+                           {"stale", stale},
                            {"admitted", admitted}};
   return j.dump();
 }
@@ -220,8 +222,9 @@ QuorumEpoch Quorum::waitForRecord(int64_t epoch, Clock::time_point deadline) {
   } catch (const CommError& e) {
     if (e.kind() != ErrorKind::kTimeout) throw;
     throw CommError(ErrorKind::kTimeout, "quorum", static_cast<uint64_t>(epoch), -1,
-                    epochName(g, epoch) + " did not close in time (rank 0 of the launch never "
-                                          "published the group)");
+                    epochName(g, epoch) +
+                        " did not close in time (rank 0 of the launch never "
+                        "published the group)");
   }
 }
 
@@ -260,12 +263,11 @@ std::optional<QuorumEpoch> Quorum::join() {
     }
     if (store_.tryGet(quorumFinishedKey(g))) return std::nullopt;
     if (Clock::now() >= deadline) {
-      throw CommError(ErrorKind::kTimeout, "quorum.join", static_cast<uint64_t>(ticket), -1,
-                      "member " + me + " was not admitted to the group of generation " +
-                          std::to_string(g) + " within " +
-                          std::to_string(options_.join_timeout.count()) + " ms (last epoch " +
-                          std::to_string(epoch - 1) +
-                          "); the group may be full (MAX) or no longer running");
+      throw CommError(
+          ErrorKind::kTimeout, "quorum.join", static_cast<uint64_t>(ticket), -1,
+          "member " + me + " was not admitted to the group of generation " + std::to_string(g) +
+              " within " + std::to_string(options_.join_timeout.count()) + " ms (last epoch " +
+              std::to_string(epoch - 1) + "); the group may be full (MAX) or no longer running");
     }
     std::this_thread::sleep_for(options_.poll);
   }

@@ -45,8 +45,8 @@
 namespace cumulus::comm {
 
 struct QuorumOptions {
-  int64_t generation = 0;       // the agents' generation (CUMULUS_GENERATION)
-  std::string member_id;        // this process (CUMULUS_MEMBER_ID)
+  int64_t generation = 0;         // the agents' generation (CUMULUS_GENERATION)
+  std::string member_id;          // this process (CUMULUS_MEMBER_ID)
   int64_t max_members = 1 << 20;  // joiners beyond it wait for room
   // How long a reform waits for members of the last epoch that are neither present nor marked
   // gone (a lost host's workers: nobody marks them).

@@ -116,8 +116,8 @@ GroupEnd Launcher::supervise(WorkerGroup& group, LaunchReport& report) {
   for (;;) {
     GroupEnd end = Supervisor(options_, *st.job, *st.policy, st.console, &stopSignal).run(group);
     // A set-up error (exit 2) ends the job either way.
-    const bool usage = end.kind == GroupEnd::Kind::kWorkerFailed &&
-                       end.failed_status.signal == 0 && end.failed_status.exit_code == kExitUsage;
+    const bool usage = end.kind == GroupEnd::Kind::kWorkerFailed && end.failed_status.signal == 0 &&
+                       end.failed_status.exit_code == kExitUsage;
     const bool failed = !usage && (end.kind == GroupEnd::Kind::kWorkerFailed ||
                                    end.kind == GroupEnd::Kind::kRemoteFailure);
     if (failed && options_.recovery == Recovery::kInPlace && !workersRunInPlace(group)) {

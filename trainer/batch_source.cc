@@ -7,8 +7,7 @@
 namespace cumulus::trainer {
 
 SamplerBatchSource::SamplerBatchSource(std::shared_ptr<const data::Examples> train,
-                                       DistributedSampler sampler, int64_t rank,
-                                       int64_t world_size)
+                                       DistributedSampler sampler, int64_t rank, int64_t world_size)
     : train_(std::move(train)),
       sampler_(std::move(sampler)),
       rank_(rank),

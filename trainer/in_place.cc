@@ -17,8 +17,8 @@
 #include "cumulus/data_parallel.h"
 #include "cumulus/errors.h"
 #include "cumulus/process_group.h"
-#include "trainer/trainer_impl.h"
 #include "trainer/resume.h"
+#include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
 namespace cumulus::trainer {
@@ -69,8 +69,9 @@ NamedTensors unpackTensors(const nlohmann::json& list, const torch::Tensor& payl
     const auto dtype = static_cast<torch::ScalarType>(entry.at("dtype").get<int>());
     const std::vector<int64_t> shape = entry.at("shape").get<std::vector<int64_t>>();
     const int64_t offset = entry.at("offset").get<int64_t>();
-    tensors.emplace_back(entry.at("name").get<std::string>(),
-                         torch::from_blob(base + offset, shape, torch::TensorOptions(dtype)).clone());
+    tensors.emplace_back(
+        entry.at("name").get<std::string>(),
+        torch::from_blob(base + offset, shape, torch::TensorOptions(dtype)).clone());
   }
   return tensors;
 }
@@ -194,8 +195,9 @@ void Trainer::Impl::afterReform(double started, bool begin_records, const std::s
   env_.generation = static_cast<int64_t>(group.generation());
   group_ = group.size() > 1 ? &group : nullptr;
   if (epoch.source < 0 && epoch.step < 0 && epoch.epoch > 0) {
-    throw TrainError("no member of the re-formed group holds the training state (every survivor "
-                     "is a joiner); restart the job to resume from the newest checkpoint");
+    throw TrainError(
+        "no member of the re-formed group holds the training state (every survivor "
+        "is a joiner); restart the job to resume from the newest checkpoint");
   }
   if (epoch.source >= 0) transferState(epoch.source, epoch.isStale(static_cast<int>(env_.rank)));
   batches_->reshard(env_.rank, env_.world_size);
@@ -205,8 +207,7 @@ void Trainer::Impl::afterReform(double started, bool begin_records, const std::s
   sync_->attach(params_);
   buildGroupParts();
   if (begin_records) {
-    recorder_->begin(RunStart{"", {}, steps_done_, total_steps_,
-                              batches_->stepsPerEpoch()});
+    recorder_->begin(RunStart{"", {}, steps_done_, total_steps_, batches_->stepsPerEpoch()});
     stop_->start();
   }
   const double ms = 1000.0 * (now() - started);
@@ -294,14 +295,15 @@ void Trainer::Impl::transferState(int source, bool receiving) {
   if (!receiving) return;
 
   // Everything arrived: only now does this rank's state change.
-  const nlohmann::json j = nlohmann::json::parse(
-      std::string(static_cast<const char*>(header.data_ptr()), static_cast<size_t>(manifest_bytes)));
+  const nlohmann::json j = nlohmann::json::parse(std::string(
+      static_cast<const char*>(header.data_ptr()), static_cast<size_t>(manifest_bytes)));
   Checkpoint state;
   state.tensors = unpackTensors(j.at("tensors"), payload);
   state.optimizer_tensors = unpackTensors(j.at("optimizer_tensors"), payload);
   state.optimizer_scalars = unpackScalars(j.at("optimizer_scalars"));
   try {
-    restoreTraining(state, *model_, *optimizer_, "the state sent by rank " + std::to_string(source));
+    restoreTraining(state, *model_, *optimizer_,
+                    "the state sent by rank " + std::to_string(source));
   } catch (const ResumeError& e) {
     throw TrainError(e.what());
   }
@@ -327,8 +329,8 @@ bool Trainer::Impl::leaveOrStay(int64_t done, StepAction& action, RunResult& res
                     " needed), so every rank checkpoints and stops");
     return false;  // the restart path: checkpoint this step, exit 75
   }
-  const bool me = std::find(leaving.begin(), leaving.end(), static_cast<int>(env_.rank)) !=
-                  leaving.end();
+  const bool me =
+      std::find(leaving.begin(), leaving.end(), static_cast<int>(env_.rank)) != leaving.end();
   if (me) {
     elastic_->leave("preempted at step " + std::to_string(done));
     result.preempted = true;

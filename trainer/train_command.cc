@@ -136,14 +136,14 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
     options.group = &elastic->group();
     options.elastic = elastic.get();
     if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
-      std::cout << (settings->joining ? "member " + settings->member_id +
-                                            ": joining the running group (recovery in_place)"
-                                      : "rank " + std::to_string(env.rank) + " of " +
-                                            std::to_string(env.world_size) +
-                                            ": connected (generation " +
-                                            std::to_string(env.generation) +
-                                            ", recovery in_place, comm.algorithm " +
-                                            experiment.comm.algorithm + ")")
+      std::cout << (settings->joining
+                        ? "member " + settings->member_id +
+                              ": joining the running group (recovery in_place)"
+                        : "rank " + std::to_string(env.rank) + " of " +
+                              std::to_string(env.world_size) + ": connected (generation " +
+                              std::to_string(env.generation) +
+                              ", recovery in_place, comm.algorithm " + experiment.comm.algorithm +
+                              ")")
                 << std::endl;
     }
   } else if (env.world_size > 1) {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/elastic_group.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/data_parallel.h"
 #include "cumulus/preemption.h"
@@ -26,7 +27,6 @@
 #include "trainer/resume.h"
 #include "trainer/startup_profile.h"
 #include "trainer/trace.h"
-#include "api/elastic_group.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
@@ -352,7 +352,7 @@ void Trainer::Impl::buildGroupParts() {
   stop.grace_seconds = options_.preemption_grace;
   stop.watch_sigterm = options_.watch_sigterm;
   stop.watch_sigusr1 = options_.watch_sigterm;
-  AgreeMax agree = inPlace()             ? inPlaceVote()
+  AgreeMax agree = inPlace()           ? inPlaceVote()
                    : group_ != nullptr ? agreeOver(*group_)
                                        : agreeAlone();
   stop_ = choose<StopAgreement>(

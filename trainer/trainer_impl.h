@@ -163,14 +163,14 @@ class Trainer::Impl {
   std::vector<std::string> resume_notes_;  // what the resume found, for the recorder
   std::string train_source_;               // Datasets::train_source, for the dry run's messages
   std::shared_ptr<const data::Examples> test_data_;  // for the evaluator, rebuilt on re-forming
-  int64_t steps_done_ = 0;          // optimizer steps this rank's state has taken
-  bool has_state_ = true;           // false for a joiner until a peer sent it the state
-  SamplerState done_position_;      // the sampler's position after step steps_done_
-  std::vector<int64_t> vote_;       // in place: each rank's proposal at the last boundary
-  bool vote_joiners_ = false;       // in place: joiners wait (rank 0's look, agreed)
-  double joiners_checked_at_ = -1;  // rank 0: when it last looked
+  int64_t steps_done_ = 0;                           // optimizer steps this rank's state has taken
+  bool has_state_ = true;             // false for a joiner until a peer sent it the state
+  SamplerState done_position_;        // the sampler's position after step steps_done_
+  std::vector<int64_t> vote_;         // in place: each rank's proposal at the last boundary
+  bool vote_joiners_ = false;         // in place: joiners wait (rank 0's look, agreed)
+  double joiners_checked_at_ = -1;    // rank 0: when it last looked
   int64_t joiners_checked_step_ = 0;  // and after which step
-  int64_t final_boundary_ = -1;     // the step whose boundary ran to its end last
+  int64_t final_boundary_ = -1;       // the step whose boundary ran to its end last
   std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
   bool ran_ = false;
 };

@@ -117,8 +117,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_st
   StepAction action = stop_->decide(done);
   if (inPlace() && leaveOrStay(done, action, result)) return Boundary::kStop;
   if (action == StepAction::kCheckpoint) {
-    recorder_->note("checkpoint requested at step " + std::to_string(done) +
-                    "; training goes on");
+    recorder_->note("checkpoint requested at step " + std::to_string(done) + "; training goes on");
   }
   checkpointAt(checkpoint_policy_->afterAgreement(done, action), done, lr);
   if (action == StepAction::kStop) {

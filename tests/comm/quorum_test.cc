@@ -64,12 +64,10 @@ TEST(Quorum, SurvivorsReformWithoutAMemberMarkedGone) {
   MemoryStore store;
   const QuorumEpoch first = startAll(store, {"0.0.0", "0.1.0", "1.0.0"});
   Quorum::markGone(store, 3, "1.0.0", "signal 9 (SIGKILL)");
-  auto behind = std::async(std::launch::async, [&] {
-    return Quorum(store, optionsFor("0.0.0")).reform(first, 5);
-  });
-  auto ahead = std::async(std::launch::async, [&] {
-    return Quorum(store, optionsFor("0.1.0")).reform(first, 6);
-  });
+  auto behind = std::async(std::launch::async,
+                           [&] { return Quorum(store, optionsFor("0.0.0")).reform(first, 5); });
+  auto ahead = std::async(std::launch::async,
+                          [&] { return Quorum(store, optionsFor("0.1.0")).reform(first, 6); });
   const QuorumEpoch a = behind.get();
   const QuorumEpoch b = ahead.get();
   EXPECT_EQ(a.encode(), b.encode());

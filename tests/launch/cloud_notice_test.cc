@@ -118,8 +118,7 @@ class CloudNoticeTest : public ::testing::Test {
   // Two cumulus-train workers on the smoke config with checkpoints every 20 steps, long enough
   // that only the notice ends them; the notice is up once the first checkpoint is in.
   // `ready`, when given, must also hold before the notice goes up.
-  Result trainUntilNotice(const std::string& notice_spec,
-                          const std::function<bool()>& ready = {}) {
+  Result trainUntilNotice(const std::string& notice_spec, const std::function<bool()>& ready = {}) {
     const std::string train = kTrain + " " + kSmoke + " --set trainer.run_dir=" + run().string() +
                               " --set trainer.epochs=400 --set checkpoint.every_steps=20";
     Result r;
@@ -167,9 +166,8 @@ TEST_F(CloudNoticeTest, AwsImdsV2NoticeWithExpiringTokensCheckpointsAndExits75) 
   // Tokens die after 1 s whatever TTL was asked for: the launcher must fetch new ones.
   FakeCloud aws("--cloud aws --token-lifetime 1 --notice-when " + trigger_ + " --log " + log);
   // The notice goes up once the launcher has had to fetch a second token (the first one expired).
-  const Result r = trainUntilNotice(aws.spec(kAwsPath), [&] {
-    return count(readFile(log), "PUT /latest/api/token 200") >= 2;
-  });
+  const Result r = trainUntilNotice(
+      aws.spec(kAwsPath), [&] { return count(readFile(log), "PUT /latest/api/token 200") >= 2; });
   expectCheckpointedAndStopped(r);
   EXPECT_NE(r.output.find("cumulus-run: preemption notice (AWS spot/instance-action terminate at "
                           "2026-11-23T22:30:00Z); asking the workers to checkpoint and stop"),

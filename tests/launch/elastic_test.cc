@@ -178,7 +178,8 @@ TEST_F(ElasticTest, LosingANodeRestartsTheSurvivorsFromTheCheckpointAtTheSmaller
                             " --set trainer.log_every_steps=1000" +
                             " --set trainer.log_all_ranks=true";  // each node's lines, below
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string f = flags("2:3", "--recovery restart --rdzv-last-call 1 --rdzv-timeout 20 --max-restarts 2");
+  const std::string f =
+      flags("2:3", "--recovery restart --rdzv-last-call 1 --rdzv-timeout 20 --max-restarts 2");
   for (int rank = 0; rank < 3; ++rank) start(rank, f, train);
   // Training is under way once the first checkpoint is in: then node 2 is lost.
   ASSERT_TRUE(waitFor([&] { return fs::exists(run / "checkpoints" / "step-00000020"); }, 30))
@@ -246,7 +247,8 @@ std::string probe() {
 }
 
 TEST_F(ElasticTest, FewerThanMinNodesAfterALossEndTheJobNamingTheCount) {
-  const std::string f = flags("2:3", "--recovery restart --rdzv-last-call 0.3 --rdzv-timeout 2 --max-restarts 3");
+  const std::string f =
+      flags("2:3", "--recovery restart --rdzv-last-call 0.3 --rdzv-timeout 2 --max-restarts 3");
   start(0, f, probe());
   start(1, f, probe());
   ASSERT_TRUE(waitFor([&] { return printed(0, "rank(s)"); }, 20)) << output(0);
@@ -272,7 +274,8 @@ TEST_F(ElasticTest, ALateNodeIsAdmittedByReformingTheGroupWithoutCountingARestar
          " restarts=$CUMULUS_RESTART_COUNT\n"
       << "if [ \"$CUMULUS_GENERATION\" = 0 ]; then exec sleep 30; fi\n";
   fs::permissions(worker, fs::perms::owner_all);
-  const std::string f = flags("2:3", "--recovery restart --rdzv-last-call 0.3 --rdzv-timeout 10 --max-restarts 0");
+  const std::string f =
+      flags("2:3", "--recovery restart --rdzv-last-call 0.3 --rdzv-timeout 10 --max-restarts 0");
   start(0, f, worker);
   start(1, f, worker);
   ASSERT_TRUE(waitFor([&] { return printed(1, "[rank1] rank=1 of 2"); }, 10)) << output(1);
@@ -315,7 +318,8 @@ TEST_F(ElasticTest, ANodeAdmittedMidTrainingResumesFromTheStopStepLosingNoStep) 
                             " --set trainer.epochs=20 --set checkpoint.every_steps=20" +
                             " --set trainer.log_every_steps=1000 --set comm.algorithm=funnel" +
                             " --set trainer.log_all_ranks=true";  // node 2's summary, below
-  const std::string f = flags("2:3", "--recovery restart --rdzv-last-call 0.5 --rdzv-timeout 20 --max-restarts 0");
+  const std::string f =
+      flags("2:3", "--recovery restart --rdzv-last-call 0.5 --rdzv-timeout 20 --max-restarts 0");
   start(0, f, train);
   start(1, f, train);
   ASSERT_TRUE(waitFor([&] { return fs::exists(run / "checkpoints" / "step-00000020"); }, 30))

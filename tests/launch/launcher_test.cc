@@ -138,7 +138,8 @@ TEST_F(LauncherTest, CrashRestartsTheGroupUnderANewGeneration) {
       script("flaky.sh",
              "if [ \"$RANK\" = 1 ] && [ \"$CUMULUS_GENERATION\" = 0 ]; then exit 3; fi\n"
              "echo done gen=$CUMULUS_GENERATION restarts=$CUMULUS_RESTART_COUNT");
-  Result r = launch("--nproc-per-node 2 --run-id flaky --max-restarts 3 --recovery restart -- " + w);
+  Result r =
+      launch("--nproc-per-node 2 --run-id flaky --max-restarts 3 --recovery restart -- " + w);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("cumulus-run: rank 1 failed (exit code 3); stopping the group"),
             std::string::npos)
@@ -550,9 +551,9 @@ class InPlaceTest : public LauncherTest {
     cumulus::comm::StoreClientOptions options;
     options.connect_timeout = std::chrono::seconds(20);
     cumulus::comm::StoreClient store("127.0.0.1", port_, "tok", options);
-    store.set(cumulus::comm::quorumRecordKey(0, 0),
-              "{\"members\":" + members +
-                  ",\"step\":-1,\"source\":-1,\"stale\":[],\"admitted\":0}");
+    store.set(
+        cumulus::comm::quorumRecordKey(0, 0),
+        "{\"members\":" + members + ",\"step\":-1,\"source\":-1,\"stale\":[],\"admitted\":0}");
     std::ofstream(dir_ / "in-place") << "";
   }
   // A shell line that waits for declareInPlace().
@@ -594,7 +595,8 @@ TEST_F(InPlaceTest, ADeadWorkerIsMarkedGoneAndReplacedWhileTheOtherKeepsRunning)
                                    path("replaced") +
                                    "\n"
                                    "elif [ \"$LOCAL_RANK\" = 1 ]; then " +
-                                   waitInPlace() + "kill -9 $$\n"
+                                   waitInPlace() +
+                                   "kill -9 $$\n"
                                    "else trap 'echo $$ >> " +
                                    path("signalled") +
                                    "' TERM INT HUP\n"
@@ -638,8 +640,8 @@ TEST_F(InPlaceTest, ADeadWorkerIsMarkedGoneAndReplacedWhileTheOtherKeepsRunning)
 }
 
 TEST_F(InPlaceTest, GivesUpWhenNoRestartsAreLeft) {
-  const std::string w = script(
-      "bad.sh", "if [ \"$RANK\" = 1 ]; then " + waitInPlace() + "exit 7; fi\nexec sleep 30");
+  const std::string w =
+      script("bad.sh", "if [ \"$RANK\" = 1 ]; then " + waitInPlace() + "exit 7; fi\nexec sleep 30");
   const auto start = std::chrono::steady_clock::now();
   const pid_t agent = startAgent(
       "--nproc-per-node 2 --recovery in_place --run-id ipbad --max-restarts 1 --stop-grace 5", w);

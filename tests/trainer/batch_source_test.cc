@@ -39,7 +39,8 @@ std::vector<int64_t> rowsOf(const data::Batch& batch) {
 TEST(BatchSourceTest, EachRankGetsItsSliceOfTheGlobalBatchInContiguousMicroBatches) {
   // 20 samples, global batch 8: steps of 8, 8, 4.
   const data::DistributedSampler sampler(20, 8, /*seed=*/3, /*shuffle=*/true, /*drop_last=*/false);
-  SamplerBatchSource rank1(data::inMemory(numbered(20), "numbered"), sampler, /*rank=*/1, /*world_size=*/2);
+  SamplerBatchSource rank1(data::inMemory(numbered(20), "numbered"), sampler, /*rank=*/1,
+                           /*world_size=*/2);
   data::DistributedSampler reference = sampler;
   EXPECT_EQ(rank1.stepsPerEpoch(), 3);
   for (int64_t step = 0; step < 3; ++step) {
@@ -88,9 +89,10 @@ TEST(BatchSourceTest, TheLedgerWrapperAppendsEachStepsSamplesAndPassesTheBatchOn
   data::DistributedSampler reference = sampler;
   std::vector<std::string> expected = {ledgerLine(5, 0, 0, 1, {7})};
   {
-    LedgerBatchSource ledger(std::make_shared<SamplerBatchSource>(data::inMemory(numbered(20), "numbered"), sampler, 1, 2),
-                             path.string(), [] { return int64_t{9}; } /*launch*/,
-                             [] { return int64_t{1}; } /*rank*/);
+    LedgerBatchSource ledger(
+        std::make_shared<SamplerBatchSource>(data::inMemory(numbered(20), "numbered"), sampler, 1,
+                                             2),
+        path.string(), [] { return int64_t{9}; } /*launch*/, [] { return int64_t{1}; } /*rank*/);
     for (int64_t step = 0; step < 4; ++step) {  // into the second epoch
       const data::SamplerState at = reference.state();
       const std::vector<int64_t> indices = reference.localIndices(1, 2);
@@ -117,9 +119,10 @@ TEST(BatchSourceTest, TheLedgerWrapperAppendsEachStepsSamplesAndPassesTheBatchOn
 TEST(BatchSourceTest, TheLedgerWrapperNamesAFileItCannotOpen) {
   const data::DistributedSampler sampler(20, 8, 3, true, false);
   try {
-    LedgerBatchSource ledger(std::make_shared<SamplerBatchSource>(data::inMemory(numbered(20), "numbered"), sampler, 0, 1),
-                             "/nonexistent-dir/ledger.rank0", [] { return int64_t{1}; },
-                             [] { return int64_t{0}; });
+    LedgerBatchSource ledger(
+        std::make_shared<SamplerBatchSource>(data::inMemory(numbered(20), "numbered"), sampler, 0,
+                                             1),
+        "/nonexistent-dir/ledger.rank0", [] { return int64_t{1}; }, [] { return int64_t{0}; });
     FAIL() << "opened";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(),

@@ -160,10 +160,10 @@ pid_t workerPid(pid_t launcher, int rank) {
 
 TEST_F(DistributedE2eTest, AKilledWorkerMakesTheLauncherRestartTheGroupAndTheJobCompletes) {
   const std::string out_path = (dir_ / "launcher.txt").string();
-  std::string cmd = command(
-      2, "killed",
-      "--set trainer.epochs=50 --set trainer.log_every_steps=100 --set comm.algorithm=tree "
-      "--set trainer.log_all_ranks=true");
+  std::string cmd =
+      command(2, "killed",
+              "--set trainer.epochs=50 --set trainer.log_every_steps=100 --set comm.algorithm=tree "
+              "--set trainer.log_all_ranks=true");
   cmd.insert(cmd.find("--nproc-per-node"), "--recovery=restart ");  // the restart path
   const pid_t launcher = ::fork();
   ASSERT_GE(launcher, 0);

@@ -13,8 +13,7 @@
 namespace cumulus::trainer {
 
 LedgerBatchSource::LedgerBatchSource(std::shared_ptr<BatchSource> inner, const std::string& path,
-                                     std::function<int64_t()> launch,
-                                     std::function<int64_t()> rank)
+                                     std::function<int64_t()> launch, std::function<int64_t()> rank)
     : inner_(std::move(inner)),
       path_(path),
       out_(path, std::ios::app),
@@ -50,8 +49,7 @@ StepBatch KillAtStep::next(int64_t step, int64_t micro_batches) {
   return batch;
 }
 
-HoldAtStep::HoldAtStep(std::shared_ptr<BatchSource> inner, int64_t step,
-                       std::function<void()> wait)
+HoldAtStep::HoldAtStep(std::shared_ptr<BatchSource> inner, int64_t step, std::function<void()> wait)
     : inner_(std::move(inner)), step_(step), wait_(std::move(wait)) {}
 
 StepBatch HoldAtStep::next(int64_t step, int64_t micro_batches) {

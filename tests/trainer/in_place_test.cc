@@ -100,8 +100,8 @@ class InPlaceTest : public ::testing::Test {
     Worker* w = worker.get();
     workers_[id] = std::move(worker);
     w->thread = std::thread([this, w, argv, env] {
-      w->result = runProcess(argv, env, [this](const std::string& line, pid_t) { seen(line); },
-                             180);
+      w->result = runProcess(
+          argv, env, [this](const std::string& line, pid_t) { seen(line); }, 180);
       // The agent's part: a worker that died is marked gone at once.
       if (w->result.signal != 0) {
         comm::Quorum::markGone(*store_, 0, w->id, "signal " + std::to_string(w->result.signal));
@@ -116,12 +116,14 @@ class InPlaceTest : public ::testing::Test {
   // Blocks until some worker printed a line containing `text`.
   void waitForLine(const std::string& text) {
     std::unique_lock<std::mutex> lock(mutex_);
-    ASSERT_TRUE(changed_.wait_for(lock, std::chrono::seconds(120), [&] {
-      for (const std::string& l : lines_) {
-        if (l.find(text) != std::string::npos) return true;
-      }
-      return false;
-    })) << "no worker printed '" << text << "'";
+    ASSERT_TRUE(changed_.wait_for(lock, std::chrono::seconds(120),
+                                  [&] {
+                                    for (const std::string& l : lines_) {
+                                      if (l.find(text) != std::string::npos) return true;
+                                    }
+                                    return false;
+                                  }))
+        << "no worker printed '" << text << "'";
   }
 
   const ProcessResult& finish(const std::string& id) {
@@ -272,9 +274,9 @@ TEST_F(InPlaceTest, AJoinerHealsFromALivePeer) {
   ledgerIsExact();
 }
 
-// A worker that only stalls (8 s) past the others' timeout (3 s) is left out (nobody marks it gone: the
-// window closes the epoch without it); when it wakes its old epoch is gone, it joins again
-// and is healed.
+// A worker that only stalls (8 s) past the others' timeout (3 s) is left out (nobody marks it gone:
+// the window closes the epoch without it); when it wakes its old epoch is gone, it joins again and
+// is healed.
 TEST_F(InPlaceTest, AStalledWorkerIsFencedOutAndRejoinsThroughTheHeal) {
   startGroup(3, command({"--fault-stall", "10@0.2.0+8000", "--fault-hold-for-joiner", "20"}, "run",
                         /*timeout=*/3));
@@ -332,9 +334,8 @@ TEST_F(InPlaceTest, RandomSchedulesOfDeathsAndNotices) {
 TEST_F(InPlaceTest, UnderCumulusRunAKilledWorkerIsReplacedAndHealed) {
   const std::vector<std::string> train =
       command({"--fault-kill", "10@0.1.0", "--fault-hold-for-joiner", "30"}, "run");
-  std::vector<std::string> argv =
-      cumulus::testing::groupOf(3, (dir_ / "logs").string(), train,
-                                {"--recovery=in_place", "--max-restarts=1"});
+  std::vector<std::string> argv = cumulus::testing::groupOf(
+      3, (dir_ / "logs").string(), train, {"--recovery=in_place", "--max-restarts=1"});
   const ProcessResult r = runProcess(argv, cumulus::testing::aloneEnv(), {}, 180);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("cumulus-run: rank 1 (member 0.1.0) died (signal SIGKILL); the group "

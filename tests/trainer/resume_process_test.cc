@@ -24,11 +24,11 @@ namespace cumulus::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using cumulus::testing::digestOf;
+using cumulus::testing::Env;
 using cumulus::testing::lastAfter;
 using cumulus::testing::ProcessResult;
 using cumulus::testing::runProcess;
-using cumulus::testing::digestOf;
-using cumulus::testing::Env;
 using cumulus::testing::withFaults;
 
 const std::string& kTrain = cumulus::testing::kTrainBinary;

@@ -9,9 +9,11 @@
 //                                   S@MEMBER: the worker whose CUMULUS_MEMBER_ID is MEMBER
 // --sample-ledger PATH              each rank appends the samples of each step to PATH.rank<R>
 //                                   (in place: PATH.member<ID>, with the epoch's generation as
-//                                   the launch; LedgerBatchSource; resume.h SampleLedger reads them)
+//                                   the launch; LedgerBatchSource; resume.h SampleLedger reads
+//                                   them)
 // --fault-kill SPEC                 STEP@MEMBER[+MS],…: that member SIGKILLs itself when it draws
-//                                   step STEP (0-based), MS milliseconds later if given (KillAtStep)
+//                                   step STEP (0-based), MS milliseconds later if given
+//                                   (KillAtStep)
 // --fault-stall SPEC                STEP@MEMBER+MS,…: that member sleeps MS ms when it draws STEP
 // --fault-kill-on MEMBER:TEXT       that member SIGKILLs itself when it records a note or warning
 //                                   containing TEXT (KillOnText)
@@ -22,9 +24,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,14 +44,14 @@ namespace {
 using namespace cumulus::trainer;
 
 struct Faults {
-  int64_t sigterm_step = -1;  // -1: none
-  int64_t sigterm_rank = -1;  // -1: every rank
+  int64_t sigterm_step = -1;   // -1: none
+  int64_t sigterm_rank = -1;   // -1: every rank
   std::string sigterm_member;  // non-empty: only this member
-  std::string ledger;         // empty: none
-  std::string kill;           // --fault-kill
-  std::string stall;          // --fault-stall
-  int64_t hold_step = -1;     // --fault-hold-for-joiner
-  std::string kill_on;        // --fault-kill-on MEMBER:TEXT
+  std::string ledger;          // empty: none
+  std::string kill;            // --fault-kill
+  std::string stall;           // --fault-stall
+  int64_t hold_step = -1;      // --fault-hold-for-joiner
+  std::string kill_on;         // --fault-kill-on MEMBER:TEXT
 };
 
 std::string memberId() {
@@ -97,9 +99,10 @@ int parseFaults(int argc, char** argv, Faults& faults) {
     } else if (arg == "--sample-ledger") {
       faults.ledger = value;
     } else {
-      throw std::invalid_argument(arg +
-                                  ": unknown; use --fault-sigterm-at-step, --sample-ledger, "
-                                  "--fault-kill, --fault-stall, --fault-kill-on, --fault-hold-for-joiner");
+      throw std::invalid_argument(
+          arg +
+          ": unknown; use --fault-sigterm-at-step, --sample-ledger, "
+          "--fault-kill, --fault-stall, --fault-kill-on, --fault-hold-for-joiner");
     }
   }
   throw std::invalid_argument("missing \"--\" before cumulus-train's arguments");
@@ -119,10 +122,11 @@ std::pair<int64_t, int64_t> entryFor(const std::string& spec, const std::string&
     const std::string entry = spec.substr(at, comma - at);
     at = comma + 1;
     const size_t sign = entry.find('@');
-    if (sign == std::string::npos) throw std::invalid_argument("fault '" + entry + "': STEP@MEMBER");
+    if (sign == std::string::npos)
+      throw std::invalid_argument("fault '" + entry + "': STEP@MEMBER");
     const size_t plus = entry.find('+', sign);
-    const std::string who = entry.substr(sign + 1, plus == std::string::npos ? std::string::npos
-                                                                              : plus - sign - 1);
+    const std::string who =
+        entry.substr(sign + 1, plus == std::string::npos ? std::string::npos : plus - sign - 1);
     if (who != member) continue;
     const int64_t ms = plus == std::string::npos ? 0 : parseInteger(entry.substr(plus + 1), entry);
     return {parseInteger(entry.substr(0, sign), entry), ms};
@@ -153,10 +157,10 @@ void install(const Faults& faults, TrainerOptions& options) {
   }
   if (const size_t colon = faults.kill_on.find(':');
       colon != std::string::npos && faults.kill_on.substr(0, colon) == member) {
-    options.metrics = [text = faults.kill_on.substr(colon + 1)](
-                          std::shared_ptr<MetricsRecorder> standard) {
-      return std::make_shared<KillOnText>(std::move(standard), text);
-    };
+    options.metrics =
+        [text = faults.kill_on.substr(colon + 1)](std::shared_ptr<MetricsRecorder> standard) {
+          return std::make_shared<KillOnText>(std::move(standard), text);
+        };
   }
   if (faults.hold_step >= 0) {
     // The launcher's Store, read as any process of the job may.

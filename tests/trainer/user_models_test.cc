@@ -25,12 +25,12 @@ namespace cumulus::trainer {
 namespace {
 
 namespace fs = std::filesystem;
-using cumulus::testing::lastAfter;
-using cumulus::testing::ProcessResult;
-using cumulus::testing::runProcess;
 using cumulus::testing::Args;
 using cumulus::testing::digestOf;
 using cumulus::testing::Env;
+using cumulus::testing::lastAfter;
+using cumulus::testing::ProcessResult;
+using cumulus::testing::runProcess;
 using cumulus::testing::withFaults;
 
 const std::string& kTrain = cumulus::testing::kTrainBinary;
@@ -187,8 +187,7 @@ TEST_F(UserModelsTest, TokenWindowsReshardFromTwoWorkersToOne) {
       {"--fault-sigterm-at-step", "7:1", "--sample-ledger", ledger}, train("lm.yaml", "x"))));
   ASSERT_EQ(first.exit_code, 75) << first.output;
   const ProcessResult second = runProcess(
-      withFaults({"--sample-ledger", ledger}, train("lm.yaml", "x", {"--resume", "auto"})),
-      kAlone);
+      withFaults({"--sample-ledger", ledger}, train("lm.yaml", "x", {"--resume", "auto"})), kAlone);
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("world size 2 -> 1: re-sharding each global batch of 32"),
             std::string::npos)
