@@ -339,14 +339,19 @@ void Trainer::Impl::buildGroupParts() {
   recorder_ = choose<MetricsRecorder>(
       options_.metrics, std::make_shared<ProgressMetricsRecorder>(std::move(record)), "metrics");
 
-  // A checkpoint when one is due, written by rank 0 alone (the replicas are identical).
-  CheckpointSchedule schedule(config_.checkpoint.every_steps, config_.checkpoint.every_seconds,
-                              options_.clock);
-  checkpoint_policy_ =
-      choose<CheckpointPolicy>(options_.checkpoint_policy,
-                               std::make_shared<ScheduledCheckpointPolicy>(
-                                   std::move(schedule), writes(), config_.checkpoint.async),
-                               "checkpoint_policy");
+  // A checkpoint when one is due, written by rank 0 alone (the replicas are identical). Kept
+  // across in-place re-formings while the writer stays the writer, so that its clock
+  // (every_seconds) does not start again at each one.
+  if (!checkpoint_policy_ || policy_writer_ != writes()) {
+    CheckpointSchedule schedule(config_.checkpoint.every_steps, config_.checkpoint.every_seconds,
+                                options_.clock);
+    checkpoint_policy_ =
+        choose<CheckpointPolicy>(options_.checkpoint_policy,
+                                 std::make_shared<ScheduledCheckpointPolicy>(
+                                     std::move(schedule), writes(), config_.checkpoint.async),
+                                 "checkpoint_policy");
+    policy_writer_ = writes();
+  }
 
   PreemptionOptions stop;
   stop.grace_seconds = options_.preemption_grace;

@@ -149,6 +149,7 @@ class Trainer::Impl {
   std::shared_ptr<Evaluator> evaluator_;
   std::shared_ptr<MetricsRecorder> recorder_;
   std::shared_ptr<CheckpointPolicy> checkpoint_policy_;
+  bool policy_writer_ = false;  // writes() when checkpoint_policy_ was built
   std::shared_ptr<StopAgreement> stop_;
 
   // Checkpoints (DESIGN.md "Checkpoints"): rank 0 writes; every rank may read.
