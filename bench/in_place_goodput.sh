@@ -190,6 +190,8 @@ for n in range(nodes):
         time.sleep(0.2)  # node 0 hosts the Store; the others would wait for it anyway
 next_fault = t0 + interval * rng.uniform(0.5, 1.5)
 noticed = {}       # node -> notice time
+killed = set()     # nodes SIGKILLed after their notice, not relaunched yet
+replacing = set()  # nodes whose next launch replaces a preempted instance
 relaunch_at = {}   # node -> when its agent starts again
 done = failed = False
 end = None
@@ -207,14 +209,16 @@ while not done:
             continue
         note("exit", node=n, rc=rc)
         del agents[n]
-        noticed.pop(n, None)
+        was_noticed = noticed.pop(n, None) is not None or n in killed
         if n == 0 and rc == 0:
             end = now
             done = True
         elif rc == 0:
             pass  # this node is done; the job ends with node 0
-        elif scenario == "A" and (rc == 75 or rc == -signal.SIGKILL):
-            relaunch_at[n] = now + relaunch
+        elif scenario == "A" and (rc == 75 or was_noticed):
+            relaunch_at[n] = now + relaunch  # preempted, or the group stopped (restart mode)
+            if was_noticed:
+                replacing.add(n)
         else:
             reason = "node %d's agent exited %d" % (n, rc)
             failed = True
@@ -224,14 +228,17 @@ while not done:
     for n, t in list(relaunch_at.items()):
         if now >= t:
             del relaunch_at[n]
+            killed.discard(n)
             launches[n] += 1
             agents[n] = Agent(n, launches[n])
-            note("relaunch", node=n)
+            note("relaunch", node=n, replacement=n in replacing)
+            replacing.discard(n)
     # Notices that ran out.
     for n, t in list(noticed.items()):
         if now >= t + notice and n in agents:
             agents[n].kill_instance()
             note("killed_after_notice", node=n)
+            killed.add(n)
             del noticed[n]
     # The schedule.
     if mode != "none" and now >= next_fault:
@@ -291,7 +298,8 @@ if mode == "in_place":
                   r["detected_unix_ms"] >= e["t"] * 1000 - 50), None)
         if r:
             fault_to_step.append(r["next_step_unix_ms"] / 1000 - e["t"])
-    starts = [e["t"] for e in events if e["kind"] == ("relaunch" if scenario == "A" else "kill")]
+    starts = [e["t"] for e in events if e["kind"] == "kill" or
+              (e["kind"] == "relaunch" and e["replacement"])]
     for t in starts:
         r = next((r for r in reforms if r["cause"] == "join" and
                   r["detected_unix_ms"] >= t * 1000 - 50), None)
@@ -304,7 +312,7 @@ elif mode == "restart":
             fault_to_step.append(s - e["t"])
     if scenario == "A":
         for e in events:
-            if e["kind"] == "relaunch":
+            if e["kind"] == "relaunch" and e["replacement"]:
                 s = next((t for t, _ in first_steps if t > e["t"]), None)
                 if s:
                     join_to_step.append(s - e["t"])
