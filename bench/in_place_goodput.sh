@@ -6,7 +6,7 @@
 # same number of steps; goodput = the uninterrupted run's wall time / the disrupted run's.
 #
 #   bench/in_place_goodput.sh [--scenarios "A B"] [--modes "in_place restart none"] [--reps 1]
-#       [--seed 0] [--steps 1500] [--steps-a N] [--steps-b N] [--interval 60] [--notice 10]
+#       [--seed 0] [--steps 2000] [--steps-a N] [--steps-b N] [--interval 60] [--notice 10]
 #       [--relaunch-delay 5] [--checkpoint-seconds 60] [--config configs/fashion_mnist_convnet.yaml]
 #       [--set KEY=VALUE]... [--timeout 1200] [--bin-dir build/bin] [--out FILE] [--logs DIR]
 #
@@ -21,9 +21,10 @@
 #   about every --interval seconds a random worker (a cumulus-train child of the agent) is
 #   SIGKILLed.
 # Both: a checkpoint every --checkpoint-seconds, trainer.max_steps = --steps (per scenario with
-# --steps-a/--steps-b). The uninterrupted run ("none") uses the default recovery (restart), so
-# the in-place figure includes any steady-state cost of recovery in place. Every run gets a fresh
-# run directory. Besides the goodput it reports, as min/median/max:
+# --steps-a/--steps-b); in A, trainer.threads = cores / 4 (each agent would otherwise give its one
+# worker every core of the machine; --set trainer.threads=N overrides it). The uninterrupted run
+# ("none") uses the default recovery (restart), so the in-place figure includes any steady-state
+# cost of recovery in place. Every run gets a fresh run directory. Besides the goodput it reports, as min/median/max:
 #   fault->step   in place: from the fault (B: the kill; A: the notice) to the completion of the
 #                 first step after the group re-formed without the node (reform record); restart:
 #                 to rank 0's first step after the restart (its console line, time-stamped here).
@@ -37,7 +38,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-scenarios="A B"; modes="in_place restart none"; reps=1; seed=0; steps=1500; steps_a=""; steps_b=""
+scenarios="A B"; modes="in_place restart none"; reps=1; seed=0; steps=2000; steps_a=""; steps_b=""
 interval=60; notice=10; relaunch=5; ckpt_s=60; timeout=1200
 config="$root/configs/fashion_mnist_convnet.yaml"; bin_dir="$root/build/bin"
 out="$here/results/in_place.jsonl"; sets=(); logs=""
@@ -60,7 +61,7 @@ while [ $# -gt 0 ]; do
     --bin-dir) bin_dir="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "in_place_goodput.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -96,6 +97,8 @@ os.makedirs(run_dir)
 train = [os.path.join(bin_dir, "cumulus-train"), config, "--set", "trainer.max_steps=%d" % steps,
          "--set", "trainer.epochs=1000000",
          "--set", "checkpoint.every_seconds=%g" % ckpt_s, "--set", "trainer.run_dir=" + run_dir]
+if scenario == "A":  # 4 agents on one machine each see all its cores: share them instead
+    train += ["--set", "trainer.threads=%d" % max(1, (os.cpu_count() or 1) // 4)]
 for kv in json.loads(set_json):
     train += ["--set", kv]
 recovery = [] if mode == "none" else ["--recovery", mode]
