@@ -61,7 +61,7 @@ while [ $# -gt 0 ]; do
     --bin-dir) bin_dir="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "in_place_goodput.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
