@@ -72,7 +72,17 @@ GroupEnd Supervisor::stopForPreemption(WorkerGroup& group, const std::string& no
   GroupEnd end;
   end.exit_code = reportPreemption(group.workers, group.mux, console_, took, grace);
   end.detail = "preempted";
-  if (options_.recovery == Recovery::kInPlace) leaveInPlace(group);
+  if (options_.recovery == Recovery::kInPlace) {
+    leaveInPlace(group);
+  } else if (job_.multi) {
+    // The whole group stopped: node 0 keeps the Store up until every node says it is done, and
+    // this node is (without this, node 0 waits out --rdzv-timeout before it exits 75).
+    try {
+      job_.group_store->markDone(group.generation, options_.node_rank);
+    } catch (const comm::CommError& e) {
+      console_.finishUnconfirmed(group.generation, e.what());
+    }
+  }
   return end;
 }
 
