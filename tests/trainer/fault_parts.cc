@@ -14,7 +14,7 @@ namespace cumulus::trainer {
 
 LedgerBatchSource::LedgerBatchSource(std::shared_ptr<BatchSource> inner, const std::string& path,
                                      std::function<int64_t()> launch, std::function<int64_t()> rank)
-    : inner_(std::move(inner)),
+    : ForwardingBatchSource(std::move(inner)),
       path_(path),
       out_(path, std::ios::app),
       launch_(std::move(launch)),
@@ -31,7 +31,7 @@ StepBatch LedgerBatchSource::next(int64_t step, int64_t micro_batches) {
 
 KillAtStep::KillAtStep(std::shared_ptr<BatchSource> inner, int64_t step, int64_t delay_ms,
                        bool stall)
-    : inner_(std::move(inner)), step_(step), delay_ms_(delay_ms), stall_(stall) {}
+    : ForwardingBatchSource(std::move(inner)), step_(step), delay_ms_(delay_ms), stall_(stall) {}
 
 StepBatch KillAtStep::next(int64_t step, int64_t micro_batches) {
   StepBatch batch = inner_->next(step, micro_batches);
@@ -50,7 +50,7 @@ StepBatch KillAtStep::next(int64_t step, int64_t micro_batches) {
 }
 
 HoldAtStep::HoldAtStep(std::shared_ptr<BatchSource> inner, int64_t step, std::function<void()> wait)
-    : inner_(std::move(inner)), step_(step), wait_(std::move(wait)) {}
+    : ForwardingBatchSource(std::move(inner)), step_(step), wait_(std::move(wait)) {}
 
 StepBatch HoldAtStep::next(int64_t step, int64_t micro_batches) {
   if (step == step_) wait_();

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "trainer/batch_source.h"
 #include "trainer/metrics_recorder.h"
@@ -15,24 +16,33 @@
 
 namespace cumulus::trainer {
 
-// Wraps a BatchSource and appends, for each step, the line resume.h ledgerLine() makes of this
-// rank's sample indices to `path` (opened for appending; std::runtime_error naming it if it cannot
-// be). `launch` orders the launches of one job: the same number on every rank of a launch, larger
-// for a later launch (SampleLedger::dropReplayedSteps); in place it is the epoch's communicator
-// generation, read at each step, as is the rank.
-class LedgerBatchSource final : public BatchSource {
+// A BatchSource that passes everything but next() to `inner`: the base of the wrappers below.
+class ForwardingBatchSource : public BatchSource {
  public:
-  LedgerBatchSource(std::shared_ptr<BatchSource> inner, const std::string& path,
-                    std::function<int64_t()> launch, std::function<int64_t()> rank);
+  explicit ForwardingBatchSource(std::shared_ptr<BatchSource> inner) : inner_(std::move(inner)) {}
 
   int64_t stepsPerEpoch() const override { return inner_->stepsPerEpoch(); }
   data::SamplerState position() const override { return inner_->position(); }
   void restore(const data::SamplerState& position) override { inner_->restore(position); }
   void reshard(int64_t rank, int64_t world_size) override { inner_->reshard(rank, world_size); }
+
+ protected:
+  std::shared_ptr<BatchSource> inner_;
+};
+
+// Wraps a BatchSource and appends, for each step, the line resume.h ledgerLine() makes of this
+// rank's sample indices to `path` (opened for appending; std::runtime_error naming it if it cannot
+// be). `launch` orders the launches of one job: the same number on every rank of a launch, larger
+// for a later launch (SampleLedger::dropReplayedSteps); in place it is the epoch's communicator
+// generation, read at each step, as is the rank.
+class LedgerBatchSource final : public ForwardingBatchSource {
+ public:
+  LedgerBatchSource(std::shared_ptr<BatchSource> inner, const std::string& path,
+                    std::function<int64_t()> launch, std::function<int64_t()> rank);
+
   StepBatch next(int64_t step, int64_t micro_batches) override;
 
  private:
-  std::shared_ptr<BatchSource> inner_;
   std::string path_;
   std::ofstream out_;
   std::function<int64_t()> launch_;
@@ -42,18 +52,13 @@ class LedgerBatchSource final : public BatchSource {
 // Wraps a BatchSource and kills this process with SIGKILL when step `step` (0-based) is drawn:
 // at once, or `delay_ms` later from another thread (mid-forward or mid-backward), or, with
 // `stall`, sleeps that long instead (a worker that only stalled).
-class KillAtStep final : public BatchSource {
+class KillAtStep final : public ForwardingBatchSource {
  public:
   KillAtStep(std::shared_ptr<BatchSource> inner, int64_t step, int64_t delay_ms, bool stall);
 
-  int64_t stepsPerEpoch() const override { return inner_->stepsPerEpoch(); }
-  data::SamplerState position() const override { return inner_->position(); }
-  void restore(const data::SamplerState& position) override { inner_->restore(position); }
-  void reshard(int64_t rank, int64_t world_size) override { inner_->reshard(rank, world_size); }
   StepBatch next(int64_t step, int64_t micro_batches) override;
 
  private:
-  std::shared_ptr<BatchSource> inner_;
   int64_t step_;
   int64_t delay_ms_;
   bool stall_;
@@ -61,18 +66,13 @@ class KillAtStep final : public BatchSource {
 
 // Wraps a BatchSource and, when step `step` is drawn, calls `wait` first, so that a test can hold
 // a group at a step until something has happened (a joiner took its ticket).
-class HoldAtStep final : public BatchSource {
+class HoldAtStep final : public ForwardingBatchSource {
  public:
   HoldAtStep(std::shared_ptr<BatchSource> inner, int64_t step, std::function<void()> wait);
 
-  int64_t stepsPerEpoch() const override { return inner_->stepsPerEpoch(); }
-  data::SamplerState position() const override { return inner_->position(); }
-  void restore(const data::SamplerState& position) override { inner_->restore(position); }
-  void reshard(int64_t rank, int64_t world_size) override { inner_->reshard(rank, world_size); }
   StepBatch next(int64_t step, int64_t micro_batches) override;
 
  private:
-  std::shared_ptr<BatchSource> inner_;
   int64_t step_;
   std::function<void()> wait_;
 };
