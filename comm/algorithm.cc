@@ -12,6 +12,8 @@ const char* algorithmName(Algorithm algorithm) {
       return "tree";
     case Algorithm::kRing:
       return "ring";
+    case Algorithm::kHierarchical:
+      return "hierarchical";
     case Algorithm::kAuto:
       return "auto";
   }
@@ -19,11 +21,12 @@ const char* algorithmName(Algorithm algorithm) {
 }
 
 Algorithm parseAlgorithm(const std::string& name) {
-  for (Algorithm a : {Algorithm::kFunnel, Algorithm::kTree, Algorithm::kRing, Algorithm::kAuto}) {
+  for (Algorithm a : {Algorithm::kFunnel, Algorithm::kTree, Algorithm::kRing,
+                      Algorithm::kHierarchical, Algorithm::kAuto}) {
     if (name == algorithmName(a)) return a;
   }
   throw std::invalid_argument("unknown communication algorithm '" + name +
-                              "': expected one of funnel, tree, ring, auto");
+                              "': expected one of funnel, tree, ring, hierarchical, auto");
 }
 
 }  // namespace cumulus::comm

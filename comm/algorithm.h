@@ -2,6 +2,14 @@
 // Which collective algorithm runs an all-reduce, and the seam through which the funnel
 // (a gRPC parameter server, comm/funnel.h) plugs into the communicator without the TCP data
 // plane knowing about gRPC.
+//
+//   kFunnel        every rank sends its buffer to a parameter server, which sends the sum back
+//   kTree          binomial reduce to rank 0, then binomial broadcast (tree.h)
+//   kRing          reduce-scatter + all-gather around one ring of all ranks (ring.h)
+//   kHierarchical  ring reduce-scatter inside each host, ring all-reduce of each shard across
+//                  hosts, ring all-gather inside each host (hierarchical.h); the flat ring when
+//                  the hosts hold unequal numbers of ranks
+//   kAuto          the cost model's pick for the size, world and topology (cost_model.h)
 
 #include <chrono>
 #include <cstdint>
@@ -11,9 +19,9 @@
 
 namespace cumulus::comm {
 
-enum class Algorithm { kFunnel, kTree, kRing, kAuto };
+enum class Algorithm { kFunnel, kTree, kRing, kHierarchical, kAuto };
 
-const char* algorithmName(Algorithm algorithm);  // "funnel", "tree", "ring", "auto"
+const char* algorithmName(Algorithm algorithm);  // "funnel", "tree", "ring", "hierarchical", "auto"
 // Throws std::invalid_argument listing the valid names.
 Algorithm parseAlgorithm(const std::string& name);
 

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "comm/error.h"
+#include "comm/hierarchical.h"
 #include "comm/rendezvous.h"
 #include "comm/ring.h"
 #include "comm/tree.h"
@@ -59,6 +60,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   config.bind_host = options_.bind_host;
   config.socket_buffer_bytes = options_.socket_buffer_bytes;
   config.segment_bytes = options_.segment_bytes;
+  config.host_id = options_.host_id;
   try {
     config.transport =
         options_.transport != Transport::kAuto ? options_.transport : transportFromEnvironment();
@@ -67,6 +69,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   }
   config.deadline = tcp::Clock::now() + options_.timeout;
   pairs_ = connectMesh(store, config);
+  topology_ = Topology(collectHostIds(store, config));
   spin_.budget_us = resolveSpin(options_.spin_micros);
 }
 
@@ -104,7 +107,7 @@ uint64_t Communicator::nextSeq() const {
 
 Algorithm Communicator::resolve(Algorithm algorithm, size_t bytes) const {
   if (algorithm != Algorithm::kAuto) return algorithm;
-  return options_.cost_model.pick(static_cast<double>(bytes), world_,
+  return options_.cost_model.pick(static_cast<double>(bytes), topology_,
                                   options_.remote_reducer != nullptr);
 }
 
@@ -214,17 +217,21 @@ std::shared_ptr<Work> Communicator::startAllreduce(Buffer& buffer, const Allredu
   if (algorithm == Algorithm::kFunnel && options_.remote_reducer == nullptr) {
     throw CommError(ErrorKind::kInvalid, "allreduce", nextSeq(), -1,
                     "the funnel algorithm needs a parameter server endpoint: give the "
-                    "communicator a RemoteReducer (comm/funnel.h) or choose tree, ring or auto");
+                    "communicator a RemoteReducer (comm/funnel.h) or choose tree, ring, "
+                    "hierarchical or auto");
   }
   Buffer b = buffer;
   const ReduceOp op = options.op;
   RemoteReducer* remote = options_.remote_reducer;
+  const Topology* topology = &topology_;
   return submit(
       "allreduce", options.timeout,
-      [b, op, algorithm, remote](Collective& c) mutable {
+      [b, op, algorithm, remote, topology](Collective& c) mutable {
         switch (algorithm) {
           case Algorithm::kRing:
             return ringAllreduce(c, b, op);
+          case Algorithm::kHierarchical:
+            return hierarchicalAllreduce(c, *topology, b, op);
           case Algorithm::kTree:
             return treeAllreduce(c, b, op);
           case Algorithm::kFunnel:

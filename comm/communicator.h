@@ -40,6 +40,7 @@
 #include "comm/collective.h"
 #include "comm/cost_model.h"
 #include "comm/store.h"
+#include "comm/topology.h"
 #include "comm/transport.h"
 #include "comm/types.h"
 #include "comm/work.h"
@@ -80,6 +81,10 @@ struct CommunicatorOptions {
   // slot to a peer is in use (the peer has not consumed them yet): tells a monitor, or a test,
   // that a sender waits on its receiver. Must not block or throw; empty: nothing is called.
   std::function<void()> on_slot_wait;
+  // Which host this rank is on (rendezvous.h RendezvousConfig::host_id): ranks with equal ids
+  // form one host of the topology and may share memory. Empty: localHostId(), the right answer
+  // outside tests, which set distinct ids to simulate several hosts on one machine.
+  std::string host_id;
 };
 
 // Per-call options (c10d style). A zero timeout means the communicator's default.
@@ -127,7 +132,10 @@ class Communicator {
   void barrier(const OpOptions& options = {});
   std::shared_ptr<Work> barrierAsync(const OpOptions& options = {});
 
-  // The algorithm kAuto resolves to for `bytes` on this group.
+  // Which ranks share a host, as every rank published it at the rendezvous.
+  const Topology& topology() const { return topology_; }
+  // The algorithm kAuto resolves to for `bytes` on this group (hierarchical only when the
+  // topology has several hosts with several ranks each, all alike).
   Algorithm resolve(Algorithm algorithm, size_t bytes) const;
   // Sequence number the next collective will get (the first is 1).
   uint64_t nextSeq() const;
@@ -165,6 +173,7 @@ class Communicator {
   const int world_;
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
+  Topology topology_;
   std::vector<uint8_t> scratch_;  // used only by the executing operation
   tcp::SpinGovernor spin_;        // budget resolved from options_.spin_micros; executing op only
 

@@ -1,5 +1,5 @@
-# comm core: types, reductions, MemoryStore, TCP transport, rendezvous, tree, ring, communicator,
-# cost model. Included by comm/CMakeLists.txt; no LibTorch here.
+# comm core: types, reductions, MemoryStore, TCP transport, rendezvous, tree, ring, topology,
+# hierarchical, communicator, cost model. Included by comm/CMakeLists.txt; no LibTorch here.
 set(COMM_CORE_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/types.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/error.cc
@@ -14,6 +14,8 @@ set(COMM_CORE_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/rendezvous.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/ring.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tree.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/topology.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/hierarchical.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/work.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/communicator.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/quorum.cc

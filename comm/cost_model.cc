@@ -62,7 +62,12 @@ int usableCores() {
 CostModel::CostModel() : CostModel(kDefaultAlpha, kDefaultBeta, kDefaultGamma) {}
 
 CostModel::CostModel(double alpha, double beta, double gamma)
-    : alpha_(alpha), beta_(beta), gamma_(gamma), alpha_busy_(alpha) {
+    : alpha_(alpha),
+      beta_(beta),
+      gamma_(gamma),
+      alpha_busy_(alpha),
+      alpha_local_(kDefaultAlpha),
+      beta_local_(kDefaultBeta) {
   if (!(alpha >= 0) || !(beta >= 0) || !(gamma >= 0)) {
     throw std::invalid_argument("cost model parameters must be finite and >= 0");
   }
@@ -79,7 +84,9 @@ CostModel::CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, i
       betas_(std::move(betas)),
       cores_(cores),
       busy_(std::move(busy)),
-      alpha_busy_(busy_.alpha < 0 ? alpha : busy_.alpha) {
+      alpha_busy_(busy_.alpha < 0 ? alpha : busy_.alpha),
+      alpha_local_(kDefaultAlpha),
+      beta_local_(kDefaultBeta) {
   if (!(alpha >= 0) || !(gamma >= 0) || cores < 0) {
     throw std::invalid_argument("cost model parameters must be finite and >= 0");
   }
@@ -102,6 +109,18 @@ CostModel::CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, i
   std::sort(busy_.work.begin(), busy_.work.end(),
             [](const WorkPoint& a, const WorkPoint& b) { return a.bytes < b.bytes; });
   if (!betas_.empty()) beta_ = betas_.back().oneway;
+}
+
+CostModel CostModel::withLocalLink(double alphaLocal, double betaLocal) const {
+  if (!(alphaLocal >= 0) || !(betaLocal >= 0) || !std::isfinite(alphaLocal) ||
+      !std::isfinite(betaLocal)) {
+    throw std::invalid_argument("cost model local link parameters must be finite and >= 0");
+  }
+  CostModel copy = *this;
+  copy.alpha_local_ = alphaLocal;
+  copy.beta_local_ = betaLocal;
+  copy.local_set_ = true;
+  return copy;
 }
 
 // Why a table, interpolated in log n: on loopback β is a memory-copy cost, and it depends on
@@ -201,10 +220,47 @@ double CostModel::predict(Algorithm algorithm, double n, int p, bool funnelAvail
       return std::max(path,
                       waves * q / p * (2 * p * alpha_busy_ + n * workRing(busyLookup(n, p))));
     }
+    case Algorithm::kHierarchical:
+      return predictHierarchical(n, 1, p);
     case Algorithm::kAuto:
       return predict(pick(n, p, funnelAvailable), n, p, funnelAvailable);
   }
   return std::numeric_limits<double>::infinity();
+}
+
+// The local passes are priced with α_l, β_l; the cross ring with the link's α and β (no β table
+// refinement beyond its duplex β at n: the table describes one host, not the link). The L cross
+// rings of a host run at once over its one link, so together they move 2(H−1)/H·n through it,
+// while each rank reduces only (H−1)/H of its n/L chunk.
+double CostModel::predictHierarchical(double n, int hosts, int local) const {
+  const double H = hosts;
+  const double L = local;
+  const double b = betas_.empty() ? beta_ : betaDuplex(n);
+  const double inHost =
+      2 * (L - 1) * alpha_local_ + 2 * (L - 1) / L * n * beta_local_ + (L - 1) / L * n * gamma_;
+  const double acrossHosts =
+      2 * (H - 1) * alpha_ + 2 * (H - 1) / H * n * b + (H - 1) / (H * L) * n * gamma_;
+  return inHost + acrossHosts;
+}
+
+double CostModel::predict(Algorithm algorithm, double n, const Topology& topology,
+                          bool funnelAvailable) const {
+  switch (algorithm) {
+    case Algorithm::kHierarchical:
+      return topology.uniform() ? predictHierarchical(n, topology.hosts(), topology.localSize())
+                                : predict(Algorithm::kRing, n, topology.world());
+    case Algorithm::kAuto:
+      return predict(pick(n, topology, funnelAvailable), n, topology, funnelAvailable);
+    default:
+      return predict(algorithm, n, topology.world(), funnelAvailable);
+  }
+}
+
+Algorithm CostModel::pick(double n, const Topology& topology, bool funnelAvailable) const {
+  const Algorithm flat = pick(n, topology.world(), funnelAvailable);
+  if (topology.hosts() < 2 || !topology.uniform() || topology.localSize() < 2) return flat;
+  const double hierarchical = predictHierarchical(n, topology.hosts(), topology.localSize());
+  return hierarchical < predict(flat, n, topology.world()) ? Algorithm::kHierarchical : flat;
 }
 
 Algorithm CostModel::pick(double n, int p, bool funnelAvailable) const {
@@ -222,8 +278,8 @@ namespace {
 
 // The file's keys, in the order save() writes them.
 constexpr const char* kKnownKeys =
-    "alpha_s, beta_s_per_byte, gamma_s_per_byte, cores, busy_ranks, alpha_busy_s, beta_at, "
-    "busy_at";
+    "alpha_s, beta_s_per_byte, gamma_s_per_byte, alpha_local_s, beta_local_s_per_byte, cores, "
+    "busy_ranks, alpha_busy_s, beta_at, busy_at";
 
 // Reads a cost model file's JSON; every error names the file and, where there is one, the field.
 class CostModelReader {
@@ -322,6 +378,10 @@ void CostModel::save(const std::string& path) const {
   root["alpha_s"] = alpha_;
   root["beta_s_per_byte"] = beta_;
   root["gamma_s_per_byte"] = gamma_;
+  if (local_set_) {
+    root["alpha_local_s"] = alpha_local_;
+    root["beta_local_s_per_byte"] = beta_local_;
+  }
   if (cores_ > 0) root["cores"] = cores_;
   if (busy_.ranks > 0) root["busy_ranks"] = busy_.ranks;
   if (busy_.alpha >= 0) root["alpha_busy_s"] = busy_.alpha;
@@ -398,9 +458,16 @@ CostModel CostModel::load(const std::string& path) {
                             " cores: say how many ranks it was measured with");
     }
   }
-  if (betas.empty() && cores == 0) return CostModel(alpha, beta, gamma);
+  auto withLocal = [&](CostModel model) {
+    if (!reader.has("alpha_local_s") && !reader.has("beta_local_s_per_byte")) return model;
+    return model.withLocalLink(
+        reader.has("alpha_local_s") ? reader.number("alpha_local_s") : model.alphaLocal(),
+        reader.has("beta_local_s_per_byte") ? reader.number("beta_local_s_per_byte")
+                                            : model.betaLocal());
+  };
+  if (betas.empty() && cores == 0) return withLocal(CostModel(alpha, beta, gamma));
   if (betas.empty()) betas.push_back({1, beta, beta, beta});
-  return CostModel(alpha, gamma, std::move(betas), cores, std::move(busy));
+  return withLocal(CostModel(alpha, gamma, std::move(betas), cores, std::move(busy)));
 }
 
 }  // namespace cumulus::comm

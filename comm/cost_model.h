@@ -5,6 +5,16 @@
 //   funnel ≈ 2(p−1)(α + nβ) + (p−1)nγ
 //   tree   ≈ 2L(α + nβ) + L·nγ
 //   ring   ≈ 2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ
+// and, for H hosts of L ranks each (p = HL; α_l, β_l the costs between ranks of one host):
+//   hierarchical ≈ 2(L−1)α_l + 2(L−1)/L·nβ_l + (L−1)/L·nγ          (reduce-scatter + all-gather
+//                                                                    inside the host)
+//                + 2(H−1)α + 2(H−1)/H·nβ + (H−1)/(H·L)·nγ           (a ring across hosts on n/L
+//                                                                    bytes per rank; the host's
+//                                                                    L rings share its link)
+// The flat ring across hosts is the ring formula with the link's α and β. α_l and β_l default to
+// the built-in α and β, which were measured between ranks of one host; a cluster's file may
+// set them ("alpha_local_s", "beta_local_s_per_byte"). The hierarchical term has no refinements
+// below: β there is the scalar (or the table's duplex β at n), with no oversubscription.
 //
 // Refinements for ranks that share one host (loopback), all optional, all measured by
 // `cumulus-bench calibrate` (see cost_model.cc for the derivations):
@@ -29,6 +39,7 @@
 // File format: one JSON object; the first three keys required, the others optional, no other
 // keys. Seconds, and seconds per byte:
 //   {"alpha_s": 1e-05, "beta_s_per_byte": 3e-10, "gamma_s_per_byte": 1e-10,
+//    "alpha_local_s": 1e-05, "beta_local_s_per_byte": 3e-10,     (hierarchical's α_l, β_l)
 //    "cores": 2,
 //    "busy_ranks": 4,                  (the P the next two were measured with; > cores)
 //    "alpha_busy_s": 3e-06,            (needs busy_ranks)
@@ -42,6 +53,7 @@
 #include <vector>
 
 #include "comm/algorithm.h"
+#include "comm/topology.h"
 
 namespace cumulus::comm {
 
@@ -88,7 +100,13 @@ class CostModel {
             Oversubscribed busy);
   CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, int cores);
 
+  // This model with α_l and β_l, the costs between ranks of one host (hierarchical's local
+  // passes); throws std::invalid_argument unless both are finite and >= 0.
+  CostModel withLocalLink(double alphaLocal, double betaLocal) const;
+
   double alpha() const { return alpha_; }
+  double alphaLocal() const { return alpha_local_; }
+  double betaLocal() const { return beta_local_; }
   double alphaBusy() const { return alpha_busy_; }
   double beta() const { return beta_; }
   double gamma() const { return gamma_; }
@@ -105,12 +123,22 @@ class CostModel {
   double workTree(double bytes) const;
   double workRing(double bytes) const;
 
-  // Predicted seconds for an all-reduce of `bytes` on `world` ranks. kAuto is the pick's time.
+  // Predicted seconds for an all-reduce of `bytes` on `world` ranks of one host (kHierarchical:
+  // H = 1, L = world). kAuto is the pick's time.
   double predict(Algorithm algorithm, double bytes, int world, bool funnelAvailable = false) const;
+  // The same on `topology`: kHierarchical is predictHierarchical() when the topology is uniform
+  // and the ring otherwise (what it runs); the others do not look at hosts.
+  double predict(Algorithm algorithm, double bytes, const Topology& topology,
+                 bool funnelAvailable = false) const;
+  // The two-level formula above for `hosts` × `local` ranks.
+  double predictHierarchical(double bytes, int hosts, int local) const;
   // argmin over tree, ring (and funnel when a RemoteReducer is present); ties go to tree, then
   // ring. Never returns kAuto. Note: with one (α, β, γ) for all three, funnel never beats tree
   // (p−1 ≥ ⌈log₂p⌉ term by term), so funnel is only ever chosen explicitly.
   Algorithm pick(double bytes, int world, bool funnelAvailable = false) const;
+  // The same, and hierarchical when the topology has H ≥ 2 hosts of L ≥ 2 ranks each, all alike,
+  // and it is strictly cheaper than the best of the others.
+  Algorithm pick(double bytes, const Topology& topology, bool funnelAvailable = false) const;
 
   // save() replaces the file whole (a temporary, then rename).
   // Throws std::runtime_error naming the path (and the field) when it cannot be written / read:
@@ -128,6 +156,8 @@ class CostModel {
   int cores_ = 0;
   Oversubscribed busy_;  // work sorted by bytes; empty: derived from β and γ
   double alpha_busy_;     // α unless measured
+  double alpha_local_, beta_local_;  // hierarchical's α_l, β_l
+  bool local_set_ = false;           // given by withLocalLink() or a file: save() writes them
 };
 
 }  // namespace cumulus::comm

@@ -178,6 +178,7 @@ struct Listeners {
 
 Listeners listenAndPublish(Store& store, const RendezvousConfig& cfg, const std::string& hostId) {
   Listeners l;
+  store.set(hostKey(cfg.generation, cfg.rank), hostIdOf(cfg));
   l.tcp = tcp::Socket::listen(cfg.bind_host);
   if (wantsShm(cfg.transport)) {
     const std::string name = freshUnixName() + "/shm";
@@ -271,12 +272,32 @@ void acceptHigherRanks(Listeners& l, const RendezvousConfig& cfg,
 std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const RendezvousConfig& cfg) {
   std::vector<std::unique_ptr<tcp::Pair>> pairs(static_cast<size_t>(cfg.world));
   if (cfg.world == 1) return pairs;
-  const std::string hostId = cfg.transport == Transport::kTcp ? "" : localHostId();
+  const std::string hostId = cfg.transport == Transport::kTcp ? "" : hostIdOf(cfg);
   Listeners listeners = listenAndPublish(store, cfg, hostId);
   const std::vector<std::string> addresses = collectAddresses(store, cfg);
   connectToLowerRanks(store, cfg, hostId, addresses, pairs);
   acceptHigherRanks(listeners, cfg, pairs);
   return pairs;
+}
+
+std::string hostIdOf(const RendezvousConfig& config) {
+  return config.host_id.empty() ? localHostId() : config.host_id;
+}
+
+std::vector<std::string> collectHostIds(Store& store, const RendezvousConfig& cfg) {
+  std::vector<std::string> ids;
+  if (cfg.world == 1) return {hostIdOf(cfg)};
+  for (int r = 0; r < cfg.world; ++r) {
+    auto value = store.tryGet(hostKey(cfg.generation, r));
+    if (!value) {
+      throw CommError(ErrorKind::kRendezvous, "rendezvous", 0, r,
+                      "rank " + std::to_string(r) + " published no host id under " +
+                          hostKey(cfg.generation, r) +
+                          " (is it running an older build of Cumulus? every rank needs the same)");
+    }
+    ids.emplace_back(value->begin(), value->end());
+  }
+  return ids;
 }
 
 }  // namespace cumulus::comm

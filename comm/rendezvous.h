@@ -7,11 +7,13 @@
 // fresh abstract AF_UNIX name and publishes "<host id>\n<name>" under gen/<g>/local/<rank>; under
 // kShm and kAuto it listens on a second name for shared-memory pairs and publishes it the same
 // way under gen/<g>/shm/<rank> (both before its address, so whoever sees the address sees these
-// too). The connecting rank (the higher one) picks, when both host ids match, the shared-memory
-// listener (kShm, kAuto), else the AF_UNIX one (kUnix, kAuto), else TCP (kAuto, kTcp); a forced
-// kShm or kUnix that cannot be had is an error. On the shared-memory listener the handshake is
-// followed by the segment offer (shm::Channel::offer/accept). The acceptor takes any of the three;
-// the handshake, and so the token and generation checks, is the same.
+// too). Every rank, whatever its transport, also publishes its host id (RendezvousConfig::host_id)
+// under gen/<g>/host/<rank> before its address; collectHostIds() reads them all back for the
+// topology (comm/topology.h). The connecting rank (the higher one) picks, when both host ids match,
+// the shared-memory listener (kShm, kAuto), else the AF_UNIX one (kUnix, kAuto), else TCP (kAuto,
+// kTcp); a forced kShm or kUnix that cannot be had is an error. On the shared-memory listener the
+// handshake is followed by the segment offer (shm::Channel::offer/accept). The acceptor takes any
+// of the three; the handshake, and so the token and generation checks, is the same.
 //
 // Topology: a full mesh (p(p−1)/2 connections). Ring neighbours, binomial-tree partners of any
 // root and broadcast/reduce from any root together need most pairs anyway for the small p of this
@@ -45,10 +47,23 @@ struct RendezvousConfig {
   int socket_buffer_bytes = 0;  // 0: kernel autotuning
   Transport transport = Transport::kAuto;
   size_t segment_bytes = 512 * 1024;  // the collectives' pipeline segment: sizes shm slots
+  // Which host this rank is on; ranks with equal ids may use AF_UNIX and shared memory between
+  // them and count as one host in the topology. Empty: localHostId(). Tests set distinct ids
+  // to simulate several hosts on one machine (their ranks then meet over TCP).
+  std::string host_id;
   tcp::Deadline deadline;
 };
 
 // Returns pairs[peer] for every peer; pairs[rank] is null.
 std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const RendezvousConfig& config);
+
+// After connectMesh: every rank's host id, ids[rank] (a world of one: just this rank's own, read
+// from nowhere). Does not block: the ids were published before the addresses connectMesh waited
+// for. Throws CommError(kRendezvous) naming a rank that published none (a build that predates
+// the key).
+std::vector<std::string> collectHostIds(Store& store, const RendezvousConfig& config);
+
+// config.host_id, or localHostId() when it is empty.
+std::string hostIdOf(const RendezvousConfig& config);
 
 }  // namespace cumulus::comm

@@ -9,6 +9,7 @@
 //   gen/<g>/addr/<rank>    "host:port" of the rank's TCP listener
 //   gen/<g>/local/<rank>   "<host id>\n<name>" of its AF_UNIX listener, when it offers one
 //   gen/<g>/shm/<rank>     "<host id>\n<name>" of its shared-memory offer, when it makes one
+//   gen/<g>/host/<rank>    its host id, whatever the transport (comm/topology.h)
 // The agents' rendezvous rounds (launch/rendezvous_round.h):
 //   rdzv/<g>/state           the round as JSON; changed by compare-and-set only
 //   rdzv/<g>/settled         "1" once the host closed or ended the round (the others wait on it)
@@ -61,6 +62,9 @@ inline std::string localKey(uint64_t generation, int rank) {
 }
 inline std::string shmKey(uint64_t generation, int rank) {
   return store_keys_detail::key("gen", generation, "shm", rank);
+}
+inline std::string hostKey(uint64_t generation, int rank) {
+  return store_keys_detail::key("gen", generation, "host", rank);
 }
 
 // The rendezvous rounds.

@@ -13,8 +13,10 @@ TEST(Algorithm, NamesRoundTrip) {
   EXPECT_STREQ(algorithmName(Algorithm::kFunnel), "funnel");
   EXPECT_STREQ(algorithmName(Algorithm::kTree), "tree");
   EXPECT_STREQ(algorithmName(Algorithm::kRing), "ring");
+  EXPECT_STREQ(algorithmName(Algorithm::kHierarchical), "hierarchical");
   EXPECT_STREQ(algorithmName(Algorithm::kAuto), "auto");
-  for (Algorithm a : {Algorithm::kFunnel, Algorithm::kTree, Algorithm::kRing, Algorithm::kAuto}) {
+  for (Algorithm a : {Algorithm::kFunnel, Algorithm::kTree, Algorithm::kRing,
+                      Algorithm::kHierarchical, Algorithm::kAuto}) {
     EXPECT_EQ(parseAlgorithm(algorithmName(a)), a) << algorithmName(a);
   }
 }
@@ -24,9 +26,9 @@ TEST(Algorithm, UnknownNameListsTheValidOnes) {
     parseAlgorithm("Ring");  // names are case-sensitive
     FAIL() << "'Ring' parsed";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(
-        e.what(),
-        "unknown communication algorithm 'Ring': expected one of funnel, tree, ring, auto");
+    EXPECT_STREQ(e.what(),
+                 "unknown communication algorithm 'Ring': expected one of funnel, tree, ring, "
+                 "hierarchical, auto");
   }
 }
 

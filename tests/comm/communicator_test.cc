@@ -16,6 +16,7 @@
 #include <thread>
 #include <tuple>
 
+#include "allreduce_values.h"
 #include "collectives_suite.h"
 #include "comm/error.h"
 #include "comm/tcp/socket.h"
@@ -26,93 +27,6 @@ namespace {
 
 using testing::Collectives;
 using testing::Group;
-
-// IEEE binary16 as comm/reduce.cc spells it: clang 14 (make thread-safety) has no _Float16 on
-// x86-64, and its __fp16 has the same storage and conversions.
-#if defined(__clang__) && __clang_major__ < 15
-using Half = __fp16;
-#else
-using Half = _Float16;
-#endif
-
-const DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16,
-                         DType::kFloat16, DType::kInt32,   DType::kInt64};
-const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
-
-bool isFloating(DType d) { return d != DType::kInt32 && d != DType::kInt64; }
-
-int64_t base(int rank, size_t i) { return static_cast<int64_t>((i * 7 + rank * 13) % 11) - 5; }
-
-int64_t input(int rank, size_t i, int p, DType d, ReduceOp op) {
-  return (op == ReduceOp::kAvg && isFloating(d)) ? base(rank, i) * p : base(rank, i);
-}
-
-int64_t expected(size_t i, int p, DType d, ReduceOp op) {
-  int64_t acc = base(0, i);
-  for (int r = 1; r < p; ++r) {
-    const int64_t v = base(r, i);
-    acc = op == ReduceOp::kMax   ? std::max(acc, v)
-          : op == ReduceOp::kMin ? std::min(acc, v)
-                                 : acc + v;
-  }
-  return acc;  // avg: floats were scaled by p, so the average is the plain sum of `base`
-}
-
-int64_t expectedAvgInt(size_t i, int p) {
-  int64_t sum = 0;
-  for (int r = 0; r < p; ++r) sum += base(r, i);
-  return sum / p;  // C++: toward zero
-}
-
-// Independent encoders: small integers are exact in every type, so no rounding is involved.
-void store(void* data, size_t i, DType d, int64_t v) {
-  switch (d) {
-    case DType::kFloat32:
-      static_cast<float*>(data)[i] = float(v);
-      break;
-    case DType::kFloat64:
-      static_cast<double*>(data)[i] = double(v);
-      break;
-    case DType::kFloat16:
-      static_cast<Half*>(data)[i] = Half(float(v));
-      break;
-    case DType::kBFloat16: {
-      float f = float(v);
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      static_cast<uint16_t*>(data)[i] = uint16_t(bits >> 16);  // exact: low bits are zero
-      break;
-    }
-    case DType::kInt32:
-      static_cast<int32_t*>(data)[i] = int32_t(v);
-      break;
-    case DType::kInt64:
-      static_cast<int64_t*>(data)[i] = v;
-      break;
-  }
-}
-
-double load(const void* data, size_t i, DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return static_cast<const float*>(data)[i];
-    case DType::kFloat64:
-      return static_cast<const double*>(data)[i];
-    case DType::kFloat16:
-      return float(static_cast<const Half*>(data)[i]);
-    case DType::kBFloat16: {
-      uint32_t bits = uint32_t(static_cast<const uint16_t*>(data)[i]) << 16;
-      float f;
-      std::memcpy(&f, &bits, 4);
-      return f;
-    }
-    case DType::kInt32:
-      return static_cast<const int32_t*>(data)[i];
-    case DType::kInt64:
-      return double(static_cast<const int64_t*>(data)[i]);
-  }
-  return 0;
-}
 
 // (world, transport): the whole matrix runs over TCP, AF_UNIX and shared memory (large segments
 // through slots, small ones inline: counts 4097 and 2^20+3 take both paths).
@@ -128,36 +42,9 @@ TEST_P(AllreduceMatrix, EveryAlgorithmCountDTypeAndOp) {
   const std::vector<size_t> counts = {0, 1, 7, size_t(p - 1), 4097, (size_t(1) << 20) + 3};
   std::vector<std::string> failures(p);
   group.run([&](int rank, Communicator& comm) {
-    std::vector<uint8_t> data;
     for (Algorithm algorithm : {Algorithm::kTree, Algorithm::kRing}) {
-      for (size_t count : counts) {
-        for (DType d : kDTypes) {
-          for (ReduceOp op : kOps) {
-            data.assign(count * elementSize(d) + 1, 0xAB);
-            for (size_t i = 0; i < count; ++i) store(data.data(), i, d, input(rank, i, p, d, op));
-            Buffer buffer{data.data(), count, d};
-            comm.allreduce(buffer, {op, algorithm});
-            for (size_t i = 0; i < count; ++i) {
-              const double want = (op == ReduceOp::kAvg && !isFloating(d))
-                                      ? double(expectedAvgInt(i, p))
-                                      : double(expected(i, p, d, op));
-              const double got = load(data.data(), i, d);
-              if (got != want) {
-                std::ostringstream msg;
-                msg << algorithmName(algorithm) << " p=" << p << " rank " << rank
-                    << " count=" << count << " " << dtypeName(d) << " " << reduceOpName(op)
-                    << ": index " << i << " got " << got << " want " << want;
-                failures[rank] = msg.str();
-                return;
-              }
-            }
-            if (data.back() != 0xAB) {
-              failures[rank] = "wrote past the end of the buffer";
-              return;
-            }
-          }
-        }
-      }
+      failures[rank] = testing::checkAllreduceMatrix(comm, algorithm, counts);
+      if (!failures[rank].empty()) return;
     }
   });
   for (int r = 0; r < p; ++r) EXPECT_EQ(failures[r], "") << "rank " << r;

@@ -14,6 +14,8 @@ set(COMM_CORE_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/ring_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/transport_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tree_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/topology_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/hierarchical_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/types_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/work_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/shm/channel_test.cc

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 namespace cumulus::comm {
 namespace {
@@ -74,6 +76,54 @@ TEST(CostModel, PickSwitchesFromTreeToRingAsSizeGrows) {
   EXPECT_EQ(m.predict(Algorithm::kAuto, 4096, 8), m.predict(Algorithm::kTree, 4096, 8));
 }
 
+TEST(CostModel, HierarchicalFormulaMatchesHandComputedValues) {
+  // α = 1, β = 0.01, γ = 0.001 across hosts; α_l = 0.1, β_l = 0.001 inside; n = 120, H = 4, L = 2:
+  //   in host      = 2·1·0.1 + 2·(1/2)·120·0.001 + (1/2)·120·0.001    = 0.2 + 0.12 + 0.06 = 0.38
+  //   across hosts = 2·3·1 + 2·(3/4)·120·0.01 + 3/(4·2)·120·0.001    = 6 + 1.8 + 0.045  = 7.845
+  //   flat ring (p = 8) = 2·7·1 + 2·(7/8)·120·0.01 + (7/8)·120·0.001 = 14 + 2.1 + 0.105 = 16.205
+  //   tree (p = 8)      = 2·3·(1 + 1.2) + 3·120·0.001                = 13.2 + 0.36      = 13.56
+  const CostModel m = CostModel(1.0, 0.01, 0.001).withLocalLink(0.1, 0.001);
+  EXPECT_EQ(m.alphaLocal(), 0.1);
+  EXPECT_EQ(m.betaLocal(), 0.001);
+  EXPECT_NEAR(m.predictHierarchical(120, 4, 2), 8.225, 1e-12);
+  const Topology fourByTwo({"a", "a", "b", "b", "c", "c", "d", "d"});
+  EXPECT_NEAR(m.predict(Algorithm::kHierarchical, 120, fourByTwo), 8.225, 1e-12);
+  EXPECT_NEAR(m.predict(Algorithm::kRing, 120, fourByTwo), 16.205, 1e-12);
+  EXPECT_NEAR(m.predict(Algorithm::kTree, 120, fourByTwo), 13.56, 1e-12);
+  EXPECT_EQ(m.pick(120, fourByTwo), Algorithm::kHierarchical);
+  EXPECT_NEAR(m.predict(Algorithm::kAuto, 120, fourByTwo), 8.225, 1e-12);
+  // One host: the local ring (H = 1), which is the ring formula with α_l, β_l:
+  //   2·3·0.1 + 2·(3/4)·100·0.001 + (3/4)·100·0.001 = 0.6 + 0.15 + 0.075 = 0.825.
+  EXPECT_NEAR(m.predict(Algorithm::kHierarchical, 100, 4), 0.825, 1e-12);
+  EXPECT_NEAR(m.predictHierarchical(100, 1, 4), 0.825, 1e-12);
+  // One rank per host: the ring across hosts (L = 1) is the flat ring.
+  EXPECT_NEAR(m.predictHierarchical(100, 5, 1), m.predict(Algorithm::kRing, 100, 5), 1e-12);
+  // Uneven hosts run (and are priced as) the flat ring; auto does not consider hierarchical.
+  const Topology uneven({"a", "a", "b"});
+  EXPECT_NEAR(m.predict(Algorithm::kHierarchical, 120, uneven), m.predict(Algorithm::kRing, 120, 3),
+              1e-12);
+  EXPECT_NE(m.pick(120, uneven), Algorithm::kHierarchical);
+  // Without local costs given, α_l and β_l are the built-in α and β.
+  EXPECT_EQ(CostModel(1.0, 0.01, 0.001).alphaLocal(), CostModel().alpha());
+  EXPECT_EQ(CostModel(1.0, 0.01, 0.001).betaLocal(), CostModel().beta());
+  EXPECT_THROW(m.withLocalLink(-1, 0), std::invalid_argument);
+}
+
+// auto considers hierarchical only with H ≥ 2 hosts of L ≥ 2 ranks, all alike; on one host, or
+// with one rank per host, pick() is what it always was.
+TEST(CostModel, AutoConsidersHierarchicalOnlyOnSeveralHostsOfSeveralRanks) {
+  const CostModel m = CostModel(50e-6, 8e-9, 0.1e-9);  // a slow link; fast local defaults
+  const Topology oneHost({"a", "a", "a", "a"});
+  const Topology onePerHost({"a", "b", "c", "d"});
+  const Topology twoByTwo({"a", "a", "b", "b"});
+  for (double n : {4096.0, 1048576.0, 67108864.0}) {
+    EXPECT_EQ(m.pick(n, oneHost), m.pick(n, 4)) << n;
+    EXPECT_EQ(m.pick(n, onePerHost), m.pick(n, 4)) << n;
+  }
+  EXPECT_EQ(m.pick(64 << 20, twoByTwo), Algorithm::kHierarchical);
+  EXPECT_EQ(m.pick(4096, twoByTwo), Algorithm::kHierarchical);  // 2 slow messages, not 6 or 4
+}
+
 TEST(CostModel, DefaultsPreferTreeForSmallAndRingForLarge) {
   CostModel m;
   EXPECT_EQ(m.pick(4096, 4), Algorithm::kTree);
@@ -96,7 +146,8 @@ TEST(CostModel, SaveLoadRoundTripAndErrorsNameTheFile) {
                   "\"beta_s_per_byte\": expected a finite number >= 0, got \"x\"");
   expectLoadError(R"({"alpha_s": 1, "delta": 2})",
                   "\"delta\": unknown key (expected alpha_s, beta_s_per_byte, gamma_s_per_byte, "
-                  "cores, busy_ranks, alpha_busy_s, beta_at, busy_at)");
+                  "alpha_local_s, beta_local_s_per_byte, cores, busy_ranks, alpha_busy_s, "
+                  "beta_at, busy_at)");
   expectLoadError(R"({"alpha_s": -1})", "\"alpha_s\": expected a finite number >= 0, got -1");
   expectLoadError("{\"alpha_s\": 1,\n", "is not valid JSON: parse error at line 2, column 1");
   expectLoadError("[1, 2]", "expected a JSON object {\"alpha_s\": ..., ...}");
@@ -106,8 +157,32 @@ TEST(CostModel, SaveLoadRoundTripAndErrorsNameTheFile) {
                              "' is in the text format of earlier versions; re-run `cumulus-bench "
                              "calibrate --out " +
                              path + "` to measure it again as JSON");
+  expectLoadError(R"({"alpha_s": 1, "beta_s_per_byte": 2, "gamma_s_per_byte": 3,
+                      "alpha_local_s": "x"})",
+                  "\"alpha_local_s\": expected a finite number >= 0, got \"x\"");
   std::remove(path.c_str());
   EXPECT_THROW(CostModel::load(path), std::runtime_error);
+}
+
+// The local link's costs are written only when given, and read back exactly; one alone keeps the
+// other's default.
+TEST(CostModel, LocalLinkCostsRoundTripThroughTheFile) {
+  const std::string path = ::testing::TempDir() + "cost_model_local_test.json";
+  CostModel(1e-4, 8e-9, 1e-10).withLocalLink(2.5e-6, 1.25e-10).save(path);
+  CostModel loaded = CostModel::load(path);
+  EXPECT_EQ(loaded.alphaLocal(), 2.5e-6);
+  EXPECT_EQ(loaded.betaLocal(), 1.25e-10);
+  EXPECT_EQ(loaded.alpha(), 1e-4);
+  CostModel(1e-4, 8e-9, 1e-10).save(path);
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("local"), std::string::npos) << text;
+  std::ofstream(path) << R"({"alpha_s": 1, "beta_s_per_byte": 2, "gamma_s_per_byte": 3,
+                             "beta_local_s_per_byte": 4e-10})";
+  loaded = CostModel::load(path);
+  EXPECT_EQ(loaded.betaLocal(), 4e-10);
+  EXPECT_EQ(loaded.alphaLocal(), CostModel().alpha());
+  std::remove(path.c_str());
 }
 
 TEST(CostModel, RefinedModelInterpolatesBetaAndModelsOversubscription) {

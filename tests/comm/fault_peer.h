@@ -77,8 +77,9 @@ inline tcp::Socket connectToRank0(Store& store, uint64_t generation, Transport t
   return socket;
 }
 
-// A hand-driven rank: connects to rank 0 over the transport under test, completes the handshake
-// and, over shared memory, sets up the channel; returns the socket and the channel.
+// A hand-driven rank: publishes its host id and address as a rank does, connects to rank 0 over
+// the transport under test, completes the handshake and, over shared memory, sets up the
+// channel; returns the socket and the channel.
 struct RawPeer {
   tcp::Socket socket;
   std::unique_ptr<shm::Channel> channel;
@@ -86,6 +87,7 @@ struct RawPeer {
 inline RawPeer rawPeer(Store& store, int rank, int world, uint64_t generation,
                        const std::string& token, Transport transport) {
   tcp::Socket listener = tcp::Socket::listen("127.0.0.1");
+  store.set(hostKey(generation, rank), localHostId());
   store.set(addressKey(generation, rank), listener.localAddress());
   RawPeer peer;
   peer.socket = connectToRank0(store, generation, transport);

@@ -34,13 +34,29 @@ inline void spawn(int world, const std::function<void(int)>& fn) {
   if (first) std::rethrow_exception(first);
 }
 
+// Host ids that lay out `hosts` × `local` ranks with `local` consecutive ranks on each host
+// ("host-0", "host-0", "host-1", …). The ranks are all threads of this process, so equal ids
+// really share a kernel (shared memory works between them); distinct ids make them meet over TCP,
+// as ranks on different machines do.
+inline std::vector<std::string> fakeHosts(int hosts, int local) {
+  std::vector<std::string> ids;
+  for (int r = 0; r < hosts * local; ++r) ids.push_back("host-" + std::to_string(r / local));
+  return ids;
+}
+
 // A connected group of `world` communicators, kept for many collectives.
 class Group {
  public:
-  explicit Group(int world, CommunicatorOptions options = {}) : comms_(world) {
+  explicit Group(int world, CommunicatorOptions options = {}) : Group(world, options, {}) {}
+  // Rank r says it is on host `hostIds[r]` (CommunicatorOptions::host_id); empty: the real host.
+  Group(int world, CommunicatorOptions options, const std::vector<std::string>& hostIds)
+      : comms_(world) {
     if (options.job_token.empty()) options.job_token = "test-token";
-    spawn(world,
-          [&](int r) { comms_[r] = std::make_unique<Communicator>(r, world, store_, options); });
+    spawn(world, [&](int r) {
+      CommunicatorOptions mine = options;
+      if (!hostIds.empty()) mine.host_id = hostIds[r];
+      comms_[r] = std::make_unique<Communicator>(r, world, store_, mine);
+    });
   }
   int world() const { return static_cast<int>(comms_.size()); }
   Communicator& at(int rank) { return *comms_[rank]; }

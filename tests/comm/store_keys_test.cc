@@ -16,6 +16,7 @@ TEST(StoreKeys, DataPlane) {
   EXPECT_EQ(addressKey(12, 7), "gen/12/addr/7");
   EXPECT_EQ(localKey(3, 1), "gen/3/local/1");
   EXPECT_EQ(shmKey(3, 15), "gen/3/shm/15");
+  EXPECT_EQ(hostKey(2, 6), "gen/2/host/6");
   EXPECT_EQ(addressKey(std::numeric_limits<uint64_t>::max(), 2), "gen/18446744073709551615/addr/2");
 }
 

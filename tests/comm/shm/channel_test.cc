@@ -86,6 +86,7 @@ TEST(ShmFaults, DeclinedSegmentLeavesAPlainAfUnixPair) {
   MemoryStore store;
   std::thread peer([&] {
     tcp::Socket listener = tcp::Socket::listen("127.0.0.1");
+    store.set(hostKey(gen, 1), localHostId());
     store.set(addressKey(gen, 1), listener.localAddress());
     tcp::Socket socket = connectToRank0(store, gen, Transport::kShm);
     tcp::connectorHandshake(socket, {gen, 1, 2, "t0k3n"}, 0, Clock::now() + 5s);
