@@ -94,7 +94,8 @@ comm::Algorithm parseAlgorithmOption(const std::string& name, const std::string&
   try {
     return comm::parseAlgorithm(name);
   } catch (const std::invalid_argument& e) {
-    const std::string guess = base::closestSpelling(name, {"funnel", "tree", "ring", "auto"});
+    const std::string guess =
+        base::closestSpelling(name, {"funnel", "tree", "ring", "hierarchical", "auto"});
     throw GroupError(what + ": " + e.what() +
                      (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
   }

@@ -90,7 +90,7 @@ struct CheckpointConfig {
 };
 
 struct CommConfig {
-  std::string algorithm = "auto";  // "funnel", "tree", "ring", "auto"
+  std::string algorithm = "auto";  // "funnel", "tree", "ring", "hierarchical", "auto"
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   double timeout_seconds = 60.0;

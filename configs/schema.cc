@@ -215,7 +215,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(checkpoint, keep), 3, atLeast(1), "how many of the newest checkpoints to keep"));
   t.push_back(row(KEY(checkpoint, async), true, anyValue(), "write checkpoints on a background thread while training goes on"));
 
-  t.push_back(row(KEY(comm, algorithm), "auto", oneOf({"funnel", "tree", "ring", "auto"}), "gradient all-reduce; auto: the cost model's pick per bucket"));
+  t.push_back(row(KEY(comm, algorithm), "auto", oneOf({"funnel", "tree", "ring", "hierarchical", "auto"}), "gradient all-reduce; hierarchical: ring inside each host, ring across hosts (for several ranks per host); auto: the cost model's pick per bucket and host layout"));
   t.push_back(row(KEY(comm, bucket_cap_mb), 25.0, above(0), "gradient bucket size cap, MiB"));
   t.push_back(row(KEY(comm, first_bucket_mb), 1.0, above(0), "size cap of the first bucket, MiB (at most `bucket_cap_mb`)"));
   t.push_back(row(KEY(comm, timeout_seconds), 60.0, above(0), "a collective not done by then fails, naming the peer"));

@@ -60,7 +60,8 @@ const char* kUsage = R"(usage: custom_loop --data DIR --run-dir DIR [flags]
   --log-every N           steps between progress lines (50)
   --limit N               train on the first N images only (0: all)
   --seed N                initialization and shuffling (1)
-  --algorithm NAME        gradient all-reduce: funnel, tree, ring, auto (default: the group's)
+  --algorithm NAME        gradient all-reduce: funnel, tree, ring, hierarchical, auto
+                          (default: the group's)
 
 Exit status: 0 done, 2 a bad flag or missing data, 75 preempted after a checkpoint (relaunch to
 resume), 1 any other failure.

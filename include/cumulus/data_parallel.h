@@ -106,7 +106,7 @@ struct BucketEvent {
 };
 
 struct DataParallelOptions {
-  std::string algorithm;         // "funnel", "tree", "ring", "auto"; empty: the
+  std::string algorithm;         // "funnel", "tree", "ring", "hierarchical", "auto"; empty: the
                                  // group's GroupOptions::algorithm
   double bucket_cap_mb = 25.0;   // the largest bucket (> 0)
   double first_bucket_mb = 1.0;  // the first bucket launched in backward (> 0)

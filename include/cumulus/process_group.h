@@ -45,7 +45,8 @@ enum class ReduceOp { kSum, kAvg, kMax, kMin };
 
 struct GroupOptions {
   // The default algorithm of allreduce: "funnel" (through cumulus-run's parameter server), "tree",
-  // "ring" or "auto" (the cost model's pick for the size, world and hosts).
+  // "ring", "hierarchical" (ring inside each host, ring across hosts) or "auto" (the cost model's
+  // pick for the size, world and hosts).
   std::string algorithm = "auto";
   // The deadline of the rendezvous and of every collective, in seconds (> 0).
   double timeout_seconds = 60.0;

@@ -163,8 +163,8 @@ TEST(ParseTest, OutOfRangeValues) {
             "x.yaml:2:19: optimizer.name: expected one of sgd, adamw, got \"adm\"; did you mean "
             "`adamw`?");
   EXPECT_EQ(errorOf("name: t\ncomm: {algorithm: rign}\n"),
-            "x.yaml:2:19: comm.algorithm: expected one of funnel, tree, ring, auto, got \"rign\"; "
-            "did you mean `ring`?");
+            "x.yaml:2:19: comm.algorithm: expected one of funnel, tree, ring, hierarchical, auto, "
+            "got \"rign\"; did you mean `ring`?");
 }
 
 TEST(ParseTest, FormattedStrings) {
