@@ -145,6 +145,7 @@ int runAllreduceWorker(const BenchOptions& o) {
   copts.job_token = env.token;
   copts.timeout = o.timeout;
   if (!o.cost_model_path.empty()) copts.cost_model = comm::CostModel::load(o.cost_model_path);
+  if (o.hosts > 1) copts.host_id = "bench-host-" + std::to_string(env.rank / (env.world / o.hosts));
   std::unique_ptr<comm::FunnelClient> funnel;
   if (env.ps_port > 0) {
     funnel = std::make_unique<comm::FunnelClient>("127.0.0.1", env.ps_port, env.token, env.rank,
@@ -160,6 +161,10 @@ int runAllreduceWorker(const BenchOptions& o) {
     std::printf("# cumulus-bench allreduce: algo %s, world %d, dtype %s, op sum, loopback %s\n",
                 comm::algorithmName(o.algorithm), p, comm::dtypeName(o.dtype),
                 p > 1 ? comm.transportTo(1) : "-");
+    if (o.hosts > 1) {
+      std::printf("# %d simulated hosts x %d ranks, %s between hosts\n", o.hosts, p / o.hosts,
+                  comm.transportTo(p / o.hosts));
+    }
     std::printf("# %10s %11s %8s %6s %7s %11s %11s %11s %10s\n", "size(B)", "count", "type", "algo",
                 "iters", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "model(us)");
     std::fflush(stdout);
@@ -179,8 +184,8 @@ int runAllreduceWorker(const BenchOptions& o) {
     if (env.rank != 0) continue;
     const double algbw = static_cast<double>(buffer.bytes()) / seconds / 1e9;
     const double busbw = algbw * 2.0 * (p - 1) / p;
-    const double model =
-        copts.cost_model.predict(ran, static_cast<double>(buffer.bytes()), p, funnel != nullptr);
+    const double model = copts.cost_model.predict(ran, static_cast<double>(buffer.bytes()),
+                                                  comm.topology(), funnel != nullptr);
     std::printf("  %10zu %11zu %8s %6s %7d %11.1f %11.3f %11.3f %10.1f\n", buffer.bytes(),
                 buffer.count, comm::dtypeName(o.dtype), comm::algorithmName(ran), iters,
                 seconds * 1e6, algbw, busbw, model * 1e6);

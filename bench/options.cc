@@ -38,8 +38,14 @@ void addAllreduceFlags(CLI::App& command, BenchOptions& o) {
               throw UsageError("--algo: " + std::string(e.what()));
             }
           },
-          "funnel, tree, ring or auto (default ring)")
+          "funnel, tree, ring, hierarchical or auto (default ring)")
       ->type_name("ALGO");
+  command
+      .add_option("--hosts", o.hosts,
+                  "simulate H hosts: world/H consecutive ranks share each, TCP between them "
+                  "(default 1)")
+      ->type_name("H")
+      ->transform(base::integerIn(1, 64));
   command.add_option("--world-size", o.world, "ranks, processes on 127.0.0.1 (default 2)")
       ->type_name("P")
       ->transform(base::integerIn(1, 64));
@@ -163,6 +169,10 @@ BenchOptions parseOptions(int argc, const char* const argv[], std::ostream& help
   if (sizes.empty()) sizes = is_calibrate ? "1M:64M" : "4K:256M";
   if (factor == 0) factor = is_calibrate ? 4 : 2;
   o.sizes = parseSizes(sizes, static_cast<size_t>(factor));
+  if (o.world % o.hosts != 0) {
+    throw UsageError("--hosts " + std::to_string(o.hosts) + " does not divide --world-size " +
+                     std::to_string(o.world) + ": give each host the same number of ranks");
+  }
   return o;
 }
 

@@ -18,6 +18,9 @@ struct BenchOptions {
   std::string command;  // "allreduce" or "calibrate"
   comm::Algorithm algorithm = comm::Algorithm::kRing;
   int world = 2;
+  // allreduce --hosts: simulate this many hosts on this machine, `world / hosts` consecutive
+  // ranks on each (distinct CommunicatorOptions::host_id: shared memory within, TCP between).
+  int hosts = 1;
   std::vector<size_t> sizes;  // bytes
   int iters = 0;              // 0 = adaptive per size (see itersFor)
   int warmup = -1;            // -1 = adaptive

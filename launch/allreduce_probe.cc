@@ -1,9 +1,11 @@
 // cumulus-allreduce-probe: a worker that times all-reduce across the hosts of a job, one rank per
 // process, started by cumulus-run on each host (so ranks can sit in different network namespaces,
-// which cumulus-bench's forked local ranks cannot).
+// which cumulus-bench's forked local ranks cannot). With --nproc-per-node L several ranks share
+// each host, which is what `hierarchical` is for.
 //
-//   cumulus-run --nnodes P --node-rank I --rdzv-endpoint H:PORT [--parameter-server] --
-//     cumulus-allreduce-probe [--algorithms funnel,tree,ring,auto] [--sizes 4096,65536,…]
+//   cumulus-run --nnodes P [--nproc-per-node L] --node-rank I --rdzv-endpoint H:PORT
+//       [--parameter-server] --
+//     cumulus-allreduce-probe [--algorithms funnel,tree,ring,hierarchical,auto] [--sizes 4096,…]
 //                             [--link-gbit 1] [--target-seconds 1.5] [--max-iters 20] [--out FILE]
 //                             [--cost-model FILE] [--calibrate FILE] [--timeout S]
 //
@@ -15,7 +17,10 @@
 // a call's time is the slowest rank's, each rank timing from its own exit of a barrier.
 // The prediction is comm/cost_model.h with β = 1 / the link's TCP payload rate (--link-gbit times
 // 1448/1514: MSS over an Ethernet frame with TCP timestamps) and the built-in α, γ. Every rank
-// derives the same iteration count from that prediction, so no extra agreement is needed.
+// derives the same iteration count from that prediction, so no extra agreement is needed. The
+// prediction uses the group's topology (hosts × ranks per host, as the rendezvous found it):
+// hierarchical's local passes are priced with the model's α_l, β_l (by default the built-in,
+// loopback-measured α and β).
 // --calibrate FILE measures α on this cluster (see calibrate()), writes α, that β and γ in
 // comm/cost_model.h's format and exits; a second run with --cost-model FILE then predicts and
 // picks `auto` (inside the Communicator, as comm.cost_model does for training) with it.
@@ -83,7 +88,8 @@ void addFlags(CLI::App& app, ProbeOptions& o) {
              }
            }
          },
-         "algorithms to time (default funnel,tree,ring,auto)")
+         "algorithms to time: funnel, tree, ring, hierarchical, auto (default "
+         "funnel,tree,ring,auto)")
       ->type_name("LIST");
   app.add_option_function<std::string>(
          "--sizes",
@@ -223,8 +229,8 @@ PointResult timePoint(const ProbeOptions& o, ProbeGroup& g, comm::Algorithm algo
   }
   PointResult r;
   r.concrete = algorithm == comm::Algorithm::kAuto ? g.comm->resolve(algorithm, bytes) : algorithm;
-  r.predicted =
-      g.model.predict(r.concrete, static_cast<double>(bytes), g.world, g.funnel != nullptr);
+  r.predicted = g.model.predict(r.concrete, static_cast<double>(bytes), g.comm->topology(),
+                                g.funnel != nullptr);
   r.iters = std::clamp(static_cast<int>(o.target_seconds / std::max(r.predicted, 1e-6)), 3,
                        std::max(3, o.max_iters));
   const float expected = static_cast<float>(g.world) * static_cast<float>(g.world + 1) / 2.0f;
@@ -267,7 +273,7 @@ void report(const ProbeGroup& g, comm::Algorithm algorithm, size_t bytes, const 
   const double busbw = static_cast<double>(bytes) / med * 2.0 * (g.world - 1) / g.world / 1e6;
   const bool is_auto = algorithm == comm::Algorithm::kAuto;
   std::printf(
-      "probe: %-6s p=%d %10zu B  %3d iters  median %9.6f s  min %9.6f s  "
+      "probe: %-12s p=%d %10zu B  %3d iters  median %9.6f s  min %9.6f s  "
       "predicted %9.6f s  busbw %7.1f MB/s%s%s\n",
       comm::algorithmName(algorithm), g.world, bytes, r.iters, med, fastest, r.predicted, busbw,
       is_auto ? "  auto->" : "", is_auto ? comm::algorithmName(r.concrete) : "");
@@ -289,6 +295,12 @@ int probe(const ProbeOptions& o) {
   if (g.rank == 0) {
     std::printf("probe: %d rank(s), data plane on %s, link %.3g Gbit/s\n", g.world,
                 g.bind_host.c_str(), o.link_gbit);
+    const comm::Topology& t = g.comm->topology();
+    if (t.uniform()) {
+      std::printf("probe: %d host(s) x %d rank(s)\n", t.hosts(), t.localSize());
+    } else {
+      std::printf("probe: %d host(s), uneven (hierarchical runs the flat ring)\n", t.hosts());
+    }
     std::fflush(stdout);
   }
   if (!o.calibrate.empty()) return calibrate(o, *g.comm, g.model, g.rank, g.world);

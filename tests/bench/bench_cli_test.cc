@@ -57,6 +57,26 @@ TEST(CumulusBench, AllreducePrintsOneTableRowAndOneJsonLinePerSize) {
     EXPECT_NE(run.output.find(bytes), std::string::npos) << bytes << "\n" << run.output;
 }
 
+// --hosts gives the ranks distinct host ids: shared memory inside a simulated host, TCP between.
+TEST(CumulusBench, HierarchicalRunsOnSimulatedHosts) {
+  const BenchRun run =
+      runBench("allreduce --algo hierarchical --world-size 4 --hosts 2 --sizes 4K:16K --factor 4");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("# 2 simulated hosts x 2 ranks, tcp between hosts\n"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(countLines(run.output,
+                       "{\"bench\":\"allreduce\",\"impl\":\"cumulus\",\"algo\":\"hierarchical\","
+                       "\"ran\":\"hierarchical\",\"world\":4,"),
+            2)
+      << run.output;
+  const BenchRun uneven = runBench("allreduce --world-size 3 --hosts 2");
+  EXPECT_EQ(uneven.exit_code, 2);
+  EXPECT_EQ(uneven.output,
+            "cumulus-bench: error: --hosts 2 does not divide --world-size 3: give each host the "
+            "same number of ranks\n");
+}
+
 TEST(CumulusBench, CalibrateWritesAModelWithTheOversubscribedTerms) {
   const std::string path = ::testing::TempDir() + "/bench_cli_cost_model.json";
   std::remove(path.c_str());
