@@ -99,7 +99,7 @@ TEST(ProcessGroupErrors, BadOptionsAreGroupErrors) {
   options.algorithm = "rng";
   EXPECT_EQ(groupErrorOf({}, options),
             "algorithm: unknown communication algorithm 'rng': expected one of funnel, tree, "
-            "ring, auto; did you mean 'ring'?");
+            "ring, hierarchical, auto; did you mean 'ring'?");
   options.algorithm = "tree";
   options.timeout_seconds = 0;
   EXPECT_EQ(groupErrorOf({}, options),
@@ -115,7 +115,7 @@ TEST(ProcessGroupErrors, BadOptionsAreGroupErrors) {
   } catch (const GroupError& e) {
     EXPECT_STREQ(e.what(),
                  "algorithm: unknown communication algorithm 'bogus': expected one of funnel, "
-                 "tree, ring, auto");
+                 "tree, ring, hierarchical, auto");
   }
 }
 
