@@ -1,9 +1,9 @@
 #pragma once
 // The α-β-γ cost model that picks an all-reduce algorithm (DESIGN.md "Communicator contract"):
 //   α  latency of one message (s), β  transfer time per byte (s/B), γ  reduction time per byte.
-// For n bytes on p ranks, L = ⌈log₂p⌉:
+// For n bytes on p ranks, k = ⌈log₂p⌉:
 //   funnel ≈ 2(p−1)(α + nβ) + (p−1)nγ
-//   tree   ≈ 2L(α + nβ) + L·nγ
+//   tree   ≈ 2k(α + nβ) + k·nγ
 //   ring   ≈ 2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ
 // and, for H hosts of L ranks each (p = HL; α_l, β_l the costs between ranks of one host):
 //   hierarchical ≈ 2(L−1)α_l + 2(L−1)/L·nβ_l + (L−1)/L·nγ          (reduce-scatter + all-gather
