@@ -14,10 +14,22 @@ namespace {
 // A change must predict a step's compute faster by more than this (balance.h decideShares).
 constexpr double kMinGain = 0.05;
 
+std::string sharesText(const std::vector<int64_t>& shares) {
+  std::string text;
+  for (const int64_t s : shares) text += (text.empty() ? "" : "/") + std::to_string(s);
+  return text;
+}
+
 }  // namespace
 
 void Trainer::Impl::startShares() {
   const auto& t = config_.trainer;
+  if (!shares_.empty() && t.balance != "fixed") {
+    resume_notes_.push_back(t.balance == "auto"
+                                ? "batch shares " + sharesText(shares_) + " from the checkpoint"
+                                : "the checkpoint's batch shares " + sharesText(shares_) +
+                                      " are not used (trainer.balance: off): equal shares");
+  }
   if (t.balance == "off") {
     shares_.clear();
     return;

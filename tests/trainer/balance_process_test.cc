@@ -73,6 +73,8 @@ TEST_F(BalanceProcessTest, AResumeReplaysTheSharesInForceBitIdentical) {
                           "trainer.balance_every_steps=1000"};
   const ProcessResult second = runProcess(group(train("x", auto_args)));
   EXPECT_NE(second.output.find("at step 9"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("batch shares 44/20 from the checkpoint"), std::string::npos)
+      << second.output;
   EXPECT_EQ(digestOf(second), expected);
   const std::vector<nlohmann::json> records = balanceRecords("x");
   ASSERT_EQ(records.size(), 2u);  // the first launch's start, and the resumed launch's
