@@ -74,6 +74,12 @@ struct TrainerConfig {
   std::string run_dir = "runs/default";
   int64_t log_every_steps = 50;
   bool log_all_ranks = false;  // progress and summaries from every worker, not rank 0 alone
+  // Ranks' shares of the global batch (trainer/balance.h): "off" (equal), "auto" (in proportion to
+  // each rank's measured compute rate, agreed every balance_every_steps steps) or "fixed"
+  // (balance_shares, one count per rank).
+  std::string balance = "off";
+  int64_t balance_every_steps = 20;
+  std::vector<int64_t> balance_shares = {};
 };
 
 struct EvalConfig {
@@ -147,7 +153,8 @@ inline auto tieFields(const ScheduleConfig& c) {
 }
 inline auto tieFields(const TrainerConfig& c) {
   return std::tie(c.global_batch_size, c.epochs, c.max_steps, c.seed, c.grad_clip_norm,
-                  c.grad_accumulation, c.threads, c.run_dir, c.log_every_steps, c.log_all_ranks);
+                  c.grad_accumulation, c.threads, c.run_dir, c.log_every_steps, c.log_all_ranks,
+                  c.balance, c.balance_every_steps, c.balance_shares);
 }
 inline auto tieFields(const EvalConfig& c) { return std::tie(c.every_steps, c.batch_size); }
 inline auto tieFields(const CheckpointConfig& c) {

@@ -205,6 +205,9 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(trainer, run_dir), "runs/default", formatted(checkNonEmpty, "a non-empty path"), "directory for logs, config.yaml and, by default, checkpoints"));
   t.push_back(row(KEY(trainer, log_every_steps), 50, atLeast(1), "log loss and throughput every this many steps"));
   t.push_back(row(KEY(trainer, log_all_ranks), false, anyValue(), "print progress, evaluations and the summary from every worker; false: rank 0 alone (every rank still prints its warnings)"));
+  t.push_back(row(KEY(trainer, balance), "off", oneOf({"off", "auto", "fixed"}), "ranks' shares of the global batch: off: equal; auto: in proportion to each rank's measured compute rate, so a slow worker takes fewer samples (the same global batch, the same math; which rank takes which sample then depends on timing, so bit-identical reruns need off or fixed); fixed: `balance_shares`"));
+  t.push_back(row(KEY(trainer, balance_every_steps), 20, atLeast(1), "auto: the ranks compare their rates and may move the shares every this many steps"));
+  t.push_back(row(KEY(trainer, balance_shares), std::vector<int64_t>{}, atLeast(0), "fixed: samples per rank, one per worker, summing to `global_batch_size`"));
 
   t.push_back(row(KEY(eval, every_steps), 0, atLeast(0), "evaluate every this many steps; 0: at the end of each epoch only"));
   t.push_back(row(KEY(eval, batch_size), 1000, atLeast(1), "evaluation batch size per worker"));

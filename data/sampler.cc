@@ -62,6 +62,48 @@ std::vector<int64_t> DistributedSampler::localIndices(int64_t rank, int64_t worl
   return {perm_.begin() + lo, perm_.begin() + hi};
 }
 
+std::vector<int64_t> DistributedSampler::equalShares(int64_t global_batch_size, int64_t world) {
+  std::vector<int64_t> shares(static_cast<size_t>(std::max<int64_t>(0, world)));
+  for (int64_t r = 0; r < world; ++r) {
+    shares[static_cast<size_t>(r)] =
+        (r + 1) * global_batch_size / world - r * global_batch_size / world;
+  }
+  return shares;
+}
+
+std::vector<int64_t> DistributedSampler::shareIndices(int64_t rank,
+                                                      const std::vector<int64_t>& shares) const {
+  const auto world = static_cast<int64_t>(shares.size());
+  if (rank < 0 || rank >= world) {
+    throw std::invalid_argument("sampler: rank " + std::to_string(rank) +
+                                " is out of range for " + std::to_string(world) + " shares");
+  }
+  int64_t sum = 0;
+  int64_t before = 0;  // S_rank
+  for (int64_t r = 0; r < world; ++r) {
+    const int64_t s = shares[static_cast<size_t>(r)];
+    if (s < 0) {
+      throw std::invalid_argument("sampler: rank " + std::to_string(r) + "'s share " +
+                                  std::to_string(s) + " is negative");
+    }
+    if (r == rank) before = sum;
+    sum += s;
+  }
+  if (sum != batch_) {
+    throw std::invalid_argument("sampler: the shares sum to " + std::to_string(sum) +
+                                ", not to the global batch size " + std::to_string(batch_));
+  }
+  if (shares == equalShares(batch_, world)) return localIndices(rank, world);
+  const int64_t end = std::min(state_.cursor + batch_, epochSize(size_, batch_, drop_last_));
+  const int64_t n = end - state_.cursor;
+  const int64_t mine = shares[static_cast<size_t>(rank)];
+  // n == B for every batch but a short last one; n·S ≤ B² stays far from overflow for any batch
+  // that fits in memory.
+  const int64_t lo = state_.cursor + n * before / batch_;
+  const int64_t hi = state_.cursor + n * (before + mine) / batch_;
+  return {perm_.begin() + lo, perm_.begin() + hi};
+}
+
 void DistributedSampler::advance() {
   state_.cursor += batch_;
   if (state_.cursor >= epochSize(size_, batch_, drop_last_)) {

@@ -39,13 +39,20 @@ class BatchSource {
   // This rank's share from now on, after the group changed in place (then restore() follows).
   // The default throws std::logic_error: a source that cannot re-shard cannot recover in place.
   virtual void reshard(int64_t rank, int64_t world_size);
+  // The ranks' shares of each global batch from the next step on (trainer.balance; balance.h): one
+  // sample count per rank, summing to the global batch; empty means equal shares. Every rank sets
+  // the same shares at the same step boundary; reshard() returns to equal shares. Throws
+  // std::invalid_argument (keeping the shares) for shares that do not fit the world or the batch.
+  // The default throws std::logic_error: a source that cannot take shares cannot be balanced.
+  virtual void setShares(const std::vector<int64_t>& shares);
   // Step `step`'s batch (0-based, counted from the start of training), split into `micro_batches`
   // (>= 1) parts.
   virtual StepBatch next(int64_t step, int64_t micro_batches) = 0;
 };
 
 // The default: DistributedSampler over the training Examples. Rank r of w takes the
-// sampler's localIndices(r, w) of each global batch, and micro-batch i of k holds samples
+// sampler's localIndices(r, w) of each global batch (shareIndices(r, shares) once setShares gave
+// unequal shares), and micro-batch i of k holds samples
 // [i·n/k, (i+1)·n/k) of those n.
 class SamplerBatchSource final : public BatchSource {
  public:
@@ -56,6 +63,7 @@ class SamplerBatchSource final : public BatchSource {
   SamplerState position() const override { return sampler_.state(); }
   void restore(const SamplerState& position) override { sampler_.restore(position); }
   void reshard(int64_t rank, int64_t world_size) override;
+  void setShares(const std::vector<int64_t>& shares) override;
   StepBatch next(int64_t step, int64_t micro_batches) override;
 
  private:
@@ -63,6 +71,7 @@ class SamplerBatchSource final : public BatchSource {
   DistributedSampler sampler_;
   int64_t rank_;
   int64_t world_size_;
+  std::vector<int64_t> shares_;  // empty: equal
 };
 
 }  // namespace cumulus::trainer

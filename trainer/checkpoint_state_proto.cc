@@ -24,6 +24,7 @@ proto::CheckpointState stateToProto(const CheckpointState& state) {
   out.set_format_version(state.format_version);
   out.set_framework_version(state.framework_version);
   out.set_created_unix_ms(state.created_unix_ms);
+  out.mutable_batch_shares()->Add(state.batch_shares.begin(), state.batch_shares.end());
   return out;
 }
 
@@ -49,6 +50,7 @@ CheckpointState stateFromProto(const proto::CheckpointState& state) {
   out.format_version = state.format_version();
   out.framework_version = state.framework_version();
   out.created_unix_ms = state.created_unix_ms();
+  out.batch_shares.assign(state.batch_shares().begin(), state.batch_shares().end());
   return out;
 }
 

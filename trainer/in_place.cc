@@ -202,13 +202,19 @@ void Trainer::Impl::afterReform(double started, bool begin_records, const std::s
   if (epoch.source >= 0) transferState(epoch.source, epoch.isStale(static_cast<int>(env_.rank)));
   batches_->reshard(env_.rank, env_.world_size);
   batches_->restore(done_position_);
+  std::vector<std::string> share_warnings;
+  resetShares(share_warnings);
   sync_ = makeSync(config_, group_, options_.trace);
   distributed_ = dynamic_cast<DataParallel*>(sync_.get());
   sync_->attach(params_);
   buildGroupParts();
   if (begin_records) {
     recorder_->begin(RunStart{"", {}, steps_done_, total_steps_, batches_->stepsPerEpoch()});
+    for (const std::string& w : share_warnings) recorder_->warning(w);
+    recordShares("reform", steps_done_);
     stop_->start();
+  } else {
+    resume_notes_.insert(resume_notes_.end(), share_warnings.begin(), share_warnings.end());
   }
   const double ms = 1000.0 * (now() - started);
   ReformRecord record;

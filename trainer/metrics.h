@@ -13,6 +13,9 @@
 //                                                            training thread's pause for it
 //   {"type":"preempted","step":S,"checkpoint":P}           the agreed stop after S steps
 //   {"type":"trained","step":S,"steps":K,"seconds":T}      the launch's loop ran K steps to S
+//   {"type":"balance","reason":R,"step":S,"shares":[..],"rates":[..],"predicted_speedup":X}
+//        the ranks' shares of the global batch from step S+1 on (trainer.balance; R is "start",
+//        "auto" or "reform"; rates are samples/s of compute per rank, for "auto" only)
 // Every record also gets "time" last: when it was written, in seconds since the Unix epoch (the
 // wall clock, so that another process, such as cumulus-spot, can tell which launch wrote it).
 // Records are nlohmann::ordered_json objects, so the keys keep the order they are written in.

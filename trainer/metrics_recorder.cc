@@ -159,6 +159,29 @@ void ProgressMetricsRecorder::reformed(const ReformRecord& r) {
                                          {"next_step_unix_ms", r.next_step_unix_ms}});
 }
 
+void ProgressMetricsRecorder::balanced(const BalanceRecord& r) {
+  std::string shares;
+  for (const int64_t s : r.shares) shares += (shares.empty() ? "" : "/") + std::to_string(s);
+  if (r.reason == "auto") {
+    std::string rates;
+    for (const double v : r.rates) {
+      rates += (rates.empty() ? "" : "/") + std::to_string(static_cast<int64_t>(std::lround(v)));
+    }
+    char gain[32];
+    std::snprintf(gain, sizeof(gain), "%.2fx", r.predicted_speedup);
+    progress_->info("balance after step " + std::to_string(r.step) + ": shares " + shares +
+                    " of the global batch (compute rates " + rates + " samples/s; predicted " +
+                    gain + " faster compute)");
+  }
+  if (!metrics_) return;
+  metrics_->write(nlohmann::ordered_json{{"type", "balance"},
+                                         {"reason", r.reason},
+                                         {"step", r.step},
+                                         {"shares", r.shares},
+                                         {"rates", r.rates},
+                                         {"predicted_speedup", r.predicted_speedup}});
+}
+
 void ProgressMetricsRecorder::stepsEnded() { progress_->finish(); }
 
 void ProgressMetricsRecorder::trained(int64_t last_step, int64_t steps, double seconds) {

@@ -67,6 +67,18 @@ struct ReformRecord {
   int64_t next_step_unix_ms = 0;  // the first step after it completed
 };
 
+// The ranks' shares of the global batch (trainer.balance), in force from step `step` + 1 on:
+// written when a launch begins with balance on ("start"), and each time the shares change
+// ("auto", with the rates they were computed from), so the shares in force at any step are those
+// of the last balance record before it.
+struct BalanceRecord {
+  std::string reason;            // "start", "auto" or "reform"
+  int64_t step = 0;              // completed steps
+  std::vector<int64_t> shares;   // samples per rank
+  std::vector<double> rates;     // auto: each rank's compute rate, samples/s; empty otherwise
+  double predicted_speedup = 1;  // auto: predicted step compute time before / after
+};
+
 struct RunSummary {
   int64_t steps = 0;
   double epochs = 0;
@@ -91,6 +103,8 @@ class MetricsRecorder {
   virtual void preempted(int64_t step, const std::string& checkpoint) = 0;
   // The group re-formed in place (rank 0's recorder records it). Default: nothing.
   virtual void reformed(const ReformRecord& /*record*/) {}
+  // The shares of the global batch in force changed (every rank calls it). Default: nothing.
+  virtual void balanced(const BalanceRecord& /*record*/) {}
   virtual void stepsEnded() = 0;
   // This launch ran `steps` steps, to `last_step`, in `seconds`.
   virtual void trained(int64_t last_step, int64_t steps, double seconds) = 0;
@@ -127,6 +141,7 @@ class ProgressMetricsRecorder final : public MetricsRecorder {
   void warning(const std::string& text) override;
   void preempted(int64_t step, const std::string& checkpoint) override;
   void reformed(const ReformRecord& record) override;
+  void balanced(const BalanceRecord& record) override;
   void stepsEnded() override;
   void trained(int64_t last_step, int64_t steps, double seconds) override;
   void finished(const RunSummary& summary) override;

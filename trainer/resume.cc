@@ -18,6 +18,7 @@ const std::vector<std::string> kOperationalKeyPrefixes = {"name",
                                                           "trainer.log_every_steps",
                                                           "trainer.log_all_ranks",
                                                           "trainer.threads",
+                                                          "trainer.balance",
                                                           "data.cache",
                                                           "eval.",
                                                           "checkpoint.",
@@ -189,6 +190,14 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
                          " from the global cursor");
   }
   plan.grad_accumulation = plannedAccumulation(saved, current, world_size, state, plan.notes);
+  // The shares replay where they still fit: the writer's world, and the same global batch.
+  int64_t shares_sum = 0;
+  for (const int64_t s : state.batch_shares) shares_sum += s;
+  if (!plan.world_size_changed && !state.batch_shares.empty() &&
+      static_cast<int64_t>(state.batch_shares.size()) == world_size &&
+      shares_sum == current.trainer.global_batch_size) {
+    plan.batch_shares = state.batch_shares;
+  }
   for (const std::string& line : plan.config_changes) plan.notes.push_back("config: " + line);
   return plan;
 }

@@ -68,6 +68,9 @@ struct ResumePlan {
   // writer had, enough that no micro-batch holds more samples than the writer's largest (the
   // global batch is kept; each rank's share of it grows), as far as the global batch allows.
   int64_t grad_accumulation = 1;
+  // The shares of the global batch in force at the checkpoint (trainer.balance), when the world
+  // size is the writer's; empty otherwise (equal shares: another world re-shards equally).
+  std::vector<int64_t> batch_shares;
   std::vector<std::string> config_changes;  // describeDiff lines, semantic and operational
   std::vector<std::string> notes;           // human-readable lines for the console
 };

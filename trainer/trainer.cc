@@ -184,7 +184,10 @@ void Trainer::Impl::build() {
   // Every rank restores the same checkpoint, before the broadcasts below make that moot. A joiner
   // reads nothing from disk: a live peer sends it the state (joinGroup).
   has_state_ = !inPlace() || elastic_->joined();
-  if (has_state_) resumeIfAsked();
+  if (has_state_) {
+    resumeIfAsked();
+    startShares();  // a joiner's come with the group it joins (in_place.cc afterReform)
+  }
   steps_done_ = start_step_;
   done_position_ = batches_->position();
   startupMark("resume");
@@ -420,6 +423,7 @@ void Trainer::Impl::resumeIfAsked() {
     start_step_ = std::min(plan.step, total_steps_);
     grad_accumulation_ = plan.grad_accumulation;
     samples_seen_ = plan.samples_seen;
+    shares_ = plan.batch_shares;
     resume_notes_.insert(resume_notes_.end(), plan.notes.begin(), plan.notes.end());
   } catch (const ResumeError& e) {
     throw SetupError(e.what());

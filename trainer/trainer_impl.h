@@ -15,6 +15,7 @@
 #include "cumulus/checkpoint.h"
 #include "data/examples.h"
 #include "models/model.h"
+#include "trainer/balance.h"
 #include "trainer/batch_source.h"
 #include "trainer/checkpoint_policy.h"
 #include "trainer/datasets.h"
@@ -98,6 +99,19 @@ class Trainer::Impl {
   void prepareRunDir() const;
   void finishRun(const Evaluation& last_eval, double loop_start, RunResult& result);
 
+  // The ranks' shares of the global batch (balance_loop.cc; trainer.balance).
+  // At start-up, after a resume: off: equal; fixed: the config's; auto: the checkpoint's, if any.
+  void startShares();
+  // At boundary `done` with balance auto, every balance_every_steps steps: the ranks all-gather
+  // their compute rates and take the shares decideShares gives from the next step on.
+  void balanceAt(int64_t done);
+  // After an in-place re-forming: equal shares (fixed ones where they fit the new world), and
+  // the rates measured again.
+  // (Warnings go to `warnings`: the recorder may not have begun.)
+  void resetShares(std::vector<std::string>& warnings);
+  // A "balance" record of the shares in force after `done` (nothing with balance off).
+  void recordShares(const char* reason, int64_t done);
+
   // Recovery in place (in_place.cc; DESIGN.md "Failures, preemption and membership").
   bool inPlace() const { return elastic_ != nullptr; }
   // Whether a failure can be recovered in place (not a wrong token, not a lost Store).
@@ -173,6 +187,8 @@ class Trainer::Impl {
   int64_t joiners_checked_step_ = 0;  // and after which step
   int64_t final_boundary_ = -1;       // the step whose boundary ran to its end last
   std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
+  std::vector<int64_t> shares_;  // of the global batch, in force for the next step; empty: equal
+  RateMeter compute_rate_;       // this rank's samples per second of compute (balance auto)
   bool ran_ = false;
 };
 

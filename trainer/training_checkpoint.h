@@ -34,6 +34,8 @@ struct TrainingPosition {
   double learning_rate = 0;       // of the last step
   bool preempted = false;         // taken at an agreed preemption stop
   int64_t grad_accumulation = 1;  // micro-batches per step this launch runs
+  // The ranks' shares of the global batch in force for the next step; empty: equal.
+  std::vector<int64_t> batch_shares;
 };
 
 Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,

@@ -51,6 +51,7 @@ RunResult Trainer::Impl::run() {
   if (writes()) prepareRunDir();
   recorder_->begin(RunStart{model_->summary(), resume_notes_, start_step_, total_steps_,
                             batches_->stepsPerEpoch()});
+  recordShares("start", start_step_);
   stop_->start();
 
   RunResult result;
@@ -108,6 +109,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_st
   // Step boundaries (DESIGN.md "Training step" 4).
   const int64_t done = s + 1;
   const bool last = done == total_steps_;
+  if (!last) balanceAt(done);  // before the checkpoints below, which keep the shares it sets
   if (evaluator_->due(done) || last) eval = evaluateAt(done, step.epoch);
   checkpointAt(checkpoint_policy_->atStepEnd(done, last), done, lr);
   if (last) {
@@ -147,6 +149,11 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   StepOutcome outcome;
   outcome.loss = forwardBackward(batch);
   const double wait_start = now();
+  int64_t samples = 0;
+  for (const data::Batch& micro : batch.micro_batches) {
+    if (micro.targets.defined()) samples += micro.targets.size(0);
+  }
+  compute_rate_.add(samples, wait_start - start);
   {
     TraceRecorder::Span span(distributed_ != nullptr ? options_.trace : nullptr, "comm wait");
     sync_->finish();
@@ -244,6 +251,7 @@ Checkpoint Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
   position.learning_rate = lr;
   position.preempted = preempted;
   position.grad_accumulation = grad_accumulation_;
+  position.batch_shares = shares_;
   return captureCheckpoint(*model_, *optimizer_, config_, env_, position);
 }
 

@@ -34,6 +34,9 @@ struct CheckpointState {
   uint32_t format_version = 0;    // of the directory layout (set by save)
   std::string framework_version;  // "cumulus X.Y.Z, libtorch A.B.C" (set by save)
   int64_t created_unix_ms = 0;    // wall clock of the save, for humans only (set by save)
+  // The ranks' shares of the global batch in force after `step` (trainer.balance), one per rank of
+  // the writer; empty: equal shares (and every checkpoint written before shares existed).
+  std::vector<int64_t> batch_shares;
 };
 
 // A checkpoint that failed verification, or an oddity worth a log line.

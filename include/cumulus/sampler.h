@@ -36,6 +36,17 @@ class DistributedSampler {
   // Rank `rank` of `world`'s slice of globalBatch(). Empty when the batch has fewer than `world`
   // samples left for this rank. Throws std::invalid_argument unless 0 <= rank < world.
   std::vector<int64_t> localIndices(int64_t rank, int64_t world) const;
+  // Rank `rank`'s slice of globalBatch() under unequal `shares`: one non-negative sample count per
+  // rank (shares.size() is the world size), summing to the global batch size B. With S_r the sum
+  // of the shares before rank r, rank r takes positions [S_r, S_{r+1}) of a full batch. A short
+  // last batch of b < B samples scales the boundaries to floor(b·S_r/B), so the ranks still split
+  // it in the same proportions. Equal shares (equalShares(B, p)) give exactly localIndices(rank,
+  // p), the short batch included: there the scaled boundaries would not always agree with it (B=4,
+  // p=3, b=3 would move rank 0's sample to rank 1). Throws std::invalid_argument for a negative
+  // share, a sum other than B, or a rank out of range.
+  std::vector<int64_t> shareIndices(int64_t rank, const std::vector<int64_t>& shares) const;
+  // The shares that localIndices(r, world) takes of a full batch: (r+1)·B/world − r·B/world.
+  static std::vector<int64_t> equalShares(int64_t global_batch_size, int64_t world);
   // Moves the cursor past the current global batch, rolling into the next epoch at the end.
   void advance();
 

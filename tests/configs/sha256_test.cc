@@ -20,7 +20,7 @@ TEST(DigestTest, SameExperimentSameDigestHoweverWritten) {
   // Pinned (the same as `cumulus-config defaults | sha256sum`): a change to toYaml's output or
   // to a default changes every digest, so it must be deliberate; checkpoints record digests.
   EXPECT_EQ(configDigest(Experiment{}),
-            "1deb9aa44fc7315b829d79aa6ae09ce564cb99472b1e77e85fe15d89d482ec81");
+            "e0be284b1e2012b4321f3776138258bbbe8e82d953f38a3deea1b333cdeb7513");
 }
 
 TEST(DigestTest, DiffKeysListsChangedKeysInSchemaOrder) {

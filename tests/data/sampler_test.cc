@@ -197,5 +197,85 @@ TEST(SamplerTest, ConstructorValidates) {
             "sampler: rank 2 is out of range for world size 2");
 }
 
+// Unequal shares: rank r takes [S_r, S_r + s_r) of each full batch; together the ranks cover the
+// global batch once, in order.
+TEST(SamplerShares, RanksTakeContiguousSlicesOfTheirShares) {
+  DistributedSampler s(20, 10, /*seed=*/0, /*shuffle=*/false, /*drop_last=*/false);
+  const std::vector<int64_t> shares = {7, 0, 3};
+  EXPECT_EQ(s.shareIndices(0, shares), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(s.shareIndices(1, shares), std::vector<int64_t>{});
+  EXPECT_EQ(s.shareIndices(2, shares), (std::vector<int64_t>{7, 8, 9}));
+  s.advance();
+  EXPECT_EQ(s.shareIndices(2, shares), (std::vector<int64_t>{17, 18, 19}));
+}
+
+TEST(SamplerShares, ShortLastBatchScalesTheBoundaries) {
+  // The last batch of 25 samples in batches of 10 holds 5: boundaries floor(5·S/10) of S = 0, 7, 10.
+  DistributedSampler s(25, 10, /*seed=*/0, /*shuffle=*/false, /*drop_last=*/false);
+  s.advance();
+  s.advance();
+  const std::vector<int64_t> shares = {7, 3};
+  EXPECT_EQ(s.shareIndices(0, shares), (std::vector<int64_t>{20, 21, 22}));
+  EXPECT_EQ(s.shareIndices(1, shares), (std::vector<int64_t>{23, 24}));
+}
+
+TEST(SamplerShares, EqualSharesAreExactlyLocalIndicesShortBatchIncluded) {
+  // B=4, p=3, b=3 is where floor(b·S_r/B) would disagree with localIndices.
+  for (const int64_t size : {3, 7, 9, 10, 23}) {
+    for (const int64_t batch : {4, 5, 7, 10}) {
+      for (const int64_t world : {1, 2, 3, 4}) {
+        if (batch > size) continue;
+        DistributedSampler s(size, batch, /*seed=*/3, /*shuffle=*/true, /*drop_last=*/false);
+        const auto equal = DistributedSampler::equalShares(batch, world);
+        for (int64_t step = 0; step < s.stepsPerEpoch(); ++step) {
+          for (int64_t r = 0; r < world; ++r) {
+            EXPECT_EQ(s.shareIndices(r, equal), s.localIndices(r, world))
+                << "size " << size << " batch " << batch << " world " << world << " step " << step
+                << " rank " << r;
+          }
+          s.advance();
+        }
+      }
+    }
+  }
+  EXPECT_EQ(DistributedSampler::equalShares(10, 3), (std::vector<int64_t>{3, 3, 4}));
+}
+
+TEST(SamplerShares, AnySharesCoverEveryBatchOnceInOrder) {
+  DistributedSampler s(23, 8, /*seed=*/5, /*shuffle=*/true, /*drop_last=*/false);
+  const std::vector<int64_t> shares = {1, 5, 0, 2};
+  for (int64_t step = 0; step < s.stepsPerEpoch(); ++step) {
+    std::vector<int64_t> all;
+    for (int64_t r = 0; r < 4; ++r) {
+      const auto part = s.shareIndices(r, shares);
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    EXPECT_EQ(all, s.globalBatch()) << "step " << step;
+    s.advance();
+  }
+}
+
+TEST(SamplerShares, RejectsBadShares) {
+  DistributedSampler s(20, 10, /*seed=*/0, /*shuffle=*/false, /*drop_last=*/false);
+  try {
+    s.shareIndices(0, {6, 5});
+    FAIL() << "a sum of 11 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "sampler: the shares sum to 11, not to the global batch size 10");
+  }
+  try {
+    s.shareIndices(0, {11, -1});
+    FAIL() << "a negative share was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "sampler: rank 1's share -1 is negative");
+  }
+  try {
+    s.shareIndices(2, {5, 5});
+    FAIL() << "rank 2 of 2 shares was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "sampler: rank 2 is out of range for 2 shares");
+  }
+}
+
 }  // namespace
 }  // namespace cumulus::data

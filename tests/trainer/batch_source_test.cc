@@ -80,6 +80,59 @@ TEST(BatchSourceTest, AnEmptyShareHasEmptyMicroBatchesAndRestoreMovesThePosition
   EXPECT_THROW(rank0.restore({0, 3}), std::invalid_argument);
 }
 
+// A wrapper that changes nothing: ForwardingBatchSource passes setShares on.
+class Passthrough final : public ForwardingBatchSource {
+ public:
+  using ForwardingBatchSource::ForwardingBatchSource;
+  StepBatch next(int64_t step, int64_t micro_batches) override {
+    return inner_->next(step, micro_batches);
+  }
+};
+
+TEST(BatchSourceTest, SharesMoveTheSlicesUntilAReshardMakesThemEqual) {
+  const data::DistributedSampler sampler(20, 8, 3, true, false);
+  auto rank1 =
+      std::make_shared<SamplerBatchSource>(data::inMemory(numbered(20), "numbered"), sampler, 1, 2);
+  // Through a wrapper, as the trainer may see it.
+  const auto wrapper = std::make_shared<Passthrough>(rank1);
+  BatchSource& source = *wrapper;
+  source.setShares({6, 2});
+  data::DistributedSampler reference = sampler;
+  StepBatch batch = source.next(0, 2);
+  EXPECT_EQ(batch.indices, reference.shareIndices(1, {6, 2}));
+  EXPECT_EQ(batch.indices.size(), 2u);
+  EXPECT_EQ(batch.global_samples, 8);
+  EXPECT_EQ(rowsOf(batch.micro_batches[0]).size(), 1u);
+  // Bad shares are refused and the ones in force stay.
+  EXPECT_THROW(source.setShares({6, 1}), std::invalid_argument);
+  EXPECT_THROW(source.setShares({2, 2, 4}), std::invalid_argument);
+  reference.advance();
+  EXPECT_EQ(source.next(1, 1).indices, reference.shareIndices(1, {6, 2}));
+  // Rank 0 of 1 after a re-forming: equal shares, the whole batch.
+  source.reshard(0, 1);
+  reference.advance();
+  EXPECT_EQ(source.next(2, 1).indices, reference.localIndices(0, 1));
+}
+
+// A BatchSource that does not override setShares cannot be balanced.
+TEST(BatchSourceTest, TheDefaultSetSharesSaysWhatToDo) {
+  class Fixed final : public BatchSource {
+   public:
+    int64_t stepsPerEpoch() const override { return 1; }
+    data::SamplerState position() const override { return {}; }
+    void restore(const data::SamplerState&) override {}
+    StepBatch next(int64_t, int64_t) override { return {}; }
+  } fixed;
+  try {
+    fixed.setShares({1, 1});
+    FAIL();
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "this BatchSource cannot take unequal shares of the global batch; override "
+                 "BatchSource::setShares or set trainer.balance: off");
+  }
+}
+
 TEST(BatchSourceTest, TheLedgerWrapperAppendsEachStepsSamplesAndPassesTheBatchOn) {
   const fs::path path =
       fs::path(::testing::TempDir()) / ("ledger_" + std::to_string(::getpid()) + ".rank1");

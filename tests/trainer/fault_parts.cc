@@ -49,6 +49,16 @@ StepBatch KillAtStep::next(int64_t step, int64_t micro_batches) {
   return batch;
 }
 
+SlowSamples::SlowSamples(std::shared_ptr<BatchSource> inner, int64_t us_per_sample)
+    : ForwardingBatchSource(std::move(inner)), us_per_sample_(us_per_sample) {}
+
+StepBatch SlowSamples::next(int64_t step, int64_t micro_batches) {
+  StepBatch batch = inner_->next(step, micro_batches);
+  std::this_thread::sleep_for(
+      std::chrono::microseconds(us_per_sample_ * static_cast<int64_t>(batch.indices.size())));
+  return batch;
+}
+
 HoldAtStep::HoldAtStep(std::shared_ptr<BatchSource> inner, int64_t step, std::function<void()> wait)
     : ForwardingBatchSource(std::move(inner)), step_(step), wait_(std::move(wait)) {}
 

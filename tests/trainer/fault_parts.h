@@ -25,6 +25,7 @@ class ForwardingBatchSource : public BatchSource {
   data::SamplerState position() const override { return inner_->position(); }
   void restore(const data::SamplerState& position) override { inner_->restore(position); }
   void reshard(int64_t rank, int64_t world_size) override { inner_->reshard(rank, world_size); }
+  void setShares(const std::vector<int64_t>& shares) override { inner_->setShares(shares); }
 
  protected:
   std::shared_ptr<BatchSource> inner_;
@@ -62,6 +63,18 @@ class KillAtStep final : public ForwardingBatchSource {
   int64_t step_;
   int64_t delay_ms_;
   bool stall_;
+};
+
+// Wraps a BatchSource and sleeps `us_per_sample` microseconds for each sample of this rank's share
+// at every step: a worker that computes more slowly than the others (trainer.balance).
+class SlowSamples final : public ForwardingBatchSource {
+ public:
+  SlowSamples(std::shared_ptr<BatchSource> inner, int64_t us_per_sample);
+
+  StepBatch next(int64_t step, int64_t micro_batches) override;
+
+ private:
+  int64_t us_per_sample_;
 };
 
 // Wraps a BatchSource and, when step `step` is drawn, calls `wait` first, so that a test can hold

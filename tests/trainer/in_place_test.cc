@@ -22,6 +22,8 @@
 #include <set>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "comm/quorum.h"
 #include "comm/store_client.h"
 #include "comm/store_keys.h"
@@ -258,6 +260,41 @@ TEST_F(InPlaceTest, ANoticeLeavesAtAStepBoundaryAndTheOthersTrainOn) {
   identicalReplicas({"0.0.0", "0.2.0"});
   EXPECT_FALSE(fs::exists(dir_ / "run" / "checkpoints" / "step-00000020"));
   ledgerIsExact();
+}
+
+// trainer.balance: auto with a slow worker (rank 2 of 3, 1.5 ms per sample): the shares move off
+// it; when another worker dies, the group re-forms with equal shares, and still every sample of
+// every epoch is trained exactly once.
+TEST_F(InPlaceTest, AReformingStartsTheSharesEqualAgain) {
+  std::vector<std::string> argv =
+      command({"--fault-kill", "10@0.1.0", "--fault-slow", "2+1500"}, "run");
+  for (const char* kv : {"trainer.balance=auto", "trainer.balance_every_steps=4"}) {
+    argv.push_back("--set");
+    argv.push_back(kv);
+  }
+  startGroup(3, argv);
+  EXPECT_EQ(finish("0.1.0").signal, SIGKILL);
+  identicalReplicas({"0.0.0", "0.2.0"});
+  ledgerIsExact();
+  std::ifstream in(dir_ / "run" / "metrics.jsonl");
+  std::vector<nlohmann::json> balance;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j.at("type") == "balance") balance.push_back(std::move(j));
+  }
+  ASSERT_GE(balance.size(), 3u);
+  EXPECT_EQ(balance[0].at("shares"), nlohmann::json::array({21, 21, 22}));
+  EXPECT_EQ(balance[1].at("reason"), "auto");
+  EXPECT_LT(balance[1].at("step").get<int64_t>(), 10);
+  const auto moved = balance[1].at("shares").get<std::vector<int64_t>>();
+  ASSERT_EQ(moved.size(), 3u);
+  EXPECT_LT(moved[2], moved[0]);
+  const auto reform = std::find_if(balance.begin(), balance.end(), [](const nlohmann::json& j) {
+    return j.at("reason") == "reform";
+  });
+  ASSERT_NE(reform, balance.end());
+  EXPECT_EQ(reform->at("step"), 10);
+  EXPECT_EQ(reform->at("shares"), nlohmann::json::array({32, 32}));
 }
 
 // A joiner is admitted at a step boundary and takes the whole state from a live peer, reading no

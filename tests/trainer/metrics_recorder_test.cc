@@ -131,6 +131,45 @@ TEST(MetricsRecorderTest, AnEvaluationWithoutAccuracyPrintsAndRecordsTheLossAlon
   fs::remove(path);
 }
 
+TEST(MetricsRecorderTest, BalanceRecordsAndOneLinePerChange) {
+  const fs::path path = fs::path(::testing::TempDir()) /
+                        ("recorder_balance_" + std::to_string(::getpid()) + ".jsonl");
+  std::ostringstream console;
+  ProgressRecorderOptions options;
+  options.console = &console;
+  options.metrics_path = path.string();
+  ProgressMetricsRecorder recorder(options);
+  recorder.begin({"mlp", {}, 0, 40, 40});
+  BalanceRecord start;
+  start.reason = "start";
+  start.shares = {64, 64};
+  recorder.balanced(start);
+  BalanceRecord moved;
+  moved.reason = "auto";
+  moved.step = 20;
+  moved.shares = {85, 43};
+  moved.rates = {1520.4, 760.6};
+  moved.predicted_speedup = 1.4884;
+  recorder.balanced(moved);
+  EXPECT_EQ(console.str(),
+            "model: mlp\n"
+            "balance after step 20: shares 85/43 of the global batch (compute rates 1520/761 "
+            "samples/s; predicted 1.49x faster compute)\n");
+  const auto records = readRecords(path);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0]["type"], "balance");
+  EXPECT_EQ(records[0]["reason"], "start");
+  EXPECT_EQ(records[0]["step"], 0);
+  EXPECT_EQ(records[0]["shares"], nlohmann::json::array({64, 64}));
+  EXPECT_EQ(records[0]["rates"], nlohmann::json::array());
+  EXPECT_EQ(records[1]["reason"], "auto");
+  EXPECT_EQ(records[1]["step"], 20);
+  EXPECT_EQ(records[1]["shares"], nlohmann::json::array({85, 43}));
+  EXPECT_EQ(records[1]["rates"], nlohmann::json::array({1520.4, 760.6}));
+  EXPECT_EQ(records[1]["predicted_speedup"], 1.4884);
+  fs::remove(path);
+}
+
 TEST(MetricsRecorderTest, AQuietRankPrintsOnlyWarningsAndItsStop) {
   std::ostringstream console;
   ProgressRecorderOptions options;

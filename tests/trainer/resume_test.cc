@@ -12,6 +12,7 @@
 #include "configs/parse.h"
 #include "data/sampler.h"
 #include "trainer/checkpoint_snapshot.h"
+#include "trainer/checkpoint_state_proto.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -65,6 +66,31 @@ TEST(ResumeTest, SameConfigAndWorldRestoresPosition) {
   ASSERT_EQ(plan.notes.size(), 1u);
   EXPECT_EQ(plan.notes[0],
             "resuming from /c/step-00000040 at step 40 (epoch 1, sample 640 of the epoch)");
+}
+
+// The shares of the global batch in force replay on the writer's world size; another world size,
+// another global batch, or a checkpoint written before shares existed start with equal ones.
+TEST(ResumeTest, SharesReplayOnlyWhereTheyFit) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = 64;
+  CheckpointState state = stateFor(e, 40, 1, 640, 2);
+  EXPECT_TRUE(planResume(e, 2, state, "/c", false).batch_shares.empty());  // an older checkpoint
+  state.batch_shares = {44, 20};
+  EXPECT_EQ(planResume(e, 2, state, "/c", false).batch_shares, (std::vector<int64_t>{44, 20}));
+  EXPECT_TRUE(planResume(e, 3, state, "/c", false).batch_shares.empty());
+  configs::Experiment bigger = e;
+  bigger.trainer.global_batch_size = 128;
+  state.sampler_cursor = 0;
+  EXPECT_TRUE(planResume(bigger, 2, state, "/c", true).batch_shares.empty());
+}
+
+TEST(ResumeTest, SharesRoundTripThroughStatePb) {
+  CheckpointState state;
+  state.batch_shares = {44, 20};
+  const proto::CheckpointState wire = stateToProto(state);
+  ASSERT_EQ(wire.batch_shares_size(), 2);
+  EXPECT_EQ(stateFromProto(wire).batch_shares, (std::vector<int64_t>{44, 20}));
+  EXPECT_TRUE(stateFromProto(proto::CheckpointState()).batch_shares.empty());
 }
 
 TEST(ResumeTest, OtherWorldSizeKeepsTheGlobalCursor) {

@@ -17,6 +17,8 @@
 // --fault-stall SPEC                STEP@MEMBER+MS,…: that member sleeps MS ms when it draws STEP
 // --fault-kill-on MEMBER:TEXT       that member SIGKILLs itself when it records a note or warning
 //                                   containing TEXT (KillOnText)
+// --fault-slow RANK+US              rank RANK sleeps US microseconds per sample of its share at
+//                                   every step, a slow worker (SlowSamples; trainer.balance)
 // --fault-hold-for-joiner STEP      every worker waits at step STEP until a joiner has taken the
 //                                   first join ticket in the Store (in place)
 // Everything after "--" goes to trainer::trainCommand unchanged; the faults enter through the
@@ -52,6 +54,8 @@ struct Faults {
   std::string stall;           // --fault-stall
   int64_t hold_step = -1;      // --fault-hold-for-joiner
   std::string kill_on;         // --fault-kill-on MEMBER:TEXT
+  int64_t slow_rank = -1;      // --fault-slow RANK+US
+  int64_t slow_us = 0;
 };
 
 std::string memberId() {
@@ -89,6 +93,11 @@ int parseFaults(int argc, char** argv, Faults& faults) {
       faults.stall = value;
     } else if (arg == "--fault-kill-on") {
       faults.kill_on = value;
+    } else if (arg == "--fault-slow") {
+      const size_t plus = value.find('+');
+      if (plus == std::string::npos) throw std::invalid_argument(arg + " '" + value + "': RANK+US");
+      faults.slow_rank = parseInteger(value.substr(0, plus), arg);
+      faults.slow_us = parseInteger(value.substr(plus + 1), arg);
     } else if (arg == "--fault-hold-for-joiner") {
       faults.hold_step = parseInteger(value, arg);
     } else if (arg == "--fault-sigterm-at-step") {
@@ -102,7 +111,7 @@ int parseFaults(int argc, char** argv, Faults& faults) {
       throw std::invalid_argument(
           arg +
           ": unknown; use --fault-sigterm-at-step, --sample-ledger, "
-          "--fault-kill, --fault-stall, --fault-kill-on, --fault-hold-for-joiner");
+          "--fault-kill, --fault-stall, --fault-kill-on, --fault-slow, --fault-hold-for-joiner");
     }
   }
   throw std::invalid_argument("missing \"--\" before cumulus-train's arguments");
@@ -153,6 +162,11 @@ void install(const Faults& faults, TrainerOptions& options) {
     if (step < 0) continue;
     wraps.push_back([step = step, ms = ms, stall = stall](std::shared_ptr<BatchSource> inner) {
       return std::make_shared<KillAtStep>(std::move(inner), step, ms, stall);
+    });
+  }
+  if (faults.slow_rank >= 0 && faults.slow_rank == rank) {
+    wraps.push_back([us = faults.slow_us](std::shared_ptr<BatchSource> inner) {
+      return std::make_shared<SlowSamples>(std::move(inner), us);
     });
   }
   if (const size_t colon = faults.kill_on.find(':');

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/model.h"
+#include "tests/trainer/fault_parts.h"
 #include "trainer/gradient_sync.h"
 #include "trainer/state_dict.h"
 #include "trainer/trainer.h"
@@ -298,6 +299,105 @@ TEST(TrainingTest, TwoRanksSummingGradientsMatchOneProcess) {
   EXPECT_EQ(calls[0][0], "attach");
   for (size_t i = 0; i < step.size(); ++i) EXPECT_EQ(calls[0][1 + i], step[i]);
   EXPECT_EQ(calls[0], calls[1]);
+}
+
+// Counts the samples of this rank's share at each step.
+class ShareSizes final : public ForwardingBatchSource {
+ public:
+  ShareSizes(std::shared_ptr<BatchSource> inner, std::vector<int64_t>& sizes)
+      : ForwardingBatchSource(std::move(inner)), sizes_(sizes) {}
+  StepBatch next(int64_t step, int64_t micro_batches) override {
+    StepBatch batch = inner_->next(step, micro_batches);
+    sizes_.push_back(static_cast<int64_t>(batch.indices.size()));
+    return batch;
+  }
+
+ private:
+  std::vector<int64_t>& sizes_;
+};
+
+// Unequal shares of each global batch (trainer.balance: fixed) give the gradient of the same
+// global mean: the same model as one process and as equal shares, up to the order of summation.
+TEST(TrainingTest, TwoRanksWithUnequalSharesMatchOneProcess) {
+  auto e = smallExperiment("");
+  e.data.synthetic_train_samples = 100;
+  e.data.drop_last = false;  // a last batch of 4: floor(4·24/32) = 3 samples on rank 0, 1 on rank 1
+  e.trainer.global_batch_size = 32;
+  e.trainer.epochs = 3;
+  e.trainer.grad_accumulation = 2;
+  std::unique_ptr<Trainer> single;
+  models::Model* reference = nullptr;
+  runQuietly(e, false, &reference, &single);
+
+  auto runPair = [&](const configs::Experiment& experiment, std::vector<int64_t>(&sizes)[2],
+                     std::unique_ptr<Trainer>(&ranks)[2]) {
+    PairSum sum;
+    std::vector<std::string> calls[2];
+    for (int r = 0; r < 2; ++r) {
+      RunEnv env;
+      env.rank = r;
+      env.world_size = 2;
+      TrainerOptions options;
+      options.write_outputs = false;
+      options.batches = [&sizes, r](std::shared_ptr<BatchSource> standard) {
+        return std::make_shared<ShareSizes>(std::move(standard), sizes[r]);
+      };
+      ranks[r] = std::make_unique<Trainer>(experiment, env,
+                                           std::make_unique<PairSync>(sum, r, calls[r]), options);
+    }
+    std::thread other([&] { ranks[1]->run(); });
+    ranks[0]->run();
+    other.join();
+  };
+  std::vector<int64_t> equal_sizes[2];
+  std::unique_ptr<Trainer> equal[2];
+  runPair(e, equal_sizes, equal);
+  e.trainer.balance = "fixed";
+  e.trainer.balance_shares = {24, 8};
+  std::vector<int64_t> sizes[2];
+  std::unique_ptr<Trainer> ranks[2];
+  runPair(e, sizes, ranks);
+
+  const std::vector<int64_t> epoch0 = {24, 24, 24, 3}, epoch1 = {8, 8, 8, 1};
+  ASSERT_EQ(sizes[0].size(), 12u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(sizes[0][i], epoch0[i]) << i;
+    EXPECT_EQ(sizes[1][i], epoch1[i]) << i;
+  }
+  EXPECT_EQ(equal_sizes[0][0], 16);
+  EXPECT_LT(maxAbsDifference(*reference, ranks[0]->model()), 1e-6);
+  EXPECT_LT(maxAbsDifference(equal[0]->model(), ranks[0]->model()), 1e-6);
+  EXPECT_EQ(parameterHash(ranks[0]->model()), parameterHash(ranks[1]->model()));
+}
+
+TEST(TrainingTest, FixedSharesThatDoNotFitAreASetupErrorNamingTheKey) {
+  auto e = smallExperiment("");
+  e.trainer.balance = "fixed";
+  e.trainer.balance_shares = {40, 20};
+  RunEnv env;
+  env.rank = 0;
+  env.world_size = 2;
+  PairSum sum;
+  std::vector<std::string> calls;
+  TrainerOptions options;
+  options.write_outputs = false;
+  try {
+    Trainer t(e, env, std::make_unique<PairSync>(sum, 0, calls), options);
+    FAIL() << "shares summing to 60 of 64 were accepted";
+  } catch (const SetupError& error) {
+    EXPECT_STREQ(error.what(),
+                 "trainer.balance_shares: sampler: the shares sum to 60, not to the global batch "
+                 "size 64");
+  }
+  e.trainer.balance_shares = {64};
+  try {
+    Trainer t(e, env, std::make_unique<PairSync>(sum, 0, calls), options);
+    FAIL() << "one share for two workers was accepted";
+  } catch (const SetupError& error) {
+    EXPECT_STREQ(error.what(),
+                 "trainer.balance_shares: 1 shares for 2 workers; give one sample count per "
+                 "worker, or set trainer.balance: auto or off");
+  }
 }
 
 TEST(TrainingTest, WritesConfigMetricsAndAStateDictPythonCanRead) {
