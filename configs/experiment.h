@@ -95,6 +95,7 @@ struct CommConfig {
   double first_bucket_mb = 1.0;
   double timeout_seconds = 60.0;
   std::string cost_model = "";  // calibration file from `cumulus-bench calibrate`; empty: built-in
+  std::string compression = "none";  // "none" or "bf16" (with error feedback)
 };
 
 // How a group recovers from a failed worker or node (`launch.recovery`, `--recovery`): "restart"

@@ -80,6 +80,7 @@ std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
   sync.bucket_cap_mb = experiment.comm.bucket_cap_mb;
   sync.first_bucket_mb = experiment.comm.first_bucket_mb;
   sync.timeout_seconds = experiment.comm.timeout_seconds;
+  sync.compression = experiment.comm.compression;
   // The gradients already lie in the buckets' layout (FlatParameters): reduced where they are.
   sync.gradient_as_bucket_view = true;
   if (trace != nullptr) sync.on_bucket_done = traceBuckets(trace);
