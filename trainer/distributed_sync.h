@@ -32,6 +32,8 @@
 // gradients view. So nothing a rank rounds away is lost: it is sent one step later. "Summation in
 // float32" means what the bf16 kernels of comm/reduce.h do: each pairwise step widens both
 // operands to float32, adds, and rounds the partial sum back to bf16; partial sums travel as bf16.
+// The new residuals take effect when finish() succeeds: after a failed step each rank still holds
+// those of the last completed step (an in-place recovery redoes the step from them).
 // A non-finite g' leaves a zero residual (a NaN is not carried into every later step). Buckets of
 // other dtypes (float64, ...) are sent as they are. The residuals are this rank's state: read and
 // replace them with errorFeedback() / setErrorFeedback() between steps (a checkpoint keeps them).

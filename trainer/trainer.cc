@@ -193,6 +193,7 @@ void Trainer::Impl::build() {
   buildParts(data);
   broadcastBuffers();
   sync_->attach(params_);
+  restoreResiduals();
   startupMark("broadcast");
 }
 
@@ -334,6 +335,9 @@ void Trainer::Impl::buildGroupParts() {
   record.log_every_steps = config_.trainer.log_every_steps;
   if (writes()) record.metrics_path = config_.trainer.run_dir + "/metrics.jsonl";
   record.world_size = env_.world_size;
+  if (group_ != nullptr && config_.comm.compression != "none") {
+    record.compression = config_.comm.compression;
+  }
   if (group_ != nullptr) {
     record.sum_over_ranks = [group = group_](double v) { return sumOverRanks(group, v); };
   }
@@ -417,6 +421,7 @@ void Trainer::Impl::resumeIfAsked() {
       throw ResumeError(e.what() + skipped);
     }
     restoreTraining(loaded, *model_, *optimizer_, info.path);
+    resumed_residuals_ = residualsOf(loaded, info.path);
     batches_->restore(plan.sampler);
     start_step_ = std::min(plan.step, total_steps_);
     grad_accumulation_ = plan.grad_accumulation;

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "comm/reduce.h"
 #include "trainer/distributed_sync.h"
 #include "trainer/process_group.h"
+#include "trainer/training_checkpoint.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -191,6 +193,38 @@ TEST(CompressionTest, FromConfigRefusesAnUnknownCompressionNamingTheKey) {
   }
   config.compression = "bf16";
   EXPECT_EQ(DistributedSyncOptions::fromConfig(config).compression, Compression::kBf16);
+}
+
+TEST(CompressionTest, ResidualsRoundTripThroughACheckpointAndKeepTheirSumOnAnotherWorld) {
+  const torch::Tensor saved = torch::tensor({{k2m9, -k2m8, 0.5f}, {k2m8, k2m8, -0.25f}});
+  const std::string dir = ::testing::TempDir() + "/compression_residuals_" +
+                          std::to_string(::testing::UnitTest::GetInstance()->random_seed());
+  std::filesystem::remove_all(dir);
+  Checkpoint checkpoint;
+  checkpoint.state.step = 3;
+  checkpoint.tensors = {{"w", torch::zeros({3})}};
+  checkpoint.optimizer_scalars = {{"name", std::string("sgd")}, {"step", int64_t{3}}};
+  addResiduals(checkpoint, saved);
+  Checkpoints checkpoints(dir);
+  checkpoints.save(checkpoint);
+  const std::string path = dir + "/" + Checkpoints::dirName(3);
+  const torch::Tensor loaded = residualsOf(checkpoints.load(path), path);
+  ASSERT_TRUE(loaded.defined());
+  EXPECT_TRUE(loaded.equal(saved));
+
+  std::string note;
+  EXPECT_TRUE(residualForRank(loaded, 1, 2, &note).equal(saved[1])) << "same world: row r";
+  EXPECT_EQ(note, "");
+  // Three ranks now: rank 0 takes the rows' sum, the others zeros; the sum over ranks is kept.
+  torch::Tensor total = torch::zeros({3});
+  for (int rank = 0; rank < 3; ++rank) total += residualForRank(loaded, rank, 3, &note);
+  EXPECT_TRUE(total.equal(saved.sum(0)));
+  EXPECT_TRUE(residualForRank(loaded, 2, 3, nullptr).equal(torch::zeros({3})));
+  EXPECT_EQ(note,
+            "comm.compression: the checkpoint's error-feedback residuals of 2 ranks are summed "
+            "into rank 0's for 3 ranks (the others start at zero)");
+  EXPECT_FALSE(residualsOf(Checkpoint{}, path).defined()) << "none saved: none";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
