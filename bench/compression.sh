@@ -39,7 +39,7 @@ while (($#)); do
     --id) ID=$2; shift 2 ;;
     --out-dir) OUT=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compression.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
 done
