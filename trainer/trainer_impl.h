@@ -99,9 +99,7 @@ class Trainer::Impl {
   // into the checkpoints. Each rank gathers them (one allgather) at the boundaries where the writer
   // may save, which every rank knows or agrees on first; a checkpoint.every_seconds schedule or
   // a policy of the caller's costs one one-integer agreement per step.
-  bool compressing() const {
-    return distributed_ != nullptr && config_.comm.compression == "bf16";
-  }
+  bool compressing() const { return distributed_ != nullptr && config_.comm.compression == "bf16"; }
   CheckpointDecision dueAtStepEnd(int64_t done, bool last);
   CheckpointDecision dueAfterAgreement(int64_t done, StepAction action);
   void gatherResiduals(int64_t done);

@@ -123,7 +123,8 @@ torch::Tensor residualsOf(const Checkpoint& checkpoint, const std::string& check
   }
   if (!value.isTensor() || value.toTensor().dim() != 2 ||
       value.toTensor().scalar_type() != torch::kFloat) {
-    throw ResumeError(where + "not a [world size, n] float32 tensor; remove it to resume with "
+    throw ResumeError(where +
+                      "not a [world size, n] float32 tensor; remove it to resume with "
                       "zero residuals");
   }
   return value.toTensor();

@@ -95,8 +95,8 @@ class LocalGradientSync final : public GradientSync {
 
 // One bucket's all-reduce, from its launch to its completion (DataParallelOptions::on_bucket_done).
 struct BucketEvent {
-  size_t bucket = 0;  // index in launch order
-  size_t bytes = 0;   // as all-reduced: 2 per element for a bucket compressed to bf16
+  size_t bucket = 0;      // index in launch order
+  size_t bytes = 0;       // as all-reduced: 2 per element for a bucket compressed to bf16
   size_t params = 0;      // parameters in the bucket
   std::string algorithm;  // what it ran with ("ring", ...; "auto" resolved)
   uint64_t seq = 0;       // the collective's sequence number in the group
@@ -129,7 +129,7 @@ struct SyncStepStats {
   double comm_wait_seconds = 0;     // time blocked in finish(): launching the rest, then waiting
   size_t launched_in_backward = 0;  // buckets launched from hooks (overlapped with backward)
   size_t buckets = 0;
-  size_t bytes = 0;                 // bytes all-reduced (bf16 buckets count 2 per element)
+  size_t bytes = 0;  // bytes all-reduced (bf16 buckets count 2 per element)
 };
 
 class DataParallel final : public GradientSync {

@@ -32,9 +32,9 @@ configs::CommConfig bf16Config() {
 
 // Runs body(rank, sync, params) on `world` threads, each with its own group and sync over
 // parameters shaped `shapes` (zeros; gradients are set by the body). Rethrows the first error.
-void runRanks(int world, const configs::CommConfig& config, const std::vector<int64_t>& shapes,
-              const std::function<void(int, DistributedGradientSync&,
-                                       std::vector<torch::Tensor>&)>& body) {
+void runRanks(
+    int world, const configs::CommConfig& config, const std::vector<int64_t>& shapes,
+    const std::function<void(int, DistributedGradientSync&, std::vector<torch::Tensor>&)>& body) {
   torch::set_num_threads(1);
   comm::MemoryStore store;
   std::mutex mutex;
@@ -100,8 +100,8 @@ TEST(CompressionTest, SumsTheBf16RoundedGradientsAndKeepsWhatRoundingTookAsTheRe
   const std::vector<std::vector<std::vector<float>>> grads = {
       {{1 + k2m9, 1 + 3 * k2m9, 1 + k2m8, 1 + 3 * k2m8}, {1 + k2m9, 0.25f}},
       {{2.0f, 0.5f, -1.0f, 257.0f}, {1.0f, 0.0f}}};
-  const std::vector<std::vector<float>> residuals = {
-      {k2m9, -k2m9, k2m8, -k2m8, k2m9, 0.0f}, {0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 0.0f}};
+  const std::vector<std::vector<float>> residuals = {{k2m9, -k2m9, k2m8, -k2m8, k2m9, 0.0f},
+                                                     {0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 0.0f}};
   std::vector<std::vector<float>> a_sums(2), b_sums(2), kept(2);
   runRanks(2, bf16Config(), {4, 2}, [&](int rank, DistributedGradientSync& sync, auto& params) {
     ASSERT_EQ(sync.errorFeedbackNumel(), 6u);

@@ -289,7 +289,8 @@ TEST_F(ResumeProcessTest, CompressedGroupResumesBitIdenticalWithItsResiduals) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
   };
-  const ProcessResult plain = runProcess(group(2, train("plain", {"--set", "comm.algorithm=ring"})));
+  const ProcessResult plain =
+      runProcess(group(2, train("plain", {"--set", "comm.algorithm=ring"})));
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   const ProcessResult full = runProcess(group(2, train("full", bf16)));
   ASSERT_EQ(full.exit_code, 0) << full.output;
@@ -308,10 +309,10 @@ TEST_F(ResumeProcessTest, CompressedGroupResumesBitIdenticalWithItsResiduals) {
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_EQ(digestOf(second), digestOf(full));
 
-  const ProcessResult alone_resume = runProcess(
-      train("part", with(bf16, {"--resume", ckpt("part", 9), "--set",
-                                "trainer.run_dir=" + (dir_ / "one").string()})),
-      alone());
+  const ProcessResult alone_resume =
+      runProcess(train("part", with(bf16, {"--resume", ckpt("part", 9), "--set",
+                                           "trainer.run_dir=" + (dir_ / "one").string()})),
+                 alone());
   ASSERT_EQ(alone_resume.exit_code, 0) << alone_resume.output;
   EXPECT_NE(alone_resume.output.find("comm.compression: a world of one sends nothing; the "
                                      "checkpoint's error-feedback residuals are dropped"),
