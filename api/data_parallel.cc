@@ -41,6 +41,11 @@ trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
   out.timeout = options.timeout_seconds == 0
                     ? group.timeout
                     : timeoutOption(options.timeout_seconds, "timeout_seconds");
+  try {
+    out.compression = trainer::parseCompression(options.compression, "compression");
+  } catch (const std::invalid_argument& e) {
+    throw GroupError(e.what());
+  }
   out.on_bucket_done = options.on_bucket_done;
   out.gradient_as_bucket_view = options.gradient_as_bucket_view;
   return out;
@@ -94,6 +99,18 @@ void DataParallel::broadcast(const std::vector<torch::Tensor>& tensors) {
 
 SyncStepStats DataParallel::lastStep() const {
   return impl_->distributed ? impl_->distributed->lastStep() : SyncStepStats{};
+}
+
+torch::Tensor DataParallel::errorFeedback() const {
+  return impl_->distributed ? impl_->distributed->errorFeedback() : torch::zeros({0});
+}
+
+void DataParallel::setErrorFeedback(const torch::Tensor& residual) {
+  if (!impl_->distributed) {
+    throw std::invalid_argument(
+        "setErrorFeedback: a group of one sends nothing and keeps no residual");
+  }
+  impl_->distributed->setErrorFeedback(residual);
 }
 
 std::vector<size_t> DataParallel::bucketBytes() const {

@@ -101,6 +101,7 @@ struct CommConfig {
   double first_bucket_mb = 1.0;
   double timeout_seconds = 60.0;
   std::string cost_model = "";  // calibration file from `cumulus-bench calibrate`; empty: built-in
+  std::string compression = "none";  // "none" or "bf16" (with error feedback)
 };
 
 // How a group recovers from a failed worker or node (`launch.recovery`, `--recovery`): "restart"
@@ -161,7 +162,8 @@ inline auto tieFields(const CheckpointConfig& c) {
   return std::tie(c.dir, c.every_steps, c.every_seconds, c.keep, c.async);
 }
 inline auto tieFields(const CommConfig& c) {
-  return std::tie(c.algorithm, c.bucket_cap_mb, c.first_bucket_mb, c.timeout_seconds, c.cost_model);
+  return std::tie(c.algorithm, c.bucket_cap_mb, c.first_bucket_mb, c.timeout_seconds, c.cost_model,
+                  c.compression);
 }
 inline auto tieFields(const LaunchConfig& c) {
   return std::tie(c.nproc_per_node, c.nnodes, c.max_restarts, c.monitor_interval, c.rdzv_endpoint,

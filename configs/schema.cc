@@ -223,6 +223,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(comm, first_bucket_mb), 1.0, above(0), "size cap of the first bucket, MiB (at most `bucket_cap_mb`)"));
   t.push_back(row(KEY(comm, timeout_seconds), 60.0, above(0), "a collective not done by then fails, naming the peer"));
   t.push_back(row(KEY(comm, cost_model), "", anyValue(), "calibration file from `cumulus-bench calibrate`; empty: built-in"));
+  t.push_back(row(KEY(comm, compression), "none", oneOf({"none", "bf16"}), "gradient buckets on the wire: none sends float32; bf16 sends bfloat16 (half the bytes), each rank keeping its rounding error and adding it to the next step's gradient (error feedback). For slow links (1 Gbit/s and below), where the all-reduce dominates the step"));
 
   t.push_back(row(KEY(launch, nproc_per_node), 2, atLeast(1), "workers per node"));
   t.push_back(row(KEY(launch, nnodes), "1", formatted(checkNnodes, "N or MIN:MAX, with 1 <= MIN <= MAX"), "nodes: a fixed count, or an elastic range"));

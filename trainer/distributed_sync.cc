@@ -5,12 +5,15 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/types.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "comm/error.h"
+#include "comm/reduce.h"
 #include "trainer/flat_parameters.h"
 
 namespace cumulus::trainer {
@@ -28,7 +31,46 @@ struct DistributedGradientSync::Bucket {
   std::vector<char> copied;          // per slot: the gradient was copied in (not a view)
   std::shared_ptr<comm::Work> work;
   Clock::time_point launched;
+  // Compression only (float32 buckets): the error-feedback residual, the one this step's launch
+  // computed (it replaces `residual` when the whole step succeeded, so that a step that fails and
+  // is redone in place starts from the same residual), and the bf16 wire buffer.
+  std::vector<float> residual;
+  std::vector<float> next_residual;
+  std::vector<uint16_t> wire;
 };
+
+namespace {
+
+// Error feedback: q = bf16(g + e), e_next = (g + e) - float(q). The rounding error of
+// round-to-nearest into a format with the same exponent range is exact in float32. One pass the
+// compiler vectorizes: 4 ms for a 25 MiB bucket on one core, against 38 ms for the same with torch
+// ops (add, to(kBFloat16), to(kFloat), sub), which round identically.
+void compressWithFeedback(const float* __restrict g, const float* __restrict e,
+                          float* __restrict e_next, uint16_t* __restrict q, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = g[i] + e[i];
+    const uint16_t h = comm::floatToBf16(v);
+    const float r = v - comm::bf16ToFloat(h);
+    q[i] = h;
+    e_next[i] = std::isfinite(r) ? r : 0.0f;
+  }
+}
+
+void widenBf16(const uint16_t* __restrict q, float* __restrict out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = comm::bf16ToFloat(q[i]);
+}
+
+}  // namespace
+
+Compression parseCompression(const std::string& text, const std::string& key) {
+  if (text == "none") return Compression::kNone;
+  if (text == "bf16") return Compression::kBf16;
+  throw std::invalid_argument(key + ": \"" + text + "\" is not one of none, bf16");
+}
+
+const char* compressionName(Compression compression) {
+  return compression == Compression::kBf16 ? "bf16" : "none";
+}
 
 comm::DType commDType(torch::ScalarType type) {
   switch (type) {
@@ -54,6 +96,7 @@ comm::DType commDType(torch::ScalarType type) {
 DistributedSyncOptions DistributedSyncOptions::fromConfig(const configs::CommConfig& config) {
   DistributedSyncOptions o;
   o.algorithm = comm::parseAlgorithm(config.algorithm);
+  o.compression = parseCompression(config.compression, "comm.compression");
   o.bucket_cap_bytes = mebibytes(config.bucket_cap_mb, "comm.bucket_cap_mb");
   o.first_bucket_bytes = mebibytes(config.first_bucket_mb, "comm.first_bucket_mb");
   if (!(config.timeout_seconds > 0)) {
@@ -184,6 +227,11 @@ void DistributedGradientSync::attach(const std::vector<torch::Tensor>& params) {
     const bool in_place = bucket->flat.defined();
     if (!in_place) bucket->flat = torch::zeros({static_cast<int64_t>(spec.numel)}, first.options());
     bucket->copied.assign(spec.params.size(), 0);
+    if (options_.compression == Compression::kBf16 && first.scalar_type() == torch::kFloat) {
+      bucket->residual.assign(spec.numel, 0.0f);
+      bucket->next_residual.assign(spec.numel, 0.0f);
+      bucket->wire.resize(spec.numel);
+    }
     for (size_t s = 0; s < spec.params.size(); ++s) {
       torch::Tensor& p = params_[spec.params[s]];
       torch::Tensor view =
@@ -305,6 +353,11 @@ void DistributedGradientSync::launchLocked(size_t b) {
     }
   }
   comm::Buffer buffer{bucket.flat.data_ptr(), spec.numel, commDType(bucket.flat.scalar_type())};
+  if (compressed(bucket)) {
+    compressWithFeedback(bucket.flat.data_ptr<float>(), bucket.residual.data(),
+                         bucket.next_residual.data(), bucket.wire.data(), spec.numel);
+    buffer = comm::Buffer{bucket.wire.data(), spec.numel, comm::DType::kBFloat16};
+  }
   comm::AllreduceOptions op;
   op.op = comm::ReduceOp::kSum;
   op.algorithm = options_.algorithm;
@@ -349,11 +402,17 @@ void DistributedGradientSync::finish() {
       continue;
     }
     if (error) continue;
-    bytes += layout_[b].bytes();
+    bytes += wireBytes(b);
+    if (compressed(bucket)) {
+      widenBf16(bucket.wire.data(), bucket.flat.data_ptr<float>(), layout_[b].numel);
+    }
     torch::NoGradGuard no_grad;
     for (size_t s = 0; s < bucket.copied.size(); ++s) {
       if (bucket.copied[s]) params_[layout_[b].params[s]].mutable_grad().copy_(bucket.views[s]);
     }
+  }
+  if (!error) {
+    for (auto& bucket : buckets_) std::swap(bucket->residual, bucket->next_residual);
   }
   const Clock::time_point end = Clock::now();
   last_.comm_wait_seconds = std::chrono::duration<double>(end - start).count();
@@ -376,6 +435,67 @@ void DistributedGradientSync::finish() {
 SyncStepStats DistributedGradientSync::lastStep() const {
   base::MutexLock lock(mutex_);
   return last_;
+}
+
+bool DistributedGradientSync::compressed(const Bucket& bucket) const {
+  return !bucket.wire.empty();
+}
+
+size_t DistributedGradientSync::wireBytes(size_t b) const {
+  const BucketSpec& spec = layout_[b];
+  return compressed(*buckets_[b]) ? spec.numel * sizeof(uint16_t) : spec.bytes();
+}
+
+size_t DistributedGradientSync::errorFeedbackNumel() const {
+  size_t n = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (compressed(*buckets_[b])) n += layout_[b].numel;
+  }
+  return n;
+}
+
+// Both walk the float32 parameters in their list's order, so that the flat form does not depend
+// on the bucket layout (comm.bucket_cap_mb may change between a checkpoint and its resume).
+torch::Tensor DistributedGradientSync::errorFeedback() const {
+  base::MutexLock lock(mutex_);
+  torch::Tensor out = torch::zeros({static_cast<int64_t>(errorFeedbackNumel())}, torch::kFloat);
+  float* dst = out.data_ptr<float>();
+  for (size_t p = 0; p < params_.size(); ++p) {
+    const size_t b = bucket_of_[p];
+    if (!compressed(*buckets_[b])) continue;
+    const BucketSpec& spec = layout_[b];
+    const size_t s = static_cast<size_t>(std::find(spec.params.begin(), spec.params.end(), p) -
+                                         spec.params.begin());
+    const size_t n = static_cast<size_t>(params_[p].numel());
+    std::memcpy(dst, buckets_[b]->residual.data() + spec.offsets[s], n * sizeof(float));
+    dst += n;
+  }
+  return out;
+}
+
+void DistributedGradientSync::setErrorFeedback(const torch::Tensor& residual) {
+  base::MutexLock lock(mutex_);
+  if (options_.compression == Compression::kNone) {
+    throw std::invalid_argument("setErrorFeedback: compression is none; there is no residual");
+  }
+  const size_t want = errorFeedbackNumel();
+  if (residual.dim() != 1 || static_cast<size_t>(residual.numel()) != want) {
+    throw std::invalid_argument("setErrorFeedback: the residual has " +
+                                std::to_string(residual.numel()) + " elements, this model's " +
+                                std::to_string(want) + " (float32 parameter elements)");
+  }
+  const torch::Tensor src = residual.to(torch::kCPU, torch::kFloat).contiguous();
+  const float* from = src.data_ptr<float>();
+  for (size_t p = 0; p < params_.size(); ++p) {
+    const size_t b = bucket_of_[p];
+    if (!compressed(*buckets_[b])) continue;
+    const BucketSpec& spec = layout_[b];
+    const size_t s = static_cast<size_t>(std::find(spec.params.begin(), spec.params.end(), p) -
+                                         spec.params.begin());
+    const size_t n = static_cast<size_t>(params_[p].numel());
+    std::memcpy(buckets_[b]->residual.data() + spec.offsets[s], from, n * sizeof(float));
+    from += n;
+  }
 }
 
 void DistributedGradientSync::watchLoop() {
@@ -407,9 +527,9 @@ void DistributedGradientSync::watchLoop() {
     const BucketSpec& spec = layout_[b];
     BucketEvent event;
     event.bucket = b;
-    event.bytes = spec.bytes();
+    event.bytes = wireBytes(b);
     event.params = spec.params.size();
-    event.algorithm = comm::algorithmName(comm_.resolve(options_.algorithm, spec.bytes()));
+    event.algorithm = comm::algorithmName(comm_.resolve(options_.algorithm, event.bytes));
     event.seq = work->seq();
     event.failed = work->exception() != nullptr;
     event.launched = item.launched;

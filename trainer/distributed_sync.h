@@ -23,6 +23,21 @@
 // backward) takes part with what its .grad() holds (zeros, or earlier micro-batches' sum). Then
 // it waits for every bucket. Earlier micro-batches (last = false) only accumulate locally.
 //
+// Compression (comm.compression: bf16): each float32 bucket goes on the wire as bfloat16, half
+// the bytes, with error feedback (1-bit SGD's and EF-SGD's remedy for a biased quantizer). Every
+// rank keeps a float32 residual e per bucket element, zero at attach. At launch
+//   g' = g + e;  q = bf16(g') (round to nearest even);  e = g' - float(q)  (exact in float32)
+// and q is all-reduced (SUM) as DType::kBFloat16 from a staging buffer of the bucket's own; when
+// the bucket's Work completes, finish() widens the sum back into the float32 bucket that the
+// gradients view. So nothing a rank rounds away is lost: it is sent one step later. "Summation in
+// float32" means what the bf16 kernels of comm/reduce.h do: each pairwise step widens both
+// operands to float32, adds, and rounds the partial sum back to bf16; partial sums travel as bf16.
+// The new residuals take effect when finish() succeeds: after a failed step each rank still holds
+// those of the last completed step (an in-place recovery redoes the step from them).
+// A non-finite g' leaves a zero residual (a NaN is not carried into every later step). Buckets of
+// other dtypes (float64, ...) are sent as they are. The residuals are this rank's state: read and
+// replace them with errorFeedback() / setErrorFeedback() between steps (a checkpoint keeps them).
+//
 // Failure: a failed or timed-out collective makes finish() throw its comm::CommError (op, seq,
 // peer); the communicator is broken afterwards (comm/communicator.h), so the group must be
 // rebuilt. A parameter whose gradient arrives after its bucket was launched (a second backward
@@ -36,6 +51,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -53,8 +69,16 @@ struct Node;
 
 namespace cumulus::trainer {
 
+// What a float32 bucket is sent as (see "Compression" above).
+enum class Compression { kNone, kBf16 };
+
+// "none" or "bf16"; throws std::invalid_argument naming `key` and the valid values otherwise.
+Compression parseCompression(const std::string& text, const std::string& key);
+const char* compressionName(Compression compression);
+
 struct DistributedSyncOptions {
   comm::Algorithm algorithm = comm::Algorithm::kAuto;
+  Compression compression = Compression::kNone;
   size_t bucket_cap_bytes = size_t{25} << 20;
   size_t first_bucket_bytes = size_t{1} << 20;
   // Deadline of attach()'s collectives and of waiting for each bucket.
@@ -93,6 +117,16 @@ class DistributedGradientSync final : public GradientSync {
   const std::vector<BucketSpec>& buckets() const { return layout_; }
   SyncStepStats lastStep() const;
 
+  // Error feedback (compression bf16): this rank's residuals, a copy, as a 1-D float32 tensor over
+  // the float32 parameters given to attach() in their order (so it does not depend on the bucket
+  // layout); an empty tensor without compression. Call between steps (not during backward).
+  torch::Tensor errorFeedback() const;
+  // Replaces the residuals with `residual`, as errorFeedback() returns it. Throws
+  // std::invalid_argument if its element count differs, or without compression.
+  void setErrorFeedback(const torch::Tensor& residual);
+  // Elements errorFeedback() holds with compression on (after attach).
+  size_t errorFeedbackNumel() const;
+
  private:
   struct Bucket;
 
@@ -102,6 +136,8 @@ class DistributedGradientSync final : public GradientSync {
   void onGradReady(size_t param);
   void launchReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void launchLocked(size_t bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  bool compressed(const Bucket& bucket) const;
+  size_t wireBytes(size_t bucket) const;
   void resetStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void watchLoop();
   void removeHooks();

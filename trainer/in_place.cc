@@ -126,8 +126,7 @@ int64_t Trainer::Impl::recover(const cumulus::CommError& error) {
   recorder_->warning("rank " + std::to_string(env_.rank) + ": " + error.what() +
                      "; re-forming the group in place from step " + std::to_string(steps_done_));
   // The gradient sync refers to the communicator that is about to go: drop it first.
-  sync_.reset();
-  distributed_ = nullptr;
+  releaseSync();
   for (int attempt = 1;; ++attempt) {
     try {
       elastic_->reform(has_state_ ? steps_done_ : -1);
@@ -137,8 +136,7 @@ int64_t Trainer::Impl::recover(const cumulus::CommError& error) {
       if (!recoverable(again) || attempt >= kMaxReformsWithoutProgress) throw;
       recorder_->warning("rank " + std::to_string(env_.rank) + ": re-forming failed (" +
                          again.what() + "); trying again");
-      sync_.reset();
-      distributed_ = nullptr;
+      releaseSync();
     }
   }
   if (env_.world_size < elastic_->settings().min_workers) {
@@ -165,8 +163,7 @@ bool Trainer::Impl::joinGroup() {
       if (!recoverable(e) || attempt >= kMaxReformsWithoutProgress) throw;
       resume_notes_.push_back(std::string("warning: joining failed (") + e.what() +
                               "); re-forming");
-      sync_.reset();
-      distributed_ = nullptr;
+      releaseSync();
     }
   }
   start_step_ = steps_done_;
@@ -176,8 +173,7 @@ bool Trainer::Impl::joinGroup() {
 void Trainer::Impl::reformAt(int64_t /*done*/, const std::vector<int>& leaving) {
   const double started = now();
   const int64_t detected = unixMillis();
-  sync_.reset();
-  distributed_ = nullptr;
+  releaseSync();
   elastic_->reform(has_state_ ? steps_done_ : -1, leaving);
   afterReform(started, true, leaving.empty() ? "join" : "leave", detected);
 }
@@ -207,6 +203,7 @@ void Trainer::Impl::afterReform(double started, bool begin_records, const std::s
   sync_ = makeSync(config_, group_, options_.trace);
   distributed_ = dynamic_cast<DataParallel*>(sync_.get());
   sync_->attach(params_);
+  restoreResiduals();
   buildGroupParts();
   if (begin_records) {
     recorder_->begin(RunStart{"", {}, steps_done_, total_steps_, batches_->stepsPerEpoch()});

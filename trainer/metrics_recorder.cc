@@ -46,8 +46,10 @@ void ProgressMetricsRecorder::begin(const RunStart& start) {
     } else {
       metrics_ = std::make_unique<MetricsLog>(
           MetricsLog::continueAfter(options_.metrics_path, start.start_step));
-      metrics_->write(nlohmann::ordered_json{
-          {"type", "resume"}, {"step", start.start_step}, {"world_size", options_.world_size}});
+      nlohmann::ordered_json record{
+          {"type", "resume"}, {"step", start.start_step}, {"world_size", options_.world_size}};
+      if (!options_.compression.empty()) record["compression"] = options_.compression;
+      metrics_->write(record);
     }
   }
   // A re-formed group begins its records again without the model line.
@@ -203,6 +205,7 @@ void ProgressMetricsRecorder::finished(const RunSummary& s) {
     record["wall_seconds"] = s.wall_seconds;
     record["parameters"] = s.parameters;
     record["world_size"] = options_.world_size;
+    if (!options_.compression.empty()) record["compression"] = options_.compression;
     metrics_->write(record);
   }
   if (!s.parameter_digest.empty()) progress_->info("final parameters sha256 " + s.parameter_digest);

@@ -124,6 +124,9 @@ struct ProgressRecorderOptions {
   int64_t log_every_steps = 0;
   std::string metrics_path;  // empty: no metrics.jsonl
   int64_t world_size = 1;
+  // comm.compression when gradients are compressed ("bf16"): the resume and summary records say
+  // so. Empty: none (and a world of one, which sends nothing).
+  std::string compression;
   std::function<double(double)> sum_over_ranks;  // empty: a world of one
 };
 

@@ -80,6 +80,7 @@ std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
   sync.bucket_cap_mb = experiment.comm.bucket_cap_mb;
   sync.first_bucket_mb = experiment.comm.first_bucket_mb;
   sync.timeout_seconds = experiment.comm.timeout_seconds;
+  sync.compression = experiment.comm.compression;
   // The gradients already lie in the buckets' layout (FlatParameters): reduced where they are.
   sync.gradient_as_bucket_view = true;
   if (trace != nullptr) sync.on_bucket_done = traceBuckets(trace);
@@ -195,6 +196,7 @@ void Trainer::Impl::build() {
   buildParts(data);
   broadcastBuffers();
   sync_->attach(params_);
+  restoreResiduals();
   startupMark("broadcast");
 }
 
@@ -336,6 +338,9 @@ void Trainer::Impl::buildGroupParts() {
   record.log_every_steps = config_.trainer.log_every_steps;
   if (writes()) record.metrics_path = config_.trainer.run_dir + "/metrics.jsonl";
   record.world_size = env_.world_size;
+  if (group_ != nullptr && config_.comm.compression != "none") {
+    record.compression = config_.comm.compression;
+  }
   if (group_ != nullptr) {
     record.sum_over_ranks = [group = group_](double v) { return sumOverRanks(group, v); };
   }
@@ -419,6 +424,7 @@ void Trainer::Impl::resumeIfAsked() {
       throw ResumeError(e.what() + skipped);
     }
     restoreTraining(loaded, *model_, *optimizer_, info.path);
+    resumed_residuals_ = residualsOf(loaded, info.path);
     batches_->restore(plan.sampler);
     start_step_ = std::min(plan.step, total_steps_);
     grad_accumulation_ = plan.grad_accumulation;

@@ -96,6 +96,19 @@ class Trainer::Impl {
   void reportSaves();
   Checkpoint snapshot(int64_t done, double lr, bool preempted);
   void stopAt(int64_t done, RunResult& result);
+  // comm.compression bf16 (trainer/distributed_sync.h): every rank's error-feedback residuals go
+  // into the checkpoints. Each rank gathers them (one allgather) at the boundaries where the writer
+  // may save, which every rank knows or agrees on first; a checkpoint.every_seconds schedule or
+  // a policy of the caller's costs one one-integer agreement per step.
+  bool compressing() const { return distributed_ != nullptr && config_.comm.compression == "bf16"; }
+  CheckpointDecision dueAtStepEnd(int64_t done, bool last);
+  CheckpointDecision dueAfterAgreement(int64_t done, StepAction action);
+  void gatherResiduals(int64_t done);
+  // After attach: this rank's residual from a resume (residualForRank) or, after an in-place
+  // re-forming, the one it had (a joiner's starts at zero; a rank that died takes its own along).
+  void restoreResiduals();
+  // Drops the gradient sync before a re-forming, keeping this rank's residual.
+  void releaseSync();
   void prepareRunDir() const;
   void finishRun(const Evaluation& last_eval, double loop_start, RunResult& result);
 
@@ -169,6 +182,10 @@ class Trainer::Impl {
   // Checkpoints (DESIGN.md "Checkpoints"): rank 0 writes; every rank may read.
   std::unique_ptr<Checkpoints> checkpoints_;
   std::map<int64_t, double> stall_ms_;  // step -> the training thread's pause for its checkpoint
+  torch::Tensor residuals_;             // [world, n]: gathered at the boundary of residuals_step_
+  int64_t residuals_step_ = -1;
+  torch::Tensor resumed_residuals_;  // [saved world, n] from the checkpoint, until attach
+  torch::Tensor kept_residual_;      // [n]: this rank's, across a re-forming
 
   // Where the run stands.
   int64_t total_steps_ = 0;

@@ -105,6 +105,42 @@ void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimiz
   }
 }
 
+void addResiduals(Checkpoint& checkpoint, const torch::Tensor& all_ranks) {
+  TORCH_INTERNAL_ASSERT(all_ranks.dim() == 2 && all_ranks.scalar_type() == torch::kFloat,
+                        "residuals must be [world, n] float32");
+  const std::vector<char> bytes = torch::pickle_save(all_ranks.contiguous());
+  checkpoint.files[kResidualFile] = std::string(bytes.data(), bytes.size());
+}
+
+torch::Tensor residualsOf(const Checkpoint& checkpoint, const std::string& checkpoint_path) {
+  const auto it = checkpoint.files.find(kResidualFile);
+  if (it == checkpoint.files.end()) return {};
+  const std::string where = checkpoint_path + "/" + kResidualFile + ": ";
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(std::vector<char>(it->second.begin(), it->second.end()));
+  } catch (const c10::Error& e) {
+    throw ResumeError(where + "does not load: " + e.what_without_backtrace());
+  }
+  if (!value.isTensor() || value.toTensor().dim() != 2 ||
+      value.toTensor().scalar_type() != torch::kFloat) {
+    throw ResumeError(where +
+                      "not a [world size, n] float32 tensor; remove it to resume with "
+                      "zero residuals");
+  }
+  return value.toTensor();
+}
+
+torch::Tensor residualForRank(const torch::Tensor& saved, int rank, int world, std::string* note) {
+  if (saved.size(0) == world) return saved[rank].clone();
+  if (note != nullptr) {
+    *note = "comm.compression: the checkpoint's error-feedback residuals of " +
+            std::to_string(saved.size(0)) + " ranks are summed into rank 0's for " +
+            std::to_string(world) + " ranks (the others start at zero)";
+  }
+  return rank == 0 ? saved.sum(0) : torch::zeros({saved.size(1)}, torch::kFloat);
+}
+
 std::string parameterDigest(models::Model& model) {
   base::Sha256 hash;
   for (const auto& [name, tensor] : modelTensors(model)) {

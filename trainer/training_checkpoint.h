@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/types.h>
+
 #include "configs/experiment.h"
 #include "cumulus/checkpoint.h"
 #include "data/sampler.h"
@@ -47,6 +49,22 @@ Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,
 // extra or differently shaped tensor, or an optimizer state the optimizer rejects.
 void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimizer& optimizer,
                      const std::string& checkpoint_path);
+
+// comm.compression bf16: every rank's error-feedback residuals (DataParallel::errorFeedback),
+// kept as the extra file comm_residual.pt: a pickled float32 tensor [world size, n], row r from
+// rank r (Python: torch.load("comm_residual.pt")). A checkpoint written without compression, or by
+// an older version, has no such file; older versions ignore it.
+inline constexpr char kResidualFile[] = "comm_residual.pt";
+// Adds `all_ranks` ([world, n] float32, CPU) to `checkpoint` as kResidualFile.
+void addResiduals(Checkpoint& checkpoint, const torch::Tensor& all_ranks);
+// The residuals `checkpoint` holds, or an undefined tensor. Throws ResumeError naming the file
+// when it is not a 2-D float32 tensor.
+torch::Tensor residualsOf(const Checkpoint& checkpoint, const std::string& checkpoint_path);
+// This rank's residual from `saved` ([saved world, n]) in a group of `world`: row `rank` with the
+// same world size (the resumed run is then bit-identical). With another world size the rows are
+// summed into rank 0's and every other rank starts from zeros: error feedback needs only that the
+// sum over the ranks is kept. Then `note` (when given) is set to a line that says so.
+torch::Tensor residualForRank(const torch::Tensor& saved, int rank, int world, std::string* note);
 
 // SHA-256 (hex) over the names, shapes, dtypes and bytes of the model's parameters and buffers:
 // "bit-identical parameters" as one string, for tests and logs.

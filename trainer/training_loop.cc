@@ -6,10 +6,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "configs/parse.h"
 #include "cumulus/checkpoint.h"
+#include "cumulus/process_group.h"
 #include "trainer/loss.h"
+#include "trainer/rank_reduce.h"
 #include "trainer/startup_profile.h"
 #include "trainer/state_dict.h"
 #include "trainer/trace.h"
@@ -64,7 +67,7 @@ RunResult Trainer::Impl::run() {
       if (s == total_steps_) {
         // Re-formed after the last step but before its boundary ended: evaluate and checkpoint.
         eval = evaluateAt(s, batches_->position().epoch);
-        checkpointAt(checkpoint_policy_->atStepEnd(s, true), s, schedule_->lr(s - 1));
+        checkpointAt(dueAtStepEnd(s, true), s, schedule_->lr(s - 1));
         final_boundary_ = s;
         break;
       }
@@ -111,7 +114,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_st
   const bool last = done == total_steps_;
   if (!last) balanceAt(done);  // before the checkpoints below, which keep the shares it sets
   if (evaluator_->due(done) || last) eval = evaluateAt(done, step.epoch);
-  checkpointAt(checkpoint_policy_->atStepEnd(done, last), done, lr);
+  checkpointAt(dueAtStepEnd(done, last), done, lr);
   if (last) {
     final_boundary_ = done;
     return Boundary::kDone;
@@ -121,7 +124,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_st
   if (action == StepAction::kCheckpoint) {
     recorder_->note("checkpoint requested at step " + std::to_string(done) + "; training goes on");
   }
-  checkpointAt(checkpoint_policy_->afterAgreement(done, action), done, lr);
+  checkpointAt(dueAfterAgreement(done, action), done, lr);
   if (action == StepAction::kStop) {
     stopAt(done, result);
     return Boundary::kStop;
@@ -252,7 +255,78 @@ Checkpoint Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
   position.preempted = preempted;
   position.grad_accumulation = grad_accumulation_;
   position.batch_shares = shares_;
-  return captureCheckpoint(*model_, *optimizer_, config_, env_, position);
+  Checkpoint checkpoint = captureCheckpoint(*model_, *optimizer_, config_, env_, position);
+  if (compressing()) {
+    if (residuals_step_ == done) {
+      addResiduals(checkpoint, residuals_);
+    } else {
+      recorder_->warning("warning: the checkpoint of step " + std::to_string(done) +
+                         " holds no error-feedback residuals (the ranks did not agree on it); "
+                         "a resume from it starts them at zero");
+    }
+  }
+  return checkpoint;
+}
+
+CheckpointDecision Trainer::Impl::dueAtStepEnd(int64_t done, bool last) {
+  const CheckpointDecision mine = checkpoint_policy_->atStepEnd(done, last);
+  if (!compressing()) return mine;
+  const auto& c = config_.checkpoint;
+  bool any_saves;
+  if (!options_.checkpoint_policy && c.every_seconds <= 0) {
+    // The default policy on the step grid: every rank knows what the writer decides.
+    any_saves = c.every_steps > 0 && (last || done % c.every_steps == 0);
+  } else {
+    any_saves = maxOverRanks(group_, mine.kind == CheckpointDecision::Kind::kSave ? 1 : 0) > 0;
+  }
+  if (any_saves) gatherResiduals(done);
+  return mine;
+}
+
+CheckpointDecision Trainer::Impl::dueAfterAgreement(int64_t done, StepAction action) {
+  // Every rank knows the agreed action: a requested checkpoint or a stop saves this step.
+  if (compressing() && action != StepAction::kContinue) gatherResiduals(done);
+  return checkpoint_policy_->afterAgreement(done, action);
+}
+
+void Trainer::Impl::gatherResiduals(int64_t done) {
+  if (residuals_step_ == done) return;  // the residuals change only in a step
+  residuals_ = group_->allgather(distributed_->errorFeedback());
+  residuals_step_ = done;
+}
+
+void Trainer::Impl::restoreResiduals() {
+  torch::Tensor mine = std::exchange(kept_residual_, torch::Tensor());
+  if (const torch::Tensor saved = std::exchange(resumed_residuals_, torch::Tensor());
+      saved.defined()) {
+    if (!compressing()) {
+      resume_notes_.push_back(
+          config_.comm.compression == "none"
+              ? "warning: comm.compression is none: the checkpoint's error-feedback residuals "
+                "are dropped"
+              : "comm.compression: a world of one sends nothing; the checkpoint's "
+                "error-feedback residuals are dropped");
+      return;
+    }
+    std::string note;
+    mine = residualForRank(saved, static_cast<int>(env_.rank), static_cast<int>(env_.world_size),
+                           &note);
+    if (!note.empty()) resume_notes_.push_back(note);
+  }
+  if (!mine.defined() || !compressing()) return;
+  try {
+    distributed_->setErrorFeedback(mine);
+  } catch (const std::invalid_argument& e) {
+    throw SetupError(std::string("comm.compression: the saved error-feedback residuals do not fit "
+                                 "this model (") +
+                     e.what() + "); resume with --resume none or remove " + kResidualFile);
+  }
+}
+
+void Trainer::Impl::releaseSync() {
+  if (compressing()) kept_residual_ = distributed_->errorFeedback();
+  sync_.reset();
+  distributed_ = nullptr;
 }
 
 // Carries out the policy's decision, then reports the saves that have committed.

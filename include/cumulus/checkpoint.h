@@ -8,7 +8,9 @@
 //                {"tensors": Dict[str, Tensor], "scalars": Dict[str, int|float|str]}
 //     state.pb   Checkpoint::state (step, sampler position, RNG, world size, ...), protobuf
 //     <name>     each of Checkpoint::files, byte for byte (addOptimizer's "optimizer.pt", or the
-//                program's own: a replay buffer, a JSON of its schedule)
+//                program's own: a replay buffer, a JSON of its schedule; cumulus-train with
+//                comm.compression bf16 adds comm_residual.pt, every rank's error-feedback
+//                residuals as a pickled [world size, n] float32 tensor, DataParallel::errorFeedback)
 //     MANIFEST   the size and SHA-256 of every file above, written last
 //
 // Commit protocol of a save: every file is written into step-00001200.tmp/ and fsynced, MANIFEST

@@ -95,8 +95,8 @@ class LocalGradientSync final : public GradientSync {
 
 // One bucket's all-reduce, from its launch to its completion (DataParallelOptions::on_bucket_done).
 struct BucketEvent {
-  size_t bucket = 0;  // index in launch order
-  size_t bytes = 0;
+  size_t bucket = 0;      // index in launch order
+  size_t bytes = 0;       // as all-reduced: 2 per element for a bucket compressed to bf16
   size_t params = 0;      // parameters in the bucket
   std::string algorithm;  // what it ran with ("ring", ...; "auto" resolved)
   uint64_t seq = 0;       // the collective's sequence number in the group
@@ -111,6 +111,11 @@ struct DataParallelOptions {
   double bucket_cap_mb = 25.0;   // the largest bucket (> 0)
   double first_bucket_mb = 1.0;  // the first bucket launched in backward (> 0)
   double timeout_seconds = 0;    // attach's collectives and each bucket's wait; 0: the group's
+  // "none", or "bf16": float32 buckets are all-reduced as bfloat16 (half the bytes) with error
+  // feedback: each rank keeps what rounding took from its gradient and adds it to the next step's,
+  // so nothing is lost over time. Worth it on slow links (1 Gbit/s and below). The partial sums
+  // are added in float32 and rounded to bf16 after each pairwise step. See errorFeedback().
+  std::string compression = "none";
   // Gradients as views into the buckets (no copies; zero them in place). See above.
   bool gradient_as_bucket_view = false;
   // Called on a background thread as each bucket's all-reduce completes (for a trace, or a
@@ -124,7 +129,7 @@ struct SyncStepStats {
   double comm_wait_seconds = 0;     // time blocked in finish(): launching the rest, then waiting
   size_t launched_in_backward = 0;  // buckets launched from hooks (overlapped with backward)
   size_t buckets = 0;
-  size_t bytes = 0;
+  size_t bytes = 0;  // bytes all-reduced (bf16 buckets count 2 per element)
 };
 
 class DataParallel final : public GradientSync {
@@ -149,6 +154,15 @@ class DataParallel final : public GradientSync {
   SyncStepStats lastStep() const;
   // The buckets' sizes in bytes, in launch order (after attach).
   std::vector<size_t> bucketBytes() const;
+
+  // Compression bf16: this rank's error-feedback residuals (a copy), a 1-D float32 tensor over the
+  // float32 parameters given to attach(), in their order; they differ between ranks, so a
+  // checkpoint that must resume exactly keeps every rank's (cumulus-train does). Empty without
+  // compression or in a group of one. Call between steps.
+  torch::Tensor errorFeedback() const;
+  // Replaces this rank's residuals with one errorFeedback() returned (after attach). Throws
+  // std::invalid_argument for another element count, without compression, or in a group of one.
+  void setErrorFeedback(const torch::Tensor& residual);
 
   struct Impl;
 

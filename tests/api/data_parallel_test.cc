@@ -185,6 +185,30 @@ TEST(DataParallel, BadOptionIsAGroupError) {
   options = {};
   options.algorithm = "rign";
   EXPECT_THROW(DataParallel(*group, options), GroupError);
+  options = {};
+  options.compression = "fp8";
+  try {
+    DataParallel sync(*group, options);
+    ADD_FAILURE() << "no GroupError for compression fp8";
+  } catch (const GroupError& e) {
+    EXPECT_STREQ(e.what(), "compression: \"fp8\" is not one of none, bf16");
+  }
+}
+
+TEST(DataParallel, AloneCompressionKeepsNoResidual) {
+  const auto group = testing::groupFromVariables({});
+  DataParallelOptions options;
+  options.compression = "bf16";
+  DataParallel sync(*group, options);
+  torch::nn::Linear net = makeNet(3);
+  sync.attach(net->parameters());
+  EXPECT_EQ(sync.errorFeedback().numel(), 0);
+  try {
+    sync.setErrorFeedback(torch::zeros({3}));
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "setErrorFeedback: a group of one sends nothing and keeps no residual");
+  }
 }
 
 }  // namespace

@@ -165,6 +165,8 @@ TEST(ParseTest, OutOfRangeValues) {
   EXPECT_EQ(errorOf("name: t\ncomm: {algorithm: rign}\n"),
             "x.yaml:2:19: comm.algorithm: expected one of funnel, tree, ring, hierarchical, auto, "
             "got \"rign\"; did you mean `ring`?");
+  EXPECT_EQ(errorOf("name: t\ncomm: {compression: fp8}\n"),
+            "x.yaml:2:21: comm.compression: expected one of none, bf16, got \"fp8\"");
 }
 
 TEST(ParseTest, FormattedStrings) {

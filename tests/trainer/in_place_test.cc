@@ -247,6 +247,20 @@ TEST_F(InPlaceTest, TheSendersDeathDuringAHealHandsItToAnotherPeer) {
   ledgerIsExact();
 }
 
+// comm.compression bf16 in place: a worker dies mid-step, the survivors redo the step from the
+// error-feedback residuals they held before it (the sync adopts a step's residuals only when its
+// all-reduce succeeded) and a joiner starts from zero residuals; the replicas stay identical and
+// every sample is trained once.
+TEST_F(InPlaceTest, ACompressedGroupRecoversAndHealsInPlace) {
+  auto argv = command({"--fault-kill", "10@0.1.0+5", "--fault-hold-for-joiner", "5"}, "run");
+  argv.insert(argv.end(), {"--set", "comm.compression=bf16"});
+  startGroup(3, argv);
+  start("1.0.0", -1, 3, argv);
+  EXPECT_EQ(finish("0.1.0").signal, SIGKILL);
+  identicalReplicas({"0.0.0", "0.2.0", "1.0.0"});
+  ledgerIsExact();
+}
+
 // A notice to one worker: it leaves at the agreed step with exit 75 and writes no checkpoint; the
 // others shrink the group and train on.
 TEST_F(InPlaceTest, ANoticeLeavesAtAStepBoundaryAndTheOthersTrainOn) {

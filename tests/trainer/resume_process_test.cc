@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <thread>
 
@@ -275,6 +276,48 @@ TEST_F(ResumeProcessTest, WorldSizeTwoToOneConsumesEverySampleOnce) {
     EXPECT_TRUE(problems.empty()) << problems.size() << " problems, first: " << problems[0];
   }
   EXPECT_EQ(book.records(), 9u * 2 + 23u);
+}
+
+// comm.compression bf16 keeps per-rank error-feedback residuals: a stop checkpoints every rank's
+// (comm_residual.pt), and the group that resumes from it at the same world size ends bit-identical
+// to one that never stopped. Without them the resumed ranks would start from zero residuals and
+// drift by a bf16 rounding. A world of one sends nothing and says it drops them.
+TEST_F(ResumeProcessTest, CompressedGroupResumesBitIdenticalWithItsResiduals) {
+  const std::vector<std::string> bf16 = {"--set", "comm.compression=bf16", "--set",
+                                         "comm.algorithm=ring"};
+  auto with = [&](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const ProcessResult plain =
+      runProcess(group(2, train("plain", {"--set", "comm.algorithm=ring"})));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const ProcessResult full = runProcess(group(2, train("full", bf16)));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  EXPECT_NE(digestOf(full), digestOf(plain)) << "compression must change what is summed";
+  std::ifstream metrics(dir_ / "full" / "metrics.jsonl");
+  const std::string records((std::istreambuf_iterator<char>(metrics)), {});
+  EXPECT_NE(records.find("\"world_size\":2,\"compression\":\"bf16\""), std::string::npos)
+      << records;
+
+  const ProcessResult first =
+      runProcess(group(2, sigtermAt("9", train("part", bf16)), {"--recovery=restart"}));
+  ASSERT_EQ(first.exit_code, 75) << first.output;
+  EXPECT_TRUE(fs::exists(fs::path(ckpt("part", 9)) / "comm_residual.pt"));
+  const ProcessResult second =
+      runProcess(group(2, train("part", with(bf16, {"--resume", "auto"}))));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(digestOf(second), digestOf(full));
+
+  const ProcessResult alone_resume =
+      runProcess(train("part", with(bf16, {"--resume", ckpt("part", 9), "--set",
+                                           "trainer.run_dir=" + (dir_ / "one").string()})),
+                 alone());
+  ASSERT_EQ(alone_resume.exit_code, 0) << alone_resume.output;
+  EXPECT_NE(alone_resume.output.find("comm.compression: a world of one sends nothing; the "
+                                     "checkpoint's error-feedback residuals are dropped"),
+            std::string::npos)
+      << alone_resume.output;
 }
 
 // True once `pid` catches SIGTERM (its handler is installed): /proc/PID/status SigCgt, bit 14.
