@@ -5,10 +5,14 @@
 # too), so rank 1 computes at a fraction of rank 0's speed. Each scenario runs once with
 # trainer.balance=off and once with auto, back to back (the order alternates by repetition).
 #
-#   bench/balance.sh [--scenarios "static onoff"] [--reps 1] [--steps 400] [--hogs 1]
+#   bench/balance.sh [--ddp] [--scenarios "static onoff"] [--reps 1] [--steps 400] [--hogs 1]
 #       [--every 20] [--on-step 100] [--off-step 250] [--config configs/fashion_mnist_convnet.yaml]
 #       [--set KEY=VALUE]... [--bin-dir build/bin] [--out FILE] [--logs DIR] [--timeout 1800]
 #
+# --ddp: static also runs PyTorch DDP (bench/ddp_train.py, Gloo, its own launcher) under the same
+#         throttle and pinning: the peer's figure on a mixed fleet. Its samples/s is its own
+#         summary's (steps after its first 10, whose warm-up it leaves out; Cumulus's figure
+#         keeps every step, so the comparison does not favour Cumulus).
 # static: the busy loops run for the whole job.
 # onoff:  they start once rank 0 has logged step --on-step and stop at step --off-step (the
 #         steps are those of the train records, logged every 10 steps, so the switch lands up to
@@ -17,6 +21,8 @@
 # --every, a fresh run directory each. What it reports per run (one JSON line to --out, default
 # bench/results/balance.jsonl, and a markdown table on stdout):
 #   samples_per_s   global samples / the loop's seconds (the "trained" record)
+#   steady          samples/s over the last two thirds of the steps (train records), after
+#                   the shares settled: what a long job sees
 #   ratio           auto / off of the same scenario and repetition
 #   rates           auto: the compute rates (samples/s, rank 0 / rank 1) of the first change
 #                   (onoff: the first after the throttle began), measured with the shares before
@@ -30,11 +36,12 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-scenarios="static onoff"; reps=1; steps=400; hogs=1; every=20; on_step=100; off_step=250
+ddp=0; scenarios="static onoff"; reps=1; steps=400; hogs=1; every=20; on_step=100; off_step=250
 config="$root/configs/fashion_mnist_convnet.yaml"; bin_dir="$root/build/bin"
 out="$here/results/balance.jsonl"; sets=(); logs=""; timeout=1800
 while [ $# -gt 0 ]; do
   case "$1" in
+    --ddp) ddp=1; shift ;;
     --scenarios) scenarios="$2"; shift 2 ;;
     --reps) reps="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
@@ -67,11 +74,12 @@ mkdir -p "$(dirname "$out")"
 set_json=$(/usr/bin/python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "${sets[@]+"${sets[@]}"}")
 
 /usr/bin/python3 - "$scenarios" "$reps" "$steps" "$hogs" "$every" "$on_step" "$off_step" \
-  "$config" "$bin_dir" "$work" "$out" "$logs" "$timeout" "$set_json" <<'PY'
+  "$config" "$bin_dir" "$work" "$out" "$logs" "$timeout" "$set_json" "$ddp" "$root" <<'PY'
 import json, os, shutil, subprocess, sys, time
 
 (scenarios, reps, steps, hogs, every, on_step, off_step, config, bin_dir, work, out, logs,
- timeout, set_json) = sys.argv[1:]
+ timeout, set_json, ddp, root) = sys.argv[1:]
+ddp = ddp == "1"
 reps, steps, hogs, every = int(reps), int(steps), int(hogs), int(every)
 on_step, off_step, timeout = int(on_step), int(off_step), float(timeout)
 
@@ -124,10 +132,20 @@ def run(scenario, mode, rep):
     log_path = os.path.join(work, tag + ".log")
     log = open(log_path, "w")
     hog_procs = start_hogs() if scenario == "static" else []
-    agent = subprocess.Popen([os.path.join(bin_dir, "cumulus-run"), "--standalone",
-                              "--nproc-per-node=2", "--"] + train,
-                             stdout=log, stderr=subprocess.STDOUT,
-                             env=dict(os.environ, CUMULUS_RUN_ID=""))
+    if mode == "ddp":
+        # The peer: the same experiment, steps and threads; its own launcher starts the 2 ranks.
+        cmd = ["/usr/bin/python3", os.path.join(root, "bench", "ddp_train.py"), config,
+               "--set", "trainer.max_steps=%d" % steps, "--set", "trainer.epochs=1000000",
+               "--set", "trainer.threads=1", "--nproc", "2"]
+        for kv in json.loads(set_json):
+            cmd += ["--set", kv]
+        summary_path = os.path.join(work, tag + ".summary")
+        agent = subprocess.Popen(cmd, stdout=open(summary_path, "w"), stderr=log)
+    else:
+        agent = subprocess.Popen([os.path.join(bin_dir, "cumulus-run"), "--standalone",
+                                  "--nproc-per-node=2", "--"] + train,
+                                 stdout=log, stderr=subprocess.STDOUT,
+                                 env=dict(os.environ, CUMULUS_RUN_ID=""))
     metrics = os.path.join(run_dir, "metrics.jsonl")
     pinned, switched, deadline = False, {}, time.time() + timeout
     try:
@@ -157,14 +175,31 @@ def run(scenario, mode, rep):
         log.close()
     if agent.returncode != 0:
         raise SystemExit("balance.sh: %s exited %d; see %s" % (tag, agent.returncode, log_path))
+    if mode == "ddp":
+        summary = [r for r in records(summary_path) if r.get("type") == "summary"][-1]
+        if logs:
+            shutil.copy(log_path, os.path.join(logs, tag + ".log"))
+        return {"scenario": scenario, "mode": mode, "rep": rep, "steps": summary["steps"],
+                "samples_per_s": summary["samples_per_sec"], "pinned": pinned, "hogs": hogs,
+                "test_accuracy": summary["test_accuracy"]}
     recs = records(metrics)
     trained = [r for r in recs if r.get("type") == "trained"][-1]
     batch = next(r["samples_per_sec"] * r["step_time_ms"] / 1000 for r in recs
                  if r.get("type") == "train")  # the global batch of one step
     changes = [r for r in recs if r.get("type") == "balance" and r.get("reason") == "auto"]
+    # Steady state: the train records of the last two thirds of the run (static: after the
+    # shares settled), each window's samples/s weighted by its steps.
+    train_recs = [r for r in recs if r.get("type") == "train"]
+    late, prev, n, secs = steps // 3, None, 0, 0.0
+    for r in train_recs:
+        if prev is not None and prev >= late:
+            n += r["step"] - prev
+            secs += (r["step"] - prev) * r["step_time_ms"] / 1000
+        prev = r["step"]
     row = {"scenario": scenario, "mode": mode, "rep": rep, "steps": trained["steps"],
            "seconds": trained["seconds"],
            "samples_per_s": trained["steps"] * round(batch) / trained["seconds"],
+           "steady_samples_per_s": n * round(batch) / secs if secs else None,
            "pinned": pinned, "hogs": hogs, "every": every,
            "changes": [{"step": r["step"], "shares": r["shares"], "rates": r["rates"],
                         "predicted_speedup": r["predicted_speedup"]} for r in changes]}
@@ -191,6 +226,8 @@ with open(out, "a") as sink:
     for rep in range(reps):
         for scenario in scenarios.split():
             modes = ["off", "auto"] if rep % 2 == 0 else ["auto", "off"]
+            if ddp and scenario == "static":
+                modes.append("ddp")
             for mode in modes:
                 row = run(scenario, mode, rep)
                 rows.append(row)
@@ -199,9 +236,10 @@ with open(out, "a") as sink:
                 print("%s %s rep %d: %.1f samples/s" % (scenario, mode, rep, row["samples_per_s"]),
                       file=sys.stderr)
 
-print("| scenario | rep | off samples/s | auto samples/s | auto/off | rates r0/r1 (samples/s) "
-      "| ideal | shares (step:shares) | throttle on/off at step | adapted after (steps) |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| scenario | rep | off samples/s | auto samples/s | auto/off | steady off / auto | steady auto/off "
+      "| rates r0/r1 (samples/s) | ideal | shares (step:shares) | throttle on/off at step "
+      "| adapted after (steps) | DDP samples/s | auto/DDP (whole, steady) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for scenario in scenarios.split():
     for rep in range(reps):
         off = next(r for r in rows if r["scenario"] == scenario and r["rep"] == rep
@@ -216,7 +254,14 @@ for scenario in scenarios.split():
         on_off = "%s / %s" % (sw.get("on", "-"), sw.get("off", "-")) if sw else "whole run"
         ad = auto.get("adapt_steps", {})
         adapted = "%s / %s" % (ad.get("on"), ad.get("off")) if ad else "-"
-        print("| %s | %d | %.1f | %.1f | %.2fx | %s | %s | %s | %s | %s |" % (
+        peer = next((r for r in rows if r["scenario"] == scenario and r["rep"] == rep
+                     and r["mode"] == "ddp"), None)
+        vs_ddp = ("%.1f | %.2fx, %.2fx" % (peer["samples_per_s"], auto["samples_per_s"] / peer["samples_per_s"],
+                                             auto["steady_samples_per_s"] / peer["samples_per_s"])
+                  if peer else "- | -")
+        print("| %s | %d | %.1f | %.1f | %.2fx | %.1f / %.1f | %.2fx | %s | %s | %s | %s | %s | %s |" % (
             scenario, rep, off["samples_per_s"], auto["samples_per_s"],
-            auto["samples_per_s"] / off["samples_per_s"], rates, ideal, shares, on_off, adapted))
+            auto["samples_per_s"] / off["samples_per_s"], off["steady_samples_per_s"],
+            auto["steady_samples_per_s"], auto["steady_samples_per_s"] / off["steady_samples_per_s"],
+            rates, ideal, shares, on_off, adapted, vs_ddp))
 PY
