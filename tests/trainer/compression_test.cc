@@ -10,14 +10,13 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
-#include <mutex>
-#include <thread>
 
 #include "comm/memory_store.h"
 #include "comm/reduce.h"
 #include "trainer/distributed_sync.h"
 #include "trainer/process_group.h"
 #include "trainer/training_checkpoint.h"
+#include "tests/trainer/thread_ranks.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -37,30 +36,17 @@ void runRanks(
     const std::function<void(int, DistributedGradientSync&, std::vector<torch::Tensor>&)>& body) {
   torch::set_num_threads(1);
   comm::MemoryStore store;
-  std::mutex mutex;
-  std::exception_ptr error;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        base::RunEnv env;
-        env.rank = rank;
-        env.world_size = world;
-        ProcessGroup group(env, config, store);
-        DistributedGradientSync sync(group.communicator(),
-                                     DistributedSyncOptions::fromConfig(config));
-        std::vector<torch::Tensor> params;
-        for (const int64_t n : shapes) params.push_back(torch::zeros({n}, torch::requires_grad()));
-        sync.attach(params);
-        body(rank, sync, params);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  runOnThreads(world, [&](int rank) {
+    base::RunEnv env;
+    env.rank = rank;
+    env.world_size = world;
+    ProcessGroup group(env, config, store);
+    DistributedGradientSync sync(group.communicator(), DistributedSyncOptions::fromConfig(config));
+    std::vector<torch::Tensor> params;
+    for (const int64_t n : shapes) params.push_back(torch::zeros({n}, torch::requires_grad()));
+    sync.attach(params);
+    body(rank, sync, params);
+  });
 }
 
 // One step whose gradients are set by hand: no hook hands them over, so finish() launches them.

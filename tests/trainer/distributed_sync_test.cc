@@ -21,6 +21,7 @@
 #include "comm/parameter_server.h"
 #include "trainer/flat_parameters.h"
 #include "trainer/process_group.h"
+#include "tests/trainer/thread_ranks.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -200,60 +201,48 @@ std::vector<RankResult> runGroup(const Plan& plan) {
   }
   comm::MemoryStore store;
   std::vector<RankResult> results(plan.world);
-  std::mutex mutex;
-  std::exception_ptr first_error;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < plan.world; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        base::RunEnv env;
-        env.rank = rank;
-        env.world_size = plan.world;
-        env.job_token = kToken;
-        if (server) env.ps_endpoint = "127.0.0.1:" + std::to_string(server->port());
-        ProcessGroup group(env, commConfig(plan), store);
-        BucketLog bucket_log;
-        DistributedSyncOptions options = DistributedSyncOptions::fromConfig(commConfig(plan));
-        options.gradient_as_bucket_view = plan.bucket_view;
-        if (plan.trace) options.on_bucket_done = bucket_log.observer();
-        DistributedGradientSync sync(group.communicator(), options);
-        Net& net = *nets[rank];
-        const std::vector<torch::Tensor> params = net.parameters();
-        std::unique_ptr<FlatParameters> flat;
-        if (plan.flat) {
-          flat = std::make_unique<FlatParameters>(
-              params, layoutOf(params, options.bucket_cap_bytes, options.first_bucket_bytes));
-          flat->zeroGrads();
-        }
-        sync.attach(params);
-        RankResult& result = results[rank];
-        if (flat) result.grads_in_place = flat->gradsInPlace();
-        result.layout = sync.buckets();
-        for (int step = 0; step < plan.steps; ++step) {
-          const uint64_t seq_before = group.communicator().nextSeq();
-          if (flat) {
-            flat->zeroGrads();
-          } else {
-            zeroGrads(params, plan.replace_grads);
-          }
-          backwardShare(plan, data, net, sync, step, rank);
-          sync.finish();
-          if (flat) result.grads_in_place = result.grads_in_place && flat->gradsInPlace();
-          result.collectives.push_back(group.communicator().nextSeq() - seq_before);
-          result.stats.push_back(sync.lastStep());
-          sgd(params);
-          result.hashes.push_back(hashParams(params));
-        }
-        result.params = snapshot(params);
-        if (plan.trace) result.bucket_events = bucket_log.take();
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!first_error) first_error = std::current_exception();
+  runOnThreads(plan.world, [&](int rank) {
+    base::RunEnv env;
+    env.rank = rank;
+    env.world_size = plan.world;
+    env.job_token = kToken;
+    if (server) env.ps_endpoint = "127.0.0.1:" + std::to_string(server->port());
+    ProcessGroup group(env, commConfig(plan), store);
+    BucketLog bucket_log;
+    DistributedSyncOptions options = DistributedSyncOptions::fromConfig(commConfig(plan));
+    options.gradient_as_bucket_view = plan.bucket_view;
+    if (plan.trace) options.on_bucket_done = bucket_log.observer();
+    DistributedGradientSync sync(group.communicator(), options);
+    Net& net = *nets[rank];
+    const std::vector<torch::Tensor> params = net.parameters();
+    std::unique_ptr<FlatParameters> flat;
+    if (plan.flat) {
+      flat = std::make_unique<FlatParameters>(
+          params, layoutOf(params, options.bucket_cap_bytes, options.first_bucket_bytes));
+      flat->zeroGrads();
+    }
+    sync.attach(params);
+    RankResult& result = results[rank];
+    if (flat) result.grads_in_place = flat->gradsInPlace();
+    result.layout = sync.buckets();
+    for (int step = 0; step < plan.steps; ++step) {
+      const uint64_t seq_before = group.communicator().nextSeq();
+      if (flat) {
+        flat->zeroGrads();
+      } else {
+        zeroGrads(params, plan.replace_grads);
       }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first_error) std::rethrow_exception(first_error);
+      backwardShare(plan, data, net, sync, step, rank);
+      sync.finish();
+      if (flat) result.grads_in_place = result.grads_in_place && flat->gradsInPlace();
+      result.collectives.push_back(group.communicator().nextSeq() - seq_before);
+      result.stats.push_back(sync.lastStep());
+      sgd(params);
+      result.hashes.push_back(hashParams(params));
+    }
+    result.params = snapshot(params);
+    if (plan.trace) result.bucket_events = bucket_log.take();
+  });
   return results;
 }
 
