@@ -9,8 +9,10 @@
 namespace cumulus::base {
 
 using cumulus::exitCodeFor;
+using cumulus::isPermanentFileError;
 using cumulus::kFailureExitCode;
 using cumulus::kUserErrorExitCode;
+using cumulus::PermanentError;
 using cumulus::UserError;
 
 }  // namespace cumulus::base

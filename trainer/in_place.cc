@@ -191,7 +191,8 @@ void Trainer::Impl::afterReform(double started, bool begin_records, const std::s
   env_.generation = static_cast<int64_t>(group.generation());
   group_ = group.size() > 1 ? &group : nullptr;
   if (epoch.source < 0 && epoch.step < 0 && epoch.epoch > 0) {
-    throw TrainError(
+    // Not a TrainError: a restart resumes from the newest checkpoint, so it is worth one.
+    throw std::runtime_error(
         "no member of the re-formed group holds the training state (every survivor "
         "is a joiner); restart the job to resume from the newest checkpoint");
   }
@@ -308,7 +309,7 @@ void Trainer::Impl::transferState(int source, bool receiving) {
     restoreTraining(state, *model_, *optimizer_,
                     "the state sent by rank " + std::to_string(source));
   } catch (const ResumeError& e) {
-    throw TrainError(e.what());
+    throw std::runtime_error(e.what());  // a bad transfer: another try may well succeed
   }
   has_state_ = true;
   steps_done_ = j.at("steps_done").get<int64_t>();

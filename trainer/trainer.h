@@ -112,9 +112,10 @@ class SetupError : public base::UserError {
   using base::UserError::UserError;
 };
 
-class TrainError : public std::runtime_error {
+// The loss diverged or the model's code failed mid-run: a retry repeats it (exit 2).
+class TrainError : public PermanentError {
  public:
-  using std::runtime_error::runtime_error;
+  using PermanentError::PermanentError;
 };
 
 struct TrainerOptions {

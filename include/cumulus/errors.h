@@ -7,6 +7,9 @@
 //   ├── UserError        the user must change something (a flag, a file, an environment
 //   │   │                variable, a config value) before trying again: exit 2
 //   │   └── GroupError   the torchrun environment or the group's options are missing or wrong
+//   ├── PermanentError   the run failed in a way that a retry with the same inputs repeats (the
+//   │                    loss diverged, the model's code threw, the disk is full or read-only, a
+//   │                    step made no progress): exit 2, so nothing restarts or replaces it
 //   ├── CommError        a collective, the rendezvous or the Store failed: op, sequence number,
 //   │                    peer and kind are fields as well as text. The group is broken afterwards.
 //   └── CheckpointError  a checkpoint did not commit, does not verify, or does not fit what it is
@@ -70,14 +73,29 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The exit status of a program that ends because of a UserError: fix something, then retry.
+// A failure that is not the input's fault but would happen again on a restart or in a
+// replacement worker: a diverged loss, an exception from the model's own code, ENOSPC, EROFS,
+// EDQUOT or EACCES on a file the run must write. The text names the cause and what to change.
+// A peer's death or a network error is not permanent: those are CommErrors.
+class PermanentError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Whether a failed file operation's errno would fail the same way if retried: the disk is full
+// (ENOSPC, EDQUOT), the file system is read-only (EROFS), or permission is denied (EACCES, EPERM).
+bool isPermanentFileError(int error_number);
+
+// The exit status of a program that ends because of a UserError or a PermanentError: fix
+// something, then retry. cumulus-run ends the job at once on it, whatever --max-restarts allows.
 inline constexpr int kUserErrorExitCode = 2;
 // The exit status of a program that ends because of any other exception.
 inline constexpr int kFailureExitCode = 1;
 // EX_TEMPFAIL: preempted after a checkpoint; cumulus-run relaunches without counting a restart.
 inline constexpr int kExitPreempted = 75;
 
-// kUserErrorExitCode for a UserError (or anything derived from it), kFailureExitCode otherwise.
+// kUserErrorExitCode for a UserError or a PermanentError (or anything derived from them),
+// kFailureExitCode otherwise.
 int exitCodeFor(const std::exception& error);
 
 }  // namespace cumulus
