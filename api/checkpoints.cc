@@ -24,7 +24,7 @@ auto guarded(const std::string& path, Fn&& fn) -> decltype(fn()) {
   } catch (const CheckpointError&) {
     throw;
   } catch (const trainer::FileSystemError& e) {
-    throw CheckpointError(e.what());  // "<path>: <operation>: <errno text>"
+    throw CheckpointError(e.what(), e.errorCode());  // "<path>: <operation>: <errno text>"
   } catch (const c10::Error& e) {
     throw CheckpointError(path + ": " + e.what_without_backtrace());
   } catch (const std::exception& e) {
@@ -124,6 +124,10 @@ Checkpoint Checkpoints::load(const std::string& path) {
 
 std::vector<CheckpointInfo> Checkpoints::list() {
   return guarded(dir(), [&] { return impl_->manager.list(); });
+}
+
+void Checkpoints::checkRoom(uint64_t bytes_each, size_t count) {
+  impl_->manager.checkRoom(bytes_each, count);  // a UserError, not a CheckpointError: exit 2
 }
 
 std::vector<std::string> Checkpoints::removeStaleTemporaries() {

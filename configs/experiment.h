@@ -1,8 +1,8 @@
 #pragma once
 // The experiment schema as plain structs. An experiment YAML file is parsed once into an
 // `Experiment` (see configs/parse.h); nothing downstream reads YAML. Defaults live in the schema
-// table in configs/schema.cc, which is also the source of the reference table in docs/configuration.md; the
-// initializers below must match it (a test checks that they do).
+// table in configs/schema.cc, which is also the source of the reference table in
+// docs/configuration.md; the initializers below must match it (a test checks that they do).
 
 #include <cstdint>
 #include <string>
@@ -93,6 +93,7 @@ struct CheckpointConfig {
   double every_seconds = 0.0;  // 0: off
   int64_t keep = 3;
   bool async = true;
+  int64_t max_failures = 3;  // failed saves in a row that stop the run
 };
 
 struct CommConfig {
@@ -159,7 +160,7 @@ inline auto tieFields(const TrainerConfig& c) {
 }
 inline auto tieFields(const EvalConfig& c) { return std::tie(c.every_steps, c.batch_size); }
 inline auto tieFields(const CheckpointConfig& c) {
-  return std::tie(c.dir, c.every_steps, c.every_seconds, c.keep, c.async);
+  return std::tie(c.dir, c.every_steps, c.every_seconds, c.keep, c.async, c.max_failures);
 }
 inline auto tieFields(const CommConfig& c) {
   return std::tie(c.algorithm, c.bucket_cap_mb, c.first_bucket_mb, c.timeout_seconds, c.cost_model,

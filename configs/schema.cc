@@ -217,6 +217,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(checkpoint, every_seconds), 0.0, atLeast(0), "checkpoint when this many seconds have passed since the last; 0: off"));
   t.push_back(row(KEY(checkpoint, keep), 3, atLeast(1), "how many of the newest checkpoints to keep"));
   t.push_back(row(KEY(checkpoint, async), true, anyValue(), "write checkpoints on a background thread while training goes on"));
+  t.push_back(row(KEY(checkpoint, max_failures), 3, atLeast(1), "stop the run (exit 1; 2 when the disk is full or read-only) when this many checkpoints in a row fail to save; each failure is reported, and the newest valid checkpoint stays"));
 
   t.push_back(row(KEY(comm, algorithm), "auto", oneOf({"funnel", "tree", "ring", "hierarchical", "auto"}), "gradient all-reduce; hierarchical: ring inside each host, ring across hosts (for several ranks per host); auto: the cost model's pick per bucket and host layout"));
   t.push_back(row(KEY(comm, bucket_cap_mb), 25.0, above(0), "gradient bucket size cap, MiB"));

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "base/user_error.h"
 #include "trainer/checkpoint_manifest.h"
 
 namespace cumulus::trainer {
@@ -26,21 +27,6 @@ const std::vector<std::string>& requiredFiles() {
   return files;
 }
 
-// The step of a committed directory name "step-<digits>", or none.
-std::optional<uint64_t> parseStepName(const std::string& name) {
-  const size_t prefix = sizeof(kStepPrefix) - 1;
-  if (name.size() <= prefix || name.size() > prefix + 19 ||
-      name.compare(0, prefix, kStepPrefix) != 0) {
-    return std::nullopt;
-  }
-  uint64_t step = 0;
-  for (size_t i = prefix; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return std::nullopt;
-    step = step * 10 + static_cast<uint64_t>(name[i] - '0');
-  }
-  return step;
-}
-
 bool isTemporaryName(const std::string& name) {
   const size_t suffix = sizeof(kTmpSuffix) - 1;
   return name.compare(0, sizeof(kStepPrefix) - 1, kStepPrefix) == 0 && name.size() > suffix &&
@@ -51,6 +37,14 @@ std::string baseName(const std::string& path) {
   const size_t slash = path.find_last_not_of('/');
   const std::string trimmed = path.substr(0, slash == std::string::npos ? 0 : slash + 1);
   return trimmed.substr(trimmed.rfind('/') + 1);  // npos + 1 == 0
+}
+
+// "12.3 MiB (12902604 bytes)": a person reads the first part, a script the second.
+std::string byteText(uint64_t bytes) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.1f MiB (%" PRIu64 " bytes)",
+                static_cast<double>(bytes) / (1024.0 * 1024.0), bytes);
+  return text;
 }
 
 }  // namespace
@@ -73,10 +67,28 @@ CheckpointManager::~CheckpointManager() {
   }
 }
 
-std::string CheckpointManager::dirName(uint64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "%s%08" PRIu64, kStepPrefix, step);
-  return name;
+std::string CheckpointManager::dirName(uint64_t step) { return checkpointDirName(step); }
+
+void CheckpointManager::checkRoom(uint64_t bytes_each, size_t count) {
+  const std::string probe = dir_ + "/.cumulus-write-test";
+  uint64_t available = 0;
+  try {
+    ensureDir();
+    fs_.writeFile(probe, "Cumulus checks that checkpoints can be written here.\n");
+    fs_.removeAll(probe);
+    available = fs_.availableBytes(dir_);
+  } catch (const FileSystemError& e) {
+    throw UserError("checkpoints cannot be written to " + dir_ + " (" + e.what() +
+                    "): choose a writable directory for them");
+  }
+  uint64_t needed = 0;
+  if (__builtin_mul_overflow(bytes_each, static_cast<uint64_t>(count), &needed) ||
+      available < needed) {
+    throw UserError(dir_ + " has room for " + byteText(available) + ", but " +
+                    std::to_string(count) + " checkpoints of this model take about " +
+                    byteText(needed) + " (" + byteText(bytes_each) +
+                    " each): free space there, or choose a directory on a larger disk");
+  }
 }
 
 bool CheckpointManager::waitLocked(base::MutexLock& lock, std::chrono::milliseconds timeout) {
@@ -243,7 +255,7 @@ SaveResult CheckpointManager::write(const CheckpointSnapshot& snapshot) {
         message += std::string("; removing ") + tmp + " failed too: " + cleanup.what();
       }
     }
-    throw CheckpointError(message);
+    throw CheckpointError(message, e.errorCode());
   }
   if (!replaced.empty()) {
     try {
@@ -298,7 +310,7 @@ std::vector<CheckpointInfo> CheckpointManager::list() {
   if (!fs_.exists(dir_)) return out;
   for (const DirEntry& entry : fs_.list(dir_)) {
     if (!entry.is_dir) continue;
-    if (const auto step = parseStepName(entry.name))
+    if (const auto step = checkpointDirStep(entry.name))
       out.push_back({dir_ + "/" + entry.name, *step});
   }
   // Newest first; equal steps ("step-1" and "step-00000001") by name, for a stable order.
@@ -359,7 +371,7 @@ CheckpointSnapshot decodeVerified(const VerifiedCheckpoint& verified, const std:
 }  // namespace
 
 CheckpointSnapshot CheckpointManager::load(const std::string& path) {
-  const std::optional<uint64_t> step = parseStepName(baseName(path));
+  const std::optional<uint64_t> step = checkpointDirStep(baseName(path));
   if (!step) throw CheckpointError(path + ": not a checkpoint directory name (step-<number>)");
   VerifiedCheckpoint verified;
   try {

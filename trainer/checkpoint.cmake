@@ -14,6 +14,7 @@ add_library(cumulus_checkpoint STATIC
   ${CMAKE_CURRENT_LIST_DIR}/file_system_fault.cc
   ${CMAKE_CURRENT_LIST_DIR}/preemption.cc
   ${CMAKE_CURRENT_LIST_DIR}/resume.cc
+  ${CMAKE_CURRENT_LIST_DIR}/run_directory.cc
   ${CMAKE_CURRENT_LIST_DIR}/training_checkpoint.cc)
 target_include_directories(cumulus_checkpoint PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(cumulus_checkpoint PUBLIC cumulus_configs cumulus_data cumulus_models cumulus_proto

@@ -106,6 +106,12 @@ class CheckpointManager {
   // writing). Returns the removed paths.
   std::vector<std::string> removeStaleTemporaries();
 
+  // A writer's start-up check (<cumulus/checkpoint.h> Checkpoints::checkRoom): creates `dir`,
+  // writes, fsyncs and removes a small probe file in it, and requires room for `count`
+  // checkpoints of `bytes_each` bytes. Throws UserError naming the directory and the failed
+  // operation, or the bytes needed and free.
+  void checkRoom(uint64_t bytes_each, size_t count);
+
  private:
   SaveResult write(const CheckpointSnapshot& snapshot);
   std::optional<CheckpointInfo> scanNewestFirst(

@@ -50,6 +50,26 @@ ManifestEntry parseEntry(std::string_view line, size_t line_number) {
 
 }  // namespace
 
+std::optional<uint64_t> checkpointDirStep(const std::string& name) {
+  constexpr std::string_view kPrefix = "step-";
+  if (name.size() <= kPrefix.size() || name.size() > kPrefix.size() + 19 ||
+      name.compare(0, kPrefix.size(), kPrefix) != 0) {
+    return std::nullopt;
+  }
+  uint64_t step = 0;
+  for (size_t i = kPrefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    step = step * 10 + static_cast<uint64_t>(name[i] - '0');
+  }
+  return step;
+}
+
+std::string checkpointDirName(uint64_t step) {
+  std::string digits = std::to_string(step);
+  if (digits.size() < 8) digits.insert(0, 8 - digits.size(), '0');
+  return "step-" + digits;
+}
+
 ManifestEntry describeFile(const std::string& name, std::string_view bytes) {
   return {name, bytes.size(), base::sha256Hex(bytes)};
 }

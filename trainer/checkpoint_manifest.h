@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -28,6 +29,12 @@ struct ManifestEntry {
   uint64_t size = 0;
   std::string sha256;  // 64 lower-case hex digits
 };
+
+// The step of a committed checkpoint directory's name "step-<digits>" (at most 19 digits), or
+// none (a "step-N.tmp", any other name).
+std::optional<uint64_t> checkpointDirStep(const std::string& name);
+// "step-00001200" (at least 8 digits): checkpointDirStep's inverse.
+std::string checkpointDirName(uint64_t step);
 
 // Hash and size of `bytes`, as the MANIFEST line of a file called `name`.
 ManifestEntry describeFile(const std::string& name, std::string_view bytes);

@@ -57,6 +57,9 @@ class FileSystem {
   // Removes a file or a whole directory tree. A path that does not exist is not an error.
   virtual void removeAll(const std::string& path) = 0;
   virtual bool exists(const std::string& path) = 0;
+  // Bytes an unprivileged user may still write on the file system that holds `path` (statvfs
+  // f_bavail x f_frsize).
+  virtual uint64_t availableBytes(const std::string& path) = 0;
 };
 
 // The real thing: open/write/fsync/close, rename(2), renameat2(2), opendir/readdir, unlink/rmdir.
@@ -71,6 +74,7 @@ class PosixFileSystem : public FileSystem {
   std::vector<DirEntry> list(const std::string& dir) override;
   void removeAll(const std::string& path) override;
   bool exists(const std::string& path) override;
+  uint64_t availableBytes(const std::string& path) override;
 };
 
 }  // namespace cumulus::trainer

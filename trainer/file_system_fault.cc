@@ -33,8 +33,22 @@ void FaultInjectingFileSystem::disableExchange() {
   exchange_disabled_ = true;
 }
 
+void FaultInjectingFileSystem::reportAvailable(uint64_t bytes) {
+  base::MutexLock lock(mutex_);
+  available_ = bytes;
+}
+
+uint64_t FaultInjectingFileSystem::availableBytes(const std::string& path) {
+  {
+    base::MutexLock lock(mutex_);
+    if (available_) return *available_;
+  }
+  return base_.availableBytes(path);
+}
+
 void FaultInjectingFileSystem::clear() {
   base::MutexLock lock(mutex_);
+  available_.reset();
   exchange_disabled_ = false;
   write_limit_.reset();
   sync_fault_.reset();

@@ -33,6 +33,8 @@ class FaultInjectingFileSystem : public FileSystem {
   void failRenameTo(const std::string& suffix, int error_code = EIO, int times = -1);
   // Makes exchange() fail with ENOSYS, like a file system without renameat2 (until clear()).
   void disableExchange();
+  // Makes availableBytes() answer `bytes` (until clear()).
+  void reportAvailable(uint64_t bytes);
   void clear();
   // Bytes written through this object since construction.
   uint64_t bytesWritten() const;
@@ -46,6 +48,7 @@ class FaultInjectingFileSystem : public FileSystem {
   std::vector<DirEntry> list(const std::string& dir) override { return base_.list(dir); }
   void removeAll(const std::string& path) override { base_.removeAll(path); }
   bool exists(const std::string& path) override { return base_.exists(path); }
+  uint64_t availableBytes(const std::string& path) override;
 
  private:
   struct PathFault {
@@ -65,6 +68,7 @@ class FaultInjectingFileSystem : public FileSystem {
   std::optional<PathFault> sync_fault_ ABSL_GUARDED_BY(mutex_);
   bool exchange_disabled_ ABSL_GUARDED_BY(mutex_) = false;
   std::optional<PathFault> rename_fault_ ABSL_GUARDED_BY(mutex_);
+  std::optional<uint64_t> available_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace cumulus::trainer

@@ -190,6 +190,7 @@ void Trainer::Impl::afterReform(double started, bool begin_records, const std::s
   env_.world_size = group.size();
   env_.generation = static_cast<int64_t>(group.generation());
   group_ = group.size() > 1 ? &group : nullptr;
+  if (writes()) claimRunDir();  // the new writer (a survivor or joiner that became rank 0)
   if (epoch.source < 0 && epoch.step < 0 && epoch.epoch > 0) {
     // Not a TrainError: a restart resumes from the newest checkpoint, so it is worth one.
     throw std::runtime_error(

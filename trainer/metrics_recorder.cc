@@ -137,6 +137,28 @@ void ProgressMetricsRecorder::checkpoint(const CheckpointRecord& r) {
   for (const std::string& w : r.warnings) progress_->line("warning: " + w);
 }
 
+static std::string describeFailure(const CheckpointFailureRecord& r) {
+  return "warning: checkpoint step " + std::to_string(r.step) + " failed (" +
+         std::to_string(r.in_a_row) + " in a row; the run stops at " +
+         std::to_string(r.max_failures) + "): " + r.error + "; the newest valid checkpoint is " +
+         (r.newest_valid.empty() ? std::string("none yet") : r.newest_valid);
+}
+
+void MetricsRecorder::checkpointFailed(const CheckpointFailureRecord& record) {
+  warning(describeFailure(record));
+}
+
+void ProgressMetricsRecorder::checkpointFailed(const CheckpointFailureRecord& r) {
+  progress_->line(describeFailure(r));
+  if (metrics_) {
+    metrics_->write(nlohmann::ordered_json{{"type", "checkpoint_failed"},
+                                           {"step", r.step},
+                                           {"error", r.error},
+                                           {"in_a_row", r.in_a_row},
+                                           {"newest_valid", r.newest_valid}});
+  }
+}
+
 void ProgressMetricsRecorder::note(const std::string& text) { progress_->info(text); }
 
 void ProgressMetricsRecorder::warning(const std::string& text) { progress_->line(text); }

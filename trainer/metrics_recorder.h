@@ -55,6 +55,15 @@ struct CheckpointRecord {
   std::vector<std::string> warnings;  // from retention
 };
 
+// A checkpoint that did not commit; the newest valid one is unchanged.
+struct CheckpointFailureRecord {
+  int64_t step = 0;
+  std::string error;         // the save's error, naming the path and the cause
+  int64_t in_a_row = 1;      // failed saves since the last one that committed, this one included
+  int64_t max_failures = 3;  // checkpoint.max_failures: the run stops at that many in a row
+  std::string newest_valid;  // the newest committed checkpoint of this run; empty: none yet
+};
+
 // One in-place re-forming of the group (launch.recovery: in_place), written once the first step
 // after it completed.
 struct ReformRecord {
@@ -97,6 +106,9 @@ class MetricsRecorder {
   virtual void step(const StepRecord& record) = 0;
   virtual void evaluation(int64_t step, int64_t epoch, const Evaluation& result) = 0;
   virtual void checkpoint(const CheckpointRecord& record) = 0;
+  // Every failed save, as it is seen (a background save's when the next save or the end of the
+  // run collects it). By default a warning line.
+  virtual void checkpointFailed(const CheckpointFailureRecord& record);
   // Routine news (rank 0 only by default) and warnings (every rank).
   virtual void note(const std::string& text) = 0;
   virtual void warning(const std::string& text) = 0;
@@ -140,6 +152,8 @@ class ProgressMetricsRecorder final : public MetricsRecorder {
   void step(const StepRecord& record) override;
   void evaluation(int64_t step, int64_t epoch, const Evaluation& result) override;
   void checkpoint(const CheckpointRecord& record) override;
+  // A console line on every rank that saw it, and a "checkpoint_failed" record.
+  void checkpointFailed(const CheckpointFailureRecord& record) override;
   void note(const std::string& text) override;
   void warning(const std::string& text) override;
   void preempted(int64_t step, const std::string& checkpoint) override;

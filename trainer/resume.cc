@@ -70,6 +70,25 @@ std::vector<std::string> semanticDiffKeys(const configs::Experiment& before,
   return keys;
 }
 
+const char kOtherExperimentChoices[] =
+    "start over in this directory with --overwrite (which removes its checkpoints), or give the "
+    "run another trainer.run_dir";
+
+std::vector<std::string> otherExperimentChanges(const configs::Experiment& current,
+                                                const CheckpointState& state) {
+  configs::Experiment saved;
+  try {
+    saved = configs::parseExperiment(state.config_yaml, "state.pb config");
+  } catch (const std::exception& e) {
+    return {std::string("its recorded config does not parse (") + e.what() + ")"};
+  }
+  std::vector<std::string> changes;
+  for (const std::string& line : configs::describeDiff(saved, current)) {
+    if (!isOperational(keyOf(line))) changes.push_back(line);
+  }
+  return changes;
+}
+
 namespace {
 
 // The experiment the checkpoint was written with; refuses an unknown format.
@@ -100,9 +119,8 @@ void checkConfigChanges(const std::vector<std::string>& changes, const std::stri
                      std::to_string(semantic.size()) + (semantic.size() == 1 ? " key" : " keys") +
                      ":";
   for (const std::string& line : semantic) text += "\n  " + line;
-  text +=
-      "\nrerun with --allow-config-change to continue with the new values, or with "
-      "--resume none to start over";
+  text += "\nrerun with --allow-config-change to continue with the new values; or " +
+          std::string(kOtherExperimentChoices);
   throw ResumeError(text);
 }
 
@@ -112,11 +130,11 @@ void checkStateFits(const configs::Experiment& saved, const configs::Experiment&
                     const CheckpointState& state, const std::string& where) {
   if (saved.model.name != current.model.name) {
     throw ResumeError(where + "it holds a '" + saved.model.name + "' model, not '" +
-                      current.model.name + "'; use --resume none to start over");
+                      current.model.name + "'; " + kOtherExperimentChoices);
   }
   if (saved.optimizer.name != current.optimizer.name) {
     throw ResumeError(where + "it holds '" + saved.optimizer.name + "' optimizer state, not '" +
-                      current.optimizer.name + "'; use --resume none to start over");
+                      current.optimizer.name + "'; " + kOtherExperimentChoices);
   }
   const int64_t batch = current.trainer.global_batch_size;
   if (static_cast<int64_t>(state.sampler_cursor) % batch != 0) {

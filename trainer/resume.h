@@ -57,6 +57,17 @@ extern const std::vector<std::string> kOperationalKeyPrefixes;
 std::vector<std::string> semanticDiffKeys(const configs::Experiment& before,
                                           const configs::Experiment& after);
 
+// Where a run starts over (from step 0) in a directory whose newest checkpoint holds `state`: why
+// that checkpoint belongs to another experiment, as describeDiff lines of the keys that change
+// what the run computes ("optimizer.lr: 0.1 -> 0.05"). Empty when it is this same experiment (at
+// most operational keys differ). A recorded config that does not parse is another experiment.
+std::vector<std::string> otherExperimentChanges(const configs::Experiment& current,
+                                                const CheckpointState& state);
+
+// What a user may do instead of resuming or starting over in a directory that holds another
+// experiment's checkpoints (the end of every message that refuses to).
+extern const char kOtherExperimentChoices[];
+
 struct ResumePlan {
   std::string checkpoint_path;
   int64_t step = 0;  // steps completed; the next step to run

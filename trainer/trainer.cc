@@ -156,6 +156,9 @@ std::string Trainer::Impl::checkpointDir() const {
 void Trainer::Impl::build() {
   const auto& t = config_.trainer;
   checkBatchSizes();
+  // Before anything is written (the data cache included): a second job in this run directory
+  // stops here, naming the first.
+  if (writes()) claimRunDir();
   grad_accumulation_ = t.grad_accumulation;
   torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, env_.local_world_size)));
 
@@ -181,6 +184,7 @@ void Trainer::Impl::build() {
   checkTokenIds(data);
   checkpoints_ = std::make_unique<Checkpoints>(
       checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config_.checkpoint.keep)));
+  if (writes()) checkCheckpointRoom();
   startupMark("model");
   // Every rank restores the same checkpoint, before the broadcasts below make that moot. A joiner
   // reads nothing from disk: a live peer sends it the state (joinGroup).
@@ -386,6 +390,7 @@ void Trainer::Impl::broadcastBuffers() {
 void Trainer::Impl::resumeIfAsked() {
   const ResumeMode mode = options_.resume.empty() ? ResumeMode::defaultFor(!env_.run_id.empty())
                                                   : ResumeMode::parse(options_.resume);
+  if (guardOtherExperiment(mode.kind != ResumeMode::Kind::kNone)) return;
   if (mode.kind == ResumeMode::Kind::kNone) return;
   try {
     std::optional<std::pair<CheckpointInfo, Checkpoint>> found;
@@ -427,6 +432,7 @@ void Trainer::Impl::resumeIfAsked() {
     resumed_residuals_ = residualsOf(loaded, info.path);
     batches_->restore(plan.sampler);
     start_step_ = std::min(plan.step, total_steps_);
+    last_saved_step_ = plan.step;
     grad_accumulation_ = plan.grad_accumulation;
     samples_seen_ = plan.samples_seen;
     shares_ = plan.batch_shares;

@@ -139,6 +139,10 @@ struct TrainerOptions {
   // (CUMULUS_RUN_ID set), none otherwise. A checkpoint that cannot be resumed is a SetupError.
   std::string resume;
   bool allow_config_change = false;  // resume even if semantic config keys changed
+  // When the checkpoint directory holds another experiment's checkpoints (otherExperimentChanges,
+  // resume.h): remove them and start from step 0. Without it such a start is an
+  // ExperimentMismatch (exit 2); a resume of the same experiment is not affected.
+  bool overwrite = false;
   // Notice -> forced exit 75, even if the checkpoint write hangs; <= 0: no watchdog.
   double preemption_grace = 25.0;
   // Count a SIGTERM (trainer/preemption.h installSigtermHandler, done by the caller) as the

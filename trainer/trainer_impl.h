@@ -13,6 +13,7 @@
 
 #include "configs/experiment.h"
 #include "cumulus/checkpoint.h"
+#include "cumulus/run_directory.h"
 #include "data/examples.h"
 #include "models/model.h"
 #include "trainer/balance.h"
@@ -76,6 +77,23 @@ class Trainer::Impl {
   // agreement); built once, and again after each in-place re-forming.
   void buildGroupParts();
   void resumeIfAsked();
+  // The run directory's guards (run_dir_guard.cc). The writer holds trainer.run_dir (and
+  // checkpoint.dir, when it lies outside) for as long as it writes: a second job is refused.
+  void claimRunDir();
+  // Before a resume or a fresh start: true when --overwrite removed another experiment's
+  // checkpoints (start from step 0); throws ExperimentMismatch when a start from step 0 would
+  // overwrite them (see TrainerOptions::overwrite).
+  bool guardOtherExperiment(bool resuming);
+  // The writer's check that checkpoints can be written and two of them fit (exit 2 otherwise).
+  void checkCheckpointRoom();
+  // After a failed save at step `done`: reported, and counted; the run stops at
+  // checkpoint.max_failures in a row.
+  void checkpointFailed(int64_t done, const CheckpointError& error);
+  // Waits for the background save in flight, if any; its failure goes to checkpointFailed.
+  void collectBackgroundSave();
+  // The final weights as model_state_dict.pt in the run directory, or where the caller is told
+  // (writer only; before the last checkpoint, so they survive its failure).
+  void saveFinalWeights();
   void checkEveryRankResumesTogether();
   void broadcastBuffers();
   std::string checkpointDir() const;
@@ -181,6 +199,12 @@ class Trainer::Impl {
 
   // Checkpoints (DESIGN.md "Checkpoints"): rank 0 writes; every rank may read.
   std::unique_ptr<Checkpoints> checkpoints_;
+  std::optional<RunDirectoryLock> run_dir_lock_;
+  std::optional<RunDirectoryLock> checkpoint_dir_lock_;  // when checkpoint.dir is elsewhere
+  int64_t failed_saves_ = 0;                             // in a row
+  int64_t last_saved_step_ = -1;                         // the newest committed checkpoint
+  int64_t pending_save_step_ = -1;                       // of the last saveAsync
+  bool final_weights_saved_ = false;
   std::map<int64_t, double> stall_ms_;  // step -> the training thread's pause for its checkpoint
   torch::Tensor residuals_;             // [world, n]: gathered at the boundary of residuals_step_
   int64_t residuals_step_ = -1;

@@ -14,7 +14,6 @@
 #include "trainer/loss.h"
 #include "trainer/rank_reduce.h"
 #include "trainer/startup_profile.h"
-#include "trainer/state_dict.h"
 #include "trainer/trace.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
@@ -67,6 +66,7 @@ RunResult Trainer::Impl::run() {
       if (s == total_steps_) {
         // Re-formed after the last step but before its boundary ended: evaluate and checkpoint.
         eval = evaluateAt(s, batches_->position().epoch);
+        saveFinalWeights();
         checkpointAt(dueAtStepEnd(s, true), s, schedule_->lr(s - 1));
         final_boundary_ = s;
         break;
@@ -88,7 +88,7 @@ RunResult Trainer::Impl::run() {
                     ": evaluating the checkpoint's model only");
     eval = evaluateAt(total_steps_, batches_->position().epoch + 1);
   }
-  checkpoints_->waitForPending();
+  collectBackgroundSave();
   reportSaves();
   if (inPlace() && env_.rank == 0 && !result.preempted) finishGroup();
   const int64_t ran = (result.preempted ? result.steps : total_steps_) - start_step_;
@@ -114,6 +114,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_st
   const bool last = done == total_steps_;
   if (!last) balanceAt(done);  // before the checkpoints below, which keep the shares it sets
   if (evaluator_->due(done) || last) eval = evaluateAt(done, step.epoch);
+  if (last) saveFinalWeights();  // first: the weights survive a failed last checkpoint
   checkpointAt(dueAtStepEnd(done, last), done, lr);
   if (last) {
     final_boundary_ = done;
@@ -332,26 +333,31 @@ void Trainer::Impl::releaseSync() {
 // Carries out the policy's decision, then reports the saves that have committed.
 void Trainer::Impl::checkpointAt(const CheckpointDecision& decision, int64_t done, double lr) {
   using Kind = CheckpointDecision::Kind;
-  if (decision.kind == Kind::kWaitForPending) checkpoints_->waitForPending();
+  if (decision.kind == Kind::kWaitForPending) collectBackgroundSave();
   if (decision.kind == Kind::kSave) {
     const double pause = now();
     bool saved = false;
     if (decision.preempted) {
       // No try: a stop must not look checkpointed when it is not.
+      collectBackgroundSave();
       checkpoints_->save(snapshot(done, lr, true));
       saved = true;
     } else {
+      // The previous background save's outcome first, so that its failure is reported as its own
+      // and this step is still saved.
+      collectBackgroundSave();
       try {
         Checkpoint snap = snapshot(done, lr, false);
         if (decision.background) {
           checkpoints_->saveAsync(std::move(snap));
+          pending_save_step_ = done;
         } else {
           checkpoints_->save(snap);  // reported by takeCompleted like a background one
         }
         saved = true;
       } catch (const CheckpointError& e) {
-        // The previous checkpoint stays the newest valid one; training goes on.
-        recorder_->warning(std::string("warning: checkpoint failed: ") + e.what());
+        reportSaves();
+        checkpointFailed(done, e);  // the previous checkpoint stays the newest valid one
       }
     }
     stall_ms_[done] = 1000.0 * (now() - pause);
@@ -360,8 +366,19 @@ void Trainer::Impl::checkpointAt(const CheckpointDecision& decision, int64_t don
   reportSaves();
 }
 
+void Trainer::Impl::collectBackgroundSave() {
+  try {
+    checkpoints_->waitForPending();
+  } catch (const CheckpointError& e) {
+    reportSaves();
+    checkpointFailed(pending_save_step_, e);
+  }
+}
+
 void Trainer::Impl::reportSaves() {
   for (const SaveResult& r : checkpoints_->takeCompleted()) {
+    failed_saves_ = 0;
+    last_saved_step_ = std::max(last_saved_step_, static_cast<int64_t>(r.step));
     CheckpointRecord record;
     record.step = static_cast<int64_t>(r.step);
     record.path = r.path;
@@ -403,11 +420,7 @@ void Trainer::Impl::finishRun(const Evaluation& last_eval, double loop_start, Ru
   result.epochs =
       static_cast<double>(total_steps_) / static_cast<double>(batches_->stepsPerEpoch());
   result.seconds = now() - loop_start;
-  if (writes()) {
-    auto tensors = model_->namedParameters();
-    for (auto& buffer : model_->namedBuffers()) tensors.push_back(std::move(buffer));
-    saveStateDict(tensors, config_.trainer.run_dir + "/model_state_dict.pt");
-  }
+  saveFinalWeights();  // done at the last boundary unless a resume found nothing to train
   // In place every replica hashes its own, so that tests can tell that they are identical.
   if (env_.rank == 0 || inPlace()) result.parameter_digest = parameterDigest(*model_);
   RunSummary summary;

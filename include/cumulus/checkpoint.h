@@ -10,7 +10,8 @@
 //     <name>     each of Checkpoint::files, byte for byte (addOptimizer's "optimizer.pt", or the
 //                program's own: a replay buffer, a JSON of its schedule; cumulus-train with
 //                comm.compression bf16 adds comm_residual.pt, every rank's error-feedback
-//                residuals as a pickled [world size, n] float32 tensor, DataParallel::errorFeedback)
+//                residuals as a pickled [world size, n] float32 tensor,
+//                DataParallel::errorFeedback)
 //     MANIFEST   the size and SHA-256 of every file above, written last
 //
 // Commit protocol of a save: every file is written into step-00001200.tmp/ and fsynced, MANIFEST
@@ -148,6 +149,12 @@ class Checkpoints {
   std::vector<CheckpointInfo> list();
   // Removes <dir>/step-*.tmp left by an interrupted save; returns the removed paths.
   std::vector<std::string> removeStaleTemporaries();
+  // For the writer, before training: creates dir(), writes, fsyncs and removes a small probe file
+  // there, and requires room for `count` checkpoints of about `bytes_each` bytes (the model's
+  // parameters and buffers plus the optimizer's state). Throws UserError (exit 2) naming the
+  // directory and the failed operation ("/proc/ck: mkdir: No such file or directory"), or the bytes
+  // needed and free, so that a run that could never save stops before it trains rather than after.
+  void checkRoom(uint64_t bytes_each, size_t count = 2);
 
   struct Impl;
 

@@ -2,13 +2,15 @@
 // <cumulus/cumulus.h>: all of Cumulus's public C++ API. See docs/library.md for a tour.
 //
 //   cumulus/version.h        the version (CUMULUS_VERSION_STRING, cumulus::version())
-//   cumulus/errors.h         UserError, GroupError, CommError, CheckpointError; exit codes
+//   cumulus/errors.h         UserError, GroupError, PermanentError, CommError, CheckpointError;
+//                            exit codes
 //   cumulus/process_group.h  ProcessGroup from the torchrun environment; collectives on tensors
 //   cumulus/data_parallel.h  DataParallel: bucketed gradient all-reduce overlapped with backward
 //   cumulus/sampler.h        DistributedSampler: global batches, sharded, resumable by cursor
 //   cumulus/checkpoint.h     Checkpoints: atomic, verified, newest valid found by scan
 //   cumulus/checkpoint_state.h  a checkpoint's state.pb as plain fields (no LibTorch)
 //   cumulus/preemption.h     PreemptionWatcher: "stop after this step?", agreed by all ranks
+//   cumulus/run_directory.h  RunDirectoryLock: one job per run directory; whose checkpoints
 //
 // Link with Cumulus::cumulus (CMake: find_package(Cumulus REQUIRED)) or `pkg-config cumulus`.
 
@@ -18,5 +20,6 @@
 #include "cumulus/errors.h"
 #include "cumulus/preemption.h"
 #include "cumulus/process_group.h"
+#include "cumulus/run_directory.h"
 #include "cumulus/sampler.h"
 #include "cumulus/version.h"

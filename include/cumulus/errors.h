@@ -70,7 +70,14 @@ class CommError : public std::runtime_error {
 
 class CheckpointError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit CheckpointError(const std::string& what, int error_number = 0)
+      : std::runtime_error(what), error_number_(error_number) {}
+  // The errno of the file operation that failed (ENOSPC, EROFS, EIO, ...), or 0 when none did
+  // (a checkpoint that does not verify or decode).
+  int errorNumber() const { return error_number_; }
+
+ private:
+  int error_number_;
 };
 
 // A failure that is not the input's fault but would happen again on a restart or in a

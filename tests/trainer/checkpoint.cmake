@@ -6,4 +6,6 @@ set(TRAINER_CHECKPOINT_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/preemption_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/resume_process_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/resume_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/run_directory_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/guard_process_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/spot_traces_test.cc)

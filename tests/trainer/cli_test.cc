@@ -122,8 +122,9 @@ TEST_F(CliTest, HelpPrintsTheFlagsOnStdoutAndExitsZero) {
   EXPECT_EQ(o.out.rfind("Trains one worker of an experiment", 0), 0u) << o.out;
   EXPECT_NE(o.out.find("Usage: cumulus-train [FLAGS] CONFIG\n"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("  --resume auto|none|PATH "), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("Exit status: 0 done, 1 failed, 2 usage or configuration error, 75 "
-                       "preempted"),
+  EXPECT_NE(o.out.find("  --overwrite "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("Exit status: 0 done, 1 failed, 2 usage or configuration error or a "
+                       "failure that a retry repeats, 75 preempted"),
             std::string::npos)
       << o.out;
 }

@@ -170,6 +170,44 @@ TEST(MetricsRecorderTest, BalanceRecordsAndOneLinePerChange) {
   fs::remove(path);
 }
 
+TEST(MetricsRecorderTest, EveryFailedSaveIsALineAndARecord) {
+  const fs::path path =
+      fs::path(::testing::TempDir()) / ("recorder_failed_" + std::to_string(::getpid()) + ".jsonl");
+  std::ostringstream console;
+  ProgressRecorderOptions options;
+  options.console = &console;
+  options.quiet = true;  // a failure is printed even where routine news is not
+  options.metrics_path = path.string();
+  ProgressMetricsRecorder recorder(options);
+  recorder.begin({"mlp", {}, 0, 40, 40});
+  CheckpointFailureRecord first;
+  first.step = 16;
+  first.error = "/ck/step-00000016.tmp/model.pt: write: No space left on device";
+  first.in_a_row = 1;
+  first.max_failures = 3;
+  recorder.checkpointFailed(first);
+  CheckpointFailureRecord second = first;
+  second.step = 20;
+  second.in_a_row = 2;
+  second.newest_valid = "/ck/step-00000012";
+  recorder.checkpointFailed(second);
+  EXPECT_EQ(console.str(),
+            "warning: checkpoint step 16 failed (1 in a row; the run stops at 3): "
+            "/ck/step-00000016.tmp/model.pt: write: No space left on device; the newest valid "
+            "checkpoint is none yet\n"
+            "warning: checkpoint step 20 failed (2 in a row; the run stops at 3): "
+            "/ck/step-00000016.tmp/model.pt: write: No space left on device; the newest valid "
+            "checkpoint is /ck/step-00000012\n");
+  const auto records = readRecords(path);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[1]["type"], "checkpoint_failed");
+  EXPECT_EQ(records[1]["step"], 20);
+  EXPECT_EQ(records[1]["in_a_row"], 2);
+  EXPECT_EQ(records[1]["newest_valid"], "/ck/step-00000012");
+  EXPECT_EQ(records[1]["error"], first.error);
+  fs::remove(path);
+}
+
 TEST(MetricsRecorderTest, AQuietRankPrintsOnlyWarningsAndItsStop) {
   std::ostringstream console;
   ProgressRecorderOptions options;

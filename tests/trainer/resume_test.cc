@@ -27,7 +27,7 @@ std::string errorOf(const std::function<void()>& fn) {
 }
 
 CheckpointState stateFor(const configs::Experiment& e, uint64_t step, uint64_t epoch,
-                                uint64_t cursor, uint32_t world) {
+                         uint64_t cursor, uint32_t world) {
   CheckpointState state;
   state.format_version = kResumableFormatVersion;
   state.config_yaml = configs::toYaml(e);
@@ -118,8 +118,7 @@ TEST(ResumeTest, AccumulationKeepsMicroBatchesFromGrowing) {
   configs::Experiment e;
   e.trainer.global_batch_size = 128;
   auto plan = [&](int64_t world, uint32_t saved_world, uint32_t saved_k) {
-    CheckpointState state =
-        stateFor(e, 10, 0, 10 * e.trainer.global_batch_size, saved_world);
+    CheckpointState state = stateFor(e, 10, 0, 10 * e.trainer.global_batch_size, saved_world);
     state.grad_accumulation = saved_k;
     return planResume(e, world, state, "/c/step-00000010", false).grad_accumulation;
   };
@@ -166,8 +165,24 @@ TEST(ResumeTest, ConfigChangeIsRefusedNamingEveryKey) {
   EXPECT_EQ(error,
             "checkpoint /c/step-00000005: the experiment differs from the one that wrote it in 2 "
             "keys:\n  optimizer.lr: 0.1 -> 0.05\n  trainer.seed: 0 -> 7\nrerun with "
-            "--allow-config-change to continue with the new values, or with --resume none to "
-            "start over");
+            "--allow-config-change to continue with the new values; or start over in this "
+            "directory with --overwrite (which removes its checkpoints), or give the run another "
+            "trainer.run_dir");
+}
+
+TEST(ResumeTest, OtherExperimentChangesListOnlyWhatChangesTheRun) {
+  configs::Experiment saved;
+  configs::Experiment now = saved;
+  now.trainer.log_every_steps = 3;  // operational: the same experiment
+  EXPECT_TRUE(otherExperimentChanges(now, stateFor(saved, 5, 0, 640, 1)).empty());
+  now.optimizer.lr = 0.05;
+  EXPECT_EQ(otherExperimentChanges(now, stateFor(saved, 5, 0, 640, 1)),
+            std::vector<std::string>{"optimizer.lr: 0.1 -> 0.05"});
+  CheckpointState garbled = stateFor(saved, 5, 0, 640, 1);
+  garbled.config_yaml = "model: [";
+  const std::vector<std::string> changes = otherExperimentChanges(now, garbled);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].rfind("its recorded config does not parse (", 0), 0u) << changes[0];
 }
 
 TEST(ResumeTest, ConfigChangeAcceptedWhenAllowed) {
@@ -200,14 +215,16 @@ TEST(ResumeTest, ModelOrOptimizerChangeIsRefusedEvenWhenAllowed) {
   now.model.name = "convnet";
   EXPECT_EQ(
       errorOf([&] { planResume(now, 1, stateFor(saved, 5, 0, 0, 1), "/c/step-00000005", true); }),
-      "checkpoint /c/step-00000005: it holds a 'mlp' model, not 'convnet'; use --resume "
-      "none to start over");
+      "checkpoint /c/step-00000005: it holds a 'mlp' model, not 'convnet'; start over in this "
+      "directory with --overwrite (which removes its checkpoints), or give the run another "
+      "trainer.run_dir");
   now = saved;
   now.optimizer.name = "adamw";
   EXPECT_EQ(
       errorOf([&] { planResume(now, 1, stateFor(saved, 5, 0, 0, 1), "/c/step-00000005", true); }),
-      "checkpoint /c/step-00000005: it holds 'sgd' optimizer state, not 'adamw'; use "
-      "--resume none to start over");
+      "checkpoint /c/step-00000005: it holds 'sgd' optimizer state, not 'adamw'; start over in "
+      "this directory with --overwrite (which removes its checkpoints), or give the run another "
+      "trainer.run_dir");
 }
 
 TEST(ResumeTest, BadStateIsRefused) {

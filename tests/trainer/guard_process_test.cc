@@ -1,0 +1,310 @@
+// Nothing lost: real cumulus-train (and cumulus-run) processes meeting a run directory that another
+// job holds, one that holds another experiment's checkpoints, a disk that is full or read-only,
+// and a checkpoint directory that cannot exist. The disks are real: a tmpfs of a chosen size,
+// mounted in a private mount namespace (unshare -m) that disappears with the test's process, so
+// these tests need root, as CI has; without it they are skipped, saying so.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "cumulus/run_directory.h"
+#include "tests/trainer/process_runner.h"
+#include "tests/trainer/worker_commands.h"
+
+namespace cumulus::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using cumulus::testing::Args;
+using cumulus::testing::Env;
+using cumulus::testing::ProcessResult;
+using cumulus::testing::runProcess;
+
+const std::string& kTrain = cumulus::testing::kTrainBinary;
+
+Env alone() { return cumulus::testing::aloneEnv(); }
+
+std::string read(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Quotes `arg` for sh -c.
+std::string quoted(const std::string& arg) {
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+class GuardProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("guard_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // cumulus-train smoke.yaml (32 steps of 64 samples) in run directory `run`, with `extra`.
+  Args train(const std::string& run, Args extra = {}) {
+    Args argv = {kTrain, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
+                 "trainer.run_dir=" + (dir_ / run).string()};
+    for (auto& e : extra) argv.push_back(std::move(e));
+    return argv;
+  }
+
+  // Runs `argv` with a tmpfs of `kib` KiB mounted on `mount_point` (created), in a mount namespace
+  // of its own; `read_only` remounts it read-only first. Skips the test when that is not allowed.
+  ProcessResult onTmpfs(const fs::path& mount_point, int kib, bool read_only, const Args& argv) {
+    fs::create_directories(mount_point);
+    std::string script = "mount -t tmpfs -o size=" + std::to_string(kib) + "k tmpfs " +
+                         quoted(mount_point.string()) + " || exit 111; ";
+    if (read_only) script += "mount -o remount,ro " + quoted(mount_point.string()) + "; ";
+    script += "exec";
+    for (const std::string& a : argv) script += " " + quoted(a);
+    ProcessResult r =
+        runProcess({"unshare", "-m", "--propagation", "private", "sh", "-c", script}, alone());
+    if (r.exit_code == 111 ||
+        (r.exit_code == 1 && r.output.find("unshare failed") != std::string::npos)) {
+      skipped_ = "a private tmpfs needs root (unshare -m, mount): " + r.output;
+    }
+    return r;
+  }
+
+  fs::path dir_;
+  std::string skipped_;
+};
+
+// The line cumulus-train ends with on stderr: "cumulus-train: error: ...".
+std::string errorOf(const ProcessResult& r) {
+  return cumulus::testing::lastAfter(r.output, "cumulus-train: error: ");
+}
+
+TEST_F(GuardProcessTest, ASecondJobInARunDirectoryIsRefusedNamingTheFirst) {
+  std::promise<pid_t> first_step;
+  std::atomic<pid_t> first_pid{0};
+  ProcessResult first;
+  std::thread holder([&] {
+    bool told = false;
+    first = runProcess(
+        train("run", {"--set", "trainer.epochs=100000"}), alone(),
+        [&](const std::string& line, pid_t pid) {
+          if (!told && line.find("first step") != std::string::npos) {
+            told = true;
+            first_step.set_value(pid);
+          }
+        },
+        300, [&](pid_t pid) { first_pid = pid; });
+    if (!told) first_step.set_value(0);
+  });
+  std::future<pid_t> started = first_step.get_future();
+  ASSERT_EQ(started.wait_for(std::chrono::seconds(120)), std::future_status::ready);
+  const pid_t pid = started.get();
+  ASSERT_GT(pid, 0) << first.output;
+
+  const ProcessResult second = runProcess(train("run"), alone());
+  ::kill(-first_pid.load(), SIGKILL);
+  holder.join();
+  EXPECT_EQ(second.exit_code, 2) << second.output;
+  const std::string error = errorOf(second);
+  EXPECT_EQ(error.rfind((dir_ / "run").string() + " is in use by cumulus-train, pid " +
+                            std::to_string(pid) + " on host ",
+                        0),
+            0u)
+      << second.output;
+  EXPECT_NE(error.find("wait for that job to end or stop it, or give this run another directory "
+                       "(trainer.run_dir)"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(second.output.find("first step"), std::string::npos) << second.output;
+
+  // The first job died by SIGKILL: the next one takes the directory over and says from whom.
+  const ProcessResult third = runProcess(train("run"), alone());
+  EXPECT_EQ(third.exit_code, 0) << third.output;
+  EXPECT_NE(third.output.find("note: took over " + (dir_ / "run").string() +
+                              " from cumulus-train, pid " + std::to_string(pid) + " on host "),
+            std::string::npos)
+      << third.output;
+}
+
+TEST_F(GuardProcessTest, ASecondLauncherInARunDirectoryEndsWithExitTwo) {
+  std::promise<void> first_step;
+  std::atomic<pid_t> first_pid{0};
+  std::thread holder([&] {
+    bool told = false;
+    runProcess(
+        cumulus::testing::groupOf(1, (dir_ / "logs-a").string(),
+                                  train("run", {"--set", "trainer.epochs=100000"})),
+        alone(),
+        [&](const std::string& line, pid_t) {
+          if (!told && line.find("first step") != std::string::npos) {
+            told = true;
+            first_step.set_value();
+          }
+        },
+        300, [&](pid_t pid) { first_pid = pid; });
+    if (!told) first_step.set_value();
+  });
+  ASSERT_EQ(first_step.get_future().wait_for(std::chrono::seconds(120)), std::future_status::ready);
+  const ProcessResult second =
+      runProcess(cumulus::testing::groupOf(1, (dir_ / "logs-b").string(), train("run")), alone());
+  ::kill(first_pid.load(), SIGTERM);  // the launcher stops its worker
+  holder.join();
+  EXPECT_EQ(second.exit_code, 2) << second.output;
+  EXPECT_NE(second.output.find((dir_ / "run").string() + " is in use by cumulus-train, pid "),
+            std::string::npos)
+      << second.output;
+}
+
+TEST_F(GuardProcessTest, AnotherExperimentDoesNotOverwriteTheCheckpointsOfAUsedDirectory) {
+  const Args every8 = {"--set", "checkpoint.every_steps=8"};
+  const ProcessResult first = runProcess(train("run", every8), alone());
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const fs::path newest = dir_ / "run" / "checkpoints" / "step-00000032";
+  const std::string manifest = read(newest / "MANIFEST");
+  ASSERT_FALSE(manifest.empty());
+  const std::string old_digest =
+      newestCheckpointOrigin((dir_ / "run/checkpoints").string())->state.config_digest;
+
+  Args changed = every8;
+  changed.insert(changed.end(), {"--set", "optimizer.lr=0.01"});
+  const ProcessResult refused = runProcess(train("run", changed), alone());
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  const std::string error = refused.output.substr(refused.output.find("cumulus-train: error: "));
+  const std::string expected_start =
+      "cumulus-train: error: " + (dir_ / "run/checkpoints").string() +
+      " holds checkpoints of another experiment (newest " + newest.string() + ", config digest " +
+      old_digest + "; this experiment's is ";
+  EXPECT_EQ(error.rfind(expected_start, 0), 0u) << error;
+  EXPECT_NE(error.find("), which differs in 1 key:\n  optimizer.lr: 0.05 -> 0.01\nresume it with "
+                       "--resume auto (and --allow-config-change to continue with the new "
+                       "values); or start over in this directory with --overwrite (which removes "
+                       "its checkpoints), or give the run another trainer.run_dir\n"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(read(newest / "MANIFEST"), manifest);  // untouched
+
+  // The same experiment again is no conflict (a rerun, or more logging).
+  const ProcessResult same = runProcess(
+      train("run", {"--set", "checkpoint.every_steps=8", "--set", "trainer.log_every_steps=4"}),
+      alone());
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+
+  const ProcessResult overwritten = runProcess(train("run",
+                                                     [&] {
+                                                       Args a = changed;
+                                                       a.push_back("--overwrite");
+                                                       return a;
+                                                     }()),
+                                               alone());
+  EXPECT_EQ(overwritten.exit_code, 0) << overwritten.output;
+  EXPECT_NE(overwritten.output.find("; removed 3 checkpoint directories, starting from step 0"),
+            std::string::npos)
+      << overwritten.output;
+  const auto origin = newestCheckpointOrigin((dir_ / "run/checkpoints").string());
+  ASSERT_TRUE(origin);
+  EXPECT_NE(origin->state.config_digest, old_digest);
+}
+
+TEST_F(GuardProcessTest, ACheckpointDirectoryThatCannotExistStopsBeforeTraining) {
+  const ProcessResult r =
+      runProcess(train("run", {"--set", "checkpoint.dir=/proc/cumulus-ck"}), alone());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(errorOf(r),
+            "cannot create /proc/cumulus-ck: No such file or directory; it must be a directory "
+            "this job can write");
+  EXPECT_EQ(r.output.find("first step"), std::string::npos) << r.output;
+}
+
+TEST_F(GuardProcessTest, AReadOnlyRunDirectoryStopsBeforeTraining) {
+  const fs::path run = dir_ / "ro";
+  const ProcessResult r = onTmpfs(run, 1024, true, train("ro"));
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(errorOf(r), "cannot open " + (run / "cumulus.lock").string() +
+                            ": Read-only file system; " + run.string() +
+                            " must be a directory this job can write");
+}
+
+TEST_F(GuardProcessTest, ADiskWithoutRoomForTwoCheckpointsStopsBeforeTraining) {
+  const fs::path ck = dir_ / "ck";
+  const ProcessResult r =
+      onTmpfs(ck, 64, false, train("run", {"--set", "checkpoint.dir=" + ck.string()}));
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const std::string error = errorOf(r);
+  // 64 KiB less the page of its lock file.
+  EXPECT_EQ(error.rfind(ck.string() + " has room for 0.1 MiB (61440 bytes), but 2 checkpoints of "
+                                      "this model take about ",
+                        0),
+            0u)
+      << r.output;
+  EXPECT_NE(error.find(": free space there, or choose a directory on a larger disk "
+                       "(checkpoint.dir; by default <trainer.run_dir>/checkpoints)"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(r.output.find("first step"), std::string::npos) << r.output;
+}
+
+TEST_F(GuardProcessTest, SavesThatFillTheDiskAreReportedEachTimeThenStopTheRun) {
+  // One checkpoint of this model, as it lies on a disk: the tmpfs below holds three and a half.
+  const Args every4 = {"--set", "checkpoint.every_steps=4", "--set", "checkpoint.max_failures=2"};
+  const ProcessResult sizing = runProcess(train("sizing", every4), alone());
+  ASSERT_EQ(sizing.exit_code, 0) << sizing.output;
+  uint64_t one = 0;
+  for (const auto& file : fs::directory_iterator(dir_ / "sizing/checkpoints/step-00000032")) {
+    one += (fs::file_size(file.path()) + 4095) / 4096 * 4096;
+  }
+  const fs::path ck = dir_ / "ck";
+  Args argv = train("run", every4);
+  argv.insert(argv.end(), {"--set", "checkpoint.dir=" + ck.string()});
+  const ProcessResult r = onTmpfs(ck, static_cast<int>(one * 7 / 2 / 1024), false, argv);
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  // Steps 4, 8 and 12 fit; 16 and 20 do not. Each failure is reported with the newest valid one.
+  const std::string step12 = (ck / "step-00000012").string();
+  for (const char* line :
+       {"warning: checkpoint step 16 failed (1 in a row; the run stops at 2): saving checkpoint ",
+        "warning: checkpoint step 20 failed (2 in a row; the run stops at 2): saving "
+        "checkpoint "}) {
+    const size_t at = r.output.find(line);
+    ASSERT_NE(at, std::string::npos) << line << "\n" << r.output;
+    const std::string rest = r.output.substr(at, r.output.find('\n', at) - at);
+    EXPECT_NE(rest.find("No space left on device"), std::string::npos) << rest;
+    EXPECT_NE(rest.find("; the newest valid checkpoint is " + step12), std::string::npos) << rest;
+  }
+  const std::string error = errorOf(r);
+  EXPECT_EQ(error.rfind("2 checkpoints in a row failed (checkpoint.max_failures), the last at step "
+                        "20: saving checkpoint " +
+                            (ck / "step-00000020").string() + " failed: ",
+                        0),
+            0u)
+      << r.output;
+  EXPECT_NE(error.find("; training stops so that no more work goes unsaved; the newest valid "
+                       "checkpoint is " +
+                       step12 +
+                       " (--resume auto continues from it); free space there or make it "
+                       "writable first"),
+            std::string::npos)
+      << error;
+  const std::string metrics = read(dir_ / "run/metrics.jsonl");
+  size_t records = 0;
+  for (size_t at = 0;
+       (at = metrics.find("\"type\":\"checkpoint_failed\"", at)) != std::string::npos; ++at) {
+    ++records;
+  }
+  EXPECT_EQ(records, 2u) << metrics;
+}
+
+}  // namespace
+}  // namespace cumulus::trainer
