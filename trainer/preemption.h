@@ -6,8 +6,8 @@
 #include "trainer/stop_agreement.h"
 
 namespace cumulus::trainer {
-using cumulus::AgreeMax;
 using cumulus::agreeAlone;
+using cumulus::AgreeMax;
 using cumulus::checkpointSignalsReceived;
 using cumulus::installCheckpointSignalHandler;
 using cumulus::installSigtermHandler;

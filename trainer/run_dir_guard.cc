@@ -57,7 +57,8 @@ uint64_t bytesOf(const NamedTensors& tensors) {
 }  // namespace
 
 void Trainer::Impl::claimRunDir() {
-  if (run_dir_lock_) return;
+  // An empty run_dir (the library's, not a config's: the schema refuses it) writes nothing here.
+  if (run_dir_lock_ || config_.trainer.run_dir.empty()) return;
   RunDirectoryLockOptions options;
   options.run_id = env_.run_id;
   options.program = "cumulus-train";
@@ -69,6 +70,20 @@ void Trainer::Impl::claimRunDir() {
       resume_notes_.push_back("note: " + checkpoint_dir_lock_->note());
     }
   }
+}
+
+void Trainer::Impl::releaseRunDir() noexcept {
+  try {
+    checkpoints_->waitForPending();
+  } catch (const std::exception& e) {
+    // run() already failed, or is ending with the error it collected: this one is only told.
+    try {
+      recorder_->warning(std::string("warning: checkpoint failed: ") + e.what());
+    } catch (...) {
+    }
+  }
+  checkpoint_dir_lock_.reset();
+  run_dir_lock_.reset();
 }
 
 bool Trainer::Impl::guardOtherExperiment(bool resuming) {
@@ -99,6 +114,7 @@ bool Trainer::Impl::guardOtherExperiment(bool resuming) {
 }
 
 void Trainer::Impl::checkCheckpointRoom() {
+  if (config_.trainer.run_dir.empty() && config_.checkpoint.dir.empty()) return;  // see claimRunDir
   // model.pt holds the parameters and buffers; optim.pt one tensor per parameter and slot (SGD's
   // momentum buffer, AdamW's two moments). 64 KiB covers state.pb, the MANIFEST and pickling.
   NamedTensors tensors = model_->namedParameters();

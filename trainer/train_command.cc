@@ -42,9 +42,8 @@ struct TrainFlags {
 void addFlags(CLI::App& app, TrainFlags& flags) {
   using namespace cumulus;
   base::setUpCommandLine(app,
-                         "0 done, 1 failed, 2 usage or configuration error or a failure "
-                         "that a retry repeats, 75 preempted after a checkpoint (the message is "
-                         "on stderr)",
+                         "0 done, 1 failed, 2 a failure a retry repeats (usage, config, "
+                         "disk), 75 preempted after a checkpoint (the message is on stderr)",
                          "Every key, its default and meaning: cumulus-config reference");
   configs::addExperimentArgs(app, flags.experiment);
   app.add_option("--trace", flags.trace,
@@ -57,14 +56,11 @@ void addFlags(CLI::App& app, TrainFlags& flags) {
                  "not (none); default: auto under cumulus-run, else none")
       ->type_name("auto|none|PATH")
       ->check(base::nonEmpty("value: auto, none or a checkpoint directory"));
-  CLI::Option* allow =
-      app.add_flag("--allow-config-change", flags.allow_config_change,
-                   "resume even if the experiment differs from the checkpoint's (the keys are "
-                   "listed)");
+  app.add_flag("--allow-config-change", flags.allow_config_change,
+               "resume even if the experiment differs from the checkpoint's (the keys are listed)");
   app.add_flag("--overwrite", flags.overwrite,
                "start over in a run directory that holds another experiment's checkpoints, "
-               "removing them (without it, such a start is refused)")
-      ->excludes(allow);
+               "removing them (without it, such a start is refused)");
   // Under cumulus-run the launcher passes a grace just inside its own; the flag wins.
   app.add_option("--preemption-grace", flags.preemption_grace,
                  "after a SIGTERM notice, exit 75 within S seconds even if the checkpoint hangs "

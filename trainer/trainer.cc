@@ -157,8 +157,10 @@ void Trainer::Impl::build() {
   const auto& t = config_.trainer;
   checkBatchSizes();
   // Before anything is written (the data cache included): a second job in this run directory
-  // stops here, naming the first.
-  if (writes()) claimRunDir();
+  // stops here, naming the first. A joiner's rank is a placeholder until it is admitted; it
+  // claims the directory then if it becomes the writer (afterReform).
+  const bool joiner = inPlace() && !elastic_->joined();
+  if (writes() && !joiner) claimRunDir();
   grad_accumulation_ = t.grad_accumulation;
   torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, env_.local_world_size)));
 
@@ -184,7 +186,7 @@ void Trainer::Impl::build() {
   checkTokenIds(data);
   checkpoints_ = std::make_unique<Checkpoints>(
       checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config_.checkpoint.keep)));
-  if (writes()) checkCheckpointRoom();
+  if (writes() && !joiner) checkCheckpointRoom();
   startupMark("model");
   // Every rank restores the same checkpoint, before the broadcasts below make that moot. A joiner
   // reads nothing from disk: a live peer sends it the state (joinGroup).

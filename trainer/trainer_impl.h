@@ -80,6 +80,8 @@ class Trainer::Impl {
   // The run directory's guards (run_dir_guard.cc). The writer holds trainer.run_dir (and
   // checkpoint.dir, when it lies outside) for as long as it writes: a second job is refused.
   void claimRunDir();
+  // When run() ends: a background save finished (its failure reported), then the locks dropped.
+  void releaseRunDir() noexcept;
   // Before a resume or a fresh start: true when --overwrite removed another experiment's
   // checkpoints (start from step 0); throws ExperimentMismatch when a start from step 0 would
   // overwrite them (see TrainerOptions::overwrite).

@@ -42,6 +42,12 @@ uint64_t stepSeed(uint64_t seed, int64_t epoch, int64_t step, int64_t rank) {
 RunResult Trainer::Impl::run() {
   if (ran_) throw std::logic_error("Trainer::run() may be called once");
   ran_ = true;
+  // The run directory is this job's until run() ends, however it ends: the next run in it, in
+  // this process too, takes it then.
+  struct ReleaseRunDir {
+    Impl& impl;
+    ~ReleaseRunDir() { impl.releaseRunDir(); }
+  } release{*this};
   if (inPlace() && !joinGroup()) {
     if (options_.console != nullptr) {
       *options_.console << "the group finished training before this member was admitted; "

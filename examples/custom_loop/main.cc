@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -350,13 +351,30 @@ void writeParameters(Job& job) {
 }
 
 int train(const Flags& flags) {
-  std::filesystem::create_directories(flags.run_dir);
   auto group = cumulus::ProcessGroup::fromEnvironment();
+  // The writer holds the run directory while it runs: a second job there stops at once, naming
+  // this one (pid, host, start time). Ranks of the same launch share CUMULUS_RUN_ID.
+  std::optional<cumulus::RunDirectoryLock> lock;
+  if (group->rank() == 0) {
+    cumulus::RunDirectoryLockOptions lock_options;
+    lock_options.program = "custom_loop";
+    if (const char* id = std::getenv("CUMULUS_RUN_ID")) lock_options.run_id = id;
+    lock.emplace(flags.run_dir, lock_options);
+  } else {
+    std::filesystem::create_directories(flags.run_dir);
+  }
   if (flags.batch < group->size()) {
     throw cumulus::UserError("--batch " + std::to_string(flags.batch) + " is smaller than the " +
                              std::to_string(group->size()) + " ranks: each needs a sample");
   }
   Job job(flags, *group);
+  if (job.leader()) {
+    // Before the first step, not at the first save: room for two checkpoints of the parameters
+    // and Adam's two moments (a full or read-only disk is exit 2 here).
+    uint64_t bytes = 64 * 1024;
+    for (const auto& p : job.net->parameters()) bytes += 3 * p.nbytes();
+    job.checkpoints.checkRoom(bytes);
+  }
   resume(job);
   cumulus::DataParallelOptions options;
   options.algorithm = flags.algorithm;

@@ -123,8 +123,8 @@ TEST_F(CliTest, HelpPrintsTheFlagsOnStdoutAndExitsZero) {
   EXPECT_NE(o.out.find("Usage: cumulus-train [FLAGS] CONFIG\n"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("  --resume auto|none|PATH "), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("  --overwrite "), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("Exit status: 0 done, 1 failed, 2 usage or configuration error or a "
-                       "failure that a retry repeats, 75 preempted"),
+  EXPECT_NE(o.out.find("Exit status: 0 done, 1 failed, 2 a failure a retry repeats (usage, "
+                       "config, disk), 75 preempted"),
             std::string::npos)
       << o.out;
 }
