@@ -4,13 +4,17 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -107,6 +111,74 @@ class LauncherTest : public ::testing::Test {
 using cumulus::testing::freePort;
 
 bool processAlive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+// Blocks until `pid` (not a child of ours) has exited, up to `seconds`; returns whether it did.
+// A pidfd is readable once the process is gone.
+bool waitGone(pid_t pid, double seconds) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, static_cast<int>(seconds * 1000));
+  ::close(fd);
+  return ready == 1;
+}
+
+// cumulus-run in the background, its output on a pipe read line by line; SIGKILLed and reaped at
+// the end of the scope if still running.
+class BackgroundLaunch {
+ public:
+  explicit BackgroundLaunch(const std::string& command) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::dup2(fds[1], STDERR_FILENO);
+      ::execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~BackgroundLaunch() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) ::close(fd_);
+  }
+  pid_t pid() const { return pid_; }
+  // SIGKILLs it and reaps it.
+  void kill() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  // The next line of output that contains `text`, or "" at end of output or after `seconds`.
+  std::string waitForLine(const std::string& text, double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+      for (size_t nl; (nl = pending_.find('\n')) != std::string::npos;) {
+        const std::string line = pending_.substr(0, nl);
+        pending_.erase(0, nl + 1);
+        if (line.find(text) != std::string::npos) return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
+      char chunk[4096];
+      const ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      if (n <= 0) return "";
+      pending_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string pending_;
+};
 
 TEST_F(LauncherTest, WorkersGetTheTorchrunEnvironmentAndPrefixedOutput) {
   std::string w = script("env.sh",
@@ -265,6 +337,29 @@ TEST_F(LauncherTest, NoWorkerSurvivesTheLauncherBeingKilled) {
   }
   EXPECT_TRUE(all_gone) << "a worker outlived its launcher";
   for (pid_t p : workers) ::kill(p, SIGKILL);
+}
+
+// The workers' own children (a data loader, `sleep 600 &` in a worker script) die with the
+// launcher too, even when it is SIGKILLed and has no chance to stop anything.
+TEST_F(LauncherTest, KillingTheLauncherTakesTheWorkersChildrenDown) {
+  const std::string w = script("parent.sh", "sleep 600 &\necho worker $$ child $!\nwait");
+  BackgroundLaunch run(kRun + " --log-dir " + (dir_ / "logs").string() + " --nproc-per-node 2 -- " +
+                       w);
+  std::vector<pid_t> pids;
+  for (int worker = 0; worker < 2; ++worker) {
+    const std::string line = run.waitForLine("] worker ", 30);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, std::regex(R"(\[rank\d\] worker (\d+) child (\d+))")))
+        << line;
+    pids.push_back(std::stoi(m[1]));
+    pids.push_back(std::stoi(m[2]));
+  }
+  for (pid_t p : pids) ASSERT_TRUE(processAlive(p)) << p;
+  run.kill();
+  for (pid_t p : pids) {
+    EXPECT_TRUE(waitGone(p, 10)) << "process " << p << " outlived its launcher";
+  }
+  for (pid_t p : pids) ::kill(p, SIGKILL);
 }
 
 // Starts cumulus-run in the background with workers that report readiness through files
