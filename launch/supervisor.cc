@@ -51,6 +51,7 @@ GroupEnd Supervisor::run(WorkerGroup& group) {
       end.kind = GroupEnd::Kind::kWorkerFailed;
       end.failed_rank = group.workers[static_cast<size_t>(exits.first_failed)].rank;
       end.failed_status = statuses[static_cast<size_t>(exits.first_failed)];
+      end.members_left = !exits.all_exited || group.joining || group.node_ids.size() > 1;
       return end;
     }
     if (exits.all_exited) return finish(group, exits.any_preempted);

@@ -112,6 +112,11 @@ using cumulus::testing::freePort;
 
 bool processAlive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
+bool endsWith(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() &&
+         text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 // Blocks until `pid` (not a child of ours) has exited, up to `seconds`; returns whether it did.
 // A pidfd is readable once the process is gone.
 bool waitGone(pid_t pid, double seconds) {
@@ -287,14 +292,23 @@ TEST_F(LauncherTest, WorkerKilledBySignalIsRecorded) {
             std::string::npos);
 }
 
-TEST_F(LauncherTest, MissingProgramIsAFailureWithAClearMessage) {
-  Result r = launch("--nproc-per-node 1 --max-restarts 0 -- /nonexistent/worker");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("[rank0] cumulus-run: cannot execute /nonexistent/worker: No such file "
-                          "or directory"),
-            std::string::npos)
+// A command that cannot be executed fails the same way every time: no restart, whatever
+// --max-restarts allows (recovery in place, the default, included), and the last line says why.
+TEST_F(LauncherTest, AProgramThatCannotBeExecutedIsNotRestarted) {
+  Result r = launch("--nproc-per-node 1 --max-restarts 3 --run-id nox -- /nonexistent/worker");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const std::string cannot =
+      "[rank0] cumulus-run: cannot execute /nonexistent/worker: No such "
+      "file or directory\n";
+  EXPECT_NE(r.output.find(cannot), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(cannot), r.output.rfind(cannot)) << "tried more than once";
+  EXPECT_EQ(r.output.find("restart"), std::string::npos) << r.output;
+  EXPECT_TRUE(endsWith(r.output,
+                       "cumulus-run: giving up: rank 0 failed (exit code 127): cannot "
+                       "execute /nonexistent/worker: No such file or directory; fix "
+                       "the command and launch again (see " +
+                           (dir_ / "logs/nox/gen0/rank0.log").string() + ")\n"))
       << r.output;
-  EXPECT_NE(r.output.find("rank 0 failed (exit code 127)"), std::string::npos) << r.output;
 }
 
 TEST_F(LauncherTest, NoWorkerSurvivesTheLauncherBeingKilled) {
@@ -745,6 +759,52 @@ TEST_F(InPlaceTest, GivesUpWhenNoRestartsAreLeft) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 15.0);
   const std::string errors = readFile(dir_ / "logs/ipbad/errors.jsonl");
   EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 2) << errors;
+}
+
+// A permanent failure in place (exit code 2: the trainer's diverged loss, its model's exception)
+// is not worth a replacement: the job ends at once, the other worker killed, and the last line
+// repeats the worker's own error.
+TEST_F(InPlaceTest, APermanentFailureEndsTheJobAtOnce) {
+  const std::string w =
+      script("w.sh", "if [ \"$RANK\" = 1 ]; then " + waitInPlace() +
+                         "echo 'worker: error: the loss diverged'; exit 2; fi\n"
+                         "trap '' TERM\nexec sleep 30");  // only a SIGKILL stops rank 0 at once
+  const pid_t agent = startAgent(
+      "--nproc-per-node 2 --recovery in_place --run-id ipperm --max-restarts 3 --stop-grace 20", w);
+  declareInPlace(R"(["0.0.0","0.1.0"])");
+  const auto failed = std::chrono::steady_clock::now();
+  EXPECT_EQ(waitExitCode(agent), 2) << out();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - failed).count(), 5.0);
+  const std::string text = out();
+  EXPECT_EQ(text.find("replacement"), std::string::npos) << text;
+  EXPECT_EQ(text.find("goes on"), std::string::npos) << text;
+  EXPECT_TRUE(endsWith(text,
+                       "cumulus-run: giving up: rank 1 failed (exit code 2), an error that a "
+                       "restart would repeat, so none was tried: worker: error: the loss "
+                       "diverged (see " +
+                           path("logs/ipperm/gen0/rank1.log") + ")\n"))
+      << text;
+  const std::string errors = readFile(dir_ / "logs/ipperm/errors.jsonl");
+  EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 1) << errors;
+}
+
+// In place, but the last worker of the group died: a replacement would have no one to join, so
+// the group restarts (from the newest checkpoint) instead.
+TEST_F(InPlaceTest, TheGroupRestartsWhenNoMemberIsLeft) {
+  const std::string w = script("w.sh", "if [ \"$CUMULUS_GENERATION\" = 0 ]; then " + waitInPlace() +
+                                           "exit 1; fi\necho done gen=$CUMULUS_GENERATION");
+  const pid_t agent =
+      startAgent("--nproc-per-node 1 --recovery in_place --run-id iplast --max-restarts 3", w);
+  declareInPlace(R"(["0.0.0"])");
+  EXPECT_EQ(waitExitCode(agent), 0) << out();
+  const std::string text = out();
+  EXPECT_EQ(text.find("goes on without it"), std::string::npos) << text;
+  EXPECT_NE(text.find("cumulus-run: rank 0 failed (exit code 1), and no member of the group is "
+                      "left to go on in place; stopping the group\n"
+                      "cumulus-run: restarting the group (restart 1 of 3)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("[rank0] done gen=1\n"), std::string::npos) << text;
 }
 
 TEST_F(InPlaceTest, TheExperimentChoosesItAndABadValueIsExitTwo) {
