@@ -191,6 +191,8 @@ void AgentConsole::givingUp(const RestartDecision& decision, int64_t max_restart
   const char* what = decision.what.c_str();
   if (decision.why == Why::kOtherNodeGaveUp) {
     say("giving up: %s, and that node gave up; see %s", what, log.c_str());
+  } else if (decision.why == Why::kOtherNodePermanent) {
+    say("giving up: %s, an error that a restart would repeat; that node's launcher names it", what);
   } else if (decision.why == Why::kCannotExecute) {
     const std::string prefix = "cumulus-run: ";
     const std::string reason =

@@ -357,9 +357,12 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
     job.errors->workerFailed(g, failed->rank, failed->local_rank, o.node_rank,
                              failed->process->pid(), end.failed_status, failed->log_path);
   }
+  const bool permanent = decision.why == RestartDecision::Why::kRepeatable ||
+                         decision.why == RestartDecision::Why::kCannotExecute ||
+                         decision.why == RestartDecision::Why::kOtherNodePermanent;
   if (decision.publish_failure) {
     try {
-      job.group_store->recordFailure(g, decision.what);
+      job.group_store->recordFailure(g, decision.what, permanent);
     } catch (const comm::CommError& e) {
       decision = st.policy->storeLost(decision, e.what());
     }
@@ -377,8 +380,6 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
       decision = st.policy->storeLost(decision, e.what());
     }
   }
-  const bool permanent = decision.why == RestartDecision::Why::kRepeatable ||
-                         decision.why == RestartDecision::Why::kCannotExecute;
   if (permanent) {
     killWorkers(group.workers, group.mux);  // at once: the job is over, nothing is worth saving
   } else {

@@ -9,8 +9,8 @@
 //       (node 0) was lost; or too few nodes (< MIN) came back after a restart
 //   2   a usage or set-up error (bad flag, port in use, unreachable rendezvous, fewer than MIN
 //       nodes at the first rendezvous), or a worker's permanent failure (its exit code 2 or 127,
-//       restart_policy.h): never restarted or replaced; the other workers are killed at once and
-//       the last line repeats the worker's own error line and names its log
+//       restart_policy.h), on any node: never restarted or replaced; the other workers are killed
+//       at once and the last line repeats the worker's own error line and names its log
 //   75  preempted: the workers exited 75 (EX_TEMPFAIL) after a checkpoint; resumable
 //   128+N  the launcher was stopped by signal N and stopped its workers
 // A node that waits to join (late) and never gets in exits with node 0's code and reason.

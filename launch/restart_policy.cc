@@ -57,6 +57,12 @@ RestartDecision RestartPolicy::decide(const GroupEnd& end, int restarts) const {
     }
     case GroupEnd::Kind::kRemoteFailure:
       d.what = end.detail + " on another node";
+      if (end.permanent) {
+        d.action = RestartDecision::Action::kGiveUp;
+        d.why = RestartDecision::Why::kOtherNodePermanent;
+        d.exit_code = kExitUsage;
+        return d;
+      }
       if (in_place_) {  // the other node gave up: nothing goes on in place without it
         d.action = RestartDecision::Action::kGiveUp;
         d.why = RestartDecision::Why::kOtherNodeGaveUp;

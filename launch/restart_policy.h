@@ -7,8 +7,9 @@
 // The rules (launcher.h has the exit codes):
 //   - a group that ended the job (finished, preempted, stopped by a signal) ends it with its code;
 //   - node 0 re-forming the group to admit waiting nodes is not a restart;
-//   - a permanent failure, one that a restart would repeat, gives up at once with exit code 2,
-//     whatever --max-restarts allows, with recovery in place too: a worker's exit code 2 (a usage
+//   - a permanent failure, one that a restart would repeat, gives up at once with exit code 2 on
+//     every node, whatever --max-restarts allows, with recovery in place too: a worker's exit
+//     code 2 (a usage
 //     or configuration error, or the trainer's PermanentError: the loss diverged, the model's code
 //     threw, the disk is full) or 127 (the command cannot be executed). When several workers
 //     failed together, a permanent failure among them decides;
@@ -46,6 +47,8 @@ struct GroupEnd {
   // kWorkerFailed: whether any member of the group may still run (a worker of this node that has
   // not exited, or another node of the group).
   bool members_left = true;
+  // kRemoteFailure: another node's worker failed permanently (exit code 2 or 127).
+  bool permanent = false;
   // kExit: why, for nodes still waiting to join ("finished", "preempted",
   // "node 0's launcher was stopped by SIGINT"); otherwise as above.
   std::string detail;
@@ -75,12 +78,13 @@ struct RestartDecision {
   };
   enum class Why {
     kNone,
-    kRepeatable,       // kGiveUp: a worker's usage error or permanent failure (exit code 2)
-    kCannotExecute,    // kGiveUp: the worker's command cannot be executed (exit code 127)
-    kNoRestartsLeft,   // kGiveUp: --max-restarts restarts were used
-    kStoreLost,        // kGiveUp: node 0's Store is unreachable; `store_error` says how
-    kOtherNodeGaveUp,  // kGiveUp, in place: another node's failure ended the job
-    kNoMembersLeft,    // kRestart, in place: no member of the group is left to go on
+    kRepeatable,          // kGiveUp: a worker's usage error or permanent failure (exit code 2)
+    kCannotExecute,       // kGiveUp: the worker's command cannot be executed (exit code 127)
+    kNoRestartsLeft,      // kGiveUp: --max-restarts restarts were used
+    kStoreLost,           // kGiveUp: node 0's Store is unreachable; `store_error` says how
+    kOtherNodeGaveUp,     // kGiveUp, in place: another node's failure ended the job
+    kOtherNodePermanent,  // kGiveUp: another node's worker failed permanently (exit code 2)
+    kNoMembersLeft,       // kRestart, in place: no member of the group is left to go on
   };
   Action action = Action::kExit;
   Why why = Why::kNone;

@@ -166,7 +166,8 @@ std::optional<GroupEnd> Supervisor::checkStore(WorkerGroup& group) {
   try {
     if (auto failure = job_.group_store->failure(group.generation)) {
       end.kind = GroupEnd::Kind::kRemoteFailure;
-      end.detail = *failure;
+      end.detail = failure->what;
+      end.permanent = failure->permanent;
       return end;
     }
     // Nodes that arrived after this group formed wait in the next round: the host re-forms the

@@ -557,6 +557,35 @@ TEST_F(LauncherTest, AFailureOnOneNodeRestartsBothNodes) {
   EXPECT_LT(r0.seconds, 20.0);
 }
 
+// A permanent failure on one node (exit code 2) ends the job on every node, with exit code 2 and
+// no restart.
+TEST_F(LauncherTest, APermanentFailureOnOneNodeEndsTheJobOnBoth) {
+  int port = freePort();
+  std::string w = script("perm.sh",
+                         "if [ \"$RANK\" = 3 ]; then echo 'w: error: diverged'; exit 2; fi\n"
+                         "exec sleep 30");
+  std::string common =
+      "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+      " --rdzv-timeout 20 --stop-grace 20 --max-restarts 3 --run-id perm2 --recovery restart";
+  auto [r0, r1] = launchTwoNodes(common, w);
+  EXPECT_EQ(r1.exit_code, 2) << r1.output;
+  EXPECT_EQ(r0.exit_code, 2) << r0.output;
+  EXPECT_TRUE(endsWith(r1.output,
+                       "cumulus-run: giving up: rank 3 failed (exit code 2), an error "
+                       "that a restart would repeat, so none was tried: w: error: "
+                       "diverged (see " +
+                           (dir_ / "logs1/perm2/gen0/rank3.log").string() + ")\n"))
+      << r1.output;
+  EXPECT_TRUE(endsWith(r0.output,
+                       "cumulus-run: giving up: rank 3 failed (exit code 2) on another "
+                       "node, an error that a restart would repeat; that node's "
+                       "launcher names it\n"))
+      << r0.output;
+  EXPECT_EQ(r0.output.find("restarting"), std::string::npos) << r0.output;
+  EXPECT_EQ(r1.output.find("restarting"), std::string::npos) << r1.output;
+  EXPECT_LT(r0.seconds, 15.0);  // no --stop-grace wait, no rendezvous timeout
+}
+
 TEST_F(LauncherTest, TwoNodesOnLoopbackFormOneJob) {
   int port = freePort();
   std::string w = script("ranks.sh", "echo rank=$RANK of $WORLD_SIZE group=$GROUP_RANK");

@@ -278,6 +278,25 @@ TEST(RestartPolicy, InPlaceRestartsTheGroupWhenNoMemberIsLeft) {
   EXPECT_EQ(policy.decide(workerFailed(1, exited(1)), 1).action, Action::kReplace);
 }
 
+// Another node's worker failed permanently: a restart would repeat it on that node, so every
+// node gives up with exit code 2, in place or not.
+TEST(RestartPolicy, AnotherNodesPermanentFailureEndsTheJobEverywhere) {
+  GroupEnd end = withDetail(GroupEnd::Kind::kRemoteFailure, "rank 3 failed (exit code 2)");
+  end.permanent = true;
+  for (const bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "restart");
+    const RestartPolicy policy(3, 2, /*multi=*/true, in_place);
+    const RestartDecision d = policy.decide(end, 0);
+    EXPECT_EQ(d.action, Action::kGiveUp);
+    EXPECT_EQ(d.why, Why::kOtherNodePermanent);
+    EXPECT_EQ(d.exit_code, 2);
+    EXPECT_FALSE(d.publish_failure);
+    EXPECT_EQ(printed([&](AgentConsole& c) { c.givingUp(d, 3, "/logs/errors.jsonl"); }),
+              "cumulus-run: giving up: rank 3 failed (exit code 2) on another node, an error "
+              "that a restart would repeat; that node's launcher names it\n");
+  }
+}
+
 TEST(RestartPolicy, APermanentFailureEndsWithTheWorkersOwnError) {
   const RestartPolicy policy(3, 1, false, /*in_place=*/true);
   EXPECT_EQ(printed([&](AgentConsole& c) {
