@@ -94,14 +94,17 @@ def last_step(path):
     steps_seen = [r["step"] for r in records(path) if r.get("type") == "train"]
     return max(steps_seen) if steps_seen else 0
 
-def workers(agent):
-    """{rank: pid} of the agent's cumulus-train children (RANK from their environment)."""
-    found = {}
+def children(pid):
     try:
-        kids = subprocess.run(["pgrep", "-P", str(agent.pid)], capture_output=True, text=True).stdout
+        return subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     except OSError:
-        return found
-    for pid in kids.split():
+        return []
+
+def workers(agent):
+    """{rank: pid} of the agent's cumulus-train workers (RANK from their environment); each is
+    the child of its keeper, the agent's child."""
+    found = {}
+    for pid in [w for keeper in children(agent.pid) for w in children(keeper)]:
         try:
             with open("/proc/%s/environ" % pid, "rb") as f:
                 env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)

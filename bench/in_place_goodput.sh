@@ -153,13 +153,14 @@ class Agent:
                     first_steps.append((t, int(m.group(1))))
 
     def workers(self):
-        pids = []
-        try:
-            for task in os.listdir("/proc/%d/task" % self.proc.pid):
-                with open("/proc/%d/task/%s/children" % (self.proc.pid, task)) as f:
-                    pids += [int(p) for p in f.read().split()]
-        except OSError:
-            return []
+        # Each worker is the child of its keeper, the agent's child (launch/worker_keeper.h).
+        def children(pid):
+            try:
+                return [int(c) for task in os.listdir("/proc/%d/task" % pid)
+                        for c in open("/proc/%d/task/%s/children" % (pid, task)).read().split()]
+            except OSError:
+                return []
+        pids = [w for keeper in children(self.proc.pid) for w in children(keeper)]
         found = []
         for p in pids:
             try:

@@ -17,6 +17,8 @@
 //   rdzv/<g>/ack/<node>      the nonce of a node that read why round g ended
 // The agents' group protocol (launch/group_store.h):
 //   launch/<g>/failed          what failed first ("rank 3 failed (exit code 1)"); compare-and-set
+//   launch/<g>/permanent       "1" once a failure that a restart would repeat was seen (a worker's
+//                              exit code 2 or 127): every node gives up, with exit code 2
 //   launch/<g>/regroup         why node 0 re-forms the group ("node(s) 2 waiting to join")
 //   launch/<g>/stopped/<node>  "1" once that node's agent stopped its workers after a failure
 //   launch/<g>/done/<node>     "1" once that node's workers all finished
@@ -84,6 +86,9 @@ inline std::string roundAckKey(int64_t generation, int64_t node) {
 // The group protocol.
 inline std::string groupFailedKey(int64_t generation) {
   return store_keys_detail::key("launch", generation, "failed");
+}
+inline std::string groupPermanentKey(int64_t generation) {
+  return store_keys_detail::key("launch", generation, "permanent");
 }
 inline std::string groupRegroupKey(int64_t generation) {
   return store_keys_detail::key("launch", generation, "regroup");

@@ -168,6 +168,10 @@ void AgentConsole::stoppingGroup(const std::string& what) {
   say("%s; stopping the group", what.c_str());
 }
 
+void AgentConsole::noMembersLeft(const std::string& what) {
+  say("%s, and no member of the group is left to go on in place; stopping the group", what.c_str());
+}
+
 void AgentConsole::failureUnconfirmed(int64_t generation, const std::string& error) {
   say("not every node confirmed it saw the failure of generation %lld: %s",
       static_cast<long long>(generation), error.c_str());
@@ -182,16 +186,32 @@ void AgentConsole::storeLost(const std::string& store_endpoint, const std::strin
 }
 
 void AgentConsole::givingUp(const RestartDecision& decision, int64_t max_restarts,
-                            const std::string& log) {
-  if (decision.why == RestartDecision::Why::kOtherNodeGaveUp) {
-    say("giving up: %s, and that node gave up; see %s", decision.what.c_str(), log.c_str());
-  } else if (decision.why == RestartDecision::Why::kRepeatable) {
+                            const std::string& log, const std::string& error) {
+  using Why = RestartDecision::Why;
+  const char* what = decision.what.c_str();
+  if (decision.why == Why::kOtherNodeGaveUp) {
+    say("giving up: %s, and that node gave up; see %s", what, log.c_str());
+  } else if (decision.why == Why::kOtherNodePermanent) {
+    say("giving up: %s, an error that a restart would repeat; that node's launcher names it", what);
+  } else if (decision.why == Why::kCannotExecute) {
+    const std::string prefix = "cumulus-run: ";
+    const std::string reason =
+        error.empty() ? "the command, or a program it runs, cannot be executed (not found, or "
+                        "not executable)"
+        : error.rfind(prefix, 0) == 0 ? error.substr(prefix.size())
+                                      : error;
+    say("giving up: %s: %s; fix the command and launch again (see %s)", what, reason.c_str(),
+        log.c_str());
+  } else if (decision.why == Why::kRepeatable && !error.empty()) {
+    say("giving up: %s, an error that a restart would repeat, so none was tried: %s (see %s)", what,
+        error.c_str(), log.c_str());
+  } else if (decision.why == Why::kRepeatable) {
     say("giving up: %s, an error in the command or the experiment that a restart would repeat; "
         "fix it and launch again (see %s)",
-        decision.what.c_str(), log.c_str());
+        what, log.c_str());
   } else {
-    say("giving up: %s and no restarts are left (--max-restarts %lld); see %s",
-        decision.what.c_str(), static_cast<long long>(max_restarts), log.c_str());
+    say("giving up: %s and no restarts are left (--max-restarts %lld); see %s", what,
+        static_cast<long long>(max_restarts), log.c_str());
   }
 }
 

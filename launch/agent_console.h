@@ -73,10 +73,14 @@ class AgentConsole {
   void regrouping(const std::string& detail, double preemption_grace);
   void announceFailed(int64_t generation, const std::string& error);
   void stoppingGroup(const std::string& what);
+  // Recovery in place, but every member of the group has exited: it restarts instead.
+  void noMembersLeft(const std::string& what);
   void failureUnconfirmed(int64_t generation, const std::string& error);
   void storeLost(const std::string& store_endpoint, const std::string& error);
-  // `log`: where to look (the failed rank's log, or errors.jsonl).
-  void givingUp(const RestartDecision& decision, int64_t max_restarts, const std::string& log);
+  // `log`: where to look (the failed rank's log, or errors.jsonl). `error`: the failed worker's
+  // own last error line (worker_group.h lastErrorLine), or "": a permanent failure names it.
+  void givingUp(const RestartDecision& decision, int64_t max_restarts, const std::string& log,
+                const std::string& error = "");
   void restarting(int restarts, int64_t max_restarts);
 
  private:

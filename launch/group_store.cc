@@ -7,12 +7,16 @@
 
 namespace cumulus::launch {
 
-void GroupStore::recordFailure(int64_t g, const std::string& what) {
+void GroupStore::recordFailure(int64_t g, const std::string& what, bool permanent) {
+  // Before the failure itself, so that whoever reads the failure finds it permanent.
+  if (permanent) store_.set(comm::groupPermanentKey(g), "1");
   store_.compareSet(comm::groupFailedKey(g), "", what);
 }
 
-std::optional<std::string> GroupStore::failure(int64_t g) {
-  return store_.tryGet(comm::groupFailedKey(g));
+std::optional<GroupStore::Failure> GroupStore::failure(int64_t g) {
+  std::optional<std::string> what = store_.tryGet(comm::groupFailedKey(g));
+  if (!what) return std::nullopt;
+  return Failure{*what, store_.tryGet(comm::groupPermanentKey(g)).has_value()};
 }
 
 void GroupStore::proposeRegroup(int64_t g, const std::string& why) {

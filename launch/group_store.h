@@ -2,7 +2,8 @@
 // The agents' group protocol over the Store (keys: comm/store_keys.h, "The agents' group
 // protocol"). Per generation g:
 //   - the first agent whose worker fails records what failed (compare-and-set: the first wins);
-//     every agent watches for it and stops its workers;
+//     every agent watches for it and stops its workers; an agent whose worker failed permanently
+//     (exit code 2 or 127) says so too, first, and then every agent gives up;
 //   - node 0 records why it re-forms the group to admit waiting nodes; every agent watches that;
 //   - after a failure each agent says it stopped its workers, and node 0, when the job gives up,
 //     waits (bounded) for all of them before its Store goes away;
@@ -30,10 +31,15 @@ class GroupStore {
  public:
   explicit GroupStore(comm::Store& store) : store_(store) {}
 
-  // Records `what` as generation g's failure unless one is recorded already.
-  void recordFailure(int64_t g, const std::string& what);
+  // Records `what` as generation g's failure unless one is recorded already; `permanent`: a
+  // restart would repeat it, which is recorded even when another failure came first.
+  void recordFailure(int64_t g, const std::string& what, bool permanent = false);
+  struct Failure {
+    std::string what;        // the first failure recorded
+    bool permanent = false;  // some node recorded a permanent one
+  };
   // The failure recorded for generation g, if any.
-  std::optional<std::string> failure(int64_t g);
+  std::optional<Failure> failure(int64_t g);
 
   // Records why node 0 re-forms generation g's group unless a reason is recorded already.
   void proposeRegroup(int64_t g, const std::string& why);

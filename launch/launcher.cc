@@ -115,11 +115,11 @@ GroupEnd Launcher::supervise(WorkerGroup& group, LaunchReport& report) {
   State& st = *state_;
   for (;;) {
     GroupEnd end = Supervisor(options_, *st.job, *st.policy, st.console, &stopSignal).run(group);
-    // A set-up error (exit 2) ends the job either way.
-    const bool usage = end.kind == GroupEnd::Kind::kWorkerFailed && end.failed_status.signal == 0 &&
-                       end.failed_status.exit_code == kExitUsage;
-    const bool failed = !usage && (end.kind == GroupEnd::Kind::kWorkerFailed ||
-                                   end.kind == GroupEnd::Kind::kRemoteFailure);
+    // A permanent failure (exit 2, 127) ends the job either way.
+    const bool permanent =
+        end.kind == GroupEnd::Kind::kWorkerFailed && isPermanentFailure(end.failed_status);
+    const bool failed = !permanent && (end.kind == GroupEnd::Kind::kWorkerFailed ||
+                                       end.kind == GroupEnd::Kind::kRemoteFailure);
     if (failed && options_.recovery == Recovery::kInPlace && !workersRunInPlace(group)) {
       st.console.workersNotInPlace(group.generation);
       st.policy->fallBackToRestart();
@@ -187,6 +187,8 @@ std::unique_ptr<WorkerGroup> Launcher::startGroup(const Round& round, int restar
   std::error_code ec;
   std::filesystem::create_directories(group->log_dir, ec);
   group->mux.watchFor(kPreemptedMarker);
+  group->mux.watchFor(kErrorMarker);
+  group->mux.watchFor(kCannotExecuteMarker);
   for (int64_t local = 0; local < o.nproc_per_node; ++local) {
     Worker w;
     w.local_rank = static_cast<int>(local);
@@ -355,14 +357,21 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
     job.errors->workerFailed(g, failed->rank, failed->local_rank, o.node_rank,
                              failed->process->pid(), end.failed_status, failed->log_path);
   }
+  const bool permanent = decision.why == RestartDecision::Why::kRepeatable ||
+                         decision.why == RestartDecision::Why::kCannotExecute ||
+                         decision.why == RestartDecision::Why::kOtherNodePermanent;
   if (decision.publish_failure) {
     try {
-      job.group_store->recordFailure(g, decision.what);
+      job.group_store->recordFailure(g, decision.what, permanent);
     } catch (const comm::CommError& e) {
       decision = st.policy->storeLost(decision, e.what());
     }
   }
-  st.console.stoppingGroup(decision.what);
+  if (decision.why == RestartDecision::Why::kNoMembersLeft) {
+    st.console.noMembersLeft(decision.what);
+  } else {
+    st.console.stoppingGroup(decision.what);
+  }
   if (job.multi && decision.action == RestartDecision::Action::kRestart) {
     // Before stopping (up to --stop-grace): the host waits for this node beyond the last call.
     try {
@@ -371,7 +380,11 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
       decision = st.policy->storeLost(decision, e.what());
     }
   }
-  stopWorkers(group.workers, group.mux, o.stop_grace);
+  if (permanent) {
+    killWorkers(group.workers, group.mux);  // at once: the job is over, nothing is worth saving
+  } else {
+    stopWorkers(group.workers, group.mux, o.stop_grace);
+  }
   const bool store_lost = decision.why == RestartDecision::Why::kStoreLost;
   const bool giving_up = decision.action == RestartDecision::Action::kGiveUp;
   if (job.multi && !store_lost) {
@@ -394,9 +407,11 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
     return false;
   }
   if (giving_up) {
-    st.console.givingUp(decision, o.max_restarts, failed ? failed->log_path : job.errors->path());
     report.exit_code = decision.exit_code;
-    endWaiting(job, st.console, g + 1, 1, "gave up after " + decision.what);
+    endWaiting(job, st.console, g + 1, decision.exit_code, "gave up after " + decision.what);
+    // Last, so that the job's final line names the error and where to read more.
+    st.console.givingUp(decision, o.max_restarts, failed ? failed->log_path : job.errors->path(),
+                        failed ? lastErrorLine(group.mux, failed->rank) : "");
     return false;
   }
   report.restarts = decision.restarts;

@@ -8,7 +8,9 @@
 //   1   a worker failed and no restarts were left (the message names the rank); the Store host
 //       (node 0) was lost; or too few nodes (< MIN) came back after a restart
 //   2   a usage or set-up error (bad flag, port in use, unreachable rendezvous, fewer than MIN
-//       nodes at the first rendezvous)
+//       nodes at the first rendezvous), or a worker's permanent failure (its exit code 2 or 127,
+//       restart_policy.h), on any node: never restarted or replaced; the other workers are killed
+//       at once and the last line repeats the worker's own error line and names its log
 //   75  preempted: the workers exited 75 (EX_TEMPFAIL) after a checkpoint; resumable
 //   128+N  the launcher was stopped by signal N and stopped its workers
 // A node that waits to join (late) and never gets in exits with node 0's code and reason.
@@ -29,8 +31,9 @@
 // re-form the group themselves (comm/quorum.h): the agent marks a dead worker gone in the Store,
 // starts a replacement in its slot (CUMULUS_JOIN=1; each counts against --max-restarts on this
 // node) and leaves every other worker alone; a late node's workers join the running generation
-// instead of waiting for the next round, and node 0 re-forms nothing. Giving up, exit code 2 and
-// losing node 0 end the job as above.
+// instead of waiting for the next round, and node 0 re-forms nothing. Giving up, a permanent
+// failure and losing node 0 end the job as above; with no member of the group left, the group
+// restarts as above.
 //
 // The parts: job_setup.h sets the job up (token, Store, parameter server); supervisor.h watches
 // one generation and says how it ended; restart_policy.h decides what follows (pure);

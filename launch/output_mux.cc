@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <stdexcept>
+#include <string_view>
 
 namespace cumulus::launch {
 namespace {
@@ -30,9 +31,9 @@ void OutputMux::add(int rank, int fd, const std::string& log_path, std::string l
 
 void OutputMux::line(int rank, const Stream& s, const char* data, size_t size) {
   std::fprintf(console_, "[%s] %.*s\n", s.label.c_str(), static_cast<int>(size), data);
-  if (!marker_.empty()) {
-    std::string text(data, size);
-    if (text.find(marker_) != std::string::npos) marked_[rank] = text;
+  const std::string_view text(data, size);
+  for (const std::string& marker : markers_) {
+    if (text.find(marker) != std::string_view::npos) marked_[{rank, marker}] = std::string(text);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cumulus::launch {
@@ -26,11 +27,13 @@ class OutputMux {
   // Copies what is left of `rank`'s output (flushing a final partial line) and forgets it.
   void finish(int rank);
   bool following(int rank) const { return streams_.count(rank) > 0; }
-  // Remembers, per rank, the last line that contains `marker` (e.g. a worker's
-  // "preempted at step S, checkpoint PATH"), so the launcher can repeat it in its own report.
-  void watchFor(std::string marker) { marker_ = std::move(marker); }
-  std::string lastMarkedLine(int rank) const {
-    auto it = marked_.find(rank);
+  // Remembers, per rank and marker, the last line that contains `marker` (a worker's
+  // "preempted at step S, checkpoint PATH", its "error: " line), so the launcher can repeat it in
+  // its own report.
+  void watchFor(std::string marker) { markers_.push_back(std::move(marker)); }
+  // "" when `rank` printed no line with `marker` (or `marker` is not watched).
+  std::string lastMarkedLine(int rank, const std::string& marker) const {
+    auto it = marked_.find({rank, marker});
     return it == marked_.end() ? "" : it->second;
   }
 
@@ -48,8 +51,8 @@ class OutputMux {
 
   FILE* console_;
   std::map<int, Stream> streams_;
-  std::string marker_;
-  std::map<int, std::string> marked_;
+  std::vector<std::string> markers_;
+  std::map<std::pair<int, std::string>, std::string> marked_;
 };
 
 }  // namespace cumulus::launch

@@ -6,16 +6,23 @@
 
 namespace cumulus::launch {
 
+bool isPermanentFailure(const ExitStatus& status) {
+  return status.exited && status.signal == 0 &&
+         (status.exit_code == kExitUsage || status.exit_code == kExitCannotExecute);
+}
+
 WorkerExits summarizeExits(const std::vector<ExitStatus>& statuses) {
   WorkerExits out;
+  bool permanent = false;  // out.first_failed is a permanent failure
   for (size_t i = 0; i < statuses.size(); ++i) {
     const ExitStatus& s = statuses[i];
     if (!s.exited) {
       out.all_exited = false;
     } else if (s.exit_code == kExitPreempted && s.signal == 0) {
       out.any_preempted = true;
-    } else if (!s.ok() && out.first_failed < 0) {
+    } else if (!s.ok() && (out.first_failed < 0 || (!permanent && isPermanentFailure(s)))) {
       out.first_failed = static_cast<int>(i);
+      permanent = isPermanentFailure(s);
     }
   }
   return out;
@@ -39,9 +46,10 @@ RestartDecision RestartPolicy::decide(const GroupEnd& end, int restarts) const {
       const ExitStatus& s = end.failed_status;
       d.what = "rank " + std::to_string(end.failed_rank) + " failed (" + s.describe() + ")";
       d.publish_failure = multi_;
-      if (s.signal == 0 && s.exit_code == kExitUsage) {
+      if (isPermanentFailure(s)) {
         d.action = RestartDecision::Action::kGiveUp;
-        d.why = RestartDecision::Why::kRepeatable;
+        d.why = s.exit_code == kExitCannotExecute ? RestartDecision::Why::kCannotExecute
+                                                  : RestartDecision::Why::kRepeatable;
         d.exit_code = kExitUsage;
         return d;
       }
@@ -49,6 +57,12 @@ RestartDecision RestartPolicy::decide(const GroupEnd& end, int restarts) const {
     }
     case GroupEnd::Kind::kRemoteFailure:
       d.what = end.detail + " on another node";
+      if (end.permanent) {
+        d.action = RestartDecision::Action::kGiveUp;
+        d.why = RestartDecision::Why::kOtherNodePermanent;
+        d.exit_code = kExitUsage;
+        return d;
+      }
       if (in_place_) {  // the other node gave up: nothing goes on in place without it
         d.action = RestartDecision::Action::kGiveUp;
         d.why = RestartDecision::Why::kOtherNodeGaveUp;
@@ -64,9 +78,12 @@ RestartDecision RestartPolicy::decide(const GroupEnd& end, int restarts) const {
     d.exit_code = 1;
     return d;
   }
-  d.action = in_place_ ? RestartDecision::Action::kReplace : RestartDecision::Action::kRestart;
+  // A replacement joins the members left; with none, it would wait for a group that is gone.
+  const bool replace = in_place_ && end.members_left;
+  d.action = replace ? RestartDecision::Action::kReplace : RestartDecision::Action::kRestart;
+  if (in_place_ && !replace) d.why = RestartDecision::Why::kNoMembersLeft;
   // In place only this node's worker is replaced: the other nodes hear nothing.
-  d.publish_failure = d.publish_failure && !in_place_;
+  d.publish_failure = d.publish_failure && !replace;
   d.restarts = restarts + 1;
   return d;
 }

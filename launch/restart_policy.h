@@ -7,15 +7,21 @@
 // The rules (launcher.h has the exit codes):
 //   - a group that ended the job (finished, preempted, stopped by a signal) ends it with its code;
 //   - node 0 re-forming the group to admit waiting nodes is not a restart;
-//   - a worker's exit code 2 is a usage or configuration error that a restart would repeat: give
-//     up at once with exit code 2, whatever --max-restarts allows;
+//   - a permanent failure, one that a restart would repeat, gives up at once with exit code 2 on
+//     every node, whatever --max-restarts allows, with recovery in place too: a worker's exit
+//     code 2 (a usage
+//     or configuration error, or the trainer's PermanentError: the loss diverged, the model's code
+//     threw, the disk is full) or 127 (the command cannot be executed). When several workers
+//     failed together, a permanent failure among them decides;
 //   - any other failure, here or on another node (a lost node included), is one restart of the
 //     group, while restarts are left; then give up with exit code 1;
 //   - without node 0's Store the job cannot go on: give up with exit code 1.
 // With recovery in place (`in_place`) a failure of this node's worker, while restarts are left,
 // is instead one replacement of that worker (counted like a restart) and the group goes on; with
-// none left the job gives up as above. Another node's recorded failure then means that node gave
-// up, which ends the job here too (exit code 1).
+// none left the job gives up as above. When no member of the group is left to go on (every
+// worker of a one-node group has exited), a replacement would have no one to join: the group
+// restarts instead, from the newest checkpoint. Another node's recorded failure then means that
+// node gave up, which ends the job here too (exit code 1).
 
 #include <cstdint>
 #include <string>
@@ -36,18 +42,29 @@ struct GroupEnd {
   };
   Kind kind = Kind::kExit;
   int exit_code = 0;     // kExit: the job's exit code
-  int failed_rank = -1;  // kWorkerFailed: the first failed worker (global rank)
+  int failed_rank = -1;  // kWorkerFailed: the failed worker (global rank) that decides
   ExitStatus failed_status;
+  // kWorkerFailed: whether any member of the group may still run (a worker of this node that has
+  // not exited, or another node of the group).
+  bool members_left = true;
+  // kRemoteFailure: another node's worker failed permanently (exit code 2 or 127).
+  bool permanent = false;
   // kExit: why, for nodes still waiting to join ("finished", "preempted",
   // "node 0's launcher was stopped by SIGINT"); otherwise as above.
   std::string detail;
 };
 
+// Whether a worker's failure is one that a restart or a replacement would repeat: exit code 2
+// (kExitUsage) or 127 (kExitCannotExecute).
+bool isPermanentFailure(const ExitStatus& status);
+
 // How this node's workers stand, from their exit statuses (in local rank order).
 struct WorkerExits {
   bool all_exited = true;
   bool any_preempted = false;  // some exited 75 (EX_TEMPFAIL) after an agreed stop
-  int first_failed = -1;       // index of the first that exited non-zero (not 75) or by a signal
+  // Index of the failure that decides: the first permanent one (isPermanentFailure), else the
+  // first that exited non-zero (not 75) or by a signal; -1 if none.
+  int first_failed = -1;
 };
 WorkerExits summarizeExits(const std::vector<ExitStatus>& statuses);
 
@@ -61,10 +78,13 @@ struct RestartDecision {
   };
   enum class Why {
     kNone,
-    kRepeatable,       // kGiveUp: a worker's usage error (exit code 2)
-    kNoRestartsLeft,   // kGiveUp: --max-restarts restarts were used
-    kStoreLost,        // kGiveUp: node 0's Store is unreachable; `store_error` says how
-    kOtherNodeGaveUp,  // kGiveUp, in place: another node's failure ended the job
+    kRepeatable,          // kGiveUp: a worker's usage error or permanent failure (exit code 2)
+    kCannotExecute,       // kGiveUp: the worker's command cannot be executed (exit code 127)
+    kNoRestartsLeft,      // kGiveUp: --max-restarts restarts were used
+    kStoreLost,           // kGiveUp: node 0's Store is unreachable; `store_error` says how
+    kOtherNodeGaveUp,     // kGiveUp, in place: another node's failure ended the job
+    kOtherNodePermanent,  // kGiveUp: another node's worker failed permanently (exit code 2)
+    kNoMembersLeft,       // kRestart, in place: no member of the group is left to go on
   };
   Action action = Action::kExit;
   Why why = Why::kNone;

@@ -51,6 +51,7 @@ GroupEnd Supervisor::run(WorkerGroup& group) {
       end.kind = GroupEnd::Kind::kWorkerFailed;
       end.failed_rank = group.workers[static_cast<size_t>(exits.first_failed)].rank;
       end.failed_status = statuses[static_cast<size_t>(exits.first_failed)];
+      end.members_left = !exits.all_exited || group.joining || group.node_ids.size() > 1;
       return end;
     }
     if (exits.all_exited) return finish(group, exits.any_preempted);
@@ -165,7 +166,8 @@ std::optional<GroupEnd> Supervisor::checkStore(WorkerGroup& group) {
   try {
     if (auto failure = job_.group_store->failure(group.generation)) {
       end.kind = GroupEnd::Kind::kRemoteFailure;
-      end.detail = *failure;
+      end.detail = failure->what;
+      end.permanent = failure->permanent;
       return end;
     }
     // Nodes that arrived after this group formed wait in the next round: the host re-forms the

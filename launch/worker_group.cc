@@ -28,11 +28,20 @@ void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace) {
     if (all || std::chrono::steady_clock::now() >= deadline) break;
     mux.pump(10);
   }
+  killWorkers(workers, mux);
+}
+
+void killWorkers(std::vector<Worker>& workers, OutputMux& mux) {
+  for (auto& w : workers) w.process->signal(SIGKILL);
   for (auto& w : workers) {
-    w.process->signal(SIGKILL);
     w.process->waitFor(5.0);
     mux.finish(w.rank);
   }
+}
+
+std::string lastErrorLine(const OutputMux& mux, int rank) {
+  const std::string error = mux.lastMarkedLine(rank, kErrorMarker);
+  return error.empty() ? mux.lastMarkedLine(rank, kCannotExecuteMarker) : error;
 }
 
 int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, AgentConsole& console,
@@ -53,7 +62,7 @@ int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, AgentConsole&
   }
   std::string line;
   for (auto& w : workers) {
-    if (line.empty()) line = mux.lastMarkedLine(w.rank);
+    if (line.empty()) line = mux.lastMarkedLine(w.rank, kPreemptedMarker);
   }
   if (all_finished || (all_done && !all_checkpointed)) {
     console.finishedBeforePreemption();

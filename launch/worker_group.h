@@ -18,6 +18,10 @@ constexpr int kExitPreempted = 75;  // EX_TEMPFAIL: checkpointed, resumable
 constexpr int kExitUsage = 2;       // a bad command or experiment: the same again on a restart
 // The trainer's line at an agreed preemption stop ("preempted at step 7, checkpoint …").
 constexpr const char* kPreemptedMarker = "preempted at step ";
+// A worker's own account of why it failed: "<program>: error: …" (cumulus-train's last line on a
+// failure), and the keeper's "cumulus-run: cannot execute <command>: <reason>".
+constexpr const char* kErrorMarker = ": error: ";
+constexpr const char* kCannotExecuteMarker = "cumulus-run: cannot execute ";
 
 struct Worker {
   // Its global rank; a worker of a node that joined a running group late (recovery in place) has
@@ -51,6 +55,16 @@ struct WorkerGroup {
 // `grace` seconds. Keeps copying their output meanwhile so nothing they print on the way out is
 // lost. Blocks up to `grace` + 5 s.
 void stopWorkers(std::vector<Worker>& workers, OutputMux& mux, double grace);
+
+// Kills every running worker's process group at once (SIGKILL, no grace) and copies what is left
+// of their output. For a job that ends on a permanent failure: what a worker would save on a
+// SIGTERM (a checkpoint of a diverged state) must not become the newest checkpoint. Blocks up to
+// 5 s per worker.
+void killWorkers(std::vector<Worker>& workers, OutputMux& mux);
+
+// The last line of `rank`'s output that says why it failed (kErrorMarker, else
+// kCannotExecuteMarker), or "". Needs both markers watched (OutputMux::watchFor).
+std::string lastErrorLine(const OutputMux& mux, int rank);
 
 // After the workers were asked to stop for a preemption: 0 if they had all finished (or some
 // finished and the others left with 75: the training is over), else 75,

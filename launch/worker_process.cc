@@ -1,10 +1,9 @@
 #include "launch/worker_process.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <poll.h>
+#include <signal.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include <thread>
 
 #include "base/fd.h"
+#include "launch/worker_keeper.h"
 
 extern char** environ;
 
@@ -37,9 +37,10 @@ WorkerProcess::WorkerProcess(std::vector<std::string> argv,
     : argv_(std::move(argv)), env_(std::move(env)) {}
 
 WorkerProcess::~WorkerProcess() {
-  if (pid_ > 0) {
+  if (keeper_ > 0) {
     signal(SIGKILL);
-    waitFor(5.0);
+    // The keeper exits once the worker's tree is gone; killed itself, it still takes the worker.
+    if (!waitFor(5.0)) ::kill(keeper_, SIGKILL);
   }
   closeOutput();
 }
@@ -50,7 +51,8 @@ void WorkerProcess::closeOutput() {
 }
 
 void WorkerProcess::start() {
-  // Everything the child needs is built before fork(): after it, only async-signal-safe calls.
+  // Everything the keeper and the worker need is built before fork(): after it, only
+  // async-signal-safe calls (worker_keeper.h).
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) {
     std::string entry(*e);
@@ -66,63 +68,60 @@ void WorkerProcess::start() {
   std::vector<char*> argvp;
   for (auto& s : argv_) argvp.push_back(s.data());
   argvp.push_back(nullptr);
-  std::string exec_error = "cumulus-run: cannot execute " + argv_[0] + ": ";
+  const std::string exec_error = "cumulus-run: cannot execute " + argv_[0] + ": ";
 
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe: " + std::string(strerror(errno)));
-  pid_t parent = ::getpid();
-  // SIGUSR1 blocked across fork(), so that a request sent to the new group before the child
-  // reaches its own sigprocmask cannot kill it (the child keeps it blocked, see below).
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    throw std::runtime_error("pipe: " + std::string(strerror(errno)));
+  int pid_pipe[2];
+  if (::pipe2(pid_pipe, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    throw std::runtime_error("pipe: " + std::string(strerror(errno)));
+  }
+  KeeperArgs args;
+  args.launcher = ::getpid();
+  args.output_fd = out[1];
+  args.pid_fd = pid_pipe[1];
+  args.argv = argvp.data();
+  args.envp = envp.data();
+  args.exec_error = exec_error.c_str();
+  // SIGUSR1 blocked across fork(), so that a request sent to the new group before the worker
+  // reaches its own sigprocmask cannot kill it (the worker keeps it blocked, see the keeper).
   sigset_t usr1, before_fork;
   sigemptyset(&usr1);
   sigaddset(&usr1, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &usr1, &before_fork);
-  pid_t pid = ::fork();
-  if (pid != 0) pthread_sigmask(SIG_SETMASK, &before_fork, nullptr);
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
+  const pid_t keeper = ::fork();
+  if (keeper == 0) runKeeper(args);
+  pthread_sigmask(SIG_SETMASK, &before_fork, nullptr);
+  ::close(out[1]);
+  ::close(pid_pipe[1]);
+  if (keeper < 0) {
+    ::close(out[0]);
+    ::close(pid_pipe[0]);
     throw std::runtime_error("fork: " + std::string(strerror(errno)));
   }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) _exit(1);  // the launcher died before prctl took effect
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(fds[1], STDERR_FILENO);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-    // Default dispositions: the launcher may block or ignore signals the worker must see.
-    // SIGUSR1 ("checkpoint now", a rebalance recommendation) stays blocked: its default action
-    // kills, so only a worker that installs a handler and unblocks it (cumulus-train) sees it.
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGUSR1);
-    sigprocmask(SIG_SETMASK, &mask, nullptr);
-    ::signal(SIGTERM, SIG_DFL);
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::execvpe(argvp[0], argvp.data(), envp.data());
-    int err = errno;
-    ssize_t ignored = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
-    const char* msg = strerror(err);
-    ignored = ::write(STDERR_FILENO, msg, strlen(msg));
-    ignored = ::write(STDERR_FILENO, "\n", 1);
-    (void)ignored;
-    _exit(127);
-  }
-  ::setpgid(pid, pid);  // also from the parent, so signal() can't race the child's setpgid
-  ::close(fds[1]);
-  pid_ = pid;
-  out_fd_ = fds[0];
+  ::setpgid(keeper, keeper);
+  keeper_ = keeper;
+  // The keeper writes the worker's pid as soon as the worker's process group exists; end of file
+  // means the keeper could not fork it (its exit status says so).
+  pid_t worker = -1;
+  ssize_t got;
+  do {
+    got = ::read(pid_pipe[0], &worker, sizeof worker);
+  } while (got < 0 && errno == EINTR);
+  ::close(pid_pipe[0]);
+  pid_ = got == static_cast<ssize_t>(sizeof worker) ? worker : -1;
+  out_fd_ = out[0];
   status_ = ExitStatus{};
 }
 
 const ExitStatus& WorkerProcess::poll() {
-  if (pid_ <= 0 || status_.exited) return status_;
+  if (keeper_ <= 0 || status_.exited) return status_;
   int wstatus = 0;
-  pid_t r = ::waitpid(pid_, &wstatus, WNOHANG);
-  if (r == pid_) {
+  pid_t r = ::waitpid(keeper_, &wstatus, WNOHANG);
+  if (r == keeper_) {
     status_.exited = true;
     if (WIFSIGNALED(wstatus)) {
       status_.signal = WTERMSIG(wstatus);
@@ -143,12 +142,12 @@ void WorkerProcess::signal(int sig) {
 bool WorkerProcess::waitFor(double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   if (poll().exited) return true;
-  if (pid_ > 0) {
+  if (keeper_ > 0) {
     // A pidfd becomes readable when the child exits: sleep until then (or the deadline) instead
     // of waking every few milliseconds to ask. The child is ours and not reaped yet, so its pid
     // cannot have been reused. Without pidfds (ENOSYS, a kernel before 5.3) the loop below asks.
     // (Through syscall(): Debian's glibc 2.36 declares pidfd_open without C linkage for C++.)
-    const base::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)));
+    const base::Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, keeper_, 0)));
     while (pidfd.valid()) {
       const auto left =
           std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());

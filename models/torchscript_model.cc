@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "cumulus/errors.h"
+
 namespace cumulus::models {
 namespace {
 
@@ -80,15 +82,17 @@ class TorchScriptModel : public Model {
   }
 
  private:
+  // The model's own code failed: the same inputs fail the same way in any retry (exit code 2,
+  // so that the launcher neither restarts nor replaces the worker).
   torch::IValue call(std::vector<torch::IValue> inputs) {
     try {
       return module_.forward(std::move(inputs));
     } catch (const c10::Error& e) {
-      throw std::runtime_error("torchscript model " + path_ +
-                               ": forward failed: " + reasonOf(e.what_without_backtrace()));
+      throw PermanentError("torchscript model " + path_ +
+                           ": forward failed: " + reasonOf(e.what_without_backtrace()));
     } catch (const std::exception& e) {  // the interpreter's JITException
-      throw std::runtime_error("torchscript model " + path_ +
-                               ": forward failed: " + reasonOf(e.what()));
+      throw PermanentError("torchscript model " + path_ +
+                           ": forward failed: " + reasonOf(e.what()));
     }
   }
 

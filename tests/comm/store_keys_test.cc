@@ -29,6 +29,7 @@ TEST(StoreKeys, RendezvousRounds) {
 
 TEST(StoreKeys, GroupProtocol) {
   EXPECT_EQ(groupFailedKey(1), "launch/1/failed");
+  EXPECT_EQ(groupPermanentKey(7), "launch/7/permanent");
   EXPECT_EQ(groupRegroupKey(2), "launch/2/regroup");
   EXPECT_EQ(groupStoppedKey(3, 0), "launch/3/stopped/0");
   EXPECT_EQ(groupDoneKey(11, 4), "launch/11/done/4");

@@ -133,7 +133,8 @@ class ElasticTest : public ::testing::Test {
     return node.exit_code;
   }
 
-  // Host loss: SIGKILL to the launcher's process group and to each worker's (they lead their own).
+  // Host loss: SIGKILL to the launcher's process group and to each worker keeper's (each leads its
+  // own; its worker dies with it).
   // The launcher first: between two kill() calls a loaded machine may run it long enough to see
   // its workers die and join the next round as if it had survived.
   void killNode(int rank) {

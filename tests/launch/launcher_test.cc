@@ -4,13 +4,17 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -107,6 +111,79 @@ class LauncherTest : public ::testing::Test {
 using cumulus::testing::freePort;
 
 bool processAlive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+bool endsWith(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() &&
+         text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Blocks until `pid` (not a child of ours) has exited, up to `seconds`; returns whether it did.
+// A pidfd is readable once the process is gone.
+bool waitGone(pid_t pid, double seconds) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, static_cast<int>(seconds * 1000));
+  ::close(fd);
+  return ready == 1;
+}
+
+// cumulus-run in the background, its output on a pipe read line by line; SIGKILLed and reaped at
+// the end of the scope if still running.
+class BackgroundLaunch {
+ public:
+  explicit BackgroundLaunch(const std::string& command) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::dup2(fds[1], STDERR_FILENO);
+      ::execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~BackgroundLaunch() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) ::close(fd_);
+  }
+  pid_t pid() const { return pid_; }
+  // SIGKILLs it and reaps it.
+  void kill() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  // The next line of output that contains `text`, or "" at end of output or after `seconds`.
+  std::string waitForLine(const std::string& text, double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+      for (size_t nl; (nl = pending_.find('\n')) != std::string::npos;) {
+        const std::string line = pending_.substr(0, nl);
+        pending_.erase(0, nl + 1);
+        if (line.find(text) != std::string::npos) return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
+      char chunk[4096];
+      const ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      if (n <= 0) return "";
+      pending_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string pending_;
+};
 
 TEST_F(LauncherTest, WorkersGetTheTorchrunEnvironmentAndPrefixedOutput) {
   std::string w = script("env.sh",
@@ -215,14 +292,23 @@ TEST_F(LauncherTest, WorkerKilledBySignalIsRecorded) {
             std::string::npos);
 }
 
-TEST_F(LauncherTest, MissingProgramIsAFailureWithAClearMessage) {
-  Result r = launch("--nproc-per-node 1 --max-restarts 0 -- /nonexistent/worker");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("[rank0] cumulus-run: cannot execute /nonexistent/worker: No such file "
-                          "or directory"),
-            std::string::npos)
+// A command that cannot be executed fails the same way every time: no restart, whatever
+// --max-restarts allows (recovery in place, the default, included), and the last line says why.
+TEST_F(LauncherTest, AProgramThatCannotBeExecutedIsNotRestarted) {
+  Result r = launch("--nproc-per-node 1 --max-restarts 3 --run-id nox -- /nonexistent/worker");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const std::string cannot =
+      "[rank0] cumulus-run: cannot execute /nonexistent/worker: No such "
+      "file or directory\n";
+  EXPECT_NE(r.output.find(cannot), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(cannot), r.output.rfind(cannot)) << "tried more than once";
+  EXPECT_EQ(r.output.find("restart"), std::string::npos) << r.output;
+  EXPECT_TRUE(endsWith(r.output,
+                       "cumulus-run: giving up: rank 0 failed (exit code 127): cannot "
+                       "execute /nonexistent/worker: No such file or directory; fix "
+                       "the command and launch again (see " +
+                           (dir_ / "logs/nox/gen0/rank0.log").string() + ")\n"))
       << r.output;
-  EXPECT_NE(r.output.find("rank 0 failed (exit code 127)"), std::string::npos) << r.output;
 }
 
 TEST_F(LauncherTest, NoWorkerSurvivesTheLauncherBeingKilled) {
@@ -265,6 +351,29 @@ TEST_F(LauncherTest, NoWorkerSurvivesTheLauncherBeingKilled) {
   }
   EXPECT_TRUE(all_gone) << "a worker outlived its launcher";
   for (pid_t p : workers) ::kill(p, SIGKILL);
+}
+
+// The workers' own children (a data loader, `sleep 600 &` in a worker script) die with the
+// launcher too, even when it is SIGKILLed and has no chance to stop anything.
+TEST_F(LauncherTest, KillingTheLauncherTakesTheWorkersChildrenDown) {
+  const std::string w = script("parent.sh", "sleep 600 &\necho worker $$ child $!\nwait");
+  BackgroundLaunch run(kRun + " --log-dir " + (dir_ / "logs").string() + " --nproc-per-node 2 -- " +
+                       w);
+  std::vector<pid_t> pids;
+  for (int worker = 0; worker < 2; ++worker) {
+    const std::string line = run.waitForLine("] worker ", 30);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, std::regex(R"(\[rank\d\] worker (\d+) child (\d+))")))
+        << line;
+    pids.push_back(std::stoi(m[1]));
+    pids.push_back(std::stoi(m[2]));
+  }
+  for (pid_t p : pids) ASSERT_TRUE(processAlive(p)) << p;
+  run.kill();
+  for (pid_t p : pids) {
+    EXPECT_TRUE(waitGone(p, 10)) << "process " << p << " outlived its launcher";
+  }
+  for (pid_t p : pids) ::kill(p, SIGKILL);
 }
 
 // Starts cumulus-run in the background with workers that report readiness through files
@@ -446,6 +555,35 @@ TEST_F(LauncherTest, AFailureOnOneNodeRestartsBothNodes) {
   EXPECT_NE(r0.output.find("[rank0] rank=0 gen=1"), std::string::npos) << r0.output;
   EXPECT_NE(o1.find("[rank3] rank=3 gen=1"), std::string::npos) << o1;
   EXPECT_LT(r0.seconds, 20.0);
+}
+
+// A permanent failure on one node (exit code 2) ends the job on every node, with exit code 2 and
+// no restart.
+TEST_F(LauncherTest, APermanentFailureOnOneNodeEndsTheJobOnBoth) {
+  int port = freePort();
+  std::string w = script("perm.sh",
+                         "if [ \"$RANK\" = 3 ]; then echo 'w: error: diverged'; exit 2; fi\n"
+                         "exec sleep 30");
+  std::string common =
+      "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+      " --rdzv-timeout 20 --stop-grace 20 --max-restarts 3 --run-id perm2 --recovery restart";
+  auto [r0, r1] = launchTwoNodes(common, w);
+  EXPECT_EQ(r1.exit_code, 2) << r1.output;
+  EXPECT_EQ(r0.exit_code, 2) << r0.output;
+  EXPECT_TRUE(endsWith(r1.output,
+                       "cumulus-run: giving up: rank 3 failed (exit code 2), an error "
+                       "that a restart would repeat, so none was tried: w: error: "
+                       "diverged (see " +
+                           (dir_ / "logs1/perm2/gen0/rank3.log").string() + ")\n"))
+      << r1.output;
+  EXPECT_TRUE(endsWith(r0.output,
+                       "cumulus-run: giving up: rank 3 failed (exit code 2) on another "
+                       "node, an error that a restart would repeat; that node's "
+                       "launcher names it\n"))
+      << r0.output;
+  EXPECT_EQ(r0.output.find("restarting"), std::string::npos) << r0.output;
+  EXPECT_EQ(r1.output.find("restarting"), std::string::npos) << r1.output;
+  EXPECT_LT(r0.seconds, 15.0);  // no --stop-grace wait, no rendezvous timeout
 }
 
 TEST_F(LauncherTest, TwoNodesOnLoopbackFormOneJob) {
@@ -650,6 +788,52 @@ TEST_F(InPlaceTest, GivesUpWhenNoRestartsAreLeft) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 15.0);
   const std::string errors = readFile(dir_ / "logs/ipbad/errors.jsonl");
   EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 2) << errors;
+}
+
+// A permanent failure in place (exit code 2: the trainer's diverged loss, its model's exception)
+// is not worth a replacement: the job ends at once, the other worker killed, and the last line
+// repeats the worker's own error.
+TEST_F(InPlaceTest, APermanentFailureEndsTheJobAtOnce) {
+  const std::string w =
+      script("w.sh", "if [ \"$RANK\" = 1 ]; then " + waitInPlace() +
+                         "echo 'worker: error: the loss diverged'; exit 2; fi\n"
+                         "trap '' TERM\nexec sleep 30");  // only a SIGKILL stops rank 0 at once
+  const pid_t agent = startAgent(
+      "--nproc-per-node 2 --recovery in_place --run-id ipperm --max-restarts 3 --stop-grace 20", w);
+  declareInPlace(R"(["0.0.0","0.1.0"])");
+  const auto failed = std::chrono::steady_clock::now();
+  EXPECT_EQ(waitExitCode(agent), 2) << out();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - failed).count(), 5.0);
+  const std::string text = out();
+  EXPECT_EQ(text.find("replacement"), std::string::npos) << text;
+  EXPECT_EQ(text.find("goes on"), std::string::npos) << text;
+  EXPECT_TRUE(endsWith(text,
+                       "cumulus-run: giving up: rank 1 failed (exit code 2), an error that a "
+                       "restart would repeat, so none was tried: worker: error: the loss "
+                       "diverged (see " +
+                           path("logs/ipperm/gen0/rank1.log") + ")\n"))
+      << text;
+  const std::string errors = readFile(dir_ / "logs/ipperm/errors.jsonl");
+  EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 1) << errors;
+}
+
+// In place, but the last worker of the group died: a replacement would have no one to join, so
+// the group restarts (from the newest checkpoint) instead.
+TEST_F(InPlaceTest, TheGroupRestartsWhenNoMemberIsLeft) {
+  const std::string w = script("w.sh", "if [ \"$CUMULUS_GENERATION\" = 0 ]; then " + waitInPlace() +
+                                           "exit 1; fi\necho done gen=$CUMULUS_GENERATION");
+  const pid_t agent =
+      startAgent("--nproc-per-node 1 --recovery in_place --run-id iplast --max-restarts 3", w);
+  declareInPlace(R"(["0.0.0"])");
+  EXPECT_EQ(waitExitCode(agent), 0) << out();
+  const std::string text = out();
+  EXPECT_EQ(text.find("goes on without it"), std::string::npos) << text;
+  EXPECT_NE(text.find("cumulus-run: rank 0 failed (exit code 1), and no member of the group is "
+                      "left to go on in place; stopping the group\n"
+                      "cumulus-run: restarting the group (restart 1 of 3)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("[rank0] done gen=1\n"), std::string::npos) << text;
 }
 
 TEST_F(InPlaceTest, TheExperimentChoosesItAndABadValueIsExitTwo) {

@@ -98,6 +98,9 @@ std::vector<Case> cases() {
        0, "rank 1 failed (exit code 2)", false},
       {"usage error on one of several nodes", workerFailed(3, exited(2)), true, 3, 0,
        Action::kGiveUp, Why::kRepeatable, 2, 0, "rank 3 failed (exit code 2)", true},
+      // Exit code 127: the command cannot be executed; no restart makes it executable.
+      {"command cannot be executed", workerFailed(0, exited(127)), false, 3, 0, Action::kGiveUp,
+       Why::kCannotExecute, 2, 0, "rank 0 failed (exit code 127)", false},
       // A signal numbered 2 (SIGINT) is not exit code 2.
       {"killed by SIGINT", workerFailed(1, killed(SIGINT)), false, 3, 0, Action::kRestart,
        Why::kNone, 0, 1, "rank 1 failed (signal SIGINT)", false},
@@ -174,6 +177,12 @@ TEST(WorkerExits, ReadsHowTheWorkersStand) {
   EXPECT_FALSE(e.all_exited);
   EXPECT_EQ(e.first_failed, 1);
 
+  // A permanent failure decides over a transient one seen with it, whatever their order.
+  e = summarizeExits({exited(1), killed(SIGKILL), exited(2), exited(127)});
+  EXPECT_EQ(e.first_failed, 2);
+  e = summarizeExits({killed(SIGKILL), exited(127), exited(2)});
+  EXPECT_EQ(e.first_failed, 1);
+
   // Killed by signal 75 is not an agreed preemption stop.
   e = summarizeExits({killed(75)});
   EXPECT_FALSE(e.any_preempted);
@@ -219,6 +228,99 @@ TEST(RestartPolicy, InPlaceReplacesTheWorkerWhileRestartsAreLeft) {
             "it; starting a replacement (member 0.2.1), restart 1 of 3\n");
   // A preemption and a finish are the same as with restarts.
   EXPECT_EQ(policy.decide(exitWith(75, "preempted"), 0).action, Action::kExit);
+}
+
+GroupEnd lastMemberFailed(int rank, ExitStatus status) {
+  GroupEnd end = workerFailed(rank, status);
+  end.members_left = false;
+  return end;
+}
+
+// Recovery in place: a permanent failure (exit code 2: a diverged loss, an exception from the
+// model; 127: a command that cannot be executed) starts no replacement, which would fail the
+// same way: the job ends with exit code 2, whatever restarts are left.
+TEST(RestartPolicy, InPlaceNeverReplacesAPermanentFailure) {
+  const RestartPolicy policy(/*max_restarts=*/3, /*max_nodes=*/1, /*multi=*/false,
+                             /*in_place=*/true);
+  for (const GroupEnd& end : {workerFailed(1, exited(2)), lastMemberFailed(1, exited(2))}) {
+    const RestartDecision d = policy.decide(end, 0);
+    EXPECT_EQ(d.action, Action::kGiveUp);
+    EXPECT_EQ(d.why, Why::kRepeatable);
+    EXPECT_EQ(d.exit_code, 2);
+    EXPECT_EQ(d.what, "rank 1 failed (exit code 2)");
+  }
+  const RestartDecision d = policy.decide(workerFailed(0, exited(127)), 0);
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.why, Why::kCannotExecute);
+  EXPECT_EQ(d.exit_code, 2);
+  EXPECT_EQ(d.what, "rank 0 failed (exit code 127)");
+}
+
+// Recovery in place with no member of the group left: a replacement would wait for a group that
+// is gone, so the group restarts (from the newest checkpoint) instead, counted as a restart.
+TEST(RestartPolicy, InPlaceRestartsTheGroupWhenNoMemberIsLeft) {
+  const RestartPolicy policy(/*max_restarts=*/3, /*max_nodes=*/1, /*multi=*/false,
+                             /*in_place=*/true);
+  RestartDecision d = policy.decide(lastMemberFailed(1, exited(1)), 1);
+  EXPECT_EQ(d.action, Action::kRestart);
+  EXPECT_EQ(d.why, Why::kNoMembersLeft);
+  EXPECT_EQ(d.restarts, 2);
+  EXPECT_EQ(d.what, "rank 1 failed (exit code 1)");
+  EXPECT_EQ(printed([&](AgentConsole& c) { c.noMembersLeft(d.what); }),
+            "cumulus-run: rank 1 failed (exit code 1), and no member of the group is left to go "
+            "on in place; stopping the group\n");
+  // With none left it gives up as ever.
+  d = policy.decide(lastMemberFailed(1, killed(SIGKILL)), 3);
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.why, Why::kNoRestartsLeft);
+  EXPECT_EQ(d.exit_code, 1);
+  // With members left, the failed one is replaced.
+  EXPECT_EQ(policy.decide(workerFailed(1, exited(1)), 1).action, Action::kReplace);
+}
+
+// Another node's worker failed permanently: a restart would repeat it on that node, so every
+// node gives up with exit code 2, in place or not.
+TEST(RestartPolicy, AnotherNodesPermanentFailureEndsTheJobEverywhere) {
+  GroupEnd end = withDetail(GroupEnd::Kind::kRemoteFailure, "rank 3 failed (exit code 2)");
+  end.permanent = true;
+  for (const bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "restart");
+    const RestartPolicy policy(3, 2, /*multi=*/true, in_place);
+    const RestartDecision d = policy.decide(end, 0);
+    EXPECT_EQ(d.action, Action::kGiveUp);
+    EXPECT_EQ(d.why, Why::kOtherNodePermanent);
+    EXPECT_EQ(d.exit_code, 2);
+    EXPECT_FALSE(d.publish_failure);
+    EXPECT_EQ(printed([&](AgentConsole& c) { c.givingUp(d, 3, "/logs/errors.jsonl"); }),
+              "cumulus-run: giving up: rank 3 failed (exit code 2) on another node, an error "
+              "that a restart would repeat; that node's launcher names it\n");
+  }
+}
+
+TEST(RestartPolicy, APermanentFailureEndsWithTheWorkersOwnError) {
+  const RestartPolicy policy(3, 1, false, /*in_place=*/true);
+  EXPECT_EQ(printed([&](AgentConsole& c) {
+              c.givingUp(policy.decide(workerFailed(1, exited(2)), 0), 3, "/logs/gen0/rank1.log",
+                         "cumulus-train: error: training diverged at step 3 (loss nan); lower "
+                         "optimizer.lr or set trainer.grad_clip_norm");
+            }),
+            "cumulus-run: giving up: rank 1 failed (exit code 2), an error that a restart would "
+            "repeat, so none was tried: cumulus-train: error: training diverged at step 3 (loss "
+            "nan); lower optimizer.lr or set trainer.grad_clip_norm (see /logs/gen0/rank1.log)\n");
+  EXPECT_EQ(printed([&](AgentConsole& c) {
+              c.givingUp(policy.decide(workerFailed(0, exited(127)), 0), 3, "/logs/gen0/rank0.log",
+                         "cumulus-run: cannot execute /no/such/worker: No such file or directory");
+            }),
+            "cumulus-run: giving up: rank 0 failed (exit code 127): cannot execute "
+            "/no/such/worker: No such file or directory; fix the command and launch again (see "
+            "/logs/gen0/rank0.log)\n");
+  // A script that exits 127 on a command it runs prints no line of ours.
+  EXPECT_EQ(printed([&](AgentConsole& c) {
+              c.givingUp(policy.decide(workerFailed(0, exited(127)), 0), 3, "/logs/gen0/rank0.log");
+            }),
+            "cumulus-run: giving up: rank 0 failed (exit code 127): the command, or a program it "
+            "runs, cannot be executed (not found, or not executable); fix the command and launch "
+            "again (see /logs/gen0/rank0.log)\n");
 }
 
 TEST(RestartPolicy, ConsoleLinesForEachDecision) {

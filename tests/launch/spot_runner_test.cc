@@ -34,11 +34,15 @@ class TempDir {
 // nothing cumulus-spot reads.
 std::vector<std::string> fakeJob(const std::string& dir, bool trap_term) {
   std::ostringstream s;
-  s << "d=" << dir << "; s=$(cat $d/state 2>/dev/null || echo 0); "
+  // The notice is caught first of all, as cumulus-train does: one that comes while the job starts
+  // (a launch's notice can follow its start by a few ms) stops it at the step it resumed.
+  s << "trap 'term=1' TERM; "
+    << "d=" << dir << "; s=$(cat $d/state 2>/dev/null || echo 0); "
     << R"(m() { echo "{\"type\":\"$1\",\"step\":$2$3,\"time\":$(date +%s.%N)}" >> $d/metrics.jsonl; }; )"
     << "[ $s -gt 0 ] && m resume $s; "
     << "save() { echo $1 > $d/state.tmp && mv $d/state.tmp $d/state; }; "
-    << (trap_term ? "trap 'save $s; m preempted $s; echo stopping; exit 75' TERM; "
+    << (trap_term ? "stop() { save $s; m preempted $s; echo stopping; exit 75; }; trap stop TERM; "
+                    "[ -n \"$term\" ] && stop; "
                   : "trap '' TERM; ")
     << "first=1; while [ $s -lt 30 ]; do sleep 0.02; s=$((s+1)); "
     << "[ $first = 1 ] && m first_step $s && first=0; "

@@ -138,21 +138,30 @@ TEST_F(DistributedE2eTest, TwoWorkersTrainLikeOneWithTheSameGlobalBatch) {
   EXPECT_EQ(m1[1].str(), m2[1].str());
 }
 
-// The pid of the worker of `launcher` whose environment has RANK=`rank`, or -1.
+// The parent of process `pid`, or -1.
+pid_t parentOf(pid_t pid) {
+  const std::string stat = slurp(fs::path("/proc") / std::to_string(pid) / "stat");
+  const size_t close = stat.rfind(')');
+  int ppid = -1;
+  if (close == std::string::npos || std::sscanf(stat.c_str() + close + 2, "%*c %d", &ppid) != 1) {
+    return -1;
+  }
+  return static_cast<pid_t>(ppid);
+}
+
+// The pid of the worker of `launcher` whose environment has RANK=`rank`, or -1. Each worker is a
+// child of its keeper, the launcher's child (launch/worker_keeper.h).
 pid_t workerPid(pid_t launcher, int rank) {
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = slurp(entry.path() / "stat");
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    int ppid = 0;
-    if (std::sscanf(stat.c_str() + close + 2, "%*c %d", &ppid) != 1 || ppid != launcher) continue;
+    const pid_t pid = static_cast<pid_t>(std::stoi(name));
+    if (parentOf(parentOf(pid)) != launcher) continue;
     const std::string environ = slurp(entry.path() / "environ");
     if (environ.find(std::string("\0RANK=", 6) + std::to_string(rank) + '\0') !=
             std::string::npos ||
         environ.rfind("RANK=" + std::to_string(rank) + '\0', 0) == 0) {
-      return static_cast<pid_t>(std::stoi(name));
+      return pid;
     }
   }
   return -1;

@@ -10,6 +10,8 @@ Everything is seeded, so two runs write the same bytes. Writes into OUT_DIR:
                     its mean squared error                                 (loss module)
   vector_loss.pt    forward(x, y) -> each sample's error, [B]: not a scalar
   wrong_width.pt    Linear 12 -> 1: fails on 13 features
+  fails_on_batches.pt  Linear 13 -> 1 whose forward raises on a batch of more than one sample:
+                    it passes the one-sample check before training, then fails at the first step
   tiny_lm.pt        Embedding 256 x 32 -> Linear 32 -> 256, forward(x [B, T]) -> [B, T, 256]
   small_vocab.pt    the same with 200 token ids
   narrow_lm.pt      Embedding 256 -> Linear 32 -> 200: embeds every byte, scores 200 ids
@@ -56,6 +58,19 @@ class VectorLoss(torch.nn.Module):
         return ((self.fc(x) - y) ** 2).mean(1)
 
 
+class FailsOnBatches(torch.nn.Module):
+    """A model with a bug of its own that only training meets."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(13, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.size(0) > 1:
+            raise RuntimeError("this model fails on a batch of more than one sample")
+        return self.fc(x)
+
+
 class TinyLm(torch.nn.Module):
     """A bigram language model: each token's embedding scores the next token."""
 
@@ -99,6 +114,7 @@ def main():
     save_module(LinearLoss, out, "linear_loss.pt")
     save_module(VectorLoss, out, "vector_loss.pt")
     save_module(lambda: Linear(12), out, "wrong_width.pt")
+    save_module(FailsOnBatches, out, "fails_on_batches.pt")
     save_module(lambda: TinyLm(256, 256), out, "tiny_lm.pt")
     save_module(lambda: TinyLm(200, 200), out, "small_vocab.pt")
     save_module(lambda: TinyLm(256, 200), out, "narrow_lm.pt")
