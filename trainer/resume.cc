@@ -88,6 +88,25 @@ configs::Experiment savedExperiment(const CheckpointState& state,
   }
 }
 
+// The sum of the writer's batch shares. Each comes from the file: a negative one, or a sum past
+// int64 (undefined behaviour, found by tests/fuzz/checkpoint_state_fuzz.cc), is refused.
+int64_t sharesSum(const std::vector<int64_t>& shares, const std::string& where) {
+  int64_t sum = 0;
+  for (size_t r = 0; r < shares.size(); ++r) {
+    const std::string field = "state.pb batch_shares[" + std::to_string(r) + "] ";
+    if (shares[r] < 0) {
+      throw ResumeError(where + field + std::to_string(shares[r]) +
+                        " is negative; the file is corrupt: use --resume none to start over");
+    }
+    if (__builtin_add_overflow(sum, shares[r], &sum)) {
+      throw ResumeError(where + field + std::to_string(shares[r]) +
+                        " takes the shares' sum past 2^63 - 1; the file is corrupt: use "
+                        "--resume none to start over");
+    }
+  }
+  return sum;
+}
+
 // Refuses the changes (describeDiff lines) that alter what the run computes, unless allowed.
 void checkConfigChanges(const std::vector<std::string>& changes, const std::string& where,
                         bool allow_config_change) {
@@ -167,6 +186,7 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
                       bool allow_config_change) {
   const std::string where = "checkpoint " + checkpoint_path + ": ";
   const configs::Experiment saved = savedExperiment(state, checkpoint_path, where);
+  const int64_t shares_sum = sharesSum(state.batch_shares, where);
   ResumePlan plan;
   plan.checkpoint_path = checkpoint_path;
   plan.config_changes = configs::describeDiff(saved, current);
@@ -191,8 +211,6 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
   }
   plan.grad_accumulation = plannedAccumulation(saved, current, world_size, state, plan.notes);
   // The shares replay where they still fit: the writer's world, and the same global batch.
-  int64_t shares_sum = 0;
-  for (const int64_t s : state.batch_shares) shares_sum += s;
   if (!plan.world_size_changed && !state.batch_shares.empty() &&
       static_cast<int64_t>(state.batch_shares.size()) == world_size &&
       shares_sum == current.trainer.global_batch_size) {

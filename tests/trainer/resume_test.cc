@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <limits>
 
 #include "configs/parse.h"
 #include "data/sampler.h"
@@ -27,7 +28,7 @@ std::string errorOf(const std::function<void()>& fn) {
 }
 
 CheckpointState stateFor(const configs::Experiment& e, uint64_t step, uint64_t epoch,
-                                uint64_t cursor, uint32_t world) {
+                         uint64_t cursor, uint32_t world) {
   CheckpointState state;
   state.format_version = kResumableFormatVersion;
   state.config_yaml = configs::toYaml(e);
@@ -118,8 +119,7 @@ TEST(ResumeTest, AccumulationKeepsMicroBatchesFromGrowing) {
   configs::Experiment e;
   e.trainer.global_batch_size = 128;
   auto plan = [&](int64_t world, uint32_t saved_world, uint32_t saved_k) {
-    CheckpointState state =
-        stateFor(e, 10, 0, 10 * e.trainer.global_batch_size, saved_world);
+    CheckpointState state = stateFor(e, 10, 0, 10 * e.trainer.global_batch_size, saved_world);
     state.grad_accumulation = saved_k;
     return planResume(e, world, state, "/c/step-00000010", false).grad_accumulation;
   };
@@ -153,6 +153,26 @@ TEST(ResumeTest, AHugeSavedWorldAndAccumulationPlanMicroBatchesOfOne) {
   CheckpointState state = stateFor(e, 10, 0, 10 * 128, 0xffffffffu);
   state.grad_accumulation = 0xffffffffu;
   EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", false).grad_accumulation, 128);
+}
+
+// Found by tests/fuzz/checkpoint_state_fuzz.cc: batch_shares come from the file, and summing them
+// overflowed int64 (undefined behaviour). Shares past int64, or a negative one (which could make
+// the sum come out right), are refused by name, whatever the world size.
+TEST(ResumeTest, CorruptBatchSharesAreRefused) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = 64;
+  CheckpointState state = stateFor(e, 40, 1, 640, 2);
+  state.batch_shares = {557055, std::numeric_limits<int64_t>::max()};
+  EXPECT_EQ(errorOf([&] { planResume(e, 2, state, "/c/step-00000040", false); }),
+            "checkpoint /c/step-00000040: state.pb batch_shares[1] 9223372036854775807 takes the "
+            "shares' sum past 2^63 - 1; the file is corrupt: use --resume none to start over");
+  state.batch_shares = {-1, 65};
+  EXPECT_EQ(errorOf([&] { planResume(e, 2, state, "/c/step-00000040", false); }),
+            "checkpoint /c/step-00000040: state.pb batch_shares[0] -1 is negative; the file is "
+            "corrupt: use --resume none to start over");
+  EXPECT_EQ(errorOf([&] { planResume(e, 3, state, "/c/step-00000040", false); }),
+            "checkpoint /c/step-00000040: state.pb batch_shares[0] -1 is negative; the file is "
+            "corrupt: use --resume none to start over");
 }
 
 TEST(ResumeTest, ConfigChangeIsRefusedNamingEveryKey) {
