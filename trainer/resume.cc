@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "configs/digest.h"
 #include "configs/parse.h"
@@ -85,6 +87,21 @@ configs::Experiment savedExperiment(const CheckpointState& state,
   } catch (const std::exception& e) {
     throw ResumeError(where + "its recorded config does not parse (" + e.what() +
                       "); use --resume none to start over");
+  }
+}
+
+// state.pb's integers are whatever the file holds. The trainer counts steps, epochs and the cursor
+// in int64 (and computes 4 * step + level, step - start): a value past int64 would come out
+// negative there, so it is refused here, naming the field.
+void checkPositionRange(const CheckpointState& state, const std::string& where) {
+  const std::pair<const char*, uint64_t> fields[] = {
+      {"step", state.step}, {"epoch", state.epoch}, {"sampler_cursor", state.sampler_cursor}};
+  for (const auto& [field, value] : fields) {
+    if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      throw ResumeError(where + "state.pb " + field + " " + std::to_string(value) +
+                        " is past the largest the trainer counts to (2^63 - 1); the file is "
+                        "corrupt: use --resume none to start over");
+    }
   }
 }
 
@@ -186,6 +203,7 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
                       bool allow_config_change) {
   const std::string where = "checkpoint " + checkpoint_path + ": ";
   const configs::Experiment saved = savedExperiment(state, checkpoint_path, where);
+  checkPositionRange(state, where);
   const int64_t shares_sum = sharesSum(state.batch_shares, where);
   ResumePlan plan;
   plan.checkpoint_path = checkpoint_path;

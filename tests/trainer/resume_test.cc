@@ -175,6 +175,30 @@ TEST(ResumeTest, CorruptBatchSharesAreRefused) {
             "corrupt: use --resume none to start over");
 }
 
+// The trainer counts in int64: a step, epoch or cursor of state.pb past 2^63 - 1 would come out
+// negative (a cursor of 2^64 - 64 even passed as a multiple of the batch, -64).
+TEST(ResumeTest, PositionsPastInt64AreRefused) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = 64;
+  const std::string message =
+      " is past the largest the trainer counts to (2^63 - 1); the file is "
+      "corrupt: use --resume none to start over";
+  CheckpointState state = stateFor(e, 40, 1, 640, 2);
+  state.step = uint64_t{1} << 63;
+  EXPECT_EQ(errorOf([&] { planResume(e, 2, state, "/c/s", false); }),
+            "checkpoint /c/s: state.pb step 9223372036854775808" + message);
+  state = stateFor(e, 40, 1, 640, 2);
+  state.epoch = std::numeric_limits<uint64_t>::max();
+  EXPECT_EQ(errorOf([&] { planResume(e, 2, state, "/c/s", false); }),
+            "checkpoint /c/s: state.pb epoch 18446744073709551615" + message);
+  state = stateFor(e, 40, 1, 0 - uint64_t{64}, 2);
+  EXPECT_EQ(errorOf([&] { planResume(e, 2, state, "/c/s", false); }),
+            "checkpoint /c/s: state.pb sampler_cursor 18446744073709551552" + message);
+  state.sampler_cursor = uint64_t{std::numeric_limits<int64_t>::max()} / 64 * 64;
+  EXPECT_EQ(planResume(e, 2, state, "/c/s", false).sampler.cursor,
+            std::numeric_limits<int64_t>::max() / 64 * 64);
+}
+
 TEST(ResumeTest, ConfigChangeIsRefusedNamingEveryKey) {
   configs::Experiment saved;
   configs::Experiment now = saved;
