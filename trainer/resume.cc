@@ -29,7 +29,8 @@ const std::vector<std::string> kOperationalKeyPrefixes = {"name",
 
 namespace {
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// For a >= 0 and b > 0; (a + b - 1) / b would overflow for an `a` near 2^63 - 1.
+int64_t ceilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 bool isOperational(const std::string& key) {
   for (const std::string& prefix : kOperationalKeyPrefixes) {
@@ -180,7 +181,7 @@ int64_t plannedAccumulation(const configs::Experiment& saved, const configs::Exp
   const int64_t largest_micro = ceilDiv(ceilDiv(batch, saved_world), std::max<int64_t>(1, saved_k));
   // A divisor of the global batch (configs requires equal micro-batches of a step), and no more
   // than every rank can fill.
-  const int64_t needed = std::max(k, ceilDiv(batch, world_size * largest_micro));
+  const int64_t needed = std::max(k, ceilDiv(ceilDiv(batch, world_size), largest_micro));
   int64_t chosen = k;
   for (int64_t d = 1; d <= batch / world_size; ++d) {
     if (batch % d != 0) continue;

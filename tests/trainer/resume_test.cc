@@ -155,6 +155,17 @@ TEST(ResumeTest, AHugeSavedWorldAndAccumulationPlanMicroBatchesOfOne) {
   EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", false).grad_accumulation, 128);
 }
 
+// ceil(batch / the writer's world) was (batch + world - 1) / world, and the micro-batch bound
+// multiplied this world by the writer's largest micro-batch: both past int64 for a global batch
+// near 2^63 - 1 = 7^2 x 73 x 127 x 337 x 92737 x 649657. One worker after two needs at least 2
+// micro-batches of the writer's 2^62, and 7 is the first divisor of the batch from 2 on.
+TEST(ResumeTest, AGlobalBatchNearInt64PlansWithoutOverflow) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = std::numeric_limits<int64_t>::max();
+  const CheckpointState state = stateFor(e, 10, 0, 0, 2);
+  EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", false).grad_accumulation, 7);
+}
+
 // Found by tests/fuzz/checkpoint_state_fuzz.cc: batch_shares come from the file, and summing them
 // overflowed int64 (undefined behaviour). Shares past int64, or a negative one (which could make
 // the sum come out right), are refused by name, whatever the world size.
