@@ -7,7 +7,8 @@
 #    (the target's RUNS in tests/fuzz/CMakeLists.txt) mutated from the fixed seed FUZZ_SEED
 #    (default 1), with address randomization off and an empty environment. A count, not a time:
 #    the same tree explores the same inputs on a fast or a slow machine, so CI's answer depends on
-#    the tree alone.
+#    the tree alone. A target with RUNS 0 (coverage that depends on thread timing) runs its
+#    corpus only.
 #  - Long (FUZZ_SECONDS set; `make fuzz-long`): each target explores for FUZZ_SECONDS from a random
 #    seed (printed), in FUZZ_FORK processes (default 1; libFuzzer's -fork), going on past crashes.
 # libFuzzer adds what it finds to a scratch directory only, so a run never grows the committed
@@ -95,8 +96,11 @@ while read -r name runs; do
   last=$(grep -E '(DONE|cov:).*corp:' "$log" | tail -n 1 || true)
   done_runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   seed=$(sed -n 's/^INFO: Seed: *//p' "$log" | head -n 1)
-  line=$(printf '%-18s %9s %6s %7s %7s %-10s' "$name" "${done_runs:--}" "$(field cov)" \
-    "$(field ft)" "$(field corp)" "${seed:--}")
+  cov=$(field cov) ft=$(field ft) corp=$(field corp)
+  # A corpus-only target's coverage varies with thread timing: not part of the summary.
+  [[ -n $FUZZ_SECONDS || $runs != 0 ]] || cov=- ft=- corp=-
+  line=$(printf '%-18s %9s %6s %7s %7s %-10s' "$name" "${done_runs:--}" "$cov" "$ft" "$corp" \
+    "${seed:--}")
   printf '%s %6s %s\n' "$line" "$seconds" "$result"
   [[ -n $FUZZ_SECONDS ]] || printf '%s %s\n' "$line" "${result%% (*}" >>"$summary"
 done <"$targets"
