@@ -95,6 +95,7 @@ while read -r name runs; do
   seconds=$((SECONDS - started))
   last=$(grep -E '(DONE|cov:).*corp:' "$log" | tail -n 1 || true)
   done_runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+  [[ -n $done_runs ]] || done_runs=$(sed -nE 's/^#([0-9]+).*/\1/p' <<<"$last")  # fork mode
   seed=$(sed -n 's/^INFO: Seed: *//p' "$log" | head -n 1)
   cov=$(field cov) ft=$(field ft) corp=$(field corp)
   # A corpus-only target's coverage varies with thread timing: not part of the summary.
