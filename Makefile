@@ -38,14 +38,27 @@ test-portable: build
 	cd $(BUILD_DIR) && ATEN_CPU_CAPABILITY=default ctest --output-on-failure -j $(JOBS) \
 	  --timeout 600 -R '^(data|models|trainer)_test\.'
 
-# libFuzzer targets (tests/fuzz/), built with clang into FUZZ_DIR, each run FUZZ_SECONDS over a
-# scratch copy of its seed corpus; fails on any crash, sanitizer report, leak or hang.
+# libFuzzer targets (tests/fuzz/), built with clang into FUZZ_DIR, each over a scratch copy of its
+# seed corpus; either target fails on any crash, sanitizer report, leak or hang (docs/testing.md
+# "Fuzzing"). `make fuzz` (CI) replays the corpus and explores a fixed number of inputs per target
+# from the fixed seed FUZZ_SEED: the same tree gives the same answer on any machine. `make
+# fuzz-long`, or `make fuzz FUZZ_SECONDS=N`, explores N seconds (600) per target from random seeds,
+# in FUZZ_FORK processes each. FUZZ_TARGETS="store npy" runs only those.
 FUZZ_DIR ?= build-fuzz
-FUZZ_SECONDS ?= 20
-fuzz: setup
+FUZZ_SEED ?= 1
+FUZZ_FORK ?= 1
+FUZZ_SECONDS ?=
+FUZZ_TARGETS ?=
+.PHONY: fuzz-build fuzz-long
+fuzz-build: setup
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -G Ninja -DCUMULUS_FUZZ=ON >/dev/null
 	@cmake --build $(FUZZ_DIR) -j $(JOBS)
-	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_DIR)
+fuzz: fuzz-build
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) FUZZ_FORK=$(FUZZ_FORK) \
+	  tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_TARGETS)
+fuzz-long: fuzz-build
+	@FUZZ_SECONDS=$(or $(FUZZ_SECONDS),600) FUZZ_FORK=$(FUZZ_FORK) \
+	  tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_TARGETS)
 
 # ASan+UBSan and TSan builds of the LibTorch-free code (build-asan, build-tsan), and their tests.
 .PHONY: sanitize

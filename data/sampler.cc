@@ -75,8 +75,8 @@ std::vector<int64_t> DistributedSampler::shareIndices(int64_t rank,
                                                       const std::vector<int64_t>& shares) const {
   const auto world = static_cast<int64_t>(shares.size());
   if (rank < 0 || rank >= world) {
-    throw std::invalid_argument("sampler: rank " + std::to_string(rank) +
-                                " is out of range for " + std::to_string(world) + " shares");
+    throw std::invalid_argument("sampler: rank " + std::to_string(rank) + " is out of range for " +
+                                std::to_string(world) + " shares");
   }
   int64_t sum = 0;
   int64_t before = 0;  // S_rank
@@ -87,7 +87,11 @@ std::vector<int64_t> DistributedSampler::shareIndices(int64_t rank,
                                   std::to_string(s) + " is negative");
     }
     if (r == rank) before = sum;
-    sum += s;
+    // Shares come from a config or a checkpoint: a sum past int64 is refused, not wrapped.
+    if (__builtin_add_overflow(sum, s, &sum)) {
+      throw std::invalid_argument("sampler: rank " + std::to_string(r) + "'s share " +
+                                  std::to_string(s) + " takes the shares' sum past 2^63 - 1");
+    }
   }
   if (sum != batch_) {
     throw std::invalid_argument("sampler: the shares sum to " + std::to_string(sum) +

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "configs/digest.h"
 #include "configs/parse.h"
@@ -27,7 +29,8 @@ const std::vector<std::string> kOperationalKeyPrefixes = {"name",
 
 namespace {
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// For a >= 0 and b > 0; (a + b - 1) / b would overflow for an `a` near 2^63 - 1.
+int64_t ceilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 bool isOperational(const std::string& key) {
   for (const std::string& prefix : kOperationalKeyPrefixes) {
@@ -107,6 +110,40 @@ configs::Experiment savedExperiment(const CheckpointState& state,
   }
 }
 
+// state.pb's integers are whatever the file holds. The trainer counts steps, epochs and the cursor
+// in int64 (and computes 4 * step + level, step - start): a value past int64 would come out
+// negative there, so it is refused here, naming the field.
+void checkPositionRange(const CheckpointState& state, const std::string& where) {
+  const std::pair<const char*, uint64_t> fields[] = {
+      {"step", state.step}, {"epoch", state.epoch}, {"sampler_cursor", state.sampler_cursor}};
+  for (const auto& [field, value] : fields) {
+    if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      throw ResumeError(where + "state.pb " + field + " " + std::to_string(value) +
+                        " is past the largest the trainer counts to (2^63 - 1); the file is "
+                        "corrupt: use --resume none to start over");
+    }
+  }
+}
+
+// The sum of the writer's batch shares. Each comes from the file: a negative one, or a sum past
+// int64 (undefined behaviour, found by tests/fuzz/checkpoint_state_fuzz.cc), is refused.
+int64_t sharesSum(const std::vector<int64_t>& shares, const std::string& where) {
+  int64_t sum = 0;
+  for (size_t r = 0; r < shares.size(); ++r) {
+    const std::string field = "state.pb batch_shares[" + std::to_string(r) + "] ";
+    if (shares[r] < 0) {
+      throw ResumeError(where + field + std::to_string(shares[r]) +
+                        " is negative; the file is corrupt: use --resume none to start over");
+    }
+    if (__builtin_add_overflow(sum, shares[r], &sum)) {
+      throw ResumeError(where + field + std::to_string(shares[r]) +
+                        " takes the shares' sum past 2^63 - 1; the file is corrupt: use "
+                        "--resume none to start over");
+    }
+  }
+  return sum;
+}
+
 // Refuses the changes (describeDiff lines) that alter what the run computes, unless allowed.
 void checkConfigChanges(const std::vector<std::string>& changes, const std::string& where,
                         bool allow_config_change) {
@@ -162,7 +199,7 @@ int64_t plannedAccumulation(const configs::Experiment& saved, const configs::Exp
   const int64_t largest_micro = ceilDiv(ceilDiv(batch, saved_world), std::max<int64_t>(1, saved_k));
   // A divisor of the global batch (configs requires equal micro-batches of a step), and no more
   // than every rank can fill.
-  const int64_t needed = std::max(k, ceilDiv(batch, world_size * largest_micro));
+  const int64_t needed = std::max(k, ceilDiv(ceilDiv(batch, world_size), largest_micro));
   int64_t chosen = k;
   for (int64_t d = 1; d <= batch / world_size; ++d) {
     if (batch % d != 0) continue;
@@ -185,6 +222,8 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
                       bool allow_config_change) {
   const std::string where = "checkpoint " + checkpoint_path + ": ";
   const configs::Experiment saved = savedExperiment(state, checkpoint_path, where);
+  checkPositionRange(state, where);
+  const int64_t shares_sum = sharesSum(state.batch_shares, where);
   ResumePlan plan;
   plan.checkpoint_path = checkpoint_path;
   plan.config_changes = configs::describeDiff(saved, current);
@@ -209,8 +248,6 @@ ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
   }
   plan.grad_accumulation = plannedAccumulation(saved, current, world_size, state, plan.notes);
   // The shares replay where they still fit: the writer's world, and the same global batch.
-  int64_t shares_sum = 0;
-  for (const int64_t s : state.batch_shares) shares_sum += s;
   if (!plan.world_size_changed && !state.batch_shares.empty() &&
       static_cast<int64_t>(state.batch_shares.size()) == world_size &&
       shares_sum == current.trainer.global_batch_size) {

@@ -90,7 +90,8 @@ struct ResumePlan {
 // Throws ResumeError naming checkpoint_path for: an unknown format_version; a config_yaml that does
 // not parse; a semantic config difference without allow_config_change (listing every key); a
 // model or optimizer name differing from the current one; a cursor that is not a multiple of the
-// global batch.
+// global batch; a step, epoch or cursor past 2^63 - 1; a negative batch share, or shares whose
+// sum passes 2^63 - 1.
 ResumePlan planResume(const configs::Experiment& current, int64_t world_size,
                       const CheckpointState& state, const std::string& checkpoint_path,
                       bool allow_config_change);

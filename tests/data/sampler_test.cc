@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -210,7 +211,8 @@ TEST(SamplerShares, RanksTakeContiguousSlicesOfTheirShares) {
 }
 
 TEST(SamplerShares, ShortLastBatchScalesTheBoundaries) {
-  // The last batch of 25 samples in batches of 10 holds 5: boundaries floor(5·S/10) of S = 0, 7, 10.
+  // The last batch of 25 samples in batches of 10 holds 5: boundaries floor(5·S/10) of S = 0,
+  // 7, 10.
   DistributedSampler s(25, 10, /*seed=*/0, /*shuffle=*/false, /*drop_last=*/false);
   s.advance();
   s.advance();
@@ -268,6 +270,12 @@ TEST(SamplerShares, RejectsBadShares) {
     FAIL() << "a negative share was accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "sampler: rank 1's share -1 is negative");
+  }
+  try {
+    s.shareIndices(0, {std::numeric_limits<int64_t>::max(), 1});
+    FAIL() << "shares summing past int64 were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "sampler: rank 1's share 1 takes the shares' sum past 2^63 - 1");
   }
   try {
     s.shareIndices(2, {5, 5});

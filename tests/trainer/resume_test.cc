@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <limits>
 
 #include "configs/parse.h"
 #include "data/sampler.h"
@@ -152,6 +153,61 @@ TEST(ResumeTest, AHugeSavedWorldAndAccumulationPlanMicroBatchesOfOne) {
   CheckpointState state = stateFor(e, 10, 0, 10 * 128, 0xffffffffu);
   state.grad_accumulation = 0xffffffffu;
   EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", false).grad_accumulation, 128);
+}
+
+// ceil(batch / the writer's world) was (batch + world - 1) / world, and the micro-batch bound
+// multiplied this world by the writer's largest micro-batch: both past int64 for a global batch
+// near 2^63 - 1 = 7^2 x 73 x 127 x 337 x 92737 x 649657. One worker after two needs at least 2
+// micro-batches of the writer's 2^62, and 7 is the first divisor of the batch from 2 on.
+TEST(ResumeTest, AGlobalBatchNearInt64PlansWithoutOverflow) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = std::numeric_limits<int64_t>::max();
+  const CheckpointState state = stateFor(e, 10, 0, 0, 2);
+  EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", false).grad_accumulation, 7);
+}
+
+// Found by tests/fuzz/checkpoint_state_fuzz.cc: batch_shares come from the file, and summing them
+// overflowed int64 (undefined behaviour). Shares past int64, or a negative one (which could make
+// the sum come out right), are refused by name, whatever the world size.
+TEST(ResumeTest, CorruptBatchSharesAreRefused) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = 64;
+  CheckpointState state = stateFor(e, 40, 1, 640, 2);
+  state.batch_shares = {557055, std::numeric_limits<int64_t>::max()};
+  EXPECT_EQ(errorOf([&] { planResume(e, 2, state, "/c/step-00000040", false); }),
+            "checkpoint /c/step-00000040: state.pb batch_shares[1] 9223372036854775807 takes the "
+            "shares' sum past 2^63 - 1; the file is corrupt: use --resume none to start over");
+  state.batch_shares = {-1, 65};
+  EXPECT_EQ(errorOf([&] { planResume(e, 2, state, "/c/step-00000040", false); }),
+            "checkpoint /c/step-00000040: state.pb batch_shares[0] -1 is negative; the file is "
+            "corrupt: use --resume none to start over");
+  EXPECT_EQ(errorOf([&] { planResume(e, 3, state, "/c/step-00000040", false); }),
+            "checkpoint /c/step-00000040: state.pb batch_shares[0] -1 is negative; the file is "
+            "corrupt: use --resume none to start over");
+}
+
+// The trainer counts in int64: a step, epoch or cursor of state.pb past 2^63 - 1 would come out
+// negative (a cursor of 2^64 - 64 even passed as a multiple of the batch, -64).
+TEST(ResumeTest, PositionsPastInt64AreRefused) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = 64;
+  const std::string message =
+      " is past the largest the trainer counts to (2^63 - 1); the file is "
+      "corrupt: use --resume none to start over";
+  CheckpointState state = stateFor(e, 40, 1, 640, 2);
+  state.step = uint64_t{1} << 63;
+  EXPECT_EQ(errorOf([&] { planResume(e, 2, state, "/c/s", false); }),
+            "checkpoint /c/s: state.pb step 9223372036854775808" + message);
+  state = stateFor(e, 40, 1, 640, 2);
+  state.epoch = std::numeric_limits<uint64_t>::max();
+  EXPECT_EQ(errorOf([&] { planResume(e, 2, state, "/c/s", false); }),
+            "checkpoint /c/s: state.pb epoch 18446744073709551615" + message);
+  state = stateFor(e, 40, 1, 0 - uint64_t{64}, 2);
+  EXPECT_EQ(errorOf([&] { planResume(e, 2, state, "/c/s", false); }),
+            "checkpoint /c/s: state.pb sampler_cursor 18446744073709551552" + message);
+  state.sampler_cursor = uint64_t{std::numeric_limits<int64_t>::max()} / 64 * 64;
+  EXPECT_EQ(planResume(e, 2, state, "/c/s", false).sampler.cursor,
+            std::numeric_limits<int64_t>::max() / 64 * 64);
 }
 
 TEST(ResumeTest, ConfigChangeIsRefusedNamingEveryKey) {
