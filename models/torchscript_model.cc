@@ -1,4 +1,5 @@
 // Models loaded from a torch.jit.save file ("torchscript:<path>").
+#include "base/regular_file.h"
 #include "models/builtin.h"
 
 #include <torch/script.h>
@@ -108,6 +109,10 @@ std::unique_ptr<Model> loadTorchScript(const std::string& path) {
   if (S_ISDIR(st.st_mode)) {
     throw std::invalid_argument("cannot load TorchScript model " + path +
                                 ": it is a directory, not a torch.jit.save file");
+  }
+  if (!S_ISREG(st.st_mode)) {  // torch::jit::load of a FIFO would block in open(2) forever
+    throw std::invalid_argument("cannot load TorchScript model " + path + ": it is " +
+                                base::fileKindOf(st.st_mode) + ", not a regular file");
   }
   torch::jit::Module module;
   try {

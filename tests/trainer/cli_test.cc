@@ -1,5 +1,6 @@
 // cumulus-train as a user runs it: exit codes and messages. No LibTorch in this file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,8 @@
 #include <string>
 
 #include "comm/store_server.h"
+#include "tests/trainer/process_runner.h"
+#include "tests/trainer/worker_commands.h"
 
 namespace {
 
@@ -84,6 +87,22 @@ TEST_F(CliTest, AMissingDatasetExitsTwoNamingTheDirectory) {
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_EQ(o.err.rfind("cumulus-train: error: ", 0), 0u) << o.err;
   EXPECT_NE(o.err.find("/nonexistent/fashion"), std::string::npos) << o.err;
+}
+
+// A FIFO as the data file: open(2) would wait for a writer forever (and a SIGTERM then looked like
+// a preemption, exit 75). It is refused at once, naming the path and what it is.
+TEST_F(CliTest, AFifoAsTheDataFileIsRefusedWithoutHanging) {
+  const std::string fifo = (dir_ / "tokens.npy").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const cumulus::testing::ProcessResult r = cumulus::testing::runProcess(
+      {cumulus::testing::kTrainBinary, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
+       "trainer.run_dir=" + (dir_ / "run").string(), "--set", "data.format=tokens", "--set",
+       "data.train=" + fifo, "--set", "data.test=" + fifo},
+      cumulus::testing::aloneEnv(), {}, /*timeout_s=*/60);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output,
+            "cumulus-train: error: data.train: " + fifo + ": is a FIFO, not a regular file\n");
 }
 
 TEST_F(CliTest, UsageErrorsExitTwo) {

@@ -259,7 +259,7 @@ TEST_F(UserModelsTest, BadInputFailsBeforeTrainingNamingTheFileAndTheReason) {
                 ": inputs.npy has 10 rows but targets.npy has 9; sample i is row i of both, so "
                 "their first dimensions must agree");
   EXPECT_EQ(setupError("regression.yaml", {"--set", "data.format=tokens"}),
-            "data.train: " + fixture("regression/train") + ": not a regular file");
+            "data.train: " + fixture("regression/train") + ": is a directory, not a regular file");
 }
 
 TEST_F(UserModelsTest, TokenIdsTheModelCannotTakeAndShortStreamsFailBeforeTraining) {
