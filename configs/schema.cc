@@ -201,7 +201,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(trainer, seed), 0, anyValue(), "seeds initialization, shuffling and dropout, with (epoch, step, rank)"));
   t.push_back(row(KEY(trainer, grad_clip_norm), 0.0, atLeast(0), "> 0: clip the global gradient norm to this; 0: off"));
   t.push_back(row(KEY(trainer, grad_accumulation), 1, atLeast(1), "micro-batches per optimizer step; divides `global_batch_size`"));
-  t.push_back(row(KEY(trainer, threads), 0, atLeast(0), "intra-op threads per worker; 0: cores / local workers"));
+  t.push_back(row(KEY(trainer, threads), 0, atLeast(0), "intra-op threads per worker, at most the cores this process may use; 0: cores / local workers"));
   t.push_back(row(KEY(trainer, run_dir), "runs/default", formatted(checkNonEmpty, "a non-empty path"), "directory for logs, config.yaml and, by default, checkpoints"));
   t.push_back(row(KEY(trainer, log_every_steps), 50, atLeast(1), "log loss and throughput every this many steps"));
   t.push_back(row(KEY(trainer, log_all_ranks), false, anyValue(), "print progress, evaluations and the summary from every worker; false: rank 0 alone (every rank still prints its warnings)"));

@@ -1,5 +1,6 @@
 // cumulus-train as a user runs it: exit codes and messages. No LibTorch in this file.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -103,6 +104,18 @@ TEST_F(CliTest, AFifoAsTheDataFileIsRefusedWithoutHanging) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(r.output,
             "cumulus-train: error: data.train: " + fifo + ": is a FIFO, not a regular file\n");
+}
+
+TEST_F(CliTest, MoreThreadsThanCoresExitsTwoNamingTheKey) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const std::string cores = std::to_string(CPU_COUNT(&set));
+  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.threads=1000000");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err, "cumulus-train: error: trainer.threads: 1000000 is more than the " + cores +
+                       " cores this process may use (its CPU affinity); set at most " + cores +
+                       ", or 0 for cores / local workers\n");
 }
 
 TEST_F(CliTest, UsageErrorsExitTwo) {
