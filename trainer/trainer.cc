@@ -26,6 +26,7 @@
 #include "trainer/rank_reduce.h"
 #include "trainer/resume.h"
 #include "trainer/startup_profile.h"
+#include "trainer/step_count.h"
 #include "trainer/trace.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
@@ -171,11 +172,8 @@ void Trainer::Impl::build() {
                                  std::make_shared<SamplerBatchSource>(
                                      data.train, std::move(sampler), env_.rank, env_.world_size),
                                  "batches");
-  total_steps_ = std::max<int64_t>(0, t.epochs) * batches_->stepsPerEpoch();
-  if (t.max_steps > 0) total_steps_ = std::min(total_steps_, t.max_steps);
-  if (total_steps_ <= 0) {
-    throw std::invalid_argument("trainer.epochs / trainer.max_steps: the run has no steps");
-  }
+  total_steps_ =
+      plannedSteps(t.epochs, batches_->stepsPerEpoch(), t.max_steps, t.global_batch_size);
   loss_ = std::make_shared<const Loss>(Loss::named(config_.loss.name));
   buildModel(*data.train);
   checkTokenIds(data);

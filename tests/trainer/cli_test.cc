@@ -118,6 +118,17 @@ TEST_F(CliTest, MoreThreadsThanCoresExitsTwoNamingTheKey) {
                        ", or 0 for cores / local workers\n");
 }
 
+// 2^59 + 1 epochs of 16 steps is 2^63 + 16 steps: it used to wrap around and train 16 steps.
+TEST_F(CliTest, AnEpochCountWhoseStepsOverflowExitsTwo) {
+  const Outcome o =
+      run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.epochs=576460752303423489");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: trainer.epochs: 576460752303423489 epochs of 16 steps is more "
+            "steps than a 64-bit count holds; lower trainer.epochs or set trainer.max_steps\n");
+  EXPECT_EQ(o.out, "");
+}
+
 TEST_F(CliTest, UsageErrorsExitTwo) {
   Outcome o = run("");
   EXPECT_EQ(o.exit_code, 2);
