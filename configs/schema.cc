@@ -202,6 +202,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(trainer, grad_clip_norm), 0.0, atLeast(0), "> 0: clip the global gradient norm to this; 0: off"));
   t.push_back(row(KEY(trainer, grad_accumulation), 1, atLeast(1), "micro-batches per optimizer step; divides `global_batch_size`"));
   t.push_back(row(KEY(trainer, threads), 0, atLeast(0), "intra-op threads per worker, at most the cores this process may use; 0: cores / local workers"));
+  t.push_back(row(KEY(trainer, step_timeout_seconds), 0.0, atLeast(0), "a step that makes no progress for this many seconds in one phase (data, forward, backward, sync, optimizer) stops the job with exit 2, naming the rank, step and phase; evaluation and checkpoints are not timed. 0: automatic, max(300, 10 x the median duration of the latest 100 steps after the first 5 of each launch), 300 until then"));
   t.push_back(row(KEY(trainer, run_dir), "runs/default", formatted(checkNonEmpty, "a non-empty path"), "directory for logs, config.yaml and, by default, checkpoints"));
   t.push_back(row(KEY(trainer, log_every_steps), 50, atLeast(1), "log loss and throughput every this many steps"));
   t.push_back(row(KEY(trainer, log_all_ranks), false, anyValue(), "print progress, evaluations and the summary from every worker; false: rank 0 alone (every rank still prints its warnings)"));

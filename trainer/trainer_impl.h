@@ -13,6 +13,7 @@
 
 #include "configs/experiment.h"
 #include "cumulus/checkpoint.h"
+#include "cumulus/step_watchdog.h"
 #include "data/examples.h"
 #include "models/model.h"
 #include "trainer/balance.h"
@@ -88,6 +89,11 @@ class Trainer::Impl {
   // Step `step` and the boundary after it.
   Boundary stepAndBoundary(int64_t step, double loop_start, Evaluation& eval, RunResult& result);
   StepOutcome trainStep(int64_t step);
+  // The step watchdog (trainer.step_timeout_seconds), from the first step to the end of run().
+  void startWatchdog();
+  void markPhase(StepPhase phase) {
+    if (watchdog_) watchdog_->mark(phase);
+  }
   double forwardBackward(const StepBatch& batch);
   void optimizerStep(int64_t step);
   void recordStep(int64_t step, const StepOutcome& outcome, double lr, double loop_start);
@@ -206,6 +212,7 @@ class Trainer::Impl {
   std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
   std::vector<int64_t> shares_;  // of the global batch, in force for the next step; empty: equal
   RateMeter compute_rate_;       // this rank's samples per second of compute (balance auto)
+  std::unique_ptr<StepWatchdog> watchdog_;  // during run(), unless options_.step_watchdog is off
   bool ran_ = false;
 };
 

@@ -9,6 +9,7 @@
 //   cumulus/checkpoint.h     Checkpoints: atomic, verified, newest valid found by scan
 //   cumulus/checkpoint_state.h  a checkpoint's state.pb as plain fields (no LibTorch)
 //   cumulus/preemption.h     PreemptionWatcher: "stop after this step?", agreed by all ranks
+//   cumulus/step_watchdog.h  StepWatchdog: a step that makes no progress ends the process
 //
 // Link with Cumulus::cumulus (CMake: find_package(Cumulus REQUIRED)) or `pkg-config cumulus`.
 
@@ -19,4 +20,5 @@
 #include "cumulus/preemption.h"
 #include "cumulus/process_group.h"
 #include "cumulus/sampler.h"
+#include "cumulus/step_watchdog.h"
 #include "cumulus/version.h"

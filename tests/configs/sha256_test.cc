@@ -19,9 +19,10 @@ TEST(DigestTest, SameExperimentSameDigestHoweverWritten) {
   EXPECT_NE(configDigest(a), configDigest(c));
   // Pinned (the same as `cumulus-config defaults | sha256sum`): a change to toYaml's output or
   // to a default changes every digest, so it must be deliberate; checkpoints record digests.
-  // (Last changed by the new keys comm.compression and trainer.balance*; resume compares keys, not this digest.)
+  // (Last changed by the new key trainer.step_timeout_seconds; resume compares keys, not this
+  // digest.)
   EXPECT_EQ(configDigest(Experiment{}),
-            "be93947d9d523ea0d52d1cd5777afdce06b2f088648728d2ee1368090837f15a");
+            "3578f1279f58173061956b6a645f9816b38d562b4602ed1e133423a17d006615");
 }
 
 TEST(DigestTest, DiffKeysListsChangedKeysInSchemaOrder) {

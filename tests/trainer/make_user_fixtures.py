@@ -13,6 +13,8 @@ Everything is seeded, so two runs write the same bytes. Writes into OUT_DIR:
   tiny_lm.pt        Embedding 256 x 32 -> Linear 32 -> 256, forward(x [B, T]) -> [B, T, 256]
   small_vocab.pt    the same with 200 token ids
   narrow_lm.pt      Embedding 256 -> Linear 32 -> 200: embeds every byte, scores 200 ids
+  hangs_in_training.pt  linear.pt whose forward loops forever in training mode (the start-up
+                    dry run, in evaluation mode, passes)
   regression/{train,test}/{inputs,targets}.npy   float32 [N, 13] and [N, 1]
   flat_targets/{inputs,targets}.npy              targets [N]: do not match [N, 1] outputs
   bad_rows/{inputs,targets}.npy                  10 inputs, 9 targets
@@ -54,6 +56,20 @@ class VectorLoss(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return ((self.fc(x) - y) ** 2).mean(1)
+
+
+class HangsInTraining(torch.nn.Module):
+    """A model whose forward never returns once training starts."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(13, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        turns = 0
+        while self.training and turns >= 0:
+            turns = turns + 1
+        return self.fc(x)
 
 
 class TinyLm(torch.nn.Module):
@@ -102,6 +118,7 @@ def main():
     save_module(lambda: TinyLm(256, 256), out, "tiny_lm.pt")
     save_module(lambda: TinyLm(200, 200), out, "small_vocab.pt")
     save_module(lambda: TinyLm(256, 200), out, "narrow_lm.pt")
+    save_module(HangsInTraining, out, "hangs_in_training.pt")
 
     generator = numpy.random.default_rng(7)
     weights = generator.standard_normal((13, 1))

@@ -262,6 +262,24 @@ TEST_F(UserModelsTest, BadInputFailsBeforeTrainingNamingTheFileAndTheReason) {
             "data.train: " + fixture("regression/train") + ": is a directory, not a regular file");
 }
 
+// A model that loops forever in forward (in training mode: the start-up dry run passes) would hang
+// the job forever: the step watchdog ends the worker with exit 2, naming the rank, the step and
+// the phase. The watchdog's own thread prints the line: the stuck thread never returns.
+TEST_F(UserModelsTest, AModelThatHangsInForwardIsStoppedByTheStepWatchdog) {
+  const ProcessResult r = runProcess(
+      train("regression.yaml", "hang",
+            {"--set", "model.name=torchscript:" + fixture("hangs_in_training.pt"), "--set",
+             "trainer.step_timeout_seconds=2"}),
+      kAlone, {}, /*timeout_s=*/60);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(lastAfter(r.output, "cumulus-train: error: "),
+            "rank 0: step 1 made no progress in forward for 2 s (trainer.step_timeout_seconds); "
+            "a step that hangs hangs again when retried, so the job stops: look for an endless "
+            "loop or a blocking call in forward, or raise trainer.step_timeout_seconds");
+  EXPECT_EQ(r.output.find("first step"), std::string::npos) << r.output;
+}
+
 TEST_F(UserModelsTest, TokenIdsTheModelCannotTakeAndShortStreamsFailBeforeTraining) {
   EXPECT_EQ(setupError("lm.yaml", {"--set", "model.name=torchscript:" + fixture("small_vocab.pt"),
                                    "--set", "data.train=" + fixture("wide.npy")}),
