@@ -221,6 +221,7 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   spec.num_classes = config_.model.num_classes;
   torch::manual_seed(config_.trainer.seed);  // the initial parameters are a function of the seed
   model_ = models::makeModel(spec);
+  checkTrainable();
   checkModelFitsData(train);
   model_->train(true);
   params_ = model_->parameters();
@@ -232,6 +233,20 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   flat_->zeroGrads();
   optimizer_ = makeFlatOptimizer(config_.optimizer, flat_);
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, config_.optimizer.lr, total_steps_);
+}
+
+// LibTorch's own complaint comes only at the first backward, and says nothing of the model.
+void Trainer::Impl::checkTrainable() {
+  const std::vector<torch::Tensor> params = model_->parameters();
+  const bool any = std::any_of(params.begin(), params.end(),
+                               [](const torch::Tensor& p) { return p.requires_grad(); });
+  if (any) return;
+  throw SetupError("model " + config_.model.name + " has no trainable parameters (" +
+                   (params.empty() ? std::string("it has none")
+                                   : std::to_string(params.size()) +
+                                         " parameter tensors, none with requires_grad") +
+                   "): there is nothing to train; give the module at least one "
+                   "torch.nn.Parameter that requires a gradient");
 }
 
 // The start-up dry run: one training sample through the model and the loss, so that a model, data

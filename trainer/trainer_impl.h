@@ -69,6 +69,7 @@ class Trainer::Impl {
   void build();
   void checkBatchSizes() const;
   void buildModel(const data::Examples& train);
+  void checkTrainable();
   void checkModelFitsData(const data::Examples& train);
   void tryOneBatch(const data::Batch& batch, const std::string& source);
   void checkTokenIds(const Datasets& data);

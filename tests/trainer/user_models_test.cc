@@ -266,11 +266,11 @@ TEST_F(UserModelsTest, BadInputFailsBeforeTrainingNamingTheFileAndTheReason) {
 // the job forever: the step watchdog ends the worker with exit 2, naming the rank, the step and
 // the phase. The watchdog's own thread prints the line: the stuck thread never returns.
 TEST_F(UserModelsTest, AModelThatHangsInForwardIsStoppedByTheStepWatchdog) {
-  const ProcessResult r = runProcess(
-      train("regression.yaml", "hang",
-            {"--set", "model.name=torchscript:" + fixture("hangs_in_training.pt"), "--set",
-             "trainer.step_timeout_seconds=2"}),
-      kAlone, {}, /*timeout_s=*/60);
+  const ProcessResult r =
+      runProcess(train("regression.yaml", "hang",
+                       {"--set", "model.name=torchscript:" + fixture("hangs_in_training.pt"),
+                        "--set", "trainer.step_timeout_seconds=2"}),
+                 kAlone, {}, /*timeout_s=*/60);
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(lastAfter(r.output, "cumulus-train: error: "),
@@ -278,6 +278,28 @@ TEST_F(UserModelsTest, AModelThatHangsInForwardIsStoppedByTheStepWatchdog) {
             "a step that hangs hangs again when retried, so the job stops: look for an endless "
             "loop or a blocking call in forward, or raise trainer.step_timeout_seconds");
   EXPECT_EQ(r.output.find("first step"), std::string::npos) << r.output;
+}
+
+TEST_F(UserModelsTest, AStateDictOrAModelWithNothingToTrainIsRefusedSayingWhatToDo) {
+  for (const char* saved : {"state_dict.pt", "state_dict_legacy.pt"}) {
+    EXPECT_EQ(setupError("regression.yaml", {"--set", "model.name=torchscript:" + fixture(saved)}),
+              "cannot load TorchScript model " + fixture(saved) +
+                  ": it looks like a torch.save file (a state dict or a pickled model), not a "
+                  "TorchScript module; in Python, export the model with torch.jit.script(model) "
+                  "or torch.jit.trace(model, example_inputs), then call .save(path) on the result");
+  }
+  const std::string none = "torchscript:" + fixture("no_parameters.pt");
+  EXPECT_EQ(setupError("regression.yaml", {"--set", "model.name=" + none}),
+            "model " + none +
+                " has no trainable parameters (it has none): there is nothing to train; give the "
+                "module at least one torch.nn.Parameter that requires a gradient");
+}
+
+TEST_F(UserModelsTest, AnEmptyTrainingSetIsRefusedNamingItsFiles) {
+  EXPECT_EQ(setupError("regression.yaml", {"--set", "data.train=" + fixture("empty")}),
+            "data.train: " + fixture("empty") +
+                " (npy: inputs float32 [0, 13], targets float32 [0, 1]) holds no samples; "
+                "training needs at least one");
 }
 
 TEST_F(UserModelsTest, TokenIdsTheModelCannotTakeAndShortStreamsFailBeforeTraining) {
