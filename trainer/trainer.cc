@@ -164,6 +164,7 @@ void Trainer::Impl::build() {
   const bool cache = config_.data.cache && options_.write_outputs;
   const Datasets data = loadDatasets(config_.data, t.seed, cache ? t.run_dir + "/cache" : "");
   train_source_ = data.train_source;
+  data_lines_ = {"train data: " + data.train->describe(), "test data: " + data.test->describe()};
   test_data_ = data.test;
   startupMark("data");
   DistributedSampler sampler(data.train->size(), t.global_batch_size, t.seed, config_.data.shuffle,

@@ -201,6 +201,7 @@ class Trainer::Impl {
   uint64_t samples_seen_ = 0;              // global samples consumed so far
   std::vector<std::string> resume_notes_;  // what the resume found, for the recorder
   std::string train_source_;               // Datasets::train_source, for the dry run's messages
+  std::vector<std::string> data_lines_;    // "train data: ...", "test data: ..." (describe())
   std::shared_ptr<const data::Examples> test_data_;  // for the evaluator, rebuilt on re-forming
   int64_t steps_done_ = 0;                           // optimizer steps this rank's state has taken
   bool has_state_ = true;             // false for a joiner until a peer sent it the state

@@ -52,8 +52,11 @@ RunResult Trainer::Impl::run() {
     return RunResult{};
   }
   if (writes()) prepareRunDir();
-  recorder_->begin(RunStart{model_->summary(), resume_notes_, start_step_, total_steps_,
-                            batches_->stepsPerEpoch()});
+  // What the run reads comes right after the model line, then what the resume found.
+  std::vector<std::string> notes = data_lines_;
+  notes.insert(notes.end(), resume_notes_.begin(), resume_notes_.end());
+  recorder_->begin(
+      RunStart{model_->summary(), notes, start_step_, total_steps_, batches_->stepsPerEpoch()});
   recordShares("start", start_step_);
   stop_->start();
   startWatchdog();

@@ -302,6 +302,21 @@ TEST_F(UserModelsTest, AnEmptyTrainingSetIsRefusedNamingItsFiles) {
                 "training needs at least one");
 }
 
+// docs/data.md: the run prints what it read after the model line (with " (stored as float64)"
+// where a file stores another width: npy_examples_test.cc).
+TEST_F(UserModelsTest, TheRunPrintsWhatItRead) {
+  const ProcessResult r =
+      runProcess(train("regression.yaml", "run", {"--set", "trainer.max_steps=1"}), kAlone);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("\ntrain data: " + fixture("regression/train") +
+                    " (npy: inputs float32 [512, 13], targets float32 [512, 1])\ntest data: " +
+                    fixture("regression/test") +
+                    " (npy: inputs float32 [128, 13], targets float32 [128, 1])\n"),
+      std::string::npos)
+      << r.output;
+}
+
 TEST_F(UserModelsTest, TokenIdsTheModelCannotTakeAndShortStreamsFailBeforeTraining) {
   EXPECT_EQ(setupError("lm.yaml", {"--set", "model.name=torchscript:" + fixture("small_vocab.pt"),
                                    "--set", "data.train=" + fixture("wide.npy")}),
