@@ -71,6 +71,9 @@ struct TrainerConfig {
   double grad_clip_norm = 0.0;    // > 0: clip the global gradient norm
   int64_t grad_accumulation = 1;  // micro-batches per optimizer step
   int64_t threads = 0;            // intra-op threads; 0 = cores / local workers
+  // A step phase with no progress for this long ends the job (exit 2); 0: automatic,
+  // max(300 s, 10 x the median step) (<cumulus/step_watchdog.h>).
+  double step_timeout_seconds = 0.0;
   std::string run_dir = "runs/default";
   int64_t log_every_steps = 50;
   bool log_all_ranks = false;  // progress and summaries from every worker, not rank 0 alone
@@ -155,8 +158,9 @@ inline auto tieFields(const ScheduleConfig& c) {
 }
 inline auto tieFields(const TrainerConfig& c) {
   return std::tie(c.global_batch_size, c.epochs, c.max_steps, c.seed, c.grad_clip_norm,
-                  c.grad_accumulation, c.threads, c.run_dir, c.log_every_steps, c.log_all_ranks,
-                  c.balance, c.balance_every_steps, c.balance_shares);
+                  c.grad_accumulation, c.threads, c.step_timeout_seconds, c.run_dir,
+                  c.log_every_steps, c.log_all_ranks, c.balance, c.balance_every_steps,
+                  c.balance_shares);
 }
 inline auto tieFields(const EvalConfig& c) { return std::tie(c.every_steps, c.batch_size); }
 inline auto tieFields(const CheckpointConfig& c) {

@@ -160,17 +160,17 @@ std::vector<KeySpec> buildSchema() {
   // clang-format off
   t.push_back(row(TOP_KEY(name), "experiment", required(formatted(checkRunName, "a run name of letters, digits, '.', '_' and '-' (at most 128)")), "names the run in logs, checkpoints and the run directory"));
 
-  t.push_back(row(KEY(model, name), "mlp", oneOf({"mlp", "convnet"}, "torchscript:"), "architecture; `torchscript:<file>` loads a torch.jit.save file"));
+  t.push_back(row(KEY(model, name), "mlp", oneOf({"mlp", "convnet"}, "torchscript:"), "architecture; `torchscript:<file>` loads a torch.jit.save file (relative paths: from the working directory)"));
   t.push_back(row(KEY(model, hidden), {256, 128, 100}, atLeast(1), "mlp: hidden layer widths, from input to output"));
   t.push_back(row(KEY(model, dropout), 0.0, between(0, false, 1, true), "mlp: dropout probability after each hidden layer"));
   t.push_back(row(KEY(model, num_classes), 10, atLeast(1), "mlp, convnet: output width (classes); a TorchScript model has its own"));
 
   t.push_back(row(KEY(data, format), "idx", oneOf({"idx", "npy", "tokens"}), "idx: `data.dataset`; npy: `inputs.npy` and `targets.npy` in `data.train` and `data.test`; tokens: 1-D .npy token-id files `data.train` and `data.test`"));
-  t.push_back(row(KEY(data, train), "", anyValue(), "npy: directory of the training samples; tokens: the training token file (numpy.save of a 1-D integer array)"));
-  t.push_back(row(KEY(data, test), "", anyValue(), "npy: directory of the test samples; tokens: the test token file"));
+  t.push_back(row(KEY(data, train), "", anyValue(), "npy: directory of the training samples; tokens: the training token file (numpy.save of a 1-D integer array) (relative paths: from the working directory)"));
+  t.push_back(row(KEY(data, test), "", anyValue(), "npy: directory of the test samples; tokens: the test token file (relative paths: from the working directory)"));
   t.push_back(row(KEY(data, seq_len), 128, atLeast(1), "tokens: tokens per sample; inputs are `seq_len` consecutive tokens, targets the same shifted by one"));
   t.push_back(row(KEY(data, dataset), "fashion-mnist", oneOf({"fashion-mnist", "mnist", "synthetic"}), "idx: IDX files in `data.dir` (gzip or raw), or generated samples"));
-  t.push_back(row(KEY(data, dir), "/usr/share/datasets/fashion-mnist", anyValue(), "idx: directory of the IDX files; unused for synthetic"));
+  t.push_back(row(KEY(data, dir), "/usr/share/datasets/fashion-mnist", anyValue(), "idx: directory of the IDX files; unused for synthetic (relative paths: from the working directory)"));
   t.push_back(row(KEY(data, normalize), true, anyValue(), "idx: subtract the train-set mean and divide by its standard deviation"));
   t.push_back(row(KEY(data, shuffle), true, anyValue(), "permute the samples each epoch, from (seed, epoch)"));
   t.push_back(row(KEY(data, drop_last), true, anyValue(), "drop the last incomplete global batch of each epoch"));
@@ -201,8 +201,9 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(trainer, seed), 0, anyValue(), "seeds initialization, shuffling and dropout, with (epoch, step, rank)"));
   t.push_back(row(KEY(trainer, grad_clip_norm), 0.0, atLeast(0), "> 0: clip the global gradient norm to this; 0: off"));
   t.push_back(row(KEY(trainer, grad_accumulation), 1, atLeast(1), "micro-batches per optimizer step; divides `global_batch_size`"));
-  t.push_back(row(KEY(trainer, threads), 0, atLeast(0), "intra-op threads per worker; 0: cores / local workers"));
-  t.push_back(row(KEY(trainer, run_dir), "runs/default", formatted(checkNonEmpty, "a non-empty path"), "directory for logs, config.yaml and, by default, checkpoints"));
+  t.push_back(row(KEY(trainer, threads), 0, atLeast(0), "intra-op threads per worker, at most the cores this process may use; 0: cores / local workers"));
+  t.push_back(row(KEY(trainer, step_timeout_seconds), 0.0, atLeast(0), "a step that makes no progress for this many seconds in one phase (data, forward, backward, sync, optimizer) stops the job with exit 2, naming the rank, step and phase; evaluation and checkpoints are not timed. 0: automatic, max(300, 10 x the median duration of the latest 100 steps after the first 5 of each launch), 300 until then"));
+  t.push_back(row(KEY(trainer, run_dir), "runs/default", formatted(checkNonEmpty, "a non-empty path"), "directory for logs, config.yaml and, by default, checkpoints (relative paths: from the working directory)"));
   t.push_back(row(KEY(trainer, log_every_steps), 50, atLeast(1), "log loss and throughput every this many steps"));
   t.push_back(row(KEY(trainer, log_all_ranks), false, anyValue(), "print progress, evaluations and the summary from every worker; false: rank 0 alone (every rank still prints its warnings)"));
   t.push_back(row(KEY(trainer, balance), "off", oneOf({"off", "auto", "fixed"}), "ranks' shares of the global batch: off: equal; auto: in proportion to each rank's measured compute rate, so a slow worker takes fewer samples (the same global batch, the same math; which rank takes which sample then depends on timing, so bit-identical reruns need off or fixed); fixed: `balance_shares`"));
@@ -212,7 +213,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(eval, every_steps), 0, atLeast(0), "evaluate every this many steps; 0: at the end of each epoch only"));
   t.push_back(row(KEY(eval, batch_size), 1000, atLeast(1), "evaluation batch size per worker"));
 
-  t.push_back(row(KEY(checkpoint, dir), "", anyValue(), "checkpoint directory; empty: `<run_dir>/checkpoints`"));
+  t.push_back(row(KEY(checkpoint, dir), "", anyValue(), "checkpoint directory; empty: `<run_dir>/checkpoints` (relative paths: from the working directory)"));
   t.push_back(row(KEY(checkpoint, every_steps), 0, atLeast(0), "checkpoint every this many steps; 0: off"));
   t.push_back(row(KEY(checkpoint, every_seconds), 0.0, atLeast(0), "checkpoint when this many seconds have passed since the last; 0: off"));
   t.push_back(row(KEY(checkpoint, keep), 3, atLeast(1), "how many of the newest checkpoints to keep"));
@@ -223,7 +224,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(comm, bucket_cap_mb), 25.0, above(0), "gradient bucket size cap, MiB"));
   t.push_back(row(KEY(comm, first_bucket_mb), 1.0, above(0), "size cap of the first bucket, MiB (at most `bucket_cap_mb`)"));
   t.push_back(row(KEY(comm, timeout_seconds), 60.0, above(0), "a collective not done by then fails, naming the peer"));
-  t.push_back(row(KEY(comm, cost_model), "", anyValue(), "calibration file from `cumulus-bench calibrate`; empty: built-in"));
+  t.push_back(row(KEY(comm, cost_model), "", anyValue(), "calibration file from `cumulus-bench calibrate`; empty: built-in (relative paths: from the working directory)"));
   t.push_back(row(KEY(comm, compression), "none", oneOf({"none", "bf16"}), "gradient buckets on the wire: none sends float32; bf16 sends bfloat16 (half the bytes), each rank keeping its rounding error and adding it to the next step's gradient (error feedback). For slow links (1 Gbit/s and below), where the all-reduce dominates the step"));
 
   t.push_back(row(KEY(launch, nproc_per_node), 2, atLeast(1), "workers per node"));

@@ -1,5 +1,6 @@
 // IDX reading (gzip or raw) and the MNIST-layout loader.
 #include "base/fd.h"
+#include "base/regular_file.h"
 #include "data/dataset.h"
 #include "data/idx_format.h"
 
@@ -29,21 +30,22 @@ namespace {
 
 using Bytes = IdxBytes;
 
+bool readFully(int fd, void* out, size_t n);
+
 Bytes readWholeFile(const std::string& path) {
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  std::string problem;
+  const base::Fd fd = base::openRegularFile(path, problem);  // a FIFO must not block the start
+  if (!fd.valid()) fail(path, problem);
   struct stat st {};
-  if (fstat(fileno(f.get()), &st) != 0) {
-    fail(path, std::string("cannot stat: ") + std::strerror(errno));
-  }
-  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
+  if (fstat(fd.get(), &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
   if (static_cast<uint64_t>(st.st_size) > kMaxIdxBytes) {
     fail(path, "file is larger than the 4 GiB limit");
   }
   Bytes bytes;
   bytes.resize(static_cast<size_t>(st.st_size));
-  if (bytes.size() > 0 && std::fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) {
-    fail(path, std::string("read error: ") + std::strerror(errno));
+  errno = 0;
+  if (!readFully(fd.get(), bytes.data(), bytes.size())) {
+    fail(path, std::string("read error: ") + (errno != 0 ? std::strerror(errno) : "file shrank"));
   }
   return bytes;
 }
@@ -151,7 +153,8 @@ bool writeFully(int fd, const void* from, size_t size) {
 
 // The cached bytes of `source`, if a fresh and intact entry exists.
 bool readCache(const std::string& cache_path, const struct stat& source, Bytes& out) {
-  const base::Fd owner(::open(cache_path.c_str(), O_RDONLY | O_CLOEXEC));
+  std::string problem;  // no cache entry, or not a file: the entry is rebuilt
+  const base::Fd owner = base::openRegularFile(cache_path, problem);
   if (!owner.valid()) return false;
   const int fd = owner.get();
   struct stat st {};

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "base/fd.h"
+#include "base/regular_file.h"
 
 namespace cumulus::data {
 namespace {
@@ -108,14 +109,11 @@ NpyArray::NpyArray(NpyArray&& other) noexcept = default;
 NpyArray& NpyArray::operator=(NpyArray&& other) noexcept = default;
 
 NpyArray NpyArray::open(const std::string& path) {
-  base::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    if (errno == ENOENT) fail(path, "not found");
-    fail(path, std::string("cannot open: ") + std::strerror(errno));
-  }
+  std::string problem;
+  base::Fd fd = base::openRegularFile(path, problem);  // a FIFO must not block the start
+  if (!fd.valid()) fail(path, problem);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
   auto mapping = std::make_unique<Mapping>();
   mapping->path = path;
   const auto size = static_cast<size_t>(st.st_size);

@@ -1,4 +1,5 @@
 // Models loaded from a torch.jit.save file ("torchscript:<path>").
+#include "base/regular_file.h"
 #include "models/builtin.h"
 
 #include <torch/script.h>
@@ -8,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -100,6 +103,37 @@ class TorchScriptModel : public Model {
   std::string path_;
 };
 
+// Whether `path`, which LibTorch would not load, looks like a torch.save file: a whole zip archive
+// (it ends with an end-of-central-directory record; a TorchScript file is one too, but it would
+// have loaded, and a cut one has no such record) or a pickle (torch.save's legacy format).
+bool looksLikeTorchSave(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const std::streamoff size = in.tellg();
+  if (!in || size < 4) return false;
+  char head[4] = {};
+  in.seekg(0);
+  in.read(head, sizeof head);
+  if (static_cast<unsigned char>(head[0]) == 0x80 && head[1] >= 2 && head[1] <= 5) return true;
+  if (std::memcmp(head, "PK\x03\x04", 4) != 0) return false;
+  // The record is in the last 22 bytes plus at most a 64 KiB comment.
+  const std::streamoff tail = std::min<std::streamoff>(size, 22 + 65535);
+  std::string bytes(static_cast<size_t>(tail), '\0');
+  in.seekg(size - tail);
+  in.read(bytes.data(), tail);
+  return bytes.find(std::string("PK\x05\x06", 4)) != std::string::npos;
+}
+
+[[noreturn]] void failToLoad(const std::string& path, const std::string& reason) {
+  if (looksLikeTorchSave(path)) {
+    throw std::invalid_argument(
+        "cannot load TorchScript model " + path +
+        ": it looks like a torch.save file (a state dict or a pickled model), not a TorchScript "
+        "module; in Python, export the model with torch.jit.script(model) or "
+        "torch.jit.trace(model, example_inputs), then call .save(path) on the result");
+  }
+  throw std::invalid_argument("cannot load TorchScript model " + path + ": " + reason);
+}
+
 }  // namespace
 
 std::unique_ptr<Model> loadTorchScript(const std::string& path) {
@@ -113,15 +147,17 @@ std::unique_ptr<Model> loadTorchScript(const std::string& path) {
     throw std::invalid_argument("cannot load TorchScript model " + path +
                                 ": it is a directory, not a torch.jit.save file");
   }
+  if (!S_ISREG(st.st_mode)) {  // torch::jit::load of a FIFO would block in open(2) forever
+    throw std::invalid_argument("cannot load TorchScript model " + path + ": it is " +
+                                base::fileKindOf(st.st_mode) + ", not a regular file");
+  }
   torch::jit::Module module;
   try {
     module = torch::jit::load(path, torch::kCPU);
   } catch (const c10::Error& e) {
-    throw std::invalid_argument("cannot load TorchScript model " + path + ": " +
-                                reasonOf(e.what_without_backtrace()));
+    failToLoad(path, reasonOf(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    throw std::invalid_argument("cannot load TorchScript model " + path + ": " +
-                                reasonOf(e.what()));
+    failToLoad(path, reasonOf(e.what()));
   }
   if (!module.find_method("forward")) {
     throw std::invalid_argument("cannot load TorchScript model " + path +

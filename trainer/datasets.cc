@@ -62,11 +62,8 @@ auto underKey(const std::string& key, Open&& open) -> decltype(open()) {
   }
 }
 
-}  // namespace
-
-Datasets loadDatasets(const configs::DataConfig& config, uint64_t seed,
-                      const std::string& cache_dir) {
-  if (config.format == "idx") return loadIdx(config, seed, cache_dir);
+// data.format npy or tokens.
+Datasets loadFiles(const configs::DataConfig& config) {
   Datasets d;
   d.train_source = config.train;
   d.test_source = config.test;
@@ -84,6 +81,22 @@ Datasets loadDatasets(const configs::DataConfig& config, uint64_t seed,
     throw std::invalid_argument("data.format: unknown format \"" + config.format +
                                 "\" (known: idx, npy, tokens)");
   }
+  return d;
+}
+
+// A sampler over no samples would fail without naming the files: name them here.
+void checkHasSamples(const data::Examples& examples, const std::string& key) {
+  if (examples.size() > 0) return;
+  throw data::DataError(key + ": " + examples.describe() +
+                        " holds no samples; training needs at least one");
+}
+
+}  // namespace
+
+Datasets loadDatasets(const configs::DataConfig& config, uint64_t seed,
+                      const std::string& cache_dir) {
+  Datasets d = config.format == "idx" ? loadIdx(config, seed, cache_dir) : loadFiles(config);
+  checkHasSamples(*d.train, config.format == "idx" ? "data.dir" : "data.train");
   return d;
 }
 

@@ -7,7 +7,8 @@
 //           memory-mapped (data/npy.h openNpyExamples).
 //   tokens  data.train and data.test are 1-D token-id .npy files, read as windows of
 //           data.seq_len + 1 tokens (data/npy.h TokenExamples).
-// Errors: a file that is missing or invalid, or a token stream shorter than one window, throws
+// Errors: a file that is missing or invalid, a training split with no samples (its key and
+// describe() in the text), or a token stream shorter than one window, throws
 // data::DataError whose text starts with the key ("data.test: ...") for npy and tokens and names
 // the file; an unknown format or dataset throws std::invalid_argument naming the key. Blocks on
 // file I/O (a local disk).

@@ -26,6 +26,7 @@
 #include "trainer/rank_reduce.h"
 #include "trainer/resume.h"
 #include "trainer/startup_profile.h"
+#include "trainer/step_count.h"
 #include "trainer/trace.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
@@ -168,6 +169,7 @@ void Trainer::Impl::build() {
   const bool cache = config_.data.cache && options_.write_outputs;
   const Datasets data = loadDatasets(config_.data, t.seed, cache ? t.run_dir + "/cache" : "");
   train_source_ = data.train_source;
+  data_lines_ = {"train data: " + data.train->describe(), "test data: " + data.test->describe()};
   test_data_ = data.test;
   startupMark("data");
   DistributedSampler sampler(data.train->size(), t.global_batch_size, t.seed, config_.data.shuffle,
@@ -176,11 +178,8 @@ void Trainer::Impl::build() {
                                  std::make_shared<SamplerBatchSource>(
                                      data.train, std::move(sampler), env_.rank, env_.world_size),
                                  "batches");
-  total_steps_ = std::max<int64_t>(0, t.epochs) * batches_->stepsPerEpoch();
-  if (t.max_steps > 0) total_steps_ = std::min(total_steps_, t.max_steps);
-  if (total_steps_ <= 0) {
-    throw std::invalid_argument("trainer.epochs / trainer.max_steps: the run has no steps");
-  }
+  total_steps_ =
+      plannedSteps(t.epochs, batches_->stepsPerEpoch(), t.max_steps, t.global_batch_size);
   loss_ = std::make_shared<const Loss>(Loss::named(config_.loss.name));
   buildModel(*data.train);
   checkTokenIds(data);
@@ -229,6 +228,7 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   spec.num_classes = config_.model.num_classes;
   torch::manual_seed(config_.trainer.seed);  // the initial parameters are a function of the seed
   model_ = models::makeModel(spec);
+  checkTrainable();
   checkModelFitsData(train);
   model_->train(true);
   params_ = model_->parameters();
@@ -240,6 +240,20 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   flat_->zeroGrads();
   optimizer_ = makeFlatOptimizer(config_.optimizer, flat_);
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, config_.optimizer.lr, total_steps_);
+}
+
+// LibTorch's own complaint comes only at the first backward, and says nothing of the model.
+void Trainer::Impl::checkTrainable() {
+  const std::vector<torch::Tensor> params = model_->parameters();
+  const bool any = std::any_of(params.begin(), params.end(),
+                               [](const torch::Tensor& p) { return p.requires_grad(); });
+  if (any) return;
+  throw SetupError("model " + config_.model.name + " has no trainable parameters (" +
+                   (params.empty() ? std::string("it has none")
+                                   : std::to_string(params.size()) +
+                                         " parameter tensors, none with requires_grad") +
+                   "): there is nothing to train; give the module at least one "
+                   "torch.nn.Parameter that requires a gradient");
 }
 
 // The start-up dry run: one training sample through the model and the loss, so that a model, data

@@ -57,7 +57,9 @@
 // for token data, windows holding each stream's smallest and largest token id: a failure is a
 // SetupError naming the model, the file and the reason. run() throws TrainError if the
 // loss becomes non-finite or LibTorch fails mid-run, and std::runtime_error naming the path if an
-// output cannot be written. Not thread-safe.
+// output cannot be written. A step that makes no progress for trainer.step_timeout_seconds cannot
+// throw (its thread is stuck): the step watchdog ends the process with exit 2 instead
+// (TrainerOptions::step_watchdog). Not thread-safe.
 
 #include <cstdint>
 #include <functional>
@@ -149,6 +151,10 @@ struct TrainerOptions {
   // preemption notice, and a SIGUSR1 (installCheckpointSignalHandler) as a request to checkpoint
   // and go on. Without it only the other ranks' agreement can stop this one or make it save.
   bool watch_sigterm = false;
+  // trainer.step_timeout_seconds: a step phase (data, forward, backward, sync, optimizer) with no
+  // progress for that long ends the process with exit 2 (<cumulus/step_watchdog.h>). false: no
+  // watchdog (a caller that must never _exit, or that watches its own way).
+  bool step_watchdog = true;
   // Marks each start-up phase (data, model, resume, broadcast, step) and prints the summary with
   // the first step; not owned, null: no profile.
   StartupProfile* startup = nullptr;

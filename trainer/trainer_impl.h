@@ -14,6 +14,7 @@
 #include "configs/experiment.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/run_directory.h"
+#include "cumulus/step_watchdog.h"
 #include "data/examples.h"
 #include "models/model.h"
 #include "trainer/balance.h"
@@ -69,6 +70,7 @@ class Trainer::Impl {
   void build();
   void checkBatchSizes() const;
   void buildModel(const data::Examples& train);
+  void checkTrainable();
   void checkModelFitsData(const data::Examples& train);
   void tryOneBatch(const data::Batch& batch, const std::string& source);
   void checkTokenIds(const Datasets& data);
@@ -108,6 +110,11 @@ class Trainer::Impl {
   // Step `step` and the boundary after it.
   Boundary stepAndBoundary(int64_t step, double loop_start, Evaluation& eval, RunResult& result);
   StepOutcome trainStep(int64_t step);
+  // The step watchdog (trainer.step_timeout_seconds), from the first step to the end of run().
+  void startWatchdog();
+  void markPhase(StepPhase phase) {
+    if (watchdog_) watchdog_->mark(phase);
+  }
   double forwardBackward(const StepBatch& batch);
   void optimizerStep(int64_t step);
   void recordStep(int64_t step, const StepOutcome& outcome, double lr, double loop_start);
@@ -220,6 +227,7 @@ class Trainer::Impl {
   uint64_t samples_seen_ = 0;              // global samples consumed so far
   std::vector<std::string> resume_notes_;  // what the resume found, for the recorder
   std::string train_source_;               // Datasets::train_source, for the dry run's messages
+  std::vector<std::string> data_lines_;    // "train data: ...", "test data: ..." (describe())
   std::shared_ptr<const data::Examples> test_data_;  // for the evaluator, rebuilt on re-forming
   int64_t steps_done_ = 0;                           // optimizer steps this rank's state has taken
   bool has_state_ = true;             // false for a joiner until a peer sent it the state
@@ -232,6 +240,7 @@ class Trainer::Impl {
   std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
   std::vector<int64_t> shares_;  // of the global batch, in force for the next step; empty: equal
   RateMeter compute_rate_;       // this rank's samples per second of compute (balance auto)
+  std::unique_ptr<StepWatchdog> watchdog_;  // during run(), unless options_.step_watchdog is off
   bool ran_ = false;
 };
 

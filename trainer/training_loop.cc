@@ -57,10 +57,19 @@ RunResult Trainer::Impl::run() {
     return RunResult{};
   }
   if (writes()) prepareRunDir();
-  recorder_->begin(RunStart{model_->summary(), resume_notes_, start_step_, total_steps_,
-                            batches_->stepsPerEpoch()});
+  // What the run reads comes right after the model line, then what the resume found.
+  std::vector<std::string> notes = data_lines_;
+  notes.insert(notes.end(), resume_notes_.begin(), resume_notes_.end());
+  recorder_->begin(
+      RunStart{model_->summary(), notes, start_step_, total_steps_, batches_->stepsPerEpoch()});
   recordShares("start", start_step_);
   stop_->start();
+  startWatchdog();
+  // However run() ends, nothing is watched after it.
+  struct StopWatching {
+    std::unique_ptr<StepWatchdog>& watchdog;
+    ~StopWatching() { watchdog.reset(); }
+  } stop_watching{watchdog_};
 
   RunResult result;
   result.first_step = start_step_;
@@ -82,10 +91,12 @@ RunResult Trainer::Impl::run() {
       s = steps_done_;
     } catch (const cumulus::CommError& e) {
       if (!inPlace() || !recoverable(e)) throw;
+      markPhase(StepPhase::kIdle);  // the re-forming has its own timeouts
       s = recover(e);
       ++result.reforms;
     }
   }
+  watchdog_.reset();
   recorder_->stepsEnded();
   if (start_step_ >= total_steps_) {
     // Resumed from the last step's checkpoint: nothing to train, but the results are still the
@@ -105,6 +116,14 @@ RunResult Trainer::Impl::run() {
   }
   finishRun(eval, start, result);
   return result;
+}
+
+void Trainer::Impl::startWatchdog() {
+  if (!options_.step_watchdog) return;
+  StepWatchdogOptions options;
+  options.timeout_seconds = config_.trainer.step_timeout_seconds;
+  watchdog_ = std::make_unique<StepWatchdog>(std::move(options));
+  watchdog_->start();
 }
 
 Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_start,
@@ -144,6 +163,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_st
 // loss over the global batch).
 Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   const double start = now();
+  if (watchdog_) watchdog_->beginStep(step + 1, env_.rank, StepPhase::kData);
   StepBatch batch;
   {
     // Gathering the rows: inside "forward" before the BatchSource split it out.
@@ -164,12 +184,15 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
     if (micro.targets.defined()) samples += micro.targets.size(0);
   }
   compute_rate_.add(samples, wait_start - start);
+  markPhase(StepPhase::kSync);
   {
     TraceRecorder::Span span(distributed_ != nullptr ? options_.trace : nullptr, "comm wait");
     sync_->finish();
   }
   outcome.comm_wait = now() - wait_start;
+  markPhase(StepPhase::kOptimizer);
   optimizerStep(step);
+  if (watchdog_) watchdog_->endStep();
   // Committed: this rank's state has taken the step (an in-place re-forming starts from here).
   steps_done_ = step + 1;
   done_position_ = batches_->position();
@@ -199,10 +222,12 @@ double Trainer::Impl::forwardBackward(const StepBatch& batch) {
     sync_->beforeBackward(last);
     if (micro.targets.defined() && micro.targets.size(0) > 0) {
       torch::Tensor loss;
+      markPhase(StepPhase::kForward);
       {
         TraceRecorder::Span span(trace, "forward");
         loss = loss_->apply(*model_, micro).sum / static_cast<double>(batch.global_samples);
       }
+      markPhase(StepPhase::kBackward);
       {
         TraceRecorder::Span span(trace, "backward");
         loss.backward();

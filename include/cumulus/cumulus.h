@@ -11,6 +11,7 @@
 //   cumulus/checkpoint_state.h  a checkpoint's state.pb as plain fields (no LibTorch)
 //   cumulus/preemption.h     PreemptionWatcher: "stop after this step?", agreed by all ranks
 //   cumulus/run_directory.h  RunDirectoryLock: one job per run directory; whose checkpoints
+//   cumulus/step_watchdog.h  StepWatchdog: a step that makes no progress ends the process
 //
 // Link with Cumulus::cumulus (CMake: find_package(Cumulus REQUIRED)) or `pkg-config cumulus`.
 
@@ -22,4 +23,5 @@
 #include "cumulus/process_group.h"
 #include "cumulus/run_directory.h"
 #include "cumulus/sampler.h"
+#include "cumulus/step_watchdog.h"
 #include "cumulus/version.h"

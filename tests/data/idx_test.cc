@@ -1,6 +1,7 @@
 #include "data/dataset.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -115,13 +116,25 @@ TEST_F(IdxTest, MissingFile) {
     readIdx(path);
     FAIL() << "no exception";
   } catch (const DataError& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": cannot open: No such file or directory");
+    EXPECT_EQ(std::string(e.what()), path + ": not found");
   }
   try {
     readIdx(dir_);
     FAIL() << "no exception";
   } catch (const DataError& e) {
-    EXPECT_EQ(std::string(e.what()), dir_ + ": not a regular file");
+    EXPECT_EQ(std::string(e.what()), dir_ + ": is a directory, not a regular file");
+  }
+}
+
+// No writer ever opens the FIFO: a blocking open would hang the test.
+TEST_F(IdxTest, AFifoIsRefusedAtOnce) {
+  const std::string path = dir_ + "/fifo-idx3-ubyte";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  try {
+    readIdx(path);
+    FAIL() << "no exception";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": is a FIFO, not a regular file");
   }
 }
 

@@ -2,6 +2,7 @@
 #include "data/npy.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <string>
@@ -294,7 +295,19 @@ TEST_F(NpyArrayTest, RejectsMissingFilesAndDirectories) {
     NpyArray::open(dir_);
     FAIL() << "opened a directory";
   } catch (const DataError& e) {
-    EXPECT_EQ(std::string(e.what()), dir_ + ": not a regular file");
+    EXPECT_EQ(std::string(e.what()), dir_ + ": is a directory, not a regular file");
+  }
+}
+
+// No writer ever opens the FIFO: a blocking open would hang the test.
+TEST_F(NpyArrayTest, RefusesAFifoAtOnce) {
+  const std::string path = dir_ + "/fifo.npy";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  try {
+    NpyArray::open(path);
+    FAIL() << "opened a FIFO";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": is a FIFO, not a regular file");
   }
 }
 

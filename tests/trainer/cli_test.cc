@@ -1,5 +1,7 @@
 // cumulus-train as a user runs it: exit codes and messages. No LibTorch in this file.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +12,8 @@
 #include <string>
 
 #include "comm/store_server.h"
+#include "tests/trainer/process_runner.h"
+#include "tests/trainer/worker_commands.h"
 
 namespace {
 
@@ -84,6 +88,45 @@ TEST_F(CliTest, AMissingDatasetExitsTwoNamingTheDirectory) {
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_EQ(o.err.rfind("cumulus-train: error: ", 0), 0u) << o.err;
   EXPECT_NE(o.err.find("/nonexistent/fashion"), std::string::npos) << o.err;
+}
+
+// A FIFO as the data file: open(2) would wait for a writer forever (and a SIGTERM then looked like
+// a preemption, exit 75). It is refused at once, naming the path and what it is.
+TEST_F(CliTest, AFifoAsTheDataFileIsRefusedWithoutHanging) {
+  const std::string fifo = (dir_ / "tokens.npy").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const cumulus::testing::ProcessResult r = cumulus::testing::runProcess(
+      {cumulus::testing::kTrainBinary, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
+       "trainer.run_dir=" + (dir_ / "run").string(), "--set", "data.format=tokens", "--set",
+       "data.train=" + fifo, "--set", "data.test=" + fifo},
+      cumulus::testing::aloneEnv(), {}, /*timeout_s=*/60);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output,
+            "cumulus-train: error: data.train: " + fifo + ": is a FIFO, not a regular file\n");
+}
+
+TEST_F(CliTest, MoreThreadsThanCoresExitsTwoNamingTheKey) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const std::string cores = std::to_string(CPU_COUNT(&set));
+  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.threads=1000000");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err, "cumulus-train: error: trainer.threads: 1000000 is more than the " + cores +
+                       " cores this process may use (its CPU affinity); set at most " + cores +
+                       ", or 0 for cores / local workers\n");
+}
+
+// 2^59 + 1 epochs of 16 steps is 2^63 + 16 steps: it used to wrap around and train 16 steps.
+TEST_F(CliTest, AnEpochCountWhoseStepsOverflowExitsTwo) {
+  const Outcome o =
+      run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.epochs=576460752303423489");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: trainer.epochs: 576460752303423489 epochs of 16 steps is more "
+            "steps than a 64-bit count holds; lower trainer.epochs or set trainer.max_steps\n");
+  EXPECT_EQ(o.out, "");
 }
 
 TEST_F(CliTest, UsageErrorsExitTwo) {

@@ -15,7 +15,13 @@ Everything is seeded, so two runs write the same bytes. Writes into OUT_DIR:
   tiny_lm.pt        Embedding 256 x 32 -> Linear 32 -> 256, forward(x [B, T]) -> [B, T, 256]
   small_vocab.pt    the same with 200 token ids
   narrow_lm.pt      Embedding 256 -> Linear 32 -> 200: embeds every byte, scores 200 ids
+  hangs_in_training.pt  linear.pt whose forward loops forever in training mode (the start-up
+                    dry run, in evaluation mode, passes)
+  no_parameters.pt  forward(x) -> x[:, :1] * 2: nothing to train
+  state_dict.pt     torch.save of linear's state_dict: not a TorchScript module
+  state_dict_legacy.pt  the same in torch.save's legacy (pickle) format
   regression/{train,test}/{inputs,targets}.npy   float32 [N, 13] and [N, 1]
+  empty/{inputs,targets}.npy                     float32 [0, 13] and [0, 1]
   flat_targets/{inputs,targets}.npy              targets [N]: do not match [N, 1] outputs
   bad_rows/{inputs,targets}.npy                  10 inputs, 9 targets
   text_train.npy, text_val.npy                   uint8 bytes of English sentences
@@ -71,6 +77,25 @@ class FailsOnBatches(torch.nn.Module):
         return self.fc(x)
 
 
+class HangsInTraining(torch.nn.Module):
+    """A model whose forward never returns once training starts."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(13, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        turns = 0
+        while self.training and turns >= 0:
+            turns = turns + 1
+        return self.fc(x)
+
+
+class NoParameters(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, :1] * 2.0
+
+
 class TinyLm(torch.nn.Module):
     """A bigram language model: each token's embedding scores the next token."""
 
@@ -118,6 +143,12 @@ def main():
     save_module(lambda: TinyLm(256, 256), out, "tiny_lm.pt")
     save_module(lambda: TinyLm(200, 200), out, "small_vocab.pt")
     save_module(lambda: TinyLm(256, 200), out, "narrow_lm.pt")
+    save_module(HangsInTraining, out, "hangs_in_training.pt")
+    save_module(NoParameters, out, "no_parameters.pt")
+    torch.manual_seed(0)
+    torch.save(Linear(13).state_dict(), os.path.join(out, "state_dict.pt"))
+    torch.save(Linear(13).state_dict(), os.path.join(out, "state_dict_legacy.pt"),
+               _use_new_zipfile_serialization=False)
 
     generator = numpy.random.default_rng(7)
     weights = generator.standard_normal((13, 1))
@@ -126,6 +157,7 @@ def main():
     x, y = regression(generator, 64, weights)
     save_samples(os.path.join(out, "flat_targets"), x, y.ravel())
     save_samples(os.path.join(out, "bad_rows"), x[:10], y[:9])
+    save_samples(os.path.join(out, "empty"), x[:0], y[:0])
 
     numpy.save(os.path.join(out, "text_train.npy"), text(generator, 400))
     numpy.save(os.path.join(out, "text_val.npy"), text(generator, 80))

@@ -259,7 +259,62 @@ TEST_F(UserModelsTest, BadInputFailsBeforeTrainingNamingTheFileAndTheReason) {
                 ": inputs.npy has 10 rows but targets.npy has 9; sample i is row i of both, so "
                 "their first dimensions must agree");
   EXPECT_EQ(setupError("regression.yaml", {"--set", "data.format=tokens"}),
-            "data.train: " + fixture("regression/train") + ": not a regular file");
+            "data.train: " + fixture("regression/train") + ": is a directory, not a regular file");
+}
+
+// A model that loops forever in forward (in training mode: the start-up dry run passes) would hang
+// the job forever: the step watchdog ends the worker with exit 2, naming the rank, the step and
+// the phase. The watchdog's own thread prints the line: the stuck thread never returns.
+TEST_F(UserModelsTest, AModelThatHangsInForwardIsStoppedByTheStepWatchdog) {
+  const ProcessResult r =
+      runProcess(train("regression.yaml", "hang",
+                       {"--set", "model.name=torchscript:" + fixture("hangs_in_training.pt"),
+                        "--set", "trainer.step_timeout_seconds=2"}),
+                 kAlone, {}, /*timeout_s=*/60);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(lastAfter(r.output, "cumulus-train: error: "),
+            "rank 0: step 1 made no progress in forward for 2 s (trainer.step_timeout_seconds); "
+            "a step that hangs hangs again when retried, so the job stops: look for an endless "
+            "loop or a blocking call in forward, or raise trainer.step_timeout_seconds");
+  EXPECT_EQ(r.output.find("first step"), std::string::npos) << r.output;
+}
+
+TEST_F(UserModelsTest, AStateDictOrAModelWithNothingToTrainIsRefusedSayingWhatToDo) {
+  for (const char* saved : {"state_dict.pt", "state_dict_legacy.pt"}) {
+    EXPECT_EQ(setupError("regression.yaml", {"--set", "model.name=torchscript:" + fixture(saved)}),
+              "cannot load TorchScript model " + fixture(saved) +
+                  ": it looks like a torch.save file (a state dict or a pickled model), not a "
+                  "TorchScript module; in Python, export the model with torch.jit.script(model) "
+                  "or torch.jit.trace(model, example_inputs), then call .save(path) on the result");
+  }
+  const std::string none = "torchscript:" + fixture("no_parameters.pt");
+  EXPECT_EQ(setupError("regression.yaml", {"--set", "model.name=" + none}),
+            "model " + none +
+                " has no trainable parameters (it has none): there is nothing to train; give the "
+                "module at least one torch.nn.Parameter that requires a gradient");
+}
+
+TEST_F(UserModelsTest, AnEmptyTrainingSetIsRefusedNamingItsFiles) {
+  EXPECT_EQ(setupError("regression.yaml", {"--set", "data.train=" + fixture("empty")}),
+            "data.train: " + fixture("empty") +
+                " (npy: inputs float32 [0, 13], targets float32 [0, 1]) holds no samples; "
+                "training needs at least one");
+}
+
+// docs/data.md: the run prints what it read after the model line (with " (stored as float64)"
+// where a file stores another width: npy_examples_test.cc).
+TEST_F(UserModelsTest, TheRunPrintsWhatItRead) {
+  const ProcessResult r =
+      runProcess(train("regression.yaml", "run", {"--set", "trainer.max_steps=1"}), kAlone);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("\ntrain data: " + fixture("regression/train") +
+                    " (npy: inputs float32 [512, 13], targets float32 [512, 1])\ntest data: " +
+                    fixture("regression/test") +
+                    " (npy: inputs float32 [128, 13], targets float32 [128, 1])\n"),
+      std::string::npos)
+      << r.output;
 }
 
 TEST_F(UserModelsTest, TokenIdsTheModelCannotTakeAndShortStreamsFailBeforeTraining) {
