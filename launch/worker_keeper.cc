@@ -15,16 +15,6 @@
 namespace cumulus::launch {
 namespace {
 
-// Set once the worker exists; read by the parent-death handler.
-volatile sig_atomic_t g_worker = 0;
-volatile sig_atomic_t g_launcher_gone = 0;
-
-void onLauncherDeath(int) {
-  g_launcher_gone = 1;
-  // The worker's death wakes the keeper's waitpid; the rest is swept from the main loop.
-  if (g_worker > 0) ::kill(-static_cast<pid_t>(g_worker), SIGKILL);
-}
-
 void say(const char* text) {
   ssize_t ignored = ::write(STDERR_FILENO, text, strlen(text));
   (void)ignored;
@@ -134,15 +124,16 @@ void runKeeper(const KeeperArgs& a) {
   ::setpgid(0, 0);  // alone: signals to the launcher's group do not reach the keeper
   ::prctl(PR_SET_NAME,
           "cumulus-keeper");  // what ps and top call it (its cmdline is the launcher's)
-  // The death signal stays blocked until the worker's pid is known, so its handler has one.
-  sigset_t death;
-  sigemptyset(&death);
-  sigaddset(&death, kKeeperDeathSignal);
-  ::sigprocmask(SIG_BLOCK, &death, nullptr);
-  struct sigaction on_death {};
-  on_death.sa_handler = onLauncherDeath;
-  sigemptyset(&on_death.sa_mask);
-  ::sigaction(kKeeperDeathSignal, &on_death, nullptr);
+  // No signal handlers: the launcher's death and the children's exits are taken synchronously
+  // (sigwaitinfo below), which needs them blocked from before they can arrive. A handler would
+  // also never run in a sanitizer build: its runtime defers handlers in a process forked from a
+  // multithreaded one, and the launcher's death would go unnoticed.
+  sigset_t awaited;
+  sigemptyset(&awaited);
+  sigaddset(&awaited, kKeeperDeathSignal);
+  sigaddset(&awaited, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &awaited, nullptr);
+  ::signal(SIGCHLD, SIG_DFL);  // a blocked SIGCHLD stays pending only if it is not ignored
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::prctl(PR_SET_PDEATHSIG, kKeeperDeathSignal);
   if (::getppid() != a.launcher) _exit(1);  // the launcher died before prctl took effect
@@ -159,7 +150,6 @@ void runKeeper(const KeeperArgs& a) {
     _exit(1);
   }
   ::setpgid(worker, worker);  // also here, so the launcher never signals a group not yet there
-  g_worker = worker;
   // A signal meant for the launcher's group or terminal is not the keeper's business; SIGPIPE
   // either, should the launcher be gone before the write below.
   const int ignored_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
@@ -173,21 +163,32 @@ void runKeeper(const KeeperArgs& a) {
     ::dup2(devnull, STDERR_FILENO);
   }
   ::syscall(SYS_close_range, 3U, ~0U, 0U);
-  ::sigprocmask(SIG_UNBLOCK, &death, nullptr);
 
-  int status = 0;  // the worker's; reparented descendants are reaped here too as they exit
-  for (;;) {
-    int any = 0;
-    const pid_t r = ::waitpid(-1, &any, 0);
-    if (r == worker) {
-      status = any;
-      break;
+  // Reap whatever exited (the worker, or descendants reparented here), then wait for the next
+  // child's exit or the launcher's death. A child that exits between the two leaves its SIGCHLD
+  // pending, so the wait returns at once.
+  int status = 0;
+  bool launcher_gone = false;
+  for (bool worker_done = false; !worker_done;) {
+    for (;;) {
+      int any = 0;
+      const pid_t r = ::waitpid(-1, &any, WNOHANG);
+      if (r == worker) {
+        status = any;
+        worker_done = true;
+      }
+      if (r == 0 || (r < 0 && errno != EINTR)) break;
     }
-    if (r < 0 && errno == ECHILD) break;  // cannot happen: the worker is a child until reaped
+    if (worker_done) break;
+    siginfo_t info;
+    if (::sigwaitinfo(&awaited, &info) == kKeeperDeathSignal) {
+      launcher_gone = true;
+      ::kill(-worker, SIGKILL);  // its death ends the wait; the rest is swept below
+    }
   }
   ::kill(-worker, SIGKILL);  // what the worker left in its group
   reapTheRest();
-  if (g_launcher_gone) _exit(1);  // no one is waiting for the status
+  if (launcher_gone) _exit(1);  // no one is waiting for the status
   exitLike(status);
 }
 
