@@ -44,6 +44,7 @@ class OneDirFileSystem : public cumulus::trainer::FileSystem {
   void syncDir(const std::string& path) override { unused(path); }
   void removeAll(const std::string& path) override { unused(path); }
   bool exists(const std::string& path) override { return files_.count(path) > 0; }
+  uint64_t availableBytes(const std::string& path) override { unused(path); }
 
  private:
   [[noreturn]] static void unused(const std::string& path) {
