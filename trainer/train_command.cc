@@ -90,6 +90,17 @@ int fail(int code, const std::string& message) {
   return code;
 }
 
+// What cumulus-train's own flags say to the Trainer; a SIGTERM is a preemption notice.
+cumulus::trainer::TrainerOptions optionsFrom(const TrainFlags& flags) {
+  cumulus::trainer::TrainerOptions options;
+  options.resume = flags.resume;
+  options.allow_config_change = flags.allow_config_change;
+  options.overwrite = flags.overwrite;
+  if (flags.preemption_grace > 0) options.preemption_grace = flags.preemption_grace;
+  options.watch_sigterm = true;
+  return options;
+}
+
 int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& customize) {
   using namespace cumulus;
   trainer::StartupProfile startup;
@@ -106,13 +117,8 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   }
   const trainer::RunEnv env = trainer::RunEnv::fromEnvironment();
   startup.mark("config");
-  trainer::TrainerOptions options;
+  trainer::TrainerOptions options = optionsFrom(flags);
   options.startup = &startup;
-  options.resume = flags.resume;
-  options.allow_config_change = flags.allow_config_change;
-  options.overwrite = flags.overwrite;
-  if (flags.preemption_grace > 0) options.preemption_grace = flags.preemption_grace;
-  options.watch_sigterm = true;
   // The deadline covers start-up too: a notice while this worker waits in the rendezvous or a
   // collective for a peer that the notice already killed must not keep it alive past the grace.
   // The process-wide watchdog replaces the trainer's own.
