@@ -3,7 +3,9 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -17,15 +19,21 @@ void saveStateDict(const NamedTensors& tensors, const std::string& path) {
   }
   const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
   const std::string tmp = path + ".tmp";
+  // On any failure the partial file goes, and the message says why (errno's text).
+  const auto fail = [&tmp](const std::string& what) {
+    const int error = errno;
+    std::remove(tmp.c_str());
+    throw std::runtime_error(what + ": " + std::strerror(error));
+  };
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp + ": cannot open for writing");
+    if (!out) fail("cannot open " + tmp + " for writing");
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
-    if (!out) throw std::runtime_error(tmp + ": write failed");
+    if (!out) fail("cannot write " + tmp);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw std::runtime_error(path + ": cannot rename " + tmp + " into place");
+    fail("cannot rename " + tmp + " to " + path);
   }
 }
 

@@ -306,5 +306,37 @@ TEST_F(GuardProcessTest, SavesThatFillTheDiskAreReportedEachTimeThenStopTheRun) 
   EXPECT_EQ(records, 2u) << metrics;
 }
 
+// When the run directory cannot take the trained weights at the end (here model_state_dict.pt is
+// a directory), they are saved in the temporary directory instead, and the run says where: the
+// same bytes that a run with a usable directory writes.
+TEST_F(GuardProcessTest, TrainedWeightsTheRunDirectoryRefusesGoToTheTemporaryDirectory) {
+  const ProcessResult usual = runProcess(train("usual"), alone());
+  ASSERT_EQ(usual.exit_code, 0) << usual.output;
+  const fs::path run = dir_ / "blocked";
+  fs::create_directories(run / "model_state_dict.pt" / "occupied");
+  const fs::path tmp = dir_ / "tmp";
+  fs::create_directories(tmp);
+  Env env = alone();
+  env.emplace_back("TMPDIR", tmp.string());
+  const ProcessResult r = runProcess(train("blocked"), env);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const std::string prefix = "warning: cannot rename " + (run / "model_state_dict.pt.tmp").string() +
+                             " to " + (run / "model_state_dict.pt").string() +
+                             ": Is a directory; the trained weights are in ";
+  const size_t at = r.output.find(prefix);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const size_t end = r.output.find('\n', at);
+  const std::string line = r.output.substr(at, end - at);
+  const std::string instead = " instead";
+  ASSERT_GT(line.size(), prefix.size() + instead.size()) << line;
+  ASSERT_EQ(line.substr(line.size() - instead.size()), instead) << line;
+  const fs::path fallback =
+      line.substr(prefix.size(), line.size() - prefix.size() - instead.size());
+  EXPECT_EQ(fallback.parent_path(), tmp) << line;
+  EXPECT_EQ(fallback.filename().string().rfind("cumulus-model_state_dict-", 0), 0u) << line;
+  EXPECT_EQ(read(fallback), read(dir_ / "usual/model_state_dict.pt"));
+  EXPECT_FALSE(fs::exists(run / "model_state_dict.pt.tmp"));
+}
+
 }  // namespace
 }  // namespace cumulus::trainer
