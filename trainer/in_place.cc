@@ -62,13 +62,39 @@ nlohmann::json packTensors(const NamedTensors& tensors, std::vector<torch::Tenso
   return list;
 }
 
+// A transfer that does not describe its own payload: not worth trusting, but another transfer
+// may well be good (runtime_error: the caller retries or restarts, it does not stop the job).
+[[noreturn]] void badTransfer(const std::string& what) {
+  throw std::runtime_error("the training state sent by a peer is malformed: " + what);
+}
+
 NamedTensors unpackTensors(const nlohmann::json& list, const torch::Tensor& payload) {
   NamedTensors tensors;
   auto* base = static_cast<char*>(payload.data_ptr());
+  const uint64_t payload_bytes = static_cast<uint64_t>(payload.numel()) * 8;
   for (const nlohmann::json& entry : list) {
-    const auto dtype = static_cast<torch::ScalarType>(entry.at("dtype").get<int>());
+    const int code = entry.at("dtype").get<int>();
+    if (code < 0 || code >= static_cast<int>(torch::ScalarType::NumOptions)) {
+      badTransfer("dtype code " + std::to_string(code));
+    }
+    const auto dtype = static_cast<torch::ScalarType>(code);
     const std::vector<int64_t> shape = entry.at("shape").get<std::vector<int64_t>>();
     const int64_t offset = entry.at("offset").get<int64_t>();
+    // Its bytes must lie inside the payload; every product is checked before it can overflow.
+    uint64_t bytes = c10::elementSize(dtype);
+    for (const int64_t n : shape) {
+      if (n < 0 || (n > 0 && bytes > payload_bytes / static_cast<uint64_t>(n))) {
+        badTransfer("tensor " + entry.at("name").get<std::string>() + " is larger than the " +
+                    std::to_string(payload_bytes) + "-byte payload");
+      }
+      bytes *= static_cast<uint64_t>(n);
+    }
+    if (offset < 0 || bytes > payload_bytes ||
+        static_cast<uint64_t>(offset) > payload_bytes - bytes) {
+      badTransfer("tensor " + entry.at("name").get<std::string>() + " at offset " +
+                  std::to_string(offset) + " ends past the " + std::to_string(payload_bytes) +
+                  "-byte payload");
+    }
     tensors.emplace_back(
         entry.at("name").get<std::string>(),
         torch::from_blob(base + offset, shape, torch::TensorOptions(dtype)).clone());
@@ -292,6 +318,10 @@ void Trainer::Impl::transferState(int source, bool receiving) {
   }
   group.broadcast(sizes, source);
   const int64_t manifest_bytes = sizes[0].item<int64_t>();
+  if (manifest_bytes < 0 || manifest_bytes > (int64_t{1} << 30) || sizes[1].item<int64_t>() < 0) {
+    badTransfer("sizes " + std::to_string(manifest_bytes) + " and " +
+                std::to_string(sizes[1].item<int64_t>()));
+  }
   torch::Tensor header = sending ? bytesTensor(manifest, (manifest_bytes + 7) / 8)
                                  : torch::zeros({(manifest_bytes + 7) / 8}, torch::kInt64);
   group.broadcast(header, source);
@@ -300,12 +330,25 @@ void Trainer::Impl::transferState(int source, bool receiving) {
   if (!receiving) return;
 
   // Everything arrived: only now does this rank's state change.
-  const nlohmann::json j = nlohmann::json::parse(std::string(
-      static_cast<const char*>(header.data_ptr()), static_cast<size_t>(manifest_bytes)));
   Checkpoint state;
-  state.tensors = unpackTensors(j.at("tensors"), payload);
-  state.optimizer_tensors = unpackTensors(j.at("optimizer_tensors"), payload);
-  state.optimizer_scalars = unpackScalars(j.at("optimizer_scalars"));
+  int64_t steps_done = 0;
+  SamplerState position;
+  uint64_t samples_seen = 0;
+  int64_t grad_accumulation = 0;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(std::string(
+        static_cast<const char*>(header.data_ptr()), static_cast<size_t>(manifest_bytes)));
+    state.tensors = unpackTensors(j.at("tensors"), payload);
+    state.optimizer_tensors = unpackTensors(j.at("optimizer_tensors"), payload);
+    state.optimizer_scalars = unpackScalars(j.at("optimizer_scalars"));
+    steps_done = j.at("steps_done").get<int64_t>();
+    position.epoch = j.at("epoch").get<int64_t>();
+    position.cursor = j.at("cursor").get<int64_t>();
+    samples_seen = j.at("samples_seen").get<uint64_t>();
+    grad_accumulation = j.at("grad_accumulation").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    badTransfer(e.what());
+  }
   try {
     restoreTraining(state, *model_, *optimizer_,
                     "the state sent by rank " + std::to_string(source));
@@ -313,11 +356,11 @@ void Trainer::Impl::transferState(int source, bool receiving) {
     throw std::runtime_error(e.what());  // a bad transfer: another try may well succeed
   }
   has_state_ = true;
-  steps_done_ = j.at("steps_done").get<int64_t>();
-  done_position_.epoch = j.at("epoch").get<int64_t>();
-  done_position_.cursor = j.at("cursor").get<int64_t>();
-  samples_seen_ = j.at("samples_seen").get<uint64_t>();
-  grad_accumulation_ = j.at("grad_accumulation").get<int64_t>();
+  steps_done_ = steps_done;
+  done_position_.epoch = position.epoch;
+  done_position_.cursor = position.cursor;
+  samples_seen_ = samples_seen;
+  grad_accumulation_ = grad_accumulation;
 }
 
 bool Trainer::Impl::leaveOrStay(int64_t done, StepAction& action, RunResult& result) {
