@@ -87,9 +87,13 @@ std::string stallMessage(const StepStall& stall) {
     if (stall.median_step_seconds) limit += " of " + secondsText(*stall.median_step_seconds) + " s";
     limit += ", whichever is longer";
   }
+  if (stall.grace_seconds > 0) {
+    limit += ", and " + secondsText(stall.grace_seconds) +
+             " s more in sync, so that a peer that hangs is named by its own watchdog first";
+  }
   return "rank " + std::to_string(stall.rank) + ": step " + std::to_string(stall.step) +
-         " made no progress in " + phase + " for " + secondsText(stall.timeout_seconds) + " s (" +
-         limit +
+         " made no progress in " + phase + " for " +
+         secondsText(stall.timeout_seconds + stall.grace_seconds) + " s (" + limit +
          "); a step that hangs hangs again when retried, so the job stops: look for an endless "
          "loop or a blocking call in " +
          phase + ", or raise trainer.step_timeout_seconds";
@@ -142,12 +146,14 @@ std::optional<StepStall> StepWatchdog::stalled() const {
   if (phase == StepPhase::kIdle) return std::nullopt;
   const double since = since_.load(std::memory_order_relaxed);
   const double timeout = timeoutSeconds();
-  if (now() - since <= timeout) return std::nullopt;
+  const double grace = phase == StepPhase::kSync ? kSyncGraceSeconds : 0;
+  if (now() - since <= timeout + grace) return std::nullopt;
   StepStall stall;
   stall.rank = rank_.load(std::memory_order_relaxed);
   stall.step = step_.load(std::memory_order_relaxed);
   stall.phase = phase;
   stall.timeout_seconds = timeout;
+  stall.grace_seconds = grace;
   stall.automatic = rule_.automatic();
   if (const double median = median_.load(std::memory_order_relaxed); median >= 0) {
     stall.median_step_seconds = median;

@@ -16,6 +16,11 @@
 // be unwound, so no destructor runs and no checkpoint is written (the newest one stays valid).
 // exit_code is 2 by default: a step that hangs hangs again on a retry (cumulus-run ends the job).
 //
+// A rank in sync waits for its peers: when one of them is stuck in its own forward, that peer's
+// watchdog must be the one to speak, naming the rank that hangs, not the ones waiting for it. So
+// the sync phase gets kSyncGraceSeconds more than the others (the launcher ends the whole job
+// within seconds of the first rank's exit 2), and its message says so.
+//
 // The timeout (StepTimeoutRule): a configured number of seconds > 0, or 0 for automatic:
 // max(300 s, 10 x the median duration of this launch's latest 100 steps, not counting its first
 // 5), which is 300 s until the 6th step has completed.
@@ -79,10 +84,14 @@ struct StepStall {
   int64_t rank = 0;
   int64_t step = 0;  // as beginStep was told
   StepPhase phase = StepPhase::kIdle;
-  double timeout_seconds = 0;
+  double timeout_seconds = 0;                 // the step timeout
+  double grace_seconds = 0;                   // more for this phase (sync: kSyncGraceSeconds)
   std::optional<double> median_step_seconds;  // automatic timeouts only
   bool automatic = false;
 };
+
+// How much longer than the step timeout a rank may wait for its peers in sync.
+constexpr double kSyncGraceSeconds = 15;
 
 // "rank 0: step 3 made no progress in forward for 2 s (trainer.step_timeout_seconds); a step that
 // hangs hangs again when retried, so the job stops: look for an endless loop or a blocking call

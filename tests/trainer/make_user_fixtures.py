@@ -17,6 +17,9 @@ Everything is seeded, so two runs write the same bytes. Writes into OUT_DIR:
   narrow_lm.pt      Embedding 256 -> Linear 32 -> 200: embeds every byte, scores 200 ids
   hangs_in_training.pt  linear.pt whose forward loops forever in training mode (the start-up
                     dry run, in evaluation mode, passes)
+  hangs_on_marked.pt  linear.pt whose forward loops forever in training mode on a batch with a
+                    marked sample (last feature above 100): in a group, only the rank that
+                    draws it hangs, while the others wait for it
   no_parameters.pt  forward(x) -> x[:, :1] * 2: nothing to train
   state_dict.pt     torch.save of linear's state_dict: not a TorchScript module
   state_dict_legacy.pt  the same in torch.save's legacy (pickle) format
@@ -24,6 +27,8 @@ Everything is seeded, so two runs write the same bytes. Writes into OUT_DIR:
   empty/{inputs,targets}.npy                     float32 [0, 13] and [0, 1]
   flat_targets/{inputs,targets}.npy              targets [N]: do not match [N, 1] outputs
   bad_rows/{inputs,targets}.npy                  10 inputs, 9 targets
+  marked/{inputs,targets}.npy                    regression/train with sample 100's last feature
+                                                 set to 1000 (hangs_on_marked.pt's mark)
   text_train.npy, text_val.npy                   uint8 bytes of English sentences
   wide.npy          uint8 text with byte 250 after the first window
   short.npy         10 tokens
@@ -91,6 +96,20 @@ class HangsInTraining(torch.nn.Module):
         return self.fc(x)
 
 
+class HangsOnMarked(torch.nn.Module):
+    """A model whose forward never returns on one particular sample, once training starts."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(13, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        turns = 0
+        while self.training and bool((x[:, 12] > 100.0).any()) and turns >= 0:
+            turns = turns + 1
+        return self.fc(x)
+
+
 class NoParameters(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, :1] * 2.0
@@ -144,6 +163,7 @@ def main():
     save_module(lambda: TinyLm(200, 200), out, "small_vocab.pt")
     save_module(lambda: TinyLm(256, 200), out, "narrow_lm.pt")
     save_module(HangsInTraining, out, "hangs_in_training.pt")
+    save_module(HangsOnMarked, out, "hangs_on_marked.pt")
     save_module(NoParameters, out, "no_parameters.pt")
     torch.manual_seed(0)
     torch.save(Linear(13).state_dict(), os.path.join(out, "state_dict.pt"))
@@ -152,7 +172,8 @@ def main():
 
     generator = numpy.random.default_rng(7)
     weights = generator.standard_normal((13, 1))
-    save_samples(os.path.join(out, "regression", "train"), *regression(generator, 512, weights))
+    train_x, train_y = regression(generator, 512, weights)
+    save_samples(os.path.join(out, "regression", "train"), train_x, train_y)
     save_samples(os.path.join(out, "regression", "test"), *regression(generator, 128, weights))
     x, y = regression(generator, 64, weights)
     save_samples(os.path.join(out, "flat_targets"), x, y.ravel())
@@ -165,6 +186,9 @@ def main():
     wide[100] = 250
     numpy.save(os.path.join(out, "wide.npy"), wide)
     numpy.save(os.path.join(out, "short.npy"), text(generator, 1)[:10])
+    marked = train_x.copy()
+    marked[100, 12] = 1000.0
+    save_samples(os.path.join(out, "marked"), marked, train_y)
 
 
 if __name__ == "__main__":

@@ -139,25 +139,47 @@ class ModelErrorTest : public PermanentFailureTest {
   static inline bool made_ = false;
 };
 
+// `model` (a fixture) on `train` (a fixture's folder) and regression/test; returns its path.
+std::string regressionConfig(const fs::path& dir, const fs::path& fixtures, const std::string& model,
+                             const std::string& train, const std::string& trainer_extra = "") {
+  const fs::path path = dir / "regression.yaml";
+  std::ofstream(path) << "name: regression\n"
+                      << "model: {name: torchscript:" << (fixtures / model).string() << "}\n"
+                      << "data: {format: npy, train: " << (fixtures / train).string()
+                      << ", test: " << (fixtures / "regression/test").string() << "}\n"
+                      << "loss: {name: mse}\n"
+                      << "optimizer: {name: sgd, lr: 0.05}\n"
+                      << "trainer: {global_batch_size: 32, epochs: 1, threads: 1, run_dir: "
+                      << (dir / "run").string() << trainer_extra << "}\n";
+  return path.string();
+}
+
 TEST_F(ModelErrorTest, AnExceptionFromTheModelsForwardEndsTheJobInPlace) {
   const std::string model = (fixtures_ / "fails_on_batches.pt").string();
-  std::ofstream(dir_ / "regression.yaml")
-      << "name: regression\n"
-      << "model: {name: torchscript:" << model << "}\n"
-      << "data: {format: npy, train: " << (fixtures_ / "regression/train").string()
-      << ", test: " << (fixtures_ / "regression/test").string() << "}\n"
-      << "loss: {name: mse}\n"
-      << "optimizer: {name: sgd, lr: 0.05}\n"
-      << "trainer: {global_batch_size: 32, epochs: 1, threads: 1, run_dir: "
-      << (dir_ / "run").string() << "}\n";
-  const Launch launch =
-      this->launch({cumulus::testing::kTrainBinary, (dir_ / "regression.yaml").string()});
+  const Launch launch = this->launch(
+      {cumulus::testing::kTrainBinary,
+       regressionConfig(dir_, fixtures_, "fails_on_batches.pt", "regression/train")});
   expectGaveUpOn(
       launch,
       "torchscript model " +
           std::regex_replace(model, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
           ": forward failed: (?:builtins\\.)?RuntimeError: this model fails on a batch of more "
           "than one sample");
+}
+
+// One rank's forward hangs (it drew the marked sample) while the other waits for it in sync: the
+// job ends on the hanging rank's own watchdog, which names it and its phase, not on the waiting
+// rank's, and no replacement is started.
+TEST_F(ModelErrorTest, AForwardThatHangsOnOneRankIsNamedByThatRanksWatchdog) {
+  const Launch launch = this->launch(
+      {cumulus::testing::kTrainBinary,
+       regressionConfig(dir_, fixtures_, "hangs_on_marked.pt", "marked",
+                        ", step_timeout_seconds: 2")});
+  expectGaveUpOn(launch,
+                 "rank [01]: step [0-9]+ made no progress in forward for 2 s "
+                 "\\(trainer.step_timeout_seconds\\); a step that hangs hangs again when "
+                 "retried, so the job stops: look for an endless loop or a blocking call in "
+                 "forward, or raise trainer.step_timeout_seconds");
 }
 
 }  // namespace

@@ -123,15 +123,37 @@ TEST(StepWatchdogTest, TheAutomaticTimeoutFollowsTheStepsTheLoopReports) {
   }
   EXPECT_EQ(watchdog.timeoutSeconds(), 400);
   watchdog.beginStep(7, 0);
-  watchdog.mark(StepPhase::kSync);
+  watchdog.mark(StepPhase::kBackward);
   clock.now = clock.now + 401;
   const std::optional<StepStall> stall = watchdog.stalled();
   ASSERT_TRUE(stall.has_value());
   EXPECT_EQ(stallMessage(*stall),
-            "rank 0: step 7 made no progress in sync for 400 s (trainer.step_timeout_seconds 0: "
-            "automatic, 300 s or 10 x the median step of 40 s, whichever is longer); a step that "
-            "hangs hangs again when retried, so the job stops: look for an endless loop or a "
-            "blocking call in sync, or raise trainer.step_timeout_seconds");
+            "rank 0: step 7 made no progress in backward for 400 s (trainer.step_timeout_seconds "
+            "0: automatic, 300 s or 10 x the median step of 40 s, whichever is longer); a step "
+            "that hangs hangs again when retried, so the job stops: look for an endless loop or a "
+            "blocking call in backward, or raise trainer.step_timeout_seconds");
+}
+
+// A rank in sync waits for a peer: the peer's own watchdog, which names the rank that hangs, gets
+// kSyncGraceSeconds to speak first.
+TEST(StepWatchdogTest, SyncWaitsLongerSoThatAPeerThatHangsIsNamedFirst) {
+  TestClock clock;
+  StepWatchdogOptions options;
+  options.timeout_seconds = 2;
+  options.clock = clock.fn();
+  StepWatchdog watchdog(options);
+  watchdog.beginStep(3, 1);
+  watchdog.mark(StepPhase::kSync);
+  clock.now = clock.now + 2 + kSyncGraceSeconds;
+  EXPECT_EQ(watchdog.stalled(), std::nullopt);
+  clock.now = clock.now + 0.5;
+  const std::optional<StepStall> stall = watchdog.stalled();
+  ASSERT_TRUE(stall.has_value());
+  EXPECT_EQ(stallMessage(*stall),
+            "rank 1: step 3 made no progress in sync for 17 s (trainer.step_timeout_seconds, and "
+            "15 s more in sync, so that a peer that hangs is named by its own watchdog first); a "
+            "step that hangs hangs again when retried, so the job stops: look for an endless loop "
+            "or a blocking call in sync, or raise trainer.step_timeout_seconds");
 }
 
 // The thread looks by itself: the test only moves the clock and waits for the report.
