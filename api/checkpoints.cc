@@ -11,6 +11,8 @@
 #include "api/checkpoint_convert.h"
 #include "cumulus/checkpoint.h"
 #include "trainer/checkpoint.h"
+#include "trainer/checkpoint_manifest.h"
+#include "trainer/checkpoint_snapshot.h"
 #include "trainer/file_system.h"
 
 namespace cumulus {
@@ -52,6 +54,31 @@ size_t checkedKeep(size_t keep) {
 }
 
 }  // namespace
+
+std::string packCheckpoint(const Checkpoint& checkpoint) {
+  checkFileNames(checkpoint);
+  Checkpoint copy = checkpoint;  // shares the tensors' storage
+  return trainer::packCheckpointFiles(trainer::encodeSnapshot(toSnapshot(std::move(copy))));
+}
+
+Checkpoint unpackCheckpoint(std::string_view packed, const std::string& source) {
+  trainer::VerifiedCheckpoint verified;
+  try {
+    verified = trainer::unpackCheckpointFiles(
+        packed, {trainer::kModelFile, trainer::kOptimizerFile, trainer::kStateFile});
+  } catch (const trainer::InvalidCheckpoint& e) {
+    throw CheckpointError(source + ": " + e.what());
+  }
+  try {
+    return fromSnapshot(trainer::decodeSnapshot(verified.files, source, ": "));
+  } catch (const c10::Error& e) {
+    throw CheckpointError(source + ": " + e.what_without_backtrace());
+  } catch (const std::invalid_argument& e) {
+    throw CheckpointError(source + ": " + e.what());
+  } catch (const std::runtime_error& e) {
+    throw CheckpointError(e.what());  // it names the source and the file
+  }
+}
 
 struct Checkpoints::Impl {
   Impl(std::string dir, size_t keep) : manager(std::move(dir), checkedKeep(keep), fs) {}

@@ -129,6 +129,25 @@ std::vector<ManifestEntry> parseManifest(std::string_view text) {
   return entries;
 }
 
+namespace {
+
+void checkHash(const ManifestEntry& entry, std::string_view bytes, const char* cause) {
+  if (base::sha256Hex(bytes) != entry.sha256) {
+    throw InvalidCheckpoint(entry.name + ": SHA-256 mismatch (corrupt: " + cause + ")");
+  }
+}
+
+void checkListed(const std::vector<ManifestEntry>& entries,
+                 const std::vector<std::string>& required) {
+  std::set<std::string> listed;
+  for (const ManifestEntry& entry : entries) listed.insert(entry.name);
+  for (const std::string& name : required) {
+    if (listed.count(name) == 0) throw InvalidCheckpoint("MANIFEST does not list " + name);
+  }
+}
+
+}  // namespace
+
 VerifiedCheckpoint verifyCheckpoint(FileSystem& fs, const std::string& dir,
                                     const std::vector<std::string>& required) {
   std::set<std::string> present;
@@ -143,11 +162,9 @@ VerifiedCheckpoint verifyCheckpoint(FileSystem& fs, const std::string& dir,
     throw InvalidCheckpoint(std::string("cannot read MANIFEST: ") + e.what());
   }
   const std::vector<ManifestEntry> entries = parseManifest(manifest_text);
+  checkListed(entries, required);
   std::set<std::string> listed;
   for (const ManifestEntry& entry : entries) listed.insert(entry.name);
-  for (const std::string& name : required) {
-    if (listed.count(name) == 0) throw InvalidCheckpoint("MANIFEST does not list " + name);
-  }
   VerifiedCheckpoint out;
   for (const ManifestEntry& entry : entries) {
     if (present.count(entry.name) == 0) {
@@ -164,14 +181,57 @@ VerifiedCheckpoint verifyCheckpoint(FileSystem& fs, const std::string& dir,
                               " bytes, MANIFEST says " + std::to_string(entry.size) +
                               (bytes.size() < entry.size ? " (truncated)" : " (overwritten)"));
     }
-    if (base::sha256Hex(bytes) != entry.sha256) {
-      throw InvalidCheckpoint(entry.name + ": SHA-256 mismatch (corrupt: content changed after " +
-                              "the save)");
-    }
+    checkHash(entry, bytes, "content changed after the save");
     out.files.emplace(entry.name, std::move(bytes));
   }
   for (const std::string& name : present) {
     if (name != kManifestName && listed.count(name) == 0) out.unlisted.push_back(name);
+  }
+  return out;
+}
+
+std::string packCheckpointFiles(const std::map<std::string, std::string>& files) {
+  std::vector<ManifestEntry> entries;
+  size_t total = 0;
+  for (const auto& [name, bytes] : files) {
+    entries.push_back(describeFile(name, bytes));
+    total += bytes.size();
+  }
+  std::string packed = encodeManifest(std::move(entries));  // sorted by name, as `files` is
+  packed.reserve(packed.size() + total);
+  for (const auto& [name, bytes] : files) packed += bytes;
+  return packed;
+}
+
+VerifiedCheckpoint unpackCheckpointFiles(std::string_view packed,
+                                         const std::vector<std::string>& required) {
+  // The MANIFEST ends with its "end <sha256>" line: no earlier line can start with "end " (the
+  // header is fixed, and a file's line starts with hex digits).
+  const size_t end = packed.find("\nend ");
+  const size_t line_end = end == std::string_view::npos ? end : packed.find('\n', end + 1);
+  if (line_end == std::string_view::npos) {
+    throw InvalidCheckpoint("torn MANIFEST: no \"end\" line in the first " +
+                            std::to_string(packed.size()) + " bytes");
+  }
+  const std::vector<ManifestEntry> entries = parseManifest(packed.substr(0, line_end + 1));
+  checkListed(entries, required);
+  VerifiedCheckpoint out;
+  size_t at = line_end + 1;
+  for (const ManifestEntry& entry : entries) {
+    const size_t left = packed.size() - at;
+    if (entry.size > left) {
+      throw InvalidCheckpoint(entry.name + ": MANIFEST says " + std::to_string(entry.size) +
+                              " bytes, but only " + std::to_string(left) +
+                              " follow (truncated)");
+    }
+    const std::string_view bytes = packed.substr(at, entry.size);
+    checkHash(entry, bytes, "changed in transit");
+    out.files.emplace(entry.name, std::string(bytes));
+    at += entry.size;
+  }
+  if (at != packed.size()) {
+    throw InvalidCheckpoint(std::to_string(packed.size() - at) +
+                            " bytes follow the last file that MANIFEST lists");
   }
   return out;
 }

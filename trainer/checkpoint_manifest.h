@@ -71,4 +71,14 @@ struct VerifiedCheckpoint {
 VerifiedCheckpoint verifyCheckpoint(FileSystem& fs, const std::string& dir,
                                     const std::vector<std::string>& required);
 
+// A checkpoint directory's files as one byte string, for a transfer that never touches a disk
+// (a live peer healing another): the MANIFEST of `files`, then each file's bytes in the MANIFEST's
+// order (by name). Throws std::invalid_argument for a name encodeManifest refuses.
+std::string packCheckpointFiles(const std::map<std::string, std::string>& files);
+// The inverse, with verifyCheckpoint's checks: the MANIFEST parses and lists `required`, each
+// file's size and SHA-256 match, and nothing follows the last file. Throws InvalidCheckpoint with
+// the reason alone. Never reads outside `packed`.
+VerifiedCheckpoint unpackCheckpointFiles(std::string_view packed,
+                                         const std::vector<std::string>& required);
+
 }  // namespace cumulus::trainer

@@ -67,9 +67,9 @@ bool isReservedName(const std::string& name) {
 }
 
 const std::string& fileOf(const std::map<std::string, std::string>& files, const char* name,
-                          const std::string& dir) {
+                          const std::string& dir, const std::string& separator) {
   const auto it = files.find(name);
-  if (it == files.end()) throw std::runtime_error(dir + "/" + name + ": missing");
+  if (it == files.end()) throw std::runtime_error(dir + separator + name + ": missing");
   return it->second;
 }
 
@@ -179,14 +179,14 @@ std::map<std::string, std::string> encodeSnapshot(const CheckpointSnapshot& snap
 }
 
 CheckpointSnapshot decodeSnapshot(const std::map<std::string, std::string>& files,
-                                  const std::string& dir) {
+                                  const std::string& dir, const std::string& separator) {
   CheckpointSnapshot snapshot;
-  const std::string model_path = dir + "/" + kModelFile;
+  const std::string model_path = dir + separator + kModelFile;
   decodeFile(model_path, "a state_dict file",
-             [&] { snapshot.model = tensorsOf(unpickle(fileOf(files, kModelFile, dir))); });
-  const std::string optim_path = dir + "/" + kOptimizerFile;
+             [&] { snapshot.model = tensorsOf(unpickle(fileOf(files, kModelFile, dir, separator))); });
+  const std::string optim_path = dir + separator + kOptimizerFile;
   decodeFile(optim_path, "an optimizer state file", [&] {
-    const c10::IValue value = unpickle(fileOf(files, kOptimizerFile, dir));
+    const c10::IValue value = unpickle(fileOf(files, kOptimizerFile, dir, separator));
     if (!value.isGenericDict()) throw std::runtime_error("expected a dict");
     const auto dict = value.toGenericDict();
     if (!dict.contains("tensors") || !dict.contains("scalars")) {
@@ -209,8 +209,8 @@ CheckpointSnapshot decodeSnapshot(const std::map<std::string, std::string>& file
       }
     }
   });
-  const std::string state_path = dir + "/" + kStateFile;
-  if (!snapshot.state.ParseFromString(fileOf(files, kStateFile, dir))) {
+  const std::string state_path = dir + separator + kStateFile;
+  if (!snapshot.state.ParseFromString(fileOf(files, kStateFile, dir, separator))) {
     throw std::runtime_error(state_path + ": not a CheckpointState message");
   }
   if (snapshot.state.format_version() != kCheckpointFormatVersion) {

@@ -69,8 +69,8 @@ std::map<std::string, std::string> encodeSnapshot(const CheckpointSnapshot& snap
 
 // The inverse; every file but the three above (and a MANIFEST) becomes one of `files`. `dir` only
 // names the checkpoint in errors: std::runtime_error
-// "<dir>/optim.pt: not an optimizer state file: ...".
+// "<dir><separator>optim.pt: not an optimizer state file: ..." (a transfer's source: ": ").
 CheckpointSnapshot decodeSnapshot(const std::map<std::string, std::string>& files,
-                                  const std::string& dir);
+                                  const std::string& dir, const std::string& separator = "/");
 
 }  // namespace cumulus::trainer

@@ -11,8 +11,6 @@
 #include <cstring>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "api/elastic_group.h"
 #include "cumulus/data_parallel.h"
 #include "cumulus/errors.h"
@@ -45,97 +43,10 @@ std::string joined(const std::vector<int>& ranks) {
   return text;
 }
 
-// The tensors of a Checkpoint as one payload: each tensor's bytes at an 8-byte aligned offset.
-nlohmann::json packTensors(const NamedTensors& tensors, std::vector<torch::Tensor>& parts,
-                           int64_t& offset) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& [name, tensor] : tensors) {
-    const torch::Tensor t = tensor.contiguous();
-    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
-    list.push_back({{"name", name},
-                    {"dtype", static_cast<int>(t.scalar_type())},
-                    {"shape", t.sizes().vec()},
-                    {"offset", offset}});
-    parts.push_back(t);
-    offset += (bytes + 7) / 8 * 8;
-  }
-  return list;
-}
-
-// A transfer that does not describe its own payload: not worth trusting, but another transfer
-// may well be good (runtime_error: the caller retries or restarts, it does not stop the job).
-[[noreturn]] void badTransfer(const std::string& what) {
-  throw std::runtime_error("the training state sent by a peer is malformed: " + what);
-}
-
-NamedTensors unpackTensors(const nlohmann::json& list, const torch::Tensor& payload) {
-  NamedTensors tensors;
-  auto* base = static_cast<char*>(payload.data_ptr());
-  const uint64_t payload_bytes = static_cast<uint64_t>(payload.numel()) * 8;
-  for (const nlohmann::json& entry : list) {
-    const int code = entry.at("dtype").get<int>();
-    if (code < 0 || code >= static_cast<int>(torch::ScalarType::NumOptions)) {
-      badTransfer("dtype code " + std::to_string(code));
-    }
-    const auto dtype = static_cast<torch::ScalarType>(code);
-    const std::vector<int64_t> shape = entry.at("shape").get<std::vector<int64_t>>();
-    const int64_t offset = entry.at("offset").get<int64_t>();
-    // Its bytes must lie inside the payload; every product is checked before it can overflow.
-    uint64_t bytes = c10::elementSize(dtype);
-    for (const int64_t n : shape) {
-      if (n < 0 || (n > 0 && bytes > payload_bytes / static_cast<uint64_t>(n))) {
-        badTransfer("tensor " + entry.at("name").get<std::string>() + " is larger than the " +
-                    std::to_string(payload_bytes) + "-byte payload");
-      }
-      bytes *= static_cast<uint64_t>(n);
-    }
-    if (offset < 0 || bytes > payload_bytes ||
-        static_cast<uint64_t>(offset) > payload_bytes - bytes) {
-      badTransfer("tensor " + entry.at("name").get<std::string>() + " at offset " +
-                  std::to_string(offset) + " ends past the " + std::to_string(payload_bytes) +
-                  "-byte payload");
-    }
-    tensors.emplace_back(
-        entry.at("name").get<std::string>(),
-        torch::from_blob(base + offset, shape, torch::TensorOptions(dtype)).clone());
-  }
-  return tensors;
-}
-
-nlohmann::json packScalars(const std::map<std::string, OptimizerScalar>& scalars) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& [name, value] : scalars) {
-    if (const auto* i = std::get_if<int64_t>(&value)) {
-      list.push_back({name, "i", *i});
-    } else if (const auto* d = std::get_if<double>(&value)) {
-      list.push_back({name, "d", *d});
-    } else {
-      list.push_back({name, "s", std::get<std::string>(value)});
-    }
-  }
-  return list;
-}
-
-std::map<std::string, OptimizerScalar> unpackScalars(const nlohmann::json& list) {
-  std::map<std::string, OptimizerScalar> scalars;
-  for (const nlohmann::json& entry : list) {
-    const std::string kind = entry.at(1).get<std::string>();
-    const std::string name = entry.at(0).get<std::string>();
-    if (kind == "i") {
-      scalars[name] = entry.at(2).get<int64_t>();
-    } else if (kind == "d") {
-      scalars[name] = entry.at(2).get<double>();
-    } else {
-      scalars[name] = entry.at(2).get<std::string>();
-    }
-  }
-  return scalars;
-}
-
-// `text` in an int64 tensor (8 bytes per element), to travel by broadcast.
-torch::Tensor bytesTensor(const std::string& text, int64_t elements) {
-  torch::Tensor t = torch::zeros({elements}, torch::kInt64);
-  std::memcpy(t.data_ptr(), text.data(), text.size());
+// The packed state's bytes in an int64 tensor (the unit broadcast moves), zero-padded to 8 bytes.
+torch::Tensor wordsOf(const std::string& bytes) {
+  torch::Tensor t = torch::zeros({static_cast<int64_t>((bytes.size() + 7) / 8)}, torch::kInt64);
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
   return t;
 }
 
@@ -270,12 +181,13 @@ void Trainer::Impl::afterReform(double started, bool begin_records, const std::s
   }
 }
 
-// One broadcast of a header (sizes), one of the manifest, one of the payload, from `source`.
+// The training state travels as a checkpoint does (packCheckpoint: the files of a checkpoint
+// directory behind their MANIFEST), in two broadcasts from `source`: its size, then its bytes. The
+// receiver verifies every size and SHA-256 and decodes before anything of its own state changes.
 void Trainer::Impl::transferState(int source, bool receiving) {
   cumulus::ProcessGroup& group = elastic_->group();
   const bool sending = env_.rank == source;
-  std::string manifest;
-  torch::Tensor payload;
+  std::string packed;
   if (sending) {
     TrainingPosition position;
     position.steps_done = steps_done_;
@@ -283,84 +195,42 @@ void Trainer::Impl::transferState(int source, bool receiving) {
     position.samples_seen = samples_seen_;
     position.learning_rate = schedule_->lr(std::max<int64_t>(0, steps_done_ - 1));
     position.grad_accumulation = grad_accumulation_;
-    const Checkpoint state = captureCheckpoint(*model_, *optimizer_, config_, env_, position);
-    std::vector<torch::Tensor> parts;
-    int64_t offset = 0;
-    nlohmann::json j;
-    j["tensors"] = packTensors(state.tensors, parts, offset);
-    j["optimizer_tensors"] = packTensors(state.optimizer_tensors, parts, offset);
-    j["optimizer_scalars"] = packScalars(state.optimizer_scalars);
-    j["steps_done"] = steps_done_;
-    j["epoch"] = done_position_.epoch;
-    j["cursor"] = done_position_.cursor;
-    j["samples_seen"] = samples_seen_;
-    j["grad_accumulation"] = grad_accumulation_;
-    manifest = j.dump();
-    payload = torch::zeros({offset / 8}, torch::kInt64);
-    auto* out = static_cast<char*>(payload.data_ptr());
-    int64_t at = 0;
-    for (const torch::Tensor& t : parts) {
-      const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
-      std::memcpy(out + at, t.data_ptr(), static_cast<size_t>(bytes));
-      at += (bytes + 7) / 8 * 8;
-    }
-  }
-  if (sending) {
+    packed = packCheckpoint(captureCheckpoint(*model_, *optimizer_, config_, env_, position));
     char mb[32];
-    std::snprintf(mb, sizeof(mb), "%.1f MB", static_cast<double>(payload.numel()) * 8 / 1e6);
+    std::snprintf(mb, sizeof(mb), "%.1f MB", static_cast<double>(packed.size()) / 1e6);
     recorder_->note("rank " + std::to_string(env_.rank) + " sends the training state of step " +
                     std::to_string(steps_done_) + " (" + mb + ")");
   }
-  torch::Tensor sizes = torch::zeros({2}, torch::kInt64);
-  if (sending) {
-    sizes[0] = static_cast<int64_t>(manifest.size());
-    sizes[1] = payload.numel();
+  torch::Tensor size = torch::full({1}, static_cast<int64_t>(packed.size()), torch::kInt64);
+  group.broadcast(size, source);
+  const int64_t bytes = size[0].item<int64_t>();
+  const std::string from = "the training state sent by rank " + std::to_string(source);
+  // A sender's size that no process could hold: refused before allocating it.
+  if (bytes < 0 || bytes > (int64_t{1} << 46)) {
+    throw std::runtime_error(from + ": announced " + std::to_string(bytes) + " bytes");
   }
-  group.broadcast(sizes, source);
-  const int64_t manifest_bytes = sizes[0].item<int64_t>();
-  if (manifest_bytes < 0 || manifest_bytes > (int64_t{1} << 30) || sizes[1].item<int64_t>() < 0) {
-    badTransfer("sizes " + std::to_string(manifest_bytes) + " and " +
-                std::to_string(sizes[1].item<int64_t>()));
-  }
-  torch::Tensor header = sending ? bytesTensor(manifest, (manifest_bytes + 7) / 8)
-                                 : torch::zeros({(manifest_bytes + 7) / 8}, torch::kInt64);
-  group.broadcast(header, source);
-  if (!sending) payload = torch::zeros({sizes[1].item<int64_t>()}, torch::kInt64);
-  group.broadcast(payload, source);
+  torch::Tensor words = sending ? wordsOf(packed) : torch::zeros({(bytes + 7) / 8}, torch::kInt64);
+  group.broadcast(words, source);
   if (!receiving) return;
 
-  // Everything arrived: only now does this rank's state change.
+  // Everything arrived: only now does this rank's state change, and only if all of it decodes
+  // and fits. Not a TrainError: another transfer may well be good.
   Checkpoint state;
-  int64_t steps_done = 0;
-  SamplerState position;
-  uint64_t samples_seen = 0;
-  int64_t grad_accumulation = 0;
   try {
-    const nlohmann::json j = nlohmann::json::parse(std::string(
-        static_cast<const char*>(header.data_ptr()), static_cast<size_t>(manifest_bytes)));
-    state.tensors = unpackTensors(j.at("tensors"), payload);
-    state.optimizer_tensors = unpackTensors(j.at("optimizer_tensors"), payload);
-    state.optimizer_scalars = unpackScalars(j.at("optimizer_scalars"));
-    steps_done = j.at("steps_done").get<int64_t>();
-    position.epoch = j.at("epoch").get<int64_t>();
-    position.cursor = j.at("cursor").get<int64_t>();
-    samples_seen = j.at("samples_seen").get<uint64_t>();
-    grad_accumulation = j.at("grad_accumulation").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    badTransfer(e.what());
-  }
-  try {
-    restoreTraining(state, *model_, *optimizer_,
-                    "the state sent by rank " + std::to_string(source));
+    state = unpackCheckpoint(
+        std::string_view(static_cast<const char*>(words.data_ptr()), static_cast<size_t>(bytes)),
+        from);
+    restoreTraining(state, *model_, *optimizer_, from);
+  } catch (const CheckpointError& e) {
+    throw std::runtime_error(e.what());
   } catch (const ResumeError& e) {
-    throw std::runtime_error(e.what());  // a bad transfer: another try may well succeed
+    throw std::runtime_error(e.what());
   }
   has_state_ = true;
-  steps_done_ = steps_done;
-  done_position_.epoch = position.epoch;
-  done_position_.cursor = position.cursor;
-  samples_seen_ = samples_seen;
-  grad_accumulation_ = grad_accumulation;
+  steps_done_ = static_cast<int64_t>(state.state.step);
+  done_position_ = state.sampler();
+  samples_seen_ = state.state.samples_seen;
+  grad_accumulation_ = state.state.grad_accumulation;
 }
 
 bool Trainer::Impl::leaveOrStay(int64_t done, StepAction& action, RunResult& result) {

@@ -444,7 +444,7 @@ void Trainer::Impl::resumeIfAsked() {
         skipped += "; newer checkpoint skipped: " + w.str();
       throw ResumeError(e.what() + skipped);
     }
-    restoreTraining(loaded, *model_, *optimizer_, info.path);
+    restoreTraining(loaded, *model_, *optimizer_, "checkpoint " + info.path);
     resumed_residuals_ = residualsOf(loaded, info.path);
     batches_->restore(plan.sampler);
     start_step_ = std::min(plan.step, total_steps_);

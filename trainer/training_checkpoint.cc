@@ -70,12 +70,14 @@ Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,
 }
 
 void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimizer& optimizer,
-                     const std::string& checkpoint_path) {
-  const std::string where = "checkpoint " + checkpoint_path + ": ";
+                     const std::string& source) {
+  const std::string where = source + ": ";
   std::map<std::string, torch::Tensor> saved;
   for (const auto& [name, tensor] : checkpoint.tensors) saved.emplace(name, tensor);
+  // Everything is checked before anything is copied: a state that does not fit leaves the model
+  // and the optimizer as they were.
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // live, saved
   std::set<std::string> used;
-  torch::NoGradGuard no_grad;
   for (auto& [name, live] : modelTensors(model)) {
     auto it = saved.find(name);
     if (it == saved.end()) {
@@ -86,7 +88,7 @@ void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimiz
       throw ResumeError(where + "model.pt tensor '" + name + "' has shape " + shapeOf(it->second) +
                         ", the model's is " + shapeOf(live));
     }
-    live.copy_(it->second);
+    copies.emplace_back(live, it->second);
     used.insert(name);
   }
   for (const auto& [name, tensor] : saved) {
@@ -95,14 +97,18 @@ void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimiz
                         "' that the model does not; it was written for another model");
     }
   }
+  OptimizerState optimizer_state;
   try {
     CheckpointSnapshot optimizer_part;
     optimizer_part.optimizer_tensors = checkpoint.optimizer_tensors;  // handles, not copies
     optimizer_part.optimizer_scalars = checkpoint.optimizer_scalars;
-    optimizer.importState(optimizerStateFrom(optimizer_part, parameterNames(model)));
+    optimizer_state = optimizerStateFrom(optimizer_part, parameterNames(model));
+    optimizer.importState(optimizer_state);
   } catch (const std::invalid_argument& e) {
     throw ResumeError(where + "optim.pt: " + e.what());
   }
+  torch::NoGradGuard no_grad;
+  for (auto& [live, from] : copies) live.copy_(from);
 }
 
 void addResiduals(Checkpoint& checkpoint, const torch::Tensor& all_ranks) {

@@ -45,10 +45,12 @@ Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,
                              const TrainingPosition& position);
 
 // Copies the checkpoint's model tensors into `model`'s parameters and buffers, by name, and imports
-// the optimizer state. Throws ResumeError naming `checkpoint_path` and the tensor for a missing,
-// extra or differently shaped tensor, or an optimizer state the optimizer rejects.
+// the optimizer state. Throws ResumeError "<source>: ..." naming the tensor for a missing, extra
+// or differently shaped tensor, or an optimizer state the optimizer rejects; the model is then
+// unchanged. `source` says where the state came from: "checkpoint <path>", "the training state
+// sent by rank 2".
 void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimizer& optimizer,
-                     const std::string& checkpoint_path);
+                     const std::string& source);
 
 // comm.compression bf16: every rank's error-feedback residuals (DataParallel::errorFeedback),
 // kept as the extra file comm_residual.pt: a pickled float32 tensor [world size, n], row r from

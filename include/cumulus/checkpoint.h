@@ -44,6 +44,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -104,6 +105,17 @@ struct Checkpoint {
   // A named tensor of `tensors`, or an undefined tensor.
   torch::Tensor tensor(const std::string& name) const;
 };
+
+// A Checkpoint as one byte string, and back: the files its directory would hold (model.pt,
+// optim.pt, state.pb and its extra files) behind their MANIFEST (each file's size and SHA-256).
+// What a live peer sends when it heals another in place, through the same encoder and checks as a
+// save and a load; a program may send it over a channel of its own. CPU-bound: pickling and
+// hashing go over every tensor's bytes. Throws std::invalid_argument for a bad extra file name.
+std::string packCheckpoint(const Checkpoint& checkpoint);
+// Verifies the MANIFEST, every size and every SHA-256 before anything is decoded, and never reads
+// outside `packed`. Throws CheckpointError "<source>: <reason>", e.g. "the state sent by rank 2:
+// model.pt: SHA-256 mismatch (corrupt: changed in transit)".
+Checkpoint unpackCheckpoint(std::string_view packed, const std::string& source);
 
 class Checkpoints {
  public:

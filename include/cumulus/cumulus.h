@@ -7,7 +7,8 @@
 //   cumulus/process_group.h  ProcessGroup from the torchrun environment; collectives on tensors
 //   cumulus/data_parallel.h  DataParallel: bucketed gradient all-reduce overlapped with backward
 //   cumulus/sampler.h        DistributedSampler: global batches, sharded, resumable by cursor
-//   cumulus/checkpoint.h     Checkpoints: atomic, verified, newest valid found by scan
+//   cumulus/checkpoint.h     Checkpoints: atomic, verified, newest valid found by scan;
+//                            packCheckpoint: one as bytes, for a transfer without a disk
 //   cumulus/checkpoint_state.h  a checkpoint's state.pb as plain fields (no LibTorch)
 //   cumulus/preemption.h     PreemptionWatcher: "stop after this step?", agreed by all ranks
 //   cumulus/run_directory.h  RunDirectoryLock: one job per run directory; whose checkpoints

@@ -272,5 +272,88 @@ TEST(Checkpoint, MissingOptimizerOrRngIsACheckpointError) {
             std::string::npos);
 }
 
+// packCheckpoint / unpackCheckpoint: a checkpoint's files behind their MANIFEST, in one string.
+// The round trip restores a model and its optimizer to bit-identical next steps; any change to
+// the bytes is a CheckpointError naming the source and the file, found before anything decodes.
+TEST(PackedCheckpoint, RoundTripsTheModuleOptimizerSamplerAndFiles) {
+  Net net = makeNet(1);
+  torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(0.01));
+  for (int i = 0; i < 2; ++i) trainStep(net, adam);
+  Checkpoint c;
+  c.state.step = 2;
+  c.state.samples_seen = 12;
+  c.state.grad_accumulation = 3;
+  c.state.batch_shares = {5, 7};
+  c.setSampler({1, 6});
+  c.addModule(*net).addOptimizer(adam);
+  c.optimizer_tensors.emplace_back("slot", torch::arange(3, torch::kFloat64));
+  c.optimizer_scalars["name"] = std::string("custom");
+  c.optimizer_scalars["step"] = int64_t{2};
+  c.optimizer_scalars["beta"] = 0.5;
+  c.files["zz.bin"] = std::string("\0\x01\xff", 3);
+  const std::string packed = packCheckpoint(c);
+  EXPECT_EQ(packed.rfind("cumulus-checkpoint-manifest 1\n", 0), 0u);
+
+  trainStep(net, adam);
+  const std::vector<torch::Tensor> expected = stateOf(net);
+  const Checkpoint got = unpackCheckpoint(packed, "the state sent by rank 1");
+  Net healed = makeNet(99);
+  torch::optim::Adam healed_adam(healed->parameters(), torch::optim::AdamOptions(0.5));
+  got.restoreModule(*healed);
+  got.restoreOptimizer(healed_adam);
+  trainStep(healed, healed_adam);
+  const std::vector<torch::Tensor> after = stateOf(healed);
+  ASSERT_EQ(after.size(), expected.size());
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(torch::equal(after[i], expected[i])) << i;
+
+  EXPECT_EQ(got.state.step, 2u);
+  EXPECT_EQ(got.state.samples_seen, 12u);
+  EXPECT_EQ(got.state.grad_accumulation, 3u);
+  EXPECT_EQ(got.state.batch_shares, (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(got.sampler(), (SamplerState{1, 6}));
+  ASSERT_EQ(got.optimizer_tensors.size(), 1u);
+  EXPECT_EQ(got.optimizer_tensors[0].first, "slot");
+  EXPECT_EQ(got.optimizer_tensors[0].second.scalar_type(), torch::kFloat64);
+  EXPECT_TRUE(torch::equal(got.optimizer_tensors[0].second, torch::arange(3, torch::kFloat64)));
+  EXPECT_EQ(got.optimizer_scalars, c.optimizer_scalars);
+  EXPECT_EQ(got.files.at("zz.bin"), std::string("\0\x01\xff", 3));
+  EXPECT_EQ(got.files.size(), 2u);  // zz.bin, optimizer.pt
+}
+
+// The size its MANIFEST line gives `name` ("<sha256> <size> <name>").
+std::string listedSize(const std::string& packed, const std::string& name) {
+  const size_t line_end = packed.find(" " + name + "\n");
+  const size_t size_start = packed.rfind(' ', line_end - 1) + 1;
+  return packed.substr(size_start, line_end - size_start);
+}
+
+TEST(PackedCheckpoint, AChangedTruncatedOrLongerPackIsRefusedNamingTheFile) {
+  const std::string packed = packCheckpoint(smallCheckpoint(7));
+  const std::string from = "the state sent by rank 2";
+  // The files follow the MANIFEST in its order, by name: model.pt, notes.json, optim.pt, state.pb.
+  const size_t end_line = packed.find("\nend ") + 1;
+  const size_t body = packed.find('\n', end_line) + 1;
+  std::string flipped = packed;
+  flipped[body] = static_cast<char>(flipped[body] ^ 1);
+  EXPECT_EQ(errorOf<CheckpointError>([&] { unpackCheckpoint(flipped, from); }),
+            from + ": model.pt: SHA-256 mismatch (corrupt: changed in transit)");
+  const std::string state_size = listedSize(packed, "state.pb");
+  EXPECT_EQ(
+      errorOf<CheckpointError>([&] { unpackCheckpoint(packed.substr(0, packed.size() - 1), from); }),
+      from + ": state.pb: MANIFEST says " + state_size + " bytes, but only " +
+          std::to_string(std::stoull(state_size) - 1) + " follow (truncated)");
+  EXPECT_EQ(errorOf<CheckpointError>([&] { unpackCheckpoint(packed.substr(0, body), from); }),
+            from + ": model.pt: MANIFEST says " + listedSize(packed, "model.pt") +
+                " bytes, but only 0 follow (truncated)");
+  EXPECT_EQ(errorOf<CheckpointError>([&] { unpackCheckpoint(packed + "xy", from); }),
+            from + ": 2 bytes follow the last file that MANIFEST lists");
+  EXPECT_EQ(errorOf<CheckpointError>([&] { unpackCheckpoint("not a checkpoint", from); }),
+            from + ": torn MANIFEST: no \"end\" line in the first 16 bytes");
+  std::string unlisted = packed;
+  unlisted.replace(unlisted.find(" state.pb\n"), 10, " other.pb\n");
+  EXPECT_EQ(errorOf<CheckpointError>([&] { unpackCheckpoint(unlisted, from); }),
+            from + ": corrupt MANIFEST: its SHA-256 does not match its end line");
+}
+
 }  // namespace
 }  // namespace cumulus
