@@ -9,12 +9,16 @@
 #include <cstring>
 #include <functional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "models/model.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_manifest.h"
 #include "trainer/file_system_fault.h"
+#include "trainer/optimizer.h"
+#include "trainer/resume.h"
+#include "trainer/training_checkpoint.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -580,6 +584,52 @@ TEST_F(CheckpointTest, ConvnetSizedSnapshotTimings) {
   RecordProperty("async_stall_ms", std::to_string(stall_ms));
   EXPECT_GT(sync.bytes, 2 * 3274634 * 4u);  // model + momentum, float32
   EXPECT_LT(stall_ms, sync_ms / 4);
+}
+
+// restoreTraining (a resume, or the state a live peer sent) checks every tensor and the optimizer
+// state before it copies anything: a state that does not fit leaves the model as it was.
+TEST(RestoreTrainingTest, AStateThatDoesNotFitChangesNothingAndOneThatFitsIsBitIdentical) {
+  models::ModelSpec spec;  // the default mlp
+  configs::OptimizerConfig adamw;
+  adamw.name = "adamw";
+  torch::manual_seed(1);
+  auto trained = models::makeModel(spec);
+  auto trained_optimizer = makeOptimizer(adamw, trained->parameters());
+  for (auto& p : trained->parameters()) p.mutable_grad() = torch::ones_like(p);
+  trained_optimizer->step(0.01);
+  const Checkpoint state =
+      captureCheckpoint(*trained, *trained_optimizer, configs::Experiment{}, RunEnv{}, {});
+
+  torch::manual_seed(2);
+  auto other = models::makeModel(spec);
+  auto other_optimizer = makeOptimizer(adamw, other->parameters());
+  const std::string before = parameterDigest(*other);
+  ASSERT_NE(before, parameterDigest(*trained));
+  Checkpoint bad = state;
+  const std::string last = bad.tensors.back().first;
+  bad.tensors.back().second = torch::zeros({3, 2});
+  try {
+    restoreTraining(bad, *other, *other_optimizer, "the training state sent by rank 1");
+    ADD_FAILURE() << "a tensor of another shape was accepted";
+  } catch (const ResumeError& e) {
+    EXPECT_EQ(std::string(e.what()), "the training state sent by rank 1: model.pt tensor '" + last +
+                                         "' has shape [3, 2], the model's is " +
+                                         [&] {
+                                           std::ostringstream out;
+                                           out << state.tensors.back().second.sizes();
+                                           return out.str();
+                                         }());
+  }
+  EXPECT_EQ(parameterDigest(*other), before);  // the tensors before it were not copied either
+
+  restoreTraining(state, *other, *other_optimizer, "the training state sent by rank 1");
+  EXPECT_EQ(parameterDigest(*other), parameterDigest(*trained));
+  for (auto* model : {trained.get(), other.get()}) {
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
+  }
+  trained_optimizer->step(0.01);
+  other_optimizer->step(0.01);
+  EXPECT_EQ(parameterDigest(*other), parameterDigest(*trained));  // the optimizer state came too
 }
 
 }  // namespace
