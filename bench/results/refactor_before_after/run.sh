@@ -5,7 +5,7 @@
 #   git worktree add ../before 7fc47db && (cd ../before && cmake -S . -B build -G Ninja \
 #     -DCMAKE_BUILD_TYPE=Release && cmake --build build --target cumulus-bench cumulus-run \
 #     cumulus-train cumulus-config)
-#   BEFORE=../before AFTER=. OUT=/tmp/b12 bench/results/issue12/run.sh
+#   BEFORE=../before AFTER=. OUT=/tmp/b12 bench/results/refactor_before_after/run.sh
 # Each side runs its own tree's bench scripts (bench/compare_gloo.sh, bench/compare_ddp.sh), so
 # the Gloo and DDP figures of the same run are the reference for each.
 set -u
