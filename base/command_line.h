@@ -1,6 +1,6 @@
 #pragma once
-// The one way a Cumulus binary reads its command line: CLI11 (DESIGN.md: "flags: one CLI
-// library"), with what every binary shares: the --help layout, the wording of a mistake and the
+// The one way a Cumulus binary reads its command line: CLI11 (one flag library for every
+// binary), with what every binary shares: the --help layout, the wording of a mistake and the
 // exit codes.
 //
 // Typical main():

@@ -1,7 +1,7 @@
 #pragma once
-// The one reader of the torchrun-style environment a worker is started with (DESIGN.md
-// "Processes"). A worker started by hand, without any of these variables, is rank 0 of a world
-// of 1.
+// The one reader of the torchrun-style environment a worker is started with (docs/launch.md,
+// "Environment of each worker"). A worker started by hand, without any of these variables, is
+// rank 0 of a world of 1.
 
 #include <cstdint>
 #include <functional>

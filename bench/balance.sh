@@ -1,7 +1,7 @@
 #!/bin/bash
-# Straggler-aware batch shares (issue #16, `trainer.balance`), measured side by side in one run:
-# 2 convnet workers on one host under cumulus-run, rank 0 pinned to core 0 and rank 1 (all its
-# threads, `taskset -a`) to core 1, which it shares with --hogs busy loops (`yes`, pinned there
+# Straggler-aware batch shares (`trainer.balance`, docs/mixed_fleets.md), measured side by side in
+# one run: 2 convnet workers on one host under cumulus-run, rank 0 pinned to core 0 and rank 1 (all
+# its threads, `taskset -a`) to core 1, which it shares with --hogs busy loops (`yes`, pinned there
 # too), so rank 1 computes at a fraction of rank 0's speed. Each scenario runs once with
 # trainer.balance=off and once with auto, back to back (the order alternates by repetition).
 #

@@ -10,8 +10,8 @@
 //      landing segment into a 64 MiB destination.
 //   β table, per size regime and pattern (comm/cost_model.h): at n = --sizes (by default 1, 4,
 //      16, 64 MiB), timed
-//      2-rank all-reduces with the real algorithms, each solved for its β with the DESIGN.md
-//      formula at p = 2 (the α and γ terms subtracted):
+//      2-rank all-reduces with the real algorithms, each solved for its β with the cost
+//      model's formula (comm/cost_model.h) at p = 2 (the α and γ terms subtracted):
 //        tree    t = 2α + 2nβ_oneway + nγ     (one message up, one down)
 //        ring    t = 2α + nβ_duplex + nγ/2    (each rank sends and receives n/2 twice, at once)
 //        funnel  t = 2α + 2nβ_funnel + nγ     (through the gRPC ParameterServer)

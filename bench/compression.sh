@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# bf16 gradient compression against none on shaped links (issue 16's "Measured"): the convnet on the
-# namespace cluster (launch/netns-cluster.sh), one host per rank, one cumulus-run per host, for each
-# link rate and each comm.compression. Per run it reports, from rank 0's metrics.jsonl:
+# bf16 gradient compression against none on shaped links (docs/mixed_fleets.md, "bf16 gradient
+# compression"): the convnet on the namespace cluster (launch/netns-cluster.sh), one host per
+# rank, one cumulus-run per host, for each link rate and each comm.compression.
+# Per run it reports, from rank 0's metrics.jsonl:
 #   step_ms       mean step time over the steps after the first (train records' step_time_ms,
 #                 weighted by the steps each record covers)
 #   comm_wait_ms  mean time per step blocked in the gradient sync's finish() (comm_wait_ms, the

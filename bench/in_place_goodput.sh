@@ -1,9 +1,10 @@
 #!/bin/bash
-# Goodput of recovery in place against recovery by restart (issue #15's "Measured"), in one run:
-# for each repetition, the same job under a seeded fault schedule with `--recovery in_place`, with
-# `--recovery restart`, and uninterrupted, back to back (odd repetitions run them in the reverse
-# order, so a drift of the machine's speed does not always favour one side). All runs train the
-# same number of steps; goodput = the uninterrupted run's wall time / the disrupted run's.
+# Goodput of recovery in place against recovery by restart (docs/benchmarks.md, "Recovery in
+# place against restart"), in one run: for each repetition, the same job under a seeded fault
+# schedule with `--recovery in_place`, with `--recovery restart`, and uninterrupted, back to
+# back (odd repetitions run them in the reverse order, so a drift of the machine's speed does not
+# always favour one side). All runs train the same number of steps; goodput = the uninterrupted
+# run's wall time / the disrupted run's.
 #
 #   bench/in_place_goodput.sh [--scenarios "A B"] [--modes "in_place restart none"] [--reps 1]
 #       [--seed 0] [--steps 2000] [--steps-a N] [--steps-b N] [--interval 60] [--notice 10]

@@ -54,8 +54,8 @@ std::vector<torch::Tensor> modelParameters(const std::string& model) {
   return cumulus::models::makeModel(spec)->parameters();
 }
 
-// The experiments' hyper-parameters: SGD as in the trace the issue quotes (Nesterov, momentum
-// 0.9, weight decay 5e-4), AdamW as configs/fashion_mnist_convnet.yaml.
+// The experiments' hyper-parameters: SGD as in the training trace that first measured the step
+// (Nesterov, momentum 0.9, weight decay 5e-4), AdamW as configs/fashion_mnist_convnet.yaml.
 cumulus::configs::OptimizerConfig optimizerConfig(const std::string& name) {
   cumulus::configs::OptimizerConfig c;
   c.name = name;

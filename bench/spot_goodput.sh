@@ -1,7 +1,7 @@
 #!/bin/bash
-# Goodput under spot preemptions (issue #5's targets), measured as a ratio in one run: for each
-# seed, an uninterrupted run of the experiment and then the same run under cumulus-spot's seeded
-# preemption trace, back to back, so that both see the same background load. Each spot run's
+# Goodput under spot preemptions (the targets in docs/spot.md), measured as a ratio in one run: for
+# each seed, an uninterrupted run of the experiment and then the same run under cumulus-spot's
+# seeded preemption trace, back to back, so that both see the same background load. Each spot run's
 # goodput is its step count over its wall time, against the uninterrupted run just before it.
 #
 #   bench/spot_goodput.sh [--seeds "0 1 2"] [--steps 600] [--mean-interval 60] [--notice 10]

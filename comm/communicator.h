@@ -1,7 +1,7 @@
 #pragma once
 // Communicator: one rank's member of a group of `world` ranks, connected over TCP or, to peers on
 // the same host, shared memory and AF_UNIX sockets (comm/transport.h), running
-// collectives on raw buffers (DESIGN.md "Communicator contract").
+// collectives on raw buffers (docs/comm.md).
 //
 // Construction performs the rendezvous (rendezvous.h) and blocks until every rank is connected or
 // options.timeout expires (CommError kRendezvous / kUnauthorized / kBadFrame / kStore).

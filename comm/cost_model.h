@@ -1,5 +1,5 @@
 #pragma once
-// The α-β-γ cost model that picks an all-reduce algorithm (DESIGN.md "Communicator contract"):
+// The α-β-γ cost model that picks an all-reduce algorithm (docs/comm.md, "Cost model"):
 //   α  latency of one message (s), β  transfer time per byte (s/B), γ  reduction time per byte.
 // For n bytes on p ranks, k = ⌈log₂p⌉:
 //   funnel ≈ 2(p−1)(α + nβ) + (p−1)nγ

@@ -1,6 +1,6 @@
 #pragma once
-// The funnel parameter server (DESIGN.md "funnel"): `world` workers each stream their buffer for
-// one step, identified by (generation, seq), over the bidirectional PushPull call of
+// The funnel parameter server (docs/comm.md, "Algorithms"): `world` workers each stream their
+// buffer for one step, identified by (generation, seq), over the bidirectional PushPull call of
 // proto/parameter_server.proto; once every rank has pushed, the server streams the reduced
 // buffer back to each of them. FunnelClient (comm/funnel.h) is the worker side.
 //

@@ -1,6 +1,6 @@
 #pragma once
-// Quorum: who trains together, epoch by epoch, when a group recovers in place (DESIGN.md
-// "Failures, preemption and membership", `launch.recovery: in_place`). No LibTorch: it speaks
+// Quorum: who trains together, epoch by epoch, when a group recovers in place (docs/recovery.md,
+// "The membership protocol"; `launch.recovery: in_place`). No LibTorch: it speaks
 // only to the Store; the trainer moves the state and rebuilds the communicator.
 //
 // Within one agents' generation g (CUMULUS_GENERATION) the workers go through epochs 0, 1, 2, ….

@@ -1,6 +1,6 @@
 #pragma once
-// The three clouds' spot-notice protocols, each read strictly (DESIGN.md "Failures, preemption
-// and membership" 1). No LibTorch; the HTTP goes through an HttpClient, so tests script it.
+// The three clouds' spot-notice protocols, each read strictly (docs/launch.md,
+// "Preemption"). No LibTorch; the HTTP goes through an HttpClient, so tests script it.
 //
 //   AWS    IMDSv2: PUT /latest/api/token (X-aws-ec2-metadata-token-ttl-seconds) for a session
 //          token, then GETs with X-aws-ec2-metadata-token. IMDSv1 (plain GETs) only when the PUT

@@ -1,6 +1,6 @@
 #pragma once
 // The agent behind cumulus-run: hosts the rendezvous Store on node 0, starts this node's workers
-// with the torchrun environment (DESIGN.md "Processes"), supervises them, and restarts the whole
+// with the torchrun environment (docs/launch.md), supervises them, and restarts the whole
 // group under a new generation when one fails.
 //
 // Exit codes of run():

@@ -1,5 +1,5 @@
 #pragma once
-// A seeded trace of spot preemptions for cumulus-spot (DESIGN.md "Preemption protocol").
+// A seeded trace of spot preemptions for cumulus-spot (docs/spot.md).
 //
 // Launch i of a job (i = 0, 1, ...) runs with world size world_sizes[i % n] (empty: the job's
 // own) and receives its preemption notice `notice_after_s` seconds after it starts, drawn from an

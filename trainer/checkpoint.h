@@ -1,5 +1,5 @@
 #pragma once
-// Crash-consistent checkpoints in a directory (DESIGN.md "Checkpoints").
+// Crash-consistent checkpoints in a directory (docs/design.md "Checkpoints and the run directory").
 //
 //   <dir>/step-00001200/{model.pt, optim.pt, state.pb, MANIFEST}
 //

@@ -1,6 +1,6 @@
 #pragma once
 // ProcessGroup: this worker's membership in the job's group — the Store client, the
-// communicator (data plane, DESIGN.md "Communicator contract") and, for the funnel algorithm,
+// communicator (data plane, comm/communicator.h) and, for the funnel algorithm,
 // the parameter-server client — built from the launcher's environment and the `comm` section of
 // the experiment. No LibTorch.
 //

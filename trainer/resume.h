@@ -1,7 +1,9 @@
 #pragma once
-// Deciding whether and how a run continues from a checkpoint (DESIGN.md "Preemption protocol",
-// step 4). Pure functions over the checkpoint's state.pb and the experiment; the trainer applies
-// the plan (tensors into the model, optimizer importState, sampler restore). No LibTorch here.
+// Deciding whether and how a run continues from a checkpoint (docs/spot.md, "Resume": with the
+// same world size a resumed run is bit-identical to one that never stopped; with another, the
+// sampler re-shards from the global cursor and the global batch is kept). Pure functions over the
+// checkpoint's state.pb and the experiment; the trainer applies the plan (tensors into the model,
+// optimizer importState, sampler restore). No LibTorch here.
 //
 // Rules:
 //  - The checkpoint's experiment (state.config_yaml) must equal the current one, except for keys

@@ -1,6 +1,6 @@
 #pragma once
 // Where a worker's start-up time goes, from exec() to the end of its first training step: the
-// number that decides how much a restart after a preemption costs (issue #5 targets <= 5 s).
+// number that decides how much a restart after a preemption costs (target: <= 5 s, docs/spot.md).
 //
 //   StartupProfile profile;          // at the top of main()
 //   profile.mark("connect");         // after each phase: the time since the previous mark

@@ -1,5 +1,5 @@
 #pragma once
-// The training loop of one worker (DESIGN.md "Training step"). LibTorch stays behind the pimpl so
+// The training loop of one worker (docs/design.md "A step"). LibTorch stays behind the pimpl so
 // that cumulus-train's main and other light callers compile without it.
 //
 // What run() does: a step loop over parts (each in its own header, each replaceable through

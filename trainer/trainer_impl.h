@@ -152,7 +152,7 @@ class Trainer::Impl {
   // A "balance" record of the shares in force after `done` (nothing with balance off).
   void recordShares(const char* reason, int64_t done);
 
-  // Recovery in place (in_place.cc; DESIGN.md "Failures, preemption and membership").
+  // Recovery in place (in_place.cc; docs/recovery.md).
   bool inPlace() const { return elastic_ != nullptr; }
   // Whether a failure can be recovered in place (not a wrong token, not a lost Store).
   bool recoverable(const cumulus::CommError& error) const;
@@ -206,7 +206,8 @@ class Trainer::Impl {
   bool policy_writer_ = false;  // writes() when checkpoint_policy_ was built
   std::shared_ptr<StopAgreement> stop_;
 
-  // Checkpoints (DESIGN.md "Checkpoints"): rank 0 writes; every rank may read.
+  // Checkpoints (docs/design.md "Checkpoints and the run directory"): rank 0 writes; every rank
+  // may read.
   std::unique_ptr<Checkpoints> checkpoints_;
   std::optional<RunDirectoryLock> run_dir_lock_;
   std::optional<RunDirectoryLock> checkpoint_dir_lock_;  // when checkpoint.dir is elsewhere

@@ -1,8 +1,8 @@
 #pragma once
 // The bridge between a live training run and a public Checkpoint (<cumulus/checkpoint.h>): what the
-// training loop captures
-// at a step boundary and what a resume puts back (DESIGN.md "Checkpoints"). The decision whether
-// a checkpoint may be resumed is resume.h's; this file only moves the state.
+// training loop captures at a step boundary and what a resume puts back (docs/design.md
+// "Checkpoints and the run directory"). The decision whether a checkpoint may be resumed is
+// resume.h's; this file only moves the state.
 //
 // Captured: the model's parameters and buffers (deep CPU copies, so training may go on while a
 // background save encodes them), the optimizer's exported state, and state.pb (step, sampler

@@ -134,7 +134,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_st
   if (inPlace()) recordReform();
   recordStep(s, step, lr, loop_start);
 
-  // Step boundaries (DESIGN.md "Training step" 4).
+  // Step boundaries (docs/design.md "A step": a checkpoint if one is due, the ranks' agreement).
   const int64_t done = s + 1;
   const bool last = done == total_steps_;
   if (!last) balanceAt(done);  // before the checkpoints below, which keep the shares it sets

@@ -1,6 +1,6 @@
 #pragma once
-// <cumulus/preemption.h>: "should I stop after this step?", agreed by all ranks (DESIGN.md
-// "Failures, preemption and membership", step 2). No LibTorch here.
+// <cumulus/preemption.h>: "should I stop after this step?", agreed by all ranks (a MAX
+// all-reduce of one integer at each step boundary; docs/library.md). No LibTorch here.
 //
 // StopAgreement is the seam a step loop asks at every step boundary:
 //   - start() once, before the first step.

@@ -5,7 +5,7 @@
 // is formed in another order (two 32-row GEMMs and an all-reduce against one 64-row GEMM); each
 // step's gradient differs in the last float32 bits, and 32 SGD steps with momentum keep the
 // difference near 1e-7 (asserted: <= 1e-6). Two 2-worker runs, on the other hand, are
-// bit-identical (DESIGN.md "Determinism") even across algorithms: with two ranks ring, tree and
+// bit-identical (docs/design.md "A step") even across algorithms: with two ranks ring, tree and
 // funnel all add the same two float32 numbers once, and IEEE addition is commutative.
 
 #include <gmock/gmock.h>

@@ -203,7 +203,7 @@ TEST(TrainingTest, GradientClippingBoundsTheUpdateByTheGlobalNorm) {
 }
 
 // Two ranks of a world of 2, as threads, joined by a GradientSync that sums their gradients in
-// a fixed order: what the next issue's all-reduce does over sockets. The result must equal the
+// a fixed order: what the all-reduce does over sockets. The result must equal the
 // single-process run, which shows the loss normalization and the seam are right.
 class PairSum {
  public:

@@ -1,5 +1,5 @@
 // Users' own TorchScript models, losses and .npy data, trained from YAML alone by cumulus-train
-// and cumulus-run as a user runs them (issue 13). The models and data are made at test time by
+// and cumulus-run as a user runs them. The models and data are made at test time by
 // make_user_fixtures.py with Debian's /usr/bin/python3 (torch.jit.script, numpy.save); where it
 // lacks torch or numpy the tests skip. Final parameters are compared through the "final
 // parameters sha256" line rank 0 prints; resumes stop a worker with cumulus-train-faults, as in

@@ -1,11 +1,12 @@
 #!/bin/bash
-# Issue 12's benchmarks, before and after, alternately on one idle machine.
-#   BEFORE: a worktree of 7fc47db (the tree before issue 12), AFTER: this tree; each with a
+# The benchmarks before and after the refactoring of the launcher and the trainer (2026-11-24),
+# alternately on one idle machine.
+#   BEFORE: a worktree of 7fc47db (the tree before the refactoring), AFTER: this tree; each with a
 #   Release build of cumulus-bench, cumulus-run, cumulus-train and cumulus-config in build/.
 #   git worktree add ../before 7fc47db && (cd ../before && cmake -S . -B build -G Ninja \
 #     -DCMAKE_BUILD_TYPE=Release && cmake --build build --target cumulus-bench cumulus-run \
 #     cumulus-train cumulus-config)
-#   BEFORE=../before AFTER=. OUT=/tmp/b12 bench/results/issue12/run.sh
+#   BEFORE=../before AFTER=. OUT=/tmp/b12 bench/results/refactor_before_after/run.sh
 # Each side runs its own tree's bench scripts (bench/compare_gloo.sh, bench/compare_ddp.sh), so
 # the Gloo and DDP figures of the same run are the reference for each.
 set -u

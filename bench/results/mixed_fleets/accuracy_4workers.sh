@@ -1,6 +1,6 @@
 #!/bin/bash
 # Test accuracy after 4 epochs, convnet, 4 workers on loopback, compression none vs bf16.
-cd /work/main
+cd "$(dirname "$0")/../../.."  # the repository root
 for mode in none bf16; do
   rd=/tmp/acc-$mode; rm -rf $rd
   build/bin/cumulus-run --standalone --nproc-per-node 4 -- build/bin/cumulus-train configs/fashion_mnist_convnet.yaml \
