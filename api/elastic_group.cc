@@ -9,47 +9,54 @@
 #include <utility>
 
 #include "api/process_group_impl.h"
+#include "base/env_names.h"
+#include "base/integer.h"
 #include "comm/store_client.h"
 #include "trainer/process_group.h"
 
 namespace cumulus {
 namespace {
 
+constexpr int64_t kMaxWorkers = int64_t{1} << 20;  // ElasticSettings::max_workers's default
+
 std::string variable(const base::EnvLookup& getenv, const char* name) {
   const char* value = getenv(name);
   return value == nullptr ? std::string() : std::string(value);
 }
 
-int64_t positiveVariable(const base::EnvLookup& getenv, const char* name, int64_t fallback) {
+// A worker count: an integer in [1, kMaxWorkers].
+int64_t workerCount(const base::EnvLookup& getenv, const char* name, int64_t fallback) {
   const std::string text = variable(getenv, name);
   if (text.empty()) return fallback;
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0' || value < 1) {
-    throw GroupError(std::string(name) + "=\"" + text + "\": must be a positive integer");
-  }
-  return value;
+  const std::optional<int64_t> value = base::parseInteger(text, 1, kMaxWorkers);
+  if (!value) throw GroupError(std::string(name) + ": " + base::integerProblem(text, 1, kMaxWorkers));
+  return *value;
 }
 
 }  // namespace
 
 std::optional<ElasticSettings> elasticSettings(const base::EnvLookup& getenv) {
-  const std::string recovery = variable(getenv, "CUMULUS_RECOVERY");
+  const std::string recovery = variable(getenv, base::env::kRecovery);
   if (recovery.empty() || recovery == "restart") return std::nullopt;
   if (recovery != "in_place") {
     throw GroupError("CUMULUS_RECOVERY=\"" + recovery + "\": must be in_place or restart");
   }
   ElasticSettings s;
-  s.member_id = variable(getenv, "CUMULUS_MEMBER_ID");
+  s.member_id = variable(getenv, base::env::kMemberId);
   if (s.member_id.empty() || s.member_id.find('/') != std::string::npos) {
     throw GroupError("CUMULUS_MEMBER_ID=\"" + s.member_id +
                      "\": in_place recovery needs this worker's member id (cumulus-run sets it, "
                      "e.g. 0.1.0 for node 0, local rank 1)");
   }
-  const std::string join = variable(getenv, "CUMULUS_JOIN");
+  const std::string join = variable(getenv, base::env::kJoin);
   s.joining = join == "1";
-  s.min_workers = positiveVariable(getenv, "CUMULUS_MIN_WORKERS", 1);
-  s.max_workers = positiveVariable(getenv, "CUMULUS_MAX_WORKERS", 1 << 20);
+  s.min_workers = workerCount(getenv, base::env::kMinWorkers, 1);
+  s.max_workers = workerCount(getenv, base::env::kMaxWorkers, kMaxWorkers);
+  if (s.min_workers > s.max_workers) {
+    throw GroupError(std::string(base::env::kMinWorkers) + "=" + std::to_string(s.min_workers) +
+                     " is more than " + base::env::kMaxWorkers + "=" +
+                     std::to_string(s.max_workers));
+  }
   return s;
 }
 

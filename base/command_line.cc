@@ -10,6 +10,7 @@
 #include <memory>
 #include <sstream>
 
+#include "base/integer.h"
 #include "base/suggest.h"
 
 namespace cumulus::base {
@@ -22,16 +23,9 @@ std::string formatNumber(double value) {
 }
 
 bool readInteger(const std::string& text, int64_t& value) {
-  if (text.empty() ||
-      !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-' || text[0] == '+')) {
-    return false;
-  }
-  char* end = nullptr;
-  errno = 0;
-  const long long parsed = std::strtoll(text.c_str(), &end, 10);
-  if (errno == ERANGE || *end != '\0') return false;
-  value = parsed;
-  return true;
+  const std::optional<int64_t> parsed = base::parseInteger(text);
+  if (parsed) value = *parsed;
+  return parsed.has_value();
 }
 
 bool readNumber(const std::string& text, double& value) {
@@ -214,12 +208,9 @@ bool parseCommandLine(CLI::App& app, int argc, const char* const argv[], std::os
 }
 
 int64_t parseInteger(const std::string& text, const std::string& flag, int64_t min, int64_t max) {
-  int64_t value = 0;
-  if (!readInteger(text, value) || value < min || value > max) {
-    throw UsageError(flag + ": expected an integer in [" + std::to_string(min) + ", " +
-                     std::to_string(max) + "], got \"" + text + "\"");
-  }
-  return value;
+  const std::optional<int64_t> value = base::parseInteger(text, min, max);
+  if (!value) throw UsageError(flag + ": " + integerProblem(text, min, max));
+  return *value;
 }
 
 double parseNumber(const std::string& text, const std::string& flag, double min, double max,

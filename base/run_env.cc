@@ -3,7 +3,11 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <utility>
+
+#include "base/env_names.h"
+#include "base/integer.h"
 
 namespace cumulus::base {
 namespace {
@@ -11,14 +15,12 @@ namespace {
 int64_t readInt(const EnvLookup& getenv, const char* name, int64_t fallback) {
   const char* text = getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long long value = std::strtoll(text, &end, 10);
-  if (errno != 0 || *end != '\0') {
+  const std::optional<int64_t> value = parseInteger(text);
+  if (!value) {
     throw EnvError(std::string("environment variable ") + name + "=\"" + text +
                    "\" is not an integer");
   }
-  return value;
+  return *value;
 }
 
 std::string readString(const EnvLookup& getenv, const char* name) {
@@ -60,20 +62,20 @@ RunEnv RunEnv::read(const EnvLookup& getenv, int64_t minPort) {
     }
   }
   RunEnv env;
-  env.world_size = readInt(getenv, "WORLD_SIZE", 1);
-  env.rank = readInt(getenv, "RANK", 0);
-  env.local_world_size = readInt(getenv, "LOCAL_WORLD_SIZE", 1);
-  env.local_rank = readInt(getenv, "LOCAL_RANK", 0);
-  env.group_rank = readInt(getenv, "GROUP_RANK", 0);
-  env.master_addr = readString(getenv, "MASTER_ADDR");
-  env.master_port = readInt(getenv, "MASTER_PORT", 0);
-  env.run_id = readString(getenv, "CUMULUS_RUN_ID");
-  env.restart_count = readInt(getenv, "CUMULUS_RESTART_COUNT", 0);
-  env.generation = readInt(getenv, "CUMULUS_GENERATION", 0);
-  env.job_token = readString(getenv, "CUMULUS_JOB_TOKEN");
-  env.ps_endpoint = readString(getenv, "CUMULUS_PS_ENDPOINT");
-  env.log_dir = readString(getenv, "CUMULUS_LOG_DIR");
-  env.bind_host = readString(getenv, "CUMULUS_BIND_HOST");
+  env.world_size = readInt(getenv, env::kWorldSize, 1);
+  env.rank = readInt(getenv, env::kRank, 0);
+  env.local_world_size = readInt(getenv, env::kLocalWorldSize, 1);
+  env.local_rank = readInt(getenv, env::kLocalRank, 0);
+  env.group_rank = readInt(getenv, env::kGroupRank, 0);
+  env.master_addr = readString(getenv, env::kMasterAddr);
+  env.master_port = readInt(getenv, env::kMasterPort, 0);
+  env.run_id = readString(getenv, env::kRunId);
+  env.restart_count = readInt(getenv, env::kRestartCount, 0);
+  env.generation = readInt(getenv, env::kGeneration, 0);
+  env.job_token = readString(getenv, env::kJobToken);
+  env.ps_endpoint = readString(getenv, env::kPsEndpoint);
+  env.log_dir = readString(getenv, env::kLogDir);
+  env.bind_host = readString(getenv, env::kBindHost);
 
   // Ranks and sizes are ints everywhere past this reader.
   require(env.world_size >= 1 && env.world_size <= INT32_MAX,

@@ -1,8 +1,11 @@
 #include "comm/communicator.h"
 
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 
+#include "base/env_names.h"
+#include "base/integer.h"
 #include "comm/error.h"
 #include "comm/hierarchical.h"
 #include "comm/rendezvous.h"
@@ -27,16 +30,15 @@ CommError brokenError(const std::exception_ptr& first, const char* op, uint64_t 
 
 int resolveSpin(int requested) {
   if (requested >= 0) return requested;
-  const char* env = std::getenv("CUMULUS_SPIN_US");
+  const char* env = std::getenv(base::env::kSpinMicroseconds);
   if (env == nullptr || *env == '\0') return 0;
-  char* end = nullptr;
-  const long us = std::strtol(env, &end, 10);
-  if (*end != '\0' || us < 0 || us > 1000000) {
+  const std::optional<int64_t> us = base::parseInteger(env, 0, 1000000);
+  if (!us) {
     throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1,
-                    std::string("CUMULUS_SPIN_US='") + env +
-                        "' is not a number of microseconds in [0, 1000000]");
+                    std::string(base::env::kSpinMicroseconds) + " (microseconds): " +
+                        base::integerProblem(env, 0, 1000000));
   }
-  return static_cast<int>(us);
+  return static_cast<int>(*us);
 }
 
 }  // namespace

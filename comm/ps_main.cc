@@ -14,6 +14,7 @@
 #include <string>
 
 #include "base/command_line.h"
+#include "base/env_names.h"
 #include "comm/parameter_server.h"
 
 namespace {
@@ -24,7 +25,7 @@ struct PsFlags {
   int world = 0;
   int port = 29501;
   std::string host = "127.0.0.1";
-  std::string token_env = "CUMULUS_JOB_TOKEN";
+  std::string token_env = cumulus::base::env::kJobToken;
 };
 
 int serve(const PsFlags& flags) {

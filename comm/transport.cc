@@ -7,6 +7,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "base/env_names.h"
+
 namespace cumulus::comm {
 
 const char* transportName(Transport transport) {
@@ -32,11 +34,11 @@ std::optional<Transport> parseTransport(const std::string& name) {
 }
 
 Transport transportFromEnvironment() {
-  const char* value = std::getenv("CUMULUS_TRANSPORT");
+  const char* value = std::getenv(base::env::kTransport);
   if (value == nullptr || *value == '\0') return Transport::kAuto;
   auto parsed = parseTransport(value);
   if (!parsed) {
-    throw std::invalid_argument(std::string("CUMULUS_TRANSPORT='") + value +
+    throw std::invalid_argument(std::string(base::env::kTransport) + "='" + value +
                                 "' is not one of auto, tcp, unix, shm");
   }
   return *parsed;

@@ -8,6 +8,7 @@
 #include <system_error>
 #include <vector>
 
+#include "base/env_names.h"
 #include "comm/error.h"
 #include "launch/bind_address.h"
 #include "launch/tcp_probe.h"
@@ -39,7 +40,7 @@ std::string nodeCountText(const LaunchOptions& o) {
 }
 
 std::string jobToken(bool multi) {
-  const char* env_token = std::getenv("CUMULUS_JOB_TOKEN");
+  const char* env_token = std::getenv(base::env::kJobToken);
   if (env_token && *env_token) return env_token;
   if (!multi) return randomHex(16);
   throw SetupError(

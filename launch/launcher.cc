@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/env_names.h"
 #include "comm/error.h"
 #include "launch/agent_console.h"
 #include "launch/job_setup.h"
@@ -21,6 +22,8 @@
 
 namespace cumulus::launch {
 namespace {
+
+namespace env = base::env;  // the variables the workers are started with
 
 // The one piece of process-wide state: a signal handler can reach nothing else.
 std::atomic<int> g_stop_signal{0};
@@ -213,29 +216,29 @@ std::vector<std::pair<std::string, std::string>> Launcher::workerEnv(const Worke
   const int64_t world_size =
       group.joining ? std::max(group.world_size, o.nproc_per_node) : group.world_size;
   std::vector<std::pair<std::string, std::string>> env = {
-      {"RANK", std::to_string(w.rank)},
-      {"LOCAL_RANK", std::to_string(w.local_rank)},
-      {"WORLD_SIZE", std::to_string(world_size)},
-      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
-      {"GROUP_RANK", std::to_string(group.node_rank)},
-      {"ROLE_RANK", std::to_string(w.rank)},
-      {"MASTER_ADDR", job.store_host},
-      {"MASTER_PORT", std::to_string(job.store_port)},
-      {"CUMULUS_RUN_ID", o.run_id},
-      {"CUMULUS_RESTART_COUNT", std::to_string(restarts)},
-      {"CUMULUS_GENERATION", std::to_string(group.generation)},
-      {"CUMULUS_JOB_TOKEN", job.token},
-      {"CUMULUS_LOG_DIR", group.log_dir},
-      {"CUMULUS_BIND_HOST", job.bind_host},
-      {"CUMULUS_PREEMPTION_GRACE", std::to_string(worker_grace)},
+      {env::kRank, std::to_string(w.rank)},
+      {env::kLocalRank, std::to_string(w.local_rank)},
+      {env::kWorldSize, std::to_string(world_size)},
+      {env::kLocalWorldSize, std::to_string(o.nproc_per_node)},
+      {env::kGroupRank, std::to_string(group.node_rank)},
+      {env::kRoleRank, std::to_string(w.rank)},
+      {env::kMasterAddr, job.store_host},
+      {env::kMasterPort, std::to_string(job.store_port)},
+      {env::kRunId, o.run_id},
+      {env::kRestartCount, std::to_string(restarts)},
+      {env::kGeneration, std::to_string(group.generation)},
+      {env::kJobToken, job.token},
+      {env::kLogDir, group.log_dir},
+      {env::kBindHost, job.bind_host},
+      {env::kPreemptionGrace, std::to_string(worker_grace)},
   };
-  if (!job.ps_endpoint.empty()) env.emplace_back("CUMULUS_PS_ENDPOINT", job.ps_endpoint);
+  if (!job.ps_endpoint.empty()) env.emplace_back(env::kPsEndpoint, job.ps_endpoint);
   if (o.recovery == Recovery::kInPlace) {
-    env.emplace_back("CUMULUS_RECOVERY", recoveryName(o.recovery));
-    env.emplace_back("CUMULUS_MEMBER_ID", w.member_id);
-    env.emplace_back("CUMULUS_MIN_WORKERS", std::to_string(o.min_nodes * o.nproc_per_node));
-    env.emplace_back("CUMULUS_MAX_WORKERS", std::to_string(o.max_nodes * o.nproc_per_node));
-    if (joiner) env.emplace_back("CUMULUS_JOIN", "1");
+    env.emplace_back(env::kRecovery, recoveryName(o.recovery));
+    env.emplace_back(env::kMemberId, w.member_id);
+    env.emplace_back(env::kMinWorkers, std::to_string(o.min_nodes * o.nproc_per_node));
+    env.emplace_back(env::kMaxWorkers, std::to_string(o.max_nodes * o.nproc_per_node));
+    if (joiner) env.emplace_back(env::kJoin, "1");
   }
   return env;
 }

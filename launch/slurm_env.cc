@@ -1,20 +1,17 @@
 #include "launch/slurm_env.h"
 
-#include <cerrno>
-#include <cstdlib>
+#include <optional>
+
+#include "base/env_names.h"
+#include "base/integer.h"
 
 namespace cumulus::launch {
 namespace {
 
 int64_t parseCount(const std::string& text, const std::string& what, int64_t min, int64_t max) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE || v < min || v > max) {
-    throw UsageError(what + "=\"" + text + "\": expected an integer in [" + std::to_string(min) +
-                     ", " + std::to_string(max) + "]");
-  }
-  return v;
+  const std::optional<int64_t> value = base::parseInteger(text, min, max);
+  if (!value) throw UsageError(what + ": " + base::integerProblem(text, min, max));
+  return *value;
 }
 
 // Splits at commas that are not inside brackets.
@@ -108,9 +105,9 @@ bool applySlurmEnvironment(LaunchOptions& o,
   if (nodelist.empty()) nodelist = get("SLURM_NODELIST");
   if (!given("rdzv-endpoint") && !given("standalone") && !nodelist.empty()) {
     o.rdzv_host = expandSlurmNodelist(nodelist).front();
-    const std::string port = get("CUMULUS_RDZV_PORT");
+    const std::string port = get(base::env::kRdzvPort);
     o.rdzv_port = port.empty() ? kSlurmRdzvPort
-                               : static_cast<int>(parseCount(port, "CUMULUS_RDZV_PORT", 1, 65535));
+                               : static_cast<int>(parseCount(port, base::env::kRdzvPort, 1, 65535));
     o.explicit_flags.insert("rdzv-endpoint");
   }
   if (!given("run-id")) {

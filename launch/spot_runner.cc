@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "base/env_names.h"
 #include "launch/worker_process.h"
 
 namespace cumulus::launch {
@@ -161,7 +162,7 @@ SpotRun runSpot(const SpotOptions& options) {
     record.index = i;
     record.world_size = launch.world_size;
     WorkerProcess process(commandFor(options.command, launch.world_size),
-                          {{"CUMULUS_SPOT_LAUNCH", std::to_string(i)}});
+                          {{base::env::kSpotLaunch, std::to_string(i)}});
     record.start_s = secondsSince(t0);
     const double start_unix = unixNow();
     process.start();

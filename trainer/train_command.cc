@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api/elastic_group.h"
+#include "base/env_names.h"
 #include "base/user_error.h"
 #include "configs/cli.h"
 #include "configs/parse.h"
@@ -66,7 +67,7 @@ void addFlags(CLI::App& app, TrainFlags& flags) {
                  "after a SIGTERM notice, exit 75 within S seconds even if the checkpoint hangs "
                  "(default 25)")
       ->type_name("S")
-      ->envname("CUMULUS_PREEMPTION_GRACE")
+      ->envname(base::env::kPreemptionGrace)
       ->transform(base::positiveNumber("number of seconds", 86400));
 }
 

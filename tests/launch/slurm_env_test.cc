@@ -40,7 +40,7 @@ TEST(LaunchSlurm, ExpandsHostlistsKeepingZeroPadding) {
   EXPECT_EQ(errorOf([] { expandSlurmNodelist("node[01-03"); }),
             "SLURM_JOB_NODELIST=\"node[01-03\": unbalanced brackets");
   EXPECT_EQ(errorOf([] { expandSlurmNodelist("node[5-3]"); }),
-            "SLURM_JOB_NODELIST range=\"3\": expected an integer in [5, 999999999]");
+            "SLURM_JOB_NODELIST range: expected an integer in [5, 999999999], got \"3\"");
 }
 
 TEST(LaunchSlurm, AllocationFillsNodesRankEndpointAndRunId) {
@@ -95,7 +95,7 @@ TEST(LaunchSlurm, OutsideSlurmNothingChangesAndBadValuesAreNamed) {
   const Env junk = {{"SLURM_JOB_ID", "1"}, {"SLURM_NNODES", "two"}};
   LaunchOptions p = parseLaunchArgs({"w"});
   EXPECT_EQ(errorOf([&] { applySlurmEnvironment(p, lookup(junk)); }),
-            "SLURM_NNODES=\"two\": expected an integer in [1, 4096]");
+            "SLURM_NNODES: expected an integer in [1, 4096], got \"two\"");
 }
 
 TEST(LaunchSlurm, TheAllocationIsMaxAndAnElasticExperimentKeepsItsMin) {

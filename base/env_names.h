@@ -1,0 +1,40 @@
+#pragma once
+// Every environment variable that cumulus-run sets for its workers and that a worker reads: the
+// one list, used on both sides (launch/launcher.cc writes them, base/run_env.cc reads them).
+// What each means: docs/launch.md, "Environment of each worker".
+
+namespace cumulus::base::env {
+
+// torchrun's, with torchrun's meaning.
+inline constexpr char kRank[] = "RANK";
+inline constexpr char kLocalRank[] = "LOCAL_RANK";
+inline constexpr char kWorldSize[] = "WORLD_SIZE";
+inline constexpr char kLocalWorldSize[] = "LOCAL_WORLD_SIZE";
+inline constexpr char kGroupRank[] = "GROUP_RANK";
+inline constexpr char kRoleRank[] = "ROLE_RANK";
+inline constexpr char kMasterAddr[] = "MASTER_ADDR";
+inline constexpr char kMasterPort[] = "MASTER_PORT";
+
+// Cumulus's own.
+inline constexpr char kRunId[] = "CUMULUS_RUN_ID";
+inline constexpr char kRestartCount[] = "CUMULUS_RESTART_COUNT";
+inline constexpr char kGeneration[] = "CUMULUS_GENERATION";
+inline constexpr char kJobToken[] = "CUMULUS_JOB_TOKEN";
+inline constexpr char kPsEndpoint[] = "CUMULUS_PS_ENDPOINT";
+inline constexpr char kLogDir[] = "CUMULUS_LOG_DIR";
+inline constexpr char kBindHost[] = "CUMULUS_BIND_HOST";
+inline constexpr char kPreemptionGrace[] = "CUMULUS_PREEMPTION_GRACE";
+// Recovery in place (launch.recovery: in_place).
+inline constexpr char kRecovery[] = "CUMULUS_RECOVERY";
+inline constexpr char kMemberId[] = "CUMULUS_MEMBER_ID";
+inline constexpr char kMinWorkers[] = "CUMULUS_MIN_WORKERS";
+inline constexpr char kMaxWorkers[] = "CUMULUS_MAX_WORKERS";
+inline constexpr char kJoin[] = "CUMULUS_JOIN";
+
+// Read by the launcher or the data plane, set by a user (not by cumulus-run).
+inline constexpr char kRdzvPort[] = "CUMULUS_RDZV_PORT";      // under Slurm: the Store's port
+inline constexpr char kTransport[] = "CUMULUS_TRANSPORT";     // auto | tcp | unix | shm
+inline constexpr char kSpinMicroseconds[] = "CUMULUS_SPIN_US";  // a receive's busy-wait
+inline constexpr char kSpotLaunch[] = "CUMULUS_SPOT_LAUNCH";  // cumulus-spot's launch index
+
+}  // namespace cumulus::base::env
