@@ -1,22 +1,13 @@
 #include "base/host_port.h"
 
+#include "base/integer.h"
+
 namespace cumulus::base {
 namespace {
 
 std::optional<HostPort> fail(std::string* problem, std::string text) {
   if (problem != nullptr) *problem = std::move(text);
   return std::nullopt;
-}
-
-// Decimal digits only (no sign, no spaces), 1-65535; 0 when not a port.
-int portOf(std::string_view text) {
-  if (text.empty() || text.size() > 5) return 0;
-  int port = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return 0;
-    port = port * 10 + (c - '0');
-  }
-  return port <= 65535 ? port : 0;
 }
 
 }  // namespace
@@ -42,11 +33,9 @@ std::optional<HostPort> parseHostPort(std::string_view text, std::string* proble
     port = text.substr(colon + 1);
   }
   if (port.empty()) return fail(problem, "expected HOST:PORT, got " + quoted);
-  const int number = portOf(port);
-  if (number == 0) {
-    return fail(problem, "expected an integer in [1, 65535], got \"" + std::string(port) + "\"");
-  }
-  return HostPort{std::string(host), number};
+  const std::optional<int64_t> number = parseInteger(port, 1, 65535);
+  if (!number) return fail(problem, integerProblem(port, 1, 65535));
+  return HostPort{std::string(host), static_cast<int>(*number)};
 }
 
 }  // namespace cumulus::base
