@@ -122,7 +122,12 @@ void Trainer::Impl::checkCheckpointRoom() {
   const uint64_t buffers = bytesOf(model_->namedBuffers());
   const auto& o = config_.optimizer;
   const uint64_t slots = o.name == "adamw" ? 2 : (o.name == "sgd" && o.momentum > 0 ? 1 : 0);
-  const uint64_t each = parameters * (1 + slots) + buffers + 64 * 1024;
+  uint64_t each = parameters * (1 + slots) + buffers + 64 * 1024;
+  // comm.compression bf16 adds comm_residual.pt: every rank's float32 residuals, [world, n].
+  if (config_.comm.compression == "bf16" && env_.world_size > 1) {
+    each += static_cast<uint64_t>(env_.world_size) *
+            static_cast<uint64_t>(model_->parameterCount()) * sizeof(float);
+  }
   try {
     checkpoints_->checkRoom(each, 2);
   } catch (const UserError& e) {
