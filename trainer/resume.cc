@@ -201,12 +201,31 @@ int64_t plannedAccumulation(const configs::Experiment& saved, const configs::Exp
   // A divisor of the global batch (configs requires equal micro-batches of a step), and no more
   // than every rank can fill.
   const int64_t needed = std::max(k, ceilDiv(ceilDiv(batch, world_size), largest_micro));
-  int64_t chosen = k;
-  for (int64_t d = 1; d <= batch / world_size; ++d) {
+  // The smallest divisor >= needed, or else the largest one a rank can fill. Divisors come in
+  // pairs (d, batch / d) with d <= sqrt(batch): the small ones are tried in ascending order and
+  // the first that is >= needed is the answer; their pairs cover the rest. So a prime global batch
+  // near 2^32 takes 2^16 tries, not 2^32.
+  const int64_t limit = batch / world_size;
+  int64_t at_least_needed = 0;  // 0: none within the limit
+  int64_t largest = 1;
+  for (int64_t d = 1; d <= batch / d; ++d) {
     if (batch % d != 0) continue;
-    chosen = std::max(chosen, d);
-    if (d >= needed) break;
+    if (d <= limit) {
+      largest = std::max(largest, d);
+      if (d >= needed) {
+        at_least_needed = d;
+        break;
+      }
+    }
+    const int64_t pair = batch / d;
+    if (pair <= limit) {
+      largest = std::max(largest, pair);
+      if (pair >= needed && (at_least_needed == 0 || pair < at_least_needed)) {
+        at_least_needed = pair;
+      }
+    }
   }
+  const int64_t chosen = std::max(k, at_least_needed != 0 ? at_least_needed : largest);
   if (chosen != k) {
     notes.push_back("trainer.grad_accumulation " + std::to_string(k) + " -> " +
                     std::to_string(chosen) + " on " + std::to_string(world_size) +

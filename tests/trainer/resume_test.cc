@@ -166,6 +166,19 @@ TEST(ResumeTest, AGlobalBatchNearInt64PlansWithoutOverflow) {
   EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", false).grad_accumulation, 7);
 }
 
+// A prime global batch has no divisor between 1 and itself: one worker after two runs
+// micro-batches of one sample. The divisors are found in pairs, in 2^16 tries rather than one by
+// one up to the batch (2^31 tries, seconds).
+TEST(ResumeTest, APrimeGlobalBatchPlansMicroBatchesOfOne) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = 2147483647;  // 2^31 - 1, a prime
+  const CheckpointState state = stateFor(e, 10, 0, 0, 2);
+  EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", false).grad_accumulation, 2147483647);
+  e.trainer.global_batch_size = 2147483646;  // 2 x 3^2 x 7 x 11 x 31 x 151 x 331
+  EXPECT_EQ(planResume(e, 1, stateFor(e, 10, 0, 0, 2), "/c/step-00000010", false).grad_accumulation,
+            2);
+}
+
 // Found by tests/fuzz/checkpoint_state_fuzz.cc: batch_shares come from the file, and summing them
 // overflowed int64 (undefined behaviour). Shares past int64, or a negative one (which could make
 // the sum come out right), are refused by name, whatever the world size.
