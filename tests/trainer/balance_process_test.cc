@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/trainer/process_runner.h"
+#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 
 namespace cumulus::trainer {
@@ -24,11 +25,7 @@ using Args = std::vector<std::string>;
 class BalanceProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("balance_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cumulus::testing::freshTestDir("balance");
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);

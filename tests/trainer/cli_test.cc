@@ -13,6 +13,7 @@
 
 #include "comm/store_server.h"
 #include "tests/trainer/process_runner.h"
+#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 
 namespace {
@@ -33,11 +34,7 @@ std::string slurp(const std::string& path) {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("cli_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cumulus::testing::freshTestDir("cli_test");
   }
   void TearDown() override { fs::remove_all(dir_); }
 

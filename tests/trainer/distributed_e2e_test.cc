@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/trainer/test_dir.h"
 #include "trainer/state_dict.h"
 
 namespace cumulus::trainer {
@@ -42,11 +43,7 @@ const std::string kSmoke = CUMULUS_SOURCE_DIR "/configs/smoke.yaml";
 class DistributedE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("ddp_e2e_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cumulus::testing::freshTestDir("ddp_e2e");
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);

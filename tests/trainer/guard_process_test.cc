@@ -15,6 +15,7 @@
 
 #include "cumulus/run_directory.h"
 #include "tests/trainer/process_runner.h"
+#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 
 namespace cumulus::trainer {
@@ -45,11 +46,7 @@ std::string quoted(const std::string& arg) {
 class GuardProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("guard_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cumulus::testing::freshTestDir("guard");
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);

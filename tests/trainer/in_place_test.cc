@@ -29,6 +29,7 @@
 #include "comm/store_keys.h"
 #include "comm/store_server.h"
 #include "tests/trainer/process_runner.h"
+#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 #include "trainer/resume.h"
 
@@ -54,11 +55,7 @@ struct Worker {
 class InPlaceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("in_place_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cumulus::testing::freshTestDir("in_place");
     server_ = std::make_unique<comm::StoreServer>("127.0.0.1", 0, kToken);
     store_ = std::make_unique<comm::StoreClient>("127.0.0.1", server_->port(), kToken);
   }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "tests/trainer/process_runner.h"
+#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 
 namespace cumulus::trainer {
@@ -52,11 +53,7 @@ struct Launch {
 class PermanentFailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("permanent_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cumulus::testing::freshTestDir("permanent");
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);

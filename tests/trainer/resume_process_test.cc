@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "tests/trainer/process_runner.h"
+#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 #include "trainer/resume.h"
 
@@ -45,11 +46,7 @@ Env alone(Env extra = {}) { return cumulus::testing::aloneEnv(std::move(extra));
 class ResumeProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("resume_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cumulus::testing::freshTestDir("resume");
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);

@@ -18,6 +18,7 @@
 #include "data/npy.h"
 #include "data/sampler.h"
 #include "tests/trainer/process_runner.h"
+#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 #include "trainer/resume.h"
 
@@ -70,11 +71,7 @@ class UserModelsTest : public ::testing::Test {
 
   void SetUp() override {
     if (!made_) GTEST_SKIP() << kPython << " with torch and numpy is absent";
-    dir_ = fs::path(::testing::TempDir()) /
-           ("user_models_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cumulus::testing::freshTestDir("user_models");
     // A user's regression: 13 features -> 1 value, 512 training samples, 16 steps an epoch.
     std::ofstream(dir_ / "regression.yaml")
         << "name: regression\n"
