@@ -22,11 +22,6 @@ std::string formatNumber(double value) {
   return text.str();
 }
 
-bool readInteger(const std::string& text, int64_t& value) {
-  const std::optional<int64_t> parsed = base::parseInteger(text);
-  if (parsed) value = *parsed;
-  return parsed.has_value();
-}
 
 bool readNumber(const std::string& text, double& value) {
   if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return false;
@@ -226,12 +221,9 @@ double parseNumber(const std::string& text, const std::string& flag, double min,
 CLI::Validator integerIn(int64_t min, int64_t max) {
   return CLI::Validator(
       [min, max](std::string& text) {
-        int64_t value = 0;
-        if (!readInteger(text, value) || value < min || value > max) {
-          return "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
-                 "], got \"" + text + "\"";
-        }
-        text = std::to_string(value);
+        const std::optional<int64_t> value = parseInteger(text, min, max);
+        if (!value) return integerProblem(text, min, max);
+        text = std::to_string(*value);
         return std::string();
       },
       "");

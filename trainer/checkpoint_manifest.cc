@@ -137,13 +137,15 @@ void checkHash(const ManifestEntry& entry, std::string_view bytes, const char* c
   }
 }
 
-void checkListed(const std::vector<ManifestEntry>& entries,
-                 const std::vector<std::string>& required) {
+// The names the MANIFEST lists; throws unless `required` are among them.
+std::set<std::string> checkListed(const std::vector<ManifestEntry>& entries,
+                                  const std::vector<std::string>& required) {
   std::set<std::string> listed;
   for (const ManifestEntry& entry : entries) listed.insert(entry.name);
   for (const std::string& name : required) {
     if (listed.count(name) == 0) throw InvalidCheckpoint("MANIFEST does not list " + name);
   }
+  return listed;
 }
 
 }  // namespace
@@ -162,9 +164,7 @@ VerifiedCheckpoint verifyCheckpoint(FileSystem& fs, const std::string& dir,
     throw InvalidCheckpoint(std::string("cannot read MANIFEST: ") + e.what());
   }
   const std::vector<ManifestEntry> entries = parseManifest(manifest_text);
-  checkListed(entries, required);
-  std::set<std::string> listed;
-  for (const ManifestEntry& entry : entries) listed.insert(entry.name);
+  const std::set<std::string> listed = checkListed(entries, required);
   VerifiedCheckpoint out;
   for (const ManifestEntry& entry : entries) {
     if (present.count(entry.name) == 0) {
