@@ -82,4 +82,10 @@ class ElasticGroup {
   bool joined_ = false;
 };
 
+// A packed state (packCheckpoint) from `source` to every member of `group` in two broadcasts: its
+// size, then its bytes as int64 words. The sender passes it; every member gets back what arrived.
+// CheckpointError naming the sender for a size no process could hold, before allocating it;
+// CommError as the broadcasts throw it. (api/elastic.cc)
+std::string broadcastPacked(ProcessGroup& group, int source, const std::string& packed);
+
 }  // namespace cumulus

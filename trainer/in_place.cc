@@ -8,7 +8,6 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <cstring>
 #include <string>
 
 #include "api/elastic_group.h"
@@ -41,13 +40,6 @@ std::string joined(const std::vector<int>& ranks) {
   std::string text;
   for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
   return text;
-}
-
-// The packed state's bytes in an int64 tensor (the unit broadcast moves), zero-padded to 8 bytes.
-torch::Tensor wordsOf(const std::string& bytes) {
-  torch::Tensor t = torch::zeros({static_cast<int64_t>((bytes.size() + 7) / 8)}, torch::kInt64);
-  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
-  return t;
 }
 
 }  // namespace
@@ -201,25 +193,20 @@ void Trainer::Impl::transferState(int source, bool receiving) {
     recorder_->note("rank " + std::to_string(env_.rank) + " sends the training state of step " +
                     std::to_string(steps_done_) + " (" + mb + ")");
   }
-  torch::Tensor size = torch::full({1}, static_cast<int64_t>(packed.size()), torch::kInt64);
-  group.broadcast(size, source);
-  const int64_t bytes = size[0].item<int64_t>();
   const std::string from = "the training state sent by rank " + std::to_string(source);
-  // A sender's size that no process could hold: refused before allocating it.
-  if (bytes < 0 || bytes > (int64_t{1} << 46)) {
-    throw std::runtime_error(from + ": announced " + std::to_string(bytes) + " bytes");
+  std::string arrived;
+  try {
+    arrived = broadcastPacked(group, source, packed);
+  } catch (const CheckpointError& e) {
+    throw std::runtime_error(e.what());
   }
-  torch::Tensor words = sending ? wordsOf(packed) : torch::zeros({(bytes + 7) / 8}, torch::kInt64);
-  group.broadcast(words, source);
   if (!receiving) return;
 
   // Everything arrived: only now does this rank's state change, and only if all of it decodes
   // and fits. Not a TrainError: another transfer may well be good.
   Checkpoint state;
   try {
-    state = unpackCheckpoint(
-        std::string_view(static_cast<const char*>(words.data_ptr()), static_cast<size_t>(bytes)),
-        from);
+    state = unpackCheckpoint(arrived, from);
     restoreTraining(state, *model_, *optimizer_, from);
   } catch (const CheckpointError& e) {
     throw std::runtime_error(e.what());

@@ -19,6 +19,7 @@
 #include "cumulus/checkpoint.h"
 #include "cumulus/checkpoint_state.h"
 #include "cumulus/data_parallel.h"
+#include "cumulus/elastic.h"
 #include "cumulus/errors.h"
 #include "cumulus/preemption.h"
 #include "cumulus/process_group.h"

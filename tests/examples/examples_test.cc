@@ -3,7 +3,7 @@
 // compiler, Ninja), the collectives example built once more from `pkg-config --cflags --libs
 // cumulus`, and the programs run under the installed cumulus-run.
 //
-// The install and the three builds happen once, in SetUpTestSuite (the builds side by side); the
+// The install and the four builds happen once, in SetUpTestSuite (two side by side); the
 // tests then check what they produced. The work directory is EXAMPLES_WORK_DIR, emptied first and
 // removed at the end unless a test failed (then it is kept, and named, for a look).
 #include <gtest/gtest.h>
@@ -102,6 +102,7 @@ class InstalledCumulus : public ::testing::Test {
     std::thread collectives([] { collectives_build_ = buildExample("collectives"); });
     std::thread custom_loop([] { custom_loop_build_ = buildExample("custom_loop"); });
     pkg_config_build_ = buildWithPkgConfig();
+    elastic_loop_build_ = buildExample("elastic_loop");
     for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"}) {
       data_error_ += gunzip(kDatasetDir + "/" + name + ".gz", (work_ / "data" / name).string());
     }
@@ -205,19 +206,74 @@ class InstalledCumulus : public ::testing::Test {
     return lines;
   }
 
+  // The elastic loop: long enough that a kill or a notice after step kElasticSignalAfter lands
+  // mid-run.
+  static constexpr int kElasticSteps = 1000;
+  static constexpr int kElasticSignalAfter = 100;
+
+  Args elasticCommand(const std::string& run, Args extra = {}) {
+    Args program = {(work_ / "build-elastic_loop/elastic_loop").string(),
+                    "--data",
+                    (work_ / "data").string(),
+                    "--run-dir",
+                    (work_ / run).string(),
+                    "--steps",
+                    std::to_string(kElasticSteps),
+                    "--limit",
+                    "6000",
+                    "--log-every",
+                    "50"};
+    program.insert(program.end(), extra.begin(), extra.end());
+    return underCumulusRun(3, program);
+  }
+
+  // Each replica's "final parameters <digest> at step N" line: the digests.
+  static std::vector<std::string> finalDigests(const std::string& output) {
+    std::vector<std::string> digests;
+    const std::regex final_line(R"(\[rank\d\] final parameters ([0-9a-f]{16}) at step (\d+))");
+    for (auto it = std::sregex_iterator(output.begin(), output.end(), final_line);
+         it != std::sregex_iterator(); ++it) {
+      EXPECT_EQ((*it)[2].str(), std::to_string(kElasticSteps));
+      digests.push_back((*it)[1].str());
+    }
+    return digests;
+  }
+
+  // The membership lines: epoch, rank, size, cause, pid, and whom the state went to (or "").
+  struct MembershipLine {
+    int epoch, rank, size;
+    std::string cause;
+    int pid;
+    std::string healed;
+  };
+  static std::vector<MembershipLine> memberships(const std::string& output) {
+    std::vector<MembershipLine> lines;
+    const std::regex line(
+        R"(membership: epoch (\d+), rank (\d+) of (\d+), step \d+ \((\w+) in [0-9.]+ s\), pid (\d+)(, state from rank \d+ to ([0-9,]+))?)");
+    for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
+         it != std::sregex_iterator(); ++it) {
+      const std::smatch& m = *it;
+      lines.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), m[4].str(),
+                       std::stoi(m[5]), m[7].str()});
+    }
+    return lines;
+  }
+
   static inline fs::path work_;
   static inline ProcessResult install_;
   static inline ProcessResult collectives_build_;
   static inline ProcessResult custom_loop_build_;
   static inline ProcessResult pkg_config_build_;
+  static inline ProcessResult elastic_loop_build_;
   static inline std::string data_error_;
   static inline bool failed_ = false;
 };
 
 TEST_F(InstalledCumulus, PrefixHoldsHeadersLibraryPackageFilesAndPrograms) {
   const fs::path p = prefix();
-  for (const char* header : {"cumulus.h", "checkpoint.h", "data_parallel.h", "errors.h",
-                             "preemption.h", "process_group.h", "sampler.h", "version.h"}) {
+  for (const char* header :
+       {"cumulus.h", "checkpoint.h", "data_parallel.h", "elastic.h", "errors.h", "preemption.h",
+        "process_group.h", "sampler.h", "version.h"}) {
     EXPECT_TRUE(fs::is_regular_file(p / "include/cumulus" / header)) << header;
   }
   EXPECT_NE(readFile(p / "include/cumulus/version.h")
@@ -259,7 +315,8 @@ TEST_F(InstalledCumulus, EveryProgramPrintsTheProjectVersion) {
 // Each example configures and builds against the test's prefix, not some other Cumulus.
 TEST_F(InstalledCumulus, ExamplesBuildAgainstTheInstalledPackageOnly) {
   for (const auto& [name, build] : {std::pair{"collectives", &collectives_build_},
-                                    std::pair{"custom_loop", &custom_loop_build_}}) {
+                                    std::pair{"custom_loop", &custom_loop_build_},
+                                    std::pair{"elastic_loop", &elastic_loop_build_}}) {
     ASSERT_EQ(build->exit_code, 0) << name << ":\n" << build->output;
     const std::string cache = readFile(work_ / ("build-" + std::string(name)) / "CMakeCache.txt");
     EXPECT_NE(cache.find("Cumulus_DIR:PATH=" + prefix() + "/lib/cmake/Cumulus\n"),
@@ -361,6 +418,99 @@ TEST_F(InstalledCumulus, CustomLoopPreemptedAndRelaunchedEndsBitIdenticalToUnint
   ASSERT_FALSE(resumed.empty()) << second.output;
   EXPECT_GT(resumed.begin()->first, stop_step);
   for (const auto& [step, line] : resumed) EXPECT_EQ(line, uninterrupted.at(step));
+}
+
+// Under cumulus-run with recovery in place, a SIGKILL of one of three workers leaves the other two
+// training on as the same processes; cumulus-run's replacement joins and takes the state from a
+// live peer, and all three end with the same parameters.
+TEST_F(InstalledCumulus, ElasticLoopSurvivesAKillInPlaceAndHealsTheReplacement) {
+  ASSERT_EQ(elastic_loop_build_.exit_code, 0) << elastic_loop_build_.output;
+  ASSERT_EQ(data_error_, "");
+  std::string seen;
+  bool killed = false;
+  const std::regex progress_line(R"(\[rank0\] step (\d+)/.*)");
+  const ProcessResult r = runProcess(
+      elasticCommand("elastic-kill", {"--wait-for", "3"}), userEnv({{"OMP_NUM_THREADS", "1"}}),
+      [&](const std::string& line, pid_t) {
+        seen += line + "\n";
+        std::smatch m;
+        if (killed || !std::regex_match(line, m, progress_line) ||
+            std::stoi(m[1]) < kElasticSignalAfter) {
+          return;
+        }
+        for (const MembershipLine& member : memberships(seen)) {
+          if (member.epoch == 0 && member.rank == 1) {
+            killed = ::kill(member.pid, SIGKILL) == 0;
+          }
+        }
+      },
+      300);
+  ASSERT_TRUE(killed) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: rank 1 (member 0.1.0) died (signal SIGKILL); the group "
+                          "goes on without it; starting a replacement (member 0.1.1)"),
+            std::string::npos)
+      << r.output;
+  std::map<int, int> launch_pids;  // rank -> pid at epoch 0
+  std::set<int> survivors, after_join;
+  for (const MembershipLine& m : memberships(r.output)) {
+    if (m.epoch == 0) launch_pids[m.rank] = m.pid;
+    if (m.epoch == 1) {
+      EXPECT_EQ(m.cause, "failure");
+      EXPECT_EQ(m.size, 2);
+      survivors.insert(m.pid);
+    }
+    if (m.epoch == 2) {
+      EXPECT_EQ(m.cause, "join");
+      EXPECT_EQ(m.size, 3);
+      EXPECT_EQ(m.healed, "2");  // the replacement, healed from a live peer
+      after_join.insert(m.pid);
+    }
+  }
+  ASSERT_EQ(launch_pids.size(), 3u) << r.output;
+  EXPECT_EQ(survivors, (std::set<int>{launch_pids[0], launch_pids[2]})) << r.output;
+  EXPECT_EQ(after_join.size(), 3u) << r.output;
+  EXPECT_EQ(after_join.count(launch_pids[1]), 0u) << "the killed worker is not back";
+  const std::vector<std::string> digests = finalDigests(r.output);
+  ASSERT_EQ(digests.size(), 3u) << r.output;
+  EXPECT_EQ(std::set<std::string>(digests.begin(), digests.end()).size(), 1u) << r.output;
+}
+
+// A SIGTERM to cumulus-run checkpoints every replica's step and exits 75; the relaunch resumes and
+// ends with exactly the parameters of a run that was never stopped.
+TEST_F(InstalledCumulus, ElasticLoopPreemptedAndRelaunchedEndsBitIdenticalToUninterrupted) {
+  ASSERT_EQ(elastic_loop_build_.exit_code, 0) << elastic_loop_build_.output;
+  ASSERT_EQ(data_error_, "");
+  const Env env = userEnv({{"OMP_NUM_THREADS", "1"}});
+  const ProcessResult whole = runProcess(elasticCommand("elastic-whole"), env, {}, 300);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::vector<std::string> expected = finalDigests(whole.output);
+  ASSERT_EQ(expected.size(), 3u) << whole.output;
+
+  bool sent = false;
+  const std::regex progress_line(R"(\[rank0\] step (\d+)/.*)");
+  const ProcessResult first = runProcess(
+      elasticCommand("elastic-preempted"), env,
+      [&](const std::string& line, pid_t pid) {
+        std::smatch m;
+        if (!sent && std::regex_match(line, m, progress_line) &&
+            std::stoi(m[1]) >= kElasticSignalAfter) {
+          sent = ::kill(pid, SIGTERM) == 0;  // to cumulus-run, which forwards it
+        }
+      },
+      300);
+  ASSERT_TRUE(sent) << first.output;
+  ASSERT_EQ(first.exit_code, 75) << first.output;
+  std::smatch stop;
+  ASSERT_TRUE(std::regex_search(first.output, stop,
+                                std::regex(R"(\[rank0\] preempted at step (\d+), checkpoint)")))
+      << first.output;
+  const ProcessResult second = runProcess(elasticCommand("elastic-preempted"), env, {}, 300);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("[rank0] resumed at step " + stop[1].str() + "\n"),
+            std::string::npos)
+      << second.output;
+  EXPECT_EQ(finalDigests(second.output), expected) << second.output;
 }
 
 // A bad flag or missing data is one line naming it, and exit status 2.

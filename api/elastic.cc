@@ -1,0 +1,368 @@
+// Elastic (<cumulus/elastic.h>): a program's own loop over the epochs of an ElasticGroup, healing
+// members from a live peer with the program's state packed as a checkpoint. Without in-place
+// recovery, a plain group and a PreemptionWatcher over it.
+
+#include "cumulus/elastic.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "api/elastic_group.h"
+
+namespace cumulus {
+namespace {
+
+// Re-formings in a row without a step committed in between before Elastic gives up.
+constexpr int kMaxReformsWithoutProgress = 16;
+// Rank 0 looks for waiting replacements (one Store read) at a boundary when this much time or
+// this many steps have passed since it last looked.
+constexpr double kJoinerLookSeconds = 0.2;
+constexpr int64_t kJoinerLookSteps = 16;
+constexpr int64_t kNoticeLevel = 2;  // PreemptionWatcher's proposal 4·step + 2: "I got a notice"
+// A size announced for a state that no process could hold: refused before allocating it.
+constexpr int64_t kMaxStateBytes = int64_t{1} << 46;
+
+double seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Retried in place: not a wrong token, not a lost Store (no epoch can form without it), not the
+// caller's own mistake. Each of those fails the same way again.
+bool recoverable(const CommError& error) {
+  return error.kind() != CommErrorKind::kUnauthorized && error.kind() != CommErrorKind::kStore &&
+         error.kind() != CommErrorKind::kInvalid;
+}
+
+// "'a' there, 'b' here" for the first line where two descriptions differ.
+std::string firstDifference(const std::string& there, const std::string& here) {
+  std::istringstream a(there), b(here);
+  for (;;) {
+    std::string line_a, line_b;
+    const bool more_a = static_cast<bool>(std::getline(a, line_a));
+    const bool more_b = static_cast<bool>(std::getline(b, line_b));
+    if (!more_a && !more_b) return "";
+    if (line_a != line_b) return "'" + line_a + "' there, '" + line_b + "' here";
+  }
+}
+
+ElasticAction actionOf(StepAction action) {
+  switch (action) {
+    case StepAction::kContinue:
+      return ElasticAction::kContinue;
+    case StepAction::kCheckpoint:
+      return ElasticAction::kCheckpoint;
+    case StepAction::kStop:
+      return ElasticAction::kStop;
+  }
+  return ElasticAction::kStop;
+}
+
+}  // namespace
+
+std::string broadcastPacked(ProcessGroup& group, int source, const std::string& packed) {
+  const bool sending = group.rank() == source;
+  torch::Tensor size = torch::full({1}, static_cast<int64_t>(packed.size()), torch::kInt64);
+  group.broadcast(size, source);
+  const int64_t bytes = size[0].item<int64_t>();
+  if (bytes < 0 || bytes > kMaxStateBytes) {
+    throw CheckpointError("the state sent by rank " + std::to_string(source) + ": announced " +
+                          std::to_string(bytes) + " bytes");
+  }
+  // int64 words, the unit broadcast moves; the last one zero-padded.
+  torch::Tensor words = torch::zeros({(bytes + 7) / 8}, torch::kInt64);
+  if (sending) std::memcpy(words.data_ptr(), packed.data(), packed.size());
+  group.broadcast(words, source);
+  if (sending) return packed;
+  return std::string(static_cast<const char*>(words.data_ptr()), static_cast<size_t>(bytes));
+}
+
+struct Elastic::Impl {
+  ElasticState state;
+  ElasticOptions options;
+  std::optional<ElasticSettings> settings;  // in place only
+  std::unique_ptr<ElasticGroup> elastic;    // in place
+  std::unique_ptr<ProcessGroup> plain;      // otherwise
+  std::vector<torch::Tensor> params;
+  std::unique_ptr<DataParallel> sync;
+  std::unique_ptr<PreemptionWatcher> watcher;
+  std::function<void(const Membership&)> on_change;
+  bool started = false;
+  bool has_state = true;  // false for a replacement until a peer sent it the state
+  int64_t step = 0;
+  std::vector<int64_t> vote;  // each rank's proposal at the last agreement
+  bool vote_joiners = false;  // replacements wait (rank 0's look, agreed)
+  double joiners_checked_at = -1;
+  int64_t joiners_checked_step = 0;
+
+  ProcessGroup& group() { return elastic ? elastic->group() : *plain; }
+
+  // The watcher of a new membership: a plain MAX without in-place recovery; in place, an
+  // allgather that also says who proposed what and whether replacements wait.
+  void newWatcher() {
+    AgreeMax max = elastic ? AgreeMax([this](int64_t proposal) { return agree(proposal); })
+                           : agreeOver(*plain);
+    watcher = std::make_unique<PreemptionWatcher>(std::move(max), options.preemption);
+    if (started) watcher->start();
+  }
+
+  int64_t agree(int64_t proposal) {
+    const int64_t waiting = joinersWaiting() ? 1 : 0;
+    const torch::Tensor all =
+        group().allgather(torch::tensor({proposal, waiting}, torch::kInt64)).contiguous();
+    const int64_t* v = all.data_ptr<int64_t>();
+    vote.assign(static_cast<size_t>(all.size(0)), 0);
+    vote_joiners = false;
+    int64_t top = INT64_MIN;
+    for (int64_t r = 0; r < all.size(0); ++r) {
+      vote[static_cast<size_t>(r)] = v[2 * r];
+      top = std::max(top, v[2 * r]);
+      vote_joiners = vote_joiners || v[2 * r + 1] > 0;
+    }
+    return top;
+  }
+
+  bool joinersWaiting() {
+    if (group().rank() != 0 || group().size() >= settings->max_workers) return false;
+    const double t = seconds();
+    if (joiners_checked_at >= 0 && t - joiners_checked_at < kJoinerLookSeconds &&
+        step - joiners_checked_step < kJoinerLookSteps) {
+      return false;
+    }
+    joiners_checked_at = t;
+    joiners_checked_step = step;
+    return elastic->pendingJoiners() > 0;
+  }
+
+  void newSync() {
+    sync.reset();
+    sync = std::make_unique<DataParallel>(group(), options.data_parallel);
+    if (!params.empty()) sync->attach(params);
+  }
+
+  // The state of step `step` from `source` to the members behind. CheckpointError naming the
+  // sender for a state that does not verify, decode or fit; the program's state is untouched
+  // until all of it arrived and verified.
+  void heal(int source, bool receiving) {
+    const bool sending = group().rank() == source;
+    std::string packed;
+    if (sending) {
+      Checkpoint mine = state.capture();
+      mine.state.step = static_cast<uint64_t>(step);
+      mine.state.config_yaml = state.config;
+      packed = packCheckpoint(mine);
+    }
+    const std::string bytes = broadcastPacked(group(), source, packed);
+    if (!receiving) return;
+    const std::string from = "the state sent by rank " + std::to_string(source);
+    Checkpoint received = unpackCheckpoint(bytes, from);
+    if (received.state.config_yaml != state.config) {
+      throw CheckpointError(from + " was captured under another configuration (" +
+                            firstDifference(received.state.config_yaml, state.config) +
+                            "): every member must run with the same one");
+    }
+    state.restore(received);
+    step = static_cast<int64_t>(received.state.step);
+    has_state = true;
+  }
+
+  // The new membership is connected: heal who is behind, rebuild what depends on the membership,
+  // tell the program.
+  void afterReform(const std::string& cause, double since) {
+    const comm::QuorumEpoch& epoch = elastic->epoch();
+    if (epoch.source < 0 && epoch.step < 0 && epoch.epoch > 0) {
+      throw std::runtime_error(
+          "no member of the re-formed group holds the training state (every survivor is a "
+          "replacement); relaunch the job to resume from its newest checkpoint");
+    }
+    if (epoch.source >= 0) heal(epoch.source, epoch.isStale(group().rank()));
+    newSync();
+    newWatcher();
+    Membership m;
+    m.rank = group().rank();
+    m.size = group().size();
+    m.epoch = epoch.epoch;
+    m.step = step;
+    m.cause = cause;
+    m.source = epoch.source;
+    m.healed = epoch.stale;
+    m.seconds = seconds() - since;
+    if (on_change) on_change(m);
+  }
+
+  // After a communication failure: the next membership (again while re-forming fails
+  // recoverably), then afterReform.
+  void recover(double since) {
+    for (int attempt = 1;; ++attempt) {
+      sync.reset();  // it refers to the communicator about to go
+      try {
+        elastic->reform(has_state ? step : -1);
+        afterReform("failure", since);
+        return;
+      } catch (const CommError& again) {
+        if (!recoverable(again) || attempt >= kMaxReformsWithoutProgress) throw;
+      }
+    }
+  }
+
+  // A re-forming agreed at a boundary: `leaving` go, waiting replacements come in.
+  void reformAt(const std::vector<int>& leaving, const std::string& cause) {
+    const double since = seconds();
+    sync.reset();
+    try {
+      elastic->reform(step, leaving);
+      afterReform(cause, since);
+    } catch (const CommError& e) {
+      if (!recoverable(e)) throw;
+      recover(since);
+    }
+  }
+};
+
+Elastic::Elastic(ElasticState state, ElasticOptions options) : impl_(std::make_unique<Impl>()) {
+  if (!state.capture || !state.restore) {
+    throw std::invalid_argument("Elastic: ElasticState needs both capture and restore");
+  }
+  impl_->state = std::move(state);
+  impl_->options = std::move(options);
+  impl_->settings = elasticSettings(base::systemEnvironment);
+  if (impl_->settings) {
+    impl_->elastic = std::make_unique<ElasticGroup>(impl_->options.group, *impl_->settings);
+    impl_->has_state = !impl_->settings->joining;
+  } else {
+    impl_->plain = ProcessGroup::fromEnvironment(impl_->options.group);
+  }
+}
+
+Elastic::~Elastic() {
+  impl_->watcher.reset();
+  impl_->sync.reset();  // before the group whose communicator it uses
+}
+
+void Elastic::attach(const std::vector<torch::Tensor>& params) {
+  if (impl_->started) throw std::logic_error("Elastic::attach: call it before start()");
+  impl_->params = params;
+}
+
+void Elastic::onMembershipChange(std::function<void(const Membership&)> callback) {
+  impl_->on_change = std::move(callback);
+}
+
+bool Elastic::start(int64_t steps_done) {
+  Impl& m = *impl_;
+  if (m.started) throw std::logic_error("Elastic::start: called twice");
+  if (steps_done < 0) throw std::invalid_argument("Elastic::start: steps_done must be >= 0");
+  const double since = seconds();
+  if (!m.elastic || m.elastic->joined()) {
+    m.step = steps_done;
+    m.newSync();
+    m.newWatcher();
+    m.started = true;
+    m.watcher->start();
+    Membership first;
+    first.rank = rank();
+    first.size = size();
+    first.step = m.step;
+    first.cause = "start";
+    first.seconds = seconds() - since;
+    if (m.on_change) m.on_change(first);
+    return true;
+  }
+  if (!m.elastic->join()) return false;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      if (attempt > 1) m.elastic->reform(m.has_state ? m.step : -1);
+      m.afterReform("join", since);
+      break;
+    } catch (const CommError& e) {
+      // The sender died during the heal, or a member while connecting: nothing was applied, so
+      // this member re-forms with whoever is left, still without a state.
+      if (!recoverable(e) || attempt >= kMaxReformsWithoutProgress) throw;
+      m.sync.reset();
+    }
+  }
+  m.started = true;
+  m.watcher->start();
+  return true;
+}
+
+void Elastic::train(const std::function<void()>& fn) {
+  Impl& m = *impl_;
+  if (!m.started) throw std::logic_error("Elastic::train: call start() first");
+  const int64_t target = m.step + 1;
+  for (int reforms = 0;;) {
+    try {
+      fn();
+      m.step = target;
+      return;
+    } catch (const CommError& e) {
+      if (!m.elastic || !recoverable(e) || ++reforms > kMaxReformsWithoutProgress) throw;
+      m.recover(seconds());
+      // A survivor had committed the step: its state, which came along, is the step's.
+      if (m.step >= target) return;
+    }
+  }
+}
+
+ElasticAction Elastic::boundary() {
+  Impl& m = *impl_;
+  if (!m.started) throw std::logic_error("Elastic::boundary: call start() first");
+  if (!m.elastic) return actionOf(m.watcher->decide(m.step));
+  StepAction action = StepAction::kContinue;
+  try {
+    action = m.watcher->decide(m.step);
+  } catch (const CommError& e) {
+    if (!recoverable(e)) throw;
+    m.recover(seconds());
+    return ElasticAction::kContinue;  // a notice seen meanwhile is agreed at the next boundary
+  }
+  if (action == StepAction::kStop) {
+    std::vector<int> leaving;
+    for (size_t r = 0; r < m.vote.size(); ++r) {
+      if (m.vote[r] >= 0 && m.vote[r] % 4 == kNoticeLevel) leaving.push_back(static_cast<int>(r));
+    }
+    const int64_t staying = size() - static_cast<int64_t>(leaving.size());
+    if (staying < 1 || staying < m.settings->min_workers) return ElasticAction::kStop;
+    if (std::find(leaving.begin(), leaving.end(), rank()) != leaving.end()) {
+      m.elastic->leave("preempted at step " + std::to_string(m.step));
+      return ElasticAction::kLeave;
+    }
+    m.reformAt(leaving, "leave");
+    return ElasticAction::kContinue;
+  }
+  if (m.vote_joiners) m.reformAt({}, "join");
+  return actionOf(action);
+}
+
+void Elastic::waitForAll() { impl_->watcher->waitForAll(); }
+
+void Elastic::finish() {
+  if (impl_->elastic && rank() == 0) impl_->elastic->finish(impl_->step);
+}
+
+bool Elastic::inPlace() const { return impl_->elastic != nullptr; }
+int Elastic::rank() const { return impl_->group().rank(); }
+int Elastic::size() const { return impl_->group().size(); }
+int64_t Elastic::epoch() const { return impl_->elastic ? impl_->elastic->epoch().epoch : 0; }
+int64_t Elastic::step() const { return impl_->step; }
+ProcessGroup& Elastic::group() { return impl_->group(); }
+
+GradientSync& Elastic::sync() {
+  if (!impl_->sync) throw std::logic_error("Elastic::sync: call start() first");
+  return *impl_->sync;
+}
+
+PreemptionWatcher& Elastic::preemption() {
+  if (!impl_->watcher) throw std::logic_error("Elastic::preemption: call start() first");
+  return *impl_->watcher;
+}
+
+}  // namespace cumulus

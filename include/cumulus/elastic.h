@@ -1,0 +1,160 @@
+#pragma once
+// <cumulus/elastic.h>: a training loop of one's own that survives losing and gaining workers in
+// place, as cumulus-train does (docs/library.md, "Recovery in place").
+//
+// Under `cumulus-run --recovery in_place` (the launcher's default) a worker that dies (SIGKILL, a
+// lost host, a peer stalled past the timeout) does not restart the job: the survivors, the same
+// processes, agree on a new membership, the members whose state is behind take it from a live peer
+// over the network (nothing is read from disk), and the step in flight is trained again. The
+// launcher starts a replacement, which joins at a step boundary and is healed the same way. A
+// preemption notice makes the noticed worker leave at a step boundary (exit 75) while the others
+// go on. Started any other way (restart recovery, a group of one) the same loop runs as a plain
+// data-parallel loop: a failure is the launcher's to handle, and a notice stops every rank.
+//
+// The state to heal is the program's: `capture` returns it as a Checkpoint (the same value a
+// save writes: addModule, addOptimizer, setSampler, captureRng, extra files), `restore` puts one
+// back. A live peer packs what its capture returns (packCheckpoint: every file's size and SHA-256)
+// and the members behind unpack, verify and restore it. Elastic keeps the step count itself
+// (Checkpoint::state.step).
+//
+//   cumulus::Elastic elastic({capture, restore, describe(flags)});
+//   elastic.attach(net->parameters());               // the gradient sync's parameters
+//   if (!elastic.start(resumed_step)) return 0;      // a joiner the group finished without
+//   while (elastic.step() < steps) {
+//     elastic.train([&] {                            // step elastic.step() + 1
+//       auto idx = sampler.localIndices(elastic.rank(), elastic.size());
+//       optimizer.zero_grad();
+//       elastic.sync().backward(lossSum(net->forward(x(idx)), y(idx)) / global_batch);
+//       optimizer.step();                            // after the step's last collective
+//       sampler.advance();
+//     });
+//     switch (elastic.boundary()) { ... kCheckpoint: rank 0 saves; kStop: rank 0 saves,
+//                                   elastic.waitForAll(), return 75; kLeave: return 75 }
+//   }
+//   elastic.finish();
+//
+// The contract of train(fn): fn runs one whole step, and every collective of the step comes
+// before fn changes any state that capture() returns (the optimizer update, the sampler's
+// advance). After a peer's failure fn may be called again for the same step on the re-formed
+// group, with another rank() and size(): it reads both on each call. When fn throws a CommError
+// its state is the previous step's, and a member whose peer had completed the step takes that
+// peer's state instead of training it again, so every member commits each step exactly once.
+//
+// Blocking: start(), train(), boundary() and waitForAll() communicate and are bounded by
+// GroupOptions::timeout_seconds per collective and by the membership's deadlines (a joiner waits
+// for admission up to max(timeout, 60 s)). Errors: a failure that re-forming cannot mend (a wrong
+// token, node 0's Store gone, no member left that holds the state, 16 re-formings in a row without
+// a step) is rethrown as the CommError (or std::runtime_error) that says so; a transferred state
+// that is truncated, corrupt, from another configuration or does not fit the program's tensors
+// throws CheckpointError naming the sending rank and the file or tensor, before restore() is
+// called where it can be checked first, and the member stops (the others re-form without it).
+// Thread-safety: one training thread, except what PreemptionWatcher allows (preemption()).
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cumulus/checkpoint.h"
+#include "cumulus/data_parallel.h"
+#include "cumulus/errors.h"
+#include "cumulus/preemption.h"
+#include "cumulus/process_group.h"
+
+namespace cumulus {
+
+// What the program registers as its state.
+struct ElasticState {
+  // The state after step() steps (called on the live peer that sends it). Elastic sets
+  // state.step and state.config_yaml of what it returns.
+  std::function<Checkpoint()> capture;
+  // Puts a received state back (called on a member that is behind). It should check before it
+  // changes anything (Checkpoint::restoreModule does); throwing stops this member.
+  std::function<void(const Checkpoint&)> restore;
+  // What the state was built from (flags, a config file's text): a member that receives a state
+  // captured under another description refuses it, naming the first line that differs.
+  std::string config;
+};
+
+struct ElasticOptions {
+  GroupOptions group;                 // algorithm, timeout
+  DataParallelOptions data_parallel;  // the gradient sync of sync()
+  PreemptionOptions preemption;       // the notice's grace period and exit code
+};
+
+// The group's membership after it formed or changed.
+struct Membership {
+  int rank = 0;
+  int size = 1;
+  int64_t epoch = 0;        // 0 at launch, then one more per re-forming
+  int64_t step = 0;         // steps of the state the group trains from
+  std::string cause;        // "start", "failure", "join" (joiners admitted), "leave" (a notice)
+  int source = -1;          // the rank that sent the state, or -1 when nobody needed it
+  std::vector<int> healed;  // the ranks that received it
+  double seconds = 0;       // from the failure (or the boundary) to the re-formed group
+};
+
+// What every member does after a step, by agreement (boundary()).
+enum class ElasticAction {
+  kContinue,
+  kCheckpoint,  // rank 0 checkpoints this step, then every member goes on
+  kStop,        // rank 0 checkpoints this step, every member calls waitForAll() and exits 75
+  kLeave,       // this member got a notice and left; the others go on: exit 75 now
+};
+
+class Elastic {
+ public:
+  // Joins the group the launcher describes (ProcessGroup's environment, plus cumulus-run's
+  // CUMULUS_RECOVERY=in_place variables). A launch member connects to the group's first
+  // membership here; a replacement started into a running group connects in start(). Throws
+  // GroupError for a bad option or environment, std::invalid_argument for an empty callback.
+  explicit Elastic(ElasticState state, ElasticOptions options = {});
+  ~Elastic();
+  Elastic(const Elastic&) = delete;
+  Elastic& operator=(const Elastic&) = delete;
+
+  // The parameters sync() all-reduces the gradients of (before start()).
+  void attach(const std::vector<torch::Tensor>& params);
+  // Called on every member after the membership formed or changed (start() included), on the
+  // training thread, with the state already in place. A place to reshard data or log.
+  void onMembershipChange(std::function<void(const Membership&)> callback);
+
+  // Before the first step. `steps_done`: the steps of the state this member starts from (0, or a
+  // checkpoint's step; every launch member passes the same). A replacement waits here to be
+  // admitted and receives the state from a live peer. Returns false when the group finished
+  // training before admitting it (nothing to do: exit 0).
+  bool start(int64_t steps_done = 0);
+  // Trains step step() + 1 with fn (see the contract above); returns once the step is committed.
+  void train(const std::function<void()>& fn);
+  // After each step but the last: notices and checkpoint requests agreed, waiting replacements
+  // admitted and healed, members with a notice let go when enough others stay.
+  ElasticAction boundary();
+  // After kStop: returns once every member got there (rank 0's checkpoint is durable).
+  void waitForAll();
+  // After the last step, on every member: replacements still waiting to join give up.
+  void finish();
+
+  // Recovery in place is on (cumulus-run's CUMULUS_RECOVERY=in_place).
+  bool inPlace() const;
+  int rank() const;
+  int size() const;
+  int64_t epoch() const;
+  int64_t step() const;  // steps committed
+  // The group of the current membership (its identity stays; its rank and size follow).
+  ProcessGroup& group();
+  // The gradient sync over the current membership (rebuilt at each change; do not keep it across
+  // train() calls).
+  GradientSync& sync();
+  // The notices' watcher of the current membership (notify(), requestCheckpoint(), noticed()).
+  PreemptionWatcher& preemption();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cumulus
