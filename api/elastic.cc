@@ -169,7 +169,13 @@ struct Elastic::Impl {
                             firstDifference(received.state.config_yaml, state.config) +
                             "): every member must run with the same one");
     }
-    state.restore(received);
+    try {
+      state.restore(received);
+    } catch (const CheckpointError& e) {
+      throw CheckpointError(from + ": " + e.what());
+    } catch (const std::invalid_argument& e) {  // DistributedSampler::restore's
+      throw CheckpointError(from + ": " + e.what());
+    }
     step = static_cast<int64_t>(received.state.step);
     has_state = true;
   }

@@ -1,0 +1,140 @@
+// cumulus::Elastic (<cumulus/elastic.h>) with real worker processes (cumulus-elastic-worker)
+// started as cumulus-run starts them with recovery in place: the test hosts the gRPC Store and
+// plays the launcher's part (a worker that exits is marked gone; replacements are started by
+// hand). What a member that must not train on a state does: a replacement built from another
+// configuration, or whose tensors differ, refuses the state a live peer sends, names the peer and
+// what differs, and stops; the others re-form without it and admit a good replacement.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/quorum.h"
+#include "comm/store_client.h"
+#include "comm/store_server.h"
+#include "tests/trainer/process_runner.h"
+#include "tests/trainer/worker_commands.h"
+
+namespace cumulus {
+namespace {
+
+using testing::Args;
+using testing::Env;
+using testing::ProcessResult;
+using testing::runProcess;
+
+constexpr const char* kToken = "elastic-test-token";
+const std::string kWorker = CUMULUS_BINARY_DIR "/bin/cumulus-elastic-worker";
+
+class ElasticProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<comm::StoreServer>("127.0.0.1", 0, kToken);
+    store_ = std::make_unique<comm::StoreClient>("127.0.0.1", server_->port(), kToken);
+  }
+  void TearDown() override {
+    for (auto& [id, w] : workers_) {
+      if (w.joinable()) w.join();
+    }
+  }
+
+  // A worker with `flags`: rank `rank` of a launch of `world`, or a replacement (rank < 0). When
+  // it ends with anything but 0 it is marked gone, as cumulus-run does.
+  void start(const std::string& id, int rank, int world, const Args& flags) {
+    Env env = testing::aloneEnv({{"RANK", std::to_string(std::max(rank, 0))},
+                                 {"WORLD_SIZE", std::to_string(world)},
+                                 {"LOCAL_RANK", "0"},
+                                 {"LOCAL_WORLD_SIZE", "1"},
+                                 {"MASTER_ADDR", "127.0.0.1"},
+                                 {"MASTER_PORT", std::to_string(server_->port())},
+                                 {"CUMULUS_JOB_TOKEN", kToken},
+                                 {"CUMULUS_RUN_ID", "elastic"},
+                                 {"CUMULUS_GENERATION", "0"},
+                                 {"CUMULUS_RECOVERY", "in_place"},
+                                 {"CUMULUS_MEMBER_ID", id},
+                                 {"CUMULUS_JOIN", rank < 0 ? "1" : ""}});
+    Args argv = {kWorker};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    results_[id];  // the map's nodes stay put while threads write into them
+    workers_[id] = std::thread([this, id, argv, env] {
+      ProcessResult r = runProcess(argv, env, {}, 180);
+      if (r.exit_code != 0)
+        comm::Quorum::markGone(*store_, 0, id, "exit " + std::to_string(r.exit_code));
+      results_[id] = std::move(r);
+    });
+  }
+
+  const ProcessResult& finish(const std::string& id) {
+    if (workers_[id].joinable()) workers_[id].join();
+    return results_[id];
+  }
+
+  // Two launch members waiting for a third; a bad replacement `bad`, then a good one. Returns the
+  // bad one's output.
+  std::string refusedThenHealed(const Args& good, const Args& bad) {
+    Args launch = good;
+    launch.insert(launch.end(), {"--wait-for", "3"});
+    start("0.0.0", 0, 2, launch);
+    start("0.1.0", 1, 2, launch);
+    start("0.2.0", -1, 2, bad);
+    const ProcessResult refused = finish("0.2.0");
+    EXPECT_EQ(refused.exit_code, 1) << refused.output;
+    start("0.2.1", -1, 2, good);
+    std::set<std::string> digests;
+    for (const char* id : {"0.0.0", "0.1.0", "0.2.1"}) {
+      const ProcessResult& r = finish(id);
+      EXPECT_EQ(r.exit_code, 0) << id << ":\n" << r.output;
+      digests.insert(testing::lastAfter(r.output, "final parameters sha256 "));
+    }
+    EXPECT_EQ(digests.size(), 1u) << "the replicas differ";
+    EXPECT_EQ(digests.begin()->size(), 64u);
+    // The survivors re-formed without the refused member, then admitted the good one and healed
+    // it: the last membership every member printed has three, and the replacement is healed.
+    const std::string& replacement = results_["0.2.1"].output;
+    EXPECT_TRUE(std::regex_search(
+        replacement,
+        std::regex(R"(membership: epoch \d+, rank 2 of 3, step \d+, join, state from 0 to \[2\])")))
+        << replacement;
+    for (const char* id : {"0.0.0", "0.1.0"}) {
+      EXPECT_TRUE(
+          std::regex_search(results_[id].output, std::regex(R"(rank \d of 2, step \d+, failure)")))
+          << id << ":\n"
+          << results_[id].output;
+    }
+    return refused.output;
+  }
+
+  std::unique_ptr<comm::StoreServer> server_;
+  std::unique_ptr<comm::StoreClient> store_;
+  std::map<std::string, std::thread> workers_;
+  std::map<std::string, ProcessResult> results_;
+};
+
+TEST_F(ElasticProcessTest, AReplacementFromAnotherConfigurationIsRefusedAndAGoodOneHealed) {
+  const std::string out =
+      refusedThenHealed({"--config", "lr: 0.05\nwidth: 8"}, {"--config", "lr: 0.5\nwidth: 8"});
+  EXPECT_NE(out.find("cumulus-elastic-worker: the state sent by rank 0 was captured under another "
+                     "configuration ('lr: 0.05' there, 'lr: 0.5' here): every member must run "
+                     "with the same one\n"),
+            std::string::npos)
+      << out;
+}
+
+TEST_F(ElasticProcessTest, AReplacementWhoseTensorsDifferIsRefusedNamingTheTensor) {
+  const std::string out =
+      refusedThenHealed({"--config", "same"}, {"--config", "same", "--width", "16"});
+  EXPECT_NE(out.find("cumulus-elastic-worker: the state sent by rank 0: tensor \"0.weight\": shape "
+                     "[8, 4] in the checkpoint, [16, 4] in the module\n"),
+            std::string::npos)
+      << out;
+}
+
+}  // namespace
+}  // namespace cumulus

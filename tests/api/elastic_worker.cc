@@ -1,0 +1,128 @@
+// cumulus-elastic-worker: a small program on <cumulus/elastic.h> for elastic_test, which starts it
+// as cumulus-run would (the in-place variables) and plays the launcher's part. A linear model on
+// 64 fixed samples, SGD, a global batch of 8; it prints each membership and, at the end, the
+// SHA-256 of its parameters.
+//
+//   cumulus-elastic-worker --config TEXT [--width N] [--steps N] [--wait-for N]
+//
+// --config is what the state is built from (ElasticState::config), --width the hidden layer's
+// size: a joiner given another of either must be refused. --wait-for N: at each boundary, wait
+// until the group has N members.
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/hash.h"
+#include "cumulus/cumulus.h"
+
+namespace {
+
+struct Flags {
+  std::string config = "default";
+  int64_t width = 8;
+  int64_t steps = 30;
+  int64_t wait_for = 0;
+};
+
+Flags parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--config") {
+      f.config = v;
+    } else if (k == "--width") {
+      f.width = std::stoll(v);
+    } else if (k == "--steps") {
+      f.steps = std::stoll(v);
+    } else if (k == "--wait-for") {
+      f.wait_for = std::stoll(v);
+    } else {
+      throw cumulus::UserError("unknown flag " + k);
+    }
+  }
+  return f;
+}
+
+int run(const Flags& flags) {
+  torch::manual_seed(7);
+  torch::nn::Sequential net(torch::nn::Linear(4, flags.width), torch::nn::Tanh(),
+                            torch::nn::Linear(flags.width, 1));
+  torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.5));
+  const torch::Tensor x = torch::linspace(-1, 1, 64 * 4).reshape({64, 4});
+  const torch::Tensor y = x.sum(1, true).sin();
+  cumulus::DistributedSampler sampler(64, 8, 3, /*shuffle=*/true, /*drop_last=*/true);
+
+  cumulus::Elastic elastic({[&] {
+                              cumulus::Checkpoint c;
+                              c.setSampler(sampler.state());
+                              c.addModule(*net).addOptimizer(optimizer);
+                              return c;
+                            },
+                            [&](const cumulus::Checkpoint& c) {
+                              c.restoreModule(*net);
+                              c.restoreOptimizer(optimizer);
+                              sampler.restore(c.sampler());
+                            },
+                            flags.config});
+  elastic.attach(net->parameters());
+  elastic.onMembershipChange([](const cumulus::Membership& m) {
+    std::string healed;
+    for (int r : m.healed) healed += (healed.empty() ? "" : ",") + std::to_string(r);
+    std::printf("membership: epoch %lld, rank %d of %d, step %lld, %s, state from %d to [%s]\n",
+                static_cast<long long>(m.epoch), m.rank, m.size, static_cast<long long>(m.step),
+                m.cause.c_str(), m.source, healed.c_str());
+  });
+  if (!elastic.start(0)) {
+    std::printf("not admitted: the group finished\n");
+    return 0;
+  }
+  while (elastic.step() < flags.steps) {
+    elastic.train([&] {
+      const std::vector<int64_t> local = sampler.localIndices(elastic.rank(), elastic.size());
+      const torch::Tensor idx = torch::tensor(local, torch::kInt64);
+      optimizer.zero_grad();
+      const torch::Tensor loss =
+          (net->forward(x.index_select(0, idx)) - y.index_select(0, idx)).pow(2).sum() / 8.0;
+      elastic.sync().backward(loss);
+      optimizer.step();
+      sampler.advance();
+    });
+    if (elastic.step() == flags.steps) break;
+    cumulus::ElasticAction action = elastic.boundary();
+    for (int round = 0; action == cumulus::ElasticAction::kContinue &&
+                        elastic.size() < flags.wait_for && round < 1200;
+         ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      action = elastic.boundary();
+    }
+    if (action == cumulus::ElasticAction::kLeave) return cumulus::kExitPreempted;
+    if (action == cumulus::ElasticAction::kStop) {
+      elastic.waitForAll();
+      return cumulus::kExitPreempted;
+    }
+  }
+  elastic.finish();
+  std::string bytes;
+  for (const auto& p : net->parameters()) {
+    const torch::Tensor t = p.detach().contiguous();
+    bytes.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
+  }
+  std::printf("final parameters sha256 %s\n", cumulus::base::sha256Hex(bytes).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cumulus-elastic-worker: %s\n", e.what());
+    return cumulus::exitCodeFor(e);
+  }
+}
