@@ -47,8 +47,10 @@ class ElasticProcessTest : public ::testing::Test {
 
   // A worker with `flags`: rank `rank` of a launch of `world`, or a replacement (rank < 0). When
   // it ends with anything but 0 it is marked gone, as cumulus-run does.
-  void start(const std::string& id, int rank, int world, const Args& flags) {
-    Env env = testing::aloneEnv({{"RANK", std::to_string(std::max(rank, 0))},
+  void start(const std::string& id, int rank, int world, const Args& flags,
+             const std::string& min_workers = "1") {
+    Env env = testing::aloneEnv({{"CUMULUS_MIN_WORKERS", min_workers},
+                                 {"RANK", std::to_string(std::max(rank, 0))},
                                  {"WORLD_SIZE", std::to_string(world)},
                                  {"LOCAL_RANK", "0"},
                                  {"LOCAL_WORLD_SIZE", "1"},
@@ -134,6 +136,40 @@ TEST_F(ElasticProcessTest, AReplacementWhoseTensorsDifferIsRefusedNamingTheTenso
                      "[8, 4] in the checkpoint, [16, 4] in the module\n"),
             std::string::npos)
       << out;
+}
+
+// A notice to one of three members, when one is enough to go on: it leaves at the agreed step
+// (exit 75) and the two others train on to the end, identical.
+TEST_F(ElasticProcessTest, ANoticedMemberLeavesAndTheOthersTrainOn) {
+  start("0.0.0", 0, 3, {"--steps", "40"});
+  start("0.1.0", 1, 3, {"--steps", "40"});
+  start("0.2.0", 2, 3, {"--steps", "40", "--notice-at", "10"});
+  const ProcessResult& left = finish("0.2.0");
+  EXPECT_EQ(left.exit_code, 75) << left.output;
+  EXPECT_NE(left.output.find("left at step 10\n"), std::string::npos) << left.output;
+  std::set<std::string> digests;
+  for (const char* id : {"0.0.0", "0.1.0"}) {
+    const ProcessResult& r = finish(id);
+    EXPECT_EQ(r.exit_code, 0) << id << ":\n" << r.output;
+    EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank \d of 2, step 10, leave)")))
+        << id << ":\n"
+        << r.output;
+    digests.insert(testing::lastAfter(r.output, "final parameters sha256 "));
+  }
+  EXPECT_EQ(digests.size(), 1u);
+}
+
+// The same notice when all three are needed (CUMULUS_MIN_WORKERS=3, a fixed-size job): every
+// member stops at the agreed step, for a checkpoint and a relaunch.
+TEST_F(ElasticProcessTest, ANoticeStopsEveryMemberWhenTooFewWouldStay) {
+  start("0.0.0", 0, 3, {"--steps", "40"}, "3");
+  start("0.1.0", 1, 3, {"--steps", "40"}, "3");
+  start("0.2.0", 2, 3, {"--steps", "40", "--notice-at", "10"}, "3");
+  for (const char* id : {"0.0.0", "0.1.0", "0.2.0"}) {
+    const ProcessResult& r = finish(id);
+    EXPECT_EQ(r.exit_code, 75) << id << ":\n" << r.output;
+    EXPECT_NE(r.output.find("stopped at step 10\n"), std::string::npos) << id << ":\n" << r.output;
+  }
 }
 
 }  // namespace

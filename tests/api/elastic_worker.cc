@@ -7,7 +7,8 @@
 //
 // --config is what the state is built from (ElasticState::config), --width the hidden layer's
 // size: a joiner given another of either must be refused. --wait-for N: at each boundary, wait
-// until the group has N members.
+// until the group has N members. --notice-at N: a preemption notice (PreemptionWatcher::notify)
+// after step N.
 #include <torch/torch.h>
 
 #include <chrono>
@@ -26,6 +27,7 @@ struct Flags {
   int64_t width = 8;
   int64_t steps = 30;
   int64_t wait_for = 0;
+  int64_t notice_at = 0;  // this worker gets a preemption notice after step N (0: never)
 };
 
 Flags parse(int argc, char** argv) {
@@ -40,6 +42,8 @@ Flags parse(int argc, char** argv) {
       f.steps = std::stoll(v);
     } else if (k == "--wait-for") {
       f.wait_for = std::stoll(v);
+    } else if (k == "--notice-at") {
+      f.notice_at = std::stoll(v);
     } else {
       throw cumulus::UserError("unknown flag " + k);
     }
@@ -92,6 +96,7 @@ int run(const Flags& flags) {
       sampler.advance();
     });
     if (elastic.step() == flags.steps) break;
+    if (elastic.step() == flags.notice_at) elastic.preemption().notify();
     cumulus::ElasticAction action = elastic.boundary();
     for (int round = 0; action == cumulus::ElasticAction::kContinue &&
                         elastic.size() < flags.wait_for && round < 1200;
@@ -99,9 +104,13 @@ int run(const Flags& flags) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       action = elastic.boundary();
     }
-    if (action == cumulus::ElasticAction::kLeave) return cumulus::kExitPreempted;
+    if (action == cumulus::ElasticAction::kLeave) {
+      std::printf("left at step %lld\n", static_cast<long long>(elastic.step()));
+      return cumulus::kExitPreempted;
+    }
     if (action == cumulus::ElasticAction::kStop) {
       elastic.waitForAll();
+      std::printf("stopped at step %lld\n", static_cast<long long>(elastic.step()));
       return cumulus::kExitPreempted;
     }
   }
