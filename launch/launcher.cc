@@ -103,7 +103,16 @@ LaunchReport Launcher::runOrThrow() {
     }
     st.generation = round.generation;
     report.restarts = static_cast<int>(round.restarts);
-    std::unique_ptr<WorkerGroup> group = startGroup(round, report.restarts, joining);
+    std::unique_ptr<WorkerGroup> group;
+    try {
+      group = startGroup(round, report.restarts, joining);
+    } catch (const comm::CommError& e) {
+      // The round formed, so the Store was there: node 0 went away while this node started its
+      // workers (the member ids come from the Store). The workers started so far die with `group`.
+      st.console.storeLost(job.store_endpoint, e.what());
+      report.exit_code = 1;
+      return report;
+    }
     if (!joining && !previous_group.empty() && previous_group != group->node_ids) {
       job.errors->regroup(st.generation, previous_group, group->node_ids, round.worldSize());
     }
