@@ -23,10 +23,6 @@ namespace {
 
 // Re-formings in a row without a step committed in between before Elastic gives up.
 constexpr int kMaxReformsWithoutProgress = 16;
-// Rank 0 looks for waiting replacements (one Store read) at a boundary when this much time or
-// this many steps have passed since it last looked.
-constexpr double kJoinerLookSeconds = 0.2;
-constexpr int64_t kJoinerLookSteps = 16;
 constexpr int64_t kNoticeLevel = 2;  // PreemptionWatcher's proposal 4·step + 2: "I got a notice"
 // A size announced for a state that no process could hold: refused before allocating it.
 constexpr int64_t kMaxStateBytes = int64_t{1} << 46;
@@ -85,6 +81,30 @@ std::string broadcastPacked(ProcessGroup& group, int source, const std::string& 
   return std::string(static_cast<const char*>(words.data_ptr()), static_cast<size_t>(bytes));
 }
 
+std::vector<int> BoundaryVote::noticed() const {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < proposals.size(); ++r) {
+    if (proposals[r] >= 0 && proposals[r] % 4 == kNoticeLevel) ranks.push_back(static_cast<int>(r));
+  }
+  return ranks;
+}
+
+BoundaryVote voteAtBoundary(ProcessGroup& group, int64_t proposal, bool joiners_waiting) {
+  const int64_t mine[2] = {proposal, joiners_waiting ? 1 : 0};
+  const torch::Tensor all =
+      group.allgather(torch::tensor(std::vector<int64_t>(mine, mine + 2), torch::kInt64))
+          .contiguous();
+  const int64_t* v = all.data_ptr<int64_t>();
+  BoundaryVote vote;
+  vote.max = INT64_MIN;
+  for (int64_t r = 0; r < all.size(0); ++r) {
+    vote.proposals.push_back(v[2 * r]);
+    vote.max = std::max(vote.max, v[2 * r]);
+    vote.joiners_waiting = vote.joiners_waiting || v[2 * r + 1] > 0;
+  }
+  return vote;
+}
+
 struct Elastic::Impl {
   ElasticState state;
   ElasticOptions options;
@@ -98,10 +118,7 @@ struct Elastic::Impl {
   bool started = false;
   bool has_state = true;  // false for a replacement until a peer sent it the state
   int64_t step = 0;
-  std::vector<int64_t> vote;  // each rank's proposal at the last agreement
-  bool vote_joiners = false;  // replacements wait (rank 0's look, agreed)
-  double joiners_checked_at = -1;
-  int64_t joiners_checked_step = 0;
+  BoundaryVote vote;  // the last agreement's
 
   ProcessGroup& group() { return elastic ? elastic->group() : *plain; }
 
@@ -115,31 +132,8 @@ struct Elastic::Impl {
   }
 
   int64_t agree(int64_t proposal) {
-    const int64_t waiting = joinersWaiting() ? 1 : 0;
-    const torch::Tensor all =
-        group().allgather(torch::tensor({proposal, waiting}, torch::kInt64)).contiguous();
-    const int64_t* v = all.data_ptr<int64_t>();
-    vote.assign(static_cast<size_t>(all.size(0)), 0);
-    vote_joiners = false;
-    int64_t top = INT64_MIN;
-    for (int64_t r = 0; r < all.size(0); ++r) {
-      vote[static_cast<size_t>(r)] = v[2 * r];
-      top = std::max(top, v[2 * r]);
-      vote_joiners = vote_joiners || v[2 * r + 1] > 0;
-    }
-    return top;
-  }
-
-  bool joinersWaiting() {
-    if (group().rank() != 0 || group().size() >= settings->max_workers) return false;
-    const double t = seconds();
-    if (joiners_checked_at >= 0 && t - joiners_checked_at < kJoinerLookSeconds &&
-        step - joiners_checked_step < kJoinerLookSteps) {
-      return false;
-    }
-    joiners_checked_at = t;
-    joiners_checked_step = step;
-    return elastic->pendingJoiners() > 0;
+    vote = voteAtBoundary(group(), proposal, elastic->joinersWaiting(step));
+    return vote.max;
   }
 
   void newSync() {
@@ -331,10 +325,7 @@ ElasticAction Elastic::boundary() {
     return ElasticAction::kContinue;  // a notice seen meanwhile is agreed at the next boundary
   }
   if (action == StepAction::kStop) {
-    std::vector<int> leaving;
-    for (size_t r = 0; r < m.vote.size(); ++r) {
-      if (m.vote[r] >= 0 && m.vote[r] % 4 == kNoticeLevel) leaving.push_back(static_cast<int>(r));
-    }
+    const std::vector<int> leaving = m.vote.noticed();
     const int64_t staying = size() - static_cast<int64_t>(leaving.size());
     if (staying < 1 || staying < m.settings->min_workers) return ElasticAction::kStop;
     if (std::find(leaving.begin(), leaving.end(), rank()) != leaving.end()) {
@@ -344,7 +335,7 @@ ElasticAction Elastic::boundary() {
     m.reformAt(leaving, "leave");
     return ElasticAction::kContinue;
   }
-  if (m.vote_joiners) m.reformAt({}, "join");
+  if (m.vote.joiners_waiting) m.reformAt({}, "join");
   return actionOf(action);
 }
 

@@ -3,6 +3,7 @@
 #include "api/elastic_group.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -126,6 +127,21 @@ const comm::QuorumEpoch& ElasticGroup::reform(int64_t steps_done,
 }
 
 int64_t ElasticGroup::pendingJoiners() { return quorum_->pendingJoiners(epoch_); }
+
+bool ElasticGroup::joinersWaiting(int64_t steps_done) {
+  constexpr double kLookSeconds = 0.2;
+  constexpr int64_t kLookSteps = 16;
+  if (group_->rank() != 0 || group_->size() >= settings_.max_workers) return false;
+  const double t =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (joiners_checked_at_ >= 0 && t - joiners_checked_at_ < kLookSeconds &&
+      steps_done - joiners_checked_step_ < kLookSteps) {
+    return false;
+  }
+  joiners_checked_at_ = t;
+  joiners_checked_step_ = steps_done;
+  return pendingJoiners() > 0;
+}
 
 void ElasticGroup::leave(const std::string& why) { quorum_->leave(why); }
 

@@ -67,6 +67,10 @@ class ElasticGroup {
   const comm::QuorumEpoch& reform(int64_t steps_done, const std::vector<int>& leaving_ranks = {});
   // Join tickets the current epoch has not admitted (one Store read; any thread).
   int64_t pendingJoiners();
+  // Rank 0 at a step boundary after `steps_done` steps: whether replacements wait to join. One
+  // Store read at most every 0.2 s or 16 steps (false in between), and false on other ranks and
+  // when the group is at its maximum size.
+  bool joinersWaiting(int64_t steps_done);
   // Marks this member gone before it exits after a notice, so that the others do not wait for it.
   void leave(const std::string& why);
 
@@ -80,7 +84,21 @@ class ElasticGroup {
   std::unique_ptr<ProcessGroup> group_;
   comm::QuorumEpoch epoch_;
   bool joined_ = false;
+  double joiners_checked_at_ = -1;    // rank 0: when it last looked (steady seconds)
+  int64_t joiners_checked_step_ = 0;  // and after which step
 };
+
+// One round of the stop agreement at a step boundary of an in-place group: the MAX of every
+// rank's PreemptionWatcher proposal, as an allgather that also tells who proposed what and whether
+// rank 0 saw replacements waiting. (api/elastic.cc)
+struct BoundaryVote {
+  std::vector<int64_t> proposals;  // by rank
+  bool joiners_waiting = false;
+  int64_t max = 0;
+  // The ranks whose proposal is a notice (PreemptionWatcher's level 2): those that leave.
+  std::vector<int> noticed() const;
+};
+BoundaryVote voteAtBoundary(ProcessGroup& group, int64_t proposal, bool joiners_waiting);
 
 // A packed state (packCheckpoint) from `source` to every member of `group` in two broadcasts: its
 // size, then its bytes as int64 words. The sender passes it; every member gets back what arrived.

@@ -23,13 +23,6 @@ namespace {
 
 // Re-formings in a row without a step trained in between before the trainer gives up.
 constexpr int kMaxReformsWithoutProgress = 16;
-// Rank 0 looks for joiners (one Store read) at a boundary when this much time or this many steps
-// have passed since it last looked.
-constexpr double kJoinerLookSeconds = 0.2;
-constexpr int64_t kJoinerLookSteps = 16;
-
-constexpr int64_t kStopLevel = 2;  // PreemptionWatcher's proposal 4·step + 2: "I got a notice"
-
 int64_t unixMillis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -222,10 +215,7 @@ void Trainer::Impl::transferState(int source, bool receiving) {
 
 bool Trainer::Impl::leaveOrStay(int64_t done, StepAction& action, RunResult& result) {
   if (action != StepAction::kStop) return false;
-  std::vector<int> leaving;
-  for (size_t r = 0; r < vote_.size(); ++r) {
-    if (vote_[r] >= 0 && vote_[r] % 4 == kStopLevel) leaving.push_back(static_cast<int>(r));
-  }
+  const std::vector<int> leaving = vote_.noticed();
   const int64_t staying = env_.world_size - static_cast<int64_t>(leaving.size());
   if (staying < 1 || staying < elastic_->settings().min_workers) {
     recorder_->note("preemption notice for rank(s) " + joined(leaving) + ": " +
@@ -253,37 +243,9 @@ bool Trainer::Impl::leaveOrStay(int64_t done, StepAction& action, RunResult& res
 
 AgreeMax Trainer::Impl::inPlaceVote() {
   return [this](int64_t proposal) {
-    const int64_t waiting = joinersWaiting() ? 1 : 0;
-    if (group_ == nullptr) {
-      vote_ = {proposal};
-      vote_joiners_ = waiting > 0;
-      return proposal;
-    }
-    torch::Tensor mine = torch::tensor({proposal, waiting}, torch::kInt64);
-    const torch::Tensor all = group_->allgather(mine).contiguous();
-    const int64_t* v = all.data_ptr<int64_t>();
-    vote_.assign(static_cast<size_t>(all.size(0)), 0);
-    int64_t top = INT64_MIN;
-    vote_joiners_ = false;
-    for (int64_t r = 0; r < all.size(0); ++r) {
-      vote_[static_cast<size_t>(r)] = v[2 * r];
-      top = std::max(top, v[2 * r]);
-      vote_joiners_ = vote_joiners_ || v[2 * r + 1] > 0;
-    }
-    return top;
+    vote_ = voteAtBoundary(elastic_->group(), proposal, elastic_->joinersWaiting(steps_done_));
+    return vote_.max;
   };
-}
-
-bool Trainer::Impl::joinersWaiting() {
-  if (env_.rank != 0 || env_.world_size >= elastic_->settings().max_workers) return false;
-  const double t = now();
-  if (joiners_checked_at_ >= 0 && t - joiners_checked_at_ < kJoinerLookSeconds &&
-      steps_done_ - joiners_checked_step_ < kJoinerLookSteps) {
-    return false;
-  }
-  joiners_checked_at_ = t;
-  joiners_checked_step_ = steps_done_;
-  return elastic_->pendingJoiners() > 0;
 }
 
 void Trainer::Impl::recordReform() {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "api/elastic_group.h"
 #include "configs/experiment.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/run_directory.h"
@@ -34,7 +35,6 @@
 namespace cumulus {
 class CommError;
 class DataParallel;
-class ElasticGroup;
 class ProcessGroup;
 }  // namespace cumulus
 
@@ -172,9 +172,8 @@ class Trainer::Impl {
   // kStop that some ranks survive; `action` becomes kContinue for those who stay.
   bool leaveOrStay(int64_t done, StepAction& action, RunResult& result);
   // The stop agreement's MAX, as an allgather that also tells who proposed what, and whether
-  // joiners wait (rank 0 looks at most every 0.2 s).
+  // joiners wait (rank 0 looks at most every 0.2 s): voteAtBoundary (api/elastic_group.h).
   AgreeMax inPlaceVote();
-  bool joinersWaiting();
   // After the first step that follows a re-forming: its record (rank 0's recorder writes it).
   void recordReform();
   // Rank 0, after the last step: joiners still waiting stop waiting.
@@ -233,10 +232,7 @@ class Trainer::Impl {
   int64_t steps_done_ = 0;                           // optimizer steps this rank's state has taken
   bool has_state_ = true;             // false for a joiner until a peer sent it the state
   SamplerState done_position_;        // the sampler's position after step steps_done_
-  std::vector<int64_t> vote_;         // in place: each rank's proposal at the last boundary
-  bool vote_joiners_ = false;         // in place: joiners wait (rank 0's look, agreed)
-  double joiners_checked_at_ = -1;    // rank 0: when it last looked
-  int64_t joiners_checked_step_ = 0;  // and after which step
+  BoundaryVote vote_;                 // in place: the last boundary's agreement
   int64_t final_boundary_ = -1;       // the step whose boundary ran to its end last
   std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
   std::vector<int64_t> shares_;  // of the global batch, in force for the next step; empty: equal

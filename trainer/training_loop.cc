@@ -155,7 +155,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_st
     stopAt(done, result);
     return Boundary::kStop;
   }
-  if (inPlace() && vote_joiners_) reformAt(done, {});
+  if (inPlace() && vote_.joiners_waiting) reformAt(done, {});
   return Boundary::kNext;
 }
 
