@@ -119,6 +119,9 @@ struct Elastic::Impl {
   bool has_state = true;  // false for a replacement until a peer sent it the state
   int64_t step = 0;
   BoundaryVote vote;  // the last agreement's
+  // After a failure's re-forming: the step the group trains from, whose boundary is skipped (every
+  // member goes on with train(), wherever it was when the failure came).
+  int64_t skip_boundary_at = -1;
 
   ProcessGroup& group() { return elastic ? elastic->group() : *plain; }
 
@@ -176,7 +179,7 @@ struct Elastic::Impl {
 
   // The new membership is connected: heal who is behind, rebuild what depends on the membership,
   // tell the program.
-  void afterReform(const std::string& cause, double since) {
+  void afterReform(const std::string& cause, double since, const std::string& reason = "") {
     const comm::QuorumEpoch& epoch = elastic->epoch();
     if (epoch.source < 0 && epoch.step < 0 && epoch.epoch > 0) {
       throw std::runtime_error(
@@ -184,6 +187,7 @@ struct Elastic::Impl {
           "replacement); relaunch the job to resume from its newest checkpoint");
     }
     if (epoch.source >= 0) heal(epoch.source, epoch.isStale(group().rank()));
+    if (cause == "failure") skip_boundary_at = step;
     newSync();
     newWatcher();
     Membership m;
@@ -192,6 +196,7 @@ struct Elastic::Impl {
     m.epoch = epoch.epoch;
     m.step = step;
     m.cause = cause;
+    m.reason = reason;
     m.source = epoch.source;
     m.healed = epoch.stale;
     m.seconds = seconds() - since;
@@ -200,16 +205,48 @@ struct Elastic::Impl {
 
   // After a communication failure: the next membership (again while re-forming fails
   // recoverably), then afterReform.
-  void recover(double since) {
+  void recover(double since, std::string reason) {
     for (int attempt = 1;; ++attempt) {
       sync.reset();  // it refers to the communicator about to go
       try {
         elastic->reform(has_state ? step : -1);
-        afterReform("failure", since);
+        afterReform("failure", since, reason);
         return;
       } catch (const CommError& again) {
         if (!recoverable(again) || attempt >= kMaxReformsWithoutProgress) throw;
+        reason += std::string("; then, re-forming: ") + again.what();
       }
+    }
+  }
+
+  // At a boundary every member reached, with fewer than options.wait_for_members: replacements are
+  // admitted until there are enough, rank 0's deadline passes or some member got a notice. Rank
+  // 0 blocks on the Store for a join ticket (at most a slice, shorter than the collectives'
+  // timeout) while the others wait in the round's allgather; the round carries rank 0's decision.
+  void waitForMembers() {
+    const double deadline = seconds() + options.wait_for_members_seconds;
+    const auto slice = std::chrono::milliseconds(
+        static_cast<int64_t>(std::min(500.0, 250.0 * options.group.timeout_seconds)));
+    while (group().size() < options.wait_for_members && group().size() < settings->max_workers) {
+      bool go_on = !watcher->noticed();
+      bool joiner = false;
+      if (group().rank() == 0 && go_on) {
+        go_on = seconds() < deadline;
+        if (go_on) joiner = elastic->waitForJoiner(slice);
+      }
+      BoundaryVote round;
+      try {
+        round = voteAtBoundary(group(), go_on ? 1 : 0, joiner);
+      } catch (const CommError& e) {
+        if (!recoverable(e)) throw;
+        recover(seconds(), e.what());
+        return;
+      }
+      if (std::find(round.proposals.begin(), round.proposals.end(), 0) != round.proposals.end()) {
+        return;
+      }
+      if (round.joiners_waiting) reformAt({}, "join");
+      if (skip_boundary_at == step) return;  // a failure while admitting: train next
     }
   }
 
@@ -222,7 +259,7 @@ struct Elastic::Impl {
       afterReform(cause, since);
     } catch (const CommError& e) {
       if (!recoverable(e)) throw;
-      recover(since);
+      recover(since, e.what());
     }
   }
 };
@@ -305,7 +342,7 @@ void Elastic::train(const std::function<void()>& fn) {
       return;
     } catch (const CommError& e) {
       if (!m.elastic || !recoverable(e) || ++reforms > kMaxReformsWithoutProgress) throw;
-      m.recover(seconds());
+      m.recover(seconds(), e.what());
       // A survivor had committed the step: its state, which came along, is the step's.
       if (m.step >= target) return;
     }
@@ -316,12 +353,13 @@ ElasticAction Elastic::boundary() {
   Impl& m = *impl_;
   if (!m.started) throw std::logic_error("Elastic::boundary: call start() first");
   if (!m.elastic) return actionOf(m.watcher->decide(m.step));
+  if (m.step == m.skip_boundary_at) return ElasticAction::kContinue;
   StepAction action = StepAction::kContinue;
   try {
     action = m.watcher->decide(m.step);
   } catch (const CommError& e) {
     if (!recoverable(e)) throw;
-    m.recover(seconds());
+    m.recover(seconds(), e.what());
     return ElasticAction::kContinue;  // a notice seen meanwhile is agreed at the next boundary
   }
   if (action == StepAction::kStop) {
@@ -336,6 +374,7 @@ ElasticAction Elastic::boundary() {
     return ElasticAction::kContinue;
   }
   if (m.vote.joiners_waiting) m.reformAt({}, "join");
+  if (m.step != m.skip_boundary_at && m.options.wait_for_members > size()) m.waitForMembers();
   return actionOf(action);
 }
 

@@ -15,6 +15,7 @@
 // cannot go on without it); GroupError for a bad environment. Training thread only, except
 // pendingJoiners().
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +72,10 @@ class ElasticGroup {
   // Store read at most every 0.2 s or 16 steps (false in between), and false on other ranks and
   // when the group is at its maximum size.
   bool joinersWaiting(int64_t steps_done);
+  // Blocks until a replacement waits to join (true) or `timeout` passes (false): one Store wait.
+  bool waitForJoiner(std::chrono::milliseconds timeout) {
+    return quorum_->waitForJoiner(epoch_, timeout);
+  }
   // Marks this member gone before it exits after a notice, so that the others do not wait for it.
   void leave(const std::string& why);
 

@@ -277,6 +277,16 @@ int64_t Quorum::pendingJoiners(const QuorumEpoch& current) {
   return store_.add(quorumTicketsKey(options_.generation), 0) - current.admitted;
 }
 
+bool Quorum::waitForJoiner(const QuorumEpoch& current, std::chrono::milliseconds timeout) {
+  try {
+    store_.wait({quorumTicketKey(options_.generation, current.admitted + 1)}, timeout);
+    return true;
+  } catch (const CommError& e) {
+    if (e.kind() == ErrorKind::kTimeout) return false;
+    throw;
+  }
+}
+
 void Quorum::leave(const std::string& why) {
   markGone(store_, options_.generation, options_.member_id, why);
 }

@@ -97,6 +97,9 @@ class Quorum {
   void finish(int64_t last_step);
   // Join tickets not yet admitted by `current` (one Store read).
   int64_t pendingJoiners(const QuorumEpoch& current);
+  // Blocks until a joiner holds a ticket `current` has not admitted (true), or `timeout` passes
+  // (false). One Store wait, no polling.
+  bool waitForJoiner(const QuorumEpoch& current, std::chrono::milliseconds timeout);
   // Marks this member gone (it leaves after a notice), so reforms do not wait for it.
   void leave(const std::string& why);
   // Marks `member_id` gone: its agent saw the process die. Any process may call it.

@@ -15,7 +15,6 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,14 +22,12 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
 
 constexpr int64_t kPixels = 28 * 28;
 constexpr int64_t kClasses = 10;
-constexpr int kWaitRounds = 2400;  // --wait-for: 50 ms apart, about 120 s
 
 struct Flags {
   std::string data;
@@ -264,9 +261,11 @@ std::string joined(const std::vector<int>& ranks) {
 
 int train(const Flags& flags) {
   Job job(flags);
+  cumulus::ElasticOptions options;
+  options.wait_for_members = static_cast<int>(flags.wait_for);
   cumulus::Elastic elastic({[&] { return job.capture(); },
-                            [&](const cumulus::Checkpoint& c) { job.restore(c); },
-                            describe(flags)});
+                            [&](const cumulus::Checkpoint& c) { job.restore(c); }, describe(flags)},
+                           options);
   elastic.attach(job.net->parameters());
   elastic.onMembershipChange([&](const cumulus::Membership& m) {
     char took[32];
@@ -279,6 +278,7 @@ int train(const Flags& flags) {
       line += ", state from rank " + std::to_string(m.source) + " to " + joined(m.healed);
     }
     std::printf("%s\n", line.c_str());
+    if (!m.reason.empty()) std::printf("re-formed after: %s\n", m.reason.c_str());
   });
 
   // A launch member resumes from the newest checkpoint; a replacement takes the state from a peer.
@@ -336,14 +336,7 @@ int train(const Flags& flags) {
                   static_cast<long long>(flags.steps), loss, elastic.size());
     }
     if (done == flags.steps) break;
-    cumulus::ElasticAction action = elastic.boundary();
-    // Every member sees the same size and counts the same rounds, so all of them wait alike.
-    for (int round = 0; action == cumulus::ElasticAction::kContinue &&
-                        elastic.size() < flags.wait_for && round < kWaitRounds;
-         ++round) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      action = elastic.boundary();  // admits a replacement that is waiting
-    }
+    const cumulus::ElasticAction action = elastic.boundary();
     if (action == cumulus::ElasticAction::kLeave) {
       std::printf("preempted at step %lld: left the group, which trains on\n",
                   static_cast<long long>(done));

@@ -40,6 +40,11 @@
 // its state is the previous step's, and a member whose peer had completed the step takes that
 // peer's state instead of training it again, so every member commits each step exactly once.
 //
+// Call boundary() once after each train(). After a re-forming caused by a failure, the members may
+// have been at different places (one already training the next step, one still agreeing at the
+// boundary): every member then goes on with train() of the step after the one the group trains
+// from, and boundary() at that step returns kContinue without communicating.
+//
 // Blocking: start(), train(), boundary() and waitForAll() communicate and are bounded by
 // GroupOptions::timeout_seconds per collective and by the membership's deadlines (a joiner waits
 // for admission up to max(timeout, 60 s)). Errors: a failure that re-forming cannot mend (a wrong
@@ -83,6 +88,11 @@ struct ElasticOptions {
   GroupOptions group;                 // algorithm, timeout
   DataParallelOptions data_parallel;  // the gradient sync of sync()
   PreemptionOptions preemption;       // the notice's grace period and exit code
+  // At a boundary where the group has fewer members than this (after losing one), wait for
+  // replacements to join before training on, up to wait_for_members_seconds (then train on with
+  // fewer). A notice ends the wait. 0: never wait; train on at once with whoever is left.
+  int wait_for_members = 0;
+  double wait_for_members_seconds = 120;
 };
 
 // The group's membership after it formed or changed.
@@ -92,6 +102,7 @@ struct Membership {
   int64_t epoch = 0;        // 0 at launch, then one more per re-forming
   int64_t step = 0;         // steps of the state the group trains from
   std::string cause;        // "start", "failure", "join" (joiners admitted), "leave" (a notice)
+  std::string reason;       // for "failure": what broke the group (the CommError's text)
   int source = -1;          // the rank that sent the state, or -1 when nobody needed it
   std::vector<int> healed;  // the ranks that received it
   double seconds = 0;       // from the failure (or the boundary) to the re-formed group

@@ -11,10 +11,8 @@
 // after step N.
 #include <torch/torch.h>
 
-#include <chrono>
 #include <cstdio>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/hash.h"
@@ -60,6 +58,8 @@ int run(const Flags& flags) {
   const torch::Tensor y = x.sum(1, true).sin();
   cumulus::DistributedSampler sampler(64, 8, 3, /*shuffle=*/true, /*drop_last=*/true);
 
+  cumulus::ElasticOptions options;
+  options.wait_for_members = static_cast<int>(flags.wait_for);
   cumulus::Elastic elastic({[&] {
                               cumulus::Checkpoint c;
                               c.setSampler(sampler.state());
@@ -71,7 +71,8 @@ int run(const Flags& flags) {
                               c.restoreOptimizer(optimizer);
                               sampler.restore(c.sampler());
                             },
-                            flags.config});
+                            flags.config},
+                           options);
   elastic.attach(net->parameters());
   elastic.onMembershipChange([](const cumulus::Membership& m) {
     std::string healed;
@@ -97,13 +98,7 @@ int run(const Flags& flags) {
     });
     if (elastic.step() == flags.steps) break;
     if (elastic.step() == flags.notice_at) elastic.preemption().notify();
-    cumulus::ElasticAction action = elastic.boundary();
-    for (int round = 0; action == cumulus::ElasticAction::kContinue &&
-                        elastic.size() < flags.wait_for && round < 1200;
-         ++round) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      action = elastic.boundary();
-    }
+    const cumulus::ElasticAction action = elastic.boundary();
     if (action == cumulus::ElasticAction::kLeave) {
       std::printf("left at step %lld\n", static_cast<long long>(elastic.step()));
       return cumulus::kExitPreempted;
