@@ -259,6 +259,44 @@ std::string joined(const std::vector<int>& ranks) {
   return text;
 }
 
+// One line per membership: who this worker is now, and why it changed.
+void printMembership(const cumulus::Membership& m) {
+  char took[32];
+  std::snprintf(took, sizeof took, "%.3f", m.seconds);
+  std::string line = "membership: epoch " + std::to_string(m.epoch) + ", rank " +
+                     std::to_string(m.rank) + " of " + std::to_string(m.size) + ", step " +
+                     std::to_string(m.step) + " (" + m.cause + " in " + took + " s), pid " +
+                     std::to_string(::getpid());
+  if (m.source >= 0) {
+    line += ", state from rank " + std::to_string(m.source) + " to " + joined(m.healed);
+  }
+  std::printf("%s\n", line.c_str());
+  if (!m.reason.empty()) std::printf("re-formed after: %s\n", m.reason.c_str());
+}
+
+// The newest checkpoint of the same flags put back into `job`; its step, or 0 without one.
+int64_t resumeLatest(Job& job) {
+  std::optional<cumulus::Checkpoint> latest = job.checkpoints.loadLatest();
+  if (!latest) return 0;
+  if (latest->state.config_yaml != describe(job.flags)) {
+    throw cumulus::UserError(job.checkpoints.dir() +
+                             " holds checkpoints of other flags: relaunch with the same flags, "
+                             "or use another --run-dir");
+  }
+  job.restore(*latest);
+  return static_cast<int64_t>(latest->state.step);
+}
+
+// Rank 0 only: the state of elastic.step() as a checkpoint, durable when this returns; its path.
+std::string save(Job& job, const cumulus::Elastic& elastic, bool preempted) {
+  cumulus::Checkpoint c = job.capture();
+  c.state.step = static_cast<uint64_t>(elastic.step());
+  c.state.config_yaml = describe(job.flags);
+  c.state.world_size = static_cast<uint32_t>(elastic.size());
+  c.state.preempted = preempted;
+  return job.checkpoints.save(c).path;
+}
+
 int train(const Flags& flags) {
   Job job(flags);
   cumulus::ElasticOptions options;
@@ -267,31 +305,10 @@ int train(const Flags& flags) {
                             [&](const cumulus::Checkpoint& c) { job.restore(c); }, describe(flags)},
                            options);
   elastic.attach(job.net->parameters());
-  elastic.onMembershipChange([&](const cumulus::Membership& m) {
-    char took[32];
-    std::snprintf(took, sizeof took, "%.3f", m.seconds);
-    std::string line = "membership: epoch " + std::to_string(m.epoch) + ", rank " +
-                       std::to_string(m.rank) + " of " + std::to_string(m.size) + ", step " +
-                       std::to_string(m.step) + " (" + m.cause + " in " + took + " s), pid " +
-                       std::to_string(::getpid());
-    if (m.source >= 0) {
-      line += ", state from rank " + std::to_string(m.source) + " to " + joined(m.healed);
-    }
-    std::printf("%s\n", line.c_str());
-    if (!m.reason.empty()) std::printf("re-formed after: %s\n", m.reason.c_str());
-  });
+  elastic.onMembershipChange(printMembership);
 
   // A launch member resumes from the newest checkpoint; a replacement takes the state from a peer.
-  int64_t resumed = 0;
-  if (std::optional<cumulus::Checkpoint> latest = job.checkpoints.loadLatest()) {
-    if (latest->state.config_yaml != describe(flags)) {
-      throw cumulus::UserError(job.checkpoints.dir() +
-                               " holds checkpoints of other flags: relaunch with the same flags, "
-                               "or use another --run-dir");
-    }
-    job.restore(*latest);
-    resumed = static_cast<int64_t>(latest->state.step);
-  }
+  const int64_t resumed = resumeLatest(job);
   if (!elastic.start(resumed)) {
     std::printf("the group finished before this worker was admitted\n");
     return 0;
@@ -299,15 +316,6 @@ int train(const Flags& flags) {
   if (resumed > 0 && elastic.rank() == 0 && elastic.epoch() == 0) {
     std::printf("resumed at step %lld\n", static_cast<long long>(resumed));
   }
-
-  auto save = [&](bool preempted) {
-    cumulus::Checkpoint c = job.capture();
-    c.state.step = static_cast<uint64_t>(elastic.step());
-    c.state.config_yaml = describe(flags);
-    c.state.world_size = static_cast<uint32_t>(elastic.size());
-    c.state.preempted = preempted;
-    return job.checkpoints.save(c).path;
-  };
 
   while (elastic.step() < flags.steps) {
     double loss = 0;
@@ -346,7 +354,8 @@ int train(const Flags& flags) {
                      action == cumulus::ElasticAction::kCheckpoint ||
                      action == cumulus::ElasticAction::kStop;
     std::string saved;
-    if (due && elastic.rank() == 0) saved = save(action == cumulus::ElasticAction::kStop);
+    if (due && elastic.rank() == 0)
+      saved = save(job, elastic, action == cumulus::ElasticAction::kStop);
     if (action == cumulus::ElasticAction::kStop) {
       elastic.waitForAll();  // no worker exits before the checkpoint is durable
       if (elastic.rank() == 0) {
@@ -357,7 +366,7 @@ int train(const Flags& flags) {
     }
   }
   elastic.finish();
-  if (elastic.rank() == 0) save(false);
+  if (elastic.rank() == 0) save(job, elastic, false);
   std::printf("final parameters %s at step %lld\n", parametersDigest(job.net).c_str(),
               static_cast<long long>(elastic.step()));
   return 0;
