@@ -48,7 +48,7 @@ class ElasticProcessTest : public ::testing::Test {
   // A worker with `flags`: rank `rank` of a launch of `world`, or a replacement (rank < 0). When
   // it ends with anything but 0 it is marked gone, as cumulus-run does.
   void start(const std::string& id, int rank, int world, const Args& flags,
-             const std::string& min_workers = "1") {
+             const std::string& min_workers = "1", const std::string& recovery = "in_place") {
     Env env = testing::aloneEnv({{"CUMULUS_MIN_WORKERS", min_workers},
                                  {"RANK", std::to_string(std::max(rank, 0))},
                                  {"WORLD_SIZE", std::to_string(world)},
@@ -59,17 +59,18 @@ class ElasticProcessTest : public ::testing::Test {
                                  {"CUMULUS_JOB_TOKEN", kToken},
                                  {"CUMULUS_RUN_ID", "elastic"},
                                  {"CUMULUS_GENERATION", "0"},
-                                 {"CUMULUS_RECOVERY", "in_place"},
+                                 {"CUMULUS_RECOVERY", recovery},
                                  {"CUMULUS_MEMBER_ID", id},
                                  {"CUMULUS_JOIN", rank < 0 ? "1" : ""}});
     Args argv = {kWorker};
     argv.insert(argv.end(), flags.begin(), flags.end());
-    results_[id];  // the map's nodes stay put while threads write into them
-    workers_[id] = std::thread([this, id, argv, env] {
+    // The node is made here, on the test's thread; the worker's thread writes only into it.
+    ProcessResult* slot = &results_[id];
+    workers_[id] = std::thread([this, id, argv, env, slot] {
       ProcessResult r = runProcess(argv, env, {}, 180);
       if (r.exit_code != 0)
         comm::Quorum::markGone(*store_, 0, id, "exit " + std::to_string(r.exit_code));
-      results_[id] = std::move(r);
+      *slot = std::move(r);
     });
   }
 
@@ -166,6 +167,34 @@ TEST_F(ElasticProcessTest, ANoticeStopsEveryMemberWhenTooFewWouldStay) {
   start("0.1.0", 1, 3, {"--steps", "40"}, "3");
   start("0.2.0", 2, 3, {"--steps", "40", "--notice-at", "10"}, "3");
   for (const char* id : {"0.0.0", "0.1.0", "0.2.0"}) {
+    const ProcessResult& r = finish(id);
+    EXPECT_EQ(r.exit_code, 75) << id << ":\n" << r.output;
+    EXPECT_NE(r.output.find("stopped at step 10\n"), std::string::npos) << id << ":\n" << r.output;
+  }
+}
+
+// Without in-place recovery (CUMULUS_RECOVERY=restart) the same program is a plain data-parallel
+// group: it trains to the end with identical replicas, and a notice to one member stops both at
+// the agreed step (a failure would be the launcher's to restart).
+TEST_F(ElasticProcessTest, WithRestartRecoveryTheLoopIsAPlainGroup) {
+  start("0.0.0", 0, 2, {"--steps", "20"}, "1", "restart");
+  start("0.1.0", 1, 2, {"--steps", "20"}, "1", "restart");
+  std::set<std::string> digests;
+  for (const char* id : {"0.0.0", "0.1.0"}) {
+    const ProcessResult& r = finish(id);
+    EXPECT_EQ(r.exit_code, 0) << id << ":\n" << r.output;
+    EXPECT_TRUE(std::regex_search(
+        r.output, std::regex(R"(membership: epoch 0, rank \d of 2, step 0, start, state from -1)")))
+        << r.output;
+    digests.insert(testing::lastAfter(r.output, "final parameters sha256 "));
+  }
+  EXPECT_EQ(digests.size(), 1u);
+}
+
+TEST_F(ElasticProcessTest, WithRestartRecoveryANoticeStopsEveryMember) {
+  start("0.0.0", 0, 2, {"--steps", "40"}, "1", "restart");
+  start("0.1.0", 1, 2, {"--steps", "40", "--notice-at", "10"}, "1", "restart");
+  for (const char* id : {"0.0.0", "0.1.0"}) {
     const ProcessResult& r = finish(id);
     EXPECT_EQ(r.exit_code, 75) << id << ":\n" << r.output;
     EXPECT_NE(r.output.find("stopped at step 10\n"), std::string::npos) << id << ":\n" << r.output;
