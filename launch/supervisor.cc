@@ -35,7 +35,7 @@ GroupEnd Supervisor::run(WorkerGroup& group) {
     const StopWatch::Request stop = stops.poll();
     if (!stop.rebalance.empty()) {
       // A softer, earlier signal: the workers agree on a step, checkpoint it and go on
-      // (trainer/preemption.h). SIGUSR1 stays blocked in a worker that does not ask for it.
+      // (<cumulus/preemption.h>). SIGUSR1 stays blocked in a worker that does not ask for it.
       console_.rebalance(stop.rebalance);
       for (auto& w : group.workers) {
         if (!w.process->poll().exited) w.process->signal(SIGUSR1);

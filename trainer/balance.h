@@ -3,7 +3,7 @@
 // compute rate (samples per second of forward and backward, RateMeter); every
 // trainer.balance_every_steps steps the ranks all-gather those rates and each computes, with
 // decideShares, the same new shares of the global batch from the same gathered vector. The loss
-// of every micro-batch is divided by the global batch (gradient_sync.h), so any split of the
+// of every micro-batch is divided by the global batch (data_parallel.h), so any split of the
 // global batch gives the gradient of the same global mean: the shares change who computes what,
 // never the math (up to the order of summation). No LibTorch, no I/O; values, thread-compatible.
 

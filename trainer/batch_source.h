@@ -8,7 +8,7 @@
 // is where the next batch starts (saved in a checkpoint after each step) and restore() moves there
 // (a resume, before the first next()). Every rank's source must agree on stepsPerEpoch() and
 // global_samples, and the ranks' shares of one step together must be that global batch: the loss
-// of each micro-batch is divided by global_samples (gradient_sync.h). Training thread only.
+// of each micro-batch is divided by global_samples (data_parallel.h). Training thread only.
 
 #include <cstdint>
 #include <memory>

@@ -15,7 +15,7 @@
 #include <functional>
 
 #include "trainer/checkpoint_schedule.h"
-#include "trainer/stop_agreement.h"
+#include "cumulus/preemption.h"
 
 namespace cumulus::trainer {
 

@@ -1,5 +1,5 @@
 #pragma once
-// DistributedGradientSync: the multi-worker GradientSync (gradient_sync.h), as PyTorch DDP's
+// DistributedGradientSync: the multi-worker GradientSync (data_parallel.h), as PyTorch DDP's
 // Reducer.
 //
 // attach(params) checks that every rank has the same parameter list (shapes and dtypes; a
@@ -61,7 +61,7 @@
 #include "comm/work.h"
 #include "configs/experiment.h"
 #include "trainer/bucket_layout.h"
-#include "trainer/gradient_sync.h"
+#include "cumulus/data_parallel.h"
 
 namespace torch::autograd {
 struct Node;

@@ -2,7 +2,7 @@
 // Loss: what training minimizes (the experiment's loss.name), one contract for every kind. Given
 // a batch of n samples it runs the model and returns the SUM over the samples of each sample's
 // mean loss, a scalar tensor that backward() can start from. The training loop divides that sum
-// by the global batch's sample count (gradient_sync.h), so the gradients summed over ranks are
+// by the global batch's sample count (data_parallel.h), so the gradients summed over ranks are
 // those of the mean over the global batch; the evaluator divides the summed sums by the test
 // set's size, giving the mean per-sample loss (for a language model, nats per token).
 //

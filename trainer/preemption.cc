@@ -1,4 +1,4 @@
-#include "trainer/preemption.h"
+#include "cumulus/preemption.h"
 
 #include <signal.h>
 #include <time.h>

@@ -16,7 +16,7 @@
 #include "configs/parse.h"
 #include "cumulus/errors.h"
 #include "cumulus/process_group.h"
-#include "trainer/preemption.h"
+#include "cumulus/preemption.h"
 #include "trainer/progress.h"
 #include "trainer/run_env.h"
 #include "trainer/startup_profile.h"
@@ -123,9 +123,9 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   // The deadline covers start-up too: a notice while this worker waits in the rendezvous or a
   // collective for a peer that the notice already killed must not keep it alive past the grace.
   // The process-wide watchdog replaces the trainer's own.
-  trainer::PreemptionOptions deadline;
+  cumulus::PreemptionOptions deadline;
   deadline.grace_seconds = options.preemption_grace;
-  trainer::PreemptionWatcher watchdog(trainer::agreeAlone(), deadline);
+  cumulus::PreemptionWatcher watchdog(cumulus::agreeAlone(), deadline);
   watchdog.startWatchdog();
   options.preemption_grace = 0;
   options.console = &std::cout;
@@ -176,7 +176,7 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
     trace->write(path);
     std::cout << "trace: " << path << std::endl;
   }
-  return result.preempted ? trainer::kExitPreempted : 0;
+  return result.preempted ? cumulus::kExitPreempted : 0;
 }
 
 }  // namespace
@@ -185,8 +185,8 @@ namespace cumulus::trainer {
 
 int trainCommand(int argc, char** argv, const TrainCustomization& customize) {
   // First of all, so that a notice during start-up is not lost: it stops after the first step.
-  cumulus::trainer::installSigtermHandler();
-  cumulus::trainer::installCheckpointSignalHandler();
+  cumulus::installSigtermHandler();
+  cumulus::installCheckpointSignalHandler();
   try {
     return runMain(argc, argv, customize);
   } catch (const cumulus::CommError& e) {

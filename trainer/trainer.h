@@ -5,11 +5,11 @@
 // What run() does: a step loop over parts (each in its own header, each replaceable through
 // TrainerOptions):
 //   BatchSource (batch_source.h)       this rank's micro-batches of each step
-//   GradientSync (gradient_sync.h)     the gradient sum over ranks
+//   GradientSync (data_parallel.h)     the gradient sum over ranks
 //   MetricsRecorder (metrics_recorder.h)  console lines and metrics.jsonl
 //   Evaluator (evaluator.h)            the test loss and accuracy
 //   CheckpointPolicy (checkpoint_policy.h)  when this rank checkpoints
-//   StopAgreement (stop_agreement.h)   whether the ranks go on, checkpoint, or stop
+//   StopAgreement (preemption.h)       whether the ranks go on, checkpoint, or stop
 // In order:
 //   1. Rank 0 creates trainer.run_dir and writes config.yaml (configs::toYaml) there.
 //   2. For each optimizer step s = 0 .. totalSteps()-1: takes the step's micro-batches from the
@@ -17,10 +17,10 @@
 //      into trainer.grad_accumulation contiguous parts), reseeds torch's default generator from
 //      (seed, epoch, s, rank) so dropout is a function of the position in training, and runs
 //      forward and backward on each with loss = the experiment's loss summed over the samples
-//      (loss.h) / |global batch| (see gradient_sync.h for why). Then GradientSync::finish(),
+//      (loss.h) / |global batch| (see data_parallel.h for why). Then GradientSync::finish(),
 //      clipping to trainer.grad_clip_norm if > 0, and the optimizer step at LrSchedule::lr(s). With
 //      a ProcessGroup (world size > 1) the gradients are summed across ranks by the public
-//      DataParallel (<cumulus/data_parallel.h>), overlapped with backward; rank 0's parameters
+//      DataParallel (data_parallel.h), overlapped with backward; rank 0's parameters
 //      and buffers are broadcast before the first step so every replica starts identical.
 //   3. Evaluates when the Evaluator says so (by default every eval.every_steps steps, or at each
 //      epoch's end if that is 0) and after the last step. In a group each rank evaluates its
@@ -135,7 +135,7 @@ struct TrainerOptions {
   // Records forward, backward, the comm wait, each bucket's all-reduce, the optimizer step and
   // evaluation as Chrome trace events (trace.h); not owned, null: no tracing.
   TraceRecorder* trace = nullptr;
-  // Checkpoints and preemption (trainer/resume.h, trainer/preemption.h).
+  // Checkpoints and preemption (trainer/resume.h, <cumulus/preemption.h>).
   // "auto": the newest valid checkpoint in checkpoint.dir (default <run_dir>/checkpoints), if
   // any; "none"; or a checkpoint directory. Empty: auto when started by cumulus-run
   // (CUMULUS_RUN_ID set), none otherwise. A checkpoint that cannot be resumed is a SetupError.
@@ -147,7 +147,7 @@ struct TrainerOptions {
   bool overwrite = false;
   // Notice -> forced exit 75, even if the checkpoint write hangs; <= 0: no watchdog.
   double preemption_grace = 25.0;
-  // Count a SIGTERM (trainer/preemption.h installSigtermHandler, done by the caller) as the
+  // Count a SIGTERM (<cumulus/preemption.h> installSigtermHandler, done by the caller) as the
   // preemption notice, and a SIGUSR1 (installCheckpointSignalHandler) as a request to checkpoint
   // and go on. Without it only the other ranks' agreement can stop this one or make it save.
   bool watch_sigterm = false;

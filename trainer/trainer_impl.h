@@ -24,12 +24,12 @@
 #include "trainer/datasets.h"
 #include "trainer/evaluator.h"
 #include "trainer/flat_parameters.h"
-#include "trainer/gradient_sync.h"
+#include "cumulus/data_parallel.h"
 #include "trainer/loss.h"
 #include "trainer/metrics_recorder.h"
 #include "trainer/optimizer.h"
 #include "trainer/schedule.h"
-#include "trainer/stop_agreement.h"
+#include "cumulus/preemption.h"
 #include "trainer/trainer.h"
 
 namespace cumulus {

@@ -210,7 +210,7 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
 
 // Each micro-batch's loss, summed over its samples (trainer/loss.h), is divided by the whole
 // global batch, so the gradients the sync
-// adds up are those of the global mean (gradient_sync.h). A micro-batch with no rows on this rank
+// adds up are those of the global mean (data_parallel.h). A micro-batch with no rows on this rank
 // runs no backward but still tells the sync.
 double Trainer::Impl::forwardBackward(const StepBatch& batch) {
   TraceRecorder* trace = options_.trace;

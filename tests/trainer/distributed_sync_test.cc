@@ -1,6 +1,6 @@
 // DistributedGradientSync end to end, ranks as threads over real loopback (as Gloo's tests):
 // each rank builds its own model (from a different seed: attach() must make them identical),
-// trains on its slice of a global batch with gradient_sync.h's loss normalization, and
+// trains on its slice of a global batch with data_parallel.h's loss normalization, and
 // synchronizes through its own Communicator. The answers are checked against one process that
 // trains on the whole global batch.
 

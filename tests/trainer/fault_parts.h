@@ -12,7 +12,7 @@
 
 #include "trainer/batch_source.h"
 #include "trainer/metrics_recorder.h"
-#include "trainer/stop_agreement.h"
+#include "cumulus/preemption.h"
 
 namespace cumulus::trainer {
 

@@ -1,7 +1,7 @@
 // PreemptionWatcher: the stop-step agreement across ranks (threads standing in for processes,
 // with an in-memory MAX all-reduce), the checkpoint request that rides on the same agreement,
 // the SIGTERM and SIGUSR1 handlers, and the deadline watchdog.
-#include "trainer/preemption.h"
+#include "cumulus/preemption.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

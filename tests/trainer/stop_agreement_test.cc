@@ -1,7 +1,7 @@
 // The step loop under a StopAgreement of the test's own (TrainerOptions::stop): the loop stops or
 // checkpoints exactly where the agreement says, and a run stopped that way resumes bit-identical.
 // Also SigtermAfterStep, the wrapper cumulus-train-faults installs.
-#include "trainer/stop_agreement.h"
+#include "cumulus/preemption.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -12,7 +12,6 @@
 
 #include "models/model.h"
 #include "tests/trainer/fault_parts.h"
-#include "trainer/preemption.h"
 #include "trainer/trainer.h"
 #include "trainer/training_checkpoint.h"
 

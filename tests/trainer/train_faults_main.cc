@@ -152,7 +152,7 @@ void install(const Faults& faults, TrainerOptions& options) {
                                 ? faults.sigterm_rank < 0 || faults.sigterm_rank == rank
                                 : faults.sigterm_member == member;
   if (faults.sigterm_step >= 0 && sigterm_here) {
-    options.stop = [step = faults.sigterm_step](std::shared_ptr<StopAgreement> standard) {
+    options.stop = [step = faults.sigterm_step](std::shared_ptr<cumulus::StopAgreement> standard) {
       return std::make_shared<SigtermAfterStep>(std::move(standard), step);
     };
   }

@@ -15,7 +15,7 @@
 
 #include "models/model.h"
 #include "tests/trainer/fault_parts.h"
-#include "trainer/gradient_sync.h"
+#include "cumulus/data_parallel.h"
 #include "trainer/state_dict.h"
 #include "trainer/trainer.h"
 
