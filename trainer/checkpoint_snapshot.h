@@ -22,8 +22,7 @@
 #include <vector>
 
 #include "proto/checkpoint.pb.h"
-#include "trainer/optimizer.h"
-#include "trainer/state_dict.h"
+#include "trainer/optimizer_state.h"
 
 namespace cumulus::trainer {
 

@@ -32,18 +32,10 @@
 #include <vector>
 
 #include "configs/experiment.h"
+#include "trainer/optimizer_state.h"
 #include "trainer/flat_parameters.h"
 
 namespace cumulus::trainer {
-
-// Everything an optimizer carries between steps. Tensor keys are "<param index>.<slot>", with the
-// slot names of torch.optim's state_dict: "momentum_buffer" (SGD), "exp_avg", "exp_avg_sq"
-// (AdamW). A slot that does not exist yet (SGD before its first step) is absent.
-struct OptimizerState {
-  std::string name;  // "sgd" or "adamw"
-  int64_t step = 0;  // optimizer steps taken
-  std::map<std::string, torch::Tensor> tensors;
-};
 
 class Optimizer {
  public:

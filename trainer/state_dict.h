@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-namespace cumulus::trainer {
+#include "trainer/optimizer_state.h"  // NamedTensors
 
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+namespace cumulus::trainer {
 
 // Writes `tensors` (detached, contiguous CPU copies) to `path` through `path`.tmp and a rename,
 // so a reader never sees half a file. Throws std::runtime_error naming the path on failure.
