@@ -1,5 +1,5 @@
 // Checkpoint <-> trainer::CheckpointSnapshot (api/checkpoint_convert.h); the state through
-// trainer/checkpoint_state_proto.h.
+// checkpoint/checkpoint_state_proto.h.
 
 #include "api/checkpoint_convert.h"
 
@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "cumulus/version.h"
-#include "trainer/checkpoint_state_proto.h"
+#include "checkpoint/checkpoint_state_proto.h"
 
 namespace cumulus {
 

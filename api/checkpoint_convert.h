@@ -2,7 +2,7 @@
 // Private: the public Checkpoint as the trainer's CheckpointSnapshot and back, field by field.
 
 #include "cumulus/checkpoint.h"
-#include "trainer/checkpoint_snapshot.h"
+#include "checkpoint/checkpoint_snapshot.h"
 
 namespace cumulus {
 

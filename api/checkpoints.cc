@@ -10,10 +10,10 @@
 
 #include "api/checkpoint_convert.h"
 #include "cumulus/checkpoint.h"
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_manifest.h"
-#include "trainer/checkpoint_snapshot.h"
-#include "trainer/file_system.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_snapshot.h"
+#include "checkpoint/file_system.h"
 
 namespace cumulus {
 namespace {

@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "api/process_group_impl.h"
-#include "trainer/bucket_layout.h"
-#include "trainer/distributed_sync.h"
+#include "distributed/bucket_layout.h"
+#include "distributed/distributed_sync.h"
 
 namespace cumulus {
 
@@ -34,18 +34,13 @@ size_t bucketOption(double mb, const char* what) {
 trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
                                             const DataParallelOptions& options) {
   trainer::DistributedSyncOptions out;
-  out.algorithm = options.algorithm.empty() ? group.algorithm
-                                            : parseAlgorithmOption(options.algorithm, "algorithm");
+  out.algorithm = options.algorithm.value_or(group.algorithm);
   out.bucket_cap_bytes = bucketOption(options.bucket_cap_mb, "bucket_cap_mb");
   out.first_bucket_bytes = bucketOption(options.first_bucket_mb, "first_bucket_mb");
   out.timeout = options.timeout_seconds == 0
                     ? group.timeout
                     : timeoutOption(options.timeout_seconds, "timeout_seconds");
-  try {
-    out.compression = trainer::parseCompression(options.compression, "compression");
-  } catch (const std::invalid_argument& e) {
-    throw GroupError(e.what());
-  }
+  out.compression = options.compression;
   out.on_bucket_done = options.on_bucket_done;
   out.gradient_as_bucket_view = options.gradient_as_bucket_view;
   return out;

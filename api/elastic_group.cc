@@ -13,7 +13,7 @@
 #include "base/env_names.h"
 #include "base/integer.h"
 #include "comm/store_client.h"
-#include "trainer/process_group.h"
+#include "distributed/process_group.h"
 
 namespace cumulus {
 namespace {

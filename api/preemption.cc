@@ -14,7 +14,7 @@ AgreeMax agreeOver(ProcessGroup& group) {
     torch::Tensor t = torch::full({1}, value, torch::kInt64);
     CollectiveOptions options;
     options.op = ReduceOp::kMax;
-    options.algorithm = "tree";  // fixed: one integer never goes through the parameter server
+    options.algorithm = Algorithm::kTree;  // fixed: one integer never goes through the parameter server
     group.allreduce(t, options);
     return t.item<int64_t>();
   };

@@ -10,10 +10,9 @@
 #include <vector>
 
 #include "api/process_group_impl.h"
-#include "base/suggest.h"
 #include "comm/cost_model.h"
 #include "comm/types.h"
-#include "trainer/distributed_sync.h"
+#include "distributed/distributed_sync.h"
 
 namespace cumulus {
 namespace {
@@ -90,17 +89,6 @@ std::unique_ptr<trainer::ProcessGroup> groupOfSeveral(const base::RunEnv& env,
 
 }  // namespace
 
-comm::Algorithm parseAlgorithmOption(const std::string& name, const std::string& what) {
-  try {
-    return comm::parseAlgorithm(name);
-  } catch (const std::invalid_argument& e) {
-    const std::string guess =
-        base::closestSpelling(name, {"funnel", "tree", "ring", "hierarchical", "auto"});
-    throw GroupError(what + ": " + e.what() +
-                     (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
-  }
-}
-
 std::chrono::milliseconds timeoutOption(double seconds, const std::string& what) {
   if (!(seconds > 0) || !std::isfinite(seconds)) {
     throw GroupError(what + ": must be a positive number of seconds, got " +
@@ -112,7 +100,7 @@ std::chrono::milliseconds timeoutOption(double seconds, const std::string& what)
 std::unique_ptr<ProcessGroup::Impl> ProcessGroup::Impl::validated(const GroupOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->algorithm = parseAlgorithmOption(options.algorithm, "algorithm");
+  impl->algorithm = options.algorithm;
   impl->timeout = timeoutOption(options.timeout_seconds, "timeout_seconds");
   if (!options.cost_model.empty()) {
     try {
@@ -174,8 +162,7 @@ const GroupOptions& ProcessGroup::options() const { return impl_->options; }
 comm::AllreduceOptions ProcessGroup::Impl::allreduceCall(const CollectiveOptions& options) const {
   comm::AllreduceOptions call;
   call.op = commOp(options.op);
-  call.algorithm =
-      options.algorithm.empty() ? algorithm : parseAlgorithmOption(options.algorithm, "algorithm");
+  call.algorithm = options.algorithm.value_or(algorithm);
   call.timeout = callTimeout(options);
   return call;
 }

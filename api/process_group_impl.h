@@ -16,7 +16,7 @@
 #include "comm/store.h"
 #include "configs/experiment.h"
 #include "cumulus/process_group.h"
-#include "trainer/process_group.h"
+#include "distributed/process_group.h"
 
 namespace cumulus {
 
@@ -24,7 +24,7 @@ struct ProcessGroup::Impl {
   GroupOptions options;
   configs::CommConfig config;  // `options` as the comm section the trainer's parts take
   base::RunEnv env;
-  comm::Algorithm algorithm = comm::Algorithm::kAuto;  // options.algorithm, parsed
+  cumulus::Algorithm algorithm = cumulus::Algorithm::kAuto;  // options.algorithm, parsed
   std::chrono::milliseconds timeout{60000};            // options.timeout_seconds
   std::unique_ptr<trainer::ProcessGroup> group;        // null in a group of one
 
@@ -49,10 +49,6 @@ struct ProcessGroup::Impl {
   static std::unique_ptr<Impl> validated(const GroupOptions& options);
   static std::unique_ptr<ProcessGroup> wrap(std::unique_ptr<Impl> impl);
 };
-
-// `name` parsed as an algorithm; GroupError "<what>: unknown communication algorithm 'rng': ...;
-// did you mean 'ring'?" otherwise.
-comm::Algorithm parseAlgorithmOption(const std::string& name, const std::string& what);
 
 // `seconds` as a deadline; GroupError "<what>: must be a positive number of seconds, got ..."
 // unless it is positive and finite.

@@ -93,15 +93,15 @@ double slowestSeconds(comm::Communicator& comm, comm::Buffer buffer,
   comm::Buffer slowest{&seconds, 1, comm::DType::kFloat64};
   comm::AllreduceOptions max_options;
   max_options.op = comm::ReduceOp::kMax;
-  max_options.algorithm = comm::Algorithm::kTree;
+  max_options.algorithm = cumulus::Algorithm::kTree;
   comm.allreduce(slowest, max_options);
   return seconds;
 }
 
 // One size's figures, as rank 0 prints them.
 struct Row {
-  comm::Algorithm asked;
-  comm::Algorithm ran;
+  cumulus::Algorithm asked;
+  cumulus::Algorithm ran;
   int world;
   comm::Buffer buffer;
   int iters;
@@ -121,8 +121,8 @@ std::string jsonRow(const Row& r) {
   };
   return nlohmann::ordered_json{{"bench", "allreduce"},
                                 {"impl", "cumulus"},
-                                {"algo", comm::algorithmName(r.asked)},
-                                {"ran", comm::algorithmName(r.ran)},
+                                {"algo", cumulus::algorithmName(r.asked)},
+                                {"ran", cumulus::algorithmName(r.ran)},
                                 {"world", r.world},
                                 {"bytes", r.buffer.bytes()},
                                 {"count", r.buffer.count},
@@ -159,7 +159,7 @@ int runAllreduceWorker(const BenchOptions& o) {
 
   if (env.rank == 0) {
     std::printf("# cumulus-bench allreduce: algo %s, world %d, dtype %s, op sum, loopback %s\n",
-                comm::algorithmName(o.algorithm), p, comm::dtypeName(o.dtype),
+                cumulus::algorithmName(o.algorithm), p, comm::dtypeName(o.dtype),
                 p > 1 ? comm.transportTo(1) : "-");
     if (o.hosts > 1) {
       std::printf("# %d simulated hosts x %d ranks, %s between hosts\n", o.hosts, p / o.hosts,
@@ -174,7 +174,7 @@ int runAllreduceWorker(const BenchOptions& o) {
     comm::Buffer buffer{memory.data(), bytes / element, o.dtype};
     comm::AllreduceOptions aopts;
     aopts.algorithm = o.algorithm;
-    const comm::Algorithm ran = comm.resolve(o.algorithm, buffer.bytes());
+    const cumulus::Algorithm ran = comm.resolve(o.algorithm, buffer.bytes());
 
     checkSum(comm, buffer, aopts, env.rank, p);
     const int iters = o.iters > 0 ? o.iters : itersFor(bytes);
@@ -187,7 +187,7 @@ int runAllreduceWorker(const BenchOptions& o) {
     const double model = copts.cost_model.predict(ran, static_cast<double>(buffer.bytes()),
                                                   comm.topology(), funnel != nullptr);
     std::printf("  %10zu %11zu %8s %6s %7d %11.1f %11.3f %11.3f %10.1f\n", buffer.bytes(),
-                buffer.count, comm::dtypeName(o.dtype), comm::algorithmName(ran), iters,
+                buffer.count, comm::dtypeName(o.dtype), cumulus::algorithmName(ran), iters,
                 seconds * 1e6, algbw, busbw, model * 1e6);
     std::fflush(stdout);
     rows.push_back(jsonRow({o.algorithm, ran, p, buffer, iters, seconds, algbw, busbw, model,

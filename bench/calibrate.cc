@@ -76,7 +76,7 @@ double chainedBroadcast(comm::Communicator& comm, size_t bytes, int rounds, int 
     comm::Buffer slowest{&t, 1, comm::DType::kFloat64};
     comm::AllreduceOptions maxOpts;
     maxOpts.op = comm::ReduceOp::kMax;
-    maxOpts.algorithm = comm::Algorithm::kTree;
+    maxOpts.algorithm = cumulus::Algorithm::kTree;
     comm.allreduce(slowest, maxOpts);
     best = std::min(best, t);
   }
@@ -104,7 +104,7 @@ double reductionSecondsPerByte() {
 
 // Seconds per all-reduce of `bytes` float32 with `algorithm`: the best of 5 rounds of the
 // slowest rank's mean over a round.
-double timedAllreduce(comm::Communicator& comm, comm::Algorithm algorithm, size_t bytes) {
+double timedAllreduce(comm::Communicator& comm, cumulus::Algorithm algorithm, size_t bytes) {
   std::vector<float> memory(bytes / 4, 1.0f);
   comm::Buffer buffer{memory.data(), memory.size(), comm::DType::kFloat32};
   comm::AllreduceOptions opts;
@@ -122,7 +122,7 @@ double timedAllreduce(comm::Communicator& comm, comm::Algorithm algorithm, size_
     comm::Buffer slowest{&t, 1, comm::DType::kFloat64};
     comm::AllreduceOptions maxOpts;
     maxOpts.op = comm::ReduceOp::kMax;
-    maxOpts.algorithm = comm::Algorithm::kTree;
+    maxOpts.algorithm = cumulus::Algorithm::kTree;
     comm.allreduce(slowest, maxOpts);
     rounds.push_back(t);
   }
@@ -136,15 +136,15 @@ int runBusyWorker(const BenchOptions& o, const WorkerEnv& env, comm::Communicato
   const double p = env.world;
   const double q = p - 1;
   const double ringRanks = std::ceil(p / c) * q / p;  // one rank's share, times the waves
-  const double alpha = timedAllreduce(comm, comm::Algorithm::kRing, 4096) / ringRanks / (2 * p);
+  const double alpha = timedAllreduce(comm, cumulus::Algorithm::kRing, 4096) / ringRanks / (2 * p);
   std::vector<comm::CostModel::WorkPoint> busy;
   for (size_t n : o.sizes) {
     const double bytes = static_cast<double>(n);
     comm::CostModel::WorkPoint point;
     point.bytes = bytes;
-    const double tree = timedAllreduce(comm, comm::Algorithm::kTree, n);
+    const double tree = timedAllreduce(comm, cumulus::Algorithm::kTree, n);
     point.tree = std::max(0.0, (tree * c / q - 2 * alpha) / bytes);
-    const double ring = timedAllreduce(comm, comm::Algorithm::kRing, n);
+    const double ring = timedAllreduce(comm, cumulus::Algorithm::kRing, n);
     point.ring = std::max(0.0, (ring / ringRanks - 2 * p * alpha) / bytes);
     busy.push_back(point);
   }
@@ -198,13 +198,13 @@ int runCalibrateWorker(const BenchOptions& o) {
     const double bytes = static_cast<double>(n);
     comm::CostModel::BetaPoint point;
     point.bytes = bytes;
-    const double tree = timedAllreduce(comm, comm::Algorithm::kTree, n);
+    const double tree = timedAllreduce(comm, cumulus::Algorithm::kTree, n);
     point.oneway = std::max(0.0, (tree - 2 * alpha - bytes * gamma) / (2 * bytes));
-    const double ring = timedAllreduce(comm, comm::Algorithm::kRing, n);
+    const double ring = timedAllreduce(comm, cumulus::Algorithm::kRing, n);
     point.duplex = std::max(0.0, (ring - 2 * alpha - bytes * gamma / 2) / bytes);
     point.funnel = point.oneway;
     if (funnel) {
-      const double viaServer = timedAllreduce(comm, comm::Algorithm::kFunnel, n);
+      const double viaServer = timedAllreduce(comm, cumulus::Algorithm::kFunnel, n);
       point.funnel = std::max(0.0, (viaServer - 2 * alpha - bytes * gamma) / (2 * bytes));
     }
     table.push_back(point);

@@ -18,7 +18,7 @@ int run(int argc, char** argv) {
     return options.command == "allreduce" ? runAllreduceWorker(options)
                                           : runCalibrateWorker(options);
   if (options.command == "calibrate") return runCalibrate(argc, argv, options);
-  const bool funnel = options.algorithm == cumulus::comm::Algorithm::kFunnel;
+  const bool funnel = options.algorithm == cumulus::Algorithm::kFunnel;
   return runGroup(argc, argv, options.world, funnel, options.timeout * 2);
 }
 

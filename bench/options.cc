@@ -33,7 +33,7 @@ void addAllreduceFlags(CLI::App& command, BenchOptions& o) {
           "--algo",
           [&o](const std::string& v) {
             try {
-              o.algorithm = comm::parseAlgorithm(v);
+              o.algorithm = cumulus::parseAlgorithm(v);
             } catch (const std::invalid_argument& e) {
               throw UsageError("--algo: " + std::string(e.what()));
             }

@@ -16,7 +16,7 @@ namespace cumulus::bench {
 
 struct BenchOptions {
   std::string command;  // "allreduce" or "calibrate"
-  comm::Algorithm algorithm = comm::Algorithm::kRing;
+  cumulus::Algorithm algorithm = cumulus::Algorithm::kRing;
   int world = 2;
   // allreduce --hosts: simulate this many hosts on this machine, `world / hosts` consecutive
   // ranks on each (distinct CommunicatorOptions::host_id: shared memory within, TCP between).

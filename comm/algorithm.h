@@ -16,14 +16,9 @@
 #include <string>
 
 #include "comm/types.h"
+#include "cumulus/options.h"  // cumulus::Algorithm, its names and its parser
 
 namespace cumulus::comm {
-
-enum class Algorithm { kFunnel, kTree, kRing, kHierarchical, kAuto };
-
-const char* algorithmName(Algorithm algorithm);  // "funnel", "tree", "ring", "hierarchical", "auto"
-// Throws std::invalid_argument listing the valid names.
-Algorithm parseAlgorithm(const std::string& name);
 
 // An all-reduce performed by something outside the peer-to-peer data plane (the parameter
 // server). `seq` is the communicator's operation sequence number; every rank passes the same.

@@ -3,7 +3,6 @@
 set(COMM_CORE_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/types.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/error.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/algorithm.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/reduce.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/memory_store.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/transport.cc

@@ -9,6 +9,8 @@
 #include <tuple>
 #include <vector>
 
+#include "cumulus/options.h"  // Algorithm, Compression
+
 namespace cumulus::configs {
 
 struct ModelConfig {
@@ -100,12 +102,12 @@ struct CheckpointConfig {
 };
 
 struct CommConfig {
-  std::string algorithm = "auto";  // "funnel", "tree", "ring", "hierarchical", "auto"
+  Algorithm algorithm = Algorithm::kAuto;  // read from its name (<cumulus/options.h>)
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   double timeout_seconds = 60.0;
   std::string cost_model = "";  // calibration file from `cumulus-bench calibrate`; empty: built-in
-  std::string compression = "none";  // "none" or "bf16" (with error feedback)
+  Compression compression = Compression::kNone;  // bf16: with error feedback
 };
 
 // How a group recovers from a failed worker or node (`launch.recovery`, `--recovery`): "restart"

@@ -34,8 +34,37 @@ struct TopMember {
 template <class M>
 using FieldType = std::decay_t<decltype(M::ref(std::declval<Experiment&>()))>;
 
+// The option enums of <cumulus/options.h> are strings in a file and typed in Experiment: a row
+// reads and writes them by name, so the digest, the emitted YAML and the reference are unchanged.
+const char* optionName(Algorithm value) { return algorithmName(value); }
+const char* optionName(Compression value) { return compressionName(value); }
+void readOption(const std::string& name, Algorithm& out) { out = parseAlgorithm(name); }
+void readOption(const std::string& name, Compression& out) { out = parseCompression(name); }
+
+template <class T>
+using Stored = std::conditional_t<std::is_enum_v<T>, std::string, T>;
+
+template <class T>
+Stored<T> stored(const T& value) {
+  if constexpr (std::is_enum_v<T>) {
+    return optionName(value);
+  } else {
+    return value;
+  }
+}
+
+template <class T>
+void load(const Stored<T>& value, T& out) {
+  if constexpr (std::is_enum_v<T>) {
+    readOption(value, out);
+  } else {
+    out = value;
+  }
+}
+
 template <class T>
 constexpr ValueType valueTypeOf() {
+  if constexpr (std::is_enum_v<T>) return ValueType::kString;
   if constexpr (std::is_same_v<T, std::string>) return ValueType::kString;
   if constexpr (std::is_same_v<T, int64_t>) return ValueType::kInt;
   if constexpr (std::is_same_v<T, uint64_t>) return ValueType::kUInt;
@@ -88,7 +117,7 @@ KeySpec row(M member, const FieldType<M>& default_value, Rule rule, std::string_
   KeySpec key;
   key.path = member.path;
   key.type = valueTypeOf<T>();
-  key.default_value = Value(std::in_place_type<T>, default_value);
+  key.default_value = Value(std::in_place_type<Stored<T>>, stored(default_value));
   key.required = rule.required;
   key.bounds = rule.bounds;
   key.choices = std::move(rule.choices);
@@ -96,8 +125,8 @@ KeySpec row(M member, const FieldType<M>& default_value, Rule rule, std::string_
   key.format = rule.format;
   key.format_text = rule.format_text;
   key.meaning = meaning;
-  key.get = [](const Experiment& e) { return Value(std::in_place_type<T>, M::ref(e)); };
-  key.set = [](Experiment& e, const Value& v) { M::ref(e) = std::get<T>(v); };
+  key.get = [](const Experiment& e) { return Value(std::in_place_type<Stored<T>>, stored(M::ref(e))); };
+  key.set = [](Experiment& e, const Value& v) { load(std::get<Stored<T>>(v), M::ref(e)); };
   return key;
 }
 
@@ -220,12 +249,12 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(checkpoint, async), true, anyValue(), "write checkpoints on a background thread while training goes on"));
   t.push_back(row(KEY(checkpoint, max_failures), 3, atLeast(1), "stop the run (exit 1; 2 when the disk is full or read-only) when this many checkpoints in a row fail to save; each failure is reported, and the newest valid checkpoint stays"));
 
-  t.push_back(row(KEY(comm, algorithm), "auto", oneOf({"funnel", "tree", "ring", "hierarchical", "auto"}), "gradient all-reduce; hierarchical: ring inside each host, ring across hosts (for several ranks per host); auto: the cost model's pick per bucket and host layout"));
+  t.push_back(row(KEY(comm, algorithm), Algorithm::kAuto, oneOf({"funnel", "tree", "ring", "hierarchical", "auto"}), "gradient all-reduce; hierarchical: ring inside each host, ring across hosts (for several ranks per host); auto: the cost model's pick per bucket and host layout"));
   t.push_back(row(KEY(comm, bucket_cap_mb), 25.0, above(0), "gradient bucket size cap, MiB"));
   t.push_back(row(KEY(comm, first_bucket_mb), 1.0, above(0), "size cap of the first bucket, MiB (at most `bucket_cap_mb`)"));
   t.push_back(row(KEY(comm, timeout_seconds), 60.0, above(0), "a collective not done by then fails, naming the peer"));
   t.push_back(row(KEY(comm, cost_model), "", anyValue(), "calibration file from `cumulus-bench calibrate`; empty: built-in (relative paths: from the working directory)"));
-  t.push_back(row(KEY(comm, compression), "none", oneOf({"none", "bf16"}), "gradient buckets on the wire: none sends float32; bf16 sends bfloat16 (half the bytes), each rank keeping its rounding error and adding it to the next step's gradient (error feedback). For slow links (1 Gbit/s and below), where the all-reduce dominates the step"));
+  t.push_back(row(KEY(comm, compression), Compression::kNone, oneOf({"none", "bf16"}), "gradient buckets on the wire: none sends float32; bf16 sends bfloat16 (half the bytes), each rank keeping its rounding error and adding it to the next step's gradient (error feedback). For slow links (1 Gbit/s and below), where the all-reduce dominates the step"));
 
   t.push_back(row(KEY(launch, nproc_per_node), 2, atLeast(1), "workers per node"));
   t.push_back(row(KEY(launch, nnodes), "1", formatted(checkNnodes, "N or MIN:MAX, with 1 <= MIN <= MAX"), "nodes: a fixed count, or an elastic range"));

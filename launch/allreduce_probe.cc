@@ -52,8 +52,8 @@ namespace {
 constexpr const char* kProgram = "cumulus-allreduce-probe";
 
 struct ProbeOptions {
-  std::vector<comm::Algorithm> algorithms = {comm::Algorithm::kFunnel, comm::Algorithm::kTree,
-                                             comm::Algorithm::kRing, comm::Algorithm::kAuto};
+  std::vector<cumulus::Algorithm> algorithms = {cumulus::Algorithm::kFunnel, cumulus::Algorithm::kTree,
+                                             cumulus::Algorithm::kRing, cumulus::Algorithm::kAuto};
   std::vector<size_t> sizes = {4096, 65536, 1 << 20, 16 << 20};
   double link_gbit = 1.0;
   double target_seconds = 1.5;
@@ -82,7 +82,7 @@ void addFlags(CLI::App& app, ProbeOptions& o) {
            o.algorithms.clear();
            for (const std::string& a : split(value)) {
              try {
-               o.algorithms.push_back(comm::parseAlgorithm(a));
+               o.algorithms.push_back(cumulus::parseAlgorithm(a));
              } catch (const std::invalid_argument& e) {
                throw UsageError("--algorithms: " + std::string(e.what()));
              }
@@ -141,8 +141,8 @@ int calibrate(const ProbeOptions& o, comm::Communicator& comm, const comm::CostM
   int log2p = 0;
   while ((1 << log2p) < world) ++log2p;
   double sum_kt = 0, sum_kk = 0;
-  for (auto [algorithm, hops] : {std::pair{comm::Algorithm::kTree, 2 * log2p},
-                                 std::pair{comm::Algorithm::kRing, 2 * (world - 1)}}) {
+  for (auto [algorithm, hops] : {std::pair{cumulus::Algorithm::kTree, 2 * log2p},
+                                 std::pair{cumulus::Algorithm::kRing, 2 * (world - 1)}}) {
     comm::AllreduceOptions aopts;
     aopts.algorithm = algorithm;
     std::vector<double> times;
@@ -214,21 +214,21 @@ ProbeGroup joinGroup(const ProbeOptions& o) {
 struct PointResult {
   int iters = 0;
   double predicted = 0;
-  comm::Algorithm concrete = comm::Algorithm::kRing;
+  cumulus::Algorithm concrete = cumulus::Algorithm::kRing;
   std::vector<double> times;  // the slowest rank's, per timed call
   bool correct = true;
 };
 
 // Times `algorithm` on `bytes`: iteration 0 checks the sum p(p+1)/2 and warms up, the others
 // are timed.
-PointResult timePoint(const ProbeOptions& o, ProbeGroup& g, comm::Algorithm algorithm,
+PointResult timePoint(const ProbeOptions& o, ProbeGroup& g, cumulus::Algorithm algorithm,
                       size_t bytes) {
-  if (algorithm == comm::Algorithm::kFunnel && !g.funnel) {
+  if (algorithm == cumulus::Algorithm::kFunnel && !g.funnel) {
     throw UsageError(
         "--algorithms funnel needs a parameter server: give cumulus-run --parameter-server");
   }
   PointResult r;
-  r.concrete = algorithm == comm::Algorithm::kAuto ? g.comm->resolve(algorithm, bytes) : algorithm;
+  r.concrete = algorithm == cumulus::Algorithm::kAuto ? g.comm->resolve(algorithm, bytes) : algorithm;
   r.predicted = g.model.predict(r.concrete, static_cast<double>(bytes), g.comm->topology(),
                                 g.funnel != nullptr);
   r.iters = std::clamp(static_cast<int>(o.target_seconds / std::max(r.predicted, 1e-6)), 3,
@@ -248,7 +248,7 @@ PointResult timePoint(const ProbeOptions& o, ProbeGroup& g, comm::Algorithm algo
     // late rank finds its peers' data already in its socket buffer. The slowest rank's time
     // (each from its own barrier exit) bounds the call from above by only the barrier skew.
     comm::Buffer slowest{&dt, 1, comm::DType::kFloat64};
-    g.comm->allreduce(slowest, {comm::ReduceOp::kMax, comm::Algorithm::kTree});
+    g.comm->allreduce(slowest, {comm::ReduceOp::kMax, cumulus::Algorithm::kTree});
     if (it > 0) {
       r.times.push_back(dt);
       continue;
@@ -256,7 +256,7 @@ PointResult timePoint(const ProbeOptions& o, ProbeGroup& g, comm::Algorithm algo
     for (size_t i = 0; i < data.size(); i += std::max<size_t>(1, data.size() / 64)) {
       if (data[i] != expected) {
         std::fprintf(stderr, "probe: rank %d: %s %zu bytes: element %zu is %g, expected %g\n",
-                     g.rank, comm::algorithmName(algorithm), bytes, i, data[i], expected);
+                     g.rank, cumulus::algorithmName(algorithm), bytes, i, data[i], expected);
         r.correct = false;
         return r;
       }
@@ -266,22 +266,22 @@ PointResult timePoint(const ProbeOptions& o, ProbeGroup& g, comm::Algorithm algo
 }
 
 // Rank 0's line on the console and, with --out, in the TSV file.
-void report(const ProbeGroup& g, comm::Algorithm algorithm, size_t bytes, const PointResult& r,
+void report(const ProbeGroup& g, cumulus::Algorithm algorithm, size_t bytes, const PointResult& r,
             std::ofstream* out) {
   const double med = median(r.times);
   const double fastest = *std::min_element(r.times.begin(), r.times.end());
   const double busbw = static_cast<double>(bytes) / med * 2.0 * (g.world - 1) / g.world / 1e6;
-  const bool is_auto = algorithm == comm::Algorithm::kAuto;
+  const bool is_auto = algorithm == cumulus::Algorithm::kAuto;
   std::printf(
       "probe: %-12s p=%d %10zu B  %3d iters  median %9.6f s  min %9.6f s  "
       "predicted %9.6f s  busbw %7.1f MB/s%s%s\n",
-      comm::algorithmName(algorithm), g.world, bytes, r.iters, med, fastest, r.predicted, busbw,
-      is_auto ? "  auto->" : "", is_auto ? comm::algorithmName(r.concrete) : "");
+      cumulus::algorithmName(algorithm), g.world, bytes, r.iters, med, fastest, r.predicted, busbw,
+      is_auto ? "  auto->" : "", is_auto ? cumulus::algorithmName(r.concrete) : "");
   std::fflush(stdout);
   if (out == nullptr) return;
-  *out << comm::algorithmName(algorithm) << '\t' << g.world << '\t' << bytes << '\t' << r.iters
+  *out << cumulus::algorithmName(algorithm) << '\t' << g.world << '\t' << bytes << '\t' << r.iters
        << '\t' << med << '\t' << fastest << '\t' << r.predicted << '\t'
-       << comm::algorithmName(r.concrete) << '\t' << busbw << '\n';
+       << cumulus::algorithmName(r.concrete) << '\t' << busbw << '\n';
   out->flush();
 }
 
@@ -305,7 +305,7 @@ int probe(const ProbeOptions& o) {
   }
   if (!o.calibrate.empty()) return calibrate(o, *g.comm, g.model, g.rank, g.world);
   for (size_t bytes : o.sizes) {
-    for (comm::Algorithm algorithm : o.algorithms) {
+    for (cumulus::Algorithm algorithm : o.algorithms) {
       const PointResult r = timePoint(o, g, algorithm, bytes);
       if (!r.correct) return 1;
       if (g.rank == 0) report(g, algorithm, bytes, r, out.get());

@@ -65,7 +65,7 @@ void applyExperimentLaunchSection(LaunchOptions& o) {
     std::tie(o.rdzv_host, o.rdzv_port) = parseEndpoint(l.rdzv_endpoint, "rdzv-endpoint");
     o.explicit_flags.insert("rdzv-endpoint");
   }
-  o.host_parameter_server = given("parameter-server") || e.comm.algorithm == "funnel";
+  o.host_parameter_server = given("parameter-server") || e.comm.algorithm == Algorithm::kFunnel;
   if (o.node_rank >= o.max_nodes) {
     throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for " +
                      std::to_string(o.max_nodes) + " node(s) (launch.nnodes in " + path + ")");

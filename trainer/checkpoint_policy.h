@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "trainer/checkpoint_schedule.h"
+#include "checkpoint/checkpoint_schedule.h"
 #include "cumulus/preemption.h"
 
 namespace cumulus::trainer {

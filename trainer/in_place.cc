@@ -14,7 +14,7 @@
 #include "cumulus/data_parallel.h"
 #include "cumulus/errors.h"
 #include "cumulus/process_group.h"
-#include "trainer/resume.h"
+#include "checkpoint/resume.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 

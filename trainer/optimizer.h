@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "configs/experiment.h"
-#include "trainer/optimizer_state.h"
-#include "trainer/flat_parameters.h"
+#include "checkpoint/optimizer_state.h"
+#include "distributed/flat_parameters.h"
 
 namespace cumulus::trainer {
 

@@ -12,7 +12,7 @@ bool alone(const cumulus::ProcessGroup* group) { return group == nullptr || grou
 CollectiveOptions byTree(ReduceOp op) {
   CollectiveOptions options;
   options.op = op;
-  options.algorithm = "tree";
+  options.algorithm = Algorithm::kTree;
   return options;
 }
 

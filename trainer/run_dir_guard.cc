@@ -8,8 +8,8 @@
 #include "base/user_error.h"
 #include "configs/digest.h"
 #include "cumulus/run_directory.h"
-#include "trainer/checkpoint_manifest.h"
-#include "trainer/resume.h"
+#include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/resume.h"
 #include "trainer/state_dict.h"
 #include "trainer/trainer_impl.h"
 
@@ -124,7 +124,7 @@ void Trainer::Impl::checkCheckpointRoom() {
   const uint64_t slots = o.name == "adamw" ? 2 : (o.name == "sgd" && o.momentum > 0 ? 1 : 0);
   uint64_t each = parameters * (1 + slots) + buffers + 64 * 1024;
   // comm.compression bf16 adds comm_residual.pt: every rank's float32 residuals, [world, n].
-  if (config_.comm.compression == "bf16" && env_.world_size > 1) {
+  if (config_.comm.compression == Compression::kBf16 && env_.world_size > 1) {
     each += static_cast<uint64_t>(env_.world_size) *
             static_cast<uint64_t>(model_->parameterCount()) * sizeof(float);
   }

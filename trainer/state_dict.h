@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainer/optimizer_state.h"  // NamedTensors
+#include "checkpoint/optimizer_state.h"  // NamedTensors
 
 namespace cumulus::trainer {
 

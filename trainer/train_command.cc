@@ -20,7 +20,7 @@
 #include "trainer/progress.h"
 #include "trainer/run_env.h"
 #include "trainer/startup_profile.h"
-#include "trainer/trace.h"
+#include "distributed/trace.h"
 #include "trainer/train_command.h"
 #include "trainer/trainer.h"
 
@@ -154,7 +154,8 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
                         : "rank " + std::to_string(env.rank) + " of " +
                               std::to_string(env.world_size) + ": connected (generation " +
                               std::to_string(env.generation) +
-                              ", recovery in_place, comm.algorithm " + experiment.comm.algorithm +
+                              ", recovery in_place, comm.algorithm " +
+                              cumulus::algorithmName(experiment.comm.algorithm) +
                               ")")
                 << std::endl;
     }
@@ -163,7 +164,8 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
     options.group = group.get();
     if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
       std::cout << "rank " << env.rank << " of " << env.world_size << ": connected (generation "
-                << env.generation << ", comm.algorithm " << experiment.comm.algorithm << ")"
+                << env.generation << ", comm.algorithm " << cumulus::algorithmName(experiment.comm.algorithm)
+                << ")"
                 << std::endl;
     }
   }

@@ -20,14 +20,14 @@
 #include "cumulus/sampler.h"
 #include "data/npy.h"
 #include "models/model.h"
-#include "trainer/checkpoint_schedule.h"
+#include "checkpoint/checkpoint_schedule.h"
 #include "trainer/loss.h"
 #include "trainer/progress.h"
 #include "trainer/rank_reduce.h"
-#include "trainer/resume.h"
+#include "checkpoint/resume.h"
 #include "trainer/startup_profile.h"
 #include "trainer/step_count.h"
-#include "trainer/trace.h"
+#include "distributed/trace.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
@@ -358,8 +358,8 @@ void Trainer::Impl::buildGroupParts() {
   record.log_every_steps = config_.trainer.log_every_steps;
   if (writes()) record.metrics_path = config_.trainer.run_dir + "/metrics.jsonl";
   record.world_size = env_.world_size;
-  if (group_ != nullptr && config_.comm.compression != "none") {
-    record.compression = config_.comm.compression;
+  if (group_ != nullptr && config_.comm.compression != Compression::kNone) {
+    record.compression = compressionName(config_.comm.compression);
   }
   if (group_ != nullptr) {
     record.sum_over_ranks = [group = group_](double v) { return sumOverRanks(group, v); };

@@ -135,7 +135,7 @@ struct TrainerOptions {
   // Records forward, backward, the comm wait, each bucket's all-reduce, the optimizer step and
   // evaluation as Chrome trace events (trace.h); not owned, null: no tracing.
   TraceRecorder* trace = nullptr;
-  // Checkpoints and preemption (trainer/resume.h, <cumulus/preemption.h>).
+  // Checkpoints and preemption (checkpoint/resume.h, <cumulus/preemption.h>).
   // "auto": the newest valid checkpoint in checkpoint.dir (default <run_dir>/checkpoints), if
   // any; "none"; or a checkpoint directory. Empty: auto when started by cumulus-run
   // (CUMULUS_RUN_ID set), none otherwise. A checkpoint that cannot be resumed is a SetupError.

@@ -23,7 +23,7 @@
 #include "trainer/checkpoint_policy.h"
 #include "trainer/datasets.h"
 #include "trainer/evaluator.h"
-#include "trainer/flat_parameters.h"
+#include "distributed/flat_parameters.h"
 #include "cumulus/data_parallel.h"
 #include "trainer/loss.h"
 #include "trainer/metrics_recorder.h"
@@ -123,11 +123,11 @@ class Trainer::Impl {
   void reportSaves();
   Checkpoint snapshot(int64_t done, double lr, bool preempted);
   void stopAt(int64_t done, RunResult& result);
-  // comm.compression bf16 (trainer/distributed_sync.h): every rank's error-feedback residuals go
+  // comm.compression bf16 (distributed/distributed_sync.h): every rank's error-feedback residuals go
   // into the checkpoints. Each rank gathers them (one allgather) at the boundaries where the writer
   // may save, which every rank knows or agrees on first; a checkpoint.every_seconds schedule or
   // a policy of the caller's costs one one-integer agreement per step.
-  bool compressing() const { return distributed_ != nullptr && config_.comm.compression == "bf16"; }
+  bool compressing() const { return distributed_ != nullptr && config_.comm.compression == Compression::kBf16; }
   CheckpointDecision dueAtStepEnd(int64_t done, bool last);
   CheckpointDecision dueAfterAgreement(int64_t done, StepAction action);
   void gatherResiduals(int64_t done);

@@ -11,9 +11,9 @@
 #include "configs/digest.h"
 #include "configs/parse.h"
 #include "models/model.h"
-#include "trainer/checkpoint_snapshot.h"
+#include "checkpoint/checkpoint_snapshot.h"
 #include "trainer/optimizer.h"
-#include "trainer/resume.h"
+#include "checkpoint/resume.h"
 
 namespace cumulus::trainer {
 namespace {

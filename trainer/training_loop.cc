@@ -14,7 +14,7 @@
 #include "trainer/loss.h"
 #include "trainer/rank_reduce.h"
 #include "trainer/startup_profile.h"
-#include "trainer/trace.h"
+#include "distributed/trace.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
@@ -333,7 +333,7 @@ void Trainer::Impl::restoreResiduals() {
       saved.defined()) {
     if (!compressing()) {
       resume_notes_.push_back(
-          config_.comm.compression == "none"
+          config_.comm.compression == Compression::kNone
               ? "warning: comm.compression is none: the checkpoint's error-feedback residuals "
                 "are dropped"
               : "comm.compression: a world of one sends nothing; the checkpoint's "

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -32,7 +33,7 @@ struct Flags {
   std::string data;       // the uncompressed Fashion-MNIST training files
   std::string run_dir;    // checkpoints/ and the final parameters
   std::string out;        // the final parameters; default <run-dir>/final_parameters.bin
-  std::string algorithm;  // the gradient all-reduce; empty: the group's ("auto")
+  std::optional<cumulus::Algorithm> algorithm;  // the gradient all-reduce; unset: the group's
   int64_t steps = 1500;
   int64_t batch = 128;  // global: the ranks split it
   int64_t hidden = 256;
@@ -84,6 +85,15 @@ int64_t positive(const std::string& flag, const std::string& value, int64_t min 
   return n;
 }
 
+// The name typed once, here at the edge: everything below takes cumulus::Algorithm.
+cumulus::Algorithm algorithm(const std::string& flag, const std::string& value) {
+  try {
+    return cumulus::parseAlgorithm(value);
+  } catch (const cumulus::UserError& e) {
+    throw cumulus::UserError(flag + ": " + e.what());
+  }
+}
+
 double positiveReal(const std::string& flag, const std::string& value) {
   size_t used = 0;
   double x = 0;
@@ -105,7 +115,7 @@ const std::map<std::string, Setter>& setters() {
       {"--data", [](Flags& f, auto&, auto& v) { f.data = v; }},
       {"--run-dir", [](Flags& f, auto&, auto& v) { f.run_dir = v; }},
       {"--out", [](Flags& f, auto&, auto& v) { f.out = v; }},
-      {"--algorithm", [](Flags& f, auto&, auto& v) { f.algorithm = v; }},
+      {"--algorithm", [](Flags& f, auto& k, auto& v) { f.algorithm = algorithm(k, v); }},
       {"--steps", [](Flags& f, auto& k, auto& v) { f.steps = positive(k, v); }},
       {"--batch", [](Flags& f, auto& k, auto& v) { f.batch = positive(k, v); }},
       {"--hidden", [](Flags& f, auto& k, auto& v) { f.hidden = positive(k, v); }},

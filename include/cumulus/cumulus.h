@@ -4,6 +4,7 @@
 //   cumulus/version.h        the version (CUMULUS_VERSION_STRING, cumulus::version())
 //   cumulus/errors.h         UserError, GroupError, PermanentError, CommError, CheckpointError;
 //                            exit codes
+//   cumulus/options.h        Algorithm, Compression: the typed choices, their names and parsers
 //   cumulus/process_group.h  ProcessGroup from the torchrun environment; collectives on tensors
 //   cumulus/data_parallel.h  DataParallel: bucketed gradient all-reduce overlapped with backward
 //   cumulus/sampler.h        DistributedSampler: global batches, sharded, resumable by cursor
@@ -21,6 +22,7 @@
 #include "cumulus/data_parallel.h"
 #include "cumulus/elastic.h"
 #include "cumulus/errors.h"
+#include "cumulus/options.h"
 #include "cumulus/preemption.h"
 #include "cumulus/process_group.h"
 #include "cumulus/run_directory.h"

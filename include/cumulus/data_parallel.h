@@ -60,10 +60,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cumulus/errors.h"
+#include "cumulus/options.h"
 
 namespace cumulus {
 
@@ -106,16 +108,15 @@ struct BucketEvent {
 };
 
 struct DataParallelOptions {
-  std::string algorithm;         // "funnel", "tree", "ring", "hierarchical", "auto"; empty: the
-                                 // group's GroupOptions::algorithm
+  std::optional<Algorithm> algorithm;  // unset: the group's GroupOptions::algorithm
   double bucket_cap_mb = 25.0;   // the largest bucket (> 0)
   double first_bucket_mb = 1.0;  // the first bucket launched in backward (> 0)
   double timeout_seconds = 0;    // attach's collectives and each bucket's wait; 0: the group's
-  // "none", or "bf16": float32 buckets are all-reduced as bfloat16 (half the bytes) with error
+  // kNone, or kBf16: float32 buckets are all-reduced as bfloat16 (half the bytes) with error
   // feedback: each rank keeps what rounding took from its gradient and adds it to the next step's,
   // so nothing is lost over time. Worth it on slow links (1 Gbit/s and below). The partial sums
   // are added in float32 and rounded to bf16 after each pairwise step. See errorFeedback().
-  std::string compression = "none";
+  Compression compression = Compression::kNone;
   // Gradients as views into the buckets (no copies; zero them in place). See above.
   bool gradient_as_bucket_view = false;
   // Called on a background thread as each bucket's all-reduce completes (for a trace, or a

@@ -25,9 +25,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cumulus/errors.h"
+#include "cumulus/options.h"
 
 // torch::Tensor, declared only: a program that joins a group without touching tensors (a launcher
 // tool, cumulus-train's main) does not compile LibTorch's headers. Callers of the collectives
@@ -44,10 +46,10 @@ namespace cumulus {
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 
 struct GroupOptions {
-  // The default algorithm of allreduce: "funnel" (through cumulus-run's parameter server), "tree",
-  // "ring", "hierarchical" (ring inside each host, ring across hosts) or "auto" (the cost model's
-  // pick for the size, world and hosts).
-  std::string algorithm = "auto";
+  // The default algorithm of allreduce (<cumulus/options.h>): kFunnel (through cumulus-run's
+  // parameter server), kTree, kRing, kHierarchical (ring inside each host, ring across hosts) or
+  // kAuto (the cost model's pick for the size, world and hosts). From a name: parseAlgorithm().
+  Algorithm algorithm = Algorithm::kAuto;
   // The deadline of the rendezvous and of every collective, in seconds (> 0).
   double timeout_seconds = 60.0;
   // A calibration file written by `cumulus-bench calibrate`; empty: the built-in cost model.
@@ -57,7 +59,7 @@ struct GroupOptions {
 // Per-call choices; the defaults are the group's.
 struct CollectiveOptions {
   ReduceOp op = ReduceOp::kSum;
-  std::string algorithm;       // allreduce only; empty: GroupOptions::algorithm
+  std::optional<Algorithm> algorithm;  // allreduce only; unset: GroupOptions::algorithm
   double timeout_seconds = 0;  // 0: GroupOptions::timeout_seconds
 };
 

@@ -18,7 +18,7 @@
 
 namespace cumulus::testing {
 
-inline GroupOptions testGroupOptions(const std::string& algorithm = "ring") {
+inline GroupOptions testGroupOptions(Algorithm algorithm = Algorithm::kRing) {
   GroupOptions options;
   options.algorithm = algorithm;
   options.timeout_seconds = 20;

@@ -3,7 +3,6 @@
 # Each file tests the comm/ file of the same name (tcp/socket_test.cc tests comm/tcp/socket.cc);
 # process_test.cc runs the communicator across processes.
 set(COMM_CORE_TESTS
-  ${CMAKE_CURRENT_SOURCE_DIR}/algorithm_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/communicator_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/store_keys_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cost_model_test.cc

@@ -69,6 +69,15 @@ optimizer.nesterov: true   # dotted keys work at the top level too
   EXPECT_EQ(e.optimizer.momentum, defaults.optimizer.momentum);
 }
 
+TEST(ParseTest, OptionNamesBecomeTypedValues) {
+  Experiment e = parseExperiment("name: t\ncomm: {algorithm: hierarchical, compression: bf16}\n",
+                                 "x.yaml");
+  EXPECT_EQ(e.comm.algorithm, Algorithm::kHierarchical);
+  EXPECT_EQ(e.comm.compression, Compression::kBf16);
+  EXPECT_EQ(Experiment().comm.algorithm, Algorithm::kAuto);
+  EXPECT_EQ(Experiment().comm.compression, Compression::kNone);
+}
+
 TEST(ParseTest, EmptySectionMeansDefaults) {
   Experiment e = parseExperiment("name: t\noptimizer:\n# lr: 0.5\n", "x.yaml");
   EXPECT_EQ(e.optimizer, OptimizerConfig{});

@@ -1,4 +1,4 @@
-// A packed checkpoint (trainer/checkpoint_manifest.h packCheckpointFiles / unpackCheckpointFiles):
+// A packed checkpoint (checkpoint/checkpoint_manifest.h packCheckpointFiles / unpackCheckpointFiles):
 // what a live peer sends when it heals another. The first byte picks how the rest is used:
 //  - odd: the rest is a packed checkpoint as it arrives. An InvalidCheckpoint is the expected
 //    answer to bad input; an accepted one must list the required files, each with the size and
@@ -15,7 +15,7 @@
 
 #include "base/hash.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "trainer/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_manifest.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The reader of a checkpoint's state.pb: the bytes are parsed as proto::CheckpointState (as
 // decodeSnapshot does) and, when they parse, converted (stateFromProto) and planned against the
-// current experiment and a world size (trainer/resume.h planResume), which is everything a resume
+// current experiment and a world size (checkpoint/resume.h planResume), which is everything a resume
 // does with them besides tensors. The first byte is the current world size (1 to 16). A state whose
 // config_yaml is empty gets the current experiment's, so that the fuzzer reaches the checks after
 // the config comparison without having to write a whole valid experiment. A ResumeError is the
@@ -18,8 +18,8 @@
 #include "configs/parse.h"
 #include "proto/checkpoint.pb.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "trainer/checkpoint_state_proto.h"
-#include "trainer/resume.h"
+#include "checkpoint/checkpoint_state_proto.h"
+#include "checkpoint/resume.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The checkpoint MANIFEST reader (trainer/checkpoint_manifest.h). The first byte picks how the
+// The checkpoint MANIFEST reader (checkpoint/checkpoint_manifest.h). The first byte picks how the
 // rest is used: odd, the rest is a whole MANIFEST; even, it is the body and the harness appends
 // the right "end <sha256>" line, so the body's parser is reached without forging a hash. An
 // InvalidCheckpoint is the expected answer to bad input. An accepted MANIFEST must survive
@@ -14,7 +14,7 @@
 
 #include "base/hash.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "trainer/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_manifest.h"
 
 namespace {
 

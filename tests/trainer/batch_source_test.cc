@@ -12,7 +12,7 @@
 
 #include "data/dataset.h"
 #include "tests/trainer/fault_parts.h"
-#include "trainer/resume.h"
+#include "checkpoint/resume.h"
 
 namespace cumulus::trainer {
 namespace {

@@ -1,6 +1,6 @@
 // Bucket layout: reverse registration order, caps, a small first bucket, one dtype per bucket.
 
-#include "trainer/bucket_layout.h"
+#include "distributed/bucket_layout.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

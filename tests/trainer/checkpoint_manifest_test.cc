@@ -6,9 +6,9 @@
 #include <string>
 
 #include "base/hash.h"
-#include "trainer/checkpoint_manifest.h"
-#include "trainer/file_system.h"
-#include "trainer/file_system_fault.h"
+#include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/file_system.h"
+#include "checkpoint/file_system_fault.h"
 
 namespace cumulus::trainer {
 namespace {

@@ -13,11 +13,11 @@
 #include <thread>
 
 #include "models/model.h"
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_manifest.h"
-#include "trainer/file_system_fault.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/file_system_fault.h"
 #include "trainer/optimizer.h"
-#include "trainer/resume.h"
+#include "checkpoint/resume.h"
 #include "trainer/training_checkpoint.h"
 
 namespace cumulus::trainer {

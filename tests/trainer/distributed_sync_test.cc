@@ -4,7 +4,7 @@
 // synchronizes through its own Communicator. The answers are checked against one process that
 // trains on the whole global batch.
 
-#include "trainer/distributed_sync.h"
+#include "distributed/distributed_sync.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,8 +19,8 @@
 #include "comm/error.h"
 #include "comm/memory_store.h"
 #include "comm/parameter_server.h"
-#include "trainer/flat_parameters.h"
-#include "trainer/process_group.h"
+#include "distributed/flat_parameters.h"
+#include "distributed/process_group.h"
 #include "tests/trainer/thread_ranks.h"
 
 namespace cumulus::trainer {
@@ -140,11 +140,11 @@ struct RankResult {
 
 configs::CommConfig commConfig(const Plan& plan) {
   configs::CommConfig config;
-  config.algorithm = plan.algorithm;
+  config.algorithm = parseAlgorithm(plan.algorithm);
   config.bucket_cap_mb = 2560.0 / (1 << 20);
   config.first_bucket_mb = 512.0 / (1 << 20);
   config.timeout_seconds = 20;
-  config.compression = plan.compression;
+  config.compression = parseCompression(plan.compression);
   return config;
 }
 
@@ -545,7 +545,7 @@ TEST(DistributedSyncTest, APeerThatLeavesMakesFinishThrowNamingIt) {
       env.rank = rank;
       env.world_size = 2;
       configs::CommConfig config;
-      config.algorithm = "ring";
+      config.algorithm = Algorithm::kRing;
       config.timeout_seconds = 10;
       ProcessGroup group(env, config, store);
       DistributedGradientSync sync(group.communicator(),

@@ -8,7 +8,7 @@
 #include <thread>
 #include <utility>
 
-#include "trainer/resume.h"
+#include "checkpoint/resume.h"
 
 namespace cumulus::trainer {
 

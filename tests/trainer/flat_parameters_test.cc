@@ -1,4 +1,4 @@
-#include "trainer/flat_parameters.h"
+#include "distributed/flat_parameters.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

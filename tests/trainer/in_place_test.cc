@@ -31,7 +31,7 @@
 #include "tests/trainer/process_runner.h"
 #include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
-#include "trainer/resume.h"
+#include "checkpoint/resume.h"
 
 namespace cumulus::trainer {
 namespace {

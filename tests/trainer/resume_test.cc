@@ -1,5 +1,5 @@
 // planResume (what a resume keeps, refuses, re-shards) and the sample ledger.
-#include "trainer/resume.h"
+#include "checkpoint/resume.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 
 #include "configs/parse.h"
 #include "data/sampler.h"
-#include "trainer/checkpoint_snapshot.h"
-#include "trainer/checkpoint_state_proto.h"
+#include "checkpoint/checkpoint_snapshot.h"
+#include "checkpoint/checkpoint_state_proto.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -269,7 +269,7 @@ TEST(ResumeTest, OperationalChangesNeedNoFlag) {
   configs::Experiment now = saved;
   now.trainer.run_dir = "runs/elsewhere";
   now.checkpoint.every_steps = 10;
-  now.comm.algorithm = "ring";
+  now.comm.algorithm = Algorithm::kRing;
   now.launch.nproc_per_node = 4;
   now.trainer.threads = 2;
   EXPECT_TRUE(semanticDiffKeys(saved, now).empty());

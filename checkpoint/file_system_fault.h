@@ -16,7 +16,7 @@
 #include <string>
 
 #include "base/annotated_mutex.h"
-#include "trainer/file_system.h"
+#include "checkpoint/file_system.h"
 
 namespace cumulus::trainer {
 

@@ -1,4 +1,4 @@
-#include "trainer/checkpoint_snapshot.h"
+#include "checkpoint/checkpoint_snapshot.h"
 
 #include <torch/serialize.h>
 #include <torch/torch.h>

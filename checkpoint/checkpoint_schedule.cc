@@ -1,4 +1,4 @@
-#include "trainer/checkpoint_schedule.h"
+#include "checkpoint/checkpoint_schedule.h"
 
 #include <algorithm>
 #include <chrono>

@@ -32,9 +32,9 @@
 
 #include "base/annotated_mutex.h"
 #include "cumulus/checkpoint.h"
-#include "trainer/checkpoint_manifest.h"
-#include "trainer/checkpoint_snapshot.h"
-#include "trainer/file_system.h"
+#include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_snapshot.h"
+#include "checkpoint/file_system.h"
 
 namespace cumulus::trainer {
 

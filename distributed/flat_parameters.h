@@ -24,7 +24,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "trainer/bucket_layout.h"
+#include "distributed/bucket_layout.h"
 
 namespace cumulus::trainer {
 

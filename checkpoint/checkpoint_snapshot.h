@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "proto/checkpoint.pb.h"
-#include "trainer/optimizer_state.h"
+#include "checkpoint/optimizer_state.h"
 
 namespace cumulus::trainer {
 

@@ -1,4 +1,4 @@
-#include "trainer/file_system.h"
+#include "checkpoint/file_system.h"
 
 #include <dirent.h>
 #include <fcntl.h>

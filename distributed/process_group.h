@@ -62,7 +62,7 @@ class ProcessGroup {
   const configs::CommConfig& config() const { return config_; }
   comm::Communicator& communicator() { return *communicator_; }
   // comm.algorithm, parsed.
-  comm::Algorithm algorithm() const { return algorithm_; }
+  cumulus::Algorithm algorithm() const { return algorithm_; }
   // comm.timeout_seconds.
   std::chrono::milliseconds timeout() const { return timeout_; }
 
@@ -73,7 +73,7 @@ class ProcessGroup {
 
   const base::RunEnv env_;
   const configs::CommConfig config_;
-  comm::Algorithm algorithm_;
+  cumulus::Algorithm algorithm_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<comm::StoreClient> store_;    // null when the caller owns the Store
   std::unique_ptr<comm::FunnelClient> funnel_;  // funnel only; outlives the communicator

@@ -18,8 +18,8 @@
 #include <utility>
 
 #include "proto/checkpoint.pb.h"
-#include "trainer/checkpoint_manifest.h"
-#include "trainer/checkpoint_state_proto.h"
+#include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_state_proto.h"
 
 namespace cumulus {
 namespace {

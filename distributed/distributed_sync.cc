@@ -1,4 +1,4 @@
-#include "trainer/distributed_sync.h"
+#include "distributed/distributed_sync.h"
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -14,7 +14,7 @@
 
 #include "comm/error.h"
 #include "comm/reduce.h"
-#include "trainer/flat_parameters.h"
+#include "distributed/flat_parameters.h"
 
 namespace cumulus::trainer {
 
@@ -62,16 +62,6 @@ void widenBf16(const uint16_t* __restrict q, float* __restrict out, size_t n) {
 
 }  // namespace
 
-Compression parseCompression(const std::string& text, const std::string& key) {
-  if (text == "none") return Compression::kNone;
-  if (text == "bf16") return Compression::kBf16;
-  throw std::invalid_argument(key + ": \"" + text + "\" is not one of none, bf16");
-}
-
-const char* compressionName(Compression compression) {
-  return compression == Compression::kBf16 ? "bf16" : "none";
-}
-
 comm::DType commDType(torch::ScalarType type) {
   switch (type) {
     case torch::kFloat:
@@ -95,8 +85,8 @@ comm::DType commDType(torch::ScalarType type) {
 
 DistributedSyncOptions DistributedSyncOptions::fromConfig(const configs::CommConfig& config) {
   DistributedSyncOptions o;
-  o.algorithm = comm::parseAlgorithm(config.algorithm);
-  o.compression = parseCompression(config.compression, "comm.compression");
+  o.algorithm = config.algorithm;
+  o.compression = config.compression;
   o.bucket_cap_bytes = mebibytes(config.bucket_cap_mb, "comm.bucket_cap_mb");
   o.first_bucket_bytes = mebibytes(config.first_bucket_mb, "comm.first_bucket_mb");
   if (!(config.timeout_seconds > 0)) {
@@ -529,7 +519,7 @@ void DistributedGradientSync::watchLoop() {
     event.bucket = b;
     event.bytes = wireBytes(b);
     event.params = spec.params.size();
-    event.algorithm = comm::algorithmName(comm_.resolve(options_.algorithm, event.bytes));
+    event.algorithm = cumulus::algorithmName(comm_.resolve(options_.algorithm, event.bytes));
     event.seq = work->seq();
     event.failed = work->exception() != nullptr;
     event.launched = item.launched;

@@ -1,4 +1,4 @@
-#include "trainer/resume.h"
+#include "checkpoint/resume.h"
 
 #include <algorithm>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "trainer/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <algorithm>
 #include <cassert>
@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "base/user_error.h"
-#include "trainer/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_manifest.h"
 
 namespace cumulus::trainer {
 namespace {

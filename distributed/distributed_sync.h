@@ -60,7 +60,7 @@
 #include "comm/communicator.h"
 #include "comm/work.h"
 #include "configs/experiment.h"
-#include "trainer/bucket_layout.h"
+#include "distributed/bucket_layout.h"
 #include "cumulus/data_parallel.h"
 
 namespace torch::autograd {
@@ -69,15 +69,8 @@ struct Node;
 
 namespace cumulus::trainer {
 
-// What a float32 bucket is sent as (see "Compression" above).
-enum class Compression { kNone, kBf16 };
-
-// "none" or "bf16"; throws std::invalid_argument naming `key` and the valid values otherwise.
-Compression parseCompression(const std::string& text, const std::string& key);
-const char* compressionName(Compression compression);
-
 struct DistributedSyncOptions {
-  comm::Algorithm algorithm = comm::Algorithm::kAuto;
+  Algorithm algorithm = Algorithm::kAuto;  // <cumulus/options.h>
   Compression compression = Compression::kNone;
   size_t bucket_cap_bytes = size_t{25} << 20;
   size_t first_bucket_bytes = size_t{1} << 20;

@@ -1,4 +1,4 @@
-#include "trainer/file_system_fault.h"
+#include "checkpoint/file_system_fault.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "trainer/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_manifest.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,4 +1,4 @@
-#include "trainer/process_group.h"
+#include "distributed/process_group.h"
 
 #include <cmath>
 #include <optional>
@@ -61,11 +61,7 @@ std::chrono::milliseconds ProcessGroup::timeoutOf(const configs::CommConfig& con
 }
 
 void ProcessGroup::connect(comm::Store& store) {
-  try {
-    algorithm_ = comm::parseAlgorithm(config_.algorithm);
-  } catch (const std::invalid_argument& e) {
-    throw GroupError(std::string("comm.algorithm: ") + e.what());
-  }
+  algorithm_ = config_.algorithm;
   timeout_ = timeoutOf(config_);
 
   comm::CommunicatorOptions options;
@@ -80,7 +76,7 @@ void ProcessGroup::connect(comm::Store& store) {
       throw GroupError(std::string("comm.cost_model: ") + e.what());
     }
   }
-  if (algorithm_ == comm::Algorithm::kFunnel) {
+  if (algorithm_ == cumulus::Algorithm::kFunnel) {
     if (env_.ps_endpoint.empty()) {
       throw GroupError(
           "comm.algorithm is funnel but CUMULUS_PS_ENDPOINT is not set: start the job with "

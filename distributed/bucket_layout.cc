@@ -1,4 +1,4 @@
-#include "trainer/bucket_layout.h"
+#include "distributed/bucket_layout.h"
 
 #include <algorithm>
 #include <cmath>

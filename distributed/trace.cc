@@ -1,4 +1,4 @@
-#include "trainer/trace.h"
+#include "distributed/trace.h"
 
 #include <algorithm>
 #include <filesystem>

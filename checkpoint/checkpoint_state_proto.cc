@@ -1,4 +1,4 @@
-#include "trainer/checkpoint_state_proto.h"
+#include "checkpoint/checkpoint_state_proto.h"
 
 namespace cumulus::trainer {
 

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trainer/file_system.h"
+#include "checkpoint/file_system.h"
 
 namespace cumulus::trainer {
 

@@ -1,0 +1,40 @@
+#pragma once
+// <cumulus/options.h>: the typed choices of a group and of data parallelism, and their names.
+// Options are typed from the edge down: a program that takes a name from its own command line or
+// file turns it into one of these with parseAlgorithm / parseCompression, and nothing below that
+// point reads a string again. cumulus-train's YAML keys comm.algorithm and comm.compression are
+// read into the same types.
+// Thread-safety: pure functions.
+
+#include <string_view>
+
+namespace cumulus {
+
+// How an all-reduce runs.
+enum class Algorithm {
+  kFunnel,        // through a parameter server (cumulus-run's, at CUMULUS_PS_ENDPOINT)
+  kTree,          // binomial reduce to rank 0, then binomial broadcast
+  kRing,          // reduce-scatter + all-gather around one ring of all ranks
+  kHierarchical,  // ring inside each host, ring across hosts, ring inside each host
+  kAuto,          // the cost model's pick for the size, the world and the hosts
+};
+
+// How gradient buckets travel.
+enum class Compression {
+  kNone,  // float32
+  kBf16,  // bfloat16 on the wire (half the bytes), with error feedback
+};
+
+// "funnel", "tree", "ring", "hierarchical", "auto".
+const char* algorithmName(Algorithm algorithm);
+// "none", "bf16".
+const char* compressionName(Compression compression);
+
+// The names above, case-sensitive. Anything else throws cumulus::UserError (<cumulus/errors.h>):
+//   unknown algorithm 'rng': expected one of funnel, tree, ring, hierarchical, auto; did you
+//   mean 'ring'?
+// Prefix the flag or key when you rethrow, as cumulus-train does ("comm.algorithm: ...").
+Algorithm parseAlgorithm(std::string_view name);
+Compression parseCompression(std::string_view name);
+
+}  // namespace cumulus

@@ -1,0 +1,62 @@
+// The typed options (<cumulus/options.h>): every name parses back to its value, and anything else
+// is a UserError that lists the choices and suggests the nearest.
+#include "cumulus/options.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cumulus/errors.h"
+
+namespace cumulus {
+namespace {
+
+template <class Parse>
+std::string userErrorOf(Parse parse) {
+  try {
+    parse();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "no UserError";
+}
+
+TEST(Options, AlgorithmNamesRoundTrip) {
+  EXPECT_STREQ(algorithmName(Algorithm::kFunnel), "funnel");
+  EXPECT_STREQ(algorithmName(Algorithm::kTree), "tree");
+  EXPECT_STREQ(algorithmName(Algorithm::kRing), "ring");
+  EXPECT_STREQ(algorithmName(Algorithm::kHierarchical), "hierarchical");
+  EXPECT_STREQ(algorithmName(Algorithm::kAuto), "auto");
+  for (Algorithm a : {Algorithm::kFunnel, Algorithm::kTree, Algorithm::kRing,
+                      Algorithm::kHierarchical, Algorithm::kAuto}) {
+    EXPECT_EQ(parseAlgorithm(algorithmName(a)), a) << algorithmName(a);
+  }
+}
+
+TEST(Options, CompressionNamesRoundTrip) {
+  EXPECT_STREQ(compressionName(Compression::kNone), "none");
+  EXPECT_STREQ(compressionName(Compression::kBf16), "bf16");
+  EXPECT_EQ(parseCompression("none"), Compression::kNone);
+  EXPECT_EQ(parseCompression("bf16"), Compression::kBf16);
+}
+
+TEST(Options, AnUnknownNameListsTheChoicesAndTheNearest) {
+  EXPECT_EQ(userErrorOf([] { parseAlgorithm("rng"); }),
+            "unknown algorithm 'rng': expected one of funnel, tree, ring, hierarchical, auto; "
+            "did you mean 'ring'?");
+  // Case-sensitive, as YAML keys are.
+  EXPECT_EQ(userErrorOf([] { parseAlgorithm("Ring"); }),
+            "unknown algorithm 'Ring': expected one of funnel, tree, ring, hierarchical, auto; "
+            "did you mean 'ring'?");
+  EXPECT_EQ(userErrorOf([] { parseAlgorithm("fastest"); }),
+            "unknown algorithm 'fastest': expected one of funnel, tree, ring, hierarchical, auto");
+  EXPECT_EQ(userErrorOf([] { parseAlgorithm(""); }),
+            "unknown algorithm '': expected one of funnel, tree, ring, hierarchical, auto");
+  EXPECT_EQ(userErrorOf([] { parseCompression("fp8"); }),
+            "unknown compression 'fp8': expected one of none, bf16");
+  EXPECT_EQ(userErrorOf([] { parseCompression("bf61"); }),
+            "unknown compression 'bf61': expected one of none, bf16; did you mean 'bf16'?");
+}
+
+}  // namespace
+}  // namespace cumulus
