@@ -16,6 +16,10 @@ std::optional<int64_t> parseInteger(std::string_view text,
                                     int64_t min = std::numeric_limits<int64_t>::min(),
                                     int64_t max = std::numeric_limits<int64_t>::max());
 
+// The same for an unsigned value (a size, a seed): decimal digits only, no '-', at most `max`.
+std::optional<uint64_t> parseUnsigned(std::string_view text,
+                                      uint64_t max = std::numeric_limits<uint64_t>::max());
+
 // "expected an integer in [min, max], got \"text\"": the words every caller's error uses.
 std::string integerProblem(std::string_view text, int64_t min, int64_t max);
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "base/hash.h"
+#include "base/integer.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -38,11 +39,10 @@ ManifestEntry parseEntry(std::string_view line, size_t line_number) {
   entry.name = std::string(line.substr(second + 1));
   if (!validHex(entry.sha256))
     throw InvalidCheckpoint(where + "bad SHA-256 \"" + entry.sha256 + "\"");
-  if (size.empty() || size.size() > 19 ||
-      !std::all_of(size.begin(), size.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    throw InvalidCheckpoint(where + "bad size \"" + std::string(size) + "\"");
-  }
-  entry.size = std::stoull(std::string(size));
+  const std::optional<uint64_t> bytes =
+      size.size() > 19 ? std::nullopt : base::parseUnsigned(size);
+  if (!bytes) throw InvalidCheckpoint(where + "bad size \"" + std::string(size) + "\"");
+  entry.size = *bytes;
   if (!validName(entry.name))
     throw InvalidCheckpoint(where + "bad file name \"" + entry.name + "\"");
   return entry;

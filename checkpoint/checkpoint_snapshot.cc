@@ -4,9 +4,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <charconv>
 #include <set>
 #include <stdexcept>
+
+#include "base/integer.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -107,11 +108,8 @@ void addOptimizerState(const OptimizerState& state, const std::vector<std::strin
     const size_t dot = key.find('.');
     // Keys are "<parameter index>.<state name>"; anything else is rejected just below, with the
     // key in the message, so a prefix that does not parse leaves `index` out of range.
-    size_t index = param_names.size();
-    const char* end = key.data() + (dot == std::string::npos ? key.size() : dot);
-    if (const auto [stop, ec] = std::from_chars(key.data(), end, index);
-        ec != std::errc() || stop != end)
-      index = param_names.size();
+    const size_t index = base::parseUnsigned(std::string_view(key).substr(0, dot))
+                             .value_or(param_names.size());
     if (dot == std::string::npos || index >= param_names.size()) {
       throw std::invalid_argument("optimizer state key \"" + key + "\" names no parameter (" +
                                   std::to_string(param_names.size()) + " parameters)");

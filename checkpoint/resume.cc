@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "base/integer.h"
 #include "configs/digest.h"
 #include "configs/parse.h"
 
@@ -309,18 +310,12 @@ void SampleLedger::readFile(const std::string& path) {
     std::vector<int64_t> indices;
     std::istringstream items(list);
     for (std::string item; std::getline(items, item, ',');) {
-      size_t used = 0;
-      int64_t value = -1;
-      try {
-        value = std::stoll(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != item.size() || value < 0) {
+      const std::optional<int64_t> value = base::parseInteger(item, 0);
+      if (!value) {
         throw std::runtime_error(path + ":" + std::to_string(number) + ": bad index '" + item +
                                  "'");
       }
-      indices.push_back(value);
+      indices.push_back(*value);
     }
     record(launch, epoch, step, rank, indices);
   }

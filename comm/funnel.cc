@@ -2,9 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <charconv>
 #include <cstring>
 
+#include "base/integer.h"
 #include "comm/error.h"
 #include "comm/parameter_server.h"
 #include "comm/rpc_common.h"
@@ -36,11 +36,8 @@ struct FunnelClient::Impl {
     if (auto it = trailers.find("x-cumulus-rank"); it != trailers.end()) {
       // A trailer that is not a whole number names no rank: the error then blames none (-1)
       // rather than hiding the server's status behind a parse error.
-      const char* begin = it->second.data();
-      const char* end = begin + it->second.size();
-      int parsed = -1;
-      const auto [stop, ec] = std::from_chars(begin, end, parsed);
-      if (ec == std::errc() && stop == end && parsed >= 0) blame = parsed;
+      const std::string_view text(it->second.data(), it->second.size());
+      blame = static_cast<int>(base::parseInteger(text, 0, INT32_MAX).value_or(-1));
     }
     const std::string where = "parameter server " + endpoint + ": ";
     switch (status.error_code()) {

@@ -1,8 +1,8 @@
 #include "comm/memory_store.h"
 
-#include <cerrno>
 #include <cstdlib>
 
+#include "base/integer.h"
 #include "comm/error.h"
 
 namespace cumulus::comm {
@@ -40,14 +40,12 @@ int64_t MemoryStore::add(const std::string& key, int64_t delta) {
     auto it = values_.find(key);
     int64_t current = 0;
     if (it != values_.end()) {
-      const char* text = it->second.c_str();
-      char* end = nullptr;
-      errno = 0;
-      current = std::strtoll(text, &end, 10);
-      if (it->second.empty() || *end != '\0' || errno != 0) {
+      const std::optional<int64_t> held = base::parseInteger(it->second);
+      if (!held) {
         throw CommError(ErrorKind::kInvalid, "store.add", 0, -1,
                         "key '" + key + "' holds '" + it->second + "', not an integer");
       }
+      current = *held;
     }
     result = current + delta;
     values_[key] = std::to_string(result);

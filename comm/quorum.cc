@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/integer.h"
 #include "comm/error.h"
 #include "comm/store_keys.h"
 
@@ -25,11 +26,10 @@ std::pair<std::vector<int64_t>, std::string> idOrder(const std::string& id) {
   while (at <= id.size()) {
     const size_t dot = std::min(id.find('.', at), id.size());
     const std::string part = id.substr(at, dot - at);
-    if (part.empty() || part.size() > 15 ||
-        part.find_first_not_of("0123456789") != std::string::npos) {
-      return {{INT64_MAX}, id};
-    }
-    fields.push_back(std::stoll(part));
+    const std::optional<int64_t> field =
+        part.size() > 15 ? std::nullopt : base::parseInteger(part, 0);
+    if (!field || part[0] == '-') return {{INT64_MAX}, id};
+    fields.push_back(*field);
     at = dot + 1;
   }
   return {fields, id};
@@ -161,15 +161,14 @@ QuorumEpoch Quorum::close(const QuorumEpoch& last, const std::vector<std::string
     if (contains(leaving, m) || gone(m)) continue;
     const std::optional<Bytes> value = store_.tryGet(quorumPresentKey(g, e.epoch, m));
     if (!value) continue;
-    int64_t steps = -1;
-    try {
-      steps = std::stoll(*value);
-    } catch (const std::exception&) {
+    // -1: a member without the training state (a joiner).
+    const std::optional<int64_t> steps = base::parseInteger(*value, -1);
+    if (!steps) {
       throw CommError(ErrorKind::kBadFrame, "quorum", static_cast<uint64_t>(e.epoch), -1,
                       quorumPresentKey(g, e.epoch, m) + ": not a step count: '" + *value + "'");
     }
     e.members.push_back(m);
-    done.push_back(steps);
+    done.push_back(*steps);
   }
   const int64_t room = options_.max_members - static_cast<int64_t>(e.members.size());
   e.admitted = last.admitted;
@@ -248,11 +247,7 @@ std::optional<QuorumEpoch> Quorum::join() {
   const Clock::time_point deadline = Clock::now() + options_.join_timeout;
   int64_t epoch = 0;
   if (std::optional<Bytes> latest = store_.tryGet(quorumLatestKey(g))) {
-    try {
-      epoch = std::stoll(*latest);
-    } catch (const std::exception&) {
-      epoch = 0;  // only a hint: scan from the first epoch
-    }
+    epoch = base::parseInteger(*latest, 0).value_or(0);  // only a hint: else scan from the first
   }
   for (;;) {
     if (std::optional<Bytes> record = store_.tryGet(quorumRecordKey(g, epoch))) {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "base/integer.h"
 #include "comm/rpc_common.h"
 #include "comm/store_service.h"
 #include "proto/store.grpc.pb.h"
@@ -206,13 +207,9 @@ class StoreService final : public proto::Store::Service {
     return grpc::Status(grpc::StatusCode::ABORTED, "store server shutting down");
   }
   static bool parseInt(const std::string& text, int64_t* value) {
-    try {
-      size_t used = 0;
-      *value = std::stoll(text, &used);
-      return used == text.size();
-    } catch (const std::exception&) {
-      return false;
-    }
+    const std::optional<int64_t> parsed = base::parseInteger(text);
+    if (parsed) *value = *parsed;
+    return parsed.has_value();
   }
 
   const std::string token_;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "base/integer.h"
 #include "base/suggest.h"
 
 namespace cumulus::configs {
@@ -134,9 +135,9 @@ KeySpec row(M member, const FieldType<M>& default_value, Rule rule, std::string_
 // Format checks for strings that a list of choices cannot describe.
 
 bool parseCount(std::string_view text, int64_t& out) {
-  if (text.empty()) return false;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return error == std::errc() && end == text.data() + text.size();
+  const std::optional<int64_t> count = base::parseInteger(text);
+  if (count) out = *count;
+  return count.has_value();
 }
 
 std::string checkRunName(const std::string& text) {

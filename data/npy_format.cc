@@ -5,6 +5,8 @@
 #include <limits>
 #include <optional>
 
+#include "base/integer.h"
+
 namespace cumulus::data {
 namespace {
 
@@ -192,7 +194,7 @@ NpyDType parseDescr(const std::string& path, const std::string& descr) {
     const std::string digits = code.substr(1);
     if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 2) break;
     name = std::string(" (") + k.name;
-    if (k.kind != 'b') name += std::to_string(8 * std::stoi(digits));
+    if (k.kind != 'b') name += std::to_string(8 * base::parseInteger(digits, 0, 99).value_or(0));
     name += ")";
   }
   fail(path, "unsupported dtype '" + descr + "'" + name + "; " + kSupported);

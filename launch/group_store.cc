@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "base/integer.h"
+#include "comm/error.h"
 #include "comm/quorum.h"
 #include "comm/store_keys.h"
 
@@ -70,8 +72,16 @@ void GroupStore::addJoined(int64_t g, int64_t node) {
 
 std::vector<int64_t> GroupStore::joined(int64_t g) {
   std::vector<int64_t> nodes;
-  std::istringstream in(store_.tryGet(comm::groupJoinedKey(g)).value_or(""));
-  for (std::string id; std::getline(in, id, ',');) nodes.push_back(std::stoll(id));
+  const std::string key = comm::groupJoinedKey(g);
+  std::istringstream in(store_.tryGet(key).value_or(""));
+  for (std::string id; std::getline(in, id, ',');) {
+    const std::optional<int64_t> node = base::parseInteger(id, 0);
+    if (!node) {
+      throw comm::CommError(comm::ErrorKind::kBadFrame, "group.joined", 0, -1,
+                            key + ": not a node id: '" + id + "'");
+    }
+    nodes.push_back(*node);
+  }
   return nodes;
 }
 

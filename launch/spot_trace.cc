@@ -5,6 +5,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "base/integer.h"
+
 namespace cumulus::launch {
 namespace {
 
@@ -70,18 +72,12 @@ std::vector<int64_t> parseWorldSizes(const std::string& text, const std::string&
   std::vector<int64_t> sizes;
   std::istringstream items(text);
   for (std::string item; std::getline(items, item, ',');) {
-    size_t used = 0;
-    int64_t value = 0;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || value < 1) {
+    const std::optional<int64_t> value = base::parseInteger(item, 1);
+    if (!value) {
       throw std::invalid_argument(flag + ": '" + item +
                                   "' is not a world size (a list like 2,1,2 of integers >= 1)");
     }
-    sizes.push_back(value);
+    sizes.push_back(*value);
   }
   if (sizes.empty()) throw std::invalid_argument(flag + ": empty list; give e.g. 2,1,2");
   return sizes;

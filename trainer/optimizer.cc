@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "base/integer.h"
 #include "trainer/optimizer_kernels.h"
 
 namespace cumulus::trainer {
@@ -21,12 +22,9 @@ std::string slotKey(size_t index, const std::string& slot) {
 // index past `params`.
 std::pair<size_t, std::string> parseKey(const std::string& key, size_t params) {
   const auto dot = key.find('.');
-  size_t index = 0;
-  try {
-    index = std::stoul(key.substr(0, dot));
-  } catch (const std::exception&) {
-    throw std::invalid_argument("optimizer state: malformed key \"" + key + "\"");
-  }
+  const std::optional<uint64_t> parsed = base::parseUnsigned(std::string_view(key).substr(0, dot));
+  if (!parsed) throw std::invalid_argument("optimizer state: malformed key \"" + key + "\"");
+  const size_t index = static_cast<size_t>(*parsed);
   if (dot == std::string::npos || index >= params) {
     throw std::invalid_argument("optimizer state: key \"" + key + "\" names no parameter (" +
                                 std::to_string(params) + " parameters)");

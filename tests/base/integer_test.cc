@@ -1,4 +1,4 @@
-// base::parseInteger: the one strict reader of integers given as text (flags, environment
+// base::parseInteger and parseUnsigned: the one strict reader of integers given as text (flags, environment
 // variables, Slurm's lists).
 #include "base/integer.h"
 
@@ -29,6 +29,16 @@ TEST(ParseIntegerTest, AnythingElseIsNone) {
   EXPECT_EQ(parseInteger("4", 5, 10), std::nullopt);
   EXPECT_EQ(parseInteger("11", 5, 10), std::nullopt);
   EXPECT_EQ(parseInteger(std::string_view("12", 1)), 1);  // a view is read to its end, no further
+}
+
+TEST(ParseUnsignedTest, DecimalDigitsUpToTheMaximum) {
+  EXPECT_EQ(parseUnsigned("0"), 0u);
+  EXPECT_EQ(parseUnsigned("18446744073709551615"), std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(parseUnsigned("10", 10), 10u);
+  for (const char* text : {"", "-1", "+1", " 1", "1 ", "1x", "0x1", "1e3", "18446744073709551616"}) {
+    EXPECT_EQ(parseUnsigned(text), std::nullopt) << '"' << text << '"';
+  }
+  EXPECT_EQ(parseUnsigned("11", 10), std::nullopt);
 }
 
 TEST(ParseIntegerTest, TheProblemNamesTheRangeAndTheText) {

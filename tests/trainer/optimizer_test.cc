@@ -202,6 +202,16 @@ TEST(OptimizerTest, ImportRejectsForeignState) {
   EXPECT_THROW(sgd->importState(state), std::invalid_argument);  // no parameter 1
   state = {"sgd", 1, {{"0.momentum_buffer", torch::zeros({3})}}};
   EXPECT_THROW(sgd->importState(state), std::invalid_argument);  // wrong shape
+  // The index is read strictly: "0x" is not parameter 0, nor is " 0" or "+0".
+  for (const char* key : {"0x.momentum_buffer", " 0.momentum_buffer", "+0.momentum_buffer"}) {
+    state = {"sgd", 1, {{key, torch::zeros({2})}}};
+    try {
+      sgd->importState(state);
+      ADD_FAILURE() << key << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("optimizer state: malformed key \"") + key + "\"");
+    }
+  }
 }
 
 TEST(OptimizerTest, RejectsUnknownNamesAndBadHyperParameters) {
