@@ -172,8 +172,9 @@ void checkStateFits(const configs::Experiment& saved, const configs::Experiment&
                       current.model.name + "'; " + kOtherExperimentChoices);
   }
   if (saved.optimizer.name != current.optimizer.name) {
-    throw ResumeError(where + "it holds '" + saved.optimizer.name + "' optimizer state, not '" +
-                      current.optimizer.name + "'; " + kOtherExperimentChoices);
+    throw ResumeError(where + "it holds '" + configs::optionName(saved.optimizer.name) +
+                      "' optimizer state, not '" + configs::optionName(current.optimizer.name) +
+                      "'; " + kOtherExperimentChoices);
   }
   const int64_t batch = current.trainer.global_batch_size;
   if (static_cast<int64_t>(state.sampler_cursor) % batch != 0) {

@@ -5,8 +5,11 @@
 // docs/configuration.md; the initializers below must match it (a test checks that they do).
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cumulus/options.h"  // Algorithm, Compression
@@ -21,15 +24,78 @@ struct ModelConfig {
   int64_t num_classes = 10;  // mlp, convnet: the output width (a TorchScript model has its own)
 };
 
+// The keys whose value is one of a few names are typed here, where they are read: the YAML name
+// becomes one of these enums once (configs/schema.cc), and everything downstream switches on the
+// enum. OptionNames<E>::rows lists each value with its YAML name, in the order the reference
+// (docs/configuration.md) and the errors list them; optionName and parseOption read it.
+enum class DataFormat { kIdx, kNpy, kTokens };
+enum class Dataset { kFashionMnist, kMnist, kSynthetic };
+enum class LossName { kCrossEntropy, kMse, kModule };
+enum class OptimizerName { kSgd, kAdamw };
+enum class ScheduleName { kConstant, kStep, kCosine };
+enum class BalanceMode { kOff, kAuto, kFixed };
+
+template <class E>
+struct OptionNames;
+template <>
+struct OptionNames<DataFormat> {
+  static constexpr std::pair<DataFormat, const char*> rows[] = {
+      {DataFormat::kIdx, "idx"}, {DataFormat::kNpy, "npy"}, {DataFormat::kTokens, "tokens"}};
+};
+template <>
+struct OptionNames<Dataset> {
+  static constexpr std::pair<Dataset, const char*> rows[] = {
+      {Dataset::kFashionMnist, "fashion-mnist"},
+      {Dataset::kMnist, "mnist"},
+      {Dataset::kSynthetic, "synthetic"}};
+};
+template <>
+struct OptionNames<LossName> {
+  static constexpr std::pair<LossName, const char*> rows[] = {
+      {LossName::kCrossEntropy, "cross_entropy"}, {LossName::kMse, "mse"}, {LossName::kModule, "module"}};
+};
+template <>
+struct OptionNames<OptimizerName> {
+  static constexpr std::pair<OptimizerName, const char*> rows[] = {{OptimizerName::kSgd, "sgd"},
+                                                                   {OptimizerName::kAdamw, "adamw"}};
+};
+template <>
+struct OptionNames<ScheduleName> {
+  static constexpr std::pair<ScheduleName, const char*> rows[] = {
+      {ScheduleName::kConstant, "constant"}, {ScheduleName::kStep, "step"}, {ScheduleName::kCosine, "cosine"}};
+};
+template <>
+struct OptionNames<BalanceMode> {
+  static constexpr std::pair<BalanceMode, const char*> rows[] = {
+      {BalanceMode::kOff, "off"}, {BalanceMode::kAuto, "auto"}, {BalanceMode::kFixed, "fixed"}};
+};
+
+// The YAML name of `value` ("idx", "adamw", ...).
+template <class E>
+const char* optionName(E value) {
+  for (const auto& [v, name] : OptionNames<E>::rows) {
+    if (v == value) return name;
+  }
+  return "?";
+}
+// The value named `name`; nullopt for another name (the schema has refused it before).
+template <class E>
+std::optional<E> parseOption(std::string_view name) {
+  for (const auto& [v, n] : OptionNames<E>::rows) {
+    if (name == n) return v;
+  }
+  return std::nullopt;
+}
+
 struct DataConfig {
   // "idx": `dataset` (IDX files in `dir`, or synthetic); "npy": `train` and `test` are directories
   // with inputs.npy and targets.npy; "tokens": `train` and `test` are 1-D .npy token streams.
-  std::string format = "idx";
+  DataFormat format = DataFormat::kIdx;
   std::string train = "";  // npy, tokens: the training data
   std::string test = "";   // npy, tokens: the test data
   int64_t seq_len = 128;   // tokens: tokens per sample (inputs [T], targets shifted by one)
   // idx: "fashion-mnist", "mnist" (IDX files in `dir`, gzip or raw) or "synthetic".
-  std::string dataset = "fashion-mnist";
+  Dataset dataset = Dataset::kFashionMnist;
   std::string dir = "/usr/share/datasets/fashion-mnist";
   bool normalize = true;  // subtract the train-set mean, divide by its std
   bool shuffle = true;    // permute each epoch with (seed, epoch)
@@ -43,11 +109,11 @@ struct LossConfig {
   // "cross_entropy" (logits [B, C] vs class ids [B], or [B, T, V] vs token ids [B, T]), "mse"
   // (outputs and targets of one shape), "module" (the model's forward(inputs, targets) returns
   // its mean loss).
-  std::string name = "cross_entropy";
+  LossName name = LossName::kCrossEntropy;
 };
 
 struct OptimizerConfig {
-  std::string name = "sgd";  // "sgd" or "adamw"
+  OptimizerName name = OptimizerName::kSgd;
   double lr = 0.1;
   double momentum = 0.9;  // sgd
   bool nesterov = false;  // sgd
@@ -58,7 +124,7 @@ struct OptimizerConfig {
 };
 
 struct ScheduleConfig {
-  std::string name = "constant";  // "constant", "step", "cosine"
+  ScheduleName name = ScheduleName::kConstant;
   int64_t warmup_steps = 0;       // linear warm-up from 0 to lr, composed with any schedule
   int64_t step_size = 1000;       // step: multiply by gamma every step_size steps
   double gamma = 0.1;             // step
@@ -82,7 +148,7 @@ struct TrainerConfig {
   // Ranks' shares of the global batch (trainer/balance.h): "off" (equal), "auto" (in proportion to
   // each rank's measured compute rate, agreed every balance_every_steps steps) or "fixed"
   // (balance_shares, one count per rank).
-  std::string balance = "off";
+  BalanceMode balance = BalanceMode::kOff;
   int64_t balance_every_steps = 20;
   std::vector<int64_t> balance_shares = {};
 };

@@ -436,7 +436,7 @@ class ExperimentBuilder {
       failAt("comm.bucket_cap_mb",
              cap + " is under comm.first_bucket_mb (" + first + "); make it at least that");
     }
-    if (e.schedule.name == "cosine" && e.schedule.min_lr > e.optimizer.lr) {
+    if (e.schedule.name == ScheduleName::kCosine && e.schedule.min_lr > e.optimizer.lr) {
       std::string floor = formatNumber(e.schedule.min_lr), lr = formatNumber(e.optimizer.lr);
       if (blame({"schedule.min_lr", "optimizer.lr"}) == "schedule.min_lr") {
         failAt("schedule.min_lr", floor + " is above optimizer.lr (" + lr +
@@ -446,7 +446,7 @@ class ExperimentBuilder {
                                  "); the cosine schedule decays from lr down to min_lr");
     }
     checkDataFiles();
-    if (e.data.format == "idx" && e.data.dataset == "synthetic" && e.data.drop_last &&
+    if (e.data.format == DataFormat::kIdx && e.data.dataset == Dataset::kSynthetic && e.data.drop_last &&
         e.data.synthetic_train_samples < t.global_batch_size) {
       std::string samples = std::to_string(e.data.synthetic_train_samples);
       std::string batch = std::to_string(t.global_batch_size);
@@ -466,8 +466,8 @@ class ExperimentBuilder {
   // where the empty path was set, or else where data.format was (the default is "idx").
   void checkDataFiles() const {
     const DataConfig& d = experiment_.data;
-    if (d.format == "idx") return;
-    const std::string what = d.format == "npy" ? "a directory with inputs.npy and targets.npy"
+    if (d.format == DataFormat::kIdx) return;
+    const std::string what = d.format == DataFormat::kNpy ? "a directory with inputs.npy and targets.npy"
                                                : "a 1-D .npy file of token ids";
     for (const auto& [path, value] :
          {std::pair<std::string, const std::string*>{"data.train", &d.train},
@@ -475,7 +475,7 @@ class ExperimentBuilder {
       if (!value->empty()) continue;
       const auto set = origins_.find(path);
       fail(set != origins_.end() ? set->second.where : origins_.at("data.format").where, path,
-           "required when data.format is " + d.format + "; name " + what);
+           "required when data.format is " + std::string(optionName(d.format)) + "; name " + what);
     }
   }
 

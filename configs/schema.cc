@@ -37,10 +37,17 @@ using FieldType = std::decay_t<decltype(M::ref(std::declval<Experiment&>()))>;
 
 // The option enums of <cumulus/options.h> are strings in a file and typed in Experiment: a row
 // reads and writes them by name, so the digest, the emitted YAML and the reference are unchanged.
+// The public ones have their names in <cumulus/options.h>; the rest in configs/experiment.h.
 const char* optionName(Algorithm value) { return algorithmName(value); }
 const char* optionName(Compression value) { return compressionName(value); }
 void readOption(const std::string& name, Algorithm& out) { out = parseAlgorithm(name); }
 void readOption(const std::string& name, Compression& out) { out = parseCompression(name); }
+template <class E>
+void readOption(const std::string& name, E& out) {
+  const std::optional<E> value = parseOption<E>(name);
+  assert(value && "checkValue refuses a name the enum lacks");
+  if (value) out = *value;
+}
 
 template <class T>
 using Stored = std::conditional_t<std::is_enum_v<T>, std::string, T>;
@@ -195,11 +202,11 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(model, dropout), 0.0, between(0, false, 1, true), "mlp: dropout probability after each hidden layer"));
   t.push_back(row(KEY(model, num_classes), 10, atLeast(1), "mlp, convnet: output width (classes); a TorchScript model has its own"));
 
-  t.push_back(row(KEY(data, format), "idx", oneOf({"idx", "npy", "tokens"}), "idx: `data.dataset`; npy: `inputs.npy` and `targets.npy` in `data.train` and `data.test`; tokens: 1-D .npy token-id files `data.train` and `data.test`"));
+  t.push_back(row(KEY(data, format), DataFormat::kIdx, oneOf({"idx", "npy", "tokens"}), "idx: `data.dataset`; npy: `inputs.npy` and `targets.npy` in `data.train` and `data.test`; tokens: 1-D .npy token-id files `data.train` and `data.test`"));
   t.push_back(row(KEY(data, train), "", anyValue(), "npy: directory of the training samples; tokens: the training token file (numpy.save of a 1-D integer array) (relative paths: from the working directory)"));
   t.push_back(row(KEY(data, test), "", anyValue(), "npy: directory of the test samples; tokens: the test token file (relative paths: from the working directory)"));
   t.push_back(row(KEY(data, seq_len), 128, atLeast(1), "tokens: tokens per sample; inputs are `seq_len` consecutive tokens, targets the same shifted by one"));
-  t.push_back(row(KEY(data, dataset), "fashion-mnist", oneOf({"fashion-mnist", "mnist", "synthetic"}), "idx: IDX files in `data.dir` (gzip or raw), or generated samples"));
+  t.push_back(row(KEY(data, dataset), Dataset::kFashionMnist, oneOf({"fashion-mnist", "mnist", "synthetic"}), "idx: IDX files in `data.dir` (gzip or raw), or generated samples"));
   t.push_back(row(KEY(data, dir), "/usr/share/datasets/fashion-mnist", anyValue(), "idx: directory of the IDX files; unused for synthetic (relative paths: from the working directory)"));
   t.push_back(row(KEY(data, normalize), true, anyValue(), "idx: subtract the train-set mean and divide by its standard deviation"));
   t.push_back(row(KEY(data, shuffle), true, anyValue(), "permute the samples each epoch, from (seed, epoch)"));
@@ -208,9 +215,9 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(data, synthetic_train_samples), 4096, atLeast(1), "synthetic: training samples"));
   t.push_back(row(KEY(data, synthetic_test_samples), 1024, atLeast(1), "synthetic: test samples"));
 
-  t.push_back(row(KEY(loss, name), "cross_entropy", oneOf({"cross_entropy", "mse", "module"}), "cross_entropy: logits [B, C] against class ids [B], or [B, T, V] against token ids [B, T]; mse: outputs and targets of one shape; module: the model's `forward(inputs, targets)` returns its own mean loss"));
+  t.push_back(row(KEY(loss, name), LossName::kCrossEntropy, oneOf({"cross_entropy", "mse", "module"}), "cross_entropy: logits [B, C] against class ids [B], or [B, T, V] against token ids [B, T]; mse: outputs and targets of one shape; module: the model's `forward(inputs, targets)` returns its own mean loss"));
 
-  t.push_back(row(KEY(optimizer, name), "sgd", oneOf({"sgd", "adamw"}), "optimizer"));
+  t.push_back(row(KEY(optimizer, name), OptimizerName::kSgd, oneOf({"sgd", "adamw"}), "optimizer"));
   t.push_back(row(KEY(optimizer, lr), 0.1, above(0), "peak learning rate (after warm-up, before decay)"));
   t.push_back(row(KEY(optimizer, momentum), 0.9, between(0, false, 1, true), "sgd: momentum; 0 turns it off"));
   t.push_back(row(KEY(optimizer, nesterov), false, anyValue(), "sgd: Nesterov momentum"));
@@ -219,7 +226,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(optimizer, beta2), 0.999, between(0, false, 1, true), "adamw: decay rate of the second-moment estimate"));
   t.push_back(row(KEY(optimizer, eps), 1e-8, above(0), "adamw: added to the denominator"));
 
-  t.push_back(row(KEY(schedule, name), "constant", oneOf({"constant", "step", "cosine"}), "learning-rate schedule after warm-up"));
+  t.push_back(row(KEY(schedule, name), ScheduleName::kConstant, oneOf({"constant", "step", "cosine"}), "learning-rate schedule after warm-up"));
   t.push_back(row(KEY(schedule, warmup_steps), 0, atLeast(0), "linear warm-up from 0 to `optimizer.lr` over this many steps"));
   t.push_back(row(KEY(schedule, step_size), 1000, atLeast(1), "step: multiply the rate by `gamma` every this many steps"));
   t.push_back(row(KEY(schedule, gamma), 0.1, between(0, true, 1, false), "step: the factor"));
@@ -236,7 +243,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(trainer, run_dir), "runs/default", formatted(checkNonEmpty, "a non-empty path"), "directory for logs, config.yaml and, by default, checkpoints (relative paths: from the working directory)"));
   t.push_back(row(KEY(trainer, log_every_steps), 50, atLeast(1), "log loss and throughput every this many steps"));
   t.push_back(row(KEY(trainer, log_all_ranks), false, anyValue(), "print progress, evaluations and the summary from every worker; false: rank 0 alone (every rank still prints its warnings)"));
-  t.push_back(row(KEY(trainer, balance), "off", oneOf({"off", "auto", "fixed"}), "ranks' shares of the global batch: off: equal; auto: in proportion to each rank's measured compute rate, so a slow worker takes fewer samples (the same global batch, the same math; which rank takes which sample then depends on timing, so bit-identical reruns need off or fixed); fixed: `balance_shares`"));
+  t.push_back(row(KEY(trainer, balance), BalanceMode::kOff, oneOf({"off", "auto", "fixed"}), "ranks' shares of the global batch: off: equal; auto: in proportion to each rank's measured compute rate, so a slow worker takes fewer samples (the same global batch, the same math; which rank takes which sample then depends on timing, so bit-identical reruns need off or fixed); fixed: `balance_shares`"));
   t.push_back(row(KEY(trainer, balance_every_steps), 20, atLeast(1), "auto: the ranks compare their rates and may move the shares every this many steps"));
   t.push_back(row(KEY(trainer, balance_shares), std::vector<int64_t>{}, atLeast(0), "fixed: samples per rank, one per worker, summing to `global_batch_size`"));
 

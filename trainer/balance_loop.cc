@@ -24,17 +24,17 @@ std::string sharesText(const std::vector<int64_t>& shares) {
 
 void Trainer::Impl::startShares() {
   const auto& t = config_.trainer;
-  if (!shares_.empty() && t.balance != "fixed") {
-    resume_notes_.push_back(t.balance == "auto"
+  if (!shares_.empty() && t.balance != configs::BalanceMode::kFixed) {
+    resume_notes_.push_back(t.balance == configs::BalanceMode::kAuto
                                 ? "batch shares " + sharesText(shares_) + " from the checkpoint"
                                 : "the checkpoint's batch shares " + sharesText(shares_) +
                                       " are not used (trainer.balance: off): equal shares");
   }
-  if (t.balance == "off") {
+  if (t.balance == configs::BalanceMode::kOff) {
     shares_.clear();
     return;
   }
-  if (t.balance == "fixed") {
+  if (t.balance == configs::BalanceMode::kFixed) {
     if (static_cast<int64_t>(t.balance_shares.size()) != env_.world_size) {
       throw std::invalid_argument(
           "trainer.balance_shares: " + std::to_string(t.balance_shares.size()) + " shares for " +
@@ -53,7 +53,7 @@ void Trainer::Impl::startShares() {
 }
 
 void Trainer::Impl::recordShares(const char* reason, int64_t done) {
-  if (config_.trainer.balance == "off") return;
+  if (config_.trainer.balance == configs::BalanceMode::kOff) return;
   BalanceRecord record;
   record.reason = reason;
   record.step = done;
@@ -65,7 +65,7 @@ void Trainer::Impl::recordShares(const char* reason, int64_t done) {
 
 void Trainer::Impl::balanceAt(int64_t done) {
   const auto& t = config_.trainer;
-  if (t.balance != "auto" || group_ == nullptr || done % t.balance_every_steps != 0) return;
+  if (t.balance != configs::BalanceMode::kAuto || group_ == nullptr || done % t.balance_every_steps != 0) return;
   const double mine = compute_rate_.rate();
   const torch::Tensor all = group_->allgather(torch::tensor({mine}, torch::kFloat64)).contiguous();
   const double* v = all.data_ptr<double>();
@@ -90,11 +90,11 @@ void Trainer::Impl::balanceAt(int64_t done) {
 void Trainer::Impl::resetShares(std::vector<std::string>& warnings) {
   compute_rate_.reset();
   const auto& t = config_.trainer;
-  if (t.balance == "off") return;  // reshard() went back to equal shares
+  if (t.balance == configs::BalanceMode::kOff) return;  // reshard() went back to equal shares
   shares_.clear();
-  if (t.balance == "fixed" && static_cast<int64_t>(t.balance_shares.size()) == env_.world_size) {
+  if (t.balance == configs::BalanceMode::kFixed && static_cast<int64_t>(t.balance_shares.size()) == env_.world_size) {
     shares_ = t.balance_shares;
-  } else if (t.balance == "fixed") {
+  } else if (t.balance == configs::BalanceMode::kFixed) {
     warnings.push_back("warning: trainer.balance_shares has " +
                        std::to_string(t.balance_shares.size()) + " shares for " +
                        std::to_string(env_.world_size) +

@@ -14,7 +14,8 @@ namespace {
 // data.dataset from data.dir (or generated), in memory.
 Datasets loadIdx(const configs::DataConfig& config, uint64_t seed, const std::string& cache_dir) {
   data::TensorDataset train, test;
-  if (config.dataset == "synthetic") {
+  const bool synthetic = config.dataset == configs::Dataset::kSynthetic;
+  if (synthetic) {
     // One draw split in two, so train and test share the class patterns.
     const int64_t n_train = config.synthetic_train_samples;
     const int64_t n_test = config.synthetic_test_samples;
@@ -28,7 +29,7 @@ Datasets loadIdx(const configs::DataConfig& config, uint64_t seed, const std::st
       data::applyNormalization(train, norm);
       data::applyNormalization(test, norm);
     }
-  } else if (config.dataset == "fashion-mnist" || config.dataset == "mnist") {
+  } else {  // fashion-mnist or mnist: the same IDX layout
     // Bytes first: the statistics come from a histogram and the floats from one table lookup
     // per pixel, the same bits as converting and normalizing in two passes, in a third the time.
     const data::ByteImages train_bytes =
@@ -39,14 +40,12 @@ Datasets loadIdx(const configs::DataConfig& config, uint64_t seed, const std::st
     if (config.normalize) norm = data::normalizationOfBytes(train_bytes.pixels);
     train = data::toFloatImages(train_bytes, norm);
     test = data::toFloatImages(test_bytes, norm);
-  } else {
-    throw std::invalid_argument("data.dataset: unknown dataset \"" + config.dataset +
-                                "\" (known: fashion-mnist, mnist, synthetic)");
   }
-  const std::string where = config.dataset == "synthetic" ? "" : " in " + config.dir;
+  const std::string name = configs::optionName(config.dataset);
+  const std::string where = synthetic ? "" : " in " + config.dir;
   Datasets d;
-  d.train_source = "the " + config.dataset + " training set" + where;
-  d.test_source = "the " + config.dataset + " test set" + where;
+  d.train_source = "the " + name + " training set" + where;
+  d.test_source = "the " + name + " test set" + where;
   d.train = data::inMemory(train, d.train_source);
   d.test = data::inMemory(test, d.test_source);
   return d;
@@ -67,19 +66,16 @@ Datasets loadFiles(const configs::DataConfig& config) {
   Datasets d;
   d.train_source = config.train;
   d.test_source = config.test;
-  if (config.format == "npy") {
+  if (config.format == configs::DataFormat::kNpy) {
     d.train = underKey("data.train", [&] { return data::openNpyExamples(config.train); });
     d.test = underKey("data.test", [&] { return data::openNpyExamples(config.test); });
-  } else if (config.format == "tokens") {
+  } else {  // tokens
     d.train_tokens = underKey(
         "data.train", [&] { return data::TokenExamples::open(config.train, config.seq_len); });
     d.test_tokens = underKey(
         "data.test", [&] { return data::TokenExamples::open(config.test, config.seq_len); });
     d.train = d.train_tokens;
     d.test = d.test_tokens;
-  } else {
-    throw std::invalid_argument("data.format: unknown format \"" + config.format +
-                                "\" (known: idx, npy, tokens)");
   }
   return d;
 }
@@ -95,8 +91,9 @@ void checkHasSamples(const data::Examples& examples, const std::string& key) {
 
 Datasets loadDatasets(const configs::DataConfig& config, uint64_t seed,
                       const std::string& cache_dir) {
-  Datasets d = config.format == "idx" ? loadIdx(config, seed, cache_dir) : loadFiles(config);
-  checkHasSamples(*d.train, config.format == "idx" ? "data.dir" : "data.train");
+  const bool idx = config.format == configs::DataFormat::kIdx;
+  Datasets d = idx ? loadIdx(config, seed, cache_dir) : loadFiles(config);
+  checkHasSamples(*d.train, idx ? "data.dir" : "data.train");
   return d;
 }
 

@@ -18,7 +18,7 @@ class TestSetEvaluator final : public Evaluator {
                    const TestSetEvaluatorOptions& options)
       : test_(std::move(test)),
         options_(options),
-        loss_(options.loss ? options.loss : std::make_shared<Loss>(Loss::named("cross_entropy"))) {}
+        loss_(options.loss ? options.loss : std::make_shared<Loss>(Loss::named(Loss::Kind::kCrossEntropy))) {}
 
   bool due(int64_t steps_done) const override {
     return options_.every_steps > 0 ? steps_done % options_.every_steps == 0

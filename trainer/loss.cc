@@ -55,13 +55,7 @@ std::string tensorText(const torch::Tensor& t) {
   return dtypeText(t.scalar_type()) + " " + shapeOf(t);
 }
 
-Loss Loss::named(const std::string& name) {
-  if (name == "cross_entropy") return Loss(Kind::kCrossEntropy, name);
-  if (name == "mse") return Loss(Kind::kMse, name);
-  if (name == "module") return Loss(Kind::kModule, name);
-  throw std::invalid_argument("loss.name: unknown loss \"" + name +
-                              "\" (known: cross_entropy, mse, module)");
-}
+Loss Loss::named(Kind kind) { return Loss(kind, configs::optionName(kind)); }
 
 LossResult Loss::apply(models::Model& model, const data::Batch& batch, bool count_correct) const {
   LossResult result;

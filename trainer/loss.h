@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <string>
 
+#include "configs/experiment.h"
 #include "data/examples.h"
 
 namespace cumulus::models {
@@ -41,10 +42,9 @@ struct LossResult {
 
 class Loss {
  public:
-  enum class Kind { kCrossEntropy, kMse, kModule };
+  using Kind = configs::LossName;  // kCrossEntropy, kMse, kModule: loss.name
 
-  // loss.name: "cross_entropy", "mse" or "module"; std::invalid_argument for anything else.
-  static Loss named(const std::string& name);
+  static Loss named(Kind kind);
 
   Kind kind() const { return kind_; }
   const std::string& name() const { return name_; }

@@ -226,7 +226,11 @@ class FlatAdamW final : public FlatOptimizer {
 class PerTensorOptimizer final : public Optimizer {
  public:
   PerTensorOptimizer(const configs::OptimizerConfig& c, std::vector<torch::Tensor> params)
-      : name_(c.name), params_(std::move(params)), sgd_(sgdArgs(c)), adamw_(adamwArgs(c)) {}
+      : kind_(c.name),
+        name_(configs::optionName(c.name)),
+        params_(std::move(params)),
+        sgd_(sgdArgs(c)),
+        adamw_(adamwArgs(c)) {}
 
   void step(double lr) override {
     torch::NoGradGuard no_grad;
@@ -237,7 +241,7 @@ class PerTensorOptimizer final : public Optimizer {
         throw std::logic_error("optimizer step: parameter " + std::to_string(i) +
                                " has no gradient");
       }
-      if (name_ == "sgd") {
+      if (kind_ == configs::OptimizerName::kSgd) {
         SgdArgs args = sgd_;
         args.lr = lr;
         torch::Tensor buf;
@@ -281,6 +285,7 @@ class PerTensorOptimizer final : public Optimizer {
   }
 
  private:
+  configs::OptimizerName kind_;
   std::string name_;
   std::vector<torch::Tensor> params_;
   SgdArgs sgd_;
@@ -292,24 +297,19 @@ void checkRange(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
 }
 
-// Throws for an unknown name or an out-of-range hyper-parameter (optimizer.h).
+// Throws for an out-of-range hyper-parameter (optimizer.h).
 void checkConfig(const configs::OptimizerConfig& config) {
   checkRange(config.weight_decay >= 0, "optimizer.weight_decay: must be >= 0");
-  if (config.name == "sgd") {
+  if (config.name == configs::OptimizerName::kSgd) {
     checkRange(config.momentum >= 0 && config.momentum < 1,
                "optimizer.momentum: must be in [0, 1)");
     checkRange(!config.nesterov || config.momentum > 0,
                "optimizer.nesterov: needs optimizer.momentum > 0");
     return;
   }
-  if (config.name == "adamw") {
-    checkRange(config.beta1 >= 0 && config.beta1 < 1, "optimizer.beta1: must be in [0, 1)");
-    checkRange(config.beta2 >= 0 && config.beta2 < 1, "optimizer.beta2: must be in [0, 1)");
-    checkRange(config.eps > 0, "optimizer.eps: must be > 0");
-    return;
-  }
-  throw std::invalid_argument("optimizer.name: unknown optimizer \"" + config.name +
-                              "\" (known: sgd, adamw)");
+  checkRange(config.beta1 >= 0 && config.beta1 < 1, "optimizer.beta1: must be in [0, 1)");
+  checkRange(config.beta2 >= 0 && config.beta2 < 1, "optimizer.beta2: must be in [0, 1)");
+  checkRange(config.eps > 0, "optimizer.eps: must be > 0");
 }
 
 }  // namespace
@@ -317,7 +317,7 @@ void checkConfig(const configs::OptimizerConfig& config) {
 std::unique_ptr<Optimizer> makeFlatOptimizer(const configs::OptimizerConfig& config,
                                              std::shared_ptr<FlatParameters> params) {
   checkConfig(config);
-  if (config.name == "sgd") return std::make_unique<FlatSgd>(config, std::move(params));
+  if (config.name == configs::OptimizerName::kSgd) return std::make_unique<FlatSgd>(config, std::move(params));
   return std::make_unique<FlatAdamW>(config, std::move(params));
 }
 

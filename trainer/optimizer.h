@@ -55,7 +55,7 @@ class Optimizer {
   int64_t step_ = 0;
 };
 
-// Throws std::invalid_argument for an unknown optimizer name or an out-of-range hyper-parameter
+// Throws std::invalid_argument for an out-of-range hyper-parameter
 // (momentum outside [0, 1), nesterov without momentum, negative weight decay, betas outside
 // [0, 1), eps <= 0).
 std::unique_ptr<Optimizer> makeFlatOptimizer(const configs::OptimizerConfig& config,

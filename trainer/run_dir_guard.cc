@@ -121,7 +121,7 @@ void Trainer::Impl::checkCheckpointRoom() {
   const uint64_t parameters = bytesOf(tensors);
   const uint64_t buffers = bytesOf(model_->namedBuffers());
   const auto& o = config_.optimizer;
-  const uint64_t slots = o.name == "adamw" ? 2 : (o.name == "sgd" && o.momentum > 0 ? 1 : 0);
+  const uint64_t slots = o.name == configs::OptimizerName::kAdamw ? 2 : (o.momentum > 0 ? 1 : 0);
   uint64_t each = parameters * (1 + slots) + buffers + 64 * 1024;
   // comm.compression bf16 adds comm_residual.pt: every rank's float32 residuals, [world, n].
   if (config_.comm.compression == Compression::kBf16 && env_.world_size > 1) {

@@ -23,7 +23,7 @@ namespace cumulus::trainer {
 
 class LrSchedule {
  public:
-  // Throws std::invalid_argument for an unknown schedule name, base_lr <= 0, negative warm-up,
+  // Throws std::invalid_argument for base_lr <= 0, a negative warm-up,
   // step_size <= 0 for "step", or total_steps <= 0.
   LrSchedule(const configs::ScheduleConfig& config, double base_lr, int64_t total_steps);
 
@@ -31,8 +31,6 @@ class LrSchedule {
   int64_t totalSteps() const { return total_; }
 
  private:
-  enum class Kind { kConstant, kStep, kCosine };
-  Kind kind_;
   configs::ScheduleConfig config_;
   double base_;
   int64_t total_;

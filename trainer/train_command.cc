@@ -94,7 +94,7 @@ int fail(int code, const std::string& message) {
 // What cumulus-train's own flags say to the Trainer; a SIGTERM is a preemption notice.
 cumulus::trainer::TrainerOptions optionsFrom(const TrainFlags& flags) {
   cumulus::trainer::TrainerOptions options;
-  options.resume = flags.resume;
+  if (!flags.resume.empty()) options.resume = cumulus::trainer::ResumeMode::parse(flags.resume);
   options.allow_config_change = flags.allow_config_change;
   options.overwrite = flags.overwrite;
   if (flags.preemption_grace > 0) options.preemption_grace = flags.preemption_grace;

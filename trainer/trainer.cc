@@ -284,7 +284,7 @@ void Trainer::Impl::tryOneBatch(const data::Batch& batch, const std::string& sou
   } catch (const std::exception& e) {
     throw SetupError(failed + reasonOf(e));
   }
-  if (config_.data.format == "idx" && loss_->kind() == Loss::Kind::kCrossEntropy &&
+  if (config_.data.format == configs::DataFormat::kIdx && loss_->kind() == Loss::Kind::kCrossEntropy &&
       (outputs.dim() != 2 || outputs.size(1) != kIdxClasses)) {
     throw SetupError("model " + config_.model.name + " returns outputs " + tensorText(outputs) +
                      " for " + sample + "; the IDX datasets have " + std::to_string(kIdxClasses) +
@@ -404,8 +404,8 @@ void Trainer::Impl::broadcastBuffers() {
 // Every rank loads the same checkpoint (the directory is shared, and nothing writes it while the
 // group starts) and restores parameters, buffers, optimizer state, sampler position and step.
 void Trainer::Impl::resumeIfAsked() {
-  const ResumeMode mode = options_.resume.empty() ? ResumeMode::defaultFor(!env_.run_id.empty())
-                                                  : ResumeMode::parse(options_.resume);
+  const ResumeMode mode =
+      options_.resume.value_or(ResumeMode::defaultFor(!env_.run_id.empty()));
   if (guardOtherExperiment(mode.kind != ResumeMode::Kind::kNone)) return;
   if (mode.kind == ResumeMode::Kind::kNone) return;
   try {

@@ -71,6 +71,7 @@
 #include <vector>
 
 #include "base/user_error.h"
+#include "checkpoint/resume.h"
 #include "configs/experiment.h"
 #include "trainer/run_env.h"
 
@@ -136,10 +137,11 @@ struct TrainerOptions {
   // evaluation as Chrome trace events (trace.h); not owned, null: no tracing.
   TraceRecorder* trace = nullptr;
   // Checkpoints and preemption (checkpoint/resume.h, <cumulus/preemption.h>).
-  // "auto": the newest valid checkpoint in checkpoint.dir (default <run_dir>/checkpoints), if
-  // any; "none"; or a checkpoint directory. Empty: auto when started by cumulus-run
-  // (CUMULUS_RUN_ID set), none otherwise. A checkpoint that cannot be resumed is a SetupError.
-  std::string resume;
+  // kAuto: the newest valid checkpoint in checkpoint.dir (default <run_dir>/checkpoints), if
+  // any; kNone; or kPath, a checkpoint directory (--resume, read by ResumeMode::parse). Unset:
+  // auto when started by cumulus-run (CUMULUS_RUN_ID set), none otherwise. A checkpoint that
+  // cannot be resumed is a SetupError.
+  std::optional<ResumeMode> resume;
   bool allow_config_change = false;  // resume even if semantic config keys changed
   // When the checkpoint directory holds another experiment's checkpoints (otherExperimentChanges,
   // resume.h): remove them and start from step 0. Without it such a start is an

@@ -27,7 +27,7 @@ TEST(OverrideTest, BlockAndFlowValues) {
   Experiment e = parseExperiment(kMinimal, "x.yaml",
                                  {"optimizer={name: adamw, lr: 0.001}", "model.hidden=[]",
                                   "checkpoint.dir=", "name=renamed", "data.dir=/a b/c"});
-  EXPECT_EQ(e.optimizer.name, "adamw");
+  EXPECT_EQ(e.optimizer.name, OptimizerName::kAdamw);
   EXPECT_EQ(e.optimizer.lr, 0.001);
   EXPECT_EQ(e.optimizer.momentum, OptimizerConfig{}.momentum);
   EXPECT_TRUE(e.model.hidden.empty());

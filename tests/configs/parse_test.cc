@@ -45,13 +45,13 @@ optimizer.nesterov: true   # dotted keys work at the top level too
   EXPECT_EQ(e.name, "fashion-mlp");
   EXPECT_EQ(e.model.hidden, (std::vector<int64_t>{512, 256}));
   EXPECT_EQ(e.model.dropout, 0.1);
-  EXPECT_EQ(e.data.dataset, "synthetic");
+  EXPECT_EQ(e.data.dataset, Dataset::kSynthetic);
   EXPECT_EQ(e.data.synthetic_train_samples, 1024);
-  EXPECT_EQ(e.optimizer.name, "adamw");
+  EXPECT_EQ(e.optimizer.name, OptimizerName::kAdamw);
   EXPECT_EQ(e.optimizer.lr, 3e-4);
   EXPECT_EQ(e.optimizer.eps, 1e-6);
   EXPECT_TRUE(e.optimizer.nesterov);
-  EXPECT_EQ(e.schedule.name, "cosine");
+  EXPECT_EQ(e.schedule.name, ScheduleName::kCosine);
   EXPECT_EQ(e.schedule.warmup_steps, 100);
   EXPECT_EQ(e.schedule.min_lr, 1e-5);
   EXPECT_EQ(e.trainer.global_batch_size, 256);
@@ -76,6 +76,23 @@ TEST(ParseTest, OptionNamesBecomeTypedValues) {
   EXPECT_EQ(e.comm.compression, Compression::kBf16);
   EXPECT_EQ(Experiment().comm.algorithm, Algorithm::kAuto);
   EXPECT_EQ(Experiment().comm.compression, Compression::kNone);
+  e = parseExperiment(
+      "name: t\ndata: {format: tokens, train: a.npy, test: b.npy, dataset: mnist}\n"
+      "loss: {name: module}\noptimizer: {name: adamw}\nschedule: {name: step}\n"
+      "trainer: {balance: auto}\n",
+      "x.yaml");
+  EXPECT_EQ(e.data.format, DataFormat::kTokens);
+  EXPECT_EQ(e.data.dataset, Dataset::kMnist);
+  EXPECT_EQ(e.loss.name, LossName::kModule);
+  EXPECT_EQ(e.optimizer.name, OptimizerName::kAdamw);
+  EXPECT_EQ(e.schedule.name, ScheduleName::kStep);
+  EXPECT_EQ(e.trainer.balance, BalanceMode::kAuto);
+  // Every name of every typed key round-trips, and the schema's choices are exactly those names.
+  for (const auto& [value, name] : OptionNames<Dataset>::rows) {
+    EXPECT_EQ(parseOption<Dataset>(name), value);
+    EXPECT_STREQ(optionName(value), name);
+  }
+  EXPECT_EQ(parseOption<Dataset>("Fashion-MNIST"), std::nullopt);
 }
 
 TEST(ParseTest, EmptySectionMeansDefaults) {
@@ -176,6 +193,16 @@ TEST(ParseTest, OutOfRangeValues) {
             "got \"rign\"; did you mean `ring`?");
   EXPECT_EQ(errorOf("name: t\ncomm: {compression: fp8}\n"),
             "x.yaml:2:21: comm.compression: expected one of none, bf16, got \"fp8\"");
+  EXPECT_EQ(errorOf("name: t\nschedule: {name: linear}\n"),
+            "x.yaml:2:18: schedule.name: expected one of constant, step, cosine, got \"linear\"");
+  EXPECT_EQ(errorOf("name: t\nloss: {name: mae}\n"),
+            "x.yaml:2:14: loss.name: expected one of cross_entropy, mse, module, got \"mae\"; did "
+            "you mean `mse`?");
+  EXPECT_EQ(errorOf("name: t\ndata: {format: csv}\n"),
+            "x.yaml:2:16: data.format: expected one of idx, npy, tokens, got \"csv\"");
+  EXPECT_EQ(errorOf("name: t\ntrainer: {balance: on}\n"),
+            "x.yaml:2:20: trainer.balance: expected one of off, auto, fixed, got \"on\"; did you "
+            "mean `off`?");
 }
 
 TEST(ParseTest, FormattedStrings) {

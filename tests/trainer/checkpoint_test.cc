@@ -422,7 +422,7 @@ TEST_F(CheckpointTest, BackgroundErrorsSurfaceOnTheNextCall) {
 TEST_F(CheckpointTest, OptimizerStateRoundTripsThroughParameterNames) {
   torch::Tensor w1 = torch::ones({3}), w2 = torch::full({2}, 2.0);
   configs::OptimizerConfig config;
-  config.name = "adamw";
+  config.name = configs::OptimizerName::kAdamw;
   config.weight_decay = 0.01;
   auto optimizer = makeOptimizer(config, {w1, w2});
   w1.mutable_grad() = torch::full({3}, 0.5);
@@ -591,7 +591,7 @@ TEST_F(CheckpointTest, ConvnetSizedSnapshotTimings) {
 TEST(RestoreTrainingTest, AStateThatDoesNotFitChangesNothingAndOneThatFitsIsBitIdentical) {
   models::ModelSpec spec;  // the default mlp
   configs::OptimizerConfig adamw;
-  adamw.name = "adamw";
+  adamw.name = configs::OptimizerName::kAdamw;
   torch::manual_seed(1);
   auto trained = models::makeModel(spec);
   auto trained_optimizer = makeOptimizer(adamw, trained->parameters());

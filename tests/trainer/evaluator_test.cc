@@ -67,7 +67,7 @@ TEST(EvaluatorTest, MseReportsTheMeanPerSampleErrorAndNoAccuracy) {
                            torch::tensor({{0.f, 0.f}, {1.f, 3.f}, {1.f, 1.f}, {3.f, 1.f}})};
   TestSetEvaluatorOptions options;
   options.batch_size = 3;
-  options.loss = std::make_shared<Loss>(Loss::named("mse"));
+  options.loss = std::make_shared<Loss>(Loss::named(Loss::Kind::kMse));
   torch::NoGradGuard no_grad;
   const Evaluation result =
       makeTestSetEvaluator(data::inMemory(test, "test"), options)->evaluate(*model);

@@ -27,7 +27,7 @@ void expectValues(const torch::Tensor& t, std::vector<double> expected, double t
 
 configs::OptimizerConfig sgdConfig() {
   configs::OptimizerConfig c;
-  c.name = "sgd";
+  c.name = configs::OptimizerName::kSgd;
   c.lr = 0.1;
   c.momentum = 0.9;
   c.nesterov = true;
@@ -37,7 +37,7 @@ configs::OptimizerConfig sgdConfig() {
 
 configs::OptimizerConfig adamwConfig() {
   configs::OptimizerConfig c;
-  c.name = "adamw";
+  c.name = configs::OptimizerName::kAdamw;
   c.lr = 0.1;
   c.weight_decay = 0.01;
   return c;
@@ -130,7 +130,7 @@ void compareWithTorch(const configs::OptimizerConfig& config, TorchOptions optio
   }
   for (size_t i = 0; i < ours.size(); ++i) {
     EXPECT_TRUE(torch::allclose(ours[i], theirs[i], 1e-6, 1e-6))
-        << config.name << " parameter " << i << "\n"
+        << configs::optionName(config.name) << " parameter " << i << "\n"
         << ours[i] << "\n"
         << theirs[i];
   }
@@ -180,11 +180,11 @@ TEST(OptimizerTest, ImportedStateResumesBitExactly) {
       resumed_w.mutable_grad() = grads[s].clone();
       second->step(0.05);
     }
-    EXPECT_TRUE(torch::equal(w, resumed_w)) << config.name;
+    EXPECT_TRUE(torch::equal(w, resumed_w)) << configs::optionName(config.name);
     // The export was a deep copy: later steps did not touch it.
     EXPECT_FALSE(
         torch::equal(saved.tensors.begin()->second, first->exportState().tensors.begin()->second))
-        << config.name;
+        << configs::optionName(config.name);
   }
 }
 
@@ -214,16 +214,9 @@ TEST(OptimizerTest, ImportRejectsForeignState) {
   }
 }
 
-TEST(OptimizerTest, RejectsUnknownNamesAndBadHyperParameters) {
+// An unknown optimizer name never gets here: the config refuses it (ParseTest.OutOfRangeValues).
+TEST(OptimizerTest, RejectsBadHyperParameters) {
   auto c = sgdConfig();
-  c.name = "lamb";
-  try {
-    makeOptimizer(c, {});
-    FAIL() << "expected an exception";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "optimizer.name: unknown optimizer \"lamb\" (known: sgd, adamw)");
-  }
-  c = sgdConfig();
   c.momentum = 0;  // Nesterov without momentum
   EXPECT_THROW(makeOptimizer(c, {}), std::invalid_argument);
   c = adamwConfig();
@@ -310,18 +303,18 @@ TEST(FlatOptimizerTest, MatchesThePerTensorImplementationOverSteps) {
     for (size_t i = 0; i < flat_params.size(); ++i) {
       total += flat_params[i].numel();
       EXPECT_TRUE(torch::allclose(flat_params[i], reference_params[i], 1e-5, 1e-6))
-          << config.name << " parameter " << i;
+          << configs::optionName(config.name) << " parameter " << i;
     }
     const OptimizerState a = flat->exportState();
     const OptimizerState b = reference->exportState();
-    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << config.name;
+    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << configs::optionName(config.name);
     for (const auto& [key, tensor] : a.tensors) {
       EXPECT_TRUE(torch::allclose(tensor, b.tensors.at(key), 1e-5, 1e-6)) << key;
     }
     std::printf(
         "[ %s momentum %.1f nesterov %d ] elements whose bits differ from per-tensor "
         "after 8 steps: %lld of %lld\n",
-        config.name.c_str(), config.momentum, config.nesterov ? 1 : 0,
+        configs::optionName(config.name), config.momentum, config.nesterov ? 1 : 0,
         static_cast<long long>(differingElements(flat_params, reference_params)),
         static_cast<long long>(total));
   }
@@ -342,7 +335,7 @@ TEST(FlatOptimizerTest, ResultsDoNotDependOnTheLayoutOrTheThreadCount) {
     ASSERT_GE(flat->buckets().size(), 3u);
     auto b = makeFlatOptimizer(config, flat);
     train(*b, many, 5, 22);
-    EXPECT_EQ(differingElements(one, many), 0) << config.name;
+    EXPECT_EQ(differingElements(one, many), 0) << configs::optionName(config.name);
     for (const auto& [key, tensor] : a->exportState().tensors) {
       EXPECT_TRUE(torch::equal(tensor, b->exportState().tensors.at(key))) << key;
     }
@@ -359,7 +352,7 @@ TEST(FlatOptimizerTest, ExportedStateHasPerParameterKeysAndImportsExactly) {
     EXPECT_TRUE(opt->exportState().tensors.empty()) << "no state before the first step";
     train(*opt, params, 3, 32);
     const OptimizerState saved = opt->exportState();
-    const std::vector<std::string> slots = config.name == "sgd"
+    const std::vector<std::string> slots = config.name == configs::OptimizerName::kSgd
                                                ? std::vector<std::string>{"momentum_buffer"}
                                                : std::vector<std::string>{"exp_avg", "exp_avg_sq"};
     ASSERT_EQ(saved.tensors.size(), params.size() * slots.size());
@@ -383,7 +376,7 @@ TEST(FlatOptimizerTest, ExportedStateHasPerParameterKeysAndImportsExactly) {
     }
     train(*opt, params, 2, 33);
     train(*resumed, other, 2, 33);
-    EXPECT_EQ(differingElements(params, other), 0) << config.name;
+    EXPECT_EQ(differingElements(params, other), 0) << configs::optionName(config.name);
   }
 }
 

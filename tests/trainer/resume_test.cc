@@ -288,7 +288,7 @@ TEST(ResumeTest, ModelOrOptimizerChangeIsRefusedEvenWhenAllowed) {
       "directory with --overwrite (which removes its checkpoints), or give the run another "
       "trainer.run_dir");
   now = saved;
-  now.optimizer.name = "adamw";
+  now.optimizer.name = configs::OptimizerName::kAdamw;
   EXPECT_EQ(
       errorOf([&] { planResume(now, 1, stateFor(saved, 5, 0, 0, 1), "/c/step-00000005", true); }),
       "checkpoint /c/step-00000005: it holds 'sgd' optimizer state, not 'adamw'; start over in "

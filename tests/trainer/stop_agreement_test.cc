@@ -47,7 +47,7 @@ configs::Experiment experiment(const fs::path& run_dir) {
   e.model.name = "mlp";
   e.model.hidden = {16};
   e.model.dropout = 0.2;
-  e.data.dataset = "synthetic";
+  e.data.dataset = configs::Dataset::kSynthetic;
   e.data.synthetic_train_samples = 512;
   e.data.synthetic_test_samples = 128;
   e.optimizer.lr = 0.05;
@@ -100,7 +100,7 @@ TEST_F(StopAgreementTest, TheLoopStopsWhereTheAgreementSaysWithThatStepCheckpoin
 
   // Resumed from that checkpoint, the run ends where one that never stopped does.
   TrainerOptions resume;
-  resume.resume = "auto";
+  resume.resume = ResumeMode::parse("auto");
   Trainer resumed(experiment(dir_ / "x"), RunEnv{}, resume);
   const RunResult second = resumed.run();
   EXPECT_EQ(second.first_step, 5);

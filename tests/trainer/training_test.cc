@@ -30,10 +30,10 @@ configs::Experiment smallExperiment(const std::string& run_dir) {
   e.name = "training_test";
   e.model.name = "mlp";
   e.model.hidden = {32};
-  e.data.dataset = "synthetic";
+  e.data.dataset = configs::Dataset::kSynthetic;
   e.data.synthetic_train_samples = 512;
   e.data.synthetic_test_samples = 256;
-  e.optimizer.name = "sgd";
+  e.optimizer.name = configs::OptimizerName::kSgd;
   e.optimizer.lr = 0.05;
   e.optimizer.momentum = 0.9;
   e.trainer.global_batch_size = 64;
@@ -352,7 +352,7 @@ TEST(TrainingTest, TwoRanksWithUnequalSharesMatchOneProcess) {
   std::vector<int64_t> equal_sizes[2];
   std::unique_ptr<Trainer> equal[2];
   runPair(e, equal_sizes, equal);
-  e.trainer.balance = "fixed";
+  e.trainer.balance = configs::BalanceMode::kFixed;
   e.trainer.balance_shares = {24, 8};
   std::vector<int64_t> sizes[2];
   std::unique_ptr<Trainer> ranks[2];
@@ -372,7 +372,7 @@ TEST(TrainingTest, TwoRanksWithUnequalSharesMatchOneProcess) {
 
 TEST(TrainingTest, FixedSharesThatDoNotFitAreASetupErrorNamingTheKey) {
   auto e = smallExperiment("");
-  e.trainer.balance = "fixed";
+  e.trainer.balance = configs::BalanceMode::kFixed;
   e.trainer.balance_shares = {40, 20};
   RunEnv env;
   env.rank = 0;
@@ -486,7 +486,7 @@ TEST(TrainingTest, WritesConfigMetricsAndAStateDictPythonCanRead) {
 
 TEST(TrainingTest, AMissingDatasetIsASetupErrorNamingTheDirectory) {
   auto e = smallExperiment("");
-  e.data.dataset = "fashion-mnist";
+  e.data.dataset = configs::Dataset::kFashionMnist;
   e.data.dir = "/nonexistent/fashion";
   try {
     Trainer trainer(e, RunEnv{}, TrainerOptions{});
@@ -524,14 +524,14 @@ TEST(TrainingTest, AResumedFinishedRunReportsTheModelItRestored) {
   e.checkpoint.every_steps = 6;
   e.checkpoint.async = false;
   TrainerOptions first_options;
-  first_options.resume = "none";
+  first_options.resume = ResumeMode::parse("none");
   Trainer first(e, RunEnv{}, first_options);
   const RunResult done = first.run();
   ASSERT_TRUE(done.test_accuracy.has_value());
 
   std::ostringstream console;
   TrainerOptions again_options;
-  again_options.resume = "auto";
+  again_options.resume = ResumeMode::parse("auto");
   again_options.console = &console;
   Trainer again(e, RunEnv{}, again_options);
   const RunResult result = again.run();
