@@ -10,7 +10,7 @@
 // so a lone survivor trains on and can grow again.
 //
 // Blocking: every call that talks to the Store or connects a communicator has a deadline (the
-// comm timeout for connecting, QuorumOptions for the membership). Errors: comm::CommError from the
+// comm timeout for connecting, QuorumOptions for the membership). Errors: cumulus::CommError from the
 // Store and the rendezvous, unchanged (kStore when node 0's Store is gone: in-place recovery
 // cannot go on without it); GroupError for a bad environment. Training thread only, except
 // pendingJoiners().

@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "base/user_error.h"
+#include "cumulus/errors.h"
 
 namespace cumulus::base {
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "base/user_error.h"
+#include "cumulus/errors.h"
 
 namespace cumulus::base {
 

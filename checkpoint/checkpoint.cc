@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "base/user_error.h"
+#include "cumulus/errors.h"
 #include "checkpoint/checkpoint_manifest.h"
 
 namespace cumulus::trainer {

@@ -39,11 +39,6 @@
 namespace cumulus::trainer {
 
 // The value types are public API (<cumulus/checkpoint.h>, where they are documented).
-using cumulus::CheckpointError;
-using cumulus::CheckpointInfo;
-using cumulus::CheckpointWarning;
-using cumulus::kDefaultCheckpointWait;
-using cumulus::SaveResult;
 
 class CheckpointManager {
  public:

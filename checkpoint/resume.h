@@ -28,7 +28,7 @@
 
 #include "configs/experiment.h"
 #include "cumulus/checkpoint_state.h"
-#include "data/sampler.h"
+#include "cumulus/sampler.h"
 
 namespace cumulus::trainer {
 

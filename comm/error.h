@@ -30,10 +30,8 @@
 
 namespace cumulus::comm {
 
-// The error types are public API (<cumulus/errors.h>); these are comm's names for them.
+// The error types are public API (<cumulus/errors.h>); ErrorKind is the short name comm uses.
 using ErrorKind = cumulus::CommErrorKind;
-using cumulus::CommError;
-using cumulus::errorKindName;
 
 // The outcome of a call under rule 2: ok, or what kind of failure and what happened (the text
 // names no operation or peer; raise() adds them).

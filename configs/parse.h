@@ -33,14 +33,14 @@
 #include <string>
 #include <vector>
 
-#include "base/user_error.h"
+#include "cumulus/errors.h"
 #include "configs/experiment.h"
 
 namespace cumulus::configs {
 
-class ConfigError : public base::UserError {
+class ConfigError : public cumulus::UserError {
  public:
-  using base::UserError::UserError;
+  using cumulus::UserError::UserError;
 };
 
 // Reads `path`, applies `overrides` ("dotted.key=value", as given to --set) on top, validates.

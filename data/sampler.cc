@@ -1,4 +1,4 @@
-#include "data/sampler.h"
+#include "cumulus/sampler.h"
 
 #include "data/random.h"
 

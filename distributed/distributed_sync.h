@@ -38,7 +38,7 @@
 // other dtypes (float64, ...) are sent as they are. The residuals are this rank's state: read and
 // replace them with errorFeedback() / setErrorFeedback() between steps (a checkpoint keeps them).
 //
-// Failure: a failed or timed-out collective makes finish() throw its comm::CommError (op, seq,
+// Failure: a failed or timed-out collective makes finish() throw its cumulus::CommError (op, seq,
 // peer); the communicator is broken afterwards (comm/communicator.h), so the group must be
 // rebuilt. A parameter whose gradient arrives after its bucket was launched (a second backward
 // in the last micro-batch) makes finish() throw std::logic_error.
@@ -86,8 +86,6 @@ struct DistributedSyncOptions {
   static DistributedSyncOptions fromConfig(const configs::CommConfig& config);
 };
 
-using cumulus::BucketEvent;  // public API: <cumulus/data_parallel.h>
-using cumulus::SyncStepStats;
 
 class DistributedGradientSync final : public GradientSync {
  public:

@@ -6,7 +6,7 @@
 //
 // Blocking: construction performs the rendezvous and blocks until every rank is connected or
 // comm.timeout_seconds expires. Errors: GroupError naming the missing or malformed environment
-// variable or config key; comm::CommError (kStore "store HOST:PORT unreachable …",
+// variable or config key; cumulus::CommError (kStore "store HOST:PORT unreachable …",
 // kRendezvous, kUnauthorized, kTimeout) from the Store and the rendezvous, unchanged.
 //
 // Thread-safety: the accessors are; the Communicator is (see comm/communicator.h).
@@ -20,7 +20,7 @@
 #include <string>
 
 #include "base/run_env.h"
-#include "base/user_error.h"
+#include "cumulus/errors.h"
 #include "comm/algorithm.h"
 #include "comm/communicator.h"
 #include "comm/store.h"
@@ -33,7 +33,6 @@ class StoreClient;
 
 namespace cumulus::trainer {
 
-using cumulus::GroupError;  // public API: <cumulus/errors.h>
 
 // The launcher's variables for a worker of a group (base::RunEnv::fromGroupEnvironment: RANK,
 // WORLD_SIZE, MASTER_ADDR and MASTER_PORT are required). Throws GroupError naming the variable

@@ -14,7 +14,7 @@
 //     reuses a member id), marks a dead worker gone for the workers' quorum (comm/quorum.h), and
 //     a node that joined the running group late lists itself, so node 0 waits for it at the end.
 //
-// Every call throws comm::CommError when the Store fails; the waits also on their timeout.
+// Every call throws cumulus::CommError when the Store fails; the waits also on their timeout.
 // Non-blocking unless it says "waits". Not thread-safe: used from the launcher's one thread.
 
 #include <chrono>

@@ -149,7 +149,7 @@ void endWaiting(Job& job, AgentConsole& console, int64_t generation, int exit_co
                   "the job ended (" + what + ", exit code " + std::to_string(exit_code) +
                       ") before this node could join",
                   std::chrono::milliseconds(5000));
-  } catch (const comm::CommError& e) {
+  } catch (const cumulus::CommError& e) {
     // Best effort: the job is over whatever the nodes waiting for the next round learn.
     console.endWaitingFailed(generation, e.what());
   }

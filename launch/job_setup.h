@@ -63,7 +63,7 @@ std::unique_ptr<Job> setUpJob(LaunchOptions& options, AgentConsole& console, boo
 // The funnel's parameter server lives beside the Store, on node 0; it serves one world size, so a
 // group of another size gets a new one. Node 0 (re)starts it and publishes its address for
 // `generation`; the other nodes wait up to `timeout` to read it. Sets job.ps_endpoint. Throws
-// SetupError when node 0 cannot start it, comm::CommError when the Store fails.
+// SetupError when node 0 cannot start it, cumulus::CommError when the Store fails.
 void prepareParameterServer(Job& job, AgentConsole& console, int64_t generation, int64_t world_size,
                             std::chrono::milliseconds timeout);
 

@@ -63,7 +63,7 @@ LaunchReport Launcher::run() {
     return runOrThrow();
   } catch (const SetupError& e) {
     console.setupError(e.what());
-  } catch (const comm::CommError& e) {
+  } catch (const cumulus::CommError& e) {
     console.rendezvousFailed(e.what());
   } catch (const std::exception& e) {
     console.setupError(e.what());
@@ -90,7 +90,7 @@ LaunchReport Launcher::runOrThrow() {
     Round round;
     try {
       round = job.rdzv->join(next, report.restarts);
-    } catch (const comm::CommError& e) {
+    } catch (const cumulus::CommError& e) {
       if (next == 0) throw;  // never reached the Store: a set-up error ("rendezvous failed")
       st.console.storeLost(job.store_endpoint, e.what());
       report.exit_code = 1;
@@ -106,7 +106,7 @@ LaunchReport Launcher::runOrThrow() {
     std::unique_ptr<WorkerGroup> group;
     try {
       group = startGroup(round, report.restarts, joining);
-    } catch (const comm::CommError& e) {
+    } catch (const cumulus::CommError& e) {
       // The round formed, so the Store was there: node 0 went away while this node started its
       // workers (the member ids come from the Store). The workers started so far die with `group`.
       st.console.storeLost(job.store_endpoint, e.what());
@@ -147,7 +147,7 @@ GroupEnd Launcher::supervise(WorkerGroup& group, LaunchReport& report) {
 bool Launcher::workersRunInPlace(const WorkerGroup& group) {
   try {
     return state_->job->group_store->runsInPlace(group.generation);
-  } catch (const comm::CommError&) {
+  } catch (const cumulus::CommError&) {
     return true;  // the Store is gone: the in-place path reports that as it does now
   }
 }
@@ -290,7 +290,7 @@ std::optional<GroupEnd> Launcher::replaceWorker(WorkerGroup& group, const GroupE
   std::optional<std::string> store_error;
   try {
     job.group_store->markGone(group.generation, dead->member_id, why);
-  } catch (const comm::CommError& e) {
+  } catch (const cumulus::CommError& e) {
     st.console.markGoneFailed(dead->member_id, e.what());
     store_error = e.what();
   }
@@ -302,7 +302,7 @@ std::optional<GroupEnd> Launcher::replaceWorker(WorkerGroup& group, const GroupE
   const std::string old_member = dead->member_id;
   try {
     if (!store_error) launchWorker(group, *dead, /*joiner=*/true, decision.restarts);
-  } catch (const comm::CommError& e) {
+  } catch (const cumulus::CommError& e) {
     store_error = e.what();
   }
   if (store_error) {
@@ -344,7 +344,7 @@ void Launcher::regroup(WorkerGroup& group, const RestartDecision& decision) {
   st.console.regrouping(decision.what, options_.preemption_grace);
   try {
     st.job->rdzv->announceRejoin(st.generation + 1);
-  } catch (const comm::CommError& e) {
+  } catch (const cumulus::CommError& e) {
     // Without the announcement node 0 closes the next round after the last call, maybe without
     // this node; the group still forms, so go on.
     st.console.announceFailed(st.generation + 1, e.what());
@@ -375,7 +375,7 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
   if (decision.publish_failure) {
     try {
       job.group_store->recordFailure(g, decision.what, permanent);
-    } catch (const comm::CommError& e) {
+    } catch (const cumulus::CommError& e) {
       decision = st.policy->storeLost(decision, e.what());
     }
   }
@@ -388,7 +388,7 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
     // Before stopping (up to --stop-grace): the host waits for this node beyond the last call.
     try {
       job.rdzv->announceRejoin(g + 1);
-    } catch (const comm::CommError& e) {
+    } catch (const cumulus::CommError& e) {
       decision = st.policy->storeLost(decision, e.what());
     }
   }
@@ -408,7 +408,7 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
         job.group_store->waitStopped(g, group.node_ids,
                                      toMs(std::min(o.rdzv_timeout, o.stop_grace + 5.0)));
       }
-    } catch (const comm::CommError& e) {
+    } catch (const cumulus::CommError& e) {
       // Best effort: the failure is reported below whether or not the others saw it.
       st.console.failureUnconfirmed(g, e.what());
     }

@@ -93,7 +93,7 @@ class Launcher {
                                                              const Worker& w, bool joiner,
                                                              int restarts) const;
   // Starts `w` (of `group`, whose rank and local rank are set): names it (recovery in place), opens
-  // its log and follows its output. Throws comm::CommError when the Store fails.
+  // its log and follows its output. Throws cumulus::CommError when the Store fails.
   void launchWorker(WorkerGroup& group, Worker& w, bool joiner, int restarts);
   // Supervises `group` until it ends; with recovery in place, replaces each worker that dies
   // while restarts are left and goes on.

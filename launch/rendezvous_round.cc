@@ -174,7 +174,7 @@ Rendezvous::Rendezvous(comm::Store& store, RendezvousOptions options, RoundNode 
 }
 
 void Rendezvous::noteUnread(int64_t g, size_t nodes, std::chrono::milliseconds linger,
-                            const comm::CommError& error) const {
+                            const cumulus::CommError& error) const {
   // The round has ended either way; a node that never read why is gone or will find out when it
   // next reads the round, so this is worth a line, not a failure.
   if (note_)
@@ -192,7 +192,7 @@ void Rendezvous::sleep() const { std::this_thread::sleep_for(options_.poll); }
 void Rendezvous::awaitSettled(int64_t g) {
   try {
     store_.wait({roundSettledKey(g)}, kWaitSlice);
-  } catch (const comm::CommError& e) {
+  } catch (const cumulus::CommError& e) {
     if (e.kind() != comm::ErrorKind::kTimeout) throw;
   }
 }
@@ -364,7 +364,7 @@ bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
     const auto linger = std::min(options_.timeout, std::chrono::milliseconds(5000));
     try {
       if (!acks.empty()) store_.wait(acks, linger);
-    } catch (const comm::CommError& e) {
+    } catch (const cumulus::CommError& e) {
       noteUnread(g, acks.size(), linger, e);
     }
   }
@@ -400,7 +400,7 @@ int Rendezvous::end(int64_t generation, int exit_code, const std::string& reason
     }
     try {
       if (!acks.empty()) store_.wait(acks, linger);
-    } catch (const comm::CommError& e) {
+    } catch (const cumulus::CommError& e) {
       noteUnread(generation, acks.size(), linger, e);
     }
     return static_cast<int>(acks.size());

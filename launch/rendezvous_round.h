@@ -29,7 +29,7 @@
 // Not thread-safe: one Rendezvous per launcher, used from one thread. The host reads the round
 // every `poll`; the others block in the Store (a wait on `rdzv/<g>/settled`, 250 ms at a time),
 // so a large round costs node 0 a few calls per node per second. `interrupted` is checked between
-// calls. A Store failure throws comm::CommError.
+// calls. A Store failure throws cumulus::CommError.
 
 #include <chrono>
 #include <cstdint>
@@ -102,7 +102,7 @@ class Rendezvous {
   // node in it (kClosed) or ends (kEnded), or `interrupted` (kInterrupted: a node other than the
   // host leaves the round if it is still open, so no group forms with it). The host publishes
   // `restarts` in the round it closes. Throws RendezvousError when this node id is already in
-  // the open round, comm::CommError when the Store fails.
+  // the open round, cumulus::CommError when the Store fails.
   Round join(int64_t generation, int64_t restarts);
 
   // Tells the host that this node, a member of the group of `next_generation - 1`, will join
@@ -131,7 +131,7 @@ class Rendezvous {
   void sleep() const;
   // Tells `note` that some of the `nodes` waiting in ended round `g` did not acknowledge it.
   void noteUnread(int64_t g, size_t nodes, std::chrono::milliseconds linger,
-                  const comm::CommError& error) const;
+                  const cumulus::CommError& error) const;
   // Not the host: blocks up to kWaitSlice until the host settled round `g`.
   void awaitSettled(int64_t g);
   // The host: compare-and-set of round `g`'s state, then the wake-up for the others. Returns

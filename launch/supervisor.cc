@@ -80,7 +80,7 @@ GroupEnd Supervisor::stopForPreemption(WorkerGroup& group, const std::string& no
     // this node is (without this, node 0 waits out --rdzv-timeout before it exits 75).
     try {
       job_.group_store->markDone(group.generation, options_.node_rank);
-    } catch (const comm::CommError& e) {
+    } catch (const cumulus::CommError& e) {
       console_.finishUnconfirmed(group.generation, e.what());
     }
   }
@@ -95,14 +95,14 @@ void Supervisor::leaveInPlace(WorkerGroup& group) {
     if (s.ok() || (s.signal == 0 && s.exit_code == kExitPreempted)) continue;
     try {
       job_.group_store->markGone(group.generation, w.member_id, s.describe());
-    } catch (const comm::CommError& e) {
+    } catch (const cumulus::CommError& e) {
       console_.markGoneFailed(w.member_id, e.what());
     }
   }
   if (!job_.multi) return;
   try {
     job_.group_store->markDone(group.generation, options_.node_rank);
-  } catch (const comm::CommError& e) {
+  } catch (const cumulus::CommError& e) {
     console_.finishUnconfirmed(group.generation, e.what());
   }
 }
@@ -127,7 +127,7 @@ GroupEnd Supervisor::finish(WorkerGroup& group, bool any_preempted) {
         end.detail = *why;
         return end;
       }
-    } catch (const comm::CommError& e) {
+    } catch (const cumulus::CommError& e) {
       // Without the Store there is no regroup to join: the stop is the job's preemption.
       console_.regroupUnreadable(e.what());
     }
@@ -149,7 +149,7 @@ GroupEnd Supervisor::finish(WorkerGroup& group, bool any_preempted) {
           for (int64_t id : job_.group_store->joined(group.generation)) nodes.push_back(id);
         }
         job_.group_store->waitDone(group.generation, nodes, toMs(options_.rdzv_timeout));
-      } catch (const comm::CommError& e) {
+      } catch (const cumulus::CommError& e) {
         // Best effort: this node is done; a node that never says so is gone.
         console_.finishUnconfirmed(group.generation, e.what());
       }
@@ -187,7 +187,7 @@ std::optional<GroupEnd> Supervisor::checkStore(WorkerGroup& group) {
       end.detail = *why;
       return end;
     }
-  } catch (const comm::CommError& e) {
+  } catch (const cumulus::CommError& e) {
     end.kind = GroupEnd::Kind::kStoreLost;
     end.detail = e.what();
     return end;

@@ -68,7 +68,7 @@ class Supervisor {
         stop_signal_(stop_signal) {}
 
   // Blocks until `group` ends; see above. A Store failure is kStoreLost, except while telling
-  // the others that this node finished, where it throws comm::CommError.
+  // the others that this node finished, where it throws cumulus::CommError.
   GroupEnd run(WorkerGroup& group);
 
  private:

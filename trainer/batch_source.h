@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "data/examples.h"
-#include "data/sampler.h"
+#include "cumulus/sampler.h"
 
 namespace cumulus::trainer {
 

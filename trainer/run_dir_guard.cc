@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "base/user_error.h"
+#include "cumulus/errors.h"
 #include "configs/digest.h"
 #include "cumulus/run_directory.h"
 #include "checkpoint/checkpoint_manifest.h"
@@ -37,12 +37,12 @@ int removeCheckpointDirs(const std::string& dir) {
     std::error_code failed;
     fs::remove_all(it->path(), failed);
     if (failed) {
-      throw base::UserError(it->path().string() +
+      throw cumulus::UserError(it->path().string() +
                             ": cannot remove it for --overwrite: " + failed.message());
     }
     ++removed;
   }
-  if (error) throw base::UserError(dir + ": cannot list it for --overwrite: " + error.message());
+  if (error) throw cumulus::UserError(dir + ": cannot list it for --overwrite: " + error.message());
   return removed;
 }
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "base/user_error.h"
+#include "cumulus/errors.h"
 #include "comm/cost_model.h"
 
 namespace cumulus::trainer {
@@ -15,7 +15,7 @@ int64_t intraOpThreads(int64_t configured, int64_t local_world_size) {
 int64_t intraOpThreads(int64_t configured, int64_t local_world_size, int64_t cores) {
   cores = std::max<int64_t>(1, cores);
   if (configured > cores) {
-    throw base::UserError("trainer.threads: " + std::to_string(configured) + " is more than the " +
+    throw cumulus::UserError("trainer.threads: " + std::to_string(configured) + " is more than the " +
                           std::to_string(cores) +
                           " cores this process may use (its CPU affinity); set at most " +
                           std::to_string(cores) + ", or 0 for cores / local workers");

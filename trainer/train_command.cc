@@ -11,7 +11,6 @@
 
 #include "api/elastic_group.h"
 #include "base/env_names.h"
-#include "base/user_error.h"
 #include "configs/cli.h"
 #include "configs/parse.h"
 #include "cumulus/errors.h"
@@ -26,8 +25,8 @@
 
 namespace {
 
-constexpr int kExitFailure = cumulus::base::kFailureExitCode;
-constexpr int kExitUsage = cumulus::base::kUserErrorExitCode;
+constexpr int kExitFailure = cumulus::kFailureExitCode;
+constexpr int kExitUsage = cumulus::kUserErrorExitCode;
 constexpr const char* kProgram = "cumulus-train";
 
 // cumulus-train's flags, besides the experiment's (configs/cli.h).
@@ -196,7 +195,7 @@ int trainCommand(int argc, char** argv, const TrainCustomization& customize) {
     if (e.kind() == cumulus::CommErrorKind::kUnauthorized) return fail(kExitUsage, e.what());
     return fail(kExitFailure, e.what());
   } catch (const std::exception& e) {
-    // A bad config, flag, environment or group set-up is a base::UserError: exit 2, not 1.
+    // A bad config, flag, environment or group set-up is a cumulus::UserError: exit 2, not 1.
     return cumulus::base::reportError(kProgram, e);
   }
 }

@@ -70,7 +70,7 @@
 #include <string>
 #include <vector>
 
-#include "base/user_error.h"
+#include "cumulus/errors.h"
 #include "checkpoint/resume.h"
 #include "configs/experiment.h"
 #include "trainer/run_env.h"
@@ -110,9 +110,9 @@ PartChoice<Part> usePart(std::shared_ptr<Part> part) {
   return [part](std::shared_ptr<Part>) { return part; };
 }
 
-class SetupError : public base::UserError {
+class SetupError : public cumulus::UserError {
  public:
-  using base::UserError::UserError;
+  using cumulus::UserError::UserError;
 };
 
 // The loss diverged or the model's code failed mid-run: a retry repeats it (exit 2).

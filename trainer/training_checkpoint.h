@@ -18,7 +18,7 @@
 
 #include "configs/experiment.h"
 #include "cumulus/checkpoint.h"
-#include "data/sampler.h"
+#include "cumulus/sampler.h"
 #include "trainer/run_env.h"
 
 namespace cumulus::models {

@@ -1,4 +1,4 @@
-#include "base/user_error.h"
+#include "cumulus/errors.h"
 
 #include <gtest/gtest.h>
 

@@ -133,7 +133,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   transfer.recv_span = [&](size_t i) { return tcp::Span{buffers[i].data(), buffers[i].size()}; };
   try {
     tcp::runTransfer(ctx, transfer);
-  } catch (const cumulus::comm::CommError&) {
+  } catch (const cumulus::CommError&) {
     return 0;
   }
   // Success: each non-empty message is a header, and its payload unless it came in a slot.

@@ -48,7 +48,7 @@ void acceptor(const uint8_t* data, size_t size) {
                              " without the token");
     }
     check(!peer.status().detail().empty(), "the acceptor refused a connection without saying why");
-  } catch (const cumulus::comm::CommError& e) {
+  } catch (const cumulus::CommError& e) {
     check(e.kind() == cumulus::comm::ErrorKind::kUnauthorized,
           std::string("the acceptor threw other than kUnauthorized: ") + e.what());
   }
@@ -59,7 +59,7 @@ void connector(const uint8_t* data, size_t size) {
   tcp::HandshakeConfig self{5, 1, 4, "fuzz-token"};
   try {
     tcp::connectorHandshake(wire.ours, self, 0, soon());
-  } catch (const cumulus::comm::CommError&) {
+  } catch (const cumulus::CommError&) {
     return;
   }
   cumulus::fuzz::finding("the connector accepted a peer that does not know the token");

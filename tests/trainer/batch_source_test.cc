@@ -38,10 +38,10 @@ std::vector<int64_t> rowsOf(const data::Batch& batch) {
 
 TEST(BatchSourceTest, EachRankGetsItsSliceOfTheGlobalBatchInContiguousMicroBatches) {
   // 20 samples, global batch 8: steps of 8, 8, 4.
-  const data::DistributedSampler sampler(20, 8, /*seed=*/3, /*shuffle=*/true, /*drop_last=*/false);
+  const cumulus::DistributedSampler sampler(20, 8, /*seed=*/3, /*shuffle=*/true, /*drop_last=*/false);
   SamplerBatchSource rank1(data::inMemory(numbered(20), "numbered"), sampler, /*rank=*/1,
                            /*world_size=*/2);
-  data::DistributedSampler reference = sampler;
+  cumulus::DistributedSampler reference = sampler;
   EXPECT_EQ(rank1.stepsPerEpoch(), 3);
   for (int64_t step = 0; step < 3; ++step) {
     const std::vector<int64_t> expected = reference.localIndices(1, 2);
@@ -67,7 +67,7 @@ TEST(BatchSourceTest, EachRankGetsItsSliceOfTheGlobalBatchInContiguousMicroBatch
 
 TEST(BatchSourceTest, AnEmptyShareHasEmptyMicroBatchesAndRestoreMovesThePosition) {
   // The last batch of 2 samples leaves nothing for rank 0 of 3 (its slice is [0, 2·0/3)).
-  const data::DistributedSampler sampler(10, 8, 3, true, false);
+  const cumulus::DistributedSampler sampler(10, 8, 3, true, false);
   SamplerBatchSource rank0(data::inMemory(numbered(10), "numbered"), sampler, 0, 3);
   rank0.restore({0, 8});
   const StepBatch batch = rank0.next(1, 2);
@@ -76,7 +76,7 @@ TEST(BatchSourceTest, AnEmptyShareHasEmptyMicroBatchesAndRestoreMovesThePosition
   ASSERT_EQ(batch.micro_batches.size(), 2u);
   EXPECT_FALSE(batch.micro_batches[0].inputs.defined());
   EXPECT_FALSE(batch.micro_batches[1].targets.defined());
-  EXPECT_EQ(rank0.position(), (data::SamplerState{1, 0}));
+  EXPECT_EQ(rank0.position(), (cumulus::SamplerState{1, 0}));
   EXPECT_THROW(rank0.restore({0, 3}), std::invalid_argument);
 }
 
@@ -90,14 +90,14 @@ class Passthrough final : public ForwardingBatchSource {
 };
 
 TEST(BatchSourceTest, SharesMoveTheSlicesUntilAReshardMakesThemEqual) {
-  const data::DistributedSampler sampler(20, 8, 3, true, false);
+  const cumulus::DistributedSampler sampler(20, 8, 3, true, false);
   auto rank1 =
       std::make_shared<SamplerBatchSource>(data::inMemory(numbered(20), "numbered"), sampler, 1, 2);
   // Through a wrapper, as the trainer may see it.
   const auto wrapper = std::make_shared<Passthrough>(rank1);
   BatchSource& source = *wrapper;
   source.setShares({6, 2});
-  data::DistributedSampler reference = sampler;
+  cumulus::DistributedSampler reference = sampler;
   StepBatch batch = source.next(0, 2);
   EXPECT_EQ(batch.indices, reference.shareIndices(1, {6, 2}));
   EXPECT_EQ(batch.indices.size(), 2u);
@@ -119,8 +119,8 @@ TEST(BatchSourceTest, TheDefaultSetSharesSaysWhatToDo) {
   class Fixed final : public BatchSource {
    public:
     int64_t stepsPerEpoch() const override { return 1; }
-    data::SamplerState position() const override { return {}; }
-    void restore(const data::SamplerState&) override {}
+    cumulus::SamplerState position() const override { return {}; }
+    void restore(const cumulus::SamplerState&) override {}
     StepBatch next(int64_t, int64_t) override { return {}; }
   } fixed;
   try {
@@ -138,8 +138,8 @@ TEST(BatchSourceTest, TheLedgerWrapperAppendsEachStepsSamplesAndPassesTheBatchOn
       fs::path(::testing::TempDir()) / ("ledger_" + std::to_string(::getpid()) + ".rank1");
   fs::remove(path);
   { std::ofstream(path) << ledgerLine(5, 0, 0, 1, {7}); }  // an earlier launch's line stays
-  const data::DistributedSampler sampler(20, 8, 3, true, false);
-  data::DistributedSampler reference = sampler;
+  const cumulus::DistributedSampler sampler(20, 8, 3, true, false);
+  cumulus::DistributedSampler reference = sampler;
   std::vector<std::string> expected = {ledgerLine(5, 0, 0, 1, {7})};
   {
     LedgerBatchSource ledger(
@@ -147,7 +147,7 @@ TEST(BatchSourceTest, TheLedgerWrapperAppendsEachStepsSamplesAndPassesTheBatchOn
                                              2),
         path.string(), [] { return int64_t{9}; } /*launch*/, [] { return int64_t{1}; } /*rank*/);
     for (int64_t step = 0; step < 4; ++step) {  // into the second epoch
-      const data::SamplerState at = reference.state();
+      const cumulus::SamplerState at = reference.state();
       const std::vector<int64_t> indices = reference.localIndices(1, 2);
       expected.push_back(ledgerLine(9, at.epoch, step, 1, indices));
       const StepBatch batch = ledger.next(step, 1);
@@ -170,7 +170,7 @@ TEST(BatchSourceTest, TheLedgerWrapperAppendsEachStepsSamplesAndPassesTheBatchOn
 }
 
 TEST(BatchSourceTest, TheLedgerWrapperNamesAFileItCannotOpen) {
-  const data::DistributedSampler sampler(20, 8, 3, true, false);
+  const cumulus::DistributedSampler sampler(20, 8, 3, true, false);
   try {
     LedgerBatchSource ledger(
         std::make_shared<SamplerBatchSource>(data::inMemory(numbered(20), "numbered"), sampler, 0,

@@ -127,7 +127,7 @@ TEST(ProcessGroupTest, AnUnreachableStoreIsNamed) {
   try {
     ProcessGroup group(env, config);
     FAIL();
-  } catch (const comm::CommError& e) {
+  } catch (const cumulus::CommError& e) {
     EXPECT_EQ(e.kind(), comm::ErrorKind::kStore) << e.what();
     EXPECT_THAT(e.what(), HasSubstr("127.0.0.1:" + std::to_string(port) + " unreachable"));
   }

@@ -559,7 +559,7 @@ TEST(DistributedSyncTest, APeerThatLeavesMakesFinishThrowNamingIt) {
       sync.afterBackward(true);
       try {
         sync.finish();
-      } catch (const comm::CommError& e) {
+      } catch (const cumulus::CommError& e) {
         error = e.what();
         peer = e.peer();
       }

@@ -22,8 +22,8 @@ class ForwardingBatchSource : public BatchSource {
   explicit ForwardingBatchSource(std::shared_ptr<BatchSource> inner) : inner_(std::move(inner)) {}
 
   int64_t stepsPerEpoch() const override { return inner_->stepsPerEpoch(); }
-  data::SamplerState position() const override { return inner_->position(); }
-  void restore(const data::SamplerState& position) override { inner_->restore(position); }
+  cumulus::SamplerState position() const override { return inner_->position(); }
+  void restore(const cumulus::SamplerState& position) override { inner_->restore(position); }
   void reshard(int64_t rank, int64_t world_size) override { inner_->reshard(rank, world_size); }
   void setShares(const std::vector<int64_t>& shares) override { inner_->setShares(shares); }
 

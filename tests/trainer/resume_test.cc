@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "configs/parse.h"
-#include "data/sampler.h"
+#include "cumulus/sampler.h"
 #include "checkpoint/checkpoint_snapshot.h"
 #include "checkpoint/checkpoint_state_proto.h"
 
@@ -60,7 +60,7 @@ TEST(ResumeTest, SameConfigAndWorldRestoresPosition) {
   e.trainer.global_batch_size = 64;
   const ResumePlan plan = planResume(e, 2, stateFor(e, 40, 1, 640, 2), "/c/step-00000040", false);
   EXPECT_EQ(plan.step, 40);
-  EXPECT_EQ(plan.sampler, (data::SamplerState{1, 640}));
+  EXPECT_EQ(plan.sampler, (cumulus::SamplerState{1, 640}));
   EXPECT_EQ(plan.samples_seen, 40u * 64u);
   EXPECT_FALSE(plan.world_size_changed);
   EXPECT_TRUE(plan.config_changes.empty());
@@ -100,7 +100,7 @@ TEST(ResumeTest, OtherWorldSizeKeepsTheGlobalCursor) {
   const ResumePlan plan = planResume(e, 1, stateFor(e, 12, 0, 768, 2), "/c/step-00000012", false);
   EXPECT_TRUE(plan.world_size_changed);
   EXPECT_EQ(plan.saved_world_size, 2u);
-  EXPECT_EQ(plan.sampler, (data::SamplerState{0, 768}));
+  EXPECT_EQ(plan.sampler, (cumulus::SamplerState{0, 768}));
   ASSERT_EQ(plan.notes.size(), 3u);
   EXPECT_EQ(plan.notes[1],
             "world size 2 -> 1: re-sharding each global batch of 64 from the "
@@ -321,22 +321,22 @@ TEST(SampleLedgerTest, ReshardedRunConsumesEverySampleOnce) {
   const int64_t n = 100, batch = 8;
   std::set<int64_t> expected;
   {
-    data::DistributedSampler full(n, batch, 3, true, true);
+    cumulus::DistributedSampler full(n, batch, 3, true, true);
     for (int64_t k = 0; k < full.stepsPerEpoch(); ++k, full.advance()) {
       for (int64_t i : full.globalBatch()) expected.insert(i);
     }
   }
   ASSERT_EQ(expected.size(), 96u);  // drop_last: 12 batches of 8
 
-  data::DistributedSampler sampler(n, batch, 3, true, true);
+  cumulus::DistributedSampler sampler(n, batch, 3, true, true);
   SampleLedger ledger;
-  data::SamplerState checkpoint;
+  cumulus::SamplerState checkpoint;
   for (int64_t step = 0; step < 7; ++step) {  // launch 1, world 2; checkpoint after step 4
     for (int64_t r = 0; r < 2; ++r) ledger.record(1, 0, step, r, sampler.localIndices(r, 2));
     sampler.advance();
     if (step == 4) checkpoint = sampler.state();
   }
-  data::DistributedSampler resumed(n, batch, 3, true, true);
+  cumulus::DistributedSampler resumed(n, batch, 3, true, true);
   resumed.restore(checkpoint);
   for (int64_t step = 5; resumed.state().epoch == 0; ++step) {  // launch 2, world 1
     ledger.record(2, 0, step, 0, resumed.localIndices(0, 1));

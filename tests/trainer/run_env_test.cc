@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "base/user_error.h"
+#include "cumulus/errors.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -26,12 +26,12 @@ TEST(RunEnvTest, MoreThreadsThanCoresIsAUserError) {
   try {
     intraOpThreads(1000000, 1, 2);
     FAIL() << "no error";
-  } catch (const base::UserError& e) {
+  } catch (const cumulus::UserError& e) {
     EXPECT_STREQ(e.what(),
                  "trainer.threads: 1000000 is more than the 2 cores this process may use (its CPU "
                  "affinity); set at most 2, or 0 for cores / local workers");
   }
-  EXPECT_THROW(intraOpThreads(intraOpThreads(0, 1) + 1, 1), base::UserError);
+  EXPECT_THROW(intraOpThreads(intraOpThreads(0, 1) + 1, 1), cumulus::UserError);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/npy.h"
-#include "data/sampler.h"
+#include "cumulus/sampler.h"
 #include "tests/trainer/process_runner.h"
 #include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
@@ -196,7 +196,7 @@ TEST_F(UserModelsTest, TokenWindowsReshardFromTwoWorkersToOne) {
   EXPECT_EQ(book.epochs(), (std::set<int64_t>{0, 1, 2}));
   // Each epoch's windows: its full global batches of the (seed 0, epoch) permutation.
   const auto windows = data::TokenExamples::open(fixture("text_train.npy"), 16);
-  data::DistributedSampler sampler(windows->size(), 32, /*seed=*/0, /*shuffle=*/true,
+  cumulus::DistributedSampler sampler(windows->size(), 32, /*seed=*/0, /*shuffle=*/true,
                                    /*drop_last=*/true);
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     std::set<int64_t> expected;
