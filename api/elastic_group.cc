@@ -13,7 +13,7 @@
 #include "base/env_names.h"
 #include "base/integer.h"
 #include "comm/store_client.h"
-#include "distributed/process_group.h"
+#include "distributed/group_connection.h"
 
 namespace cumulus {
 namespace {
@@ -102,7 +102,7 @@ void ElasticGroup::connect(const comm::QuorumEpoch& epoch) {
   env.generation = static_cast<int64_t>(epoch.commGeneration());
   impl.env = env;
   if (env.world_size > 1) {
-    impl.group = std::make_unique<trainer::ProcessGroup>(env, impl.config, *store_);
+    impl.group = std::make_unique<trainer::GroupConnection>(env, impl.config, *store_);
   }
 }
 

@@ -1,4 +1,4 @@
-// ProcessGroup (<cumulus/process_group.h>) over the trainer's ProcessGroup and the communicator.
+// ProcessGroup (<cumulus/process_group.h>) over a GroupConnection (distributed/group_connection.h) and its communicator.
 
 #include <torch/types.h>
 #include <torch/utils.h>
@@ -79,12 +79,12 @@ void inPlace(torch::Tensor& tensor, Fn&& run) {
   tensor.copy_(work);
 }
 
-std::unique_ptr<trainer::ProcessGroup> groupOfSeveral(const base::RunEnv& env,
+std::unique_ptr<trainer::GroupConnection> groupOfSeveral(const base::RunEnv& env,
                                                       const configs::CommConfig& config,
                                                       comm::Store* store) {
   if (env.world_size == 1) return nullptr;
-  if (store != nullptr) return std::make_unique<trainer::ProcessGroup>(env, config, *store);
-  return std::make_unique<trainer::ProcessGroup>(env, config);
+  if (store != nullptr) return std::make_unique<trainer::GroupConnection>(env, config, *store);
+  return std::make_unique<trainer::GroupConnection>(env, config);
 }
 
 }  // namespace

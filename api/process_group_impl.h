@@ -2,7 +2,7 @@
 // Private: what a public ProcessGroup holds, for the API's own implementations (DataParallel,
 // agreeOver) and for cumulus-train. Not installed.
 //
-// A group of more than one rank owns a trainer::ProcessGroup (the Store client, the
+// A group of more than one rank owns a trainer::GroupConnection (the Store client, the
 // communicator, the funnel client). A group of one owns nothing that communicates: `group` is
 // null and every collective is answered locally.
 
@@ -16,7 +16,7 @@
 #include "comm/store.h"
 #include "configs/experiment.h"
 #include "cumulus/process_group.h"
-#include "distributed/process_group.h"
+#include "distributed/group_connection.h"
 
 namespace cumulus {
 
@@ -26,7 +26,7 @@ struct ProcessGroup::Impl {
   base::RunEnv env;
   cumulus::Algorithm algorithm = cumulus::Algorithm::kAuto;  // options.algorithm, parsed
   std::chrono::milliseconds timeout{60000};            // options.timeout_seconds
-  std::unique_ptr<trainer::ProcessGroup> group;        // null in a group of one
+  std::unique_ptr<trainer::GroupConnection> group;        // null in a group of one
 
   // The communicator's options for an allreduce with `options` (GroupError for a bad algorithm
   // or timeout).

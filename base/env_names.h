@@ -1,6 +1,7 @@
 #pragma once
 // Every environment variable that cumulus-run sets for its workers and that a worker reads: the
-// one list, used on both sides (launch/launcher.cc writes them, base/run_env.cc reads them).
+// one list, used on both sides (launch/launcher.cc writes them; base/run_env.cc reads them, except
+// the in-place recovery ones, which api/elastic_group.cc reads through the same EnvLookup).
 // What each means: docs/launch.md, "Environment of each worker".
 
 namespace cumulus::base::env {

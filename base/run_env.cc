@@ -44,6 +44,21 @@ RunEnv RunEnv::fromGroupEnvironment(const EnvLookup& getenv, const std::string& 
   return read(getenv, /*minPort=*/1);
 }
 
+DataPlaneEnv DataPlaneEnv::fromEnvironment(const EnvLookup& getenv) {
+  DataPlaneEnv out;
+  if (const char* text = getenv(env::kTransport); text != nullptr && *text != '\0') {
+    out.transport = text;
+  }
+  if (const char* text = getenv(env::kSpinMicroseconds); text != nullptr && *text != '\0') {
+    out.spin_microseconds = parseInteger(text, 0, 1000000);
+    if (!out.spin_microseconds) {
+      throw EnvError(std::string(env::kSpinMicroseconds) + " (microseconds): " +
+                     integerProblem(text, 0, 1000000));
+    }
+  }
+  return out;
+}
+
 RunEnv RunEnv::fromEnvironment(const EnvLookup& getenv) { return read(getenv, /*minPort=*/0); }
 
 // MASTER_PORT must be in [minPort, 65535]: 0 means "none" only for a process that may run alone.

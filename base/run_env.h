@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "cumulus/errors.h"
@@ -54,6 +55,16 @@ struct RunEnv {
 
  private:
   static RunEnv read(const EnvLookup& getenv, int64_t minPort);
+};
+
+// What a user may set to tune the data plane (not cumulus-run's variables, but read here with
+// them, so that every CUMULUS_* variable is read in this file): CUMULUS_TRANSPORT as given (comm
+// checks the name) and CUMULUS_SPIN_US as a number. An unset or empty variable is nullopt.
+// Throws EnvError for a CUMULUS_SPIN_US that is not an integer in [0, 1000000].
+struct DataPlaneEnv {
+  std::optional<std::string> transport;          // auto | tcp | unix | shm
+  std::optional<int64_t> spin_microseconds;      // a receive's busy-wait before it sleeps
+  static DataPlaneEnv fromEnvironment(const EnvLookup& getenv = systemEnvironment);
 };
 
 }  // namespace cumulus::base

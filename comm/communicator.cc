@@ -1,11 +1,9 @@
 #include "comm/communicator.h"
 
-#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 
-#include "base/env_names.h"
-#include "base/integer.h"
+#include "base/run_env.h"
 #include "comm/error.h"
 #include "comm/hierarchical.h"
 #include "comm/rendezvous.h"
@@ -30,15 +28,11 @@ CommError brokenError(const std::exception_ptr& first, const char* op, uint64_t 
 
 int resolveSpin(int requested) {
   if (requested >= 0) return requested;
-  const char* env = std::getenv(base::env::kSpinMicroseconds);
-  if (env == nullptr || *env == '\0') return 0;
-  const std::optional<int64_t> us = base::parseInteger(env, 0, 1000000);
-  if (!us) {
-    throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1,
-                    std::string(base::env::kSpinMicroseconds) + " (microseconds): " +
-                        base::integerProblem(env, 0, 1000000));
+  try {
+    return static_cast<int>(base::DataPlaneEnv::fromEnvironment().spin_microseconds.value_or(0));
+  } catch (const base::EnvError& e) {
+    throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1, e.what());
   }
-  return static_cast<int>(*us);
 }
 
 }  // namespace

@@ -3,11 +3,11 @@
 #include <unistd.h>
 
 #include <climits>
-#include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 
 #include "base/env_names.h"
+#include "base/run_env.h"
 
 namespace cumulus::comm {
 
@@ -34,11 +34,11 @@ std::optional<Transport> parseTransport(const std::string& name) {
 }
 
 Transport transportFromEnvironment() {
-  const char* value = std::getenv(base::env::kTransport);
-  if (value == nullptr || *value == '\0') return Transport::kAuto;
-  auto parsed = parseTransport(value);
+  const std::optional<std::string> value = base::DataPlaneEnv::fromEnvironment().transport;
+  if (!value) return Transport::kAuto;
+  auto parsed = parseTransport(*value);
   if (!parsed) {
-    throw std::invalid_argument(std::string(base::env::kTransport) + "='" + value +
+    throw std::invalid_argument(std::string(base::env::kTransport) + "='" + *value +
                                 "' is not one of auto, tcp, unix, shm");
   }
   return *parsed;

@@ -5,7 +5,7 @@
 //                 [--help]
 //
 // Alone (no WORLD_SIZE, or 1) it trains by itself. Started by cumulus-run (WORLD_SIZE > 1 and
-// the rest of the torchrun environment) it joins the group: see distributed/process_group.h.
+// the rest of the torchrun environment) it joins the group: see distributed/group_connection.h.
 //
 // A SIGTERM is a preemption notice: the ranks agree on a stop step, checkpoint it and exit 75.
 //

@@ -122,5 +122,25 @@ TEST(RunEnvTest, AGroupMemberNeedsTheGroupVariables) {
   EXPECT_EQ(errorWith("RANK", "5"), "RANK=5 must be in [0, WORLD_SIZE=2)");
 }
 
+TEST(DataPlaneEnvTest, ReadsTheTransportAndTheSpinOrNothing) {
+  DataPlaneEnv none = DataPlaneEnv::fromEnvironment(lookupIn({{"CUMULUS_TRANSPORT", ""}}));
+  EXPECT_EQ(none.transport, std::nullopt);
+  EXPECT_EQ(none.spin_microseconds, std::nullopt);
+  const DataPlaneEnv set = DataPlaneEnv::fromEnvironment(
+      lookupIn({{"CUMULUS_TRANSPORT", "shm"}, {"CUMULUS_SPIN_US", "20"}}));
+  EXPECT_EQ(set.transport, "shm");  // comm checks the name
+  EXPECT_EQ(set.spin_microseconds, 20);
+  for (const char* bad : {"fast", "-1", "1000001", "20us"}) {
+    try {
+      DataPlaneEnv::fromEnvironment(lookupIn({{"CUMULUS_SPIN_US", bad}}));
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const EnvError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("CUMULUS_SPIN_US (microseconds): expected an integer in [0, 1000000], "
+                            "got \"") + bad + "\"");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cumulus::base

@@ -14,7 +14,7 @@
 #include "comm/memory_store.h"
 #include "comm/reduce.h"
 #include "distributed/distributed_sync.h"
-#include "distributed/process_group.h"
+#include "distributed/group_connection.h"
 #include "trainer/training_checkpoint.h"
 #include "tests/trainer/thread_ranks.h"
 
@@ -40,7 +40,7 @@ void runRanks(
     base::RunEnv env;
     env.rank = rank;
     env.world_size = world;
-    ProcessGroup group(env, config, store);
+    GroupConnection group(env, config, store);
     DistributedGradientSync sync(group.communicator(), DistributedSyncOptions::fromConfig(config));
     std::vector<torch::Tensor> params;
     for (const int64_t n : shapes) params.push_back(torch::zeros({n}, torch::requires_grad()));

@@ -1,4 +1,4 @@
-// ProcessGroup's environment parsing and errors, and the Chrome trace recorder.
+// GroupConnection's environment parsing and errors, and the Chrome trace recorder.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include "comm/error.h"
 #include "comm/memory_store.h"
 #include "comm/tcp/socket.h"
-#include "distributed/process_group.h"
+#include "distributed/group_connection.h"
 #include "distributed/trace.h"
 
 namespace cumulus::trainer {
@@ -102,7 +102,7 @@ TEST(ProcessGroupTest, FunnelWithoutAParameterServerSaysWhatToDo) {
   configs::CommConfig config;
   config.algorithm = Algorithm::kFunnel;
   try {
-    ProcessGroup group(env, config, store);
+    GroupConnection group(env, config, store);
     FAIL();
   } catch (const GroupError& e) {
     EXPECT_THAT(e.what(), HasSubstr("comm.algorithm is funnel but CUMULUS_PS_ENDPOINT is not set"));
@@ -125,7 +125,7 @@ TEST(ProcessGroupTest, AnUnreachableStoreIsNamed) {
   configs::CommConfig config;
   config.timeout_seconds = 0.5;
   try {
-    ProcessGroup group(env, config);
+    GroupConnection group(env, config);
     FAIL();
   } catch (const cumulus::CommError& e) {
     EXPECT_EQ(e.kind(), comm::ErrorKind::kStore) << e.what();
@@ -138,7 +138,7 @@ TEST(ProcessGroupTest, ASingleRankGroupReducesToItself) {
   base::RunEnv env;
   configs::CommConfig config;
   config.algorithm = Algorithm::kRing;
-  ProcessGroup group(env, config, store);
+  GroupConnection group(env, config, store);
   EXPECT_EQ(group.world(), 1);
   EXPECT_EQ(group.algorithm(), cumulus::Algorithm::kRing);
   EXPECT_EQ(group.timeout(), std::chrono::milliseconds(60000));

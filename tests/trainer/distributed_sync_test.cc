@@ -20,7 +20,7 @@
 #include "comm/memory_store.h"
 #include "comm/parameter_server.h"
 #include "distributed/flat_parameters.h"
-#include "distributed/process_group.h"
+#include "distributed/group_connection.h"
 #include "tests/trainer/thread_ranks.h"
 
 namespace cumulus::trainer {
@@ -207,7 +207,7 @@ std::vector<RankResult> runGroup(const Plan& plan) {
     env.world_size = plan.world;
     env.job_token = kToken;
     if (server) env.ps_endpoint = "127.0.0.1:" + std::to_string(server->port());
-    ProcessGroup group(env, commConfig(plan), store);
+    GroupConnection group(env, commConfig(plan), store);
     BucketLog bucket_log;
     DistributedSyncOptions options = DistributedSyncOptions::fromConfig(commConfig(plan));
     options.gradient_as_bucket_view = plan.bucket_view;
@@ -403,7 +403,7 @@ TEST(DistributedSyncTest, GradientsAreViewsIntoTheBuckets) {
   torch::set_num_threads(1);
   comm::MemoryStore store;
   configs::CommConfig config;
-  ProcessGroup group(base::RunEnv{}, config, store);
+  GroupConnection group(base::RunEnv{}, config, store);
   DistributedGradientSync sync(group.communicator(), DistributedSyncOptions::fromConfig(config));
   auto net = makeNet(1);
   const auto params = net->parameters();
@@ -486,7 +486,7 @@ TEST(DistributedSyncTest, BroadcastCopiesRankZerosTensorsOfAnyDType) {
         env.rank = rank;
         env.world_size = 2;
         configs::CommConfig config;
-        ProcessGroup group(env, config, store);
+        GroupConnection group(env, config, store);
         DistributedGradientSync sync(group.communicator(),
                                      DistributedSyncOptions::fromConfig(config));
         sync.broadcastTensors(tensors[rank]);
@@ -514,7 +514,7 @@ TEST(DistributedSyncTest, RanksWithDifferentModelsFailAtAttachNamingTheRank) {
       env.rank = rank;
       env.world_size = 2;
       configs::CommConfig config;
-      ProcessGroup group(env, config, store);
+      GroupConnection group(env, config, store);
       DistributedGradientSync sync(group.communicator(),
                                    DistributedSyncOptions::fromConfig(config));
       std::vector<torch::Tensor> params = {
@@ -547,7 +547,7 @@ TEST(DistributedSyncTest, APeerThatLeavesMakesFinishThrowNamingIt) {
       configs::CommConfig config;
       config.algorithm = Algorithm::kRing;
       config.timeout_seconds = 10;
-      ProcessGroup group(env, config, store);
+      GroupConnection group(env, config, store);
       DistributedGradientSync sync(group.communicator(),
                                    DistributedSyncOptions::fromConfig(config));
       auto net = makeNet(1);

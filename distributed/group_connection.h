@@ -1,5 +1,5 @@
 #pragma once
-// ProcessGroup: this worker's membership in the job's group — the Store client, the
+// GroupConnection: this worker's membership in the job's group — the Store client, the
 // communicator (data plane, comm/communicator.h) and, for the funnel algorithm,
 // the parameter-server client — built from the launcher's environment and the `comm` section of
 // the experiment. No LibTorch.
@@ -42,18 +42,18 @@ base::RunEnv groupEnvironment(const base::EnvLookup& getenv = base::systemEnviro
 // "host:port" → (host, port); throws GroupError naming `what` when malformed. "[::1]:80" works.
 std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std::string& what);
 
-class ProcessGroup {
+class GroupConnection {
  public:
   // Connects to the Store at MASTER_ADDR:MASTER_PORT with the job token, to the parameter server
   // at CUMULUS_PS_ENDPOINT when comm.algorithm is funnel (GroupError if it is not set), and
   // rendezvous with the other ranks under generation CUMULUS_GENERATION (the fields of `env`).
-  ProcessGroup(const base::RunEnv& env, const configs::CommConfig& config);
+  GroupConnection(const base::RunEnv& env, const configs::CommConfig& config);
   // Over a caller-owned Store that outlives the group (tests: ranks as threads, a MemoryStore).
   // `env.master_addr/port` are ignored.
-  ProcessGroup(const base::RunEnv& env, const configs::CommConfig& config, comm::Store& store);
-  ~ProcessGroup();
-  ProcessGroup(const ProcessGroup&) = delete;
-  ProcessGroup& operator=(const ProcessGroup&) = delete;
+  GroupConnection(const base::RunEnv& env, const configs::CommConfig& config, comm::Store& store);
+  ~GroupConnection();
+  GroupConnection(const GroupConnection&) = delete;
+  GroupConnection& operator=(const GroupConnection&) = delete;
 
   int rank() const { return static_cast<int>(env_.rank); }
   int world() const { return static_cast<int>(env_.world_size); }

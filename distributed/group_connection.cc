@@ -1,4 +1,4 @@
-#include "distributed/process_group.h"
+#include "distributed/group_connection.h"
 
 #include <cmath>
 #include <optional>
@@ -30,7 +30,7 @@ std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std
   return {std::move(parsed->host), parsed->port};
 }
 
-ProcessGroup::ProcessGroup(const base::RunEnv& env, const configs::CommConfig& config)
+GroupConnection::GroupConnection(const base::RunEnv& env, const configs::CommConfig& config)
     : env_(env), config_(config) {
   comm::StoreClientOptions options;
   options.connect_timeout = timeoutOf(config);
@@ -39,19 +39,19 @@ ProcessGroup::ProcessGroup(const base::RunEnv& env, const configs::CommConfig& c
   connect(*store_);
 }
 
-ProcessGroup::ProcessGroup(const base::RunEnv& env, const configs::CommConfig& config,
+GroupConnection::GroupConnection(const base::RunEnv& env, const configs::CommConfig& config,
                            comm::Store& store)
     : env_(env), config_(config) {
   connect(store);
 }
 
-ProcessGroup::~ProcessGroup() {
+GroupConnection::~GroupConnection() {
   // The communicator may still call the funnel client from its worker thread: stop it first.
   communicator_.reset();
   funnel_.reset();
 }
 
-std::chrono::milliseconds ProcessGroup::timeoutOf(const configs::CommConfig& config) {
+std::chrono::milliseconds GroupConnection::timeoutOf(const configs::CommConfig& config) {
   if (!(config.timeout_seconds > 0) || !std::isfinite(config.timeout_seconds)) {
     throw GroupError("comm.timeout_seconds: must be a positive number of seconds, got " +
                      std::to_string(config.timeout_seconds));
@@ -60,7 +60,7 @@ std::chrono::milliseconds ProcessGroup::timeoutOf(const configs::CommConfig& con
       static_cast<int64_t>(std::ceil(config.timeout_seconds * 1000.0)));
 }
 
-void ProcessGroup::connect(comm::Store& store) {
+void GroupConnection::connect(comm::Store& store) {
   algorithm_ = config_.algorithm;
   timeout_ = timeoutOf(config_);
 
