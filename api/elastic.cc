@@ -113,6 +113,7 @@ struct Elastic::Impl {
   std::unique_ptr<ProcessGroup> plain;      // otherwise
   std::vector<torch::Tensor> params;
   std::unique_ptr<DataParallel> sync;
+  torch::Tensor kept_residual;  // this member's error feedback across a re-forming
   std::unique_ptr<PreemptionWatcher> watcher;
   std::function<void(const Membership&)> on_change;
   bool started = false;
@@ -125,13 +126,32 @@ struct Elastic::Impl {
 
   ProcessGroup& group() { return elastic ? elastic->group() : *plain; }
 
-  // The watcher of a new membership: a plain MAX without in-place recovery; in place, an
-  // allgather that also says who proposed what and whether replacements wait.
+  // The notices' watcher: a plain MAX without in-place recovery; in place, an allgather over the
+  // current membership that also says who proposed what and whether replacements wait. One for
+  // the whole run, so a notice (and its grace deadline) outlives a failure's or a join's
+  // re-forming; see renewWatcher for a leave.
   void newWatcher() {
     AgreeMax max = elastic ? AgreeMax([this](int64_t proposal) { return agree(proposal); })
                            : agreeOver(*plain);
     watcher = std::make_unique<PreemptionWatcher>(std::move(max), options.preemption);
-    if (started) watcher->start();
+  }
+
+  // After others left on a notice, the stayers' watcher has agreed to stop at this step (and took
+  // the agreement as a notice of its own, with its grace deadline): a fresh one. A SIGTERM this
+  // member got is seen again by it; a notify() between the vote and here is not.
+  void renewWatcher() {
+    newWatcher();
+    watcher->start();
+  }
+
+  // bf16 compression's error feedback is this member's own: kept across a re-forming, as
+  // cumulus-train keeps it (a healed or new member starts from zero).
+  void releaseSync() {
+    if (sync != nullptr && options.data_parallel.compression != Compression::kNone &&
+        !params.empty()) {
+      kept_residual = sync->errorFeedback();
+    }
+    sync.reset();
   }
 
   int64_t agree(int64_t proposal) {
@@ -140,9 +160,14 @@ struct Elastic::Impl {
   }
 
   void newSync() {
-    sync.reset();
+    releaseSync();
     sync = std::make_unique<DataParallel>(group(), options.data_parallel);
-    if (!params.empty()) sync->attach(params);
+    if (params.empty()) return;
+    sync->attach(params);
+    const torch::Tensor mine = std::exchange(kept_residual, torch::Tensor());
+    if (mine.defined() && mine.numel() > 0 && sync->errorFeedback().numel() == mine.numel()) {
+      sync->setErrorFeedback(mine);
+    }
   }
 
   // The state of step `step` from `source` to the members behind. CheckpointError naming the
@@ -188,8 +213,9 @@ struct Elastic::Impl {
     }
     if (epoch.source >= 0) heal(epoch.source, epoch.isStale(group().rank()));
     if (cause == "failure") skip_boundary_at = step;
+    if (epoch.isStale(group().rank())) kept_residual = torch::Tensor();  // the state is a peer's
     newSync();
-    newWatcher();
+    if (cause == "leave") renewWatcher();
     Membership m;
     m.rank = group().rank();
     m.size = group().size();
@@ -207,7 +233,7 @@ struct Elastic::Impl {
   // recoverably), then afterReform.
   void recover(double since, std::string reason) {
     for (int attempt = 1;; ++attempt) {
-      sync.reset();  // it refers to the communicator about to go
+      releaseSync();  // it refers to the communicator about to go
       try {
         elastic->reform(has_state ? step : -1);
         afterReform("failure", since, reason);
@@ -253,13 +279,14 @@ struct Elastic::Impl {
   // A re-forming agreed at a boundary: `leaving` go, waiting replacements come in.
   void reformAt(const std::vector<int>& leaving, const std::string& cause) {
     const double since = seconds();
-    sync.reset();
+    releaseSync();
     try {
       elastic->reform(step, leaving);
       afterReform(cause, since);
     } catch (const CommError& e) {
       if (!recoverable(e)) throw;
       recover(since, e.what());
+      if (!leaving.empty()) renewWatcher();  // however the leave's re-forming ended
     }
   }
 };
@@ -277,6 +304,7 @@ Elastic::Elastic(ElasticState state, ElasticOptions options) : impl_(std::make_u
   } else {
     impl_->plain = ProcessGroup::fromEnvironment(impl_->options.group);
   }
+  impl_->newWatcher();
 }
 
 Elastic::~Elastic() {
@@ -301,7 +329,6 @@ bool Elastic::start(int64_t steps_done) {
   if (!m.elastic || m.elastic->joined()) {
     m.step = steps_done;
     m.newSync();
-    m.newWatcher();
     m.started = true;
     m.watcher->start();
     Membership first;
@@ -323,7 +350,7 @@ bool Elastic::start(int64_t steps_done) {
       // The sender died during the heal, or a member while connecting: nothing was applied, so
       // this member re-forms with whoever is left, still without a state.
       if (!recoverable(e) || attempt >= kMaxReformsWithoutProgress) throw;
-      m.sync.reset();
+      m.releaseSync();
     }
   }
   m.started = true;
@@ -396,9 +423,6 @@ GradientSync& Elastic::sync() {
   return *impl_->sync;
 }
 
-PreemptionWatcher& Elastic::preemption() {
-  if (!impl_->watcher) throw std::logic_error("Elastic::preemption: call start() first");
-  return *impl_->watcher;
-}
+PreemptionWatcher& Elastic::preemption() { return *impl_->watcher; }
 
 }  // namespace cumulus

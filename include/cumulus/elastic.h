@@ -157,9 +157,14 @@ class Elastic {
   // The group of the current membership (its identity stays; its rank and size follow).
   ProcessGroup& group();
   // The gradient sync over the current membership (rebuilt at each change; do not keep it across
-  // train() calls).
+  // train() calls). With DataParallelOptions::compression kBf16 each member's error feedback is
+  // carried over a re-forming; a member that was healed starts from none.
   GradientSync& sync();
-  // The notices' watcher of the current membership (notify(), requestCheckpoint(), noticed()).
+  // The notices' watcher (notify(), requestCheckpoint(), noticed()), from construction on. A
+  // notice and its grace deadline outlive a failure's or a join's re-forming. After other
+  // members left on a notice it is replaced (a SIGTERM is seen by the new one; a notify() made
+  // during that boundary is not): call preemption() again rather than keeping the reference
+  // across boundary().
   PreemptionWatcher& preemption();
 
   struct Impl;

@@ -160,6 +160,35 @@ TEST_F(ElasticProcessTest, ANoticedMemberLeavesAndTheOthersTrainOn) {
   EXPECT_EQ(digests.size(), 1u);
 }
 
+// The same with bf16 compression: each stayer's error feedback is its own and survives the
+// re-forming (the residual the membership change reports is the one its last step left).
+TEST_F(ElasticProcessTest, UnderBf16CompressionTheStayersKeepTheirErrorFeedback) {
+  start("0.0.0", 0, 3, {"--steps", "20", "--bf16", "1"});
+  start("0.1.0", 1, 3, {"--steps", "20", "--bf16", "1"});
+  start("0.2.0", 2, 3, {"--steps", "20", "--bf16", "1", "--notice-at", "10"});
+  EXPECT_EQ(finish("0.2.0").exit_code, 75) << results_["0.2.0"].output;
+  std::set<std::string> digests;
+  for (const char* id : {"0.0.0", "0.1.0"}) {
+    const ProcessResult& r = finish(id);
+    ASSERT_EQ(r.exit_code, 0) << id << ":\n" << r.output;
+    // The line after a marker, from `from` on.
+    auto lineAfter = [&r](const std::string& marker, size_t from) {
+      const size_t at = r.output.find(marker, from);
+      if (at == std::string::npos) return std::string("(none)");
+      const size_t begin = at + marker.size();
+      return r.output.substr(begin, r.output.find('\n', begin) - begin);
+    };
+    const std::string before = lineAfter("step 10 residual ", 0);
+    const size_t leave = r.output.find(", step 10, leave");
+    ASSERT_NE(leave, std::string::npos) << id << ":\n" << r.output;
+    const std::string after = lineAfter("membership residual ", leave);
+    EXPECT_EQ(before, after) << id << ":\n" << r.output;
+    EXPECT_NE(std::stod(before), 0.0) << "bf16 rounding left no residual: the test shows nothing";
+    digests.insert(testing::lastAfter(r.output, "final parameters sha256 "));
+  }
+  EXPECT_EQ(digests.size(), 1u);
+}
+
 // The same notice when all three are needed (CUMULUS_MIN_WORKERS=3, a fixed-size job): every
 // member stops at the agreed step, for a checkpoint and a relaunch.
 TEST_F(ElasticProcessTest, ANoticeStopsEveryMemberWhenTooFewWouldStay) {

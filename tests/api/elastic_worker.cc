@@ -8,7 +8,8 @@
 // --config is what the state is built from (ElasticState::config), --width the hidden layer's
 // size: a joiner given another of either must be refused. --wait-for N: at each boundary, wait
 // until the group has N members. --notice-at N: a preemption notice (PreemptionWatcher::notify)
-// after step N.
+// after step N. --bf16 1: gradients all-reduced as bfloat16 with error feedback; each step and
+// each membership then prints the sum of this member's residual.
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -26,7 +27,16 @@ struct Flags {
   int64_t steps = 30;
   int64_t wait_for = 0;
   int64_t notice_at = 0;  // this worker gets a preemption notice after step N (0: never)
+  bool bf16 = false;
 };
+
+// The sum of this member's error-feedback residual (bf16 compression), exactly as a double.
+double residualSum(cumulus::Elastic& elastic) {
+  auto* sync = dynamic_cast<cumulus::DataParallel*>(&elastic.sync());
+  if (sync == nullptr) return 0;
+  const torch::Tensor r = sync->errorFeedback();
+  return r.numel() == 0 ? 0.0 : r.to(torch::kFloat64).sum().item<double>();
+}
 
 Flags parse(int argc, char** argv) {
   Flags f;
@@ -42,6 +52,8 @@ Flags parse(int argc, char** argv) {
       f.wait_for = std::stoll(v);
     } else if (k == "--notice-at") {
       f.notice_at = std::stoll(v);
+    } else if (k == "--bf16") {
+      f.bf16 = v == "1";
     } else {
       throw cumulus::UserError("unknown flag " + k);
     }
@@ -60,6 +72,7 @@ int run(const Flags& flags) {
 
   cumulus::ElasticOptions options;
   options.wait_for_members = static_cast<int>(flags.wait_for);
+  if (flags.bf16) options.data_parallel.compression = cumulus::Compression::kBf16;
   cumulus::Elastic elastic({[&] {
                               cumulus::Checkpoint c;
                               c.setSampler(sampler.state());
@@ -74,12 +87,15 @@ int run(const Flags& flags) {
                             flags.config},
                            options);
   elastic.attach(net->parameters());
-  elastic.onMembershipChange([](const cumulus::Membership& m) {
+  elastic.onMembershipChange([&](const cumulus::Membership& m) {
     std::string healed;
     for (int r : m.healed) healed += (healed.empty() ? "" : ",") + std::to_string(r);
     std::printf("membership: epoch %lld, rank %d of %d, step %lld, %s, state from %d to [%s]\n",
                 static_cast<long long>(m.epoch), m.rank, m.size, static_cast<long long>(m.step),
                 m.cause.c_str(), m.source, healed.c_str());
+    if (flags.bf16) {
+      std::printf("membership residual %.17g\n", residualSum(elastic));
+    }
   });
   if (!elastic.start(0)) {
     std::printf("not admitted: the group finished\n");
@@ -96,6 +112,10 @@ int run(const Flags& flags) {
       optimizer.step();
       sampler.advance();
     });
+    if (flags.bf16) {
+      std::printf("step %lld residual %.17g\n", static_cast<long long>(elastic.step()),
+                  residualSum(elastic));
+    }
     if (elastic.step() == flags.steps) break;
     if (elastic.step() == flags.notice_at) elastic.preemption().notify();
     const cumulus::ElasticAction action = elastic.boundary();
