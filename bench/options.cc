@@ -34,7 +34,7 @@ void addAllreduceFlags(CLI::App& command, BenchOptions& o) {
           [&o](const std::string& v) {
             try {
               o.algorithm = cumulus::parseAlgorithm(v);
-            } catch (const std::invalid_argument& e) {
+            } catch (const cumulus::UserError& e) {
               throw UsageError("--algo: " + std::string(e.what()));
             }
           },

@@ -83,7 +83,7 @@ void addFlags(CLI::App& app, ProbeOptions& o) {
            for (const std::string& a : split(value)) {
              try {
                o.algorithms.push_back(cumulus::parseAlgorithm(a));
-             } catch (const std::invalid_argument& e) {
+             } catch (const cumulus::UserError& e) {
                throw UsageError("--algorithms: " + std::string(e.what()));
              }
            }

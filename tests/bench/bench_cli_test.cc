@@ -134,6 +134,11 @@ TEST(CumulusBench, MalformedNumbersExitTwoNamingTheFlag) {
   EXPECT_EQ(size.output,
             "cumulus-bench: error: --sizes: expected a size such as 4096, 4K, 64M or 1G, got "
             "\"4Kx\"\n");
+  const BenchRun algo = runBench("allreduce --algo rng");
+  EXPECT_EQ(algo.exit_code, 2);
+  EXPECT_EQ(algo.output,
+            "cumulus-bench: error: --algo: unknown algorithm 'rng': expected one of funnel, tree, "
+            "ring, hierarchical, auto; did you mean 'ring'?\n");
   const BenchRun command = runBench("allredcue");
   EXPECT_EQ(command.exit_code, 2);
   EXPECT_EQ(command.output,
