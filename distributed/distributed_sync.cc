@@ -444,6 +444,15 @@ size_t DistributedGradientSync::errorFeedbackNumel() const {
   return n;
 }
 
+float* DistributedGradientSync::residualOf(size_t p) const {
+  const size_t b = bucket_of_[p];
+  if (!compressed(*buckets_[b])) return nullptr;
+  const BucketSpec& spec = layout_[b];
+  const size_t s = static_cast<size_t>(std::find(spec.params.begin(), spec.params.end(), p) -
+                                       spec.params.begin());
+  return buckets_[b]->residual.data() + spec.offsets[s];
+}
+
 // Both walk the float32 parameters in their list's order, so that the flat form does not depend
 // on the bucket layout (comm.bucket_cap_mb may change between a checkpoint and its resume).
 torch::Tensor DistributedGradientSync::errorFeedback() const {
@@ -451,13 +460,10 @@ torch::Tensor DistributedGradientSync::errorFeedback() const {
   torch::Tensor out = torch::zeros({static_cast<int64_t>(errorFeedbackNumel())}, torch::kFloat);
   float* dst = out.data_ptr<float>();
   for (size_t p = 0; p < params_.size(); ++p) {
-    const size_t b = bucket_of_[p];
-    if (!compressed(*buckets_[b])) continue;
-    const BucketSpec& spec = layout_[b];
-    const size_t s = static_cast<size_t>(std::find(spec.params.begin(), spec.params.end(), p) -
-                                         spec.params.begin());
+    const float* residual = residualOf(p);
+    if (residual == nullptr) continue;
     const size_t n = static_cast<size_t>(params_[p].numel());
-    std::memcpy(dst, buckets_[b]->residual.data() + spec.offsets[s], n * sizeof(float));
+    std::memcpy(dst, residual, n * sizeof(float));
     dst += n;
   }
   return out;
@@ -477,13 +483,10 @@ void DistributedGradientSync::setErrorFeedback(const torch::Tensor& residual) {
   const torch::Tensor src = residual.to(torch::kCPU, torch::kFloat).contiguous();
   const float* from = src.data_ptr<float>();
   for (size_t p = 0; p < params_.size(); ++p) {
-    const size_t b = bucket_of_[p];
-    if (!compressed(*buckets_[b])) continue;
-    const BucketSpec& spec = layout_[b];
-    const size_t s = static_cast<size_t>(std::find(spec.params.begin(), spec.params.end(), p) -
-                                         spec.params.begin());
+    float* residual = residualOf(p);
+    if (residual == nullptr) continue;
     const size_t n = static_cast<size_t>(params_[p].numel());
-    std::memcpy(buckets_[b]->residual.data() + spec.offsets[s], from, n * sizeof(float));
+    std::memcpy(residual, from, n * sizeof(float));
     from += n;
   }
 }

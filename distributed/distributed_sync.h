@@ -128,6 +128,9 @@ class DistributedGradientSync final : public GradientSync {
   void launchReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void launchLocked(size_t bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   bool compressed(const Bucket& bucket) const;
+  // Parameter p's slice of its bucket's error-feedback residual; nullptr when the bucket is not
+  // compressed.
+  float* residualOf(size_t p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   size_t wireBytes(size_t bucket) const;
   void resetStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void watchLoop();
