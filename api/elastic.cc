@@ -110,12 +110,16 @@ struct Elastic::Impl {
   ElasticOptions options;
   std::optional<ElasticSettings> settings;  // in place only
   std::unique_ptr<ElasticGroup> elastic;    // in place
-  std::unique_ptr<ProcessGroup> plain;      // otherwise
+  std::unique_ptr<ProcessGroup> owned;      // otherwise, from the environment
+  ProcessGroup* plain = nullptr;            // otherwise: `owned`, the program's, or none (alone)
   std::vector<torch::Tensor> params;
   std::unique_ptr<DataParallel> sync;
   torch::Tensor kept_residual;  // this member's error feedback across a re-forming
-  std::unique_ptr<PreemptionWatcher> watcher;
+  std::shared_ptr<PreemptionWatcher> watcher;
+  std::shared_ptr<StopAgreement> agreement;  // options.stop's choice over `watcher`
+  std::vector<int> leaving;                  // the last boundary's noticed ranks
   std::function<void(const Membership&)> on_change;
+  std::function<void(const std::string&)> on_failure;
   bool started = false;
   bool has_state = true;  // false for a replacement until a peer sent it the state
   int64_t step = 0;
@@ -124,16 +128,28 @@ struct Elastic::Impl {
   // member goes on with train(), wherever it was when the failure came).
   int64_t skip_boundary_at = -1;
 
-  ProcessGroup& group() { return elastic ? elastic->group() : *plain; }
+  ProcessGroup& group() {
+    if (elastic) return elastic->group();
+    if (plain == nullptr) throw std::logic_error("Elastic::group: a world of one has no group");
+    return *plain;
+  }
+  int rank() const { return elastic ? elastic->group().rank() : plain ? plain->rank() : 0; }
+  int size() const { return elastic ? elastic->group().size() : plain ? plain->size() : 1; }
 
   // The notices' watcher: a plain MAX without in-place recovery; in place, an allgather over the
   // current membership that also says who proposed what and whether replacements wait. One for
   // the whole run, so a notice (and its grace deadline) outlives a failure's or a join's
   // re-forming; see renewWatcher for a leave.
   void newWatcher() {
-    AgreeMax max = elastic ? AgreeMax([this](int64_t proposal) { return agree(proposal); })
-                           : agreeOver(*plain);
-    watcher = std::make_unique<PreemptionWatcher>(std::move(max), options.preemption);
+    AgreeMax max = elastic           ? AgreeMax([this](int64_t proposal) { return agree(proposal); })
+                   : plain != nullptr ? agreeOver(*plain)
+                                      : agreeAlone();
+    watcher = std::make_shared<PreemptionWatcher>(std::move(max), options.preemption);
+    agreement = watcher;
+    if (options.stop) {
+      agreement = options.stop(watcher);
+      if (!agreement) throw std::invalid_argument("ElasticOptions::stop returned no agreement");
+    }
   }
 
   // After others left on a notice, the stayers' watcher has agreed to stop at this step (and took
@@ -141,7 +157,7 @@ struct Elastic::Impl {
   // member got is seen again by it; a notify() between the vote and here is not.
   void renewWatcher() {
     newWatcher();
-    watcher->start();
+    agreement->start();
   }
 
   // bf16 compression's error feedback is this member's own: kept across a re-forming, as
@@ -161,8 +177,8 @@ struct Elastic::Impl {
 
   void newSync() {
     releaseSync();
+    if (params.empty() || (!elastic && plain == nullptr)) return;  // nothing to sync, or alone
     sync = std::make_unique<DataParallel>(group(), options.data_parallel);
-    if (params.empty()) return;
     sync->attach(params);
     const torch::Tensor mine = std::exchange(kept_residual, torch::Tensor());
     if (mine.defined() && mine.numel() > 0 && sync->errorFeedback().numel() == mine.numel()) {
@@ -232,6 +248,7 @@ struct Elastic::Impl {
   // After a communication failure: the next membership (again while re-forming fails
   // recoverably), then afterReform.
   void recover(double since, std::string reason) {
+    if (on_failure) on_failure(reason);
     for (int attempt = 1;; ++attempt) {
       releaseSync();  // it refers to the communicator about to go
       try {
@@ -291,30 +308,50 @@ struct Elastic::Impl {
   }
 };
 
-Elastic::Elastic(ElasticState state, ElasticOptions options) : impl_(std::make_unique<Impl>()) {
-  if (!state.capture || !state.restore) {
-    throw std::invalid_argument("Elastic: ElasticState needs both capture and restore");
-  }
-  impl_->state = std::move(state);
+Elastic::Elastic(ElasticState state, ElasticOptions options) : Elastic(std::move(options)) {
+  setState(std::move(state));
+}
+
+Elastic::Elastic(ElasticOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->settings = elasticSettings(base::systemEnvironment);
   if (impl_->settings) {
     impl_->elastic = std::make_unique<ElasticGroup>(impl_->options.group, *impl_->settings);
     impl_->has_state = !impl_->settings->joining;
   } else {
-    impl_->plain = ProcessGroup::fromEnvironment(impl_->options.group);
+    impl_->owned = ProcessGroup::fromEnvironment(impl_->options.group);
+    impl_->plain = impl_->owned.get();
   }
   impl_->newWatcher();
 }
 
+Elastic::Elastic(ProcessGroup* group, ElasticOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->plain = group;
+  impl_->newWatcher();
+}
+
 Elastic::~Elastic() {
+  impl_->agreement.reset();
   impl_->watcher.reset();
   impl_->sync.reset();  // before the group whose communicator it uses
+}
+
+void Elastic::setState(ElasticState state) {
+  if (impl_->started) throw std::logic_error("Elastic::setState: call it before start()");
+  if (!state.capture || !state.restore) {
+    throw std::invalid_argument("Elastic: ElasticState needs both capture and restore");
+  }
+  impl_->state = std::move(state);
 }
 
 void Elastic::attach(const std::vector<torch::Tensor>& params) {
   if (impl_->started) throw std::logic_error("Elastic::attach: call it before start()");
   impl_->params = params;
+}
+
+void Elastic::onFailure(std::function<void(const std::string&)> callback) {
+  impl_->on_failure = std::move(callback);
 }
 
 void Elastic::onMembershipChange(std::function<void(const Membership&)> callback) {
@@ -324,13 +361,14 @@ void Elastic::onMembershipChange(std::function<void(const Membership&)> callback
 bool Elastic::start(int64_t steps_done) {
   Impl& m = *impl_;
   if (m.started) throw std::logic_error("Elastic::start: called twice");
+  if (!m.state.capture) throw std::logic_error("Elastic::start: call setState() first");
   if (steps_done < 0) throw std::invalid_argument("Elastic::start: steps_done must be >= 0");
   const double since = seconds();
   if (!m.elastic || m.elastic->joined()) {
     m.step = steps_done;
     m.newSync();
     m.started = true;
-    m.watcher->start();
+    m.agreement->start();
     Membership first;
     first.rank = rank();
     first.size = size();
@@ -354,7 +392,7 @@ bool Elastic::start(int64_t steps_done) {
     }
   }
   m.started = true;
-  m.watcher->start();
+  m.agreement->start();
   return true;
 }
 
@@ -379,47 +417,72 @@ void Elastic::train(const std::function<void()>& fn) {
 ElasticAction Elastic::boundary() {
   Impl& m = *impl_;
   if (!m.started) throw std::logic_error("Elastic::boundary: call start() first");
-  if (!m.elastic) return actionOf(m.watcher->decide(m.step));
+  m.leaving.clear();
+  if (!m.elastic) return actionOf(m.agreement->decide(m.step));
   if (m.step == m.skip_boundary_at) return ElasticAction::kContinue;
   StepAction action = StepAction::kContinue;
   try {
-    action = m.watcher->decide(m.step);
+    action = m.agreement->decide(m.step);
   } catch (const CommError& e) {
     if (!recoverable(e)) throw;
     m.recover(seconds(), e.what());
     return ElasticAction::kContinue;  // a notice seen meanwhile is agreed at the next boundary
   }
   if (action == StepAction::kStop) {
-    const std::vector<int> leaving = m.vote.noticed();
-    const int64_t staying = size() - static_cast<int64_t>(leaving.size());
-    if (staying < 1 || staying < m.settings->min_workers) return ElasticAction::kStop;
-    if (std::find(leaving.begin(), leaving.end(), rank()) != leaving.end()) {
+    m.leaving = m.vote.noticed();
+    const int64_t staying = size() - static_cast<int64_t>(m.leaving.size());
+    if (m.leaving.empty() || staying < 1 || staying < m.settings->min_workers) {
+      return ElasticAction::kStop;
+    }
+    if (std::find(m.leaving.begin(), m.leaving.end(), rank()) != m.leaving.end()) {
       m.elastic->leave("preempted at step " + std::to_string(m.step));
       return ElasticAction::kLeave;
     }
+    const std::vector<int> leaving = m.leaving;
     m.reformAt(leaving, "leave");
     return ElasticAction::kContinue;
   }
+  if (action != StepAction::kContinue) return actionOf(action);  // replacements come in later
   if (m.vote.joiners_waiting) m.reformAt({}, "join");
   if (m.step != m.skip_boundary_at && m.options.wait_for_members > size()) m.waitForMembers();
-  return actionOf(action);
+  return ElasticAction::kContinue;
 }
 
-void Elastic::waitForAll() { impl_->watcher->waitForAll(); }
+bool Elastic::atBoundary(const std::function<void()>& fn) {
+  Impl& m = *impl_;
+  if (!m.started) throw std::logic_error("Elastic::atBoundary: call start() first");
+  if (m.elastic && m.step == m.skip_boundary_at) return false;
+  try {
+    fn();
+    return true;
+  } catch (const CommError& e) {
+    if (!m.elastic || !recoverable(e)) throw;
+    m.recover(seconds(), e.what());
+    return false;
+  }
+}
+
+const std::vector<int>& Elastic::leaving() const { return impl_->leaving; }
+
+void Elastic::waitForAll() { impl_->agreement->waitForAll(); }
 
 void Elastic::finish() {
   if (impl_->elastic && rank() == 0) impl_->elastic->finish(impl_->step);
 }
 
 bool Elastic::inPlace() const { return impl_->elastic != nullptr; }
-int Elastic::rank() const { return impl_->group().rank(); }
-int Elastic::size() const { return impl_->group().size(); }
+bool Elastic::joining() const { return impl_->elastic && !impl_->elastic->joined(); }
+int Elastic::rank() const { return impl_->rank(); }
+int Elastic::size() const { return impl_->size(); }
 int64_t Elastic::epoch() const { return impl_->elastic ? impl_->elastic->epoch().epoch : 0; }
 int64_t Elastic::step() const { return impl_->step; }
 ProcessGroup& Elastic::group() { return impl_->group(); }
 
 GradientSync& Elastic::sync() {
-  if (!impl_->sync) throw std::logic_error("Elastic::sync: call start() first");
+  if (!impl_->sync) {
+    throw std::logic_error(
+        "Elastic::sync: call attach() with the parameters (over a group) and start() first");
+  }
   return *impl_->sync;
 }
 

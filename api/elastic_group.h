@@ -1,9 +1,9 @@
 #pragma once
 // Private: a public ProcessGroup whose membership changes in place (`launch.recovery: in_place`,
-// comm/quorum.h). cumulus-train builds one when the launcher says CUMULUS_RECOVERY=in_place; the
-// trainer re-forms it after a communication failure or at an agreed step boundary, and moves the
-// training state to the members that need it. Not installed (yet): the state transfer is the
-// trainer's.
+// comm/quorum.h). The public Elastic (<cumulus/elastic.h>) builds one when the launcher says
+// CUMULUS_RECOVERY=in_place, re-forms it after a communication failure or at an agreed step
+// boundary, and moves the program's state to the members that need it; cumulus-train trains on
+// that Elastic. Not installed: programs reach it through Elastic.
 //
 // The public group() keeps its identity across epochs; its rank(), size() and generation()
 // follow the current epoch, and a group of one has no communicator (collectives return at once),

@@ -132,7 +132,7 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   // Declared before the trainer, so they outlive it.
   std::unique_ptr<trainer::TraceRecorder> trace;
   std::unique_ptr<cumulus::ProcessGroup> group;
-  std::unique_ptr<cumulus::ElasticGroup> elastic;
+  std::shared_ptr<cumulus::Elastic> elastic;
   if (!flags.trace.empty()) {
     trace = std::make_unique<trainer::TraceRecorder>(static_cast<int>(env.rank));
     options.trace = trace.get();
@@ -143,9 +143,7 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   group_options.cost_model = experiment.comm.cost_model;
   if (const auto settings = cumulus::elasticSettings(base::systemEnvironment)) {
     // launch.recovery: in_place, even for a group of one: it may grow.
-    elastic = std::make_unique<cumulus::ElasticGroup>(group_options, *settings);
-    options.group = &elastic->group();
-    options.elastic = elastic.get();
+    elastic = trainer::connectInPlace(experiment, group_options, trace.get(), options);
     if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
       std::cout << (settings->joining
                         ? "member " + settings->member_id +

@@ -12,12 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/elastic_group.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/data_parallel.h"
+#include "cumulus/elastic.h"
 #include "cumulus/preemption.h"
 #include "cumulus/process_group.h"
 #include "cumulus/sampler.h"
+#include "configs/parse.h"
 #include "data/npy.h"
 #include "models/model.h"
 #include "checkpoint/checkpoint_schedule.h"
@@ -73,9 +74,7 @@ std::function<void(const BucketEvent&)> traceBuckets(TraceRecorder* trace) {
 
 }  // namespace
 
-std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
-                                       cumulus::ProcessGroup* group, TraceRecorder* trace) {
-  if (group == nullptr || group->size() == 1) return std::make_unique<LocalGradientSync>();
+DataParallelOptions syncOptions(const configs::Experiment& experiment, TraceRecorder* trace) {
   DataParallelOptions sync;
   sync.algorithm = experiment.comm.algorithm;
   sync.bucket_cap_mb = experiment.comm.bucket_cap_mb;
@@ -85,8 +84,14 @@ std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
   // The gradients already lie in the buckets' layout (FlatParameters): reduced where they are.
   sync.gradient_as_bucket_view = true;
   if (trace != nullptr) sync.on_bucket_done = traceBuckets(trace);
+  return sync;
+}
+
+std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
+                                       cumulus::ProcessGroup* group, TraceRecorder* trace) {
+  if (group == nullptr || group->size() == 1) return std::make_unique<LocalGradientSync>();
   try {
-    return std::make_unique<DataParallel>(*group, std::move(sync));
+    return std::make_unique<DataParallel>(*group, syncOptions(experiment, trace));
   } catch (const GroupError& e) {
     throw SetupError(std::string("comm.") + e.what());
   }
@@ -116,13 +121,16 @@ auto translateTorchErrors(F&& body) -> decltype(body()) {
 
 Trainer::Impl::Impl(const configs::Experiment& experiment, const RunEnv& env,
                     std::unique_ptr<GradientSync> sync, TrainerOptions options)
-    : config_(experiment), env_(env), options_(std::move(options)), sync_(std::move(sync)) {
-  distributed_ = dynamic_cast<DataParallel*>(sync_.get());
-  elastic_ = options_.elastic;
+    : config_(experiment), env_(env), options_(std::move(options)) {
+  if (options_.elastic == nullptr) {
+    own_sync_ = std::move(sync);
+    sync_ = own_sync_.get();
+    distributed_ = dynamic_cast<DataParallel*>(sync_);
+  }
   if (cumulus::ProcessGroup* group = options_.group; group != nullptr) {
-    if (elastic_ != nullptr) {
+    if (options_.elastic != nullptr) {
       // In place the epoch decides the rank (a joiner's RANK and WORLD_SIZE are placeholders).
-      if (group != &elastic_->group()) {
+      if (group != &options_.elastic->group()) {
         throw SetupError("TrainerOptions::group must be &elastic->group() when elastic is set");
       }
       env_.rank = group->rank();
@@ -135,6 +143,7 @@ Trainer::Impl::Impl(const configs::Experiment& experiment, const RunEnv& env,
     }
     if (group->size() > 1) group_ = group;
   }
+  buildElastic();
   build();
 }
 
@@ -160,7 +169,7 @@ void Trainer::Impl::build() {
   // Before anything is written (the data cache included): a second job in this run directory
   // stops here, naming the first. A joiner's rank is a placeholder until it is admitted; it
   // claims the directory then if it becomes the writer (afterReform).
-  const bool joiner = inPlace() && !elastic_->joined();
+  const bool joiner = elastic_->joining();
   if (writes() && !joiner) claimRunDir();
   grad_accumulation_ = t.grad_accumulation;
   torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, env_.local_world_size)));
@@ -189,7 +198,7 @@ void Trainer::Impl::build() {
   startupMark("model");
   // Every rank restores the same checkpoint, before the broadcasts below make that moot. A joiner
   // reads nothing from disk: a live peer sends it the state (joinGroup).
-  has_state_ = !inPlace() || elastic_->joined();
+  has_state_ = !joiner;
   if (has_state_) {
     resumeIfAsked();
     startShares();  // a joiner's come with the group it joins (in_place.cc afterReform)
@@ -199,10 +208,14 @@ void Trainer::Impl::build() {
   startupMark("resume");
   checkEveryRankResumesTogether();
   buildParts(data);
-  broadcastBuffers();
-  sync_->attach(params_);
-  restoreResiduals();
-  startupMark("broadcast");
+  if (inPlace()) {
+    elastic_->attach(params_);  // its sync is built at start (run())
+  } else {
+    broadcastBuffers();
+    sync_->attach(params_);
+    restoreResiduals();
+    startupMark("broadcast");
+  }
 }
 
 void Trainer::Impl::checkBatchSizes() const {
@@ -380,16 +393,34 @@ void Trainer::Impl::buildGroupParts() {
                                  "checkpoint_policy");
     policy_writer_ = writes();
   }
+}
 
-  PreemptionOptions stop;
-  stop.grace_seconds = options_.preemption_grace;
-  stop.watch_sigterm = options_.watch_sigterm;
-  stop.watch_sigusr1 = options_.watch_sigterm;
-  AgreeMax agree = inPlace()           ? inPlaceVote()
-                   : group_ != nullptr ? agreeOver(*group_)
-                                       : agreeAlone();
-  stop_ = choose<StopAgreement>(
-      options_.stop, std::make_shared<PreemptionWatcher>(std::move(agree), stop), "stop");
+void Trainer::Impl::buildElastic() {
+  if (options_.elastic != nullptr) {
+    if (options_.stop) {
+      throw SetupError(
+          "TrainerOptions::stop: in place the group's Elastic agrees on stops; give the "
+          "wrapper to it (ElasticOptions::stop) instead");
+    }
+    elastic_ = options_.elastic;
+  } else {
+    ElasticOptions options;
+    options.preemption.grace_seconds = options_.preemption_grace;
+    options.preemption.watch_sigterm = options_.watch_sigterm;
+    options.preemption.watch_sigusr1 = options_.watch_sigterm;
+    options.stop = [choice = options_.stop](std::shared_ptr<StopAgreement> standard) {
+      return choose<StopAgreement>(choice, std::move(standard), "stop");
+    };
+    own_elastic_ = std::make_unique<cumulus::Elastic>(group_, std::move(options));
+    elastic_ = own_elastic_.get();
+  }
+  ElasticState state;
+  state.capture = [this] { return captureState(); };
+  state.restore = [this](const Checkpoint& checkpoint) { restoreState(checkpoint); };
+  state.config = configs::toYaml(config_);
+  elastic_->setState(std::move(state));
+  elastic_->onFailure([this](const std::string& reason) { failureSeen(reason); });
+  elastic_->onMembershipChange([this](const Membership& m) { membershipChanged(m); });
 }
 
 // Buffers (batch-norm statistics) are not gradients: broadcast them once, like parameters.
@@ -475,8 +506,25 @@ void Trainer::Impl::checkEveryRankResumesTogether() {
 }
 
 Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env, TrainerOptions options)
-    : Trainer(experiment, env, makeSync(experiment, options.group, options.trace),
+    : Trainer(experiment, env,
+              options.elastic != nullptr ? std::make_unique<LocalGradientSync>()  // not used
+                                         : makeSync(experiment, options.group, options.trace),
               std::move(options)) {}
+
+std::shared_ptr<cumulus::Elastic> connectInPlace(const configs::Experiment& experiment,
+                                                 const cumulus::GroupOptions& group,
+                                                 TraceRecorder* trace, TrainerOptions& options) {
+  ElasticOptions elastic;
+  elastic.group = group;
+  elastic.data_parallel = syncOptions(experiment, trace);
+  elastic.preemption.grace_seconds = options.preemption_grace;
+  elastic.preemption.watch_sigterm = options.watch_sigterm;
+  elastic.preemption.watch_sigusr1 = options.watch_sigterm;
+  auto made = std::make_shared<cumulus::Elastic>(std::move(elastic));
+  options.elastic = made.get();
+  options.group = &made->group();
+  return made;
+}
 
 Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env,
                  std::unique_ptr<GradientSync> sync, TrainerOptions options) {

@@ -76,9 +76,10 @@
 #include "trainer/run_env.h"
 
 namespace cumulus {
+class Elastic;        // <cumulus/elastic.h>
 class GradientSync;   // <cumulus/data_parallel.h>
 class ProcessGroup;   // <cumulus/process_group.h>
-class ElasticGroup;   // api/elastic_group.h
+struct GroupOptions;  // <cumulus/process_group.h>
 class StopAgreement;  // <cumulus/preemption.h>
 }  // namespace cumulus
 
@@ -130,9 +131,12 @@ struct TrainerOptions {
   // one rank the trainer synchronizes gradients with a DataParallel over it (the comm section of
   // the config) and shards evaluation. Null, or a group of one: a world of one.
   cumulus::ProcessGroup* group = nullptr;
-  // launch.recovery: in_place (api/elastic_group.h; not owned): the group re-forms without a
-  // restart after a failure, a notice or a joiner. `group` must then be &elastic->group().
-  cumulus::ElasticGroup* elastic = nullptr;
+  // launch.recovery: in_place (<cumulus/elastic.h>; not owned; connectInPlace makes it): the group
+  // re-forms without a restart after a failure, a notice or a joiner. `group` must then be
+  // &elastic->group(); the gradient sync is the Elastic's (a sync given to the constructor is not
+  // used) and so is the stop agreement (`stop` must be empty: wrap it with ElasticOptions::stop).
+  // The Trainer registers its state and callbacks with it; one Trainer per Elastic.
+  cumulus::Elastic* elastic = nullptr;
   // Records forward, backward, the comm wait, each bucket's all-reduce, the optimizer step and
   // evaluation as Chrome trace events (trace.h); not owned, null: no tracing.
   TraceRecorder* trace = nullptr;
@@ -183,6 +187,14 @@ struct RunResult {
   int64_t reforms = 0;              // in place: epochs this rank went through after its first
   std::string parameter_digest;     // rank 0, finished runs: parameterDigest of the model
 };
+
+// Joins the launcher's in-place group (CUMULUS_RECOVERY=in_place) as the Elastic a Trainer trains
+// on, with comm.* for its gradient sync, `trace` for its buckets and options' preemption settings;
+// sets options.elastic and options.group. Outlives the Trainer. Throws what Elastic's constructor
+// throws.
+std::shared_ptr<cumulus::Elastic> connectInPlace(const configs::Experiment& experiment,
+                                                 const cumulus::GroupOptions& group,
+                                                 TraceRecorder* trace, TrainerOptions& options);
 
 class Trainer {
  public:

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "api/elastic_group.h"
 #include "configs/experiment.h"
 #include "cumulus/checkpoint.h"
+#include "cumulus/elastic.h"
 #include "cumulus/run_directory.h"
 #include "cumulus/step_watchdog.h"
 #include "data/examples.h"
@@ -33,7 +33,6 @@
 #include "trainer/trainer.h"
 
 namespace cumulus {
-class CommError;
 class DataParallel;
 class ProcessGroup;
 }  // namespace cumulus
@@ -43,6 +42,8 @@ namespace cumulus::trainer {
 // LocalGradientSync, or a DataParallel over `group` when it has more than one rank (trainer.cc).
 std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
                                        cumulus::ProcessGroup* group, TraceRecorder* trace);
+// The DataParallel options of comm.* (the gradients already lie in the buckets' layout).
+DataParallelOptions syncOptions(const configs::Experiment& experiment, TraceRecorder* trace);
 
 class Trainer::Impl {
  public:
@@ -75,9 +76,13 @@ class Trainer::Impl {
   void tryOneBatch(const data::Batch& batch, const std::string& source);
   void checkTokenIds(const Datasets& data);
   void buildParts(const Datasets& data);
-  // The parts that depend on the group's membership (evaluator, recorder, checkpoint policy, stop
-  // agreement); built once, and again after each in-place re-forming.
+  // The parts that depend on the group's membership (evaluator, recorder, checkpoint policy);
+  // built once, and again after each in-place re-forming.
   void buildGroupParts();
+  // The loop's Elastic: the caller's in place (TrainerOptions::elastic), else one over
+  // TrainerOptions::group with the stop agreement TrainerOptions::stop picks. Registers the
+  // training state and the membership callbacks.
+  void buildElastic();
   void resumeIfAsked();
   // The run directory's guards (run_dir_guard.cc). The writer holds trainer.run_dir (and
   // checkpoint.dir, when it lies outside) for as long as it writes: a second job is refused.
@@ -107,8 +112,11 @@ class Trainer::Impl {
 
   // The loop (training_loop.cc).
   enum class Boundary { kNext, kDone, kStop };
-  // Step `step` and the boundary after it.
-  Boundary stepAndBoundary(int64_t step, double loop_start, Evaluation& eval, RunResult& result);
+  // The next step and the boundary after it (a re-forming on the way: kNext, from elastic_->step()).
+  Boundary stepAndBoundary(double loop_start, Evaluation& eval, RunResult& result);
+  // The last step's boundary: the evaluation, the final weights, the last checkpoint. False when a
+  // re-forming interrupted it (run it again).
+  bool lastBoundary(int64_t done, double lr, int64_t epoch, Evaluation& eval);
   StepOutcome trainStep(int64_t step);
   // The step watchdog (trainer.step_timeout_seconds), from the first step to the end of run().
   void startWatchdog();
@@ -127,15 +135,16 @@ class Trainer::Impl {
   // into the checkpoints. Each rank gathers them (one allgather) at the boundaries where the writer
   // may save, which every rank knows or agrees on first; a checkpoint.every_seconds schedule or
   // a policy of the caller's costs one one-integer agreement per step.
-  bool compressing() const { return distributed_ != nullptr && config_.comm.compression == Compression::kBf16; }
+  bool compressing() const {
+    return distributed_ != nullptr && group_ != nullptr &&
+           config_.comm.compression == Compression::kBf16;
+  }
   CheckpointDecision dueAtStepEnd(int64_t done, bool last);
   CheckpointDecision dueAfterAgreement(int64_t done, StepAction action);
   void gatherResiduals(int64_t done);
-  // After attach: this rank's residual from a resume (residualForRank) or, after an in-place
-  // re-forming, the one it had (a joiner's starts at zero; a rank that died takes its own along).
+  // After start: this rank's residual from a resume (residualForRank). Across an in-place
+  // re-forming Elastic keeps each member's own (a healed member's starts at zero).
   void restoreResiduals();
-  // Drops the gradient sync before a re-forming, keeping this rank's residual.
-  void releaseSync();
   void prepareRunDir() const;
   void finishRun(const Evaluation& last_eval, double loop_start, RunResult& result);
 
@@ -152,39 +161,25 @@ class Trainer::Impl {
   // A "balance" record of the shares in force after `done` (nothing with balance off).
   void recordShares(const char* reason, int64_t done);
 
-  // Recovery in place (in_place.cc; docs/recovery.md).
-  bool inPlace() const { return elastic_ != nullptr; }
-  // Whether a failure can be recovered in place (not a wrong token, not a lost Store).
-  bool recoverable(const cumulus::CommError& error) const;
-  // After a communication failure: the next epoch, the state moved to who needs it, the parts
-  // rebuilt. Returns the step to train next.
-  int64_t recover(const cumulus::CommError& error);
-  // A joiner's start: admission, then the state from a live peer. False when the group finished
-  // training before admitting it. Others: true at once.
-  bool joinGroup();
-  // A re-forming agreed at boundary `done` (leaving ranks, or joiners waiting).
-  void reformAt(int64_t done, const std::vector<int>& leaving);
-  // `cause` and `detected_unix_ms` go into the reform record (rank 0 writes it after a step).
-  void afterReform(double started, bool begin_records, const std::string& cause,
-                   int64_t detected_unix_ms);
-  void transferState(int source, bool receiving);
-  // The in-place part of a boundary: true when this rank leaves (result set), after handling a
-  // kStop that some ranks survive; `action` becomes kContinue for those who stay.
-  bool leaveOrStay(int64_t done, StepAction& action, RunResult& result);
-  // The stop agreement's MAX, as an allgather that also tells who proposed what, and whether
-  // joiners wait (rank 0 looks at most every 0.2 s): voteAtBoundary (api/elastic_group.h).
-  AgreeMax inPlaceVote();
+  // Recovery in place (in_place.cc; docs/recovery.md), through the public Elastic.
+  bool inPlace() const { return elastic_->inPlace(); }
+  // What a live peer sends a member whose state is behind, and how that member takes it.
+  Checkpoint captureState();
+  void restoreState(const Checkpoint& state);
+  // Elastic's callbacks: before a failure's re-forming, and after any change of membership.
+  void failureSeen(const std::string& reason);
+  void membershipChanged(const Membership& m);
   // After the first step that follows a re-forming: its record (rank 0's recorder writes it).
   void recordReform();
-  // Rank 0, after the last step: joiners still waiting stop waiting.
-  void finishGroup();
 
   const configs::Experiment config_;
   RunEnv env_;  // rank and world size change when the group re-forms in place
   const TrainerOptions options_;
   cumulus::ProcessGroup* group_ =
-      nullptr;  // options.group when it has more than one rank; null alone
-  cumulus::ElasticGroup* elastic_ = nullptr;  // options.elastic: the group re-forms in place
+      nullptr;  // the current membership's group when it has more than one rank; null alone
+  // The loop's: options.elastic (the group re-forms in place), or own_elastic_.
+  cumulus::Elastic* elastic_ = nullptr;
+  std::unique_ptr<cumulus::Elastic> own_elastic_;
 
   // The model and how it learns.
   std::unique_ptr<models::Model> model_;
@@ -197,13 +192,13 @@ class Trainer::Impl {
 
   // The step loop's parts (trainer.h TrainerOptions).
   std::shared_ptr<BatchSource> batches_;
-  std::unique_ptr<GradientSync> sync_;
-  DataParallel* distributed_ = nullptr;  // sync_, when it is one
+  std::unique_ptr<GradientSync> own_sync_;  // without recovery in place
+  GradientSync* sync_ = nullptr;            // own_sync_, or in place the Elastic's
+  DataParallel* distributed_ = nullptr;     // sync_, when it is one
   std::shared_ptr<Evaluator> evaluator_;
   std::shared_ptr<MetricsRecorder> recorder_;
   std::shared_ptr<CheckpointPolicy> checkpoint_policy_;
   bool policy_writer_ = false;  // writes() when checkpoint_policy_ was built
-  std::shared_ptr<StopAgreement> stop_;
 
   // Checkpoints (docs/design.md "Checkpoints and the run directory"): rank 0 writes; every rank
   // may read.
@@ -217,8 +212,7 @@ class Trainer::Impl {
   std::map<int64_t, double> stall_ms_;  // step -> the training thread's pause for its checkpoint
   torch::Tensor residuals_;             // [world, n]: gathered at the boundary of residuals_step_
   int64_t residuals_step_ = -1;
-  torch::Tensor resumed_residuals_;  // [saved world, n] from the checkpoint, until attach
-  torch::Tensor kept_residual_;      // [n]: this rank's, across a re-forming
+  torch::Tensor resumed_residuals_;  // [saved world, n] from the checkpoint, until start
 
   // Where the run stands.
   int64_t total_steps_ = 0;
@@ -232,8 +226,9 @@ class Trainer::Impl {
   int64_t steps_done_ = 0;                           // optimizer steps this rank's state has taken
   bool has_state_ = true;             // false for a joiner until a peer sent it the state
   SamplerState done_position_;        // the sampler's position after step steps_done_
-  BoundaryVote vote_;                 // in place: the last boundary's agreement
   int64_t final_boundary_ = -1;       // the step whose boundary ran to its end last
+  bool records_begun_ = false;        // run() began the recorder (a joiner's begin after start)
+  int64_t reforms_ = 0;               // failures this rank re-formed after
   std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
   std::vector<int64_t> shares_;  // of the global batch, in force for the next step; empty: equal
   RateMeter compute_rate_;       // this rank's samples per second of compute (balance auto)

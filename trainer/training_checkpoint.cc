@@ -71,7 +71,7 @@ Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,
 
 void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimizer& optimizer,
                      const std::string& source) {
-  const std::string where = source + ": ";
+  const std::string where = source.empty() ? "" : source + ": ";
   std::map<std::string, torch::Tensor> saved;
   for (const auto& [name, tensor] : checkpoint.tensors) saved.emplace(name, tensor);
   // Everything is checked before anything is copied: a state that does not fit leaves the model

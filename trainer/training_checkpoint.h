@@ -47,8 +47,8 @@ Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,
 // Copies the checkpoint's model tensors into `model`'s parameters and buffers, by name, and imports
 // the optimizer state. Throws ResumeError "<source>: ..." naming the tensor for a missing, extra
 // or differently shaped tensor, or an optimizer state the optimizer rejects; the model is then
-// unchanged. `source` says where the state came from: "checkpoint <path>", "the training state
-// sent by rank 2".
+// unchanged. `source` says where the state came from: "checkpoint <path>" (empty: the messages
+// start with the file, for a caller that names the source itself, as Elastic does a sender).
 void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimizer& optimizer,
                      const std::string& source);
 

@@ -30,6 +30,12 @@ uint64_t splitmix64(uint64_t x) {
 
 // The generator seed of one step: each field passes through the mixer so that neighbouring
 // (epoch, step, rank) triples give unrelated streams.
+std::string joined(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
+  return text;
+}
+
 uint64_t stepSeed(uint64_t seed, int64_t epoch, int64_t step, int64_t rank) {
   uint64_t h = splitmix64(seed);
   h = splitmix64(h ^ static_cast<uint64_t>(epoch));
@@ -48,7 +54,9 @@ RunResult Trainer::Impl::run() {
     Impl& impl;
     ~ReleaseRunDir() { impl.releaseRunDir(); }
   } release{*this};
-  if (inPlace() && !joinGroup()) {
+  const bool joiner = elastic_->joining();
+  // A replacement waits here to be admitted and takes the state from a live peer.
+  if (!elastic_->start(start_step_)) {
     if (options_.console != nullptr) {
       *options_.console << "the group finished training before this member was admitted; "
                            "nothing to do"
@@ -56,14 +64,21 @@ RunResult Trainer::Impl::run() {
     }
     return RunResult{};
   }
+  if (joiner) {
+    start_step_ = steps_done_;
+  } else if (inPlace()) {
+    broadcastBuffers();
+    restoreResiduals();
+    startupMark("broadcast");
+  }
   if (writes()) prepareRunDir();
   // What the run reads comes right after the model line, then what the resume found.
   std::vector<std::string> notes = data_lines_;
   notes.insert(notes.end(), resume_notes_.begin(), resume_notes_.end());
   recorder_->begin(
       RunStart{model_->summary(), notes, start_step_, total_steps_, batches_->stepsPerEpoch()});
+  records_begun_ = true;
   recordShares("start", start_step_);
-  stop_->start();
   startWatchdog();
   // However run() ends, nothing is watched after it.
   struct StopWatching {
@@ -75,27 +90,18 @@ RunResult Trainer::Impl::run() {
   result.first_step = start_step_;
   const double start = now();
   Evaluation eval;
-  int64_t s = start_step_;
-  while (s < total_steps_ || (s > start_step_ && final_boundary_ < s)) {
-    try {
-      if (s == total_steps_) {
-        // Re-formed after the last step but before its boundary ended: evaluate and checkpoint.
-        eval = evaluateAt(s, batches_->position().epoch);
-        saveFinalWeights();
-        checkpointAt(dueAtStepEnd(s, true), s, schedule_->lr(s - 1));
-        final_boundary_ = s;
-        break;
-      }
-      const Boundary boundary = stepAndBoundary(s, start, eval, result);
-      if (boundary != Boundary::kNext) break;
-      s = steps_done_;
-    } catch (const cumulus::CommError& e) {
-      if (!inPlace() || !recoverable(e)) throw;
-      markPhase(StepPhase::kIdle);  // the re-forming has its own timeouts
-      s = recover(e);
-      ++result.reforms;
+  for (;;) {
+    const int64_t s = elastic_->step();
+    if (s == total_steps_) {
+      // The last step's boundary did not run to its end (a re-forming after the last step, or a
+      // resume that found nothing to train): evaluate and checkpoint.
+      if (s == start_step_ || final_boundary_ == s) break;
+      if (lastBoundary(s, schedule_->lr(s - 1), batches_->position().epoch, eval)) break;
+      continue;
     }
+    if (stepAndBoundary(start, eval, result) != Boundary::kNext) break;
   }
+  result.reforms = reforms_;
   watchdog_.reset();
   recorder_->stepsEnded();
   if (start_step_ >= total_steps_) {
@@ -107,7 +113,7 @@ RunResult Trainer::Impl::run() {
   }
   collectBackgroundSave();
   reportSaves();
-  if (inPlace() && env_.rank == 0 && !result.preempted) finishGroup();
+  if (!result.preempted) elastic_->finish();
   const int64_t ran = (result.preempted ? result.steps : total_steps_) - start_step_;
   recorder_->trained(start_step_ + ran, ran, now() - start);
   if (result.preempted) {
@@ -126,37 +132,76 @@ void Trainer::Impl::startWatchdog() {
   watchdog_->start();
 }
 
-Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(int64_t s, double loop_start,
-                                                       Evaluation& eval, RunResult& result) {
-  const double lr = schedule_->lr(s);
-  const StepOutcome step = trainStep(s);
-  result.step_losses.push_back(step.loss);
-  if (inPlace()) recordReform();
-  recordStep(s, step, lr, loop_start);
+// Step boundaries (docs/design.md "A step"): the boundary's own work (balance, evaluation,
+// checkpoint) and the members' agreement, each of which a peer's failure may interrupt; Elastic
+// then re-forms the group and the loop goes on from elastic_->step().
+Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evaluation& eval,
+                                                       RunResult& result) {
+  std::optional<StepOutcome> step;
+  int64_t s = 0;
+  double lr = 0;
+  elastic_->train([&] {
+    s = elastic_->step();  // again after a re-forming: another member may have been ahead
+    lr = schedule_->lr(s);
+    step = trainStep(s);
+  });
+  // A member that had completed the step sent its state: nothing of the step ran here to record.
+  if (!step || elastic_->step() != s + 1) return Boundary::kNext;
+  result.step_losses.push_back(step->loss);
+  recordReform();
+  recordStep(s, *step, lr, loop_start);
 
-  // Step boundaries (docs/design.md "A step": a checkpoint if one is due, the ranks' agreement).
   const int64_t done = s + 1;
-  const bool last = done == total_steps_;
-  if (!last) balanceAt(done);  // before the checkpoints below, which keep the shares it sets
-  if (evaluator_->due(done) || last) eval = evaluateAt(done, step.epoch);
-  if (last) saveFinalWeights();  // first: the weights survive a failed last checkpoint
-  checkpointAt(dueAtStepEnd(done, last), done, lr);
-  if (last) {
-    final_boundary_ = done;
-    return Boundary::kDone;
+  if (done == total_steps_) {
+    lastBoundary(done, lr, step->epoch, eval);  // a failure: run() does it again
+    return Boundary::kNext;
   }
-  StepAction action = stop_->decide(done);
-  if (inPlace() && leaveOrStay(done, action, result)) return Boundary::kStop;
-  if (action == StepAction::kCheckpoint) {
+  const bool boundary_done = elastic_->atBoundary([&] {
+    balanceAt(done);  // before the checkpoints below, which keep the shares it sets
+    if (evaluator_->due(done)) eval = evaluateAt(done, step->epoch);
+    checkpointAt(dueAtStepEnd(done, false), done, lr);
+  });
+  if (!boundary_done) return Boundary::kNext;
+  const ElasticAction action = elastic_->boundary();
+  if (action == ElasticAction::kLeave) {
+    result.preempted = true;
+    result.left = true;
+    result.steps = done;
+    recorder_->warning("preempted at step " + std::to_string(done) + ": rank " +
+                       std::to_string(env_.rank) + " leaves the group, which trains on with " +
+                       std::to_string(env_.world_size -
+                                      static_cast<int64_t>(elastic_->leaving().size())) +
+                       " worker(s); no checkpoint needed");
+    return Boundary::kStop;
+  }
+  if (action == ElasticAction::kStop && inPlace() && !elastic_->leaving().empty()) {
+    recorder_->note("preemption notice for rank(s) " + joined(elastic_->leaving()) +
+                    ": too few workers would remain, so every rank checkpoints and stops");
+  }
+  if (action == ElasticAction::kCheckpoint) {
     recorder_->note("checkpoint requested at step " + std::to_string(done) + "; training goes on");
   }
-  checkpointAt(dueAfterAgreement(done, action), done, lr);
-  if (action == StepAction::kStop) {
+  const StepAction agreed = action == ElasticAction::kCheckpoint ? StepAction::kCheckpoint
+                            : action == ElasticAction::kStop     ? StepAction::kStop
+                                                                 : StepAction::kContinue;
+  if (!elastic_->atBoundary([&] { checkpointAt(dueAfterAgreement(done, agreed), done, lr); })) {
+    return Boundary::kNext;
+  }
+  if (agreed == StepAction::kStop) {
     stopAt(done, result);
     return Boundary::kStop;
   }
-  if (inPlace() && vote_.joiners_waiting) reformAt(done, {});
   return Boundary::kNext;
+}
+
+bool Trainer::Impl::lastBoundary(int64_t done, double lr, int64_t epoch, Evaluation& eval) {
+  const bool finished = elastic_->atBoundary([&] {
+    eval = evaluateAt(done, epoch);
+    saveFinalWeights();  // first: the weights survive a failed last checkpoint
+    checkpointAt(dueAtStepEnd(done, true), done, lr);
+  });
+  if (finished) final_boundary_ = done;
+  return finished;
 }
 
 // One optimizer step; its loss is this rank's share of the global mean (at world size 1 the mean
@@ -328,7 +373,7 @@ void Trainer::Impl::gatherResiduals(int64_t done) {
 }
 
 void Trainer::Impl::restoreResiduals() {
-  torch::Tensor mine = std::exchange(kept_residual_, torch::Tensor());
+  torch::Tensor mine;
   if (const torch::Tensor saved = std::exchange(resumed_residuals_, torch::Tensor());
       saved.defined()) {
     if (!compressing()) {
@@ -353,12 +398,6 @@ void Trainer::Impl::restoreResiduals() {
                                  "this model (") +
                      e.what() + "); resume with --resume none or remove " + kResidualFile);
   }
-}
-
-void Trainer::Impl::releaseSync() {
-  if (compressing()) kept_residual_ = distributed_->errorFeedback();
-  sync_.reset();
-  distributed_ = nullptr;
 }
 
 // Carries out the policy's decision, then reports the saves that have committed.
@@ -424,7 +463,7 @@ void Trainer::Impl::reportSaves() {
 
 // After the agreed stop at `done` (its checkpoint is saved or being waited for on rank 0).
 void Trainer::Impl::stopAt(int64_t done, RunResult& result) {
-  stop_->waitForAll();  // no rank exits before rank 0's checkpoint is durable
+  elastic_->waitForAll();  // no rank exits before rank 0's checkpoint is durable
   result.preempted = true;
   result.steps = done;
   result.checkpoint = checkpointDir() + "/" + Checkpoints::dirName(done);

@@ -88,6 +88,12 @@ struct ElasticOptions {
   GroupOptions group;                 // algorithm, timeout
   DataParallelOptions data_parallel;  // the gradient sync of sync()
   PreemptionOptions preemption;       // the notice's grace period and exit code
+  // The stop agreement boundary() asks, given the standard one (preemption()): that same one, a
+  // wrapper around it (one that also raises a notice of its own, say), or, without recovery in
+  // place, one of the program's own. In place the members' notices are told apart inside the
+  // standard one's decide(): a replacement that never calls it makes a notice stop every member
+  // instead of letting the noticed one leave. Empty: the standard one. Must not return null.
+  std::function<std::shared_ptr<StopAgreement>(std::shared_ptr<StopAgreement> standard)> stop;
   // At a boundary where the group has fewer members than this (after losing one), wait for
   // replacements to join before training on, up to wait_for_members_seconds (then train on with
   // fewer). A notice ends the wait. 0: never wait; train on at once with whoever is left.
@@ -123,12 +129,25 @@ class Elastic {
   // membership here; a replacement started into a running group connects in start(). Throws
   // GroupError for a bad option or environment, std::invalid_argument for an empty callback.
   explicit Elastic(ElasticState state, ElasticOptions options = {});
+  // The same, with the state registered later by setState() (before start()): a program that
+  // connects first and builds its model from rank() and size().
+  explicit Elastic(ElasticOptions options = {});
+  // Over a group of the program's own (not owned; it outlives this object), or a world of one
+  // (null): no recovery in place (a failure is rethrown, a notice stops every member), the same
+  // loop otherwise.
+  Elastic(ProcessGroup* group, ElasticOptions options);
   ~Elastic();
   Elastic(const Elastic&) = delete;
   Elastic& operator=(const Elastic&) = delete;
 
-  // The parameters sync() all-reduces the gradients of (before start()).
+  // The state to heal, when the constructor was not given one (before start()).
+  void setState(ElasticState state);
+  // The parameters sync() all-reduces the gradients of (before start()). Without them sync() has
+  // no gradient sync to give.
   void attach(const std::vector<torch::Tensor>& params);
+  // Called on a member that saw a peer's failure, before the group re-forms (a place to log
+  // `reason`, the CommError's text, or to mark the program idle); on the training thread.
+  void onFailure(std::function<void(const std::string& reason)> callback);
   // Called on every member after the membership formed or changed (start() included), on the
   // training thread, with the state already in place. A place to reshard data or log.
   void onMembershipChange(std::function<void(const Membership&)> callback);
@@ -141,8 +160,20 @@ class Elastic {
   // Trains step step() + 1 with fn (see the contract above); returns once the step is committed.
   void train(const std::function<void()>& fn);
   // After each step but the last: notices and checkpoint requests agreed, waiting replacements
-  // admitted and healed, members with a notice let go when enough others stay.
+  // admitted and healed, members with a notice let go when enough others stay. Replacements are
+  // admitted only at a boundary that agreed kContinue: after kCheckpoint the program's save (and
+  // what it gathers for it) runs on the membership that trained the step, and they come in at
+  // the next boundary.
   ElasticAction boundary();
+  // Runs fn, work after a committed step that communicates over group() (an evaluation's sums,
+  // a gather for a checkpoint, a balance of the batch): a peer's failure in fn re-forms the group
+  // as in train() and returns false, and every member then skips the rest of this boundary
+  // (boundary() included, which returns kContinue without communicating) and trains the next
+  // step. True when fn returned. Without recovery in place fn's CommError is rethrown.
+  bool atBoundary(const std::function<void()>& fn);
+  // At the boundary that returned kLeave, kStop or a leave's kContinue: the ranks (of the
+  // membership before it) that got a notice; empty otherwise.
+  const std::vector<int>& leaving() const;
   // After kStop: returns once every member got there (rank 0's checkpoint is durable).
   void waitForAll();
   // After the last step, on every member: replacements still waiting to join give up.
@@ -150,14 +181,17 @@ class Elastic {
 
   // Recovery in place is on (cumulus-run's CUMULUS_RECOVERY=in_place).
   bool inPlace() const;
+  // A replacement started into a running group, until start() admitted it: it reads no
+  // checkpoint, since a live peer sends it the state.
+  bool joining() const;
   int rank() const;
   int size() const;
   int64_t epoch() const;
   int64_t step() const;  // steps committed
   // The group of the current membership (its identity stays; its rank and size follow).
   ProcessGroup& group();
-  // The gradient sync over the current membership (rebuilt at each change; do not keep it across
-  // train() calls). With DataParallelOptions::compression kBf16 each member's error feedback is
+  // The gradient sync over the current membership, after start() and attach() (rebuilt at each
+  // change; do not keep it across train() calls). std::logic_error without attached parameters. With DataParallelOptions::compression kBf16 each member's error feedback is
   // carried over a re-forming; a member that was healed starts from none.
   GradientSync& sync();
   // The notices' watcher (notify(), requestCheckpoint(), noticed()), from construction on. A

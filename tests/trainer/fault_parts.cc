@@ -68,7 +68,7 @@ StepBatch HoldAtStep::next(int64_t step, int64_t micro_batches) {
 }
 
 KillOnText::KillOnText(std::shared_ptr<MetricsRecorder> inner, std::string text)
-    : inner_(std::move(inner)), text_(std::move(text)) {}
+    : ForwardingRecorder(std::move(inner)), text_(std::move(text)) {}
 
 void KillOnText::note(const std::string& text) {
   if (text.find(text_) != std::string::npos) ::raise(SIGKILL);
@@ -80,12 +80,12 @@ void KillOnText::warning(const std::string& text) {
   inner_->warning(text);
 }
 
-SigtermAfterStep::SigtermAfterStep(std::shared_ptr<StopAgreement> inner, int64_t step)
-    : inner_(std::move(inner)), step_(step) {}
+SigtermAtStep::SigtermAtStep(std::shared_ptr<MetricsRecorder> inner, int64_t step)
+    : ForwardingRecorder(std::move(inner)), step_(step) {}
 
-StepAction SigtermAfterStep::decide(int64_t steps_done) {
-  if (steps_done == step_) ::raise(SIGTERM);
-  return inner_->decide(steps_done);
+void SigtermAtStep::step(const StepRecord& record) {
+  inner_->step(record);
+  if (record.step == step_) ::raise(SIGTERM);
 }
 
 }  // namespace cumulus::trainer

@@ -90,12 +90,10 @@ class HoldAtStep final : public ForwardingBatchSource {
   std::function<void()> wait_;
 };
 
-// Wraps a MetricsRecorder and kills this process with SIGKILL when a note or a warning containing
-// `text` is recorded: a death at a chosen point of an in-place re-forming ("re-forming the group
-// in place" as it starts, "sends the training state" as the heal starts on the sender).
-class KillOnText final : public MetricsRecorder {
+// A MetricsRecorder that passes every record on to `inner`: the base of the wrappers below.
+class ForwardingRecorder : public MetricsRecorder {
  public:
-  KillOnText(std::shared_ptr<MetricsRecorder> inner, std::string text);
+  explicit ForwardingRecorder(std::shared_ptr<MetricsRecorder> inner) : inner_(std::move(inner)) {}
 
   void begin(const RunStart& start) override { inner_->begin(start); }
   void firstStep(int64_t step, const StartupProfile* startup) override {
@@ -106,8 +104,8 @@ class KillOnText final : public MetricsRecorder {
     inner_->evaluation(step, epoch, result);
   }
   void checkpoint(const CheckpointRecord& record) override { inner_->checkpoint(record); }
-  void note(const std::string& text) override;
-  void warning(const std::string& text) override;
+  void note(const std::string& text) override { inner_->note(text); }
+  void warning(const std::string& text) override { inner_->warning(text); }
   void preempted(int64_t step, const std::string& checkpoint) override {
     inner_->preempted(step, checkpoint);
   }
@@ -118,24 +116,34 @@ class KillOnText final : public MetricsRecorder {
   }
   void finished(const RunSummary& summary) override { inner_->finished(summary); }
 
- private:
+ protected:
   std::shared_ptr<MetricsRecorder> inner_;
+};
+
+// Kills this process with SIGKILL when a note or a warning containing `text` is recorded: a death
+// at a chosen point of an in-place re-forming ("re-forming the group in place" as it starts,
+// "sends the training state" as the heal starts on the sender).
+class KillOnText final : public ForwardingRecorder {
+ public:
+  KillOnText(std::shared_ptr<MetricsRecorder> inner, std::string text);
+
+  void note(const std::string& text) override;
+  void warning(const std::string& text) override;
+
+ private:
   std::string text_;
 };
 
-// Wraps a StopAgreement and raises a real SIGTERM at this process when the loop reaches the
-// boundary after step `step`, before agreeing: the run then stops there as it would for a notice
-// that arrived during that step.
-class SigtermAfterStep final : public StopAgreement {
+// Raises a real SIGTERM at this process when step `step` is recorded, which the loop does after
+// the step and before its boundary's agreement: the run then stops (or, in place, this member
+// leaves) there, as it would for a notice that arrived during that step.
+class SigtermAtStep final : public ForwardingRecorder {
  public:
-  SigtermAfterStep(std::shared_ptr<StopAgreement> inner, int64_t step);
+  SigtermAtStep(std::shared_ptr<MetricsRecorder> inner, int64_t step);
 
-  void start() override { inner_->start(); }
-  StepAction decide(int64_t steps_done) override;
-  void waitForAll() override { inner_->waitForAll(); }
+  void step(const StepRecord& record) override;
 
  private:
-  std::shared_ptr<StopAgreement> inner_;
   int64_t step_;
 };
 

@@ -2,7 +2,7 @@
 // a configs/smoke.yaml-sized job (a second or two); the final parameters are compared through the
 // "final parameters sha256" line rank 0 prints (training_checkpoint.h parameterDigest).
 // Faults: cumulus-train-faults --fault-sigterm-at-step S[:RANK] makes a worker raise SIGTERM at
-// itself after step S (fault_parts.h SigtermAfterStep), so the stop lands mid-run
+// itself after step S (fault_parts.h SigtermAtStep), so the stop lands mid-run
 // deterministically; the other faults are real (a SIGTERM from outside, SIGKILL of a worker, a
 // corrupted file).
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The step loop under a StopAgreement of the test's own (TrainerOptions::stop): the loop stops or
 // checkpoints exactly where the agreement says, and a run stopped that way resumes bit-identical.
-// Also SigtermAfterStep, the wrapper cumulus-train-faults installs.
+// Also SigtermAtStep, the recorder wrapper cumulus-train-faults installs for a notice.
 #include "cumulus/preemption.h"
 
 #include <gtest/gtest.h>
@@ -130,15 +130,14 @@ TEST_F(StopAgreementTest, AnAgreedCheckpointIsWrittenAndTrainingGoesOn) {
       << console.str();
 }
 
-TEST_F(StopAgreementTest, ADefaultWrappedBySigtermAfterStepStopsAtThatStep) {
+TEST_F(StopAgreementTest, ASigtermRaisedAtAStepsRecordStopsAtThatStep) {
   resetSigtermForTesting();
   installSigtermHandler();
   TrainerOptions options;
   options.watch_sigterm = true;
   options.preemption_grace = 0;  // no watchdog in the test process
-  options.stop = [](std::shared_ptr<StopAgreement> standard) {
-    EXPECT_NE(dynamic_cast<PreemptionWatcher*>(standard.get()), nullptr);
-    return std::make_shared<SigtermAfterStep>(std::move(standard), 7);
+  options.metrics = [](std::shared_ptr<MetricsRecorder> standard) {
+    return std::make_shared<SigtermAtStep>(std::move(standard), 7);
   };
   Trainer trainer(experiment(dir_ / "x"), RunEnv{}, options);
   const RunResult result = trainer.run();

@@ -5,7 +5,7 @@
 //                        [--fault-kill SPEC] [--fault-stall SPEC] -- CONFIG.yaml [flags]
 //
 // --fault-sigterm-at-step S[:RANK]  rank RANK (every rank without it) raises SIGTERM at itself
-//                                   after step S (SigtermAfterStep), so a stop lands there;
+//                                   after step S (SigtermAtStep), so a stop lands there;
 //                                   S@MEMBER: the worker whose CUMULUS_MEMBER_ID is MEMBER
 // --sample-ledger PATH              each rank appends the samples of each step to PATH.rank<R>
 //                                   (in place: PATH.member<ID>, with the epoch's generation as
@@ -151,11 +151,6 @@ void install(const Faults& faults, TrainerOptions& options) {
   const bool sigterm_here = faults.sigterm_member.empty()
                                 ? faults.sigterm_rank < 0 || faults.sigterm_rank == rank
                                 : faults.sigterm_member == member;
-  if (faults.sigterm_step >= 0 && sigterm_here) {
-    options.stop = [step = faults.sigterm_step](std::shared_ptr<cumulus::StopAgreement> standard) {
-      return std::make_shared<SigtermAfterStep>(std::move(standard), step);
-    };
-  }
   std::vector<std::function<std::shared_ptr<BatchSource>(std::shared_ptr<BatchSource>)>> wraps;
   for (const auto& [spec, stall] : {std::pair{faults.kill, false}, std::pair{faults.stall, true}}) {
     const auto [step, ms] = entryFor(spec, member);
@@ -169,12 +164,25 @@ void install(const Faults& faults, TrainerOptions& options) {
       return std::make_shared<SlowSamples>(std::move(inner), us);
     });
   }
+  std::vector<std::function<std::shared_ptr<MetricsRecorder>(std::shared_ptr<MetricsRecorder>)>>
+      recorders;
+  if (faults.sigterm_step >= 0 && sigterm_here) {
+    recorders.push_back([step = faults.sigterm_step](std::shared_ptr<MetricsRecorder> inner) {
+      return std::make_shared<SigtermAtStep>(std::move(inner), step);
+    });
+  }
   if (const size_t colon = faults.kill_on.find(':');
       colon != std::string::npos && faults.kill_on.substr(0, colon) == member) {
-    options.metrics =
-        [text = faults.kill_on.substr(colon + 1)](std::shared_ptr<MetricsRecorder> standard) {
-          return std::make_shared<KillOnText>(std::move(standard), text);
-        };
+    recorders.push_back([text = faults.kill_on.substr(colon + 1)](
+                            std::shared_ptr<MetricsRecorder> inner) {
+      return std::make_shared<KillOnText>(std::move(inner), text);
+    });
+  }
+  if (!recorders.empty()) {
+    options.metrics = [recorders](std::shared_ptr<MetricsRecorder> standard) {
+      for (const auto& wrap : recorders) standard = wrap(std::move(standard));
+      return standard;
+    };
   }
   if (faults.hold_step >= 0) {
     // The launcher's Store, read as any process of the job may.
