@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -184,6 +186,30 @@ TEST_F(ElasticProcessTest, UnderBf16CompressionTheStayersKeepTheirErrorFeedback)
     const std::string after = lineAfter("membership residual ", leave);
     EXPECT_EQ(before, after) << id << ":\n" << r.output;
     EXPECT_NE(std::stod(before), 0.0) << "bf16 rounding left no residual: the test shows nothing";
+    digests.insert(testing::lastAfter(r.output, "final parameters sha256 "));
+  }
+  EXPECT_EQ(digests.size(), 1u);
+}
+
+// A member dies in the boundary's own collective (the loss sum through atBoundary), after the
+// step was committed everywhere: the others' sum fails, they re-form without it from that step,
+// skip the rest of the boundary and train on to identical replicas.
+TEST_F(ElasticProcessTest, ADeathInTheBoundarysOwnCollectiveReformsAndTheLoopGoesOn) {
+  start("0.0.0", 0, 3, {"--steps", "20"});
+  start("0.1.0", 1, 3, {"--steps", "20"});
+  start("0.2.0", 2, 3, {"--steps", "20", "--die-in-boundary", "8"});
+  EXPECT_EQ(finish("0.2.0").signal, SIGKILL) << results_["0.2.0"].output;
+  std::set<std::string> digests;
+  for (const char* id : {"0.0.0", "0.1.0"}) {
+    const ProcessResult& r = finish(id);
+    EXPECT_EQ(r.exit_code, 0) << id << ":\n" << r.output;
+    EXPECT_NE(r.output.find("failure: "), std::string::npos) << id << ":\n" << r.output;
+    EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank \d of 2, step 8, failure)")))
+        << id << ":\n"
+        << r.output;
+    EXPECT_NE(r.output.find("boundary of step 8 interrupted\n"), std::string::npos)
+        << id << ":\n"
+        << r.output;
     digests.insert(testing::lastAfter(r.output, "final parameters sha256 "));
   }
   EXPECT_EQ(digests.size(), 1u);

@@ -9,7 +9,10 @@
 // size: a joiner given another of either must be refused. --wait-for N: at each boundary, wait
 // until the group has N members. --notice-at N: a preemption notice (PreemptionWatcher::notify)
 // after step N. --bf16 1: gradients all-reduced as bfloat16 with error feedback; each step and
-// each membership then prints the sum of this member's residual.
+// each membership then prints the sum of this member's residual. At each boundary the members sum
+// their losses (an all-reduce through Elastic::atBoundary); --die-in-boundary N: this worker
+// SIGKILLs itself in that sum after step N, so that the others' fails there.
+#include <signal.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -28,6 +31,7 @@ struct Flags {
   int64_t wait_for = 0;
   int64_t notice_at = 0;  // this worker gets a preemption notice after step N (0: never)
   bool bf16 = false;
+  int64_t die_in_boundary = 0;  // SIGKILL in the boundary's sum after step N (0: never)
 };
 
 // The sum of this member's error-feedback residual (bf16 compression), exactly as a double.
@@ -52,6 +56,8 @@ Flags parse(int argc, char** argv) {
       f.wait_for = std::stoll(v);
     } else if (k == "--notice-at") {
       f.notice_at = std::stoll(v);
+    } else if (k == "--die-in-boundary") {
+      f.die_in_boundary = std::stoll(v);
     } else if (k == "--bf16") {
       f.bf16 = v == "1";
     } else {
@@ -87,6 +93,7 @@ int run(const Flags& flags) {
                             flags.config},
                            options);
   elastic.attach(net->parameters());
+  elastic.onFailure([](const std::string& reason) { std::printf("failure: %s\n", reason.c_str()); });
   elastic.onMembershipChange([&](const cumulus::Membership& m) {
     std::string healed;
     for (int r : m.healed) healed += (healed.empty() ? "" : ",") + std::to_string(r);
@@ -101,6 +108,7 @@ int run(const Flags& flags) {
     std::printf("not admitted: the group finished\n");
     return 0;
   }
+  double loss_sum = 0;  // this member's loss of the step, then the members' sum
   while (elastic.step() < flags.steps) {
     elastic.train([&] {
       const std::vector<int64_t> local = sampler.localIndices(elastic.rank(), elastic.size());
@@ -109,12 +117,22 @@ int run(const Flags& flags) {
       const torch::Tensor loss =
           (net->forward(x.index_select(0, idx)) - y.index_select(0, idx)).pow(2).sum() / 8.0;
       elastic.sync().backward(loss);
+      loss_sum = loss.item<double>();
       optimizer.step();
       sampler.advance();
     });
     if (flags.bf16) {
       std::printf("step %lld residual %.17g\n", static_cast<long long>(elastic.step()),
                   residualSum(elastic));
+    }
+    const bool summed = elastic.atBoundary([&] {
+      if (elastic.step() == flags.die_in_boundary) ::raise(SIGKILL);
+      torch::Tensor sum = torch::full({1}, loss_sum, torch::kFloat64);
+      elastic.group().allreduce(sum);
+    });
+    if (!summed) {
+      std::printf("boundary of step %lld interrupted\n", static_cast<long long>(elastic.step()));
+      continue;  // as every member: the next step
     }
     if (elastic.step() == flags.steps) break;
     if (elastic.step() == flags.notice_at) elastic.preemption().notify();
