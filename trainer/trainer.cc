@@ -208,13 +208,12 @@ void Trainer::Impl::build() {
   startupMark("resume");
   checkEveryRankResumesTogether();
   buildParts(data);
+  // In place the gradient sync is the Elastic's, built at start (run()) and again at each change
+  // of membership; otherwise the Trainer's own, for the whole run.
   if (inPlace()) {
-    elastic_->attach(params_);  // its sync is built at start (run())
+    elastic_->attach(params_);
   } else {
-    broadcastBuffers();
     sync_->attach(params_);
-    restoreResiduals();
-    startupMark("broadcast");
   }
 }
 

@@ -116,7 +116,9 @@ class Trainer::Impl {
   Boundary stepAndBoundary(double loop_start, Evaluation& eval, RunResult& result);
   // The last step's boundary: the evaluation, the final weights, the last checkpoint. False when a
   // re-forming interrupted it (run it again).
-  bool lastBoundary(int64_t done, double lr, int64_t epoch, Evaluation& eval);
+  // `record`: the last step's record, when it has not been written.
+  bool lastBoundary(int64_t done, double lr, int64_t epoch, Evaluation& eval,
+                    const std::function<void()>& record = {});
   StepOutcome trainStep(int64_t step);
   // The step watchdog (trainer.step_timeout_seconds), from the first step to the end of run().
   void startWatchdog();

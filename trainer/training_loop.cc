@@ -65,8 +65,8 @@ RunResult Trainer::Impl::run() {
     return RunResult{};
   }
   if (joiner) {
-    start_step_ = steps_done_;
-  } else if (inPlace()) {
+    start_step_ = steps_done_;  // the state a live peer sent (its error feedback starts at zero)
+  } else {
     broadcastBuffers();
     restoreResiduals();
     startupMark("broadcast");
@@ -149,14 +149,16 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
   if (!step || elastic_->step() != s + 1) return Boundary::kNext;
   result.step_losses.push_back(step->loss);
   recordReform();
-  recordStep(s, *step, lr, loop_start);
+  // The step's record sums the loss over the ranks: a collective, so it is boundary work too.
+  const auto record = [&] { recordStep(s, *step, lr, loop_start); };
 
   const int64_t done = s + 1;
   if (done == total_steps_) {
-    lastBoundary(done, lr, step->epoch, eval);  // a failure: run() does it again
+    lastBoundary(done, lr, step->epoch, eval, record);  // a failure: run() does it again
     return Boundary::kNext;
   }
   const bool boundary_done = elastic_->atBoundary([&] {
+    record();
     balanceAt(done);  // before the checkpoints below, which keep the shares it sets
     if (evaluator_->due(done)) eval = evaluateAt(done, step->epoch);
     checkpointAt(dueAtStepEnd(done, false), done, lr);
@@ -174,7 +176,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
                        " worker(s); no checkpoint needed");
     return Boundary::kStop;
   }
-  if (action == ElasticAction::kStop && inPlace() && !elastic_->leaving().empty()) {
+  if (action == ElasticAction::kStop && !elastic_->leaving().empty()) {
     recorder_->note("preemption notice for rank(s) " + joined(elastic_->leaving()) +
                     ": too few workers would remain, so every rank checkpoints and stops");
   }
@@ -187,15 +189,16 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
   if (!elastic_->atBoundary([&] { checkpointAt(dueAfterAgreement(done, agreed), done, lr); })) {
     return Boundary::kNext;
   }
-  if (agreed == StepAction::kStop) {
-    stopAt(done, result);
+  if (agreed == StepAction::kStop && elastic_->atBoundary([&] { stopAt(done, result); })) {
     return Boundary::kStop;
   }
   return Boundary::kNext;
 }
 
-bool Trainer::Impl::lastBoundary(int64_t done, double lr, int64_t epoch, Evaluation& eval) {
+bool Trainer::Impl::lastBoundary(int64_t done, double lr, int64_t epoch, Evaluation& eval,
+                                 const std::function<void()>& record) {
   const bool finished = elastic_->atBoundary([&] {
+    if (record) record();
     eval = evaluateAt(done, epoch);
     saveFinalWeights();  // first: the weights survive a failed last checkpoint
     checkpointAt(dueAtStepEnd(done, true), done, lr);
