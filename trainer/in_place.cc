@@ -96,12 +96,12 @@ void Trainer::Impl::membershipChanged(const Membership& m) {
   batches_->reshard(env_.rank, env_.world_size);
   batches_->restore(done_position_);
   std::vector<std::string> share_warnings;
-  resetShares(share_warnings);
+  shares_->reset(env_.world_size, share_warnings);
   buildGroupParts();
   if (records_begun_) {
     recorder_->begin(RunStart{"", {}, steps_done_, total_steps_, batches_->stepsPerEpoch()});
     for (const std::string& w : share_warnings) recorder_->warning(w);
-    recordShares("reform", steps_done_);
+    shares_->record("reform", steps_done_, env_.world_size, *recorder_);
   } else {
     resume_notes_.insert(resume_notes_.end(), share_warnings.begin(), share_warnings.end());
   }

@@ -187,6 +187,7 @@ void Trainer::Impl::build() {
                                  std::make_shared<SamplerBatchSource>(
                                      data.train, std::move(sampler), env_.rank, env_.world_size),
                                  "batches");
+  shares_ = std::make_unique<BatchShares>(config_.trainer, batches_);
   total_steps_ =
       plannedSteps(t.epochs, batches_->stepsPerEpoch(), t.max_steps, t.global_batch_size);
   loss_ = std::make_shared<const Loss>(Loss::named(config_.loss.name));
@@ -201,7 +202,7 @@ void Trainer::Impl::build() {
   has_state_ = !joiner;
   if (has_state_) {
     resumeIfAsked();
-    startShares();  // a joiner's come with the group it joins (in_place.cc afterReform)
+    shares_->start(env_.world_size, resume_notes_);  // a joiner's come with the group it joins
   }
   steps_done_ = start_step_;
   done_position_ = batches_->position();
@@ -481,7 +482,7 @@ void Trainer::Impl::resumeIfAsked() {
     last_saved_step_ = plan.step;
     grad_accumulation_ = plan.grad_accumulation;
     samples_seen_ = plan.samples_seen;
-    shares_ = plan.batch_shares;
+    shares_->restore(plan.batch_shares);
     resume_notes_.insert(resume_notes_.end(), plan.notes.begin(), plan.notes.end());
   } catch (const ResumeError& e) {
     throw SetupError(e.what());

@@ -18,7 +18,7 @@
 #include "cumulus/step_watchdog.h"
 #include "data/examples.h"
 #include "models/model.h"
-#include "trainer/balance.h"
+#include "trainer/batch_shares.h"
 #include "trainer/batch_source.h"
 #include "trainer/checkpoint_policy.h"
 #include "trainer/datasets.h"
@@ -150,19 +150,6 @@ class Trainer::Impl {
   void prepareRunDir() const;
   void finishRun(const Evaluation& last_eval, double loop_start, RunResult& result);
 
-  // The ranks' shares of the global batch (balance_loop.cc; trainer.balance).
-  // At start-up, after a resume: off: equal; fixed: the config's; auto: the checkpoint's, if any.
-  void startShares();
-  // At boundary `done` with balance auto, every balance_every_steps steps: the ranks all-gather
-  // their compute rates and take the shares decideShares gives from the next step on.
-  void balanceAt(int64_t done);
-  // After an in-place re-forming: equal shares (fixed ones where they fit the new world), and
-  // the rates measured again.
-  // (Warnings go to `warnings`: the recorder may not have begun.)
-  void resetShares(std::vector<std::string>& warnings);
-  // A "balance" record of the shares in force after `done` (nothing with balance off).
-  void recordShares(const char* reason, int64_t done);
-
   // Recovery in place (in_place.cc; docs/recovery.md), through the public Elastic.
   bool inPlace() const { return elastic_->inPlace(); }
   // What a live peer sends a member whose state is behind, and how that member takes it.
@@ -194,6 +181,7 @@ class Trainer::Impl {
 
   // The step loop's parts (trainer.h TrainerOptions).
   std::shared_ptr<BatchSource> batches_;
+  std::unique_ptr<BatchShares> shares_;  // the ranks' shares of the global batch (trainer.balance)
   std::unique_ptr<GradientSync> own_sync_;  // without recovery in place
   GradientSync* sync_ = nullptr;            // own_sync_, or in place the Elastic's
   DataParallel* distributed_ = nullptr;     // sync_, when it is one
@@ -232,8 +220,6 @@ class Trainer::Impl {
   bool records_begun_ = false;        // run() began the recorder (a joiner's begin after start)
   int64_t reforms_ = 0;               // failures this rank re-formed after
   std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
-  std::vector<int64_t> shares_;  // of the global batch, in force for the next step; empty: equal
-  RateMeter compute_rate_;       // this rank's samples per second of compute (balance auto)
   std::unique_ptr<StepWatchdog> watchdog_;  // during run(), unless options_.step_watchdog is off
   bool ran_ = false;
 };

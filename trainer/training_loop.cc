@@ -78,7 +78,7 @@ RunResult Trainer::Impl::run() {
   recorder_->begin(
       RunStart{model_->summary(), notes, start_step_, total_steps_, batches_->stepsPerEpoch()});
   records_begun_ = true;
-  recordShares("start", start_step_);
+  shares_->record("start", start_step_, env_.world_size, *recorder_);
   startWatchdog();
   // However run() ends, nothing is watched after it.
   struct StopWatching {
@@ -159,7 +159,8 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
   }
   const bool boundary_done = elastic_->atBoundary([&] {
     record();
-    balanceAt(done);  // before the checkpoints below, which keep the shares it sets
+    // Before the checkpoints below, which keep the shares it sets.
+    shares_->atBoundary(done, group_, grad_accumulation_, *recorder_);
     if (evaluator_->due(done)) eval = evaluateAt(done, step->epoch);
     checkpointAt(dueAtStepEnd(done, false), done, lr);
   });
@@ -231,7 +232,7 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   for (const data::Batch& micro : batch.micro_batches) {
     if (micro.targets.defined()) samples += micro.targets.size(0);
   }
-  compute_rate_.add(samples, wait_start - start);
+  shares_->measure(samples, wait_start - start);
   markPhase(StepPhase::kSync);
   {
     TraceRecorder::Span span(distributed_ != nullptr ? options_.trace : nullptr, "comm wait");
@@ -334,7 +335,7 @@ Checkpoint Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
   position.learning_rate = lr;
   position.preempted = preempted;
   position.grad_accumulation = grad_accumulation_;
-  position.batch_shares = shares_;
+  position.batch_shares = shares_->current();
   Checkpoint checkpoint = captureCheckpoint(*model_, *optimizer_, config_, env_, position);
   if (compressing()) {
     if (residuals_step_ == done) {
