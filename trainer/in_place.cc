@@ -84,15 +84,20 @@ void Trainer::Impl::membershipChanged(const Membership& m) {
   if (!inPlace()) return;  // one membership, and the Trainer's own gradient sync
   sync_ = &elastic_->sync();
   distributed_ = dynamic_cast<DataParallel*>(sync_);
-  if (m.cause == "start") return;  // build() made the parts for this membership
-  cumulus::ProcessGroup& group = elastic_->group();
   const int64_t old_rank = env_.rank;
   const int64_t old_world = env_.world_size;
-  env_.rank = m.rank;
-  env_.world_size = m.size;
-  env_.generation = static_cast<int64_t>(group.generation());
-  group_ = m.size > 1 ? &group : nullptr;
-  if (writes()) claimRunDir();  // the new writer (a survivor or joiner that became rank 0)
+  if (m.cause != "start") {
+    env_.rank = m.rank;
+    env_.world_size = m.size;
+    env_.generation = static_cast<int64_t>(elastic_->group().generation());
+    group_ = m.size > 1 ? &elastic_->group() : nullptr;
+  }
+  if (m.cause == "start") {  // build() made the other parts for this membership
+    checkpoints_->setMembership(writes(), env_.rank, env_.world_size, group_, distributed_);
+    return;
+  }
+  // The new writer (a survivor or joiner that became rank 0) holds the run directory from now on.
+  if (writes()) checkpoints_->claimRunDir(env_.run_id, resume_notes_);
   batches_->reshard(env_.rank, env_.world_size);
   batches_->restore(done_position_);
   std::vector<std::string> share_warnings;

@@ -158,11 +158,6 @@ void Trainer::Impl::startupMark(const char* phase) {
   if (options_.startup) options_.startup->mark(phase);
 }
 
-std::string Trainer::Impl::checkpointDir() const {
-  return config_.checkpoint.dir.empty() ? config_.trainer.run_dir + "/checkpoints"
-                                        : config_.checkpoint.dir;
-}
-
 void Trainer::Impl::build() {
   const auto& t = config_.trainer;
   checkBatchSizes();
@@ -170,7 +165,10 @@ void Trainer::Impl::build() {
   // stops here, naming the first. A joiner's rank is a placeholder until it is admitted; it
   // claims the directory then if it becomes the writer (afterReform).
   const bool joiner = elastic_->joining();
-  if (writes() && !joiner) claimRunDir();
+  checkpoints_ = std::make_unique<RunCheckpoints>(
+      config_, options_, writes(), recorder_,
+      [this](int64_t done, double lr, bool preempted) { return snapshot(done, lr, preempted); });
+  if (writes() && !joiner) checkpoints_->claimRunDir(env_.run_id, resume_notes_);
   grad_accumulation_ = t.grad_accumulation;
   torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, env_.local_world_size)));
 
@@ -190,12 +188,11 @@ void Trainer::Impl::build() {
   shares_ = std::make_unique<BatchShares>(config_.trainer, batches_);
   total_steps_ =
       plannedSteps(t.epochs, batches_->stepsPerEpoch(), t.max_steps, t.global_batch_size);
+  checkpoints_->setTotalSteps(total_steps_);
   loss_ = std::make_shared<const Loss>(Loss::named(config_.loss.name));
   buildModel(*data.train);
   checkTokenIds(data);
-  checkpoints_ = std::make_unique<Checkpoints>(
-      checkpointDir(), static_cast<size_t>(std::max<int64_t>(1, config_.checkpoint.keep)));
-  if (writes() && !joiner) checkCheckpointRoom();
+  if (writes() && !joiner) checkpoints_->checkRoom(*model_, env_.world_size);
   startupMark("model");
   // Every rank restores the same checkpoint, before the broadcasts below make that moot. A joiner
   // reads nothing from disk: a live peer sends it the state (joinGroup).
@@ -379,20 +376,7 @@ void Trainer::Impl::buildGroupParts() {
   }
   recorder_ = choose<MetricsRecorder>(
       options_.metrics, std::make_shared<ProgressMetricsRecorder>(std::move(record)), "metrics");
-
-  // A checkpoint when one is due, written by rank 0 alone (the replicas are identical). Kept
-  // across in-place re-formings while the writer stays the writer, so that its clock
-  // (every_seconds) does not start again at each one.
-  if (!checkpoint_policy_ || policy_writer_ != writes()) {
-    CheckpointSchedule schedule(config_.checkpoint.every_steps, config_.checkpoint.every_seconds,
-                                options_.clock);
-    checkpoint_policy_ =
-        choose<CheckpointPolicy>(options_.checkpoint_policy,
-                                 std::make_shared<ScheduledCheckpointPolicy>(
-                                     std::move(schedule), writes(), config_.checkpoint.async),
-                                 "checkpoint_policy");
-    policy_writer_ = writes();
-  }
+  checkpoints_->setMembership(writes(), env_.rank, env_.world_size, group_, distributed_);
 }
 
 void Trainer::Impl::buildElastic() {
@@ -431,25 +415,27 @@ void Trainer::Impl::broadcastBuffers() {
   if (!buffers.empty()) distributed_->broadcast(buffers);
 }
 
-// --resume: none, auto (the newest valid checkpoint in checkpointDir(), if any) or a directory.
+// --resume: none, auto (the newest valid checkpoint in checkpoint.dir, if any) or a directory.
 // Every rank loads the same checkpoint (the directory is shared, and nothing writes it while the
 // group starts) and restores parameters, buffers, optimizer state, sampler position and step.
 void Trainer::Impl::resumeIfAsked() {
   const ResumeMode mode =
       options_.resume.value_or(ResumeMode::defaultFor(!env_.run_id.empty()));
-  if (guardOtherExperiment(mode.kind != ResumeMode::Kind::kNone)) return;
+  if (checkpoints_->guardOtherExperiment(mode.kind != ResumeMode::Kind::kNone, resume_notes_)) {
+    return;
+  }
   if (mode.kind == ResumeMode::Kind::kNone) return;
   try {
     std::optional<std::pair<CheckpointInfo, Checkpoint>> found;
     std::vector<CheckpointWarning> warnings;
     if (mode.kind == ResumeMode::Kind::kPath) {
-      Checkpoint loaded = checkpoints_->load(mode.path);
+      Checkpoint loaded = checkpoints_->store().load(mode.path);
       const uint64_t step = loaded.state.step;
       found.emplace(CheckpointInfo{mode.path, step}, std::move(loaded));
-    } else if (std::optional<Checkpoint> latest = checkpoints_->loadLatest(&warnings)) {
+    } else if (std::optional<Checkpoint> latest = checkpoints_->store().loadLatest(&warnings)) {
       // load() checked that state.pb's step is the directory's.
       const uint64_t step = latest->state.step;
-      found.emplace(CheckpointInfo{checkpointDir() + "/" + Checkpoints::dirName(step), step},
+      found.emplace(CheckpointInfo{checkpoints_->pathOf(static_cast<int64_t>(step)), step},
                     std::move(*latest));
     }
     for (const CheckpointWarning& w : warnings) {
@@ -457,8 +443,8 @@ void Trainer::Impl::resumeIfAsked() {
     }
     if (!found) {
       resume_notes_.push_back(warnings.empty()
-                                  ? "no checkpoint in " + checkpointDir() + ": starting from step 0"
-                                  : "no valid checkpoint in " + checkpointDir() + " (rejected: " +
+                                  ? "no checkpoint in " + checkpoints_->dir() + ": starting from step 0"
+                                  : "no valid checkpoint in " + checkpoints_->dir() + " (rejected: " +
                                         rejectedNames(warnings) + "): starting from step 0");
       return;
     }
@@ -476,10 +462,9 @@ void Trainer::Impl::resumeIfAsked() {
       throw ResumeError(e.what() + skipped);
     }
     restoreTraining(loaded, *model_, *optimizer_, "checkpoint " + info.path);
-    resumed_residuals_ = residualsOf(loaded, info.path);
+    checkpoints_->resumed(plan.step, residualsOf(loaded, info.path));
     batches_->restore(plan.sampler);
     start_step_ = std::min(plan.step, total_steps_);
-    last_saved_step_ = plan.step;
     grad_accumulation_ = plan.grad_accumulation;
     samples_seen_ = plan.samples_seen;
     shares_->restore(plan.batch_shares);
@@ -501,7 +486,7 @@ void Trainer::Impl::checkEveryRankResumesTogether() {
     throw std::invalid_argument("ranks resume from different steps (" + std::to_string(lowest) +
                                 " to " + std::to_string(highest) + "; this rank " +
                                 std::to_string(env_.rank) + ": " + std::to_string(start_step_) +
-                                "): every rank must see the same " + checkpointDir());
+                                "): every rank must see the same " + checkpoints_->dir());
   }
 }
 

@@ -21,6 +21,7 @@
 #include "trainer/batch_shares.h"
 #include "trainer/batch_source.h"
 #include "trainer/checkpoint_policy.h"
+#include "trainer/run_checkpoints.h"
 #include "trainer/datasets.h"
 #include "trainer/evaluator.h"
 #include "distributed/flat_parameters.h"
@@ -76,36 +77,16 @@ class Trainer::Impl {
   void tryOneBatch(const data::Batch& batch, const std::string& source);
   void checkTokenIds(const Datasets& data);
   void buildParts(const Datasets& data);
-  // The parts that depend on the group's membership (evaluator, recorder, checkpoint policy);
-  // built once, and again after each in-place re-forming.
+  // The parts that depend on the group's membership (evaluator, recorder, the checkpoints' policy
+  // and writer); built once, and again after each in-place re-forming.
   void buildGroupParts();
   // The loop's Elastic: the caller's in place (TrainerOptions::elastic), else one over
   // TrainerOptions::group with the stop agreement TrainerOptions::stop picks. Registers the
   // training state and the membership callbacks.
   void buildElastic();
   void resumeIfAsked();
-  // The run directory's guards (run_dir_guard.cc). The writer holds trainer.run_dir (and
-  // checkpoint.dir, when it lies outside) for as long as it writes: a second job is refused.
-  void claimRunDir();
-  // When run() ends: a background save finished (its failure reported), then the locks dropped.
-  void releaseRunDir() noexcept;
-  // Before a resume or a fresh start: true when --overwrite removed another experiment's
-  // checkpoints (start from step 0); throws ExperimentMismatch when a start from step 0 would
-  // overwrite them (see TrainerOptions::overwrite).
-  bool guardOtherExperiment(bool resuming);
-  // The writer's check that checkpoints can be written and two of them fit (exit 2 otherwise).
-  void checkCheckpointRoom();
-  // After a failed save at step `done`: reported, and counted; the run stops at
-  // checkpoint.max_failures in a row.
-  void checkpointFailed(int64_t done, const CheckpointError& error);
-  // Waits for the background save in flight, if any; its failure goes to checkpointFailed.
-  void collectBackgroundSave();
-  // The final weights as model_state_dict.pt in the run directory, or where the caller is told
-  // (writer only; before the last checkpoint, so they survive its failure).
-  void saveFinalWeights();
   void checkEveryRankResumesTogether();
   void broadcastBuffers();
-  std::string checkpointDir() const;
   bool writes() const { return options_.write_outputs && env_.rank == 0; }
   double now() const;
   void startupMark(const char* phase);
@@ -129,24 +110,9 @@ class Trainer::Impl {
   void optimizerStep(int64_t step);
   void recordStep(int64_t step, const StepOutcome& outcome, double lr, double loop_start);
   Evaluation evaluateAt(int64_t done, int64_t epoch);
-  void checkpointAt(const CheckpointDecision& decision, int64_t done, double lr);
-  void reportSaves();
+  // The training state after step `done` (a checkpoint's, without the residuals).
   Checkpoint snapshot(int64_t done, double lr, bool preempted);
   void stopAt(int64_t done, RunResult& result);
-  // comm.compression bf16 (distributed/distributed_sync.h): every rank's error-feedback residuals go
-  // into the checkpoints. Each rank gathers them (one allgather) at the boundaries where the writer
-  // may save, which every rank knows or agrees on first; a checkpoint.every_seconds schedule or
-  // a policy of the caller's costs one one-integer agreement per step.
-  bool compressing() const {
-    return distributed_ != nullptr && group_ != nullptr &&
-           config_.comm.compression == Compression::kBf16;
-  }
-  CheckpointDecision dueAtStepEnd(int64_t done, bool last);
-  CheckpointDecision dueAfterAgreement(int64_t done, StepAction action);
-  void gatherResiduals(int64_t done);
-  // After start: this rank's residual from a resume (residualForRank). Across an in-place
-  // re-forming Elastic keeps each member's own (a healed member's starts at zero).
-  void restoreResiduals();
   void prepareRunDir() const;
   void finishRun(const Evaluation& last_eval, double loop_start, RunResult& result);
 
@@ -187,22 +153,8 @@ class Trainer::Impl {
   DataParallel* distributed_ = nullptr;     // sync_, when it is one
   std::shared_ptr<Evaluator> evaluator_;
   std::shared_ptr<MetricsRecorder> recorder_;
-  std::shared_ptr<CheckpointPolicy> checkpoint_policy_;
-  bool policy_writer_ = false;  // writes() when checkpoint_policy_ was built
-
-  // Checkpoints (docs/design.md "Checkpoints and the run directory"): rank 0 writes; every rank
-  // may read.
-  std::unique_ptr<Checkpoints> checkpoints_;
-  std::optional<RunDirectoryLock> run_dir_lock_;
-  std::optional<RunDirectoryLock> checkpoint_dir_lock_;  // when checkpoint.dir is elsewhere
-  int64_t failed_saves_ = 0;                             // in a row
-  int64_t last_saved_step_ = -1;                         // the newest committed checkpoint
-  int64_t pending_save_step_ = -1;                       // of the last saveAsync
-  bool final_weights_saved_ = false;
-  std::map<int64_t, double> stall_ms_;  // step -> the training thread's pause for its checkpoint
-  torch::Tensor residuals_;             // [world, n]: gathered at the boundary of residuals_step_
-  int64_t residuals_step_ = -1;
-  torch::Tensor resumed_residuals_;  // [saved world, n] from the checkpoint, until start
+  // The checkpoints, the run directory's guards and the residuals for the checkpoints.
+  std::unique_ptr<RunCheckpoints> checkpoints_;
 
   // Where the run stands.
   int64_t total_steps_ = 0;

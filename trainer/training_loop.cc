@@ -52,7 +52,7 @@ RunResult Trainer::Impl::run() {
   // this process too, takes it then.
   struct ReleaseRunDir {
     Impl& impl;
-    ~ReleaseRunDir() { impl.releaseRunDir(); }
+    ~ReleaseRunDir() { impl.checkpoints_->releaseRunDir(); }
   } release{*this};
   const bool joiner = elastic_->joining();
   // A replacement waits here to be admitted and takes the state from a live peer.
@@ -68,7 +68,7 @@ RunResult Trainer::Impl::run() {
     start_step_ = steps_done_;  // the state a live peer sent (its error feedback starts at zero)
   } else {
     broadcastBuffers();
-    restoreResiduals();
+    checkpoints_->restoreResiduals(resume_notes_);
     startupMark("broadcast");
   }
   if (writes()) prepareRunDir();
@@ -111,8 +111,7 @@ RunResult Trainer::Impl::run() {
                     ": evaluating the checkpoint's model only");
     eval = evaluateAt(total_steps_, batches_->position().epoch + 1);
   }
-  collectBackgroundSave();
-  reportSaves();
+  checkpoints_->finish();
   if (!result.preempted) elastic_->finish();
   const int64_t ran = (result.preempted ? result.steps : total_steps_) - start_step_;
   recorder_->trained(start_step_ + ran, ran, now() - start);
@@ -162,7 +161,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
     // Before the checkpoints below, which keep the shares it sets.
     shares_->atBoundary(done, group_, grad_accumulation_, *recorder_);
     if (evaluator_->due(done)) eval = evaluateAt(done, step->epoch);
-    checkpointAt(dueAtStepEnd(done, false), done, lr);
+    checkpoints_->save(checkpoints_->dueAtStepEnd(done, false), done, lr);
   });
   if (!boundary_done) return Boundary::kNext;
   const ElasticAction action = elastic_->boundary();
@@ -187,7 +186,8 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
   const StepAction agreed = action == ElasticAction::kCheckpoint ? StepAction::kCheckpoint
                             : action == ElasticAction::kStop     ? StepAction::kStop
                                                                  : StepAction::kContinue;
-  if (!elastic_->atBoundary([&] { checkpointAt(dueAfterAgreement(done, agreed), done, lr); })) {
+  if (!elastic_->atBoundary(
+          [&] { checkpoints_->save(checkpoints_->dueAfterAgreement(done, agreed), done, lr); })) {
     return Boundary::kNext;
   }
   if (agreed == StepAction::kStop && elastic_->atBoundary([&] { stopAt(done, result); })) {
@@ -201,8 +201,8 @@ bool Trainer::Impl::lastBoundary(int64_t done, double lr, int64_t epoch, Evaluat
   const bool finished = elastic_->atBoundary([&] {
     if (record) record();
     eval = evaluateAt(done, epoch);
-    saveFinalWeights();  // first: the weights survive a failed last checkpoint
-    checkpointAt(dueAtStepEnd(done, true), done, lr);
+    checkpoints_->saveFinalWeights(*model_);  // first: the weights survive a failed last one
+    checkpoints_->save(checkpoints_->dueAtStepEnd(done, true), done, lr);
   });
   if (finished) final_boundary_ = done;
   return finished;
@@ -336,133 +336,7 @@ Checkpoint Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
   position.preempted = preempted;
   position.grad_accumulation = grad_accumulation_;
   position.batch_shares = shares_->current();
-  Checkpoint checkpoint = captureCheckpoint(*model_, *optimizer_, config_, env_, position);
-  if (compressing()) {
-    if (residuals_step_ == done) {
-      addResiduals(checkpoint, residuals_);
-    } else {
-      recorder_->warning("warning: the checkpoint of step " + std::to_string(done) +
-                         " holds no error-feedback residuals (the ranks did not agree on it); "
-                         "a resume from it starts them at zero");
-    }
-  }
-  return checkpoint;
-}
-
-CheckpointDecision Trainer::Impl::dueAtStepEnd(int64_t done, bool last) {
-  const CheckpointDecision mine = checkpoint_policy_->atStepEnd(done, last);
-  if (!compressing()) return mine;
-  const auto& c = config_.checkpoint;
-  bool any_saves;
-  if (!options_.checkpoint_policy && c.every_seconds <= 0) {
-    // The default policy on the step grid: every rank knows what the writer decides.
-    any_saves = c.every_steps > 0 && (last || done % c.every_steps == 0);
-  } else {
-    any_saves = maxOverRanks(group_, mine.kind == CheckpointDecision::Kind::kSave ? 1 : 0) > 0;
-  }
-  if (any_saves) gatherResiduals(done);
-  return mine;
-}
-
-CheckpointDecision Trainer::Impl::dueAfterAgreement(int64_t done, StepAction action) {
-  // Every rank knows the agreed action: a requested checkpoint or a stop saves this step.
-  if (compressing() && action != StepAction::kContinue) gatherResiduals(done);
-  return checkpoint_policy_->afterAgreement(done, action);
-}
-
-void Trainer::Impl::gatherResiduals(int64_t done) {
-  if (residuals_step_ == done) return;  // the residuals change only in a step
-  residuals_ = group_->allgather(distributed_->errorFeedback());
-  residuals_step_ = done;
-}
-
-void Trainer::Impl::restoreResiduals() {
-  torch::Tensor mine;
-  if (const torch::Tensor saved = std::exchange(resumed_residuals_, torch::Tensor());
-      saved.defined()) {
-    if (!compressing()) {
-      resume_notes_.push_back(
-          config_.comm.compression == Compression::kNone
-              ? "warning: comm.compression is none: the checkpoint's error-feedback residuals "
-                "are dropped"
-              : "comm.compression: a world of one sends nothing; the checkpoint's "
-                "error-feedback residuals are dropped");
-      return;
-    }
-    std::string note;
-    mine = residualForRank(saved, static_cast<int>(env_.rank), static_cast<int>(env_.world_size),
-                           &note);
-    if (!note.empty()) resume_notes_.push_back(note);
-  }
-  if (!mine.defined() || !compressing()) return;
-  try {
-    distributed_->setErrorFeedback(mine);
-  } catch (const std::invalid_argument& e) {
-    throw SetupError(std::string("comm.compression: the saved error-feedback residuals do not fit "
-                                 "this model (") +
-                     e.what() + "); resume with --resume none or remove " + kResidualFile);
-  }
-}
-
-// Carries out the policy's decision, then reports the saves that have committed.
-void Trainer::Impl::checkpointAt(const CheckpointDecision& decision, int64_t done, double lr) {
-  using Kind = CheckpointDecision::Kind;
-  if (decision.kind == Kind::kWaitForPending) collectBackgroundSave();
-  if (decision.kind == Kind::kSave) {
-    const double pause = now();
-    bool saved = false;
-    if (decision.preempted) {
-      // No try: a stop must not look checkpointed when it is not.
-      collectBackgroundSave();
-      checkpoints_->save(snapshot(done, lr, true));
-      saved = true;
-    } else {
-      // The previous background save's outcome first, so that its failure is reported as its own
-      // and this step is still saved.
-      collectBackgroundSave();
-      try {
-        Checkpoint snap = snapshot(done, lr, false);
-        if (decision.background) {
-          checkpoints_->saveAsync(std::move(snap));
-          pending_save_step_ = done;
-        } else {
-          checkpoints_->save(snap);  // reported by takeCompleted like a background one
-        }
-        saved = true;
-      } catch (const CheckpointError& e) {
-        reportSaves();
-        checkpointFailed(done, e);  // the previous checkpoint stays the newest valid one
-      }
-    }
-    stall_ms_[done] = 1000.0 * (now() - pause);
-    checkpoint_policy_->saveAttempted(done, saved);
-  }
-  reportSaves();
-}
-
-void Trainer::Impl::collectBackgroundSave() {
-  try {
-    checkpoints_->waitForPending();
-  } catch (const CheckpointError& e) {
-    reportSaves();
-    checkpointFailed(pending_save_step_, e);
-  }
-}
-
-void Trainer::Impl::reportSaves() {
-  for (const SaveResult& r : checkpoints_->takeCompleted()) {
-    failed_saves_ = 0;
-    last_saved_step_ = std::max(last_saved_step_, static_cast<int64_t>(r.step));
-    CheckpointRecord record;
-    record.step = static_cast<int64_t>(r.step);
-    record.path = r.path;
-    record.stall_ms = stall_ms_[record.step];
-    record.encode_seconds = r.encode_seconds;
-    record.write_seconds = r.write_seconds;
-    record.bytes = r.bytes;
-    for (const CheckpointWarning& w : r.warnings) record.warnings.push_back(w.str());
-    recorder_->checkpoint(record);
-  }
+  return captureCheckpoint(*model_, *optimizer_, config_, env_, position);
 }
 
 // After the agreed stop at `done` (its checkpoint is saved or being waited for on rank 0).
@@ -470,7 +344,7 @@ void Trainer::Impl::stopAt(int64_t done, RunResult& result) {
   elastic_->waitForAll();  // no rank exits before rank 0's checkpoint is durable
   result.preempted = true;
   result.steps = done;
-  result.checkpoint = checkpointDir() + "/" + Checkpoints::dirName(done);
+  result.checkpoint = checkpoints_->pathOf(done);
   recorder_->preempted(done, result.checkpoint);
 }
 
@@ -494,7 +368,7 @@ void Trainer::Impl::finishRun(const Evaluation& last_eval, double loop_start, Ru
   result.epochs =
       static_cast<double>(total_steps_) / static_cast<double>(batches_->stepsPerEpoch());
   result.seconds = now() - loop_start;
-  saveFinalWeights();  // done at the last boundary unless a resume found nothing to train
+  checkpoints_->saveFinalWeights(*model_);  // done at the last boundary unless nothing trained
   // In place every replica hashes its own, so that tests can tell that they are identical.
   if (env_.rank == 0 || inPlace()) result.parameter_digest = parameterDigest(*model_);
   RunSummary summary;
