@@ -25,13 +25,13 @@ int64_t unixMillis() {
       .count();
 }
 
-std::string joined(const std::vector<int>& ranks) {
+}  // namespace
+
+std::string rankList(const std::vector<int>& ranks) {
   std::string text;
   for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
   return text;
 }
-
-}  // namespace
 
 // Called on the live peer that sends it: the state after steps_done_ steps, as a checkpoint of
 // this step would hold it.
@@ -130,7 +130,7 @@ void Trainer::Impl::membershipChanged(const Membership& m) {
                      ", training from step " + std::to_string(steps_done_) + " in " + took;
   if (!m.healed.empty()) {
     line += "; state sent by rank " + std::to_string(m.source) + " to rank(s) " +
-            joined(m.healed);
+            rankList(m.healed);
   }
   if (records_begun_) {
     recorder_->warning(line);

@@ -43,6 +43,9 @@ namespace cumulus::trainer {
 // LocalGradientSync, or a DataParallel over `group` when it has more than one rank (trainer.cc).
 std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
                                        cumulus::ProcessGroup* group, TraceRecorder* trace);
+// "0,2": ranks for a log line (in_place.cc).
+std::string rankList(const std::vector<int>& ranks);
+
 // The DataParallel options of comm.* (the gradients already lie in the buckets' layout).
 DataParallelOptions syncOptions(const configs::Experiment& experiment, TraceRecorder* trace);
 

@@ -30,12 +30,6 @@ uint64_t splitmix64(uint64_t x) {
 
 // The generator seed of one step: each field passes through the mixer so that neighbouring
 // (epoch, step, rank) triples give unrelated streams.
-std::string joined(const std::vector<int>& ranks) {
-  std::string text;
-  for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
-  return text;
-}
-
 uint64_t stepSeed(uint64_t seed, int64_t epoch, int64_t step, int64_t rank) {
   uint64_t h = splitmix64(seed);
   h = splitmix64(h ^ static_cast<uint64_t>(epoch));
@@ -177,7 +171,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
     return Boundary::kStop;
   }
   if (action == ElasticAction::kStop && !elastic_->leaving().empty()) {
-    recorder_->note("preemption notice for rank(s) " + joined(elastic_->leaving()) +
+    recorder_->note("preemption notice for rank(s) " + rankList(elastic_->leaving()) +
                     ": too few workers would remain, so every rank checkpoints and stops");
   }
   if (action == ElasticAction::kCheckpoint) {
