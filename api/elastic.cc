@@ -471,6 +471,12 @@ void Elastic::finish() {
 }
 
 bool Elastic::inPlace() const { return impl_->elastic != nullptr; }
+bool Elastic::inPlaceRequested() { return elasticSettings(base::systemEnvironment).has_value(); }
+
+std::string Elastic::memberId() const {
+  return impl_->settings ? impl_->settings->member_id : std::string();
+}
+
 bool Elastic::joining() const { return impl_->elastic && !impl_->elastic->joined(); }
 int Elastic::rank() const { return impl_->rank(); }
 int Elastic::size() const { return impl_->size(); }

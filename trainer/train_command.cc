@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "api/elastic_group.h"
 #include "base/env_names.h"
 #include "configs/cli.h"
 #include "configs/parse.h"
@@ -141,22 +140,8 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   group_options.algorithm = experiment.comm.algorithm;
   group_options.timeout_seconds = experiment.comm.timeout_seconds;
   group_options.cost_model = experiment.comm.cost_model;
-  if (const auto settings = cumulus::elasticSettings(base::systemEnvironment)) {
-    // launch.recovery: in_place, even for a group of one: it may grow.
-    elastic = trainer::connectInPlace(experiment, group_options, trace.get(), options);
-    if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
-      std::cout << (settings->joining
-                        ? "member " + settings->member_id +
-                              ": joining the running group (recovery in_place)"
-                        : "rank " + std::to_string(env.rank) + " of " +
-                              std::to_string(env.world_size) + ": connected (generation " +
-                              std::to_string(env.generation) +
-                              ", recovery in_place, comm.algorithm " +
-                              cumulus::algorithmName(experiment.comm.algorithm) +
-                              ")")
-                << std::endl;
-    }
-  } else if (env.world_size > 1) {
+  elastic = trainer::connectInPlace(experiment, group_options, trace.get(), options);
+  if (!elastic && env.world_size > 1) {
     group = cumulus::ProcessGroup::fromEnvironment(group_options);
     options.group = group.get();
     if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {

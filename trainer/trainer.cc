@@ -499,6 +499,7 @@ Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env, Train
 std::shared_ptr<cumulus::Elastic> connectInPlace(const configs::Experiment& experiment,
                                                  const cumulus::GroupOptions& group,
                                                  TraceRecorder* trace, TrainerOptions& options) {
+  if (!cumulus::Elastic::inPlaceRequested()) return nullptr;
   ElasticOptions elastic;
   elastic.group = group;
   elastic.data_parallel = syncOptions(experiment, trace);
@@ -508,6 +509,18 @@ std::shared_ptr<cumulus::Elastic> connectInPlace(const configs::Experiment& expe
   auto made = std::make_shared<cumulus::Elastic>(std::move(elastic));
   options.elastic = made.get();
   options.group = &made->group();
+  if (options.console != nullptr &&
+      !Progress::quietFor(made->joining() ? 0 : made->rank(), experiment.trainer.log_all_ranks)) {
+    *options.console << (made->joining()
+                             ? "member " + made->memberId() +
+                                   ": joining the running group (recovery in_place)"
+                             : "rank " + std::to_string(made->rank()) + " of " +
+                                   std::to_string(made->size()) + ": connected (generation " +
+                                   std::to_string(made->group().generation()) +
+                                   ", recovery in_place, comm.algorithm " +
+                                   algorithmName(experiment.comm.algorithm) + ")")
+                     << std::endl;
+  }
   return made;
 }
 

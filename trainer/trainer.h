@@ -188,10 +188,12 @@ struct RunResult {
   std::string parameter_digest;     // rank 0, finished runs: parameterDigest of the model
 };
 
-// Joins the launcher's in-place group (CUMULUS_RECOVERY=in_place) as the Elastic a Trainer trains
-// on, with comm.* for its gradient sync, `trace` for its buckets and options' preemption settings;
-// sets options.elastic and options.group. Outlives the Trainer. Throws what Elastic's constructor
-// throws.
+// When the launcher asks for recovery in place (CUMULUS_RECOVERY=in_place, even for a group of
+// one: it may grow), joins its group as the Elastic a Trainer trains on, with comm.* for its
+// gradient sync, `trace` for its buckets and options' preemption settings; sets options.elastic
+// and options.group, and says so on options.console ("rank R of N: connected (…)", or "member ID:
+// joining the running group"). Null otherwise. Outlives the Trainer. Throws what Elastic's
+// constructor throws.
 std::shared_ptr<cumulus::Elastic> connectInPlace(const configs::Experiment& experiment,
                                                  const cumulus::GroupOptions& group,
                                                  TraceRecorder* trace, TrainerOptions& options);

@@ -179,8 +179,15 @@ class Elastic {
   // After the last step, on every member: replacements still waiting to join give up.
   void finish();
 
+  // Whether the launcher asks for recovery in place (cumulus-run's CUMULUS_RECOVERY=in_place): an
+  // Elastic built from the environment now would re-form in place. GroupError for malformed
+  // in-place variables.
+  static bool inPlaceRequested();
   // Recovery in place is on (cumulus-run's CUMULUS_RECOVERY=in_place).
   bool inPlace() const;
+  // In place, this member's id for logs (CUMULUS_MEMBER_ID: node.local_rank.restart); empty
+  // otherwise.
+  std::string memberId() const;
   // A replacement started into a running group, until start() admitted it: it reads no
   // checkpoint, since a live peer sends it the state.
   bool joining() const;

@@ -93,9 +93,11 @@ TEST(ElasticPlainTest, OverAProgramsGroupTheLoopSyncsAgreesAndRunsItsOwnCollecti
 }
 
 TEST(ElasticPlainTest, AWorldOfOneNeedsNoGroupAndSaysWhatIsMissing) {
+  EXPECT_FALSE(Elastic::inPlaceRequested());  // no launcher's variables in this process
   Elastic elastic(nullptr, quietOptions());
   EXPECT_EQ(elastic.rank(), 0);
   EXPECT_EQ(elastic.size(), 1);
+  EXPECT_EQ(elastic.memberId(), "");
   try {
     elastic.start(0);
     FAIL() << "started without a state";

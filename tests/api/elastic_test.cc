@@ -203,6 +203,9 @@ TEST_F(ElasticProcessTest, ADeathInTheBoundarysOwnCollectiveReformsAndTheLoopGoe
   for (const char* id : {"0.0.0", "0.1.0"}) {
     const ProcessResult& r = finish(id);
     EXPECT_EQ(r.exit_code, 0) << id << ":\n" << r.output;
+    EXPECT_NE(r.output.find("member " + std::string(id) + ", in place 1\n"), std::string::npos)
+        << id << ":\n"
+        << r.output;
     EXPECT_NE(r.output.find("failure: "), std::string::npos) << id << ":\n" << r.output;
     EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank \d of 2, step 8, failure)")))
         << id << ":\n"

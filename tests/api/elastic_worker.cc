@@ -92,6 +92,8 @@ int run(const Flags& flags) {
                             },
                             flags.config},
                            options);
+  std::printf("member %s, in place %d\n", elastic.memberId().c_str(),
+              cumulus::Elastic::inPlaceRequested() ? 1 : 0);
   elastic.attach(net->parameters());
   elastic.onFailure([](const std::string& reason) { std::printf("failure: %s\n", reason.c_str()); });
   elastic.onMembershipChange([&](const cumulus::Membership& m) {
