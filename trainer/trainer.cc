@@ -205,7 +205,7 @@ void Trainer::Impl::build() {
   done_position_ = batches_->position();
   startupMark("resume");
   checkEveryRankResumesTogether();
-  buildParts(data);
+  buildGroupParts();
   // In place the gradient sync is the Elastic's, built at start (run()) and again at each change
   // of membership; otherwise the Trainer's own, for the whole run.
   if (inPlace()) {
@@ -347,8 +347,6 @@ void Trainer::Impl::checkTokenIds(const Datasets& data) {
 }
 
 // The defaults from the experiment, each offered to the caller's choice (TrainerOptions).
-void Trainer::Impl::buildParts(const Datasets& /*data*/) { buildGroupParts(); }
-
 void Trainer::Impl::buildGroupParts() {
   TestSetEvaluatorOptions eval;
   eval.batch_size = config_.eval.batch_size;

@@ -79,7 +79,6 @@ class Trainer::Impl {
   void checkModelFitsData(const data::Examples& train);
   void tryOneBatch(const data::Batch& batch, const std::string& source);
   void checkTokenIds(const Datasets& data);
-  void buildParts(const Datasets& data);
   // The parts that depend on the group's membership (evaluator, recorder, the checkpoints' policy
   // and writer); built once, and again after each in-place re-forming.
   void buildGroupParts();
@@ -95,7 +94,7 @@ class Trainer::Impl {
   void startupMark(const char* phase);
 
   // The loop (training_loop.cc).
-  enum class Boundary { kNext, kDone, kStop };
+  enum class Boundary { kNext, kStop };
   // The next step and the boundary after it (a re-forming on the way: kNext, from elastic_->step()).
   Boundary stepAndBoundary(double loop_start, Evaluation& eval, RunResult& result);
   // The last step's boundary: the evaluation, the final weights, the last checkpoint. False when a
