@@ -10,7 +10,7 @@
 
 #include "base/env_names.h"
 #include "comm/error.h"
-#include "launch/bind_address.h"
+#include "base/bind_address.h"
 #include "launch/tcp_probe.h"
 
 namespace cumulus::launch {
@@ -94,7 +94,7 @@ std::unique_ptr<Job> setUpJob(LaunchOptions& o, AgentConsole& console, bool (*in
     job->bind_host = o.bind_host;
   } else {
     try {
-      job->bind_host = routeSourceAddress(job->store_host);
+      job->bind_host = base::routeSourceAddress(job->store_host);
     } catch (const std::exception& e) {
       throw SetupError(e.what());
     }

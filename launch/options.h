@@ -77,7 +77,7 @@ struct LaunchOptions {
   double rdzv_last_call = 3.0;
   std::string preemption_notice;  // "" or a NoticeSource spec
   double preemption_grace = 25.0;
-  std::string bind_host;  // "" = the source address of the route to rdzv_host (bind_address.h)
+  std::string bind_host;  // "" = the source address of the route to rdzv_host (base/bind_address.h)
   std::vector<std::string> command;    // PROGRAM ARGS…
   std::string experiment_path;         // the experiment YAML the command names, if any
   bool host_parameter_server = false;  // comm.algorithm: funnel — node 0 hosts it

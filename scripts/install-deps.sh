@@ -16,6 +16,7 @@ PACKAGES=(
   libabsl-dev                        # Abseil: thread-safety annotations (base/annotated_mutex.h)
   dataset-fashion-mnist              # the real Fashion-MNIST in /usr/share/datasets/fashion-mnist
   python3-torch                      # the peer we compare against, and the TorchScript fixture
+  python3-dev pybind11-dev           # the Python package (python/): the torch.distributed backend
   fortunes                           # English text for the GPT showcase (scripts/make_text_corpus.py)
   iproute2 procps
   clang libclang-rt-14-dev           # libFuzzer, ASan and UBSan for `make fuzz`

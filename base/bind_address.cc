@@ -1,4 +1,4 @@
-#include "launch/bind_address.h"
+#include "base/bind_address.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace cumulus::launch {
+namespace cumulus::base {
 
 std::string routeSourceAddress(const std::string& host) {
   addrinfo hints{};
@@ -47,4 +47,4 @@ std::string routeSourceAddress(const std::string& host) {
                            " (name this node's address with --bind-host)");
 }
 
-}  // namespace cumulus::launch
+}  // namespace cumulus::base

@@ -1,4 +1,4 @@
-#include "launch/bind_address.h"
+#include "base/bind_address.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "launch/options.h"
 
-namespace cumulus::launch {
+namespace cumulus::base {
 namespace {
 
 TEST(LaunchBindAddress, LoopbackRouteUsesLoopbackSource) {
@@ -49,4 +49,4 @@ TEST(LaunchOptions, BindHostAndParameterServerFlags) {
 }
 
 }  // namespace
-}  // namespace cumulus::launch
+}  // namespace cumulus::base

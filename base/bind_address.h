@@ -3,7 +3,7 @@
 
 #include <string>
 
-namespace cumulus::launch {
+namespace cumulus::base {
 
 // The source address the kernel would use to reach `host` (a name or an IPv4/IPv6 address):
 // resolves `host`, connect()s a UDP socket to it (no packet is sent) and reads getsockname().
@@ -11,4 +11,4 @@ namespace cumulus::launch {
 // resolve or no route leads to it. Blocks only for name resolution; thread-safe.
 std::string routeSourceAddress(const std::string& host);
 
-}  // namespace cumulus::launch
+}  // namespace cumulus::base

@@ -1,0 +1,518 @@
+// Backend (python/backend.h): torch.distributed's "cumulus" ProcessGroup over cumulus::ProcessGroup.
+
+#include "python/backend.h"
+
+#include <ATen/core/ivalue.h>
+#include <torch/types.h>
+#include <torch/utils.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+#include "api/process_group_impl.h"
+#include "base/bind_address.h"
+#include "base/env_names.h"
+#include "base/run_env.h"
+#include "cumulus/process_group.h"
+#include "python/c10d_store.h"
+
+namespace cumulus::python {
+namespace {
+
+[[noreturn]] void refuse(const std::string& what) {
+  throw std::invalid_argument("cumulus backend: " + what);
+}
+
+// A collective's Work: completes c10d's Work (wait(), isCompleted(), exception()) and its Future,
+// whose value is the output tensors, as DDP's reducer and comm hooks read it.
+class CumulusWork final : public c10d::Work {
+ public:
+  CumulusWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type, title),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  // Called once, on the backend's thread, when the collective has finished or failed.
+  void complete(const std::exception_ptr& error) {
+    finish(error);
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+  }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// A tensor as it travels: itself (the dtypes the wire carries, complex as its real view) or an
+// int32 copy (uint8, int8, int16, bool) that restore() writes back.
+struct Wire {
+  at::Tensor tensor;
+  at::Tensor original;  // defined when `tensor` is a converted copy
+  bool boolean = false;
+
+  void restore() {
+    if (!original.defined()) return;
+    torch::NoGradGuard no_grad;
+    original.copy_(boolean ? tensor.ne(0) : tensor);
+  }
+};
+
+bool carried(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kBFloat16:
+    case at::kHalf:
+    case at::kInt:
+    case at::kLong:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool throughInt32(at::ScalarType type) {
+  return type == at::kByte || type == at::kChar || type == at::kShort || type == at::kBool;
+}
+
+// Throws std::invalid_argument unless `tensor` can be sent; checked when the call is made.
+void checkTensor(const char* op, const at::Tensor& tensor) {
+  if (!tensor.defined()) refuse(std::string(op) + ": the tensor is undefined");
+  if (!tensor.device().is_cpu()) {
+    refuse(std::string(op) + ": the tensor is on " + tensor.device().str() +
+           "; this backend takes CPU tensors (move it with .cpu())");
+  }
+  if (tensor.is_sparse()) refuse(std::string(op) + ": sparse tensors are not supported");
+  const at::ScalarType type = tensor.scalar_type();
+  if (!carried(type) && !throughInt32(type) && !at::isComplexType(type)) {
+    refuse(std::string(op) + ": tensors of dtype " + c10::toString(type) +
+           " are not supported (floating, integer, bool and complex dtypes are)");
+  }
+}
+
+Wire wireOf(const at::Tensor& tensor) {
+  const at::ScalarType type = tensor.scalar_type();
+  if (carried(type)) return {tensor, {}, false};
+  if (at::isComplexType(type)) return {at::view_as_real(tensor), {}, false};
+  return {tensor.to(at::kInt), tensor, type == at::kBool};
+}
+
+// `value` (as it travelled) written into `out`, whose dtype it came from.
+void writeInto(const at::Tensor& out, const at::Tensor& value) {
+  torch::NoGradGuard no_grad;
+  at::Tensor target = at::isComplexType(out.scalar_type()) ? at::view_as_real(out) : out;
+  target.copy_(value.reshape(target.sizes()));
+}
+
+const at::Tensor& theOne(const char* op, const std::vector<at::Tensor>& tensors) {
+  if (tensors.size() != 1) {
+    refuse(std::string(op) + ": takes one tensor per call (one device per process), got " +
+           std::to_string(tensors.size()));
+  }
+  checkTensor(op, tensors[0]);
+  return tensors[0];
+}
+
+void checkList(const char* op, const std::vector<at::Tensor>& list, int size,
+               const at::Tensor& like, const char* what) {
+  if (static_cast<int>(list.size()) != size) {
+    refuse(std::string(op) + ": " + what + " has " + std::to_string(list.size()) +
+           " tensors; the group has " + std::to_string(size) + " ranks");
+  }
+  for (const at::Tensor& t : list) {
+    checkTensor(op, t);
+    if (t.numel() != like.numel() || t.scalar_type() != like.scalar_type()) {
+      refuse(std::string(op) + ": every tensor of " + what + " must have the input's " +
+             std::to_string(like.numel()) + " elements of " + c10::toString(like.scalar_type()) +
+             ", got " + std::to_string(t.numel()) + " of " + c10::toString(t.scalar_type()));
+    }
+  }
+}
+
+ReduceOp reduceOpOf(const char* op, const c10d::ReduceOp& reduce, const at::Tensor& tensor) {
+  const bool boolean = tensor.scalar_type() == at::kBool;
+  const bool complex = at::isComplexType(tensor.scalar_type());
+  switch (reduce.op_) {
+    case c10d::ReduceOp::SUM:
+      return boolean ? ReduceOp::kMax : ReduceOp::kSum;  // a bool sum is a logical or
+    case c10d::ReduceOp::AVG:
+      if (boolean) refuse(std::string(op) + ": AVG of bool tensors is not defined");
+      return ReduceOp::kAvg;
+    case c10d::ReduceOp::MIN:
+    case c10d::ReduceOp::MAX:
+      if (complex) refuse(std::string(op) + ": MIN and MAX of complex tensors are not defined");
+      return reduce.op_ == c10d::ReduceOp::MIN ? ReduceOp::kMin : ReduceOp::kMax;
+    default:
+      refuse(std::string(op) +
+             ": reduce op not supported; the cumulus backend reduces with SUM, AVG, MIN and MAX");
+  }
+}
+
+CollectiveOptions callOptions(std::chrono::milliseconds timeout) {
+  CollectiveOptions options;
+  if (timeout > std::chrono::milliseconds(0)) options.timeout_seconds = timeout.count() / 1000.0;
+  return options;
+}
+
+// The torchrun variables that describe this process in the whole job, not in this group, are
+// hidden from the reader: the group's rank and size are the ones torch passed.
+const char* groupVariable(const char* name) {
+  const std::string n = name;
+  if (n == base::env::kRank || n == base::env::kWorldSize || n == base::env::kGroupRank) {
+    return nullptr;
+  }
+  return base::systemEnvironment(name);
+}
+
+base::RunEnv environmentOf(int rank, int size) {
+  base::RunEnv env;
+  try {
+    env = base::RunEnv::fromEnvironment(groupVariable);
+  } catch (const base::EnvError& e) {
+    throw GroupError(std::string("cumulus backend: ") + e.what());
+  }
+  env.rank = rank;
+  env.world_size = size;
+  if (env.bind_host.empty() && !env.master_addr.empty() && size > 1) {
+    try {
+      env.bind_host = base::routeSourceAddress(env.master_addr);
+    } catch (const std::exception& e) {
+      throw GroupError(std::string("cumulus backend: no address to listen on (") + e.what() +
+                       "); set CUMULUS_BIND_HOST to this host's address that the other ranks "
+                       "reach");
+    }
+  }
+  return env;
+}
+
+}  // namespace
+
+class Backend::Queue {
+ public:
+  Queue() : thread_([this] { loop(); }) {}
+  // Runs what is queued, then stops.
+  ~Queue() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+  void push(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the fields it reads
+};
+
+Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                 std::chrono::milliseconds timeout, const BackendOptions& options)
+    : c10d::ProcessGroup(rank, size), options_(options) {
+  GroupOptions group;
+  group.algorithm = options.algorithm;
+  group.timeout_seconds = timeout.count() / 1000.0;
+  group.cost_model = options.cost_model;
+  store_ = std::make_unique<C10dStore>(store);
+  group_ = cumulus::ProcessGroup::Impl::overStore(environmentOf(rank, size), group, *store_);
+  queue_ = std::make_unique<Queue>();
+}
+
+Backend::~Backend() { queue_.reset(); }
+
+c10::intrusive_ptr<c10d::Work> Backend::enqueue(c10d::OpType type, const char* name,
+                                                std::vector<at::Tensor> outputs,
+                                                std::function<void()> run) {
+  auto work = c10::make_intrusive<CumulusWork>(rank_, type, name, std::move(outputs));
+  queue_->push([work, run = std::move(run)] {
+    std::exception_ptr error;
+    try {
+      run();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    work->complete(error);
+  });
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tensors,
+                                                  const c10d::BroadcastOptions& opts) {
+  at::Tensor tensor = theOne("broadcast", tensors);
+  const int root = static_cast<int>(opts.rootRank);
+  if (root < 0 || root >= size_) {
+    refuse("broadcast: root " + std::to_string(root) + " must be in [0, " +
+           std::to_string(size_) + ")");
+  }
+  const CollectiveOptions call = callOptions(opts.timeout);
+  return enqueue(c10d::OpType::BROADCAST, "cumulus:broadcast", tensors, [=] {
+    Wire wire = wireOf(tensor);
+    group_->broadcast(wire.tensor, root, call);
+    wire.restore();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) {
+  at::Tensor tensor = theOne("all_reduce", tensors);
+  CollectiveOptions call = callOptions(opts.timeout);
+  call.op = reduceOpOf("all_reduce", opts.reduceOp, tensor);
+  const bool compress = options_.compression == Compression::kBf16 &&
+                        tensor.scalar_type() == at::kFloat &&
+                        (call.op == ReduceOp::kSum || call.op == ReduceOp::kAvg);
+  return enqueue(c10d::OpType::ALLREDUCE, "cumulus:all_reduce", tensors, [=] {
+    if (compress) {
+      at::Tensor half = tensor.to(at::kBFloat16);
+      group_->allreduce(half, call);
+      writeInto(tensor, half);
+      return;
+    }
+    Wire wire = wireOf(tensor);
+    group_->allreduce(wire.tensor, call);
+    wire.restore();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  if (tensors.empty()) refuse("all_reduce_coalesced: no tensors");
+  for (const at::Tensor& t : tensors) {
+    checkTensor("all_reduce_coalesced", t);
+    if (t.scalar_type() != tensors[0].scalar_type()) {
+      refuse("all_reduce_coalesced: the tensors must share one dtype, got " +
+             std::string(c10::toString(tensors[0].scalar_type())) + " and " +
+             c10::toString(t.scalar_type()));
+    }
+  }
+  CollectiveOptions call = callOptions(opts.timeout);
+  call.op = reduceOpOf("all_reduce_coalesced", opts.reduceOp, tensors[0]);
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "cumulus:all_reduce_coalesced", tensors,
+                 [=] {
+                   std::vector<at::Tensor> flat;
+                   for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
+                   Wire wire = wireOf(at::cat(flat));
+                   group_->allreduce(wire.tensor, call);
+                   at::Tensor result = wire.original.defined()
+                                           ? (wire.boolean ? wire.tensor.ne(0) : wire.tensor)
+                                           : wire.tensor;
+                   int64_t offset = 0;
+                   for (const at::Tensor& t : tensors) {
+                     writeInto(t, result.narrow(0, offset, t.numel()));
+                     offset += t.numel();
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
+                                               const c10d::ReduceOptions& opts) {
+  at::Tensor tensor = theOne("reduce", tensors);
+  const int root = static_cast<int>(opts.rootRank);
+  if (root < 0 || root >= size_) {
+    refuse("reduce: root " + std::to_string(root) + " must be in [0, " + std::to_string(size_) +
+           ")");
+  }
+  CollectiveOptions call = callOptions(opts.timeout);
+  call.op = reduceOpOf("reduce", opts.reduceOp, tensor);
+  const bool mine = rank_ == root;
+  // An all-reduce; the ranks other than the root reduce a copy and keep their tensor.
+  return enqueue(c10d::OpType::REDUCE, "cumulus:reduce", tensors, [=] {
+    Wire wire = wireOf(mine ? tensor : tensor.clone());
+    group_->allreduce(wire.tensor, call);
+    if (mine) wire.restore();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                  std::vector<at::Tensor>& inputs,
+                                                  const c10d::AllgatherOptions& opts) {
+  at::Tensor input = theOne("all_gather", inputs);
+  if (outputs.size() != 1) {
+    refuse("all_gather: takes one output list per call, got " + std::to_string(outputs.size()));
+  }
+  checkList("all_gather", outputs[0], size_, input, "the output list");
+  std::vector<at::Tensor> out = outputs[0];
+  const CollectiveOptions call = callOptions(opts.timeout);
+  return enqueue(c10d::OpType::ALLGATHER, "cumulus:all_gather", out, [=] {
+    const at::Tensor rows = group_->allgather(wireOf(input).tensor, call);
+    for (int r = 0; r < size_; ++r) writeInto(out[r], rows[r]);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                        const c10d::AllgatherOptions& opts) {
+  checkTensor("all_gather_into_tensor", input);
+  checkTensor("all_gather_into_tensor", output);
+  if (output.numel() != input.numel() * size_ || output.scalar_type() != input.scalar_type()) {
+    refuse("all_gather_into_tensor: the output must hold " + std::to_string(size_) + " × " +
+           std::to_string(input.numel()) + " elements of the input's dtype, got " +
+           std::to_string(output.numel()) + " of " + c10::toString(output.scalar_type()));
+  }
+  const CollectiveOptions call = callOptions(opts.timeout);
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "cumulus:all_gather_into_tensor", {output},
+                 [=] { writeInto(output, group_->allgather(wireOf(input).tensor, call)); });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  if (outputs.size() != static_cast<size_t>(size_)) {
+    refuse("all_gather_coalesced: " + std::to_string(outputs.size()) +
+           " output lists; the group has " + std::to_string(size_) + " ranks");
+  }
+  std::vector<at::Tensor> all;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor("all_gather_coalesced", inputs[i]);
+    for (int r = 0; r < size_; ++r) {
+      if (outputs[r].size() != inputs.size()) {
+        refuse("all_gather_coalesced: output list " + std::to_string(r) + " has " +
+               std::to_string(outputs[r].size()) + " tensors, the input list " +
+               std::to_string(inputs.size()));
+      }
+      all.push_back(outputs[r][i]);
+    }
+  }
+  const CollectiveOptions call = callOptions(opts.timeout);
+  return enqueue(c10d::OpType::ALLGATHER_COALESCED, "cumulus:all_gather_coalesced", all,
+                 [=] {
+                   for (size_t i = 0; i < inputs.size(); ++i) {
+                     const at::Tensor rows = group_->allgather(wireOf(inputs[i]).tensor, call);
+                     for (int r = 0; r < size_; ++r) writeInto(outputs[r][i], rows[r]);
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                               std::vector<at::Tensor>& inputs,
+                                               const c10d::GatherOptions& opts) {
+  at::Tensor input = theOne("gather", inputs);
+  const int root = static_cast<int>(opts.rootRank);
+  const bool mine = rank_ == root;
+  std::vector<at::Tensor> out;
+  if (mine) {
+    if (outputs.size() != 1) refuse("gather: the root takes one output list");
+    checkList("gather", outputs[0], size_, input, "the output list");
+    out = outputs[0];
+  } else if (!outputs.empty()) {
+    refuse("gather: only the root (rank " + std::to_string(root) + ") passes an output list");
+  }
+  const CollectiveOptions call = callOptions(opts.timeout);
+  // An all-gather of which only the root keeps the rows.
+  return enqueue(c10d::OpType::GATHER, "cumulus:gather", out, [=] {
+    const at::Tensor rows = group_->allgather(wireOf(input).tensor, call);
+    for (size_t r = 0; r < out.size(); ++r) writeInto(out[r], rows[r]);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ScatterOptions& opts) {
+  at::Tensor output = theOne("scatter", outputs);
+  const int root = static_cast<int>(opts.rootRank);
+  const bool mine = rank_ == root;
+  std::vector<at::Tensor> in;
+  if (mine) {
+    if (inputs.size() != 1) refuse("scatter: the root takes one input list");
+    checkList("scatter", inputs[0], size_, output, "the input list");
+    in = inputs[0];
+  } else if (!inputs.empty()) {
+    refuse("scatter: only the root (rank " + std::to_string(root) + ") passes an input list");
+  }
+  const CollectiveOptions call = callOptions(opts.timeout);
+  // The root broadcasts every rank's block; each keeps its own.
+  return enqueue(c10d::OpType::SCATTER, "cumulus:scatter", {output}, [=] {
+    const at::Tensor like = wireOf(output).tensor.reshape({1, -1});
+    at::Tensor blocks;
+    if (mine) {
+      std::vector<at::Tensor> rows;
+      for (const at::Tensor& t : in) rows.push_back(wireOf(t).tensor.reshape({1, -1}));
+      blocks = at::cat(rows);
+    } else {
+      blocks = at::empty({size_, like.size(1)}, like.options());
+    }
+    group_->broadcast(blocks, root, call);
+    writeInto(output, blocks[rank_]);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                       std::vector<std::vector<at::Tensor>>& inputs,
+                                                       const c10d::ReduceScatterOptions& opts) {
+  at::Tensor output = theOne("reduce_scatter", outputs);
+  if (inputs.size() != 1) refuse("reduce_scatter: takes one input list per call");
+  checkList("reduce_scatter", inputs[0], size_, output, "the input list");
+  std::vector<at::Tensor> in = inputs[0];
+  CollectiveOptions call = callOptions(opts.timeout);
+  call.op = reduceOpOf("reduce_scatter", opts.reduceOp, output);
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "cumulus:reduce_scatter", {output}, [=] {
+    std::vector<at::Tensor> rows;
+    for (const at::Tensor& t : in) rows.push_back(t.reshape({1, -1}));
+    Wire wire = wireOf(at::cat(rows));
+    at::Tensor mine = group_->reduceScatter(wire.tensor, call);
+    writeInto(output, wire.boolean ? mine.ne(0) : mine);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  checkTensor("reduce_scatter_tensor", output);
+  checkTensor("reduce_scatter_tensor", input);
+  if (input.numel() != output.numel() * size_ || output.scalar_type() != input.scalar_type()) {
+    refuse("reduce_scatter_tensor: the input must hold " + std::to_string(size_) + " × " +
+           std::to_string(output.numel()) + " elements of the output's dtype, got " +
+           std::to_string(input.numel()) + " of " + c10::toString(input.scalar_type()));
+  }
+  CollectiveOptions call = callOptions(opts.timeout);
+  call.op = reduceOpOf("reduce_scatter_tensor", opts.reduceOp, output);
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "cumulus:reduce_scatter_tensor", {output},
+                 [=] {
+                   Wire wire = wireOf(input.reshape({size_, -1}));
+                   at::Tensor mine = group_->reduceScatter(wire.tensor, call);
+                   writeInto(output, wire.boolean ? mine.ne(0) : mine);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
+  const CollectiveOptions call = callOptions(opts.timeout);
+  return enqueue(c10d::OpType::BARRIER, "cumulus:barrier", {},
+                 [=] { group_->barrier(call); });
+}
+
+}  // namespace cumulus::python

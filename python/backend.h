@@ -1,0 +1,103 @@
+#pragma once
+// The c10d ProcessGroup behind torch.distributed's backend "cumulus" (docs/python.md).
+//
+// `import cumulus` registers it; `torch.distributed.init_process_group("cumulus")` then builds one
+// over the store torch made for the group (python/c10d_store.h) and Cumulus's collectives run
+// underneath every torch.distributed call and DistributedDataParallel's reducer.
+//
+// Every collective is queued and run in call order on the backend's one worker thread, so each
+// returns a Work at once (async_op=True) and DDP overlaps its buckets with the backward pass. The
+// Work completes its Future with the output tensors, as DDP's comm hooks expect. A failure (a dead
+// peer, a timeout, a wrong job token) completes the Work with Cumulus's CommError, whose text
+// names the operation and the peer; the group is broken from then on and every later call fails
+// at once with the same cause, never hangs.
+//
+// Tensors: CPU, one per call (one device per process). float32, float64, bfloat16, float16, int32
+// and int64 go on the wire as they are; uint8, int8, int16 and bool through int32 (bool sums are
+// logical or), complex through its real view. Reductions: sum, avg, min, max (c10d's product and
+// bitwise ops are refused with std::invalid_argument, as are a tensor on another device and
+// mismatched list lengths, when the call is made).
+//
+// Thread-safety: the methods may be called from any thread; the cross-rank order of collectives
+// is the order in which they are called, as in every c10d backend.
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "cumulus/options.h"
+
+namespace cumulus {
+class ProcessGroup;
+}
+
+namespace cumulus::python {
+
+class C10dStore;
+
+struct BackendOptions {
+  Algorithm algorithm = Algorithm::kAuto;  // every allreduce's
+  // kBf16: float32 all-reduces travel as bfloat16 (half the bytes; no error feedback, like
+  // torch's bf16_compress_hook). Other dtypes and ops are unaffected.
+  Compression compression = Compression::kNone;
+  std::string cost_model;  // a `cumulus-bench calibrate` file; empty: the built-in model
+};
+
+class Backend final : public c10d::ProcessGroup {
+ public:
+  // Joins the group of `size` ranks through `store`, blocking until every rank is connected or
+  // `timeout` passes (CommError). The job token, generation and bind address come from the
+  // environment as for any Cumulus worker (CUMULUS_JOB_TOKEN, CUMULUS_GENERATION,
+  // CUMULUS_BIND_HOST; without the last, the address that routes to MASTER_ADDR).
+  Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+          std::chrono::milliseconds timeout, const BackendOptions& options);
+  ~Backend() override;
+
+  const std::string getBackendName() const override { return "cumulus"; }
+  const BackendOptions& backendOptions() const { return options_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+ private:
+  class Queue;
+  // Queues `run` (which fills `outputs`) and returns its Work.
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
+                                         std::vector<at::Tensor> outputs,
+                                         std::function<void()> run);
+
+  BackendOptions options_;
+  std::unique_ptr<C10dStore> store_;               // outlives group_
+  std::unique_ptr<cumulus::ProcessGroup> group_;  // Cumulus's group of these ranks
+  std::unique_ptr<Queue> queue_;                   // stopped first
+};
+
+}  // namespace cumulus::python

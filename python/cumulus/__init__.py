@@ -1,0 +1,88 @@
+"""Cumulus from Python (docs/python.md).
+
+Importing this package registers a torch.distributed backend named "cumulus": an unchanged
+PyTorch script, DistributedDataParallel included, runs Cumulus's collectives with
+
+    import cumulus
+    torch.distributed.init_process_group("cumulus")
+
+The backend meets its peers through the store torch.distributed makes (env://, tcp://, file://),
+so any torchrun-style launcher works, cumulus-run included. Its options, per group or from the
+environment:
+
+    torch.distributed.init_process_group(
+        "cumulus", pg_options=cumulus.BackendOptions(algorithm="ring", compression="bf16"))
+
+    CUMULUS_ALGORITHM=auto|ring|tree|hierarchical|funnel   (default auto: the cost model picks)
+    CUMULUS_COMPRESSION=none|bf16                          (float32 all-reduces as bfloat16)
+    CUMULUS_COST_MODEL=FILE                                (a `cumulus-bench calibrate` file)
+"""
+
+import os
+
+import torch
+import torch.distributed
+
+from . import _build
+
+
+def _major_minor(version):
+    return tuple(version.split("+")[0].split(".")[:2])
+
+
+if _major_minor(torch.__version__) != _major_minor(_build.TORCH_VERSION):
+    raise ImportError(
+        f"cumulus was built for torch {_build.TORCH_VERSION}, but this Python's torch is "
+        f"{torch.__version__} ({os.path.dirname(torch.__file__)}); rebuild Cumulus against this "
+        f"torch, or run the Python it was built for (Debian's /usr/bin/python3)")
+
+try:
+    from . import _C
+except ImportError as error:
+    raise ImportError(
+        f"cumulus's extension does not load into torch {torch.__version__} "
+        f"({os.path.dirname(torch.__file__)}); it was built for torch {_build.TORCH_VERSION}: "
+        f"{error}") from error
+
+__version__ = _C.__version__
+CommError = _C.CommError
+GroupError = _C.GroupError
+ProcessGroupCumulus = _C.ProcessGroupCumulus
+
+BACKEND = "cumulus"
+
+
+class BackendOptions:
+    """The cumulus backend's options, passed as init_process_group(..., pg_options=...).
+
+    algorithm: "auto" (the cost model picks per size), "ring", "tree", "hierarchical" or "funnel".
+    compression: "none", or "bf16" to all-reduce float32 tensors as bfloat16 (half the bytes).
+    cost_model: a calibration file written by `cumulus-bench calibrate`, or "" for the built-in.
+    A value left as None comes from CUMULUS_ALGORITHM, CUMULUS_COMPRESSION, CUMULUS_COST_MODEL.
+    """
+
+    def __init__(self, algorithm=None, compression=None, cost_model=None):
+        env = os.environ
+        self.algorithm = algorithm if algorithm is not None else env.get("CUMULUS_ALGORITHM") or "auto"
+        self.compression = (compression if compression is not None
+                            else env.get("CUMULUS_COMPRESSION") or "none")
+        self.cost_model = cost_model if cost_model is not None else env.get("CUMULUS_COST_MODEL", "")
+
+    def __repr__(self):
+        return (f"cumulus.BackendOptions(algorithm={self.algorithm!r}, "
+                f"compression={self.compression!r}, cost_model={self.cost_model!r})")
+
+
+def _create_process_group(backend_options, pg_options):
+    options = BackendOptions() if pg_options is None else pg_options
+    if not isinstance(options, BackendOptions):
+        raise TypeError("the cumulus backend takes pg_options=cumulus.BackendOptions(...), got "
+                        f"{type(options).__name__}")
+    return _C.ProcessGroupCumulus(
+        backend_options.store, backend_options.group_rank, backend_options.group_size,
+        backend_options.timeout.total_seconds(), options.algorithm, options.compression,
+        options.cost_model)
+
+
+if not hasattr(torch.distributed.Backend, BACKEND.upper()):
+    torch.distributed.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
