@@ -1,0 +1,201 @@
+"""The torch.distributed backend "cumulus" (python/), as a PyTorch user runs it: real Python
+processes of Debian's /usr/bin/python3 with its torch, meeting through torch's env:// store.
+
+    PYTHONPATH=build/python /usr/bin/python3 tests/python/backend_test.py [TestCase[.test]]
+
+CUMULUS_PYTHONPATH names the built package's directory (ctest sets it); the workers are
+tests/python/backend_worker.py.
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "backend_worker.py")
+PACKAGE_DIR = os.environ.get("CUMULUS_PYTHONPATH",
+                             os.path.join(HERE, "..", "..", "build", "python"))
+PYTHON = "/usr/bin/python3"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_group(world, *args, env_of=lambda rank: {}, timeout=240):
+    """Starts `world` workers of one group; returns [(returncode, reports, stderr)] by rank."""
+    port = free_port()
+    processes = []
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                   PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
+        env.update(env_of(rank))
+        processes.append(subprocess.Popen([PYTHON, WORKER, *map(str, args)], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+    results = []
+    try:
+        for p in processes:
+            out, err = p.communicate(timeout=timeout)
+            reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            results.append((p.returncode, reports, err))
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results
+
+
+class Import(unittest.TestCase):
+    def test_import_registers_the_backend(self):
+        out = subprocess.run(
+            [PYTHON, "-c", "import cumulus, torch.distributed as d; "
+                           "print(hasattr(d.Backend, 'CUMULUS'), d.Backend('cumulus'))"],
+            env=dict(os.environ, PYTHONPATH=PACKAGE_DIR), capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "True cumulus")
+
+    def test_a_torch_it_was_not_built_for_is_named(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(os.path.join(PACKAGE_DIR, "cumulus"), os.path.join(tmp, "cumulus"))
+            with open(os.path.join(tmp, "cumulus", "_build.py"), "w") as f:
+                f.write('TORCH_VERSION = "2.1.0"\n')
+            out = subprocess.run([PYTHON, "-c", "import cumulus"], capture_output=True, text=True,
+                                 env=dict(os.environ, PYTHONPATH=tmp))
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("ImportError: cumulus was built for torch 2.1.0, but this Python's torch "
+                      f"is {torch.__version__}", out.stderr)
+
+
+class Collectives(unittest.TestCase):
+    def check(self, world):
+        results = run_group(world, "collectives")
+        for rank, (code, reports, err) in enumerate(results):
+            self.assertEqual(code, 0, f"rank {rank}: {err}")
+            self.assertEqual(reports, [{"rank": rank, "backend": "cumulus", "ok": True}])
+
+    def test_every_collective_and_dtype_on_two_ranks(self):
+        self.check(2)
+
+    def test_every_collective_and_dtype_on_three_ranks(self):
+        self.check(3)
+
+    def test_a_group_of_one(self):
+        self.check(1)
+
+
+class DistributedDataParallel(unittest.TestCase):
+    STEPS = 12
+
+    def train_alone(self):
+        """The same model, data and optimizer in one process over the whole batch."""
+        sys.path[:0] = [HERE, PACKAGE_DIR]
+        import backend_worker as w
+        model = w.make_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        for x, y in w.batches(self.STEPS):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return model.state_dict()
+
+    def test_ddp_matches_one_process_and_itself(self):
+        hashes = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for run in range(2):
+                out = os.path.join(tmp, f"run{run}.pt")
+                results = run_group(2, "ddp", self.STEPS, out)
+                for rank, (code, reports, err) in enumerate(results):
+                    self.assertEqual(code, 0, f"run {run} rank {rank}: {err}")
+                # Both replicas hold the same parameters, bit for bit.
+                self.assertEqual(results[0][1][0]["hash"], results[1][1][0]["hash"])
+                hashes.append(results[0][1][0]["hash"])
+                trained = torch.load(out)
+            alone = self.train_alone()
+        # Run again, the same bits.
+        self.assertEqual(hashes[0], hashes[1])
+        # The average of two half-batch gradients is the whole batch's, up to rounding.
+        self.assertEqual(trained.keys(), alone.keys())
+        for name in alone:
+            torch.testing.assert_close(trained[name], alone[name], rtol=1e-5, atol=1e-6,
+                                       msg=lambda m: f"{name}: {m}")
+
+
+class Failures(unittest.TestCase):
+    def test_a_killed_peer_raises_a_comm_error_naming_it(self):
+        results = run_group(3, "killed_peer")
+        self.assertEqual(results[1][0], -9)
+        firsts = []
+        for rank in (0, 2):
+            code, reports, err = results[rank]
+            self.assertEqual(code, 0, f"rank {rank}: {err}")
+            report = reports[0]
+            # A rank reading from rank 1 names it; one reading from a rank that failed first
+            # names that one. Either way at once, not after the timeout.
+            self.assertRegex(report["first"], r"^allreduce seq 2 with rank [12]: peer closed: ")
+            firsts.append(report["first"])
+            self.assertLess(report["seconds"], 30)
+            self.assertIn("communicator is broken by an earlier failure", report["second"])
+            self.assertLess(report["again_seconds"], 1)
+        self.assertTrue(any("with rank 1" in first for first in firsts), firsts)
+
+    def test_bad_calls_are_refused_with_the_reason(self):
+        results = run_group(2, "bad_calls")
+        for rank, (code, reports, err) in enumerate(results):
+            self.assertEqual(code, 0, f"rank {rank}: {err}")
+            errors = reports[0]["errors"]
+            self.assertEqual(errors["product"],
+                             "ValueError: cumulus backend: all_reduce: reduce op not supported; "
+                             "the cumulus backend reduces with SUM, AVG, MIN and MAX")
+            self.assertEqual(errors["output size"],
+                             "ValueError: cumulus backend: all_gather_into_tensor: the output must "
+                             "hold 2 × 2 elements of the input's dtype, got 3 of Float")
+            self.assertEqual(errors["list length"],
+                             "ValueError: cumulus backend: all_gather: the output list has 1 "
+                             "tensors; the group has 2 ranks")
+            self.assertIn("ProcessGroup cumulus does not support send", errors["send"])
+            self.assertRegex(errors["mismatched sizes"],
+                             r"^CommError: allreduce seq 2 with rank \d: bad frame: wrong length "
+                             r"\d+ \(expected \d+; do all ranks pass the same count and dtype\?\)")
+
+    def test_a_wrong_job_token_is_refused_at_init(self):
+        results = run_group(2, "init_only", 20,
+                            env_of=lambda rank: {"CUMULUS_JOB_TOKEN": f"token-{rank}"})
+        errors = [reports[0]["error"] for _, reports, _ in results]
+        self.assertEqual(errors[1], "CommError: rendezvous seq 0 with rank 0: unauthorized: the "
+                                    "peer does not hold this job's token (check CUMULUS_JOB_TOKEN)")
+        self.assertEqual(errors[0], "CommError: rendezvous seq 0 with rank 1: unauthorized: rank "
+                                    "1 does not hold this job's token (check CUMULUS_JOB_TOKEN)")
+
+    def test_a_backend_option_that_does_not_exist(self):
+        results = run_group(2, "init_only", 20, env_of=lambda rank: {"CUMULUS_ALGORITHM": "rng"})
+        for _, reports, err in results:
+            self.assertEqual(reports[0]["error"],
+                             "ValueError: cumulus backend option algorithm: unknown algorithm "
+                             "'rng': expected one of funnel, tree, ring, hierarchical, auto; did "
+                             "you mean 'ring'?")
+
+    def test_options_from_the_environment(self):
+        results = run_group(2, "init_only", 20, env_of=lambda rank: {
+            "CUMULUS_ALGORITHM": "tree", "CUMULUS_COMPRESSION": "bf16"})
+        for code, reports, err in results:
+            self.assertEqual(code, 0, err)
+            self.assertEqual(reports[0]["algorithm"], "tree")
+            self.assertEqual(reports[0]["compression"], "bf16")
+
+
+if __name__ == "__main__":
+    unittest.main()

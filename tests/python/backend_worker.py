@@ -1,0 +1,249 @@
+"""One rank of a backend test (tests/python/backend_test.py starts WORLD_SIZE of them).
+
+    backend_worker.py CASE [ARGS...]
+
+Each case checks its own answers and exits non-zero with the reason on a wrong one; what the
+driver compares across ranks or runs (hashes, timings, error texts) it prints as one JSON line.
+"""
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import cumulus
+
+REAL_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32,
+               torch.int64, torch.uint8, torch.int8, torch.int16]
+FLOATING = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+def report(**values):
+    print(json.dumps(values), flush=True)
+
+
+def expect(name, got, want):
+    if got.dtype != want.dtype or got.shape != want.shape or not torch.equal(got, want):
+        sys.exit(f"rank {dist.get_rank()}: {name}: got {got.tolist()} ({got.dtype}), "
+                 f"want {want.tolist()} ({want.dtype})")
+
+
+def base(n, dtype):
+    """1, 2, 3, 4, 5, 1, 2, ...: small integers, exact in every dtype."""
+    return (torch.arange(n) % 5 + 1).to(dtype)
+
+
+def collectives():
+    """Every collective on every dtype, against sums known in closed form."""
+    dist.init_process_group("cumulus")
+    r, w = dist.get_rank(), dist.get_world_size()
+    n = 7
+    triangle = w * (w + 1) // 2
+    for dtype in REAL_DTYPES + [torch.complex64]:
+        name = str(dtype).replace("torch.", "")
+        one = base(n, dtype) if dtype != torch.complex64 else base(n, torch.float32) * (1 + 2j)
+        mine = one * (r + 1)
+
+        t = mine.clone()
+        dist.all_reduce(t)
+        expect(f"all_reduce sum {name}", t, one * triangle)
+        if dtype != torch.complex64:
+            t = mine.clone()
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+            expect(f"all_reduce min {name}", t, one.clone())
+            t = mine.clone()
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            expect(f"all_reduce max {name}", t, one * w)
+        if dtype in FLOATING:
+            t = mine.clone()
+            dist.all_reduce(t, op=dist.ReduceOp.AVG)
+            expect(f"all_reduce avg {name}", t, one * triangle / w)
+
+        t = mine.clone()
+        dist.broadcast(t, src=w - 1)
+        expect(f"broadcast {name}", t, one * w)
+
+        rows = [torch.zeros_like(one) for _ in range(w)]
+        dist.all_gather(rows, mine)
+        for k in range(w):
+            expect(f"all_gather {name} row {k}", rows[k], one * (k + 1))
+        flat = torch.zeros(w * n, dtype=one.dtype)
+        dist.all_gather_into_tensor(flat, mine)
+        expect(f"all_gather_into_tensor {name}", flat, torch.cat([one * (k + 1) for k in range(w)]))
+
+        blocks = [mine + k for k in range(w)]
+        out = torch.zeros_like(one)
+        dist.reduce_scatter(out, blocks)
+        expect(f"reduce_scatter {name}", out, one * triangle + w * r)
+        out = torch.zeros_like(one)
+        dist.reduce_scatter_tensor(out, torch.cat(blocks))
+        expect(f"reduce_scatter_tensor {name}", out, one * triangle + w * r)
+
+        t = mine.clone()
+        dist.reduce(t, dst=0)
+        expect(f"reduce {name}", t, one * triangle if r == 0 else mine)
+
+        rows = [torch.zeros_like(one) for _ in range(w)] if r == 1 else None
+        dist.gather(mine, rows, dst=1)
+        if r == 1:
+            for k in range(w):
+                expect(f"gather {name} row {k}", rows[k], one * (k + 1))
+        out = torch.zeros_like(one)
+        dist.scatter(out, [one * (k + 10) for k in range(w)] if r == 0 else None, src=0)
+        expect(f"scatter {name}", out, one * (r + 10))
+
+        pair = [mine.clone(), mine[:3].clone()]
+        dist.all_reduce_coalesced(pair)
+        expect(f"all_reduce_coalesced {name} 0", pair[0], one * triangle)
+        expect(f"all_reduce_coalesced {name} 1", pair[1], (one * triangle)[:3])
+
+    # bool: a sum or max is a logical or, a min a logical and.
+    flags = torch.tensor([r == 0, False, True, r == w - 1])
+    t = flags.clone()
+    dist.all_reduce(t)
+    expect("all_reduce sum bool", t, torch.tensor([True, False, True, True]))
+    t = flags.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    expect("all_reduce min bool", t, torch.tensor([w == 1, False, True, w == 1]))
+    t = flags.clone()
+    dist.broadcast(t, src=0)
+    expect("broadcast bool", t, torch.tensor([True, False, True, w == 1]))
+
+    # Non-contiguous tensors are reduced in place, through a copy.
+    grid = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (r + 1)
+    column = grid[:, 1]
+    dist.all_reduce(column)
+    expect("all_reduce of a column", grid[:, 1],
+           torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, 1] * triangle)
+
+    # Asynchronous work: several in flight, waited for together, in call order.
+    tensors = [torch.full((1000,), float(r + k)) for k in range(4)]
+    works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    for k, (t, work) in enumerate(zip(tensors, works)):
+        work.wait()
+        if not work.is_completed():
+            sys.exit("a waited Work is not completed")
+        expect(f"async all_reduce {k}", t, torch.full((1000,), float(triangle - w + w * k)))
+    future = dist.all_reduce(torch.ones(3), async_op=True).get_future()
+    expect("the future's value", future.wait()[0], torch.full((3,), float(w)))
+    dist.barrier()
+    report(rank=r, backend=dist.get_backend(), ok=True)
+
+
+def ddp(steps, out):
+    """A small model trained with DDP over the cumulus backend; writes rank 0's parameters."""
+    dist.init_process_group("cumulus")
+    r, w = dist.get_rank(), dist.get_world_size()
+    model = make_model()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    per_rank = GLOBAL_BATCH // w
+    for x, y in batches(steps):
+        loss = torch.nn.functional.cross_entropy(net(x[r * per_rank:(r + 1) * per_rank]),
+                                                 y[r * per_rank:(r + 1) * per_rank])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    if r == 0:
+        torch.save(model.state_dict(), out)
+    report(rank=r, hash=parameter_hash(model), loss=float(loss))
+
+
+GLOBAL_BATCH = 24
+
+
+def make_model():
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.LayerNorm(64), torch.nn.ReLU(),
+                               torch.nn.Linear(64, 10))
+
+
+def batches(steps):
+    g = torch.Generator().manual_seed(11)
+    for _ in range(steps):
+        yield torch.randn(GLOBAL_BATCH, 32, generator=g), torch.randint(0, 10, (GLOBAL_BATCH,),
+                                                                        generator=g)
+
+
+def parameter_hash(model):
+    digest = hashlib.sha256()
+    for p in model.state_dict().values():
+        digest.update(p.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def killed_peer():
+    """Rank 1 is SIGKILLed after one all-reduce; the others report what their next call raised."""
+    dist.init_process_group("cumulus")
+    r = dist.get_rank()
+    t = torch.ones(1 << 16)
+    dist.all_reduce(t)
+    if r == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        sys.exit("the all-reduce after the peer's death returned")
+    except cumulus.CommError as e:
+        first, seconds = str(e), time.monotonic() - start
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        sys.exit("a call after the failure returned")
+    except cumulus.CommError as e:
+        second, again = str(e), time.monotonic() - start
+    report(rank=r, first=first, seconds=seconds, second=second, again_seconds=again)
+
+
+def bad_calls():
+    """Arguments refused when the call is made; the group stays usable after each."""
+    dist.init_process_group("cumulus")
+    r = dist.get_rank()
+    errors = {}
+
+    def refused(name, call):
+        try:
+            call()
+            sys.exit(f"{name}: accepted")
+        except (ValueError, RuntimeError) as e:
+            errors[name] = f"{type(e).__name__}: {e}"
+
+    refused("product", lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.PRODUCT))
+    refused("output size", lambda: dist.all_gather_into_tensor(torch.ones(3), torch.ones(2)))
+    refused("list length", lambda: dist.all_gather([torch.ones(2)], torch.ones(2)))
+    refused("send", lambda: dist.send(torch.ones(2), dst=1 - r))
+    t = torch.ones(3)
+    dist.all_reduce(t)  # still works
+    expect("all_reduce after refusals", t, torch.full((3,), 2.0))
+    # Different sizes on the two ranks: a CommError on both, not a hang or a wrong sum.
+    try:
+        dist.all_reduce(torch.ones(4 if r == 0 else 8))
+        sys.exit("mismatched sizes: accepted")
+    except cumulus.CommError as e:
+        errors["mismatched sizes"] = f"CommError: {e}"
+    report(rank=r, errors=errors)
+
+
+def init_only(timeout_seconds):
+    """init_process_group and one all-reduce; reports the error the group raised, if any."""
+    try:
+        dist.init_process_group("cumulus", timeout=timedelta(seconds=float(timeout_seconds)))
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        report(rank=dist.get_rank(), ok=True, algorithm=dist.distributed_c10d._get_default_group()
+               .algorithm, compression=dist.distributed_c10d._get_default_group().compression)
+    except Exception as e:
+        report(rank=int(os.environ["RANK"]), error=f"{type(e).__name__}: {e}")
+
+
+if __name__ == "__main__":
+    case, args = sys.argv[1], sys.argv[2:]
+    {"collectives": collectives, "ddp": lambda: ddp(int(args[0]), args[1]),
+     "killed_peer": killed_peer, "bad_calls": bad_calls,
+     "init_only": lambda: init_only(args[0])}[case]()
