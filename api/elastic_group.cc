@@ -69,7 +69,7 @@ ElasticGroup::ElasticGroup(const GroupOptions& options, const ElasticSettings& s
       timeoutOption(options.timeout_seconds, "timeout_seconds");
   comm::StoreClientOptions store_options;
   store_options.connect_timeout = timeout;
-  store_ = std::make_unique<comm::StoreClient>(env_.master_addr, static_cast<int>(env_.master_port),
+  store_ = std::make_unique<comm::StoreClient>(env_.store_host, static_cast<int>(env_.store_port),
                                                env_.job_token, store_options);
   comm::QuorumOptions quorum;
   quorum.generation = env_.generation;

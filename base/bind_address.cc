@@ -47,4 +47,22 @@ std::string routeSourceAddress(const std::string& host) {
                            " (name this node's address with --bind-host)");
 }
 
+int pickFreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_ANY);
+  sockaddr_in bound{};
+  socklen_t len = sizeof bound;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    const std::string error = std::strerror(errno);
+    ::close(fd);
+    throw std::runtime_error("cannot bind a TCP port: " + error);
+  }
+  ::close(fd);
+  return ntohs(bound.sin_port);
+}
+
 }  // namespace cumulus::base

@@ -11,4 +11,10 @@ namespace cumulus::base {
 // resolve or no route leads to it. Blocks only for name resolution; thread-safe.
 std::string routeSourceAddress(const std::string& host);
 
+// A TCP port that nothing on this host listens on now: the kernel's pick for a socket bound to
+// port 0 of every IPv4 address, closed again. Another program may take it before the caller's
+// own program binds it (torchrun's MASTER_PORT has the same race). Throws std::runtime_error
+// with the errno text when no socket can be bound.
+int pickFreePort();
+
 }  // namespace cumulus::base

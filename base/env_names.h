@@ -17,6 +17,7 @@ inline constexpr char kMasterAddr[] = "MASTER_ADDR";
 inline constexpr char kMasterPort[] = "MASTER_PORT";
 
 // Cumulus's own.
+inline constexpr char kStore[] = "CUMULUS_STORE";  // HOST:PORT of the Store cumulus-run hosts
 inline constexpr char kRunId[] = "CUMULUS_RUN_ID";
 inline constexpr char kRestartCount[] = "CUMULUS_RESTART_COUNT";
 inline constexpr char kGeneration[] = "CUMULUS_GENERATION";

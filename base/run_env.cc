@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "base/env_names.h"
+#include "base/host_port.h"
 #include "base/integer.h"
 
 namespace cumulus::base {
@@ -37,7 +38,10 @@ void require(bool ok, const std::string& message) {
 const char* systemEnvironment(const char* name) { return std::getenv(name); }
 
 RunEnv RunEnv::fromGroupEnvironment(const EnvLookup& getenv, const std::string& hint) {
+  const char* store = getenv(env::kStore);
+  const bool has_store = store != nullptr && *store != '\0';
   for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+    if (has_store && std::string(name).rfind("MASTER_", 0) == 0) continue;
     const char* text = getenv(name);
     require(text != nullptr && *text != '\0', std::string(name) + " is not set: " + hint);
   }
@@ -82,8 +86,16 @@ RunEnv RunEnv::read(const EnvLookup& getenv, int64_t minPort) {
   env.local_world_size = readInt(getenv, env::kLocalWorldSize, 1);
   env.local_rank = readInt(getenv, env::kLocalRank, 0);
   env.group_rank = readInt(getenv, env::kGroupRank, 0);
-  env.master_addr = readString(getenv, env::kMasterAddr);
-  env.master_port = readInt(getenv, env::kMasterPort, 0);
+  if (const char* store = getenv(env::kStore); store != nullptr && *store != '\0') {
+    std::string problem;
+    const std::optional<HostPort> endpoint = parseHostPort(store, &problem);
+    if (!endpoint) throw EnvError(std::string(env::kStore) + "=\"" + store + "\": " + problem);
+    env.store_host = endpoint->host;
+    env.store_port = endpoint->port;
+  } else {
+    env.store_host = readString(getenv, env::kMasterAddr);
+    env.store_port = readInt(getenv, env::kMasterPort, 0);
+  }
   env.run_id = readString(getenv, env::kRunId);
   env.restart_count = readInt(getenv, env::kRestartCount, 0);
   env.generation = readInt(getenv, env::kGeneration, 0);
@@ -104,8 +116,8 @@ RunEnv RunEnv::read(const EnvLookup& getenv, int64_t minPort) {
   require(env.local_rank >= 0 && env.local_rank < env.local_world_size,
           "LOCAL_RANK=" + std::to_string(env.local_rank) +
               " must be in [0, LOCAL_WORLD_SIZE=" + std::to_string(env.local_world_size) + ")");
-  require(env.master_port >= minPort && env.master_port <= 65535,
-          "MASTER_PORT=" + std::to_string(env.master_port) + " must be in [" +
+  require(env.store_port >= minPort && env.store_port <= 65535,
+          std::string(env::kMasterPort) + "=" + std::to_string(env.store_port) + " must be in [" +
               std::to_string(minPort) + ", 65535]");
   require(env.restart_count >= 0,
           "CUMULUS_RESTART_COUNT=" + std::to_string(env.restart_count) + " must be >= 0");

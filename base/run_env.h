@@ -31,8 +31,12 @@ struct RunEnv {
   int64_t world_size = 1;        // WORLD_SIZE
   int64_t local_world_size = 1;  // LOCAL_WORLD_SIZE
   int64_t group_rank = 0;        // GROUP_RANK (node index)
-  std::string master_addr;       // MASTER_ADDR
-  int64_t master_port = 0;       // MASTER_PORT (0: not set)
+  // Where the rendezvous Store listens: CUMULUS_STORE (HOST:PORT, set by cumulus-run), else
+  // MASTER_ADDR and MASTER_PORT (a group started by hand). Under cumulus-run MASTER_ADDR and
+  // MASTER_PORT have torchrun's meaning instead: a free port on node 0 for rank 0's own store
+  // (torch.distributed's env:// TCPStore), which Cumulus's C++ side does not read.
+  std::string store_host;
+  int64_t store_port = 0;        // 0: not set
   std::string run_id;            // CUMULUS_RUN_ID
   int64_t restart_count = 0;     // CUMULUS_RESTART_COUNT
   int64_t generation = 0;        // CUMULUS_GENERATION
@@ -49,8 +53,8 @@ struct RunEnv {
   static RunEnv fromEnvironment(const EnvLookup& getenv = systemEnvironment);
 
   // The same for a process that only works as a member of a group (a probe, a collective
-  // worker): RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must be set ("RANK is not set: " +
-  // `hint`), and MASTER_PORT must be in [1, 65535].
+  // worker): RANK, WORLD_SIZE and the Store (CUMULUS_STORE, or MASTER_ADDR and MASTER_PORT) must
+  // be set ("RANK is not set: " + `hint`), and the Store's port must be in [1, 65535].
   static RunEnv fromGroupEnvironment(const EnvLookup& getenv, const std::string& hint);
 
  private:

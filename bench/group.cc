@@ -38,7 +38,7 @@ WorkerEnv WorkerEnv::fromEnvironment() {
   WorkerEnv env;
   env.rank = static_cast<int>(run.rank);
   env.world = static_cast<int>(run.world_size);
-  env.store_port = static_cast<int>(run.master_port);
+  env.store_port = static_cast<int>(run.store_port);
   if (!run.ps_endpoint.empty()) {  // the parameter server that runGroup started
     std::string problem;
     const std::optional<base::HostPort> ps = base::parseHostPort(run.ps_endpoint, &problem);

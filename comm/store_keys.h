@@ -102,6 +102,9 @@ inline std::string groupDoneKey(int64_t generation, int64_t node) {
 inline std::string groupParameterServerKey(int64_t generation) {
   return store_keys_detail::key("launch", generation, "ps_endpoint");
 }
+inline std::string groupMasterPortKey(int64_t generation) {
+  return store_keys_detail::key("launch", generation, "master_port");
+}
 
 inline std::string groupSlotKey(int64_t generation, int64_t node, int64_t local_rank) {
   return store_keys_detail::key("launch", generation, "slot") + "/" + std::to_string(node) + "." +

@@ -34,7 +34,7 @@ GroupConnection::GroupConnection(const base::RunEnv& env, const configs::CommCon
     : env_(env), config_(config) {
   comm::StoreClientOptions options;
   options.connect_timeout = timeoutOf(config);
-  store_ = std::make_unique<comm::StoreClient>(env.master_addr, static_cast<int>(env.master_port),
+  store_ = std::make_unique<comm::StoreClient>(env.store_host, static_cast<int>(env.store_port),
                                                env.job_token, options);
   connect(*store_);
 }

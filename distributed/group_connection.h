@@ -49,7 +49,7 @@ class GroupConnection {
   // rendezvous with the other ranks under generation CUMULUS_GENERATION (the fields of `env`).
   GroupConnection(const base::RunEnv& env, const configs::CommConfig& config);
   // Over a caller-owned Store that outlives the group (tests: ranks as threads, a MemoryStore).
-  // `env.master_addr/port` are ignored.
+  // `env.store_host/port` are ignored.
   GroupConnection(const base::RunEnv& env, const configs::CommConfig& config, comm::Store& store);
   ~GroupConnection();
   GroupConnection(const GroupConnection&) = delete;

@@ -187,7 +187,7 @@ ProbeGroup joinGroup(const ProbeOptions& o) {
   ProbeGroup g;
   g.rank = static_cast<int>(env.rank);
   g.world = static_cast<int>(env.world_size);
-  g.store = std::make_unique<comm::StoreClient>(env.master_addr, static_cast<int>(env.master_port),
+  g.store = std::make_unique<comm::StoreClient>(env.store_host, static_cast<int>(env.store_port),
                                                 env.job_token);
   const double payload_bytes_per_s = o.link_gbit * 1e9 / 8 * 1448.0 / 1514.0;
   const comm::CostModel defaults;

@@ -93,4 +93,19 @@ std::string GroupStore::parameterServer(int64_t g, std::chrono::milliseconds tim
   return store_.get(comm::groupParameterServerKey(g), timeout);
 }
 
+void GroupStore::publishMasterPort(int64_t g, int port) {
+  store_.set(comm::groupMasterPortKey(g), std::to_string(port));
+}
+
+int GroupStore::masterPort(int64_t g, std::chrono::milliseconds timeout) {
+  const std::string text = store_.get(comm::groupMasterPortKey(g), timeout);
+  const std::optional<int64_t> port = base::parseInteger(text, 1, 65535);
+  if (!port) {
+    throw CommError(CommErrorKind::kStore, "store", 0, -1,
+                    "generation " + std::to_string(g) + "'s MASTER_PORT is \"" + text +
+                        "\", not a port: " + base::integerProblem(text, 1, 65535));
+  }
+  return static_cast<int>(*port);
+}
+
 }  // namespace cumulus::launch

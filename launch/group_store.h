@@ -72,6 +72,11 @@ class GroupStore {
   // Waits up to `timeout` for node 0 to publish generation g's parameter server.
   std::string parameterServer(int64_t g, std::chrono::milliseconds timeout);
 
+  // Generation g's MASTER_PORT (job_setup.h, prepareMasterPort), published by node 0.
+  void publishMasterPort(int64_t g, int port);
+  // Waits up to `timeout` for it; CommError(kStore) if what node 0 published is not a port.
+  int masterPort(int64_t g, std::chrono::milliseconds timeout);
+
  private:
   comm::Store& store_;
 };

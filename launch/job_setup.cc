@@ -8,9 +8,9 @@
 #include <system_error>
 #include <vector>
 
+#include "base/bind_address.h"
 #include "base/env_names.h"
 #include "comm/error.h"
-#include "base/bind_address.h"
 #include "launch/tcp_probe.h"
 
 namespace cumulus::launch {
@@ -67,7 +67,10 @@ void connectStore(Job& job, const LaunchOptions& o, bool (*interrupted)()) {
     // adds seconds to every node that starts before node 0.
     waitUntilListening(job.store_host, job.store_port, toMs(o.rdzv_timeout), interrupted);
   }
-  job.store_endpoint = job.store_host + ":" + std::to_string(job.store_port);
+  // An IPv6 address in brackets, as parseHostPort (CUMULUS_STORE) reads it back.
+  const bool ipv6 = job.store_host.find(':') != std::string::npos;
+  job.store_endpoint = (ipv6 ? "[" + job.store_host + "]" : job.store_host) + ":" +
+                       std::to_string(job.store_port);
   comm::StoreClientOptions copts;
   copts.connect_timeout = toMs(o.rdzv_timeout);
   job.store = std::make_unique<comm::StoreClient>(job.store_host, job.store_port, job.token, copts);
@@ -139,6 +142,18 @@ void prepareParameterServer(Job& job, AgentConsole& console, int64_t generation,
     console.parameterServer(job.ps_endpoint);
   }
   job.group_store->publishParameterServer(generation, job.ps_endpoint);
+}
+
+int prepareMasterPort(Job& job, int64_t generation, std::chrono::milliseconds timeout) {
+  if (!job.host) return job.group_store->masterPort(generation, timeout);
+  int port = 0;
+  try {
+    port = base::pickFreePort();
+  } catch (const std::exception& e) {
+    throw SetupError(std::string("cannot pick MASTER_PORT for the workers: ") + e.what());
+  }
+  if (job.multi) job.group_store->publishMasterPort(generation, port);
+  return port;
 }
 
 void endWaiting(Job& job, AgentConsole& console, int64_t generation, int exit_code,

@@ -67,6 +67,12 @@ std::unique_ptr<Job> setUpJob(LaunchOptions& options, AgentConsole& console, boo
 void prepareParameterServer(Job& job, AgentConsole& console, int64_t generation, int64_t world_size,
                             std::chrono::milliseconds timeout);
 
+// MASTER_PORT of generation `generation`'s workers, torchrun's: a port free on node 0 for rank 0's
+// own store (torch.distributed's env:// TCPStore; a C++ worker reads CUMULUS_STORE instead).
+// Node 0 picks it and publishes it; the other nodes wait up to `timeout` to read it. Throws
+// SetupError when node 0 cannot pick one, cumulus::CommError when the Store fails.
+int prepareMasterPort(Job& job, int64_t generation, std::chrono::milliseconds timeout);
+
 // Node 0 of a multi-node job (a no-op elsewhere): ends round `generation` so that nodes waiting in
 // it exit with `exit_code`, saying `what` ended the job. Best effort: a Store failure is a
 // console line. Blocks up to 5 s for the waiting nodes to read it.

@@ -194,6 +194,7 @@ std::unique_ptr<WorkerGroup> Launcher::startGroup(const Round& round, int restar
     prepareParameterServer(job, st.console, round.generation, group->world_size,
                            toMs(o.rdzv_timeout));
   }
+  group->master_port = prepareMasterPort(job, round.generation, toMs(o.rdzv_timeout));
 
   group->log_dir = job.run_dir + "/gen" + std::to_string(round.generation);
   std::error_code ec;
@@ -232,7 +233,8 @@ std::vector<std::pair<std::string, std::string>> Launcher::workerEnv(const Worke
       {env::kGroupRank, std::to_string(group.node_rank)},
       {env::kRoleRank, std::to_string(w.rank)},
       {env::kMasterAddr, job.store_host},
-      {env::kMasterPort, std::to_string(job.store_port)},
+      {env::kMasterPort, std::to_string(group.master_port)},
+      {env::kStore, job.store_endpoint},
       {env::kRunId, o.run_id},
       {env::kRestartCount, std::to_string(restarts)},
       {env::kGeneration, std::to_string(group.generation)},

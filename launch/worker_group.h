@@ -42,6 +42,7 @@ struct WorkerGroup {
   int64_t node_rank = 0;          // this node's (GROUP_RANK); a late joiner: its node id
   bool joining = false;           // recovery in place: this node joined the running group late
   std::string log_dir;            // <run dir>/gen<g>
+  int master_port = 0;            // MASTER_PORT (job_setup.h, prepareMasterPort)
   OutputMux mux;
   std::vector<Worker> workers;  // in local rank order
 

@@ -187,9 +187,9 @@ base::RunEnv environmentOf(int rank, int size) {
   }
   env.rank = rank;
   env.world_size = size;
-  if (env.bind_host.empty() && !env.master_addr.empty() && size > 1) {
+  if (env.bind_host.empty() && !env.store_host.empty() && size > 1) {
     try {
-      env.bind_host = base::routeSourceAddress(env.master_addr);
+      env.bind_host = base::routeSourceAddress(env.store_host);
     } catch (const std::exception& e) {
       throw GroupError(std::string("cumulus backend: no address to listen on (") + e.what() +
                        "); set CUMULUS_BIND_HOST to this host's address that the other ranks "

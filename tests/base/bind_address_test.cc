@@ -1,15 +1,18 @@
 #include "base/bind_address.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
-
-#include "launch/options.h"
 
 namespace cumulus::base {
 namespace {
 
-TEST(LaunchBindAddress, LoopbackRouteUsesLoopbackSource) {
+TEST(BindAddress, LoopbackRouteUsesLoopbackSource) {
   EXPECT_EQ(routeSourceAddress("127.0.0.1"), "127.0.0.1");
   EXPECT_EQ(routeSourceAddress("127.0.0.53"), "127.0.0.1");
   EXPECT_EQ(routeSourceAddress("localhost").rfind("127.", 0) == 0 ||
@@ -17,7 +20,7 @@ TEST(LaunchBindAddress, LoopbackRouteUsesLoopbackSource) {
             true);
 }
 
-TEST(LaunchBindAddress, UnresolvableHostIsNamedWithTheFix) {
+TEST(BindAddress, UnresolvableHostIsNamedWithTheFix) {
   try {
     routeSourceAddress("no-such-host.invalid");
     FAIL() << "expected an error";
@@ -28,24 +31,22 @@ TEST(LaunchBindAddress, UnresolvableHostIsNamedWithTheFix) {
   }
 }
 
-TEST(LaunchOptions, BindHostAndParameterServerFlags) {
-  auto o = parseLaunchArgs({"--bind-host", "10.231.0.2", "--parameter-server", "--", "w"});
-  EXPECT_EQ(o.bind_host, "10.231.0.2");
-  EXPECT_TRUE(o.host_parameter_server);
-  EXPECT_TRUE(parseLaunchArgs({"w"}).bind_host.empty());
-  EXPECT_FALSE(parseLaunchArgs({"w"}).host_parameter_server);
-  try {
-    parseLaunchArgs({"--parameter-server=1", "w"});
-    FAIL();
-  } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "--parameter-server takes no value");
-  }
-  try {
-    parseLaunchArgs({"--bind-host=", "w"});
-    FAIL();
-  } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "--bind-host: the value is empty; give --bind-host H");
-  }
+TEST(PickFreePort, ThePortCanBeBoundAndDiffersWhileHeld) {
+  const int port = pickFreePort();
+  ASSERT_GE(port, 1);
+  ASSERT_LE(port, 65535);
+  // Nothing holds it: a listener binds it (as rank 0's store will).
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_ANY);
+  at.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  // While it is held, the next pick is another port.
+  EXPECT_NE(pickFreePort(), port);
+  ::close(fd);
 }
 
 }  // namespace

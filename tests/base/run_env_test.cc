@@ -31,8 +31,8 @@ TEST(RunEnvTest, NothingSetIsRankZeroOfOne) {
   EXPECT_EQ(env.world_size, 1);
   EXPECT_EQ(env.local_rank, 0);
   EXPECT_EQ(env.local_world_size, 1);
-  EXPECT_EQ(env.master_port, 0);
-  EXPECT_EQ(env.master_addr, "");
+  EXPECT_EQ(env.store_port, 0);
+  EXPECT_EQ(env.store_host, "");
   EXPECT_EQ(env.job_token, "");
 }
 
@@ -56,8 +56,8 @@ TEST(RunEnvTest, ReadsEveryVariable) {
   EXPECT_EQ(env.local_rank, 1);
   EXPECT_EQ(env.local_world_size, 2);
   EXPECT_EQ(env.group_rank, 1);
-  EXPECT_EQ(env.master_addr, "10.0.0.1");
-  EXPECT_EQ(env.master_port, 29500);
+  EXPECT_EQ(env.store_host, "10.0.0.1");
+  EXPECT_EQ(env.store_port, 29500);
   EXPECT_EQ(env.run_id, "r7");
   EXPECT_EQ(env.restart_count, 2);
   EXPECT_EQ(env.generation, 5);
@@ -100,7 +100,7 @@ TEST(RunEnvTest, AGroupMemberNeedsTheGroupVariables) {
       {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}};
   const RunEnv env = RunEnv::fromGroupEnvironment(lookupIn(group), "start it with cumulus-run");
   EXPECT_EQ(env.rank, 1);
-  EXPECT_EQ(env.master_port, 29500);
+  EXPECT_EQ(env.store_port, 29500);
   auto errorWith = [&](const std::string& name, const char* value) -> std::string {
     auto vars = group;
     if (value == nullptr) {

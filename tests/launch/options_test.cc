@@ -188,5 +188,25 @@ TEST(LaunchOptions, RecoveryFromTheFlagOrTheExperimentFlagWinning) {
   std::filesystem::remove(yaml);
 }
 
+TEST(LaunchOptions, BindHostAndParameterServerFlags) {
+  auto o = parseLaunchArgs({"--bind-host", "10.231.0.2", "--parameter-server", "--", "w"});
+  EXPECT_EQ(o.bind_host, "10.231.0.2");
+  EXPECT_TRUE(o.host_parameter_server);
+  EXPECT_TRUE(parseLaunchArgs({"w"}).bind_host.empty());
+  EXPECT_FALSE(parseLaunchArgs({"w"}).host_parameter_server);
+  try {
+    parseLaunchArgs({"--parameter-server=1", "w"});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--parameter-server takes no value");
+  }
+  try {
+    parseLaunchArgs({"--bind-host=", "w"});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--bind-host: the value is empty; give --bind-host H");
+  }
+}
+
 }  // namespace
 }  // namespace cumulus::launch

@@ -50,8 +50,8 @@ TEST(GroupEnvironmentTest, ReadsTheLauncherEnvironment) {
   EXPECT_EQ(env.rank, 1);
   EXPECT_EQ(env.world_size, 2);
   EXPECT_EQ(env.local_rank, 1);
-  EXPECT_EQ(env.master_addr, "127.0.0.1");
-  EXPECT_EQ(env.master_port, 29500);
+  EXPECT_EQ(env.store_host, "127.0.0.1");
+  EXPECT_EQ(env.store_port, 29500);
   EXPECT_EQ(env.generation, 3);
   EXPECT_EQ(env.job_token, "secret");
   EXPECT_EQ(env.ps_endpoint, "127.0.0.1:4000");
@@ -120,8 +120,8 @@ TEST(ProcessGroupTest, AnUnreachableStoreIsNamed) {
   }
   base::RunEnv env;
   env.world_size = 2;
-  env.master_addr = "127.0.0.1";
-  env.master_port = port;
+  env.store_host = "127.0.0.1";
+  env.store_port = port;
   configs::CommConfig config;
   config.timeout_seconds = 0.5;
   try {

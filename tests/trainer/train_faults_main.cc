@@ -188,7 +188,7 @@ void install(const Faults& faults, TrainerOptions& options) {
     // The launcher's Store, read as any process of the job may.
     const cumulus::base::RunEnv env = cumulus::base::RunEnv::fromEnvironment();
     auto wait = [env] {
-      cumulus::comm::StoreClient store(env.master_addr, static_cast<int>(env.master_port),
+      cumulus::comm::StoreClient store(env.store_host, static_cast<int>(env.store_port),
                                        env.job_token);
       store.get(cumulus::comm::quorumTicketKey(env.generation, 1), std::chrono::minutes(2));
     };
