@@ -12,6 +12,7 @@
 #include "cumulus/options.h"
 #include "cumulus/version.h"
 #include "python/backend.h"
+#include "python/elastic.h"
 
 namespace py = pybind11;
 
@@ -70,6 +71,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("compression", [](const Backend& b) {
         return cumulus::compressionName(b.backendOptions().compression);
       });
+
+  cumulus::python::bindLibrary(m);
 
   m.attr("__version__") = CUMULUS_VERSION_STRING;
   m.attr("TORCH_VERSION") = CUMULUS_TORCH_VERSION;

@@ -1,4 +1,4 @@
-"""Cumulus from Python (docs/python.md).
+"""Cumulus from Python (docs/python.md): a torch.distributed backend, and the elastic API.
 
 Importing this package registers a torch.distributed backend named "cumulus": an unchanged
 PyTorch script, DistributedDataParallel included, runs Cumulus's collectives with
@@ -47,7 +47,13 @@ except ImportError as error:
 __version__ = _C.__version__
 CommError = _C.CommError
 GroupError = _C.GroupError
+PermanentError = _C.PermanentError
 ProcessGroupCumulus = _C.ProcessGroupCumulus
+Checkpoints = _C.Checkpoints
+DistributedSampler = _C.DistributedSampler
+
+from .elastic import (EXIT_PREEMPTED, Checkpoint, CheckpointError, Elastic,  # noqa: E402
+                      ElasticAction, Membership, capture, restore)
 
 BACKEND = "cumulus"
 
