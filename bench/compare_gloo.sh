@@ -1,6 +1,6 @@
 #!/bin/bash
 # Cumulus vs torch.distributed/Gloo all-reduce on loopback, same sizes, same method
-# (bench/gloo_allreduce.py mirrors cumulus-bench allreduce), interleaved: for each world size
+# (bench/torch_allreduce.py mirrors cumulus-bench allreduce), interleaved: for each world size
 # and round, one cumulus sweep per algorithm, then one Gloo sweep, so that background load hits
 # both alike. Each (impl, algo, world, size) keeps its best time over the rounds. Prints a table
 # of our/Gloo time ratios (< 1 = we are faster) and busbw ratios, and keeps every JSON line.
@@ -56,7 +56,7 @@ run_gloo() {  # world
   port=$(free_port)
   for rank in $(seq 0 $((world - 1))); do
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$rank WORLD_SIZE=$world OMP_NUM_THREADS=1 \
-      "$python" "$here/gloo_allreduce.py" --sizes "$byte_list" > "$tmp/gloo.$rank" &
+      "$python" "$here/torch_allreduce.py" --sizes "$byte_list" > "$tmp/gloo.$rank" &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; done

@@ -32,7 +32,8 @@ step:
   * threads: torch.set_num_threads(trainer.threads if > 0 else usable CPUs // LOCAL_WORLD_SIZE),
     the rule of trainer/run_env.cc intraOpThreads();
   * gradient sync: torch.nn.parallel.DistributedDataParallel over the Gloo backend, default
-    25 MiB buckets (Cumulus's comm.bucket_cap_mb default as well).
+    25 MiB buckets (Cumulus's comm.bucket_cap_mb default as well); --backend cumulus runs the
+    same script over Cumulus's torch.distributed backend (bench/compare_python.sh).
 
 Timing: rank 0 times every optimizer step (gather, forward, backward with DDP's all-reduce,
 optimizer step) and reports global samples/s = (timed steps x global batch) / (their summed
@@ -376,8 +377,8 @@ def train_step(ddp, optimizer, batch, clip):
     return loss.item(), time.perf_counter() - begin
 
 
-def join_group(config):
-    """Sets the intra-op threads and joins the Gloo group; (rank, world, threads)."""
+def join_group(config, backend):
+    """Sets the intra-op threads and joins the group of `backend`; (rank, world, threads)."""
     import torch
     import torch.distributed as dist
     rank = int(os.environ.get("RANK", "0"))
@@ -388,7 +389,9 @@ def join_group(config):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(free_port()))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if backend == "cumulus":
+        import cumulus  # noqa: F401 (registers the backend; PYTHONPATH=build/python)
+    dist.init_process_group(backend, rank=rank, world_size=world)
     return rank, world, threads
 
 
@@ -405,11 +408,11 @@ def plan_steps(config, n, world):
     return batch, steps_per_epoch, total_steps
 
 
-def train_rank(config, skip_steps, save_state_dict=None):
+def train_rank(config, skip_steps, save_state_dict=None, backend="gloo"):
     import torch
     import torch.distributed as dist
 
-    rank, world, threads = join_group(config)
+    rank, world, threads = join_group(config, backend)
     t = config["trainer"]
     train, test = load_data(config)
     n = len(train)
@@ -461,7 +464,7 @@ def train_rank(config, skip_steps, save_state_dict=None):
     result = None
     if rank == 0:
         result = {
-            "type": "summary", "impl": "ddp", "steps": total_steps,
+            "type": "summary", "impl": "ddp", "backend": backend, "steps": total_steps,
             "epochs": total_steps / steps_per_epoch, "test_loss": evaluation[0],
             "test_accuracy": evaluation[1], "wall_seconds": time.perf_counter() - start,
             "train_seconds": train_seconds, "parameters": parameters, "world_size": world,
@@ -535,10 +538,13 @@ def main():
     parser.add_argument("--save-state-dict", metavar="FILE",
                         help="rank 0 saves the trained parameters there (torch.save of a dict "
                              "name -> tensor, as model_state_dict.pt)")
+    parser.add_argument("--backend", default="gloo", choices=["gloo", "cumulus"],
+                        help="torch.distributed backend under DDP (default gloo; cumulus needs "
+                             "PYTHONPATH=build/python, docs/python.md)")
     args = parser.parse_args()
 
     if args.nproc > 0 and "RANK" not in os.environ:
-        rest = [args.config, "--skip-steps", str(args.skip_steps)]
+        rest = [args.config, "--skip-steps", str(args.skip_steps), "--backend", args.backend]
         if args.save_state_dict:
             rest += ["--save-state-dict", os.path.abspath(args.save_state_dict)]
         for item in args.set:
@@ -546,7 +552,7 @@ def main():
         sys.exit(launch(args.nproc, rest, args.timeout))
 
     config = load_config(args.config, args.set)
-    result = train_rank(config, args.skip_steps, args.save_state_dict)
+    result = train_rank(config, args.skip_steps, args.save_state_dict, args.backend)
     if result is not None:
         print(json.dumps(result), flush=True)
 

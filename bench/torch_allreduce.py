@@ -1,11 +1,13 @@
 #!/usr/bin/python3
-"""One rank of the Gloo all-reduce sweep that bench/compare_gloo.sh runs beside cumulus-bench.
+"""One rank of a torch.distributed all-reduce sweep from Python: Gloo's beside cumulus-bench
+(bench/compare_gloo.sh), or Gloo's against Cumulus's torch.distributed backend
+(bench/compare_python.sh, --backend cumulus with PYTHONPATH=build/python).
 
 Started with the env:// variables MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (no torchrun:
 Debian's torchrun fails on Python 3.11). Measures exactly what cumulus-bench allreduce does:
 one checked all-reduce (rank r gives r+1), warm-up, a barrier, `iters` timed all-reduces of
 zeros; a row's time is the slowest rank's mean. Rank 0 prints one JSON line per size, with the
-same keys as cumulus-bench's.
+same keys as cumulus-bench's ("impl" is the backend).
 """
 import argparse
 import json
@@ -24,16 +26,19 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", required=True, help="comma-separated byte counts")
     parser.add_argument("--iters", type=int, default=0)
+    parser.add_argument("--backend", default="gloo", choices=["gloo", "cumulus"])
     args = parser.parse_args()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="env://")
+    if args.backend == "cumulus":
+        import cumulus  # noqa: F401 (registers the backend)
+    dist.init_process_group(args.backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     for nbytes in [int(s) for s in args.sizes.split(",")]:
         t = torch.full((nbytes // 4,), float(rank + 1), dtype=torch.float32)
         dist.all_reduce(t)
         want = world * (world + 1) / 2
         if not bool((t == want).all()):
-            raise SystemExit(f"gloo: wrong all-reduce result for {nbytes} bytes")
+            raise SystemExit(f"{args.backend}: wrong all-reduce result for {nbytes} bytes")
         t.zero_()
         iters = args.iters or iters_for(nbytes)
         for _ in range(max(2, iters // 10)):
@@ -47,7 +52,8 @@ def main():
         if rank == 0:
             s = seconds.item()
             algbw = nbytes / s / 1e9
-            print(json.dumps({"bench": "allreduce", "impl": "gloo", "algo": "gloo", "ran": "gloo",
+            name = args.backend
+            print(json.dumps({"bench": "allreduce", "impl": name, "algo": name, "ran": name,
                               "world": world, "bytes": nbytes, "count": nbytes // 4,
                               "dtype": "float32", "iters": iters, "time_us": round(s * 1e6, 2),
                               "algbw_GBps": round(algbw, 4),

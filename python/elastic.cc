@@ -34,6 +34,17 @@ namespace {
 
 using Release = py::call_guard<py::gil_scoped_release>;
 
+// The CommError that the translator last turned into a Python exception on this thread.
+std::exception_ptr& lastCommError() {
+  static thread_local std::exception_ptr last;
+  return last;
+}
+
+py::object& commErrorType() {
+  static py::object type;  // set once by registerCommError, alive for the interpreter's life
+  return type;
+}
+
 // A Python callable kept by C++ code that may drop it without the GIL: the last reference is
 // released with the GIL held.
 std::shared_ptr<py::function> keep(py::function fn) {
@@ -266,7 +277,11 @@ void bindElastic(py::module_& m) {
             py::gil_scoped_release released;
             e.train([step] {
               py::gil_scoped_acquire gil;
-              (*step)();
+              try {
+                (*step)();
+              } catch (py::error_already_set& error) {
+                passThrough(error);
+              }
             });
           },
           py::arg("fn"))
@@ -278,7 +293,11 @@ void bindElastic(py::module_& m) {
             py::gil_scoped_release released;
             return e.atBoundary([work] {
               py::gil_scoped_acquire gil;
-              (*work)();
+              try {
+                (*work)();
+              } catch (py::error_already_set& error) {
+                passThrough(error);
+              }
             });
           },
           py::arg("fn"))
@@ -313,6 +332,25 @@ void bindElastic(py::module_& m) {
 }
 
 }  // namespace
+
+void registerCommError(py::module_& m) {
+  static py::exception<CommError> type(m, "CommError", PyExc_RuntimeError);
+  commErrorType() = type;
+  py::register_exception_translator([](std::exception_ptr thrown) {
+    try {
+      if (thrown) std::rethrow_exception(thrown);
+    } catch (const CommError& e) {
+      lastCommError() = thrown;
+      type(e.what());
+    }
+  });
+}
+
+void passThrough(py::error_already_set& error) {
+  std::exception_ptr comm = std::exchange(lastCommError(), nullptr);
+  if (comm && error.matches(commErrorType())) std::rethrow_exception(comm);
+  throw;
+}
 
 void bindLibrary(py::module_& m) {
   py::register_exception<CheckpointError>(m, "CheckpointError", PyExc_RuntimeError);

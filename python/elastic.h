@@ -6,6 +6,15 @@
 
 namespace cumulus::python {
 
+// cumulus.CommError (a RuntimeError) and the translator that raises it for a C++ CommError,
+// remembering the C++ exception on this thread for passThrough().
+void registerCommError(pybind11::module_& m);
+
 void bindLibrary(pybind11::module_& m);
+
+// Rethrows what a Python callback raised, as C++ code around it must see it: the C++ CommError
+// that became the cumulus.CommError it raised (so that Elastic re-forms the group on a collective's
+// failure inside the program's step), or `error` itself. Call with the GIL held.
+[[noreturn]] void passThrough(pybind11::error_already_set& error);
 
 }  // namespace cumulus::python

@@ -55,7 +55,7 @@ PYBIND11_MODULE(_C, m) {
 
   // Before the classes: a CommError anywhere below (a Work's wait(), the rendezvous) reaches
   // Python as cumulus.CommError, a RuntimeError whose text names the operation and the peer.
-  py::register_exception<cumulus::CommError>(m, "CommError", PyExc_RuntimeError);
+  cumulus::python::registerCommError(m);
   py::register_exception<cumulus::GroupError>(m, "GroupError", PyExc_ValueError);
 
   py::class_<Backend, c10d::ProcessGroup, c10::intrusive_ptr<Backend>>(m, "ProcessGroupCumulus")

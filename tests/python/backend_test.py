@@ -141,8 +141,9 @@ class Failures(unittest.TestCase):
         firsts = []
         for rank in (0, 2):
             code, reports, err = results[rank]
-            self.assertEqual(code, 0, f"rank {rank}: {err}")
+            self.assertEqual(len(reports), 1, f"rank {rank}: exit {code}: {err}")
             report = reports[0]
+            self.assertEqual(code, 0, f"rank {rank}, after its report {report}: {err}")
             # A rank reading from rank 1 names it; one reading from a rank that failed first
             # names that one. Either way at once, not after the timeout.
             self.assertRegex(report["first"], r"^allreduce seq 2 with rank [12]: peer closed: ")

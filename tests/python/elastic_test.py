@@ -1,0 +1,146 @@
+"""cumulus.Elastic from Python (python/cumulus/elastic.py), as a user runs it: the example
+examples/python/elastic.py under a real cumulus-run, real worker processes of Debian's
+/usr/bin/python3, a real SIGKILL and a real SIGTERM.
+
+    CUMULUS_BIN=build/bin CUMULUS_PYTHONPATH=build/python /usr/bin/python3 tests/python/elastic_test.py
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+EXAMPLE = os.path.join(ROOT, "examples", "python", "elastic.py")
+BIN = os.environ.get("CUMULUS_BIN", os.path.join(ROOT, "build", "bin"))
+PACKAGE_DIR = os.environ.get("CUMULUS_PYTHONPATH", os.path.join(ROOT, "build", "python"))
+SIGNAL_AFTER = 100  # steps: the signal goes once rank 0 reports this far
+MEMBERSHIP = re.compile(r"\[rank\d\] membership: epoch (\d+), rank (\d+) of (\d+), step (\d+) "
+                        r"\((\w+) in [\d.]+ s\), pid (\d+)(?:, state from rank (\d+) to ([\d,]+))?")
+FINAL = re.compile(r"\[rank\d\] final parameters ([0-9a-f]{16}) at step (\d+)")
+PROGRESS = re.compile(r"\[rank0\] step (\d+)/")
+
+
+def run(run_dir, *flags, on_line=None, timeout=300):
+    """cumulus-run with three workers of the example; on_line(line, process) sees each line."""
+    command = [os.path.join(BIN, "cumulus-run"), "--nproc-per-node", "3", "--max-restarts", "3",
+               "--", "/usr/bin/python3", EXAMPLE, "--run-dir", run_dir, "--steps", "400",
+               "--limit", "6000", "--log-every", "20", "--checkpoint-every", "1000", *flags]
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    timer = threading.Timer(timeout, lambda: os.killpg(process.pid, signal.SIGKILL))
+    timer.start()
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if on_line:
+                on_line(line.rstrip("\n"), process, "".join(lines))
+        process.wait()
+    finally:
+        timer.cancel()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        process.stdout.close()
+    return process.returncode, "".join(lines)
+
+
+def memberships(output):
+    return [dict(epoch=int(m[1]), rank=int(m[2]), size=int(m[3]), step=int(m[4]), cause=m[5],
+                 pid=int(m[6]), healed=m[8]) for m in MEMBERSHIP.finditer(output)]
+
+
+def past(line, steps):
+    m = PROGRESS.match(line)
+    return m is not None and int(m[1]) >= steps
+
+
+class ElasticExample(unittest.TestCase):
+    def test_a_sigkill_leaves_the_others_training_and_heals_the_replacement(self):
+        killed = []
+
+        def kill_rank_one(line, process, seen):
+            if killed or not past(line, SIGNAL_AFTER):
+                return
+            for m in memberships(seen):
+                if m["epoch"] == 0 and m["rank"] == 1:
+                    os.kill(m["pid"], signal.SIGKILL)
+                    killed.append(m["pid"])
+
+        with tempfile.TemporaryDirectory() as tmp:
+            code, output = run(tmp, "--wait-for", "3", on_line=kill_rank_one)
+        self.assertTrue(killed, output)
+        self.assertEqual(code, 0, output)
+        self.assertIn("cumulus-run: rank 1 (member 0.1.0) died (signal SIGKILL); the group goes on "
+                      "without it; starting a replacement (member 0.1.1)", output)
+        members = memberships(output)
+        last_epoch = max(m["epoch"] for m in members)
+        launch = {m["rank"]: m["pid"] for m in members if m["epoch"] == 0}
+        survivors = [m["pid"] for m in members if 0 < m["epoch"] < last_epoch]
+        last = [m for m in members if m["epoch"] == last_epoch]
+        self.assertEqual(len(launch), 3, output)
+        # The two survivors re-formed as the same processes, once each...
+        self.assertEqual(sorted(survivors), sorted([launch[0], launch[2]]), output)
+        for m in members:
+            if 0 < m["epoch"] < last_epoch:
+                self.assertEqual((m["cause"], m["size"]), ("failure", 2), output)
+        # ... and the replacement joined them, healed from a live peer.
+        self.assertEqual(len(last), 3, output)
+        self.assertTrue(all(m["size"] == 3 and m["healed"] == "2" for m in last), output)
+        self.assertNotIn(launch[1], [m["pid"] for m in last])
+        finals = FINAL.findall(output)
+        self.assertEqual(len(finals), 3, output)
+        self.assertEqual({f for f in finals}, {(finals[0][0], "400")}, output)
+
+    def test_a_preemption_checkpoints_and_the_relaunch_ends_bit_identical(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            code, whole = run(os.path.join(tmp, "whole"))
+            self.assertEqual(code, 0, whole)
+            expected = FINAL.findall(whole)
+            self.assertEqual(len(expected), 3, whole)
+
+            sent = []
+
+            def preempt(line, process, seen):
+                if not sent and past(line, SIGNAL_AFTER):
+                    process.send_signal(signal.SIGTERM)  # cumulus-run forwards it
+                    sent.append(True)
+
+            stopped = os.path.join(tmp, "stopped")
+            code, first = run(stopped, on_line=preempt)
+            self.assertTrue(sent, first)
+            self.assertEqual(code, 75, first)
+            stop = re.search(r"\[rank0\] preempted at step (\d+), checkpoint (\S+)", first)
+            self.assertIsNotNone(stop, first)
+            # The checkpoint is the verified directory; its model.pt is a plain state_dict.
+            state = torch.load(os.path.join(stop[2], "model.pt"))
+            self.assertEqual(sorted(state), ["block.bias", "block.weight", "inp.bias",
+                                             "inp.weight", "norm.bias", "norm.weight", "out.bias",
+                                             "out.weight"])
+            code, second = run(stopped)
+            self.assertEqual(code, 0, second)
+            self.assertIn(f"[rank0] resumed at step {stop[1]}\n", second)
+            self.assertEqual(sorted(FINAL.findall(second)), sorted(expected), second)
+
+    def test_a_checkpoint_of_another_config_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            code, output = run(tmp, "--steps", "40")
+            self.assertEqual(code, 0, output)
+            code, output = run(tmp, "--steps", "40", "--lr", "0.1")
+        self.assertNotEqual(code, 0, output)
+        self.assertIn("elastic.py: " + os.path.join(tmp, "checkpoints") + " holds checkpoints of "
+                      "another config: relaunch with the same one, or use another directory",
+                      output)
+
+
+if __name__ == "__main__":
+    unittest.main()
