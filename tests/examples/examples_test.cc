@@ -370,6 +370,36 @@ TEST_F(InstalledCumulus, CollectivesUnderCumulusRunGiveTheKnownAnswers) {
   }
 }
 
+// The plain DDP script, whose only Cumulus lines are `import cumulus` and the backend's name,
+// trains under the installed cumulus-run with the installed Python package, to the same
+// parameters on both ranks.
+TEST_F(InstalledCumulus, PythonDdpScriptTrainsFromThePrefixUnderCumulusRun) {
+#ifndef EXAMPLES_PYTHON_DIR
+  GTEST_SKIP() << "the Python package is not built (python/CMakeLists.txt says why)";
+#else
+  const std::string package = prefix() + "/" + EXAMPLES_PYTHON_DIR;
+  ASSERT_TRUE(fs::is_regular_file(package + "/cumulus/__init__.py")) << package;
+  const ProcessResult r = runProcess(
+      underCumulusRun(2, {"/usr/bin/python3", CUMULUS_SOURCE_DIR "/examples/python/ddp.py",
+                          "--epochs", "1"}),
+      userEnv({{"PYTHONPATH", package}, {"OMP_NUM_THREADS", "1"}}), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch accuracy;
+  ASSERT_TRUE(std::regex_search(
+      r.output, accuracy,
+      std::regex(R"(\[rank0\] epoch 1: test accuracy (0\.\d+) \(2 ranks, backend cumulus\))")))
+      << r.output;
+  EXPECT_GT(std::stod(accuracy[1]), 0.8) << r.output;
+  std::smatch digest;
+  ASSERT_TRUE(std::regex_search(r.output, digest,
+                                std::regex(R"(\[rank0\] rank 0: parameters sha256 ([0-9a-f]+))")))
+      << r.output;
+  EXPECT_NE(r.output.find("[rank1] rank 1: parameters sha256 " + digest[1].str()),
+            std::string::npos)
+      << r.output;
+#endif
+}
+
 // Preempted by a SIGTERM to cumulus-run and relaunched, the custom loop ends with exactly the
 // parameters of a run that was never stopped.
 TEST_F(InstalledCumulus, CustomLoopPreemptedAndRelaunchedEndsBitIdenticalToUninterrupted) {
