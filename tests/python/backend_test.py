@@ -196,6 +196,21 @@ class Failures(unittest.TestCase):
             self.assertEqual(code, 0, err)
             self.assertEqual(reports[0]["algorithm"], "tree")
             self.assertEqual(reports[0]["compression"], "bf16")
+            # 1 + 2^-10 is 1 in bfloat16: the compressed sum is 2, the float32 one is not.
+            self.assertEqual(reports[0]["sum"], 2.0)
+        for code, reports, err in run_group(2, "init_only", 20):
+            self.assertEqual(code, 0, err)
+            self.assertEqual((reports[0]["algorithm"], reports[0]["compression"]), ("auto", "none"))
+            self.assertEqual(reports[0]["sum"], 2 + 2 ** -9)
+
+    def test_a_stalled_peer_fails_the_call_after_the_timeout(self):
+        results = run_group(2, "stalled_peer", 2)
+        self.assertEqual(results[1][0], 0, results[1][2])
+        code, reports, err = results[0]
+        self.assertEqual(code, 0, err)
+        self.assertRegex(reports[0]["error"], r"^allreduce seq 2 with rank 1: timeout: ")
+        self.assertGreaterEqual(reports[0]["seconds"], 1.9)
+        self.assertLess(reports[0]["seconds"], 6)
 
 
 if __name__ == "__main__":

@@ -231,19 +231,40 @@ def bad_calls():
 
 
 def init_only(timeout_seconds):
-    """init_process_group and one all-reduce; reports the error the group raised, if any."""
+    """init_process_group and one all-reduce of 1 + 2^-10 (rounded to 1 in bfloat16); reports the
+    sum, or the error the group raised."""
     try:
         dist.init_process_group("cumulus", timeout=timedelta(seconds=float(timeout_seconds)))
-        t = torch.ones(2)
+        t = torch.full((2,), 1 + 2 ** -10)
         dist.all_reduce(t)
-        report(rank=dist.get_rank(), ok=True, algorithm=dist.distributed_c10d._get_default_group()
-               .algorithm, compression=dist.distributed_c10d._get_default_group().compression)
+        group = dist.distributed_c10d._get_default_group()
+        report(rank=dist.get_rank(), ok=True, algorithm=group.algorithm,
+               compression=group.compression, sum=t[0].item())
     except Exception as e:
         report(rank=int(os.environ["RANK"]), error=f"{type(e).__name__}: {e}")
+
+
+def stalled_peer(timeout_seconds):
+    """Rank 1 stops calling (alive, its sockets open); rank 0's next all-reduce fails after the
+    group's timeout, naming it."""
+    dist.init_process_group("cumulus", timeout=timedelta(seconds=float(timeout_seconds)))
+    r = dist.get_rank()
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if r == 1:
+        time.sleep(3 * float(timeout_seconds))
+        report(rank=r, slept=True)
+        return
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        sys.exit("the all-reduce with a stalled peer returned")
+    except cumulus.CommError as e:
+        report(rank=r, error=str(e), seconds=time.monotonic() - start)
 
 
 if __name__ == "__main__":
     case, args = sys.argv[1], sys.argv[2:]
     {"collectives": collectives, "ddp": lambda: ddp(int(args[0]), args[1]),
      "killed_peer": killed_peer, "bad_calls": bad_calls,
-     "init_only": lambda: init_only(args[0])}[case]()
+     "init_only": lambda: init_only(args[0]), "stalled_peer": lambda: stalled_peer(args[0])}[case]()

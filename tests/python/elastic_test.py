@@ -28,10 +28,12 @@ FINAL = re.compile(r"\[rank\d\] final parameters ([0-9a-f]{16}) at step (\d+)")
 PROGRESS = re.compile(r"\[rank0\] step (\d+)/")
 
 
-def run(run_dir, *flags, on_line=None, timeout=300):
-    """cumulus-run with three workers of the example; on_line(line, process) sees each line."""
+def run(run_dir, *flags, on_line=None, timeout=300, worker_env=()):
+    """cumulus-run with three workers of the example; on_line(line, process) sees each line.
+    worker_env: NAME=VALUE settings over the environment cumulus-run gives the workers."""
     command = [os.path.join(BIN, "cumulus-run"), "--nproc-per-node", "3", "--max-restarts", "3",
-               "--", "/usr/bin/python3", EXAMPLE, "--run-dir", run_dir, "--steps", "400",
+               "--", "env", *worker_env, "/usr/bin/python3", EXAMPLE, "--run-dir", run_dir,
+               "--steps", "400",
                "--limit", "6000", "--log-every", "20", "--checkpoint-every", "1000", *flags]
     env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -130,6 +132,34 @@ class ElasticExample(unittest.TestCase):
             self.assertEqual(code, 0, second)
             self.assertIn(f"[rank0] resumed at step {stop[1]}\n", second)
             self.assertEqual(sorted(FINAL.findall(second)), sorted(expected), second)
+
+    def test_a_noticed_worker_leaves_at_a_boundary_and_the_others_train_on(self):
+        noticed = []
+
+        def notice_rank_two(line, process, seen):
+            if noticed or not past(line, SIGNAL_AFTER):
+                return
+            for m in memberships(seen):
+                if m["epoch"] == 0 and m["rank"] == 2:
+                    os.kill(m["pid"], signal.SIGTERM)  # a spot VM's notice, to one worker
+                    noticed.append(m["pid"])
+
+        # One worker is enough to go on (a job of one node would otherwise stop every worker,
+        # as cumulus-run asks for --nnodes MIN * --nproc-per-node of them).
+        with tempfile.TemporaryDirectory() as tmp:
+            code, output = run(tmp, on_line=notice_rank_two, worker_env=["CUMULUS_MIN_WORKERS=1"])
+        self.assertTrue(noticed, output)
+        self.assertEqual(code, 0, output)
+        left = re.search(r"\[rank2\] preempted at step (\d+): left the group, which trains on",
+                         output)
+        self.assertIsNotNone(left, output)
+        stayers = [m for m in memberships(output) if m["epoch"] == 1]
+        self.assertEqual(sorted((m["rank"], m["size"], m["step"], m["cause"]) for m in stayers),
+                         [(0, 2, int(left[1]), "leave"), (1, 2, int(left[1]), "leave")], output)
+        finals = FINAL.findall(output)
+        self.assertEqual(len(finals), 2, output)
+        self.assertEqual(finals[0], finals[1], output)
+        self.assertEqual(finals[0][1], "400", output)
 
     def test_a_checkpoint_of_another_config_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp:
