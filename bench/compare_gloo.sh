@@ -37,18 +37,6 @@ done
 [ -x "$bin" ] || { echo "compare_gloo.sh: $bin missing; build cumulus-bench first" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"; : > "$out"
 
-# The byte counts of MIN:MAX in ×factor steps, as cumulus-bench expands them.
-byte_list=$("$python" - "$sizes" "$factor" <<'PY'
-import sys
-def b(t):
-    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(t[:-1]) * m[t[-1]] if t[-1] in m else int(t)
-lo, hi = (b(x) for x in sys.argv[1].split(":")); f = int(sys.argv[2]); out = []
-while lo <= hi: out.append(str(lo)); lo *= f
-print(",".join(out))
-PY
-)
-
 free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 run_gloo() {  # world
@@ -56,7 +44,7 @@ run_gloo() {  # world
   port=$(free_port)
   for rank in $(seq 0 $((world - 1))); do
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$rank WORLD_SIZE=$world OMP_NUM_THREADS=1 \
-      "$python" "$here/torch_allreduce.py" --sizes "$byte_list" > "$tmp/gloo.$rank" &
+      "$python" "$here/torch_allreduce.py" --sizes "$sizes" --factor "$factor" > "$tmp/gloo.$rank" &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; done

@@ -54,16 +54,6 @@ free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1
 order() { if [ $(($1 % 2)) -eq 1 ]; then echo "cumulus gloo"; else echo "gloo cumulus"; fi; }
 
 if [ "$mode" = allreduce ]; then
-  byte_list=$("$python" - "$sizes" "$factor" <<'PY'
-import sys
-def b(t):
-    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(t[:-1]) * m[t[-1]] if t[-1] in m else int(t)
-lo, hi = (b(x) for x in sys.argv[1].split(":")); f = int(sys.argv[2]); out = []
-while lo <= hi: out.append(str(lo)); lo *= f
-print(",".join(out))
-PY
-)
   for w in $worlds; do
     for round in $(seq 1 "$rounds"); do
       for backend in $(order "$round"); do
@@ -72,7 +62,7 @@ PY
         for rank in $(seq 0 $((w - 1))); do
           MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$rank WORLD_SIZE=$w OMP_NUM_THREADS=1 \
             GLOO_SOCKET_IFNAME=lo "$python" "$here/torch_allreduce.py" --backend "$backend" \
-            --sizes "$byte_list" > "$tmp/$backend.$rank" &
+            --sizes "$sizes" --factor "$factor" > "$tmp/$backend.$rank" &
           pids+=($!)
         done
         for pid in "${pids[@]}"; do wait "$pid"; done

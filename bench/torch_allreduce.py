@@ -22,9 +22,27 @@ def iters_for(nbytes):  # same rule as bench/options.cc itersFor()
     return max(3, min(200, int(512 * 2**20 / nbytes)))
 
 
+def byte_counts(sizes, factor):
+    """"4096,65536" as it is, or "MIN:MAX" (4K, 64M, ...) in x`factor` steps, as cumulus-bench
+    expands --sizes."""
+    def count(text):
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+    if ":" not in sizes:
+        return [count(s) for s in sizes.split(",")]
+    low, high = (count(s) for s in sizes.split(":"))
+    out = []
+    while low <= high:
+        out.append(low)
+        low *= factor
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", required=True, help="comma-separated byte counts")
+    parser.add_argument("--sizes", required=True,
+                        help="comma-separated byte counts, or MIN:MAX such as 4K:64M")
+    parser.add_argument("--factor", type=int, default=4, help="the step of MIN:MAX (4)")
     parser.add_argument("--iters", type=int, default=0)
     parser.add_argument("--backend", default="gloo", choices=["gloo", "cumulus"])
     args = parser.parse_args()
@@ -33,7 +51,7 @@ def main():
         import cumulus  # noqa: F401 (registers the backend)
     dist.init_process_group(args.backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
-    for nbytes in [int(s) for s in args.sizes.split(",")]:
+    for nbytes in byte_counts(args.sizes, args.factor):
         t = torch.full((nbytes // 4,), float(rank + 1), dtype=torch.float32)
         dist.all_reduce(t)
         want = world * (world + 1) / 2

@@ -11,6 +11,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -204,19 +205,27 @@ base::RunEnv environmentOf(int rank, int size) {
 class Backend::Queue {
  public:
   Queue() : thread_([this] { loop(); }) {}
-  // Runs what is queued, then stops.
-  ~Queue() {
+  ~Queue() { stop(); }
+
+  // Runs what is queued, then ends the thread. Idempotent; later pushes throw.
+  void stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
     }
     wake_.notify_all();
-    thread_.join();
+    std::lock_guard<std::mutex> joining(join_mutex_);
+    if (thread_.joinable()) thread_.join();
   }
 
   void push(std::function<void()> task) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_) {
+        throw std::runtime_error(
+            "cumulus backend: the process is exiting (its collectives were stopped at "
+            "interpreter exit); no collective runs after that");
+      }
       tasks_.push_back(std::move(task));
     }
     wake_.notify_one();
@@ -241,8 +250,30 @@ class Backend::Queue {
   std::condition_variable wake_;
   std::deque<std::function<void()>> tasks_;
   bool stop_ = false;
-  std::thread thread_;  // last: starts after the fields it reads
+  std::mutex join_mutex_;  // one stop() joins; a concurrent one waits for it
+  std::thread thread_;     // last: starts after the fields it reads
 };
+
+namespace {
+
+// The live backends, for stopAllBackends().
+std::mutex& registryMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::set<Backend*>& registry() {
+  static std::set<Backend*> backends;
+  return backends;
+}
+
+}  // namespace
+
+void stopAllBackends() {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  for (Backend* backend : registry()) backend->stopQueue();
+}
+
+void Backend::stopQueue() { queue_->stop(); }
 
 Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                  std::chrono::milliseconds timeout, const BackendOptions& options)
@@ -254,9 +285,17 @@ Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
   store_ = std::make_unique<C10dStore>(store);
   group_ = cumulus::ProcessGroup::Impl::overStore(environmentOf(rank, size), group, *store_);
   queue_ = std::make_unique<Queue>();
+  std::lock_guard<std::mutex> lock(registryMutex());
+  registry().insert(this);
 }
 
-Backend::~Backend() { queue_.reset(); }
+Backend::~Backend() {
+  {
+    std::lock_guard<std::mutex> lock(registryMutex());
+    registry().erase(this);
+  }
+  queue_.reset();
+}
 
 c10::intrusive_ptr<c10d::Work> Backend::enqueue(c10d::OpType type, const char* name,
                                                 std::vector<at::Tensor> outputs,

@@ -57,6 +57,8 @@ class Backend final : public c10d::ProcessGroup {
 
   const std::string getBackendName() const override { return "cumulus"; }
   const BackendOptions& backendOptions() const { return options_; }
+  // Runs the queued collectives, then stops the thread; later calls throw. See stopAllBackends.
+  void stopQueue();
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -99,5 +101,10 @@ class Backend final : public c10d::ProcessGroup {
   std::unique_ptr<cumulus::ProcessGroup> group_;  // Cumulus's group of these ranks
   std::unique_ptr<Queue> queue_;                   // stopped first
 };
+
+// Stops every live backend's thread after what it has queued (Python's atexit, through
+// cumulus/__init__.py): the threads end before the interpreter and the C++ runtime tear down
+// what they use, whether or not the program destroyed its groups.
+void stopAllBackends();
 
 }  // namespace cumulus::python

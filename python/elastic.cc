@@ -54,6 +54,21 @@ std::shared_ptr<py::function> keep(py::function fn) {
   });
 }
 
+// `fn` as a C++ callback that takes the GIL while it runs; what it raises is passed through
+// (passThrough: a collective's CommError comes out as the C++ CommError).
+template <typename... Args>
+std::function<void(Args...)> withGil(py::function fn) {
+  auto kept = keep(std::move(fn));
+  return [kept](Args... args) {
+    py::gil_scoped_acquire gil;
+    try {
+      (*kept)(args...);
+    } catch (py::error_already_set& error) {
+      passThrough(error);
+    }
+  };
+}
+
 py::dict tensorsOf(const NamedTensors& tensors) {
   py::dict out;
   for (const auto& [name, tensor] : tensors) out[py::str(name)] = tensor;
@@ -252,53 +267,31 @@ void bindElastic(py::module_& m) {
       .def(
           "on_failure",
           [](Elastic& e, py::function callback) {
-            auto fn = keep(std::move(callback));
-            e.onFailure([fn](const std::string& reason) {
-              py::gil_scoped_acquire gil;
-              (*fn)(reason);
-            });
+            e.onFailure(withGil<const std::string&>(std::move(callback)));
           },
           py::arg("callback"))
       .def(
           "on_membership_change",
           [](Elastic& e, py::function callback) {
-            auto fn = keep(std::move(callback));
-            e.onMembershipChange([fn](const Membership& membership) {
-              py::gil_scoped_acquire gil;
-              (*fn)(membership);
-            });
+            e.onMembershipChange(withGil<const Membership&>(std::move(callback)));
           },
           py::arg("callback"))
       .def("start", &Elastic::start, py::arg("steps_done") = 0, Release())
       .def(
           "train",
           [](Elastic& e, py::function fn) {
-            auto step = keep(std::move(fn));
+            std::function<void()> step = withGil<>(std::move(fn));
             py::gil_scoped_release released;
-            e.train([step] {
-              py::gil_scoped_acquire gil;
-              try {
-                (*step)();
-              } catch (py::error_already_set& error) {
-                passThrough(error);
-              }
-            });
+            e.train(step);
           },
           py::arg("fn"))
       .def("boundary", &Elastic::boundary, Release())
       .def(
           "at_boundary",
           [](Elastic& e, py::function fn) {
-            auto work = keep(std::move(fn));
+            std::function<void()> work = withGil<>(std::move(fn));
             py::gil_scoped_release released;
-            return e.atBoundary([work] {
-              py::gil_scoped_acquire gil;
-              try {
-                (*work)();
-              } catch (py::error_already_set& error) {
-                passThrough(error);
-              }
-            });
+            return e.atBoundary(work);
           },
           py::arg("fn"))
       .def("leaving", &Elastic::leaving)

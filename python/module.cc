@@ -73,6 +73,9 @@ PYBIND11_MODULE(_C, m) {
       });
 
   cumulus::python::bindLibrary(m);
+  m.def("_stop_backends", &cumulus::python::stopAllBackends,
+        py::call_guard<py::gil_scoped_release>(),
+        "At interpreter exit: every cumulus backend runs what it queued and stops its thread.");
 
   m.attr("__version__") = CUMULUS_VERSION_STRING;
   m.attr("TORCH_VERSION") = CUMULUS_TORCH_VERSION;

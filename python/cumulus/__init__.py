@@ -18,6 +18,7 @@ environment:
     CUMULUS_COST_MODEL=FILE                                (a `cumulus-bench calibrate` file)
 """
 
+import atexit
 import os
 
 import torch
@@ -89,6 +90,10 @@ def _create_process_group(backend_options, pg_options):
         backend_options.timeout.total_seconds(), options.algorithm, options.compression,
         options.cost_model)
 
+
+# The backends' threads end before the interpreter does, whether or not the program destroyed
+# its process groups (a DDP module keeps its group alive to the end).
+atexit.register(_C._stop_backends)
 
 if not hasattr(torch.distributed.Backend, BACKEND.upper()):
     torch.distributed.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
