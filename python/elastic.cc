@@ -334,7 +334,14 @@ void registerCommError(py::module_& m) {
       if (thrown) std::rethrow_exception(thrown);
     } catch (const CommError& e) {
       lastCommError() = thrown;
-      type(e.what());
+      // The fields, as attributes: a program can tell a dead peer from a timeout without
+      // parsing the text.
+      py::object error = py::handle(type.ptr())(e.what());
+      error.attr("op") = e.op();
+      error.attr("seq") = e.seq();
+      error.attr("peer") = e.peer();
+      error.attr("kind") = errorKindName(e.kind());
+      PyErr_SetObject(type.ptr(), error.ptr());
     }
   });
 }

@@ -6,8 +6,9 @@
 
 namespace cumulus::python {
 
-// cumulus.CommError (a RuntimeError) and the translator that raises it for a C++ CommError,
-// remembering the C++ exception on this thread for passThrough().
+// cumulus.CommError (a RuntimeError with the attributes op, seq, peer and kind) and the
+// translator that raises it for a C++ CommError, remembering the C++ exception on this thread
+// for passThrough().
 void registerCommError(pybind11::module_& m);
 
 void bindLibrary(pybind11::module_& m);

@@ -148,6 +148,9 @@ class Failures(unittest.TestCase):
             # names that one. Either way at once, not after the timeout.
             self.assertRegex(report["first"], r"^allreduce seq 2 with rank [12]: peer closed: ")
             firsts.append(report["first"])
+            # The same as attributes: op, seq, peer, kind.
+            peer = int(report["first"].split("with rank ")[1][0])
+            self.assertEqual(report["fields"], ["allreduce", 2, peer, "peer closed"])
             self.assertLess(report["seconds"], 30)
             self.assertIn("communicator is broken by an earlier failure", report["second"])
             self.assertLess(report["again_seconds"], 1)

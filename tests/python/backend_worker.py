@@ -192,13 +192,15 @@ def killed_peer():
         sys.exit("the all-reduce after the peer's death returned")
     except cumulus.CommError as e:
         first, seconds = str(e), time.monotonic() - start
+        fields = [e.op, e.seq, e.peer, e.kind]
     start = time.monotonic()
     try:
         dist.all_reduce(t)
         sys.exit("a call after the failure returned")
     except cumulus.CommError as e:
         second, again = str(e), time.monotonic() - start
-    report(rank=r, first=first, seconds=seconds, second=second, again_seconds=again)
+    report(rank=r, first=first, fields=fields, seconds=seconds, second=second,
+           again_seconds=again)
 
 
 def bad_calls():
