@@ -208,7 +208,10 @@ void bindSampler(py::module_& m) {
           py::arg("state"));
 }
 
-void bindElastic(py::module_& m) {
+void bindElasticQueries(py::class_<Elastic>& core);
+
+// ElasticAction and Membership, what the loop returns and reports.
+void bindElasticTypes(py::module_& m) {
   py::enum_<ElasticAction>(m, "ElasticAction")
       .value("CONTINUE", ElasticAction::kContinue)
       .value("CHECKPOINT", ElasticAction::kCheckpoint)
@@ -225,9 +228,14 @@ void bindElastic(py::module_& m) {
       .def_readonly("source", &Membership::source)
       .def_readonly("healed", &Membership::healed)
       .def_readonly("seconds", &Membership::seconds);
+}
 
-  py::class_<Elastic>(m, "ElasticCore", "cumulus::Elastic; use cumulus.Elastic")
-      .def(py::init([](const std::string& algorithm, const std::string& compression,
+// ElasticCore's construction, state and loop (bindElasticQueries: the rest).
+void bindElastic(py::module_& m) {
+  bindElasticTypes(m);
+
+  py::class_<Elastic> core(m, "ElasticCore", "cumulus::Elastic; use cumulus.Elastic");
+  core.def(py::init([](const std::string& algorithm, const std::string& compression,
                        double timeout_seconds, double bucket_cap_mb, int wait_for_members,
                        double wait_for_members_seconds) {
              installSigtermHandler();
@@ -296,8 +304,13 @@ void bindElastic(py::module_& m) {
           py::arg("fn"))
       .def("leaving", &Elastic::leaving)
       .def("wait_for_all", &Elastic::waitForAll, Release())
-      .def("finish", &Elastic::finish, Release())
-      .def_property_readonly("in_place", &Elastic::inPlace)
+      .def("finish", &Elastic::finish, Release());
+  bindElasticQueries(core);
+}
+
+// ElasticCore's membership, collectives over it, and notices.
+void bindElasticQueries(py::class_<Elastic>& core) {
+  core.def_property_readonly("in_place", &Elastic::inPlace)
       .def_property_readonly("member_id", &Elastic::memberId)
       .def_property_readonly("joining", &Elastic::joining)
       .def_property_readonly("rank", &Elastic::rank)
