@@ -132,6 +132,17 @@ def collectives():
         expect(f"async all_reduce {k}", t, torch.full((1000,), float(triangle - w + w * k)))
     future = dist.all_reduce(torch.ones(3), async_op=True).get_future()
     expect("the future's value", future.wait()[0], torch.full((3,), float(w)))
+
+    # A subgroup of the first and the last rank: a group of its own, meeting through its own
+    # prefix of torch's store; the ranks outside it take no part.
+    if w >= 2:
+        ends = dist.new_group([0, w - 1])
+        t = torch.full((3,), float(r + 1))
+        if r in (0, w - 1):
+            dist.all_reduce(t, group=ends)
+            expect("all_reduce in a subgroup", t, torch.full((3,), float(w + 1)))
+        else:
+            expect("a rank outside the subgroup", t, torch.full((3,), float(r + 1)))
     dist.barrier()
     report(rank=r, backend=dist.get_backend(), ok=True)
 
