@@ -38,5 +38,6 @@ inline constexpr char kRdzvPort[] = "CUMULUS_RDZV_PORT";      // under Slurm: th
 inline constexpr char kTransport[] = "CUMULUS_TRANSPORT";     // auto | tcp | unix | shm
 inline constexpr char kSpinMicroseconds[] = "CUMULUS_SPIN_US";  // a receive's busy-wait
 inline constexpr char kSpotLaunch[] = "CUMULUS_SPOT_LAUNCH";  // cumulus-spot's launch index
+inline constexpr char kMalloc[] = "CUMULUS_MALLOC";  // training | default (<cumulus/allocator.h>)
 
 }  // namespace cumulus::base::env

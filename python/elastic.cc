@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "cumulus/allocator.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/elastic.h"
 #include "cumulus/errors.h"
@@ -372,6 +373,14 @@ void bindLibrary(py::module_& m) {
   bindSampler(m);
   bindElastic(m);
   m.attr("EXIT_PREEMPTED") = kExitPreempted;
+  m.def(
+      "use_training_allocator",
+      [] {
+        const AllocatorChoice choice = useTrainingAllocator();
+        return std::make_pair(choice.tuned, choice.text);
+      },
+      "glibc's malloc set for a training step's large blocks (<cumulus/allocator.h>); call it "
+      "first, before the model is built. Returns (applied, what it did).");
 }
 
 }  // namespace cumulus::python

@@ -12,6 +12,7 @@
 #include "base/env_names.h"
 #include "configs/cli.h"
 #include "configs/parse.h"
+#include "cumulus/allocator.h"
 #include "cumulus/errors.h"
 #include "cumulus/process_group.h"
 #include "cumulus/preemption.h"
@@ -102,6 +103,8 @@ cumulus::trainer::TrainerOptions optionsFrom(const TrainFlags& flags) {
 
 int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& customize) {
   using namespace cumulus;
+  // Before anything allocates much: a step's large blocks then stay in the heap for the next.
+  const AllocatorChoice allocator = useTrainingAllocator();
   trainer::StartupProfile startup;
   CLI::App app{"Trains one worker of an experiment (alone, or one rank of a cumulus-run group).",
                kProgram};
@@ -115,6 +118,10 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
     return 0;
   }
   const trainer::RunEnv env = trainer::RunEnv::fromEnvironment();
+  // Said only when it is not the training setting (the documented default): someone chose so.
+  if (!allocator.tuned && !trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
+    std::cout << allocator.text << std::endl;
+  }
   startup.mark("config");
   trainer::TrainerOptions options = optionsFrom(flags);
   options.startup = &startup;

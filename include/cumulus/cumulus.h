@@ -2,6 +2,7 @@
 // <cumulus/cumulus.h>: all of Cumulus's public C++ API. See docs/library.md for a tour.
 //
 //   cumulus/version.h        the version (CUMULUS_VERSION_STRING, cumulus::version())
+//   cumulus/allocator.h      useTrainingAllocator: malloc set for a training step's large blocks
 //   cumulus/errors.h         UserError, GroupError, PermanentError, CommError, CheckpointError;
 //                            exit codes
 //   cumulus/options.h        Algorithm, Compression: the typed choices, their names and parsers
@@ -17,6 +18,7 @@
 //
 // Link with Cumulus::cumulus (CMake: find_package(Cumulus REQUIRED)) or `pkg-config cumulus`.
 
+#include "cumulus/allocator.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/checkpoint_state.h"
 #include "cumulus/data_parallel.h"

@@ -52,6 +52,7 @@ PermanentError = _C.PermanentError
 ProcessGroupCumulus = _C.ProcessGroupCumulus
 Checkpoints = _C.Checkpoints
 DistributedSampler = _C.DistributedSampler
+use_training_allocator = _C.use_training_allocator
 
 from .elastic import (EXIT_PREEMPTED, Checkpoint, CheckpointError, Elastic,  # noqa: E402
                       ElasticAction, Membership, capture, restore)

@@ -126,6 +126,24 @@ TEST_F(CliTest, AnEpochCountWhoseStepsOverflowExitsTwo) {
   EXPECT_EQ(o.out, "");
 }
 
+// The training allocator is the default and says nothing; glibc's own is said on the first line,
+// and a choice that does not exist exits 2 naming the allowed ones.
+TEST_F(CliTest, TheAllocatorChoiceIsSaidWhenItIsNotTheDefault) {
+  const std::string args = CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.max_steps=1 "
+                           "--set trainer.run_dir=" + (dir_ / "run").string() + " --overwrite";
+  Outcome o = run(args, "-u CUMULUS_MALLOC -u GLIBC_TUNABLES");
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out.rfind("model: ", 0), 0u) << o.out;
+  o = run(args, "CUMULUS_MALLOC=default");
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out.rfind("malloc: glibc's own thresholds (CUMULUS_MALLOC=default)\nmodel: ", 0), 0u)
+      << o.out;
+  o = run(args, "CUMULUS_MALLOC=tcmalloc");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err, "cumulus-train: error: CUMULUS_MALLOC=tcmalloc: expected training (the "
+                   "default) or default\n");
+}
+
 TEST_F(CliTest, UsageErrorsExitTwo) {
   Outcome o = run("");
   EXPECT_EQ(o.exit_code, 2);
