@@ -29,12 +29,12 @@ AllocatorChoice useTrainingAllocator() {
     return {false, "malloc: as GLIBC_TUNABLES sets it"};
   }
 #ifdef __GLIBC__
-  constexpr int kMmapThreshold = 1 << 30;  // 1 GiB
+  constexpr int kMmapThreshold = 64 << 20;  // 64 MiB
   constexpr int kTrimThreshold = INT_MAX;  // 2 GiB, mallopt's largest
   if (mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 &&
       mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1) {
     return {true,
-            "malloc: freed blocks stay in the heap for reuse (mmap threshold 1 GiB, trim "
+            "malloc: freed blocks stay in the heap for reuse (mmap threshold 64 MiB, trim "
             "threshold 2 GiB; CUMULUS_MALLOC=default for glibc's own)"};
   }
   return {false, "malloc: glibc refused the training thresholds; its own apply"};
