@@ -44,11 +44,13 @@ class CliTest : public ::testing::Test {
     return path;
   }
 
-  // Runs `env ARGS cumulus-train ...` through the shell with stdout and stderr captured apart.
+  // Runs `env ARGS cumulus-train ...` through the shell with stdout and stderr captured apart, in
+  // this test's own directory: an experiment's relative trainer.run_dir (smoke.yaml's runs/smoke)
+  // is then the test's own, and tests running at once do not hold each other's run directory.
   Outcome run(const std::string& args, const std::string& env = "") {
     const std::string out = (dir_ / "stdout").string();
     const std::string err = (dir_ / "stderr").string();
-    const std::string command = "env -u WORLD_SIZE -u RANK " + env +
+    const std::string command = "cd '" + dir_.string() + "' && env -u WORLD_SIZE -u RANK " + env +
                                 " " CUMULUS_BINARY_DIR "/bin/cumulus-train " + args + " > " + out +
                                 " 2> " + err;
     const int status = std::system(command.c_str());
