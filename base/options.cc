@@ -14,6 +14,7 @@ namespace {
 constexpr Algorithm kAlgorithms[] = {Algorithm::kFunnel, Algorithm::kTree, Algorithm::kRing,
                                      Algorithm::kHierarchical, Algorithm::kAuto};
 constexpr Compression kCompressions[] = {Compression::kNone, Compression::kBf16};
+constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kBf16, Precision::kAuto};
 
 // Finds `name` among the names of `values`; otherwise throws UserError naming them all.
 template <class Enum, size_t N, class NameOf>
@@ -59,12 +60,28 @@ const char* compressionName(Compression compression) {
   return "unknown";
 }
 
+const char* precisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kAuto:
+      return "auto";
+  }
+  return "unknown";
+}
+
 Algorithm parseAlgorithm(std::string_view name) {
   return parseName(name, kAlgorithms, algorithmName, "algorithm");
 }
 
 Compression parseCompression(std::string_view name) {
   return parseName(name, kCompressions, compressionName, "compression");
+}
+
+Precision parsePrecision(std::string_view name) {
+  return parseName(name, kPrecisions, precisionName, "precision");
 }
 
 }  // namespace cumulus

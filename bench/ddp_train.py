@@ -31,6 +31,9 @@ step:
   * schedule: trainer/schedule.cc's linear warm-up then constant / step / cosine, set per step;
   * threads: torch.set_num_threads(trainer.threads if > 0 else usable CPUs // LOCAL_WORLD_SIZE),
     the rule of trainer/run_env.cc intraOpThreads();
+  * precision: trainer.precision bf16 runs the forward under torch.autocast("cpu",
+    dtype=torch.bfloat16) and the loss in float32 on the outputs cast back, as cumulus-train does
+    (auto: bf16 where /proc/cpuinfo lists avx512_bf16 or amx_bf16); evaluation likewise;
   * gradient sync: torch.nn.parallel.DistributedDataParallel over the Gloo backend, default
     25 MiB buckets (Cumulus's comm.bucket_cap_mb default as well); --backend cumulus runs the
     same script over Cumulus's torch.distributed backend (bench/compare_python.sh).
@@ -88,7 +91,8 @@ DEFAULTS = {
     "schedule": {"name": "constant", "warmup_steps": 0, "step_size": 1000, "gamma": 0.1,
                  "min_lr": 0.0},
     "trainer": {"global_batch_size": 128, "epochs": 3, "max_steps": 0, "seed": 0,
-                "grad_clip_norm": 0.0, "grad_accumulation": 1, "threads": 0},
+                "grad_clip_norm": 0.0, "grad_accumulation": 1, "threads": 0,
+                "precision": "fp32"},
     "eval": {"batch_size": 1000, "every_steps": 0},
     "comm": {"bucket_cap_mb": 25.0},
 }
@@ -120,6 +124,9 @@ def load_config(path, overrides):
                 config[section][key] = float(config[section][key])
     if config["trainer"]["grad_accumulation"] != 1:
         sys.exit("ddp_train.py: %s: grad_accumulation > 1 is not mirrored" % path)
+    if config["trainer"]["precision"] not in ("fp32", "bf16", "auto"):
+        sys.exit("ddp_train.py: trainer.precision %r: expected fp32, bf16 or auto"
+                 % config["trainer"]["precision"])
     if config["loss"]["name"] != "cross_entropy":
         sys.exit("ddp_train.py: %s: loss.name %r: only cross_entropy is mirrored"
                  % (path, config["loss"]["name"]))
@@ -293,7 +300,32 @@ def cross_entropy(outputs, targets, reduction="mean"):
                                              targets.reshape(-1), reduction=reduction)
 
 
-def evaluate(model, test, batch_size, rank, world):
+def native_bf16():
+    """Whether this CPU has native bfloat16 (the flags cumulus::CpuFeatures reads by cpuid)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def uses_bf16(config):
+    precision = config["trainer"]["precision"]
+    return precision == "bf16" or (precision == "auto" and native_bf16())
+
+
+def forward(model, inputs, bf16):
+    """The model's outputs, in float32; with bf16 the forward runs under CPU autocast."""
+    import torch
+    if not bf16:
+        return model(inputs)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        outputs = model(inputs)
+    return outputs.float()
+
+
+def evaluate(model, test, batch_size, rank, world, bf16=False):
     """trainer/evaluator.cc: this rank's contiguous share of the test samples, sums all-reduced;
     (mean loss per target, fraction of targets right)."""
     import torch
@@ -305,7 +337,7 @@ def evaluate(model, test, batch_size, rank, world):
     with torch.no_grad():
         for begin in range(first, last, batch_size):
             inputs, targets = test.batch(torch.arange(begin, min(begin + batch_size, last)))
-            outputs = model(inputs)
+            outputs = forward(model, inputs, bf16)
             sums[0] += cross_entropy(outputs, targets, reduction="sum").item()
             sums[1] += outputs.argmax(-1).eq(targets).sum().item()
             sums[2] += targets.numel()
@@ -363,12 +395,12 @@ def epoch_order(config, n, epoch):
     return torch.randperm(n, generator=g)
 
 
-def train_step(ddp, optimizer, batch, clip):
+def train_step(ddp, optimizer, batch, clip, bf16=False):
     """One optimizer step; (loss, seconds in optimizer.step())."""
     import torch
     inputs, targets = batch
     optimizer.zero_grad(set_to_none=False)
-    loss = cross_entropy(ddp(inputs), targets)
+    loss = cross_entropy(forward(ddp, inputs, bf16), targets)
     loss.backward()
     if clip > 0:
         torch.nn.utils.clip_grad_norm_(ddp.parameters(), clip)
@@ -427,6 +459,7 @@ def train_rank(config, skip_steps, save_state_dict=None, backend="gloo"):
         model, bucket_cap_mb=float(config["comm"]["bucket_cap_mb"]))
     optimizer = build_optimizer(config, ddp.parameters())
     clip = float(t["grad_clip_norm"])
+    bf16 = uses_bf16(config)
 
     timing = Timing(skip_steps)
     loss_value, evaluation, evaluations = float("nan"), None, []
@@ -444,7 +477,8 @@ def train_rank(config, skip_steps, save_state_dict=None, backend="gloo"):
         for group in optimizer.param_groups:
             group["lr"] = schedule_lr(config, step, total_steps)
         step_start = time.perf_counter()
-        loss_value, optimizer_seconds = train_step(ddp, optimizer, train.batch(rows), clip)
+        loss_value, optimizer_seconds = train_step(ddp, optimizer, train.batch(rows), clip,
+                                                   bf16)
         timing.add(step, time.perf_counter() - step_start, size, optimizer_seconds)
         if not math.isfinite(loss_value):
             sys.exit("ddp_train.py: training diverged at step %d" % (step + 1))
@@ -452,7 +486,7 @@ def train_rank(config, skip_steps, save_state_dict=None, backend="gloo"):
             log("ddp step %d/%d loss %.4f %.1f samples/s" % (
                 step + 1, total_steps, loss_value, timing.samples_per_sec() or 0.0))
         if (step + 1) % every == 0 or step + 1 == total_steps:
-            evaluation = evaluate(model, test, eval_batch, rank, world)
+            evaluation = evaluate(model, test, eval_batch, rank, world, bf16)
             evaluations.append({"step": step + 1, "test_loss": evaluation[0],
                                 "test_accuracy": evaluation[1]})
             if rank == 0:
@@ -464,7 +498,8 @@ def train_rank(config, skip_steps, save_state_dict=None, backend="gloo"):
     result = None
     if rank == 0:
         result = {
-            "type": "summary", "impl": "ddp", "backend": backend, "steps": total_steps,
+            "type": "summary", "impl": "ddp", "backend": backend,
+            "precision": "bf16" if bf16 else "fp32", "steps": total_steps,
             "epochs": total_steps / steps_per_epoch, "test_loss": evaluation[0],
             "test_accuracy": evaluation[1], "wall_seconds": time.perf_counter() - start,
             "train_seconds": train_seconds, "parameters": parameters, "world_size": world,

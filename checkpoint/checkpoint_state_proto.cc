@@ -15,6 +15,7 @@ proto::CheckpointState stateToProto(const CheckpointState& state) {
   out.set_global_batch(state.global_batch);
   out.set_samples_seen(state.samples_seen);
   out.set_grad_accumulation(state.grad_accumulation);
+  out.set_precision(state.precision);
   out.set_model(state.model);
   out.set_optimizer(state.optimizer);
   out.set_learning_rate(state.learning_rate);
@@ -41,6 +42,7 @@ CheckpointState stateFromProto(const proto::CheckpointState& state) {
   out.global_batch = state.global_batch();
   out.samples_seen = state.samples_seen();
   out.grad_accumulation = state.grad_accumulation();
+  out.precision = state.precision();
   out.model = state.model();
   out.optimizer = state.optimizer();
   out.learning_rate = state.learning_rate();

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "cumulus/options.h"  // Algorithm, Compression
+#include "cumulus/options.h"  // Algorithm, Compression, Precision
 
 namespace cumulus::configs {
 
@@ -139,6 +139,9 @@ struct TrainerConfig {
   double grad_clip_norm = 0.0;    // > 0: clip the global gradient norm
   int64_t grad_accumulation = 1;  // micro-batches per optimizer step
   int64_t threads = 0;            // intra-op threads; 0 = cores / local workers
+  // fp32, bf16 (forward and loss under bf16 autocast, float32 weights and optimizer) or auto
+  // (bf16 where the CPU has it natively) (<cumulus/precision.h>).
+  Precision precision = Precision::kFp32;
   // A step phase with no progress for this long ends the job (exit 2); 0: automatic,
   // max(300 s, 10 x the median step) (<cumulus/step_watchdog.h>).
   double step_timeout_seconds = 0.0;
@@ -226,7 +229,7 @@ inline auto tieFields(const ScheduleConfig& c) {
 }
 inline auto tieFields(const TrainerConfig& c) {
   return std::tie(c.global_batch_size, c.epochs, c.max_steps, c.seed, c.grad_clip_norm,
-                  c.grad_accumulation, c.threads, c.step_timeout_seconds, c.run_dir,
+                  c.grad_accumulation, c.threads, c.precision, c.step_timeout_seconds, c.run_dir,
                   c.log_every_steps, c.log_all_ranks, c.balance, c.balance_every_steps,
                   c.balance_shares);
 }

@@ -40,8 +40,10 @@ using FieldType = std::decay_t<decltype(M::ref(std::declval<Experiment&>()))>;
 // The public ones have their names in <cumulus/options.h>; the rest in configs/experiment.h.
 const char* optionName(Algorithm value) { return algorithmName(value); }
 const char* optionName(Compression value) { return compressionName(value); }
+const char* optionName(Precision value) { return precisionName(value); }
 void readOption(const std::string& name, Algorithm& out) { out = parseAlgorithm(name); }
 void readOption(const std::string& name, Compression& out) { out = parseCompression(name); }
+void readOption(const std::string& name, Precision& out) { out = parsePrecision(name); }
 template <class E>
 void readOption(const std::string& name, E& out) {
   const std::optional<E> value = parseOption<E>(name);
@@ -239,6 +241,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(trainer, grad_clip_norm), 0.0, atLeast(0), "> 0: clip the global gradient norm to this; 0: off"));
   t.push_back(row(KEY(trainer, grad_accumulation), 1, atLeast(1), "micro-batches per optimizer step; divides `global_batch_size`"));
   t.push_back(row(KEY(trainer, threads), 0, atLeast(0), "intra-op threads per worker, at most the cores this process may use; 0: cores / local workers"));
+  t.push_back(row(KEY(trainer, precision), Precision::kFp32, oneOf({"fp32", "bf16", "auto"}), "fp32: float32 throughout; bf16: forward and loss under LibTorch's CPU autocast in bfloat16, with float32 weights, gradients, optimizer state and checkpoints (as torch.autocast); auto: bf16 on a CPU with native bfloat16 (avx512_bf16 or AMX), fp32 otherwise. The first lines of a run say which and why. Changing it between launches needs no --allow-config-change"));
   t.push_back(row(KEY(trainer, step_timeout_seconds), 0.0, atLeast(0), "a step that makes no progress for this many seconds in one phase (data, forward, backward, sync, optimizer) stops the job with exit 2, naming the rank, step and phase (sync waits 15 s longer, so that a peer that hangs is named by its own watchdog first); evaluation and checkpoints are not timed. 0: automatic, max(300, 10 x the median duration of the latest 100 steps after the first 5 of each launch), 300 until then"));
   t.push_back(row(KEY(trainer, run_dir), "runs/default", formatted(checkNonEmpty, "a non-empty path"), "directory for logs, config.yaml and, by default, checkpoints (relative paths: from the working directory)"));
   t.push_back(row(KEY(trainer, log_every_steps), 50, atLeast(1), "log loss and throughput every this many steps"));

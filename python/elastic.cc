@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cumulus/allocator.h"
+#include "cumulus/precision.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/elastic.h"
 #include "cumulus/errors.h"
@@ -381,6 +382,23 @@ void bindLibrary(py::module_& m) {
       },
       "glibc's malloc set for a training step's large blocks (<cumulus/allocator.h>); call it "
       "first, before the model is built. Returns (applied, what it did).");
+  m.def(
+      "choose_precision",
+      [](const std::string& name) {
+        Precision requested = Precision::kFp32;
+        try {
+          requested = parsePrecision(name);
+        } catch (const UserError& e) {
+          throw py::value_error(e.what());
+        }
+        const PrecisionChoice choice = choosePrecision(requested);
+        return py::make_tuple(precisionName(choice.precision), choice.reason, choice.warning);
+      },
+      py::arg("precision") = "auto",
+      "What trainer.precision decides on this CPU (<cumulus/precision.h>): 'fp32', 'bf16' or "
+      "'auto' becomes (precision, reason, warning), precision 'fp32' or 'bf16'; warning is empty "
+      "unless bf16 was asked for on a CPU without native bfloat16. Train in bf16 with "
+      "torch.autocast('cpu', dtype=torch.bfloat16) around the forward.");
 }
 
 }  // namespace cumulus::python

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "cumulus/precision.h"
 #include "models/model.h"
 
 namespace cumulus::trainer {
@@ -49,23 +50,46 @@ std::string dtypeText(torch::ScalarType type) {
   }
 }
 
+// Outputs of a bf16 forward, back to float32 for the loss; other dtypes as they are.
+torch::Tensor asFloat32(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 ? t.to(torch::kFloat32) : t;
+}
+
 }  // namespace
 
 std::string tensorText(const torch::Tensor& t) {
   return dtypeText(t.scalar_type()) + " " + shapeOf(t);
 }
 
-Loss Loss::named(Kind kind) { return Loss(kind, configs::optionName(kind)); }
+Loss Loss::named(Kind kind, Precision precision) {
+  if (precision == Precision::kAuto) {
+    throw std::logic_error("Loss::named: choose the precision first (choosePrecision)");
+  }
+  return Loss(kind, configs::optionName(kind), precision);
+}
+
+torch::Tensor Loss::forward(models::Model& model, const torch::Tensor& inputs) const {
+  torch::Tensor outputs;
+  {
+    Autocast autocast(precision_);
+    outputs = model.forward(inputs);
+  }
+  return asFloat32(outputs);
+}
 
 LossResult Loss::apply(models::Model& model, const data::Batch& batch, bool count_correct) const {
   LossResult result;
   if (kind_ == Kind::kModule) {
     // The module's mean over the batch, back to the sum over its samples.
-    result.sum =
-        model.forwardLoss(batch.inputs, batch.targets) * static_cast<double>(batch.targets.size(0));
+    torch::Tensor mean;
+    {
+      Autocast autocast(precision_);
+      mean = model.forwardLoss(batch.inputs, batch.targets);
+    }
+    result.sum = asFloat32(mean) * static_cast<double>(batch.targets.size(0));
     return result;
   }
-  const torch::Tensor outputs = model.forward(batch.inputs);
+  const torch::Tensor outputs = forward(model, batch.inputs);
   result.sum = sumOf(outputs, batch.targets);
   if (count_correct && hasAccuracy()) {
     // [B, C] against [B], or [B, T, V] against [B, T]: the arg-max over the last dimension.

@@ -16,6 +16,10 @@
 //   module         the model's own forwardLoss(inputs, targets), a scalar mean over the n samples,
 //                  times n. No accuracy.
 //
+// Precision (trainer.precision, <cumulus/precision.h>): with bf16 the model's forward (a module
+// loss's forwardLoss too) runs under bfloat16 autocast, and its outputs come back to float32
+// before the loss, which is always computed in float32.
+//
 // Errors: outputs and targets whose shapes or dtypes do not fit the loss throw
 // std::invalid_argument naming the loss and both shapes; a model's failure passes through as it
 // is (models/model.h). Immutable after construction; thread-compatible.
@@ -26,6 +30,7 @@
 #include <string>
 
 #include "configs/experiment.h"
+#include "cumulus/options.h"
 #include "data/examples.h"
 
 namespace cumulus::models {
@@ -44,12 +49,18 @@ class Loss {
  public:
   using Kind = configs::LossName;  // kCrossEntropy, kMse, kModule: loss.name
 
-  static Loss named(Kind kind);
+  // `precision` is kFp32 or kBf16 (choosePrecision's answer), never kAuto.
+  static Loss named(Kind kind, Precision precision = Precision::kFp32);
 
   Kind kind() const { return kind_; }
   const std::string& name() const { return name_; }
   // Whether accuracy means something for this loss (class ids and tokens, not mse or module).
   bool hasAccuracy() const { return kind_ == Kind::kCrossEntropy; }
+  Precision precision() const { return precision_; }
+
+  // The model's forward of `inputs` in this precision; floating-point outputs come back as
+  // float32.
+  torch::Tensor forward(models::Model& model, const torch::Tensor& inputs) const;
 
   // Forward of `model` on batch.inputs, then the loss against batch.targets (module: the model's
   // forwardLoss). `count_correct` (with hasAccuracy()) fills correct and predictions.
@@ -61,12 +72,14 @@ class Loss {
   torch::Tensor sumOf(const torch::Tensor& outputs, const torch::Tensor& targets) const;
 
  private:
-  Loss(Kind kind, std::string name) : kind_(kind), name_(std::move(name)) {}
+  Loss(Kind kind, std::string name, Precision precision)
+      : kind_(kind), name_(std::move(name)), precision_(precision) {}
   torch::Tensor crossEntropySum(const torch::Tensor& outputs, const torch::Tensor& targets) const;
   torch::Tensor mseSum(const torch::Tensor& outputs, const torch::Tensor& targets) const;
 
   Kind kind_;
   std::string name_;
+  Precision precision_;
 };
 
 // For messages: numpy's name of the tensor's dtype and its shape, "float32 [1, 13]".

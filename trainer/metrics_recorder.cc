@@ -54,6 +54,18 @@ void ProgressMetricsRecorder::begin(const RunStart& start) {
   }
   // A re-formed group begins its records again without the model line.
   if (!start.model_summary.empty()) progress_->info("model: " + start.model_summary);
+  if (!start.precision.empty()) {
+    progress_->info("precision: " + start.precision + " (" + start.precision_reason + ")");
+    if (!start.precision_warning.empty()) progress_->line("warning: " + start.precision_warning);
+    if (metrics_) {
+      nlohmann::ordered_json record{{"type", "precision"},
+                                    {"precision", start.precision},
+                                    {"requested", start.precision_requested},
+                                    {"reason", start.precision_reason}};
+      if (!start.precision_warning.empty()) record["warning"] = start.precision_warning;
+      metrics_->write(record);
+    }
+  }
   for (const std::string& line : start.notes) progress_->info(line);
 }
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trainer/evaluator.h"
@@ -27,11 +28,27 @@ class Progress;
 class StartupProfile;
 
 struct RunStart {
+  RunStart() = default;
+  RunStart(std::string model, std::vector<std::string> start_notes, int64_t start,
+           int64_t total, int64_t per_epoch)
+      : model_summary(std::move(model)),
+        notes(std::move(start_notes)),
+        start_step(start),
+        total_steps(total),
+        steps_per_epoch(per_epoch) {}
+
   std::string model_summary;
   std::vector<std::string> notes;  // what the resume found and decided
   int64_t start_step = 0;          // completed steps this launch starts after
   int64_t total_steps = 0;
   int64_t steps_per_epoch = 1;
+  // trainer.precision as it runs: "fp32" or "bf16", what was asked ("fp32", "bf16", "auto"), why,
+  // and a warning (bf16 without native support) or nothing. Empty precision: not said (a
+  // re-formed group's begin).
+  std::string precision;
+  std::string precision_requested;
+  std::string precision_reason;
+  std::string precision_warning;
 };
 
 struct StepRecord {

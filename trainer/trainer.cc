@@ -189,7 +189,9 @@ void Trainer::Impl::build() {
   total_steps_ =
       plannedSteps(t.epochs, batches_->stepsPerEpoch(), t.max_steps, t.global_batch_size);
   checkpoints_->setTotalSteps(total_steps_);
-  loss_ = std::make_shared<const Loss>(Loss::named(config_.loss.name));
+  precision_ = choosePrecision(config_.trainer.precision,
+                               options_.cpu ? *options_.cpu : CpuFeatures::detect());
+  loss_ = std::make_shared<const Loss>(Loss::named(config_.loss.name, precision_.precision));
   buildModel(*data.train);
   checkTokenIds(data);
   if (writes() && !joiner) checkpoints_->checkRoom(*model_, env_.world_size);
@@ -284,15 +286,15 @@ void Trainer::Impl::tryOneBatch(const data::Batch& batch, const std::string& sou
     try {
       loss_->apply(*model_, batch);
     } catch (const std::exception& e) {
-      throw SetupError(failed + reasonOf(e));
+      throw SetupError(failed + reasonOf(e) + bf16Hint(batch));
     }
     return;
   }
   torch::Tensor outputs;
   try {
-    outputs = model_->forward(batch.inputs);
+    outputs = loss_->forward(*model_, batch.inputs);
   } catch (const std::exception& e) {
-    throw SetupError(failed + reasonOf(e));
+    throw SetupError(failed + reasonOf(e) + bf16Hint(batch));
   }
   if (config_.data.format == configs::DataFormat::kIdx && loss_->kind() == Loss::Kind::kCrossEntropy &&
       (outputs.dim() != 2 || outputs.size(1) != kIdxClasses)) {
@@ -305,6 +307,17 @@ void Trainer::Impl::tryOneBatch(const data::Batch& batch, const std::string& sou
   } catch (const std::exception& e) {
     throw SetupError(reasonOf(e) + " (model " + config_.model.name + ", " + sample + ")");
   }
+}
+
+std::string Trainer::Impl::bf16Hint(const data::Batch& batch) {
+  if (precision_.precision != Precision::kBf16) return "";
+  try {
+    Loss::named(loss_->kind(), Precision::kFp32).apply(*model_, batch);
+  } catch (const std::exception&) {
+    return "";  // not the precision's doing
+  }
+  return "; in fp32 it runs, so an operation above fails under LibTorch's bf16 autocast: set "
+         "trainer.precision: fp32, or make the model accept bfloat16 there";
 }
 
 // A token id that the model's embedding rejects, or that its outputs do not cover, fails here,
@@ -332,7 +345,7 @@ void Trainer::Impl::checkTokenIds(const Datasets& data) {
       }
       torch::Tensor outputs;
       try {
-        outputs = model_->forward(window.inputs);
+        outputs = loss_->forward(*model_, window.inputs);
       } catch (const std::exception& e) {
         throw SetupError(token + " is out of range for the model's embedding: " + reasonOf(e));
       }
@@ -467,6 +480,12 @@ void Trainer::Impl::resumeIfAsked() {
     samples_seen_ = plan.samples_seen;
     shares_->restore(plan.batch_shares);
     resume_notes_.insert(resume_notes_.end(), plan.notes.begin(), plan.notes.end());
+    const std::string written = loaded.state.precision.empty() ? "fp32" : loaded.state.precision;
+    const std::string now = precisionName(precision_.precision);
+    if (written != now) {
+      resume_notes_.push_back("the checkpoint was written in " + written + " and training goes on in " +
+                              now + " (its weights and optimizer state are float32 in both)");
+    }
   } catch (const ResumeError& e) {
     throw SetupError(e.what());
   } catch (const CheckpointError& e) {

@@ -71,6 +71,7 @@
 #include <vector>
 
 #include "cumulus/errors.h"
+#include "cumulus/precision.h"
 #include "checkpoint/resume.h"
 #include "configs/experiment.h"
 #include "trainer/run_env.h"
@@ -164,6 +165,9 @@ struct TrainerOptions {
   // Marks each start-up phase (data, model, resume, broadcast, step) and prints the summary with
   // the first step; not owned, null: no profile.
   StartupProfile* startup = nullptr;
+  // The CPU that trainer.precision auto decides from (<cumulus/precision.h>); unset: this one,
+  // CpuFeatures::detect().
+  std::optional<cumulus::CpuFeatures> cpu;
   // The step loop's parts (see the top of this file); empty: the defaults. The Trainer loads the
   // experiment's data in any case (the built-in models are sized from it).
   PartChoice<BatchSource> batches;                 // SamplerBatchSource over the training split
@@ -186,6 +190,7 @@ struct RunResult {
   bool left = false;                // preempted in place: left the group, which trains on
   int64_t reforms = 0;              // in place: epochs this rank went through after its first
   std::string parameter_digest;     // rank 0, finished runs: parameterDigest of the model
+  cumulus::Precision precision = cumulus::Precision::kFp32;  // what it trained in (fp32, bf16)
 };
 
 // When the launcher asks for recovery in place (CUMULUS_RECOVERY=in_place, even for a group of

@@ -78,6 +78,8 @@ class Trainer::Impl {
   void checkTrainable();
   void checkModelFitsData(const data::Examples& train);
   void tryOneBatch(const data::Batch& batch, const std::string& source);
+  // After a bf16 forward of `batch` failed: what to add to the error when fp32 runs it.
+  std::string bf16Hint(const data::Batch& batch);
   void checkTokenIds(const Datasets& data);
   // The parts that depend on the group's membership (evaluator, recorder, the checkpoints' policy
   // and writer); built once, and again after each in-place re-forming.
@@ -140,7 +142,8 @@ class Trainer::Impl {
 
   // The model and how it learns.
   std::unique_ptr<models::Model> model_;
-  std::shared_ptr<const Loss> loss_;  // loss.name
+  cumulus::PrecisionChoice precision_;  // trainer.precision, chosen for this CPU
+  std::shared_ptr<const Loss> loss_;    // loss.name, in precision_
   std::vector<torch::Tensor> params_;
   // params_ and their gradients in the gradient sync's bucket layout; the optimizer steps over it.
   std::shared_ptr<FlatParameters> flat_;

@@ -65,6 +65,7 @@ Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,
   s.learning_rate = position.learning_rate;
   s.grad_accumulation = static_cast<uint32_t>(position.grad_accumulation);
   s.batch_shares = position.batch_shares;
+  s.precision = position.precision;
   // format_version, framework_version and created_unix_ms: Checkpoints::save fills them.
   return checkpoint;
 }

@@ -38,6 +38,7 @@ struct TrainingPosition {
   int64_t grad_accumulation = 1;  // micro-batches per step this launch runs
   // The ranks' shares of the global batch in force for the next step; empty: equal.
   std::vector<int64_t> batch_shares;
+  std::string precision = "fp32";  // what this launch trains in
 };
 
 Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,

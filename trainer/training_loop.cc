@@ -69,8 +69,12 @@ RunResult Trainer::Impl::run() {
   // What the run reads comes right after the model line, then what the resume found.
   std::vector<std::string> notes = data_lines_;
   notes.insert(notes.end(), resume_notes_.begin(), resume_notes_.end());
-  recorder_->begin(
-      RunStart{model_->summary(), notes, start_step_, total_steps_, batches_->stepsPerEpoch()});
+  RunStart begin{model_->summary(), notes, start_step_, total_steps_, batches_->stepsPerEpoch()};
+  begin.precision = precisionName(precision_.precision);
+  begin.precision_requested = precisionName(precision_.requested);
+  begin.precision_reason = precision_.reason;
+  begin.precision_warning = precision_.warning;
+  recorder_->begin(begin);
   records_begun_ = true;
   shares_->record("start", start_step_, env_.world_size, *recorder_);
   startWatchdog();
@@ -82,6 +86,7 @@ RunResult Trainer::Impl::run() {
 
   RunResult result;
   result.first_step = start_step_;
+  result.precision = precision_.precision;
   const double start = now();
   Evaluation eval;
   for (;;) {
@@ -330,6 +335,7 @@ Checkpoint Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
   position.preempted = preempted;
   position.grad_accumulation = grad_accumulation_;
   position.batch_shares = shares_->current();
+  position.precision = precisionName(precision_.precision);
   return captureCheckpoint(*model_, *optimizer_, config_, env_, position);
 }
 

@@ -34,6 +34,7 @@ struct Flags {
   std::string run_dir;    // checkpoints/ and the final parameters
   std::string out;        // the final parameters; default <run-dir>/final_parameters.bin
   std::optional<cumulus::Algorithm> algorithm;  // the gradient all-reduce; unset: the group's
+  cumulus::Precision precision = cumulus::Precision::kFp32;  // of the forward pass
   int64_t steps = 1500;
   int64_t batch = 128;  // global: the ranks split it
   int64_t hidden = 256;
@@ -64,6 +65,8 @@ const char* kUsage = R"(usage: custom_loop --data DIR --run-dir DIR [flags]
   --seed N                initialization and shuffling (1)
   --algorithm NAME        gradient all-reduce: funnel, tree, ring, hierarchical, auto
                           (default: the group's)
+  --precision NAME        forward pass: fp32, bf16 (bfloat16 autocast, float32 weights) or auto
+                          (bf16 where the CPU has it natively) (fp32)
 
 Exit status: 0 done, 2 a bad flag or missing data, 75 preempted after a checkpoint (relaunch to
 resume), 1 any other failure.
@@ -94,6 +97,14 @@ cumulus::Algorithm algorithm(const std::string& flag, const std::string& value) 
   }
 }
 
+cumulus::Precision precision(const std::string& flag, const std::string& value) {
+  try {
+    return cumulus::parsePrecision(value);
+  } catch (const cumulus::UserError& e) {
+    throw cumulus::UserError(flag + ": " + e.what());
+  }
+}
+
 double positiveReal(const std::string& flag, const std::string& value) {
   size_t used = 0;
   double x = 0;
@@ -116,6 +127,7 @@ const std::map<std::string, Setter>& setters() {
       {"--run-dir", [](Flags& f, auto&, auto& v) { f.run_dir = v; }},
       {"--out", [](Flags& f, auto&, auto& v) { f.out = v; }},
       {"--algorithm", [](Flags& f, auto& k, auto& v) { f.algorithm = algorithm(k, v); }},
+      {"--precision", [](Flags& f, auto& k, auto& v) { f.precision = precision(k, v); }},
       {"--steps", [](Flags& f, auto& k, auto& v) { f.steps = positive(k, v); }},
       {"--batch", [](Flags& f, auto& k, auto& v) { f.batch = positive(k, v); }},
       {"--hidden", [](Flags& f, auto& k, auto& v) { f.hidden = positive(k, v); }},
@@ -238,7 +250,8 @@ struct Job {
         optimizer(net->parameters(), torch::optim::AdamOptions(f.lr)),
         sampler(images.size(0), f.batch, static_cast<uint64_t>(f.seed), /*shuffle=*/true,
                 /*drop_last=*/true),
-        checkpoints(f.run_dir + "/checkpoints", /*keep=*/2) {}
+        checkpoints(f.run_dir + "/checkpoints", /*keep=*/2),
+        precision(cumulus::choosePrecision(f.precision).precision) {}
 
   bool leader() const { return group.rank() == 0; }
 
@@ -251,6 +264,7 @@ struct Job {
   cumulus::Checkpoints checkpoints;
   int64_t step = 0;  // completed optimizer steps
   double lr = 0;     // of the last step
+  cumulus::Precision precision;  // kFp32 or kBf16, chosen for this CPU
 };
 
 // The first line where two descriptions differ, as "key: a (checkpoint) vs b (this run)".
@@ -302,8 +316,14 @@ double trainStep(Job& job, cumulus::GradientSync& sync) {
   const torch::Tensor x = job.images.index_select(0, torch::tensor(local, torch::kInt64));
 
   job.optimizer.zero_grad();
+  torch::Tensor reconstruction;
+  {
+    // bf16: the products in bfloat16 on casts of the float32 weights; the loss in float32.
+    cumulus::Autocast autocast(job.precision);
+    reconstruction = job.net->forward(x);
+  }
   const torch::Tensor per_sample =
-      torch::mse_loss(job.net->forward(x), x, torch::Reduction::None).mean(1);
+      torch::mse_loss(reconstruction.to(torch::kFloat32), x, torch::Reduction::None).mean(1);
   // Divided by the global batch, not this rank's share: the sum over ranks that DataParallel
   // forms is then the gradient of the mean loss over the global batch.
   sync.backward(per_sample.sum() / static_cast<double>(job.flags.batch));
@@ -332,6 +352,7 @@ std::string saveCheckpoint(Job& job, bool preempted) {
   c.state.samples_seen = c.state.step * c.state.global_batch;
   c.state.model = "autoencoder";
   c.state.optimizer = "torch::optim::Adam";
+  c.state.precision = cumulus::precisionName(job.precision);
   c.state.learning_rate = job.lr;
   c.state.preempted = preempted;
   c.state.generation = job.group.generation();
@@ -379,6 +400,7 @@ int train(const Flags& flags) {
   }
   Job job(flags, *group);
   if (job.leader()) {
+    std::printf("precision: %s\n", cumulus::choosePrecision(flags.precision).text().c_str());
     // Before the first step, not at the first save: room for two checkpoints of the parameters
     // and Adam's two moments (a full or read-only disk is exit 2 here).
     uint64_t bytes = 64 * 1024;

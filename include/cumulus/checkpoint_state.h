@@ -37,6 +37,9 @@ struct CheckpointState {
   // The ranks' shares of the global batch in force after `step` (trainer.balance), one per rank of
   // the writer; empty: equal shares (and every checkpoint written before shares existed).
   std::vector<int64_t> batch_shares;
+  // What the writer trained in, "fp32" or "bf16" (<cumulus/precision.h>); the tensors are float32
+  // either way, so either precision resumes it. Empty: not recorded (fp32).
+  std::string precision;
 };
 
 // A checkpoint that failed verification, or an oddity worth a log line.

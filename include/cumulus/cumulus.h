@@ -5,7 +5,10 @@
 //   cumulus/allocator.h      useTrainingAllocator: malloc set for a training step's large blocks
 //   cumulus/errors.h         UserError, GroupError, PermanentError, CommError, CheckpointError;
 //                            exit codes
-//   cumulus/options.h        Algorithm, Compression: the typed choices, their names and parsers
+//   cumulus/options.h        Algorithm, Compression, Precision: the typed choices, their names and
+//                            parsers
+//   cumulus/precision.h      choosePrecision (fp32, bf16, auto from the CPU), Autocast: bf16
+//                            forward passes with float32 weights
 //   cumulus/process_group.h  ProcessGroup from the torchrun environment; collectives on tensors
 //   cumulus/data_parallel.h  DataParallel: bucketed gradient all-reduce overlapped with backward
 //   cumulus/sampler.h        DistributedSampler: global batches, sharded, resumable by cursor
@@ -25,6 +28,7 @@
 #include "cumulus/elastic.h"
 #include "cumulus/errors.h"
 #include "cumulus/options.h"
+#include "cumulus/precision.h"
 #include "cumulus/preemption.h"
 #include "cumulus/process_group.h"
 #include "cumulus/run_directory.h"

@@ -1,9 +1,9 @@
 #pragma once
 // <cumulus/options.h>: the typed choices of a group and of data parallelism, and their names.
 // Options are typed from the edge down: a program that takes a name from its own command line or
-// file turns it into one of these with parseAlgorithm / parseCompression, and nothing below that
-// point reads a string again. cumulus-train's YAML keys comm.algorithm and comm.compression are
-// read into the same types.
+// file turns it into one of these with parseAlgorithm, parseCompression or parsePrecision, and
+// nothing below that point reads a string again. cumulus-train's YAML keys comm.algorithm, comm.compression and
+// trainer.precision are read into the same types.
 // Thread-safety: pure functions.
 
 #include <string_view>
@@ -25,10 +25,19 @@ enum class Compression {
   kBf16,  // bfloat16 on the wire (half the bytes), with error feedback
 };
 
+// What a forward pass computes in (<cumulus/precision.h>).
+enum class Precision {
+  kFp32,  // float32 throughout
+  kBf16,  // forward and loss under bfloat16 autocast; float32 weights, gradients and optimizer
+  kAuto,  // kBf16 on a CPU with native bfloat16 (avx512_bf16 or AMX), kFp32 otherwise
+};
+
 // "funnel", "tree", "ring", "hierarchical", "auto".
 const char* algorithmName(Algorithm algorithm);
 // "none", "bf16".
 const char* compressionName(Compression compression);
+// "fp32", "bf16", "auto".
+const char* precisionName(Precision precision);
 
 // The names above, case-sensitive. Anything else throws cumulus::UserError (<cumulus/errors.h>):
 //   unknown algorithm 'rng': expected one of funnel, tree, ring, hierarchical, auto; did you
@@ -36,5 +45,6 @@ const char* compressionName(Compression compression);
 // Prefix the flag or key when you rethrow, as cumulus-train does ("comm.algorithm: ...").
 Algorithm parseAlgorithm(std::string_view name);
 Compression parseCompression(std::string_view name);
+Precision parsePrecision(std::string_view name);
 
 }  // namespace cumulus

@@ -53,6 +53,7 @@ ProcessGroupCumulus = _C.ProcessGroupCumulus
 Checkpoints = _C.Checkpoints
 DistributedSampler = _C.DistributedSampler
 use_training_allocator = _C.use_training_allocator
+choose_precision = _C.choose_precision
 
 from .elastic import (EXIT_PREEMPTED, Checkpoint, CheckpointError, Elastic,  # noqa: E402
                       ElasticAction, Membership, capture, restore)

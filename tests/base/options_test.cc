@@ -40,6 +40,15 @@ TEST(Options, CompressionNamesRoundTrip) {
   EXPECT_EQ(parseCompression("bf16"), Compression::kBf16);
 }
 
+TEST(Options, PrecisionNamesRoundTrip) {
+  EXPECT_STREQ(precisionName(Precision::kFp32), "fp32");
+  EXPECT_STREQ(precisionName(Precision::kBf16), "bf16");
+  EXPECT_STREQ(precisionName(Precision::kAuto), "auto");
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kAuto}) {
+    EXPECT_EQ(parsePrecision(precisionName(p)), p) << precisionName(p);
+  }
+}
+
 TEST(Options, AnUnknownNameListsTheChoicesAndTheNearest) {
   EXPECT_EQ(userErrorOf([] { parseAlgorithm("rng"); }),
             "unknown algorithm 'rng': expected one of funnel, tree, ring, hierarchical, auto; "
@@ -56,6 +65,10 @@ TEST(Options, AnUnknownNameListsTheChoicesAndTheNearest) {
             "unknown compression 'fp8': expected one of none, bf16");
   EXPECT_EQ(userErrorOf([] { parseCompression("bf61"); }),
             "unknown compression 'bf61': expected one of none, bf16; did you mean 'bf16'?");
+  EXPECT_EQ(userErrorOf([] { parsePrecision("fp16"); }),
+            "unknown precision 'fp16': expected one of fp32, bf16, auto; did you mean 'fp32'?");
+  EXPECT_EQ(userErrorOf([] { parsePrecision("mixed"); }),
+            "unknown precision 'mixed': expected one of fp32, bf16, auto");
 }
 
 }  // namespace

@@ -19,10 +19,10 @@ TEST(DigestTest, SameExperimentSameDigestHoweverWritten) {
   EXPECT_NE(configDigest(a), configDigest(c));
   // Pinned (the same as `cumulus-config defaults | sha256sum`): a change to toYaml's output or
   // to a default changes every digest, so it must be deliberate; checkpoints record digests.
-  // (Last changed by the new keys trainer.step_timeout_seconds and checkpoint.max_failures; resume
+  // (Last changed by the new key trainer.precision; resume
   // compares keys, not this digest.)
   EXPECT_EQ(configDigest(Experiment{}),
-            "e1279a08117c2fae211dc13a3e7596c3fba5c02e1c8f460c0836bd126e7197eb");
+            "1482ca2adb8514e7a18fddaef515f98d2210849d9f2bc01c29993a1c1a8b69c8");
 }
 
 TEST(DigestTest, DiffKeysListsChangedKeysInSchemaOrder) {

@@ -400,6 +400,37 @@ TEST_F(InstalledCumulus, PythonDdpScriptTrainsFromThePrefixUnderCumulusRun) {
 #endif
 }
 
+// A user's own loop trains in bf16 with the public Autocast guard: the loss falls as in fp32,
+// and the two precisions train differently (the guard did something).
+TEST_F(InstalledCumulus, CustomLoopTrainsInBf16WithThePublicAutocast) {
+  ASSERT_EQ(custom_loop_build_.exit_code, 0) << custom_loop_build_.output;
+  ASSERT_EQ(data_error_, "");
+  std::map<std::string, std::map<int, std::string>> lines;
+  for (const std::string precision : {"fp32", "bf16"}) {
+    const ProcessResult r = runProcess(
+        underCumulusRun(2, {(work_ / "build-custom_loop/custom_loop").string(), "--data",
+                            (work_ / "data").string(), "--run-dir",
+                            (work_ / ("precision-" + precision)).string(), "--steps", "60",
+                            "--warmup", "10", "--log-every", "10", "--limit", "4096",
+                            "--precision", precision}),
+        userEnv(), {}, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("[rank0] precision: " + precision + " (as asked"), std::string::npos)
+        << r.output;
+    lines[precision] = progress(r.output);
+    ASSERT_EQ(lines[precision].size(), 6u) << r.output;
+  }
+  const std::regex loss(R"(.* loss ([0-9.]+) .*)");
+  const auto lossAt = [&](const std::string& precision, int step) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_match(lines[precision][step], m, loss)) << lines[precision][step];
+    return std::stod(m[1]);
+  };
+  EXPECT_LT(lossAt("bf16", 60), 0.8 * lossAt("bf16", 10));
+  EXPECT_NEAR(lossAt("bf16", 60), lossAt("fp32", 60), 0.05 * lossAt("fp32", 60));
+  EXPECT_NE(lines["bf16"][60], lines["fp32"][60]);
+}
+
 // Preempted by a SIGTERM to cumulus-run and relaunched, the custom loop ends with exactly the
 // parameters of a run that was never stopped.
 TEST_F(InstalledCumulus, CustomLoopPreemptedAndRelaunchedEndsBitIdenticalToUninterrupted) {
@@ -561,6 +592,9 @@ TEST_F(InstalledCumulus, CustomLoopBadFlagsAndMissingDataExitTwoWithAMessage) {
   const std::vector<std::pair<Args, std::string>> cases = {
       {{program, "--data", empty, "--run-dir", empty, "--steps", "ten"},
        "custom_loop: --steps: expected an integer >= 1, got 'ten'\n"},
+      {{program, "--data", empty, "--run-dir", empty, "--precision", "fp16"},
+       "custom_loop: --precision: unknown precision 'fp16': expected one of fp32, bf16, auto; did "
+       "you mean 'fp32'?\n"},
       {{program, "--data", empty, "--run-dir", empty, "--epochs", "3"},
        "custom_loop: unknown flag --epochs; see custom_loop --help\n"},
       {{program, "--run-dir", empty}, "custom_loop: --data is required; see custom_loop --help\n"},

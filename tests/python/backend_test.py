@@ -67,6 +67,24 @@ class Import(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(out.stdout.strip(), "True cumulus")
 
+    def test_choose_precision_says_what_trainer_precision_would(self):
+        # ONEDNN_MAX_CPU_ISA below bf16 means no native bf16 on any CPU: auto is fp32 then.
+        script = ("import cumulus\n"
+                  "print(cumulus.choose_precision('fp32'))\n"
+                  "print(cumulus.choose_precision()[0])\n"
+                  "try:\n"
+                  "    cumulus.choose_precision('fp16')\n"
+                  "except ValueError as e:\n"
+                  "    print(e)\n")
+        out = subprocess.run([PYTHON, "-c", script],
+                             env=dict(os.environ, PYTHONPATH=PACKAGE_DIR, ONEDNN_MAX_CPU_ISA="AVX2"),
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.splitlines(), [
+            "('fp32', 'as asked', '')",
+            "fp32",
+            "unknown precision 'fp16': expected one of fp32, bf16, auto; did you mean 'fp32'?"])
+
     def test_a_torch_it_was_not_built_for_is_named(self):
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(os.path.join(PACKAGE_DIR, "cumulus"), os.path.join(tmp, "cumulus"))

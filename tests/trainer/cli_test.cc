@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "comm/store_server.h"
@@ -103,6 +104,29 @@ TEST_F(CliTest, AFifoAsTheDataFileIsRefusedWithoutHanging) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(r.output,
             "cumulus-train: error: data.train: " + fifo + ": is a FIFO, not a regular file\n");
+}
+
+TEST_F(CliTest, APrecisionOtherThanFp32Bf16OrAutoExitsTwoNamingThem) {
+  const std::string path = write("x.yaml", "name: x\ntrainer:\n  precision: fp16\n");
+  const Outcome o = run(path);
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err, "cumulus-train: error: " + path +
+                       ":3:14: trainer.precision: expected one of fp32, bf16, auto, got \"fp16\"; "
+                       "did you mean `fp32`?\n");
+}
+
+// oneDNN limited below bf16 by the user (ONEDNN_MAX_CPU_ISA) is no native bf16, on any CPU.
+TEST_F(CliTest, AutoPrecisionSaysWhichAndWhyInTheSecondLine) {
+  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.precision=auto "
+                        "--set trainer.max_steps=2 --set trainer.run_dir=run",
+                        "ONEDNN_MAX_CPU_ISA=AVX2");
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  std::istringstream lines(o.out);
+  std::string first, second;
+  std::getline(lines, first);
+  std::getline(lines, second);
+  EXPECT_EQ(first.rfind("model: mlp 784-64-10", 0), 0u) << o.out;
+  EXPECT_EQ(second.rfind("precision: fp32 (auto: this CPU has no native bf16 (", 0), 0u) << o.out;
 }
 
 TEST_F(CliTest, MoreThreadsThanCoresExitsTwoNamingTheKey) {

@@ -425,10 +425,16 @@ TEST(TrainingTest, WritesConfigMetricsAndAStateDictPythonCanRead) {
   EXPECT_EQ(summary_record["type"], "summary") << lines.back();
   EXPECT_EQ(summary_record["steps"], 16) << lines.back();
   EXPECT_EQ(summary_record["epochs"], 2.0) << lines.back();
-  ASSERT_GE(lines.size(), 2u);
-  EXPECT_EQ(lines[0].rfind("{\"type\":\"first_step\",\"step\":1,\"time\":", 0), 0u) << lines[0];
-  EXPECT_EQ(lines[1].rfind("{\"type\":\"train\",\"step\":1,\"epoch\":1,\"loss\":", 0), 0u)
-      << lines[1];
+  ASSERT_GE(lines.size(), 3u);
+  // What the run trains in, and why, comes first.
+  EXPECT_EQ(lines[0].rfind("{\"type\":\"precision\",\"precision\":\"fp32\",\"requested\":\"fp32\","
+                           "\"reason\":\"as asked\",\"time\":",
+                           0),
+            0u)
+      << lines[0];
+  EXPECT_EQ(lines[1].rfind("{\"type\":\"first_step\",\"step\":1,\"time\":", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[2].rfind("{\"type\":\"train\",\"step\":1,\"epoch\":1,\"loss\":", 0), 0u)
+      << lines[2];
   // The loop's own record, just before the summary.
   EXPECT_EQ(lines[lines.size() - 2].rfind(
                 "{\"type\":\"trained\",\"step\":16,\"steps\":16,\"seconds\":", 0),
