@@ -316,7 +316,7 @@ std::string Trainer::Impl::bf16Hint(const data::Batch& batch) {
   } catch (const std::exception&) {
     return "";  // not the precision's doing
   }
-  return "; in fp32 it runs, so an operation above fails under LibTorch's bf16 autocast: set "
+  return "; the model runs in fp32, so that operation fails under LibTorch's bf16 autocast: set "
          "trainer.precision: fp32, or make the model accept bfloat16 there";
 }
 

@@ -21,6 +21,8 @@ Everything is seeded, so two runs write the same bytes. Writes into OUT_DIR:
                     marked sample (last feature above 100): in a group, only the rank that
                     draws it hangs, while the others wait for it
   no_parameters.pt  forward(x) -> x[:, :1] * 2: nothing to train
+  float32_only.pt   linear.pt plus a float32 offset added with index_add, which takes no
+                    bfloat16 input beside a float32 one: runs in fp32, fails under bf16 autocast
   state_dict.pt     torch.save of linear's state_dict: not a TorchScript module
   state_dict_legacy.pt  the same in torch.save's legacy (pickle) format
   regression/{train,test}/{inputs,targets}.npy   float32 [N, 13] and [N, 1]
@@ -110,6 +112,20 @@ class HangsOnMarked(torch.nn.Module):
         return self.fc(x)
 
 
+class Float32Only(torch.nn.Module):
+    """A model that runs in float32 and fails under bf16 autocast: its linear layer's output is
+    bfloat16 there, and index_add wants the float32 offset in the same dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(13, 1)
+        self.offset = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return y.index_add(1, torch.zeros(1, dtype=torch.long), self.offset.expand(y.size(0), 1))
+
+
 class NoParameters(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, :1] * 2.0
@@ -165,6 +181,7 @@ def main():
     save_module(HangsInTraining, out, "hangs_in_training.pt")
     save_module(HangsOnMarked, out, "hangs_on_marked.pt")
     save_module(NoParameters, out, "no_parameters.pt")
+    save_module(Float32Only, out, "float32_only.pt")
     torch.manual_seed(0)
     torch.save(Linear(13).state_dict(), os.path.join(out, "state_dict.pt"))
     torch.save(Linear(13).state_dict(), os.path.join(out, "state_dict_legacy.pt"),

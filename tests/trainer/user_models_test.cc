@@ -240,6 +240,22 @@ TEST_F(UserModelsTest, BadInputFailsBeforeTrainingNamingTheFileAndTheReason) {
                 " (inputs float32 [1, 13]): torchscript model " + fixture("wrong_width.pt") +
                 ": forward failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x13 "
                 "and 12x1)");
+  // A model that runs in fp32 but not under bf16 autocast: LibTorch's error names the
+  // operation, and the run says that the precision is why.
+  const std::string float32_only = "torchscript:" + fixture("float32_only.pt");
+  const std::string bf16 = setupError(
+      "regression.yaml", {"--set", "model.name=" + float32_only, "--set", "trainer.precision=bf16"});
+  EXPECT_EQ(bf16.rfind("model " + float32_only + " failed on one sample of " +
+                           fixture("regression/train") + " (inputs float32 [1, 13]): ",
+                       0),
+            0u)
+      << bf16;
+  EXPECT_NE(bf16.find("index_add_(): self (BFloat16) and source (Float) must have the same scalar "
+                      "type; the model runs in fp32, so that operation fails under LibTorch's bf16 "
+                      "autocast: set trainer.precision: fp32, or make the model accept bfloat16 "
+                      "there"),
+            std::string::npos)
+      << bf16;
   const std::string vector = "torchscript:" + fixture("vector_loss.pt");
   EXPECT_EQ(
       setupError("regression.yaml", {"--set", "model.name=" + vector, "--set", "loss.name=module"}),
