@@ -3,6 +3,8 @@
 #include "tests/models/fixtures.h"
 
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <iterator>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace cumulus::models {
@@ -89,6 +92,44 @@ TEST(TorchScriptTest, GradientsReachEveryParameter) {
     model->namedParameters().back().second.add_(1.0);  // fc2.bias
   }
   EXPECT_TRUE(torch::allclose(model->forward(referenceInput()), before + 1.0, 1e-5, 1e-5));
+}
+
+// The model runs with the graph executor's optimizing passes off (eager autograd, op by op): the
+// gradients are those of the optimized executor's symbolic differentiation, and the thread's
+// setting, which is per thread, is left as it was.
+TEST(TorchScriptTest, RunsInterpretedWithTheOptimizedExecutorsGradients) {
+  const std::string path = kFixtures + "/tiny_scripted.pt";
+  const torch::Tensor inputs = torch::rand({4, 1, 28, 28});
+  const torch::Tensor targets = torch::tensor({0, 1, 2, 3});
+  ASSERT_TRUE(torch::jit::getGraphExecutorOptimize());
+  auto model = load(path);
+  model->train(true);
+  torch::nn::functional::cross_entropy(model->forward(inputs), targets).backward();
+  EXPECT_TRUE(torch::jit::getGraphExecutorOptimize());
+
+  // The same file through the optimizing executor, past its profiling runs.
+  torch::jit::Module optimized = torch::jit::load(path);
+  optimized.train(true);
+  for (int run = 0; run < 4; ++run) {
+    for (const auto& p : optimized.parameters()) p.mutable_grad().reset();
+    const torch::Tensor logits = optimized.forward({inputs}).toTensor();
+    torch::nn::functional::cross_entropy(logits, targets).backward();
+  }
+  const auto mine = model->namedParameters();
+  size_t i = 0;
+  for (const auto& p : optimized.named_parameters()) {
+    ASSERT_LT(i, mine.size());
+    EXPECT_EQ(mine[i].first, p.name);
+    EXPECT_TRUE(torch::allclose(mine[i].second.grad(), p.value.grad(), 1e-5, 1e-6)) << p.name;
+    ++i;
+  }
+
+  bool other_thread_optimizes = false;
+  {
+    const torch::jit::GraphOptimizerEnabledGuard off(false);
+    std::thread([&] { other_thread_optimizes = torch::jit::getGraphExecutorOptimize(); }).join();
+  }
+  EXPECT_TRUE(other_thread_optimizes);
 }
 
 TEST(TorchScriptTest, ForwardErrorNamesTheModel) {
