@@ -21,24 +21,27 @@ uint64_t xcr0() {
   return (static_cast<uint64_t>(edx) << 32) | eax;
 }
 
+std::string lowerCase(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
 // oneDNN's ISA names below AVX-512 BF16 (its documentation's cpu_isa list, older names too): any
 // of them as ONEDNN_MAX_CPU_ISA leaves bfloat16 to emulation. A name not listed does not.
-bool belowBf16(std::string isa) {
-  std::transform(isa.begin(), isa.end(), isa.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+bool belowBf16(const std::string& isa) {
+  const std::string name = lowerCase(isa);
   for (const char* lower : {"sse41", "avx", "avx2", "avx2_vnni", "avx2_vnni_2", "avx512_core",
                             "avx512_core_vnni", "avx512_mic", "avx512_mic_4ops"}) {
-    if (isa == lower) return true;
+    if (name == lower) return true;
   }
   return false;
 }
 
 // Below AMX: everything above, and the AVX-512 levels that have bf16 but no tiles.
 bool belowAmx(const std::string& isa) {
-  std::string lower = isa;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return belowBf16(isa) || lower == "avx512_core_bf16" || lower == "avx512_core_fp16";
+  const std::string name = lowerCase(isa);
+  return belowBf16(isa) || name == "avx512_core_bf16" || name == "avx512_core_fp16";
 }
 
 }  // namespace
