@@ -483,8 +483,9 @@ void Trainer::Impl::resumeIfAsked() {
     const std::string written = loaded.state.precision.empty() ? "fp32" : loaded.state.precision;
     const std::string now = precisionName(precision_.precision);
     if (written != now) {
-      resume_notes_.push_back("the checkpoint was written in " + written + " and training goes on in " +
-                              now + " (its weights and optimizer state are float32 in both)");
+      resume_notes_.push_back("the checkpoint was written in " + written +
+                              " and training goes on in " + now +
+                              " (its weights and optimizer state are float32 in both)");
     }
   } catch (const ResumeError& e) {
     throw SetupError(e.what());

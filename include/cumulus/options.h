@@ -2,8 +2,8 @@
 // <cumulus/options.h>: the typed choices of a group and of data parallelism, and their names.
 // Options are typed from the edge down: a program that takes a name from its own command line or
 // file turns it into one of these with parseAlgorithm, parseCompression or parsePrecision, and
-// nothing below that point reads a string again. cumulus-train's YAML keys comm.algorithm, comm.compression and
-// trainer.precision are read into the same types.
+// nothing below that point reads a string again. cumulus-train's YAML keys comm.algorithm,
+// comm.compression and trainer.precision are read into the same types.
 // Thread-safety: pure functions.
 
 #include <string_view>

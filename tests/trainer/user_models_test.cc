@@ -243,8 +243,9 @@ TEST_F(UserModelsTest, BadInputFailsBeforeTrainingNamingTheFileAndTheReason) {
   // A model that runs in fp32 but not under bf16 autocast: LibTorch's error names the
   // operation, and the run says that the precision is why.
   const std::string float32_only = "torchscript:" + fixture("float32_only.pt");
-  const std::string bf16 = setupError(
-      "regression.yaml", {"--set", "model.name=" + float32_only, "--set", "trainer.precision=bf16"});
+  const std::string bf16 =
+      setupError("regression.yaml",
+                 {"--set", "model.name=" + float32_only, "--set", "trainer.precision=bf16"});
   EXPECT_EQ(bf16.rfind("model " + float32_only + " failed on one sample of " +
                            fixture("regression/train") + " (inputs float32 [1, 13]): ",
                        0),
