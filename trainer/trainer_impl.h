@@ -106,6 +106,7 @@ class Trainer::Impl {
                     const std::function<void()>& record = {});
   StepOutcome trainStep(int64_t step);
   // The step watchdog (trainer.step_timeout_seconds), from the first step to the end of run().
+  void beginRecords();
   void startWatchdog();
   void markPhase(StepPhase phase) {
     if (watchdog_) watchdog_->mark(phase);

@@ -66,17 +66,7 @@ RunResult Trainer::Impl::run() {
     startupMark("broadcast");
   }
   if (writes()) prepareRunDir();
-  // What the run reads comes right after the model line, then what the resume found.
-  std::vector<std::string> notes = data_lines_;
-  notes.insert(notes.end(), resume_notes_.begin(), resume_notes_.end());
-  RunStart begin{model_->summary(), notes, start_step_, total_steps_, batches_->stepsPerEpoch()};
-  begin.precision = precisionName(precision_.precision);
-  begin.precision_requested = precisionName(precision_.requested);
-  begin.precision_reason = precision_.reason;
-  begin.precision_warning = precision_.warning;
-  recorder_->begin(begin);
-  records_begun_ = true;
-  shares_->record("start", start_step_, env_.world_size, *recorder_);
+  beginRecords();
   startWatchdog();
   // However run() ends, nothing is watched after it.
   struct StopWatching {
@@ -120,6 +110,21 @@ RunResult Trainer::Impl::run() {
   }
   finishRun(eval, start, result);
   return result;
+}
+
+// The records' first lines: the model, the precision, what the run reads, what the resume found;
+// then the batch shares the launch starts with.
+void Trainer::Impl::beginRecords() {
+  std::vector<std::string> notes = data_lines_;
+  notes.insert(notes.end(), resume_notes_.begin(), resume_notes_.end());
+  RunStart begin{model_->summary(), notes, start_step_, total_steps_, batches_->stepsPerEpoch()};
+  begin.precision = precisionName(precision_.precision);
+  begin.precision_requested = precisionName(precision_.requested);
+  begin.precision_reason = precision_.reason;
+  begin.precision_warning = precision_.warning;
+  recorder_->begin(begin);
+  records_begun_ = true;
+  shares_->record("start", start_step_, env_.world_size, *recorder_);
 }
 
 void Trainer::Impl::startWatchdog() {

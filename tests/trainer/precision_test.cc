@@ -104,19 +104,25 @@ TEST(PrecisionTraining, Bf16TrainsCloseToFp32AndRepeatsBitIdentically) {
       << first;
 }
 
-// Checkpoints at steps 6 and 12 of 16; the later ones removed, the resume from step 6 must end
-// where the uninterrupted run ended, bit for bit.
-TEST(PrecisionTraining, AResumeInBf16IsBitIdentical) {
-  const fs::path dir = testing::freshTestDir("precision");
-  auto e = smallExperiment((dir / "run").string(), Precision::kBf16);
+// An uninterrupted run of `e` with checkpoints at steps 6, 12 and 16, after which only step 6's is
+// left: the next launch with resume auto starts from there.
+Outcome trainAndKeepStepSix(configs::Experiment& e) {
   e.checkpoint.every_steps = 6;
   e.checkpoint.keep = 5;
   e.checkpoint.async = false;
-  const Outcome whole = train(e);
-  const fs::path checkpoints = dir / "run" / "checkpoints";
-  ASSERT_TRUE(fs::exists(checkpoints / "step-00000006"));
+  Outcome whole = train(e);
+  const fs::path checkpoints = fs::path(e.trainer.run_dir) / "checkpoints";
+  EXPECT_TRUE(fs::exists(checkpoints / "step-00000006"));
   fs::remove_all(checkpoints / "step-00000012");
   fs::remove_all(checkpoints / "step-00000016");
+  return whole;
+}
+
+// The resume from step 6 must end where the uninterrupted run ended, bit for bit.
+TEST(PrecisionTraining, AResumeInBf16IsBitIdentical) {
+  const fs::path dir = testing::freshTestDir("precision");
+  auto e = smallExperiment((dir / "run").string(), Precision::kBf16);
+  const Outcome whole = trainAndKeepStepSix(e);
   const Outcome resumed = train(e, "auto");
   EXPECT_EQ(resumed.result.first_step, 6);
   ASSERT_EQ(resumed.result.step_losses.size(), 10u);
@@ -130,12 +136,7 @@ TEST(PrecisionTraining, AResumeInBf16IsBitIdentical) {
 TEST(PrecisionTraining, ACheckpointResumesInTheOtherPrecisionAndSaysSo) {
   const fs::path dir = testing::freshTestDir("precision");
   auto e = smallExperiment((dir / "run").string(), Precision::kFp32);
-  e.checkpoint.every_steps = 6;
-  e.checkpoint.keep = 5;
-  e.checkpoint.async = false;
-  train(e);
-  fs::remove_all(dir / "run" / "checkpoints" / "step-00000012");
-  fs::remove_all(dir / "run" / "checkpoints" / "step-00000016");
+  trainAndKeepStepSix(e);
   e.trainer.precision = Precision::kBf16;  // no --allow-config-change needed
   const Outcome resumed = train(e, "auto");
   EXPECT_EQ(resumed.result.first_step, 6);
