@@ -26,6 +26,9 @@ inline constexpr char kPsEndpoint[] = "CUMULUS_PS_ENDPOINT";
 inline constexpr char kLogDir[] = "CUMULUS_LOG_DIR";
 inline constexpr char kBindHost[] = "CUMULUS_BIND_HOST";
 inline constexpr char kPreemptionGrace[] = "CUMULUS_PREEMPTION_GRACE";
+// "1" when node 0 serves the job's live metrics (cumulus-run --metrics-port): the workers send
+// their records and status to the Store for it.
+inline constexpr char kLiveMetrics[] = "CUMULUS_LIVE_METRICS";
 // Recovery in place (launch.recovery: in_place).
 inline constexpr char kRecovery[] = "CUMULUS_RECOVERY";
 inline constexpr char kMemberId[] = "CUMULUS_MEMBER_ID";

@@ -103,6 +103,7 @@ RunEnv RunEnv::read(const EnvLookup& getenv, int64_t minPort) {
   env.ps_endpoint = readString(getenv, env::kPsEndpoint);
   env.log_dir = readString(getenv, env::kLogDir);
   env.bind_host = readString(getenv, env::kBindHost);
+  env.live_metrics = readString(getenv, env::kLiveMetrics) == "1";
 
   // Ranks and sizes are ints everywhere past this reader.
   require(env.world_size >= 1 && env.world_size <= INT32_MAX,

@@ -44,6 +44,7 @@ struct RunEnv {
   std::string ps_endpoint;       // CUMULUS_PS_ENDPOINT (host:port of a parameter server)
   std::string log_dir;           // CUMULUS_LOG_DIR
   std::string bind_host;         // CUMULUS_BIND_HOST
+  bool live_metrics = false;     // CUMULUS_LIVE_METRICS=1
 
   // Reads the variables through `getenv`. An unset or empty variable keeps the default above.
   // Throws EnvError naming the variable when a value is not an integer or is out of range

@@ -36,6 +36,12 @@
 //   quorum/<g>/tickets           join tickets taken so far (Store add)
 //   quorum/<g>/ticket/<t>        the id of the joiner holding ticket t (1, 2, …)
 //   quorum/<g>/finished          the last step, once the group trained it (waiting joiners leave)
+// The live metrics (trainer/metrics_publisher.h → launch/job_metrics.h), for the whole job, only
+// while node 0 serves them (cumulus-run --metrics-port):
+//   metrics/records         records sent so far (Store add; the n of the next record)
+//   metrics/record/<n>      the n-th metrics.jsonl record the writing rank wrote, as JSON; node 0
+//                           removes it once read
+//   metrics/rank/<rank>     that rank's latest status, as JSON (overwritten)
 
 #include <cstdint>
 #include <string>
@@ -141,5 +147,10 @@ inline std::string quorumTicketKey(int64_t generation, int64_t ticket) {
 inline std::string quorumFinishedKey(int64_t generation) {
   return store_keys_detail::key("quorum", generation, "finished");
 }
+
+// The live metrics.
+inline std::string metricsRecordCountKey() { return "metrics/records"; }
+inline std::string metricsRecordKey(int64_t n) { return "metrics/record/" + std::to_string(n); }
+inline std::string metricsRankKey(int64_t rank) { return "metrics/rank/" + std::to_string(rank); }
 
 }  // namespace cumulus::comm

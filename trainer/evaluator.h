@@ -32,6 +32,8 @@ struct Evaluation {
   // The share of predictions that are right (samples for class ids, tokens for a language model);
   // unset where accuracy means nothing (loss.name mse or module).
   std::optional<double> accuracy;
+  // How long the evaluation took (the trainer times it; an evaluator need not set it).
+  double seconds = 0;
 };
 
 class Evaluator {

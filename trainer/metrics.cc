@@ -61,13 +61,14 @@ MetricsLog MetricsLog::continueAfter(const std::string& path, int64_t step, Wall
   return MetricsLog(path, std::ios::app, std::move(clock));
 }
 
-void MetricsLog::write(const nlohmann::ordered_json& record) {
+nlohmann::ordered_json MetricsLog::write(const nlohmann::ordered_json& record) {
   nlohmann::ordered_json stamped = record;
   stamped["time"] = clock_();
   // Replace invalid UTF-8 rather than throw: a record is never worth failing a run over.
   out_ << stamped.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   out_.flush();
   if (!out_) throw std::runtime_error(path_ + ": write failed");
+  return stamped;
 }
 
 }  // namespace cumulus::trainer

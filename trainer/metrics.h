@@ -13,6 +13,10 @@
 //                                                            training thread's pause for it
 //   {"type":"preempted","step":S,"checkpoint":P}           the agreed stop after S steps
 //   {"type":"trained","step":S,"steps":K,"seconds":T}      the launch's loop ran K steps to S
+//   {"type":"goodput","step":S,"wall_s":W,"startup_s":…,"training_s":…,"comm_wait_s":…,
+//    "evaluation_s":…,"checkpoint_s":…,"reform_s":…,"restart_s":…,"redone_s":…,"other_s":…,
+//    "productive_ratio":P}   where the run's wall time went so far (goodput.h), after each
+//                            checkpoint record and each trained record
 //   {"type":"balance","reason":R,"step":S,"shares":[..],"rates":[..],"predicted_speedup":X}
 //        the ranks' shares of the global batch from step S+1 on (trainer.balance; R is "start",
 //        "auto" or "reform"; rates are samples/s of compute per rank, for "auto" only)
@@ -46,9 +50,9 @@ class MetricsLog {
   // rewritten to a temporary name and renamed, then appended to. Throws std::runtime_error
   // naming the path on an I/O error.
   static MetricsLog continueAfter(const std::string& path, int64_t step, WallClock clock = {});
-  // Appends the record, stamped with "time", as one line and flushes. Throws std::runtime_error
-  // naming the path on a write error.
-  void write(const nlohmann::ordered_json& record);
+  // Appends the record, stamped with "time", as one line and flushes; returns it as written.
+  // Throws std::runtime_error naming the path on a write error.
+  nlohmann::ordered_json write(const nlohmann::ordered_json& record);
 
  private:
   MetricsLog(const std::string& path, std::ios::openmode mode, WallClock clock);

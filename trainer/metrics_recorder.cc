@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <utility>
 
+#include <chrono>
+
+#include "trainer/goodput.h"
 #include "trainer/metrics.h"
 #include "trainer/progress.h"
 #include "trainer/startup_profile.h"
@@ -25,7 +28,14 @@ double perStepMs(double seconds, int64_t steps) {
   return steps > 0 ? 1000.0 * seconds / static_cast<double>(steps) : 0;
 }
 
+double wallNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
+
+double launchExecTime() { return wallNow() - secondsSinceProcessStart(); }
 
 ProgressMetricsRecorder::ProgressMetricsRecorder(ProgressRecorderOptions options)
     : options_(std::move(options)) {}
@@ -38,6 +48,18 @@ void ProgressMetricsRecorder::begin(const RunStart& start) {
   const int64_t epochs = (start.total_steps + start.steps_per_epoch - 1) / start.steps_per_epoch;
   progress_ = std::make_unique<Progress>(console, options_.live, start.total_steps, epochs,
                                          options_.log_every_steps, options_.quiet);
+  // The account spans the launch: a re-formed group's begin() keeps it. A resumed launch takes
+  // over the account of the launches before it, read before the file is cut back.
+  if (!goodput_) {
+    goodput_ = options_.goodput ? options_.goodput : std::make_shared<GoodputAccount>();
+  }
+  if (!goodput_->started()) {
+    GoodputHistory history;
+    if (!options_.metrics_path.empty() && start.start_step > 0) {
+      history = readGoodputHistory(options_.metrics_path, start.start_step);
+    }
+    goodput_->start(launchExecTime(), history);
+  }
   if (!options_.metrics_path.empty()) {
     // One metrics.jsonl for the whole run: a resumed launch continues the file, dropping the
     // records of the steps it runs again.
@@ -49,7 +71,7 @@ void ProgressMetricsRecorder::begin(const RunStart& start) {
       nlohmann::ordered_json record{
           {"type", "resume"}, {"step", start.start_step}, {"world_size", options_.world_size}};
       if (!options_.compression.empty()) record["compression"] = options_.compression;
-      metrics_->write(record);
+      emit(record);
     }
   }
   // A re-formed group begins its records again without the model line.
@@ -63,7 +85,7 @@ void ProgressMetricsRecorder::begin(const RunStart& start) {
                                     {"requested", start.precision_requested},
                                     {"reason", start.precision_reason}};
       if (!start.precision_warning.empty()) record["warning"] = start.precision_warning;
-      metrics_->write(record);
+      emit(record);
     }
   }
   for (const std::string& line : start.notes) progress_->info(line);
@@ -77,10 +99,18 @@ void ProgressMetricsRecorder::firstStep(int64_t step, const StartupProfile* star
     record["seconds_since_exec"] = startup->totalSeconds();
   }
   progress_->info(text);
-  if (metrics_) metrics_->write(record);
+  emit(record);
+  first_step_pending_ = true;
 }
 
 void ProgressMetricsRecorder::step(const StepRecord& r) {
+  const double now = wallNow();
+  if (first_step_pending_) {
+    goodput_->firstStep(now - r.seconds);
+    first_step_pending_ = false;
+  }
+  goodput_->step(r.seconds, r.comm_wait_seconds);
+  window_.local_samples += r.local_samples;
   window_.loss += r.loss;
   window_.seconds += r.seconds;
   window_.comm_wait += r.comm_wait_seconds;
@@ -100,10 +130,11 @@ void ProgressMetricsRecorder::step(const StepRecord& r) {
       window_.seconds > 0 ? static_cast<double>(window_.samples) / window_.seconds : 0;
   progress_->update({r.step, r.epoch, shown_loss, samples_per_sec, r.elapsed_seconds});
   if (!record) return;
+  publishRankStatus(r, shown_loss, samples_per_sec);
   if (metrics_) {
     const double step_ms = perStepMs(window_.seconds, window_.steps);
     const double wait_ms = perStepMs(window_.comm_wait, window_.steps);
-    metrics_->write(nlohmann::ordered_json{{"type", "train"},
+    emit(nlohmann::ordered_json{{"type", "train"},
                                            {"step", r.step},
                                            {"epoch", r.epoch},
                                            {"loss", shown_loss},
@@ -131,8 +162,9 @@ void ProgressMetricsRecorder::evaluation(int64_t step, int64_t epoch, const Eval
     nlohmann::ordered_json record{
         {"type", "eval"}, {"step", step}, {"epoch", epoch}, {"test_loss", result.loss}};
     if (result.accuracy) record["test_accuracy"] = *result.accuracy;
-    metrics_->write(record);
+    emit(record);
   }
+  goodput_->evaluation(result.seconds);
 }
 
 void ProgressMetricsRecorder::checkpoint(const CheckpointRecord& r) {
@@ -142,9 +174,12 @@ void ProgressMetricsRecorder::checkpoint(const CheckpointRecord& r) {
                 static_cast<long long>(r.step), r.path.c_str(), r.stall_ms, r.encode_seconds,
                 r.write_seconds, static_cast<double>(r.bytes) / 1e6);
   progress_->info(text);
+  goodput_->checkpointStall(r.stall_ms / 1000.0);
   if (metrics_) {
-    metrics_->write(nlohmann::ordered_json{
+    emit(nlohmann::ordered_json{
         {"type", "checkpoint"}, {"step", r.step}, {"stall_ms", r.stall_ms}, {"path", r.path}});
+    // The split as of this checkpoint: where a launch that resumes from it starts its account.
+    emitGoodput(r.step);
   }
   for (const std::string& w : r.warnings) progress_->line("warning: " + w);
 }
@@ -163,7 +198,7 @@ void MetricsRecorder::checkpointFailed(const CheckpointFailureRecord& record) {
 void ProgressMetricsRecorder::checkpointFailed(const CheckpointFailureRecord& r) {
   progress_->line(describeFailure(r));
   if (metrics_) {
-    metrics_->write(nlohmann::ordered_json{{"type", "checkpoint_failed"},
+    emit(nlohmann::ordered_json{{"type", "checkpoint_failed"},
                                            {"step", r.step},
                                            {"error", r.error},
                                            {"in_a_row", r.in_a_row},
@@ -178,14 +213,16 @@ void ProgressMetricsRecorder::warning(const std::string& text) { progress_->line
 void ProgressMetricsRecorder::preempted(int64_t step, const std::string& checkpoint) {
   progress_->line("preempted at step " + std::to_string(step) + ", checkpoint " + checkpoint);
   if (metrics_) {
-    metrics_->write(
-        nlohmann::ordered_json{{"type", "preempted"}, {"step", step}, {"checkpoint", checkpoint}});
+    emit(nlohmann::ordered_json{{"type", "preempted"}, {"step", step}, {"checkpoint", checkpoint}});
   }
 }
 
 void ProgressMetricsRecorder::reformed(const ReformRecord& r) {
+  if (r.next_step_unix_ms > r.detected_unix_ms) {
+    goodput_->reform(static_cast<double>(r.next_step_unix_ms - r.detected_unix_ms) / 1000.0);
+  }
   if (!metrics_) return;
-  metrics_->write(nlohmann::ordered_json{{"type", "reform"},
+  emit(nlohmann::ordered_json{{"type", "reform"},
                                          {"cause", r.cause},
                                          {"step", r.step},
                                          {"epoch", r.epoch},
@@ -210,7 +247,7 @@ void ProgressMetricsRecorder::balanced(const BalanceRecord& r) {
                     gain + " faster compute)");
   }
   if (!metrics_) return;
-  metrics_->write(nlohmann::ordered_json{{"type", "balance"},
+  emit(nlohmann::ordered_json{{"type", "balance"},
                                          {"reason", r.reason},
                                          {"step", r.step},
                                          {"shares", r.shares},
@@ -226,8 +263,9 @@ void ProgressMetricsRecorder::trained(int64_t last_step, int64_t steps, double s
                 seconds);
   progress_->info(text);
   if (metrics_) {
-    metrics_->write(nlohmann::ordered_json{
+    emit(nlohmann::ordered_json{
         {"type", "trained"}, {"step", last_step}, {"steps", steps}, {"seconds", seconds}});
+    emitGoodput(last_step);
   }
 }
 
@@ -240,7 +278,7 @@ void ProgressMetricsRecorder::finished(const RunSummary& s) {
     record["parameters"] = s.parameters;
     record["world_size"] = options_.world_size;
     if (!options_.compression.empty()) record["compression"] = options_.compression;
-    metrics_->write(record);
+    emit(record);
   }
   if (!s.parameter_digest.empty()) progress_->info("final parameters sha256 " + s.parameter_digest);
   char text[200];
@@ -254,6 +292,40 @@ void ProgressMetricsRecorder::finished(const RunSummary& s) {
   std::snprintf(text, sizeof(text), "%s after %s epochs, %lld steps, %.1f s", result,
                 formatEpochs(s.epochs).c_str(), static_cast<long long>(s.steps), s.wall_seconds);
   progress_->info(text);
+}
+
+void ProgressMetricsRecorder::emit(const nlohmann::ordered_json& record) {
+  if (!metrics_) return;
+  const nlohmann::ordered_json stamped = metrics_->write(record);
+  for (const auto& sink : options_.sinks) sink->record(stamped);
+}
+
+void ProgressMetricsRecorder::emitGoodput(int64_t step) {
+  nlohmann::ordered_json record{{"type", "goodput"}, {"step", step}};
+  record.update(goodput_->at(wallNow()).toJson());
+  emit(record);
+}
+
+void ProgressMetricsRecorder::publishRankStatus(const StepRecord& r, double loss,
+                                                double samples_per_sec) {
+  if (options_.sinks.empty()) return;
+  const double share = window_.samples > 0 ? static_cast<double>(window_.local_samples) /
+                                                 static_cast<double>(window_.samples)
+                                           : 0;
+  const double now = wallNow();
+  const nlohmann::ordered_json status{
+      {"rank", options_.rank},
+      {"step", r.step},
+      {"epoch", r.epoch},
+      {"samples_per_sec", samples_per_sec * share},
+      {"samples", window_.steps > 0 ? window_.local_samples / window_.steps : 0},
+      {"step_time_ms", perStepMs(window_.seconds, window_.steps)},
+      {"compute_ms", perStepMs(window_.seconds - window_.comm_wait, window_.steps)},
+      {"comm_wait_ms", perStepMs(window_.comm_wait, window_.steps)},
+      {"loss", loss},
+      {"goodput", goodput_->at(now).toJson()},
+      {"time", now}};
+  for (const auto& sink : options_.sinks) sink->rankStatus(status);
 }
 
 }  // namespace cumulus::trainer

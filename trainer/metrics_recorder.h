@@ -19,13 +19,31 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "trainer/evaluator.h"
 
 namespace cumulus::trainer {
 
+class GoodputAccount;
 class MetricsLog;
 class Progress;
 class StartupProfile;
+
+// Another reader of what the recorder says, besides metrics.jsonl: TensorBoard event files
+// (tensorboard.h), the job's live endpoint (metrics_publisher.h). Called on the training thread;
+// a sink that may block (a network) hands the work to a thread of its own.
+class RecordSink {
+ public:
+  virtual ~RecordSink() = default;
+  // Every record the writing rank writes to metrics.jsonl, as written (with "time").
+  virtual void record(const nlohmann::ordered_json& record) = 0;
+  // This rank's own status at each train record, on every rank: {"rank", "step", "epoch",
+  // "samples_per_sec" (its share of the batch over the step time), "samples", "step_time_ms",
+  // "compute_ms", "comm_wait_ms", "loss" (the job's, as in the train record), "goodput" (the
+  // split, goodput.h), "time"}.
+  virtual void rankStatus(const nlohmann::ordered_json& /*status*/) {}
+};
 
 struct RunStart {
   RunStart() = default;
@@ -59,6 +77,7 @@ struct StepRecord {
   double seconds = 0;            // the step's wall time
   double comm_wait_seconds = 0;  // of `seconds`, blocked waiting for the gradient sync
   int64_t samples = 0;           // the global batch
+  int64_t local_samples = 0;     // this rank's share of it
   double elapsed_seconds = 0;    // since the loop began
 };
 
@@ -157,6 +176,13 @@ struct ProgressRecorderOptions {
   // so. Empty: none (and a world of one, which sends nothing).
   std::string compression;
   std::function<double(double)> sum_over_ranks;  // empty: a world of one
+  int64_t rank = 0;
+  // Also told every record and this rank's status (TensorBoard, the live endpoint).
+  std::vector<std::shared_ptr<RecordSink>> sinks;
+  // The launch's goodput account (goodput.h), shared by the recorders of its re-formed groups.
+  // Null: the recorder keeps its own, started at begin() from the exec (and, on a resume, the
+  // history in metrics_path). Not started: begin() starts it so.
+  std::shared_ptr<GoodputAccount> goodput;
 };
 
 class ProgressMetricsRecorder final : public MetricsRecorder {
@@ -188,7 +214,14 @@ class ProgressMetricsRecorder final : public MetricsRecorder {
     double comm_wait = 0;
     int64_t steps = 0;
     int64_t samples = 0;
+    int64_t local_samples = 0;
   };
+
+  // Writes `record` to metrics.jsonl and hands it, stamped, to the sinks (writing rank only).
+  void emit(const nlohmann::ordered_json& record);
+  // A "goodput" record of the split at `step`.
+  void emitGoodput(int64_t step);
+  void publishRankStatus(const StepRecord& r, double loss, double samples_per_sec);
 
   ProgressRecorderOptions options_;
   std::ostringstream discard_;  // the console when there is none
@@ -196,6 +229,11 @@ class ProgressMetricsRecorder final : public MetricsRecorder {
   std::unique_ptr<MetricsLog> metrics_;
   int64_t total_steps_ = 0;
   Window window_;
+  std::shared_ptr<GoodputAccount> goodput_;  // options_.goodput, or the recorder's own
+  bool first_step_pending_ = false;
 };
+
+// When this process began, in Unix seconds (its goodput account's exec).
+double launchExecTime();
 
 }  // namespace cumulus::trainer

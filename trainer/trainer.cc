@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <sstream>
 
@@ -23,6 +24,7 @@
 #include "models/model.h"
 #include "checkpoint/checkpoint_schedule.h"
 #include "trainer/loss.h"
+#include "trainer/metrics_publisher.h"
 #include "trainer/progress.h"
 #include "trainer/rank_reduce.h"
 #include "checkpoint/resume.h"
@@ -384,6 +386,15 @@ void Trainer::Impl::buildGroupParts() {
   }
   if (group_ != nullptr) {
     record.sum_over_ranks = [group = group_](double v) { return sumOverRanks(group, v); };
+  }
+  record.rank = env_.rank;
+  record.goodput = goodput_;
+  if (env_.live_metrics && !env_.store_host.empty() && env_.store_port > 0) {
+    StorePublisherOptions live;
+    live.rank = env_.rank;
+    live.warnings = options_.console != nullptr ? &std::cerr : nullptr;
+    record.sinks.push_back(std::make_shared<StorePublisher>(
+        env_.store_host, static_cast<int>(env_.store_port), env_.job_token, live));
   }
   recorder_ = choose<MetricsRecorder>(
       options_.metrics, std::make_shared<ProgressMetricsRecorder>(std::move(record)), "metrics");

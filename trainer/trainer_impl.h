@@ -24,6 +24,7 @@
 #include "trainer/run_checkpoints.h"
 #include "trainer/datasets.h"
 #include "trainer/evaluator.h"
+#include "trainer/goodput.h"
 #include "distributed/flat_parameters.h"
 #include "cumulus/data_parallel.h"
 #include "trainer/loss.h"
@@ -67,6 +68,7 @@ class Trainer::Impl {
     double loss = 0;      // this rank's share of the global mean loss
     int64_t epoch = 0;    // 1-based, for people
     int64_t samples = 0;  // the global batch
+    int64_t local_samples = 0;  // this rank's share of it
     double seconds = 0;
     double comm_wait = 0;  // of `seconds`, blocked in GradientSync::finish()
   };
@@ -106,7 +108,8 @@ class Trainer::Impl {
                     const std::function<void()>& record = {});
   StepOutcome trainStep(int64_t step);
   // The step watchdog (trainer.step_timeout_seconds), from the first step to the end of run().
-  void beginRecords();
+  // `joiner`: this launch joined a running group in place (it has no goodput history).
+  void beginRecords(bool joiner);
   void startWatchdog();
   void markPhase(StepPhase phase) {
     if (watchdog_) watchdog_->mark(phase);
@@ -159,6 +162,8 @@ class Trainer::Impl {
   DataParallel* distributed_ = nullptr;     // sync_, when it is one
   std::shared_ptr<Evaluator> evaluator_;
   std::shared_ptr<MetricsRecorder> recorder_;
+  // The launch's goodput account, kept across re-formed groups' recorders.
+  std::shared_ptr<GoodputAccount> goodput_ = std::make_shared<GoodputAccount>();
   // The checkpoints, the run directory's guards and the residuals for the checkpoints.
   std::unique_ptr<RunCheckpoints> checkpoints_;
 

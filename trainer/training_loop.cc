@@ -11,6 +11,7 @@
 #include "configs/parse.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/process_group.h"
+#include "trainer/goodput.h"
 #include "trainer/loss.h"
 #include "trainer/rank_reduce.h"
 #include "trainer/startup_profile.h"
@@ -66,7 +67,7 @@ RunResult Trainer::Impl::run() {
     startupMark("broadcast");
   }
   if (writes()) prepareRunDir();
-  beginRecords();
+  beginRecords(joiner);
   startWatchdog();
   // However run() ends, nothing is watched after it.
   struct StopWatching {
@@ -114,7 +115,14 @@ RunResult Trainer::Impl::run() {
 
 // The records' first lines: the model, the precision, what the run reads, what the resume found;
 // then the batch shares the launch starts with.
-void Trainer::Impl::beginRecords() {
+void Trainer::Impl::beginRecords(bool joiner) {
+  // A launch that resumed from a checkpoint takes over the goodput account of the launches before
+  // it; a joiner's launch starts its own.
+  GoodputHistory history;
+  if (writes() && start_step_ > 0 && !joiner) {
+    history = readGoodputHistory(config_.trainer.run_dir + "/metrics.jsonl", start_step_);
+  }
+  goodput_->start(launchExecTime(), history);
   std::vector<std::string> notes = data_lines_;
   notes.insert(notes.end(), resume_notes_.begin(), resume_notes_.end());
   RunStart begin{model_->summary(), notes, start_step_, total_steps_, batches_->stepsPerEpoch()};
@@ -257,6 +265,7 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   }
   outcome.epoch = batch.epoch + 1;
   outcome.samples = batch.global_samples;
+  outcome.local_samples = samples;
   outcome.seconds = now() - start;
   return outcome;
 }
@@ -313,6 +322,7 @@ void Trainer::Impl::recordStep(int64_t step, const StepOutcome& outcome, double 
   record.seconds = outcome.seconds;
   record.comm_wait_seconds = outcome.comm_wait;
   record.samples = outcome.samples;
+  record.local_samples = outcome.local_samples;
   record.elapsed_seconds = now() - loop_start;
   recorder_->step(record);
 }
@@ -324,7 +334,9 @@ Evaluation Trainer::Impl::evaluateAt(int64_t done, int64_t epoch) {
     TraceRecorder::Span span(options_.trace, "evaluate");
     torch::NoGradGuard no_grad;
     model_->train(false);
+    const double start = now();
     result = evaluator_->evaluate(*model_);
+    result.seconds = now() - start;
     model_->train(true);
   }
   recorder_->evaluation(done, epoch, result);

@@ -49,6 +49,12 @@ TEST(StoreKeys, InPlaceMembership) {
   EXPECT_EQ(quorumFinishedKey(4), "quorum/4/finished");
 }
 
+TEST(StoreKeys, LiveMetrics) {
+  EXPECT_EQ(metricsRecordCountKey(), "metrics/records");
+  EXPECT_EQ(metricsRecordKey(12), "metrics/record/12");
+  EXPECT_EQ(metricsRankKey(3), "metrics/rank/3");
+}
+
 // A generation of one space never prefixes another's keys ("gen/1/" is not a prefix of "gen/10/"),
 // which is what removePrefix of a stale generation relies on.
 TEST(StoreKeys, AGenerationPrefixMatchesOnlyItsOwnKeys) {
