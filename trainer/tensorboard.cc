@@ -58,11 +58,11 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, WallClock clock)
   }
   createDirectory(dir);
   const double now = clock_();
-  path_ = (std::filesystem::path(dir) /
-           ("events.out.tfevents." + std::to_string(static_cast<int64_t>(std::floor(now))) + "." +
-            hostName() + "." + std::to_string(::getpid()) + "." +
-            std::to_string(next_file_number++)))
-              .string();
+  path_ =
+      (std::filesystem::path(dir) /
+       ("events.out.tfevents." + std::to_string(static_cast<int64_t>(std::floor(now))) + "." +
+        hostName() + "." + std::to_string(::getpid()) + "." + std::to_string(next_file_number++)))
+          .string();
   fd_.reset(::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644));
   if (!fd_.valid()) {
     throw std::runtime_error("cannot create the TensorBoard events file " + path_ + ": " +

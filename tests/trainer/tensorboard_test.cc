@@ -26,14 +26,14 @@ constexpr double kClock = 1700000000.25;  // exactly representable
 double fixedClock() { return kClock; }
 
 struct Reading {
-  int status = -1;                          // the reader's exit status
-  std::string output;                       // stdout and stderr
-  std::vector<nlohmann::json> events;       // stdout's lines, parsed
+  int status = -1;                     // the reader's exit status
+  std::string output;                  // stdout and stderr
+  std::vector<nlohmann::json> events;  // stdout's lines, parsed
 };
 
 Reading readEvents(const std::string& path) {
-  const std::string command = "/usr/bin/python3 " CUMULUS_SOURCE_DIR
-                              "/tests/trainer/read_tfevents.py '" + path + "' 2>&1";
+  const std::string command =
+      "/usr/bin/python3 " CUMULUS_SOURCE_DIR "/tests/trainer/read_tfevents.py '" + path + "' 2>&1";
   Reading r;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -133,16 +133,34 @@ TEST(TensorBoardSinkTest, MapsEachRecordTypeToItsTags) {
   TensorBoardWriter writer(dir.string(), fixedClock);
   TensorBoardSink sink(writer);
   using J = nlohmann::ordered_json;
-  sink.write(J{{"type", "train"}, {"step", 3}, {"epoch", 0}, {"loss", 0.5}, {"lr", 0.01},
-               {"samples_per_sec", 1234.5}, {"step_time_ms", 20.25}, {"compute_ms", 15.0},
-               {"comm_wait_ms", 5.25}, {"time", 1700000100.5}});
+  sink.write(J{{"type", "train"},
+               {"step", 3},
+               {"epoch", 0},
+               {"loss", 0.5},
+               {"lr", 0.01},
+               {"samples_per_sec", 1234.5},
+               {"step_time_ms", 20.25},
+               {"compute_ms", 15.0},
+               {"comm_wait_ms", 5.25},
+               {"time", 1700000100.5}});
   sink.write(J{{"type", "train"}, {"step", 4}, {"loss", nullptr}, {"lr", 0.02}});  // no time
-  sink.write(J{{"type", "eval"}, {"step", 4}, {"test_loss", 0.75}, {"test_accuracy", 0.5},
+  sink.write(J{{"type", "eval"},
+               {"step", 4},
+               {"test_loss", 0.75},
+               {"test_accuracy", 0.5},
                {"time", 1700000101.0}});
   sink.write(J{{"type", "eval"}, {"step", 5}, {"test_loss", 0.625}, {"time", 1700000102.0}});
-  sink.write(J{{"type", "goodput"}, {"step", 6}, {"productive_s", 90.0}, {"restart_s", 10.0},
-               {"note", "text"}, {"productive_ratio", 0.9}, {"time", 1700000103.0}});
-  sink.write(J{{"type", "checkpoint"}, {"step", 6}, {"stall_ms", 12.5}, {"path", "/x"},
+  sink.write(J{{"type", "goodput"},
+               {"step", 6},
+               {"productive_s", 90.0},
+               {"restart_s", 10.0},
+               {"note", "text"},
+               {"productive_ratio", 0.9},
+               {"time", 1700000103.0}});
+  sink.write(J{{"type", "checkpoint"},
+               {"step", 6},
+               {"stall_ms", 12.5},
+               {"path", "/x"},
                {"time", 1700000104.0}});
   sink.write(J{{"type", "balance"}, {"step", 6}, {"predicted_speedup", 1.5}});
   sink.write(J{{"type", "train"}, {"loss", 1.0}});  // no step: nothing
@@ -215,13 +233,22 @@ TEST(TensorBoardWriterTest, RecordsCarryTensorBoardsFieldNumbers) {
   uint64_t clock_bits;
   std::memcpy(&clock_bits, &kClock, 8);
   const std::string wall = "\x09" + leBytes(clock_bits, 8);
-  EXPECT_EQ(recordData(bytes, 0), wall + "\x1a\x0d" "brain.Event:2");
+  EXPECT_EQ(recordData(bytes, 0), wall +
+                                      "\x1a\x0d"
+                                      "brain.Event:2");
   const float one = 1.0f;
   uint32_t one_bits;
   std::memcpy(&one_bits, &one, 4);
-  const std::string value = std::string("\x0a\x01" "a" "\x15") + leBytes(one_bits, 4);
+  const std::string value = std::string(
+                                "\x0a\x01"
+                                "a"
+                                "\x15") +
+                            leBytes(one_bits, 4);
   const std::string summary = "\x0a" + leBytes(value.size(), 1) + value;
-  EXPECT_EQ(recordData(bytes, 1), wall + "\x10\x07" "\x2a" + leBytes(summary.size(), 1) + summary);
+  EXPECT_EQ(recordData(bytes, 1), wall +
+                                      "\x10\x07"
+                                      "\x2a" +
+                                      leBytes(summary.size(), 1) + summary);
 }
 
 TEST(TensorBoardReaderTest, ACorruptedOrTruncatedRecordIsNamed) {
