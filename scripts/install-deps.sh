@@ -8,6 +8,7 @@ PACKAGES=(
   libtorch-dev                       # LibTorch 1.13, CPU
   libopenblas0-openmp                # fast BLAS for LibTorch (see docs/training.md "Why OpenBLAS")
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  python3-protobuf                   # tests/trainer/read_tfevents.py: decodes the TensorBoard events
   libyaml-cpp-dev libgtest-dev zlib1g-dev
   libcli11-dev                       # CLI11: every binary's command line (base/command_line.h)
   libssl-dev                         # OpenSSL libcrypto: SHA-256, HMAC, random bytes

@@ -1,0 +1,75 @@
+#pragma once
+// TensorBoard event files: RUN_DIR/tensorboard/events.out.tfevents.<seconds>.<host>.<pid>.<n>,
+// which `tensorboard --logdir RUN_DIR` plots as it would TensorFlow's or PyTorch's. No LibTorch.
+//
+// The format is TensorBoard's own: a sequence of TFRecords, each
+//   uint64 length (little-endian) | uint32 masked CRC-32C of those 8 bytes |
+//   `length` bytes of a serialized Event | uint32 masked CRC-32C of those bytes
+// (base/crc32c.h for the mask), the Event being proto/tensorboard_event.proto, wire-compatible
+// with TensorBoard's. The first record holds file_version "brain.Event:2"; each later one holds
+// one scalar (a Summary of one simple_value, a float32).
+//
+// Every record goes to the kernel as it is written (one write(2) each), so a killed run keeps all
+// the records written before it died; a torn last record is what TensorBoard's reader expects of
+// a live file and skips. Every I/O error throws std::runtime_error naming the path and the cause.
+// Not thread-safe: one writer per thread (or a lock around it).
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "base/fd.h"
+
+namespace cumulus::trainer {
+
+class TensorBoardWriter {
+ public:
+  // Seconds since the Unix epoch; empty: std::chrono::system_clock.
+  using WallClock = std::function<double()>;
+
+  // Creates `dir` (with its parents) if missing, then a new events file in it, and writes the
+  // version record. The file name's counter keeps two writers of one process (same second, host
+  // and pid) apart. Throws std::runtime_error naming the directory or the file, and the cause.
+  explicit TensorBoardWriter(const std::string& dir, WallClock clock = {});
+
+  // One scalar at `step`, stamped with the clock's time, or with `wall_time` (seconds since the
+  // Unix epoch). The value is stored as a float32, as TensorBoard's scalars are.
+  void scalar(const std::string& tag, int64_t step, double value);
+  void scalar(const std::string& tag, int64_t step, double value, double wall_time);
+  // Makes what was written durable (fdatasync). Records already reach the kernel one by one; this
+  // is for a caller that must survive a power loss, such as at the end of a run.
+  void flush();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  void writeRecord(const std::string& event);
+  std::string path_;
+  WallClock clock_;
+  base::Fd fd_;
+};
+
+// Turns metrics.jsonl records (trainer/metrics.h) into scalars:
+//   "train"      -> train/loss, train/lr, train/samples_per_sec, train/step_time_ms,
+//                   train/comm_wait_ms
+//   "eval"       -> eval/test_loss, eval/test_accuracy
+//   "goodput"    -> goodput/<key> for every numeric key but "step" and "time"
+//   "checkpoint" -> checkpoint/stall_ms
+// each at the record's "step"; other types, and records without an integer step, are ignored.
+// A missing key, or a null (a non-finite number in metrics.jsonl), writes nothing for it. The
+// record's "time", where present, is the events' wall time, so the two files agree.
+// The writer must outlive the sink.
+class TensorBoardSink {
+ public:
+  explicit TensorBoardSink(TensorBoardWriter& writer) : writer_(writer) {}
+
+  // Throws what the writer throws.
+  void write(const nlohmann::ordered_json& record);
+
+ private:
+  TensorBoardWriter& writer_;
+};
+
+}  // namespace cumulus::trainer
