@@ -42,6 +42,8 @@
 //   metrics/record/<n>      the n-th metrics.jsonl record the writing rank wrote, as JSON; node 0
 //                           removes it once read
 //   metrics/rank/<rank>     that rank's latest status, as JSON (overwritten)
+//   metrics/serving         "1" while node 0 serves them: the other nodes' agents tell their
+//                           workers to send (CUMULUS_LIVE_METRICS)
 
 #include <cstdint>
 #include <string>
@@ -152,5 +154,6 @@ inline std::string quorumFinishedKey(int64_t generation) {
 inline std::string metricsRecordCountKey() { return "metrics/records"; }
 inline std::string metricsRecordKey(int64_t n) { return "metrics/record/" + std::to_string(n); }
 inline std::string metricsRankKey(int64_t rank) { return "metrics/rank/" + std::to_string(rank); }
+inline std::string metricsServingKey() { return "metrics/serving"; }
 
 }  // namespace cumulus::comm

@@ -194,6 +194,7 @@ struct LaunchConfig {
   double rdzv_last_call = 3.0;     // elastic: seconds after the last joiner before closing
   // "in_place" or "restart"
   std::string recovery = kDefaultRecovery;
+  int64_t metrics_port = 0;  // node 0 serves /metrics and the dashboard there; 0: off
 };
 
 struct Experiment {
@@ -243,7 +244,7 @@ inline auto tieFields(const CommConfig& c) {
 }
 inline auto tieFields(const LaunchConfig& c) {
   return std::tie(c.nproc_per_node, c.nnodes, c.max_restarts, c.monitor_interval, c.rdzv_endpoint,
-                  c.rdzv_timeout, c.rdzv_last_call, c.recovery);
+                  c.rdzv_timeout, c.rdzv_last_call, c.recovery, c.metrics_port);
 }
 inline auto tieFields(const Experiment& c) {
   return std::tie(c.name, c.model, c.data, c.loss, c.optimizer, c.schedule, c.trainer, c.eval,

@@ -60,6 +60,7 @@ void applyExperimentLaunchSection(LaunchOptions& o) {
   if (!given("monitor-interval")) o.monitor_interval = l.monitor_interval;
   if (!given("rdzv-timeout")) o.rdzv_timeout = l.rdzv_timeout;
   if (!given("rdzv-last-call")) o.rdzv_last_call = l.rdzv_last_call;
+  if (!given("metrics-port")) o.metrics_port = static_cast<int>(l.metrics_port);
   if (!given("recovery")) o.recovery = parseRecovery(l.recovery, "launch.recovery in " + path);
   if (!given("rdzv-endpoint") && !given("standalone") && !l.rdzv_endpoint.empty()) {
     std::tie(o.rdzv_host, o.rdzv_port) = parseEndpoint(l.rdzv_endpoint, "rdzv-endpoint");

@@ -14,7 +14,10 @@
 #include "base/env_names.h"
 #include "comm/error.h"
 #include "launch/agent_console.h"
+#include "comm/store_keys.h"
+#include "launch/job_metrics.h"
 #include "launch/job_setup.h"
+#include "launch/metrics_server.h"
 #include "launch/restart_policy.h"
 #include "launch/supervisor.h"
 #include "launch/worker_group.h"
@@ -45,6 +48,16 @@ struct Launcher::State {
   std::unique_ptr<Job> job;
   std::optional<RestartPolicy> policy;
   int64_t generation = 0;  // of the current (or last) group
+  // --metrics-port on node 0: the job's live view and its endpoint (declared after the job, so
+  // the endpoint stops before the Store client it reads goes away).
+  std::unique_ptr<JobMetrics> metrics;
+  std::unique_ptr<MetricsServer> metrics_server;
+  bool live_metrics = false;  // the workers send their records and status (CUMULUS_LIVE_METRICS)
+
+  void event(const std::string& what, int64_t world_size, const std::string& cause = "",
+             int64_t rank = -1) {
+    if (metrics) metrics->agentEvent(what, generation, world_size, cause, rank);
+  }
 };
 
 Launcher::Launcher(LaunchOptions options, FILE* console)
@@ -60,7 +73,15 @@ void Launcher::requestStop(int sig) { g_stop_signal.store(sig); }
 LaunchReport Launcher::run() {
   AgentConsole& console = state_->console;
   try {
-    return runOrThrow();
+    LaunchReport report = runOrThrow();
+    if (state_->metrics) {
+      const int code = report.exit_code;
+      if (code == 0) state_->event("finished", 0);
+      state_->metrics->setState(code == 0 ? "finished" : code == kExitPreempted ? "preempted"
+                                                                                : "failed");
+      state_->metrics_server->pollNow();
+    }
+    return report;
   } catch (const SetupError& e) {
     console.setupError(e.what());
   } catch (const cumulus::CommError& e) {
@@ -84,6 +105,7 @@ LaunchReport Launcher::runOrThrow() {
   st.policy.emplace(options_.max_restarts, options_.max_nodes, st.job->multi,
                     options_.recovery == Recovery::kInPlace);
   Job& job = *st.job;
+  startMetrics();
   LaunchReport report;
   std::vector<int64_t> previous_group;
   for (int64_t next = 0;; next = st.generation + 1) {
@@ -113,6 +135,7 @@ LaunchReport Launcher::runOrThrow() {
       report.exit_code = 1;
       return report;
     }
+    st.event(joining ? "join" : "start", group->world_size);
     if (!joining && !previous_group.empty() && previous_group != group->node_ids) {
       job.errors->regroup(st.generation, previous_group, group->node_ids, round.worldSize());
     }
@@ -195,6 +218,7 @@ std::unique_ptr<WorkerGroup> Launcher::startGroup(const Round& round, int restar
                            toMs(o.rdzv_timeout));
   }
   group->master_port = prepareMasterPort(job, round.generation, toMs(o.rdzv_timeout));
+  if (!st.metrics_server) st.live_metrics = job.store->tryGet(comm::metricsServingKey()).has_value();
 
   group->log_dir = job.run_dir + "/gen" + std::to_string(round.generation);
   std::error_code ec;
@@ -244,6 +268,7 @@ std::vector<std::pair<std::string, std::string>> Launcher::workerEnv(const Worke
       {env::kPreemptionGrace, std::to_string(worker_grace)},
   };
   if (!job.ps_endpoint.empty()) env.emplace_back(env::kPsEndpoint, job.ps_endpoint);
+  if (state_->live_metrics) env.emplace_back(env::kLiveMetrics, "1");
   if (o.recovery == Recovery::kInPlace) {
     env.emplace_back(env::kRecovery, recoveryName(o.recovery));
     env.emplace_back(env::kMemberId, w.member_id);
@@ -314,6 +339,8 @@ std::optional<GroupEnd> Launcher::replaceWorker(WorkerGroup& group, const GroupE
     return lost;
   }
   report.restarts = decision.restarts;
+  st.event("failure", group.world_size, why, dead->rank);
+  st.event("join", group.world_size, "replacement", dead->rank);
   st.console.workerReplaced(dead->rank, old_member, why, dead->member_id, report.restarts,
                             options_.max_restarts);
   return std::nullopt;
@@ -325,7 +352,10 @@ bool Launcher::afterGroup(WorkerGroup& group, const GroupEnd& end, LaunchReport&
   switch (decision.action) {
     case RestartDecision::Action::kExit:
       report.exit_code = decision.exit_code;
-      if (decision.exit_code == kExitPreempted) report.preemptions++;
+      if (decision.exit_code == kExitPreempted) {
+        report.preemptions++;
+        st.event("preemption", group.world_size, end.detail);
+      }
       endWaiting(*st.job, st.console, st.generation + 1, decision.exit_code, end.detail);
       return false;
     case RestartDecision::Action::kRegroup:
@@ -368,6 +398,7 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
   if (failed) {
     report.failed_rank = failed->rank;
     report.failure = end.failed_status.describe();
+    st.event("failure", group.world_size, report.failure, failed->rank);
     job.errors->workerFailed(g, failed->rank, failed->local_rank, o.node_rank,
                              failed->process->pid(), end.failed_status, failed->log_path);
   }
@@ -429,8 +460,36 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
     return false;
   }
   report.restarts = decision.restarts;
+  st.event("restart", group.world_size, decision.what);
   st.console.restarting(report.restarts, o.max_restarts);
   return true;
+}
+
+// --metrics-port: node 0 serves the job's live view for as long as it runs; the workers of every
+// node send theirs through the Store once node 0 says it serves.
+void Launcher::startMetrics() {
+  State& st = *state_;
+  Job& job = *st.job;
+  if (options_.metrics_port == 0) return;
+  if (!job.host) {
+    st.console.note("--metrics-port " + std::to_string(options_.metrics_port) +
+                    " is node 0's to serve: node " + std::to_string(options_.node_rank) +
+                    " serves none, and its workers send their metrics to node 0");
+    return;
+  }
+  st.metrics = std::make_unique<JobMetrics>(options_.run_id);
+  try {
+    st.metrics_server = std::make_unique<MetricsServer>(options_.metrics_host,
+                                                        options_.metrics_port, *st.metrics,
+                                                        *job.store);
+  } catch (const std::runtime_error& e) {
+    throw SetupError(e.what());
+  }
+  job.store->set(comm::metricsServingKey(), "1");
+  st.live_metrics = true;
+  const std::string where =
+      "http://" + options_.metrics_host + ":" + std::to_string(st.metrics_server->port());
+  st.console.note("live metrics: " + where + "/ (dashboard), " + where + "/metrics (Prometheus)");
 }
 
 }  // namespace cumulus::launch

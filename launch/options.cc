@@ -95,6 +95,14 @@ void addRunFlags(CLI::App& app, LaunchOptions& o) {
          "after a failure: restart the group, or go on in place (default " +
              std::string(configs::kDefaultRecovery) + ")")
       ->type_name("in_place|restart");
+  app.add_option("--metrics-port", o.metrics_port,
+                 "node 0 serves /metrics and the live dashboard on port P (default 0: off)")
+      ->type_name("P")
+      ->transform(base::integerIn(0, 65535));
+  app.add_option("--metrics-host", o.metrics_host,
+                 "the address --metrics-port binds (default 127.0.0.1)")
+      ->type_name("H")
+      ->check(base::nonEmpty("address"));
   app.add_flag("--parameter-server", o.host_parameter_server,
                "node 0 hosts the funnel's parameter server");
 }

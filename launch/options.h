@@ -28,6 +28,10 @@
 //   --recovery MODE         restart (stop the group, restart it from the newest checkpoint) or
 //                           in_place (the survivors go on; a dead worker is replaced by a joiner);
 //                           default configs::kDefaultRecovery, or launch.recovery
+//   --metrics-port P        node 0 serves the job's Prometheus /metrics, its live dashboard (/)
+//                           and their JSON (/api/status, /api/records) on port P (default 0:
+//                           off, or launch.metrics_port); other nodes ignore it, saying so
+//   --metrics-host H        the address it binds (default 127.0.0.1; 0.0.0.0 for every one)
 //   --parameter-server      node 0 hosts the funnel's parameter server even without a YAML saying
 //                           comm.algorithm: funnel (for workers such as cumulus-allreduce-probe)
 //
@@ -81,6 +85,8 @@ struct LaunchOptions {
   std::vector<std::string> command;    // PROGRAM ARGS…
   std::string experiment_path;         // the experiment YAML the command names, if any
   bool host_parameter_server = false;  // comm.algorithm: funnel — node 0 hosts it
+  int metrics_port = 0;                   // 0: no live metrics
+  std::string metrics_host = "127.0.0.1";
   Recovery recovery = parseRecovery(configs::kDefaultRecovery, "launch.recovery");
   int64_t allocation_nodes = 0;          // SLURM_NNODES when it set --nnodes (slurm_env.h), else 0
   std::set<std::string> explicit_flags;  // flags given on the command line, e.g. "nproc-per-node"

@@ -164,4 +164,12 @@ void TensorBoardSink::write(const nlohmann::ordered_json& record) {
   }
 }
 
+void TensorBoardRecords::record(const nlohmann::ordered_json& record) {
+  if (!writer_) {
+    writer_ = std::make_unique<TensorBoardWriter>(dir_);
+    sink_ = std::make_unique<TensorBoardSink>(*writer_);
+  }
+  sink_->write(record);
+}
+
 }  // namespace cumulus::trainer

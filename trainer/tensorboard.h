@@ -16,11 +16,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "base/fd.h"
+#include "trainer/metrics_recorder.h"
 
 namespace cumulus::trainer {
 
@@ -70,6 +73,20 @@ class TensorBoardSink {
 
  private:
   TensorBoardWriter& writer_;
+};
+
+// The trainer's RecordSink (metrics_recorder.h): the writing rank's records, as scalars, in a new
+// events file under `dir`, made at the first record (so that nothing is created in a run
+// directory before the run holds it). Throws what the writer throws.
+class TensorBoardRecords final : public RecordSink {
+ public:
+  explicit TensorBoardRecords(std::string dir) : dir_(std::move(dir)) {}
+  void record(const nlohmann::ordered_json& record) override;
+
+ private:
+  std::string dir_;
+  std::unique_ptr<TensorBoardWriter> writer_;
+  std::unique_ptr<TensorBoardSink> sink_;
 };
 
 }  // namespace cumulus::trainer

@@ -25,6 +25,7 @@
 #include "checkpoint/checkpoint_schedule.h"
 #include "trainer/loss.h"
 #include "trainer/metrics_publisher.h"
+#include "trainer/tensorboard.h"
 #include "trainer/progress.h"
 #include "trainer/rank_reduce.h"
 #include "checkpoint/resume.h"
@@ -389,6 +390,10 @@ void Trainer::Impl::buildGroupParts() {
   }
   record.rank = env_.rank;
   record.goodput = goodput_;
+  if (writes()) {
+    record.sinks.push_back(
+        std::make_shared<TensorBoardRecords>(config_.trainer.run_dir + "/tensorboard"));
+  }
   if (env_.live_metrics && !env_.store_host.empty() && env_.store_port > 0) {
     StorePublisherOptions live;
     live.rank = env_.rank;

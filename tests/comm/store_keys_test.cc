@@ -53,6 +53,7 @@ TEST(StoreKeys, LiveMetrics) {
   EXPECT_EQ(metricsRecordCountKey(), "metrics/records");
   EXPECT_EQ(metricsRecordKey(12), "metrics/record/12");
   EXPECT_EQ(metricsRankKey(3), "metrics/rank/3");
+  EXPECT_EQ(metricsServingKey(), "metrics/serving");
 }
 
 // A generation of one space never prefixes another's keys ("gen/1/" is not a prefix of "gen/10/"),

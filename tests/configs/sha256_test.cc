@@ -19,10 +19,10 @@ TEST(DigestTest, SameExperimentSameDigestHoweverWritten) {
   EXPECT_NE(configDigest(a), configDigest(c));
   // Pinned (the same as `cumulus-config defaults | sha256sum`): a change to toYaml's output or
   // to a default changes every digest, so it must be deliberate; checkpoints record digests.
-  // (Last changed by the new key trainer.precision; resume
+  // (Last changed by the new key launch.metrics_port; resume
   // compares keys, not this digest.)
   EXPECT_EQ(configDigest(Experiment{}),
-            "1482ca2adb8514e7a18fddaef515f98d2210849d9f2bc01c29993a1c1a8b69c8");
+            "d604e4c53fb77dae86c9aff0f466114386ffff9109a931163a7ecf1677eed265");
 }
 
 TEST(DigestTest, DiffKeysListsChangedKeysInSchemaOrder) {

@@ -78,7 +78,7 @@ TEST(MetricsRecorderTest, RecordsSumTheLossOverRanksAndAverageTheStepsSinceTheLa
             "final parameters sha256 ab\n"
             "test accuracy 0.7500 (loss 0.2500) after 2 epochs, 8 steps, 4.5 s\n");
   const auto records = readRecords(path);
-  ASSERT_EQ(records.size(), 7u);
+  ASSERT_EQ(records.size(), 8u);
   EXPECT_EQ(records[0]["type"], "first_step");
   // Step 1: 2·0.125; steps 2-4: 2·(0.25+0.375+0.5)/3; steps 5-8: 2·(0.625+...+1)/4.
   const double losses[] = {0.25, 0.75, 1.625};
@@ -95,8 +95,16 @@ TEST(MetricsRecorderTest, RecordsSumTheLossOverRanksAndAverageTheStepsSinceTheLa
   }
   EXPECT_EQ(records[4]["type"], "eval");
   EXPECT_EQ(records[5]["type"], "trained");
-  EXPECT_EQ(records[6]["type"], "summary");
-  EXPECT_EQ(records[6]["world_size"], 2);
+  // The launch's goodput: 8 steps of 500 ms, 125 of them waiting for the sync.
+  const auto& goodput = records[6];
+  EXPECT_EQ(goodput["type"], "goodput");
+  EXPECT_EQ(goodput["step"], 8);
+  EXPECT_EQ(goodput["training_s"].get<double>(), 3.0);
+  EXPECT_EQ(goodput["comm_wait_s"].get<double>(), 1.0);
+  EXPECT_EQ(goodput["restart_s"].get<double>(), 0.0);
+  EXPECT_EQ(goodput["redone_s"].get<double>(), 0.0);
+  EXPECT_EQ(records[7]["type"], "summary");
+  EXPECT_EQ(records[7]["world_size"], 2);
   fs::remove(path);
 }
 

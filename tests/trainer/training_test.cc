@@ -435,11 +435,26 @@ TEST(TrainingTest, WritesConfigMetricsAndAStateDictPythonCanRead) {
   EXPECT_EQ(lines[1].rfind("{\"type\":\"first_step\",\"step\":1,\"time\":", 0), 0u) << lines[1];
   EXPECT_EQ(lines[2].rfind("{\"type\":\"train\",\"step\":1,\"epoch\":1,\"loss\":", 0), 0u)
       << lines[2];
-  // The loop's own record, just before the summary.
-  EXPECT_EQ(lines[lines.size() - 2].rfind(
+  // The loop's own record and the launch's goodput, just before the summary.
+  EXPECT_EQ(lines[lines.size() - 3].rfind(
                 "{\"type\":\"trained\",\"step\":16,\"steps\":16,\"seconds\":", 0),
             0u)
-      << lines[lines.size() - 2];
+      << lines[lines.size() - 3];
+  const auto goodput = nlohmann::json::parse(lines[lines.size() - 2]);
+  EXPECT_EQ(goodput["type"], "goodput");
+  EXPECT_EQ(goodput["step"], 16);
+  double parts = 0;
+  for (const char* key : {"startup_s", "training_s", "comm_wait_s", "evaluation_s",
+                          "checkpoint_s", "reform_s", "restart_s", "redone_s", "other_s"}) {
+    EXPECT_GE(goodput[key].get<double>(), 0.0) << key;
+    parts += goodput[key].get<double>();
+  }
+  // The categories split the wall time (other_s is the rest).
+  EXPECT_NEAR(parts, goodput["wall_s"].get<double>(), 1e-9);
+  EXPECT_GT(goodput["training_s"].get<double>(), 0.0);
+  EXPECT_GT(goodput["evaluation_s"].get<double>(), 0.0);
+  EXPECT_GT(goodput["productive_ratio"].get<double>(), 0.0);
+  EXPECT_LE(goodput["productive_ratio"].get<double>(), 1.0);
 
   char final_line[160];
   std::snprintf(final_line, sizeof(final_line),

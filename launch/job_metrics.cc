@@ -1,0 +1,360 @@
+#include "launch/job_metrics.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <utility>
+
+#include "comm/store.h"
+#include "comm/store_keys.h"
+
+namespace cumulus::launch {
+namespace {
+
+double systemNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::optional<double> numberAt(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return std::nullopt;
+  const auto it = object.find(key);
+  if (it == object.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+// A sample value as Prometheus writes one: integers without a fraction, NaN and infinities by
+// name, the rest with enough digits to read back the same double.
+std::string sampleValue(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char text[40];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(text, sizeof(text), "%.0f", v);
+  } else {
+    std::snprintf(text, sizeof(text), "%.17g", v);
+  }
+  return text;
+}
+
+// A label value, escaped as the text format wants (backslash, double quote, newline).
+std::string labelValue(const std::string& value) {
+  std::string out;
+  for (const char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Writes one metric family: its HELP and TYPE lines, then its samples.
+class Exposition {
+ public:
+  void family(const std::string& name, const char* type, const std::string& help) {
+    out_ << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  }
+  void sample(const std::string& name, double value, const std::string& label = "",
+              const std::string& label_value = "") {
+    out_ << name;
+    if (!label.empty()) out_ << '{' << label << "=\"" << labelValue(label_value) << "\"}";
+    out_ << ' ' << sampleValue(value) << '\n';
+  }
+  // A family of one sample.
+  void gauge(const std::string& name, const std::string& help, double value) {
+    family(name, "gauge", help);
+    sample(name, value);
+  }
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+};
+
+constexpr const char* kGoodputCategories[] = {"startup",    "training", "comm_wait",
+                                              "evaluation", "checkpoint", "reform",
+                                              "restart",    "redone",   "other"};
+
+}  // namespace
+
+JobMetrics::JobMetrics(std::string run_id, Clock clock)
+    : run_id_(std::move(run_id)), clock_(clock ? std::move(clock) : Clock(systemNow)) {}
+
+void JobMetrics::agentEvent(const std::string& event, int64_t generation, int64_t world_size,
+                            const std::string& cause, int64_t rank) {
+  nlohmann::json record{{"type", "agent"},
+                        {"event", event},
+                        {"generation", generation},
+                        {"world_size", world_size}};
+  if (!cause.empty()) record["cause"] = cause;
+  if (rank >= 0) record["rank"] = rank;
+  record["time"] = clock_();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (event == "start" || event == "restart") {
+    generation_ = generation;
+    world_size_ = world_size;
+  }
+  if (event == "failure") ++failures_[cause.empty() ? "unknown" : cause];
+  if (event == "preemption") ++preemptions_;
+  if (event == "restart") ++restarts_;
+  records_.push_back(std::move(record));
+}
+
+void JobMetrics::setState(const std::string& state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  state_ = state;
+}
+
+void JobMetrics::addRecord(const nlohmann::json& record) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  addLocked(record);
+}
+
+void JobMetrics::addLocked(nlohmann::json record) {
+  if (!record.is_object()) return;
+  ++received_;
+  const std::string type = record.value("type", "");
+  if (type == "train") {
+    train_ = record;
+  } else if (type == "eval") {
+    test_loss_ = numberAt(record, "test_loss");
+    test_accuracy_ = numberAt(record, "test_accuracy");
+  } else if (type == "checkpoint") {
+    ++checkpoints_;
+    last_checkpoint_step_ = record.value("step", int64_t{0});
+    last_checkpoint_time_ = numberAt(record, "time").value_or(clock_());
+  } else if (type == "checkpoint_failed") {
+    ++checkpoint_failures_;
+  } else if (type == "reform") {
+    ++reformings_[record.value("cause", std::string("unknown"))];
+    membership_epoch_ = record.value("epoch", membership_epoch_);
+    world_size_ = record.value("world_size", world_size_);
+  } else if (type == "resume") {
+    world_size_ = record.value("world_size", world_size_);
+  } else if (type == "balance" && record.contains("shares") && record["shares"].is_array()) {
+    shares_ = record["shares"].get<std::vector<int64_t>>();
+  } else if (type == "goodput") {
+    const double time = numberAt(record, "time").value_or(0);
+    if (time >= goodput_time_) {
+      goodput_ = record;
+      goodput_time_ = time;
+    }
+  }
+  records_.push_back(std::move(record));
+}
+
+void JobMetrics::setRankStatus(int64_t rank, const nlohmann::json& status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ranks_[rank] = status;
+  const auto goodput = status.find("goodput");
+  const double time = numberAt(status, "time").value_or(0);
+  if (rank == 0 && goodput != status.end() && goodput->is_object() && time >= goodput_time_) {
+    goodput_ = *goodput;
+    goodput_time_ = time;
+  }
+}
+
+void JobMetrics::poll(comm::Store& store) {
+  const int64_t count = store.add(comm::metricsRecordCountKey(), 0);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (next_record_ >= count) break;
+    }
+    const std::string key = comm::metricsRecordKey(next_record_);
+    const std::optional<std::string> value = store.tryGet(key);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!value) {
+      // Taken but not written yet; or never, if its sender died in between.
+      const double now = clock_();
+      if (missing_since_ == 0) missing_since_ = now;
+      if (now - missing_since_ < 5.0) break;
+      missing_since_ = 0;
+      ++next_record_;
+      continue;
+    }
+    missing_since_ = 0;
+    ++next_record_;
+    addLocked(nlohmann::json::parse(*value, nullptr, /*allow_exceptions=*/false));
+    store.remove(key);
+  }
+  int64_t ranks = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ranks = std::max<int64_t>(world_size_, 1);
+  }
+  for (int64_t r = 0; r < ranks; ++r) {
+    const std::optional<std::string> value = store.tryGet(comm::metricsRankKey(r));
+    if (!value) continue;
+    const nlohmann::json status = nlohmann::json::parse(*value, nullptr, false);
+    if (status.is_object()) setRankStatus(r, status);
+  }
+}
+
+double JobMetrics::counter(const std::string& name, double value) const {
+  double& highest = exported_[name];
+  highest = std::max(highest, value);
+  return highest;
+}
+
+std::string JobMetrics::prometheus() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const double now = clock_();
+  Exposition out;
+  out.family("cumulus_up", "gauge", "1 for the job's state (running, finished, failed, preempted)");
+  out.sample("cumulus_up", 1, "state", state_);
+  out.gauge("cumulus_step", "completed steps (the newest train record)",
+            train_.value("step", 0.0));
+  out.gauge("cumulus_epoch", "the epoch of the newest train record", train_.value("epoch", 0.0));
+  out.gauge("cumulus_world_size", "workers in the group", static_cast<double>(world_size_));
+  out.gauge("cumulus_membership_epoch", "in-place membership epoch (re-formings so far)",
+            static_cast<double>(membership_epoch_));
+  out.gauge("cumulus_generation", "the launcher's group generation (restarts so far)",
+            static_cast<double>(generation_));
+  if (const auto loss = numberAt(train_, "loss")) {
+    out.gauge("cumulus_loss", "training loss, mean over the steps since the last record", *loss);
+  }
+  if (test_loss_) out.gauge("cumulus_test_loss", "test-set loss of the last evaluation", *test_loss_);
+  if (test_accuracy_) {
+    out.gauge("cumulus_test_accuracy", "test-set accuracy of the last evaluation",
+              *test_accuracy_);
+  }
+  out.gauge("cumulus_samples_per_second", "the job's training throughput",
+            numberAt(train_, "samples_per_sec").value_or(0));
+  struct RankSeries {
+    const char* name;
+    const char* key;
+    double scale;
+    const char* help;
+  };
+  const RankSeries rank_series[] = {
+      {"cumulus_rank_samples_per_second", "samples_per_sec", 1,
+       "each rank's share of the batch over the step time"},
+      {"cumulus_rank_step_seconds", "step_time_ms", 1e-3, "each rank's mean step time"},
+      {"cumulus_rank_comm_wait_seconds", "comm_wait_ms", 1e-3,
+       "each rank's mean wait for the gradient sync per step"},
+  };
+  for (const RankSeries& series : rank_series) {
+    out.family(series.name, "gauge", series.help);
+    for (const auto& [rank, status] : ranks_) {
+      if (world_size_ > 0 && rank >= world_size_) continue;
+      if (const auto v = numberAt(status, series.key)) {
+        out.sample(series.name, *v * series.scale, "rank", std::to_string(rank));
+      }
+    }
+  }
+  out.family("cumulus_batch_share_samples", "gauge", "each rank's share of the global batch");
+  for (size_t r = 0; r < shares_.size(); ++r) {
+    out.sample("cumulus_batch_share_samples", static_cast<double>(shares_[r]), "rank",
+               std::to_string(r));
+  }
+  out.family("cumulus_goodput_seconds_total", "counter",
+             "where the run's wall time went, by category (docs/observability.md)");
+  for (const char* category : kGoodputCategories) {
+    const std::string key = std::string(category) + "_s";
+    out.sample("cumulus_goodput_seconds_total",
+               counter(key, numberAt(goodput_, key.c_str()).value_or(0)), "category", category);
+  }
+  out.family("cumulus_wall_seconds_total", "counter", "the run's wall time the goodput covers");
+  out.sample("cumulus_wall_seconds_total", counter("wall_s", numberAt(goodput_, "wall_s").value_or(0)));
+  out.gauge("cumulus_goodput_ratio", "productive time (training and comm wait) over wall time",
+            numberAt(goodput_, "productive_ratio").value_or(0));
+  const std::pair<const char*, int64_t> counts[] = {
+      {"cumulus_preemptions_total", preemptions_},
+      {"cumulus_restarts_total", restarts_},
+      {"cumulus_checkpoints_total", checkpoints_},
+      {"cumulus_checkpoint_failures_total", checkpoint_failures_},
+      {"cumulus_live_records_total", received_},
+  };
+  for (const auto& [name, value] : counts) {
+    out.family(name, "counter", std::string(name).substr(8) == "preemptions_total"
+                                    ? "preemptions seen (notices and preempted stops)"
+                                    : "events so far");
+    out.sample(name, static_cast<double>(value));
+  }
+  out.family("cumulus_failures_total", "counter", "workers that died, by cause");
+  for (const auto& [cause, n] : failures_) {
+    out.sample("cumulus_failures_total", static_cast<double>(n), "cause", cause);
+  }
+  out.family("cumulus_reformings_total", "counter", "in-place re-formings, by cause");
+  for (const auto& [cause, n] : reformings_) {
+    out.sample("cumulus_reformings_total", static_cast<double>(n), "cause", cause);
+  }
+  if (last_checkpoint_step_) {
+    out.gauge("cumulus_last_checkpoint_step", "the step of the newest committed checkpoint",
+              static_cast<double>(*last_checkpoint_step_));
+    out.gauge("cumulus_last_checkpoint_age_seconds", "seconds since it committed",
+              std::max(0.0, now - last_checkpoint_time_));
+  }
+  return out.text();
+}
+
+nlohmann::json JobMetrics::status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const double now = clock_();
+  nlohmann::json out{{"run_id", run_id_},
+                     {"state", state_},
+                     {"generation", generation_},
+                     {"world_size", world_size_},
+                     {"membership_epoch", membership_epoch_}};
+  for (const char* key : {"step", "epoch", "loss", "samples_per_sec"}) {
+    out[key] = train_.is_object() && train_.contains(key) ? train_[key] : nlohmann::json();
+  }
+  out["test_loss"] = test_loss_ ? nlohmann::json(*test_loss_) : nlohmann::json();
+  out["test_accuracy"] = test_accuracy_ ? nlohmann::json(*test_accuracy_) : nlohmann::json();
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& [rank, status] : ranks_) {
+    if (world_size_ > 0 && rank >= world_size_) continue;
+    nlohmann::json r = status;
+    r["rank"] = rank;
+    if (static_cast<size_t>(rank) < shares_.size()) r["share"] = shares_[rank];
+    ranks.push_back(std::move(r));
+  }
+  out["ranks"] = std::move(ranks);
+  out["shares"] = shares_;
+  nlohmann::json goodput = goodput_.is_object() ? goodput_ : nlohmann::json::object();
+  goodput.erase("type");
+  goodput.erase("step");
+  goodput.erase("time");
+  out["goodput"] = std::move(goodput);
+  out["counts"] = {{"preemptions", preemptions_},
+                   {"failures", [this] {
+                      int64_t n = 0;
+                      for (const auto& entry : failures_) n += entry.second;
+                      return n;
+                    }()},
+                   {"reforms", [this] {
+                      int64_t n = 0;
+                      for (const auto& entry : reformings_) n += entry.second;
+                      return n;
+                    }()},
+                   {"restarts", restarts_},
+                   {"checkpoints", checkpoints_}};
+  if (last_checkpoint_step_) {
+    out["last_checkpoint"] = {{"step", *last_checkpoint_step_},
+                              {"age_s", std::max(0.0, now - last_checkpoint_time_)}};
+  } else {
+    out["last_checkpoint"] = nullptr;
+  }
+  return out;
+}
+
+nlohmann::json JobMetrics::records(int64_t after, int64_t max) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t size = static_cast<int64_t>(records_.size());
+  const int64_t begin = std::clamp<int64_t>(after, 0, size);
+  const int64_t end = std::min(size, begin + std::max<int64_t>(max, 0));
+  nlohmann::json list = nlohmann::json::array();
+  for (int64_t i = begin; i < end; ++i) list.push_back(records_[i]);
+  return {{"next", end}, {"records", std::move(list)}};
+}
+
+}  // namespace cumulus::launch

@@ -1,0 +1,138 @@
+#include "launch/metrics_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <utility>
+
+#include "comm/store.h"
+
+namespace cumulus::launch {
+namespace {
+
+constexpr int64_t kMaxRecordsPerAnswer = 1000;
+
+void noCache(httplib::Response& response) {
+  response.set_header("Cache-Control", "no-store");
+  response.set_header("X-Content-Type-Options", "nosniff");
+}
+
+}  // namespace
+
+MetricsServer::MetricsServer(const std::string& host, int port, JobMetrics& metrics,
+                             comm::Store& store)
+    : metrics_(metrics), store_(store), server_(std::make_unique<httplib::Server>()) {
+  httplib::Server& s = *server_;
+  s.new_task_queue = [] { return new httplib::ThreadPool(8); };
+  s.set_read_timeout(2, 0);
+  s.set_write_timeout(2, 0);
+  s.set_keep_alive_timeout(2);
+  s.set_keep_alive_max_count(100);
+  s.set_payload_max_length(4096);
+  s.Get("/", [](const httplib::Request&, httplib::Response& response) {
+    noCache(response);
+    response.set_content(dashboardPage(), "text/html; charset=utf-8");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    noCache(response);
+    response.set_content(metrics_.prometheus(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.Get("/api/status", [this](const httplib::Request&, httplib::Response& response) {
+    noCache(response);
+    response.set_content(metrics_.status().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                         "application/json");
+  });
+  s.Get("/api/records", [this](const httplib::Request& request, httplib::Response& response) {
+    noCache(response);
+    int64_t after = 0;
+    if (request.has_param("after")) {
+      const std::string text = request.get_param_value("after");
+      size_t used = 0;
+      try {
+        after = std::stoll(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (text.empty() || used != text.size() || after < 0) {
+        response.status = 400;
+        response.set_content("after: expected a record number >= 0, got \"" + text + "\"\n",
+                             "text/plain; charset=utf-8");
+        return;
+      }
+    }
+    response.set_content(metrics_.records(after, kMaxRecordsPerAnswer)
+                             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                         "application/json");
+  });
+  const auto refuse = [](const httplib::Request&, httplib::Response& response) {
+    response.status = 405;
+    response.set_header("Allow", "GET, HEAD");
+  };
+  s.Post(".*", refuse);
+  s.Put(".*", refuse);
+  s.Patch(".*", refuse);
+  s.Delete(".*", refuse);
+  s.Options(".*", refuse);
+  port_ = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
+  if (port_ <= 0) {
+    throw std::runtime_error("--metrics-port " + std::to_string(port) + ": cannot listen on " + host +
+                     ":" + std::to_string(port) +
+                     " (the port is in use, or the address is not this machine's); pick another "
+                     "port, or 0 to serve no metrics");
+  }
+  listener_ = std::thread([this] { serve(); });
+  poller_ = std::thread([this] { pollLoop(); });
+}
+
+MetricsServer::~MetricsServer() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  stop_changed_.notify_all();
+  poller_.join();
+  pollNow();
+  server_->stop();
+  listener_.join();
+}
+
+void MetricsServer::serve() { server_->listen_after_bind(); }
+
+void MetricsServer::pollNow() {
+  std::lock_guard<std::mutex> lock(poll_mutex_);
+  try {
+    metrics_.poll(store_);
+  } catch (const std::exception&) {
+    // The Store is node 0's own; while it is down there is nothing new to show. Tried again at
+    // the next poll.
+  }
+}
+
+void MetricsServer::pollLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    lock.unlock();
+    pollNow();
+    lock.lock();
+    stop_changed_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stopping_; });
+  }
+}
+
+std::string dashboardReport(const nlohmann::json& data) {
+  std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string escaped;
+  escaped.reserve(json.size());
+  for (size_t i = 0; i < json.size(); ++i) {
+    escaped += json[i];
+    if (json[i] == '<' && i + 1 < json.size() && json[i + 1] == '/') escaped += '\\';
+  }
+  const std::string& page = dashboardPage();
+  const std::string marker = "const CUMULUS_EMBEDDED = null;";
+  const size_t at = page.find(marker);
+  if (at == std::string::npos) throw std::logic_error("the dashboard page has no data line");
+  return page.substr(0, at) + "const CUMULUS_EMBEDDED = " + escaped + ";" +
+         page.substr(at + marker.size());
+}
+
+}  // namespace cumulus::launch

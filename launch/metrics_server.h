@@ -1,0 +1,70 @@
+#pragma once
+// MetricsServer: the HTTP endpoint of cumulus-run --metrics-port on node 0. Routes, GET (and
+// HEAD) only:
+//   /              the live dashboard (launch/dashboard.html, one self-contained page)
+//   /metrics       Prometheus text exposition format 0.0.4 (launch/job_metrics.h)
+//   /api/status    the dashboard's JSON summary
+//   /api/records   ?after=N: the records from the N-th on, at most 1000 per answer
+// Any other path is 404, any other method 405, a malformed request 400; nothing else of the job
+// (no token, no path outside the run) is served. Bounded: requests over 8 KiB of headers are
+// refused, a connection idle for 2 s is closed, at most 8 requests are served at once; the
+// endpoint runs on its own threads, so nothing it serves slows the training.
+//
+// A poller thread reads the workers' records and statuses from the Store every 250 ms into the
+// JobMetrics; an answer never waits on the Store. A Store error is kept for the status and tried
+// again at the next poll (the Store is node 0's own, beside this server).
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "launch/job_metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace cumulus::comm {
+class Store;
+}
+
+namespace cumulus::launch {
+
+class MetricsServer {
+ public:
+  // Listens on host:port (port 0: a free one) and starts serving. Throws std::runtime_error naming
+  // --metrics-port when it cannot listen (the port is in use, the host is not this machine's).
+  MetricsServer(const std::string& host, int port, JobMetrics& metrics, comm::Store& store);
+  // Polls the Store one last time and stops.
+  ~MetricsServer();
+
+  int port() const { return port_; }
+  // Reads the Store now (the poller does it every 250 ms). Tests and the launcher's last word.
+  void pollNow();
+
+ private:
+  void serve();
+  void pollLoop();
+
+  JobMetrics& metrics_;
+  comm::Store& store_;
+  std::unique_ptr<httplib::Server> server_;
+  int port_ = 0;
+  std::thread listener_;
+  std::thread poller_;
+  std::mutex mutex_;
+  std::condition_variable stop_changed_;
+  bool stopping_ = false;
+  std::mutex poll_mutex_;  // one poll at a time
+};
+
+// The dashboard page (launch/dashboard.html, built in).
+const std::string& dashboardPage();
+// The page with `data` ({"records": […], "status": … or null}) built in: what cumulus-report
+// writes for a finished run. "</" in the data is written "<\/", so no record ends the script.
+std::string dashboardReport(const nlohmann::json& data);
+
+}  // namespace cumulus::launch
