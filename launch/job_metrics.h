@@ -91,9 +91,9 @@ class JobMetrics {
   int64_t generation_ = 0;
   int64_t world_size_ = 0;
   int64_t membership_epoch_ = 0;
-  nlohmann::json train_;  // the newest train record
+  nlohmann::json train_ = nlohmann::json::object();  // the newest train record
   std::optional<double> test_loss_, test_accuracy_;
-  nlohmann::json goodput_;  // the newest split, from a goodput record or rank 0's status
+  nlohmann::json goodput_ = nlohmann::json::object();  // the newest split, from a goodput record or rank 0's status
   double goodput_time_ = 0;
   std::vector<int64_t> shares_;
   int64_t preemptions_ = 0, restarts_ = 0, checkpoints_ = 0, checkpoint_failures_ = 0;

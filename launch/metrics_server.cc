@@ -1,6 +1,7 @@
 #include "launch/metrics_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <stdexcept>
@@ -12,6 +13,7 @@ namespace cumulus::launch {
 namespace {
 
 constexpr int64_t kMaxRecordsPerAnswer = 1000;
+constexpr size_t kServingThreads = 64;
 
 void noCache(httplib::Response& response) {
   response.set_header("Cache-Control", "no-store");
@@ -24,12 +26,20 @@ MetricsServer::MetricsServer(const std::string& host, int port, JobMetrics& metr
                              comm::Store& store)
     : metrics_(metrics), store_(store), server_(std::make_unique<httplib::Server>()) {
   httplib::Server& s = *server_;
-  s.new_task_queue = [] { return new httplib::ThreadPool(8); };
-  s.set_read_timeout(2, 0);
+  // A connection holds a serving thread while it is open (idle keep-alive included): enough of
+  // them for Prometheus and a few browsers, and a short idle limit for the rest.
+  s.new_task_queue = [] { return new httplib::ThreadPool(kServingThreads); };
+  s.set_read_timeout(1, 0);
   s.set_write_timeout(2, 0);
   s.set_keep_alive_timeout(2);
   s.set_keep_alive_max_count(100);
   s.set_payload_max_length(4096);
+  // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
+  // listener share a port in use instead of failing.
+  s.set_socket_options([](int fd) {
+    const int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   s.Get("/", [](const httplib::Request&, httplib::Response& response) {
     noCache(response);
     response.set_content(dashboardPage(), "text/html; charset=utf-8");

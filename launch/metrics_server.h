@@ -6,13 +6,14 @@
 //   /api/status    the dashboard's JSON summary
 //   /api/records   ?after=N: the records from the N-th on, at most 1000 per answer
 // Any other path is 404, any other method 405, a malformed request 400; nothing else of the job
-// (no token, no path outside the run) is served. Bounded: requests over 8 KiB of headers are
-// refused, a connection idle for 2 s is closed, at most 8 requests are served at once; the
-// endpoint runs on its own threads, so nothing it serves slows the training.
+// (no token, no path outside the run) is served. Bounded: a request line or header over 8 KiB is
+// refused (414, 400), a connection idle for 2 s is closed, at most 64 connections are served at
+// once (more wait their turn); the endpoint runs on threads of its own, apart from the workers,
+// so nothing it serves slows the training.
 //
 // A poller thread reads the workers' records and statuses from the Store every 250 ms into the
-// JobMetrics; an answer never waits on the Store. A Store error is kept for the status and tried
-// again at the next poll (the Store is node 0's own, beside this server).
+// JobMetrics; an answer never waits on the Store. A Store error is tried again at the next poll
+// (the Store is node 0's own, beside this server).
 
 #include <atomic>
 #include <condition_variable>
