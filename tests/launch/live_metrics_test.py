@@ -59,6 +59,18 @@ def find_chromium():
     return None
 
 
+_libc = None
+
+
+def _die_with_parent():
+    """preexec_fn: SIGKILL when this test dies (even by SIGKILL, as at a ctest timeout)."""
+    global _libc
+    import ctypes
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -259,7 +271,7 @@ class LiveMetrics(unittest.TestCase):
         log = open(log_path, "wb")
         self.addCleanup(log.close)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=self.tmp, env=env, start_new_session=True)
+                                cwd=self.tmp, env=env, start_new_session=True, preexec_fn=_die_with_parent)
         self.addCleanup(self.kill_group, proc)
         return proc, log_path
 
@@ -289,7 +301,7 @@ class LiveMetrics(unittest.TestCase):
         err_path = os.path.join(self.tmp, name + ".chromium.log")
         with open(err_path, "wb") as err:
             r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                               start_new_session=True, timeout=90)
+                               start_new_session=True, preexec_fn=_die_with_parent, timeout=90)
         if r.returncode:
             self.fail("chromium (%s) exited with %d%s\n%s" % (name, r.returncode,
                       " (ran past 60 s)" if r.returncode == 124 else "", tail(err_path, 20)))
@@ -632,4 +644,6 @@ class LiveMetrics(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    # A SIGTERM (ctest, a CI runner) ends the test as an error, so its cleanups still run.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     unittest.main()

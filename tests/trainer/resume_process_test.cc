@@ -17,6 +17,8 @@
 #include <set>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/trainer/process_runner.h"
 #include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
@@ -396,6 +398,29 @@ TEST_F(ResumeProcessTest, KilledWorkerIsRestartedAndResumes) {
             std::string::npos)
       << run.output;
   EXPECT_EQ(digestOf(run), expected);
+
+  // The goodput of the whole run, both launches: the restart between them is counted, and the
+  // categories split the wall time, which covers every record of the run.
+  std::ifstream metrics(dir_ / "x" / "metrics.jsonl");
+  std::string line;
+  double first_time = 0;
+  nlohmann::json last;
+  while (std::getline(metrics, line)) {
+    const auto record = nlohmann::json::parse(line);
+    if (first_time == 0) first_time = record["time"].get<double>();
+    if (record["type"] == "goodput") last = record;
+  }
+  ASSERT_TRUE(last.is_object());
+  EXPECT_EQ(last["step"], 96);
+  EXPECT_GT(last["restart_s"].get<double>(), 0.0) << last;
+  EXPECT_GE(last["redone_s"].get<double>(), 0.0) << last;
+  double parts = 0;
+  for (const char* key : {"startup_s", "training_s", "comm_wait_s", "evaluation_s",
+                          "checkpoint_s", "reform_s", "restart_s", "redone_s", "other_s"}) {
+    parts += last[key].get<double>();
+  }
+  EXPECT_NEAR(parts, last["wall_s"].get<double>(), 1e-6) << last;
+  EXPECT_GE(last["wall_s"].get<double>(), last["time"].get<double>() - first_time) << last;
 }
 
 }  // namespace
