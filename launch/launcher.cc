@@ -100,6 +100,11 @@ LaunchReport Launcher::runOrThrow() {
   // The funnel's parameter server is built for one world size: a group that shrinks in place
   // would be left without one.
   if (asked_in_place && options_.host_parameter_server) options_.recovery = Recovery::kRestart;
+  if (options_.metrics_port != 0 && options_.node_rank != 0) {
+    st.console.note("--metrics-port " + std::to_string(options_.metrics_port) +
+                    " is node 0's to serve: node " + std::to_string(options_.node_rank) +
+                    " serves none, and its workers send their metrics to node 0");
+  }
   st.job = setUpJob(options_, st.console, &stopRequested);
   if (asked_in_place && options_.recovery != Recovery::kInPlace) st.console.inPlaceFallsBack();
   st.policy.emplace(options_.max_restarts, options_.max_nodes, st.job->multi,
@@ -470,13 +475,7 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
 void Launcher::startMetrics() {
   State& st = *state_;
   Job& job = *st.job;
-  if (options_.metrics_port == 0) return;
-  if (!job.host) {
-    st.console.note("--metrics-port " + std::to_string(options_.metrics_port) +
-                    " is node 0's to serve: node " + std::to_string(options_.node_rank) +
-                    " serves none, and its workers send their metrics to node 0");
-    return;
-  }
+  if (options_.metrics_port == 0 || !job.host) return;
   st.metrics = std::make_unique<JobMetrics>(options_.run_id);
   try {
     st.metrics_server = std::make_unique<MetricsServer>(options_.metrics_host,

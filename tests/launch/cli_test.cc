@@ -1,12 +1,17 @@
 // launch/'s programs as a user runs them: cumulus-run, cumulus-spot and cumulus-allreduce-probe
 // share one command line (base/command_line.h), so a malformed number exits 2 naming the flag
 // and --help prints on stdout and exits 0.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace {
@@ -82,3 +87,67 @@ TEST(LaunchCli, CumulusAllreduceProbeRejectsAMalformedNumberAndHelpsOnStdout) {
 }
 
 }  // namespace
+
+// --metrics-port: a port in use is a set-up error naming the flag (exit 2, before any worker);
+// on a node other than 0 it is ignored, saying so.
+TEST(LaunchCli, CumulusRunNamesAMetricsPortInUse) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  const std::string logs = ::testing::TempDir() + "/launch_cli_metrics_logs";
+  const Outcome o = run("cumulus-run", "--standalone --log-dir " + logs + " --metrics-port " +
+                                           port + " -- /bin/true");
+  ::close(fd);
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_NE(o.out.find("cumulus-run: error: --metrics-port " + port +
+                       ": cannot listen on 127.0.0.1:" + port +
+                       " (the port is in use, or the address is not this machine's); pick "
+                       "another port, or 0 to serve no metrics\n"),
+            std::string::npos)
+      << o.out;
+
+  const Outcome other = run("cumulus-run", "--nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.1:1 "
+                                           "--rdzv-timeout 0.2 --log-dir " + logs +
+                                           " --metrics-port 9400 -- /bin/true");
+  EXPECT_EQ(other.out.rfind("cumulus-run: --metrics-port 9400 is node 0's to serve: node 1 "
+                            "serves none, and its workers send their metrics to node 0\n",
+                            0),
+            0u)
+      << other.out;
+  std::filesystem::remove_all(logs);
+}
+
+// cumulus-report: a finished run's page, the torn last line of a killed run skipped; no run
+// directory is a usage error that says what RUN_DIR is.
+TEST(LaunchCli, CumulusReportWritesTheRunsPage) {
+  const std::string dir = ::testing::TempDir() + "/launch_cli_report";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/metrics.jsonl")
+      << R"({"type":"train","step":8,"loss":0.5,"time":1.0})" << "\n"
+      << R"({"type":"eval","step":8,"test_loss":0.75,"time":2.0})" << "\n"
+      << R"({"type":"summary","steps":8,"test_loss":0.75,"time":3.0})" << "\n"
+      << R"({"type":"tra)";
+  const Outcome o = run("cumulus-report", dir);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out, "wrote " + dir + "/report.html: 3 records, state finished, step 8 (1 line(s) "
+                   "that are not records skipped)\n");
+  std::ifstream page(dir + "/report.html");
+  const std::string html((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find(R"(const CUMULUS_EMBEDDED = {"records":[{"loss":0.5,"step":8,"time":1.0,)"
+                      R"("type":"train"},)"),
+            std::string::npos);
+
+  const Outcome missing = run("cumulus-report", dir + "/nothing");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_EQ(missing.err, "cumulus-report: error: " + dir +
+                             "/nothing/metrics.jsonl: cannot read it; RUN_DIR is the "
+                             "trainer.run_dir of a run (it holds metrics.jsonl)\n");
+  std::filesystem::remove_all(dir);
+}

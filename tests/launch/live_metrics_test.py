@@ -293,6 +293,9 @@ class LiveMetrics(unittest.TestCase):
         rc = self.job.poll()
         if rc is not None:
             self.fail("cumulus-run exited early with %d\n%s" % (rc, self.job_tail()))
+        prom = getattr(self, "prom", None)
+        if prom is not None and prom.poll() is not None:
+            self.fail("prometheus exited early with %d\n%s" % (prom.returncode, tail(self.prom_log)))
 
     def browse(self, name, *args, budget_ms=5000):
         profile = tempfile.mkdtemp(prefix="profile.", dir=self.tmp)
@@ -375,19 +378,19 @@ class LiveMetrics(unittest.TestCase):
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                     "scrape_configs:\n  - job_name: %s\n    scrape_interval: 1s\n    scrape_timeout: 1s\n"
                     "    static_configs:\n      - targets: ['127.0.0.1:%d']\n" % (JOB, port))
-        self.prom, prom_log = self.start("prometheus", [
+        self.prom, self.prom_log = self.start("prometheus", [
             PROMETHEUS, "--config.file=" + prom_yml, "--storage.tsdb.path=" + os.path.join(prom_dir, "data"),
             "--web.listen-address=127.0.0.1:%d" % self.prom_port], env)
 
         def prom_ready():
             if self.prom.poll() is not None:
-                raise AssertionError("prometheus exited with %d\n%s" % (self.prom.returncode, tail(prom_log)))
+                raise AssertionError("prometheus exited with %d\n%s" % (self.prom.returncode, tail(self.prom_log)))
             try:
                 status, _ = http_get("http://127.0.0.1:%d/-/ready" % self.prom_port, timeout=2)
                 return status == 200, status
             except OSError as e:
                 return False, str(e)
-        wait_for("Prometheus to answer /-/ready", prom_ready, 60, 0.2, lambda: tail(prom_log))
+        wait_for("Prometheus to answer /-/ready", prom_ready, 60, 0.2, lambda: tail(self.prom_log))
 
         # 3. The job through Prometheus.
         self.wait_value("the target to be up", 'up{job="%s"}' % JOB, lambda v: v == 1)
