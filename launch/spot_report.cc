@@ -22,7 +22,7 @@ std::string fixed(double value, int digits) {
 }
 
 // One record of the launch, seen at time `t` on the report's clock.
-void observeRecord(const nlohmann::json& r, double t, LaunchRecord& record) {
+void observeRecord(const nlohmann::ordered_json& r, double t, LaunchRecord& record) {
   const std::string type = r.value("type", "");
   const int64_t step = r.value("step", int64_t{0});
   if (type == "resume") {
@@ -36,6 +36,13 @@ void observeRecord(const nlohmann::json& r, double t, LaunchRecord& record) {
   } else if (type == "trained") {
     record.trained_steps += r.value("steps", int64_t{0});
     record.train_seconds += r.value("seconds", 0.0);
+  } else if (type == "goodput") {
+    record.goodput.clear();
+    for (auto it = r.begin(); it != r.end(); ++it) {
+      if (it.value().is_number() && it.key() != "step" && it.key() != "time") {
+        record.goodput.emplace_back(it.key(), it.value().get<double>());
+      }
+    }
   }
   seeStep(record, step);
 }
@@ -45,7 +52,8 @@ void observeRecord(const nlohmann::json& r, double t, LaunchRecord& record) {
 void observeMetrics(const std::string& jsonl, double start_unix, LaunchRecord& record) {
   std::istringstream in(jsonl);
   for (std::string line; std::getline(in, line);) {
-    const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::ordered_json r =
+        nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!r.is_object()) continue;
     const auto time = r.find("time");
     if (time == r.end() || !time->is_number() || time->get<double>() < start_unix) continue;
@@ -98,6 +106,7 @@ SpotReport summarize(const std::vector<LaunchRecord>& records, const SpotReportO
         report.restart_to_first_step_max_s = std::max(report.restart_to_first_step_max_s, d);
       }
     }
+    if (!r.goodput.empty()) report.goodput = r.goodput;
     for (double s : r.stall_ms) stall_ms += s;
     report.checkpoints += static_cast<int64_t>(r.stall_ms.size());
     train_s += r.train_seconds;
@@ -151,6 +160,17 @@ std::string reportTable(const std::vector<LaunchRecord>& records, const SpotRepo
       << fixed(report.restart_to_first_step_max_s, 3) << " s\n"
       << "checkpoints " << report.checkpoints << ", stall share "
       << fixed(100 * report.stall_share, 3) << "% of train time\n";
+  if (!report.goodput.empty()) {
+    out << "trainer's goodput:";
+    for (const auto& [key, value] : report.goodput) {
+      if (key == "productive_ratio") {
+        out << " productive " << fixed(100 * value, 1) << "%";
+      } else {
+        out << " " << key.substr(0, key.size() - 2) << " " << fixed(value, 2) << " s";
+      }
+    }
+    out << "\n";
+  }
   return out.str();
 }
 
@@ -160,7 +180,7 @@ std::string reportJson(const SpotReport& r) {
     const double unit = std::pow(10.0, digits);
     return std::round(x * unit) / unit;
   };
-  const nlohmann::ordered_json json{
+  nlohmann::ordered_json json{
       {"completed", r.completed},
       {"launches", r.launches},
       {"preemptions", r.preemptions},
@@ -178,6 +198,11 @@ std::string reportJson(const SpotReport& r) {
       {"restart_to_first_step_max_s", rounded(r.restart_to_first_step_max_s, 3)},
       {"checkpoints", r.checkpoints},
       {"stall_share", rounded(r.stall_share, 6)}};
+  if (!r.goodput.empty()) {
+    nlohmann::ordered_json split = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : r.goodput) split[key] = rounded(value, 3);
+    json["goodput"] = std::move(split);
+  }
   return json.dump();
 }
 

@@ -11,11 +11,14 @@
 //                                                 thread's pause for it
 //   {"type":"preempted","step":S}       agreed stop after S steps, checkpoint written
 //   {"type":"trained","steps":K,"seconds":T}   this process's training loop time
+//   {"type":"goodput",…}                the trainer's split of the run's wall time so far
+//                                       (trainer/goodput.h), cumulative over the launches
 // Times are seconds since cumulus-spot started.
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cumulus::launch {
@@ -36,6 +39,9 @@ struct LaunchRecord {
   std::vector<double> stall_ms;  // one per checkpoint
   double train_seconds = 0;      // of its "trained" records, summed
   int64_t trained_steps = 0;
+  // Its newest goodput record's numbers ("wall_s", "training_s", …, "productive_ratio"), in the
+  // record's order; empty: none.
+  std::vector<std::pair<std::string, double>> goodput;
 };
 
 // Reads launch `record`'s records from `jsonl`, the text of the run's metrics.jsonl after the
@@ -66,6 +72,9 @@ struct SpotReport {
   double restart_to_first_step_mean_s = 0, restart_to_first_step_max_s = 0;  // launches >= 1
   int64_t checkpoints = 0;
   double stall_share = 0;  // total checkpoint stall / total train time
+  // The trainer's own account of where the wall time went (the last launch's goodput record);
+  // empty when no launch wrote one.
+  std::vector<std::pair<std::string, double>> goodput;
 };
 
 SpotReport summarize(const std::vector<LaunchRecord>& records, const SpotReportOptions& options);

@@ -134,6 +134,30 @@ TEST(SpotReportTest, Arithmetic) {
   EXPECT_NE(table.find("signal 9 (killed)"), std::string::npos) << table;
 }
 
+// The trainer's goodput records: the newest of each launch, and the last launch's in the report,
+// its table and its JSON.
+TEST(SpotReportTest, ReportsTheTrainersGoodputSplit) {
+  std::vector<LaunchRecord> records(2);
+  observeMetrics(
+      R"({"type":"goodput","step":8,"wall_s":4.0,"training_s":3.0,"productive_ratio":0.75,"time":10})"
+      "\n"
+      R"({"type":"goodput","step":16,"wall_s":8.0,"training_s":5.0,"restart_s":1.5,"productive_ratio":0.625,"time":11})",
+      9.0, records[1]);
+  ASSERT_EQ(records[1].goodput.size(), 4u);
+  EXPECT_EQ(records[1].goodput[2], (std::pair<std::string, double>("restart_s", 1.5)));
+  records[1].end_s = 8;
+  const SpotReport r = summarize(records, {});
+  EXPECT_EQ(r.goodput, records[1].goodput);
+  EXPECT_NE(reportTable(records, r).find("trainer's goodput: wall 8.00 s training 5.00 s "
+                                         "restart 1.50 s productive 62.5%\n"),
+            std::string::npos)
+      << reportTable(records, r);
+  const std::string json = reportJson(r);
+  EXPECT_NE(json.find(R"("goodput":{"wall_s":8.0,"training_s":5.0,"restart_s":1.5,"productive_ratio":0.625})"),
+            std::string::npos)
+      << json;
+}
+
 // Launches killed during start-up (before any step) lose nothing and resume nothing.
 TEST(SpotReportTest, LaunchesThatNeverTrainedDoNotCountAsLoss) {
   std::vector<LaunchRecord> records(4);
