@@ -286,6 +286,7 @@ if os.path.exists(mpath):
                 pass
 reforms = [m for m in metrics if m.get("type") == "reform"]
 trained = [m for m in metrics if m.get("type") == "trained"]
+accounts = [m for m in metrics if m.get("type") == "goodput"]
 last_step = max([m.get("step", 0) for m in metrics if "step" in m] or [0])
 
 def dist(xs):
@@ -343,6 +344,9 @@ result = {
     "events": [dict(e, t=round(e["t"] - t0, 3)) for e in events],
     "reform_records": reforms,
     "trained_seconds": trained[-1]["seconds"] if trained else None,
+    # The trainer's own split of the run's wall time (trainer/goodput.h): its last record.
+    "accounting": {k: v for k, v in accounts[-1].items() if k not in ("type", "time")}
+                  if accounts else None,
 }
 print(json.dumps(result))
 PY
@@ -377,12 +381,19 @@ done
 import json, sys, time
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 base = {(r["scenario"], r["rep"]): r["wall_s"] for r in runs if r["mode"] == "none" and r["completed"]}
+# The same figure from the trainer's accounting alone: the disrupted run's productive ratio over
+# the uninterrupted run's (each = steps' time / wall time, the steps being the same work).
+base_ratio = {(r["scenario"], r["rep"]): r["accounting"]["productive_ratio"] for r in runs
+              if r["mode"] == "none" and r["completed"] and r.get("accounting")}
 stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 with open(sys.argv[2], "a") as out:
     for r in runs:
         b = base.get((r["scenario"], r["rep"]))
         r["baseline_s"] = b
         r["goodput"] = round(b / r["wall_s"], 4) if b and r["completed"] else None
+        a, br = r.get("accounting"), base_ratio.get((r["scenario"], r["rep"]))
+        r["goodput_accounted"] = (round(a["productive_ratio"] / br, 4)
+                                  if a and br and r["completed"] else None)
         r["measured_at"] = stamp
         out.write(json.dumps(r) + "\n")
 
@@ -400,5 +411,19 @@ for r in runs:
         names[r["scenario"]], r["mode"] if r["mode"] != "none" else "uninterrupted", r["rep"],
         r["last_step"], "" if r["completed"] else " (incomplete)", r["wall_s"], g, r["faults"],
         d(r["fault_to_step_s"]), d(r["join_to_step_s"]), p))
+# Where the trainer's accounting put each run's wall time, against the wall clock.
+print("\n| scenario | recovery | rep | wall s (clock) | wall s (accounted) | productive | restart s "
+      "| redone s | reform s | startup s | goodput (clock) | goodput (accounted) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for r in runs:
+    a = r.get("accounting")
+    if not a:
+        continue
+    gc = "%.1f%%" % (100 * r["goodput"]) if r.get("goodput") else "-"
+    ga = "%.1f%%" % (100 * r["goodput_accounted"]) if r.get("goodput_accounted") else "-"
+    print("| %s | %s | %d | %.1f | %.1f | %.1f%% | %.1f | %.1f | %.1f | %.1f | %s | %s |" % (
+        names[r["scenario"]], r["mode"] if r["mode"] != "none" else "uninterrupted", r["rep"],
+        r["wall_s"], a["wall_s"], 100 * a["productive_ratio"], a["restart_s"], a["redone_s"],
+        a["reform_s"], a["startup_s"], gc, ga))
 print("\nload average at the end: %s; %s" % (sys.argv[3], stamp))
 PY
