@@ -56,8 +56,14 @@ std::string labelValue(const std::string& value) {
   return out;
 }
 
+constexpr const char* kGoodputCategories[] = {"startup",    "training", "comm_wait",
+                                              "evaluation", "checkpoint", "reform",
+                                              "restart",    "redone",   "other"};
+
+}  // namespace
+
 // Writes one metric family: its HELP and TYPE lines, then its samples.
-class Exposition {
+class PrometheusText {
  public:
   void family(const std::string& name, const char* type, const std::string& help) {
     out_ << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
@@ -78,12 +84,6 @@ class Exposition {
  private:
   std::ostringstream out_;
 };
-
-constexpr const char* kGoodputCategories[] = {"startup",    "training", "comm_wait",
-                                              "evaluation", "checkpoint", "reform",
-                                              "restart",    "redone",   "other"};
-
-}  // namespace
 
 JobMetrics::JobMetrics(std::string run_id, Clock clock)
     : run_id_(std::move(run_id)), clock_(clock ? std::move(clock) : Clock(systemNow)) {}
@@ -207,8 +207,15 @@ double JobMetrics::counter(const std::string& name, double value) const {
 
 std::string JobMetrics::prometheus() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  const double now = clock_();
-  Exposition out;
+  PrometheusText out;
+  exposeJob(out);
+  exposeRanks(out);
+  exposeGoodput(out);
+  exposeEvents(out);
+  return out.text();
+}
+
+void JobMetrics::exposeJob(PrometheusText& out) const {
   out.family("cumulus_up", "gauge", "1 for the job's state (running, finished, failed, preempted)");
   out.sample("cumulus_up", 1, "state", state_);
   out.gauge("cumulus_step", "completed steps (the newest train record)",
@@ -229,6 +236,9 @@ std::string JobMetrics::prometheus() const {
   }
   out.gauge("cumulus_samples_per_second", "the job's training throughput",
             numberAt(train_, "samples_per_sec").value_or(0));
+}
+
+void JobMetrics::exposeRanks(PrometheusText& out) const {
   struct RankSeries {
     const char* name;
     const char* key;
@@ -256,6 +266,9 @@ std::string JobMetrics::prometheus() const {
     out.sample("cumulus_batch_share_samples", static_cast<double>(shares_[r]), "rank",
                std::to_string(r));
   }
+}
+
+void JobMetrics::exposeGoodput(PrometheusText& out) const {
   out.family("cumulus_goodput_seconds_total", "counter",
              "where the run's wall time went, by category (docs/observability.md)");
   for (const char* category : kGoodputCategories) {
@@ -264,21 +277,28 @@ std::string JobMetrics::prometheus() const {
                counter(key, numberAt(goodput_, key.c_str()).value_or(0)), "category", category);
   }
   out.family("cumulus_wall_seconds_total", "counter", "the run's wall time the goodput covers");
-  out.sample("cumulus_wall_seconds_total", counter("wall_s", numberAt(goodput_, "wall_s").value_or(0)));
+  out.sample("cumulus_wall_seconds_total",
+             counter("wall_s", numberAt(goodput_, "wall_s").value_or(0)));
   out.gauge("cumulus_goodput_ratio", "productive time (training and comm wait) over wall time",
             numberAt(goodput_, "productive_ratio").value_or(0));
-  const std::pair<const char*, int64_t> counts[] = {
-      {"cumulus_preemptions_total", preemptions_},
-      {"cumulus_restarts_total", restarts_},
-      {"cumulus_checkpoints_total", checkpoints_},
-      {"cumulus_checkpoint_failures_total", checkpoint_failures_},
-      {"cumulus_live_records_total", received_},
+}
+
+void JobMetrics::exposeEvents(PrometheusText& out) const {
+  struct Count {
+    const char* name;
+    int64_t value;
+    const char* help;
   };
-  for (const auto& [name, value] : counts) {
-    out.family(name, "counter", std::string(name).substr(8) == "preemptions_total"
-                                    ? "preemptions seen (notices and preempted stops)"
-                                    : "events so far");
-    out.sample(name, static_cast<double>(value));
+  const Count counts[] = {
+      {"cumulus_preemptions_total", preemptions_, "preempted stops of the group"},
+      {"cumulus_restarts_total", restarts_, "restarts of the whole group"},
+      {"cumulus_checkpoints_total", checkpoints_, "checkpoints committed"},
+      {"cumulus_checkpoint_failures_total", checkpoint_failures_, "checkpoints that failed"},
+      {"cumulus_live_records_total", received_, "records received from the workers"},
+  };
+  for (const Count& c : counts) {
+    out.family(c.name, "counter", c.help);
+    out.sample(c.name, static_cast<double>(c.value));
   }
   out.family("cumulus_failures_total", "counter", "workers that died, by cause");
   for (const auto& [cause, n] : failures_) {
@@ -292,9 +312,8 @@ std::string JobMetrics::prometheus() const {
     out.gauge("cumulus_last_checkpoint_step", "the step of the newest committed checkpoint",
               static_cast<double>(*last_checkpoint_step_));
     out.gauge("cumulus_last_checkpoint_age_seconds", "seconds since it committed",
-              std::max(0.0, now - last_checkpoint_time_));
+              std::max(0.0, clock_() - last_checkpoint_time_));
   }
-  return out.text();
 }
 
 nlohmann::json JobMetrics::status() const {

@@ -52,6 +52,8 @@ class Store;
 
 namespace cumulus::launch {
 
+class PrometheusText;
+
 class JobMetrics {
  public:
   using Clock = std::function<double()>;  // Unix seconds; empty: the system clock
@@ -80,6 +82,11 @@ class JobMetrics {
 
  private:
   void addLocked(nlohmann::json record);
+  // The families of prometheus(), under the lock.
+  void exposeJob(PrometheusText& out) const;
+  void exposeRanks(PrometheusText& out) const;
+  void exposeGoodput(PrometheusText& out) const;
+  void exposeEvents(PrometheusText& out) const;
   double counter(const std::string& name, double value) const;
 
   std::string run_id_;

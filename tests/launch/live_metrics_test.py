@@ -10,8 +10,9 @@ One TestCase, one long test (the phases share one job, so they run in order in o
   4. malformed traffic while training: 50 connections held at once, garbage on some, one request
      with a 64 KiB header; each gets a 4xx or is closed, a fresh GET /metrics still answers 200
      (latency printed), and training goes on;
-  5. SIGKILL of the rank-1 worker: Prometheus shows a failure of cause "signal SIGKILL" and a
-     re-forming, the world is 2 again (the replacement joined) and the step increases;
+  5. SIGKILL of the rank-1 worker ($CUMULUS_KILL_RANK to choose another): Prometheus shows a
+     failure of cause "signal SIGKILL", a re-forming and the replacement's join, the world is 2
+     again and the step increases;
   6. Chromium on the live dashboard: data-ready, train points, one bar per rank, failure and
      reform/join events on the timeline, a training goodput segment; a PNG screenshot
      ($CUMULUS_SCREENSHOT, else in the temp dir);
@@ -19,9 +20,10 @@ One TestCase, one long test (the phases share one job, so they run in order in o
   8. cumulus-report RUN_DIR in Chromium: train/eval points == the records of metrics.jsonl;
   9. the TensorBoard events files: brain.Event:2 first, train/loss steps == the train records'.
 
-Environment: CUMULUS_BIN (default <repo>/build/bin), CUMULUS_SCREENSHOT (optional), CUMULUS_KEEP_TMP=1
-(keep the temp dir and say where),
+Environment: CUMULUS_BIN (default <repo>/build/bin), CUMULUS_SCREENSHOT (optional),
+CUMULUS_KILL_RANK (default 1), CUMULUS_KEEP_TMP=1 (keep the temp dir and say where),
 PROMETHEUS (default /usr/bin/prometheus), CHROMIUM (default chromium-headless-shell on PATH).
+Skipped (not failed) when Prometheus or Chromium is missing.
 Standard library only; loopback only; every process group and temp dir is removed, also on failure.
 Usage: /usr/bin/python3 tests/launch/live_metrics_test.py [-v]
 """
@@ -363,7 +365,8 @@ class LiveMetrics(unittest.TestCase):
                 "--set", "checkpoint.every_steps=200", "--set", "eval.every_steps=200",
                 "--set", "trainer.run_dir=" + run_dir]
         self.job, self.job_log = self.start("job", argv, env)
-        want_line = "live metrics: http://127.0.0.1:%d/ (dashboard), http://127.0.0.1:%d/metrics (Prometheus)" % (port, port)
+        want_line = ("live metrics: http://127.0.0.1:%d/ (dashboard), http://127.0.0.1:%d/metrics (Prometheus)"
+                     % (port, port))
 
         def line_printed():
             self.check_job_alive()
@@ -414,14 +417,20 @@ class LiveMetrics(unittest.TestCase):
                                 self.scalar('max_over_time(scrape_duration_seconds{job="%s"}[%ds])' % (JOB, window))))
 
         # 5. SIGKILL of the rank-1 worker.
-        victim = self.worker_with_rank("1")
+        kill_rank = os.environ.get("CUMULUS_KILL_RANK", "1")
+        victim = self.worker_with_rank(kill_rank)
+        goodput_before = self.scalar("sum(cumulus_goodput_seconds_total)")
         os.kill(victim, signal.SIGKILL)
-        self.summary.append("SIGKILLed the rank-1 worker, pid %d" % victim)
+        self.summary.append("SIGKILLed the rank-%s worker, pid %d" % (kill_rank, victim))
         fails = self.wait_value('a failure of cause "signal SIGKILL"', 'cumulus_failures_total{cause="signal SIGKILL"}',
                                 lambda v: v >= 1)
         reforms = self.wait_value("a re-forming", "sum(cumulus_reformings_total)", lambda v: v >= 1)
+        self.wait_value("the replacement's join", 'cumulus_reformings_total{cause="join"}', lambda v: v >= 1)
         self.wait_value("the world to be 2 again (the replacement joined)", "cumulus_world_size", lambda v: v == 2)
         self.wait_step_increase("after the SIGKILL")
+        goodput_after = self.scalar("sum(cumulus_goodput_seconds_total)")
+        self.summary.append("sum(cumulus_goodput_seconds_total) before the SIGKILL %.3f, after %.3f"
+                            % (goodput_before, goodput_after))
         by_cause = {m.get("cause"): v for m, v in self.query("cumulus_reformings_total")}
         self.summary.append("failures{signal SIGKILL} %g, reformings %g %r" % (fails, reforms, by_cause))
         self.summary.append("after the SIGKILL: " + ", ".join("%s %r" % (m, self.scalar(m)) for m in (
@@ -561,9 +570,11 @@ class LiveMetrics(unittest.TestCase):
         state = dom.by_id("state")
         self.assertFalse(failures, "live dashboard %s:\n  %s\n(DOM: %s)\n%s" % (
             url, "\n  ".join(failures), os.path.join(self.tmp, "live.dom"), self.job_tail()))
-        self.summary.append("live dashboard (%.1f s in Chromium): records %s (status: %s), renders %s, %d train points, %d bars, timeline %r, "
-                            "goodput %r, state %r" % (browse_s, attrs.get("data-records"), status.get("counts"), attrs.get("data-renders"), train_pts,
-                                                     len(bars), kinds, segments, state and state["text"].strip()))
+        self.summary.append(
+            "live dashboard (%.1f s in Chromium): records %s (status counts: %s), renders %s, %d train points, "
+            "%d bars, timeline %r, goodput %r, state %r"
+            % (browse_s, attrs.get("data-records"), status.get("counts"), attrs.get("data-renders"), train_pts,
+               len(bars), kinds, segments, state and state["text"].strip()))
 
         shot = os.environ.get("CUMULUS_SCREENSHOT") or os.path.join(self.tmp, "live.png")
         shot = os.path.abspath(shot)
