@@ -105,6 +105,7 @@ void JobMetrics::agentEvent(const std::string& event, int64_t generation, int64_
   if (event == "failure") ++failures_[cause.empty() ? "unknown" : cause];
   if (event == "preemption") ++preemptions_;
   if (event == "restart") ++restarts_;
+  if (event == "join" && cause == "replacement") ++replacements_;
   records_.push_back(std::move(record));
 }
 
@@ -292,6 +293,8 @@ void JobMetrics::exposeEvents(PrometheusText& out) const {
   const Count counts[] = {
       {"cumulus_preemptions_total", preemptions_, "preempted stops of the group"},
       {"cumulus_restarts_total", restarts_, "restarts of the whole group"},
+      {"cumulus_replacements_total", replacements_,
+       "workers started in place of dead ones (each counts against --max-restarts)"},
       {"cumulus_checkpoints_total", checkpoints_, "checkpoints committed"},
       {"cumulus_checkpoint_failures_total", checkpoint_failures_, "checkpoints that failed"},
       {"cumulus_live_records_total", received_, "records received from the workers"},
@@ -356,6 +359,7 @@ nlohmann::json JobMetrics::status() const {
                       return n;
                     }()},
                    {"restarts", restarts_},
+                   {"replacements", replacements_},
                    {"checkpoints", checkpoints_}};
   if (last_checkpoint_step_) {
     out["last_checkpoint"] = {{"step", *last_checkpoint_step_},

@@ -26,8 +26,9 @@
 //                                          restart, redone, other
 //   cumulus_wall_seconds_total             the run's wall time the split covers
 //   cumulus_goodput_ratio                  productive (training + comm wait) / wall
-//   cumulus_preemptions_total, cumulus_restarts_total, cumulus_checkpoints_total,
-//   cumulus_checkpoint_failures_total
+//   cumulus_preemptions_total, cumulus_restarts_total (of the whole group),
+//   cumulus_replacements_total (in place: workers started in a dead one's slot; each counts
+//   against --max-restarts), cumulus_checkpoints_total, cumulus_checkpoint_failures_total
 //   cumulus_failures_total{cause}          workers that died, by how ("exit code 1", "signal
 //                                          SIGKILL")
 //   cumulus_reformings_total{cause}        in-place re-formings: failure, leave, join
@@ -103,7 +104,8 @@ class JobMetrics {
   nlohmann::json goodput_ = nlohmann::json::object();  // the newest split, from a goodput record or rank 0's status
   double goodput_time_ = 0;
   std::vector<int64_t> shares_;
-  int64_t preemptions_ = 0, restarts_ = 0, checkpoints_ = 0, checkpoint_failures_ = 0;
+  int64_t preemptions_ = 0, restarts_ = 0, replacements_ = 0, checkpoints_ = 0;
+  int64_t checkpoint_failures_ = 0;
   std::map<std::string, int64_t> failures_, reformings_;
   std::optional<int64_t> last_checkpoint_step_;
   double last_checkpoint_time_ = 0;

@@ -19,6 +19,8 @@ PACKAGES=(
   python3-torch                      # the peer we compare against, and the TorchScript fixture
   python3-dev pybind11-dev           # the Python package (python/): the torch.distributed backend
   fortunes                           # English text for the GPT showcase (scripts/make_text_corpus.py)
+  libcpp-httplib-dev                 # cumulus-run --metrics-port serves over cpp-httplib
+  prometheus chromium-headless-shell # the live-metrics tests: a real scrape, a real browser
   iproute2 procps
   clang libclang-rt-14-dev           # libFuzzer, ASan and UBSan for `make fuzz`
   slurmctld slurmd slurm-client munge  # a real one-host Slurm cluster for the Slurm test

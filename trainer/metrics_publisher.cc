@@ -69,6 +69,11 @@ void StorePublisher::rankStatus(const nlohmann::ordered_json& status) {
   changed_.notify_all();
 }
 
+void StorePublisher::setRank(int64_t rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  options_.rank = rank;
+}
+
 int64_t StorePublisher::dropped() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return dropped_;
@@ -94,9 +99,9 @@ void StorePublisher::loop() {
     Item item = std::move(queue_.front());
     queue_.pop_front();
     ++in_flight_;
+    const std::string key = item.is_record ? std::string() : comm::metricsRankKey(options_.rank);
     lock.unlock();
-    const bool ok = send(item.is_record ? std::string() : comm::metricsRankKey(options_.rank),
-                         item.json);
+    const bool ok = send(key, item.json);
     lock.lock();
     --in_flight_;
     if (!ok) {
@@ -120,7 +125,12 @@ bool StorePublisher::send(const std::string& key_or_empty, const std::string& va
     return true;
   } catch (const std::exception& e) {
     if (options_.warnings != nullptr) {
-      *options_.warnings << "warning: rank " << options_.rank
+      int64_t rank = 0;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        rank = options_.rank;
+      }
+      *options_.warnings << "warning: rank " << rank
                          << " stops sending live metrics to the Store (" << e.what()
                          << "); training goes on, and metrics.jsonl is unchanged" << std::endl;
     }

@@ -45,6 +45,8 @@ class StorePublisher final : public RecordSink {
   void record(const nlohmann::ordered_json& record) override;
   void rankStatus(const nlohmann::ordered_json& status) override;
 
+  // This process's rank after an in-place re-forming: its status goes to that rank's key.
+  void setRank(int64_t rank);
   // Records dropped because the queue was full or the Store failed.
   int64_t dropped() const;
   // Blocks until everything queued so far was sent or dropped (tests).

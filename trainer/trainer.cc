@@ -24,7 +24,6 @@
 #include "models/model.h"
 #include "checkpoint/checkpoint_schedule.h"
 #include "trainer/loss.h"
-#include "trainer/metrics_publisher.h"
 #include "trainer/tensorboard.h"
 #include "trainer/progress.h"
 #include "trainer/rank_reduce.h"
@@ -390,16 +389,22 @@ void Trainer::Impl::buildGroupParts() {
   }
   record.rank = env_.rank;
   record.goodput = goodput_;
-  if (writes()) {
-    record.sinks.push_back(
-        std::make_shared<TensorBoardRecords>(config_.trainer.run_dir + "/tensorboard"));
+  // One events file and one Store connection for the process, whatever re-formings come: made
+  // the first time this process writes (or sends), kept across the recorders of later groups.
+  if (writes() && !tensorboard_) {
+    tensorboard_ = std::make_shared<TensorBoardRecords>(config_.trainer.run_dir + "/tensorboard");
   }
+  if (writes()) record.sinks.push_back(tensorboard_);
   if (env_.live_metrics && !env_.store_host.empty() && env_.store_port > 0) {
-    StorePublisherOptions live;
-    live.rank = env_.rank;
-    live.warnings = options_.console != nullptr ? &std::cerr : nullptr;
-    record.sinks.push_back(std::make_shared<StorePublisher>(
-        env_.store_host, static_cast<int>(env_.store_port), env_.job_token, live));
+    if (!publisher_) {
+      StorePublisherOptions live;
+      live.rank = env_.rank;
+      live.warnings = options_.console != nullptr ? &std::cerr : nullptr;
+      publisher_ = std::make_shared<StorePublisher>(
+          env_.store_host, static_cast<int>(env_.store_port), env_.job_token, live);
+    }
+    publisher_->setRank(env_.rank);
+    record.sinks.push_back(publisher_);
   }
   recorder_ = choose<MetricsRecorder>(
       options_.metrics, std::make_shared<ProgressMetricsRecorder>(std::move(record)), "metrics");

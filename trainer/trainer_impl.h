@@ -28,6 +28,7 @@
 #include "distributed/flat_parameters.h"
 #include "cumulus/data_parallel.h"
 #include "trainer/loss.h"
+#include "trainer/metrics_publisher.h"
 #include "trainer/metrics_recorder.h"
 #include "trainer/optimizer.h"
 #include "trainer/schedule.h"
@@ -164,6 +165,10 @@ class Trainer::Impl {
   std::shared_ptr<MetricsRecorder> recorder_;
   // The launch's goodput account, kept across re-formed groups' recorders.
   std::shared_ptr<GoodputAccount> goodput_ = std::make_shared<GoodputAccount>();
+  // The record sinks of the process (trainer.cc, buildGroupParts): its TensorBoard events file,
+  // made once it writes, and its live metrics publisher.
+  std::shared_ptr<RecordSink> tensorboard_;
+  std::shared_ptr<StorePublisher> publisher_;
   // The checkpoints, the run directory's guards and the residuals for the checkpoints.
   std::unique_ptr<RunCheckpoints> checkpoints_;
 

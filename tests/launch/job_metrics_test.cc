@@ -40,6 +40,7 @@ TEST_F(JobMetricsTest, RendersTheJobAsPrometheusText) {
                           {"startup_s", 2.0}, {"training_s", 12.0}, {"comm_wait_s", 3.0},
                           {"other_s", 3.0}, {"productive_ratio", 0.75}, {"time", 994.0}});
   metrics_.agentEvent("failure", 0, 2, "signal SIGKILL", 1);
+  metrics_.agentEvent("join", 0, 2, "replacement", 1);
   metrics_.agentEvent("failure", 0, 2, "a \"quoted\"\\cause\nline", 0);
   metrics_.setRankStatus(0, json{{"samples_per_sec", 800.0}, {"step_time_ms", 50.0},
                                  {"comm_wait_ms", 10.0}, {"time", 995.0}});
@@ -66,6 +67,7 @@ TEST_F(JobMetricsTest, RendersTheJobAsPrometheusText) {
            "cumulus_failures_total{cause=\"signal SIGKILL\"} 1",
            "cumulus_failures_total{cause=\"a \\\"quoted\\\"\\\\cause\\nline\"} 1",
            "cumulus_reformings_total{cause=\"failure\"} 1", "cumulus_restarts_total 0",
+           "cumulus_replacements_total 1",
            "cumulus_live_records_total 6"}) {
     EXPECT_TRUE(hasLine(text, line)) << "missing line: " << line << "\nin:\n" << text;
   }

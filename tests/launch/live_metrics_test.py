@@ -252,11 +252,15 @@ class LiveMetrics(unittest.TestCase):
             # The binaries may be rebuilt under us now and then: wait a little for one to reappear.
             wait_for("%s to exist and be executable" % path,
                      lambda p=path: (os.access(p, os.X_OK), os.path.exists(p)), 30, 0.5)
+        # Both come with scripts/install-deps.sh (make test runs it): missing is a failure, not a
+        # skip, so that a CI machine without them cannot pass untested.
         if not os.access(PROMETHEUS, os.X_OK):
-            self.skipTest("no Prometheus at %s" % PROMETHEUS)
+            self.fail("no Prometheus at %s: run scripts/install-deps.sh (Debian's prometheus)"
+                      % PROMETHEUS)
         self.chromium = find_chromium()
         if not self.chromium:
-            self.skipTest("no Chromium: install chromium-headless-shell or set CHROMIUM")
+            self.fail("no Chromium: run scripts/install-deps.sh (chromium-headless-shell) or set "
+                      "CHROMIUM")
         self.tmp = tempfile.mkdtemp(prefix="live_metrics_test.")
         if os.environ.get("CUMULUS_KEEP_TMP"):
             print("live_metrics_test: keeping %s" % self.tmp, file=sys.stderr)
