@@ -121,26 +121,43 @@ void JobMetrics::addRecord(const nlohmann::json& record) {
 
 void JobMetrics::addLocked(nlohmann::json record) {
   if (!record.is_object()) return;
+  try {
+    fold(record);
+  } catch (const nlohmann::json::exception&) {
+    // A field of another type than the trainer writes ({"step":"x"}): the record is kept for the
+    // dashboard, which shows what it can, but says nothing to the metrics.
+    ++malformed_;
+  }
   ++received_;
+  records_.push_back(std::move(record));
+}
+
+void JobMetrics::fold(const nlohmann::json& record) {
   const std::string type = record.value("type", "");
+  // Each branch reads every field it needs before it changes anything, so a record that throws
+  // changes nothing.
   if (type == "train") {
     train_ = record;
   } else if (type == "eval") {
     test_loss_ = numberAt(record, "test_loss");
     test_accuracy_ = numberAt(record, "test_accuracy");
   } else if (type == "checkpoint") {
+    const int64_t step = record.value("step", int64_t{0});
     ++checkpoints_;
-    last_checkpoint_step_ = record.value("step", int64_t{0});
+    last_checkpoint_step_ = step;
     last_checkpoint_time_ = numberAt(record, "time").value_or(clock_());
   } else if (type == "checkpoint_failed") {
     ++checkpoint_failures_;
   } else if (type == "reform") {
-    ++reformings_[record.value("cause", std::string("unknown"))];
-    membership_epoch_ = record.value("epoch", membership_epoch_);
-    world_size_ = record.value("world_size", world_size_);
+    const std::string cause = record.value("cause", std::string("unknown"));
+    const int64_t epoch = record.value("epoch", membership_epoch_);
+    const int64_t world_size = record.value("world_size", world_size_);
+    ++reformings_[cause];
+    membership_epoch_ = epoch;
+    world_size_ = world_size;
   } else if (type == "resume") {
     world_size_ = record.value("world_size", world_size_);
-  } else if (type == "balance" && record.contains("shares") && record["shares"].is_array()) {
+  } else if (type == "balance" && record.contains("shares")) {
     shares_ = record["shares"].get<std::vector<int64_t>>();
   } else if (type == "goodput") {
     const double time = numberAt(record, "time").value_or(0);
@@ -149,7 +166,6 @@ void JobMetrics::addLocked(nlohmann::json record) {
       goodput_time_ = time;
     }
   }
-  records_.push_back(std::move(record));
 }
 
 void JobMetrics::setRankStatus(int64_t rank, const nlohmann::json& status) {
@@ -220,8 +236,9 @@ void JobMetrics::exposeJob(PrometheusText& out) const {
   out.family("cumulus_up", "gauge", "1 for the job's state (running, finished, failed, preempted)");
   out.sample("cumulus_up", 1, "state", state_);
   out.gauge("cumulus_step", "completed steps (the newest train record)",
-            train_.value("step", 0.0));
-  out.gauge("cumulus_epoch", "the epoch of the newest train record", train_.value("epoch", 0.0));
+            numberAt(train_, "step").value_or(0));
+  out.gauge("cumulus_epoch", "the epoch of the newest train record",
+            numberAt(train_, "epoch").value_or(0));
   out.gauge("cumulus_world_size", "workers in the group", static_cast<double>(world_size_));
   out.gauge("cumulus_membership_epoch", "in-place membership epoch (re-formings so far)",
             static_cast<double>(membership_epoch_));
@@ -298,6 +315,8 @@ void JobMetrics::exposeEvents(PrometheusText& out) const {
       {"cumulus_checkpoints_total", checkpoints_, "checkpoints committed"},
       {"cumulus_checkpoint_failures_total", checkpoint_failures_, "checkpoints that failed"},
       {"cumulus_live_records_total", received_, "records received from the workers"},
+      {"cumulus_live_records_malformed_total", malformed_,
+       "of those, records with a field of an unexpected type (shown, not counted)"},
   };
   for (const Count& c : counts) {
     out.family(c.name, "counter", c.help);

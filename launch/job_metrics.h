@@ -34,6 +34,7 @@
 //   cumulus_reformings_total{cause}        in-place re-formings: failure, leave, join
 //   cumulus_last_checkpoint_step, cumulus_last_checkpoint_age_seconds
 //   cumulus_live_records_total             records received from the workers
+//   cumulus_live_records_malformed_total   of those, with a field of an unexpected type
 // A counter never goes down: after a rollback the trainer's split starts again from the
 // checkpoint's, and the exported counters hold their highest value until the split passes it.
 
@@ -83,6 +84,8 @@ class JobMetrics {
 
  private:
   void addLocked(nlohmann::json record);
+  // What a record tells the metrics. Throws nlohmann::json::exception on a field of another type.
+  void fold(const nlohmann::json& record);
   // The families of prometheus(), under the lock.
   void exposeJob(PrometheusText& out) const;
   void exposeRanks(PrometheusText& out) const;
@@ -110,6 +113,7 @@ class JobMetrics {
   std::optional<int64_t> last_checkpoint_step_;
   double last_checkpoint_time_ = 0;
   int64_t received_ = 0;
+  int64_t malformed_ = 0;
   // The Store's reading position.
   int64_t next_record_ = 0;
   double missing_since_ = 0;

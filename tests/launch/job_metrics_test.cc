@@ -75,6 +75,23 @@ TEST_F(JobMetricsTest, RendersTheJobAsPrometheusText) {
   EXPECT_LT(text.find("# HELP cumulus_step "), text.find("\ncumulus_step "));
 }
 
+// A record with a field of another type than the trainer writes is kept for the page and counted,
+// and tells the metrics nothing.
+TEST_F(JobMetricsTest, AMalformedRecordIsKeptAndCounted) {
+  metrics_.addRecord(json{{"type", "train"}, {"step", 4}});
+  metrics_.addRecord(json{{"type", "checkpoint"}, {"step", "four"}});
+  metrics_.addRecord(json{{"type", "reform"}, {"cause", 3}});
+  metrics_.addRecord(json{{"type", "balance"}, {"shares", "64,64"}});
+  metrics_.addRecord(json::array({1, 2}));  // not a record at all: dropped
+  const std::string text = metrics_.prometheus();
+  EXPECT_TRUE(hasLine(text, "cumulus_step 4")) << text;
+  EXPECT_TRUE(hasLine(text, "cumulus_live_records_total 4")) << text;
+  EXPECT_TRUE(hasLine(text, "cumulus_live_records_malformed_total 3")) << text;
+  EXPECT_TRUE(hasLine(text, "cumulus_checkpoints_total 0")) << text;
+  EXPECT_EQ(text.find("cumulus_reformings_total{"), std::string::npos) << text;
+  EXPECT_EQ(metrics_.records(0, 10)["records"].size(), 4u);
+}
+
 // A rollback restarts the trainer's split from the checkpoint's; the exported counters never
 // go down, so Prometheus's rate() sees no reset.
 TEST_F(JobMetricsTest, GoodputCountersNeverGoDown) {
