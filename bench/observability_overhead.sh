@@ -57,13 +57,19 @@ def free_port():
     s.close()
     return port
 
-def cpu_seconds(pid):
-    try:
-        fields = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
-        ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-        return ticks / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return 0.0
+def cpu_seconds(session):
+    """CPU seconds of the live processes of a session (a client and every process it started)."""
+    ticks = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = open("/proc/%s/stat" % entry).read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # the session id
+            ticks += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 def wait_http(url, deadline):
     while time.time() < deadline:

@@ -280,8 +280,9 @@ void JobMetrics::exposeRanks(PrometheusText& out) const {
     }
   }
   out.family("cumulus_batch_share_samples", "gauge", "each rank's share of the global batch");
-  for (size_t r = 0; r < shares_.size(); ++r) {
-    out.sample("cumulus_batch_share_samples", static_cast<double>(shares_[r]), "rank",
+  const std::vector<int64_t> shares = sharesLocked();
+  for (size_t r = 0; r < shares.size(); ++r) {
+    out.sample("cumulus_batch_share_samples", static_cast<double>(shares[r]), "rank",
                std::to_string(r));
   }
 }
@@ -338,6 +339,19 @@ void JobMetrics::exposeEvents(PrometheusText& out) const {
   }
 }
 
+std::vector<int64_t> JobMetrics::sharesLocked() const {
+  if (!shares_.empty()) return shares_;
+  // Balance off: no balance record; each rank's status says its samples per step.
+  std::vector<int64_t> shares;
+  for (int64_t r = 0; r < world_size_; ++r) {
+    const auto it = ranks_.find(r);
+    const auto samples = it == ranks_.end() ? std::nullopt : numberAt(it->second, "samples");
+    if (!samples) return {};
+    shares.push_back(static_cast<int64_t>(*samples));
+  }
+  return shares;
+}
+
 nlohmann::json JobMetrics::status() const {
   std::lock_guard<std::mutex> lock(mutex_);
   const double now = clock_();
@@ -356,11 +370,15 @@ nlohmann::json JobMetrics::status() const {
     if (world_size_ > 0 && rank >= world_size_) continue;
     nlohmann::json r = status;
     r["rank"] = rank;
-    if (static_cast<size_t>(rank) < shares_.size()) r["share"] = shares_[rank];
+    if (static_cast<size_t>(rank) < shares_.size()) {
+      r["share"] = shares_[rank];
+    } else if (const auto samples = numberAt(status, "samples")) {
+      r["share"] = *samples;
+    }
     ranks.push_back(std::move(r));
   }
   out["ranks"] = std::move(ranks);
-  out["shares"] = shares_;
+  out["shares"] = sharesLocked();
   nlohmann::json goodput = goodput_.is_object() ? goodput_ : nlohmann::json::object();
   goodput.erase("type");
   goodput.erase("step");

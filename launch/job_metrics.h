@@ -20,7 +20,8 @@
 //   cumulus_samples_per_second             the job's, the newest train record's
 //   cumulus_rank_samples_per_second{rank}  each rank's share of the batch over the step time
 //   cumulus_rank_step_seconds{rank}, cumulus_rank_comm_wait_seconds{rank}   per step
-//   cumulus_batch_share_samples{rank}      the shares of the global batch in force
+//   cumulus_batch_share_samples{rank}      the shares of the global batch in force (balance
+//                                          records; with balance off, each rank's samples a step)
 //   cumulus_goodput_seconds_total{category}  the goodput split (trainer/goodput.h): startup,
 //                                          training, comm_wait, evaluation, checkpoint, reform,
 //                                          restart, redone, other
@@ -92,6 +93,9 @@ class JobMetrics {
   void exposeGoodput(PrometheusText& out) const;
   void exposeEvents(PrometheusText& out) const;
   double counter(const std::string& name, double value) const;
+  // The shares of the global batch in force: the newest balance record's, else (balance off) the
+  // samples per step each rank's status says; empty when a rank has not said yet.
+  std::vector<int64_t> sharesLocked() const;
 
   std::string run_id_;
   Clock clock_;

@@ -92,6 +92,18 @@ TEST_F(JobMetricsTest, AMalformedRecordIsKeptAndCounted) {
   EXPECT_EQ(metrics_.records(0, 10)["records"].size(), 4u);
 }
 
+// With trainer.balance off there is no balance record: the shares are what each rank's status
+// says it takes a step, once every rank of the group said it.
+TEST_F(JobMetricsTest, SharesFromTheRanksStatusesWithoutBalance) {
+  metrics_.agentEvent("start", 0, 2);
+  metrics_.setRankStatus(0, json{{"samples", 64}});
+  EXPECT_EQ(metrics_.status()["shares"], json::array());
+  metrics_.setRankStatus(1, json{{"samples", 64}});
+  EXPECT_EQ(metrics_.status()["shares"], json::array({64, 64}));
+  EXPECT_EQ(metrics_.status()["ranks"][1]["share"], 64);
+  EXPECT_TRUE(hasLine(metrics_.prometheus(), "cumulus_batch_share_samples{rank=\"1\"} 64"));
+}
+
 // A rollback restarts the trainer's split from the checkpoint's; the exported counters never
 // go down, so Prometheus's rate() sees no reset.
 TEST_F(JobMetricsTest, GoodputCountersNeverGoDown) {
