@@ -97,7 +97,7 @@ void JobMetrics::agentEvent(const std::string& event, int64_t generation, int64_
   if (!cause.empty()) record["cause"] = cause;
   if (rank >= 0) record["rank"] = rank;
   record["time"] = clock_();
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   if (event == "start" || event == "restart") {
     generation_ = generation;
     world_size_ = world_size;
@@ -110,12 +110,12 @@ void JobMetrics::agentEvent(const std::string& event, int64_t generation, int64_
 }
 
 void JobMetrics::setState(const std::string& state) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   state_ = state;
 }
 
 void JobMetrics::addRecord(const nlohmann::json& record) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   addLocked(record);
 }
 
@@ -169,7 +169,7 @@ void JobMetrics::fold(const nlohmann::json& record) {
 }
 
 void JobMetrics::setRankStatus(int64_t rank, const nlohmann::json& status) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   ranks_[rank] = status;
   const auto goodput = status.find("goodput");
   const double time = numberAt(status, "time").value_or(0);
@@ -182,13 +182,15 @@ void JobMetrics::setRankStatus(int64_t rank, const nlohmann::json& status) {
 void JobMetrics::poll(comm::Store& store) {
   const int64_t count = store.add(comm::metricsRecordCountKey(), 0);
   for (;;) {
+    int64_t n = 0;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      base::MutexLock lock(mutex_);
       if (next_record_ >= count) break;
+      n = next_record_;
     }
-    const std::string key = comm::metricsRecordKey(next_record_);
+    const std::string key = comm::metricsRecordKey(n);
     const std::optional<std::string> value = store.tryGet(key);
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     if (!value) {
       // Taken but not written yet; or never, if its sender died in between.
       const double now = clock_();
@@ -205,7 +207,7 @@ void JobMetrics::poll(comm::Store& store) {
   }
   int64_t ranks = 0;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     ranks = std::max<int64_t>(world_size_, 1);
   }
   for (int64_t r = 0; r < ranks; ++r) {
@@ -223,7 +225,7 @@ double JobMetrics::counter(const std::string& name, double value) const {
 }
 
 std::string JobMetrics::prometheus() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   PrometheusText out;
   exposeJob(out);
   exposeRanks(out);
@@ -353,7 +355,7 @@ std::vector<int64_t> JobMetrics::sharesLocked() const {
 }
 
 nlohmann::json JobMetrics::status() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   const double now = clock_();
   nlohmann::json out{{"run_id", run_id_},
                      {"state", state_},
@@ -384,20 +386,12 @@ nlohmann::json JobMetrics::status() const {
   goodput.erase("step");
   goodput.erase("time");
   out["goodput"] = std::move(goodput);
-  out["counts"] = {{"preemptions", preemptions_},
-                   {"failures", [this] {
-                      int64_t n = 0;
-                      for (const auto& entry : failures_) n += entry.second;
-                      return n;
-                    }()},
-                   {"reforms", [this] {
-                      int64_t n = 0;
-                      for (const auto& entry : reformings_) n += entry.second;
-                      return n;
-                    }()},
-                   {"restarts", restarts_},
-                   {"replacements", replacements_},
-                   {"checkpoints", checkpoints_}};
+  int64_t failures = 0, reformings = 0;
+  for (const auto& entry : failures_) failures += entry.second;
+  for (const auto& entry : reformings_) reformings += entry.second;
+  out["counts"] = {{"preemptions", preemptions_}, {"failures", failures},
+                   {"reforms", reformings},       {"restarts", restarts_},
+                   {"replacements", replacements_}, {"checkpoints", checkpoints_}};
   if (last_checkpoint_step_) {
     out["last_checkpoint"] = {{"step", *last_checkpoint_step_},
                               {"age_s", std::max(0.0, now - last_checkpoint_time_)}};
@@ -408,7 +402,7 @@ nlohmann::json JobMetrics::status() const {
 }
 
 nlohmann::json JobMetrics::records(int64_t after, int64_t max) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   const int64_t size = static_cast<int64_t>(records_.size());
   const int64_t begin = std::clamp<int64_t>(after, 0, size);
   const int64_t end = std::min(size, begin + std::max<int64_t>(max, 0));

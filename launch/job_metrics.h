@@ -42,12 +42,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "base/annotated_mutex.h"
 
 namespace cumulus::comm {
 class Store;
@@ -84,45 +85,53 @@ class JobMetrics {
   nlohmann::json records(int64_t after, int64_t max) const;
 
  private:
-  void addLocked(nlohmann::json record);
+  void addLocked(nlohmann::json record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // What a record tells the metrics. Throws nlohmann::json::exception on a field of another type.
-  void fold(const nlohmann::json& record);
+  void fold(const nlohmann::json& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The families of prometheus(), under the lock.
-  void exposeJob(PrometheusText& out) const;
-  void exposeRanks(PrometheusText& out) const;
-  void exposeGoodput(PrometheusText& out) const;
-  void exposeEvents(PrometheusText& out) const;
-  double counter(const std::string& name, double value) const;
+  void exposeJob(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void exposeRanks(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void exposeGoodput(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void exposeEvents(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  double counter(const std::string& name, double value) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The shares of the global batch in force: the newest balance record's, else (balance off) the
   // samples per step each rank's status says; empty when a rank has not said yet.
-  std::vector<int64_t> sharesLocked() const;
+  std::vector<int64_t> sharesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   std::string run_id_;
   Clock clock_;
-  mutable std::mutex mutex_;
-  std::vector<nlohmann::json> records_;
-  std::map<int64_t, nlohmann::json> ranks_;
-  std::string state_ = "running";
-  int64_t generation_ = 0;
-  int64_t world_size_ = 0;
-  int64_t membership_epoch_ = 0;
-  nlohmann::json train_ = nlohmann::json::object();  // the newest train record
-  std::optional<double> test_loss_, test_accuracy_;
-  nlohmann::json goodput_ = nlohmann::json::object();  // the newest split, from a goodput record or rank 0's status
-  double goodput_time_ = 0;
-  std::vector<int64_t> shares_;
-  int64_t preemptions_ = 0, restarts_ = 0, replacements_ = 0, checkpoints_ = 0;
-  int64_t checkpoint_failures_ = 0;
-  std::map<std::string, int64_t> failures_, reformings_;
-  std::optional<int64_t> last_checkpoint_step_;
-  double last_checkpoint_time_ = 0;
-  int64_t received_ = 0;
-  int64_t malformed_ = 0;
+  mutable base::Mutex mutex_;
+  std::vector<nlohmann::json> records_ ABSL_GUARDED_BY(mutex_);
+  std::map<int64_t, nlohmann::json> ranks_ ABSL_GUARDED_BY(mutex_);
+  std::string state_ ABSL_GUARDED_BY(mutex_) = "running";
+  int64_t generation_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t world_size_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t membership_epoch_ ABSL_GUARDED_BY(mutex_) = 0;
+  // The newest train record.
+  nlohmann::json train_ ABSL_GUARDED_BY(mutex_) = nlohmann::json::object();
+  std::optional<double> test_loss_ ABSL_GUARDED_BY(mutex_);
+  std::optional<double> test_accuracy_ ABSL_GUARDED_BY(mutex_);
+  // The newest split, from a goodput record or rank 0's status, and its time.
+  nlohmann::json goodput_ ABSL_GUARDED_BY(mutex_) = nlohmann::json::object();
+  double goodput_time_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::vector<int64_t> shares_ ABSL_GUARDED_BY(mutex_);
+  int64_t preemptions_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t restarts_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t replacements_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t checkpoints_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t checkpoint_failures_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::map<std::string, int64_t> failures_ ABSL_GUARDED_BY(mutex_);
+  std::map<std::string, int64_t> reformings_ ABSL_GUARDED_BY(mutex_);
+  std::optional<int64_t> last_checkpoint_step_ ABSL_GUARDED_BY(mutex_);
+  double last_checkpoint_time_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t received_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t malformed_ ABSL_GUARDED_BY(mutex_) = 0;
   // The Store's reading position.
-  int64_t next_record_ = 0;
-  double missing_since_ = 0;
+  int64_t next_record_ ABSL_GUARDED_BY(mutex_) = 0;
+  double missing_since_ ABSL_GUARDED_BY(mutex_) = 0;
   // The highest value exported per counter series (prometheus() is const: the memory is not).
-  mutable std::map<std::string, double> exported_;
+  mutable std::map<std::string, double> exported_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace cumulus::launch

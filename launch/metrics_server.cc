@@ -97,7 +97,7 @@ MetricsServer::MetricsServer(const std::string& host, int port, JobMetrics& metr
 
 MetricsServer::~MetricsServer() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    base::MutexLock lock(mutex_);
     stopping_ = true;
   }
   stop_changed_.notify_all();
@@ -110,7 +110,7 @@ MetricsServer::~MetricsServer() {
 void MetricsServer::serve() { server_->listen_after_bind(); }
 
 void MetricsServer::pollNow() {
-  std::lock_guard<std::mutex> lock(poll_mutex_);
+  base::MutexLock lock(poll_mutex_);
   try {
     metrics_.poll(store_);
   } catch (const std::exception&) {
@@ -120,12 +120,13 @@ void MetricsServer::pollNow() {
 }
 
 void MetricsServer::pollLoop() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  base::MutexLock lock(mutex_);
   while (!stopping_) {
     lock.unlock();
     pollNow();
     lock.lock();
-    stop_changed_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stopping_; });
+    stop_changed_.wait_for(lock, std::chrono::milliseconds(250),
+                           [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return stopping_; });
   }
 }
 

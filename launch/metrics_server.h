@@ -15,13 +15,11 @@
 // JobMetrics; an answer never waits on the Store. A Store error is tried again at the next poll
 // (the Store is node 0's own, beside this server).
 
-#include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "base/annotated_mutex.h"
 #include "launch/job_metrics.h"
 
 namespace httplib {
@@ -56,10 +54,10 @@ class MetricsServer {
   int port_ = 0;
   std::thread listener_;
   std::thread poller_;
-  std::mutex mutex_;
-  std::condition_variable stop_changed_;
-  bool stopping_ = false;
-  std::mutex poll_mutex_;  // one poll at a time
+  base::Mutex mutex_;
+  base::CondVar stop_changed_;
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  base::Mutex poll_mutex_;  // one poll at a time
 };
 
 // The dashboard page (launch/dashboard.html, built in).
