@@ -14,8 +14,7 @@ namespace cumulus::launch {
 namespace {
 
 double systemNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::optional<double> numberAt(const nlohmann::json& object, const char* key) {
@@ -56,9 +55,9 @@ std::string labelValue(const std::string& value) {
   return out;
 }
 
-constexpr const char* kGoodputCategories[] = {"startup",    "training", "comm_wait",
+constexpr const char* kGoodputCategories[] = {"startup",    "training",   "comm_wait",
                                               "evaluation", "checkpoint", "reform",
-                                              "restart",    "redone",   "other"};
+                                              "restart",    "redone",     "other"};
 
 }  // namespace
 
@@ -90,10 +89,8 @@ JobMetrics::JobMetrics(std::string run_id, Clock clock)
 
 void JobMetrics::agentEvent(const std::string& event, int64_t generation, int64_t world_size,
                             const std::string& cause, int64_t rank) {
-  nlohmann::json record{{"type", "agent"},
-                        {"event", event},
-                        {"generation", generation},
-                        {"world_size", world_size}};
+  nlohmann::json record{
+      {"type", "agent"}, {"event", event}, {"generation", generation}, {"world_size", world_size}};
   if (!cause.empty()) record["cause"] = cause;
   if (rank >= 0) record["rank"] = rank;
   record["time"] = clock_();
@@ -249,10 +246,10 @@ void JobMetrics::exposeJob(PrometheusText& out) const {
   if (const auto loss = numberAt(train_, "loss")) {
     out.gauge("cumulus_loss", "training loss, mean over the steps since the last record", *loss);
   }
-  if (test_loss_) out.gauge("cumulus_test_loss", "test-set loss of the last evaluation", *test_loss_);
+  if (test_loss_)
+    out.gauge("cumulus_test_loss", "test-set loss of the last evaluation", *test_loss_);
   if (test_accuracy_) {
-    out.gauge("cumulus_test_accuracy", "test-set accuracy of the last evaluation",
-              *test_accuracy_);
+    out.gauge("cumulus_test_accuracy", "test-set accuracy of the last evaluation", *test_accuracy_);
   }
   out.gauge("cumulus_samples_per_second", "the job's training throughput",
             numberAt(train_, "samples_per_sec").value_or(0));
@@ -389,8 +386,8 @@ nlohmann::json JobMetrics::status() const {
   int64_t failures = 0, reformings = 0;
   for (const auto& entry : failures_) failures += entry.second;
   for (const auto& entry : reformings_) reformings += entry.second;
-  out["counts"] = {{"preemptions", preemptions_}, {"failures", failures},
-                   {"reforms", reformings},       {"restarts", restarts_},
+  out["counts"] = {{"preemptions", preemptions_},   {"failures", failures},
+                   {"reforms", reformings},         {"restarts", restarts_},
                    {"replacements", replacements_}, {"checkpoints", checkpoints_}};
   if (last_checkpoint_step_) {
     out["last_checkpoint"] = {{"step", *last_checkpoint_step_},

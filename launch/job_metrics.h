@@ -93,8 +93,7 @@ class JobMetrics {
   void exposeRanks(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void exposeGoodput(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void exposeEvents(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  double counter(const std::string& name, double value) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  double counter(const std::string& name, double value) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The shares of the global batch in force: the newest balance record's, else (balance off) the
   // samples per step each rank's status says; empty when a rank has not said yet.
   std::vector<int64_t> sharesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);

@@ -13,8 +13,8 @@
 
 #include "base/env_names.h"
 #include "comm/error.h"
-#include "launch/agent_console.h"
 #include "comm/store_keys.h"
+#include "launch/agent_console.h"
 #include "launch/job_metrics.h"
 #include "launch/job_setup.h"
 #include "launch/metrics_server.h"
@@ -77,8 +77,9 @@ LaunchReport Launcher::run() {
     if (state_->metrics) {
       const int code = report.exit_code;
       if (code == 0) state_->event("finished", 0);
-      state_->metrics->setState(code == 0 ? "finished" : code == kExitPreempted ? "preempted"
-                                                                                : "failed");
+      state_->metrics->setState(code == 0                ? "finished"
+                                : code == kExitPreempted ? "preempted"
+                                                         : "failed");
       state_->metrics_server->pollNow();
     }
     return report;
@@ -223,7 +224,8 @@ std::unique_ptr<WorkerGroup> Launcher::startGroup(const Round& round, int restar
                            toMs(o.rdzv_timeout));
   }
   group->master_port = prepareMasterPort(job, round.generation, toMs(o.rdzv_timeout));
-  if (!st.metrics_server) st.live_metrics = job.store->tryGet(comm::metricsServingKey()).has_value();
+  if (!st.metrics_server)
+    st.live_metrics = job.store->tryGet(comm::metricsServingKey()).has_value();
 
   group->log_dir = job.run_dir + "/gen" + std::to_string(round.generation);
   std::error_code ec;
@@ -478,9 +480,8 @@ void Launcher::startMetrics() {
   if (options_.metrics_port == 0 || !job.host) return;
   st.metrics = std::make_unique<JobMetrics>(options_.run_id);
   try {
-    st.metrics_server = std::make_unique<MetricsServer>(options_.metrics_host,
-                                                        options_.metrics_port, *st.metrics,
-                                                        *job.store);
+    st.metrics_server = std::make_unique<MetricsServer>(
+        options_.metrics_host, options_.metrics_port, *st.metrics, *job.store);
   } catch (const std::runtime_error& e) {
     throw SetupError(e.what());
   }

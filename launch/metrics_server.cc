@@ -50,8 +50,9 @@ MetricsServer::MetricsServer(const std::string& host, int port, JobMetrics& metr
   });
   s.Get("/api/status", [this](const httplib::Request&, httplib::Response& response) {
     noCache(response);
-    response.set_content(metrics_.status().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                         "application/json");
+    response.set_content(
+        metrics_.status().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+        "application/json");
   });
   s.Get("/api/records", [this](const httplib::Request& request, httplib::Response& response) {
     noCache(response);
@@ -86,10 +87,11 @@ MetricsServer::MetricsServer(const std::string& host, int port, JobMetrics& metr
   s.Options(".*", refuse);
   port_ = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
   if (port_ <= 0) {
-    throw std::runtime_error("--metrics-port " + std::to_string(port) + ": cannot listen on " + host +
-                     ":" + std::to_string(port) +
-                     " (the port is in use, or the address is not this machine's); pick another "
-                     "port, or 0 to serve no metrics");
+    throw std::runtime_error(
+        "--metrics-port " + std::to_string(port) + ": cannot listen on " + host + ":" +
+        std::to_string(port) +
+        " (the port is in use, or the address is not this machine's); pick another "
+        "port, or 0 to serve no metrics");
   }
   listener_ = std::thread([this] { serve(); });
   poller_ = std::thread([this] { pollLoop(); });

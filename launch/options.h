@@ -85,7 +85,7 @@ struct LaunchOptions {
   std::vector<std::string> command;    // PROGRAM ARGS…
   std::string experiment_path;         // the experiment YAML the command names, if any
   bool host_parameter_server = false;  // comm.algorithm: funnel — node 0 hosts it
-  int metrics_port = 0;                   // 0: no live metrics
+  int metrics_port = 0;                // 0: no live metrics
   std::string metrics_host = "127.0.0.1";
   Recovery recovery = parseRecovery(configs::kDefaultRecovery, "launch.recovery");
   int64_t allocation_nodes = 0;          // SLURM_NNODES when it set --nnodes (slurm_env.h), else 0

@@ -44,7 +44,8 @@ int runMain(int argc, char** argv) {
   const std::string metrics_path = run_dir + "/metrics.jsonl";
   std::ifstream in(metrics_path);
   if (!in) {
-    throw base::UsageError(metrics_path + ": cannot read it; RUN_DIR is the trainer.run_dir of "
+    throw base::UsageError(metrics_path +
+                           ": cannot read it; RUN_DIR is the trainer.run_dir of "
                            "a run (it holds metrics.jsonl)");
   }
   JobMetrics metrics(run_dir);

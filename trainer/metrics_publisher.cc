@@ -130,9 +130,9 @@ bool StorePublisher::send(const std::string& key_or_empty, const std::string& va
         std::lock_guard<std::mutex> lock(mutex_);
         rank = options_.rank;
       }
-      *options_.warnings << "warning: rank " << rank
-                         << " stops sending live metrics to the Store (" << e.what()
-                         << "); training goes on, and metrics.jsonl is unchanged" << std::endl;
+      *options_.warnings << "warning: rank " << rank << " stops sending live metrics to the Store ("
+                         << e.what() << "); training goes on, and metrics.jsonl is unchanged"
+                         << std::endl;
     }
     return false;
   }

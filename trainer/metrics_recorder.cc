@@ -29,8 +29,7 @@ double perStepMs(double seconds, int64_t steps) {
 }
 
 double wallNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -135,14 +134,14 @@ void ProgressMetricsRecorder::step(const StepRecord& r) {
     const double step_ms = perStepMs(window_.seconds, window_.steps);
     const double wait_ms = perStepMs(window_.comm_wait, window_.steps);
     emit(nlohmann::ordered_json{{"type", "train"},
-                                           {"step", r.step},
-                                           {"epoch", r.epoch},
-                                           {"loss", shown_loss},
-                                           {"lr", r.lr},
-                                           {"samples_per_sec", samples_per_sec},
-                                           {"step_time_ms", step_ms},
-                                           {"compute_ms", step_ms - wait_ms},
-                                           {"comm_wait_ms", wait_ms}});
+                                {"step", r.step},
+                                {"epoch", r.epoch},
+                                {"loss", shown_loss},
+                                {"lr", r.lr},
+                                {"samples_per_sec", samples_per_sec},
+                                {"step_time_ms", step_ms},
+                                {"compute_ms", step_ms - wait_ms},
+                                {"comm_wait_ms", wait_ms}});
   }
   window_ = Window();
 }
@@ -199,10 +198,10 @@ void ProgressMetricsRecorder::checkpointFailed(const CheckpointFailureRecord& r)
   progress_->line(describeFailure(r));
   if (metrics_) {
     emit(nlohmann::ordered_json{{"type", "checkpoint_failed"},
-                                           {"step", r.step},
-                                           {"error", r.error},
-                                           {"in_a_row", r.in_a_row},
-                                           {"newest_valid", r.newest_valid}});
+                                {"step", r.step},
+                                {"error", r.error},
+                                {"in_a_row", r.in_a_row},
+                                {"newest_valid", r.newest_valid}});
   }
 }
 
@@ -223,13 +222,13 @@ void ProgressMetricsRecorder::reformed(const ReformRecord& r) {
   }
   if (!metrics_) return;
   emit(nlohmann::ordered_json{{"type", "reform"},
-                                         {"cause", r.cause},
-                                         {"step", r.step},
-                                         {"epoch", r.epoch},
-                                         {"world_size", r.world_size},
-                                         {"detected_unix_ms", r.detected_unix_ms},
-                                         {"reform_ms", r.reform_ms},
-                                         {"next_step_unix_ms", r.next_step_unix_ms}});
+                              {"cause", r.cause},
+                              {"step", r.step},
+                              {"epoch", r.epoch},
+                              {"world_size", r.world_size},
+                              {"detected_unix_ms", r.detected_unix_ms},
+                              {"reform_ms", r.reform_ms},
+                              {"next_step_unix_ms", r.next_step_unix_ms}});
 }
 
 void ProgressMetricsRecorder::balanced(const BalanceRecord& r) {
@@ -248,11 +247,11 @@ void ProgressMetricsRecorder::balanced(const BalanceRecord& r) {
   }
   if (!metrics_) return;
   emit(nlohmann::ordered_json{{"type", "balance"},
-                                         {"reason", r.reason},
-                                         {"step", r.step},
-                                         {"shares", r.shares},
-                                         {"rates", r.rates},
-                                         {"predicted_speedup", r.predicted_speedup}});
+                              {"reason", r.reason},
+                              {"step", r.step},
+                              {"shares", r.shares},
+                              {"rates", r.rates},
+                              {"predicted_speedup", r.predicted_speedup}});
 }
 
 void ProgressMetricsRecorder::stepsEnded() { progress_->finish(); }

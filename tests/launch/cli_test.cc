@@ -112,9 +112,10 @@ TEST(LaunchCli, CumulusRunNamesAMetricsPortInUse) {
             std::string::npos)
       << o.out;
 
-  const Outcome other = run("cumulus-run", "--nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.1:1 "
-                                           "--rdzv-timeout 0.2 --log-dir " + logs +
-                                           " --metrics-port 9400 -- /bin/true");
+  const Outcome other = run("cumulus-run",
+                            "--nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.1:1 "
+                            "--rdzv-timeout 0.2 --log-dir " +
+                                logs + " --metrics-port 9400 -- /bin/true");
   EXPECT_EQ(other.out.rfind("cumulus-run: --metrics-port 9400 is node 0's to serve: node 1 "
                             "serves none, and its workers send their metrics to node 0\n",
                             0),
@@ -130,14 +131,18 @@ TEST(LaunchCli, CumulusReportWritesTheRunsPage) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/metrics.jsonl")
-      << R"({"type":"train","step":8,"loss":0.5,"time":1.0})" << "\n"
-      << R"({"type":"eval","step":8,"test_loss":0.75,"time":2.0})" << "\n"
-      << R"({"type":"summary","steps":8,"test_loss":0.75,"time":3.0})" << "\n"
+      << R"({"type":"train","step":8,"loss":0.5,"time":1.0})"
+      << "\n"
+      << R"({"type":"eval","step":8,"test_loss":0.75,"time":2.0})"
+      << "\n"
+      << R"({"type":"summary","steps":8,"test_loss":0.75,"time":3.0})"
+      << "\n"
       << R"({"type":"tra)";
   const Outcome o = run("cumulus-report", dir);
   EXPECT_EQ(o.exit_code, 0) << o.err;
-  EXPECT_EQ(o.out, "wrote " + dir + "/report.html: 3 records, state finished, step 8 (1 line(s) "
-                   "that are not records skipped)\n");
+  EXPECT_EQ(o.out, "wrote " + dir +
+                       "/report.html: 3 records, state finished, step 8 (1 line(s) "
+                       "that are not records skipped)\n");
   std::ifstream page(dir + "/report.html");
   const std::string html((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
   EXPECT_NE(html.find(R"(const CUMULUS_EMBEDDED = {"records":[{"loss":0.5,"step":8,"time":1.0,)"

@@ -27,48 +27,73 @@ class JobMetricsTest : public ::testing::Test {
 
 TEST_F(JobMetricsTest, RendersTheJobAsPrometheusText) {
   metrics_.agentEvent("start", 0, 2);
-  metrics_.addRecord(json{{"type", "train"}, {"step", 40}, {"epoch", 2}, {"loss", 0.5},
-                          {"samples_per_sec", 1280.0}, {"time", 990.0}});
-  metrics_.addRecord(json{{"type", "eval"}, {"step", 40}, {"test_loss", 0.625},
-                          {"test_accuracy", 0.75}, {"time", 991.0}});
-  metrics_.addRecord(json{{"type", "checkpoint"}, {"step", 40}, {"stall_ms", 3.0},
-                          {"time", 992.0}});
+  metrics_.addRecord(json{{"type", "train"},
+                          {"step", 40},
+                          {"epoch", 2},
+                          {"loss", 0.5},
+                          {"samples_per_sec", 1280.0},
+                          {"time", 990.0}});
+  metrics_.addRecord(json{{"type", "eval"},
+                          {"step", 40},
+                          {"test_loss", 0.625},
+                          {"test_accuracy", 0.75},
+                          {"time", 991.0}});
+  metrics_.addRecord(
+      json{{"type", "checkpoint"}, {"step", 40}, {"stall_ms", 3.0}, {"time", 992.0}});
   metrics_.addRecord(json{{"type", "balance"}, {"step", 40}, {"shares", {40, 24}}});
-  metrics_.addRecord(json{{"type", "reform"}, {"cause", "failure"}, {"epoch", 1},
-                          {"world_size", 2}, {"time", 993.0}});
-  metrics_.addRecord(json{{"type", "goodput"}, {"step", 40}, {"wall_s", 20.0},
-                          {"startup_s", 2.0}, {"training_s", 12.0}, {"comm_wait_s", 3.0},
-                          {"other_s", 3.0}, {"productive_ratio", 0.75}, {"time", 994.0}});
+  metrics_.addRecord(json{
+      {"type", "reform"}, {"cause", "failure"}, {"epoch", 1}, {"world_size", 2}, {"time", 993.0}});
+  metrics_.addRecord(json{{"type", "goodput"},
+                          {"step", 40},
+                          {"wall_s", 20.0},
+                          {"startup_s", 2.0},
+                          {"training_s", 12.0},
+                          {"comm_wait_s", 3.0},
+                          {"other_s", 3.0},
+                          {"productive_ratio", 0.75},
+                          {"time", 994.0}});
   metrics_.agentEvent("failure", 0, 2, "signal SIGKILL", 1);
   metrics_.agentEvent("join", 0, 2, "replacement", 1);
   metrics_.agentEvent("failure", 0, 2, "a \"quoted\"\\cause\nline", 0);
-  metrics_.setRankStatus(0, json{{"samples_per_sec", 800.0}, {"step_time_ms", 50.0},
-                                 {"comm_wait_ms", 10.0}, {"time", 995.0}});
-  metrics_.setRankStatus(1, json{{"samples_per_sec", 480.0}, {"step_time_ms", 50.0},
-                                 {"comm_wait_ms", 25.0}, {"time", 995.0}});
+  metrics_.setRankStatus(0, json{{"samples_per_sec", 800.0},
+                                 {"step_time_ms", 50.0},
+                                 {"comm_wait_ms", 10.0},
+                                 {"time", 995.0}});
+  metrics_.setRankStatus(1, json{{"samples_per_sec", 480.0},
+                                 {"step_time_ms", 50.0},
+                                 {"comm_wait_ms", 25.0},
+                                 {"time", 995.0}});
   const std::string text = metrics_.prometheus();
-  for (const char* line : {
-           "# TYPE cumulus_up gauge", "cumulus_up{state=\"running\"} 1", "cumulus_step 40",
-           "cumulus_epoch 2", "cumulus_world_size 2", "cumulus_membership_epoch 1",
-           "cumulus_loss 0.5", "cumulus_test_loss 0.625", "cumulus_test_accuracy 0.75",
-           "cumulus_samples_per_second 1280",
-           "cumulus_rank_samples_per_second{rank=\"0\"} 800",
-           "cumulus_rank_samples_per_second{rank=\"1\"} 480",
-           "cumulus_rank_step_seconds{rank=\"1\"} 0.050000000000000003",
-           "cumulus_rank_comm_wait_seconds{rank=\"1\"} 0.025000000000000001",
-           "cumulus_batch_share_samples{rank=\"0\"} 40",
-           "cumulus_batch_share_samples{rank=\"1\"} 24",
-           "# TYPE cumulus_goodput_seconds_total counter",
-           "cumulus_goodput_seconds_total{category=\"training\"} 12",
-           "cumulus_goodput_seconds_total{category=\"restart\"} 0",
-           "cumulus_wall_seconds_total 20", "cumulus_goodput_ratio 0.75",
-           "cumulus_checkpoints_total 1", "cumulus_last_checkpoint_step 40",
-           "cumulus_last_checkpoint_age_seconds 8",
-           "cumulus_failures_total{cause=\"signal SIGKILL\"} 1",
-           "cumulus_failures_total{cause=\"a \\\"quoted\\\"\\\\cause\\nline\"} 1",
-           "cumulus_reformings_total{cause=\"failure\"} 1", "cumulus_restarts_total 0",
-           "cumulus_replacements_total 1",
-           "cumulus_live_records_total 6"}) {
+  for (const char* line : {"# TYPE cumulus_up gauge",
+                           "cumulus_up{state=\"running\"} 1",
+                           "cumulus_step 40",
+                           "cumulus_epoch 2",
+                           "cumulus_world_size 2",
+                           "cumulus_membership_epoch 1",
+                           "cumulus_loss 0.5",
+                           "cumulus_test_loss 0.625",
+                           "cumulus_test_accuracy 0.75",
+                           "cumulus_samples_per_second 1280",
+                           "cumulus_rank_samples_per_second{rank=\"0\"} 800",
+                           "cumulus_rank_samples_per_second{rank=\"1\"} 480",
+                           "cumulus_rank_step_seconds{rank=\"1\"} 0.050000000000000003",
+                           "cumulus_rank_comm_wait_seconds{rank=\"1\"} 0.025000000000000001",
+                           "cumulus_batch_share_samples{rank=\"0\"} 40",
+                           "cumulus_batch_share_samples{rank=\"1\"} 24",
+                           "# TYPE cumulus_goodput_seconds_total counter",
+                           "cumulus_goodput_seconds_total{category=\"training\"} 12",
+                           "cumulus_goodput_seconds_total{category=\"restart\"} 0",
+                           "cumulus_wall_seconds_total 20",
+                           "cumulus_goodput_ratio 0.75",
+                           "cumulus_checkpoints_total 1",
+                           "cumulus_last_checkpoint_step 40",
+                           "cumulus_last_checkpoint_age_seconds 8",
+                           "cumulus_failures_total{cause=\"signal SIGKILL\"} 1",
+                           "cumulus_failures_total{cause=\"a \\\"quoted\\\"\\\\cause\\nline\"} 1",
+                           "cumulus_reformings_total{cause=\"failure\"} 1",
+                           "cumulus_restarts_total 0",
+                           "cumulus_replacements_total 1",
+                           "cumulus_live_records_total 6"}) {
     EXPECT_TRUE(hasLine(text, line)) << "missing line: " << line << "\nin:\n" << text;
   }
   // Every sample's family has its HELP and TYPE first.
@@ -107,12 +132,15 @@ TEST_F(JobMetricsTest, SharesFromTheRanksStatusesWithoutBalance) {
 // A rollback restarts the trainer's split from the checkpoint's; the exported counters never
 // go down, so Prometheus's rate() sees no reset.
 TEST_F(JobMetricsTest, GoodputCountersNeverGoDown) {
-  metrics_.addRecord(json{{"type", "goodput"}, {"training_s", 12.0}, {"wall_s", 20.0},
-                          {"time", 1.0}});
-  EXPECT_TRUE(hasLine(metrics_.prometheus(),
-                      "cumulus_goodput_seconds_total{category=\"training\"} 12"));
-  metrics_.addRecord(json{{"type", "goodput"}, {"training_s", 9.0}, {"redone_s", 3.0},
-                          {"wall_s", 24.0}, {"time", 2.0}});
+  metrics_.addRecord(
+      json{{"type", "goodput"}, {"training_s", 12.0}, {"wall_s", 20.0}, {"time", 1.0}});
+  EXPECT_TRUE(
+      hasLine(metrics_.prometheus(), "cumulus_goodput_seconds_total{category=\"training\"} 12"));
+  metrics_.addRecord(json{{"type", "goodput"},
+                          {"training_s", 9.0},
+                          {"redone_s", 3.0},
+                          {"wall_s", 24.0},
+                          {"time", 2.0}});
   const std::string text = metrics_.prometheus();
   EXPECT_TRUE(hasLine(text, "cumulus_goodput_seconds_total{category=\"training\"} 12")) << text;
   EXPECT_TRUE(hasLine(text, "cumulus_goodput_seconds_total{category=\"redone\"} 3")) << text;

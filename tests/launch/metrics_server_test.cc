@@ -145,11 +145,12 @@ TEST_F(MetricsServerTest, RefusesWhatItDoesNotServe) {
 // Garbage, a huge header and many idle connections at once: each gets a 4xx or a closed
 // connection, and a well-formed scrape is still answered.
 TEST_F(MetricsServerTest, MalformedRequestsGetA4xxOrAClosedConnection) {
-  const std::string garbage = roundTrip(port_, std::string("\x16\x03\x01\x02\x00\x01\xff\r\n\r\n", 11));
+  const std::string garbage =
+      roundTrip(port_, std::string("\x16\x03\x01\x02\x00\x01\xff\r\n\r\n", 11));
   EXPECT_TRUE(garbage.empty() || statusLine(garbage).substr(9, 1) == "4") << garbage;
-  const std::string huge = roundTrip(
-      port_, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(64 * 1024, 'a') +
-                 "\r\nConnection: close\r\n\r\n");
+  const std::string huge =
+      roundTrip(port_, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(64 * 1024, 'a') +
+                           "\r\nConnection: close\r\n\r\n");
   EXPECT_TRUE(huge.empty() || statusLine(huge).substr(9, 1) == "4") << statusLine(huge);
   const std::string long_target = get(port_, "/" + std::string(20000, 'x'));
   EXPECT_TRUE(long_target.empty() || statusLine(long_target).substr(9, 1) == "4");
@@ -174,22 +175,25 @@ TEST_F(MetricsServerTest, APortInUseNamesTheFlag) {
     FAIL() << "a second server on port " << port_ << " started";
   } catch (const std::runtime_error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "--metrics-port " + std::to_string(port_) + ": cannot listen on 127.0.0.1:" +
-                  std::to_string(port_) +
+              "--metrics-port " + std::to_string(port_) +
+                  ": cannot listen on 127.0.0.1:" + std::to_string(port_) +
                   " (the port is in use, or the address is not this machine's); pick another "
                   "port, or 0 to serve no metrics");
   }
 }
 
 TEST(DashboardReportTest, BuildsTheDataIntoThePageAndEscapesScriptEnds) {
-  const std::string page =
-      dashboardReport({{"records", {{{"type", "note"}, {"text", "</script><b>"}}}},
-                       {"status", nullptr}});
+  const std::string page = dashboardReport(
+      {{"records", {{{"type", "note"}, {"text", "</script><b>"}}}}, {"status", nullptr}});
   EXPECT_EQ(page.find("const CUMULUS_EMBEDDED = null;"), std::string::npos);
-  EXPECT_NE(page.find(R"(const CUMULUS_EMBEDDED = {"records":[{"text":"<\/script><b>","type":"note"}],"status":null};)"),
-            std::string::npos);
-  EXPECT_EQ(page.size(), dashboardPage().size() - 4 +
-                             std::string(R"({"records":[{"text":"<\/script><b>","type":"note"}],"status":null})").size());
+  EXPECT_NE(
+      page.find(
+          R"(const CUMULUS_EMBEDDED = {"records":[{"text":"<\/script><b>","type":"note"}],"status":null};)"),
+      std::string::npos);
+  EXPECT_EQ(page.size(),
+            dashboardPage().size() - 4 +
+                std::string(R"({"records":[{"text":"<\/script><b>","type":"note"}],"status":null})")
+                    .size());
 }
 
 }  // namespace

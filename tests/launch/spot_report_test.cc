@@ -148,13 +148,16 @@ TEST(SpotReportTest, ReportsTheTrainersGoodputSplit) {
   records[1].end_s = 8;
   const SpotReport r = summarize(records, {});
   EXPECT_EQ(r.goodput, records[1].goodput);
-  EXPECT_NE(reportTable(records, r).find("trainer's goodput: wall 8.00 s training 5.00 s "
-                                         "restart 1.50 s productive 62.5%\n"),
+  EXPECT_NE(reportTable(records, r)
+                .find("trainer's goodput: wall 8.00 s training 5.00 s "
+                      "restart 1.50 s productive 62.5%\n"),
             std::string::npos)
       << reportTable(records, r);
   const std::string json = reportJson(r);
-  EXPECT_NE(json.find(R"("goodput":{"wall_s":8.0,"training_s":5.0,"restart_s":1.5,"productive_ratio":0.625})"),
-            std::string::npos)
+  EXPECT_NE(
+      json.find(
+          R"("goodput":{"wall_s":8.0,"training_s":5.0,"restart_s":1.5,"productive_ratio":0.625})"),
+      std::string::npos)
       << json;
 }
 

@@ -12,8 +12,8 @@
 
 #include "comm/memory_store.h"
 #include "comm/store_keys.h"
-#include "trainer/metrics_publisher.h"
 #include "tests/trainer/test_dir.h"
+#include "trainer/metrics_publisher.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -72,12 +72,14 @@ TEST(GoodputAccountTest, AResumedLaunchCountsTheRestartAndTheRedoneWork) {
 TEST(GoodputHistoryTest, TakesTheCheckpointsRecordAndTheLastRecordsTime) {
   const auto dir = cumulus::testing::freshTestDir("goodput");
   const std::string path = (dir / "metrics.jsonl").string();
-  std::ofstream(path) << R"({"type":"goodput","step":10,"wall_s":5.0,"training_s":3.0,"time":1000.0})"
-                      << "\n"
-                      << R"({"type":"train","step":15,"loss":1.0,"time":1005.0})" << "\n"
-                      << R"({"type":"goodput","step":20,"wall_s":15.0,"training_s":12.0,"time":1010.0})"
-                      << "\n"
-                      << R"({"type":"train","step":24,"lo)";  // the torn line of a killed writer
+  std::ofstream(path)
+      << R"({"type":"goodput","step":10,"wall_s":5.0,"training_s":3.0,"time":1000.0})"
+      << "\n"
+      << R"({"type":"train","step":15,"loss":1.0,"time":1005.0})"
+      << "\n"
+      << R"({"type":"goodput","step":20,"wall_s":15.0,"training_s":12.0,"time":1010.0})"
+      << "\n"
+      << R"({"type":"train","step":24,"lo)";  // the torn line of a killed writer
   const GoodputHistory at10 = readGoodputHistory(path, 10);
   ASSERT_TRUE(at10.base.has_value());
   EXPECT_EQ(at10.base->training_s, 3.0);

@@ -415,8 +415,8 @@ TEST_F(ResumeProcessTest, KilledWorkerIsRestartedAndResumes) {
   EXPECT_GT(last["restart_s"].get<double>(), 0.0) << last;
   EXPECT_GE(last["redone_s"].get<double>(), 0.0) << last;
   double parts = 0;
-  for (const char* key : {"startup_s", "training_s", "comm_wait_s", "evaluation_s",
-                          "checkpoint_s", "reform_s", "restart_s", "redone_s", "other_s"}) {
+  for (const char* key : {"startup_s", "training_s", "comm_wait_s", "evaluation_s", "checkpoint_s",
+                          "reform_s", "restart_s", "redone_s", "other_s"}) {
     parts += last[key].get<double>();
   }
   EXPECT_NEAR(parts, last["wall_s"].get<double>(), 1e-6) << last;

@@ -444,8 +444,8 @@ TEST(TrainingTest, WritesConfigMetricsAndAStateDictPythonCanRead) {
   EXPECT_EQ(goodput["type"], "goodput");
   EXPECT_EQ(goodput["step"], 16);
   double parts = 0;
-  for (const char* key : {"startup_s", "training_s", "comm_wait_s", "evaluation_s",
-                          "checkpoint_s", "reform_s", "restart_s", "redone_s", "other_s"}) {
+  for (const char* key : {"startup_s", "training_s", "comm_wait_s", "evaluation_s", "checkpoint_s",
+                          "reform_s", "restart_s", "redone_s", "other_s"}) {
     EXPECT_GE(goodput[key].get<double>(), 0.0) << key;
     parts += goodput[key].get<double>();
   }
