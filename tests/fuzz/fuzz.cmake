@@ -29,7 +29,8 @@ include(cmake/cumulus.cmake)
 add_subdirectory(base EXCLUDE_FROM_ALL)
 add_subdirectory(proto)
 # The libraries as the normal build defines them; EXCLUDE_FROM_ALL builds only what a fuzz target
-# links (not cumulus-ps or cumulus-config).
+# links (not cumulus-ps, cumulus-config or cumulus-run).
 add_subdirectory(comm EXCLUDE_FROM_ALL)
 add_subdirectory(configs EXCLUDE_FROM_ALL)
+add_subdirectory(launch EXCLUDE_FROM_ALL)  # cumulus_live: the live endpoint's record reader
 add_subdirectory(tests/fuzz)
