@@ -1,10 +1,7 @@
 // launch/'s programs as a user runs them: cumulus-run, cumulus-spot and cumulus-allreduce-probe
 // share one command line (base/command_line.h), so a malformed number exits 2 naming the flag
 // and --help prints on stdout and exits 0.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +10,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+
+#include "tests/launch/free_port.h"
 
 namespace {
 
@@ -91,19 +90,12 @@ TEST(LaunchCli, CumulusAllreduceProbeRejectsAMalformedNumberAndHelpsOnStdout) {
 // --metrics-port: a port in use is a set-up error naming the flag (exit 2, before any worker);
 // on a node other than 0 it is ignored, saying so.
 TEST(LaunchCli, CumulusRunNamesAMetricsPortInUse) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
+  const cumulus::testing::BusyPort busy;
+  ASSERT_NE(busy.port(), 0);
+  const std::string port = std::to_string(busy.port());
   const std::string logs = ::testing::TempDir() + "/launch_cli_metrics_logs";
   const Outcome o = run("cumulus-run", "--standalone --log-dir " + logs + " --metrics-port " +
                                            port + " -- /bin/true");
-  ::close(fd);
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_NE(o.out.find("cumulus-run: error: --metrics-port " + port +
                        ": cannot listen on 127.0.0.1:" + port +

@@ -45,6 +45,12 @@ class Dom(html.parser.HTMLParser):
         super().__init__(convert_charrefs=True)
         self.stack, self.elements = [], []
 
+    @classmethod
+    def parse(cls, text):
+        dom = cls()
+        dom.feed(text)
+        return dom
+
     def handle_starttag(self, tag, attrs):
         el = {"tag": tag, "attrs": dict(attrs), "ids": {s["attrs"].get("id") for s in self.stack} - {None}, "text": ""}
         el["ids"].add(el["attrs"].get("id"))
@@ -79,6 +85,9 @@ class Dom(html.parser.HTMLParser):
 
     def by_id(self, id_):
         return next((el for el in self.elements if el["attrs"].get("id") == id_), None)
+
+    def body(self):
+        return next((el for el in self.elements if el["tag"] == "body"), None)
 
 
 def finite(v):

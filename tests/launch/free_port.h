@@ -22,4 +22,29 @@ inline int freePort() {
   return ntohs(addr.sin_port);
 }
 
+// A loopback TCP listener on a port the kernel picked, held until destruction: for tests of what
+// a program does when the port it is given is in use.
+class BusyPort {
+ public:
+  BusyPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(fd_, 1);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~BusyPort() { ::close(fd_); }
+  BusyPort(const BusyPort&) = delete;
+  BusyPort& operator=(const BusyPort&) = delete;
+  // 0 when the listener could not be made.
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
 }  // namespace cumulus::testing

@@ -489,17 +489,14 @@ TEST_F(PreemptionTest, ANoticeSpecTypoIsAUsageError) {
 }
 
 TEST_F(LauncherTest, PortInUseIsAClearError) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  Result r = launch("--rdzv-endpoint 127.0.0.1:" + std::to_string(port) + " -- /bin/true");
-  ::close(fd);
+  Result r;
+  int port = 0;
+  {
+    const cumulus::testing::BusyPort busy;
+    ASSERT_NE(busy.port(), 0);
+    port = busy.port();
+    r = launch("--rdzv-endpoint 127.0.0.1:" + std::to_string(port) + " -- /bin/true");
+  }
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("cumulus-run: error: cannot host the rendezvous Store on 127.0.0.1:" +
                           std::to_string(port)),

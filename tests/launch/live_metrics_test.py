@@ -50,6 +50,9 @@ READ_TFEVENTS = os.path.join(ROOT, "tests", "trainer", "read_tfevents.py")
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 JOB = "cumulus"
 
+sys.path.insert(0, HERE)
+from dashboard_check import Dom, finite  # noqa: E402  (the DOM reader of the dashboard's test)
+
 
 def find_chromium():
     if os.environ.get("CHROMIUM"):
@@ -77,10 +80,6 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def finite(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def tail(path, n=40):
@@ -191,58 +190,6 @@ def _status(data):
     if len(parts) >= 2 and parts[0].startswith("HTTP/") and parts[1].isdigit():
         return int(parts[1])
     return "garbage answer %r" % line[:80]
-
-
-class Dom:
-    """A tiny DOM reader (like tests/launch/dashboard_check.py's): elements with their attributes
-    and the ids of their ancestors."""
-
-    def __init__(self, text):
-        import html.parser
-
-        void = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
-        elements, stack = [], []
-
-        class P(html.parser.HTMLParser):
-            def handle_starttag(self, tag, attrs):
-                el = {"tag": tag, "attrs": dict(attrs), "ids": {s["attrs"].get("id") for s in stack} - {None}, "text": ""}
-                el["ids"].add(el["attrs"].get("id"))
-                elements.append(el)
-                if tag not in void:
-                    stack.append(el)
-
-            def handle_startendtag(self, tag, attrs):
-                self.handle_starttag(tag, attrs)
-                if tag not in void:
-                    stack.pop()
-
-            def handle_endtag(self, tag):
-                for i in range(len(stack) - 1, -1, -1):
-                    if stack[i]["tag"] == tag:
-                        del stack[i:]
-                        break
-
-            def handle_data(self, data):
-                for el in stack:
-                    el["text"] += data
-
-        P(convert_charrefs=True).feed(text)
-        self.elements = elements
-
-    def select(self, within, tag=None, cls=(), **attrs):
-        out = []
-        for el in self.elements:
-            classes = el["attrs"].get("class", "").split()
-            if within in el["ids"] and (tag is None or el["tag"] == tag) and all(c in classes for c in cls) \
-                    and all(el["attrs"].get(k.replace("_", "-")) == v for k, v in attrs.items()):
-                out.append(el)
-        return out
-
-    def body(self):
-        return next((el for el in self.elements if el["tag"] == "body"), None)
-
-    def by_id(self, id_):
-        return next((el for el in self.elements if el["attrs"].get("id") == id_), None)
 
 
 class LiveMetrics(unittest.TestCase):
@@ -547,7 +494,7 @@ class LiveMetrics(unittest.TestCase):
         browse_s = time.monotonic() - t
         with open(os.path.join(self.tmp, "live.dom"), "w") as f:
             f.write(dom_text)
-        dom = Dom(dom_text)
+        dom = Dom.parse(dom_text)
         body_el = dom.body()
         self.assertIsNotNone(body_el, "no <body> in the live DOM")
         attrs = body_el["attrs"]
@@ -615,7 +562,7 @@ class LiveMetrics(unittest.TestCase):
         dom_text = self.browse("report", "--dump-dom", "file://" + page)
         with open(os.path.join(self.tmp, "report.dom"), "w") as f:
             f.write(dom_text)
-        dom = Dom(dom_text)
+        dom = Dom.parse(dom_text)
         body = dom.body()
         self.assertIsNotNone(body, "no <body> in the report's DOM")
         self.assertEqual(body["attrs"].get("data-ready"), "1", "report body data-ready")
