@@ -40,6 +40,11 @@ trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
   out.timeout = options.timeout_seconds == 0
                     ? group.timeout
                     : timeoutOption(options.timeout_seconds, "timeout_seconds");
+  if (options.compression == Compression::kInt8) {
+    throw GroupError(
+        "compression int8 is for DiLoCo's outer gradients (<cumulus/diloco.h>); "
+        "a gradient all-reduce takes none or bf16");
+  }
   out.compression = options.compression;
   out.on_bucket_done = options.on_bucket_done;
   out.gradient_as_bucket_view = options.gradient_as_bucket_view;

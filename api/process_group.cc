@@ -247,6 +247,7 @@ struct Work::Impl {
   std::shared_ptr<comm::Work> work;  // null: nothing in flight (a group of one)
   torch::Tensor target;              // the caller's tensor
   torch::Tensor buffer;              // what the collective writes: `target`, or its contiguous copy
+  torch::Tensor input;               // allgather: what it sends, kept alive until it is done
   bool waited = false;
   std::exception_ptr error;
 };
@@ -319,6 +320,33 @@ std::unique_ptr<Work> ProcessGroup::broadcastAsync(torch::Tensor& tensor, int ro
   return startWork(
       tensor, dtype, impl_->communicator(),
       [&](comm::Communicator& c, comm::Buffer& b) { return c.broadcastAsync(b, root, call); });
+}
+
+std::unique_ptr<Work> ProcessGroup::allgatherAsync(const torch::Tensor& tensor,
+                                                   torch::Tensor& output,
+                                                   const CollectiveOptions& options) {
+  const comm::DType dtype = checkTensor("allgather", tensor);
+  std::vector<int64_t> shape{size()};
+  for (int64_t d : tensor.sizes()) shape.push_back(d);
+  if (output.scalar_type() != tensor.scalar_type() || output.sizes().vec() != shape ||
+      !output.is_contiguous()) {
+    throw std::invalid_argument(
+        "allgatherAsync: the output must be a contiguous tensor of the "
+        "input's dtype and of shape {size(), input's shape...}");
+  }
+  const comm::OpOptions call = opOptions(options);
+  auto impl = std::make_unique<Work::Impl>();
+  impl->target = output;
+  impl->buffer = output;
+  comm::Communicator* communicator = impl_->communicator();
+  if (communicator == nullptr) {
+    output[0].copy_(tensor);
+    return std::make_unique<Work>(std::move(impl));
+  }
+  impl->input = tensor.contiguous();
+  comm::Buffer out = bufferOf(impl->buffer, dtype);
+  impl->work = communicator->allgatherAsync(bufferOf(impl->input, dtype), out, call);
+  return std::make_unique<Work>(std::move(impl));
 }
 
 }  // namespace cumulus

@@ -13,7 +13,8 @@ namespace {
 
 constexpr Algorithm kAlgorithms[] = {Algorithm::kFunnel, Algorithm::kTree, Algorithm::kRing,
                                      Algorithm::kHierarchical, Algorithm::kAuto};
-constexpr Compression kCompressions[] = {Compression::kNone, Compression::kBf16};
+constexpr Compression kCompressions[] = {Compression::kNone, Compression::kBf16,
+                                         Compression::kInt8};
 constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kBf16, Precision::kAuto};
 
 // Finds `name` among the names of `values`; otherwise throws UserError naming them all.
@@ -56,6 +57,8 @@ const char* compressionName(Compression compression) {
       return "none";
     case Compression::kBf16:
       return "bf16";
+    case Compression::kInt8:
+      return "int8";
   }
   return "unknown";
 }

@@ -34,6 +34,7 @@ enum class LossName { kCrossEntropy, kMse, kModule };
 enum class OptimizerName { kSgd, kAdamw };
 enum class ScheduleName { kConstant, kStep, kCosine };
 enum class BalanceMode { kOff, kAuto, kFixed };
+enum class SyncMode { kEveryStep, kDiloco };
 
 template <class E>
 struct OptionNames;
@@ -68,6 +69,11 @@ template <>
 struct OptionNames<BalanceMode> {
   static constexpr std::pair<BalanceMode, const char*> rows[] = {
       {BalanceMode::kOff, "off"}, {BalanceMode::kAuto, "auto"}, {BalanceMode::kFixed, "fixed"}};
+};
+template <>
+struct OptionNames<SyncMode> {
+  static constexpr std::pair<SyncMode, const char*> rows[] = {{SyncMode::kEveryStep, "every_step"},
+                                                              {SyncMode::kDiloco, "diloco"}};
 };
 
 // The YAML name of `value` ("idx", "adamw", ...).
@@ -154,6 +160,21 @@ struct TrainerConfig {
   BalanceMode balance = BalanceMode::kOff;
   int64_t balance_every_steps = 20;
   std::vector<int64_t> balance_shares = {};
+  // every_step: the gradients are all-reduced every step (comm.*); diloco: each worker takes
+  // diloco.inner_steps steps alone between outer syncs (the diloco section, <cumulus/diloco.h>).
+  SyncMode sync = SyncMode::kEveryStep;
+};
+
+// trainer.sync: diloco (<cumulus/diloco.h>, docs/diloco.md).
+struct DilocoConfig {
+  int64_t inner_steps = 50;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  bool nesterov = true;
+  int64_t fragments = 1;
+  bool overlap = false;
+  double mix = 0.0;
+  Compression outer_compression = Compression::kNone;
 };
 
 struct EvalConfig {
@@ -208,6 +229,7 @@ struct Experiment {
   EvalConfig eval;
   CheckpointConfig checkpoint;
   CommConfig comm;
+  DilocoConfig diloco;
   LaunchConfig launch;
 };
 
@@ -232,7 +254,7 @@ inline auto tieFields(const TrainerConfig& c) {
   return std::tie(c.global_batch_size, c.epochs, c.max_steps, c.seed, c.grad_clip_norm,
                   c.grad_accumulation, c.threads, c.precision, c.step_timeout_seconds, c.run_dir,
                   c.log_every_steps, c.log_all_ranks, c.balance, c.balance_every_steps,
-                  c.balance_shares);
+                  c.balance_shares, c.sync);
 }
 inline auto tieFields(const EvalConfig& c) { return std::tie(c.every_steps, c.batch_size); }
 inline auto tieFields(const CheckpointConfig& c) {
@@ -242,13 +264,17 @@ inline auto tieFields(const CommConfig& c) {
   return std::tie(c.algorithm, c.bucket_cap_mb, c.first_bucket_mb, c.timeout_seconds, c.cost_model,
                   c.compression);
 }
+inline auto tieFields(const DilocoConfig& c) {
+  return std::tie(c.inner_steps, c.outer_lr, c.outer_momentum, c.nesterov, c.fragments, c.overlap,
+                  c.mix, c.outer_compression);
+}
 inline auto tieFields(const LaunchConfig& c) {
   return std::tie(c.nproc_per_node, c.nnodes, c.max_restarts, c.monitor_interval, c.rdzv_endpoint,
                   c.rdzv_timeout, c.rdzv_last_call, c.recovery, c.metrics_port);
 }
 inline auto tieFields(const Experiment& c) {
   return std::tie(c.name, c.model, c.data, c.loss, c.optimizer, c.schedule, c.trainer, c.eval,
-                  c.checkpoint, c.comm, c.launch);
+                  c.checkpoint, c.comm, c.diloco, c.launch);
 }
 
 #define CUMULUS_CONFIGS_EQUALITY(T)                                                       \
@@ -263,6 +289,7 @@ CUMULUS_CONFIGS_EQUALITY(TrainerConfig)
 CUMULUS_CONFIGS_EQUALITY(EvalConfig)
 CUMULUS_CONFIGS_EQUALITY(CheckpointConfig)
 CUMULUS_CONFIGS_EQUALITY(CommConfig)
+CUMULUS_CONFIGS_EQUALITY(DilocoConfig)
 CUMULUS_CONFIGS_EQUALITY(LaunchConfig)
 CUMULUS_CONFIGS_EQUALITY(Experiment)
 #undef CUMULUS_CONFIGS_EQUALITY

@@ -445,6 +445,7 @@ class ExperimentBuilder {
       failAt("optimizer.lr", lr + " is below schedule.min_lr (" + floor +
                                  "); the cosine schedule decays from lr down to min_lr");
     }
+    checkDiloco();
     checkDataFiles();
     if (e.data.format == DataFormat::kIdx && e.data.dataset == Dataset::kSynthetic && e.data.drop_last &&
         e.data.synthetic_train_samples < t.global_batch_size) {
@@ -459,6 +460,56 @@ class ExperimentBuilder {
       failAt("trainer.global_batch_size", batch + " is more than data.synthetic_train_samples (" +
                                               samples +
                                               "), so with data.drop_last no step would run");
+    }
+  }
+
+  // trainer.sync: diloco and the keys it needs consistent.
+  void checkDiloco() const {
+    const Experiment& e = experiment_;
+    const DilocoConfig& d = e.diloco;
+    if (d.nesterov && d.outer_momentum == 0) {
+      if (blame({"diloco.nesterov", "diloco.outer_momentum"}) == "diloco.nesterov") {
+        failAt("diloco.nesterov",
+               "true needs diloco.outer_momentum above 0; set it, or nesterov: false");
+      }
+      failAt("diloco.outer_momentum",
+             "0 leaves diloco.nesterov (true) no momentum; set nesterov: false");
+    }
+    if (d.fragments > d.inner_steps) {
+      const std::string f = std::to_string(d.fragments), h = std::to_string(d.inner_steps);
+      if (blame({"diloco.fragments", "diloco.inner_steps"}) == "diloco.fragments") {
+        failAt("diloco.fragments",
+               f + " is more than diloco.inner_steps (" + h +
+                   "): each fragment syncs at a step of its own within a round, so use at most " +
+                   h);
+      }
+      failAt("diloco.inner_steps",
+             h + " is less than diloco.fragments (" + f +
+                 "): each fragment syncs at a step of its own within a round, so use at least " +
+                 f);
+    }
+    if (e.trainer.sync != SyncMode::kDiloco) return;
+    if (e.comm.algorithm == Algorithm::kFunnel) {
+      if (blame({"trainer.sync", "comm.algorithm"}) == "comm.algorithm") {
+        failAt("comm.algorithm",
+               "funnel cannot carry DiLoCo's outer syncs (trainer.sync: diloco): the "
+               "parameter server holds one copy of the gradients; use ring, tree, "
+               "hierarchical or auto");
+      }
+      failAt("trainer.sync",
+             "diloco needs a peer-to-peer all-reduce, but comm.algorithm is funnel "
+             "(a parameter server); set comm.algorithm to ring, tree, hierarchical or auto");
+    }
+    if (e.comm.compression != Compression::kNone) {
+      if (blame({"trainer.sync", "comm.compression"}) == "comm.compression") {
+        failAt("comm.compression",
+               std::string(compressionName(e.comm.compression)) +
+                   " compresses every step's gradients, which trainer.sync: diloco does not send; "
+                   "compress the outer gradients with diloco.outer_compression instead");
+      }
+      failAt("trainer.sync", "diloco sends no per-step gradients for comm.compression (" +
+                                 std::string(compressionName(e.comm.compression)) +
+                                 ") to compress; use diloco.outer_compression instead");
     }
   }
 

@@ -249,6 +249,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(trainer, balance), BalanceMode::kOff, oneOf({"off", "auto", "fixed"}), "ranks' shares of the global batch: off: equal; auto: in proportion to each rank's measured compute rate, so a slow worker takes fewer samples (the same global batch, the same math; which rank takes which sample then depends on timing, so bit-identical reruns need off or fixed); fixed: `balance_shares`"));
   t.push_back(row(KEY(trainer, balance_every_steps), 20, atLeast(1), "auto: the ranks compare their rates and may move the shares every this many steps"));
   t.push_back(row(KEY(trainer, balance_shares), std::vector<int64_t>{}, atLeast(0), "fixed: samples per rank, one per worker, summing to `global_batch_size`"));
+  t.push_back(row(KEY(trainer, sync), SyncMode::kEveryStep, oneOf({"every_step", "diloco"}), "every_step: the gradients are all-reduced every step (`comm`); diloco: each worker trains its own replica for `diloco.inner_steps` steps without communicating, then the workers average how far they moved and an outer optimizer steps the shared parameters (DiLoCo; `diloco`). For fleets on slow or distant links"));
 
   t.push_back(row(KEY(eval, every_steps), 0, atLeast(0), "evaluate every this many steps; 0: at the end of each epoch only"));
   t.push_back(row(KEY(eval, batch_size), 1000, atLeast(1), "evaluation batch size per worker"));
@@ -266,6 +267,15 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(comm, timeout_seconds), 60.0, above(0), "a collective not done by then fails, naming the peer"));
   t.push_back(row(KEY(comm, cost_model), "", anyValue(), "calibration file from `cumulus-bench calibrate`; empty: built-in (relative paths: from the working directory)"));
   t.push_back(row(KEY(comm, compression), Compression::kNone, oneOf({"none", "bf16"}), "gradient buckets on the wire: none sends float32; bf16 sends bfloat16 (half the bytes), each rank keeping its rounding error and adding it to the next step's gradient (error feedback). For slow links (1 Gbit/s and below), where the all-reduce dominates the step"));
+
+  t.push_back(row(KEY(diloco, inner_steps), 50, atLeast(1), "inner steps each worker takes alone between two syncs of a fragment (H)"));
+  t.push_back(row(KEY(diloco, outer_lr), 0.7, above(0), "the outer optimizer's learning rate (SGD on the averaged outer gradients)"));
+  t.push_back(row(KEY(diloco, outer_momentum), 0.9, between(0, false, 1, true), "the outer optimizer's momentum"));
+  t.push_back(row(KEY(diloco, nesterov), true, anyValue(), "Nesterov momentum for the outer optimizer (needs `outer_momentum` above 0)"));
+  t.push_back(row(KEY(diloco, fragments), 1, atLeast(1), "1: DiLoCo, every parameter synced every `inner_steps`; more: Streaming DiLoCo, the parameters split into this many fragments of whole tensors, each synced at its own offset within the `inner_steps`, so the peak traffic is a fragment's (at most `inner_steps` and the model's tensor count)"));
+  t.push_back(row(KEY(diloco, overlap), false, anyValue(), "a fragment's outer all-reduce runs during the next step's forward and backward, whose gradient is applied after the fragment's update (one step late)"));
+  t.push_back(row(KEY(diloco, mix), 0.0, between(0, false, 1, true), "at a fragment's update, the share of its own values a worker keeps (local = mix x local + (1 - mix) x global); 0: every worker takes the global values"));
+  t.push_back(row(KEY(diloco, outer_compression), Compression::kNone, oneOf({"none", "bf16", "int8"}), "outer gradients on the wire: none sends float32; bf16 bfloat16 (half); int8 one byte per value with a float32 scale per 256 (a quarter, gathered rather than reduced: every worker receives every worker's). bf16 and int8 keep each worker's rounding error for its next round (error feedback)"));
 
   t.push_back(row(KEY(launch, nproc_per_node), 2, atLeast(1), "workers per node"));
   t.push_back(row(KEY(launch, nnodes), "1", formatted(checkNnodes, "N or MIN:MAX, with 1 <= MIN <= MAX"), "nodes: a fixed count, or an elastic range"));
@@ -299,8 +309,8 @@ const std::vector<KeySpec>& schema() {
 
 const std::vector<std::string_view>& sectionNames() {
   static const std::vector<std::string_view> sections = {
-      "model",   "data", "loss",       "optimizer", "schedule",
-      "trainer", "eval", "checkpoint", "comm",      "launch"};
+      "model", "data",       "loss", "optimizer", "schedule", "trainer",
+      "eval",  "checkpoint", "comm", "diloco",    "launch"};
   return sections;
 }
 
@@ -314,6 +324,7 @@ std::string_view sectionMeaning(std::string_view section) {
   if (section == "eval") return "evaluation on the test set";
   if (section == "checkpoint") return "checkpoints";
   if (section == "comm") return "gradient synchronization";
+  if (section == "diloco") return "low-communication training (trainer.sync: diloco)";
   if (section == "launch") return "the launcher, cumulus-run";
   return "";
 }

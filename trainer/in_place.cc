@@ -9,10 +9,11 @@
 #include <chrono>
 #include <string>
 
+#include "checkpoint/resume.h"
 #include "cumulus/data_parallel.h"
 #include "cumulus/elastic.h"
 #include "cumulus/process_group.h"
-#include "checkpoint/resume.h"
+#include "trainer/diloco_state.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
@@ -47,7 +48,9 @@ Checkpoint Trainer::Impl::captureState() {
   now.world_size = elastic_->size();
   recorder_->note("rank " + std::to_string(now.rank) + " sends the training state of step " +
                   std::to_string(steps_done_));
-  return captureCheckpoint(*model_, *optimizer_, config_, now, position);
+  Checkpoint state = captureCheckpoint(*model_, *optimizer_, config_, now, position);
+  if (diloco_) addDiloco(state);
+  return state;
 }
 
 // Everything arrived and verified (Elastic checked the sizes, the SHA-256s and the config): the
@@ -55,6 +58,9 @@ Checkpoint Trainer::Impl::captureState() {
 void Trainer::Impl::restoreState(const Checkpoint& state) {
   try {
     restoreTraining(state, *model_, *optimizer_, "");  // Elastic names the sender
+    // DiLoCo: the sender's global parameters and momentum; this replica starts from the global
+    // parameters, with the sender's inner optimizer and no residual.
+    if (diloco_) restoreDilocoState(state, *diloco_, params_, "", resume_notes_);
   } catch (const ResumeError& e) {
     throw CheckpointError(e.what());
   }
@@ -82,8 +88,10 @@ void Trainer::Impl::failureSeen(const std::string& reason) {
 // rebuilt, with the state (this member's own, or the one a peer just sent) already in place.
 void Trainer::Impl::membershipChanged(const Membership& m) {
   if (!inPlace()) return;  // one membership, and the Trainer's own gradient sync
-  sync_ = &elastic_->sync();
-  distributed_ = dynamic_cast<DataParallel*>(sync_);
+  if (!diloco_) {          // DiLoCo's inner steps keep the Trainer's own (local) gradient sync
+    sync_ = &elastic_->sync();
+    distributed_ = dynamic_cast<DataParallel*>(sync_);
+  }
   const int64_t old_rank = env_.rank;
   const int64_t old_world = env_.world_size;
   if (m.cause != "start") {

@@ -7,17 +7,18 @@
 #include <chrono>
 #include <filesystem>
 
-#include "cumulus/errors.h"
-#include "configs/digest.h"
-#include "cumulus/run_directory.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/resume.h"
-#include "trainer/state_dict.h"
+#include "configs/digest.h"
 #include "cumulus/data_parallel.h"
+#include "cumulus/errors.h"
 #include "cumulus/process_group.h"
+#include "cumulus/run_directory.h"
 #include "models/model.h"
+#include "trainer/diloco_state.h"
 #include "trainer/metrics_recorder.h"
 #include "trainer/rank_reduce.h"
+#include "trainer/state_dict.h"
 #include "trainer/training_checkpoint.h"
 
 namespace cumulus::trainer {
@@ -172,6 +173,11 @@ void RunCheckpoints::checkRoom(models::Model& model, int64_t world) {
   const auto& o = config_.optimizer;
   const uint64_t slots = o.name == configs::OptimizerName::kAdamw ? 2 : (o.momentum > 0 ? 1 : 0);
   uint64_t each = parameters * (1 + slots) + buffers + 64 * 1024;
+  // trainer.sync diloco adds diloco.pt (the outer momentum) and diloco_replicas.pt: every rank's
+  // replica, inner optimizer slots and residual, [world, n].
+  if (config_.trainer.sync == configs::SyncMode::kDiloco) {
+    each += static_cast<uint64_t>(parameters) * (1 + static_cast<uint64_t>(world) * (2 + slots));
+  }
   // comm.compression bf16 adds comm_residual.pt: every rank's float32 residuals, [world, n].
   if (config_.comm.compression == Compression::kBf16 && world > 1) {
     each += static_cast<uint64_t>(world) * static_cast<uint64_t>(model.parameterCount()) *
@@ -189,6 +195,12 @@ void RunCheckpoints::resumed(int64_t step, torch::Tensor residuals) {
   last_saved_step_ = step;
   resumed_residuals_ = std::move(residuals);
 }
+
+void RunCheckpoints::setRankState(std::function<torch::Tensor()> mine) {
+  rank_state_ = std::move(mine);
+}
+
+bool RunCheckpoints::gathersRanks() const { return rank_state_ ? true : compressing(); }
 
 bool RunCheckpoints::compressing() const {
   return sync_ != nullptr && group_ != nullptr && config_.comm.compression == Compression::kBf16;
@@ -221,7 +233,7 @@ void RunCheckpoints::restoreResiduals(std::vector<std::string>& notes) {
 
 CheckpointDecision RunCheckpoints::dueAtStepEnd(int64_t done, bool last) {
   const CheckpointDecision mine = policy_->atStepEnd(done, last);
-  if (!compressing()) return mine;
+  if (!gathersRanks()) return mine;
   const auto& c = config_.checkpoint;
   bool any_saves;
   if (!options_.checkpoint_policy && c.every_seconds <= 0) {
@@ -236,13 +248,17 @@ CheckpointDecision RunCheckpoints::dueAtStepEnd(int64_t done, bool last) {
 
 CheckpointDecision RunCheckpoints::dueAfterAgreement(int64_t done, StepAction action) {
   // Every rank knows the agreed action: a requested checkpoint or a stop saves this step.
-  if (compressing() && action != StepAction::kContinue) gatherResiduals(done);
+  if (gathersRanks() && action != StepAction::kContinue) gatherResiduals(done);
   return policy_->afterAgreement(done, action);
 }
 
 void RunCheckpoints::gatherResiduals(int64_t done) {
   if (residuals_step_ == done) return;  // the residuals change only in a step
-  residuals_ = group_->allgather(sync_->errorFeedback());
+  if (rank_state_) {
+    residuals_ = group_ != nullptr ? group_->allgather(rank_state_()) : rank_state_().unsqueeze(0);
+  } else {
+    residuals_ = group_->allgather(sync_->errorFeedback());
+  }
   residuals_step_ = done;
 }
 
@@ -252,9 +268,13 @@ void RunCheckpoints::save(const CheckpointDecision& decision, int64_t done, doub
   if (decision.kind == Kind::kSave) {
     const auto snapshot = [&](bool preempted) {
       Checkpoint checkpoint = capture_(done, lr, preempted);
-      if (compressing()) {
+      if (gathersRanks()) {
         if (residuals_step_ == done) {
-          addResiduals(checkpoint, residuals_);
+          if (rank_state_) {
+            addReplicaRows(checkpoint, residuals_);
+          } else {
+            addResiduals(checkpoint, residuals_);
+          }
         } else {
           recorder_->warning("warning: the checkpoint of step " + std::to_string(done) +
                              " holds no error-feedback residuals (the ranks did not agree on "

@@ -60,6 +60,9 @@ class RunCheckpoints {
   void setMembership(bool writer, int64_t rank, int64_t world, ProcessGroup* group,
                      DataParallel* sync);
   void setTotalSteps(int64_t steps) { total_steps_ = steps; }
+  // trainer.sync diloco: every rank's own state (its replica, trainer/diloco_state.h), gathered
+  // where any rank may save, like the residuals, and kept as diloco_replicas.pt.
+  void setRankState(std::function<torch::Tensor()> mine);
 
   // The guards, before training. claimRunDir: the writer's lock on trainer.run_dir (and
   // checkpoint.dir when it lies outside); a second job stops here, naming the first.
@@ -95,6 +98,7 @@ class RunCheckpoints {
 
  private:
   bool compressing() const;
+  bool gathersRanks() const;  // compressing(), or a rank state to gather
   void gatherResiduals(int64_t done);
   void collectBackgroundSave();
   void reportSaves();
@@ -123,6 +127,7 @@ class RunCheckpoints {
   torch::Tensor residuals_;             // [world, n]: gathered at the boundary of residuals_step_
   int64_t residuals_step_ = -1;
   torch::Tensor resumed_residuals_;  // [saved world, n] from the checkpoint, until restored
+  std::function<torch::Tensor()> rank_state_;  // setRankState's
 };
 
 }  // namespace cumulus::trainer

@@ -91,7 +91,11 @@ DataParallelOptions syncOptions(const configs::Experiment& experiment, TraceReco
 
 std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
                                        cumulus::ProcessGroup* group, TraceRecorder* trace) {
-  if (group == nullptr || group->size() == 1) return std::make_unique<LocalGradientSync>();
+  // DiLoCo's inner steps use each rank's own gradients; its outer syncs are the DiLoCo's.
+  if (group == nullptr || group->size() == 1 ||
+      experiment.trainer.sync == configs::SyncMode::kDiloco) {
+    return std::make_unique<LocalGradientSync>();
+  }
   try {
     return std::make_unique<DataParallel>(*group, syncOptions(experiment, trace));
   } catch (const GroupError& e) {
@@ -124,7 +128,7 @@ auto translateTorchErrors(F&& body) -> decltype(body()) {
 Trainer::Impl::Impl(const configs::Experiment& experiment, const RunEnv& env,
                     std::unique_ptr<GradientSync> sync, TrainerOptions options)
     : config_(experiment), env_(env), options_(std::move(options)) {
-  if (options_.elastic == nullptr) {
+  if (options_.elastic == nullptr || config_.trainer.sync == configs::SyncMode::kDiloco) {
     own_sync_ = std::move(sync);
     sync_ = own_sync_.get();
     distributed_ = dynamic_cast<DataParallel*>(sync_);
@@ -212,7 +216,7 @@ void Trainer::Impl::build() {
   buildGroupParts();
   // In place the gradient sync is the Elastic's, built at start (run()) and again at each change
   // of membership; otherwise the Trainer's own, for the whole run.
-  if (inPlace()) {
+  if (inPlace() && !diloco_) {
     elastic_->attach(params_);
   } else {
     sync_->attach(params_);
@@ -254,6 +258,7 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   flat_->zeroGrads();
   optimizer_ = makeFlatOptimizer(config_.optimizer, flat_);
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, config_.optimizer.lr, total_steps_);
+  buildDiloco();
 }
 
 // LibTorch's own complaint comes only at the first backward, and says nothing of the model.
@@ -494,6 +499,7 @@ void Trainer::Impl::resumeIfAsked() {
       throw ResumeError(e.what() + skipped);
     }
     restoreTraining(loaded, *model_, *optimizer_, "checkpoint " + info.path);
+    if (diloco_) restoreDiloco(loaded, info.path);
     checkpoints_->resumed(plan.step, residualsOf(loaded, info.path));
     batches_->restore(plan.sampler);
     start_step_ = std::min(plan.step, total_steps_);

@@ -13,26 +13,27 @@
 
 #include "configs/experiment.h"
 #include "cumulus/checkpoint.h"
+#include "cumulus/data_parallel.h"
+#include "cumulus/diloco.h"
 #include "cumulus/elastic.h"
+#include "cumulus/preemption.h"
 #include "cumulus/run_directory.h"
 #include "cumulus/step_watchdog.h"
 #include "data/examples.h"
+#include "distributed/flat_parameters.h"
 #include "models/model.h"
 #include "trainer/batch_shares.h"
 #include "trainer/batch_source.h"
 #include "trainer/checkpoint_policy.h"
-#include "trainer/run_checkpoints.h"
 #include "trainer/datasets.h"
 #include "trainer/evaluator.h"
 #include "trainer/goodput.h"
-#include "distributed/flat_parameters.h"
-#include "cumulus/data_parallel.h"
 #include "trainer/loss.h"
 #include "trainer/metrics_publisher.h"
 #include "trainer/metrics_recorder.h"
 #include "trainer/optimizer.h"
+#include "trainer/run_checkpoints.h"
 #include "trainer/schedule.h"
-#include "cumulus/preemption.h"
 #include "trainer/trainer.h"
 
 namespace cumulus {
@@ -94,6 +95,13 @@ class Trainer::Impl {
   void resumeIfAsked();
   void checkEveryRankResumesTogether();
   void broadcastBuffers();
+  // trainer.sync diloco (diloco_state.h): building it, a fresh start's replicas made rank 0's,
+  // its state into and out of checkpoints, and the evaluation of the global parameters.
+  void buildDiloco();
+  void startDiloco();
+  void restoreDiloco(const Checkpoint& checkpoint, const std::string& path);
+  void addDiloco(Checkpoint& checkpoint) const;
+  std::vector<std::string> parameterNames() const;
   bool writes() const { return options_.write_outputs && env_.rank == 0; }
   double now() const;
   void startupMark(const char* phase);
@@ -154,6 +162,9 @@ class Trainer::Impl {
   std::shared_ptr<FlatParameters> flat_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
+  // trainer.sync diloco: the outer syncs over params_ (<cumulus/diloco.h>); null every step.
+  std::unique_ptr<DiLoCo> diloco_;
+  int64_t diloco_final_ = -1;  // the step whose last boundary synced every fragment
 
   // The step loop's parts (trainer.h TrainerOptions).
   std::shared_ptr<BatchSource> batches_;

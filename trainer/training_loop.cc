@@ -63,6 +63,7 @@ RunResult Trainer::Impl::run() {
     start_step_ = steps_done_;  // the state a live peer sent (its error feedback starts at zero)
   } else {
     broadcastBuffers();
+    startDiloco();
     checkpoints_->restoreResiduals(resume_notes_);
     startupMark("broadcast");
   }
@@ -212,6 +213,12 @@ bool Trainer::Impl::lastBoundary(int64_t done, double lr, int64_t epoch, Evaluat
                                  const std::function<void()>& record) {
   const bool finished = elastic_->atBoundary([&] {
     if (record) record();
+    // DiLoCo's last round: every fragment synced, every replica the global parameters. Once: a
+    // failure later in this boundary runs it again without the sync.
+    if (diloco_ && diloco_final_ != done) {
+      diloco_->syncAll(group_);
+      diloco_final_ = done;
+    }
     eval = evaluateAt(done, epoch);
     checkpoints_->saveFinalWeights(*model_);  // first: the weights survive a failed last one
     checkpoints_->save(checkpoints_->dueAtStepEnd(done, true), done, lr);
@@ -235,6 +242,14 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
     throw TrainError("the batch source gave no micro-batch for step " + std::to_string(step + 1));
   }
   torch::manual_seed(stepSeed(config_.trainer.seed, batch.epoch, step, env_.rank));
+  // DiLoCo: the fragment due before this step is synced (with overlap, started) before anything
+  // of the step changes the state, so that a failed sync leaves the step to redo.
+  const double outer_before = diloco_ ? diloco_->stats().wait_seconds : 0;
+  if (diloco_) {
+    markPhase(StepPhase::kSync);
+    TraceRecorder::Span span(options_.trace, "outer sync");
+    diloco_->beginStep(step, group_);
+  }
   // In place, one zero_() per bucket: the gradients keep their flat storage for the whole run.
   flat_->zeroGrads();
   StepOutcome outcome;
@@ -250,7 +265,12 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
     TraceRecorder::Span span(distributed_ != nullptr ? options_.trace : nullptr, "comm wait");
     sync_->finish();
   }
+  if (diloco_) {
+    TraceRecorder::Span span(options_.trace, "outer sync");
+    diloco_->endStep();  // with overlap: the fragment lands before the inner step
+  }
   outcome.comm_wait = now() - wait_start;
+  if (diloco_) outcome.comm_wait += diloco_->stats().wait_seconds - outer_before;
   markPhase(StepPhase::kOptimizer);
   optimizerStep(step);
   if (watchdog_) watchdog_->endStep();
@@ -278,6 +298,17 @@ double Trainer::Impl::forwardBackward(const StepBatch& batch) {
   TraceRecorder* trace = options_.trace;
   const size_t k = batch.micro_batches.size();
   double loss_sum = 0;
+  // DiLoCo: each replica steps on the mean over its own share; the record keeps the share of the
+  // global mean, so that the ranks' losses still add up to it.
+  double divisor = static_cast<double>(batch.global_samples);
+  if (diloco_) {
+    int64_t local = 0;
+    for (const data::Batch& micro : batch.micro_batches) {
+      if (micro.targets.defined()) local += micro.targets.size(0);
+    }
+    divisor = static_cast<double>(std::max<int64_t>(local, 1));
+  }
+  const double to_global = divisor / static_cast<double>(batch.global_samples);
   for (size_t i = 0; i < k; ++i) {
     const bool last = i + 1 == k;
     const data::Batch& micro = batch.micro_batches[i];
@@ -287,14 +318,14 @@ double Trainer::Impl::forwardBackward(const StepBatch& batch) {
       markPhase(StepPhase::kForward);
       {
         TraceRecorder::Span span(trace, "forward");
-        loss = loss_->apply(*model_, micro).sum / static_cast<double>(batch.global_samples);
+        loss = loss_->apply(*model_, micro).sum / divisor;
       }
       markPhase(StepPhase::kBackward);
       {
         TraceRecorder::Span span(trace, "backward");
         loss.backward();
       }
-      loss_sum += loss.item<double>();
+      loss_sum += loss.item<double>() * to_global;
     }
     sync_->afterBackward(last);
   }
@@ -335,6 +366,22 @@ Evaluation Trainer::Impl::evaluateAt(int64_t done, int64_t epoch) {
     torch::NoGradGuard no_grad;
     model_->train(false);
     const double start = now();
+    // DiLoCo: the global parameters are the model; the replica's own come back after, however
+    // the evaluation ends (a peer's failure in its sums included).
+    struct Replica {
+      std::vector<torch::Tensor>& params;
+      std::vector<torch::Tensor> saved;
+      ~Replica() {
+        for (size_t i = 0; i < saved.size(); ++i) params[i].detach().copy_(saved[i]);
+      }
+    } replica{params_, {}};
+    if (diloco_) {
+      const DiLoCoState state = diloco_->state();
+      for (size_t i = 0; i < params_.size(); ++i) {
+        replica.saved.push_back(params_[i].detach().clone());
+        params_[i].detach().copy_(state.global[i]);
+      }
+    }
     result = evaluator_->evaluate(*model_);
     result.seconds = now() - start;
     model_->train(true);
@@ -353,7 +400,9 @@ Checkpoint Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
   position.grad_accumulation = grad_accumulation_;
   position.batch_shares = shares_->current();
   position.precision = precisionName(precision_.precision);
-  return captureCheckpoint(*model_, *optimizer_, config_, env_, position);
+  Checkpoint checkpoint = captureCheckpoint(*model_, *optimizer_, config_, env_, position);
+  if (diloco_) addDiloco(checkpoint);
+  return checkpoint;
 }
 
 // After the agreed stop at `done` (its checkpoint is saved or being waited for on rank 0).

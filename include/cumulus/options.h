@@ -23,6 +23,7 @@ enum class Algorithm {
 enum class Compression {
   kNone,  // float32
   kBf16,  // bfloat16 on the wire (half the bytes), with error feedback
+  kInt8,  // int8 with a float32 scale per 256 values: DiLoCo's outer gradients only (diloco.h)
 };
 
 // What a forward pass computes in (<cumulus/precision.h>).

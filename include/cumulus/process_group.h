@@ -133,6 +133,11 @@ class ProcessGroup {
                                        const CollectiveOptions& options = {});
   std::unique_ptr<Work> broadcastAsync(torch::Tensor& tensor, int root = 0,
                                        const CollectiveOptions& options = {});
+  // allgather started likewise: `output` must be contiguous, of `tensor`'s dtype and of shape
+  // {size(), tensor.sizes()...}; row r holds rank r's tensor once the Work is done
+  // (std::invalid_argument otherwise).
+  std::unique_ptr<Work> allgatherAsync(const torch::Tensor& tensor, torch::Tensor& output,
+                                       const CollectiveOptions& options = {});
 
   // For implementations built on the group (DataParallel, PreemptionWatcher): the object that
   // runs the collectives. Not part of the stable API.

@@ -327,6 +327,41 @@ TEST(ParseTest, CrossFieldChecksBlameTheKeySetLast) {
             "did you mean `mse`?");
 }
 
+// trainer.sync: diloco. Each bad value exits 2 naming the key and what is allowed.
+TEST(ParseTest, DilocoKeysSayWhatIsAllowed) {
+  EXPECT_EQ(errorOf("name: t\ntrainer: {sync: diloco}\ndiloco: {inner_steps: 0}\n"),
+            "x.yaml:3:23: diloco.inner_steps: expected an integer >= 1, got 0");
+  EXPECT_EQ(
+      errorOf("name: t\ndiloco: {outer_compression: int4}\n"),
+      "x.yaml:2:29: diloco.outer_compression: expected one of none, bf16, int8, got \"int4\"; "
+      "did you mean `int8`?");
+  EXPECT_EQ(errorOf("name: t\ntrainer: {sync: every step}\n"),
+            "x.yaml:2:17: trainer.sync: expected one of every_step, diloco, got \"every step\"; "
+            "did you mean `every_step`?");
+  EXPECT_EQ(errorOf("name: t\ntrainer: {sync: diloco}\ncomm: {algorithm: funnel}\n"),
+            "x.yaml:3:19: comm.algorithm: funnel cannot carry DiLoCo's outer syncs (trainer.sync: "
+            "diloco): the parameter server holds one copy of the gradients; use ring, tree, "
+            "hierarchical or auto");
+  EXPECT_EQ(errorOf("name: t\ncomm: {algorithm: funnel}\ntrainer: {sync: diloco}\n"),
+            "x.yaml:3:17: trainer.sync: diloco needs a peer-to-peer all-reduce, but comm.algorithm "
+            "is funnel (a parameter server); set comm.algorithm to ring, tree, hierarchical or "
+            "auto");
+  EXPECT_EQ(errorOf("name: t\ntrainer: {sync: diloco}\ncomm: {compression: bf16}\n"),
+            "x.yaml:3:21: comm.compression: bf16 compresses every step's gradients, which "
+            "trainer.sync: diloco does not send; compress the outer gradients with "
+            "diloco.outer_compression instead");
+  EXPECT_EQ(errorOf("name: t\ndiloco: {inner_steps: 4, fragments: 5}\n"),
+            "x.yaml:2:37: diloco.fragments: 5 is more than diloco.inner_steps (4): each fragment "
+            "syncs at a step of its own within a round, so use at most 4");
+  EXPECT_EQ(errorOf("name: t\ndiloco: {outer_momentum: 0}\n"),
+            "x.yaml:2:26: diloco.outer_momentum: 0 leaves diloco.nesterov (true) no momentum; set "
+            "nesterov: false");
+  EXPECT_EQ(errorOf("name: t\ndiloco: {outer_momentum: 0, nesterov: false}\n"), "(no error)");
+  EXPECT_EQ(errorOf("name: t\ntrainer: {sync: diloco}\ndiloco: {fragments: 4, overlap: true, "
+                    "outer_compression: int8}\n"),
+            "(no error)");
+}
+
 TEST(ParseTest, LoadExperimentReportsUnreadableFiles) {
   try {
     loadExperiment("/nonexistent/x.yaml");

@@ -19,10 +19,10 @@ TEST(DigestTest, SameExperimentSameDigestHoweverWritten) {
   EXPECT_NE(configDigest(a), configDigest(c));
   // Pinned (the same as `cumulus-config defaults | sha256sum`): a change to toYaml's output or
   // to a default changes every digest, so it must be deliberate; checkpoints record digests.
-  // (Last changed by the new key launch.metrics_port; resume
-  // compares keys, not this digest.)
+  // (Last changed by the new keys trainer.sync and diloco.*; resume compares keys, not this
+  // digest.)
   EXPECT_EQ(configDigest(Experiment{}),
-            "d604e4c53fb77dae86c9aff0f466114386ffff9109a931163a7ecf1677eed265");
+            "a0360f30036a1b677e2f2bc79a036e0fd725032462b20039a07cf19f0900db0f");
 }
 
 TEST(DigestTest, DiffKeysListsChangedKeysInSchemaOrder) {

@@ -258,6 +258,27 @@ TEST_F(InPlaceTest, ACompressedGroupRecoversAndHealsInPlace) {
   ledgerIsExact();
 }
 
+// trainer.sync diloco in place (4 inner steps, 2 fragments, int8, overlap): a worker is
+// SIGKILLed mid-round, the survivors drop its inner steps from the round and train on, a joiner
+// takes the global parameters and outer state from a live peer; the last boundary syncs every
+// fragment, so every replica ends identical, and every sample is trained once.
+TEST_F(InPlaceTest, ADilocoGroupDropsADeadWorkerMidRoundAndHealsAJoiner) {
+  auto argv = command({"--fault-kill", "10@0.1.0+5", "--fault-hold-for-joiner", "5"}, "run");
+  argv.insert(argv.end(), {"--set", "trainer.sync=diloco", "--set", "diloco.inner_steps=4", "--set",
+                           "diloco.fragments=2", "--set", "diloco.overlap=true", "--set",
+                           "diloco.outer_compression=int8"});
+  startGroup(3, argv);
+  start("1.0.0", -1, 3, argv);
+  EXPECT_EQ(finish("0.1.0").signal, SIGKILL);
+  identicalReplicas({"0.0.0", "0.2.0", "1.0.0"});
+  const std::string& out = finish("0.0.0").output;
+  EXPECT_NE(out.find("re-formed in place: epoch 1, rank 0 of 2 (was rank 0 of 3), training from "
+                     "step 10"),
+            std::string::npos)
+      << out;
+  ledgerIsExact();
+}
+
 // A notice to one worker: it leaves at the agreed step with exit 75 and writes no checkpoint; the
 // others shrink the group and train on.
 TEST_F(InPlaceTest, ANoticeLeavesAtAStepBoundaryAndTheOthersTrainOn) {

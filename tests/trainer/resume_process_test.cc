@@ -319,6 +319,57 @@ TEST_F(ResumeProcessTest, CompressedGroupResumesBitIdenticalWithItsResiduals) {
       << alone_resume.output;
 }
 
+// trainer.sync diloco keeps every rank's replica, inner optimizer and residual
+// (diloco_replicas.pt) and the outer momentum (diloco.pt): a group stopped mid-round, between two
+// fragments' syncs, resumes bit-identical to one that never stopped. The replicas end identical
+// (the last boundary syncs every fragment), and a world of one that resumes from it says that each
+// rank starts the round from the global parameters.
+TEST_F(ResumeProcessTest, DilocoGroupStoppedMidRoundResumesBitIdentical) {
+  const std::vector<std::string> diloco = {
+      "--set", "trainer.sync=diloco", "--set", "diloco.inner_steps=4",
+      "--set", "diloco.fragments=2",  "--set", "diloco.outer_compression=int8",
+      "--set", "diloco.overlap=true", "--set", "comm.algorithm=ring"};
+  auto with = [&](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const ProcessResult full =
+      runProcess(group(2, train("full", with(diloco, {"--set", "trainer.log_all_ranks=true"}))));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const std::string expected = digestOf(full);
+  std::multiset<std::string> replicas;
+  for (size_t at = 0; (at = full.output.find("final parameters sha256 ", at)) != std::string::npos;
+       at += 24) {
+    replicas.insert(full.output.substr(at + 24, 64));
+  }
+  EXPECT_EQ(replicas.size(), 2u) << full.output;
+  EXPECT_EQ(replicas.count(expected), 2u) << "the replicas differ: " << full.output;
+  std::ifstream metrics(dir_ / "full" / "metrics.jsonl");
+  const std::string records((std::istreambuf_iterator<char>(metrics)), {});
+  EXPECT_NE(records.find("\"outer_rounds\":"), std::string::npos) << records;
+
+  const ProcessResult first =
+      runProcess(group(2, sigtermAt("9", train("part", diloco)), {"--recovery=restart"}));
+  ASSERT_EQ(first.exit_code, 75) << first.output;
+  EXPECT_TRUE(fs::exists(fs::path(ckpt("part", 9)) / "diloco_replicas.pt"));
+  EXPECT_TRUE(fs::exists(fs::path(ckpt("part", 9)) / "diloco.pt"));
+  const ProcessResult second =
+      runProcess(group(2, train("part", with(diloco, {"--resume", "auto"}))));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(digestOf(second), expected);
+
+  const ProcessResult one =
+      runProcess(train("part", with(diloco, {"--resume", ckpt("part", 9), "--set",
+                                             "trainer.run_dir=" + (dir_ / "one").string()})),
+                 alone());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("trainer.sync diloco: the checkpoint holds the replicas of 2 ranks "
+                            "and this launch has 1: every rank starts the round from the global "
+                            "parameters, with rank 0's inner optimizer"),
+            std::string::npos)
+      << one.output;
+}
+
 // True once `pid` catches SIGTERM (its handler is installed): /proc/PID/status SigCgt, bit 14.
 bool catchesSigterm(pid_t pid) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Joins bench/diloco.sh's two phases into docs' tables (docs/diloco.md).
+
+    bench/diloco_report.py [OUT_DIR] [--target-step 600] [--h MODE=H ...]
+
+quality.jsonl: per mode its validation curve on loopback and rank 0's comm_bytes_sent.
+links.jsonl:   per mode, rate and delay, the compute time per step and the time per sync.
+Prints (and writes OUT_DIR/diloco.md):
+  - quality: the validation loss at each evaluation, and against every-step's at the last one;
+  - bytes: rank 0's bytes handed to the transport per 1000 steps, and every-step's over each;
+  - time to target: the steps each mode needs to reach the validation loss every_step reaches
+    after --target-step steps (linear between evaluations; "not reached" when its curve never
+    gets there), times its time per step on each link.
+A mode's time per step on a link = its compute ms per step + the time of one sync x the syncs
+per step: every step, 1; DiLoCo, fragments / H (each fragment syncs once in H steps), the time of
+one sync being outer_wait_s / outer_rounds of that run.
+"""
+import json
+import sys
+from pathlib import Path
+
+SYNCS_PER_STEP = {"every_step": 1.0, "every_step_bf16": 1.0, "diloco_h20": 1 / 20,
+                  "diloco_h50": 1 / 50, "streaming": 4 / 50}
+
+
+def load(path):
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def steps_to(curve, target):
+    """The first step where the curve reaches `target`, linear between evaluations."""
+    prev = None
+    for step, loss in curve:
+        if loss <= target:
+            if prev is None:
+                return float(step)
+            (s0, l0) = prev
+            return s0 + (step - s0) * (l0 - target) / (l0 - loss)
+        prev = (step, loss)
+    return None
+
+
+def per_step_ms(run):
+    mode = run["mode"]
+    if mode.startswith("every_step"):
+        return run["compute_ms"] + run["comm_wait_ms"]
+    sync_ms = 1000.0 * run["outer_wait_s"] / run["outer_rounds"] if run["outer_rounds"] else 0.0
+    return run["compute_ms"] + sync_ms * SYNCS_PER_STEP[mode]
+
+
+def main(argv):
+    out = Path(argv[0]) if argv and not argv[0].startswith("--") else Path("bench/results/diloco")
+    target_step = 600
+    if "--target-step" in argv:
+        target_step = int(argv[argv.index("--target-step") + 1])
+    quality = {r["mode"]: r for r in load(out / "quality.jsonl")}  # the newest run of each mode
+    links = load(out / "links.jsonl")
+    lines = []
+    if quality:
+        modes = list(quality)
+        steps = sorted({s for r in quality.values() for s, _ in r["evals"]})
+        lines.append("Validation loss (nats per byte) on loopback, %s workers:\n"
+                     % next(iter(quality.values())).get("workers", "?"))
+        lines.append("| step | " + " | ".join(modes) + " |")
+        lines.append("|---|" + "---|" * len(modes))
+        for s in steps:
+            row = [dict((a, b) for a, b in quality[m]["evals"]).get(s) for m in modes]
+            lines.append("| %d | " % s + " | ".join("-" if v is None else "%.4f" % v for v in row) + " |")
+        base = quality.get("every_step")
+        lines.append("")
+        lines.append("| mode | final loss | vs every_step | bytes sent per 1000 steps (rank 0) | "
+                     "every_step's / this |")
+        lines.append("|---|---|---|---|---|")
+        for m in modes:
+            r = quality[m]
+            per_k = r["comm_bytes_sent"] * 1000.0 / r["steps"] if r.get("comm_bytes_sent") else None
+            base_k = (base["comm_bytes_sent"] * 1000.0 / base["steps"]
+                      if base and base.get("comm_bytes_sent") else None)
+            rel = "%+.2f%%" % (100 * (r["test_loss"] / base["test_loss"] - 1)) if base else "-"
+            ratio = "%.1fx" % (base_k / per_k) if per_k and base_k else "-"
+            lines.append("| %s | %.4f | %s | %s | %s |" % (
+                m, r["test_loss"], rel, "-" if per_k is None else "{:,.0f}".format(per_k), ratio))
+    if quality.get("every_step") and links:
+        target = dict((a, b) for a, b in quality["every_step"]["evals"]).get(target_step)
+        lines.append("")
+        if target is None:
+            lines.append("every_step has no evaluation at step %d" % target_step)
+        else:
+            lines.append("Wall time to reach every_step's validation loss at step %d (%.4f):\n"
+                         % (target_step, target))
+            lines.append("| link | mode | steps to target | ms per step | time to target s | "
+                         "every_step's / this |")
+            lines.append("|---|---|---|---|---|---|")
+            by_link = {}
+            for r in links:
+                by_link.setdefault((r["rate"], r["delay"]), {})[r["mode"]] = r
+            for (rate, delay), runs in by_link.items():
+                base_s = None
+                rows = []
+                for m, r in runs.items():
+                    need = steps_to(quality[m]["evals"], target) if m in quality else None
+                    ms = per_step_ms(r)
+                    secs = need * ms / 1000.0 if need is not None else None
+                    if m == "every_step":
+                        base_s = secs
+                    rows.append((m, need, ms, secs))
+                for m, need, ms, secs in rows:
+                    lines.append("| %s, %s | %s | %s | %.1f | %s | %s |" % (
+                        rate, delay, m, "not reached" if need is None else "%.0f" % need, ms,
+                        "-" if secs is None else "%.1f" % secs,
+                        "%.2fx" % (base_s / secs) if base_s and secs else "-"))
+    text = "\n".join(lines) + "\n"
+    (out / "diloco.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
