@@ -308,6 +308,7 @@ void DiLoCo::syncAll(ProcessGroup* group) {
     impl_->stats.wait_seconds += secondsSince(started);
     impl_->land(&impl_->stats.wait_seconds);
   }
+  resetReplica();  // exactly the global parameters, whatever `mix` kept
 }
 
 void DiLoCo::cancel() { impl_->pending = Impl::Round(); }
