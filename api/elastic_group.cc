@@ -94,7 +94,7 @@ ElasticGroup::~ElasticGroup() {
 
 void ElasticGroup::connect(const comm::QuorumEpoch& epoch) {
   ProcessGroup::Impl& impl = group_->impl();
-  impl.group.reset();  // the old epoch's connections close before the new ones open
+  impl.closeConnection();  // the old epoch's connections close before the new ones open
   epoch_ = epoch;
   base::RunEnv env = env_;
   env.rank = epoch.rankOf(settings_.member_id);
@@ -121,7 +121,7 @@ const comm::QuorumEpoch& ElasticGroup::reform(int64_t steps_done,
   std::vector<std::string> leaving;
   for (int r : leaving_ranks) leaving.push_back(epoch_.members.at(static_cast<size_t>(r)));
   // Close this epoch's connections first: peers still blocked on them fail at once.
-  group_->impl().group.reset();
+  group_->impl().closeConnection();
   connect(quorum_->reform(epoch_, steps_done, leaving));
   return epoch_;
 }

@@ -158,6 +158,15 @@ int ProcessGroup::restartCount() const { return static_cast<int>(impl_->env.rest
 std::string ProcessGroup::runId() const { return impl_->env.run_id; }
 bool ProcessGroup::underLauncher() const { return !impl_->env.run_id.empty(); }
 const GroupOptions& ProcessGroup::options() const { return impl_->options; }
+uint64_t ProcessGroup::bytesSent() const {
+  const comm::Communicator* communicator = impl_->communicator();
+  return impl_->bytes_sent_before + (communicator != nullptr ? communicator->bytesSent() : 0);
+}
+
+void ProcessGroup::Impl::closeConnection() {
+  if (group) bytes_sent_before += group->communicator().bytesSent();
+  group.reset();
+}
 
 comm::AllreduceOptions ProcessGroup::Impl::allreduceCall(const CollectiveOptions& options) const {
   comm::AllreduceOptions call;

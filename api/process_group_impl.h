@@ -27,6 +27,9 @@ struct ProcessGroup::Impl {
   cumulus::Algorithm algorithm = cumulus::Algorithm::kAuto;  // options.algorithm, parsed
   std::chrono::milliseconds timeout{60000};            // options.timeout_seconds
   std::unique_ptr<trainer::GroupConnection> group;        // null in a group of one
+  // What the connections this group had before `group` sent (an ElasticGroup re-makes it at
+  // every re-forming): bytesSent() counts since the group was made, across them.
+  uint64_t bytes_sent_before = 0;
 
   // The communicator's options for an allreduce with `options` (GroupError for a bad algorithm
   // or timeout).
@@ -35,6 +38,9 @@ struct ProcessGroup::Impl {
   void checkRoot(const char* op, int root) const;
   // The communicator of a group of several ranks; null in a group of one.
   comm::Communicator* communicator() { return group ? &group->communicator() : nullptr; }
+  // Closes the connection, if any (its peers fail at once), keeping what it sent in
+  // bytes_sent_before; `group` is null afterwards.
+  void closeConnection();
 
   // fromEnvironment with the variables read through `getenv`.
   static std::unique_ptr<ProcessGroup> fromEnvironment(const GroupOptions& options,

@@ -22,12 +22,14 @@ namespace cumulus::comm {
 
 // An all-reduce performed by something outside the peer-to-peer data plane (the parameter
 // server). `seq` is the communicator's operation sequence number; every rank passes the same.
-// Blocks until the result is in `buffer` or throws CommError within `timeout`.
+// Blocks until the result is in `buffer` or throws CommError within `timeout`. Returns the bytes
+// this rank handed to its transport for the call (what it sent, for the communicator's count of
+// bytes sent: Communicator::bytesSent).
 class RemoteReducer {
  public:
   virtual ~RemoteReducer() = default;
-  virtual void allreduce(Buffer& buffer, ReduceOp op, uint64_t seq,
-                         std::chrono::milliseconds timeout) = 0;
+  virtual uint64_t allreduce(Buffer& buffer, ReduceOp op, uint64_t seq,
+                             std::chrono::milliseconds timeout) = 0;
 };
 
 }  // namespace cumulus::comm

@@ -172,6 +172,7 @@ void Communicator::execute(const Queued& item) {
   c.op.timeout_ms = static_cast<long>(item.timeout.count());
   c.op.spin = &spin_;
   c.op.on_slot_wait = options_.on_slot_wait ? &options_.on_slot_wait : nullptr;
+  c.op.bytes_sent = &bytes_sent_;
   c.segment_bytes = options_.segment_bytes;
   c.scratch = &scratch_;
   try {
@@ -230,8 +231,12 @@ std::shared_ptr<Work> Communicator::startAllreduce(Buffer& buffer, const Allredu
             return hierarchicalAllreduce(c, *topology, b, op);
           case Algorithm::kTree:
             return treeAllreduce(c, b, op);
-          case Algorithm::kFunnel:
-            return remote->allreduce(b, op, c.op.seq, std::chrono::milliseconds(c.op.timeout_ms));
+          case Algorithm::kFunnel: {
+            const uint64_t sent =
+                remote->allreduce(b, op, c.op.seq, std::chrono::milliseconds(c.op.timeout_ms));
+            c.op.bytes_sent->fetch_add(sent, std::memory_order_relaxed);
+            return;
+          }
           case Algorithm::kAuto:
             break;
         }

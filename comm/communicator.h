@@ -141,6 +141,13 @@ class Communicator {
   uint64_t nextSeq() const;
   // "shm", "unix" or "tcp": what connects this rank to `peer`; "self" for its own rank.
   const char* transportTo(int peer) const;
+  // Bytes this rank has handed to its transport since construction, over every collective
+  // (blocking or async, every algorithm): each message's 32-byte frame header and its payload, on
+  // the socket or through a shared-memory slot (tcp/frame.h), counted once the whole message is
+  // handed over; for the funnel, the request it sent to the parameter server
+  // (RemoteReducer::allreduce). The rendezvous's handshakes are not counted. 0 in a world of one.
+  // Cheap (a relaxed atomic add per message) and callable from any thread.
+  uint64_t bytesSent() const { return bytes_sent_.load(std::memory_order_relaxed); }
 
  private:
   using Body = std::function<void(Collective&)>;
@@ -176,6 +183,7 @@ class Communicator {
   Topology topology_;
   std::vector<uint8_t> scratch_;  // used only by the executing operation
   tcp::SpinGovernor spin_;        // budget resolved from options_.spin_micros; executing op only
+  std::atomic<uint64_t> bytes_sent_{0};  // bytesSent(); added to by the executing operation
 
   mutable base::Mutex mutex_;
   base::CondVar changed_;

@@ -91,8 +91,8 @@ FunnelClient::FunnelClient(const std::string& host, int port, const std::string&
 
 FunnelClient::~FunnelClient() = default;
 
-void FunnelClient::allreduce(Buffer& buffer, ReduceOp op, uint64_t seq,
-                             std::chrono::milliseconds timeout) {
+uint64_t FunnelClient::allreduce(Buffer& buffer, ReduceOp op, uint64_t seq,
+                                 std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
   grpc::ClientContext context;
   if (!impl_->token.empty()) context.AddMetadata(rpc::kTokenMetadataKey, impl_->token);
@@ -118,6 +118,7 @@ void FunnelClient::allreduce(Buffer& buffer, ReduceOp op, uint64_t seq,
   // over; Finish() below says why.
   bool open = true;
   size_t offset = 0;
+  uint64_t sent = 0;
   // The last piece goes out with the half-close (WriteLast): one transport operation fewer,
   // which is most of a small all-reduce's cost.
   do {
@@ -126,6 +127,7 @@ void FunnelClient::allreduce(Buffer& buffer, ReduceOp op, uint64_t seq,
     offset += piece;
     grpc::WriteOptions options;
     if (offset == bytes) options.set_last_message();
+    sent += message.ByteSizeLong();
     open = stream->Write(message, options);
     message.clear_header();
   } while (open && offset < bytes);
@@ -154,6 +156,7 @@ void FunnelClient::allreduce(Buffer& buffer, ReduceOp op, uint64_t seq,
     throw CommError(ErrorKind::kBadFrame, kOp, seq, -1,
                     "parameter server " + endpoint_ + " returned " + std::to_string(filled) +
                         " of " + std::to_string(bytes) + " bytes");
+  return sent;
 }
 
 }  // namespace cumulus::comm

@@ -33,8 +33,10 @@ class FunnelClient final : public RemoteReducer {
                uint64_t generation = 0);
   ~FunnelClient() override;
 
-  void allreduce(Buffer& buffer, ReduceOp op, uint64_t seq,
-                 std::chrono::milliseconds timeout) override;
+  // Returns the request's payload: the serialized size of every PushChunk written (header and
+  // data; gRPC's own framing is not counted).
+  uint64_t allreduce(Buffer& buffer, ReduceOp op, uint64_t seq,
+                     std::chrono::milliseconds timeout) override;
 
   const std::string& endpoint() const { return endpoint_; }
 

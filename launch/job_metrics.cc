@@ -228,6 +228,7 @@ std::string JobMetrics::prometheus() const {
   exposeRanks(out);
   exposeGoodput(out);
   exposeEvents(out);
+  exposeComm(out);
   return out.text();
 }
 
@@ -335,6 +336,25 @@ void JobMetrics::exposeEvents(PrometheusText& out) const {
               static_cast<double>(*last_checkpoint_step_));
     out.gauge("cumulus_last_checkpoint_age_seconds", "seconds since it committed",
               std::max(0.0, clock_() - last_checkpoint_time_));
+  }
+}
+
+// The newest train record's communication counters. Cumulative over a launch, so a restarted
+// launch counts again from 0: counter() holds the highest value until it is passed.
+void JobMetrics::exposeComm(PrometheusText& out) const {
+  out.family("cumulus_comm_bytes_sent_total", "counter",
+             "bytes rank 0 handed to its transport since the launch began");
+  out.sample("cumulus_comm_bytes_sent_total",
+             counter("comm_bytes_sent", numberAt(train_, "comm_bytes_sent").value_or(0)));
+  // Only low-communication training has outer rounds: absent otherwise.
+  if (const auto rounds = numberAt(train_, "outer_rounds")) {
+    out.family("cumulus_outer_rounds_total", "counter", "outer rounds completed (rank 0's)");
+    out.sample("cumulus_outer_rounds_total", counter("outer_rounds", *rounds));
+  }
+  if (const auto wait = numberAt(train_, "outer_wait_s")) {
+    out.family("cumulus_outer_wait_seconds_total", "counter",
+               "seconds rank 0 waited on the outer rounds");
+    out.sample("cumulus_outer_wait_seconds_total", counter("outer_wait_s", *wait));
   }
 }
 

@@ -36,6 +36,11 @@
 //   cumulus_last_checkpoint_step, cumulus_last_checkpoint_age_seconds
 //   cumulus_live_records_total             records received from the workers
 //   cumulus_live_records_malformed_total   of those, with a field of an unexpected type
+//   cumulus_comm_bytes_sent_total          bytes rank 0 handed to its transport since the launch
+//                                          began (the newest train record's comm_bytes_sent)
+//   cumulus_outer_rounds_total, cumulus_outer_wait_seconds_total   low-communication training's
+//                                          outer rounds and the wait on them (the newest train
+//                                          record's), only when it has them
 // A counter never goes down: after a rollback the trainer's split starts again from the
 // checkpoint's, and the exported counters hold their highest value until the split passes it.
 
@@ -93,6 +98,7 @@ class JobMetrics {
   void exposeRanks(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void exposeGoodput(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void exposeEvents(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void exposeComm(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   double counter(const std::string& name, double value) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The shares of the global batch in force: the newest balance record's, else (balance off) the
   // samples per step each rank's status says; empty when a rank has not said yet.

@@ -28,6 +28,16 @@ double perStepMs(double seconds, int64_t steps) {
   return steps > 0 ? 1000.0 * seconds / static_cast<double>(steps) : 0;
 }
 
+// The counters of a train or summary record that not every run has: the bytes sent, and the
+// outer rounds of low-communication training only when it runs them.
+void addCommCounters(nlohmann::ordered_json& record, uint64_t bytes_sent, int64_t outer_rounds,
+                     double outer_wait_seconds) {
+  record["comm_bytes_sent"] = bytes_sent;
+  if (outer_rounds < 0) return;
+  record["outer_rounds"] = outer_rounds;
+  record["outer_wait_s"] = outer_wait_seconds;
+}
+
 double wallNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -133,15 +143,17 @@ void ProgressMetricsRecorder::step(const StepRecord& r) {
   if (metrics_) {
     const double step_ms = perStepMs(window_.seconds, window_.steps);
     const double wait_ms = perStepMs(window_.comm_wait, window_.steps);
-    emit(nlohmann::ordered_json{{"type", "train"},
-                                {"step", r.step},
-                                {"epoch", r.epoch},
-                                {"loss", shown_loss},
-                                {"lr", r.lr},
-                                {"samples_per_sec", samples_per_sec},
-                                {"step_time_ms", step_ms},
-                                {"compute_ms", step_ms - wait_ms},
-                                {"comm_wait_ms", wait_ms}});
+    nlohmann::ordered_json train{{"type", "train"},
+                                 {"step", r.step},
+                                 {"epoch", r.epoch},
+                                 {"loss", shown_loss},
+                                 {"lr", r.lr},
+                                 {"samples_per_sec", samples_per_sec},
+                                 {"step_time_ms", step_ms},
+                                 {"compute_ms", step_ms - wait_ms},
+                                 {"comm_wait_ms", wait_ms}};
+    addCommCounters(train, r.comm_bytes_sent, r.outer_rounds, r.outer_wait_seconds);
+    emit(train);
   }
   window_ = Window();
 }
@@ -277,10 +289,11 @@ void ProgressMetricsRecorder::finished(const RunSummary& s) {
     record["parameters"] = s.parameters;
     record["world_size"] = options_.world_size;
     if (!options_.compression.empty()) record["compression"] = options_.compression;
+    addCommCounters(record, s.comm_bytes_sent, s.outer_rounds, s.outer_wait_seconds);
     emit(record);
   }
   if (!s.parameter_digest.empty()) progress_->info("final parameters sha256 " + s.parameter_digest);
-  char text[200];
+  char text[320];
   char result[64];
   if (s.test.accuracy) {
     std::snprintf(result, sizeof(result), "test accuracy %.4f (loss %.4f)", *s.test.accuracy,
@@ -290,7 +303,19 @@ void ProgressMetricsRecorder::finished(const RunSummary& s) {
   }
   std::snprintf(text, sizeof(text), "%s after %s epochs, %lld steps, %.1f s", result,
                 formatEpochs(s.epochs).c_str(), static_cast<long long>(s.steps), s.wall_seconds);
-  progress_->info(text);
+  std::string line = text;
+  // What this rank sent, where it sent anything: alone the line ends as it always did.
+  if (s.comm_bytes_sent > 0) {
+    std::snprintf(text, sizeof(text), ", %.1f MB sent",
+                  static_cast<double>(s.comm_bytes_sent) / 1e6);
+    line += text;
+  }
+  if (s.outer_rounds >= 0) {
+    std::snprintf(text, sizeof(text), ", %lld outer rounds (%.1f s waiting)",
+                  static_cast<long long>(s.outer_rounds), s.outer_wait_seconds);
+    line += text;
+  }
+  progress_->info(line);
 }
 
 void ProgressMetricsRecorder::emit(const nlohmann::ordered_json& record) {

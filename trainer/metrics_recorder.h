@@ -79,6 +79,14 @@ struct StepRecord {
   int64_t samples = 0;           // the global batch
   int64_t local_samples = 0;     // this rank's share of it
   double elapsed_seconds = 0;    // since the loop began
+  // Bytes this rank handed to its transport since the launch began, summed over every group it
+  // trained in (ProcessGroup::bytesSent): cumulative, 0 alone.
+  uint64_t comm_bytes_sent = 0;
+  // Low-communication training's outer rounds completed since the launch began, and the seconds
+  // spent waiting on them, cumulative; outer_rounds < 0: not that kind of training, and the
+  // records leave both out.
+  int64_t outer_rounds = -1;
+  double outer_wait_seconds = 0;
 };
 
 struct CheckpointRecord {
@@ -131,6 +139,10 @@ struct RunSummary {
   double wall_seconds = 0;
   int64_t parameters = 0;
   std::string parameter_digest;  // empty: not computed on this rank
+  // As in StepRecord, at the end of the run.
+  uint64_t comm_bytes_sent = 0;
+  int64_t outer_rounds = -1;
+  double outer_wait_seconds = 0;
 };
 
 class MetricsRecorder {

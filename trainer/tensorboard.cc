@@ -151,7 +151,9 @@ void TensorBoardSink::write(const nlohmann::ordered_json& record) {
     }
   };
   if (type == "train") {
-    putKeys({"loss", "lr", "samples_per_sec", "step_time_ms", "comm_wait_ms"});
+    // outer_rounds and outer_wait_s only where the record has them (low-communication training).
+    putKeys({"loss", "lr", "samples_per_sec", "step_time_ms", "comm_wait_ms", "comm_bytes_sent",
+             "outer_rounds", "outer_wait_s"});
   } else if (type == "eval") {
     putKeys({"test_loss", "test_accuracy"});
   } else if (type == "checkpoint") {

@@ -56,7 +56,8 @@ class TensorBoardWriter {
 
 // Turns metrics.jsonl records (trainer/metrics.h) into scalars:
 //   "train"      -> train/loss, train/lr, train/samples_per_sec, train/step_time_ms,
-//                   train/comm_wait_ms
+//                   train/comm_wait_ms, train/comm_bytes_sent, and train/outer_rounds,
+//                   train/outer_wait_s where the record has them
 //   "eval"       -> eval/test_loss, eval/test_accuracy
 //   "goodput"    -> goodput/<key> for every numeric key but "step" and "time"
 //   "checkpoint" -> checkpoint/stall_ms

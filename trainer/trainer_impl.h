@@ -126,6 +126,9 @@ class Trainer::Impl {
   double forwardBackward(const StepBatch& batch);
   void optimizerStep(int64_t step);
   void recordStep(int64_t step, const StepOutcome& outcome, double lr, double loop_start);
+  // This rank's bytes handed to the transport since the launch began, over every group it trained
+  // in (StepRecord::comm_bytes_sent).
+  uint64_t commBytesSent();
   Evaluation evaluateAt(int64_t done, int64_t epoch);
   // The training state after step `done` (a checkpoint's, without the residuals).
   Checkpoint snapshot(int64_t done, double lr, bool preempted);
@@ -200,6 +203,10 @@ class Trainer::Impl {
   int64_t reforms_ = 0;               // failures this rank re-formed after
   std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
   std::unique_ptr<StepWatchdog> watchdog_;  // during run(), unless options_.step_watchdog is off
+  // commBytesSent(): what the groups before comm_bytes_group_ sent, and its count when last read.
+  uint64_t comm_bytes_base_ = 0;
+  const cumulus::ProcessGroup* comm_bytes_group_ = nullptr;
+  uint64_t comm_bytes_seen_ = 0;
   bool ran_ = false;
 };
 

@@ -338,6 +338,20 @@ void Trainer::Impl::optimizerStep(int64_t step) {
   optimizer_->step(schedule_->lr(step));
 }
 
+// A group's count is cumulative over its life (an Elastic's across its re-formed connections);
+// the base keeps what earlier groups sent, and holds the total while the membership is one rank
+// (group_ null).
+uint64_t Trainer::Impl::commBytesSent() {
+  if (group_ != nullptr) {
+    if (group_ != comm_bytes_group_) {
+      comm_bytes_base_ += comm_bytes_seen_;
+      comm_bytes_group_ = group_;
+    }
+    comm_bytes_seen_ = group_->bytesSent();
+  }
+  return comm_bytes_base_ + comm_bytes_seen_;
+}
+
 void Trainer::Impl::recordStep(int64_t step, const StepOutcome& outcome, double lr,
                                double loop_start) {
   const int64_t done = step + 1;
@@ -355,6 +369,7 @@ void Trainer::Impl::recordStep(int64_t step, const StepOutcome& outcome, double 
   record.samples = outcome.samples;
   record.local_samples = outcome.local_samples;
   record.elapsed_seconds = now() - loop_start;
+  record.comm_bytes_sent = commBytesSent();
   recorder_->step(record);
 }
 
@@ -444,6 +459,7 @@ void Trainer::Impl::finishRun(const Evaluation& last_eval, double loop_start, Ru
   summary.wall_seconds = result.seconds;
   summary.parameters = model_->parameterCount();
   summary.parameter_digest = result.parameter_digest;
+  summary.comm_bytes_sent = commBytesSent();
   recorder_->finished(summary);
 }
 

@@ -116,6 +116,10 @@ class Engine {
       send_offset_ += static_cast<size_t>(rc);
       if (send_offset_ == kFrameHeaderBytes + send_wire_bytes_) {
         if (shm::Channel* channel = t_.send_to->channel()) channel->announce();
+        if (ctx_.bytes_sent != nullptr) {
+          ctx_.bytes_sent->fetch_add(kFrameHeaderBytes + send_span_.bytes,
+                                     std::memory_order_relaxed);
+        }
         ++sent_;
         send_loaded_ = false;
       }

@@ -64,6 +64,10 @@ struct OpContext {
   SpinGovernor* spin = nullptr;  // null: never spin
   // Called each time the operation goes to sleep for a free shared-memory slot; may be null.
   const std::function<void()>* on_slot_wait = nullptr;
+  // Counts what this rank hands to its transport: each unit's 32-byte header and its payload,
+  // whether the payload went on the socket or into a shared-memory slot, added (relaxed) once the
+  // whole unit is handed over. Empty units never touch the wire and count nothing. May be null.
+  std::atomic<uint64_t>* bytes_sent = nullptr;
 };
 
 struct Span {

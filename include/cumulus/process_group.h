@@ -112,6 +112,13 @@ class ProcessGroup {
   std::string runId() const;    // CUMULUS_RUN_ID; empty when not started by cumulus-run
   bool underLauncher() const;   // CUMULUS_RUN_ID is set
   const GroupOptions& options() const;
+  // Bytes this rank has handed to its transport since the group was made, cumulative over every
+  // collective on it (blocking or async, every algorithm, a DataParallel's gradient sync
+  // included): each message's 32-byte frame header and its payload, whether the payload went on a
+  // socket or through shared memory; with the funnel, the requests sent to the parameter server.
+  // An Elastic's group counts across the connections it re-formed over. The rendezvous's
+  // handshakes do not count. 0 in a group of one. Never blocks.
+  uint64_t bytesSent() const;
 
   // In place: every rank ends with the reduction over all ranks (kAvg: the sum / size()).
   void allreduce(torch::Tensor& tensor, const CollectiveOptions& options = {});

@@ -69,6 +69,7 @@ TEST(ProcessGroupAlone, EmptyEnvironmentIsAGroupOfOne) {
   group->barrier();
   EXPECT_EQ(invalidArgumentOf([&] { group->broadcast(t, 1); }),
             "broadcast: root 1 must be in [0, 1)");
+  EXPECT_EQ(group->bytesSent(), 0u) << "a group of one sends nothing";
 }
 
 TEST(ProcessGroupAlone, LauncherVariablesAreReported) {
@@ -138,6 +139,22 @@ TEST(ProcessGroupCollectives, AllreduceSumMaxAvgOverThreeRanks) {
     mean.algorithm = Algorithm::kTree;
     group.allreduce(avg, mean);
     EXPECT_TRUE(torch::equal(avg, torch::tensor({6.0, 12.0}, torch::kFloat64)));
+  });
+}
+
+// A ring all-reduce of 1000 float32 at size 2: each rank sends its half of the buffer in the
+// reduce-scatter and again in the all-gather, 2 messages of 2000 bytes, each behind a 32-byte
+// frame header. bytesSent() is cumulative: a second one doubles it.
+TEST(ProcessGroupCollectives, BytesSentIsWhatTheCollectivesHandedToTheTransport) {
+  runRanks(2, [](ProcessGroup& group) {
+    EXPECT_EQ(group.bytesSent(), 0u);
+    torch::Tensor t = torch::ones({1000});
+    CollectiveOptions ring;
+    ring.algorithm = Algorithm::kRing;
+    group.allreduce(t, ring);
+    EXPECT_EQ(group.bytesSent(), 2u * (2000 + 32));
+    group.allreduceAsync(t, ring)->wait();
+    EXPECT_EQ(group.bytesSent(), 2u * 2u * (2000 + 32));
   });
 }
 

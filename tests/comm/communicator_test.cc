@@ -9,6 +9,7 @@
 // the quotient is exact too; integer kAvg truncates toward zero.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -19,6 +20,8 @@
 #include "allreduce_values.h"
 #include "collectives_suite.h"
 #include "comm/error.h"
+#include "comm/ring.h"
+#include "comm/tcp/frame.h"
 #include "comm/tcp/socket.h"
 #include "group.h"
 
@@ -169,6 +172,67 @@ TEST(Collectives, NamedIpv6BindHost) {
     comm.allreduce(b, {ReduceOp::kMax, Algorithm::kRing});
     for (int64_t x : v) ASSERT_EQ(x, 2);
   });
+}
+
+// bytesSent() counts exactly what the frame format puts on the transport. A ring all-reduce of
+// N float32 at p = 2 cuts the buffer into 2 chunks of N/2 elements (2N bytes); each of its
+// 2(p−1) steps sends one chunk as segments of min(segment_bytes, max(kMinSegmentBytes,
+// chunk / kMinSegmentsPerChunk)) bytes, each segment one message with a 32-byte header. So each
+// rank sends 2(p−1)/p · 4N payload bytes plus 32 · 2(p−1) · ⌈chunk / segment⌉ header bytes: for
+// N = 100000, 400000 + 32 · 2 · 4 = 400256, on every transport (a shared-memory slot's payload
+// counts as sent, its header still goes on the socket). The async path counts the same, and a
+// barrier at p = 2 (a tree all-reduce of one int32) sends one 36-byte message from each rank.
+// The handshakes of the rendezvous are not counted: a fresh group has sent nothing.
+class BytesSent : public ::testing::TestWithParam<Transport> {};
+
+TEST_P(BytesSent, RingAllreduceSendsThePayloadAndOneHeaderPerSegment) {
+  constexpr int p = 2;
+  constexpr size_t n = 100000;
+  constexpr size_t chunkBytes = n / p * sizeof(float);
+  const size_t segmentBytes =
+      std::min(kDefaultSegmentBytes, std::max(kMinSegmentBytes, chunkBytes / kMinSegmentsPerChunk));
+  const size_t segments = (chunkBytes + segmentBytes - 1) / segmentBytes;
+  const uint64_t payload = 2 * (p - 1) * n * sizeof(float) / p;
+  const uint64_t expected = payload + tcp::kFrameHeaderBytes * 2 * (p - 1) * segments;
+  ASSERT_EQ(expected, 400256u);  // the arithmetic above, for the reader
+
+  CommunicatorOptions options;
+  options.transport = GetParam();
+  Group group(p, options);
+  std::vector<uint64_t> afterOne(p), afterTwo(p), afterBarrier(p);
+  group.run([&](int rank, Communicator& comm) {
+    EXPECT_EQ(comm.bytesSent(), 0u) << "rank " << rank;
+    EXPECT_STREQ(comm.transportTo(1 - rank), transportName(GetParam()));
+    std::vector<float> v(n, 1.0f);
+    Buffer b{v.data(), v.size(), DType::kFloat32};
+    comm.allreduce(b, {ReduceOp::kSum, Algorithm::kRing});
+    afterOne[rank] = comm.bytesSent();
+    comm.allreduceAsync(b, {ReduceOp::kSum, Algorithm::kRing})->wait();
+    afterTwo[rank] = comm.bytesSent();
+    comm.barrier();
+    afterBarrier[rank] = comm.bytesSent();
+  });
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ(afterOne[r], expected) << "rank " << r;
+    EXPECT_EQ(afterTwo[r], 2 * expected) << "rank " << r;
+    EXPECT_EQ(afterBarrier[r], 2 * expected + tcp::kFrameHeaderBytes + sizeof(int32_t))
+        << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Over, BytesSent,
+                         ::testing::Values(Transport::kTcp, Transport::kUnix, Transport::kShm),
+                         [](const auto& info) { return std::string(transportName(info.param)); });
+
+TEST(BytesSent, AGroupOfOneSendsNothing) {
+  Group group(1);
+  Communicator& comm = group.at(0);
+  std::vector<float> v(1000, 1.0f);
+  Buffer b{v.data(), v.size(), DType::kFloat32};
+  comm.allreduce(b, {ReduceOp::kSum, Algorithm::kRing});
+  comm.broadcast(b, 0);
+  comm.barrier();
+  EXPECT_EQ(comm.bytesSent(), 0u);
 }
 
 }  // namespace

@@ -263,7 +263,9 @@ TEST(FunnelTest, ServerShutdownMidStepFailsTheWaitingRanks) {
 }
 
 // The seam of comm/algorithm.h: a Communicator with Algorithm::kFunnel delegates to the
-// FunnelClient, whose seq numbers advance with the communicator's.
+// FunnelClient, whose seq numbers advance with the communicator's, and counts the requests the
+// client sent: each step's 40000 data bytes in one PushChunk, plus its few bytes of protobuf
+// header and field tags.
 TEST(FunnelTest, CommunicatorRunsTheFunnelThroughItsRemoteReducer) {
   constexpr int kWorld = 3;
   ParameterServer server("", 0, kToken, kWorld);
@@ -285,6 +287,10 @@ TEST(FunnelTest, CommunicatorRunsTheFunnelThroughItsRemoteReducer) {
       for (int64_t v : data)
         if (v != kWorld - 1 + step) throw std::runtime_error("wrong max " + std::to_string(v));
     }
+    const uint64_t payload = 3 * 5000 * sizeof(int64_t);
+    if (comm.bytesSent() <= payload || comm.bytesSent() > payload + 3 * 64)
+      throw std::runtime_error("sent " + std::to_string(comm.bytesSent()) + " bytes for " +
+                               std::to_string(payload) + " bytes of data");
   });
   rpctest::expectNoErrors(errors);
 }

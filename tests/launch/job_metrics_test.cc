@@ -147,6 +147,34 @@ TEST_F(JobMetricsTest, GoodputCountersNeverGoDown) {
   EXPECT_TRUE(hasLine(text, "cumulus_wall_seconds_total 24")) << text;
 }
 
+// The bytes rank 0 sent come from the newest train record; the outer rounds of low-communication
+// training only where a train record has them.
+TEST_F(JobMetricsTest, RendersTheCommunicationCountersOfTheNewestTrainRecord) {
+  metrics_.addRecord(json{{"type", "train"}, {"step", 10}, {"comm_bytes_sent", 1000}});
+  metrics_.addRecord(json{{"type", "train"}, {"step", 20}, {"comm_bytes_sent", 123456789012}});
+  std::string text = metrics_.prometheus();
+  for (const char* line : {"# TYPE cumulus_comm_bytes_sent_total counter",
+                           "cumulus_comm_bytes_sent_total 123456789012"}) {
+    EXPECT_TRUE(hasLine(text, line)) << "missing line: " << line << "\nin:\n" << text;
+  }
+  EXPECT_LT(text.find("# HELP cumulus_comm_bytes_sent_total "),
+            text.find("\ncumulus_comm_bytes_sent_total "));
+  EXPECT_EQ(text.find("cumulus_outer_"), std::string::npos) << text;
+
+  metrics_.addRecord(json{{"type", "train"},
+                          {"step", 30},
+                          {"comm_bytes_sent", 123456790000},
+                          {"outer_rounds", 3},
+                          {"outer_wait_s", 1.5}});
+  text = metrics_.prometheus();
+  for (const char* line :
+       {"cumulus_comm_bytes_sent_total 123456790000", "# TYPE cumulus_outer_rounds_total counter",
+        "cumulus_outer_rounds_total 3", "# TYPE cumulus_outer_wait_seconds_total counter",
+        "cumulus_outer_wait_seconds_total 1.5"}) {
+    EXPECT_TRUE(hasLine(text, line)) << "missing line: " << line << "\nin:\n" << text;
+  }
+}
+
 TEST_F(JobMetricsTest, StatusAndRecordsForTheDashboard) {
   metrics_.agentEvent("start", 0, 2);
   metrics_.addRecord(json{{"type", "train"}, {"step", 8}, {"loss", 1.5}, {"time", 999.0}});

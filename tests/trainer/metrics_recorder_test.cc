@@ -108,6 +108,61 @@ TEST(MetricsRecorderTest, RecordsSumTheLossOverRanksAndAverageTheStepsSinceTheLa
   fs::remove(path);
 }
 
+// The bytes sent go into every train record and the summary as the loop reports them
+// (cumulative); the outer rounds of low-communication training only where the loop sets them
+// (outer_rounds >= 0). The console's last line says both.
+TEST(MetricsRecorderTest, RecordsTheBytesSentAndTheOuterRoundsWhereThereAreAny) {
+  const fs::path path =
+      fs::path(::testing::TempDir()) / ("recorder_comm_" + std::to_string(::getpid()) + ".jsonl");
+  std::ostringstream console;
+  ProgressRecorderOptions options;
+  options.console = &console;
+  options.log_every_steps = 2;
+  options.metrics_path = path.string();
+  ProgressMetricsRecorder recorder(options);
+  recorder.begin({"", {}, 0, 4, 4});
+  for (int64_t step = 1; step <= 4; ++step) {
+    StepRecord r;
+    r.step = step;
+    r.epoch = 1;
+    r.seconds = 0.5;
+    r.comm_bytes_sent = 1000 * static_cast<uint64_t>(step);
+    if (step > 2) {  // the outer rounds begin at step 3
+      r.outer_rounds = step - 2;
+      r.outer_wait_seconds = 0.25 * static_cast<double>(step - 2);
+    }
+    recorder.step(r);
+  }
+  RunSummary summary;
+  summary.steps = 4;
+  summary.epochs = 1;
+  summary.wall_seconds = 2.0;
+  summary.comm_bytes_sent = 1500000;
+  summary.outer_rounds = 2;
+  summary.outer_wait_seconds = 0.5;
+  recorder.finished(summary);
+  EXPECT_NE(console.str().find("test loss 0.0000 after 1 epochs, 4 steps, 2.0 s, 1.5 MB sent, "
+                               "2 outer rounds (0.5 s waiting)\n"),
+            std::string::npos)
+      << console.str();
+  const auto records = readRecords(path);
+  ASSERT_EQ(records.size(), 4u);  // train at steps 1, 2 and 4; the summary
+  EXPECT_EQ(records[0]["comm_bytes_sent"], 1000);
+  EXPECT_FALSE(records[0].contains("outer_rounds")) << records[0];
+  EXPECT_FALSE(records[0].contains("outer_wait_s")) << records[0];
+  EXPECT_EQ(records[1]["comm_bytes_sent"], 2000);
+  EXPECT_FALSE(records[1].contains("outer_rounds")) << records[1];
+  EXPECT_EQ(records[2]["step"], 4);
+  EXPECT_EQ(records[2]["comm_bytes_sent"], 4000);
+  EXPECT_EQ(records[2]["outer_rounds"], 2);
+  EXPECT_EQ(records[2]["outer_wait_s"], 0.5);
+  EXPECT_EQ(records[3]["type"], "summary");
+  EXPECT_EQ(records[3]["comm_bytes_sent"], 1500000);
+  EXPECT_EQ(records[3]["outer_rounds"], 2);
+  EXPECT_EQ(records[3]["outer_wait_s"], 0.5);
+  fs::remove(path);
+}
+
 // mse and module losses have no accuracy: no "accuracy 0" on the console or in the records.
 TEST(MetricsRecorderTest, AnEvaluationWithoutAccuracyPrintsAndRecordsTheLossAlone) {
   const fs::path path =

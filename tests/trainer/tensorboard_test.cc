@@ -142,8 +142,16 @@ TEST(TensorBoardSinkTest, MapsEachRecordTypeToItsTags) {
                {"step_time_ms", 20.25},
                {"compute_ms", 15.0},
                {"comm_wait_ms", 5.25},
+               {"comm_bytes_sent", 1048576},
                {"time", 1700000100.5}});
-  sink.write(J{{"type", "train"}, {"step", 4}, {"loss", nullptr}, {"lr", 0.02}});  // no time
+  // No time; the outer rounds of low-communication training.
+  sink.write(J{{"type", "train"},
+               {"step", 4},
+               {"loss", nullptr},
+               {"lr", 0.02},
+               {"comm_bytes_sent", 2097152},
+               {"outer_rounds", 2},
+               {"outer_wait_s", 0.5}});
   sink.write(J{{"type", "eval"},
                {"step", 4},
                {"test_loss", 0.75},
@@ -170,7 +178,11 @@ TEST(TensorBoardSinkTest, MapsEachRecordTypeToItsTags) {
                                {"train/samples_per_sec", 3, 1234.5, 1700000100.5},
                                {"train/step_time_ms", 3, 20.25, 1700000100.5},
                                {"train/comm_wait_ms", 3, 5.25, 1700000100.5},
+                               {"train/comm_bytes_sent", 3, 1048576, 1700000100.5},
                                {"train/lr", 4, 0.02, kClock},
+                               {"train/comm_bytes_sent", 4, 2097152, kClock},
+                               {"train/outer_rounds", 4, 2, kClock},
+                               {"train/outer_wait_s", 4, 0.5, kClock},
                                {"eval/test_loss", 4, 0.75, 1700000101.0},
                                {"eval/test_accuracy", 4, 0.5, 1700000101.0},
                                {"eval/test_loss", 5, 0.625, 1700000102.0},

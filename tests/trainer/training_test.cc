@@ -13,9 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/testing.h"
+#include "comm/memory_store.h"
+#include "cumulus/data_parallel.h"
+#include "cumulus/process_group.h"
 #include "models/model.h"
 #include "tests/trainer/fault_parts.h"
-#include "cumulus/data_parallel.h"
+#include "tests/trainer/thread_ranks.h"
 #include "trainer/state_dict.h"
 #include "trainer/trainer.h"
 
@@ -565,6 +569,66 @@ TEST(TrainingTest, AResumedFinishedRunReportsTheModelItRestored) {
                                "checkpoint's model only"),
             std::string::npos)
       << console.str();
+}
+
+// metrics.jsonl's records of `type`, in order.
+std::vector<nlohmann::json> recordsOf(const std::string& path, const std::string& type) {
+  std::vector<nlohmann::json> records;
+  for (const std::string& line : readLines(path)) {
+    nlohmann::json record = nlohmann::json::parse(line);
+    if (record["type"] == type) records.push_back(std::move(record));
+  }
+  return records;
+}
+
+// Two ranks over a real group (threads over loopback): each train record says how many bytes rank
+// 0 has handed to its transport since the launch began (the gradients' all-reduces, the loss sums,
+// the evaluations), never fewer than the record before; the summary says the run's total, which
+// adds the last boundary's evaluation and agreement to the last train record's. A run trained
+// every step has no outer rounds, so no record names them.
+TEST(TrainingTest, TwoRanksRecordTheBytesTheySent) {
+  TempDir dir;
+  const auto e = smallExperiment(dir.str());
+  comm::MemoryStore store;
+  runOnThreads(2, [&](int rank) {
+    RunEnv env;
+    env.rank = rank;
+    env.world_size = 2;
+    std::unique_ptr<cumulus::ProcessGroup> group = cumulus::testing::groupOverStore(env, store);
+    TrainerOptions options;
+    options.group = group.get();
+    Trainer(e, env, options).run();
+  });
+  const std::string path = dir.str() + "/metrics.jsonl";
+  const std::vector<nlohmann::json> train = recordsOf(path, "train");
+  const std::vector<nlohmann::json> summary = recordsOf(path, "summary");
+  ASSERT_EQ(train.size(), 5u);  // steps 1, 4, 8, 12, 16
+  ASSERT_EQ(summary.size(), 1u);
+  uint64_t before = 0;
+  for (const nlohmann::json& record : train) {
+    ASSERT_TRUE(record["comm_bytes_sent"].is_number_unsigned()) << record;
+    const uint64_t sent = record["comm_bytes_sent"].get<uint64_t>();
+    EXPECT_GT(sent, before) << "every step all-reduces the gradients: " << record;
+    before = sent;
+    EXPECT_FALSE(record.contains("outer_rounds")) << record;
+    EXPECT_FALSE(record.contains("outer_wait_s")) << record;
+  }
+  ASSERT_TRUE(summary[0]["comm_bytes_sent"].is_number_unsigned()) << summary[0];
+  EXPECT_GE(summary[0]["comm_bytes_sent"].get<uint64_t>(), before) << summary[0];
+  EXPECT_FALSE(summary[0].contains("outer_rounds")) << summary[0];
+}
+
+TEST(TrainingTest, AWorldOfOneSendsNothing) {
+  TempDir dir;
+  runQuietly(smallExperiment(dir.str()), /*write_outputs=*/true);
+  const std::string path = dir.str() + "/metrics.jsonl";
+  const std::vector<nlohmann::json> train = recordsOf(path, "train");
+  ASSERT_EQ(train.size(), 5u);
+  for (const nlohmann::json& record : train) EXPECT_EQ(record["comm_bytes_sent"], 0) << record;
+  const std::vector<nlohmann::json> summary = recordsOf(path, "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0]["comm_bytes_sent"], 0) << summary[0];
+  EXPECT_FALSE(summary[0].contains("outer_rounds")) << summary[0];
 }
 
 }  // namespace
