@@ -12,6 +12,8 @@ namespace cumulus::python {
 void registerCommError(pybind11::module_& m);
 
 void bindLibrary(pybind11::module_& m);
+// cumulus::DiLoCo as _C.DiLoCoCore (python/diloco.cc).
+void bindDiloco(pybind11::module_& m);
 
 // Rethrows what a Python callback raised, as C++ code around it must see it: the C++ CommError
 // that became the cumulus.CommError it raised (so that Elastic re-forms the group on a collective's

@@ -73,6 +73,7 @@ PYBIND11_MODULE(_C, m) {
       });
 
   cumulus::python::bindLibrary(m);
+  cumulus::python::bindDiloco(m);
   m.def("_stop_backends", &cumulus::python::stopAllBackends,
         py::call_guard<py::gil_scoped_release>(),
         "At interpreter exit: every cumulus backend runs what it queued and stops its thread.");

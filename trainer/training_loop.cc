@@ -370,6 +370,10 @@ void Trainer::Impl::recordStep(int64_t step, const StepOutcome& outcome, double 
   record.local_samples = outcome.local_samples;
   record.elapsed_seconds = now() - loop_start;
   record.comm_bytes_sent = commBytesSent();
+  if (diloco_) {
+    record.outer_rounds = diloco_->stats().rounds;
+    record.outer_wait_seconds = diloco_->stats().wait_seconds;
+  }
   recorder_->step(record);
 }
 
@@ -460,6 +464,10 @@ void Trainer::Impl::finishRun(const Evaluation& last_eval, double loop_start, Ru
   summary.parameters = model_->parameterCount();
   summary.parameter_digest = result.parameter_digest;
   summary.comm_bytes_sent = commBytesSent();
+  if (diloco_) {
+    summary.outer_rounds = diloco_->stats().rounds;
+    summary.outer_wait_seconds = diloco_->stats().wait_seconds;
+  }
   recorder_->finished(summary);
 }
 

@@ -8,6 +8,10 @@ again, and cumulus-run's replacement joins at a step boundary, healed from a liv
 to cumulus-run: every worker stops at one step boundary, rank 0 checkpoints, exit 75; the same
 command resumes exactly. Each worker ends by printing a hash of its parameters: all the same.
 
+With --diloco H the workers train DiLoCo (cumulus.DiLoCo, docs/diloco.md): each its own replica for
+H steps without communicating, then an outer sync; --fragments, --overlap and --outer-compression
+give Streaming DiLoCo.
+
 A Fashion-MNIST classifier (Debian's dataset-fashion-mnist) with a residual block and
 LayerNorm, a label-smoothed cross entropy, SGD with momentum; Cumulus's DistributedSampler
 splits each global batch over whoever the members are.
@@ -82,6 +86,11 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--wait-for", type=int, default=0,
                         help="after losing a worker, wait (up to 120 s) for N workers again")
+    parser.add_argument("--diloco", type=int, default=0, metavar="H",
+                        help="DiLoCo with H inner steps a round (0: every-step gradient sums)")
+    parser.add_argument("--fragments", type=int, default=1)
+    parser.add_argument("--overlap", action="store_true")
+    parser.add_argument("--outer-compression", default="none", choices=["none", "bf16", "int8"])
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -91,11 +100,18 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
     sampler = cumulus.DistributedSampler(len(images), args.batch, seed=args.seed)
     config = (f"hidden {args.hidden}, batch {args.batch}, steps {args.steps}, lr {args.lr}, "
-              f"smoothing {args.smoothing}, limit {args.limit}, seed {args.seed}")
+              f"smoothing {args.smoothing}, limit {args.limit}, seed {args.seed}, diloco "
+              f"{args.diloco}/{args.fragments}/{args.overlap}/{args.outer_compression}")
     checkpoints = cumulus.Checkpoints(os.path.join(args.run_dir, "checkpoints"), keep=2)
 
     elastic = cumulus.Elastic(model, optimizer, sampler=sampler, config=config,
                               wait_for_members=args.wait_for)
+    diloco = None
+    if args.diloco:
+        # Before resume() and start(): its state travels with checkpoints and heals.
+        diloco = cumulus.DiLoCo(elastic, model.parameters(), inner_steps=args.diloco,
+                                fragments=args.fragments, overlap=args.overlap,
+                                outer_compression=args.outer_compression)
     elastic.on_membership_change(print_membership)
     # A launch member resumes from the newest checkpoint; a replacement takes a peer's state.
     resumed = 0 if elastic.joining else elastic.resume(checkpoints)
@@ -115,16 +131,23 @@ def main():
 
         def step():  # may run again, on the re-formed group, after a peer's failure
             idx = torch.tensor(sampler.local_indices(elastic.rank, elastic.size))
+            if diloco:
+                diloco.begin_step(elastic.step)  # the outer sync due before this step
             optimizer.zero_grad()
             logp = F.log_softmax(model(images[idx]), 1)
             per_sample = ((1 - args.smoothing) * -logp.gather(1, labels[idx, None]).squeeze(1)
                           - args.smoothing * logp.mean(1))
-            elastic.backward(per_sample.sum() / args.batch)
+            if diloco:
+                (per_sample.sum() / len(idx)).backward()  # this worker's own mean, not summed
+            else:
+                elastic.backward(per_sample.sum() / args.batch)
             nxt = elastic.step + 1
             if nxt % args.log_every == 0 or nxt == args.steps:
                 total = torch.tensor([per_sample.sum().item()], dtype=torch.float64)
                 elastic.all_reduce(total)
                 loss[0] = total.item() / args.batch
+            if diloco:
+                diloco.end_step()
             optimizer.step()  # after the step's last collective
             sampler.advance()
 
@@ -134,6 +157,16 @@ def main():
             print(f"step {done}/{args.steps} loss {loss[0]:.6f} workers {elastic.size}",
                   flush=True)
         if done == args.steps:
+            # DiLoCo's last round: every replica ends with the global parameters. Once: a peer's
+            # failure after it re-forms the group, and the round is not run again.
+            synced = [diloco is None]
+
+            def last_round():
+                if not synced[0]:
+                    diloco.sync_all()
+                    synced[0] = True
+            while diloco and not elastic.at_boundary(last_round):
+                pass
             break
         action = elastic.boundary()
         if action == cumulus.ElasticAction.LEAVE:

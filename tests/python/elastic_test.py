@@ -103,6 +103,34 @@ class ElasticExample(unittest.TestCase):
         self.assertEqual(len(finals), 3, output)
         self.assertEqual({f for f in finals}, {(finals[0][0], "400")}, output)
 
+    def test_diloco_drops_a_killed_worker_from_its_round_and_ends_with_equal_replicas(self):
+        """cumulus.DiLoCo (8 inner steps, 2 fragments, overlap, int8) in the same loop: a worker
+        SIGKILLed mid-round is dropped from the round, its replacement is healed with the global
+        parameters and the outer momentum, and the last round leaves every replica the same."""
+        killed = []
+
+        def kill_rank_one(line, process, seen):
+            if killed or not past(line, SIGNAL_AFTER + 3):  # 3 steps into a round of 8
+                return
+            for m in memberships(seen):
+                if m["epoch"] == 0 and m["rank"] == 1:
+                    os.kill(m["pid"], signal.SIGKILL)
+                    killed.append(m["pid"])
+
+        with tempfile.TemporaryDirectory() as tmp:
+            code, output = run(tmp, "--wait-for", "3", "--diloco", "8", "--fragments", "2",
+                               "--overlap", "--outer-compression", "int8", on_line=kill_rank_one)
+        self.assertTrue(killed, output)
+        self.assertEqual(code, 0, output)
+        last = [m for m in memberships(output) if m["epoch"] == max(
+            n["epoch"] for n in memberships(output))]
+        self.assertTrue(all(m["size"] == 3 and m["healed"] == "2" for m in last), output)
+        finals = FINAL.findall(output)
+        self.assertEqual(len(finals), 3, output)
+        self.assertEqual({f for f in finals}, {(finals[0][0], "400")}, output)
+        losses = [float(x) for x in re.findall(r"\[rank0\] step \d+/400 loss ([\d.]+)", output)]
+        self.assertLess(losses[-1], losses[0], output)
+
     def test_a_preemption_checkpoints_and_the_relaunch_ends_bit_identical(self):
         with tempfile.TemporaryDirectory() as tmp:
             code, whole = run(os.path.join(tmp, "whole"))
