@@ -18,6 +18,10 @@
 #   bench/diloco.sh quality [--steps 1000] [--workers 4] [--eval-every 100] [--modes "..."]
 #   bench/diloco.sh links [--rates "100mbit 20mbit"] [--delays "0ms 20ms"] [--hosts 4]
 #       [--modes "..."] [--id K]
+#   bench/diloco.sh kill [--steps 1000] [--workers 4] [--modes streaming] [--kill-at 310]
+#       loopback, cumulus-train-faults: rank 1 SIGKILLed --kill-at steps in (mid-round),
+#       cumulus-run starts a replacement that joins; the train records' loss around the kill
+#       against the curve's own step-to-step noise, and every replica's final digest.
 #   common: [--config configs/gpt_text.yaml] [--set KEY=VALUE]... [--out-dir bench/results/diloco]
 #
 # Modes: every_step, every_step_bf16 (comm.compression bf16), diloco_h20, diloco_h50 (H = 20, 50),
@@ -30,7 +34,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT/build/bin}
 PHASE=${1:-}; shift || true
 MODES="every_step every_step_bf16 diloco_h20 diloco_h50 streaming"
-STEPS=1000; WORKERS=4; EVAL_EVERY=100; RATES="100mbit 20mbit"; DELAYS="0ms 20ms"; HOSTS=4
+STEPS=1000; WORKERS=4; EVAL_EVERY=100; KILL_AT=310; RATES="100mbit 20mbit"; DELAYS="0ms 20ms"; HOSTS=4
 ID=${CUMULUS_NETNS_ID:-12}; CONFIG=$ROOT/configs/gpt_text.yaml; OUT=$ROOT/bench/results/diloco
 SETS=()
 while (($#)); do
@@ -39,6 +43,7 @@ while (($#)); do
     --workers) WORKERS=$2; shift 2 ;;
     --eval-every) EVAL_EVERY=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
+    --kill-at) KILL_AT=$2; shift 2 ;;
     --rates) RATES=$2; shift 2 ;;
     --delays) DELAYS=$2; shift 2 ;;
     --hosts) HOSTS=$2; shift 2 ;;
@@ -46,12 +51,12 @@ while (($#)); do
     --config) CONFIG=$2; shift 2 ;;
     --set) SETS+=(--set "$2"); shift 2 ;;
     --out-dir) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "diloco.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[[ $PHASE == quality || $PHASE == links ]] ||
-  { echo "diloco.sh: give the phase first: quality or links (see --help)" >&2; exit 2; }
+[[ $PHASE == quality || $PHASE == links || $PHASE == kill ]] ||
+  { echo "diloco.sh: give the phase first: quality, links or kill (see --help)" >&2; exit 2; }
 for b in cumulus-run cumulus-train; do
   [[ -x $BIN/$b ]] || { echo "diloco.sh: $BIN/$b missing: cmake --build build --target $b" >&2; exit 2; }
 done
@@ -139,7 +144,44 @@ links() {
     tee -a "$OUT/links.jsonl"
 }
 
-if [[ $PHASE == quality ]]; then
+kill_run() {
+  local mode=$1 run_dir=$WORK/k-$1
+  [[ -x $BIN/cumulus-train-faults ]] ||
+    { echo "diloco.sh: $BIN/cumulus-train-faults missing: cmake --build build" >&2; exit 2; }
+  # shellcheck disable=SC2046
+  "$BIN/cumulus-run" --nproc-per-node "$WORKERS" --max-restarts 1 --recovery in_place \
+    --log-dir "$WORK/logs-k-$mode" -- \
+    "$BIN/cumulus-train-faults" --fault-kill "$KILL_AT@0.1.0+5" -- \
+    "$CONFIG" --set "trainer.run_dir=$run_dir" \
+    --set "trainer.max_steps=$STEPS" --set "eval.every_steps=$EVAL_EVERY" \
+    --set "trainer.log_all_ranks=true" "${COMMON[@]}" \
+    $(mode_sets "$mode") "${SETS[@]}" > "$WORK/k-$mode.log" 2>&1 ||
+    { echo "diloco.sh: kill $mode failed; log:" >&2; tail -n 30 "$WORK/k-$mode.log" >&2; exit 1; }
+  /usr/bin/python3 - "$run_dir/metrics.jsonl" "$WORK/k-$mode.log" "$mode" "$KILL_AT" <<'PY' |
+import json, re, statistics, sys
+path, log, mode, kill_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+records = [json.loads(line) for line in open(path)]
+train = [(r["step"], r["loss"]) for r in records if r.get("type") == "train"]
+diffs = [abs(b[1] - a[1]) for a, b in zip(train, train[1:])]
+around = [abs(b[1] - a[1]) for a, b in zip(train, train[1:]) if a[0] <= kill_at + 10 and b[0] >= kill_at]
+text = open(log).read()
+digests = re.findall(r"final parameters sha256 ([0-9a-f]{64})", text)
+print(json.dumps({"phase": "kill", "mode": mode, "kill_at": kill_at,
+                  "steps": next(r["steps"] for r in records if r.get("type") == "summary"),
+                  "test_loss": next(r["test_loss"] for r in records if r.get("type") == "summary"),
+                  "reforms": [r["step"] for r in records if r.get("type") == "reform"],
+                  "jump_at_kill": max(around) if around else None,
+                  "median_step_to_step": statistics.median(diffs),
+                  "p90_step_to_step": sorted(diffs)[int(0.9 * (len(diffs) - 1))],
+                  "max_step_to_step_after_100": max(d for (a, _), d in zip(train, diffs) if a >= 100),
+                  "replica_digests": sorted(set(digests)), "replicas": len(digests)}))
+PY
+    tee -a "$OUT/kill.jsonl"
+}
+
+if [[ $PHASE == kill ]]; then
+  for mode in $MODES; do kill_run "$mode"; done
+elif [[ $PHASE == quality ]]; then
   for mode in $MODES; do quality "$mode"; done
 else
   for rate in $RATES; do

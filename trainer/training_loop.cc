@@ -259,7 +259,9 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   for (const data::Batch& micro : batch.micro_batches) {
     if (micro.targets.defined()) samples += micro.targets.size(0);
   }
-  shares_->measure(samples, wait_start - start);
+  // The compute rate leaves out the time blocked in an outer sync before the forward.
+  const double outer_waited = diloco_ ? diloco_->stats().wait_seconds - outer_before : 0;
+  shares_->measure(samples, wait_start - start - outer_waited);
   markPhase(StepPhase::kSync);
   {
     TraceRecorder::Span span(distributed_ != nullptr ? options_.trace : nullptr, "comm wait");
@@ -269,8 +271,7 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
     TraceRecorder::Span span(options_.trace, "outer sync");
     diloco_->endStep();  // with overlap: the fragment lands before the inner step
   }
-  outcome.comm_wait = now() - wait_start;
-  if (diloco_) outcome.comm_wait += diloco_->stats().wait_seconds - outer_before;
+  outcome.comm_wait = now() - wait_start + outer_waited;  // endStep's wait is in the first part
   markPhase(StepPhase::kOptimizer);
   optimizerStep(step);
   if (watchdog_) watchdog_->endStep();

@@ -62,9 +62,9 @@ TEST(Options, AnUnknownNameListsTheChoicesAndTheNearest) {
   EXPECT_EQ(userErrorOf([] { parseAlgorithm(""); }),
             "unknown algorithm '': expected one of funnel, tree, ring, hierarchical, auto");
   EXPECT_EQ(userErrorOf([] { parseCompression("fp8"); }),
-            "unknown compression 'fp8': expected one of none, bf16");
+            "unknown compression 'fp8': expected one of none, bf16, int8");
   EXPECT_EQ(userErrorOf([] { parseCompression("bf61"); }),
-            "unknown compression 'bf61': expected one of none, bf16; did you mean 'bf16'?");
+            "unknown compression 'bf61': expected one of none, bf16, int8; did you mean 'bf16'?");
   EXPECT_EQ(userErrorOf([] { parsePrecision("fp16"); }),
             "unknown precision 'fp16': expected one of fp32, bf16, auto; did you mean 'fp32'?");
   EXPECT_EQ(userErrorOf([] { parsePrecision("mixed"); }),
