@@ -115,6 +115,24 @@ TEST_F(CliTest, APrecisionOtherThanFp32Bf16OrAutoExitsTwoNamingThem) {
                        "did you mean `fp32`?\n");
 }
 
+// trainer.sync diloco: what only the model can tell (a fragment holds whole tensors; smoke.yaml's
+// mlp has 4) exits 2 naming the key, before any step; so do the config's own checks.
+TEST_F(CliTest, DilocoFragmentsBeyondTheModelsTensorsExitTwoNamingTheKey) {
+  const Outcome o = run(std::string(CUMULUS_SOURCE_DIR) +
+                        "/configs/smoke.yaml --set trainer.sync=diloco --set diloco.inner_steps=8 "
+                        "--set diloco.fragments=5");
+  EXPECT_EQ(o.exit_code, 2) << o.out << o.err;
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: diloco.fragments: 5 is more than the model's 4 parameter "
+            "tensors; a fragment holds whole tensors, so use at most 4\n");
+  const std::string path = write("d.yaml", "name: d\ntrainer: {sync: diloco}\ncomm: {algorithm: funnel}\n");
+  const Outcome funnel = run(path);
+  EXPECT_EQ(funnel.exit_code, 2);
+  EXPECT_NE(funnel.err.find("comm.algorithm: funnel cannot carry DiLoCo's outer syncs"),
+            std::string::npos)
+      << funnel.err;
+}
+
 // oneDNN limited below bf16 by the user (ONEDNN_MAX_CPU_ISA) is no native bf16, on any CPU.
 TEST_F(CliTest, AutoPrecisionSaysWhichAndWhyInTheSecondLine) {
   const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.precision=auto "
