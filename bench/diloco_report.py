@@ -10,7 +10,8 @@ Prints (and writes OUT_DIR/diloco.md):
   - bytes: rank 0's bytes handed to the transport per 1000 steps, and every-step's over each;
   - time to target: the steps each mode needs to reach the validation loss every_step reaches
     after --target-step steps (linear between evaluations; "not reached" when its curve never
-    gets there), times its time per step on each link.
+    gets there), times its time per step on each link; and the same to the highest final loss
+    of any mode, which every mode reaches.
 A mode's time per step on a link = its compute ms per step + the time of one sync x the syncs
 per step: every step, 1; DiLoCo, fragments / H (each fragment syncs once in H steps), the time of
 one sync being outer_wait_s / outer_rounds of that run.
@@ -84,37 +85,43 @@ def main(argv):
                 m, r["test_loss"], rel, "-" if per_k is None else "{:,.0f}".format(per_k), ratio))
     if quality.get("every_step") and links:
         target = dict((a, b) for a, b in quality["every_step"]["evals"]).get(target_step)
+        worst = max(r["test_loss"] for r in quality.values())
         lines.append("")
         if target is None:
             lines.append("every_step has no evaluation at step %d" % target_step)
         else:
-            lines.append("Wall time to reach every_step's validation loss at step %d (%.4f):\n"
-                         % (target_step, target))
-            lines.append("| link | mode | steps to target | ms per step | time to target s | "
-                         "every_step's / this |")
-            lines.append("|---|---|---|---|---|---|")
-            by_link = {}
-            for r in links:
-                by_link.setdefault((r["rate"], r["delay"]), {})[r["mode"]] = r
-            for (rate, delay), runs in by_link.items():
-                base_s = None
-                rows = []
-                for m, r in runs.items():
-                    need = steps_to(quality[m]["evals"], target) if m in quality else None
-                    ms = per_step_ms(r)
-                    secs = need * ms / 1000.0 if need is not None else None
-                    if m == "every_step":
-                        base_s = secs
-                    rows.append((m, need, ms, secs))
-                for m, need, ms, secs in rows:
-                    lines.append("| %s, %s | %s | %s | %.1f | %s | %s |" % (
-                        rate, delay, m, "not reached" if need is None else "%.0f" % need, ms,
-                        "-" if secs is None else "%.1f" % secs,
-                        "%.2fx" % (base_s / secs) if base_s and secs else "-"))
+            lines += time_table(quality, links, target,
+                                "every_step's validation loss at step %d" % target_step)
+        lines.append("")
+        lines += time_table(quality, links, worst,
+                            "the loss every mode reaches, the highest final loss")
     text = "\n".join(lines) + "\n"
     (out / "diloco.md").write_text(text)
     print(text)
 
+
+def time_table(quality, links, target, what):
+    """Rows of the time to reach `target` on each link: the steps a mode needs (from its curve)
+    times its time per step there."""
+    lines = ["Wall time to reach %s (%.4f):\n" % (what, target),
+             "| link | mode | steps to target | ms per step | time to target s | every_step's / this |",
+             "|---|---|---|---|---|---|"]
+    by_link = {}
+    for r in links:
+        by_link.setdefault((r["rate"], r["delay"]), {})[r["mode"]] = r
+    for (rate, delay), runs in by_link.items():
+        rows = []
+        for m, r in runs.items():
+            need = steps_to(quality[m]["evals"], target) if m in quality else None
+            ms = per_step_ms(r)
+            rows.append((m, need, ms, need * ms / 1000.0 if need is not None else None))
+        base_s = next((secs for m, _, _, secs in rows if m == "every_step"), None)
+        for m, need, ms, secs in rows:
+            lines.append("| %s, %s | %s | %s | %.1f | %s | %s |" % (
+                rate, delay, m, "not reached" if need is None else "%.0f" % need, ms,
+                "-" if secs is None else "%.1f" % secs,
+                "%.2fx" % (base_s / secs) if base_s and secs else "-"))
+    return lines
 
 if __name__ == "__main__":
     main(sys.argv[1:])

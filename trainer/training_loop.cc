@@ -242,6 +242,7 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
     throw TrainError("the batch source gave no micro-batch for step " + std::to_string(step + 1));
   }
   torch::manual_seed(stepSeed(config_.trainer.seed, batch.epoch, step, env_.rank));
+  if (diloco_ && group_ != nullptr) checkMembersDrew(step);
   // DiLoCo: the fragment due before this step is synced (with overlap, started) before anything
   // of the step changes the state, so that a failed sync leaves the step to redo.
   const double outer_before = diloco_ ? diloco_->stats().wait_seconds : 0;
@@ -289,6 +290,20 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   outcome.local_samples = samples;
   outcome.seconds = now() - start;
   return outcome;
+}
+
+// DiLoCo's inner steps send nothing, so this 4-byte sum is the step's one collective: a member
+// lost before it drew this step is seen here, and the step is redone without it with the new
+// shares (as the gradient sum does every step), rather than trained by the survivors alone with
+// its share of the batch left out.
+void Trainer::Impl::checkMembersDrew(int64_t step) {
+  torch::Tensor drew = torch::ones({1});
+  group_->allreduce(drew);
+  if (drew.item<float>() != static_cast<float>(env_.world_size)) {
+    throw std::logic_error("step " + std::to_string(step + 1) + ": " +
+                           std::to_string(drew.item<float>()) + " members drew it, not " +
+                           std::to_string(env_.world_size));
+  }
 }
 
 // Each micro-batch's loss, summed over its samples (trainer/loss.h), is divided by the whole

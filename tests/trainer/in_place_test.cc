@@ -272,11 +272,10 @@ TEST_F(InPlaceTest, ADilocoGroupDropsADeadWorkerMidRoundAndHealsAJoiner) {
   EXPECT_EQ(finish("0.1.0").signal, SIGKILL);
   identicalReplicas({"0.0.0", "0.2.0", "1.0.0"});
   const std::string& out = finish("0.0.0").output;
-  // The joiner comes in first (4 members), then the death is seen at the next collective (the
-  // boundary's agreement, at the latest), as in every-step training.
-  EXPECT_NE(out.find("re-formed in place: epoch 2, rank 0 of 3 (was rank 0 of 4), training from "
-                     "step "),
-            std::string::npos)
+  // The death is seen in the step it happens (DiLoCo's per-step check) and the survivors
+  // re-form: after the joiner came in (4 members) or, on a loaded machine, before it did (3).
+  EXPECT_TRUE(out.find("rank 0 of 3 (was rank 0 of 4), training from step ") != std::string::npos ||
+              out.find("rank 0 of 2 (was rank 0 of 3), training from step ") != std::string::npos)
       << out;
   ledgerIsExact();
 }
