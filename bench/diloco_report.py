@@ -17,11 +17,17 @@ per step: every step, 1; DiLoCo, fragments / H (each fragment syncs once in H st
 one sync being outer_wait_s / outer_rounds of that run.
 """
 import json
+import math
 import sys
 from pathlib import Path
 
 SYNCS_PER_STEP = {"every_step": 1.0, "every_step_bf16": 1.0, "diloco_h20": 1 / 20,
                   "diloco_h50": 1 / 50, "streaming": 4 / 50}
+
+
+def ratio(x):
+    """Two decimals, rounded down: a figure is never rounded up."""
+    return "%.2fx" % (math.floor(x * 100) / 100)
 
 
 def load(path):
@@ -80,9 +86,9 @@ def main(argv):
             base_k = (base["comm_bytes_sent"] * 1000.0 / base["steps"]
                       if base and base.get("comm_bytes_sent") else None)
             rel = "%+.2f%%" % (100 * (r["test_loss"] / base["test_loss"] - 1)) if base else "-"
-            ratio = "%.1fx" % (base_k / per_k) if per_k and base_k else "-"
+            times = ratio(base_k / per_k) if per_k and base_k else "-"
             lines.append("| %s | %.4f | %s | %s | %s |" % (
-                m, r["test_loss"], rel, "-" if per_k is None else "{:,.0f}".format(per_k), ratio))
+                m, r["test_loss"], rel, "-" if per_k is None else "{:,.0f}".format(per_k), times))
     if quality.get("every_step") and links:
         target = dict((a, b) for a, b in quality["every_step"]["evals"]).get(target_step)
         worst = max(r["test_loss"] for r in quality.values())
@@ -120,7 +126,7 @@ def time_table(quality, links, target, what):
             lines.append("| %s, %s | %s | %s | %.1f | %s | %s |" % (
                 rate, delay, m, "not reached" if need is None else "%.0f" % need, ms,
                 "-" if secs is None else "%.1f" % secs,
-                "%.2fx" % (base_s / secs) if base_s and secs else "-"))
+                ratio(base_s / secs) if base_s and secs else "-"))
     return lines
 
 if __name__ == "__main__":

@@ -48,8 +48,8 @@ void bindDiloco(py::module_& m) {
              return std::make_unique<DiLoCo>(std::move(params), o);
            }),
            py::arg("params"), py::arg("inner_steps"), py::arg("outer_lr"),
-           py::arg("outer_momentum"), py::arg("nesterov"), py::arg("fragments"),
-           py::arg("overlap"), py::arg("mix"), py::arg("outer_compression"), py::arg("timeout"))
+           py::arg("outer_momentum"), py::arg("nesterov"), py::arg("fragments"), py::arg("overlap"),
+           py::arg("mix"), py::arg("outer_compression"), py::arg("timeout"))
       .def("fragments", &DiLoCo::fragments)
       .def("due_at", &DiLoCo::dueAt, py::arg("step"))
       .def(

@@ -10,8 +10,8 @@
 #include "checkpoint/resume.h"
 #include "cumulus/process_group.h"
 #include "trainer/diloco_state.h"
-#include "trainer/training_checkpoint.h"
 #include "trainer/trainer_impl.h"
+#include "trainer/training_checkpoint.h"
 
 namespace cumulus::trainer {
 

@@ -125,7 +125,8 @@ TEST_F(CliTest, DilocoFragmentsBeyondTheModelsTensorsExitTwoNamingTheKey) {
   EXPECT_EQ(o.err,
             "cumulus-train: error: diloco.fragments: 5 is more than the model's 4 parameter "
             "tensors; a fragment holds whole tensors, so use at most 4\n");
-  const std::string path = write("d.yaml", "name: d\ntrainer: {sync: diloco}\ncomm: {algorithm: funnel}\n");
+  const std::string path =
+      write("d.yaml", "name: d\ntrainer: {sync: diloco}\ncomm: {algorithm: funnel}\n");
   const Outcome funnel = run(path);
   EXPECT_EQ(funnel.exit_code, 2);
   EXPECT_NE(funnel.err.find("comm.algorithm: funnel cannot carry DiLoCo's outer syncs"),
