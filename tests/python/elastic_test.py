@@ -66,20 +66,25 @@ def past(line, steps):
     return m is not None and int(m[1]) >= steps
 
 
+def kill_rank_one_after(steps, killed):
+    """An on_line that SIGKILLs the launch's rank 1 once rank 0 reports `steps`, once; its pid goes
+    to `killed`."""
+    def on_line(line, process, seen):
+        if killed or not past(line, steps):
+            return
+        for m in memberships(seen):
+            if m["epoch"] == 0 and m["rank"] == 1:
+                os.kill(m["pid"], signal.SIGKILL)
+                killed.append(m["pid"])
+    return on_line
+
+
 class ElasticExample(unittest.TestCase):
     def test_a_sigkill_leaves_the_others_training_and_heals_the_replacement(self):
         killed = []
-
-        def kill_rank_one(line, process, seen):
-            if killed or not past(line, SIGNAL_AFTER):
-                return
-            for m in memberships(seen):
-                if m["epoch"] == 0 and m["rank"] == 1:
-                    os.kill(m["pid"], signal.SIGKILL)
-                    killed.append(m["pid"])
-
         with tempfile.TemporaryDirectory() as tmp:
-            code, output = run(tmp, "--wait-for", "3", on_line=kill_rank_one)
+            code, output = run(tmp, "--wait-for", "3",
+                               on_line=kill_rank_one_after(SIGNAL_AFTER, killed))
         self.assertTrue(killed, output)
         self.assertEqual(code, 0, output)
         self.assertIn("cumulus-run: rank 1 (member 0.1.0) died (signal SIGKILL); the group goes on "
@@ -108,18 +113,10 @@ class ElasticExample(unittest.TestCase):
         SIGKILLed mid-round is dropped from the round, its replacement is healed with the global
         parameters and the outer momentum, and the last round leaves every replica the same."""
         killed = []
-
-        def kill_rank_one(line, process, seen):
-            if killed or not past(line, SIGNAL_AFTER + 3):  # 3 steps into a round of 8
-                return
-            for m in memberships(seen):
-                if m["epoch"] == 0 and m["rank"] == 1:
-                    os.kill(m["pid"], signal.SIGKILL)
-                    killed.append(m["pid"])
-
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp:  # 3 steps into a round of 8
             code, output = run(tmp, "--wait-for", "3", "--diloco", "8", "--fragments", "2",
-                               "--overlap", "--outer-compression", "int8", on_line=kill_rank_one)
+                               "--overlap", "--outer-compression", "int8",
+                               on_line=kill_rank_one_after(SIGNAL_AFTER + 3, killed))
         self.assertTrue(killed, output)
         self.assertEqual(code, 0, output)
         last = [m for m in memberships(output) if m["epoch"] == max(
