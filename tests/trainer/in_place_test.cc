@@ -413,18 +413,9 @@ TEST_F(InPlaceTest, UnderCumulusRunAKilledWorkerIsReplacedAndHealed) {
                           "1"),
             std::string::npos)
       << r.output;
-  std::set<std::string> digests;
-  size_t at = 0;
-  while ((at = r.output.find("final parameters sha256 ", at)) != std::string::npos) {
-    at += 24;
-    digests.insert(r.output.substr(at, 64));
-  }
-  EXPECT_EQ(digests.size(), 1u) << r.output;
-  size_t finals = 0;
-  for (at = 0; (at = r.output.find("final parameters sha256 ", at)) != std::string::npos; ++at) {
-    ++finals;
-  }
-  EXPECT_EQ(finals, 3u) << "every replica, the replacement included, finishes: " << r.output;
+  const std::vector<std::string> finals = cumulus::testing::everyDigest(r.output);
+  EXPECT_EQ(finals.size(), 3u) << "every replica, the replacement included, finishes: " << r.output;
+  EXPECT_EQ(std::set<std::string>(finals.begin(), finals.end()).size(), 1u) << r.output;
   EXPECT_NE(r.output.find("state sent by rank 0 to rank(s) 2"), std::string::npos) << r.output;
   ledgerIsExact();
 }

@@ -52,6 +52,16 @@ inline Env aloneEnv(Env extra = {}) {
   return env;
 }
 
+// Every "final parameters sha256" in `output`, in order: one per replica that printed its own.
+inline std::vector<std::string> everyDigest(const std::string& output) {
+  const std::string marker = "final parameters sha256 ";
+  std::vector<std::string> digests;
+  for (size_t at = 0; (at = output.find(marker, at)) != std::string::npos; at += marker.size()) {
+    digests.push_back(output.substr(at + marker.size(), 64));
+  }
+  return digests;
+}
+
 // The "final parameters sha256" rank 0 printed; a non-zero exit or a missing line is a failure.
 inline std::string digestOf(const ProcessResult& r) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
