@@ -182,11 +182,12 @@ TEST(DiLoCoTest, Int8ErrorFeedbackLosesNothingOverManyRounds) {
     DiLoCo diloco(params, options);
     torch::Tensor exact = torch::zeros({305}, torch::kFloat64);
     for (int64_t step = 1; step <= 200; ++step) {
-      // Both ranks' moves, from seeds every rank knows; this rank applies its own.
+      // Both ranks' moves, from seeds every rank knows; this rank applies its own. Each draw has a
+      // generator of its own: the ranks are threads, and the global one is shared between them.
       torch::Tensor moves[2];
       for (int r = 0; r < 2; ++r) {
-        torch::manual_seed(static_cast<uint64_t>(step * 2 + r));
-        moves[r] = torch::randn({305}) * (0.001 * static_cast<double>(1 + step % 7));
+        const at::Generator seeded = at::detail::createCPUGenerator(step * 2 + r);
+        moves[r] = torch::randn({305}, seeded) * (0.001 * static_cast<double>(1 + step % 7));
       }
       exact -= (moves[0].to(torch::kFloat64) + moves[1].to(torch::kFloat64)) / 2;
       {
