@@ -116,7 +116,6 @@ class Trainer::Impl {
   bool lastBoundary(int64_t done, double lr, int64_t epoch, Evaluation& eval,
                     const std::function<void()>& record = {});
   StepOutcome trainStep(int64_t step);
-  void checkMembersDrew(int64_t step);  // DiLoCo: the step's one collective (training_loop.cc)
   // The step watchdog (trainer.step_timeout_seconds), from the first step to the end of run().
   // `joiner`: this launch joined a running group in place (it has no goodput history).
   void beginRecords(bool joiner);

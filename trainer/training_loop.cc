@@ -144,6 +144,41 @@ void Trainer::Impl::startWatchdog() {
   watchdog_->start();
 }
 
+namespace {
+
+// DiLoCo's inner steps send nothing, so each step carries a 4-byte sum of its own, started once
+// this rank has drawn the step and waited for before the inner optimizer step changes anything: a
+// member lost before it drew the step makes it fail, and the step is redone without it with the new
+// shares (as the gradient sum does every step), rather than trained by the survivors alone with its
+// share of the batch left out. It runs in the background, so that a distant link's latency hides
+// behind the forward and backward. Every collective of the step is queued after it, so a sync that
+// completed means this sum did too.
+class MembersDrew {
+ public:
+  MembersDrew(ProcessGroup* group, int64_t step, int64_t members) : step_(step), members_(members) {
+    if (group == nullptr) return;
+    count_ = torch::ones({1});
+    work_ = group->allreduceAsync(count_);
+  }
+
+  void wait() {
+    if (!work_) return;
+    work_->wait();
+    if (count_.item<float>() != static_cast<float>(members_)) {
+      throw std::logic_error("step " + std::to_string(step_ + 1) + ": " +
+                             std::to_string(count_.item<float>()) + " members drew it, not " +
+                             std::to_string(members_));
+    }
+  }
+
+ private:
+  int64_t step_, members_;
+  torch::Tensor count_;
+  std::unique_ptr<Work> work_;  // waited for (its error dropped) if the step throws first
+};
+
+}  // namespace
+
 // Step boundaries (docs/design.md "A step"): the boundary's own work (balance, evaluation,
 // checkpoint) and the members' agreement, each of which a peer's failure may interrupt; Elastic
 // then re-forms the group and the loop goes on from elastic_->step().
@@ -242,7 +277,7 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
     throw TrainError("the batch source gave no micro-batch for step " + std::to_string(step + 1));
   }
   torch::manual_seed(stepSeed(config_.trainer.seed, batch.epoch, step, env_.rank));
-  if (diloco_ && group_ != nullptr) checkMembersDrew(step);
+  MembersDrew drew(diloco_ ? group_ : nullptr, step, env_.world_size);
   // DiLoCo: the fragment due before this step is synced (with overlap, started) before anything
   // of the step changes the state, so that a failed sync leaves the step to redo.
   const double outer_before = diloco_ ? diloco_->stats().wait_seconds : 0;
@@ -270,6 +305,12 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   }
   if (diloco_) {
     TraceRecorder::Span span(options_.trace, "outer sync");
+    try {
+      drew.wait();
+    } catch (...) {
+      diloco_->cancel();  // the fragment beginStep started: the step is redone from its start
+      throw;
+    }
     diloco_->endStep();  // with overlap: the fragment lands before the inner step
   }
   outcome.comm_wait = now() - wait_start + outer_waited;  // endStep's wait is in the first part
@@ -290,20 +331,6 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   outcome.local_samples = samples;
   outcome.seconds = now() - start;
   return outcome;
-}
-
-// DiLoCo's inner steps send nothing, so this 4-byte sum is the step's one collective: a member
-// lost before it drew this step is seen here, and the step is redone without it with the new
-// shares (as the gradient sum does every step), rather than trained by the survivors alone with
-// its share of the batch left out.
-void Trainer::Impl::checkMembersDrew(int64_t step) {
-  torch::Tensor drew = torch::ones({1});
-  group_->allreduce(drew);
-  if (drew.item<float>() != static_cast<float>(env_.world_size)) {
-    throw std::logic_error("step " + std::to_string(step + 1) + ": " +
-                           std::to_string(drew.item<float>()) + " members drew it, not " +
-                           std::to_string(env_.world_size));
-  }
 }
 
 // Each micro-batch's loss, summed over its samples (trainer/loss.h), is divided by the whole
