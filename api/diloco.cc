@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -312,6 +313,16 @@ void DiLoCo::syncAll(ProcessGroup* group) {
 }
 
 void DiLoCo::cancel() { impl_->pending = Impl::Round(); }
+
+void DiLoCo::setOuterLr(double lr) {
+  if (!(lr > 0) || !std::isfinite(lr)) {
+    throw std::invalid_argument("DiLoCo::setOuterLr: " + std::to_string(lr) +
+                                "; the outer learning rate must be above 0 and finite");
+  }
+  impl_->options.outer_lr = lr;
+}
+
+double DiLoCo::outerLr() const { return impl_->options.outer_lr; }
 
 DiLoCoState DiLoCo::state() const {
   DiLoCoState out;

@@ -61,6 +61,7 @@ void bindDiloco(py::module_& m) {
           "sync_all", [](DiLoCo& d, Elastic* elastic) { d.syncAll(membersOf(elastic)); },
           py::arg("elastic").none(true), Release())
       .def("cancel", &DiLoCo::cancel)
+      .def_property("outer_lr", &DiLoCo::outerLr, &DiLoCo::setOuterLr)
       .def("state",
            [](const DiLoCo& d) {
              const DiLoCoState s = d.state();

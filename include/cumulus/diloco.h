@@ -105,6 +105,10 @@ class DiLoCo {
   void syncAll(ProcessGroup* group);
   // Drops a started fragment without applying it (after a failed group: the round is redone).
   void cancel();
+  // The outer learning rate of the syncs from now on (a schedule of the program's own); throws
+  // std::invalid_argument unless it is above 0 and finite.
+  void setOuterLr(double lr);
+  double outerLr() const;
 
   // Copies; loadState checks every shape (std::invalid_argument) and changes nothing on a throw.
   DiLoCoState state() const;

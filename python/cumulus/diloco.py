@@ -76,6 +76,15 @@ class DiLoCo:
         return self._core.fragments()
 
     @property
+    def outer_lr(self):
+        """The outer learning rate; set it between steps to follow a schedule of your own."""
+        return self._core.outer_lr
+
+    @outer_lr.setter
+    def outer_lr(self, lr):
+        self._core.outer_lr = float(lr)
+
+    @property
     def stats(self):
         """rounds, wait_seconds and payload_bytes so far."""
         return self._core.stats()

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -97,6 +98,37 @@ TEST(DiLoCoTest, TheOuterUpdateMatchesAHandComputedReference) {
     EXPECT_TRUE(torch::equal(state.momentum[1], torch::full({3}, 1.6875f)));
     EXPECT_EQ(diloco.stats().rounds, 2);
   });
+}
+
+// setOuterLr: the syncs after it step with the new rate (alone, plain SGD: global -= lr x the
+// outer gradient), and a rate that is not above 0 and finite is refused, changing nothing.
+TEST(DiLoCoTest, TheOuterLearningRateCanBeSetBetweenRounds) {
+  std::vector<torch::Tensor> params = tensorsOf({4}, 1.0f);
+  DiLoCoOptions options;
+  options.inner_steps = 1;
+  options.outer_lr = 0.5;
+  options.outer_momentum = 0;
+  options.nesterov = false;
+  DiLoCo diloco(params, options);
+  moveBy(params, 0.5f);
+  diloco.beginStep(1, nullptr);  // 1 - 0.5 x 0.5
+  EXPECT_TRUE(torch::equal(params[0], torch::full({4}, 0.75f)));
+  diloco.setOuterLr(0.25);
+  EXPECT_EQ(diloco.outerLr(), 0.25);
+  moveBy(params, 0.5f);
+  diloco.beginStep(2, nullptr);  // 0.75 - 0.25 x 0.5
+  EXPECT_TRUE(torch::equal(params[0], torch::full({4}, 0.625f)));
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    try {
+      diloco.setOuterLr(bad);
+      ADD_FAILURE() << bad << " was taken";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("the outer learning rate must be above 0 and finite"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(diloco.outerLr(), 0.25);
 }
 
 // The papers' outer optimizer (lr 0.7, momentum 0.9) against the same formulas in double.

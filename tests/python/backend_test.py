@@ -85,6 +85,33 @@ class Import(unittest.TestCase):
             "fp32",
             "unknown precision 'fp16': expected one of fp32, bf16, auto; did you mean 'fp32'?"])
 
+    def test_diloco_outer_lr_can_be_set_between_rounds(self):
+        # Alone (no Elastic), plain outer SGD: the global value -= outer_lr x the outer gradient.
+        script = ("import cumulus, torch\n"
+                  "p = torch.nn.Parameter(torch.ones(4))\n"
+                  "d = cumulus.DiLoCo(None, [p], inner_steps=1, outer_lr=0.5, outer_momentum=0,\n"
+                  "                   nesterov=False)\n"
+                  "with torch.no_grad():\n"
+                  "    p -= 0.5\n"
+                  "d.begin_step(1)\n"
+                  "print(p.tolist(), d.outer_lr)\n"
+                  "d.outer_lr = 0.25\n"
+                  "with torch.no_grad():\n"
+                  "    p -= 0.5\n"
+                  "d.begin_step(2)\n"
+                  "print(p.tolist(), d.outer_lr)\n"
+                  "try:\n"
+                  "    d.outer_lr = 0\n"
+                  "except ValueError as e:\n"
+                  "    print(e, d.outer_lr)\n")
+        out = subprocess.run([PYTHON, "-c", script], env=dict(os.environ, PYTHONPATH=PACKAGE_DIR),
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.splitlines(), [
+            "[0.75, 0.75, 0.75, 0.75] 0.5",
+            "[0.625, 0.625, 0.625, 0.625] 0.25",
+            "DiLoCo::setOuterLr: 0.000000; the outer learning rate must be above 0 and finite 0.25"])
+
     def test_a_torch_it_was_not_built_for_is_named(self):
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(os.path.join(PACKAGE_DIR, "cumulus"), os.path.join(tmp, "cumulus"))
