@@ -11,7 +11,10 @@ Prints (and writes OUT_DIR/diloco.md):
   - time to target: the steps each mode needs to reach the validation loss every_step reaches
     after --target-step steps (linear between evaluations; "not reached" when its curve never
     gets there), times its time per step on each link; and the same to the highest final loss
-    of any mode, which every mode reaches.
+    of any mode, which every mode reaches;
+  - with OUT_DIR/long/quality.jsonl (DiLoCo modes run for more steps, `bench/diloco.sh quality
+    --steps 3000 --out-dir OUT_DIR/long`): the time to every_step's loss at --target-step on
+    their longer schedules.
 A mode's time per step on a link = its compute ms per step + the time of one sync x the syncs
 per step: every step, 1; DiLoCo, fragments / H (each fragment syncs once in H steps), the time of
 one sync being outer_wait_s / outer_rounds of that run.
@@ -101,6 +104,12 @@ def main(argv):
         lines.append("")
         lines += time_table(quality, links, worst,
                             "the loss every mode reaches, the highest final loss")
+    longer = {r["mode"]: r for r in load(out / "long" / "quality.jsonl")}
+    if quality.get("every_step") and links and longer:
+        target = dict((a, b) for a, b in quality["every_step"]["evals"]).get(target_step)
+        if target is not None:
+            lines.append("")
+            lines += longer_table(quality, longer, links, target, target_step)
     text = "\n".join(lines) + "\n"
     (out / "diloco.md").write_text(text)
     print(text)
@@ -128,6 +137,34 @@ def time_table(quality, links, target, what):
                 "-" if secs is None else "%.1f" % secs,
                 ratio(base_s / secs) if base_s and secs else "-"))
     return lines
+
+def longer_table(quality, longer, links, target, target_step):
+    """The DiLoCo modes run for more steps (their own, longer, cosine schedule; OUT_DIR/long),
+    against every_step's 1000-step run: the time to every_step's loss at --target-step."""
+    lines = ["Wall time to reach every_step's validation loss at step %d (%.4f), DiLoCo modes on a "
+             "longer schedule (long/quality.jsonl):\n" % (target_step, target),
+             "| link | mode | schedule steps | steps to target | ms per step | time to target s | "
+             "every_step's / this |",
+             "|---|---|---|---|---|---|---|"]
+    by_link = {}
+    for r in links:
+        by_link.setdefault((r["rate"], r["delay"]), {})[r["mode"]] = r
+    for (rate, delay), runs in by_link.items():
+        if "every_step" not in runs:
+            continue
+        base_s = target_step * per_step_ms(runs["every_step"]) / 1000.0
+        every = [(m, r) for m, r in quality.items() if m.startswith("every_step")]
+        for m, r in every + list(longer.items()):
+            if m not in runs:
+                continue
+            need = steps_to(r["evals"], target)
+            ms = per_step_ms(runs[m])
+            secs = need * ms / 1000.0 if need is not None else None
+            lines.append("| %s, %s | %s | %d | %s | %.1f | %s | %s |" % (
+                rate, delay, m, r["steps"], "not reached" if need is None else "%.0f" % need, ms,
+                "-" if secs is None else "%.1f" % secs, ratio(base_s / secs) if secs else "-"))
+    return lines
+
 
 if __name__ == "__main__":
     main(sys.argv[1:])
