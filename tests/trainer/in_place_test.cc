@@ -273,9 +273,11 @@ TEST_F(InPlaceTest, ADilocoGroupDropsADeadWorkerMidRoundAndHealsAJoiner) {
   identicalReplicas({"0.0.0", "0.2.0", "1.0.0"});
   const std::string& out = finish("0.0.0").output;
   // The death is seen in the step it happens (DiLoCo's per-step check) and the survivors
-  // re-form: after the joiner came in (4 members) or, on a loaded machine, before it did (3).
+  // re-form: after the joiner came in (4 members), before it did (2), or in the same re-forming
+  // that lets it in (3, as before), which depends on the machine's load.
   EXPECT_TRUE(out.find("rank 0 of 3 (was rank 0 of 4), training from step ") != std::string::npos ||
-              out.find("rank 0 of 2 (was rank 0 of 3), training from step ") != std::string::npos)
+              out.find("rank 0 of 2 (was rank 0 of 3), training from step ") != std::string::npos ||
+              out.find("rank 0 of 3, training from step ") != std::string::npos)
       << out;
   ledgerIsExact();
 }
