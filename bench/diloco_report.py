@@ -12,6 +12,8 @@ Prints (and writes OUT_DIR/diloco.md):
     after --target-step steps (linear between evaluations; "not reached" when its curve never
     gets there), times its time per step on each link; and the same to the highest final loss
     of any mode, which every mode reaches;
+  - with OUT_DIR/tuning.jsonl (quality runs with --set keys, each line's "set" naming them): the
+    final loss of each against every_step's;
   - with OUT_DIR/long/quality.jsonl (DiLoCo modes run for more steps, `bench/diloco.sh quality
     --steps 3000 --out-dir OUT_DIR/long`): the time to every_step's loss at --target-step on
     their longer schedules.
@@ -104,6 +106,10 @@ def main(argv):
         lines.append("")
         lines += time_table(quality, links, worst,
                             "the loss every mode reaches, the highest final loss")
+    tuning = load(out / "tuning.jsonl")
+    if quality.get("every_step") and tuning:
+        lines.append("")
+        lines += tuning_table(quality["every_step"], tuning)
     longer = {r["mode"]: r for r in load(out / "long" / "quality.jsonl")}
     if quality.get("every_step") and links and longer:
         target = dict((a, b) for a, b in quality["every_step"]["evals"]).get(target_step)
@@ -137,6 +143,27 @@ def time_table(quality, links, target, what):
                 "-" if secs is None else "%.1f" % secs,
                 ratio(base_s / secs) if base_s and secs else "-"))
     return lines
+
+def tuning_table(base, tuning):
+    """The settings tried (tuning.jsonl: a quality run each, its --set keys in "set"), against
+    every_step's final loss at the same step count."""
+    lines = ["Settings tried, validation loss after %d steps against every_step's %.4f:\n"
+             % (base["steps"], base["test_loss"]),
+             "| --modes | H | --set | final loss | vs every_step |", "|---|---|---|---|---|"]
+    for r in tuning:
+        if r["steps"] != base["steps"]:
+            continue
+        keys = r.get("set", [])
+        h = next((kv.split("=", 1)[1] for kv in keys if kv.startswith("diloco.inner_steps=")),
+                 str(round(1 / SYNCS_PER_STEP[r["mode"]])) if r["mode"].startswith("diloco_") else "-")
+        sets = ", ".join("`%s`" % kv for kv in keys if not kv.startswith("diloco.inner_steps="))
+        if r.get("outer_lr_schedule"):
+            sets += "; outer lr: " + r["outer_lr_schedule"]
+        # Rounded up: a gap to the target is never shown smaller than it is.
+        gap = math.ceil(10000 * (r["test_loss"] / base["test_loss"] - 1)) / 100
+        lines.append("| %s | %s | %s | %.4f | %+.2f%% |" % (r["mode"], h, sets, r["test_loss"], gap))
+    return lines
+
 
 def longer_table(quality, longer, links, target, target_step):
     """The DiLoCo modes run for more steps (their own, longer, cosine schedule; OUT_DIR/long),
