@@ -121,16 +121,21 @@ def main(argv):
     print(text)
 
 
+def runs_by_link(links):
+    """{(rate, delay): {mode: its newest link run}}, in the order the links were run."""
+    by_link = {}
+    for r in links:
+        by_link.setdefault((r["rate"], r["delay"]), {})[r["mode"]] = r
+    return by_link
+
+
 def time_table(quality, links, target, what):
     """Rows of the time to reach `target` on each link: the steps a mode needs (from its curve)
     times its time per step there."""
     lines = ["Wall time to reach %s (%.4f):\n" % (what, target),
              "| link | mode | steps to target | ms per step | time to target s | every_step's / this |",
              "|---|---|---|---|---|---|"]
-    by_link = {}
-    for r in links:
-        by_link.setdefault((r["rate"], r["delay"]), {})[r["mode"]] = r
-    for (rate, delay), runs in by_link.items():
+    for (rate, delay), runs in runs_by_link(links).items():
         rows = []
         for m, r in runs.items():
             need = steps_to(quality[m]["evals"], target) if m in quality else None
@@ -173,10 +178,7 @@ def longer_table(quality, longer, links, target, target_step):
              "| link | mode | schedule steps | steps to target | ms per step | time to target s | "
              "every_step's / this |",
              "|---|---|---|---|---|---|---|"]
-    by_link = {}
-    for r in links:
-        by_link.setdefault((r["rate"], r["delay"]), {})[r["mode"]] = r
-    for (rate, delay), runs in by_link.items():
+    for (rate, delay), runs in runs_by_link(links).items():
         if "every_step" not in runs:
             continue
         base_s = target_step * per_step_ms(runs["every_step"]) / 1000.0

@@ -59,6 +59,13 @@ def run_group(world, *args, env_of=lambda rank: {}, timeout=240):
 
 
 class Import(unittest.TestCase):
+    def script_lines(self, script, **env):
+        """The lines `script` prints under Debian's python3 with the package; it must exit 0."""
+        out = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=PACKAGE_DIR, **env))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout.splitlines()
+
     def test_import_registers_the_backend(self):
         out = subprocess.run(
             [PYTHON, "-c", "import cumulus, torch.distributed as d; "
@@ -76,11 +83,7 @@ class Import(unittest.TestCase):
                   "    cumulus.choose_precision('fp16')\n"
                   "except ValueError as e:\n"
                   "    print(e)\n")
-        out = subprocess.run([PYTHON, "-c", script],
-                             env=dict(os.environ, PYTHONPATH=PACKAGE_DIR, ONEDNN_MAX_CPU_ISA="AVX2"),
-                             capture_output=True, text=True)
-        self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertEqual(out.stdout.splitlines(), [
+        self.assertEqual(self.script_lines(script, ONEDNN_MAX_CPU_ISA="AVX2"), [
             "('fp32', 'as asked', '')",
             "fp32",
             "unknown precision 'fp16': expected one of fp32, bf16, auto; did you mean 'fp32'?"])
@@ -104,10 +107,7 @@ class Import(unittest.TestCase):
                   "    d.outer_lr = 0\n"
                   "except ValueError as e:\n"
                   "    print(e, d.outer_lr)\n")
-        out = subprocess.run([PYTHON, "-c", script], env=dict(os.environ, PYTHONPATH=PACKAGE_DIR),
-                             capture_output=True, text=True)
-        self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertEqual(out.stdout.splitlines(), [
+        self.assertEqual(self.script_lines(script), [
             "[0.75, 0.75, 0.75, 0.75] 0.5",
             "[0.625, 0.625, 0.625, 0.625] 0.25",
             "DiLoCo::setOuterLr: 0.000000; the outer learning rate must be above 0 and finite 0.25"])
