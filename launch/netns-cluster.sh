@@ -22,7 +22,11 @@
 # hides the wire time of small messages (256kb lets a 64 KiB message through untimed). tbf splits
 # GSO super-packets larger than the bucket, so 4kb still reaches ~0.91-0.95 Gbit/s of TCP payload. Offloads (TSO/GSO)
 # are turned off where ethtool exists so tbf sees wire-sized packets.
-# --delay needs the netem qdisc; a kernel without it gets a one-line warning and no added delay.
+# --delay: netem under the tbf on each host's egress, so a packet is held once on its way and a
+# round trip takes twice the delay. A kernel without netem gets the same from a delay line in user
+# space (cumulus-link-delay, from the build; CUMULUS_LINK_DELAY names another copy): each host's
+# packets for the subnet are routed into a tun device "cmdly", held there, and sent on through eth0
+# and its tbf. The line runs in the switch namespace, so `kill HOST` leaves it alone.
 #
 # Only names with the cmh<K> prefix are created or removed, and only inside those namespaces (the
 # bridge lives in the switch namespace, so the root namespace gains no interface). `up` removes what
@@ -83,18 +87,51 @@ shape() {  # shape NS DEV RATE BURST
   ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" latency 20ms
 }
 
-NETEM_WARNED=0
-add_delay() {  # add_delay NS DEV DELAY — under the tbf
-  local ns=$1 dev=$2 delay=$3
-  if ! ip netns exec "$ns" tc qdisc add dev "$dev" parent 1:1 handle 10: netem delay "$delay" \
-      2>/dev/null; then
-    if ((NETEM_WARNED == 0)); then
-      echo "netns-cluster: warning: --delay $delay ignored: the netem qdisc is not available in" \
-           "this kernel; links add no delay beyond the veth's own" >&2
-      NETEM_WARNED=1
-    fi
-    return 1
+is_zero() { [[ "$1" =~ ^0*(\.0*)?(us|ms|s)?$ ]]; }  # "0ms", "0", "0.0us": no delay at all
+
+add_netem() {  # add_netem NS DEV DELAY — under the tbf; fails where the kernel has no netem
+  ip netns exec "$1" tc qdisc add dev "$2" parent 1:1 handle 10: netem delay "$3" 2>/dev/null
+}
+
+DELAY_DEVICE=cmdly
+DELAY_MARK=45
+
+delay_line_binary() {
+  local candidate
+  for candidate in "${CUMULUS_LINK_DELAY:-}" "$(dirname "$0")/../build/bin/cumulus-link-delay" \
+      "$(command -v cumulus-link-delay || true)"; do
+    if [[ -n "$candidate" && -x "$candidate" ]]; then echo "$candidate"; return 0; fi
+  done
+  return 1
+}
+
+# The delay line for hosts "$@" (indices): each host's packets for the subnet go into its tun
+# (every packet but the line's own, which carry DELAY_MARK), and one process holds them.
+start_delay_line() {
+  local delay=$1 binary i ns namespaces=()
+  shift
+  if ! binary=$(delay_line_binary); then
+    echo "netns-cluster: warning: --delay $delay ignored: the kernel has no netem qdisc and" \
+         "cumulus-link-delay is not built (cmake --build build --target cumulus-link-delay," \
+         "or set CUMULUS_LINK_DELAY)" >&2
+    return 0
   fi
+  for i in "$@"; do
+    ns=$(host_ns "$i")
+    ip netns exec "$ns" ip tuntap add dev "$DELAY_DEVICE" mode tun
+    ip netns exec "$ns" ip link set "$DELAY_DEVICE" up
+    ip netns exec "$ns" ip route add "${SUBNET}.0/24" dev "$DELAY_DEVICE" src "$(host_addr "$i")" \
+      table "$DELAY_MARK"
+    ip netns exec "$ns" ip rule add pref 100 not fwmark "$DELAY_MARK" lookup "$DELAY_MARK"
+    # Replies arrive on eth0 while the route back points at the tun: no reverse-path check.
+    ip netns exec "$ns" sh -c 'for f in all eth0; do
+      echo 0 > /proc/sys/net/ipv4/conf/$f/rp_filter; done'
+    namespaces+=("$ns")
+  done
+  ip netns exec "$SWITCH" "$binary" --delay "$delay" --device "$DELAY_DEVICE" \
+    --mark "$DELAY_MARK" "${namespaces[@]}"
+  echo "netns-cluster: no netem qdisc in this kernel: the delay line $binary holds each" \
+       "host's packets $delay" >&2
 }
 
 up() {
@@ -121,7 +158,7 @@ up() {
   ip netns exec "$SWITCH" ip link set lo up
   ip netns exec "$SWITCH" ip link add cmbr0 type bridge
   ip netns exec "$SWITCH" ip link set cmbr0 up
-  local i ns port
+  local i ns port delay_hosts=()
   for ((i = 0; i < n; i++)); do
     ns=$(host_ns "$i")
     port="cmp$i"
@@ -138,11 +175,12 @@ up() {
       shape "$ns" eth0 "$rate" "$burst"
       shape "$SWITCH" "$port" "$rate" "$burst"
     fi
-    if [[ -n "$delay" ]]; then
+    if [[ -n "$delay" ]] && ! is_zero "$delay"; then
       [[ -n "$rate" ]] || die "up: --delay needs --rate (netem sits under the tbf)"
-      add_delay "$ns" eth0 "$delay" || true
+      add_netem "$ns" eth0 "$delay" || delay_hosts+=("$i")
     fi
   done
+  ((${#delay_hosts[@]} == 0)) || start_delay_line "$delay" "${delay_hosts[@]}"
   trap - EXIT INT TERM
   echo "netns-cluster: cluster $ID up: $n host(s) ${SUBNET}.1-${SUBNET}.$n${rate:+, $rate links}"
 }
@@ -151,8 +189,10 @@ status() {
   local i
   [[ -n "$(hosts)" ]] || { echo "cluster $ID: down"; return 0; }
   for i in $(hosts); do
-    printf 'host %s  ns %s  addr %s  qdisc %s\n' "$i" "$(host_ns "$i")" "$(host_addr "$i")" \
-      "$(ip netns exec "$(host_ns "$i")" tc qdisc show dev eth0 | head -1)"
+    printf 'host %s  ns %s  addr %s  qdisc %s%s\n' "$i" "$(host_ns "$i")" "$(host_addr "$i")" \
+      "$(ip netns exec "$(host_ns "$i")" tc qdisc show dev eth0 | head -1)" \
+      "$(ip netns exec "$(host_ns "$i")" ip link show "$DELAY_DEVICE" >/dev/null 2>&1 &&
+         echo "  delay line $DELAY_DEVICE")"
   done
 }
 

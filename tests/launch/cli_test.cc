@@ -85,6 +85,24 @@ TEST(LaunchCli, CumulusAllreduceProbeRejectsAMalformedNumberAndHelpsOnStdout) {
   EXPECT_NE(o.out.find("Usage: cumulus-allreduce-probe [FLAGS]\n"), std::string::npos) << o.out;
 }
 
+// The delay line: a malformed time or a namespace that is not there is an error naming it, and
+// the foreground command says so instead of leaving a background process behind.
+TEST(LaunchCli, CumulusLinkDelayNamesABadDelayAndAMissingNamespace) {
+  Outcome o = run("cumulus-link-delay", "--delay 20 somens");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-link-delay: error: --delay: expected a time like 20ms, 0.5ms or 800us, got "
+            "\"20\"\n");
+  o = run("cumulus-link-delay", "--delay 11s somens");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err, "cumulus-link-delay: error: --delay: at most 10s, got \"11s\"\n");
+  o = run("cumulus-link-delay", "--delay 20ms /nonexistent/netns");
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_EQ(o.err,
+            "cumulus-link-delay: error: cannot open network namespace /nonexistent/netns: No such "
+            "file or directory\n");
+}
+
 }  // namespace
 
 // --metrics-port: a port in use is a set-up error naming the flag (exit 2, before any worker);
