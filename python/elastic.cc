@@ -334,6 +334,10 @@ void bindElasticQueries(py::class_<Elastic>& core) {
           "broadcast",
           [](Elastic& e, torch::Tensor tensor, int root) { e.group().broadcast(tensor, root); },
           py::arg("tensor"), py::arg("root") = 0, Release())
+      .def(
+          "all_gather",
+          [](Elastic& e, const torch::Tensor& tensor) { return e.group().allgather(tensor); },
+          py::arg("tensor"), Release())
       .def("notify", [](Elastic& e) { e.preemption().notify(); })
       .def("request_checkpoint", [](Elastic& e) { e.preemption().requestCheckpoint(); })
       .def_property_readonly("noticed", [](Elastic& e) { return e.preemption().noticed(); });

@@ -174,6 +174,8 @@ def main():
             return cumulus.EXIT_PREEMPTED
         due = (done % args.checkpoint_every == 0 or
                action in (cumulus.ElasticAction.CHECKPOINT, cumulus.ElasticAction.STOP))
+        while due and diloco and not elastic.at_boundary(diloco.gather_replicas):
+            pass  # every member's replica into rank 0's checkpoint, for an exact resume
         saved = save(action == cumulus.ElasticAction.STOP) if due and elastic.rank == 0 else ""
         if action == cumulus.ElasticAction.STOP:
             elastic.wait_for_all()  # no worker exits before the checkpoint is durable

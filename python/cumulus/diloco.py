@@ -23,13 +23,33 @@ outer_compression "bf16" or "int8" sends fewer bytes, with error feedback.
 Do not call elastic.backward() with DiLoCo: it would all-reduce every gradient. The DiLoCo adds
 itself to the Elastic's `extra` as "diloco", so its state_dict() (the global parameters and the
 outer momentum) travels with a heal and a checkpoint; make it before elastic.start() and
-elastic.resume(). A healed or resumed worker takes the sender's (or the checkpoint's) replica, and
-its error-feedback residual starts at zero.
+elastic.resume(). A healed worker takes the sender's replica, and its error-feedback residual
+starts at zero.
+
+Exact resume: each member's replica differs from the others' mid-round, and so do its inner
+optimizer's state, its residual and its torch generator. Before rank 0 saves a checkpoint, every
+member runs
+
+    while not elastic.at_boundary(diloco.gather_replicas): pass
+
+which collects them all into rank 0's DiLoCo state (its checkpoint then holds one row per
+member). A resume with as many workers puts each member's own row back before its first step, and
+the run goes on bit for bit as if never stopped. With another number of workers, every member
+starts the round from the global parameters; without rows (no gather), from the checkpoint's
+replica, rank 0's.
 """
+
+import io
 
 import torch
 
 from . import _C
+
+
+def _to_bytes(obj):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
 
 
 class DiLoCo:
@@ -45,14 +65,22 @@ class DiLoCo:
                                        float(outer_momentum), bool(nesterov), int(fragments),
                                        bool(overlap), float(mix), str(outer_compression),
                                        float(timeout))
+        self._gathered = None  # (step, [each member's row: bytes]) from gather_replicas()
+        self._resumed_rows = None  # a checkpoint's rows, put back at the next begin_step()
         if elastic is not None:
             elastic.extra.setdefault("diloco", self)
 
     def _members(self):
         return None if self._elastic is None else self._elastic._core
 
+    def _rank_and_size(self):
+        return (0, 1) if self._elastic is None else (self._elastic.rank, self._elastic.size)
+
     def begin_step(self, step):
         """Before step `step`'s forward (0-based: the steps done so far)."""
+        if self._resumed_rows is not None:
+            self._put_back_own_row(self._resumed_rows)
+            self._resumed_rows = None
         with torch.no_grad():
             self._core.begin_step(int(step), self._members())
 
@@ -89,11 +117,67 @@ class DiLoCo:
         """rounds, wait_seconds and payload_bytes so far."""
         return self._core.stats()
 
+    def _row(self):
+        """This member's own state: replica, inner optimizer, residual, torch generator."""
+        row = {"params": [p.detach().clone() for p in self._params],
+               "residual": self._core.residual(), "rng": torch.get_rng_state()}
+        optimizer = getattr(self._elastic, "optimizer", None)
+        if optimizer is not None:
+            row["optimizer"] = optimizer.state_dict()
+        return _to_bytes(row)
+
+    def gather_replicas(self):
+        """On every member, before rank 0 saves a checkpoint (module docstring): each member's
+        row (its replica, inner optimizer state, residual and generator) to every member, so
+        that the checkpoint holds them all. A collective: run it in elastic.at_boundary()."""
+        mine = self._row()
+        _, size = self._rank_and_size()
+        if size == 1:
+            rows = [mine]
+        else:
+            lengths = self._elastic.all_gather(torch.tensor([len(mine)])).view(-1).tolist()
+            padded = bytearray(-(-max(lengths) // 4) * 4)  # whole int32 words
+            padded[:len(mine)] = mine
+            table = self._elastic.all_gather(torch.frombuffer(padded, dtype=torch.int32))
+            rows = [table[r].numpy().tobytes()[:lengths[r]] for r in range(size)]
+        self._gathered = (None if self._elastic is None else self._elastic.step, rows)
+
     def state_dict(self):
         global_params, momentum = self._core.state()
-        return {"global": global_params, "momentum": momentum}
+        state = {"global": global_params, "momentum": momentum}
+        step = None if self._elastic is None else self._elastic.step
+        if self._gathered is not None and self._gathered[0] == step:
+            state["replicas"] = self._gathered[1]
+        return state
 
     def load_state_dict(self, state):
         with torch.no_grad():
             self._core.load_state(list(state["global"]), list(state["momentum"]))
             self._core.set_residual(torch.zeros_like(self._core.residual()))
+        joining = self._elastic is not None and self._elastic.joining
+        # Rank and size are known once the group has formed: the rows go back at the first step.
+        self._resumed_rows = None if joining else state.get("replicas")
+
+    def _put_back_own_row(self, rows):
+        rank, size = self._rank_and_size()
+        if len(rows) != size:
+            if rank == 0:
+                print(f"cumulus: the checkpoint holds the replicas of {len(rows)} members and the "
+                      f"group has {size}: every member starts the round from the global "
+                      "parameters", flush=True)
+            with torch.no_grad():
+                self._core.reset_replica()
+            return
+        try:
+            row = torch.load(io.BytesIO(rows[rank]))
+        except Exception as error:
+            raise _C.CheckpointError(f"extra.pt: DiLoCo's row of rank {rank} does not load "
+                                     f"({type(error).__name__}: {error})") from None
+        with torch.no_grad():
+            for p, saved in zip(self._params, row["params"]):
+                p.copy_(saved)
+            self._core.set_residual(row["residual"])
+        optimizer = getattr(self._elastic, "optimizer", None)
+        if optimizer is not None and "optimizer" in row:
+            optimizer.load_state_dict(row["optimizer"])
+        torch.set_rng_state(row["rng"])

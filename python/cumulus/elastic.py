@@ -120,6 +120,10 @@ def restore(checkpoint, model, optimizer=None, sampler=None, extra=None):
         model.load_state_dict(tensors)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
+    if sampler is not None:
+        sampler.restore(checkpoint.sampler)
+    checkpoint.restore_rng()
+    # `extra` last: an entry may put back more of its own (DiLoCo: each member's replica).
     if extra_state is not None:
         for name, value in extra.items():
             if torch.is_tensor(value):
@@ -127,9 +131,6 @@ def restore(checkpoint, model, optimizer=None, sampler=None, extra=None):
                     value.copy_(extra_state[name])
             else:
                 value.load_state_dict(extra_state[name])
-    if sampler is not None:
-        sampler.restore(checkpoint.sampler)
-    checkpoint.restore_rng()
 
 
 class Elastic:
@@ -206,6 +207,11 @@ class Elastic:
 
     def broadcast(self, tensor, root=0):
         self._core.broadcast(tensor, root)
+
+    def all_gather(self, tensor):
+        """Every member's `tensor` (the same shape and dtype on each) stacked in rank order: a
+        new tensor of shape [size, *tensor.shape]."""
+        return self._core.all_gather(tensor)
 
     # Checkpoints.
     def capture(self):

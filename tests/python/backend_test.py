@@ -112,6 +112,32 @@ class Import(unittest.TestCase):
             "[0.625, 0.625, 0.625, 0.625] 0.25",
             "DiLoCo::setOuterLr: 0.000000; the outer learning rate must be above 0 and finite 0.25"])
 
+    def test_diloco_rows_go_back_to_a_group_of_their_size_only(self):
+        # Alone: gather_replicas() keeps this member's row; a DiLoCo loading the state puts its
+        # replica back at the next step; rows of two members in a group of one do not fit, and
+        # the replica starts from the global parameters (1.0), saying so.
+        script = ("import cumulus, torch\n"
+                  "p = torch.nn.Parameter(torch.ones(4))\n"
+                  "d = cumulus.DiLoCo(None, [p], inner_steps=4)\n"
+                  "with torch.no_grad():\n"
+                  "    p -= 0.5\n"
+                  "d.gather_replicas()\n"
+                  "state = d.state_dict()\n"
+                  "print(len(state['replicas']))\n"
+                  "e = cumulus.DiLoCo(None, [p], inner_steps=4)\n"
+                  "for rows in (state['replicas'], state['replicas'] * 2):\n"
+                  "    with torch.no_grad():\n"
+                  "        p.fill_(7)\n"
+                  "    e.load_state_dict(dict(state, replicas=rows))\n"
+                  "    e.begin_step(1)\n"
+                  "    print(p.tolist())\n")
+        self.assertEqual(self.script_lines(script), [
+            "1",
+            "[0.5, 0.5, 0.5, 0.5]",
+            "cumulus: the checkpoint holds the replicas of 2 members and the group has 1: every "
+            "member starts the round from the global parameters",
+            "[1.0, 1.0, 1.0, 1.0]"])
+
     def test_a_torch_it_was_not_built_for_is_named(self):
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(os.path.join(PACKAGE_DIR, "cumulus"), os.path.join(tmp, "cumulus"))

@@ -129,8 +129,20 @@ class ElasticExample(unittest.TestCase):
         self.assertLess(losses[-1], losses[0], output)
 
     def test_a_preemption_checkpoints_and_the_relaunch_ends_bit_identical(self):
+        self.preempt_and_relaunch()
+
+    def test_a_diloco_preemption_mid_round_resumes_bit_identical(self):
+        """DiLoCo (8 inner steps, 2 fragments, overlap, int8): the checkpoint holds every
+        member's replica, inner optimizer state and residual, and each is put back."""
+        second = self.preempt_and_relaunch("--diloco", "8", "--fragments", "2", "--overlap",
+                                           "--outer-compression", "int8")
+        self.assertNotIn("starts the round from the global parameters", second)
+
+    def preempt_and_relaunch(self, *flags):
+        """A run stopped by a SIGTERM and relaunched ends with the uninterrupted run's
+        parameters on every worker; returns the relaunch's output."""
         with tempfile.TemporaryDirectory() as tmp:
-            code, whole = run(os.path.join(tmp, "whole"))
+            code, whole = run(os.path.join(tmp, "whole"), *flags)
             self.assertEqual(code, 0, whole)
             expected = FINAL.findall(whole)
             self.assertEqual(len(expected), 3, whole)
@@ -143,7 +155,7 @@ class ElasticExample(unittest.TestCase):
                     sent.append(True)
 
             stopped = os.path.join(tmp, "stopped")
-            code, first = run(stopped, on_line=preempt)
+            code, first = run(stopped, *flags, on_line=preempt)
             self.assertTrue(sent, first)
             self.assertEqual(code, 75, first)
             stop = re.search(r"\[rank0\] preempted at step (\d+), checkpoint (\S+)", first)
@@ -153,10 +165,11 @@ class ElasticExample(unittest.TestCase):
             self.assertEqual(sorted(state), ["block.bias", "block.weight", "inp.bias",
                                              "inp.weight", "norm.bias", "norm.weight", "out.bias",
                                              "out.weight"])
-            code, second = run(stopped)
+            code, second = run(stopped, *flags)
             self.assertEqual(code, 0, second)
             self.assertIn(f"[rank0] resumed at step {stop[1]}\n", second)
             self.assertEqual(sorted(FINAL.findall(second)), sorted(expected), second)
+            return second
 
     def test_a_noticed_worker_leaves_at_a_boundary_and_the_others_train_on(self):
         noticed = []
