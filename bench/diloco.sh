@@ -7,8 +7,10 @@
 #            step does not depend on the link, only on the mode and the world size.
 #   links    the same modes on the namespace cluster (launch/netns-cluster.sh), one host per
 #            worker, for each --rates x --delays, a short run each (two rounds of the longest H):
-#            the compute time per step (step time minus the time blocked in syncs) and the time
-#            per sync (every step: the comm wait of a step; DiLoCo: outer_wait_s / outer_rounds).
+#            the wall time per step (compute, syncs and the step boundary's agreement, from the
+#            train records' times), with the compute time per step (step time minus the time
+#            blocked in syncs) and the time per sync (every step: the comm wait of a step; DiLoCo:
+#            outer_wait_s / outer_rounds) beside it.
 #
 # bench/diloco_report.py joins them: the wall time to reach the validation loss that every-step
 # sync reaches after --target-step steps = the steps a mode needs to reach it (from its curve,
@@ -102,8 +104,14 @@ for r in train:
         compute_ms += (r["step_time_ms"] - r["comm_wait_ms"]) * n
         wait_ms += r["comm_wait_ms"] * n
     prev = r["step"]
+# The wall time per step between the second train record and the last: compute, syncs and each
+# step's boundary (the agreement), which step_time_ms leaves out.
+timed = [(r["step"], r["time"]) for r in train[1:]]
+wall_ms = (1000 * (timed[-1][1] - timed[0][1]) / (timed[-1][0] - timed[0][0])
+           if len(timed) >= 2 and timed[-1][0] > timed[0][0] else None)
 out = dict(extra)
 out.update({"steps": summary["steps"], "test_loss": summary["test_loss"], "evals": evals,
+            "wall_ms_per_step": wall_ms,
             "compute_ms": compute_ms / steps if steps else None,
             "comm_wait_ms": wait_ms / steps if steps else None,
             "comm_bytes_sent": summary.get("comm_bytes_sent"),

@@ -4,7 +4,8 @@
     bench/diloco_report.py [OUT_DIR] [--target-step 600] [--h MODE=H ...]
 
 quality.jsonl: per mode its validation curve on loopback and rank 0's comm_bytes_sent.
-links.jsonl:   per mode, rate and delay, the compute time per step and the time per sync.
+links.jsonl:   per mode, rate and delay, the wall time per step (and the compute time per step
+               and the time per sync).
 Prints (and writes OUT_DIR/diloco.md):
   - quality: the validation loss at each evaluation, and against every-step's at the last one;
   - bytes: rank 0's bytes handed to the transport per 1000 steps, and every-step's over each;
@@ -17,9 +18,10 @@ Prints (and writes OUT_DIR/diloco.md):
   - with OUT_DIR/long/quality.jsonl (DiLoCo modes run for more steps, `bench/diloco.sh quality
     --steps 3000 --out-dir OUT_DIR/long`): the time to every_step's loss at --target-step on
     their longer schedules.
-A mode's time per step on a link = its compute ms per step + the time of one sync x the syncs
-per step: every step, 1; DiLoCo, fragments / H (each fragment syncs once in H steps), the time of
-one sync being outer_wait_s / outer_rounds of that run.
+A mode's time per step on a link is the wall time per step of its run there (wall_ms_per_step:
+compute, syncs and each step's boundary). Runs recorded before that field: its compute ms per step
++ the time of one sync x the syncs per step (every step, 1; DiLoCo, fragments / H, the time of one
+sync being outer_wait_s / outer_rounds of that run), which leaves the step boundary out.
 """
 import json
 import math
@@ -55,6 +57,10 @@ def steps_to(curve, target):
 
 
 def per_step_ms(run):
+    """The wall time of a step on that link; runs from before wall_ms_per_step was recorded: their
+    compute plus the syncs spread over the steps (the step boundary left out)."""
+    if run.get("wall_ms_per_step"):
+        return run["wall_ms_per_step"]
     mode = run["mode"]
     if mode.startswith("every_step"):
         return run["compute_ms"] + run["comm_wait_ms"]
