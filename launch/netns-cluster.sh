@@ -116,9 +116,14 @@ start_delay_line() {
          "or set CUMULUS_LINK_DELAY)" >&2
     return 0
   fi
+  if ! ip netns exec "$(host_ns "$1")" ip tuntap add dev "$DELAY_DEVICE" mode tun 2>/dev/null; then
+    echo "netns-cluster: warning: --delay $delay ignored: the kernel has no netem qdisc and no" \
+         "tun devices (/dev/net/tun) for the delay line" >&2
+    return 0
+  fi
   for i in "$@"; do
     ns=$(host_ns "$i")
-    ip netns exec "$ns" ip tuntap add dev "$DELAY_DEVICE" mode tun
+    ((i == $1)) || ip netns exec "$ns" ip tuntap add dev "$DELAY_DEVICE" mode tun
     ip netns exec "$ns" ip link set "$DELAY_DEVICE" up
     ip netns exec "$ns" ip route add "${SUBNET}.0/24" dev "$DELAY_DEVICE" src "$(host_addr "$i")" \
       table "$DELAY_MARK"

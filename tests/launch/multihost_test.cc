@@ -160,6 +160,9 @@ TEST_F(Multihost, ClusterUpShapesEachLinkAndDownRemovesIt) {
 TEST_F(Multihost, DelayHoldsEveryPacketOnItsWay) {
   up(2, "--rate 1gbit --delay 20ms");
   if (HasFatalFailure() || IsSkipped()) return;
+  if (up_output_.find("--delay 20ms ignored") != std::string::npos) {
+    GTEST_SKIP() << "no way to delay packets here: " << up_output_;
+  }
   const fs::path tsv = dir_ / "points.tsv";
   std::string out;
   shell(startJob(2,
