@@ -28,6 +28,7 @@ import math
 import sys
 from pathlib import Path
 
+INNER_STEPS = {"diloco_h20": "20", "diloco_h50": "50", "streaming": "50 (4 fragments)"}
 SYNCS_PER_STEP = {"every_step": 1.0, "every_step_bf16": 1.0, "diloco_h20": 1 / 20,
                   "diloco_h50": 1 / 50, "streaming": 4 / 50}
 
@@ -166,7 +167,7 @@ def tuning_table(base, tuning):
             continue
         keys = r.get("set", [])
         h = next((kv.split("=", 1)[1] for kv in keys if kv.startswith("diloco.inner_steps=")),
-                 str(round(1 / SYNCS_PER_STEP[r["mode"]])) if r["mode"].startswith("diloco_") else "-")
+                 INNER_STEPS.get(r["mode"], "-"))
         sets = ", ".join("`%s`" % kv for kv in keys if not kv.startswith("diloco.inner_steps="))
         if r.get("outer_lr_schedule"):
             sets += "; outer lr: " + r["outer_lr_schedule"]
