@@ -23,6 +23,7 @@ namespace {
 const std::string kScript = std::string(CUMULUS_SOURCE_DIR) + "/launch/netns-cluster.sh";
 const std::string kRun = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-run";
 const std::string kProbe = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-allreduce-probe";
+const std::string kLinkDelay = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-link-delay";
 
 std::string readFile(const fs::path& p) {
   std::ifstream in(p);
@@ -61,9 +62,10 @@ class Multihost : public ::testing::Test {
     std::string out;
     for (int attempt = 0; attempt < 5; ++attempt) {
       id_ = 50 + (::getpid() + attempt * 37) % 150;
-      const int rc = shell(
-          kScript + " --id " + std::to_string(id_) + " up " + std::to_string(hosts) + " " + flags,
-          &out);
+      // --delay without netem: this build's delay line, whichever build directory this is.
+      const int rc = shell("CUMULUS_LINK_DELAY=" + kLinkDelay + " " + kScript + " --id " +
+                               std::to_string(id_) + " up " + std::to_string(hosts) + " " + flags,
+                           &out);
       if (rc == 0) {
         up_ = true;
         up_output_ = out;
