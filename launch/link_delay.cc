@@ -131,16 +131,13 @@ void onTerm(int) { stop_requested = 1; }
 
 // Reads what the tun has; each packet is due `delay_ns` from now. Beyond `limit` bytes held, a
 // packet is dropped, as a full netem queue would.
-void take(Line& line, int64_t delay_ns, size_t limit, uint64_t* dropped) {
+void take(Line& line, int64_t delay_ns, size_t limit) {
   uint8_t buffer[65536];
   for (int i = 0; i < 256; ++i) {
     const ssize_t n = ::read(line.tun, buffer, sizeof buffer);
     if (n <= 0) return;
     if ((buffer[0] >> 4) != 4 || n < 20) continue;  // IPv4 only: the cluster has nothing else
-    if (line.held_bytes + static_cast<size_t>(n) > limit) {
-      ++*dropped;
-      continue;
-    }
+    if (line.held_bytes + static_cast<size_t>(n) > limit) continue;
     line.held.push_back(Packet{nowNs() + delay_ns, std::vector<uint8_t>(buffer, buffer + n)});
     line.held_bytes += static_cast<size_t>(n);
   }
@@ -171,7 +168,6 @@ void drainErrors(int fd) {
 }
 
 int serve(std::vector<Line>& lines, int64_t delay_ns, size_t limit) {
-  uint64_t dropped = 0;
   std::vector<pollfd> fds;
   for (const Line& line : lines) {
     fds.push_back(pollfd{line.tun, POLLIN, 0});
@@ -202,7 +198,7 @@ int serve(std::vector<Line>& lines, int64_t delay_ns, size_t limit) {
     }
     for (size_t i = 0; i < lines.size(); ++i) {
       if (fds[2 * i].revents & (POLLERR | POLLHUP | POLLNVAL)) return 1;  // the device is gone
-      if (fds[2 * i].revents & POLLIN) take(lines[i], delay_ns, limit, &dropped);
+      if (fds[2 * i].revents & POLLIN) take(lines[i], delay_ns, limit);
       if (fds[2 * i + 1].revents & POLLERR) drainErrors(lines[i].raw);
     }
   }
