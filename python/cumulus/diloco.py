@@ -39,17 +39,10 @@ starts the round from the global parameters; without rows (no gather), from the 
 replica, rank 0's.
 """
 
-import io
-
 import torch
 
 from . import _C
-
-
-def _to_bytes(obj):
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
+from .elastic import _from_bytes, _to_bytes
 
 
 class DiLoCo:
@@ -168,11 +161,7 @@ class DiLoCo:
             with torch.no_grad():
                 self._core.reset_replica()
             return
-        try:
-            row = torch.load(io.BytesIO(rows[rank]))
-        except Exception as error:
-            raise _C.CheckpointError(f"extra.pt: DiLoCo's row of rank {rank} does not load "
-                                     f"({type(error).__name__}: {error})") from None
+        row = _from_bytes(rows[rank], f"extra.pt: DiLoCo's row of rank {rank}")
         with torch.no_grad():
             for p, saved in zip(self._params, row["params"]):
                 p.copy_(saved)
