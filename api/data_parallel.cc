@@ -78,8 +78,12 @@ DataParallel::DataParallel(ProcessGroup& group, DataParallelOptions options)
 
 DataParallel::~DataParallel() = default;
 
-void DataParallel::attach(const std::vector<torch::Tensor>& params) {
+void DataParallel::attach(const std::vector<torch::Tensor>& params) { attach(params, {}); }
+
+void DataParallel::attach(const std::vector<torch::Tensor>& params,
+                          const std::vector<torch::Tensor>& buffers) {
   impl_->sync().attach(params);
+  if (impl_->distributed) impl_->distributed->attachBuffers(buffers);
   impl_->params = params;
 }
 

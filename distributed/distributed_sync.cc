@@ -273,6 +273,7 @@ torch::Tensor DistributedGradientSync::gradientsLaidOutAs(const BucketSpec& spec
 }
 
 void DistributedGradientSync::resetStepLocked() {
+  buffers_launched_ = false;
   std::fill(ready_.begin(), ready_.end(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     buckets_[b]->pending = layout_[b].params.size();
@@ -284,9 +285,89 @@ void DistributedGradientSync::resetStepLocked() {
   armed_ = false;
 }
 
+void DistributedGradientSync::attachBuffers(const std::vector<torch::Tensor>& buffers) {
+  checkSameLayout(comm_, buffers, "buffers", options_.timeout);
+  if (buffers.empty()) return;
+  broadcastTensors(buffers);
+  // One group per dtype the reductions take; the others (bool, uint8, complex: masks and
+  // constants, in practice) keep rank 0's values from the broadcast above.
+  for (const torch::Tensor& b : buffers) {
+    try {
+      commDType(b.scalar_type());
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    auto same = std::find_if(buffer_groups_.begin(), buffer_groups_.end(), [&](const auto& g) {
+      return g.tensors.front().scalar_type() == b.scalar_type();
+    });
+    if (same == buffer_groups_.end()) same = buffer_groups_.emplace(buffer_groups_.end());
+    same->tensors.push_back(b);
+  }
+  for (BufferGroup& g : buffer_groups_) {
+    int64_t total = 0;
+    for (const torch::Tensor& t : g.tensors) total += t.numel();
+    g.flat = torch::zeros({total}, g.tensors.front().options());
+  }
+}
+
 void DistributedGradientSync::beforeBackward(bool last) {
   base::MutexLock lock(mutex_);
   armed_ = last;
+  if (last && !buffers_launched_) launchBuffersLocked();
+}
+
+// The forward passes of the step are done: the buffers hold this rank's statistics. Launched before
+// any bucket, so every rank's collectives keep one order.
+void DistributedGradientSync::launchBuffersLocked() {
+  buffers_launched_ = true;
+  comm::AllreduceOptions op;
+  op.op = comm::ReduceOp::kSum;
+  op.algorithm = options_.algorithm;
+  op.timeout = options_.timeout;
+  for (BufferGroup& g : buffer_groups_) {
+    {
+      torch::NoGradGuard no_grad;
+      int64_t at = 0;
+      for (const torch::Tensor& t : g.tensors) {
+        g.flat.narrow(0, at, t.numel()).copy_(t.reshape(-1));
+        at += t.numel();
+      }
+    }
+    comm::Buffer buffer{g.flat.data_ptr(), static_cast<size_t>(g.flat.numel()),
+                        commDType(g.flat.scalar_type())};
+    try {
+      g.work = comm_.allreduceAsync(buffer, op);
+    } catch (...) {
+      if (!hook_error_) hook_error_ = std::current_exception();
+      return;
+    }
+  }
+}
+
+void DistributedGradientSync::landBuffersLocked(std::exception_ptr& error) {
+  for (BufferGroup& g : buffer_groups_) {
+    if (!g.work) continue;
+    try {
+      g.work->wait(options_.timeout + kWaitMargin);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+    g.work.reset();
+  }
+  if (error) return;
+  torch::NoGradGuard no_grad;
+  const int64_t world = comm_.world();
+  for (BufferGroup& g : buffer_groups_) {
+    // Every rank holds the same sum, so every rank computes the same average.
+    const torch::Tensor average = g.flat.is_floating_point()
+                                      ? g.flat.div(static_cast<double>(world))
+                                      : g.flat.div(world, "floor");
+    int64_t at = 0;
+    for (torch::Tensor& t : g.tensors) {
+      t.copy_(average.narrow(0, at, t.numel()).view(t.sizes()));
+      at += t.numel();
+    }
+  }
 }
 
 void DistributedGradientSync::afterBackward(bool last) {
@@ -375,10 +456,13 @@ void DistributedGradientSync::finish() {
   const Clock::time_point start = Clock::now();
   base::MutexLock lock(mutex_);
   armed_ = false;
+  // A program that never called beforeBackward(true): the buffers still go first.
+  if (!buffers_launched_ && next_launch_ == 0) launchBuffersLocked();
   // Parameters no hook handed over (unused this step, or backward skipped) join as they are.
   while (next_launch_ < buckets_.size()) launchLocked(next_launch_++);
   std::exception_ptr error = hook_error_;
   hook_error_ = nullptr;
+  landBuffersLocked(error);
   size_t bytes = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = *buckets_[b];

@@ -105,6 +105,19 @@ class DistributedGradientSync final : public GradientSync {
   // strides) with one broadcast. All ranks must pass tensors of the same shapes and dtypes.
   void broadcastTensors(const std::vector<torch::Tensor>& tensors);
 
+  // The model's buffers (batch norm's running statistics), after attach(): kept identical on every
+  // rank. Checks that every rank has the same list and broadcasts rank 0's values (blocking
+  // collectives). Then at every step, once the last micro-batch's forward has updated them
+  // (beforeBackward(true)), one all-reduce per dtype (in that dtype) starts ahead of the gradient
+  // buckets and runs while backward does, and finish() leaves every rank holding their average
+  // over the ranks (integer buffers floored). So a replica's statistics stand for the whole
+  // global batch rather than its own share, and every rank holds the same bits, at the cost of
+  // the buffers' bytes (a batch norm layer's are 2 per channel) and no added wait where backward
+  // outlasts them. Buffers of a dtype the reductions do not take (bool, uint8, complex: masks and
+  // constants) keep rank 0's values from attach. A failed step leaves them as this rank's forward
+  // left them.
+  void attachBuffers(const std::vector<torch::Tensor>& buffers);
+
   const std::vector<BucketSpec>& buckets() const { return layout_; }
   SyncStepStats lastStep() const;
 
@@ -133,12 +146,23 @@ class DistributedGradientSync final : public GradientSync {
   float* residualOf(size_t p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   size_t wireBytes(size_t bucket) const;
   void resetStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void launchBuffersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Waits for the buffers' all-reduce and writes the averages back; the first error to `error`.
+  void landBuffersLocked(std::exception_ptr& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void watchLoop();
   void removeHooks();
 
   comm::Communicator& comm_;
   const DistributedSyncOptions options_;
   std::vector<torch::Tensor> params_;
+  // attachBuffers(): the buffers averaged at every step, one group per dtype, each summed in a
+  // flat tensor of its own.
+  struct BufferGroup {
+    std::vector<torch::Tensor> tensors;
+    torch::Tensor flat;
+    std::shared_ptr<comm::Work> work;  // this step's, once launched
+  };
+  std::vector<BufferGroup> buffer_groups_;
   std::vector<BucketSpec> layout_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<size_t> bucket_of_;  // param → bucket index
@@ -152,6 +176,7 @@ class DistributedGradientSync final : public GradientSync {
   size_t next_launch_ ABSL_GUARDED_BY(mutex_) = 0;
   size_t launched_in_backward_ ABSL_GUARDED_BY(mutex_) = 0;
   std::exception_ptr hook_error_ ABSL_GUARDED_BY(mutex_);
+  bool buffers_launched_ ABSL_GUARDED_BY(mutex_) = false;  // this step's buffer all-reduces
   SyncStepStats last_ ABSL_GUARDED_BY(mutex_);
 
   // on_bucket_done only: a thread that stamps each bucket's completion time.

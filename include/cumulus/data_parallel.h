@@ -4,7 +4,8 @@
 //
 //   auto group = cumulus::ProcessGroup::fromEnvironment();
 //   cumulus::DataParallel sync(*group);
-//   sync.attach(net->parameters());        // rank 0's values everywhere; buckets laid out
+//   sync.attach(net->parameters(), net->buffers());   // rank 0's values everywhere; buckets laid
+//                                                     // out; buffers averaged at every step
 //   for (...) {
 //     optimizer.zero_grad();               // or sync.zeroGrad()
 //     torch::Tensor loss = lossSum(net->forward(x), y) / global_batch;   // see below
@@ -142,6 +143,16 @@ class DataParallel final : public GradientSync {
   DataParallel& operator=(const DataParallel&) = delete;
 
   void attach(const std::vector<torch::Tensor>& params) override;
+  // attach(params), and the model's buffers (batch norm's running statistics, say, as
+  // module->buffers() returns them) kept identical on every rank: rank 0's values at attach, then
+  // at every step their average over the ranks as the step's forward passes left them, all-reduced
+  // while backward runs, in place once finish() returns (integer buffers floored).
+  // Each replica's statistics then stand for the whole global batch (DDP's broadcast_buffers
+  // copies rank 0's, of 1/size of the batch, at every step). One all-reduce per dtype, in that
+  // dtype; buffers of a dtype it cannot sum (bool, uint8, complex: masks, constants) keep rank 0's
+  // values from attach. std::invalid_argument when the ranks' lists differ.
+  void attach(const std::vector<torch::Tensor>& params,
+              const std::vector<torch::Tensor>& buffers);
   void beforeBackward(bool last) override;
   void afterBackward(bool last) override;
   void finish() override;

@@ -156,6 +156,53 @@ TEST(DataParallel, BroadcastCopiesRankZerosBuffers) {
   });
 }
 
+// Buffers given to attach: rank 0's at attach; after each step's finish(), every rank holds their
+// average over the ranks as the step's forward left them (here: set by hand before backward),
+// float32 and int64 each in their own dtype, integers floored; a bool mask keeps rank 0's.
+TEST(DataParallel, BuffersAreRankZerosAtAttachThenTheirAverageAtEveryStep) {
+  testing::runRanks(3, [](ProcessGroup& group) {
+    torch::manual_seed(3);
+    torch::nn::Linear net(2, 1);
+    torch::Tensor mean = torch::full({2}, 10.0f * static_cast<float>(group.rank() + 1));
+    torch::Tensor count = torch::full({1}, group.rank() + 4, torch::kInt64);
+    torch::Tensor mask = torch::full({2}, group.rank() == 0, torch::kBool);
+    DataParallel sync(group);
+    sync.attach(net->parameters(), {mean, count, mask});
+    EXPECT_TRUE(torch::equal(mean, torch::full({2}, 10.0f)));
+    EXPECT_TRUE(torch::equal(count, torch::full({1}, 4, torch::kInt64)));
+    EXPECT_TRUE(torch::equal(mask, torch::full({2}, true, torch::kBool)));
+    for (int step = 0; step < 2; ++step) {
+      // What each rank's forward would leave: its own statistics.
+      mean.fill_(0.5f * static_cast<float>(group.rank()) + static_cast<float>(step));
+      count.fill_(group.rank() + 7);  // 7, 8, 9: the average 8
+      if (group.rank() == 2) count.fill_(10);  // 7, 8, 10: 25 / 3, floored to 8
+      const torch::Tensor x = torch::ones({1, 2});
+      sync.backward(net->forward(x).sum());
+      // (0 + 0.5 + 1) / 3 + step, the same bits on every rank.
+      EXPECT_TRUE(torch::equal(mean, torch::full({2}, 1.5f / 3.0f + static_cast<float>(step))))
+          << mean;
+      EXPECT_TRUE(torch::equal(count, torch::full({1}, 8, torch::kInt64))) << count;
+      EXPECT_TRUE(torch::equal(mask, torch::full({2}, true, torch::kBool)));
+    }
+  });
+}
+
+TEST(DataParallel, ABufferListThatDiffersBetweenRanksIsRefused) {
+  testing::runRanks(2, [](ProcessGroup& group) {
+    torch::nn::Linear net(2, 1);
+    DataParallel sync(group);
+    const torch::Tensor buffer = torch::zeros({group.rank() + 1});
+    try {
+      sync.attach(net->parameters(), {buffer});
+      ADD_FAILURE() << "attach accepted buffers of different shapes";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "rank 1's buffers differ from rank 0's (shapes or dtypes): every rank must build "
+                "the same model");
+    }
+  });
+}
+
 TEST(DataParallel, AloneTheLocalGradientIsKept) {
   const auto group = testing::groupFromVariables({});
   const Batch batch = makeBatch();
