@@ -32,6 +32,13 @@ run: build $(if $(shell grep -s 'data/gpt/' $(CONFIG)),gpt-data)
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
+# The whole suite beside busy loops (scripts/test-under-load.sh): HOGS (2) of them, RUNS (1) runs.
+HOGS ?= 2
+RUNS ?= 1
+.PHONY: test-under-load
+test-under-load: build
+	@HOGS=$(HOGS) RUNS=$(RUNS) JOBS=$(JOBS) BUILD_DIR=$(BUILD_DIR) scripts/test-under-load.sh
+
 # The LibTorch-using tests again on ATen's portable (non-vectorized) kernels, as on a CPU without
 # AVX2: what another CPU computes differs in the last bits, and no test may depend on them.
 test-portable: build
