@@ -111,6 +111,13 @@ struct DiLoCo::Impl {
   // The outer optimizer's step on fragment f with `g`, then the replica takes the result.
   void apply(int f, const torch::Tensor& g);
   void land(double* waited);
+  // syncAll's agreement on how much of the last round every member landed (see there).
+  void catchUp(ProcessGroup& group);
+  // attachBuffers(): each buffer becomes its average over `group` (a collective).
+  void averageBuffers(ProcessGroup* group);
+  std::vector<torch::Tensor> buffers;
+  // Fragments of the last round (syncAll) landed since the last beginStep.
+  size_t final_landed = 0;
 };
 
 void DiLoCo::Impl::start(int f, ProcessGroup* group, bool async) {
@@ -255,6 +262,32 @@ DiLoCo::DiLoCo(std::vector<torch::Tensor> params, DiLoCoOptions options)
 
 DiLoCo::~DiLoCo() = default;
 
+void DiLoCo::attachBuffers(std::vector<torch::Tensor> buffers) {
+  impl_->buffers.clear();
+  for (torch::Tensor& b : buffers) {
+    // Masks and constants (bool, complex) are not statistics to average.
+    if (!b.is_complex() && b.scalar_type() != torch::kBool) impl_->buffers.push_back(std::move(b));
+  }
+}
+
+// Nothing changes unless the all-reduce completed, so a failure leaves the step to redo; and the
+// average of buffers that already agree is themselves, so redoing it is harmless.
+void DiLoCo::Impl::averageBuffers(ProcessGroup* group) {
+  if (buffers.empty() || group == nullptr || group->size() < 2) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat;
+  for (const torch::Tensor& b : buffers) flat.push_back(b.reshape(-1).to(torch::kFloat64));
+  torch::Tensor sum = torch::cat(flat);
+  group->allreduce(sum);
+  sum.div_(static_cast<double>(group->size()));
+  int64_t at = 0;
+  for (torch::Tensor& b : buffers) {
+    torch::Tensor average = sum.narrow(0, at, b.numel()).view(b.sizes());
+    b.copy_(b.is_floating_point() ? average : average.round());
+    at += b.numel();
+  }
+}
+
 const std::vector<std::vector<size_t>>& DiLoCo::fragments() const { return impl_->fragments; }
 
 int DiLoCo::dueAt(int64_t step) const {
@@ -272,10 +305,13 @@ void DiLoCo::beginStep(int64_t step, ProcessGroup* group) {
         "DiLoCo::beginStep: the fragment started at the last step did not land; "
         "call endStep() (or cancel()) first");
   }
+  impl_->final_landed = 0;  // training went on: a later syncAll is a new last round
   const int f = dueAt(step);
   if (f < 0) return;
   const auto started = std::chrono::steady_clock::now();
   try {
+    // Once a round: the fragment due at its start (offset 0) is the last one.
+    if (static_cast<size_t>(f) + 1 == impl_->fragments.size()) impl_->averageBuffers(group);
     impl_->start(f, group, impl_->options.overlap);
   } catch (...) {
     impl_->stats.wait_seconds += secondsSince(started);
@@ -297,7 +333,9 @@ void DiLoCo::endStep() {
 
 void DiLoCo::syncAll(ProcessGroup* group) {
   endStep();
-  for (size_t f = 0; f < impl_->fragments.size(); ++f) {
+  if (group != nullptr && group->size() > 1) impl_->catchUp(*group);
+  impl_->averageBuffers(group);
+  for (size_t f = impl_->final_landed; f < impl_->fragments.size(); ++f) {
     const auto started = std::chrono::steady_clock::now();
     try {
       impl_->start(static_cast<int>(f), group, false);
@@ -308,8 +346,32 @@ void DiLoCo::syncAll(ProcessGroup* group) {
     }
     impl_->stats.wait_seconds += secondsSince(started);
     impl_->land(&impl_->stats.wait_seconds);
+    impl_->final_landed = f + 1;
   }
   resetReplica();  // exactly the global parameters, whatever `mix` kept
+}
+
+// A failure during the last round can find it landed on some members and not on others (one
+// fragment's collective completed on some ranks only), and a second round would move the global
+// parameters twice on those. So the members first say how many fragments of it they landed, and
+// the first member that landed the most sends the global parameters and momentum of the fragments
+// the others lack; they all hold the same then (members that landed a fragment hold its same
+// bits), and the round goes on from there.
+void DiLoCo::Impl::catchUp(ProcessGroup& group) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor mine = torch::full({1}, static_cast<int64_t>(final_landed), torch::kInt64);
+  const torch::Tensor landed = group.allgather(mine).flatten();
+  const int64_t fewest = landed.min().item<int64_t>();
+  const int64_t most = landed.max().item<int64_t>();
+  if (fewest == most) return;
+  const int sender = static_cast<int>(landed.argmax().item<int64_t>());  // the first with `most`
+  for (int64_t f = fewest; f < most; ++f) {
+    for (size_t i : fragments[static_cast<size_t>(f)]) {
+      group.broadcast(global[i], sender);
+      if (momentum[i].defined()) group.broadcast(momentum[i], sender);
+    }
+  }
+  final_landed = static_cast<size_t>(most);
 }
 
 void DiLoCo::cancel() { impl_->pending = Impl::Round(); }

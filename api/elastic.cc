@@ -113,6 +113,7 @@ struct Elastic::Impl {
   std::unique_ptr<ProcessGroup> owned;      // otherwise, from the environment
   ProcessGroup* plain = nullptr;            // otherwise: `owned`, the program's, or none (alone)
   std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> buffers;  // the model's, kept identical by the sync
   std::unique_ptr<DataParallel> sync;
   torch::Tensor kept_residual;  // this member's error feedback across a re-forming
   std::shared_ptr<PreemptionWatcher> watcher;
@@ -122,6 +123,9 @@ struct Elastic::Impl {
   std::function<void(const std::string&)> on_failure;
   bool started = false;
   bool has_state = true;  // false for a replacement until a peer sent it the state
+  // Whether this member committed a step since start(): until then a failure's re-forming heals
+  // every member from one (the start-up's collectives may have run on some members only).
+  bool trained = false;
   int64_t step = 0;
   BoundaryVote vote;  // the last agreement's
   // After a failure's re-forming: the step the group trains from, whose boundary is skipped (every
@@ -175,11 +179,46 @@ struct Elastic::Impl {
     return vote.max;
   }
 
+  // Every launch member passes start() the same steps: the step of the checkpoint they all
+  // resumed from. One that saw another directory would train from another state.
+  void checkSameStep() {
+    if (size() == 1) return;
+    const torch::Tensor mine = torch::full({1}, step, torch::kInt64);
+    const torch::Tensor all = group().allgather(mine).flatten();
+    const int64_t lowest = all.min().item<int64_t>(), highest = all.max().item<int64_t>();
+    if (lowest != highest) {
+      throw std::invalid_argument(
+          "the members start from different steps (" + std::to_string(lowest) + " to " +
+          std::to_string(highest) + "; this rank " + std::to_string(rank()) + ": " +
+          std::to_string(step) + "): every member must resume from the same checkpoint");
+    }
+  }
+
+  // A launch member's first collectives (see start()). True when they ran to their end; false
+  // when a peer was lost on the way (or while the first membership connected) and the group
+  // re-formed: its members then hold one member's state, and the collectives are not run again.
+  bool launch(double since, const std::function<void()>& prepare) {
+    if (elastic && !elastic->connectError().empty()) {
+      recover(since, elastic->connectError());
+      return false;
+    }
+    try {
+      checkSameStep();
+      newSync();
+      if (prepare) prepare();
+      return true;
+    } catch (const CommError& e) {
+      if (!elastic || !recoverable(e)) throw;
+      recover(since, e.what());
+      return false;
+    }
+  }
+
   void newSync() {
     releaseSync();
     if (params.empty() || (!elastic && plain == nullptr)) return;  // nothing to sync, or alone
     sync = std::make_unique<DataParallel>(group(), options.data_parallel);
-    sync->attach(params);
+    sync->attach(params, buffers);
     const torch::Tensor mine = std::exchange(kept_residual, torch::Tensor());
     if (mine.defined() && mine.numel() > 0 && sync->errorFeedback().numel() == mine.numel()) {
       sync->setErrorFeedback(mine);
@@ -252,7 +291,7 @@ struct Elastic::Impl {
     for (int attempt = 1;; ++attempt) {
       releaseSync();  // it refers to the communicator about to go
       try {
-        elastic->reform(has_state ? step : -1);
+        elastic->reform(has_state ? step : -1, {}, !trained);
         afterReform("failure", since, reason);
         return;
       } catch (const CommError& again) {
@@ -345,9 +384,11 @@ void Elastic::setState(ElasticState state) {
   impl_->state = std::move(state);
 }
 
-void Elastic::attach(const std::vector<torch::Tensor>& params) {
+void Elastic::attach(const std::vector<torch::Tensor>& params,
+                     const std::vector<torch::Tensor>& buffers) {
   if (impl_->started) throw std::logic_error("Elastic::attach: call it before start()");
   impl_->params = params;
+  impl_->buffers = buffers;
 }
 
 void Elastic::onFailure(std::function<void(const std::string&)> callback) {
@@ -358,7 +399,7 @@ void Elastic::onMembershipChange(std::function<void(const Membership&)> callback
   impl_->on_change = std::move(callback);
 }
 
-bool Elastic::start(int64_t steps_done) {
+bool Elastic::start(int64_t steps_done, const std::function<void()>& prepare) {
   Impl& m = *impl_;
   if (m.started) throw std::logic_error("Elastic::start: called twice");
   if (!m.state.capture) throw std::logic_error("Elastic::start: call setState() first");
@@ -366,9 +407,10 @@ bool Elastic::start(int64_t steps_done) {
   const double since = seconds();
   if (!m.elastic || m.elastic->joined()) {
     m.step = steps_done;
-    m.newSync();
     m.started = true;
+    const bool whole = m.launch(since, prepare);
     m.agreement->start();
+    if (!whole) return true;  // the re-forming told the program (cause "failure")
     Membership first;
     first.rank = rank();
     first.size = size();
@@ -392,6 +434,7 @@ bool Elastic::start(int64_t steps_done) {
     }
   }
   m.started = true;
+  m.trained = true;  // its state is a committed step's, as every member's it joined
   m.agreement->start();
   return true;
 }
@@ -404,6 +447,7 @@ void Elastic::train(const std::function<void()>& fn) {
     try {
       fn();
       m.step = target;
+      m.trained = true;
       return;
     } catch (const CommError& e) {
       if (!m.elastic || !recoverable(e) || ++reforms > kMaxReformsWithoutProgress) throw;
@@ -459,6 +503,20 @@ bool Elastic::atBoundary(const std::function<void()>& fn) {
     if (!m.elastic || !recoverable(e)) throw;
     m.recover(seconds(), e.what());
     return false;
+  }
+}
+
+void Elastic::atEnd(const std::function<void()>& fn) {
+  Impl& m = *impl_;
+  if (!m.started) throw std::logic_error("Elastic::atEnd: call start() first");
+  for (int reforms = 0;;) {
+    try {
+      fn();
+      return;
+    } catch (const CommError& e) {
+      if (!m.elastic || !recoverable(e) || ++reforms > kMaxReformsWithoutProgress) throw;
+      m.recover(seconds(), e.what());
+    }
   }
 }
 

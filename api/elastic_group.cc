@@ -84,8 +84,17 @@ ElasticGroup::ElasticGroup(const GroupOptions& options, const ElasticSettings& s
   alone.world_size = 1;
   group_ = ProcessGroup::Impl::overStore(alone, options, *store_);
   if (settings.joining) return;
-  connect(quorum_->start(static_cast<int>(env_.rank), static_cast<int>(env_.world_size), timeout));
+  const comm::QuorumEpoch first =
+      quorum_->start(static_cast<int>(env_.rank), static_cast<int>(env_.world_size), timeout);
   joined_ = true;
+  try {
+    connect(first);
+  } catch (const CommError& e) {
+    if (e.kind() == CommErrorKind::kUnauthorized || e.kind() == CommErrorKind::kStore) throw;
+    // A launch member lost while the others connect: they re-form without it before training.
+    group_->impl().closeConnection();
+    connect_error_ = e.what();
+  }
 }
 
 ElasticGroup::~ElasticGroup() {
@@ -117,12 +126,14 @@ bool ElasticGroup::join() {
 void ElasticGroup::finish(int64_t last_step) { quorum_->finish(last_step); }
 
 const comm::QuorumEpoch& ElasticGroup::reform(int64_t steps_done,
-                                              const std::vector<int>& leaving_ranks) {
+                                              const std::vector<int>& leaving_ranks,
+                                              bool heal_everyone) {
   std::vector<std::string> leaving;
   for (int r : leaving_ranks) leaving.push_back(epoch_.members.at(static_cast<size_t>(r)));
   // Close this epoch's connections first: peers still blocked on them fail at once.
   group_->impl().closeConnection();
-  connect(quorum_->reform(epoch_, steps_done, leaving));
+  connect_error_.clear();
+  connect(quorum_->reform(epoch_, steps_done, leaving, heal_everyone));
   return epoch_;
 }
 

@@ -45,7 +45,10 @@ class ElasticGroup {
  public:
   // Connects to the Store (MASTER_ADDR/MASTER_PORT), then: a launch member closes epoch 0 with the
   // other ranks and connects; a joiner (settings.joining) does nothing more until join(), so that
-  // it builds its model before the group waits for it.
+  // it builds its model before the group waits for it. A peer lost while epoch 0 connects is not
+  // an error here: connectError() says so, and the caller re-forms (Elastic::start does).
+  // CommError when epoch 0 does not close (a launch member never arrived: the agent restarts the
+  // group) or for an unrecoverable failure (a wrong token, no Store).
   ElasticGroup(const GroupOptions& options, const ElasticSettings& settings,
                const base::EnvLookup& getenv = base::systemEnvironment);
   ~ElasticGroup();
@@ -57,6 +60,9 @@ class ElasticGroup {
   const ElasticSettings& settings() const { return settings_; }
   // False for a joiner until join() returned.
   bool joined() const { return joined_; }
+  // A launch member whose epoch 0 failed to connect (a peer lost on the way): the error's text,
+  // until the next reform(); empty otherwise. The group is a group of one until then.
+  const std::string& connectError() const { return connect_error_; }
   // A joiner's admission: waits for an epoch that takes it, then connects. False when the group
   // finished training first (nothing is connected then).
   bool join();
@@ -65,7 +71,9 @@ class ElasticGroup {
   // The next epoch, after a failure (leaving empty) or at an agreed boundary, and connects to it.
   // `steps_done`: the optimizer steps this member's state has taken (-1: none). A member fenced
   // out of the next epoch joins again and comes back through a later one.
-  const comm::QuorumEpoch& reform(int64_t steps_done, const std::vector<int>& leaving_ranks = {});
+  // `heal_everyone`: Quorum::reform's (this member trained no step since the launch).
+  const comm::QuorumEpoch& reform(int64_t steps_done, const std::vector<int>& leaving_ranks = {},
+                                  bool heal_everyone = false);
   // Join tickets the current epoch has not admitted (one Store read; any thread).
   int64_t pendingJoiners();
   // Rank 0 at a step boundary after `steps_done` steps: whether replacements wait to join. One
@@ -89,6 +97,7 @@ class ElasticGroup {
   std::unique_ptr<ProcessGroup> group_;
   comm::QuorumEpoch epoch_;
   bool joined_ = false;
+  std::string connect_error_;         // epoch 0's connection failed: re-form before training
   double joiners_checked_at_ = -1;    // rank 0: when it last looked (steady seconds)
   int64_t joiners_checked_step_ = 0;  // and after which step
 };

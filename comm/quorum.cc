@@ -17,6 +17,8 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kEpochsPerGeneration = 1000000;
 // A joiner sets its ticket's key right after taking the ticket; a closer waits this long for it.
 constexpr std::chrono::milliseconds kTicketWait{5000};
+// How often a waiting joiner checks that some member is left to admit it.
+constexpr std::chrono::milliseconds kLookForMembers{500};
 
 // "<node>.<local>.<n>" as numbers, so that "10.0.0" sorts after "2.0.0"; any other id sorts after
 // those, as text.
@@ -125,7 +127,7 @@ bool Quorum::gone(const std::string& id) {
 }
 
 QuorumEpoch Quorum::reform(const QuorumEpoch& last, int64_t steps_done,
-                           const std::vector<std::string>& leaving) {
+                           const std::vector<std::string>& leaving, bool heal_everyone) {
   const int64_t g = options_.generation;
   const int64_t next = last.epoch + 1;
   const std::string& me = options_.member_id;
@@ -144,14 +146,15 @@ QuorumEpoch Quorum::reform(const QuorumEpoch& last, int64_t steps_done,
       break;
     }
     if (everyone || Clock::now() - arrived >= options_.window) {
-      QuorumEpoch e = close(last, leaving);
+      QuorumEpoch e = close(last, leaving, heal_everyone);
       return e.rankOf(me) >= 0 ? e : admitted(join(), next);
     }
     std::this_thread::sleep_for(options_.poll);
   }
 }
 
-QuorumEpoch Quorum::close(const QuorumEpoch& last, const std::vector<std::string>& leaving) {
+QuorumEpoch Quorum::close(const QuorumEpoch& last, const std::vector<std::string>& leaving,
+                          bool heal_everyone) {
   const int64_t g = options_.generation;
   QuorumEpoch e;
   e.generation = g;
@@ -181,7 +184,8 @@ QuorumEpoch Quorum::close(const QuorumEpoch& last, const std::vector<std::string
     if (done[r] == e.step && e.source < 0 && e.step >= 0) e.source = static_cast<int>(r);
   }
   for (size_t r = 0; r < done.size(); ++r) {
-    if (e.source >= 0 && done[r] < e.step) e.stale.push_back(static_cast<int>(r));
+    const bool behind = done[r] < e.step || (heal_everyone && static_cast<int>(r) != e.source);
+    if (e.source >= 0 && behind) e.stale.push_back(static_cast<int>(r));
   }
   if (e.stale.empty()) e.source = -1;  // every member already holds the state
   if (e.members.empty()) {
@@ -245,6 +249,7 @@ std::optional<QuorumEpoch> Quorum::join() {
   const int64_t ticket = store_.add(quorumTicketsKey(g), 1);
   store_.set(quorumTicketKey(g, ticket), me);
   const Clock::time_point deadline = Clock::now() + options_.join_timeout;
+  Clock::time_point next_look = Clock::now();
   int64_t epoch = 0;
   if (std::optional<Bytes> latest = store_.tryGet(quorumLatestKey(g))) {
     epoch = base::parseInteger(*latest, 0).value_or(0);  // only a hint: else scan from the first
@@ -257,6 +262,20 @@ std::optional<QuorumEpoch> Quorum::join() {
       continue;
     }
     if (store_.tryGet(quorumFinishedKey(g))) return std::nullopt;
+    if (Clock::now() >= next_look) {
+      // Every member of the newest epoch gone: no one is left to admit this member, and waiting
+      // out the deadline would only delay the launcher's restart of the group.
+      next_look = Clock::now() + kLookForMembers;
+      const std::optional<std::vector<std::string>> live = liveMembers(store_, g);
+      if (live && live->empty()) {
+        throw CommError(ErrorKind::kRendezvous, "quorum.join", static_cast<uint64_t>(ticket), -1,
+                        "member " + me + " cannot join the group of generation " +
+                            std::to_string(g) +
+                            ": every member of its newest epoch is gone, so no member holds the "
+                            "training state; the launcher restarts the group from its newest "
+                            "checkpoint");
+      }
+    }
     if (Clock::now() >= deadline) {
       throw CommError(
           ErrorKind::kTimeout, "quorum.join", static_cast<uint64_t>(ticket), -1,
@@ -289,6 +308,26 @@ void Quorum::leave(const std::string& why) {
 void Quorum::markGone(Store& store, int64_t generation, const std::string& member_id,
                       const std::string& why) {
   store.set(quorumGoneKey(generation, member_id), why);
+}
+
+std::optional<std::vector<std::string>> Quorum::liveMembers(Store& store, int64_t generation) {
+  if (!store.tryGet(quorumRecordKey(generation, 0))) return std::nullopt;
+  int64_t epoch = 0;
+  if (std::optional<Bytes> latest = store.tryGet(quorumLatestKey(generation))) {
+    epoch = base::parseInteger(*latest, 0).value_or(0);
+  }
+  // The latest key is set after its record: a newer record may already be there.
+  std::optional<Bytes> record = store.tryGet(quorumRecordKey(generation, epoch));
+  while (std::optional<Bytes> next = store.tryGet(quorumRecordKey(generation, epoch + 1))) {
+    record = std::move(next);
+    ++epoch;
+  }
+  if (!record) return std::nullopt;
+  std::vector<std::string> live;
+  for (const std::string& m : QuorumEpoch::decode(*record, generation, epoch).members) {
+    if (!store.tryGet(quorumGoneKey(generation, m))) live.push_back(m);
+  }
+  return live;
 }
 
 }  // namespace cumulus::comm

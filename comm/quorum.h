@@ -88,8 +88,11 @@ class Quorum {
   // `leaving`: ids agreed to leave at this boundary (not waited for). Returns an epoch this
   // member belongs to: when fenced out of last.epoch + 1 it joins (join()) and returns the epoch
   // that admits it.
+  // `heal_everyone`: this member has trained no step since the launch (start-up collectives cut
+  // short by a failure may have run on some members only): if this member closes the epoch, every
+  // member but the source is `stale`, so that all go on from one member's state.
   QuorumEpoch reform(const QuorumEpoch& last, int64_t steps_done,
-                     const std::vector<std::string>& leaving = {});
+                     const std::vector<std::string>& leaving = {}, bool heal_everyone = false);
   // Waits to be admitted to a running group (CommError kTimeout after join_timeout, naming the
   // generation and the last epoch seen). None when the group finished training first.
   std::optional<QuorumEpoch> join();
@@ -105,13 +108,19 @@ class Quorum {
   // Marks `member_id` gone: its agent saw the process die. Any process may call it.
   static void markGone(Store& store, int64_t generation, const std::string& member_id,
                        const std::string& why);
+  // Who could still admit a replacement, for an agent deciding between a replacement and a
+  // restart of the group: none when epoch 0 of `generation` has not closed (the launch's group
+  // never formed), else the members of the newest closed epoch that are not marked gone (empty:
+  // no member holds the training state any more). A few Store reads; any process.
+  static std::optional<std::vector<std::string>> liveMembers(Store& store, int64_t generation);
 
  private:
   bool present(int64_t epoch, const std::string& id);
   bool gone(const std::string& id);
   // Closes `epoch` from the present members of `last` (and waiting joiners); returns the record
   // that won the compare-and-set, which may be another closer's.
-  QuorumEpoch close(const QuorumEpoch& last, const std::vector<std::string>& leaving);
+  QuorumEpoch close(const QuorumEpoch& last, const std::vector<std::string>& leaving,
+                    bool heal_everyone);
   QuorumEpoch waitForRecord(int64_t epoch, std::chrono::steady_clock::time_point deadline);
   // `epoch`, or a CommError saying the group finished while this member was fenced out.
   QuorumEpoch admitted(std::optional<QuorumEpoch> epoch, int64_t fenced_from);

@@ -168,8 +168,9 @@ void AgentConsole::stoppingGroup(const std::string& what) {
   say("%s; stopping the group", what.c_str());
 }
 
-void AgentConsole::noMembersLeft(const std::string& what) {
-  say("%s, and no member of the group is left to go on in place; stopping the group", what.c_str());
+void AgentConsole::noMembersLeft(const std::string& what, const std::string& why) {
+  say("%s, and %s; stopping the group to restart it", what.c_str(),
+      why.empty() ? "no member of the group is left to go on in place" : why.c_str());
 }
 
 void AgentConsole::failureUnconfirmed(int64_t generation, const std::string& error) {

@@ -73,8 +73,9 @@ class AgentConsole {
   void regrouping(const std::string& detail, double preemption_grace);
   void announceFailed(int64_t generation, const std::string& error);
   void stoppingGroup(const std::string& what);
-  // Recovery in place, but every member of the group has exited: it restarts instead.
-  void noMembersLeft(const std::string& what);
+  // Recovery in place, but no member of the group is left to go on (`why`; empty: every member
+  // of this node's group has exited): it restarts instead.
+  void noMembersLeft(const std::string& what, const std::string& why);
   void failureUnconfirmed(int64_t generation, const std::string& error);
   void storeLost(const std::string& store_endpoint, const std::string& error);
   // `log`: where to look (the failed rank's log, or errors.jsonl). `error`: the failed worker's

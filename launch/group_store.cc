@@ -49,8 +49,16 @@ void GroupStore::waitDone(int64_t g, const std::vector<int64_t>& nodes,
   store_.wait(keys, timeout);
 }
 
-bool GroupStore::runsInPlace(int64_t g) {
-  return store_.tryGet(comm::quorumRecordKey(g, 0)).has_value();
+bool GroupStore::runsInPlace(int64_t g, int64_t world) {
+  if (store_.tryGet(comm::quorumRecordKey(g, 0))) return true;
+  for (int64_t r = 0; r < world; ++r) {
+    if (store_.tryGet(comm::quorumIdKey(g, 0, static_cast<int>(r)))) return true;
+  }
+  return false;
+}
+
+std::optional<std::vector<std::string>> GroupStore::liveMembers(int64_t g) {
+  return comm::Quorum::liveMembers(store_, g);
 }
 
 int64_t GroupStore::nextMember(int64_t g, int64_t node, int64_t local_rank) {

@@ -59,10 +59,14 @@ class GroupStore {
   // Tells the workers' quorum that member `member_id` is gone and why (what
   // comm::Quorum::markGone writes).
   void markGone(int64_t g, const std::string& member_id, const std::string& why);
-  // Whether generation g's workers formed an in-place group (comm/quorum.h closed its epoch 0).
-  // A program that does not recover in place (a user's own, without Cumulus's trainer) never
-  // does, so its failures take the restart path.
-  bool runsInPlace(int64_t g);
+  // Whether generation g's workers (`world` of them at launch) recover in place: some of them
+  // announced themselves to the membership protocol (comm/quorum.h, epoch 0), whether or not it
+  // closed. A program that does not recover in place (a user's own, without Elastic) never does,
+  // so its failures take the restart path.
+  bool runsInPlace(int64_t g, int64_t world);
+  // comm::Quorum::liveMembers: none before generation g's epoch 0 closed; else the members of its
+  // newest epoch not marked gone.
+  std::optional<std::vector<std::string>> liveMembers(int64_t g);
   // Adds `node` to the nodes that joined generation g's running group late.
   void addJoined(int64_t g, int64_t node);
   // Those nodes, in joining order.

@@ -175,7 +175,7 @@ GroupEnd Launcher::supervise(WorkerGroup& group, LaunchReport& report) {
 
 bool Launcher::workersRunInPlace(const WorkerGroup& group) {
   try {
-    return state_->job->group_store->runsInPlace(group.generation);
+    return state_->job->group_store->runsInPlace(group.generation, group.world_size);
   } catch (const cumulus::CommError&) {
     return true;  // the Store is gone: the in-place path reports that as it does now
   }
@@ -420,7 +420,7 @@ bool Launcher::restartAfter(WorkerGroup& group, const GroupEnd& end, RestartDeci
     }
   }
   if (decision.why == RestartDecision::Why::kNoMembersLeft) {
-    st.console.noMembersLeft(decision.what);
+    st.console.noMembersLeft(decision.what, decision.no_members);
   } else {
     st.console.stoppingGroup(decision.what);
   }

@@ -81,7 +81,10 @@ RestartDecision RestartPolicy::decide(const GroupEnd& end, int restarts) const {
   // A replacement joins the members left; with none, it would wait for a group that is gone.
   const bool replace = in_place_ && end.members_left;
   d.action = replace ? RestartDecision::Action::kReplace : RestartDecision::Action::kRestart;
-  if (in_place_ && !replace) d.why = RestartDecision::Why::kNoMembersLeft;
+  if (in_place_ && !replace) {
+    d.why = RestartDecision::Why::kNoMembersLeft;
+    d.no_members = end.no_members;
+  }
   // In place only this node's worker is replaced: the other nodes hear nothing.
   d.publish_failure = d.publish_failure && !replace;
   d.restarts = restarts + 1;

@@ -45,8 +45,11 @@ struct GroupEnd {
   int failed_rank = -1;  // kWorkerFailed: the failed worker (global rank) that decides
   ExitStatus failed_status;
   // kWorkerFailed: whether any member of the group may still run (a worker of this node that has
-  // not exited, or another node of the group).
+  // not exited, or another node of the group; in place, the Store's membership says).
   bool members_left = true;
+  // When none is left, in place: why ("no member of the group holds the training state any
+  // more", "the group had not formed yet").
+  std::string no_members;
   // kRemoteFailure: another node's worker failed permanently (exit code 2 or 127).
   bool permanent = false;
   // kExit: why, for nodes still waiting to join ("finished", "preempted",
@@ -93,6 +96,7 @@ struct RestartDecision {
   // What ended the group ("rank 1 failed (exit code 3)", "rank 3 failed (…) on another node",
   // "the rendezvous Store is unreachable (…)"); kRegroup: why node 0 re-forms the group.
   std::string what;
+  std::string no_members;  // kNoMembersLeft: GroupEnd::no_members
   // Tell the other nodes what failed (a failure of this node, in a multi-node job).
   bool publish_failure = false;
   std::string store_error;  // kStoreLost

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <set>
 
 #include "comm/error.h"
 
@@ -52,6 +53,7 @@ GroupEnd Supervisor::run(WorkerGroup& group) {
       end.failed_rank = group.workers[static_cast<size_t>(exits.first_failed)].rank;
       end.failed_status = statuses[static_cast<size_t>(exits.first_failed)];
       end.members_left = !exits.all_exited || group.joining || group.node_ids.size() > 1;
+      if (options_.recovery == Recovery::kInPlace) checkMembersLeft(group, statuses, end);
       return end;
     }
     if (exits.all_exited) return finish(group, exits.any_preempted);
@@ -61,6 +63,33 @@ GroupEnd Supervisor::run(WorkerGroup& group) {
       if (std::optional<GroupEnd> end = checkStore(group)) return *end;
     }
   }
+}
+
+// In place, the Store's membership says better than this node's processes whether a replacement
+// has anyone to join: a running worker may be a replacement still waiting, another node's workers
+// may all be gone. A Store that does not answer leaves the local answer (its loss shows soon).
+void Supervisor::checkMembersLeft(WorkerGroup& group, const std::vector<ExitStatus>& statuses,
+                                  GroupEnd& end) {
+  std::optional<std::vector<std::string>> live;
+  try {
+    live = job_.group_store->liveMembers(group.generation);
+  } catch (const cumulus::CommError&) {
+    return;
+  }
+  if (!live) {
+    end.members_left = false;
+    end.no_members = "the group had not formed yet (its first membership never closed)";
+    return;
+  }
+  std::set<std::string> exited;  // not marked gone yet
+  for (size_t i = 0; i < statuses.size(); ++i) {
+    if (statuses[i].exited) exited.insert(group.workers[i].member_id);
+  }
+  for (const std::string& member : *live) {
+    if (exited.count(member) == 0) return;
+  }
+  end.members_left = false;
+  end.no_members = "no member of the group holds the training state any more";
 }
 
 GroupEnd Supervisor::stopForPreemption(WorkerGroup& group, const std::string& notice) {

@@ -50,6 +50,7 @@ void bindDiloco(py::module_& m) {
            py::arg("params"), py::arg("inner_steps"), py::arg("outer_lr"),
            py::arg("outer_momentum"), py::arg("nesterov"), py::arg("fragments"), py::arg("overlap"),
            py::arg("mix"), py::arg("outer_compression"), py::arg("timeout"))
+      .def("attach_buffers", &DiLoCo::attachBuffers, py::arg("buffers"))
       .def("fragments", &DiLoCo::fragments)
       .def("due_at", &DiLoCo::dueAt, py::arg("step"))
       .def(

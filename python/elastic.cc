@@ -273,7 +273,8 @@ void bindElastic(py::module_& m) {
             e.setState(std::move(state));
           },
           py::arg("capture"), py::arg("restore"), py::arg("config"))
-      .def("attach", &Elastic::attach, py::arg("params"), Release())
+      .def("attach", &Elastic::attach, py::arg("params"),
+           py::arg("buffers") = std::vector<torch::Tensor>(), Release())
       .def(
           "on_failure",
           [](Elastic& e, py::function callback) {
@@ -286,7 +287,15 @@ void bindElastic(py::module_& m) {
             e.onMembershipChange(withGil<const Membership&>(std::move(callback)));
           },
           py::arg("callback"))
-      .def("start", &Elastic::start, py::arg("steps_done") = 0, Release())
+      .def(
+          "start",
+          [](Elastic& e, int64_t steps_done, py::object prepare) {
+            std::function<void()> first;
+            if (!prepare.is_none()) first = withGil<>(prepare.cast<py::function>());
+            py::gil_scoped_release released;
+            return e.start(steps_done, first);
+          },
+          py::arg("steps_done") = 0, py::arg("prepare") = py::none())
       .def(
           "train",
           [](Elastic& e, py::function fn) {
@@ -302,6 +311,14 @@ void bindElastic(py::module_& m) {
             std::function<void()> work = withGil<>(std::move(fn));
             py::gil_scoped_release released;
             return e.atBoundary(work);
+          },
+          py::arg("fn"))
+      .def(
+          "at_end",
+          [](Elastic& e, py::function fn) {
+            std::function<void()> work = withGil<>(std::move(fn));
+            py::gil_scoped_release released;
+            e.atEnd(work);
           },
           py::arg("fn"))
       .def("leaving", &Elastic::leaving)

@@ -30,6 +30,9 @@ void Trainer::Impl::buildDiloco() {
   } catch (const std::invalid_argument& e) {
     throw SetupError(std::string("diloco: ") + e.what());
   }
+  std::vector<torch::Tensor> buffers;
+  for (auto& [name, buffer] : model_->namedBuffers()) buffers.push_back(buffer);
+  diloco_->attachBuffers(std::move(buffers));
   checkpoints_->setRankState([this] { return replicaRow(params_, *optimizer_, *diloco_); });
   const configs::DilocoConfig& d = config_.diloco;
   char outer[96];

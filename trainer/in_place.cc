@@ -46,8 +46,13 @@ Checkpoint Trainer::Impl::captureState() {
   RunEnv now = env_;
   now.rank = elastic_->rank();
   now.world_size = elastic_->size();
-  recorder_->note("rank " + std::to_string(now.rank) + " sends the training state of step " +
-                  std::to_string(steps_done_));
+  const std::string sends = "rank " + std::to_string(now.rank) +
+                            " sends the training state of step " + std::to_string(steps_done_);
+  if (records_begun_) {
+    recorder_->note(sends);
+  } else {
+    resume_notes_.push_back(sends);  // a re-forming during start-up: the records begin after it
+  }
   Checkpoint state = captureCheckpoint(*model_, *optimizer_, config_, now, position);
   if (diloco_) addDiloco(state);
   return state;

@@ -212,12 +212,16 @@ void Trainer::Impl::build() {
   steps_done_ = start_step_;
   done_position_ = batches_->position();
   startupMark("resume");
-  checkEveryRankResumesTogether();
   buildGroupParts();
   // In place the gradient sync is the Elastic's, built at start (run()) and again at each change
-  // of membership; otherwise the Trainer's own, for the whole run.
+  // of membership; otherwise the Trainer's own, for the whole run. Either keeps the buffers (batch
+  // norm's statistics) identical on every rank.
+  std::vector<torch::Tensor> buffers;
+  for (auto& [name, buffer] : model_->namedBuffers()) buffers.push_back(buffer);
   if (inPlace() && !diloco_) {
-    elastic_->attach(params_);
+    elastic_->attach(params_, buffers);
+  } else if (distributed_ != nullptr) {
+    distributed_->attach(params_, buffers);
   } else {
     sync_->attach(params_);
   }
@@ -444,14 +448,6 @@ void Trainer::Impl::buildElastic() {
   elastic_->onMembershipChange([this](const Membership& m) { membershipChanged(m); });
 }
 
-// Buffers (batch-norm statistics) are not gradients: broadcast them once, like parameters.
-void Trainer::Impl::broadcastBuffers() {
-  if (distributed_ == nullptr) return;
-  std::vector<torch::Tensor> buffers;
-  for (auto& [name, buffer] : model_->namedBuffers()) buffers.push_back(buffer);
-  if (!buffers.empty()) distributed_->broadcast(buffers);
-}
-
 // --resume: none, auto (the newest valid checkpoint in checkpoint.dir, if any) or a directory.
 // Every rank loads the same checkpoint (the directory is shared, and nothing writes it while the
 // group starts) and restores parameters, buffers, optimizer state, sampler position and step.
@@ -523,18 +519,6 @@ void Trainer::Impl::resumeIfAsked() {
 
 // Each rank found its checkpoint by itself: a rank that saw another one (a directory not shared, a
 // file that failed to verify on one host only) would silently diverge.
-void Trainer::Impl::checkEveryRankResumesTogether() {
-  if (group_ == nullptr) return;
-  const int64_t highest = maxOverRanks(group_, start_step_);
-  const int64_t lowest = -maxOverRanks(group_, -start_step_);
-  if (highest != lowest) {
-    throw std::invalid_argument("ranks resume from different steps (" + std::to_string(lowest) +
-                                " to " + std::to_string(highest) + "; this rank " +
-                                std::to_string(env_.rank) + ": " + std::to_string(start_step_) +
-                                "): every rank must see the same " + checkpoints_->dir());
-  }
-}
-
 Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env, TrainerOptions options)
     : Trainer(experiment, env,
               options.elastic != nullptr ? std::make_unique<LocalGradientSync>()  // not used

@@ -93,8 +93,6 @@ class Trainer::Impl {
   // training state and the membership callbacks.
   void buildElastic();
   void resumeIfAsked();
-  void checkEveryRankResumesTogether();
-  void broadcastBuffers();
   // trainer.sync diloco (diloco_state.h): building it, a fresh start's replicas made rank 0's,
   // its state into and out of checkpoints, and the evaluation of the global parameters.
   void buildDiloco();
@@ -110,11 +108,9 @@ class Trainer::Impl {
   enum class Boundary { kNext, kStop };
   // The next step and the boundary after it (a re-forming on the way: kNext, from elastic_->step()).
   Boundary stepAndBoundary(double loop_start, Evaluation& eval, RunResult& result);
-  // The last step's boundary: the evaluation, the final weights, the last checkpoint. False when a
-  // re-forming interrupted it (run it again).
-  // `record`: the last step's record, when it has not been written.
-  bool lastBoundary(int64_t done, double lr, int64_t epoch, Evaluation& eval,
-                    const std::function<void()>& record = {});
+  // The last step's boundary: DiLoCo's last round, the evaluation, the final weights, the last
+  // checkpoint; run again on the re-formed group after a failure until it completes.
+  void lastBoundary(Evaluation& eval);
   StepOutcome trainStep(int64_t step);
   // The step watchdog (trainer.step_timeout_seconds), from the first step to the end of run().
   // `joiner`: this launch joined a running group in place (it has no goodput history).
@@ -167,7 +163,6 @@ class Trainer::Impl {
   std::unique_ptr<LrSchedule> schedule_;
   // trainer.sync diloco: the outer syncs over params_ (<cumulus/diloco.h>); null every step.
   std::unique_ptr<DiLoCo> diloco_;
-  int64_t diloco_final_ = -1;  // the step whose last boundary synced every fragment
 
   // The step loop's parts (trainer.h TrainerOptions).
   std::shared_ptr<BatchSource> batches_;
@@ -198,7 +193,6 @@ class Trainer::Impl {
   int64_t steps_done_ = 0;                           // optimizer steps this rank's state has taken
   bool has_state_ = true;             // false for a joiner until a peer sent it the state
   SamplerState done_position_;        // the sampler's position after step steps_done_
-  int64_t final_boundary_ = -1;       // the step whose boundary ran to its end last
   bool records_begun_ = false;        // run() began the recorder (a joiner's begin after start)
   int64_t reforms_ = 0;               // failures this rank re-formed after
   std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it

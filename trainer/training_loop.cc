@@ -50,8 +50,17 @@ RunResult Trainer::Impl::run() {
     ~ReleaseRunDir() { impl.checkpoints_->releaseRunDir(); }
   } release{*this};
   const bool joiner = elastic_->joining();
-  // A replacement waits here to be admitted and takes the state from a live peer.
-  if (!elastic_->start(start_step_)) {
+  // A replacement waits here to be admitted and takes the state from a live peer. A launch member
+  // runs the group's first collectives here (DiLoCo's start among them), recovering in place
+  // from a peer lost during them.
+  bool admitted = false;
+  try {
+    admitted = elastic_->start(start_step_, [this] { startDiloco(); });
+  } catch (const std::invalid_argument& e) {
+    // The ranks resumed from different checkpoints, or built different models.
+    throw SetupError(std::string(e.what()) + " (checkpoints in " + checkpoints_->dir() + ")");
+  }
+  if (!admitted) {
     if (options_.console != nullptr) {
       *options_.console << "the group finished training before this member was admitted; "
                            "nothing to do"
@@ -62,8 +71,6 @@ RunResult Trainer::Impl::run() {
   if (joiner) {
     start_step_ = steps_done_;  // the state a live peer sent (its error feedback starts at zero)
   } else {
-    broadcastBuffers();
-    startDiloco();
     checkpoints_->restoreResiduals(resume_notes_);
     startupMark("broadcast");
   }
@@ -81,17 +88,11 @@ RunResult Trainer::Impl::run() {
   result.precision = precision_.precision;
   const double start = now();
   Evaluation eval;
-  for (;;) {
-    const int64_t s = elastic_->step();
-    if (s == total_steps_) {
-      // The last step's boundary did not run to its end (a re-forming after the last step, or a
-      // resume that found nothing to train): evaluate and checkpoint.
-      if (s == start_step_ || final_boundary_ == s) break;
-      if (lastBoundary(s, schedule_->lr(s - 1), batches_->position().epoch, eval)) break;
-      continue;
-    }
+  while (elastic_->step() < total_steps_) {
     if (stepAndBoundary(start, eval, result) != Boundary::kNext) break;
   }
+  // The last boundary, unless the run stopped before it or resumed with nothing left to train.
+  if (!result.preempted && start_step_ < total_steps_) lastBoundary(eval);
   result.reforms = reforms_;
   watchdog_.reset();
   recorder_->stepsEnded();
@@ -201,7 +202,8 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
 
   const int64_t done = s + 1;
   if (done == total_steps_) {
-    lastBoundary(done, lr, step->epoch, eval, record);  // a failure: run() does it again
+    // The last step's record; the rest of its boundary is lastBoundary's, which no failure skips.
+    elastic_->atBoundary(record);
     return Boundary::kNext;
   }
   const bool boundary_done = elastic_->atBoundary([&] {
@@ -244,22 +246,18 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
   return Boundary::kNext;
 }
 
-bool Trainer::Impl::lastBoundary(int64_t done, double lr, int64_t epoch, Evaluation& eval,
-                                 const std::function<void()>& record) {
-  const bool finished = elastic_->atBoundary([&] {
-    if (record) record();
-    // DiLoCo's last round: every fragment synced, every replica the global parameters. Once: a
-    // failure later in this boundary runs it again without the sync.
-    if (diloco_ && diloco_final_ != done) {
-      diloco_->syncAll(group_);
-      diloco_final_ = done;
-    }
-    eval = evaluateAt(done, epoch);
+// After the last step, on every member of whatever group is left: DiLoCo's last round, the final
+// evaluation, the final weights and the last checkpoint. A peer's failure part of the way runs it
+// again, whole, on the re-formed group (Elastic::atEnd): there is no next step to move on to.
+void Trainer::Impl::lastBoundary(Evaluation& eval) {
+  const int64_t done = total_steps_;
+  const double lr = schedule_->lr(done - 1);
+  elastic_->atEnd([&] {
+    if (diloco_) diloco_->syncAll(group_);  // agrees first where a failure cut it short
+    eval = evaluateAt(done, batches_->position().epoch);
     checkpoints_->saveFinalWeights(*model_);  // first: the weights survive a failed last one
     checkpoints_->save(checkpoints_->dueAtStepEnd(done, true), done, lr);
   });
-  if (finished) final_boundary_ = done;
-  return finished;
 }
 
 // One optimizer step; its loss is this rank's share of the global mean (at world size 1 the mean

@@ -157,16 +157,6 @@ def main():
             print(f"step {done}/{args.steps} loss {loss[0]:.6f} workers {elastic.size}",
                   flush=True)
         if done == args.steps:
-            # DiLoCo's last round: every replica ends with the global parameters. Once: a peer's
-            # failure after it re-forms the group, and the round is not run again.
-            synced = [diloco is None]
-
-            def last_round():
-                if not synced[0]:
-                    diloco.sync_all()
-                    synced[0] = True
-            while diloco and not elastic.at_boundary(last_round):
-                pass
             break
         action = elastic.boundary()
         if action == cumulus.ElasticAction.LEAVE:
@@ -182,6 +172,11 @@ def main():
             if elastic.rank == 0:
                 print(f"preempted at step {done}, checkpoint {saved}", flush=True)
             return cumulus.EXIT_PREEMPTED
+    # DiLoCo's last round, on whoever is left: every replica ends with the global parameters.
+    # After a peer's failure part of the way it runs again on the re-formed group (sync_all
+    # first agrees on what the cut-short round already landed).
+    if diloco:
+        elastic.at_end(diloco.sync_all)
     elastic.finish()
     if elastic.rank == 0:
         save(False)
@@ -193,4 +188,6 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except (cumulus.GroupError, cumulus.CheckpointError) as error:
-        sys.exit(f"elastic.py: {error}")
+        # A mistake a relaunch would repeat: exit 2 ends the job under cumulus-run, with this line.
+        print(f"elastic.py: error: {error}", file=sys.stderr, flush=True)
+        sys.exit(2)

@@ -90,6 +90,12 @@ class DiLoCo {
   DiLoCo(const DiLoCo&) = delete;
   DiLoCo& operator=(const DiLoCo&) = delete;
 
+  // The model's buffers (batch norm's running statistics, say): averaged over the group (as
+  // float64, integer buffers rounded) once a round, before the round's first fragment syncs, and
+  // in syncAll, so that replicas that computed their own statistics for H steps agree again, as
+  // their parameters do. A blocking collective of the buffers' bytes; empty: none (the default).
+  // Bool and complex buffers (masks, constants) are left out.
+  void attachBuffers(std::vector<torch::Tensor> buffers);
   // Each fragment's parameter indices, in order; every index is in exactly one.
   const std::vector<std::vector<size_t>>& fragments() const;
   // The fragment due before step `step`, or -1.
@@ -102,6 +108,8 @@ class DiLoCo {
   // and applies it. Throws the group's CommError; nothing changed then.
   void endStep();
   // Syncs every fragment now (a collective): after it every replica holds the global parameters.
+  // Safe to call again on a re-formed group after a failure cut it short (Elastic::atEnd): the
+  // members first agree on how much of it each landed, so no fragment moves twice.
   void syncAll(ProcessGroup* group);
   // Drops a started fragment without applying it (after a failed group: the round is redone).
   void cancel();

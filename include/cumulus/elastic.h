@@ -18,7 +18,7 @@
 // (Checkpoint::state.step).
 //
 //   cumulus::Elastic elastic({capture, restore, describe(flags)});
-//   elastic.attach(net->parameters());               // the gradient sync's parameters
+//   elastic.attach(net->parameters(), net->buffers());  // the gradient sync's tensors
 //   if (!elastic.start(resumed_step)) return 0;      // a joiner the group finished without
 //   while (elastic.step() < steps) {
 //     elastic.train([&] {                            // step elastic.step() + 1
@@ -28,9 +28,11 @@
 //       optimizer.step();                            // after the step's last collective
 //       sampler.advance();
 //     });
+//     if (elastic.step() == steps) break;
 //     switch (elastic.boundary()) { ... kCheckpoint: rank 0 saves; kStop: rank 0 saves,
 //                                   elastic.waitForAll(), return 75; kLeave: return 75 }
 //   }
+//   elastic.atEnd([&] { /* the final evaluation; rank 0 saves */ });
 //   elastic.finish();
 //
 // The contract of train(fn): fn runs one whole step, and every collective of the step comes
@@ -142,9 +144,11 @@ class Elastic {
 
   // The state to heal, when the constructor was not given one (before start()).
   void setState(ElasticState state);
-  // The parameters sync() all-reduces the gradients of (before start()). Without them sync() has
-  // no gradient sync to give.
-  void attach(const std::vector<torch::Tensor>& params);
+  // The parameters sync() all-reduces the gradients of, and the model's buffers it keeps
+  // identical (DataParallel::attach; before start()). Without parameters sync() has no gradient
+  // sync to give.
+  void attach(const std::vector<torch::Tensor>& params,
+              const std::vector<torch::Tensor>& buffers = {});
   // Called on a member that saw a peer's failure, before the group re-forms (a place to log
   // `reason`, the CommError's text, or to mark the program idle); on the training thread.
   void onFailure(std::function<void(const std::string& reason)> callback);
@@ -153,10 +157,16 @@ class Elastic {
   void onMembershipChange(std::function<void(const Membership&)> callback);
 
   // Before the first step. `steps_done`: the steps of the state this member starts from (0, or a
-  // checkpoint's step; every launch member passes the same). A replacement waits here to be
-  // admitted and receives the state from a live peer. Returns false when the group finished
-  // training before admitting it (nothing to do: exit 0).
-  bool start(int64_t steps_done = 0);
+  // checkpoint's step; every launch member must pass the same: std::invalid_argument on every
+  // member otherwise). A launch member then runs the group's first collectives: the check of
+  // steps_done, the gradient sync's attach (rank 0's parameters and buffers everywhere) and
+  // `prepare`, the program's own (a broadcast the sync does not cover, say). In place, a peer lost
+  // during them (or while the first membership connected) re-forms the group as in train(), and
+  // every member of the new one takes one member's whole state, since they may have run on some
+  // members only; they are not run again. A replacement waits here to be admitted and receives the
+  // state from a live peer (it runs no `prepare`). Returns false when the group finished training
+  // before admitting it (nothing to do: exit 0).
+  bool start(int64_t steps_done = 0, const std::function<void()>& prepare = {});
   // Trains step step() + 1 with fn (see the contract above); returns once the step is committed.
   void train(const std::function<void()>& fn);
   // After each step but the last: notices and checkpoint requests agreed, waiting replacements
@@ -171,6 +181,13 @@ class Elastic {
   // (boundary() included, which returns kContinue without communicating) and trains the next
   // step. True when fn returned. Without recovery in place fn's CommError is rethrown.
   bool atBoundary(const std::function<void()>& fn);
+  // After the last step, on every member: runs fn, the run's last boundary (the final
+  // evaluation, the final checkpoint, DiLoCo's last round). Unlike atBoundary() it is never
+  // skipped, since no next step can take its place: a peer's failure in fn (or one the last
+  // step's train() recovered from) re-forms the group, and fn runs again, whole, on the new
+  // membership, until it returns. fn must therefore be safe to run again after a failure part of
+  // the way through it. Without recovery in place fn's CommError is rethrown.
+  void atEnd(const std::function<void()>& fn);
   // At the boundary that returned kLeave, kStop or a leave's kContinue: the ranks (of the
   // membership before it) that got a notice; empty otherwise.
   const std::vector<int>& leaving() const;

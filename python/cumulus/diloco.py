@@ -11,7 +11,7 @@
         sampler.advance()
     elastic.train(step)
     ...
-    elastic.at_boundary(diloco.sync_all)      # after the last step: every replica the same
+    elastic.at_end(diloco.sync_all)           # after the last step: every replica the same
 
 Each worker trains its own replica for `inner_steps` steps without communicating; then the
 workers average their outer gradients (the global parameters minus their replica's) over the
@@ -46,11 +46,14 @@ from .elastic import _from_bytes, _to_bytes
 
 
 class DiLoCo:
-    """Outer syncs over `elastic`'s current members (None: a world of one) for `params`."""
+    """Outer syncs over `elastic`'s current members (None: a world of one) for `params`.
+
+    buffers: tensors averaged over the members once a round and in sync_all() (batch norm's
+    running statistics); None: the buffers of the Elastic's model."""
 
     def __init__(self, elastic, params, *, inner_steps=50, outer_lr=0.7, outer_momentum=0.9,
                  nesterov=True, fragments=1, overlap=False, mix=0.0, outer_compression="none",
-                 timeout=0.0):
+                 timeout=0.0, buffers=None):
         self._elastic = elastic
         self._params = [p for p in params if p.requires_grad]
         with torch.no_grad():
@@ -58,6 +61,9 @@ class DiLoCo:
                                        float(outer_momentum), bool(nesterov), int(fragments),
                                        bool(overlap), float(mix), str(outer_compression),
                                        float(timeout))
+        if buffers is None and elastic is not None:
+            buffers = elastic.model.buffers()
+        self._core.attach_buffers(list(buffers or []))
         self._gathered = None  # (step, [each member's row: bytes]) from gather_replicas()
         self._resumed_rows = None  # a checkpoint's rows, put back at the next begin_step()
         if elastic is not None:

@@ -16,6 +16,7 @@
         action = elastic.boundary()
         if action == cumulus.ElasticAction.LEAVE: sys.exit(cumulus.EXIT_PREEMPTED)
         ...
+    elastic.at_end(final_evaluation)              # never skipped, even after a failure
     elastic.finish()
 
 Under `cumulus-run --recovery in_place` a worker's SIGKILL leaves the other processes training:
@@ -33,6 +34,8 @@ extra.pt. Python's `random` and NumPy's generators are not part of it: keep them
 """
 
 import io
+import os
+import sys
 
 import torch
 
@@ -133,6 +136,31 @@ def restore(checkpoint, model, optimizer=None, sampler=None, extra=None):
                 value.load_state_dict(extra_state[name])
 
 
+EXIT_USAGE = 2  # cumulus-run's "an error a restart would repeat": it ends the job
+
+
+def _end_the_job_on_program_errors():
+    """Under cumulus-run, an exception that leaves the program is the program's error, not a lost
+    machine: after Python prints its traceback, one line `<script>: error: <Type>: <message>` and
+    exit 2, so that cumulus-run ends the job with it (its last line names it) instead of starting
+    a replacement that would fail the same way. A cumulus.CommError (a failure recovery in place
+    could not mend) keeps Python's exit 1, which the launcher retries."""
+    if not os.environ.get("CUMULUS_RUN_ID") or getattr(sys.excepthook, "_cumulus", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, traceback):
+        previous(kind, value, traceback)
+        if issubclass(kind, (_C.CommError, KeyboardInterrupt)):
+            return
+        script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+        print(f"{script}: error: {kind.__name__}: {value}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USAGE)
+
+    hook._cumulus = True
+    sys.excepthook = hook
+
+
 class Elastic:
     """A training loop that survives losing and gaining workers in place (module docstring).
 
@@ -148,13 +176,17 @@ class Elastic:
     def __init__(self, model, optimizer=None, *, sampler=None, extra=None, config="",
                  algorithm="auto", compression="none", timeout=60.0, bucket_cap_mb=25.0,
                  wait_for_members=0, wait_for_members_seconds=120.0):
+        _end_the_job_on_program_errors()
         self.model, self.optimizer, self.sampler = model, optimizer, sampler
         self.extra = dict(extra or {})
         self.config = config
         self._core = _C.ElasticCore(algorithm, compression, float(timeout), float(bucket_cap_mb),
                                     int(wait_for_members), float(wait_for_members_seconds))
         self._core.set_state(self._capture, self._restore, config)
-        self._core.attach([p for p in model.parameters() if p.requires_grad])
+        # The buffers (batch norm's running statistics) are averaged over the members at every
+        # step, so that every replica holds the same model.
+        self._core.attach([p for p in model.parameters() if p.requires_grad],
+                          list(model.buffers()))
 
     def _capture(self):
         return capture(self.model, self.optimizer, self.sampler, self.extra)
@@ -163,11 +195,14 @@ class Elastic:
         restore(checkpoint, self.model, self.optimizer, self.sampler, self.extra)
 
     # The loop.
-    def start(self, steps_done=0):
+    def start(self, steps_done=0, prepare=None):
         """Before the first step; `steps_done` is the step of the state every launch member
-        starts from (0, or a resumed checkpoint's). A replacement waits here to be admitted and
-        healed. False: the group finished before admitting it (exit 0)."""
-        return self._core.start(int(steps_done))
+        starts from (0, or a resumed checkpoint's; ValueError on every member when they differ).
+        prepare(): collectives of the program's own before the first step; a peer lost during
+        them (or during start()'s own) re-forms the group, every member takes one member's
+        state, and they are not run again. A replacement waits here to be admitted and healed.
+        False: the group finished before admitting it (exit 0)."""
+        return self._core.start(int(steps_done), prepare)
 
     def train(self, fn):
         """Trains step `step + 1` with fn() and returns once it is committed. fn runs one whole
@@ -192,6 +227,12 @@ class Elastic:
         gather). A peer's failure in it re-forms the group and returns False: skip the rest of
         this boundary."""
         return self._core.at_boundary(fn)
+
+    def at_end(self, fn):
+        """After the last step, on every member: runs fn, the run's last boundary (a final
+        evaluation, DiLoCo's sync_all, rank 0's save). Never skipped: a peer's failure in it
+        re-forms the group and fn runs again, whole, on the new membership."""
+        self._core.at_end(fn)
 
     def wait_for_all(self):
         self._core.wait_for_all()

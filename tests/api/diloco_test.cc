@@ -198,6 +198,65 @@ TEST(DiLoCoTest, AFailedSyncChangesNothingAndTheStepIsRedone) {
       quick);
 }
 
+// syncAll again after it was cut short: a member that already landed the last round (here rank 0,
+// alone) sends its global parameters and momentum, the other takes them, and nobody moves twice;
+// a second syncAll on members that all landed it changes nothing.
+TEST(DiLoCoTest, SyncAllAgainAfterAFailureMovesNoFragmentTwice) {
+  runRanks(2, [](ProcessGroup& group) {
+    std::vector<torch::Tensor> params = tensorsOf({4, 3}, 1.0f);
+    DiLoCoOptions options = dyadic(4);
+    options.fragments = 2;
+    DiLoCo diloco(params, options);
+    moveBy(params, group.rank() == 0 ? 0.25f : 0.5f);
+    if (group.rank() == 0) diloco.syncAll(nullptr);  // landed here, not on rank 1
+    const DiLoCoState landed = diloco.state();
+    diloco.syncAll(&group);
+    const DiLoCoState after = diloco.state();
+    // Rank 0's round alone: global 1 - 0.5 x (0.25 + 0.5 x 0.25) = 0.8125, momentum 0.25.
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(torch::equal(after.global[i], torch::full_like(after.global[i], 0.8125f)))
+          << after.global[i];
+      EXPECT_TRUE(torch::equal(after.momentum[i], torch::full_like(after.momentum[i], 0.25f)));
+      EXPECT_TRUE(torch::equal(params[i], after.global[i]));
+      if (group.rank() == 0) {
+        EXPECT_TRUE(torch::equal(after.global[i], landed.global[i]));
+      }
+    }
+    diloco.syncAll(&group);  // every member landed it: nothing moves
+    EXPECT_TRUE(torch::equal(diloco.state().global[0], after.global[0]));
+    EXPECT_TRUE(torch::equal(diloco.state().momentum[1], after.momentum[1]));
+  });
+}
+
+// Buffers (attachBuffers) stay each replica's own between rounds, and become their average over
+// the ranks before each round's first fragment syncs and in syncAll; bool buffers are left alone.
+TEST(DiLoCoTest, BuffersAreAveragedOnceARoundAndInSyncAll) {
+  runRanks(2, [](ProcessGroup& group) {
+    std::vector<torch::Tensor> params = tensorsOf({4}, 1.0f);
+    DiLoCo diloco(params, dyadic(3));
+    torch::Tensor stats = torch::zeros({2});
+    torch::Tensor count = torch::zeros({1}, torch::kInt64);
+    torch::Tensor mask = torch::full({1}, group.rank() == 0, torch::kBool);
+    diloco.attachBuffers({stats, count, mask});
+    for (int64_t step = 0; step < 5; ++step) {
+      diloco.beginStep(step, &group);
+      if (step == 3) {  // the round's start: ((1 + 2 + 3) + 2 x (1 + 2 + 3)) / 2
+        EXPECT_TRUE(torch::equal(stats, torch::full({2}, 9.0f))) << stats;
+        EXPECT_TRUE(torch::equal(count, torch::full({1}, 3, torch::kInt64))) << count;
+      }
+      diloco.endStep();
+      stats.add_(static_cast<float>((step + 1) * (group.rank() + 1)));  // each rank its own
+      count.add_(1);
+    }
+    // 9 + 4 + 5 on rank 0, 9 + 8 + 10 on rank 1.
+    EXPECT_TRUE(torch::equal(stats, torch::full({2}, group.rank() == 0 ? 18.0f : 27.0f))) << stats;
+    diloco.syncAll(&group);
+    EXPECT_TRUE(torch::equal(stats, torch::full({2}, 22.5f))) << stats;
+    EXPECT_TRUE(torch::equal(count, torch::full({1}, 5, torch::kInt64))) << count;
+    EXPECT_TRUE(torch::equal(mask, torch::full({1}, group.rank() == 0, torch::kBool)));
+  });
+}
+
 // int8 with error feedback, one round a step for 200 steps: what rounding takes from a round comes
 // back in the next, so the global parameters differ from the exact sum of the averaged outer
 // gradients by exactly the mean of the ranks' last residuals (not by an error that grows with the

@@ -218,6 +218,68 @@ TEST_F(ElasticProcessTest, ADeathInTheBoundarysOwnCollectiveReformsAndTheLoopGoe
   EXPECT_EQ(digests.size(), 1u);
 }
 
+// Deaths before the first step: in start()'s own collectives (--die-at-start 2: connected, then
+// gone before start(); 1: in the program's `prepare`). The survivors re-form inside start() as
+// the same processes, every member takes one member's state (some may have run the start-up's
+// collectives and others not), the loop trains, and a replacement started as cumulus-run would
+// is admitted and healed: three identical replicas.
+TEST_F(ElasticProcessTest, ADeathDuringStartUpReformsInPlaceAndAReplacementJoins) {
+  for (const char* when : {"2", "1"}) {
+    SCOPED_TRACE(std::string("--die-at-start ") + when);
+    server_ = std::make_unique<comm::StoreServer>("127.0.0.1", 0, kToken);
+    store_ = std::make_unique<comm::StoreClient>("127.0.0.1", server_->port(), kToken);
+    workers_.clear();
+    results_.clear();
+    const Args flags = {"--steps", "30", "--wait-for", "3"};
+    Args dying = flags;
+    dying.insert(dying.end(), {"--die-at-start", when});
+    start("0.0.0", 0, 3, flags);
+    start("0.1.0", 1, 3, dying);
+    start("0.2.0", 2, 3, flags);
+    EXPECT_EQ(finish("0.1.0").signal, SIGKILL) << results_["0.1.0"].output;
+    start("0.1.1", -1, 3, flags);
+    std::set<std::string> digests;
+    for (const char* id : {"0.0.0", "0.2.0", "0.1.1"}) {
+      const ProcessResult& r = finish(id);
+      EXPECT_EQ(r.exit_code, 0) << id << ":\n" << r.output;
+      digests.insert(testing::lastAfter(r.output, "final parameters sha256 "));
+    }
+    EXPECT_EQ(digests.size(), 1u) << "the replicas differ";
+    for (const char* id : {"0.0.0", "0.2.0"}) {
+      // Re-formed at step 0, every member but the source healed from it (the replacement too,
+      // when its ticket was there in time to come in with that re-forming).
+      EXPECT_TRUE(std::regex_search(results_[id].output,
+                                    std::regex(R"(membership: epoch 1, rank \d of ([23]), step 0, )"
+                                               R"(failure, state from 0 to \[1(,2)?\])")))
+          << id << ":\n"
+          << results_[id].output;
+    }
+    EXPECT_NE(results_["0.1.1"].output.find("parameters at the end sum to "), std::string::npos)
+        << results_["0.1.1"].output;
+  }
+}
+
+// A death in the run's last boundary (Elastic::atEnd), after every member committed the last step:
+// the others' collective fails, they re-form, and the last boundary runs again, whole, on the
+// members left (it is never skipped, as a boundary mid-run is), so the run ends.
+TEST_F(ElasticProcessTest, ADeathInTheLastBoundaryRunsItAgainAndTheRunEnds) {
+  start("0.0.0", 0, 3, {"--steps", "20"});
+  start("0.1.0", 1, 3, {"--steps", "20", "--die-at-end", "1"});
+  start("0.2.0", 2, 3, {"--steps", "20"});
+  EXPECT_EQ(finish("0.1.0").signal, SIGKILL) << results_["0.1.0"].output;
+  std::set<std::string> digests;
+  for (const char* id : {"0.0.0", "0.2.0"}) {
+    const ProcessResult& r = finish(id);
+    EXPECT_EQ(r.exit_code, 0) << id << ":\n" << r.output;
+    EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank \d of 2, step 20, failure)")))
+        << id << ":\n"
+        << r.output;
+    EXPECT_NE(r.output.find(" over 2 members\n"), std::string::npos) << id << ":\n" << r.output;
+    digests.insert(testing::lastAfter(r.output, "final parameters sha256 "));
+  }
+  EXPECT_EQ(digests.size(), 1u);
+}
+
 // The same notice when all three are needed (CUMULUS_MIN_WORKERS=3, a fixed-size job): every
 // member stops at the agreed step, for a checkpoint and a relaunch.
 TEST_F(ElasticProcessTest, ANoticeStopsEveryMemberWhenTooFewWouldStay) {

@@ -11,7 +11,10 @@
 // after step N. --bf16 1: gradients all-reduced as bfloat16 with error feedback; each step and
 // each membership then prints the sum of this member's residual. At each boundary the members sum
 // their losses (an all-reduce through Elastic::atBoundary); --die-in-boundary N: this worker
-// SIGKILLs itself in that sum after step N, so that the others' fails there.
+// SIGKILLs itself in that sum after step N, so that the others' fails there. Before the first step
+// the members sum their parameters (start()'s `prepare`); --die-at-start 1 SIGKILLs this worker
+// in that sum, --die-at-start 2 before start(), once it is connected. After the last step they sum
+// them again (Elastic::atEnd); --die-at-end 1 SIGKILLs this worker there.
 #include <signal.h>
 #include <torch/torch.h>
 
@@ -32,7 +35,19 @@ struct Flags {
   int64_t notice_at = 0;  // this worker gets a preemption notice after step N (0: never)
   bool bf16 = false;
   int64_t die_in_boundary = 0;  // SIGKILL in the boundary's sum after step N (0: never)
+  int64_t die_at_start = 0;     // 1: in start()'s `prepare`; 2: before start()
+  bool die_at_end = false;      // in atEnd's sum
 };
+
+// The sum of every member's parameters: a collective of the group's, before the first step and
+// after the last.
+double sumOfParameters(cumulus::Elastic& elastic, torch::nn::Sequential& net) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor sum = torch::zeros({1}, torch::kFloat64);
+  for (const auto& p : net->parameters()) sum += p.to(torch::kFloat64).sum();
+  if (elastic.size() > 1) elastic.group().allreduce(sum);
+  return sum.item<double>();
+}
 
 // The sum of this member's error-feedback residual (bf16 compression), exactly as a double.
 double residualSum(cumulus::Elastic& elastic) {
@@ -58,6 +73,10 @@ Flags parse(int argc, char** argv) {
       f.notice_at = std::stoll(v);
     } else if (k == "--die-in-boundary") {
       f.die_in_boundary = std::stoll(v);
+    } else if (k == "--die-at-start") {
+      f.die_at_start = std::stoll(v);
+    } else if (k == "--die-at-end") {
+      f.die_at_end = v == "1";
     } else if (k == "--bf16") {
       f.bf16 = v == "1";
     } else {
@@ -106,7 +125,12 @@ int run(const Flags& flags) {
       std::printf("membership residual %.17g\n", residualSum(elastic));
     }
   });
-  if (!elastic.start(0)) {
+  if (flags.die_at_start == 2) ::raise(SIGKILL);
+  const bool started = elastic.start(0, [&] {
+    if (flags.die_at_start == 1) ::raise(SIGKILL);
+    std::printf("parameters at the start sum to %.17g\n", sumOfParameters(elastic, net));
+  });
+  if (!started) {
     std::printf("not admitted: the group finished\n");
     return 0;
   }
@@ -149,6 +173,11 @@ int run(const Flags& flags) {
       return cumulus::kExitPreempted;
     }
   }
+  elastic.atEnd([&] {
+    if (flags.die_at_end) ::raise(SIGKILL);
+    std::printf("parameters at the end sum to %.17g over %d members\n",
+                sumOfParameters(elastic, net), elastic.size());
+  });
   elastic.finish();
   std::string bytes;
   for (const auto& p : net->parameters()) {

@@ -180,6 +180,65 @@ TEST(Quorum, AJoinerOfAFinishedGroupStopsWaiting) {
   EXPECT_EQ(store.tryGet(quorumFinishedKey(3)), "48");
 }
 
+// Before the first step (heal_everyone): every member reports the same steps, but the start-up's
+// collectives may have run on some and not on others, so all but one take that one's state.
+TEST(Quorum, AReformBeforeTheFirstStepHealsEveryoneFromOne) {
+  MemoryStore store;
+  const QuorumEpoch first = startAll(store, {"0.0.0", "0.1.0", "0.2.0"});
+  Quorum::markGone(store, 3, "0.1.0", "signal 9 (SIGKILL)");
+  auto a = std::async(std::launch::async, [&] {
+    return Quorum(store, optionsFor("0.0.0")).reform(first, 0, {}, /*heal_everyone=*/true);
+  });
+  auto b = std::async(std::launch::async, [&] {
+    return Quorum(store, optionsFor("0.2.0")).reform(first, 0, {}, /*heal_everyone=*/true);
+  });
+  const QuorumEpoch e = a.get();
+  EXPECT_EQ(e.encode(), b.get().encode());
+  EXPECT_EQ(e.members, (std::vector<std::string>{"0.0.0", "0.2.0"}));
+  EXPECT_EQ(e.step, 0);
+  EXPECT_EQ(e.source, 0);
+  EXPECT_EQ(e.stale, std::vector<int>{1});
+}
+
+// What an agent asks before it starts a replacement: nothing before epoch 0 closed (no group to
+// join), then the newest epoch's members not marked gone, and none once all are gone.
+TEST(Quorum, LiveMembersAreTheNewestEpochsNotMarkedGone) {
+  MemoryStore store;
+  EXPECT_FALSE(Quorum::liveMembers(store, 3).has_value());
+  const QuorumEpoch first = startAll(store, {"0.0.0", "0.1.0"});
+  EXPECT_EQ(Quorum::liveMembers(store, 3), (std::vector<std::string>{"0.0.0", "0.1.0"}));
+  Quorum::markGone(store, 3, "0.1.0", "signal 9 (SIGKILL)");
+  const QuorumEpoch second = Quorum(store, optionsFor("0.0.0")).reform(first, 4);
+  EXPECT_EQ(second.members, std::vector<std::string>{"0.0.0"});
+  store.set(quorumLatestKey(3), "0");  // an agent that reads between the record and the latest key
+  EXPECT_EQ(Quorum::liveMembers(store, 3), std::vector<std::string>{"0.0.0"});
+  Quorum::markGone(store, 3, "0.0.0", "exit code 1");
+  EXPECT_EQ(Quorum::liveMembers(store, 3), std::vector<std::string>{});
+}
+
+// A replacement waiting to join a group whose every member is gone stops waiting within a second
+// and says why, rather than waiting out its admission deadline (20 s here).
+TEST(Quorum, AJoinerWithNoMemberLeftToAdmitItStopsAtOnce) {
+  MemoryStore store;
+  startAll(store, {"0.0.0", "0.1.0"});
+  Quorum::markGone(store, 3, "0.0.0", "exit code 1");
+  Quorum::markGone(store, 3, "0.1.0", "exit code 1");
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    Quorum(store, optionsFor("0.1.1")).join();
+    FAIL() << "admitted";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kRendezvous);
+    EXPECT_NE(std::string(e.what()).find(
+                  "member 0.1.1 cannot join the group of generation 3: every member of its newest "
+                  "epoch is gone, so no member holds the training state; the launcher restarts "
+                  "the group from its newest checkpoint"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, milliseconds(10000));
+}
+
 TEST(Quorum, AMalformedRecordIsATypedErrorNamingTheKey) {
   try {
     QuorumEpoch::decode("{\"members\":[]", 3, 2);

@@ -266,9 +266,18 @@ TEST(RestartPolicy, InPlaceRestartsTheGroupWhenNoMemberIsLeft) {
   EXPECT_EQ(d.why, Why::kNoMembersLeft);
   EXPECT_EQ(d.restarts, 2);
   EXPECT_EQ(d.what, "rank 1 failed (exit code 1)");
-  EXPECT_EQ(printed([&](AgentConsole& c) { c.noMembersLeft(d.what); }),
+  EXPECT_EQ(printed([&](AgentConsole& c) { c.noMembersLeft(d.what, d.no_members); }),
             "cumulus-run: rank 1 failed (exit code 1), and no member of the group is left to go "
-            "on in place; stopping the group\n");
+            "on in place; stopping the group to restart it\n");
+  // The Store's reason, when it gave one, is what the line says.
+  GroupEnd none = workerFailed(1, exited(1));
+  none.members_left = false;
+  none.no_members = "no member of the group holds the training state any more";
+  d = policy.decide(none, 1);
+  EXPECT_EQ(d.action, Action::kRestart);
+  EXPECT_EQ(printed([&](AgentConsole& c) { c.noMembersLeft(d.what, d.no_members); }),
+            "cumulus-run: rank 1 failed (exit code 1), and no member of the group holds the "
+            "training state any more; stopping the group to restart it\n");
   // With none left it gives up as ever.
   d = policy.decide(lastMemberFailed(1, killed(SIGKILL)), 3);
   EXPECT_EQ(d.action, Action::kGiveUp);

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 import torch
@@ -204,10 +205,101 @@ class ElasticExample(unittest.TestCase):
             code, output = run(tmp, "--steps", "40")
             self.assertEqual(code, 0, output)
             code, output = run(tmp, "--steps", "40", "--lr", "0.1")
-        self.assertNotEqual(code, 0, output)
-        self.assertIn("elastic.py: " + os.path.join(tmp, "checkpoints") + " holds checkpoints of "
-                      "another config: relaunch with the same one, or use another directory",
-                      output)
+        self.assertEqual(code, 2, output)
+        self.assertIn("elastic.py: error: " + os.path.join(tmp, "checkpoints") + " holds "
+                      "checkpoints of another config: relaunch with the same one, or use another "
+                      "directory", output)
+        self.assertNotIn("starting a replacement", output)
+
+
+WORKER = os.path.join(HERE, "elastic_worker.py")
+WORKER_FINAL = re.compile(r"\[rank\d\] final parameters ([0-9a-f]{64}) at step (\d+)")
+
+
+def run_worker(*flags, on_line=None, timeout=240):
+    """cumulus-run (in place) with three workers of elastic_worker.py."""
+    command = [os.path.join(BIN, "cumulus-run"), "--nproc-per-node", "3", "--max-restarts", "3",
+               "--", "/usr/bin/python3", WORKER, *flags]
+    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    timer = threading.Timer(timeout, lambda: os.killpg(process.pid, signal.SIGKILL))
+    timer.start()
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if on_line:
+                on_line(line.rstrip("\n"), "".join(lines))
+        process.wait()
+    finally:
+        timer.cancel()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        process.stdout.close()
+    return process.returncode, "".join(lines)
+
+
+class ElasticEdges(unittest.TestCase):
+    """What recovery in place must not mistake for a lost machine, and replicas with buffers."""
+
+    def test_an_exception_in_one_ranks_step_ends_the_job_with_its_traceback(self):
+        code, output = run_worker("--raise-at", "20@1")
+        self.assertEqual(code, 2, output)
+        self.assertIn("Traceback (most recent call last):", output)
+        self.assertIn("ValueError: the step's own bug at step 20 on rank 1", output)
+        self.assertNotIn("starting a replacement", output)
+        self.assertNotIn("finished", output.splitlines()[-1])
+        self.assertIn("an error that a restart would repeat, so none was tried: "
+                      "elastic_worker.py: error: ValueError: the step's own bug at step 20 on "
+                      "rank 1", output.splitlines()[-1])
+
+    def test_an_error_every_rank_hits_ends_the_job_at_once(self):
+        """Every rank raises in its step: the job ends with the error, not a wait for admission."""
+        started = time.monotonic()
+        code, output = run_worker("--raise-at", "5@all")
+        self.assertEqual(code, 2, output)
+        self.assertLess(time.monotonic() - started, 60, output)
+        self.assertNotIn("not admitted", output)
+        self.assertIn("elastic_worker.py: error: ValueError: the step's own bug at step 5",
+                      output.splitlines()[-1])
+
+    def test_ranks_that_build_different_models_end_the_job_at_once(self):
+        started = time.monotonic()
+        code, output = run_worker("--differ")
+        self.assertEqual(code, 2, output)
+        self.assertLess(time.monotonic() - started, 60, output)
+        self.assertNotIn("not admitted", output)
+        self.assertIn("differ from rank 0's (shapes or dtypes): every rank must build the same "
+                      "model", output.splitlines()[-1])
+
+    def test_batch_norm_statistics_are_the_same_on_every_replica(self):
+        code, output = run_worker("--batch-norm")
+        self.assertEqual(code, 0, output)
+        finals = WORKER_FINAL.findall(output)
+        self.assertEqual(len(finals), 3, output)
+        self.assertEqual(len(set(finals)), 1, output)
+
+    def test_batch_norm_replicas_agree_after_a_death_and_a_heal(self):
+        killed = []
+
+        def kill_rank_one(line, seen):
+            if killed or "membership: epoch 0, rank 1 of 3" not in seen:
+                return
+            pid = re.search(r"membership: epoch 0, rank 1 of 3, step 0 \(start in [\d.]+ s\), "
+                            r"pid (\d+)", seen)
+            if pid:
+                os.kill(int(pid[1]), signal.SIGKILL)
+                killed.append(pid[1])
+
+        code, output = run_worker("--batch-norm", "--steps", "200", "--print-membership",
+                                  on_line=kill_rank_one)
+        self.assertTrue(killed, output)
+        self.assertEqual(code, 0, output)
+        finals = WORKER_FINAL.findall(output)
+        self.assertEqual(len(finals), 3, output)
+        self.assertEqual(len(set(finals)), 1, output)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,14 @@ void KillOnText::warning(const std::string& text) {
   inner_->warning(text);
 }
 
+KillAtRecord::KillAtRecord(std::shared_ptr<MetricsRecorder> inner, int64_t step)
+    : ForwardingRecorder(std::move(inner)), step_(step) {}
+
+void KillAtRecord::step(const StepRecord& record) {
+  if (record.step == step_) ::raise(SIGKILL);
+  inner_->step(record);
+}
+
 SigtermAtStep::SigtermAtStep(std::shared_ptr<MetricsRecorder> inner, int64_t step)
     : ForwardingRecorder(std::move(inner)), step_(step) {}
 

@@ -134,6 +134,19 @@ class KillOnText final : public ForwardingRecorder {
   std::string text_;
 };
 
+// Kills this process with SIGKILL as step `step` (1-based) is recorded, before its record's sum
+// over the ranks: a death in the step's boundary, after every member committed the step (the last
+// step's included, whose boundary is the run's last).
+class KillAtRecord final : public ForwardingRecorder {
+ public:
+  KillAtRecord(std::shared_ptr<MetricsRecorder> inner, int64_t step);
+
+  void step(const StepRecord& record) override;
+
+ private:
+  int64_t step_;
+};
+
 // Raises a real SIGTERM at this process when step `step` is recorded, which the loop does after
 // the step and before its boundary's agreement: the run then stops (or, in place, this member
 // leaves) there, as it would for a notice that arrived during that step.

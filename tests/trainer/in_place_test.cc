@@ -163,6 +163,17 @@ class InPlaceTest : public ::testing::Test {
     }
   }
 
+  // Waits for every worker of this job and makes a new Store for the next: another job.
+  void nextJob() {
+    for (auto& [id, w] : workers_) finish(id);
+    workers_.clear();
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      if (entry.path().filename().string().rfind("ledger", 0) == 0) fs::remove(entry.path());
+    }
+    server_ = std::make_unique<comm::StoreServer>("127.0.0.1", 0, kToken);
+    store_ = std::make_unique<comm::StoreClient>("127.0.0.1", server_->port(), kToken);
+  }
+
   void seen(const std::string& line) {
     std::lock_guard<std::mutex> lock(mutex_);
     lines_.push_back(line);
@@ -358,10 +369,36 @@ TEST_F(InPlaceTest, AStalledWorkerIsFencedOutAndRejoinsThroughTheHeal) {
   ledgerIsExact();
 }
 
-// Seeded random schedules of SIGKILLs (at a batch or mid-step) and notices on 4 workers: every
-// one ends with an exact ledger and identical replicas.
+// Deaths at the edges of a run (3 epochs of 16 steps): as the first step is drawn and in the
+// middle of it, in the middle of the last step, and in the last step's boundary once every member
+// committed it (its record's sum over the ranks), where the survivors re-form from step 48 and
+// run the last boundary again rather than skip it. Every run ends, with identical replicas and an
+// exact ledger.
+TEST_F(InPlaceTest, DeathsInTheFirstAndTheLastStepEndTheRun) {
+  const std::vector<std::vector<std::string>> cases = {{"--fault-kill", "0@0.1.0"},
+                                                       {"--fault-kill", "0@0.1.0+5"},
+                                                       {"--fault-kill", "47@0.1.0+5"},
+                                                       {"--fault-kill-in-record", "48@0.1.0"}};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE(cases[c][0] + " " + cases[c][1]);
+    startGroup(3, command(cases[c], "run" + std::to_string(c)));
+    EXPECT_EQ(finish("0.1.0").signal, SIGKILL) << finish("0.1.0").output;
+    identicalReplicas({"0.0.0", "0.2.0"});
+    ledgerIsExact();
+    if (c + 1 == cases.size()) {
+      EXPECT_NE(finish("0.0.0").output.find("training from step 48"), std::string::npos)
+          << finish("0.0.0").output;
+    }
+    nextJob();
+    if (HasFailure()) break;
+  }
+}
+
+// Seeded random schedules of SIGKILLs (at a batch or mid-step) and notices on 4 workers, a quarter
+// of them with a death in the first step and a quarter in the last: every one ends with an exact
+// ledger and identical replicas.
 TEST_F(InPlaceTest, RandomSchedulesOfDeathsAndNotices) {
-  for (int seed = 0; seed < 20; ++seed) {
+  for (int seed = 0; seed < 24; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 random(static_cast<uint32_t>(seed));
     std::vector<std::string> ids = {"0.0.0", "0.1.0", "0.2.0", "0.3.0"};
@@ -371,9 +408,11 @@ TEST_F(InPlaceTest, RandomSchedulesOfDeathsAndNotices) {
     std::string notice;
     std::set<std::string> survivors(ids.begin(), ids.end());
     for (int e = 0; e < events; ++e) {
-      const int step = 2 + static_cast<int>(random() % 40);
+      int step = static_cast<int>(random() % 48);
+      if (e == 0 && seed % 4 == 1) step = 0;   // the first step
+      if (e == 0 && seed % 4 == 2) step = 47;  // the last
       if (notice.empty() && random() % 3 == 0) {
-        notice = std::to_string(step) + "@" + ids[e];
+        notice = std::to_string(step + 1) + "@" + ids[e];  // after the step: 1-based
       } else {
         kills += (kills.empty() ? "" : ",") + std::to_string(step) + "@" + ids[e] +
                  (random() % 2 ? "+" + std::to_string(1 + random() % 20) : "");
@@ -389,13 +428,7 @@ TEST_F(InPlaceTest, RandomSchedulesOfDeathsAndNotices) {
     startGroup(4, command(faults, "run" + std::to_string(seed)));
     identicalReplicas(survivors);
     ledgerIsExact();
-    for (auto& [id, w] : workers_) finish(id);
-    workers_.clear();
-    for (const auto& entry : fs::directory_iterator(dir_)) {
-      if (entry.path().filename().string().rfind("ledger", 0) == 0) fs::remove(entry.path());
-    }
-    server_ = std::make_unique<comm::StoreServer>("127.0.0.1", 0, kToken);
-    store_ = std::make_unique<comm::StoreClient>("127.0.0.1", server_->port(), kToken);
+    nextJob();
     if (HasFailure()) break;
   }
 }
@@ -420,6 +453,47 @@ TEST_F(InPlaceTest, UnderCumulusRunAKilledWorkerIsReplacedAndHealed) {
   EXPECT_EQ(std::set<std::string>(finals.begin(), finals.end()).size(), 1u) << r.output;
   EXPECT_NE(r.output.find("state sent by rank 0 to rank(s) 2"), std::string::npos) << r.output;
   ledgerIsExact();
+}
+
+// A worker lost during start-up, before the first step, under cumulus-run: the other two re-form
+// in place inside their start-up (they do not exit), the agent starts a replacement, which joins
+// at a step boundary and is healed, and the job ends with three identical replicas.
+TEST_F(InPlaceTest, UnderCumulusRunADeathDuringStartUpIsReplacedAndHealed) {
+  const std::vector<std::string> train =
+      command({"--fault-kill-at-start", "0.1.0", "--fault-hold-for-joiner", "30"}, "run");
+  std::vector<std::string> argv = cumulus::testing::groupOf(
+      3, (dir_ / "logs").string(), train, {"--recovery=in_place", "--max-restarts=1"});
+  const ProcessResult r = runProcess(argv, cumulus::testing::aloneEnv(), {}, 180);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: rank 1 (member 0.1.0) died (signal SIGKILL); the group "
+                          "goes on without it; starting a replacement (member 0.1.1)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("training from step 0"), std::string::npos) << r.output;
+  const std::vector<std::string> finals = cumulus::testing::everyDigest(r.output);
+  EXPECT_EQ(finals.size(), 3u) << "every replica, the replacement included, finishes: " << r.output;
+  EXPECT_EQ(std::set<std::string>(finals.begin(), finals.end()).size(), 1u) << r.output;
+  ledgerIsExact();
+}
+
+// Every member of the group dies (both workers, at the same step): a replacement would have no one
+// to join and nothing to heal from, so the agent, seeing in the Store that no member is left,
+// restarts the group (from step 0: no checkpoint yet), which trains to the end.
+TEST_F(InPlaceTest, UnderCumulusRunAGroupWhoseEveryMemberDiedRestarts) {
+  const std::vector<std::string> train = command(
+      {"--fault-kill", "10@0.0.0,10@0.1.0", "--faults-in-generation", "0"}, "run");
+  std::vector<std::string> argv = cumulus::testing::groupOf(
+      2, (dir_ / "logs").string(), train, {"--recovery=in_place", "--max-restarts=3"});
+  const ProcessResult r = runProcess(argv, cumulus::testing::aloneEnv(), {}, 180);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("and no member of the group holds the training state any more; "
+                          "stopping the group to restart it"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("not admitted"), std::string::npos) << r.output;
+  const std::vector<std::string> finals = cumulus::testing::everyDigest(r.output);
+  EXPECT_EQ(finals.size(), 2u) << r.output;
+  EXPECT_EQ(std::set<std::string>(finals.begin(), finals.end()).size(), 1u) << r.output;
 }
 
 }  // namespace

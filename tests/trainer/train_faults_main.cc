@@ -17,12 +17,21 @@
 // --fault-stall SPEC                STEP@MEMBER+MS,…: that member sleeps MS ms when it draws STEP
 // --fault-kill-on MEMBER:TEXT       that member SIGKILLs itself when it records a note or warning
 //                                   containing TEXT (KillOnText)
+// --fault-kill-in-record SPEC       STEP@MEMBER,…: that member SIGKILLs itself as it records step
+//                                   STEP (1-based), in the step's boundary (KillAtRecord)
+// --fault-kill-at-start MEMBER      that member SIGKILLs itself once connected to the group,
+//                                   before the trainer's start-up collectives
+// --faults-in-generation G          the faults above apply only to workers of the launcher's
+//                                   generation G (CUMULUS_GENERATION): a restarted group's
+//                                   members, named as the first ones were, train without them
 // --fault-slow RANK+US              rank RANK sleeps US microseconds per sample of its share at
 //                                   every step, a slow worker (SlowSamples; trainer.balance)
 // --fault-hold-for-joiner STEP      every worker waits at step STEP until a joiner has taken the
 //                                   first join ticket in the Store (in place)
 // Everything after "--" goes to trainer::trainCommand unchanged; the faults enter through the
 // TrainerOptions customization, the seam cumulus-train's own main leaves empty.
+
+#include <signal.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -54,6 +63,9 @@ struct Faults {
   std::string stall;           // --fault-stall
   int64_t hold_step = -1;      // --fault-hold-for-joiner
   std::string kill_on;         // --fault-kill-on MEMBER:TEXT
+  std::string kill_in_record;  // --fault-kill-in-record
+  std::string kill_at_start;   // --fault-kill-at-start MEMBER
+  int64_t generation = -1;     // --faults-in-generation (-1: every generation)
   int64_t slow_rank = -1;      // --fault-slow RANK+US
   int64_t slow_us = 0;
 };
@@ -93,6 +105,12 @@ int parseFaults(int argc, char** argv, Faults& faults) {
       faults.stall = value;
     } else if (arg == "--fault-kill-on") {
       faults.kill_on = value;
+    } else if (arg == "--fault-kill-in-record") {
+      faults.kill_in_record = value;
+    } else if (arg == "--fault-kill-at-start") {
+      faults.kill_at_start = value;
+    } else if (arg == "--faults-in-generation") {
+      faults.generation = parseInteger(value, arg);
     } else if (arg == "--fault-slow") {
       const size_t plus = value.find('+');
       if (plus == std::string::npos) throw std::invalid_argument(arg + " '" + value + "': RANK+US");
@@ -111,7 +129,8 @@ int parseFaults(int argc, char** argv, Faults& faults) {
       throw std::invalid_argument(
           arg +
           ": unknown; use --fault-sigterm-at-step, --sample-ledger, "
-          "--fault-kill, --fault-stall, --fault-kill-on, --fault-slow, --fault-hold-for-joiner");
+          "--fault-kill, --fault-stall, --fault-kill-on, --fault-kill-in-record, "
+          "--fault-kill-at-start, --faults-in-generation, --fault-slow, --fault-hold-for-joiner");
     }
   }
   throw std::invalid_argument("missing \"--\" before cumulus-train's arguments");
@@ -143,11 +162,21 @@ std::pair<int64_t, int64_t> entryFor(const std::string& spec, const std::string&
   return {-1, 0};
 }
 
-void install(const Faults& faults, TrainerOptions& options) {
+void install(Faults faults, TrainerOptions& options) {
+  if (faults.generation >= 0 &&
+      cumulus::base::RunEnv::fromEnvironment().generation != faults.generation) {
+    faults.kill.clear();
+    faults.stall.clear();
+    faults.kill_on.clear();
+    faults.kill_in_record.clear();
+    faults.kill_at_start.clear();
+  }
   cumulus::ProcessGroup* group = options.group;
   const bool in_place = options.elastic != nullptr;
   const int64_t rank = group != nullptr ? group->rank() : 0;
   const std::string member = memberId();
+  // Called once the group is connected (in place: epoch 0), before the Trainer is built.
+  if (!faults.kill_at_start.empty() && faults.kill_at_start == member) ::raise(SIGKILL);
   const bool sigterm_here = faults.sigterm_member.empty()
                                 ? faults.sigterm_rank < 0 || faults.sigterm_rank == rank
                                 : faults.sigterm_member == member;
@@ -176,6 +205,11 @@ void install(const Faults& faults, TrainerOptions& options) {
     recorders.push_back([text = faults.kill_on.substr(colon + 1)](
                             std::shared_ptr<MetricsRecorder> inner) {
       return std::make_shared<KillOnText>(std::move(inner), text);
+    });
+  }
+  if (const int64_t step = entryFor(faults.kill_in_record, member).first; step >= 0) {
+    recorders.push_back([step](std::shared_ptr<MetricsRecorder> inner) {
+      return std::make_shared<KillAtRecord>(std::move(inner), step);
     });
   }
   if (!recorders.empty()) {

@@ -1,0 +1,86 @@
+"""A small cumulus.Elastic loop for elastic_test.py's faults that the example does not have: a
+model with batch norm (buffers), an exception raised by the step on chosen ranks, and ranks that
+build different models. Synthetic data from a fixed seed, so it needs no dataset.
+
+    cumulus-run --nproc-per-node 3 -- python3 elastic_worker.py --steps 60 [--raise-at S@R] ...
+
+Prints `final parameters <sha256 of every parameter and buffer> at step N` on every rank.
+"""
+import argparse
+import hashlib
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import cumulus
+
+
+def model_for(args, rank):
+    hidden = args.hidden + (rank if args.differ else 0)
+    layers = [torch.nn.Linear(16, hidden)]
+    if args.batch_norm:
+        layers.append(torch.nn.BatchNorm1d(hidden))
+    layers += [torch.nn.ReLU(), torch.nn.Linear(hidden, 4)]
+    return torch.nn.Sequential(*layers)
+
+
+def digest(model):
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--batch", type=int, default=48)
+    parser.add_argument("--hidden", type=int, default=32)
+    parser.add_argument("--batch-norm", action="store_true")
+    parser.add_argument("--differ", action="store_true", help="each rank's model is wider")
+    parser.add_argument("--print-membership", action="store_true")
+    parser.add_argument("--raise-at", default="", metavar="STEP@RANK",
+                        help="the step raises ValueError on that rank (RANK 'all': every rank)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rank = int(os.environ.get("RANK", "0"))
+
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(960, 16, generator=generator)
+    y = (x[:, :4].sum(1) > 0).long() + 2 * (x[:, 4:8].sum(1) > 0).long()
+    torch.manual_seed(1)
+    model = model_for(args, rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sampler = cumulus.DistributedSampler(len(x), args.batch, seed=1)
+    elastic = cumulus.Elastic(model, optimizer, sampler=sampler, config=f"{args}")
+    if args.print_membership:
+        elastic.on_membership_change(lambda m: print(
+            f"membership: epoch {m.epoch}, rank {m.rank} of {m.size}, step {m.step} "
+            f"({m.cause} in {m.seconds:.3f} s), pid {os.getpid()}", flush=True))
+    raise_step, _, raise_rank = args.raise_at.partition("@")
+    if not elastic.start():
+        return 0
+    while elastic.step < args.steps:
+        def step():
+            nxt = elastic.step + 1
+            if raise_step and nxt == int(raise_step) and raise_rank in ("all", str(elastic.rank)):
+                raise ValueError(f"the step's own bug at step {nxt} on rank {elastic.rank}")
+            idx = torch.tensor(sampler.local_indices(elastic.rank, elastic.size))
+            optimizer.zero_grad()
+            elastic.backward(F.cross_entropy(model(x[idx]), y[idx], reduction="sum") / args.batch)
+            optimizer.step()
+            sampler.advance()
+
+        elastic.train(step)
+        if elastic.step < args.steps:
+            elastic.boundary()
+    elastic.finish()
+    print(f"final parameters {digest(model)} at step {elastic.step}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
