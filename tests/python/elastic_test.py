@@ -282,6 +282,8 @@ class ElasticEdges(unittest.TestCase):
         self.assertEqual(len(set(finals)), 1, output)
 
     def test_batch_norm_replicas_agree_after_a_death_and_a_heal(self):
+        """Rank 1 is SIGKILLed as training starts: the others re-form, wait for its replacement,
+        heal it, and all three end with the same parameters and batch norm statistics."""
         killed = []
 
         def kill_rank_one(line, seen):
@@ -294,7 +296,7 @@ class ElasticEdges(unittest.TestCase):
                 killed.append(pid[1])
 
         code, output = run_worker("--batch-norm", "--steps", "200", "--print-membership",
-                                  on_line=kill_rank_one)
+                                  "--wait-for", "3", on_line=kill_rank_one)
         self.assertTrue(killed, output)
         self.assertEqual(code, 0, output)
         finals = WORKER_FINAL.findall(output)

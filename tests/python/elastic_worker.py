@@ -42,6 +42,8 @@ def main():
     parser.add_argument("--batch-norm", action="store_true")
     parser.add_argument("--differ", action="store_true", help="each rank's model is wider")
     parser.add_argument("--print-membership", action="store_true")
+    parser.add_argument("--wait-for", type=int, default=0,
+                        help="after losing a worker, wait for N workers again")
     parser.add_argument("--raise-at", default="", metavar="STEP@RANK",
                         help="the step raises ValueError on that rank (RANK 'all': every rank)")
     args = parser.parse_args()
@@ -55,7 +57,9 @@ def main():
     model = model_for(args, rank)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     sampler = cumulus.DistributedSampler(len(x), args.batch, seed=1)
-    elastic = cumulus.Elastic(model, optimizer, sampler=sampler, config=f"{args}")
+    config = f"hidden {args.hidden}, batch norm {args.batch_norm}, steps {args.steps}"
+    elastic = cumulus.Elastic(model, optimizer, sampler=sampler, config=config,
+                              wait_for_members=args.wait_for)
     if args.print_membership:
         elastic.on_membership_change(lambda m: print(
             f"membership: epoch {m.epoch}, rank {m.rank} of {m.size}, step {m.step} "
