@@ -254,7 +254,7 @@ void Trainer::Impl::lastBoundary(Evaluation& eval) {
   const double lr = schedule_->lr(done - 1);
   elastic_->atEnd([&] {
     if (diloco_) diloco_->syncAll(group_);  // agrees first where a failure cut it short
-    eval = evaluateAt(done, batches_->position().epoch);
+    eval = evaluateAt(done, batches_->position().epoch + 1);  // 1-based, as a step's record
     checkpoints_->saveFinalWeights(*model_);  // first: the weights survive a failed last one
     checkpoints_->save(checkpoints_->dueAtStepEnd(done, true), done, lr);
   });
@@ -495,8 +495,11 @@ void Trainer::Impl::finishRun(const Evaluation& last_eval, double loop_start, Ru
       static_cast<double>(total_steps_) / static_cast<double>(batches_->stepsPerEpoch());
   result.seconds = now() - loop_start;
   checkpoints_->saveFinalWeights(*model_);  // done at the last boundary unless nothing trained
-  // In place every replica hashes its own, so that tests can tell that they are identical.
-  if (env_.rank == 0 || inPlace()) result.parameter_digest = parameterDigest(*model_);
+  // In place, or with every rank logging, every replica hashes its own, so that one can tell that
+  // they are identical.
+  if (env_.rank == 0 || inPlace() || config_.trainer.log_all_ranks) {
+    result.parameter_digest = parameterDigest(*model_);
+  }
   RunSummary summary;
   summary.steps = result.steps;
   summary.epochs = result.epochs;

@@ -411,7 +411,7 @@ int train(const Flags& flags) {
   cumulus::DataParallelOptions options;
   options.algorithm = flags.algorithm;
   cumulus::DataParallel sync(*group, options);
-  sync.attach(job.net->parameters());  // rank 0's values everywhere
+  sync.attach(job.net->parameters(), job.net->buffers());  // rank 0's values everywhere
   cumulus::PreemptionWatcher preemption(cumulus::agreeOver(*group));
   preemption.start();
 

@@ -304,7 +304,7 @@ int train(const Flags& flags) {
   cumulus::Elastic elastic({[&] { return job.capture(); },
                             [&](const cumulus::Checkpoint& c) { job.restore(c); }, describe(flags)},
                            options);
-  elastic.attach(job.net->parameters());
+  elastic.attach(job.net->parameters(), job.net->buffers());  // buffers: kept identical
   elastic.onMembershipChange(printMembership);
 
   // A launch member resumes from the newest checkpoint; a replacement takes the state from a peer.

@@ -825,8 +825,8 @@ TEST_F(InPlaceTest, TheGroupRestartsWhenNoMemberIsLeft) {
   EXPECT_EQ(waitExitCode(agent), 0) << out();
   const std::string text = out();
   EXPECT_EQ(text.find("goes on without it"), std::string::npos) << text;
-  EXPECT_NE(text.find("cumulus-run: rank 0 failed (exit code 1), and no member of the group is "
-                      "left to go on in place; stopping the group\n"
+  EXPECT_NE(text.find("cumulus-run: rank 0 failed (exit code 1), and no member of the group "
+                      "holds the training state any more; stopping the group to restart it\n"
                       "cumulus-run: restarting the group (restart 1 of 3)\n"),
             std::string::npos)
       << text;
