@@ -2,6 +2,7 @@
 // share one command line (base/command_line.h), so a malformed number exits 2 naming the flag
 // and --help prints on stdout and exits 0.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,8 +11,10 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "tests/launch/free_port.h"
+#include "tests/trainer/process_runner.h"
 
 namespace {
 
@@ -164,5 +167,34 @@ TEST(LaunchCli, CumulusReportWritesTheRunsPage) {
   EXPECT_EQ(missing.err, "cumulus-report: error: " + dir +
                              "/nothing/metrics.jsonl: cannot read it; RUN_DIR is the "
                              "trainer.run_dir of a run (it holds metrics.jsonl)\n");
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+const std::string kBin = std::string(CUMULUS_BINARY_DIR) + "/bin/";
+
+// A fresh directory of this test's own.
+std::string freshDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+// An experiment YAML that is a FIFO no one writes: cumulus-run read it for its launch: section and
+// waited in open(2) for a writer. It is refused at once, naming it, before any worker starts.
+TEST(LaunchCli, CumulusRunRefusesAFifoExperimentAtOnce) {
+  const std::string dir = freshDir("launch_cli_fifo_run");
+  const std::string fifo = dir + "/x.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const cumulus::testing::ProcessResult r = cumulus::testing::runProcess(
+      {kBin + "cumulus-run", "--standalone", "--log-dir", dir + "/logs", "--", "/bin/true", fifo},
+      {}, {}, /*timeout_s=*/60);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "cumulus-run: error: " + fifo + ": is a FIFO, not a regular file\n");
   std::filesystem::remove_all(dir);
 }
