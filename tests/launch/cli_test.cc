@@ -198,3 +198,73 @@ TEST(LaunchCli, CumulusRunRefusesAFifoExperimentAtOnce) {
   EXPECT_EQ(r.output, "cumulus-run: error: " + fifo + ": is a FIFO, not a regular file\n");
   std::filesystem::remove_all(dir);
 }
+
+// metrics.jsonl as a FIFO no one writes: cumulus-report waited in open(2). Refused at once.
+TEST(LaunchCli, CumulusReportRefusesAFifoAtOnce) {
+  const std::string dir = freshDir("launch_cli_fifo_report");
+  const std::string fifo = dir + "/metrics.jsonl";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const cumulus::testing::ProcessResult r =
+      cumulus::testing::runProcess({kBin + "cumulus-report", dir}, {}, {}, /*timeout_s=*/60);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "cumulus-report: error: " + fifo + ": is a FIFO, not a regular file\n");
+  std::filesystem::remove_all(dir);
+}
+
+// A binary file is not "a run with no record yet": it is named as what it is not, with its first
+// bad line; an empty file still has no record yet.
+TEST(LaunchCli, CumulusReportTellsGarbageFromAnEmptyRun) {
+  const std::string dir = freshDir("launch_cli_report_garbage");
+  std::ofstream(dir + "/metrics.jsonl", std::ios::binary)
+      << std::string("\x7f\x45LF\x02\x01\x01\0\0\0\n\xff\xfe", 13);
+  const Outcome garbage = run("cumulus-report", dir);
+  EXPECT_EQ(garbage.exit_code, 2);
+  EXPECT_EQ(garbage.err, "cumulus-report: error: " + dir +
+                             "/metrics.jsonl: not a metrics.jsonl: line 1 is not a JSON record (a "
+                             "run's metrics.jsonl holds one JSON object a line)\n");
+  std::ofstream(dir + "/metrics.jsonl", std::ios::trunc);
+  const Outcome empty = run("cumulus-report", dir);
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_EQ(empty.err, "cumulus-report: error: " + dir + "/metrics.jsonl: no record in it yet\n");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/report.html"));
+  std::filesystem::remove_all(dir);
+}
+
+// A long run's metrics.jsonl takes the report memory for its page, not for its file: it used to
+// hold every record twice over. 100 000 train records and their evaluations and checkpoints
+// (17 MB) took 378 MB then and 15 MB now: the bound is 100 MB, the page under 1 MB, the status the
+// whole run's.
+TEST(LaunchCli, CumulusReportReadsALongRunInBoundedMemory) {
+  if (::access("/usr/bin/time", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/time to measure with";
+  const std::string dir = freshDir("launch_cli_report_long");
+  {
+    std::ofstream out(dir + "/metrics.jsonl");
+    for (int step = 1; step <= 100000; ++step) {
+      const std::string s = std::to_string(step);
+      out << R"({"type":"train","step":)" << s << R"(,"epoch":)" << step / 938
+          << R"(,"loss":0.5,"lr":0.05,"samples_per_sec":1234.5,"step_time_ms":51.8,)"
+          << R"("comm_wait_ms":3.2,"comm_bytes_sent":)" << s << R"(802816,"time":)" << s << "}\n";
+      if (step % 100 == 0) {
+        out << R"({"type":"eval","step":)" << s << R"(,"test_loss":0.5,"time":)" << s << "}\n";
+      }
+      if (step % 1000 == 0) {
+        out << R"({"type":"checkpoint","step":)" << s << R"(,"stall_ms":3.4,"time":)" << s << "}\n";
+      }
+    }
+  }
+  const cumulus::testing::ProcessResult r = cumulus::testing::runProcess(
+      {"/usr/bin/time", "-f", "max_rss_kb=%M", kBin + "cumulus-report", dir}, {}, {},
+      /*timeout_s=*/120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + dir +
+                          "/report.html: 101100 records (4226 of them in the page), state "
+                          "stopped, step 100000\n"),
+            std::string::npos)
+      << r.output;
+  const std::string rss = cumulus::testing::lastAfter(r.output, "max_rss_kb=");
+  ASSERT_FALSE(rss.empty()) << r.output;
+  EXPECT_LT(std::stol(rss), 100 * 1024) << r.output;
+  EXPECT_LT(std::filesystem::file_size(dir + "/report.html"), 1u << 20);
+  std::filesystem::remove_all(dir);
+}
