@@ -132,14 +132,35 @@ void MetricsServer::pollLoop() {
   }
 }
 
-std::string dashboardReport(const nlohmann::json& data) {
-  std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+std::string scriptSafeJson(const nlohmann::json& data) {
+  const std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Inside <script>, "</script" ends the script and "<!--" followed by "<script" makes the rest of
+  // the page script data, whatever JSON's quotes say. So no "<" at all: these characters can only
+  // stand inside JSON strings, where \uXXXX is the same character to JSON.parse and to JavaScript.
+  // U+2028 and U+2029 end a line in JavaScript before ES2019.
   std::string escaped;
   escaped.reserve(json.size());
   for (size_t i = 0; i < json.size(); ++i) {
-    escaped += json[i];
-    if (json[i] == '<' && i + 1 < json.size() && json[i + 1] == '/') escaped += '\\';
+    const char c = json[i];
+    if (c == '<') {
+      escaped += "\\u003c";
+    } else if (c == '>') {
+      escaped += "\\u003e";
+    } else if (c == '&') {
+      escaped += "\\u0026";
+    } else if (c == '\xe2' && i + 2 < json.size() && json[i + 1] == '\x80' &&
+               (json[i + 2] == '\xa8' || json[i + 2] == '\xa9')) {
+      escaped += json[i + 2] == '\xa8' ? "\\u2028" : "\\u2029";
+      i += 2;
+    } else {
+      escaped += c;
+    }
   }
+  return escaped;
+}
+
+std::string dashboardReport(const nlohmann::json& data) {
+  const std::string escaped = scriptSafeJson(data);
   const std::string& page = dashboardPage();
   const std::string marker = "const CUMULUS_EMBEDDED = null;";
   const size_t at = page.find(marker);

@@ -63,7 +63,11 @@ class MetricsServer {
 // The dashboard page (launch/dashboard.html, built in).
 const std::string& dashboardPage();
 // The page with `data` ({"records": […], "status": … or null}) built in: what cumulus-report
-// writes for a finished run. "</" in the data is written "<\/", so no record ends the script.
+// writes for a finished run. The data is written by scriptSafeJson.
 std::string dashboardReport(const nlohmann::json& data);
+// `data` as JSON that is safe inside an HTML <script>: no "<", ">" or "&" (written \u003c,
+// \u003e, \u0026), and U+2028, U+2029 written \u2028, \u2029; JSON.parse and JavaScript read it
+// as the same value. Invalid UTF-8 in a string becomes U+FFFD.
+std::string scriptSafeJson(const nlohmann::json& data);
 
 }  // namespace cumulus::launch

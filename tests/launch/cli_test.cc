@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "launch/metrics_server.h"
 #include "tests/launch/free_port.h"
 #include "tests/trainer/process_runner.h"
 
@@ -174,6 +177,11 @@ namespace {
 
 const std::string kBin = std::string(CUMULUS_BINARY_DIR) + "/bin/";
 
+std::string readAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 // A fresh directory of this test's own.
 std::string freshDir(const std::string& name) {
   const std::string dir = ::testing::TempDir() + "/" + name + "_" + std::to_string(::getpid());
@@ -267,4 +275,45 @@ TEST(LaunchCli, CumulusReportReadsALongRunInBoundedMemory) {
   EXPECT_LT(std::stol(rss), 100 * 1024) << r.output;
   EXPECT_LT(std::filesystem::file_size(dir + "/report.html"), 1u << 20);
   std::filesystem::remove_all(dir);
+}
+
+// "<!--<script>" in a record or in the run directory's path made the page's script never run
+// (the HTML parser reads "<!--" then "<script" inside a script as the start of an escaped one, and
+// the page's own "</script>" no longer ends it). The page's data holds no "<"; it parses back to
+// the same strings, and the page has exactly the dashboard's own markup.
+TEST(LaunchCli, CumulusReportKeepsMarkupInItsDataOutOfThePage) {
+  const std::string base = freshDir("launch_cli_report_markup");
+  const std::string dir = base + "/<!--<script>run</script>";  // "<" + "/script>": two directories
+  std::filesystem::create_directories(dir);
+  const std::string error = "<!--<script>alert(1)</script> & \u2028";
+  std::ofstream(dir + "/metrics.jsonl")
+      << R"({"type":"train","step":1,"loss":0.5,"time":1.0})"
+         "\n"
+      << nlohmann::json{{"type", "checkpoint_failed"}, {"step", 1}, {"error", error}, {"time", 2.0}}
+             .dump()
+      << "\n";
+  const cumulus::testing::ProcessResult r =
+      cumulus::testing::runProcess({kBin + "cumulus-report", dir}, {}, {}, /*timeout_s=*/60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string html = readAll(dir + "/report.html");
+  const std::string marker = "const CUMULUS_EMBEDDED = ";
+  const size_t at = html.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  const size_t end = html.find("; // replaced by cumulus-report\n", at);
+  ASSERT_NE(end, std::string::npos);
+  const std::string data = html.substr(at + marker.size(), end - at - marker.size());
+  EXPECT_EQ(data.find('<'), std::string::npos) << data;
+  const nlohmann::json parsed = nlohmann::json::parse(data);
+  EXPECT_EQ(parsed["status"]["run_id"], dir);
+  EXPECT_EQ(parsed["records"][1]["error"], error);
+  const auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t i = text.find(what); i != std::string::npos; i = text.find(what, i + 1)) ++n;
+    return n;
+  };
+  const std::string& page = cumulus::launch::dashboardPage();
+  for (const std::string what : {"<!--", "<script", "</script"}) {
+    EXPECT_EQ(count(html, what), count(page, what)) << what;
+  }
+  std::filesystem::remove_all(base);
 }

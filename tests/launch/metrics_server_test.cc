@@ -182,18 +182,21 @@ TEST_F(MetricsServerTest, APortInUseNamesTheFlag) {
   }
 }
 
-TEST(DashboardReportTest, BuildsTheDataIntoThePageAndEscapesScriptEnds) {
-  const std::string page = dashboardReport(
-      {{"records", {{{"type", "note"}, {"text", "</script><b>"}}}}, {"status", nullptr}});
+// Inside <script>, "</script" would end the script and "<!--" followed by "<script" would make
+// the rest of the page script data: the data holds no "<" at all (nor ">", "&", U+2028), and
+// parses back to the same strings.
+TEST(DashboardReportTest, BuildsTheDataIntoThePageWithoutMarkupInIt) {
+  const nlohmann::json data = {
+      {"records", {{{"type", "note"}, {"text", "<!--<script></script><b>&\u2028"}}}},
+      {"status", nullptr}};
+  const std::string page = dashboardReport(data);
   EXPECT_EQ(page.find("const CUMULUS_EMBEDDED = null;"), std::string::npos);
-  EXPECT_NE(
-      page.find(
-          R"(const CUMULUS_EMBEDDED = {"records":[{"text":"<\/script><b>","type":"note"}],"status":null};)"),
-      std::string::npos);
-  EXPECT_EQ(page.size(),
-            dashboardPage().size() - 4 +
-                std::string(R"({"records":[{"text":"<\/script><b>","type":"note"}],"status":null})")
-                    .size());
+  const std::string expected =
+      R"({"records":[{"text":"\u003c!--\u003cscript\u003e\u003c/script\u003e\u003cb\u003e\u0026)"
+      R"(\u2028","type":"note"}],"status":null})";
+  EXPECT_NE(page.find("const CUMULUS_EMBEDDED = " + expected + ";"), std::string::npos);
+  EXPECT_EQ(page.size(), dashboardPage().size() - 4 + expected.size());
+  EXPECT_EQ(nlohmann::json::parse(expected), data);
 }
 
 }  // namespace
