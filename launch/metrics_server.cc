@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "comm/store.h"
+#include "launch/bounded_http_server.h"
 
 namespace cumulus::launch {
 namespace {
@@ -24,15 +25,13 @@ void noCache(httplib::Response& response) {
 
 MetricsServer::MetricsServer(const std::string& host, int port, JobMetrics& metrics,
                              comm::Store& store)
-    : metrics_(metrics), store_(store), server_(std::make_unique<httplib::Server>()) {
+    : metrics_(metrics),
+      store_(store),
+      // A connection holds a serving thread while it is open (idle keep-alive included): enough
+      // of them for Prometheus and a few browsers, and short limits for the rest, a slow client's
+      // included (launch/bounded_http_server.h).
+      server_(std::make_unique<BoundedHttpServer>(kServingThreads, BoundedHttpServer::Limits{})) {
   httplib::Server& s = *server_;
-  // A connection holds a serving thread while it is open (idle keep-alive included): enough of
-  // them for Prometheus and a few browsers, and a short idle limit for the rest.
-  s.new_task_queue = [] { return new httplib::ThreadPool(kServingThreads); };
-  s.set_read_timeout(1, 0);
-  s.set_write_timeout(2, 0);
-  s.set_keep_alive_timeout(2);
-  s.set_keep_alive_max_count(100);
   s.set_payload_max_length(4096);
   // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
   // listener share a port in use instead of failing.
@@ -85,7 +84,7 @@ MetricsServer::MetricsServer(const std::string& host, int port, JobMetrics& metr
   s.Patch(".*", refuse);
   s.Delete(".*", refuse);
   s.Options(".*", refuse);
-  port_ = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
+  port_ = server_->bind(host, port);
   if (port_ <= 0) {
     throw std::runtime_error(
         "--metrics-port " + std::to_string(port) + ": cannot listen on " + host + ":" +
