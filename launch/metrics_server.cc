@@ -1,6 +1,8 @@
 #include "launch/metrics_server.h"
 
 #include <httplib.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -129,6 +131,36 @@ void MetricsServer::pollLoop() {
     stop_changed_.wait_for(lock, std::chrono::milliseconds(250),
                            [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return stopping_; });
   }
+}
+
+Exposure exposureOf(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return Exposure::kNetwork;
+  Exposure exposure = Exposure::kThisMachine;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    bool any = false;
+    bool loopback = false;
+    if (a->ai_family == AF_INET) {
+      const uint32_t address =
+          ntohl(reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr.s_addr);
+      any = address == INADDR_ANY;
+      loopback = (address >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const in6_addr& address = reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr;
+      any = IN6_IS_ADDR_UNSPECIFIED(&address);
+      loopback = IN6_IS_ADDR_LOOPBACK(&address);
+    }
+    if (any) {
+      exposure = Exposure::kEveryAddress;
+      break;
+    }
+    if (!loopback) exposure = Exposure::kNetwork;
+  }
+  ::freeaddrinfo(found);
+  return exposure;
 }
 
 std::string scriptSafeJson(const nlohmann::json& data) {

@@ -60,6 +60,12 @@ class MetricsServer {
   base::Mutex poll_mutex_;  // one poll at a time
 };
 
+// Who can reach a server bound to `host` (--metrics-host): this machine alone (every address it
+// resolves to is a loopback one), every address of this machine (0.0.0.0, ::), or other machines
+// through one address. A host that does not resolve counts as the last. Blocks for name resolution.
+enum class Exposure { kThisMachine, kEveryAddress, kNetwork };
+Exposure exposureOf(const std::string& host);
+
 // The dashboard page (launch/dashboard.html, built in).
 const std::string& dashboardPage();
 // The page with `data` ({"records": […], "status": … or null}) built in: what cumulus-report

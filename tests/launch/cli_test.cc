@@ -207,6 +207,44 @@ TEST(LaunchCli, CumulusRunRefusesAFifoExperimentAtOnce) {
   std::filesystem::remove_all(dir);
 }
 
+// --metrics-host on an address other machines reach says so on the console: the endpoint has no
+// authentication.
+TEST(LaunchCli, CumulusRunWarnsThatAnExposedMetricsHostHasNoAuthentication) {
+  const std::string dir = freshDir("launch_cli_exposed");
+  const std::string port = std::to_string(cumulus::testing::freePort());
+  const cumulus::testing::ProcessResult r = cumulus::testing::runProcess(
+      {kBin + "cumulus-run", "--standalone", "--log-dir", dir, "--metrics-port", port,
+       "--metrics-host", "0.0.0.0", "--", "/bin/true"},
+      {}, {}, /*timeout_s=*/60);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: live metrics: http://0.0.0.0:" + port +
+                          "/ (dashboard), http://0.0.0.0:" + port +
+                          "/metrics (Prometheus)\n"
+                          "cumulus-run: warning: --metrics-host 0.0.0.0 serves this job's "
+                          "dashboard and metrics (its run id, loss and every record its workers "
+                          "write) on every address of this machine, port " +
+                          port +
+                          ", with no authentication: anyone who can reach that port can read "
+                          "them; keep the default 127.0.0.1 to serve this machine alone (an SSH "
+                          "tunnel reaches it from elsewhere), or firewall the port\n"),
+            std::string::npos)
+      << r.output;
+  const cumulus::testing::ProcessResult local = cumulus::testing::runProcess(
+      {kBin + "cumulus-run", "--standalone", "--log-dir", dir, "--metrics-port", port,
+       "--metrics-host", "localhost", "--", "/bin/true"},
+      {}, {}, /*timeout_s=*/60);
+  EXPECT_EQ(local.exit_code, 0) << local.output;
+  EXPECT_NE(local.output.find("cumulus-run: live metrics: http://localhost:"), std::string::npos)
+      << local.output;
+  EXPECT_EQ(local.output.find("warning"), std::string::npos) << local.output;
+  EXPECT_EQ(cumulus::launch::exposureOf("127.0.0.1"), cumulus::launch::Exposure::kThisMachine);
+  EXPECT_EQ(cumulus::launch::exposureOf("::1"), cumulus::launch::Exposure::kThisMachine);
+  EXPECT_EQ(cumulus::launch::exposureOf("::"), cumulus::launch::Exposure::kEveryAddress);
+  EXPECT_EQ(cumulus::launch::exposureOf("192.0.2.7"), cumulus::launch::Exposure::kNetwork);
+  std::filesystem::remove_all(dir);
+}
+
 // metrics.jsonl as a FIFO no one writes: cumulus-report waited in open(2). Refused at once.
 TEST(LaunchCli, CumulusReportRefusesAFifoAtOnce) {
   const std::string dir = freshDir("launch_cli_fifo_report");
