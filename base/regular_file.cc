@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -24,7 +26,7 @@ Fd openRegularFile(const std::string& path, std::string& problem) {
   problem.clear();
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) {
-    problem = errno == ENOENT ? "not found" : std::string("cannot open: ") + std::strerror(errno);
+    problem = errno == ENOENT ? kNotFound : std::string("cannot open: ") + std::strerror(errno);
     return Fd();
   }
   struct stat st {};
@@ -42,6 +44,25 @@ Fd openRegularFile(const std::string& path, std::string& problem) {
     return Fd();
   }
   return fd;
+}
+
+std::optional<std::string> readRegularFile(const std::string& path, std::string& problem,
+                                           size_t at_most) {
+  const Fd fd = openRegularFile(path, problem);
+  if (!fd.valid()) return std::nullopt;
+  std::string bytes;
+  char chunk[1 << 16];
+  while (bytes.size() < at_most) {
+    const ssize_t n = ::read(fd.get(), chunk, std::min(sizeof chunk, at_most - bytes.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      problem = std::string("cannot read: ") + std::strerror(errno);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    bytes.append(chunk, static_cast<size_t>(n));
+  }
+  return bytes;
 }
 
 }  // namespace cumulus::base

@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
-#include <sstream>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 
 #include <nlohmann/json.hpp>
+
+#include "base/regular_file.h"
 
 namespace cumulus::comm {
 namespace {
@@ -412,11 +414,12 @@ void CostModel::save(const std::string& path) const {
 // format, and a re-run of `cumulus-bench calibrate` rewrites them (the committed ones under
 // bench/results/ were converted).
 CostModel CostModel::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read cost model file '" + path + "'");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  // Only a regular file: every worker reads it as it connects, and a FIFO would hold them all in
+  // open(2) until a writer came.
+  std::string problem;
+  const std::optional<std::string> read = base::readRegularFile(path, problem);
+  if (!read) throw std::runtime_error("cost model file '" + path + "': " + problem);
+  const std::string& text = *read;
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] != '{' &&
       (text.compare(first, 1, "#") == 0 || text.compare(first, 8, "alpha_s ") == 0)) {

@@ -11,8 +11,9 @@
 // Exit status: 0 success (diff: no difference), 1 diff found differences, 2 any error.
 #include <fstream>
 #include <iostream>
-#include <sstream>
+#include <optional>
 
+#include "base/regular_file.h"
 #include "configs/cli.h"
 #include "configs/digest.h"
 #include "configs/parse.h"
@@ -29,11 +30,10 @@ int reference(const std::string& path) {
     std::cout << referenceMarkdown();
     return 0;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw base::UsageError("cannot read " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string updated = withReferenceSection(text.str());
+  std::string problem;
+  const std::optional<std::string> text = base::readRegularFile(path, problem);
+  if (!text) throw base::UsageError(path + ": " + problem);
+  std::string updated = withReferenceSection(*text);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << updated;
   if (!out.flush()) throw base::UsageError("cannot write " + path);

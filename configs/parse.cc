@@ -6,10 +6,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 
+#include "base/regular_file.h"
 #include "base/suggest.h"
 #include "configs/schema.h"
 #include "configs/yaml_reader.h"
@@ -572,15 +573,14 @@ Experiment loadExperiment(const std::string& path, const std::vector<std::string
   if (S_ISREG(info.st_mode) && static_cast<uint64_t>(info.st_size) > limit) {
     throw ConfigError(path + ": " + sizeLimitMessage(static_cast<size_t>(info.st_size), limit));
   }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw ConfigError(path + ": cannot open the experiment file: " + std::strerror(errno));
-  // Read at most one byte past the limit: a FIFO or /dev/zero has no size to stat.
-  std::string text(limit + 1, '\0');
-  file.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(file.gcount()));
-  if (file.bad()) throw ConfigError(path + ": error while reading the experiment file");
-  if (text.size() > limit) throw ConfigError(path + ": " + sizeLimitMessage(0, limit));
-  return parseExperiment(text, path, overrides);
+  // A FIFO would block open(2) until a writer came (and the trainer's SIGTERM handling with it),
+  // a device could be read forever: only a regular file is read. At most one byte past the
+  // limit: the file may have grown since the stat.
+  std::string problem;
+  const std::optional<std::string> text = base::readRegularFile(path, problem, limit + 1);
+  if (!text) throw ConfigError(path + ": " + problem);
+  if (text->size() > limit) throw ConfigError(path + ": " + sizeLimitMessage(0, limit));
+  return parseExperiment(*text, path, overrides);
 }
 
 }  // namespace cumulus::configs

@@ -53,6 +53,16 @@ void AgentConsole::generationFormed(int64_t generation, const std::string& node_
       static_cast<long long>(last_rank));
 }
 
+void AgentConsole::metricsExposed(const std::string& host, int port, bool every_address) {
+  const std::string where =
+      every_address ? "every address of this machine" : "an address other machines reach";
+  say("warning: --metrics-host %s serves this job's dashboard and metrics (its run id, loss and "
+      "every record its workers write) on %s, port %d, with no authentication: anyone who can "
+      "reach that port can read them; keep the default 127.0.0.1 to serve this machine alone (an "
+      "SSH tunnel reaches it from elsewhere), or firewall the port",
+      host.c_str(), where.c_str(), port);
+}
+
 void AgentConsole::inPlaceFallsBack() {
   say("launch.recovery in_place is not possible with comm.algorithm funnel (its parameter server "
       "serves one world size); a failure restarts the group instead");

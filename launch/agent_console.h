@@ -34,6 +34,9 @@ class AgentConsole {
   void pollingNotices(const std::string& source);
   void noticeWarning(const std::string& line);  // the notice source's own words, as they are
   void parameterServer(const std::string& endpoint);
+  // --metrics-host names an address other machines reach: says what is served there, to whom.
+  // `every_address` for a wildcard host (0.0.0.0, ::).
+  void metricsExposed(const std::string& host, int port, bool every_address);
   // launch.recovery in_place asked for with the funnel's parameter server.
   void inPlaceFallsBack();
   // In place was asked for, but generation g's workers never formed an in-place group.

@@ -116,8 +116,18 @@ void JobMetrics::addRecord(const nlohmann::json& record) {
   addLocked(record);
 }
 
+void JobMetrics::foldRecord(const nlohmann::json& record) {
+  base::MutexLock lock(mutex_);
+  if (record.is_object()) countAndFold(record);
+}
+
 void JobMetrics::addLocked(nlohmann::json record) {
   if (!record.is_object()) return;
+  countAndFold(record);
+  records_.push_back(std::move(record));
+}
+
+void JobMetrics::countAndFold(const nlohmann::json& record) {
   try {
     fold(record);
   } catch (const nlohmann::json::exception&) {
@@ -126,7 +136,6 @@ void JobMetrics::addLocked(nlohmann::json record) {
     ++malformed_;
   }
   ++received_;
-  records_.push_back(std::move(record));
 }
 
 void JobMetrics::fold(const nlohmann::json& record) {

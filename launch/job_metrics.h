@@ -78,6 +78,9 @@ class JobMetrics {
 
   // A record the writing rank wrote to metrics.jsonl (trainer/metrics.h).
   void addRecord(const nlohmann::json& record);
+  // What `record` tells the metrics and the status, without keeping it for records(): for
+  // cumulus-report, which reads a whole metrics.jsonl and keeps its own selection of it.
+  void foldRecord(const nlohmann::json& record);
   void setRankStatus(int64_t rank, const nlohmann::json& status);
   // Reads the records and statuses the workers sent since the last call (and removes the records
   // from the Store). A record whose number was taken but never written (its sender died between
@@ -91,6 +94,8 @@ class JobMetrics {
 
  private:
   void addLocked(nlohmann::json record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // fold() that counts the record, and the malformed ones, instead of throwing.
+  void countAndFold(const nlohmann::json& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // What a record tells the metrics. Throws nlohmann::json::exception on a field of another type.
   void fold(const nlohmann::json& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The families of prometheus(), under the lock.

@@ -490,6 +490,11 @@ void Launcher::startMetrics() {
   const std::string where =
       "http://" + options_.metrics_host + ":" + std::to_string(st.metrics_server->port());
   st.console.note("live metrics: " + where + "/ (dashboard), " + where + "/metrics (Prometheus)");
+  const Exposure exposure = exposureOf(options_.metrics_host);
+  if (exposure != Exposure::kThisMachine) {
+    st.console.metricsExposed(options_.metrics_host, st.metrics_server->port(),
+                              exposure == Exposure::kEveryAddress);
+  }
 }
 
 }  // namespace cumulus::launch

@@ -92,7 +92,8 @@ Line attach(const std::string& netns, const std::string& device, int mark, int h
   Line line;
   line.netns = netns;
   const std::string path = netns.find('/') == std::string::npos ? "/var/run/netns/" + netns : netns;
-  const int ns = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO at that path would hold open(2) until a writer came; setns refuses it.
+  const int ns = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (ns < 0) throw std::runtime_error(errnoText("cannot open network namespace " + path));
   if (::setns(ns, CLONE_NEWNET) != 0) {
     ::close(ns);

@@ -1,6 +1,8 @@
 #include "launch/metrics_server.h"
 
 #include <httplib.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -8,6 +10,7 @@
 #include <utility>
 
 #include "comm/store.h"
+#include "launch/bounded_http_server.h"
 
 namespace cumulus::launch {
 namespace {
@@ -24,15 +27,13 @@ void noCache(httplib::Response& response) {
 
 MetricsServer::MetricsServer(const std::string& host, int port, JobMetrics& metrics,
                              comm::Store& store)
-    : metrics_(metrics), store_(store), server_(std::make_unique<httplib::Server>()) {
+    : metrics_(metrics),
+      store_(store),
+      // A connection holds a serving thread while it is open (idle keep-alive included): enough
+      // of them for Prometheus and a few browsers, and short limits for the rest, a slow client's
+      // included (launch/bounded_http_server.h).
+      server_(std::make_unique<BoundedHttpServer>(kServingThreads, BoundedHttpServer::Limits{})) {
   httplib::Server& s = *server_;
-  // A connection holds a serving thread while it is open (idle keep-alive included): enough of
-  // them for Prometheus and a few browsers, and a short idle limit for the rest.
-  s.new_task_queue = [] { return new httplib::ThreadPool(kServingThreads); };
-  s.set_read_timeout(1, 0);
-  s.set_write_timeout(2, 0);
-  s.set_keep_alive_timeout(2);
-  s.set_keep_alive_max_count(100);
   s.set_payload_max_length(4096);
   // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
   // listener share a port in use instead of failing.
@@ -85,7 +86,7 @@ MetricsServer::MetricsServer(const std::string& host, int port, JobMetrics& metr
   s.Patch(".*", refuse);
   s.Delete(".*", refuse);
   s.Options(".*", refuse);
-  port_ = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
+  port_ = server_->bind(host, port);
   if (port_ <= 0) {
     throw std::runtime_error(
         "--metrics-port " + std::to_string(port) + ": cannot listen on " + host + ":" +
@@ -132,14 +133,65 @@ void MetricsServer::pollLoop() {
   }
 }
 
-std::string dashboardReport(const nlohmann::json& data) {
-  std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+Exposure exposureOf(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return Exposure::kNetwork;
+  Exposure exposure = Exposure::kThisMachine;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    bool any = false;
+    bool loopback = false;
+    if (a->ai_family == AF_INET) {
+      const uint32_t address =
+          ntohl(reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr.s_addr);
+      any = address == INADDR_ANY;
+      loopback = (address >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const in6_addr& address = reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr;
+      any = IN6_IS_ADDR_UNSPECIFIED(&address);
+      loopback = IN6_IS_ADDR_LOOPBACK(&address);
+    }
+    if (any) {
+      exposure = Exposure::kEveryAddress;
+      break;
+    }
+    if (!loopback) exposure = Exposure::kNetwork;
+  }
+  ::freeaddrinfo(found);
+  return exposure;
+}
+
+std::string scriptSafeJson(const nlohmann::json& data) {
+  const std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Inside <script>, "</script" ends the script and "<!--" followed by "<script" makes the rest of
+  // the page script data, whatever JSON's quotes say. So no "<" at all: these characters can only
+  // stand inside JSON strings, where \uXXXX is the same character to JSON.parse and to JavaScript.
+  // U+2028 and U+2029 end a line in JavaScript before ES2019.
   std::string escaped;
   escaped.reserve(json.size());
   for (size_t i = 0; i < json.size(); ++i) {
-    escaped += json[i];
-    if (json[i] == '<' && i + 1 < json.size() && json[i + 1] == '/') escaped += '\\';
+    const char c = json[i];
+    if (c == '<') {
+      escaped += "\\u003c";
+    } else if (c == '>') {
+      escaped += "\\u003e";
+    } else if (c == '&') {
+      escaped += "\\u0026";
+    } else if (c == '\xe2' && i + 2 < json.size() && json[i + 1] == '\x80' &&
+               (json[i + 2] == '\xa8' || json[i + 2] == '\xa9')) {
+      escaped += json[i + 2] == '\xa8' ? "\\u2028" : "\\u2029";
+      i += 2;
+    } else {
+      escaped += c;
+    }
   }
+  return escaped;
+}
+
+std::string dashboardReport(const nlohmann::json& data) {
+  const std::string escaped = scriptSafeJson(data);
   const std::string& page = dashboardPage();
   const std::string marker = "const CUMULUS_EMBEDDED = null;";
   const size_t at = page.find(marker);

@@ -26,14 +26,30 @@ void OutputMux::add(int rank, int fd, const std::string& log_path, std::string l
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   finish(rank);
   if (label.empty()) label = "rank" + std::to_string(rank);
-  streams_[rank] = Stream{fd, log, {}, std::move(label)};
+  streams_[rank] = Stream{fd, log, {}, std::move(label), {}};
 }
 
-void OutputMux::line(int rank, const Stream& s, const char* data, size_t size) {
+void OutputMux::line(int rank, Stream& s, const char* data, size_t size) {
   std::fprintf(console_, "[%s] %.*s\n", s.label.c_str(), static_cast<int>(size), data);
   const std::string_view text(data, size);
+  const size_t indent = text.find_first_not_of(" \t");
+  if (!s.marked_last.empty() && indent > 0 && indent != std::string_view::npos) {
+    // A continuation of the marked line before it: the launcher's report repeats one line, and
+    // without this it would end at "differs in 1 key:".
+    for (const std::string& marker : s.marked_last) {
+      std::string& marked = marked_[{rank, marker}];
+      if (marked.size() >= kMaxMarkedLine) continue;
+      marked += marked.back() == ':' ? " " : "; ";
+      marked += text.substr(indent);
+      if (marked.size() > kMaxMarkedLine) marked.resize(kMaxMarkedLine);
+    }
+    return;
+  }
+  s.marked_last.clear();
   for (const std::string& marker : markers_) {
-    if (text.find(marker) != std::string_view::npos) marked_[{rank, marker}] = std::string(text);
+    if (text.find(marker) == std::string_view::npos) continue;
+    marked_[{rank, marker}] = std::string(text);
+    s.marked_last.push_back(marker);
   }
 }
 

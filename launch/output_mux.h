@@ -29,7 +29,10 @@ class OutputMux {
   bool following(int rank) const { return streams_.count(rank) > 0; }
   // Remembers, per rank and marker, the last line that contains `marker` (a worker's
   // "preempted at step S, checkpoint PATH", its "error: " line), so the launcher can repeat it in
-  // its own report.
+  // its own report. The indented lines right after it are part of it (an error that lists what
+  // it is about below, as "differs in 2 keys:\n  a: 1 -> 2\n  b: 3 -> 4"): each is joined to it
+  // without its indent, after a space where the text so far ends in ':', else after "; "
+  // ("differs in 2 keys: a: 1 -> 2; b: 3 -> 4"), up to kMaxMarkedLine bytes in all.
   void watchFor(std::string marker) { markers_.push_back(std::move(marker)); }
   // "" when `rank` printed no line with `marker` (or `marker` is not watched).
   std::string lastMarkedLine(int rank, const std::string& marker) const {
@@ -38,16 +41,19 @@ class OutputMux {
   }
 
  private:
+  static constexpr size_t kMaxMarkedLine = 4096;
+
   struct Stream {
     int fd = -1;
     FILE* log = nullptr;
     std::string pending;
     std::string label;
+    std::vector<std::string> marked_last;  // the markers the stream's last line had
   };
   void emit(int rank, Stream& s, bool flush_partial);
   bool drain(int rank, Stream& s);  // returns false at EOF
 
-  void line(int rank, const Stream& s, const char* data, size_t size);
+  void line(int rank, Stream& s, const char* data, size_t size);
 
   FILE* console_;
   std::map<int, Stream> streams_;

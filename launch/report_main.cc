@@ -4,19 +4,19 @@
 //
 //   cumulus-report RUN_DIR [-o FILE]     (default FILE: RUN_DIR/report.html)
 //
-// Prints the path it wrote and what the run did. A line of metrics.jsonl that is not a JSON object
-// (the torn last line of a killed run) is skipped and counted. Exit codes: 0 written; 1 the page
-// could not be written; 2 usage (no such run directory, no metrics.jsonl in it, no record).
+// Prints the path it wrote and what the run did. The file is read line by line and the page holds
+// a bounded selection of its records (launch/run_report.h); a line that is not a JSON object (the
+// torn line of a killed run) is skipped and counted. Exit codes: 0 written; 1 the page could not
+// be written; 2 usage (no such run directory, no metrics.jsonl in it, no record, not a
+// metrics.jsonl, not a regular file).
 
 #include <fstream>
 #include <iostream>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "base/command_line.h"
-#include "launch/job_metrics.h"
 #include "launch/metrics_server.h"
+#include "launch/run_report.h"
 
 namespace {
 
@@ -24,13 +24,6 @@ using namespace cumulus::launch;
 namespace base = cumulus::base;
 
 constexpr const char* kProgram = "cumulus-report";
-
-// The state a finished run's records tell.
-std::string stateOf(const nlohmann::json& last_end) {
-  if (last_end.is_null()) return "stopped";
-  const std::string type = last_end.value("type", "");
-  return type == "summary" ? "finished" : type == "preempted" ? "preempted" : "stopped";
-}
 
 int runMain(int argc, char** argv) {
   CLI::App app{"Writes a run's dashboard as one static HTML page.", kProgram};
@@ -41,44 +34,25 @@ int runMain(int argc, char** argv) {
   app.add_option("-o,--output", out, "the page to write (default RUN_DIR/report.html)")
       ->type_name("FILE");
   if (!base::parseCommandLine(app, argc, argv)) return 0;
-  const std::string metrics_path = run_dir + "/metrics.jsonl";
-  std::ifstream in(metrics_path);
-  if (!in) {
-    throw base::UsageError(metrics_path +
-                           ": cannot read it; RUN_DIR is the trainer.run_dir of "
-                           "a run (it holds metrics.jsonl)");
-  }
-  JobMetrics metrics(run_dir);
-  nlohmann::json records = nlohmann::json::array();
-  nlohmann::json last_end;
-  int64_t skipped = 0;
-  std::string line;
-  while (std::getline(in, line)) {
-    nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
-    if (!record.is_object()) {
-      ++skipped;
-      continue;
-    }
-    const std::string type = record.value("type", "");
-    if (type == "summary" || type == "preempted" || type == "resume") last_end = record;
-    metrics.addRecord(record);
-    records.push_back(std::move(record));
-  }
-  if (records.empty()) throw base::UsageError(metrics_path + ": no record in it yet");
-  metrics.setState(stateOf(last_end));
-  nlohmann::json status = metrics.status();
-  status.erase("last_checkpoint");  // its age is the live page's; a report has no "now"
+  RunReport report = readRunReport(run_dir);
+  const size_t in_page = report.records.size();
   if (out.empty()) out = run_dir + "/report.html";
   std::ofstream page(out, std::ios::trunc);
-  page << dashboardReport({{"records", records}, {"status", status}});
+  page << dashboardReport({{"records", std::move(report.records)}, {"status", report.status}});
   page.close();
   if (!page) {
     std::cerr << kProgram << ": " << out << ": cannot write the page" << std::endl;
     return 1;
   }
-  std::cout << "wrote " << out << ": " << records.size() << " records, state "
-            << status.value("state", "") << ", step " << status["step"].dump();
-  if (skipped > 0) std::cout << " (" << skipped << " line(s) that are not records skipped)";
+  std::cout << "wrote " << out << ": " << report.records_read << " records";
+  if (static_cast<int64_t>(in_page) < report.records_read) {
+    std::cout << " (" << in_page << " of them in the page)";
+  }
+  std::cout << ", state " << report.status.value("state", "") << ", step "
+            << report.status["step"].dump();
+  if (report.skipped > 0) {
+    std::cout << " (" << report.skipped << " line(s) that are not records skipped)";
+  }
   std::cout << std::endl;
   return 0;
 }

@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
+#include "base/command_line.h"
 #include "base/env_names.h"
+#include "base/regular_file.h"
 #include "launch/worker_process.h"
 
 namespace cumulus::launch {
@@ -140,12 +142,16 @@ void superviseLaunch(WorkerProcess& process, const SpotOptions& options, const S
 
 // The launch's records from the metrics file, read once it has ended: they are all there, and the
 // next launch may drop some (the steps past its checkpoint).
+// A file not written yet has nothing to say; one that is not a regular file (a FIFO would hold
+// cumulus-spot in open(2)) is a mistake in --metrics.
 void readMetrics(const std::string& path, double start_unix, LaunchRecord& record) {
   if (path.empty()) return;
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  observeMetrics(text.str(), start_unix, record);
+  std::string problem;
+  const std::optional<std::string> text = base::readRegularFile(path, problem);
+  if (!text && problem != base::kNotFound) {
+    throw base::UsageError("--metrics " + path + ": " + problem);
+  }
+  observeMetrics(text.value_or(""), start_unix, record);
 }
 
 }  // namespace

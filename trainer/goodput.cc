@@ -1,7 +1,11 @@
 #include "trainer/goodput.h"
 
 #include <algorithm>
-#include <fstream>
+#include <utility>
+
+#include "base/line_reader.h"
+#include "base/regular_file.h"
+#include "cumulus/errors.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -50,11 +54,17 @@ GoodputSplit GoodputSplit::fromJson(const nlohmann::json& record) {
 
 GoodputHistory readGoodputHistory(const std::string& metrics_path, int64_t step) {
   GoodputHistory history;
-  std::ifstream in(metrics_path);
-  std::string line;
-  while (std::getline(in, line)) {
+  std::string problem;
+  base::Fd fd = base::openRegularFile(metrics_path, problem);  // a FIFO would block the resume
+  if (!fd.valid()) {
+    if (problem == base::kNotFound) return history;
+    throw UserError(metrics_path + ": " + problem);
+  }
+  base::LineReader lines(std::move(fd), metrics_path);
+  for (base::Line line; lines.next(line);) {
     // No exceptions: the torn last line of a killed writer is skipped.
-    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    const nlohmann::json record =
+        line.cut ? nlohmann::json() : nlohmann::json::parse(line.text, nullptr, false);
     if (!record.is_object()) continue;
     const double time = number(record, "time");
     if (time > 0) history.last_time = std::max(history.last_time, time);

@@ -57,6 +57,7 @@ struct GoodputHistory {
   double base_time = 0;              // the base record's "time"
   double last_time = 0;              // the last record's "time"; 0: none
 };
+// No file: no history. Throws UserError naming the path when it is not a regular file (a FIFO).
 GoodputHistory readGoodputHistory(const std::string& metrics_path, int64_t step);
 
 // The running account of one launch. Times are Unix seconds from the caller's clock. Training

@@ -1,5 +1,7 @@
 #include "trainer/metrics.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -7,19 +9,29 @@
 #include <stdexcept>
 #include <utility>
 
+#include "base/line_reader.h"
+#include "base/regular_file.h"
+#include "cumulus/errors.h"
+
 namespace cumulus::trainer {
 
 MetricsLog::MetricsLog(const std::string& path, WallClock clock)
     : MetricsLog(path, std::ios::trunc, std::move(clock)) {}
 
 MetricsLog::MetricsLog(const std::string& path, std::ios::openmode mode, WallClock clock)
-    : path_(path), clock_(std::move(clock)), out_(path, std::ios::out | mode) {
+    : path_(path), clock_(std::move(clock)) {
   if (!clock_) {
     clock_ = [] {
       return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
           .count();
     };
   }
+  // Opening a FIFO to write blocks until a reader comes; a device is no log either.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    throw UserError(path + ": is " + base::fileKindOf(st.st_mode) + ", not a regular file");
+  }
+  out_.open(path, std::ios::out | mode);
   if (!out_) throw std::runtime_error(path + ": cannot open for writing");
 }
 
@@ -40,12 +52,15 @@ bool keepAfterResume(const std::string& line, int64_t step) {
 
 MetricsLog MetricsLog::continueAfter(const std::string& path, int64_t step, WallClock clock) {
   std::string kept;
-  {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (keepAfterResume(line, step)) kept += line + "\n";
+  std::string problem;
+  base::Fd fd = base::openRegularFile(path, problem);  // a FIFO would block the resume
+  if (fd.valid()) {
+    base::LineReader lines(std::move(fd), path);
+    for (base::Line line; lines.next(line);) {
+      if (!line.cut && keepAfterResume(line.text, step)) kept += line.text + "\n";
     }
+  } else if (problem != base::kNotFound) {
+    throw UserError(path + ": " + problem);
   }
   const std::string tmp = path + ".tmp";
   {

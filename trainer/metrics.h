@@ -41,14 +41,15 @@ class MetricsLog {
   // Seconds since the Unix epoch; empty: std::chrono::system_clock.
   using WallClock = std::function<double()>;
 
-  // Truncates `path`. Throws std::runtime_error naming the path if it cannot be opened.
+  // Truncates `path`. Throws std::runtime_error naming the path if it cannot be opened, UserError
+  // if it is there and not a regular file (a FIFO would block the open).
   explicit MetricsLog(const std::string& path, WallClock clock = {});
   // A launch that resumed after `step` completed steps continues the file of the launches before
   // it, so one metrics.jsonl tells the whole run: records of steps <= `step` are kept, records of
   // later steps (run again from the checkpoint), records without a step, summaries and a line that
   // is not a JSON object (the torn last line of a killed writer) are dropped. The file is
   // rewritten to a temporary name and renamed, then appended to. Throws std::runtime_error
-  // naming the path on an I/O error.
+  // naming the path on an I/O error, UserError if it is there and not a regular file.
   static MetricsLog continueAfter(const std::string& path, int64_t step, WallClock clock = {});
   // Appends the record, stamped with "time", as one line and flushes; returns it as written.
   // Throws std::runtime_error naming the path on a write error.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -161,7 +163,28 @@ TEST(CostModel, SaveLoadRoundTripAndErrorsNameTheFile) {
                       "alpha_local_s": "x"})",
                   "\"alpha_local_s\": expected a finite number >= 0, got \"x\"");
   std::remove(path.c_str());
-  EXPECT_THROW(CostModel::load(path), std::runtime_error);
+  try {
+    CostModel::load(path);
+    ADD_FAILURE() << "no error for a missing file";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "cost model file '" + path + "': not found");
+  }
+}
+
+// comm.cost_model naming a FIFO: every worker would wait in open(2) for a writer that never comes.
+// It is refused at once, naming the path.
+TEST(CostModel, AFifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string path = ::testing::TempDir() + "cost_model_fifo_" + std::to_string(::getpid());
+  std::remove(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  try {
+    CostModel::load(path);
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cost model file '" + path + "': is a FIFO, not a regular file");
+  }
+  std::remove(path.c_str());
 }
 
 // The local link's costs are written only when given, and read back exactly; one alone keeps the

@@ -1,5 +1,7 @@
 // parseExperiment on good files and on each class of bad file, with the exact message.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 
@@ -376,6 +378,18 @@ TEST(ParseTest, LoadExperimentReportsUnreadableFiles) {
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()), "/tmp: is a directory; name an experiment .yaml file");
   }
+  // No writer ever opens the FIFO: a blocking open would hang this test.
+  char dir[] = "/tmp/cumulus_parse_fifo_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string fifo = std::string(dir) + "/x.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    loadExperiment(fifo);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), fifo + ": is a FIFO, not a regular file");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // The example experiments shipped in configs/ must stay valid as the schema changes.

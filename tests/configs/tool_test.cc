@@ -1,15 +1,19 @@
 // The cumulus-config binary, run as a user or CI would.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "configs/digest.h"
 #include "configs/parse.h"
 #include "configs/schema.h"
+#include "tests/trainer/process_runner.h"
 
 namespace cumulus::configs {
 namespace {
@@ -131,7 +135,26 @@ TEST_F(ToolTest, ReferenceSaysWhichArgumentsItTakes) {
   EXPECT_EQ(r.out, "cumulus-config: error: unknown flag --out (see cumulus-config --help)\n");
   Result missing = run("reference --file " + dir_ + "/absent.md");
   EXPECT_EQ(missing.status, 2);
-  EXPECT_EQ(missing.out, "cumulus-config: error: cannot read " + dir_ + "/absent.md\n");
+  EXPECT_EQ(missing.out, "cumulus-config: error: " + dir_ + "/absent.md: not found\n");
+}
+
+// A FIFO that no one writes: a blocking open would wait for a writer forever. Each command that
+// reads a file refuses it at once, naming it.
+TEST_F(ToolTest, AFifoIsRefusedAtOnceNamingIt) {
+  const std::string fifo = dir_ + "/x.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  files_.push_back(fifo);
+  const std::string tool = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-config";
+  const std::vector<std::vector<std::string>> commands = {
+      {tool, "check", fifo}, {tool, "digest", fifo}, {tool, "reference", "--file", fifo}};
+  for (const std::vector<std::string>& argv : commands) {
+    const cumulus::testing::ProcessResult r =
+        cumulus::testing::runProcess(argv, {}, {}, /*timeout_s=*/60);
+    ASSERT_FALSE(r.timed_out) << argv[1];
+    EXPECT_EQ(r.exit_code, 2) << argv[1];
+    EXPECT_EQ(r.output, "cumulus-config: error: " + fifo + ": is a FIFO, not a regular file\n")
+        << argv[1];
+  }
 }
 
 TEST_F(ToolTest, HelpGoesToStdoutWithExitZeroAndNoCommandIsAUsageError) {

@@ -3,8 +3,8 @@
 
   dashboard_check.py embed PAGE FIXTURE OUT [--no-status]
       Writes OUT: PAGE with `null` on its CUMULUS_EMBEDDED line replaced by the
-      fixture (as cumulus-report does; "</" escaped as "<\\/"). With
-      --no-status the embedded status is null.
+      fixture, escaped as cumulus-report does it (no "<", ">", "&", U+2028 or
+      U+2029 but as \\u escapes). With --no-status the embedded status is null.
   dashboard_check.py dom DOM FIXTURE MODE
       Checks a DOM dumped by Chromium against the fixture. MODE is "static"
       (the report with status), "static-no-status" or "live". Prints what it
@@ -33,7 +33,8 @@ def embed(page_path, fixture_path, out_path, no_status):
     data = json.load(open(fixture_path, encoding="utf-8"))
     if no_status:
         data["status"] = None
-    blob = json.dumps(data).replace("</", "<\\/")
+    # ensure_ascii (the default) writes U+2028 and U+2029 as \u escapes already.
+    blob = json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     with open(out_path, "w", encoding="utf-8") as f:
         f.write(page.replace(PLACEHOLDER, PLACEHOLDER.replace("null", blob, 1)))
 

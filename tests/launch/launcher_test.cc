@@ -283,6 +283,26 @@ TEST_F(LauncherTest, UsageErrorIsNotRestarted) {
   EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 1) << errors;
 }
 
+// A worker's error whose first line ends "differs in 1 key:" and lists the key below it, as
+// cumulus-train's for a run directory of another experiment: the launcher's last line names the
+// key too, not only the line before it.
+TEST_F(LauncherTest, APermanentErrorOfSeveralLinesIsRepeatedWithItsIndentedLines) {
+  std::string w = script(
+      "keys.sh",
+      "if [ \"$RANK\" = 1 ]; then printf 'step 1\\nw: error: runs/x holds checkpoints of "
+      "another experiment, which differs in 1 key:\\n  optimizer.lr: 0.05 -> 0.01\\nresume it "
+      "with --resume auto\\n' >&2; exit 2; fi\nexec sleep 30");
+  Result r = launch("--nproc-per-node 2 --run-id keys --max-restarts 3 --recovery restart -- " + w);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(endsWith(r.output,
+                       "cumulus-run: giving up: rank 1 failed (exit code 2), an error that a "
+                       "restart would repeat, so none was tried: w: error: runs/x holds "
+                       "checkpoints of another experiment, which differs in 1 key: optimizer.lr: "
+                       "0.05 -> 0.01 (see " +
+                           (dir_ / "logs/keys/gen0/rank1.log").string() + ")\n"))
+      << r.output;
+}
+
 TEST_F(LauncherTest, WorkerKilledBySignalIsRecorded) {
   std::string w = script("kill.sh", "if [ \"$RANK\" = 0 ]; then kill -9 $$; fi\nexit 0");
   Result r = launch("--nproc-per-node 2 --run-id sig --max-restarts 0 -- " + w);

@@ -10,10 +10,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/memory_store.h"
@@ -169,6 +173,55 @@ TEST_F(MetricsServerTest, MalformedRequestsGetA4xxOrAClosedConnection) {
   EXPECT_EQ(statusLine(get(port_, "/metrics")), "HTTP/1.1 200 OK");
 }
 
+// A slowloris: 100 connections that each send a header line every half second and never end their
+// request's head. cpp-httplib restarts its read timeout with every byte, so they used to hold all
+// 64 serving threads for as long as they trickled, and a scrape waited that long. Each is closed
+// two seconds after it connected (at once when its turn comes later than that), so the scrape is
+// answered in about that time.
+TEST_F(MetricsServerTest, SlowClientsTricklingHeadersDoNotStarveAScrape) {
+  std::vector<int> slow;
+  for (int i = 0; i < 100; ++i) {
+    slow.push_back(connectTo(port_));
+    const std::string start = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    ::send(slow.back(), start.data(), start.size(), MSG_NOSIGNAL);
+  }
+  std::mutex mutex;
+  std::condition_variable stop_changed;
+  bool stop = false;
+  std::thread trickle([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (int n = 0;
+         !stop_changed.wait_for(lock, std::chrono::milliseconds(500), [&] { return stop; }); ++n) {
+      const std::string line = "X-Slow-" + std::to_string(n) + ": 1\r\n";
+      for (const int fd : slow) ::send(fd, line.data(), line.size(), MSG_NOSIGNAL);
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const std::string scrape = get(port_, "/metrics");  // gives up after 10 s without an answer
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stop = true;
+  }
+  stop_changed.notify_all();
+  trickle.join();
+  EXPECT_EQ(statusLine(scrape), "HTTP/1.1 200 OK");
+  EXPECT_LT(seconds, 8.0);
+  // The server closed every slow connection (after a 4xx at most), without waiting for its head.
+  for (const int fd : slow) {
+    std::string reply;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buffer, sizeof buffer, 0)) > 0) {
+      reply.append(buffer, static_cast<size_t>(n));
+    }
+    EXPECT_TRUE(n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) << "still open";
+    EXPECT_TRUE(reply.empty() || statusLine(reply).substr(9, 1) == "4") << statusLine(reply);
+    ::close(fd);
+  }
+}
+
 TEST_F(MetricsServerTest, APortInUseNamesTheFlag) {
   try {
     MetricsServer second("127.0.0.1", port_, metrics_, store_);
@@ -182,18 +235,21 @@ TEST_F(MetricsServerTest, APortInUseNamesTheFlag) {
   }
 }
 
-TEST(DashboardReportTest, BuildsTheDataIntoThePageAndEscapesScriptEnds) {
-  const std::string page = dashboardReport(
-      {{"records", {{{"type", "note"}, {"text", "</script><b>"}}}}, {"status", nullptr}});
+// Inside <script>, "</script" would end the script and "<!--" followed by "<script" would make
+// the rest of the page script data: the data holds no "<" at all (nor ">", "&", U+2028), and
+// parses back to the same strings.
+TEST(DashboardReportTest, BuildsTheDataIntoThePageWithoutMarkupInIt) {
+  const nlohmann::json data = {
+      {"records", {{{"type", "note"}, {"text", "<!--<script></script><b>&\u2028"}}}},
+      {"status", nullptr}};
+  const std::string page = dashboardReport(data);
   EXPECT_EQ(page.find("const CUMULUS_EMBEDDED = null;"), std::string::npos);
-  EXPECT_NE(
-      page.find(
-          R"(const CUMULUS_EMBEDDED = {"records":[{"text":"<\/script><b>","type":"note"}],"status":null};)"),
-      std::string::npos);
-  EXPECT_EQ(page.size(),
-            dashboardPage().size() - 4 +
-                std::string(R"({"records":[{"text":"<\/script><b>","type":"note"}],"status":null})")
-                    .size());
+  const std::string expected =
+      R"({"records":[{"text":"\u003c!--\u003cscript\u003e\u003c/script\u003e\u003cb\u003e\u0026)"
+      R"(\u2028","type":"note"}],"status":null})";
+  EXPECT_NE(page.find("const CUMULUS_EMBEDDED = " + expected + ";"), std::string::npos);
+  EXPECT_EQ(page.size(), dashboardPage().size() - 4 + expected.size());
+  EXPECT_EQ(nlohmann::json::parse(expected), data);
 }
 
 }  // namespace

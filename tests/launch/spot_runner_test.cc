@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <sstream>
+
+#include "base/command_line.h"
 
 namespace cumulus::launch {
 namespace {
@@ -138,6 +141,25 @@ TEST(SpotRunnerTest, CrashesAreRelaunchedUpToTheLimit) {
   ASSERT_EQ(run.records.size(), 3u);
   EXPECT_EQ(run.records[2].exit_code, 3);
   EXPECT_EQ(summarize(run.records, {}).crashes, 3);
+}
+
+// --metrics naming a FIFO that no one writes: reading it after the launch waited in open(2) for a
+// writer. It is refused at once, naming the flag and the path.
+TEST(SpotRunnerTest, AMetricsFileThatIsAFifoIsRefused) {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/metrics.jsonl";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  SpotOptions options;
+  options.trace.mean_interval_s = 0;
+  options.trace.relaunch_delay_s = 0;
+  options.command = {"/bin/true"};
+  options.metrics_path = fifo;
+  try {
+    runSpot(options);
+    ADD_FAILURE() << "no error";
+  } catch (const base::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "--metrics " + fifo + ": is a FIFO, not a regular file");
+  }
 }
 
 TEST(SpotRunnerTest, NoticeFileInsteadOfSigterm) {

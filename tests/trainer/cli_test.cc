@@ -106,6 +106,18 @@ TEST_F(CliTest, AFifoAsTheDataFileIsRefusedWithoutHanging) {
             "cumulus-train: error: data.train: " + fifo + ": is a FIFO, not a regular file\n");
 }
 
+// The experiment itself a FIFO that no one writes: cumulus-train waited in open(2) for a writer,
+// and its SIGTERM handler was not up yet to stop it. It is refused at once, naming it.
+TEST_F(CliTest, AFifoAsTheExperimentIsRefusedWithoutHanging) {
+  const std::string fifo = (dir_ / "x.yaml").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const cumulus::testing::ProcessResult r = cumulus::testing::runProcess(
+      {cumulus::testing::kTrainBinary, fifo}, cumulus::testing::aloneEnv(), {}, /*timeout_s=*/60);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "cumulus-train: error: " + fifo + ": is a FIFO, not a regular file\n");
+}
+
 TEST_F(CliTest, APrecisionOtherThanFp32Bf16OrAutoExitsTwoNamingThem) {
   const std::string path = write("x.yaml", "name: x\ntrainer:\n  precision: fp16\n");
   const Outcome o = run(path);

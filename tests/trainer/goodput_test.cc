@@ -3,6 +3,7 @@
 #include "trainer/goodput.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include "comm/memory_store.h"
 #include "comm/store_keys.h"
+#include "cumulus/errors.h"
 #include "tests/trainer/test_dir.h"
 #include "trainer/metrics_publisher.h"
 
@@ -88,6 +90,15 @@ TEST(GoodputHistoryTest, TakesTheCheckpointsRecordAndTheLastRecordsTime) {
   EXPECT_EQ(readGoodputHistory(path, 25).base->training_s, 12.0);
   EXPECT_FALSE(readGoodputHistory(path, 9).base.has_value());
   EXPECT_FALSE(readGoodputHistory((dir / "none.jsonl").string(), 10).base.has_value());
+  // A FIFO that no one writes: a blocking open would hang the resume (and this test).
+  const std::string fifo = (dir / "fifo.jsonl").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    readGoodputHistory(fifo, 10);
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()), fifo + ": is a FIFO, not a regular file");
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -191,6 +191,24 @@ TEST_F(GuardProcessTest, AnotherExperimentDoesNotOverwriteTheCheckpointsOfAUsedD
       << error;
   EXPECT_EQ(read(newest / "MANIFEST"), manifest);  // untouched
 
+  // Under cumulus-run, which resumes by default, the worker refuses the checkpoint and lists the
+  // changed key on the line below; the launcher's last line names the key, not only "in 1 key:".
+  const ProcessResult launched =
+      runProcess(cumulus::testing::groupOf(1, (dir_ / "logs").string(), train("run", changed),
+                                           {"--run-id=guard"}),
+                 alone());
+  EXPECT_EQ(launched.exit_code, 2) << launched.output;
+  const std::string last =
+      launched.output.substr(launched.output.rfind('\n', launched.output.size() - 2) + 1);
+  EXPECT_EQ(last,
+            "cumulus-run: giving up: rank 0 failed (exit code 2), an error that a restart would "
+            "repeat, so none was tried: cumulus-train: error: checkpoint " +
+                newest.string() +
+                ": the experiment differs from the one that wrote it in 1 key: optimizer.lr: "
+                "0.05 -> 0.01 (see " +
+                (dir_ / "logs/guard/gen0/rank0.log").string() + ")\n")
+      << launched.output;
+
   // The same experiment again is no conflict (a rerun, or more logging).
   const ProcessResult same = runProcess(
       train("run", {"--set", "checkpoint.every_steps=8", "--set", "trainer.log_every_steps=4"}),

@@ -1,6 +1,7 @@
 #include "trainer/metrics.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -8,6 +9,8 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+
+#include "cumulus/errors.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -66,6 +69,28 @@ TEST(MetricsTest, LogWritesOneObjectPerLine) {
   EXPECT_EQ(text.str(), "{\"step\":1,\"time\":1.5}\n{\"step\":2,\"time\":1.5}\n");
   std::remove(path.c_str());
   EXPECT_THROW(MetricsLog("/nonexistent-dir/metrics.jsonl"), std::runtime_error);
+}
+
+// metrics.jsonl a FIFO that no one reads or writes: opening it blocked until someone did, on a
+// fresh run (to write) and on a resume (to read). Both are refused at once, naming it.
+TEST(MetricsTest, AFifoAsTheLogIsRefusedWithoutWaiting) {
+  const std::string path =
+      ::testing::TempDir() + "/metrics_fifo_" + std::to_string(::getpid()) + ".jsonl";
+  std::remove(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  for (const bool resume : {false, true}) {
+    try {
+      if (resume) {
+        MetricsLog::continueAfter(path, 20, fixedClock);
+      } else {
+        MetricsLog log(path, fixedClock);
+      }
+      ADD_FAILURE() << "no error, resume " << resume;
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()), path + ": is a FIFO, not a regular file");
+    }
+  }
+  std::remove(path.c_str());
 }
 
 // A resumed launch continues the file: the records of steps it runs again, the summary of a

@@ -5,6 +5,7 @@
 // the log that holds it. The TorchScript model is made by make_user_fixtures.py with Debian's
 // /usr/bin/python3; where it lacks torch that test skips.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -113,6 +114,21 @@ TEST_F(PermanentFailureTest, ADivergedLossEndsTheJobInPlaceWithoutAReplacement) 
   expectGaveUpOn(launch,
                  "training diverged at step [0-9]+ \\(loss -?(?:nan|inf)\\); lower optimizer.lr or "
                  "set trainer.grad_clip_norm");
+}
+
+// comm.cost_model naming a FIFO no one writes: every worker waited in open(2) for a writer, and
+// the job with them. Each refuses it at once, and the job ends on that error.
+TEST_F(PermanentFailureTest, ACostModelThatIsAFifoEndsTheJobAtOnce) {
+  const std::string fifo = (dir_ / "cost_model.json").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const Launch launch = this->launch(
+      {cumulus::testing::kTrainBinary, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
+       "trainer.run_dir=" + (dir_ / "run").string(), "--set", "comm.cost_model=" + fifo});
+  ASSERT_FALSE(launch.result.timed_out) << launch.result.output;
+  expectGaveUpOn(launch,
+                 "cost_model: cost model file '" +
+                     std::regex_replace(fifo, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+                     "': is a FIFO, not a regular file");
 }
 
 class ModelErrorTest : public PermanentFailureTest {
