@@ -102,6 +102,7 @@ class RunCheckpoints {
   void gatherResiduals(int64_t done);
   void collectBackgroundSave();
   void reportSaves();
+  void reportSave(const SaveResult& result);  // recorded; the failures in a row start again
   void failed(int64_t done, const CheckpointError& error);
 
   const configs::Experiment& config_;

@@ -282,6 +282,28 @@ TEST_F(CliTest, PrintConfigShowsTheResolvedOverrides) {
   EXPECT_NE(o.out.find("dataset: synthetic"), std::string::npos) << o.out;
 }
 
+// checkpoint.async false: each save is told and recorded as a background one is. They were
+// written but never reported, so a later failure named an older checkpoint as the newest valid
+// one and counted the failures before the save as still in a row.
+TEST_F(CliTest, ForegroundCheckpointsAreReportedLikeBackgroundOnes) {
+  const std::string run_dir = (dir_ / "run").string();
+  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.run_dir=" + run_dir +
+                        " --set checkpoint.every_steps=8 --set checkpoint.async=false");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const std::string metrics = slurp(run_dir + "/metrics.jsonl");
+  for (const char* step : {"8", "16", "24", "32"}) {
+    EXPECT_NE(o.out.find(std::string("checkpoint step ") + step + ": " + run_dir +
+                         "/checkpoints/step-000000" + (step[1] ? "" : "0") + step + " (stall "),
+              std::string::npos)
+        << step << "\n"
+        << o.out;
+    EXPECT_NE(metrics.find(std::string("\"type\":\"checkpoint\",\"step\":") + step + ","),
+              std::string::npos)
+        << step << "\n"
+        << metrics;
+  }
+}
+
 TEST_F(CliTest, TrainsTheSmokeExperimentEndToEnd) {
   const std::string run_dir = (dir_ / "run").string();
   const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.run_dir=" + run_dir);
