@@ -185,7 +185,7 @@ void RunCheckpoints::checkRoom(models::Model& model, int64_t world) {
             sizeof(float);
   }
   try {
-    store_->checkRoom(each, 2);
+    store_->checkRoom(each, "checkpoint.keep");
   } catch (const UserError& e) {
     throw SetupError(std::string(e.what()) +
                      " (checkpoint.dir; by default <trainer.run_dir>/checkpoints)");
