@@ -171,6 +171,21 @@ TEST_F(CliTest, AnEpochCountWhoseStepsOverflowExitsTwo) {
   EXPECT_EQ(o.out, "");
 }
 
+// A size beyond its cap exits 2 with the words cumulus-config check uses
+// (tests/configs/tool_test.cc), before anything is built: 2^63 - 1 synthetic samples used to wrap
+// around to "size must be positive, got -9223372036854775297".
+TEST_F(CliTest, ASizeBeyondItsCapExitsTwoNamingTheKeyAndTheRange) {
+  const Outcome o = run(CUMULUS_SOURCE_DIR
+                        "/configs/smoke.yaml --set data.synthetic_train_samples="
+                        "9223372036854775807");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: --set data.synthetic_train_samples=9223372036854775807: "
+            "data.synthetic_train_samples: expected an integer in [1, 1000000000], got "
+            "9223372036854775807\n");
+  EXPECT_EQ(o.out, "");
+}
+
 // The training allocator is the default and says nothing; glibc's own is said on the first line,
 // and a choice that does not exist exits 2 naming the allowed ones.
 TEST_F(CliTest, TheAllocatorChoiceIsSaidWhenItIsNotTheDefault) {
