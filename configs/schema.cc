@@ -284,7 +284,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(comm, compression), Compression::kNone, oneOf({"none", "bf16"}), "gradient buckets on the wire: none sends float32; bf16 sends bfloat16 (half the bytes), each rank keeping its rounding error and adding it to the next step's gradient (error feedback). For slow links (1 Gbit/s and below), where the all-reduce dominates the step"));
 
   t.push_back(row(KEY(diloco, inner_steps), 50, inRange(1, kMaxCount), "inner steps each worker takes alone between two syncs of a fragment (H)"));
-  t.push_back(row(KEY(diloco, outer_lr), 0.7, above(0), "the outer optimizer's learning rate (SGD on the averaged outer gradients)"));
+  t.push_back(row(KEY(diloco, outer_lr), 0.7, between(0, true, 10, false), "the outer optimizer's learning rate (SGD on the averaged outer gradients): 1 without momentum moves the global parameters to the replicas' average, more steps past it; the papers use 0.7, and far above 1 the outer steps diverge"));
   t.push_back(row(KEY(diloco, outer_momentum), 0.9, between(0, false, 1, true), "the outer optimizer's momentum"));
   t.push_back(row(KEY(diloco, nesterov), true, anyValue(), "Nesterov momentum for the outer optimizer (needs `outer_momentum` above 0)"));
   t.push_back(row(KEY(diloco, fragments), 1, atLeast(1), "1: DiLoCo, every parameter synced every `inner_steps`; more: Streaming DiLoCo, the parameters split into this many fragments of whole tensors, each synced at its own offset within the `inner_steps`, so the peak traffic is a fragment's (at most `inner_steps` and the model's tensor count)"));

@@ -210,6 +210,16 @@ TEST(ParseTest, SizesThatAreMultipliedLaterHaveACap) {
             "[1048576, 1048577]");
 }
 
+// diloco.outer_lr: 1 without momentum moves the global parameters to the replicas' average;
+// 1e308 made every parameter infinite at the first outer step.
+TEST(ParseTest, TheOuterLearningRateIsAtMostTen) {
+  EXPECT_EQ(errorOf("name: t\ndiloco: {outer_lr: 10}\n"), "(no error)");
+  EXPECT_EQ(errorOf("name: t\ndiloco: {outer_lr: 10.5}\n"),
+            "x.yaml:2:20: diloco.outer_lr: expected a number in (0, 10], got 10.5");
+  EXPECT_EQ(errorOf("name: t\ndiloco: {outer_lr: 1e308}\n"),
+            "x.yaml:2:20: diloco.outer_lr: expected a number in (0, 10], got 1.0e+308");
+}
+
 TEST(ParseTest, OutOfRangeValues) {
   EXPECT_EQ(errorOf("name: t\noptimizer:\n  lr: -1\n"),
             "x.yaml:3:7: optimizer.lr: expected a number > 0, got -1");

@@ -186,6 +186,19 @@ TEST_F(CliTest, ASizeBeyondItsCapExitsTwoNamingTheKeyAndTheRange) {
   EXPECT_EQ(o.out, "");
 }
 
+// diloco.outer_lr=1e308 made every parameter infinite at the first outer sync, and the run then
+// advised lowering optimizer.lr; it is refused before anything runs, as cumulus-config check does.
+TEST_F(CliTest, AnOuterLearningRateAboveTenExitsTwoNamingTheKeyAndTheRange) {
+  const Outcome o = run(CUMULUS_SOURCE_DIR
+                        "/configs/smoke.yaml --set trainer.sync=diloco --set "
+                        "diloco.outer_lr=1e308");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: --set diloco.outer_lr=1e308: diloco.outer_lr: expected a "
+            "number in (0, 10], got 1.0e+308\n");
+  EXPECT_EQ(o.out, "");
+}
+
 // The training allocator is the default and says nothing; glibc's own is said on the first line,
 // and a choice that does not exist exits 2 naming the allowed ones.
 TEST_F(CliTest, TheAllocatorChoiceIsSaidWhenItIsNotTheDefault) {
