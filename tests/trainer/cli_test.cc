@@ -199,6 +199,22 @@ TEST_F(CliTest, AnOuterLearningRateAboveTenExitsTwoNamingTheKeyAndTheRange) {
   EXPECT_EQ(o.out, "");
 }
 
+// Under DiLoCo a diverged loss names both optimizers, the inner one first, with the outer one's
+// settings (trainer/divergence.h; its tests tell the outer step's own divergence apart). It used
+// to advise lowering optimizer.lr alone.
+TEST_F(CliTest, ADilocoDivergenceNamesTheOuterOptimizerToo) {
+  const Outcome o = run(CUMULUS_SOURCE_DIR
+                        "/configs/smoke.yaml --set trainer.sync=diloco --set diloco.inner_steps=4 "
+                        "--set optimizer.lr=1e30");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(std::regex_match(
+      o.err, std::regex("cumulus-train: error: training diverged at step [0-9]+ \\(loss "
+                        "-?(nan|inf)\\); lower optimizer\\.lr or set trainer\\.grad_clip_norm "
+                        "for the inner steps, or lower diloco\\.outer_lr \\(now 0\\.7\\) or "
+                        "diloco\\.outer_momentum \\(now 0\\.9\\) for the outer ones\n")))
+      << o.err;
+}
+
 // The training allocator is the default and says nothing; glibc's own is said on the first line,
 // and a choice that does not exist exits 2 naming the allowed ones.
 TEST_F(CliTest, TheAllocatorChoiceIsSaidWhenItIsNotTheDefault) {
