@@ -22,6 +22,7 @@
 #include "base/run_env.h"
 #include "cumulus/process_group.h"
 #include "python/c10d_store.h"
+#include "python/world_size_check.h"
 
 namespace cumulus::python {
 namespace {
@@ -282,8 +283,10 @@ Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
   group.algorithm = options.algorithm;
   group.timeout_seconds = timeout.count() / 1000.0;
   group.cost_model = options.cost_model;
+  const base::RunEnv env = environmentOf(rank, size);
   store_ = std::make_unique<C10dStore>(store);
-  group_ = cumulus::ProcessGroup::Impl::overStore(environmentOf(rank, size), group, *store_);
+  checkWorldSize(*store_, env, std::chrono::steady_clock::now() + timeout, timeout);
+  group_ = cumulus::ProcessGroup::Impl::overStore(env, group, *store_);
   queue_ = std::make_unique<Queue>();
   std::lock_guard<std::mutex> lock(registryMutex());
   registry().insert(this);

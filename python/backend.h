@@ -48,9 +48,11 @@ struct BackendOptions {
 class Backend final : public c10d::ProcessGroup {
  public:
   // Joins the group of `size` ranks through `store`, blocking until every rank is connected or
-  // `timeout` passes (CommError). The job token, generation and bind address come from the
-  // environment as for any Cumulus worker (CUMULUS_JOB_TOKEN, CUMULUS_GENERATION,
-  // CUMULUS_BIND_HOST; without the last, the address that routes to MASTER_ADDR).
+  // `timeout` passes (CommError). First every rank checks that the others were started with its
+  // world size (python/world_size_check.h, GroupError naming both). The job token, generation
+  // and bind address come from the environment as for any Cumulus worker (CUMULUS_JOB_TOKEN,
+  // CUMULUS_GENERATION, CUMULUS_BIND_HOST; without the last, the address that routes to
+  // MASTER_ADDR).
   Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
           std::chrono::milliseconds timeout, const BackendOptions& options);
   ~Backend() override;

@@ -255,6 +255,18 @@ class Failures(unittest.TestCase):
         self.assertEqual(errors[0], "CommError: rendezvous seq 0 with rank 1: unauthorized: rank "
                                     "1 does not hold this job's token (check CUMULUS_JOB_TOKEN)")
 
+    def test_ranks_started_with_different_world_sizes_both_name_the_mismatch(self):
+        # Before, rank 1 waited for a rank 2 that did not exist and reported a timeout.
+        results = run_group(2, "init_only", 60,
+                            env_of=lambda rank: {"WORLD_SIZE": str(2 + rank)})
+        for rank, (_, reports, err) in enumerate(results):
+            self.assertEqual(len(reports), 1, f"rank {rank}: {err}")
+            self.assertEqual(reports[0]["error"],
+                             "GroupError: cumulus backend: rank 0 was started with world size 2 "
+                             "and rank 1 with 3: start every rank with the same world size "
+                             "(WORLD_SIZE, or init_process_group's world_size)")
+            self.assertLess(reports[0]["seconds"], 30, f"rank {rank}: not at once")
+
     def test_a_backend_option_that_does_not_exist(self):
         results = run_group(2, "init_only", 20, env_of=lambda rank: {"CUMULUS_ALGORITHM": "rng"})
         for _, reports, err in results:
