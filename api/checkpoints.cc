@@ -153,8 +153,8 @@ std::vector<CheckpointInfo> Checkpoints::list() {
   return guarded(dir(), [&] { return impl_->manager.list(); });
 }
 
-void Checkpoints::checkRoom(uint64_t bytes_each, size_t count) {
-  impl_->manager.checkRoom(bytes_each, count);  // a UserError, not a CheckpointError: exit 2
+void Checkpoints::checkRoom(uint64_t bytes_each, const std::string& keep_name) {
+  impl_->manager.checkRoom(bytes_each, keep_name);  // a UserError, not a CheckpointError: exit 2
 }
 
 std::vector<std::string> Checkpoints::removeStaleTemporaries() {

@@ -47,7 +47,77 @@ std::string byteText(uint64_t bytes) {
   return text;
 }
 
+uint64_t saturatingAdd(uint64_t a, uint64_t b) {
+  uint64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? UINT64_MAX : sum;
+}
+
+uint64_t saturatingMul(uint64_t a, uint64_t b) {
+  uint64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
+}
+
+// What checkRoom found short.
+struct RoomShortage {
+  uint64_t available = 0;  // free for this user
+  uint64_t there = 0;      // in the checkpoint directories already there
+  size_t checkpoints = 0;  // step-N directories there
+  uint64_t each = 0;       // a new checkpoint
+  uint64_t keep = 0;
+  uint64_t needed = 0;        // at the peak
+  uint64_t fitting_keep = 0;  // the largest lower keep that fits; 0: none
+  uint64_t fitting_needed = 0;
+};
+
+std::string counted(uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+// How much is free, how much the run needs, and what to do. Deleting the checkpoints there gives
+// nothing: they already count as room (and a resume needs its own).
+std::string shortageText(const std::string& dir, const RoomShortage& r,
+                         const std::string& keep_name) {
+  std::string text = dir + " has " + byteText(r.available) + " free";
+  if (r.there > 0) {
+    const std::string what = r.checkpoints == 0 ? std::string("unfinished saves (.tmp)")
+                             : r.checkpoints == 1
+                                 ? std::string("its checkpoint")
+                                 : "its " + std::to_string(r.checkpoints) + " checkpoints";
+    text += " and " + byteText(r.there) + " in " + what +
+            ", which the saves replace in turn, so room for " +
+            byteText(saturatingAdd(r.available, r.there)) + ";";
+  } else {
+    text += ",";
+  }
+  text += " but keeping " + counted(r.keep, "checkpoint", "checkpoints") + " of this model (" +
+          keep_name + ") while the next one is written takes up to " + byteText(r.needed) +
+          ", about " + byteText(r.each) + " each: ";
+  if (r.fitting_keep > 0) {
+    text += "lower " + keep_name + " to " + std::to_string(r.fitting_keep) + " (up to " +
+            byteText(r.fitting_needed) + "), or ";
+  }
+  return text + (r.checkpoints > 0 ? "move the directory with its checkpoints to a larger disk"
+                                   : "choose a directory on a larger disk");
+}
+
 }  // namespace
+
+uint64_t peakCheckpointBytes(uint64_t each, uint64_t keep, const std::vector<uint64_t>& existing) {
+  const uint64_t n = existing.size();
+  uint64_t all = 0;
+  for (uint64_t bytes : existing) all = saturatingAdd(all, bytes);
+  // Before the first save: every existing one.
+  uint64_t most = all;
+  // Before the save that follows m new ones (1 <= m <= keep): those and the keep - m newest
+  // existing ones. While keep - m >= n that is every existing one, the most at m = keep - n.
+  if (keep > n) most = std::max(most, saturatingAdd(saturatingMul(keep - n, each), all));
+  uint64_t newest = 0;  // the j newest existing ones
+  for (uint64_t j = 0; j < std::min(n, keep); ++j) {
+    most = std::max(most, saturatingAdd(saturatingMul(keep - j, each), newest));
+    newest = saturatingAdd(newest, existing[j]);
+  }
+  return saturatingAdd(most, each);  // and the one being written
+}
 
 CheckpointManager::CheckpointManager(std::string dir, size_t keep, FileSystem& fs)
     : dir_(std::move(dir)), keep_(keep), fs_(fs) {
@@ -69,26 +139,52 @@ CheckpointManager::~CheckpointManager() {
 
 std::string CheckpointManager::dirName(uint64_t step) { return checkpointDirName(step); }
 
-void CheckpointManager::checkRoom(uint64_t bytes_each, size_t count) {
+void CheckpointManager::checkRoom(uint64_t bytes_each, const std::string& keep_name) {
   const std::string probe = dir_ + "/.cumulus-write-test";
   uint64_t available = 0;
+  std::vector<uint64_t> existing;  // newest first
+  uint64_t there = 0;              // theirs and that of the .tmp directories the next save removes
   try {
     ensureDir();
     fs_.writeFile(probe, "Cumulus checks that checkpoints can be written here.\n");
     fs_.removeAll(probe);
     available = fs_.availableBytes(dir_);
+    for (const CheckpointInfo& info : list()) {
+      existing.push_back(fs_.usedBytes(info.path));
+      there = saturatingAdd(there, existing.back());
+    }
+    for (const DirEntry& entry : fs_.list(dir_)) {
+      if (isTemporaryName(entry.name)) {
+        there = saturatingAdd(there, fs_.usedBytes(dir_ + "/" + entry.name));
+      }
+    }
   } catch (const FileSystemError& e) {
     throw UserError("checkpoints cannot be written to " + dir_ + " (" + e.what() +
                     "): choose a writable directory for them");
   }
-  uint64_t needed = 0;
-  if (__builtin_mul_overflow(bytes_each, static_cast<uint64_t>(count), &needed) ||
-      available < needed) {
-    throw UserError(dir_ + " has room for " + byteText(available) + ", but " +
-                    std::to_string(count) + " checkpoints of this model take about " +
-                    byteText(needed) + " (" + byteText(bytes_each) +
-                    " each): free space there, or choose a directory on a larger disk");
+  RoomShortage room;
+  room.available = available;
+  room.there = there;
+  room.checkpoints = existing.size();
+  room.each = bytes_each;
+  room.keep = keep_;
+  room.needed = peakCheckpointBytes(bytes_each, keep_, existing);
+  const uint64_t total = saturatingAdd(available, there);
+  if (room.needed <= total) return;
+  // The largest keep that fits, if any: the peak never falls as keep grows.
+  uint64_t low = 1, high = keep_ - 1;
+  while (low <= high) {
+    const uint64_t middle = low + (high - low) / 2;
+    const uint64_t needed = peakCheckpointBytes(bytes_each, middle, existing);
+    if (needed <= total) {
+      room.fitting_keep = middle;
+      room.fitting_needed = needed;
+      low = middle + 1;
+    } else {
+      high = middle - 1;
+    }
   }
+  throw UserError(shortageText(dir_, room, keep_name));
 }
 
 bool CheckpointManager::waitLocked(base::MutexLock& lock, std::chrono::milliseconds timeout) {

@@ -40,6 +40,16 @@ namespace cumulus::trainer {
 
 // The value types are public API (<cumulus/checkpoint.h>, where they are documented).
 
+// The most bytes a checkpoint directory holds at once while saves of about `each` bytes go on
+// with `keep` kept, starting from the checkpoints already there (`existing`: their sizes, newest
+// first, all taken as valid and older than what the run saves). A save writes its .tmp beside
+// every checkpoint there and only then removes what falls out of the newest `keep` (the commit
+// protocol above), so the peak is the largest set present before a save, plus that save: at the
+// first save every existing one, after m saves the m new ones and the keep - m newest existing
+// ones. keep x each when the directory starts empty, plus the one being written. Saturates at
+// UINT64_MAX rather than overflow.
+uint64_t peakCheckpointBytes(uint64_t each, uint64_t keep, const std::vector<uint64_t>& existing);
+
 class CheckpointManager {
  public:
   // `dir` is created (with parents) on the first save. keep >= 1 (asserted). `fs` must outlive the
@@ -102,10 +112,12 @@ class CheckpointManager {
   std::vector<std::string> removeStaleTemporaries();
 
   // A writer's start-up check (<cumulus/checkpoint.h> Checkpoints::checkRoom): creates `dir`,
-  // writes, fsyncs and removes a small probe file in it, and requires room for `count`
-  // checkpoints of `bytes_each` bytes. Throws UserError naming the directory and the failed
-  // operation, or the bytes needed and free.
-  void checkRoom(uint64_t bytes_each, size_t count);
+  // writes, fsyncs and removes a small probe file in it, and requires room for the most its
+  // checkpoints will take at once (peakCheckpointBytes) when each new one takes about
+  // `bytes_each`. The checkpoints already there count as room, since the saves replace them in
+  // turn. Throws UserError naming the directory and the failed operation, or the bytes needed
+  // and free and what to do; `keep_name` is how the message names the number kept.
+  void checkRoom(uint64_t bytes_each, const std::string& keep_name = "keep");
 
  private:
   SaveResult write(const CheckpointSnapshot& snapshot);

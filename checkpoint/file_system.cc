@@ -135,4 +135,17 @@ uint64_t PosixFileSystem::availableBytes(const std::string& path) {
   return static_cast<uint64_t>(st.f_bavail) * static_cast<uint64_t>(st.f_frsize);
 }
 
+uint64_t PosixFileSystem::usedBytes(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return 0;
+    throw FileSystemError(path, "stat", errno);
+  }
+  uint64_t bytes = static_cast<uint64_t>(st.st_blocks) * 512;
+  if (S_ISDIR(st.st_mode)) {
+    for (const DirEntry& entry : list(path)) bytes += usedBytes(path + "/" + entry.name);
+  }
+  return bytes;
+}
+
 }  // namespace cumulus::trainer

@@ -60,6 +60,9 @@ class FileSystem {
   // Bytes an unprivileged user may still write on the file system that holds `path` (statvfs
   // f_bavail x f_frsize).
   virtual uint64_t availableBytes(const std::string& path) = 0;
+  // Bytes that `path`, a file or a whole directory tree, takes on its disk (the blocks allocated,
+  // st_blocks x 512, which deleting it gives back); 0 when it does not exist.
+  virtual uint64_t usedBytes(const std::string& path) = 0;
 };
 
 // The real thing: open/write/fsync/close, rename(2), renameat2(2), opendir/readdir, unlink/rmdir.
@@ -75,6 +78,7 @@ class PosixFileSystem : public FileSystem {
   void removeAll(const std::string& path) override;
   bool exists(const std::string& path) override;
   uint64_t availableBytes(const std::string& path) override;
+  uint64_t usedBytes(const std::string& path) override;
 };
 
 }  // namespace cumulus::trainer

@@ -49,6 +49,7 @@ class FaultInjectingFileSystem : public FileSystem {
   void removeAll(const std::string& path) override { base_.removeAll(path); }
   bool exists(const std::string& path) override { return base_.exists(path); }
   uint64_t availableBytes(const std::string& path) override;
+  uint64_t usedBytes(const std::string& path) override { return base_.usedBytes(path); }
 
  private:
   struct PathFault {

@@ -104,6 +104,15 @@ Rule above(double min) { return bounded({min, true}); }
 Rule between(double min, bool min_open, double max, bool max_open) {
   return bounded({min, min_open, max, max_open});
 }
+Rule inRange(double min, double max) { return between(min, false, max, false); }
+
+// Caps on integers that are sizes: the code multiplies them by each other and by the bytes of a
+// sample (a synthetic image is 784 floats, a layer is width x width weights, a batch of tokens is
+// global_batch_size x seq_len), and an int64 that wrapped around became a negative size far from
+// the key that caused it. Each cap is far beyond what a machine holds (a billion synthetic
+// samples are 3 TB), and any product of two of them fits an int64 with room to spare.
+constexpr double kMaxCount = 1e9;      // samples, a batch, steps of a round
+constexpr double kMaxWidth = 1 << 20;  // a layer's width, classes, tokens per sample
 Rule oneOf(std::vector<std::string_view> choices, std::string_view prefix = {}) {
   Rule rule;
   rule.choices = std::move(choices);
@@ -163,11 +172,16 @@ std::string checkRunName(const std::string& text) {
 
 std::string checkNonEmpty(const std::string& text) { return text.empty() ? "it is empty" : ""; }
 
+// Nodes times launch.nproc_per_node is the world size: both capped so that it stays an int.
+constexpr int64_t kMaxNodes = 65536;
+constexpr double kMaxWorkersPerNode = 4096;
+
 std::string checkNnodes(const std::string& text) {
   size_t colon = text.find(':');
   int64_t min = 0, max = 0;
   if (colon == std::string::npos) {
     if (!parseCount(text, min)) return "N is not a whole number";
+    if (min > kMaxNodes) return "N must be at most " + std::to_string(kMaxNodes);
     return min >= 1 ? "" : "N must be at least 1";
   }
   if (!parseCount(std::string_view(text).substr(0, colon), min) ||
@@ -175,6 +189,7 @@ std::string checkNnodes(const std::string& text) {
     return "MIN and MAX must be whole numbers";
   }
   if (min < 1) return "MIN must be at least 1";
+  if (max > kMaxNodes) return "MAX must be at most " + std::to_string(kMaxNodes);
   if (min > max)
     return "MIN " + std::to_string(min) + " is greater than MAX " + std::to_string(max);
   return "";
@@ -200,22 +215,22 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(TOP_KEY(name), "experiment", required(formatted(checkRunName, "a run name of letters, digits, '.', '_' and '-' (at most 128)")), "names the run in logs, checkpoints and the run directory"));
 
   t.push_back(row(KEY(model, name), "mlp", oneOf({"mlp", "convnet"}, "torchscript:"), "architecture; `torchscript:<file>` loads a torch.jit.save file (relative paths: from the working directory)"));
-  t.push_back(row(KEY(model, hidden), {256, 128, 100}, atLeast(1), "mlp: hidden layer widths, from input to output"));
+  t.push_back(row(KEY(model, hidden), {256, 128, 100}, inRange(1, kMaxWidth), "mlp: hidden layer widths, from input to output"));
   t.push_back(row(KEY(model, dropout), 0.0, between(0, false, 1, true), "mlp: dropout probability after each hidden layer"));
-  t.push_back(row(KEY(model, num_classes), 10, atLeast(1), "mlp, convnet: output width (classes); a TorchScript model has its own"));
+  t.push_back(row(KEY(model, num_classes), 10, inRange(1, kMaxWidth), "mlp, convnet: output width (classes); a TorchScript model has its own"));
 
   t.push_back(row(KEY(data, format), DataFormat::kIdx, oneOf({"idx", "npy", "tokens"}), "idx: `data.dataset`; npy: `inputs.npy` and `targets.npy` in `data.train` and `data.test`; tokens: 1-D .npy token-id files `data.train` and `data.test`"));
   t.push_back(row(KEY(data, train), "", anyValue(), "npy: directory of the training samples; tokens: the training token file (numpy.save of a 1-D integer array) (relative paths: from the working directory)"));
   t.push_back(row(KEY(data, test), "", anyValue(), "npy: directory of the test samples; tokens: the test token file (relative paths: from the working directory)"));
-  t.push_back(row(KEY(data, seq_len), 128, atLeast(1), "tokens: tokens per sample; inputs are `seq_len` consecutive tokens, targets the same shifted by one"));
+  t.push_back(row(KEY(data, seq_len), 128, inRange(1, kMaxWidth), "tokens: tokens per sample; inputs are `seq_len` consecutive tokens, targets the same shifted by one"));
   t.push_back(row(KEY(data, dataset), Dataset::kFashionMnist, oneOf({"fashion-mnist", "mnist", "synthetic"}), "idx: IDX files in `data.dir` (gzip or raw), or generated samples"));
   t.push_back(row(KEY(data, dir), "/usr/share/datasets/fashion-mnist", anyValue(), "idx: directory of the IDX files; unused for synthetic (relative paths: from the working directory)"));
   t.push_back(row(KEY(data, normalize), true, anyValue(), "idx: subtract the train-set mean and divide by its standard deviation"));
   t.push_back(row(KEY(data, shuffle), true, anyValue(), "permute the samples each epoch, from (seed, epoch)"));
   t.push_back(row(KEY(data, drop_last), true, anyValue(), "drop the last incomplete global batch of each epoch"));
   t.push_back(row(KEY(data, cache), true, anyValue(), "keep gunzipped copies of the IDX files in `<run_dir>/cache`, so a restarted worker skips the decompression"));
-  t.push_back(row(KEY(data, synthetic_train_samples), 4096, atLeast(1), "synthetic: training samples"));
-  t.push_back(row(KEY(data, synthetic_test_samples), 1024, atLeast(1), "synthetic: test samples"));
+  t.push_back(row(KEY(data, synthetic_train_samples), 4096, inRange(1, kMaxCount), "synthetic: training samples"));
+  t.push_back(row(KEY(data, synthetic_test_samples), 1024, inRange(1, kMaxCount), "synthetic: test samples"));
 
   t.push_back(row(KEY(loss, name), LossName::kCrossEntropy, oneOf({"cross_entropy", "mse", "module"}), "cross_entropy: logits [B, C] against class ids [B], or [B, T, V] against token ids [B, T]; mse: outputs and targets of one shape; module: the model's `forward(inputs, targets)` returns its own mean loss"));
 
@@ -234,7 +249,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(schedule, gamma), 0.1, between(0, true, 1, false), "step: the factor"));
   t.push_back(row(KEY(schedule, min_lr), 0.0, atLeast(0), "cosine: the rate at the last step (at most `optimizer.lr`)"));
 
-  t.push_back(row(KEY(trainer, global_batch_size), 128, atLeast(1), "samples per optimizer step, summed over all workers"));
+  t.push_back(row(KEY(trainer, global_batch_size), 128, inRange(1, kMaxCount), "samples per optimizer step, summed over all workers"));
   t.push_back(row(KEY(trainer, epochs), 3, atLeast(1), "passes over the training set"));
   t.push_back(row(KEY(trainer, max_steps), 0, atLeast(0), "> 0: stop after this many optimizer steps; 0: run all epochs"));
   t.push_back(row(KEY(trainer, seed), 0, anyValue(), "seeds initialization, shuffling and dropout, with (epoch, step, rank)"));
@@ -252,7 +267,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(trainer, sync), SyncMode::kEveryStep, oneOf({"every_step", "diloco"}), "every_step: the gradients are all-reduced every step (`comm`); diloco: each worker trains its own replica for `diloco.inner_steps` steps without communicating, then the workers average how far they moved and an outer optimizer steps the shared parameters (DiLoCo; `diloco`). For fleets on slow or distant links"));
 
   t.push_back(row(KEY(eval, every_steps), 0, atLeast(0), "evaluate every this many steps; 0: at the end of each epoch only"));
-  t.push_back(row(KEY(eval, batch_size), 1000, atLeast(1), "evaluation batch size per worker"));
+  t.push_back(row(KEY(eval, batch_size), 1000, inRange(1, kMaxCount), "evaluation batch size per worker"));
 
   t.push_back(row(KEY(checkpoint, dir), "", anyValue(), "checkpoint directory; empty: `<run_dir>/checkpoints` (relative paths: from the working directory)"));
   t.push_back(row(KEY(checkpoint, every_steps), 0, atLeast(0), "checkpoint every this many steps; 0: off"));
@@ -268,8 +283,8 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(comm, cost_model), "", anyValue(), "calibration file from `cumulus-bench calibrate`; empty: built-in (relative paths: from the working directory)"));
   t.push_back(row(KEY(comm, compression), Compression::kNone, oneOf({"none", "bf16"}), "gradient buckets on the wire: none sends float32; bf16 sends bfloat16 (half the bytes), each rank keeping its rounding error and adding it to the next step's gradient (error feedback). For slow links (1 Gbit/s and below), where the all-reduce dominates the step"));
 
-  t.push_back(row(KEY(diloco, inner_steps), 50, atLeast(1), "inner steps each worker takes alone between two syncs of a fragment (H)"));
-  t.push_back(row(KEY(diloco, outer_lr), 0.7, above(0), "the outer optimizer's learning rate (SGD on the averaged outer gradients)"));
+  t.push_back(row(KEY(diloco, inner_steps), 50, inRange(1, kMaxCount), "inner steps each worker takes alone between two syncs of a fragment (H)"));
+  t.push_back(row(KEY(diloco, outer_lr), 0.7, between(0, true, 10, false), "the outer optimizer's learning rate (SGD on the averaged outer gradients): 1 without momentum moves the global parameters to the replicas' average, more steps past it; the papers use 0.7, and far above 1 the outer steps diverge"));
   t.push_back(row(KEY(diloco, outer_momentum), 0.9, between(0, false, 1, true), "the outer optimizer's momentum"));
   t.push_back(row(KEY(diloco, nesterov), true, anyValue(), "Nesterov momentum for the outer optimizer (needs `outer_momentum` above 0)"));
   t.push_back(row(KEY(diloco, fragments), 1, atLeast(1), "1: DiLoCo, every parameter synced every `inner_steps`; more: Streaming DiLoCo, the parameters split into this many fragments of whole tensors, each synced at its own offset within the `inner_steps`, so the peak traffic is a fragment's (at most `inner_steps` and the model's tensor count)"));
@@ -277,8 +292,8 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(diloco, mix), 0.0, between(0, false, 1, true), "at a fragment's update, the share of its own values a worker keeps (local = mix x local + (1 - mix) x global); 0: every worker takes the global values"));
   t.push_back(row(KEY(diloco, outer_compression), Compression::kNone, oneOf({"none", "bf16", "int8"}), "outer gradients on the wire: none sends float32; bf16 bfloat16 (half); int8 one byte per value with a float32 scale per 256 (a quarter, gathered rather than reduced: every worker receives every worker's). bf16 and int8 keep each worker's rounding error for its next round (error feedback)"));
 
-  t.push_back(row(KEY(launch, nproc_per_node), 2, atLeast(1), "workers per node"));
-  t.push_back(row(KEY(launch, nnodes), "1", formatted(checkNnodes, "N or MIN:MAX, with 1 <= MIN <= MAX"), "nodes: a fixed count, or an elastic range"));
+  t.push_back(row(KEY(launch, nproc_per_node), 2, inRange(1, kMaxWorkersPerNode), "workers per node"));
+  t.push_back(row(KEY(launch, nnodes), "1", formatted(checkNnodes, "N or MIN:MAX, with 1 <= MIN <= MAX <= 65536"), "nodes: a fixed count, or an elastic range"));
   t.push_back(row(KEY(launch, max_restarts), 3, atLeast(0), "group restarts after a crash (preemptions do not count)"));
   t.push_back(row(KEY(launch, monitor_interval), 0.1, above(0), "seconds between worker health checks"));
   t.push_back(row(KEY(launch, rdzv_endpoint), "", formatted(checkEndpoint, "empty or host:port"), "rendezvous host:port; empty with one node: standalone"));
@@ -360,16 +375,27 @@ std::string_view typeName(ValueType type) {
   return "";
 }
 
-namespace {}  // namespace
+namespace {
+
+// A bound as people write it: a whole number in full ("1000000000", not "1.0e+09"), others as
+// formatNumber does.
+std::string boundText(double bound) {
+  if (std::floor(bound) == bound && std::fabs(bound) < 9007199254740992.0) {  // 2^53: exact
+    return std::to_string(static_cast<int64_t>(bound));
+  }
+  return formatNumber(bound);
+}
+
+}  // namespace
 
 std::string boundsText(const Bounds& b) {
   bool has_min = std::isfinite(b.min), has_max = std::isfinite(b.max);
   if (has_min && has_max) {
-    return std::string("in ") + (b.min_open ? "(" : "[") + formatNumber(b.min) + ", " +
-           formatNumber(b.max) + (b.max_open ? ")" : "]");
+    return std::string("in ") + (b.min_open ? "(" : "[") + boundText(b.min) + ", " +
+           boundText(b.max) + (b.max_open ? ")" : "]");
   }
-  if (has_min) return (b.min_open ? "> " : ">= ") + formatNumber(b.min);
-  if (has_max) return (b.max_open ? "< " : "<= ") + formatNumber(b.max);
+  if (has_min) return (b.min_open ? "> " : ">= ") + boundText(b.min);
+  if (has_max) return (b.max_open ? "< " : "<= ") + boundText(b.max);
   return "";
 }
 

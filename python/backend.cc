@@ -6,6 +6,7 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -22,6 +23,7 @@
 #include "base/run_env.h"
 #include "cumulus/process_group.h"
 #include "python/c10d_store.h"
+#include "python/world_size_check.h"
 
 namespace cumulus::python {
 namespace {
@@ -163,9 +165,12 @@ ReduceOp reduceOpOf(const char* op, const c10d::ReduceOp& reduce, const at::Tens
   }
 }
 
-CollectiveOptions callOptions(std::chrono::milliseconds timeout) {
+// A call's own timeout, or else the group's: always set, since the Cumulus group underneath was
+// made with what was left of init's deadline (its rendezvous), not with the group's timeout.
+CollectiveOptions callTimeout(std::chrono::milliseconds timeout, std::chrono::milliseconds group) {
   CollectiveOptions options;
-  if (timeout > std::chrono::milliseconds(0)) options.timeout_seconds = timeout.count() / 1000.0;
+  options.timeout_seconds =
+      (timeout > std::chrono::milliseconds(0) ? timeout : group).count() / 1000.0;
   return options;
 }
 
@@ -275,15 +280,26 @@ void stopAllBackends() {
 
 void Backend::stopQueue() { queue_->stop(); }
 
+CollectiveOptions Backend::callOptions(std::chrono::milliseconds timeout) const {
+  return callTimeout(timeout, timeout_);
+}
+
 Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                 std::chrono::milliseconds timeout, const BackendOptions& options)
-    : c10d::ProcessGroup(rank, size), options_(options) {
+                 std::chrono::milliseconds timeout, std::chrono::milliseconds init_timeout,
+                 const BackendOptions& options)
+    : c10d::ProcessGroup(rank, size), options_(options), timeout_(timeout) {
+  // One deadline for the whole rendezvous: the world-size check and the connections share it.
+  const auto deadline = std::chrono::steady_clock::now() + init_timeout;
+  const base::RunEnv env = environmentOf(rank, size);
+  store_ = std::make_unique<C10dStore>(store);
+  checkWorldSize(*store_, env, deadline, timeout);
   GroupOptions group;
   group.algorithm = options.algorithm;
-  group.timeout_seconds = timeout.count() / 1000.0;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  group.timeout_seconds = std::max<int64_t>(left.count(), 1) / 1000.0;
   group.cost_model = options.cost_model;
-  store_ = std::make_unique<C10dStore>(store);
-  group_ = cumulus::ProcessGroup::Impl::overStore(environmentOf(rank, size), group, *store_);
+  group_ = cumulus::ProcessGroup::Impl::overStore(env, group, *store_);
   queue_ = std::make_unique<Queue>();
   std::lock_guard<std::mutex> lock(registryMutex());
   registry().insert(this);

@@ -28,10 +28,7 @@
 #include <string>
 
 #include "cumulus/options.h"
-
-namespace cumulus {
-class ProcessGroup;
-}
+#include "cumulus/process_group.h"
 
 namespace cumulus::python {
 
@@ -48,11 +45,16 @@ struct BackendOptions {
 class Backend final : public c10d::ProcessGroup {
  public:
   // Joins the group of `size` ranks through `store`, blocking until every rank is connected or
-  // `timeout` passes (CommError). The job token, generation and bind address come from the
-  // environment as for any Cumulus worker (CUMULUS_JOB_TOKEN, CUMULUS_GENERATION,
-  // CUMULUS_BIND_HOST; without the last, the address that routes to MASTER_ADDR).
+  // `init_timeout` passes (CommError naming the ranks that never joined): what is left of
+  // init_process_group's timeout once torch's own store is up (cumulus/__init__.py). First every
+  // rank checks that the others were started with its world size (python/world_size_check.h,
+  // GroupError naming both). `timeout` is each collective's that gives none. The job token,
+  // generation and bind address come from the environment as for any Cumulus worker
+  // (CUMULUS_JOB_TOKEN, CUMULUS_GENERATION, CUMULUS_BIND_HOST; without the last, the address that
+  // routes to MASTER_ADDR).
   Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-          std::chrono::milliseconds timeout, const BackendOptions& options);
+          std::chrono::milliseconds timeout, std::chrono::milliseconds init_timeout,
+          const BackendOptions& options);
   ~Backend() override;
 
   const std::string getBackendName() const override { return "cumulus"; }
@@ -91,12 +93,15 @@ class Backend final : public c10d::ProcessGroup {
 
  private:
   class Queue;
+  // A collective's options: its own timeout, else the group's.
+  CollectiveOptions callOptions(std::chrono::milliseconds timeout) const;
   // Queues `run` (which fills `outputs`) and returns its Work.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name,
                                          std::vector<at::Tensor> outputs,
                                          std::function<void()> run);
 
   BackendOptions options_;
+  std::chrono::milliseconds timeout_;              // a collective's, when it gives none
   std::unique_ptr<C10dStore> store_;               // outlives group_
   std::unique_ptr<cumulus::ProcessGroup> group_;  // Cumulus's group of these ranks
   std::unique_ptr<Queue> queue_;                   // stopped first

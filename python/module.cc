@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <string>
 
 #include "cumulus/errors.h"
@@ -32,7 +33,8 @@ c10::intrusive_ptr<Backend> makeBackend(const c10::intrusive_ptr<c10d::Store>& s
                                         int size, double timeout_seconds,
                                         const std::string& algorithm,
                                         const std::string& compression,
-                                        const std::string& cost_model) {
+                                        const std::string& cost_model,
+                                        double init_timeout_seconds) {
   BackendOptions options;
   options.algorithm = option("algorithm", algorithm, parseAlgorithm);
   options.compression = option("compression", compression, parseCompression);
@@ -42,7 +44,13 @@ c10::intrusive_ptr<Backend> makeBackend(const c10::intrusive_ptr<c10d::Store>& s
                                 std::to_string(timeout_seconds) + " s");
   }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
-  return c10::make_intrusive<Backend>(store, rank, size, timeout, options);
+  // What is left of init's deadline; none left still gets a millisecond, to name who is missing.
+  const auto init_timeout =
+      init_timeout_seconds < 0
+          ? timeout
+          : std::chrono::milliseconds(std::max<int64_t>(
+                1, static_cast<int64_t>(std::min(init_timeout_seconds, timeout_seconds) * 1000)));
+  return c10::make_intrusive<Backend>(store, rank, size, timeout, init_timeout, options);
 }
 
 }  // namespace
@@ -62,8 +70,9 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init(&cumulus::python::makeBackend), py::arg("store"), py::arg("rank"),
            py::arg("size"), py::arg("timeout_seconds"), py::arg("algorithm") = "auto",
            py::arg("compression") = "none", py::arg("cost_model") = "",
-           py::call_guard<py::gil_scoped_release>(),
-           "Joins the group of `size` ranks through the c10d `store`; blocks until connected.")
+           py::arg("init_timeout_seconds") = -1.0, py::call_guard<py::gil_scoped_release>(),
+           "Joins the group of `size` ranks through the c10d `store`; blocks until connected, "
+           "at most init_timeout_seconds (< 0: timeout_seconds).")
       .def_property_readonly("algorithm",
                              [](const Backend& b) {
                                return cumulus::algorithmName(b.backendOptions().algorithm);

@@ -19,7 +19,14 @@ Datasets loadIdx(const configs::DataConfig& config, uint64_t seed, const std::st
     // One draw split in two, so train and test share the class patterns.
     const int64_t n_train = config.synthetic_train_samples;
     const int64_t n_test = config.synthetic_test_samples;
-    const data::TensorDataset all = data::makeSynthetic(n_train + n_test, seed);
+    // The schema caps both; a config built in code is not read through it.
+    int64_t n_all = 0;
+    if (__builtin_add_overflow(n_train, n_test, &n_all)) {
+      throw data::DataError(
+          "data.synthetic_train_samples + data.synthetic_test_samples: " + std::to_string(n_train) +
+          " + " + std::to_string(n_test) + " samples is more than a 64-bit count holds");
+    }
+    const data::TensorDataset all = data::makeSynthetic(n_all, seed);
     train = {all.inputs.narrow(0, 0, n_train).contiguous(),
              all.targets.narrow(0, 0, n_train).contiguous()};
     test = {all.inputs.narrow(0, n_train, n_test).contiguous(),

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/resume.h"
@@ -184,7 +185,7 @@ void RunCheckpoints::checkRoom(models::Model& model, int64_t world) {
             sizeof(float);
   }
   try {
-    store_->checkRoom(each, 2);
+    store_->checkRoom(each, "checkpoint.keep");
   } catch (const UserError& e) {
     throw SetupError(std::string(e.what()) +
                      " (checkpoint.dir; by default <trainer.run_dir>/checkpoints)");
@@ -285,6 +286,7 @@ void RunCheckpoints::save(const CheckpointDecision& decision, int64_t done, doub
     };
     const auto pause = std::chrono::steady_clock::now();
     bool saved = false;
+    std::optional<SaveResult> written;  // a foreground save's, reported once its stall is known
     if (decision.preempted) {
       // No try: a stop must not look checkpointed when it is not.
       collectBackgroundSave();
@@ -300,7 +302,7 @@ void RunCheckpoints::save(const CheckpointDecision& decision, int64_t done, doub
           store_->saveAsync(std::move(snap));
           pending_save_step_ = done;
         } else {
-          store_->save(snap);  // reported by takeCompleted like a background one
+          written = store_->save(snap);
         }
         saved = true;
       } catch (const CheckpointError& e) {
@@ -311,6 +313,7 @@ void RunCheckpoints::save(const CheckpointDecision& decision, int64_t done, doub
     stall_ms_[done] =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - pause).count();
     policy_->saveAttempted(done, saved);
+    if (written) reportSave(*written);  // as a background one is, through takeCompleted
   }
   reportSaves();
 }
@@ -330,19 +333,21 @@ void RunCheckpoints::collectBackgroundSave() {
 }
 
 void RunCheckpoints::reportSaves() {
-  for (const SaveResult& r : store_->takeCompleted()) {
-    failed_saves_ = 0;
-    last_saved_step_ = std::max(last_saved_step_, static_cast<int64_t>(r.step));
-    CheckpointRecord record;
-    record.step = static_cast<int64_t>(r.step);
-    record.path = r.path;
-    record.stall_ms = stall_ms_[record.step];
-    record.encode_seconds = r.encode_seconds;
-    record.write_seconds = r.write_seconds;
-    record.bytes = r.bytes;
-    for (const CheckpointWarning& w : r.warnings) record.warnings.push_back(w.str());
-    recorder_->checkpoint(record);
-  }
+  for (const SaveResult& r : store_->takeCompleted()) reportSave(r);
+}
+
+void RunCheckpoints::reportSave(const SaveResult& r) {
+  failed_saves_ = 0;
+  last_saved_step_ = std::max(last_saved_step_, static_cast<int64_t>(r.step));
+  CheckpointRecord record;
+  record.step = static_cast<int64_t>(r.step);
+  record.path = r.path;
+  record.stall_ms = stall_ms_[record.step];
+  record.encode_seconds = r.encode_seconds;
+  record.write_seconds = r.write_seconds;
+  record.bytes = r.bytes;
+  for (const CheckpointWarning& w : r.warnings) record.warnings.push_back(w.str());
+  recorder_->checkpoint(record);
 }
 
 void RunCheckpoints::failed(int64_t done, const CheckpointError& error) {

@@ -1,7 +1,8 @@
 #pragma once
 // The run's checkpoints and what keeps a user's work safe around the step loop (docs/spot.md):
 // one job per run directory (the writer holds its lock while it runs), no experiment's
-// checkpoints overwritten by another's, room for two checkpoints checked before training, a save
+// checkpoints overwritten by another's, room for the checkpoints at their peak (checkpoint.keep
+// and the one being written) checked before training, a save
 // whenever the CheckpointPolicy says (in the background when it asks), every failed save reported
 // and counted (the run stops at checkpoint.max_failures in a row), the final weights written
 // before the last checkpoint, and with comm.compression bf16 every rank's error-feedback residuals
@@ -72,7 +73,8 @@ class RunCheckpoints {
   // True when --overwrite removed another experiment's checkpoints (start from step 0); throws
   // ExperimentMismatch when a start from step 0 would overwrite them.
   bool guardOtherExperiment(bool resuming, std::vector<std::string>& notes);
-  // The writer's check that checkpoints can be written and two of them fit (SetupError).
+  // The writer's check that checkpoints can be written and fit at their peak: checkpoint.keep of
+  // them and the one being written, the ones already there counted as room (SetupError).
   void checkRoom(models::Model& model, int64_t world);
 
   // A resume from the checkpoint of `step`, with the residuals it holds (undefined: none).
@@ -102,6 +104,7 @@ class RunCheckpoints {
   void gatherResiduals(int64_t done);
   void collectBackgroundSave();
   void reportSaves();
+  void reportSave(const SaveResult& result);  // recorded; the failures in a row start again
   void failed(int64_t done, const CheckpointError& error);
 
   const configs::Experiment& config_;

@@ -11,6 +11,7 @@
 #include "configs/parse.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/process_group.h"
+#include "trainer/divergence.h"
 #include "trainer/goodput.h"
 #include "trainer/loss.h"
 #include "trainer/rank_reduce.h"
@@ -320,9 +321,7 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   done_position_ = batches_->position();
   samples_seen_ += static_cast<uint64_t>(batch.global_samples);
   if (!std::isfinite(outcome.loss)) {
-    throw TrainError("training diverged at step " + std::to_string(step + 1) + " (loss " +
-                     std::to_string(outcome.loss) +
-                     "); lower optimizer.lr or set trainer.grad_clip_norm");
+    throw TrainError(divergenceMessage(config_, step + 1, outcome.loss, diloco_.get()));
   }
   outcome.epoch = batch.epoch + 1;
   outcome.samples = batch.global_samples;

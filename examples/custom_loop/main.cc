@@ -401,8 +401,8 @@ int train(const Flags& flags) {
   Job job(flags, *group);
   if (job.leader()) {
     std::printf("precision: %s\n", cumulus::choosePrecision(flags.precision).text().c_str());
-    // Before the first step, not at the first save: room for two checkpoints of the parameters
-    // and Adam's two moments (a full or read-only disk is exit 2 here).
+    // Before the first step, not at the first save: room for the checkpoints kept and the next
+    // one, each the parameters and Adam's two moments (a full or read-only disk is exit 2 here).
     uint64_t bytes = 64 * 1024;
     for (const auto& p : job.net->parameters()) bytes += 3 * p.nbytes();
     job.checkpoints.checkRoom(bytes);

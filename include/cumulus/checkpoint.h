@@ -162,11 +162,15 @@ class Checkpoints {
   // Removes <dir>/step-*.tmp left by an interrupted save; returns the removed paths.
   std::vector<std::string> removeStaleTemporaries();
   // For the writer, before training: creates dir(), writes, fsyncs and removes a small probe file
-  // there, and requires room for `count` checkpoints of about `bytes_each` bytes (the model's
-  // parameters and buffers plus the optimizer's state). Throws UserError (exit 2) naming the
-  // directory and the failed operation ("/proc/ck: mkdir: No such file or directory"), or the bytes
-  // needed and free, so that a run that could never save stops before it trains rather than after.
-  void checkRoom(uint64_t bytes_each, size_t count = 2);
+  // there, and requires room for what the checkpoints take at their peak when each new one takes
+  // about `bytes_each` bytes (the model's parameters and buffers plus the optimizer's state): the
+  // `keep` kept and the next one being written, which is written before the oldest is removed.
+  // The checkpoints already in dir() count as room, since the saves replace them in turn. Throws
+  // UserError (exit 2) naming the directory and the failed operation ("/proc/ck: mkdir: No such
+  // file or directory"), or the bytes needed and free and what to do (a lower keep that fits, a
+  // larger disk), so that a run that could never save stops before it trains rather than after.
+  // `keep_name` is how that message names the number kept (a program's own option, say).
+  void checkRoom(uint64_t bytes_each, const std::string& keep_name = "keep");
 
   struct Impl;
 

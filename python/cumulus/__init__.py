@@ -20,6 +20,8 @@ environment:
 
 import atexit
 import os
+import threading
+import time
 
 import torch
 import torch.distributed
@@ -83,6 +85,41 @@ class BackendOptions:
                 f"compression={self.compression!r}, cost_model={self.cost_model!r})")
 
 
+# init_process_group's timeout is the whole init's. Before it makes the backend, torch builds the
+# group's store (env://, tcp://), and the rank that hosts a TCPStore waits there for every other
+# rank to connect, up to that whole timeout: with a rank absent, the backend's own rendezvous then
+# waited the timeout again (21 s for 10). So the time the rendezvous started is noted here, and
+# the backend gets what is left. torch calls its rendezvous through this module attribute; where
+# a torch has none, the backend waits the whole timeout, as before.
+_init = threading.local()
+
+
+def _noting_the_start(rendezvous):
+    def rendezvous_noted(*args, **kwargs):
+        _init.started = time.monotonic()
+        return rendezvous(*args, **kwargs)
+    return rendezvous_noted
+
+
+_c10d = torch.distributed.distributed_c10d
+if hasattr(_c10d, "rendezvous") and not hasattr(_c10d.rendezvous, "_cumulus"):
+    _c10d.rendezvous = _noting_the_start(_c10d.rendezvous)
+    _c10d.rendezvous._cumulus = True
+
+
+def _init_seconds_left(backend_options):
+    """What is left of the timeout for the default group that init_process_group is making;
+    -1 (the whole timeout) for a new_group, or when no rendezvous of this thread was noted."""
+    started, _init.started = getattr(_init, "started", None), None
+    timeout = backend_options.timeout.total_seconds()
+    if started is None or len(backend_options.global_ranks_in_group) > 0:
+        return -1.0
+    elapsed = time.monotonic() - started
+    # Older than a store's wait can be (torch oversteps the timeout by about a second): the note
+    # of an earlier init, whose group another backend made.
+    return -1.0 if elapsed > timeout + 5 else max(0.0, timeout - elapsed)
+
+
 def _create_process_group(backend_options, pg_options):
     options = BackendOptions() if pg_options is None else pg_options
     if not isinstance(options, BackendOptions):
@@ -91,7 +128,7 @@ def _create_process_group(backend_options, pg_options):
     return _C.ProcessGroupCumulus(
         backend_options.store, backend_options.group_rank, backend_options.group_size,
         backend_options.timeout.total_seconds(), options.algorithm, options.compression,
-        options.cost_model)
+        options.cost_model, init_timeout_seconds=_init_seconds_left(backend_options))
 
 
 # The backends' threads end before the interpreter does, whether or not the program destroyed

@@ -56,8 +56,9 @@ TEST(OverrideTest, ErrorsNameTheOverride) {
   EXPECT_EQ(errorOf(kMinimal, {"model.hidden=[1,2"}),
             "--set model.hidden=[1,2: model.hidden: invalid YAML: end of sequence flow not found "
             "(column 1 of the value)");
-  EXPECT_EQ(errorOf(kMinimal, {"model.hidden=[1,x]"}),
-            "--set model.hidden=[1,x]: model.hidden[1]: expected an integer >= 1, got \"x\"");
+  EXPECT_EQ(
+      errorOf(kMinimal, {"model.hidden=[1,x]"}),
+      "--set model.hidden=[1,x]: model.hidden[1]: expected an integer in [1, 1048576], got \"x\"");
   EXPECT_EQ(errorOf(kMinimal, {"optimizer={lr: 1, bogus: 2}"}),
             "--set optimizer={lr: 1, bogus: 2}: optimizer.bogus: unknown key; the keys of "
             "optimizer are name, lr, momentum, nesterov, weight_decay, beta1, beta2, eps");

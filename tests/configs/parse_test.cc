@@ -3,7 +3,10 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "configs/parse.h"
 #include "tests/configs/test_util.h"
@@ -155,11 +158,12 @@ TEST(ParseTest, WrongTypeNamesWhatWasExpectedAndWhatCame) {
             "x.yaml:2:17: trainer.seed: expected a non-negative integer, got \"-1\"");
   EXPECT_EQ(errorOf("name: t\ndata: {shuffle: yes}\n"),
             "x.yaml:2:17: data.shuffle: expected true or false, got \"yes\"");
-  EXPECT_EQ(errorOf("name: t\nmodel: {hidden: 256}\n"),
-            "x.yaml:2:17: model.hidden: expected a list of integers >= 1, got \"256\", e.g. "
-            "[256, 128, 100]");
+  EXPECT_EQ(
+      errorOf("name: t\nmodel: {hidden: 256}\n"),
+      "x.yaml:2:17: model.hidden: expected a list of integers in [1, 1048576], got \"256\", e.g. "
+      "[256, 128, 100]");
   EXPECT_EQ(errorOf("name: t\nmodel: {hidden: [256, abc]}\n"),
-            "x.yaml:2:23: model.hidden[1]: expected an integer >= 1, got \"abc\"");
+            "x.yaml:2:23: model.hidden[1]: expected an integer in [1, 1048576], got \"abc\"");
   EXPECT_EQ(errorOf("name: t\noptimizer: adam\n"),
             "x.yaml:2:12: optimizer: expected a mapping of optimizer keys (name, lr, momentum, "
             "nesterov, weight_decay, beta1, beta2, eps), got \"adam\"");
@@ -174,6 +178,50 @@ TEST(ParseTest, EmptyValueIsNothing) {
             ": optimizer.lr: expected a number > 0, got nothing");
 }
 
+// The sizes that the code multiplies by each other and by a sample's bytes have a cap, so that no
+// product wraps around into a negative size far from the key that caused it.
+TEST(ParseTest, SizesThatAreMultipliedLaterHaveACap) {
+  struct Cap {
+    std::string section, leaf;
+    int64_t max;
+  };
+  const std::vector<Cap> caps = {{"model", "num_classes", 1048576},
+                                 {"data", "seq_len", 1048576},
+                                 {"data", "synthetic_train_samples", 1000000000},
+                                 {"data", "synthetic_test_samples", 1000000000},
+                                 {"trainer", "global_batch_size", 1000000000},
+                                 {"eval", "batch_size", 1000000000},
+                                 {"diloco", "inner_steps", 1000000000},
+                                 {"launch", "nproc_per_node", 4096}};
+  for (const Cap& cap : caps) {
+    const auto with = [&](int64_t value) {
+      return errorOf("name: t\n" + cap.section + ": {" + cap.leaf + ": " + std::to_string(value) +
+                     "}\n");
+    };
+    EXPECT_EQ(with(cap.max), "(no error)") << cap.leaf;
+    const std::string column = std::to_string(cap.section.size() + cap.leaf.size() + 6);
+    const std::string range = "in [1, " + std::to_string(cap.max) + "]";
+    EXPECT_EQ(with(cap.max + 1), "x.yaml:2:" + column + ": " + cap.section + "." + cap.leaf +
+                                     ": expected an integer " + range + ", got " +
+                                     std::to_string(cap.max + 1));
+    EXPECT_EQ(with(INT64_MAX), "x.yaml:2:" + column + ": " + cap.section + "." + cap.leaf +
+                                   ": expected an integer " + range + ", got 9223372036854775807");
+  }
+  EXPECT_EQ(errorOf("name: t\nmodel: {hidden: [1048576, 1048577]}\n"),
+            "x.yaml:2:17: model.hidden: expected a list of integers in [1, 1048576], got "
+            "[1048576, 1048577]");
+}
+
+// diloco.outer_lr: 1 without momentum moves the global parameters to the replicas' average;
+// 1e308 made every parameter infinite at the first outer step.
+TEST(ParseTest, TheOuterLearningRateIsAtMostTen) {
+  EXPECT_EQ(errorOf("name: t\ndiloco: {outer_lr: 10}\n"), "(no error)");
+  EXPECT_EQ(errorOf("name: t\ndiloco: {outer_lr: 10.5}\n"),
+            "x.yaml:2:20: diloco.outer_lr: expected a number in (0, 10], got 10.5");
+  EXPECT_EQ(errorOf("name: t\ndiloco: {outer_lr: 1e308}\n"),
+            "x.yaml:2:20: diloco.outer_lr: expected a number in (0, 10], got 1.0e+308");
+}
+
 TEST(ParseTest, OutOfRangeValues) {
   EXPECT_EQ(errorOf("name: t\noptimizer:\n  lr: -1\n"),
             "x.yaml:3:7: optimizer.lr: expected a number > 0, got -1");
@@ -181,12 +229,13 @@ TEST(ParseTest, OutOfRangeValues) {
             "x.yaml:3:7: optimizer.lr: expected a number > 0, got 0");
   EXPECT_EQ(errorOf("name: t\noptimizer:\n  momentum: 1\n"),
             "x.yaml:3:13: optimizer.momentum: expected a number in [0, 1), got 1");
-  EXPECT_EQ(errorOf("name: t\ntrainer:\n  global_batch_size: 0\n"),
-            "x.yaml:3:22: trainer.global_batch_size: expected an integer >= 1, got 0");
+  EXPECT_EQ(
+      errorOf("name: t\ntrainer:\n  global_batch_size: 0\n"),
+      "x.yaml:3:22: trainer.global_batch_size: expected an integer in [1, 1000000000], got 0");
   EXPECT_EQ(errorOf("name: t\nschedule:\n  warmup_steps: -1\n"),
             "x.yaml:3:17: schedule.warmup_steps: expected an integer >= 0, got -1");
   EXPECT_EQ(errorOf("name: t\nmodel: {hidden: [256, 0]}\n"),
-            "x.yaml:2:17: model.hidden: expected a list of integers >= 1, got [256, 0]");
+            "x.yaml:2:17: model.hidden: expected a list of integers in [1, 1048576], got [256, 0]");
   EXPECT_EQ(errorOf("name: t\noptimizer: {name: adm}\n"),
             "x.yaml:2:19: optimizer.name: expected one of sgd, adamw, got \"adm\"; did you mean "
             "`adamw`?");
@@ -212,12 +261,14 @@ TEST(ParseTest, FormattedStrings) {
     return errorOf("name: t\nlaunch:\n  nnodes: \"" + value + "\"\n");
   };
   const std::string prefix =
-      "x.yaml:3:11: launch.nnodes: expected N or MIN:MAX, with 1 <= MIN <= MAX, got ";
+      "x.yaml:3:11: launch.nnodes: expected N or MIN:MAX, with 1 <= MIN <= MAX <= 65536, got ";
   EXPECT_EQ(nnodes("4:2"), prefix + "\"4:2\" (MIN 4 is greater than MAX 2)");
   EXPECT_EQ(nnodes("0"), prefix + "\"0\" (N must be at least 1)");
   EXPECT_EQ(nnodes("0:2"), prefix + "\"0:2\" (MIN must be at least 1)");
   EXPECT_EQ(nnodes("a:b"), prefix + "\"a:b\" (MIN and MAX must be whole numbers)");
   EXPECT_EQ(nnodes("two"), prefix + "\"two\" (N is not a whole number)");
+  EXPECT_EQ(nnodes("65537"), prefix + "\"65537\" (N must be at most 65536)");
+  EXPECT_EQ(nnodes("1:65537"), prefix + "\"1:65537\" (MAX must be at most 65536)");
   EXPECT_EQ(nnodes("2:2"), "(no error)");
   EXPECT_EQ(errorOf("name: t\nlaunch: {rdzv_endpoint: node0}\n"),
             "x.yaml:2:25: launch.rdzv_endpoint: expected empty or host:port, got \"node0\" (it "
@@ -320,7 +371,7 @@ TEST(ParseTest, CrossFieldChecksBlameTheKeySetLast) {
             "x.yaml:2:44: data.test: required when data.format is tokens; name a 1-D .npy file "
             "of token ids");
   EXPECT_EQ(errorOf("name: t\ndata: {format: tokens, train: a.npy, test: b.npy, seq_len: 0}\n"),
-            "x.yaml:2:60: data.seq_len: expected an integer >= 1, got 0");
+            "x.yaml:2:60: data.seq_len: expected an integer in [1, 1048576], got 0");
   EXPECT_EQ(errorOf("name: t\ndata: {format: npy, train: a, test: b, dataset: synthetic, "
                     "synthetic_train_samples: 100}\nloss: {name: mse}\n"),
             "(no error)");
@@ -332,7 +383,7 @@ TEST(ParseTest, CrossFieldChecksBlameTheKeySetLast) {
 // trainer.sync: diloco. Each bad value exits 2 naming the key and what is allowed.
 TEST(ParseTest, DilocoKeysSayWhatIsAllowed) {
   EXPECT_EQ(errorOf("name: t\ntrainer: {sync: diloco}\ndiloco: {inner_steps: 0}\n"),
-            "x.yaml:3:23: diloco.inner_steps: expected an integer >= 1, got 0");
+            "x.yaml:3:23: diloco.inner_steps: expected an integer in [1, 1000000000], got 0");
   EXPECT_EQ(
       errorOf("name: t\ndiloco: {outer_compression: int4}\n"),
       "x.yaml:2:29: diloco.outer_compression: expected one of none, bf16, int8, got \"int4\"; "

@@ -82,6 +82,30 @@ TEST_F(ToolTest, CheckReportsTheErrorWithExitStatus2) {
   EXPECT_EQ(run("frobnicate").status, 2);
 }
 
+// What cumulus-train refuses, check refuses with the same words (tests/trainer/cli_test.cc): 2^63 -
+// 1 synthetic samples used to pass here and make cumulus-train say "size must be positive, got
+// -9223372036854775297".
+TEST_F(ToolTest, CheckRefusesASizeBeyondItsCapNamingTheKeyAndTheRange) {
+  Result r = run("check " + write("ok.yaml", "name: t\n") +
+                 " --set data.synthetic_train_samples=9223372036854775807");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out,
+            "cumulus-config: error: --set data.synthetic_train_samples=9223372036854775807: "
+            "data.synthetic_train_samples: expected an integer in [1, 1000000000], got "
+            "9223372036854775807\n");
+}
+
+// An outer learning rate of 1e308 passed here and made every parameter infinite at the first
+// outer sync; cumulus-train refuses it with the same words.
+TEST_F(ToolTest, CheckRefusesAnOuterLearningRateAboveTen) {
+  Result r = run("check " + write("ok.yaml", "name: t\n") +
+                 " --set trainer.sync=diloco --set diloco.outer_lr=1e308");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out,
+            "cumulus-config: error: --set diloco.outer_lr=1e308: diloco.outer_lr: expected a "
+            "number in (0, 10], got 1.0e+308\n");
+}
+
 TEST_F(ToolTest, DigestDiffReferenceAndDefaults) {
   std::string a = write("a.yaml", "name: t\n");
   std::string b = write("b.yaml", "name: t\noptimizer: {lr: 0.05}\n");

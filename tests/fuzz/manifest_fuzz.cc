@@ -45,6 +45,7 @@ class OneDirFileSystem : public cumulus::trainer::FileSystem {
   void removeAll(const std::string& path) override { unused(path); }
   bool exists(const std::string& path) override { return files_.count(path) > 0; }
   uint64_t availableBytes(const std::string& path) override { unused(path); }
+  uint64_t usedBytes(const std::string& path) override { unused(path); }
 
  private:
   [[noreturn]] static void unused(const std::string& path) {

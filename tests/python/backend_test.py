@@ -32,11 +32,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_group(world, *args, env_of=lambda rank: {}, timeout=240):
-    """Starts `world` workers of one group; returns [(returncode, reports, stderr)] by rank."""
+def run_group(world, *args, env_of=lambda rank: {}, timeout=240, ranks=None):
+    """Starts the workers of one group of `world` (`ranks` of them, by default all); returns
+    [(returncode, reports, stderr)] in the order of `ranks`."""
     port = free_port()
     processes = []
-    for rank in range(world):
+    for rank in range(world) if ranks is None else ranks:
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                    PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
@@ -254,6 +255,40 @@ class Failures(unittest.TestCase):
                                     "peer does not hold this job's token (check CUMULUS_JOB_TOKEN)")
         self.assertEqual(errors[0], "CommError: rendezvous seq 0 with rank 1: unauthorized: rank "
                                     "1 does not hold this job's token (check CUMULUS_JOB_TOKEN)")
+
+    def test_ranks_started_with_different_world_sizes_both_name_the_mismatch(self):
+        # Before, rank 1 waited for a rank 2 that did not exist and reported a timeout.
+        results = run_group(2, "init_only", 60,
+                            env_of=lambda rank: {"WORLD_SIZE": str(2 + rank)})
+        for rank, (_, reports, err) in enumerate(results):
+            self.assertEqual(len(reports), 1, f"rank {rank}: {err}")
+            self.assertEqual(reports[0]["error"],
+                             "GroupError: cumulus backend: rank 0 was started with world size 2 "
+                             "and rank 1 with 3: start every rank with the same world size "
+                             "(WORLD_SIZE, or init_process_group's world_size)")
+            self.assertLess(reports[0]["seconds"], 30, f"rank {rank}: not at once")
+
+    def test_an_absent_rank_fails_init_within_its_timeout(self):
+        # Rank 0 hosts torch's store and waits there for the others, up to the timeout; the
+        # backend's rendezvous used to wait the timeout again after it (21 s for 10).
+        timeout = 4
+        for world, ranks in ((2, [0]), (3, [0, 1])):
+            results = run_group(world, "init_only", timeout, ranks=ranks)
+            for rank, (_, reports, err) in zip(ranks, results):
+                self.assertEqual(len(reports), 1, f"world {world}, rank {rank}: {err}")
+                report = reports[0]
+                self.assertLess(report["seconds"], timeout + 2.5, report)
+                if rank > 0:
+                    # A client of the store: its deadline is its own, but rank 0 may end (and
+                    # its store with it) first, or still be in the store's wait at rank 1's.
+                    self.assertTrue(report["error"].startswith("CommError: "), report)
+                    continue
+                self.assertEqual(report["error"],
+                                 f"CommError: rendezvous seq 0 with rank {world - 1}: rendezvous: "
+                                 f"rank(s) {world - 1} of {world} did not join within the "
+                                 f"{timeout} s timeout of init_process_group (did they start, all "
+                                 f"with world size {world}?)")
+                self.assertGreaterEqual(report["seconds"], timeout - 0.05, report)
 
     def test_a_backend_option_that_does_not_exist(self):
         results = run_group(2, "init_only", 20, env_of=lambda rank: {"CUMULUS_ALGORITHM": "rng"})

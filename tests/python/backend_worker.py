@@ -245,16 +245,19 @@ def bad_calls():
 
 def init_only(timeout_seconds):
     """init_process_group and one all-reduce of 1 + 2^-10 (rounded to 1 in bfloat16); reports the
-    sum, or the error the group raised."""
+    sum, or the error the group raised, and the seconds init_process_group took."""
+    start = time.monotonic()
     try:
         dist.init_process_group("cumulus", timeout=timedelta(seconds=float(timeout_seconds)))
+        seconds = time.monotonic() - start
         t = torch.full((2,), 1 + 2 ** -10)
         dist.all_reduce(t)
         group = dist.distributed_c10d._get_default_group()
         report(rank=dist.get_rank(), ok=True, algorithm=group.algorithm,
-               compression=group.compression, sum=t[0].item())
+               compression=group.compression, sum=t[0].item(), seconds=seconds)
     except Exception as e:
-        report(rank=int(os.environ["RANK"]), error=f"{type(e).__name__}: {e}")
+        report(rank=int(os.environ["RANK"]), error=f"{type(e).__name__}: {e}",
+               seconds=time.monotonic() - start)
 
 
 def stalled_peer(timeout_seconds):

@@ -1,6 +1,7 @@
 # Checkpoint tests, compiled into trainer_test: storage, schedule, preemption, resume.
 set(TRAINER_CHECKPOINT_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_manifest_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_room_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_schedule_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/preemption_test.cc

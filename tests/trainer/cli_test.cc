@@ -183,6 +183,50 @@ TEST_F(CliTest, AnEpochCountWhoseStepsOverflowExitsTwo) {
   EXPECT_EQ(o.out, "");
 }
 
+// A size beyond its cap exits 2 with the words cumulus-config check uses
+// (tests/configs/tool_test.cc), before anything is built: 2^63 - 1 synthetic samples used to wrap
+// around to "size must be positive, got -9223372036854775297".
+TEST_F(CliTest, ASizeBeyondItsCapExitsTwoNamingTheKeyAndTheRange) {
+  const Outcome o = run(CUMULUS_SOURCE_DIR
+                        "/configs/smoke.yaml --set data.synthetic_train_samples="
+                        "9223372036854775807");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: --set data.synthetic_train_samples=9223372036854775807: "
+            "data.synthetic_train_samples: expected an integer in [1, 1000000000], got "
+            "9223372036854775807\n");
+  EXPECT_EQ(o.out, "");
+}
+
+// diloco.outer_lr=1e308 made every parameter infinite at the first outer sync, and the run then
+// advised lowering optimizer.lr; it is refused before anything runs, as cumulus-config check does.
+TEST_F(CliTest, AnOuterLearningRateAboveTenExitsTwoNamingTheKeyAndTheRange) {
+  const Outcome o = run(CUMULUS_SOURCE_DIR
+                        "/configs/smoke.yaml --set trainer.sync=diloco --set "
+                        "diloco.outer_lr=1e308");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: --set diloco.outer_lr=1e308: diloco.outer_lr: expected a "
+            "number in (0, 10], got 1.0e+308\n");
+  EXPECT_EQ(o.out, "");
+}
+
+// Under DiLoCo a diverged loss names both optimizers, the inner one first, with the outer one's
+// settings (trainer/divergence.h; its tests tell the outer step's own divergence apart). It used
+// to advise lowering optimizer.lr alone.
+TEST_F(CliTest, ADilocoDivergenceNamesTheOuterOptimizerToo) {
+  const Outcome o = run(CUMULUS_SOURCE_DIR
+                        "/configs/smoke.yaml --set trainer.sync=diloco --set diloco.inner_steps=4 "
+                        "--set optimizer.lr=1e30");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_TRUE(std::regex_match(
+      o.err, std::regex("cumulus-train: error: training diverged at step [0-9]+ \\(loss "
+                        "-?(nan|inf)\\); lower optimizer\\.lr or set trainer\\.grad_clip_norm "
+                        "for the inner steps, or lower diloco\\.outer_lr \\(now 0\\.7\\) or "
+                        "diloco\\.outer_momentum \\(now 0\\.9\\) for the outer ones\n")))
+      << o.err;
+}
+
 // The training allocator is the default and says nothing; glibc's own is said on the first line,
 // and a choice that does not exist exits 2 naming the allowed ones.
 TEST_F(CliTest, TheAllocatorChoiceIsSaidWhenItIsNotTheDefault) {
@@ -292,6 +336,28 @@ TEST_F(CliTest, PrintConfigShowsTheResolvedOverrides) {
   EXPECT_EQ(o.exit_code, 0) << o.err;
   EXPECT_NE(o.out.find("lr: 0.125"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("dataset: synthetic"), std::string::npos) << o.out;
+}
+
+// checkpoint.async false: each save is told and recorded as a background one is. They were
+// written but never reported, so a later failure named an older checkpoint as the newest valid
+// one and counted the failures before the save as still in a row.
+TEST_F(CliTest, ForegroundCheckpointsAreReportedLikeBackgroundOnes) {
+  const std::string run_dir = (dir_ / "run").string();
+  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.run_dir=" + run_dir +
+                        " --set checkpoint.every_steps=8 --set checkpoint.async=false");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const std::string metrics = slurp(run_dir + "/metrics.jsonl");
+  for (const char* step : {"8", "16", "24", "32"}) {
+    EXPECT_NE(o.out.find(std::string("checkpoint step ") + step + ": " + run_dir +
+                         "/checkpoints/step-000000" + (step[1] ? "" : "0") + step + " (stall "),
+              std::string::npos)
+        << step << "\n"
+        << o.out;
+    EXPECT_NE(metrics.find(std::string("\"type\":\"checkpoint\",\"step\":") + step + ","),
+              std::string::npos)
+        << step << "\n"
+        << metrics;
+  }
 }
 
 TEST_F(CliTest, TrainsTheSmokeExperimentEndToEnd) {

@@ -1,6 +1,12 @@
 #include "tests/trainer/fault_parts.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
 
 #include <chrono>
 #include <stdexcept>
@@ -94,6 +100,29 @@ SigtermAtStep::SigtermAtStep(std::shared_ptr<MetricsRecorder> inner, int64_t ste
 void SigtermAtStep::step(const StepRecord& record) {
   inner_->step(record);
   if (record.step == step_) ::raise(SIGTERM);
+}
+
+FillDiskAfterCheckpoint::FillDiskAfterCheckpoint(std::shared_ptr<MetricsRecorder> inner,
+                                                 int64_t step, std::string path)
+    : ForwardingRecorder(std::move(inner)), step_(step), path_(std::move(path)) {}
+
+void FillDiskAfterCheckpoint::checkpoint(const CheckpointRecord& record) {
+  inner_->checkpoint(record);
+  if (record.step != step_) return;
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(path_ + ": open: " + std::strerror(errno));
+  const std::vector<char> zeros(64 * 1024, 0);
+  ssize_t written = 0;
+  do {
+    written = ::write(fd, zeros.data(), zeros.size());
+  } while (written > 0);
+  const int error = written < 0 ? errno : 0;
+  ::close(fd);
+  if (error != ENOSPC) {
+    throw std::runtime_error(
+        path_ + ": expected the disk to fill up, got " +
+        (error == 0 ? std::string("a write of 0 bytes") : std::strerror(error)));
+  }
 }
 
 }  // namespace cumulus::trainer

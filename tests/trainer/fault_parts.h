@@ -104,6 +104,9 @@ class ForwardingRecorder : public MetricsRecorder {
     inner_->evaluation(step, epoch, result);
   }
   void checkpoint(const CheckpointRecord& record) override { inner_->checkpoint(record); }
+  void checkpointFailed(const CheckpointFailureRecord& record) override {
+    inner_->checkpointFailed(record);
+  }
   void note(const std::string& text) override { inner_->note(text); }
   void warning(const std::string& text) override { inner_->warning(text); }
   void preempted(int64_t step, const std::string& checkpoint) override {
@@ -158,6 +161,21 @@ class SigtermAtStep final : public ForwardingRecorder {
 
  private:
   int64_t step_;
+};
+
+// Fills the disk that holds `path` once the checkpoint of step `step` is recorded: writes `path`
+// until the file system refuses more (ENOSPC), so that the saves after it meet a full disk, as
+// when another job's files take the room this run found free at its start. std::runtime_error
+// naming `path` if it cannot be written at all.
+class FillDiskAfterCheckpoint final : public ForwardingRecorder {
+ public:
+  FillDiskAfterCheckpoint(std::shared_ptr<MetricsRecorder> inner, int64_t step, std::string path);
+
+  void checkpoint(const CheckpointRecord& record) override;
+
+ private:
+  int64_t step_;
+  std::string path_;
 };
 
 }  // namespace cumulus::trainer

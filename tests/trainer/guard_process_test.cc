@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -61,11 +63,17 @@ class GuardProcessTest : public ::testing::Test {
   }
 
   // Runs `argv` with a tmpfs of `kib` KiB mounted on `mount_point` (created), in a mount namespace
-  // of its own; `read_only` remounts it read-only first. Skips the test when that is not allowed.
-  ProcessResult onTmpfs(const fs::path& mount_point, int kib, bool read_only, const Args& argv) {
+  // of its own; `read_only` remounts it read-only first, and `copy_in`, when given, is copied into
+  // it. Skips the test when that is not allowed.
+  ProcessResult onTmpfs(const fs::path& mount_point, int kib, bool read_only, const Args& argv,
+                        const fs::path& copy_in = {}) {
     fs::create_directories(mount_point);
     std::string script = "mount -t tmpfs -o size=" + std::to_string(kib) + "k tmpfs " +
                          quoted(mount_point.string()) + " || exit 111; ";
+    if (!copy_in.empty()) {
+      script += "cp -a " + quoted(copy_in.string()) + " " + quoted(mount_point.string()) +
+                "/ || exit 112; ";
+    }
     if (read_only) script += "mount -o remount,ro " + quoted(mount_point.string()) + "; ";
     script += "exec";
     for (const std::string& a : argv) script += " " + quoted(a);
@@ -81,6 +89,28 @@ class GuardProcessTest : public ::testing::Test {
   fs::path dir_;
   std::string skipped_;
 };
+
+// What the room check estimates for one checkpoint of smoke.yaml's model
+// (trainer/run_checkpoints.cc checkRoom): the MLP 784-64-10 has 784 x 64 + 64 + 64 x 10 + 10 =
+// 50890 float32 parameters and no buffers, SGD with momentum keeps one more copy of them, and 64
+// KiB covers the rest.
+constexpr uint64_t kSmokeCheckpoint = 2 * 4 * 50890 + 64 * 1024;
+constexpr uint64_t kPage = 4096;  // a tmpfs allocates whole pages; the lock file takes one
+
+uint64_t pagesOf(uint64_t bytes) { return (bytes + kPage - 1) / kPage; }
+
+// The bytes as the room check writes them: "0.5 MiB (472656 bytes)".
+std::string byteText(uint64_t bytes) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.1f MiB (%llu bytes)",
+                static_cast<double>(bytes) / (1024.0 * 1024.0),
+                static_cast<unsigned long long>(bytes));
+  return text;
+}
+
+// What the room check's error ends with in cumulus-train.
+const std::string kCheckpointDirHint =
+    " (checkpoint.dir; by default <trainer.run_dir>/checkpoints)";
 
 // The line cumulus-train ends with on stderr: "cumulus-train: error: ...".
 std::string errorOf(const ProcessResult& r) {
@@ -251,39 +281,129 @@ TEST_F(GuardProcessTest, AReadOnlyRunDirectoryStopsBeforeTraining) {
                             " must be a directory this job can write");
 }
 
-TEST_F(GuardProcessTest, ADiskWithoutRoomForTwoCheckpointsStopsBeforeTraining) {
+TEST_F(GuardProcessTest, ADiskWithoutRoomForItsCheckpointsStopsBeforeTraining) {
   const fs::path ck = dir_ / "ck";
   const ProcessResult r =
       onTmpfs(ck, 64, false, train("run", {"--set", "checkpoint.dir=" + ck.string()}));
   if (!skipped_.empty()) GTEST_SKIP() << skipped_;
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  const std::string error = errorOf(r);
-  // 64 KiB less the page of its lock file.
-  EXPECT_EQ(error.rfind(ck.string() + " has room for 0.1 MiB (61440 bytes), but 2 checkpoints of "
-                                      "this model take about ",
-                        0),
-            0u)
-      << r.output;
-  EXPECT_NE(error.find(": free space there, or choose a directory on a larger disk "
-                       "(checkpoint.dir; by default <trainer.run_dir>/checkpoints)"),
-            std::string::npos)
-      << error;
+  // 64 KiB less the page of its lock file; not even one checkpoint and the next fit, so the only
+  // way out is another disk.
+  EXPECT_EQ(errorOf(r), ck.string() +
+                            " has 0.1 MiB (61440 bytes) free, but keeping 3 checkpoints "
+                            "of this model (checkpoint.keep) while the next one is "
+                            "written takes up to " +
+                            byteText(4 * kSmokeCheckpoint) + ", about " +
+                            byteText(kSmokeCheckpoint) +
+                            " each: choose a directory on a larger disk" + kCheckpointDirHint);
   EXPECT_EQ(r.output.find("first step"), std::string::npos) << r.output;
 }
 
-TEST_F(GuardProcessTest, SavesThatFillTheDiskAreReportedEachTimeThenStopTheRun) {
-  // One checkpoint of this model, as it lies on a disk: the tmpfs below holds three and a half.
-  const Args every4 = {"--set", "checkpoint.every_steps=4", "--set", "checkpoint.max_failures=2"};
-  const ProcessResult sizing = runProcess(train("sizing", every4), alone());
-  ASSERT_EQ(sizing.exit_code, 0) << sizing.output;
-  uint64_t one = 0;
-  for (const auto& file : fs::directory_iterator(dir_ / "sizing/checkpoints/step-00000032")) {
-    one += (fs::file_size(file.path()) + 4095) / 4096 * 4096;
-  }
+// A save writes its .tmp beside the checkpoints it keeps and removes the oldest only after the
+// rename: with checkpoint.keep 3 the directory holds 4 at once. A disk that holds 2.5 used to pass
+// a check for 2, and the run stopped at its third save; now it stops before the first step,
+// saying what would fit. That lower keep then runs to the end.
+TEST_F(GuardProcessTest, KeepingThreeCheckpointsOnADiskThatHoldsTwoAndAHalfIsRefusedUpFront) {
   const fs::path ck = dir_ / "ck";
-  Args argv = train("run", every4);
-  argv.insert(argv.end(), {"--set", "checkpoint.dir=" + ck.string()});
-  const ProcessResult r = onTmpfs(ck, static_cast<int>(one * 7 / 2 / 1024), false, argv);
+  const uint64_t free = pagesOf(kSmokeCheckpoint * 5 / 2) * kPage;
+  const int kib = static_cast<int>((free + kPage) / 1024);
+  Args argv = train("run", {"--set", "checkpoint.dir=" + ck.string(), "--set",
+                            "checkpoint.every_steps=8", "--set", "checkpoint.keep=3"});
+  const ProcessResult r = onTmpfs(ck, kib, false, argv);
+  if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(errorOf(r),
+            ck.string() + " has " + byteText(free) +
+                " free, but keeping 3 checkpoints of this model (checkpoint.keep) "
+                "while the next one is written takes up to " +
+                byteText(4 * kSmokeCheckpoint) + ", about " + byteText(kSmokeCheckpoint) +
+                " each: lower checkpoint.keep to 1 (up to " + byteText(2 * kSmokeCheckpoint) +
+                "), or choose a directory on a larger disk" + kCheckpointDirHint);
+  EXPECT_EQ(r.output.find("first step"), std::string::npos) << r.output;
+
+  argv.insert(argv.end(), {"--set", "checkpoint.keep=1"});
+  const ProcessResult one = onTmpfs(ck, kib, false, argv);
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(one.output.find("failed"), std::string::npos) << one.output;
+}
+
+// Resuming from the only checkpoint in the directory: that checkpoint is room already (the saves
+// replace it in turn), so a disk with exactly what the run needs besides it is enough; with
+// checkpoint.keep 1 the check used to ask for two checkpoints' room besides it, and say "free
+// space there". One page less is refused with advice that keeps the checkpoint: a lower keep, or
+// a larger disk.
+TEST_F(GuardProcessTest, AResumeFromTheOnlyCheckpointFitsADiskWithRoomForExactlyWhatItNeeds) {
+  // The same experiment, run to its end keeping every checkpoint; the test keeps step 8 alone.
+  const Args every8 = {"--set", "checkpoint.every_steps=8"};
+  Args first = every8;
+  first.insert(first.end(), {"--set", "checkpoint.keep=4"});
+  ASSERT_EQ(runProcess(train("first", first), alone()).exit_code, 0);
+  const fs::path saved = dir_ / "first/checkpoints/step-00000008";
+  uint64_t existing = 0;  // as it lies on a tmpfs: whole pages, directories free
+  for (const auto& file : fs::directory_iterator(saved)) {
+    existing += pagesOf(fs::file_size(file.path())) * kPage;
+  }
+  ASSERT_LT(existing, kSmokeCheckpoint);
+  const fs::path ck = dir_ / "ck";
+  const auto kibFor = [&](uint64_t free) {
+    return static_cast<int>((kPage + existing + free) / 1024);  // the lock file, the checkpoint
+  };
+  for (const uint64_t keep : {1, 3}) {
+    SCOPED_TRACE("checkpoint.keep " + std::to_string(keep));
+    // Before the first save: the old one; after m saves, the m new ones and the old one while
+    // keep - m > 0; and the one being written.
+    const uint64_t needed =
+        std::max((keep - 1) * kSmokeCheckpoint + existing, keep * kSmokeCheckpoint) +
+        kSmokeCheckpoint;
+    const uint64_t free = pagesOf(needed - existing) * kPage;
+    const std::string run = "run" + std::to_string(keep);
+    Args argv = train(run, every8);
+    argv.insert(argv.end(), {"--set", "checkpoint.keep=" + std::to_string(keep), "--set",
+                             "checkpoint.dir=" + ck.string(), "--resume", "auto"});
+
+    const ProcessResult short_by_a_page = onTmpfs(ck, kibFor(free - kPage), false, argv, saved);
+    if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+    EXPECT_EQ(short_by_a_page.exit_code, 2) << short_by_a_page.output;
+    const std::string lower = keep == 1 ? ""
+                                        : "lower checkpoint.keep to 2 (up to " +
+                                              byteText(3 * kSmokeCheckpoint) + "), or ";
+    EXPECT_EQ(errorOf(short_by_a_page),
+              ck.string() + " has " + byteText(free - kPage) + " free and " + byteText(existing) +
+                  " in its checkpoint, which the saves replace in turn, so room for " +
+                  byteText(free - kPage + existing) + "; but keeping " + std::to_string(keep) +
+                  (keep == 1 ? " checkpoint" : " checkpoints") +
+                  " of this model (checkpoint.keep) while the next one is written takes up to " +
+                  byteText(needed) + ", about " + byteText(kSmokeCheckpoint) + " each: " + lower +
+                  "move the directory with its checkpoints to a larger disk" + kCheckpointDirHint);
+
+    const ProcessResult r = onTmpfs(ck, kibFor(free), false, argv, saved);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("resuming from " + (ck / "step-00000008").string()), std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("failed"), std::string::npos) << r.output;
+    // It trained on from step 8 and saved 16, 24 and 32 there.
+    const std::string metrics = read(dir_ / run / "metrics.jsonl");
+    for (const std::string step : {"16", "24", "32"}) {
+      EXPECT_NE(metrics.find("\"type\":\"checkpoint\",\"step\":" + step), std::string::npos)
+          << step << "\n"
+          << metrics;
+    }
+  }
+}
+
+// The room checked at the start can still go to someone else: here, after step 12's checkpoint,
+// another writer fills the disk. Each failed save is reported, and the run stops at
+// checkpoint.max_failures naming the newest valid checkpoint.
+TEST_F(GuardProcessTest, SavesThatFillTheDiskAreReportedEachTimeThenStopTheRun) {
+  const fs::path ck = dir_ / "ck";
+  Args argv = {cumulus::testing::kTrainFaultsBinary, "--fault-fill-disk",
+               "12:" + (ck / "filler").string(), "--"};
+  // Saves in the foreground, so that step 12's is recorded before step 16's begins.
+  const Args train_argv =
+      train("run", {"--set", "checkpoint.every_steps=4", "--set", "checkpoint.max_failures=2",
+                    "--set", "checkpoint.async=false", "--set", "checkpoint.dir=" + ck.string()});
+  argv.insert(argv.end(), train_argv.begin() + 1, train_argv.end());  // the faults binary trains
+  const ProcessResult r = onTmpfs(ck, 4096, false, argv);
   if (!skipped_.empty()) GTEST_SKIP() << skipped_;
   EXPECT_EQ(r.exit_code, 2) << r.output;
   // Steps 4, 8 and 12 fit; 16 and 20 do not. Each failure is reported with the newest valid one.

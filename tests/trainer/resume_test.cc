@@ -158,25 +158,48 @@ TEST(ResumeTest, AHugeSavedWorldAndAccumulationPlanMicroBatchesOfOne) {
 // ceil(batch / the writer's world) was (batch + world - 1) / world, and the micro-batch bound
 // multiplied this world by the writer's largest micro-batch: both past int64 for a global batch
 // near 2^63 - 1 = 7^2 x 73 x 127 x 337 x 92737 x 649657. One worker after two needs at least 2
-// micro-batches of the writer's 2^62, and 7 is the first divisor of the batch from 2 on.
+// micro-batches of the writer's 2^62, and 7 is the first divisor of the batch from 2 on. The
+// schema caps a batch it reads at 10^9, the checkpoint's recorded config included; a config built
+// in code is not read through it, and --allow-config-change takes it over the checkpoint's.
 TEST(ResumeTest, AGlobalBatchNearInt64PlansWithoutOverflow) {
-  configs::Experiment e;
+  configs::Experiment saved;
+  saved.trainer.global_batch_size = 64;
+  configs::Experiment e = saved;
   e.trainer.global_batch_size = std::numeric_limits<int64_t>::max();
-  const CheckpointState state = stateFor(e, 10, 0, 0, 2);
-  EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", false).grad_accumulation, 7);
+  const CheckpointState state = stateFor(saved, 10, 0, 0, 2);
+  EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", true).grad_accumulation, 7);
 }
 
 // A prime global batch has no divisor between 1 and itself: one worker after two runs
 // micro-batches of one sample. The divisors are found in pairs, in 2^16 tries rather than one by
-// one up to the batch (2^31 tries, seconds).
+// one up to the batch (2^31 tries, seconds). Built in code, as above.
 TEST(ResumeTest, APrimeGlobalBatchPlansMicroBatchesOfOne) {
-  configs::Experiment e;
+  configs::Experiment saved;
+  saved.trainer.global_batch_size = 64;
+  const CheckpointState state = stateFor(saved, 10, 0, 0, 2);
+  configs::Experiment e = saved;
   e.trainer.global_batch_size = 2147483647;  // 2^31 - 1, a prime
-  const CheckpointState state = stateFor(e, 10, 0, 0, 2);
-  EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", false).grad_accumulation, 2147483647);
+  EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", true).grad_accumulation, 2147483647);
   e.trainer.global_batch_size = 2147483646;  // 2 x 3^2 x 7 x 11 x 31 x 151 x 331
-  EXPECT_EQ(planResume(e, 1, stateFor(e, 10, 0, 0, 2), "/c/step-00000010", false).grad_accumulation,
-            2);
+  EXPECT_EQ(planResume(e, 1, state, "/c/step-00000010", true).grad_accumulation, 2);
+}
+
+// A checkpoint whose recorded config holds a size past the schema's cap (a crafted or corrupt
+// state.pb) is refused before anything is planned from it, naming the key and the range.
+TEST(ResumeTest, ARecordedSizePastTheSchemasCapIsRefused) {
+  configs::Experiment e;
+  e.trainer.global_batch_size = std::numeric_limits<int64_t>::max();
+  const std::string error =
+      errorOf([&] { planResume(e, 1, stateFor(e, 10, 0, 0, 2), "/c/step-00000010", true); });
+  const std::string start =
+      "checkpoint /c/step-00000010: its recorded config does not parse (/c/step-00000010/state.pb "
+      "config:";
+  const std::string end =
+      ": trainer.global_batch_size: expected an integer in [1, 1000000000], got "
+      "9223372036854775807); use --resume none to start over";
+  EXPECT_EQ(error.rfind(start, 0), 0u) << error;
+  ASSERT_GE(error.size(), end.size()) << error;
+  EXPECT_EQ(error.substr(error.size() - end.size()), end) << error;
 }
 
 // Found by tests/fuzz/checkpoint_state_fuzz.cc: batch_shares come from the file, and summing them

@@ -2,7 +2,7 @@
 // (tests/trainer/resume_process_test).
 //
 //   cumulus-train-faults [--fault-sigterm-at-step S[:RANK]] [--sample-ledger PATH]
-//                        [--fault-kill SPEC] [--fault-stall SPEC] -- CONFIG.yaml [flags]
+//                        [--fault-kill SPEC] [--fault-stall SPEC] [...] -- CONFIG.yaml [flags]
 //
 // --fault-sigterm-at-step S[:RANK]  rank RANK (every rank without it) raises SIGTERM at itself
 //                                   after step S (SigtermAtStep), so a stop lands there;
@@ -28,6 +28,8 @@
 //                                   every step, a slow worker (SlowSamples; trainer.balance)
 // --fault-hold-for-joiner STEP      every worker waits at step STEP until a joiner has taken the
 //                                   first join ticket in the Store (in place)
+// --fault-fill-disk STEP:PATH       once the checkpoint of step STEP is recorded, PATH is written
+//                                   until its disk is full (FillDiskAfterCheckpoint)
 // Everything after "--" goes to trainer::trainCommand unchanged; the faults enter through the
 // TrainerOptions customization, the seam cumulus-train's own main leaves empty.
 
@@ -68,6 +70,8 @@ struct Faults {
   int64_t generation = -1;     // --faults-in-generation (-1: every generation)
   int64_t slow_rank = -1;      // --fault-slow RANK+US
   int64_t slow_us = 0;
+  int64_t fill_step = -1;      // --fault-fill-disk STEP:PATH
+  std::string fill_path;
 };
 
 std::string memberId() {
@@ -125,12 +129,19 @@ int parseFaults(int argc, char** argv, Faults& faults) {
         faults.sigterm_rank = parseInteger(value.substr(colon + 1), arg);
     } else if (arg == "--sample-ledger") {
       faults.ledger = value;
+    } else if (arg == "--fault-fill-disk") {
+      const size_t colon = value.find(':');
+      if (colon == std::string::npos)
+        throw std::invalid_argument(arg + " '" + value + "': STEP:PATH");
+      faults.fill_step = parseInteger(value.substr(0, colon), arg);
+      faults.fill_path = value.substr(colon + 1);
     } else {
       throw std::invalid_argument(
           arg +
           ": unknown; use --fault-sigterm-at-step, --sample-ledger, "
           "--fault-kill, --fault-stall, --fault-kill-on, --fault-kill-in-record, "
-          "--fault-kill-at-start, --faults-in-generation, --fault-slow, --fault-hold-for-joiner");
+          "--fault-kill-at-start, --faults-in-generation, --fault-slow, --fault-hold-for-joiner, "
+          "--fault-fill-disk");
     }
   }
   throw std::invalid_argument("missing \"--\" before cumulus-train's arguments");
@@ -211,6 +222,12 @@ void install(Faults faults, TrainerOptions& options) {
     recorders.push_back([step](std::shared_ptr<MetricsRecorder> inner) {
       return std::make_shared<KillAtRecord>(std::move(inner), step);
     });
+  }
+  if (faults.fill_step >= 0) {
+    recorders.push_back(
+        [step = faults.fill_step, path = faults.fill_path](std::shared_ptr<MetricsRecorder> inner) {
+          return std::make_shared<FillDiskAfterCheckpoint>(std::move(inner), step, path);
+        });
   }
   if (!recorders.empty()) {
     options.metrics = [recorders](std::shared_ptr<MetricsRecorder> standard) {
