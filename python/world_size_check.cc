@@ -16,6 +16,14 @@ std::string keyOf(const base::RunEnv& env, int64_t rank) {
   return "cumulus/world_size/g" + std::to_string(env.generation) + "/" + std::to_string(rank);
 }
 
+// A rank that found a mismatch says so under this key before it raises.
+std::string seenKeyOf(const base::RunEnv& env, int64_t rank) {
+  return "cumulus/world_size_seen/g" + std::to_string(env.generation) + "/" + std::to_string(rank);
+}
+
+// How long a rank that found a mismatch waits for the peer to find it too.
+constexpr std::chrono::milliseconds kSeenWait{5000};
+
 // What is left of the time to `deadline`, at least 1 ms: a c10d wait of 0 ms waits forever.
 std::chrono::milliseconds left(Clock::time_point deadline) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -66,7 +74,18 @@ void checkWorldSize(comm::Store& store, const base::RunEnv& env, Clock::time_poi
       throw CommError(CommErrorKind::kRendezvous, "rendezvous", 0, static_cast<int>(missing[0]),
                       detail + " (did they start, all with world size " + mine + "?)");
     }
-    if (theirs != mine) mismatch(env.rank, mine, peer, theirs);
+    if (theirs != mine) {
+      // The peer must read this rank's size too, to say the same; when this rank hosts the
+      // store (torch's rank 0) it goes away with this process. So: a word that this rank read
+      // the peer's, and a short wait for the peer's word that it read this one's.
+      store.set(seenKeyOf(env, env.rank), "1");
+      try {
+        store.get(seenKeyOf(env, peer), std::min(left(deadline), kSeenWait));
+      } catch (const CommError&) {
+        // It did not say in time (gone, or it reads another first): the mismatch is still ours.
+      }
+      mismatch(env.rank, mine, peer, theirs);
+    }
   }
 }
 
