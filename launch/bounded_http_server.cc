@@ -188,6 +188,13 @@ int BoundedHttpServer::bind(const std::string& host, int port) {
   return bound;
 }
 
+void BoundedHttpServer::shutDown() {
+  const socket_t sock = svr_sock_.exchange(INVALID_SOCKET);
+  if (sock == INVALID_SOCKET) return;
+  ::shutdown(sock, SHUT_RDWR);
+  ::close(sock);
+}
+
 bool BoundedHttpServer::process_and_close_socket(socket_t sock) {
   const Clock::time_point accepted =
       t_accepted_at == Clock::time_point{} ? Clock::now() : t_accepted_at;

@@ -44,6 +44,11 @@ class BoundedHttpServer : public httplib::Server {
 
   static constexpr int kBacklog = 256;
 
+  // Stops listening and makes listen_after_bind() return, whenever it is called: cpp-httplib's
+  // stop() does nothing until the listener's loop has begun, so a server stopped right after it
+  // was started (a test's, or a launcher that fails just after) would listen forever.
+  void shutDown();
+
  private:
   bool process_and_close_socket(socket_t sock) override;
 

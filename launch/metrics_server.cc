@@ -106,7 +106,7 @@ MetricsServer::~MetricsServer() {
   stop_changed_.notify_all();
   poller_.join();
   pollNow();
-  server_->stop();
+  server_->shutDown();  // cpp-httplib's stop() misses a listener that has not begun its loop yet
   listener_.join();
 }
 

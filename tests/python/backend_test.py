@@ -294,11 +294,16 @@ class Failures(unittest.TestCase):
 
     def test_a_backend_option_that_does_not_exist(self):
         results = run_group(2, "init_only", 20, env_of=lambda rank: {"CUMULUS_ALGORITHM": "rng"})
-        for _, reports, err in results:
-            self.assertEqual(reports[0]["error"],
-                             "ValueError: cumulus backend option algorithm: unknown algorithm "
-                             "'rng': expected one of funnel, tree, ring, hierarchical, auto; did "
-                             "you mean 'ring'?")
+        refused = ("ValueError: cumulus backend option algorithm: unknown algorithm 'rng': expected "
+                   "one of funnel, tree, ring, hierarchical, auto; did you mean 'ring'?")
+        for rank, (_, reports, err) in enumerate(results):
+            error = reports[0]["error"]
+            if rank > 0 and "connect" in error:
+                # Rank 0 hosts torch's store and refuses the option as soon as it makes the
+                # backend; on a loaded machine it may exit before rank 1 reached its store.
+                continue
+            self.assertEqual(error, refused, f"rank {rank}")
+        self.assertEqual(results[0][1][0]["error"], refused)
 
     def test_options_from_the_environment(self):
         results = run_group(2, "init_only", 20, env_of=lambda rank: {
