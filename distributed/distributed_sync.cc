@@ -14,6 +14,7 @@
 
 #include "comm/error.h"
 #include "comm/reduce.h"
+#include "distributed/buffer_average.h"
 #include "distributed/flat_parameters.h"
 
 namespace cumulus::trainer {
@@ -288,26 +289,8 @@ void DistributedGradientSync::resetStepLocked() {
 void DistributedGradientSync::attachBuffers(const std::vector<torch::Tensor>& buffers) {
   checkSameLayout(comm_, buffers, "buffers", options_.timeout);
   if (buffers.empty()) return;
-  broadcastTensors(buffers);
-  // One group per dtype the reductions take; the others (bool, uint8, complex: masks and
-  // constants, in practice) keep rank 0's values from the broadcast above.
-  for (const torch::Tensor& b : buffers) {
-    try {
-      commDType(b.scalar_type());
-    } catch (const std::invalid_argument&) {
-      continue;
-    }
-    auto same = std::find_if(buffer_groups_.begin(), buffer_groups_.end(), [&](const auto& g) {
-      return g.tensors.front().scalar_type() == b.scalar_type();
-    });
-    if (same == buffer_groups_.end()) same = buffer_groups_.emplace(buffer_groups_.end());
-    same->tensors.push_back(b);
-  }
-  for (BufferGroup& g : buffer_groups_) {
-    int64_t total = 0;
-    for (const torch::Tensor& t : g.tensors) total += t.numel();
-    g.flat = torch::zeros({total}, g.tensors.front().options());
-  }
+  broadcastTensors(buffers);  // the dtypes BufferAverage leaves out keep rank 0's from here on
+  buffers_ = std::make_unique<BufferAverage>(buffers);
 }
 
 void DistributedGradientSync::beforeBackward(bool last) {
@@ -320,54 +303,7 @@ void DistributedGradientSync::beforeBackward(bool last) {
 // any bucket, so every rank's collectives keep one order.
 void DistributedGradientSync::launchBuffersLocked() {
   buffers_launched_ = true;
-  comm::AllreduceOptions op;
-  op.op = comm::ReduceOp::kSum;
-  op.algorithm = options_.algorithm;
-  op.timeout = options_.timeout;
-  for (BufferGroup& g : buffer_groups_) {
-    {
-      torch::NoGradGuard no_grad;
-      int64_t at = 0;
-      for (const torch::Tensor& t : g.tensors) {
-        g.flat.narrow(0, at, t.numel()).copy_(t.reshape(-1));
-        at += t.numel();
-      }
-    }
-    comm::Buffer buffer{g.flat.data_ptr(), static_cast<size_t>(g.flat.numel()),
-                        commDType(g.flat.scalar_type())};
-    try {
-      g.work = comm_.allreduceAsync(buffer, op);
-    } catch (...) {
-      if (!hook_error_) hook_error_ = std::current_exception();
-      return;
-    }
-  }
-}
-
-void DistributedGradientSync::landBuffersLocked(std::exception_ptr& error) {
-  for (BufferGroup& g : buffer_groups_) {
-    if (!g.work) continue;
-    try {
-      g.work->wait(options_.timeout + kWaitMargin);
-    } catch (...) {
-      if (!error) error = std::current_exception();
-    }
-    g.work.reset();
-  }
-  if (error) return;
-  torch::NoGradGuard no_grad;
-  const int64_t world = comm_.world();
-  for (BufferGroup& g : buffer_groups_) {
-    // Every rank holds the same sum, so every rank computes the same average.
-    const torch::Tensor average = g.flat.is_floating_point()
-                                      ? g.flat.div(static_cast<double>(world))
-                                      : g.flat.div(world, "floor");
-    int64_t at = 0;
-    for (torch::Tensor& t : g.tensors) {
-      t.copy_(average.narrow(0, at, t.numel()).view(t.sizes()));
-      at += t.numel();
-    }
-  }
+  if (buffers_) buffers_->launch(comm_, options_.algorithm, options_.timeout, hook_error_);
 }
 
 void DistributedGradientSync::afterBackward(bool last) {
@@ -462,7 +398,7 @@ void DistributedGradientSync::finish() {
   while (next_launch_ < buckets_.size()) launchLocked(next_launch_++);
   std::exception_ptr error = hook_error_;
   hook_error_ = nullptr;
-  landBuffersLocked(error);
+  if (buffers_) buffers_->land(options_.timeout + kWaitMargin, comm_.world(), error);
   size_t bytes = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = *buckets_[b];

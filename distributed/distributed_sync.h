@@ -69,6 +69,8 @@ struct Node;
 
 namespace cumulus::trainer {
 
+class BufferAverage;
+
 struct DistributedSyncOptions {
   Algorithm algorithm = Algorithm::kAuto;  // <cumulus/options.h>
   Compression compression = Compression::kNone;
@@ -147,22 +149,13 @@ class DistributedGradientSync final : public GradientSync {
   size_t wireBytes(size_t bucket) const;
   void resetStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void launchBuffersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // Waits for the buffers' all-reduce and writes the averages back; the first error to `error`.
-  void landBuffersLocked(std::exception_ptr& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void watchLoop();
   void removeHooks();
 
   comm::Communicator& comm_;
   const DistributedSyncOptions options_;
   std::vector<torch::Tensor> params_;
-  // attachBuffers(): the buffers averaged at every step, one group per dtype, each summed in a
-  // flat tensor of its own.
-  struct BufferGroup {
-    std::vector<torch::Tensor> tensors;
-    torch::Tensor flat;
-    std::shared_ptr<comm::Work> work;  // this step's, once launched
-  };
-  std::vector<BufferGroup> buffer_groups_;
+  std::unique_ptr<BufferAverage> buffers_;  // attachBuffers()
   std::vector<BucketSpec> layout_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<size_t> bucket_of_;  // param → bucket index

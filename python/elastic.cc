@@ -210,6 +210,7 @@ void bindSampler(py::module_& m) {
           py::arg("state"));
 }
 
+void bindElasticLoop(py::class_<Elastic>& core);
 void bindElasticQueries(py::class_<Elastic>& core);
 
 // ElasticAction and Membership, what the loop returns and reports.
@@ -232,7 +233,7 @@ void bindElasticTypes(py::module_& m) {
       .def_readonly("seconds", &Membership::seconds);
 }
 
-// ElasticCore's construction, state and loop (bindElasticQueries: the rest).
+// ElasticCore's construction and state (bindElasticLoop and bindElasticQueries: the rest).
 void bindElastic(py::module_& m) {
   bindElasticTypes(m);
 
@@ -286,8 +287,14 @@ void bindElastic(py::module_& m) {
           [](Elastic& e, py::function callback) {
             e.onMembershipChange(withGil<const Membership&>(std::move(callback)));
           },
-          py::arg("callback"))
-      .def(
+          py::arg("callback"));
+  bindElasticLoop(core);
+  bindElasticQueries(core);
+}
+
+// ElasticCore's loop: start, the step, the boundaries, the end.
+void bindElasticLoop(py::class_<Elastic>& core) {
+  core.def(
           "start",
           [](Elastic& e, int64_t steps_done, py::object prepare) {
             std::function<void()> first;
@@ -324,7 +331,6 @@ void bindElastic(py::module_& m) {
       .def("leaving", &Elastic::leaving)
       .def("wait_for_all", &Elastic::waitForAll, Release())
       .def("finish", &Elastic::finish, Release());
-  bindElasticQueries(core);
 }
 
 // ElasticCore's membership, collectives over it, and notices.

@@ -310,7 +310,12 @@ TEST(LaunchCli, CumulusReportReadsALongRunInBoundedMemory) {
       << r.output;
   const std::string rss = cumulus::testing::lastAfter(r.output, "max_rss_kb=");
   ASSERT_FALSE(rss.empty()) << r.output;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A sanitizer keeps freed memory in quarantine (256 MB under ASan): the same report took 429 MB
+  // there. The sanitizer build checks the report's memory accesses, the plain build its size.
+#else
   EXPECT_LT(std::stol(rss), 100 * 1024) << r.output;
+#endif
   EXPECT_LT(std::filesystem::file_size(dir + "/report.html"), 1u << 20);
   std::filesystem::remove_all(dir);
 }
