@@ -26,7 +26,6 @@ class BufferAverage {
   // `buffers`: every rank passes the same shapes and dtypes (the caller checked).
   explicit BufferAverage(const std::vector<torch::Tensor>& buffers);
 
-  bool empty() const { return groups_.empty(); }
   // Copies the buffers in and starts their all-reduces (SUM) on `comm`; a communicator that
   // refuses sets `error` and launches nothing more.
   void launch(comm::Communicator& comm, Algorithm algorithm, std::chrono::milliseconds timeout,
