@@ -63,7 +63,9 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   } catch (const std::invalid_argument& e) {
     throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1, e.what());
   }
-  config.deadline = tcp::Clock::now() + options_.timeout;
+  config.deadline =
+      tcp::Clock::now() +
+      (options_.rendezvous_timeout.count() > 0 ? options_.rendezvous_timeout : options_.timeout);
   pairs_ = connectMesh(store, config);
   topology_ = Topology(collectHostIds(store, config));
   spin_.budget_us = resolveSpin(options_.spin_micros);

@@ -4,7 +4,8 @@
 // collectives on raw buffers (docs/comm.md).
 //
 // Construction performs the rendezvous (rendezvous.h) and blocks until every rank is connected or
-// options.timeout expires (CommError kRendezvous / kUnauthorized / kBadFrame / kStore).
+// options.rendezvous_timeout (or, when that is zero, options.timeout) expires (CommError
+// kRendezvous / kUnauthorized / kBadFrame / kStore).
 //
 // Every collective must be called by all ranks in the same order with matching arguments (same
 // count and dtype; same root; same op; the same algorithm, so kAuto needs the same cost model on
@@ -52,8 +53,12 @@ struct CommunicatorOptions {
   uint64_t generation = 0;
   // Shared secret of the job (CUMULUS_JOB_TOKEN); proven by HMAC during the handshake.
   std::string job_token;
-  // Default deadline of rendezvous and of each collective.
+  // Default deadline of each collective, and of the rendezvous unless rendezvous_timeout is set.
   std::chrono::milliseconds timeout{60000};
+  // Deadline of the rendezvous alone; zero means `timeout`. Ranks start at different times (a
+  // process linking LibTorch takes seconds to load on a busy host), so a program with short
+  // collective deadlines gives its rendezvous a longer one.
+  std::chrono::milliseconds rendezvous_timeout{0};
   // Address the data plane listens on and publishes. Loopback unless a host is named.
   std::string bind_host = "127.0.0.1";
   // The parameter server seam for Algorithm::kFunnel; not owned, may be null.

@@ -8,6 +8,7 @@
 //     cumulus-allreduce-probe [--algorithms funnel,tree,ring,hierarchical,auto] [--sizes 4096,…]
 //                             [--link-gbit 1] [--target-seconds 1.5] [--max-iters 20] [--out FILE]
 //                             [--cost-model FILE] [--calibrate FILE] [--timeout S]
+//                             [--rendezvous-timeout S]
 //
 // Reads the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT, CUMULUS_JOB_TOKEN,
 // CUMULUS_GENERATION, CUMULUS_BIND_HOST, CUMULUS_PS_ENDPOINT for funnel). Every rank fills its
@@ -52,13 +53,15 @@ namespace {
 constexpr const char* kProgram = "cumulus-allreduce-probe";
 
 struct ProbeOptions {
-  std::vector<cumulus::Algorithm> algorithms = {cumulus::Algorithm::kFunnel, cumulus::Algorithm::kTree,
-                                             cumulus::Algorithm::kRing, cumulus::Algorithm::kAuto};
+  std::vector<cumulus::Algorithm> algorithms = {
+      cumulus::Algorithm::kFunnel, cumulus::Algorithm::kTree, cumulus::Algorithm::kRing,
+      cumulus::Algorithm::kAuto};
   std::vector<size_t> sizes = {4096, 65536, 1 << 20, 16 << 20};
   double link_gbit = 1.0;
   double target_seconds = 1.5;
   int max_iters = 20;
-  double timeout_seconds = 120;  // --timeout: deadline of every collective
+  double timeout_seconds = 120;     // --timeout: deadline of every collective
+  double rendezvous_seconds = 120;  // --rendezvous-timeout: deadline of joining the group
   std::string out;
   std::string cost_model;  // --cost-model FILE: α, β, γ for predictions and auto
   std::string calibrate;   // --calibrate FILE: measure α here, write the model, exit
@@ -118,6 +121,10 @@ void addFlags(CLI::App& app, ProbeOptions& o) {
   app.add_option("--out", o.out, "rank 0 appends one TSV line per point to FILE")
       ->type_name("FILE");
   app.add_option("--timeout", o.timeout_seconds, "deadline of every collective (default 120)")
+      ->type_name("S")
+      ->transform(base::positiveNumber("number of seconds", 86400));
+  app.add_option("--rendezvous-timeout", o.rendezvous_seconds,
+                 "deadline of joining the group, however short --timeout is (default 120)")
       ->type_name("S")
       ->transform(base::positiveNumber("number of seconds", 86400));
   app.add_option("--cost-model", o.cost_model, "alpha, beta, gamma for predictions and auto")
@@ -198,6 +205,8 @@ ProbeGroup joinGroup(const ProbeOptions& o) {
   copts.generation = static_cast<uint64_t>(env.generation);
   copts.job_token = env.job_token;
   copts.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_seconds * 1000));
+  copts.rendezvous_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(o.rendezvous_seconds * 1000));
   if (!env.bind_host.empty()) copts.bind_host = env.bind_host;
   copts.cost_model = g.model;
   if (!env.ps_endpoint.empty()) {
@@ -228,7 +237,8 @@ PointResult timePoint(const ProbeOptions& o, ProbeGroup& g, cumulus::Algorithm a
         "--algorithms funnel needs a parameter server: give cumulus-run --parameter-server");
   }
   PointResult r;
-  r.concrete = algorithm == cumulus::Algorithm::kAuto ? g.comm->resolve(algorithm, bytes) : algorithm;
+  r.concrete =
+      algorithm == cumulus::Algorithm::kAuto ? g.comm->resolve(algorithm, bytes) : algorithm;
   r.predicted = g.model.predict(r.concrete, static_cast<double>(bytes), g.comm->topology(),
                                 g.funnel != nullptr);
   r.iters = std::clamp(static_cast<int>(o.target_seconds / std::max(r.predicted, 1e-6)), 3,

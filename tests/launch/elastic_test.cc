@@ -252,7 +252,7 @@ TEST_F(ElasticTest, FewerThanMinNodesAfterALossEndTheJobNamingTheCount) {
       flags("2:3", "--recovery restart --rdzv-last-call 0.3 --rdzv-timeout 2 --max-restarts 3");
   start(0, f, probe());
   start(1, f, probe());
-  ASSERT_TRUE(waitFor([&] { return printed(0, "rank(s)"); }, 20)) << output(0);
+  ASSERT_TRUE(waitFor([&] { return printed(0, "probe: 2 rank(s), data plane"); }, 20)) << output(0);
   killNode(1);
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(finish(0), 1) << output(0);
@@ -360,7 +360,7 @@ TEST_F(ElasticTest, AReplacementNodeTakesTheLostOnesPlaceInAFixedSizeJob) {
   const std::string f = flags("2", "--recovery restart --rdzv-timeout 20 --max-restarts 1");
   start(0, f, worker);
   start(1, f, worker);
-  ASSERT_TRUE(waitFor([&] { return printed(0, "rank(s)"); }, 20)) << output(0);
+  ASSERT_TRUE(waitFor([&] { return printed(0, "probe: 2 rank(s), data plane"); }, 20)) << output(0);
   killNode(1);
   ASSERT_TRUE(waitFor([&] { return printed(0, "restarting the group"); }, 20)) << output(0);
   std::filesystem::rename(out(1), dir_ / "node1.lost.out");

@@ -97,10 +97,13 @@ class Multihost : public ::testing::Test {
   }
   // Script text: wait until rank 0 is inside the collectives (past its first timed point), pull
   // host 2's plug, then wait for the rest.
-  std::string killHost2OnceTiming() const {
-    return "for i in $(seq 200); do grep -q \"rank(s)\" " + (dir_ / "n0.log").string() +
-           " && break; sleep 0.1; done; sleep 1; " + ns() + " kill 2; wait";
+  // Shell that returns once rank 0 has joined the group (the probe's first line, printed after the
+  // rendezvous) and a second of collectives has run.
+  std::string waitForCollectives() const {
+    return "for i in $(seq 600); do grep -q \"probe: 3 rank(s), data plane\" " +
+           (dir_ / "n0.log").string() + " && break; sleep 0.1; done; sleep 1; ";
   }
+  std::string killHost2OnceTiming() const { return waitForCollectives() + ns() + " kill 2; wait"; }
   int rc(int host) const {
     const std::string text = readFile(dir_ / ("rc" + std::to_string(host)));
     return text.empty() ? -1 : std::stoi(text);
@@ -257,8 +260,7 @@ TEST_F(Multihost, LinkDownMidCollectiveTimesOutOnSurvivors) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string script = startJob(
       3, "--algorithms ring --sizes 16777216 --target-seconds 100 --max-iters 200 --timeout 3", "");
-  script += "for i in $(seq 200); do grep -q \"rank(s)\" " + (dir_ / "n0.log").string() +
-            " && break; sleep 0.1; done; sleep 1; " + ns() + " link 2 down; wait";
+  script += waitForCollectives() + ns() + " link 2 down; wait";
   std::string out;
   shell(script, &out);
   const double seconds =
