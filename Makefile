@@ -8,11 +8,19 @@ ARGS ?=
 
 all: build
 
+# Debian's packages, then the project environment .venv (torch and the tests' Python packages
+# from PyPI, pinned in requirements.txt).
 setup:
 	@scripts/install-deps.sh
+	@scripts/python-env.sh
 
-$(BUILD_DIR)/build.ninja:
-	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+.venv/cumulus-requirements: requirements.txt
+	@scripts/python-env.sh
+
+# Configured again when requirements.txt changed what .venv holds (another torch).
+$(BUILD_DIR)/build.ninja: .venv/cumulus-requirements
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCUMULUS_PYTHON=$(CURDIR)/.venv/bin/python >/dev/null
 
 configure: setup $(BUILD_DIR)/build.ninja
 

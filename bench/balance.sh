@@ -36,6 +36,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
+python=${CUMULUS_PYTHON:-$root/.venv/bin/python}  # the project environment, with torch
 ddp=0; scenarios="static onoff"; reps=1; steps=400; hogs=1; every=20; on_step=100; off_step=250
 config="$root/configs/fashion_mnist_convnet.yaml"; bin_dir="$root/build/bin"
 out="$here/results/balance.jsonl"; sets=(); logs=""; timeout=1800
@@ -71,9 +72,9 @@ work="$(mktemp -d /tmp/cumulus-balance.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 if [ -n "$logs" ]; then mkdir -p "$logs"; fi
 mkdir -p "$(dirname "$out")"
-set_json=$(/usr/bin/python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "${sets[@]+"${sets[@]}"}")
+set_json=$("$python" -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "${sets[@]+"${sets[@]}"}")
 
-/usr/bin/python3 - "$scenarios" "$reps" "$steps" "$hogs" "$every" "$on_step" "$off_step" \
+"$python" - "$scenarios" "$reps" "$steps" "$hogs" "$every" "$on_step" "$off_step" \
   "$config" "$bin_dir" "$work" "$out" "$logs" "$timeout" "$set_json" "$ddp" "$root" <<'PY'
 import json, os, shutil, subprocess, sys, time
 
@@ -137,7 +138,7 @@ def run(scenario, mode, rep):
     hog_procs = start_hogs() if scenario == "static" else []
     if mode == "ddp":
         # The peer: the same experiment, steps and threads; its own launcher starts the 2 ranks.
-        cmd = ["/usr/bin/python3", os.path.join(root, "bench", "ddp_train.py"), config,
+        cmd = [sys.executable, os.path.join(root, "bench", "ddp_train.py"), config,
                "--set", "trainer.max_steps=%d" % steps, "--set", "trainer.epochs=1000000",
                "--set", "trainer.threads=1", "--nproc", "2"]
         for kv in json.loads(set_json):

@@ -21,6 +21,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+python=${CUMULUS_PYTHON:-$ROOT/.venv/bin/python}  # the project environment, with torch
 BIN=${BIN:-$ROOT/build/bin}
 HOSTS=4; QUOTA=25; STEPS=300; EVERY=20; SCENARIOS="static onoff"; ON_STEP=80; OFF_STEP=200
 REPS=1; RATE=1gbit; ID=${CUMULUS_NETNS_ID:-13}; SETS=(); OUT=$ROOT/bench/results/balance_cluster.jsonl
@@ -69,9 +70,9 @@ export CUMULUS_JOB_TOKEN=balance-cluster-bench
 $NS down >/dev/null 2>&1 || true
 $NS up "$HOSTS" --rate "$RATE" --burst 4kb
 ADDR0=$($NS addr 0)
-SETS_JSON=$(/usr/bin/python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "${SETS[@]+"${SETS[@]}"}")
+SETS_JSON=$("$python" -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "${SETS[@]+"${SETS[@]}"}")
 
-/usr/bin/python3 - "$HOSTS" "$QUOTA" "$STEPS" "$EVERY" "$SCENARIOS" "$ON_STEP" "$OFF_STEP" "$REPS" \
+"$python" - "$HOSTS" "$QUOTA" "$STEPS" "$EVERY" "$SCENARIOS" "$ON_STEP" "$OFF_STEP" "$REPS" \
   "$BIN" "$CONFIG" "$NS" "$ADDR0" "$SLOW" "$WORK" "$OUT" "$LOGS" "$SETS_JSON" <<'PY'
 import json, os, shutil, subprocess, sys, time
 

@@ -36,7 +36,7 @@ root="$(cd "$here/.." && pwd)"
 experiments="mlp convnet"; worlds="1 2"; rounds=3; skip=10
 mlp_steps=300; convnet_steps=40; gpt_steps=100; gpt_bench_steps=30
 bin_dir="$root/build/bin"; out="$here/results/ddp.jsonl"; sets=(); precisions="config"
-python=/usr/bin/python3  # Debian's, with torch; the first python3 on PATH may lack it
+python=${CUMULUS_PYTHON:-$root/.venv/bin/python}  # the project environment (its torch is the peer)
 while [ $# -gt 0 ]; do
   case "$1" in
     --experiments) experiments="$2"; shift 2 ;;

@@ -17,7 +17,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 sizes="4K:64M"; factor=4; worlds="2 4"; rounds=2; algos="ring tree funnel"
 bin="$here/../build/bin/cumulus-bench"; out="$here/results/compare_gloo.jsonl"; model_args=()
 transports="auto"; tcp_model_args=()
-python=/usr/bin/python3  # Debian's, with torch; the first python3 on PATH may lack it
+python=${CUMULUS_PYTHON:-$here/../.venv/bin/python}  # the project environment (its torch is the peer)
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) sizes="$2"; shift 2 ;;

@@ -23,7 +23,7 @@
 # to --out (default bench/results/python_backend/<mode>.jsonl).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"; root="$(cd "$here/.." && pwd)"
-python=/usr/bin/python3  # Debian's, with torch; the first python3 on PATH may lack it
+python=${CUMULUS_PYTHON:-$root/.venv/bin/python}  # the project environment (its torch is the peer)
 mode="${1:-}"; shift || true
 case "$mode" in allreduce|ddp) ;; *)
   echo "usage: compare_python.sh allreduce|ddp [options] (see the head of this file)" >&2; exit 2 ;;

@@ -22,6 +22,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+python=${CUMULUS_PYTHON:-$ROOT/.venv/bin/python}  # the project environment, with torch
 BIN=${BIN:-$ROOT/build/bin}
 RATES="1gbit 100mbit"; MODES="none bf16"; HOSTS=4; EPOCHS=4; MAX_STEPS=0; REPS=1
 CONFIG=$ROOT/configs/fashion_mnist_convnet.yaml; BURST=4kb; ID=${CUMULUS_NETNS_ID:-11}
@@ -78,13 +79,13 @@ run() {
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
-  local wall=$(/usr/bin/python3 -c "print($(date +%s.%N) - $start)")
+  local wall=$("$python" -c "print($(date +%s.%N) - $start)")
   if ((rc != 0)); then
     echo "compression.sh: $tag failed (exit $rc); logs:" >&2
     tail -n 20 "$WORK/$tag"-n*.log >&2
     exit 1
   fi
-  /usr/bin/python3 - "$run_dir/metrics.jsonl" "$rate" "$mode" "$rep" "$HOSTS" "$wall" \
+  "$python" - "$run_dir/metrics.jsonl" "$rate" "$mode" "$rep" "$HOSTS" "$wall" \
     >> "$WORK/runs.jsonl" <<'PY'
 import json, sys
 path, rate, mode, rep, hosts, wall = sys.argv[1:]
@@ -124,7 +125,7 @@ for rate in $RATES; do
   $NS down >/dev/null
 done
 cat "$WORK/runs.jsonl" >> "$JSONL"
-/usr/bin/python3 - "$WORK/runs.jsonl" "$HOSTS" "$EPOCHS" "$MAX_STEPS" > "$OUT/$TAG.md" <<'PY'
+"$python" - "$WORK/runs.jsonl" "$HOSTS" "$EPOCHS" "$MAX_STEPS" > "$OUT/$TAG.md" <<'PY'
 import json, sys
 path, hosts, epochs, max_steps = sys.argv[1:]
 runs = [json.loads(l) for l in open(path)]

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The screenshot of docs/dashboard.png: a real job's live dashboard, taken by headless Chromium.
 
     bench/dashboard_screenshot.py [--out docs/dashboard.png] [--bin-dir build/bin]

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """PyTorch DDP (Gloo) twin of cumulus-train, for bench/compare_ddp.sh.
 
 It trains what a Cumulus experiment YAML describes, doing what cumulus-train does, step for
@@ -53,7 +53,7 @@ Also reported: optimizer_step_ms, the median time of optimizer.step() on rank 0 
 steps, and peak_rss_mb, the largest ru_maxrss (getrusage RUSAGE_SELF) over the ranks at the end.
 
 Usage:
-  /usr/bin/python3 bench/ddp_train.py CONFIG.yaml [--set KEY=VALUE]... [--nproc N]
+  .venv/bin/python bench/ddp_train.py CONFIG.yaml [--set KEY=VALUE]... [--nproc N]
 With --nproc N (and no RANK in the environment) it is its own launcher: it starts N ranks as
 background processes with the env:// variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
 LOCAL_RANK, LOCAL_WORLD_SIZE) on loopback and waits for them; Debian's torchrun does not run

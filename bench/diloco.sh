@@ -33,6 +33,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+python=${CUMULUS_PYTHON:-$ROOT/.venv/bin/python}  # the project environment, with torch
 BIN=${BIN:-$ROOT/build/bin}
 PHASE=${1:-}; shift || true
 MODES="every_step every_step_bf16 diloco_h20 diloco_h50 streaming"
@@ -88,7 +89,7 @@ COMMON=(--set "checkpoint.every_steps=0" --set "checkpoint.every_seconds=0" --se
 
 # summarize RUN_DIR KEY=VALUE...: one JSON line from rank 0's metrics.jsonl.
 summarize() {
-  /usr/bin/python3 - "$@" <<'PY'
+  "$python" - "$@" <<'PY'
 import json, sys
 path, extra = sys.argv[1], dict(a.split("=", 1) for a in sys.argv[2:])
 records = [json.loads(line) for line in open(path + "/metrics.jsonl")]
@@ -165,7 +166,7 @@ kill_run() {
     --set "trainer.log_all_ranks=true" "${COMMON[@]}" \
     $(mode_sets "$mode") "${SETS[@]}" > "$WORK/k-$mode.log" 2>&1 ||
     { echo "diloco.sh: kill $mode failed; log:" >&2; tail -n 30 "$WORK/k-$mode.log" >&2; exit 1; }
-  /usr/bin/python3 - "$run_dir/metrics.jsonl" "$WORK/k-$mode.log" "$mode" "$KILL_AT" <<'PY' |
+  "$python" - "$run_dir/metrics.jsonl" "$WORK/k-$mode.log" "$mode" "$KILL_AT" <<'PY' |
 import json, re, statistics, sys
 path, log, mode, kill_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 records = [json.loads(line) for line in open(path)]

@@ -39,6 +39,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
+python=${CUMULUS_PYTHON:-$root/.venv/bin/python}  # the project environment, with torch
 scenarios="A B"; modes="in_place restart none"; reps=1; seed=0; steps=2000; steps_a=""; steps_b=""
 interval=60; notice=10; relaunch=5; ckpt_s=60; timeout=1200
 config="$root/configs/fashion_mnist_convnet.yaml"; bin_dir="$root/build/bin"
@@ -81,8 +82,8 @@ export CUMULUS_JOB_TOKEN
 # its JSON line. The process handling (start, signal, relaunch, time-stamped output) is Python.
 driver() {
   local set_json
-  set_json=$(/usr/bin/python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "${sets[@]+"${sets[@]}"}")
-  /usr/bin/python3 - "$1" "$2" "$3" "$4" "$seed" "$interval" "$notice" "$relaunch" "$ckpt_s" \
+  set_json=$("$python" -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "${sets[@]+"${sets[@]}"}")
+  "$python" - "$1" "$2" "$3" "$4" "$seed" "$interval" "$notice" "$relaunch" "$ckpt_s" \
     "$timeout" "$config" "$bin_dir" "$work" "$set_json" <<'PY'
 import json, os, random, re, signal, socket, statistics, subprocess, sys, threading, time
 
@@ -365,7 +366,7 @@ for ((rep = 0; rep < reps; rep++)); do
     for mode in $order; do
       echo "in_place_goodput.sh: $sc $mode rep $rep ($n steps) at $(date -u +%T)" >&2
       driver "$sc" "$mode" "$rep" "$n" >> "$lines"
-      tail -1 "$lines" | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print("  %.1f s, %d faults, last step %d%s" % (r["wall_s"], r["faults"], r["last_step"], "" if r["completed"] else ", NOT COMPLETED: " + r["reason"]))' >&2
+      tail -1 "$lines" | "$python" -c 'import json,sys; r=json.load(sys.stdin); print("  %.1f s, %d faults, last step %d%s" % (r["wall_s"], r["faults"], r["last_step"], "" if r["completed"] else ", NOT COMPLETED: " + r["reason"]))' >&2
       if [ -n "$logs" ]; then
         t="$sc-$mode-$rep"
         cp "$work/$t.log" "$logs/" 2>/dev/null || true
@@ -377,7 +378,7 @@ for ((rep = 0; rep < reps; rep++)); do
 done
 
 # Goodput against the uninterrupted run of the same scenario and repetition; the table.
-/usr/bin/python3 - "$lines" "$out" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+"$python" - "$lines" "$out" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
 import json, sys, time
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 base = {(r["scenario"], r["rep"]): r["wall_s"] for r in runs if r["mode"] == "none" and r["completed"]}

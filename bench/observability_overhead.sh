@@ -18,6 +18,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
+python=${CUMULUS_PYTHON:-$root/.venv/bin/python}  # the project environment, with torch
 reps=5; config="$root/configs/fashion_mnist_convnet.yaml"; nproc=2; steps=400
 bin_dir="$root/build/bin"; out="$here/results/observability/overhead.jsonl"; sets=()
 while [ $# -gt 0 ]; do
@@ -40,8 +41,8 @@ for b in prometheus chromium-headless-shell; do
   command -v "$b" >/dev/null || { echo "observability_overhead.sh: $b is missing; run scripts/install-deps.sh" >&2; exit 2; }
 done
 mkdir -p "$(dirname "$out")"
-set_json=$(/usr/bin/python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "${sets[@]+"${sets[@]}"}")
-exec /usr/bin/python3 - "$reps" "$config" "$nproc" "$steps" "$bin_dir" "$out" "$set_json" <<'PY'
+set_json=$("$python" -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "${sets[@]+"${sets[@]}"}")
+exec "$python" - "$reps" "$config" "$nproc" "$steps" "$bin_dir" "$out" "$set_json" <<'PY'
 import json, os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
 
 reps, config, nproc, steps, bin_dir, out, set_json = sys.argv[1:]

@@ -1,8 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """One optimizer step: Cumulus's flat optimizer against torch.optim, on the same shapes.
 
-Run with Debian's Python (it has torch), from the repository root after building:
-  /usr/bin/python3 bench/optimizer_step.py [--rounds 3] [--threads 1 2] [--steps 50]
+Run with the project environment's Python (it has torch), from the repository root after building:
+  .venv/bin/python bench/optimizer_step.py [--rounds 3] [--threads 1 2] [--steps 50]
 
 For each model (convnet: the built-in convnet's 8 tensors, 3.27M parameters; gpt: the 101
 tensors, 25.5M parameters of models/gpt's "bench" preset), optimizer (SGD with Nesterov momentum

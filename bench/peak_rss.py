@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Runs a command and writes the peak resident memory of its largest process, for
 bench/compare_ddp.sh, which wraps Cumulus's and DDP's launches alike.
 

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Recovery in place from Python: examples/python/elastic.py under cumulus-run, 3 workers.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/python_elastic.py [--rounds 2] [--kills 3]
+    PYTHONPATH=build/python .venv/bin/python bench/python_elastic.py [--rounds 2] [--kills 3]
         [--steps 3000] [--hidden 512] [--batch 384] [--out bench/results/python_backend/elastic.jsonl]
 
 Each round runs the same training twice, in alternating order: once uninterrupted, once with
@@ -37,7 +37,7 @@ FINAL = re.compile(r"final parameters ([0-9a-f]+)")
 
 def run(args, run_dir, kills):
     command = [os.path.join(ROOT, "build", "bin", "cumulus-run"), "--nproc-per-node", "3",
-               "--max-restarts", str(kills + 1), "--", "/usr/bin/python3",
+               "--max-restarts", str(kills + 1), "--", sys.executable,
                os.path.join(ROOT, "examples", "python", "elastic.py"), "--run-dir", run_dir,
                "--steps", str(args.steps), "--hidden", str(args.hidden), "--batch",
                str(args.batch), "--log-every", "1", "--checkpoint-every", str(args.steps)]

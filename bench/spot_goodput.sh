@@ -22,6 +22,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
+python=${CUMULUS_PYTHON:-$root/.venv/bin/python}  # the project environment, with torch
 seeds="0 1 2"; steps=600; interval=60; notice=10; relaunch=1; ckpt_s=60; nproc=2
 config="$root/configs/fashion_mnist_convnet.yaml"; bin_dir="$root/build/bin"
 out="$here/results/spot.jsonl"; sets=(); cmd=(); logs=""
@@ -82,9 +83,9 @@ for seed in $seeds; do
   if (( seed % 2 )); then spot "$seed"; baseline "$seed"; else baseline "$seed"; spot "$seed"; fi
   json=$(grep '^{"completed"' "$work/spot-$seed.log" | tail -1)
   # The ratio against this seed's baseline (a spot run that went first saw no baseline yet).
-  json=$(/usr/bin/python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["goodput_ratio"]=float(sys.argv[2])/r["wall_s"] if r["completed"] else 0; print(json.dumps(r))' "$json" "$base")
+  json=$("$python" -c 'import json,sys; r=json.loads(sys.argv[1]); r["goodput_ratio"]=float(sys.argv[2])/r["wall_s"] if r["completed"] else 0; print(json.dumps(r))' "$json" "$base")
   echo "{\"seed\":$seed,\"steps\":$steps,\"baseline_s\":$base,\"spot\":$json}" >> "$out"
-  /usr/bin/python3 - "$seed" "$base" "$json" "$relaunch" "$steps" "$interval" <<'EOF'
+  "$python" - "$seed" "$base" "$json" "$relaunch" "$steps" "$interval" <<'EOF'
 import json, sys
 seed, base, r = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3])
 relaunch, steps, interval = float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
@@ -102,7 +103,7 @@ print("%-5s %10.2f %9.2f %8d %6d %8.1f%% %6.2f / %5.2f s %7.2f / %5.2f s %6.3f%%
 if not r["completed"]:
     print("  (this run did not complete)")
 EOF
-  g=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["goodput_ratio"])' "$json")
+  g=$("$python" -c 'import json,sys; print(json.loads(sys.argv[1])["goodput_ratio"])' "$json")
   if [ -n "$logs" ]; then cp "$work/base-$seed.log" "$work/spot-$seed.log" "$logs/"; fi
   sum=$(awk -v a="$sum" -v b="$g" 'BEGIN { print a + b }'); n=$((n + 1))
 done

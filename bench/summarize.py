@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Markdown tables from cumulus-bench JSON lines (a raw log of bench/results/run_all.sh):
   - scaling: time vs world size at fixed sizes, per algorithm and transport;
   - model: measured / predicted (cost model column) for every row from --min-bytes up, with the

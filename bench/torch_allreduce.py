@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """One rank of a torch.distributed all-reduce sweep from Python: Gloo's beside cumulus-bench
 (bench/compare_gloo.sh), or Gloo's against Cumulus's torch.distributed backend
 (bench/compare_python.sh, --backend cumulus with PYTHONPATH=build/python).

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "base/integer.h"
+#include "checkpoint/torch_pickle.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -31,7 +32,7 @@ c10::Dict<std::string, at::Tensor> toDict(const NamedTensors& tensors, const cha
 }
 
 std::string pickle(const c10::IValue& value) {
-  const std::vector<char> bytes = torch::pickle_save(value);
+  const std::vector<char> bytes = checkpoint::pickleForPython(value);
   return std::string(bytes.data(), bytes.size());
 }
 

@@ -17,6 +17,10 @@ function(cumulus_test)
   target_compile_definitions(${T_NAME} PRIVATE
     CUMULUS_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     CUMULUS_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  if(CUMULUS_PYTHON)
+    # The project environment's interpreter, with the torch the build links (cmake/torch.cmake).
+    target_compile_definitions(${T_NAME} PRIVATE CUMULUS_PYTHON="${CUMULUS_PYTHON}")
+  endif()
   cumulus_warnings(${T_NAME})
   # Each test is "<binary>.<Suite>.<Test>", so `ctest -R trainer_test` runs one binary's tests.
   gtest_discover_tests(${T_NAME} DISCOVERY_TIMEOUT 120 TEST_PREFIX "${T_NAME}."

@@ -43,18 +43,18 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/CumulusConfigVersion.cmak
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/CumulusConfig.cmake
               ${PROJECT_BINARY_DIR}/CumulusConfigVersion.cmake
+              ${CMAKE_CURRENT_LIST_DIR}/CumulusTorchTarget.cmake
         DESTINATION ${CUMULUS_CMAKE_INSTALL_DIR})
 
-# cumulus.pc. The public headers include LibTorch's, so its flags are part of Cumulus's:
-# TORCH_INCLUDE_DIRS, the -D_GLIBCXX_USE_CXX11_ABI=... of TORCH_CXX_FLAGS (a program built with
-# the other ABI does not link), and its libraries: TORCH_LIBRARIES resolves to libtorch,
-# libtorch_cpu (through torch_library) and libc10, all in TORCH_LIBRARY's directory.
-set(CUMULUS_PC_CFLAGS "${TORCH_CXX_FLAGS}")
-foreach(dir ${TORCH_INCLUDE_DIRS})
-  string(APPEND CUMULUS_PC_CFLAGS " -I${dir}")
+# cumulus.pc. The public headers include LibTorch's, so its flags are part of Cumulus's: the
+# -D_GLIBCXX_USE_CXX11_ABI=... it was built with (a program built with the other ABI does not
+# link), its include directories and its CPU libraries, in the torch wheel Cumulus was built with.
+set(CUMULUS_PC_CFLAGS "-D_GLIBCXX_USE_CXX11_ABI=${CUMULUS_TORCH_CXX11_ABI}")
+foreach(dir include include/torch/csrc/api/include)
+  string(APPEND CUMULUS_PC_CFLAGS " -I${CUMULUS_TORCH_DIR}/${dir}")
 endforeach()
-get_filename_component(CUMULUS_TORCH_LIBRARY_DIR "${TORCH_LIBRARY}" DIRECTORY)
-set(CUMULUS_PC_LIBS "-L${CUMULUS_TORCH_LIBRARY_DIR} -ltorch -ltorch_cpu -lc10 -pthread")
+set(CUMULUS_PC_LIBS
+    "-L${CUMULUS_TORCH_DIR}/lib -Wl,-rpath,${CUMULUS_TORCH_DIR}/lib -ltorch_cpu -lc10 -pthread")
 # ${pcfiledir}/<this many ..> is the prefix, wherever the tree was installed or moved.
 file(RELATIVE_PATH CUMULUS_PC_TO_PREFIX
      /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)

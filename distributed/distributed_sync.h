@@ -160,7 +160,7 @@ class DistributedGradientSync final : public GradientSync {
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<size_t> bucket_of_;  // param → bucket index
   // The accumulators must stay alive for the hooks to fire; the keys remove the hooks.
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
 
   mutable base::Mutex mutex_;

@@ -19,18 +19,18 @@ Autocast::Autocast(Precision precision) {
   }
   if (precision != Precision::kBf16) return;
   active_ = true;
-  was_enabled_ = at::autocast::is_cpu_enabled();
-  was_dtype_ = static_cast<int>(at::autocast::get_autocast_cpu_dtype());
-  at::autocast::set_cpu_enabled(true);
-  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  was_enabled_ = at::autocast::is_autocast_enabled(at::kCPU);
+  was_dtype_ = static_cast<int>(at::autocast::get_autocast_dtype(at::kCPU));
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
   at::autocast::increment_nesting();
 }
 
 Autocast::~Autocast() {
   if (!active_) return;
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_cpu_enabled(was_enabled_);
-  at::autocast::set_autocast_cpu_dtype(static_cast<at::ScalarType>(was_dtype_));
+  at::autocast::set_autocast_enabled(at::kCPU, was_enabled_);
+  at::autocast::set_autocast_dtype(at::kCPU, static_cast<at::ScalarType>(was_dtype_));
 }
 
 }  // namespace cumulus

@@ -4,6 +4,7 @@
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
+#include <torch/version.h>
 
 #include <sys/stat.h>
 
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -133,6 +135,25 @@ bool looksLikeTorchSave(const std::string& path) {
 }
 
 [[noreturn]] void failToLoad(const std::string& path, const std::string& reason) {
+  // A file from a newer torch: its archive's format version is past what this one reads.
+  static const std::regex kNewer(
+      R"(version (\d+), but the maximum supported version for reading is (\d+))");
+  std::smatch m;
+  if (std::regex_search(reason, m, kNewer)) {
+    throw std::invalid_argument(
+        "cannot load TorchScript model " + path +
+        ": it was saved by a newer torch than this one (its file format version is " + m[1].str() +
+        "; torch " TORCH_VERSION ", which Cumulus is built with, reads up to version " +
+        m[2].str() + "): save it with torch " TORCH_VERSION
+        ", or build Cumulus against the torch that saved it");
+  }
+  // An operator this torch does not have: also what a newer torch's file looks like.
+  if (reason.find("Unknown builtin op") != std::string::npos ||
+      reason.find("Unknown type name") != std::string::npos) {
+    throw std::invalid_argument("cannot load TorchScript model " + path + ": " + reason +
+                                " (was it saved by a newer torch? Cumulus is built with torch " TORCH_VERSION
+                                ")");
+  }
   if (looksLikeTorchSave(path)) {
     throw std::invalid_argument(
         "cannot load TorchScript model " + path +

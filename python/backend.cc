@@ -1,4 +1,4 @@
-// Backend (python/backend.h): torch.distributed's "cumulus" ProcessGroup over cumulus::ProcessGroup.
+// Backend (python/backend.h): torch.distributed's "cumulus" c10d::Backend over cumulus::ProcessGroup.
 
 #include "python/backend.h"
 
@@ -287,7 +287,7 @@ CollectiveOptions Backend::callOptions(std::chrono::milliseconds timeout) const 
 Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                  std::chrono::milliseconds timeout, std::chrono::milliseconds init_timeout,
                  const BackendOptions& options)
-    : c10d::ProcessGroup(rank, size), options_(options), timeout_(timeout) {
+    : c10d::Backend(rank, size), options_(options), timeout_(timeout) {
   // One deadline for the whole rendezvous: the world-size check and the connections share it.
   const auto deadline = std::chrono::steady_clock::now() + init_timeout;
   const base::RunEnv env = environmentOf(rank, size);
@@ -338,7 +338,7 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
            std::to_string(size_) + ")");
   }
   const CollectiveOptions call = callOptions(opts.timeout);
-  return enqueue(c10d::OpType::BROADCAST, "cumulus:broadcast", tensors, [=] {
+  return enqueue(c10d::OpType::BROADCAST, "cumulus:broadcast", tensors, [=, this] {
     Wire wire = wireOf(tensor);
     group_->broadcast(wire.tensor, root, call);
     wire.restore();
@@ -353,7 +353,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tenso
   const bool compress = options_.compression == Compression::kBf16 &&
                         tensor.scalar_type() == at::kFloat &&
                         (call.op == ReduceOp::kSum || call.op == ReduceOp::kAvg);
-  return enqueue(c10d::OpType::ALLREDUCE, "cumulus:all_reduce", tensors, [=] {
+  return enqueue(c10d::OpType::ALLREDUCE, "cumulus:all_reduce", tensors, [=, this] {
     if (compress) {
       at::Tensor half = tensor.to(at::kBFloat16);
       group_->allreduce(half, call);
@@ -380,7 +380,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(
   CollectiveOptions call = callOptions(opts.timeout);
   call.op = reduceOpOf("all_reduce_coalesced", opts.reduceOp, tensors[0]);
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "cumulus:all_reduce_coalesced", tensors,
-                 [=] {
+                 [=, this] {
                    std::vector<at::Tensor> flat;
                    for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
                    Wire wire = wireOf(at::cat(flat));
@@ -408,7 +408,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
   call.op = reduceOpOf("reduce", opts.reduceOp, tensor);
   const bool mine = rank_ == root;
   // An all-reduce; the ranks other than the root reduce a copy and keep their tensor.
-  return enqueue(c10d::OpType::REDUCE, "cumulus:reduce", tensors, [=] {
+  return enqueue(c10d::OpType::REDUCE, "cumulus:reduce", tensors, [=, this] {
     Wire wire = wireOf(mine ? tensor : tensor.clone());
     group_->allreduce(wire.tensor, call);
     if (mine) wire.restore();
@@ -425,7 +425,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Te
   checkList("all_gather", outputs[0], size_, input, "the output list");
   std::vector<at::Tensor> out = outputs[0];
   const CollectiveOptions call = callOptions(opts.timeout);
-  return enqueue(c10d::OpType::ALLGATHER, "cumulus:all_gather", out, [=] {
+  return enqueue(c10d::OpType::ALLGATHER, "cumulus:all_gather", out, [=, this] {
     const at::Tensor rows = group_->allgather(wireOf(input).tensor, call);
     for (int r = 0; r < size_; ++r) writeInto(out[r], rows[r]);
   });
@@ -442,7 +442,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::
   }
   const CollectiveOptions call = callOptions(opts.timeout);
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "cumulus:all_gather_into_tensor", {output},
-                 [=] { writeInto(output, group_->allgather(wireOf(input).tensor, call)); });
+                 [=, this] { writeInto(output, group_->allgather(wireOf(input).tensor, call)); });
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
@@ -466,7 +466,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
   }
   const CollectiveOptions call = callOptions(opts.timeout);
   return enqueue(c10d::OpType::ALLGATHER_COALESCED, "cumulus:all_gather_coalesced", all,
-                 [=] {
+                 [=, this] {
                    for (size_t i = 0; i < inputs.size(); ++i) {
                      const at::Tensor rows = group_->allgather(wireOf(inputs[i]).tensor, call);
                      for (int r = 0; r < size_; ++r) writeInto(outputs[r][i], rows[r]);
@@ -490,7 +490,7 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
   }
   const CollectiveOptions call = callOptions(opts.timeout);
   // An all-gather of which only the root keeps the rows.
-  return enqueue(c10d::OpType::GATHER, "cumulus:gather", out, [=] {
+  return enqueue(c10d::OpType::GATHER, "cumulus:gather", out, [=, this] {
     const at::Tensor rows = group_->allgather(wireOf(input).tensor, call);
     for (size_t r = 0; r < out.size(); ++r) writeInto(out[r], rows[r]);
   });
@@ -512,7 +512,7 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs
   }
   const CollectiveOptions call = callOptions(opts.timeout);
   // The root broadcasts every rank's block; each keeps its own.
-  return enqueue(c10d::OpType::SCATTER, "cumulus:scatter", {output}, [=] {
+  return enqueue(c10d::OpType::SCATTER, "cumulus:scatter", {output}, [=, this] {
     const at::Tensor like = wireOf(output).tensor.reshape({1, -1});
     at::Tensor blocks;
     if (mine) {
@@ -536,7 +536,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
   std::vector<at::Tensor> in = inputs[0];
   CollectiveOptions call = callOptions(opts.timeout);
   call.op = reduceOpOf("reduce_scatter", opts.reduceOp, output);
-  return enqueue(c10d::OpType::REDUCE_SCATTER, "cumulus:reduce_scatter", {output}, [=] {
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "cumulus:reduce_scatter", {output}, [=, this] {
     std::vector<at::Tensor> rows;
     for (const at::Tensor& t : in) rows.push_back(t.reshape({1, -1}));
     Wire wire = wireOf(at::cat(rows));
@@ -557,7 +557,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(
   CollectiveOptions call = callOptions(opts.timeout);
   call.op = reduceOpOf("reduce_scatter_tensor", opts.reduceOp, output);
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "cumulus:reduce_scatter_tensor", {output},
-                 [=] {
+                 [=, this] {
                    Wire wire = wireOf(input.reshape({size_, -1}));
                    at::Tensor mine = group_->reduceScatter(wire.tensor, call);
                    writeInto(output, wire.boolean ? mine.ne(0) : mine);
@@ -567,7 +567,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
   const CollectiveOptions call = callOptions(opts.timeout);
   return enqueue(c10d::OpType::BARRIER, "cumulus:barrier", {},
-                 [=] { group_->barrier(call); });
+                 [=, this] { group_->barrier(call); });
 }
 
 }  // namespace cumulus::python

@@ -1,5 +1,5 @@
 #pragma once
-// The c10d ProcessGroup behind torch.distributed's backend "cumulus" (docs/python.md).
+// The c10d Backend behind torch.distributed's backend "cumulus" (docs/python.md).
 //
 // `import cumulus` registers it; `torch.distributed.init_process_group("cumulus")` then builds one
 // over the store torch made for the group (python/c10d_store.h) and Cumulus's collectives run
@@ -21,7 +21,7 @@
 // Thread-safety: the methods may be called from any thread; the cross-rank order of collectives
 // is the order in which they are called, as in every c10d backend.
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <chrono>
 #include <memory>
@@ -42,7 +42,9 @@ struct BackendOptions {
   std::string cost_model;  // a `cumulus-bench calibrate` file; empty: the built-in model
 };
 
-class Backend final : public c10d::ProcessGroup {
+// A c10d::Backend, torch 2.x's unit of a process group: torch wraps it in its ProcessGroup for the
+// CPU device (cumulus/__init__.py registers it with devices=["cpu"]).
+class Backend final : public c10d::Backend {
  public:
   // Joins the group of `size` ranks through `store`, blocking until every rank is connected or
   // `init_timeout` passes (CommError naming the ranks that never joined): what is left of

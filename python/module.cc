@@ -1,6 +1,6 @@
 // cumulus._C: the extension module of the Python package (python/cumulus/__init__.py loads it).
-// torch.distributed must be imported first: the ProcessGroup class registered here derives from
-// the c10d ProcessGroup that torch._C registers with pybind11.
+// torch.distributed must be imported first: the Backend class registered here derives from the
+// c10d Backend that torch._C registers with pybind11.
 
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
@@ -66,7 +66,7 @@ PYBIND11_MODULE(_C, m) {
   cumulus::python::registerCommError(m);
   py::register_exception<cumulus::GroupError>(m, "GroupError", PyExc_ValueError);
 
-  py::class_<Backend, c10d::ProcessGroup, c10::intrusive_ptr<Backend>>(m, "ProcessGroupCumulus")
+  py::class_<Backend, c10d::Backend, c10::intrusive_ptr<Backend>>(m, "ProcessGroupCumulus")
       .def(py::init(&cumulus::python::makeBackend), py::arg("store"), py::arg("rank"),
            py::arg("size"), py::arg("timeout_seconds"), py::arg("algorithm") = "auto",
            py::arg("compression") = "none", py::arg("cost_model") = "",

@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Cumulus builds and runs with, and only those that are missing.
-# Idempotent and silent when everything is present. Called by `make run` and `make test`.
+# Idempotent and silent when everything is present. Called by `make run` and `make test`, before
+# scripts/python-env.sh (torch and the Python packages come from PyPI, into .venv).
 set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  libtorch-dev                       # LibTorch 1.13, CPU
-  libopenblas0-openmp                # fast BLAS for LibTorch (see docs/training.md "Why OpenBLAS")
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  python3-protobuf                   # tests/trainer/read_tfevents.py: decodes the TensorBoard events
   libyaml-cpp-dev libgtest-dev zlib1g-dev
   libcli11-dev                       # CLI11: every binary's command line (base/command_line.h)
   libssl-dev                         # OpenSSL libcrypto: SHA-256, HMAC, random bytes
@@ -16,8 +14,8 @@ PACKAGES=(
   nlohmann-json3-dev                 # JSON: AWS and Azure metadata answers
   libabsl-dev                        # Abseil: thread-safety annotations (base/annotated_mutex.h)
   dataset-fashion-mnist              # the real Fashion-MNIST in /usr/share/datasets/fashion-mnist
-  python3-torch                      # the peer we compare against, and the TorchScript fixture
-  python3-dev pybind11-dev           # the Python package (python/): the torch.distributed backend
+  python3-venv python3-dev           # the project environment (.venv: torch from PyPI, python-env.sh)
+  pybind11-dev                       # the Python package (python/): the torch.distributed backend
   fortunes                           # English text for the GPT showcase (scripts/make_text_corpus.py)
   libcpp-httplib-dev                 # cumulus-run --metrics-port serves over cpp-httplib
   prometheus chromium-headless-shell # the live-metrics tests: a real scrape, a real browser
@@ -40,19 +38,4 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
-# LibTorch from Debian does its matrix work through whatever libblas.so.3 the alternatives system
-# selects. Debian's reference BLAS is ~15x slower; OpenBLAS's OpenMP build shares LibTorch's
-# OpenMP runtime, so the two do not oversubscribe the cores.
-want=/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3
-alt=libblas.so.3-x86_64-linux-gnu
-if [[ -e $want ]] && [[ "$(readlink -f /etc/alternatives/$alt 2>/dev/null)" != "$want" ]]; then
-  echo "cumulus: selecting OpenBLAS (OpenMP) as the system BLAS"
-  $SUDO update-alternatives --quiet --set $alt $want
-fi
-want=/usr/lib/x86_64-linux-gnu/openblas-openmp/liblapack.so.3
-alt=liblapack.so.3-x86_64-linux-gnu
-if [[ -e $want ]] && [[ "$(readlink -f /etc/alternatives/$alt 2>/dev/null)" != "$want" ]]; then
-  $SUDO update-alternatives --quiet --set $alt $want
 fi

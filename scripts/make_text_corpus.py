@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Turns the English text of Debian's `fortunes` package into a byte corpus for the GPT showcase.
 
-  /usr/bin/python3 scripts/make_text_corpus.py --out data/gpt [--source /usr/share/games/fortunes]
+  .venv/bin/python scripts/make_text_corpus.py --out data/gpt [--source /usr/share/games/fortunes]
 
 Writes OUT/train.npy and OUT/val.npy: 1-D uint8 arrays (numpy.save), the bytes of the text, for
 `data.format: tokens` with a byte vocabulary of 256; and OUT/val_short.npy, the first 32 KiB of

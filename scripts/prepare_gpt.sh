@@ -11,7 +11,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/data/gpt}"
-python=/usr/bin/python3  # Debian's, with torch; the first python3 on PATH may lack it
+python=${CUMULUS_PYTHON:-$root/.venv/bin/python}  # the project environment, with torch
 
 stale() {  # target dependency...: true when target is missing or older than one of them
   local target=$1; shift

@@ -1,9 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Prints text that a trained byte-level GPT (models/gpt/gpt.py) writes, to see what it learned.
 
-  /usr/bin/python3 scripts/sample.py runs/gpt_text --prompt "The meaning of life is"
-  /usr/bin/python3 scripts/sample.py runs/gpt_bench --preset bench --tokens 500
-  /usr/bin/python3 scripts/sample.py --state-dict FILE.pt --temperature 0 --prompt "Q: "
+  .venv/bin/python scripts/sample.py runs/gpt_text --prompt "The meaning of life is"
+  .venv/bin/python scripts/sample.py runs/gpt_bench --preset bench --tokens 500
+  .venv/bin/python scripts/sample.py --state-dict FILE.pt --temperature 0 --prompt "Q: "
 
 It loads RUN_DIR/model_state_dict.pt (the parameters that cumulus-train writes at the end of a
 run, a dict name -> tensor that torch.load reads; bench/ddp_train.py --save-state-dict writes

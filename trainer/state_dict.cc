@@ -10,6 +10,8 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "checkpoint/torch_pickle.h"
+
 namespace cumulus::trainer {
 
 void saveStateDict(const NamedTensors& tensors, const std::string& path) {
@@ -17,7 +19,7 @@ void saveStateDict(const NamedTensors& tensors, const std::string& path) {
   for (const auto& [name, tensor] : tensors) {
     dict.insert(name, tensor.detach().to(torch::kCPU).contiguous().clone());
   }
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  const std::vector<char> bytes = checkpoint::pickleForPython(c10::IValue(dict));
   const std::string tmp = path + ".tmp";
   // On any failure the partial file goes, and the message says why (errno's text).
   const auto fail = [&tmp](const std::string& what) {

@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint_snapshot.h"
 #include "trainer/optimizer.h"
 #include "checkpoint/resume.h"
+#include "checkpoint/torch_pickle.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -115,7 +116,7 @@ void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimiz
 void addResiduals(Checkpoint& checkpoint, const torch::Tensor& all_ranks) {
   TORCH_INTERNAL_ASSERT(all_ranks.dim() == 2 && all_ranks.scalar_type() == torch::kFloat,
                         "residuals must be [world, n] float32");
-  const std::vector<char> bytes = torch::pickle_save(all_ranks.contiguous());
+  const std::vector<char> bytes = checkpoint::pickleForPython(all_ranks.contiguous());
   checkpoint.files[kResidualFile] = std::string(bytes.data(), bytes.size());
 }
 

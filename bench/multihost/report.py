@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Turns bench/multihost/run.sh's multihost.tsv into multihost.md (tables, targets) and
 multihost.png (gnuplot). Usage: report.py TSV OUT_DIR LINK_GBIT NPROC"""
 

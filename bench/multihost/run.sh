@@ -14,6 +14,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+python=${CUMULUS_PYTHON:-$ROOT/.venv/bin/python}  # the project environment, with torch
 BIN=${BIN:-$ROOT/build/bin}
 HOSTS="2 4 8"
 SIZES="4096 16384 65536 262144 1048576 4194304 16777216 67108864"
@@ -95,5 +96,5 @@ mv "$TSV.ceiling" "$OUT/multihost-ceiling.tsv"
 mv "$TSV.new" "$TSV"
 mv "$TSV.load" "$OUT/multihost-load.txt"
 NPROC=$(nproc)
-/usr/bin/python3 "${REPORT:-$ROOT/bench/multihost/report.py}" "$TSV" "$OUT" "$RATE_GBIT" "$NPROC"
+"$python" "${REPORT:-$ROOT/bench/multihost/report.py}" "$TSV" "$OUT" "$RATE_GBIT" "$NPROC"
 echo "run.sh: wrote $TSV, $OUT/multihost.md, $OUT/multihost.png"

@@ -4,7 +4,7 @@ The only Cumulus lines are `import cumulus` and the backend's name; the rest is 
 script does (DistributedSampler, DDP, an optimizer). Start it with any torchrun-style launcher:
 
     PYTHONPATH=build/python build/bin/cumulus-run --nproc-per-node 2 -- \\
-        /usr/bin/python3 examples/python/ddp.py --epochs 1
+        .venv/bin/python examples/python/ddp.py --epochs 1
 
 It trains a Fashion-MNIST classifier (Debian's dataset-fashion-mnist) and prints, on rank 0,
 the test accuracy after each epoch and a hash of the parameters: every rank holds the same.

@@ -1,7 +1,7 @@
 """A Python training loop that survives losing workers in place (cumulus.Elastic).
 
     PYTHONPATH=build/python build/bin/cumulus-run --nproc-per-node 3 -- \\
-        /usr/bin/python3 examples/python/elastic.py --run-dir /tmp/elastic --steps 600 --wait-for 3
+        .venv/bin/python examples/python/elastic.py --run-dir /tmp/elastic --steps 600 --wait-for 3
 
 SIGKILL one worker: the other two go on as the same processes, the step in flight is trained
 again, and cumulus-run's replacement joins at a step boundary, healed from a live peer. SIGTERM

@@ -1,9 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Scripts the byte-level GPT of models/gpt/gpt.py and saves it for `model.name: torchscript:...`.
 
-  /usr/bin/python3 models/gpt/export.py --preset text --out data/gpt/gpt_text.pt
-  /usr/bin/python3 models/gpt/export.py --preset bench --out data/gpt/gpt_bench.pt
-  /usr/bin/python3 models/gpt/export.py --layers 2 --heads 2 --dim 64 --seq-len 32 --out tiny.pt
+  .venv/bin/python models/gpt/export.py --preset text --out data/gpt/gpt_text.pt
+  .venv/bin/python models/gpt/export.py --preset bench --out data/gpt/gpt_bench.pt
+  .venv/bin/python models/gpt/export.py --layers 2 --heads 2 --dim 64 --seq-len 32 --out tiny.pt
 
 The sizes come from a preset in gpt.py (PRESETS), each flag overriding one of them; the YAML
 schema has no place for them, so each config's top comment names its preset. The parameters are

@@ -20,6 +20,7 @@ environment:
 
 import atexit
 import os
+import sys
 import threading
 import time
 
@@ -37,7 +38,8 @@ if _major_minor(torch.__version__) != _major_minor(_build.TORCH_VERSION):
     raise ImportError(
         f"cumulus was built for torch {_build.TORCH_VERSION}, but this Python's torch is "
         f"{torch.__version__} ({os.path.dirname(torch.__file__)}); rebuild Cumulus against this "
-        f"torch, or run the Python it was built for (Debian's /usr/bin/python3)")
+        f"torch (cmake -DCUMULUS_PYTHON={sys.executable}), or run the Python it was built "
+        f"for ({_build.PYTHON})")
 
 try:
     from . import _C
@@ -136,4 +138,5 @@ def _create_process_group(backend_options, pg_options):
 atexit.register(_C._stop_backends)
 
 if not hasattr(torch.distributed.Backend, BACKEND.upper()):
-    torch.distributed.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
+    torch.distributed.Backend.register_backend(BACKEND, _create_process_group, extended_api=True,
+                                               devices=["cpu"])

@@ -55,10 +55,10 @@ def _to_bytes(obj):
 
 
 def _from_bytes(data, what):
-    # A full unpickling (torch 1.13's weights_only loader refuses floats): these bytes are a
+    # A full unpickling (an optimizer's state may hold any picklable value): these bytes are a
     # checkpoint this job wrote, or a peer's that holds the job token, and their SHA-256 matched.
     try:
-        return torch.load(io.BytesIO(data))
+        return torch.load(io.BytesIO(data), weights_only=False)
     except Exception as error:
         raise CheckpointError(f"{what}: does not load ({type(error).__name__}: {error})") from None
 

@@ -159,7 +159,7 @@ class InstalledCumulus : public ::testing::Test {
     if (flags.exit_code != 0) return flags;
     Args compile;
     if (!std::string(EXAMPLES_CXX_LAUNCHER).empty()) compile.push_back(EXAMPLES_CXX_LAUNCHER);
-    compile.insert(compile.end(), {EXAMPLES_CXX, "-std=c++17", "-O1",
+    compile.insert(compile.end(), {EXAMPLES_CXX, "-std=c++20", "-O1",
                                    CUMULUS_SOURCE_DIR "/examples/collectives/main.cc"});
     for (auto& word : splitWords(flags.output)) compile.push_back(std::move(word));
     compile.insert(compile.end(), {"-Wl,-rpath," + prefix() + "/lib", "-o",
@@ -380,7 +380,7 @@ TEST_F(InstalledCumulus, PythonDdpScriptTrainsFromThePrefixUnderCumulusRun) {
   const std::string package = prefix() + "/" + EXAMPLES_PYTHON_DIR;
   ASSERT_TRUE(fs::is_regular_file(package + "/cumulus/__init__.py")) << package;
   const ProcessResult r = runProcess(
-      underCumulusRun(2, {"/usr/bin/python3", CUMULUS_SOURCE_DIR "/examples/python/ddp.py",
+      underCumulusRun(2, {CUMULUS_PYTHON, CUMULUS_SOURCE_DIR "/examples/python/ddp.py",
                           "--epochs", "1"}),
       userEnv({{"PYTHONPATH", package}, {"OMP_NUM_THREADS", "1"}}), {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -23,7 +23,7 @@ fixture=$here/dashboard_fixture.json
 
 fail() { echo "dashboard_test: FAIL: $*" >&2; exit 1; }
 
-python=/usr/bin/python3
+python=${CUMULUS_PYTHON:-$root/.venv/bin/python}
 [[ -x $python ]] || python=$(command -v python3) || fail "no python3"
 chromium=${CHROMIUM:-}
 if [[ -z $chromium ]]; then

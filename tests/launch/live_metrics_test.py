@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """End-to-end: a live job's metrics through the real Prometheus and the real headless Chromium.
 
 One TestCase, one long test (the phases share one job, so they run in order in one method):
@@ -25,8 +25,9 @@ CUMULUS_KILL_RANK (default 1), CUMULUS_KEEP_TMP=1 (keep the temp dir and say whe
 PROMETHEUS (default /usr/bin/prometheus), CHROMIUM (default chromium-headless-shell on PATH).
 Skipped (not failed) when Prometheus or Chromium is missing.
 Standard library only; loopback only; every process group and temp dir is removed, also on failure.
-Usage: /usr/bin/python3 tests/launch/live_metrics_test.py [-v]
+Usage: .venv/bin/python tests/launch/live_metrics_test.py [-v]
 """
+import importlib.metadata
 import json
 import math
 import os
@@ -42,12 +43,14 @@ import unittest
 import urllib.parse
 import urllib.request
 
+from prometheus_client.parser import text_string_to_metric_families
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BIN = os.environ.get("CUMULUS_BIN") or os.path.join(ROOT, "build", "bin")
 PROMETHEUS = os.environ.get("PROMETHEUS", "/usr/bin/prometheus")
 READ_TFEVENTS = os.path.join(ROOT, "tests", "trainer", "read_tfevents.py")
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+PY = sys.executable
 JOB = "cumulus"
 
 sys.path.insert(0, HERE)
@@ -299,6 +302,30 @@ class LiveMetrics(unittest.TestCase):
 
     # -- the test -------------------------------------------------------------------------------
 
+    def prometheus_client_reads(self, port):
+        """The same exposition through the Python ecosystem's parser (prometheus_client's), which
+        raises on any line it cannot read: the families' types, and samples whose values agree."""
+        status, body = http_get("http://127.0.0.1:%d/metrics" % port, timeout=30)
+        self.assertEqual(status, 200)
+        families = list(text_string_to_metric_families(body.decode()))
+        types = {f.name: f.type for f in families}
+        samples = {}
+        for family in families:
+            for sample in family.samples:
+                samples.setdefault(sample.name, []).append(sample)
+        self.assertEqual(types["cumulus_world_size"], "gauge")
+        self.assertEqual([s.value for s in samples["cumulus_world_size"]], [2.0])
+        self.assertEqual(types["cumulus_goodput_seconds"], "counter")  # the parser drops _total
+        categories = {s.labels["category"]: s.value for s in samples["cumulus_goodput_seconds_total"]}
+        self.assertGreater(len(categories), 1, categories)
+        self.assertTrue(all(v >= 0 for v in categories.values()), categories)
+        wall = samples["cumulus_wall_seconds_total"][0].value
+        self.assertLessEqual(abs(sum(categories.values()) / wall - 1), 0.05, (categories, wall))
+        self.assertGreaterEqual(samples["cumulus_step"][0].value, 1)
+        self.summary.append("prometheus_client %s parsed %d families, %d samples" % (
+            importlib.metadata.version("prometheus-client"),
+            len(families), sum(len(v) for v in samples.values())))
+
     def test_live_job_through_prometheus_and_chromium(self):
         t0 = time.monotonic()
         port, self.prom_port = free_port(), free_port()
@@ -355,6 +382,7 @@ class LiveMetrics(unittest.TestCase):
                               lambda v: abs(v - 1) <= 0.05)
         self.assertEqual(self.scalar("cumulus_world_size"), 2)
         self.summary.append("goodput ratio %.3f, sum(categories)/wall %.4f" % (ratio, rel))
+        self.prometheus_client_reads(port)
 
         # 4. Malformed traffic while training.
         flood_start = time.time()

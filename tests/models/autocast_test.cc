@@ -16,12 +16,12 @@ TEST(AutocastTest, Bf16RunsMatrixProductsInBf16OnlyInsideTheGuard) {
   const torch::Tensor a = torch::randn({8, 16}), b = torch::randn({16, 4});
   {
     Autocast autocast(Precision::kBf16);
-    EXPECT_TRUE(at::autocast::is_cpu_enabled());
+    EXPECT_TRUE(at::autocast::is_autocast_enabled(at::kCPU));
     EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kBFloat16);
     // Autocast keeps reductions such as softmax in float32.
     EXPECT_EQ(torch::softmax(a, 1).scalar_type(), torch::kFloat32);
   }
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
   EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kFloat32);
 }
 
@@ -29,11 +29,11 @@ TEST(AutocastTest, Fp32ChangesNothingAndAutoIsRefused) {
   const torch::Tensor a = torch::randn({8, 16}), b = torch::randn({16, 4});
   {
     Autocast autocast(Precision::kFp32);
-    EXPECT_FALSE(at::autocast::is_cpu_enabled());
+    EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
     EXPECT_EQ(torch::mm(a, b).scalar_type(), torch::kFloat32);
   }
   EXPECT_THROW(Autocast(Precision::kAuto), std::invalid_argument);
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
 }
 
 TEST(AutocastTest, NestedGuardsRestoreTheStateTheyFound) {
@@ -44,14 +44,14 @@ TEST(AutocastTest, NestedGuardsRestoreTheStateTheyFound) {
       Autocast inner(Precision::kBf16);
       EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
     }
-    EXPECT_TRUE(at::autocast::is_cpu_enabled());
+    EXPECT_TRUE(at::autocast::is_autocast_enabled(at::kCPU));
     EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
     {
       Autocast inner(Precision::kFp32);  // changes nothing: still the outer guard's bf16
       EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
     }
   }
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
 }
 
 // The masters stay float32: the forward's bf16 copies pass their gradients back to them.

@@ -29,8 +29,4 @@ inline torch::Tensor readLogits(const std::string& path, int64_t count = 20) {
   return torch::tensor(values).reshape({2, count / 2});
 }
 
-inline bool haveTorchPython() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-}
-
 }  // namespace cumulus::models::fixtures

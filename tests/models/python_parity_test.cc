@@ -21,7 +21,6 @@ namespace {
 class PythonParityTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!fixtures::haveTorchPython()) GTEST_SKIP() << "/usr/bin/python3 with torch is absent";
     char tmpl[] = "/tmp/cumulus-parity-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
@@ -52,7 +51,7 @@ TEST_P(PythonParityTest, SameNamesShapesAndLogits) {
                    static_cast<std::streamsize>(flat.numel() * 4));
     }
   }
-  const std::string command = "/usr/bin/python3 " + fixtures::kFixtures +
+  const std::string command = CUMULUS_PYTHON " " + fixtures::kFixtures +
                               "/reference_models.py --model " + spec.name + " --hidden 64,32" +
                               " --params " + dir_ + "/params.bin --logits " + dir_ +
                               "/logits.bin --names " + dir_ + "/names.txt";

@@ -252,7 +252,7 @@ def init_only(timeout_seconds):
         seconds = time.monotonic() - start
         t = torch.full((2,), 1 + 2 ** -10)
         dist.all_reduce(t)
-        group = dist.distributed_c10d._get_default_group()
+        group = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
         report(rank=dist.get_rank(), ok=True, algorithm=group.algorithm,
                compression=group.compression, sum=t[0].item(), seconds=seconds)
     except Exception as e:

@@ -1,8 +1,8 @@
 """cumulus.Elastic from Python (python/cumulus/elastic.py), as a user runs it: the example
-examples/python/elastic.py under a real cumulus-run, real worker processes of Debian's
-/usr/bin/python3, a real SIGKILL and a real SIGTERM.
+examples/python/elastic.py under a real cumulus-run, real worker processes of the
+project environment's Python, a real SIGKILL and a real SIGTERM.
 
-    CUMULUS_BIN=build/bin CUMULUS_PYTHONPATH=build/python /usr/bin/python3 tests/python/elastic_test.py
+    CUMULUS_BIN=build/bin CUMULUS_PYTHONPATH=build/python .venv/bin/python tests/python/elastic_test.py
 """
 
 import os
@@ -33,7 +33,7 @@ def run(run_dir, *flags, on_line=None, timeout=300, worker_env=()):
     """cumulus-run with three workers of the example; on_line(line, process) sees each line.
     worker_env: NAME=VALUE settings over the environment cumulus-run gives the workers."""
     command = [os.path.join(BIN, "cumulus-run"), "--nproc-per-node", "3", "--max-restarts", "3",
-               "--", "env", *worker_env, "/usr/bin/python3", EXAMPLE, "--run-dir", run_dir,
+               "--", "env", *worker_env, sys.executable, EXAMPLE, "--run-dir", run_dir,
                "--steps", "400",
                "--limit", "6000", "--log-every", "20", "--checkpoint-every", "1000", *flags]
     env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
@@ -219,7 +219,7 @@ WORKER_FINAL = re.compile(r"\[rank\d\] final parameters ([0-9a-f]{64}) at step (
 def run_worker(*flags, on_line=None, timeout=240):
     """cumulus-run (in place) with three workers of elastic_worker.py."""
     command = [os.path.join(BIN, "cumulus-run"), "--nproc-per-node", "3", "--max-restarts", "3",
-               "--", "/usr/bin/python3", WORKER, *flags]
+               "--", sys.executable, WORKER, *flags]
     env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True)

@@ -1,8 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The GPT showcase's Python side: models/gpt (gpt.py, export.py), scripts/make_text_corpus.py,
 scripts/sample.py and bench/ddp_train.py's token windows, each run the way a user runs it.
 
-  /usr/bin/python3 -m unittest -v tests/python/gpt_scripts_test.py   (from the checkout)
+  .venv/bin/python -m unittest -v tests/python/gpt_scripts_test.py   (from the checkout)
 ctest runs it as python_test.GptScripts (tests/CMakeLists.txt).
 """
 import math
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-PYTHON = "/usr/bin/python3"
+PYTHON = sys.executable
 sys.path.insert(0, os.path.join(ROOT, "models", "gpt"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import gpt  # noqa: E402

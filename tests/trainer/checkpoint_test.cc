@@ -473,9 +473,6 @@ TEST_F(CheckpointTest, OptimizerStateKeysThatNameNoParameterAreRejected) {
 }
 
 TEST_F(CheckpointTest, PythonTorchLoadReadsModelAndOptimizer) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 has no torch";
-  }
   const CheckpointSnapshot saved = makeSnapshot(100);
   manager_.save(saved);
   const std::string script = tmp_.path() + "/read.py";
@@ -486,7 +483,7 @@ TEST_F(CheckpointTest, PythonTorchLoadReadsModelAndOptimizer) {
                 "for k, v in m.items(): print('model', k, v.dtype, '%.9e' % v.double().sum())\n"
                 "for k, v in o['tensors'].items(): print('optim', k, '%.9e' % v.double().sum())\n"
                 "print('scalars', sorted(o['scalars'].items()))\n");
-  FILE* pipe = ::popen(("/usr/bin/python3 " + script + " " + stepDir(100) + " 2>&1").c_str(), "r");
+  FILE* pipe = ::popen((CUMULUS_PYTHON " " + script + " " + stepDir(100) + " 2>&1").c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string out;
   char buffer[4096];

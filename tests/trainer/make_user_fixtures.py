@@ -1,9 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes the users' models and data that tests/trainer/user_models_test.cc trains: TorchScript
 modules made with torch.jit.script, and .npy files made with numpy.save, as a user would.
 
-Run with Debian's Python (it has torch and numpy):
-    /usr/bin/python3 tests/trainer/make_user_fixtures.py OUT_DIR
+Run with the project environment's Python (it has torch and numpy):
+    .venv/bin/python tests/trainer/make_user_fixtures.py OUT_DIR
 Everything is seeded, so two runs write the same bytes. Writes into OUT_DIR:
   linear.pt         Linear 13 -> 1, forward(x) -> [B, 1]                 (loss mse)
   linear_loss.pt    the same, with the same initial parameters, whose forward(x, y) returns

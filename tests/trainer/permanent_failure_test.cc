@@ -2,8 +2,8 @@
 // cumulus-train workers whose loss diverges, or whose TorchScript model throws in forward. A
 // replacement would fail the same way, so the launcher starts none: it kills the other worker and
 // exits 2 within seconds of the worker's error, and its last line repeats that error and names
-// the log that holds it. The TorchScript model is made by make_user_fixtures.py with Debian's
-// /usr/bin/python3; where it lacks torch that test skips.
+// the log that holds it. The TorchScript model is made by make_user_fixtures.py with the
+// project environment's Python and torch (CUMULUS_PYTHON).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -28,7 +28,7 @@ using cumulus::testing::ProcessResult;
 using cumulus::testing::runProcess;
 using Clock = std::chrono::steady_clock;
 
-const std::string kPython = "/usr/bin/python3";
+const std::string kPython = CUMULUS_PYTHON;
 
 std::string lastLine(const std::string& output) {
   const size_t end = output.find_last_not_of('\n');
@@ -136,7 +136,6 @@ class ModelErrorTest : public PermanentFailureTest {
   static void SetUpTestSuite() {
     fixtures_ = fs::path(::testing::TempDir()) / ("model_error_" + std::to_string(::getpid()));
     fs::remove_all(fixtures_);
-    if (std::system((kPython + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) != 0) return;
     const std::string make = kPython +
                              " " CUMULUS_SOURCE_DIR "/tests/trainer/make_user_fixtures.py " +
                              fixtures_.string() + " >/dev/null 2>&1";
@@ -145,7 +144,7 @@ class ModelErrorTest : public PermanentFailureTest {
   }
   static void TearDownTestSuite() { fs::remove_all(fixtures_); }
   void SetUp() override {
-    if (!made_) GTEST_SKIP() << kPython << " with torch and numpy is absent";
+    if (!made_) GTEST_FAIL() << "make_user_fixtures.py failed: the fixtures are missing";
     PermanentFailureTest::SetUp();
   }
   static inline fs::path fixtures_;

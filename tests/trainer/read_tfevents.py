@@ -1,27 +1,24 @@
-#!/usr/bin/python3
-"""Reads a TensorBoard events file as TensorBoard would, independently of the C++ writer.
+#!/usr/bin/env python3
+"""Reads a TensorBoard events file with TensorBoard's own reader, independently of the C++ writer.
 
 Usage: read_tfevents.py EVENTS_FILE
 
-Checks the TFRecord framing of every record (uint64 LE length, masked CRC-32C of the length,
-data, masked CRC-32C of the data) with its own pure-Python CRC-32C, decodes each Event with the
-module that protoc generates from proto/tensorboard_event.proto (into a temporary directory, at
-start: $PROTOC or /usr/bin/protoc, and Debian's python3-protobuf), and prints one JSON line per
-event:
+First checks the TFRecord framing of every record itself (uint64 LE length, masked CRC-32C of the
+length, data, masked CRC-32C of the data; its own pure-Python CRC-32C), so that a bad record is
+named exactly. Then reads the file with the tensorboard package's event file loader (the reader
+TensorBoard itself runs, with its own framing and CRC checks, decoding into its own Event
+protos), which must read every record, and prints one JSON line per event:
   {"wall_time": W, "step": S, "file_version": V}
   {"wall_time": W, "step": S, "tag": T, "value": X}     one line per Summary value
-A bad CRC, a truncated record or an undecodable Event: a message naming the record (0-based) and
-what is wrong on stderr, exit status 1. Usage errors: exit status 2.
+A bad CRC, a truncated record, an undecodable Event or a record TensorBoard does not read: a
+message naming the record (0-based) and what is wrong on stderr, exit status 1. Usage errors:
+exit status 2. Run it with the project environment's Python (tensorboard is in requirements.txt).
 """
-import importlib.util
 import json
-import os
 import struct
-import subprocess
 import sys
-import tempfile
 
-PROTO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "proto")
+from tensorboard.backend.event_processing import event_file_loader
 
 
 def _crc32c_table():
@@ -47,17 +44,6 @@ def crc32c(data):
 def masked_crc32c(data):
     crc = crc32c(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def load_event_module(tmp):
-    protoc = os.environ.get("PROTOC", "/usr/bin/protoc")
-    subprocess.run([protoc, "--proto_path=" + PROTO_DIR, "--python_out=" + tmp,
-                    os.path.join(PROTO_DIR, "tensorboard_event.proto")], check=True)
-    path = os.path.join(tmp, "tensorboard_event_pb2.py")
-    spec = importlib.util.spec_from_file_location("tensorboard_event_pb2", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class BadRecord(Exception):
@@ -91,13 +77,10 @@ def records(data):
         index += 1
 
 
-def lines(data, event_pb2):
-    for index, body in records(data):
-        event = event_pb2.Event()
-        try:
-            event.ParseFromString(body)
-        except Exception as e:  # google.protobuf.message.DecodeError
-            raise BadRecord("record %d: not an Event: %s" % (index, e))
+def lines(path, data):
+    framed = sum(1 for _ in records(data))  # raises BadRecord naming the first bad record
+    read = 0
+    for event in event_file_loader.LegacyEventFileLoader(path).Load():
         head = {"wall_time": event.wall_time, "step": event.step}
         what = event.WhichOneof("what")
         if what == "file_version":
@@ -107,6 +90,10 @@ def lines(data, event_pb2):
                 yield dict(head, tag=value.tag, value=value.simple_value)
         else:
             yield head
+        read += 1
+    if read != framed:
+        raise BadRecord("record %d: TensorBoard's reader read %d of the %d records"
+                        % (read, read, framed))
 
 
 def main(argv):
@@ -115,15 +102,13 @@ def main(argv):
         return 2
     with open(argv[1], "rb") as f:
         data = f.read()
-    with tempfile.TemporaryDirectory() as tmp:
-        event_pb2 = load_event_module(tmp)
-        try:
-            for line in lines(data, event_pb2):
-                print(json.dumps(line))
-        except BadRecord as e:
-            sys.stdout.flush()
-            print("%s: %s" % (argv[1], e), file=sys.stderr)
-            return 1
+    try:
+        for line in lines(argv[1], data):
+            print(json.dumps(line))
+    except BadRecord as e:
+        sys.stdout.flush()
+        print("%s: %s" % (argv[1], e), file=sys.stderr)
+        return 1
     return 0
 
 

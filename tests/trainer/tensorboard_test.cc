@@ -33,7 +33,7 @@ struct Reading {
 
 Reading readEvents(const std::string& path) {
   const std::string command =
-      "/usr/bin/python3 " CUMULUS_SOURCE_DIR "/tests/trainer/read_tfevents.py '" + path + "' 2>&1";
+      CUMULUS_PYTHON " " CUMULUS_SOURCE_DIR "/tests/trainer/read_tfevents.py '" + path + "' 2>&1";
   Reading r;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return r;

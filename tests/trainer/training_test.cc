@@ -487,12 +487,8 @@ TEST(TrainingTest, WritesConfigMetricsAndAStateDictPythonCanRead) {
   for (const auto& name : names) our_keys += name + " ";
 
   // And Python's torch.load reads the same dict.
-  if (::access("/usr/bin/python3", X_OK) != 0 ||
-      std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "no /usr/bin/python3 with torch";
-  }
   const std::string command =
-      "/usr/bin/python3 -c \"import torch; sd = torch.load('" + path +
+      CUMULUS_PYTHON " -c \"import torch; sd = torch.load('" + path +
       "'); print(' '.join(sorted(sd)) + ' '); print(repr(sum(float(t.double().sum()) for t in "
       "sd.values())))\"";
   FILE* pipe = ::popen(command.c_str(), "r");

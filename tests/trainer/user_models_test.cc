@@ -1,7 +1,6 @@
 // Users' own TorchScript models, losses and .npy data, trained from YAML alone by cumulus-train
 // and cumulus-run as a user runs them. The models and data are made at test time by
-// make_user_fixtures.py with Debian's /usr/bin/python3 (torch.jit.script, numpy.save); where it
-// lacks torch or numpy the tests skip. Final parameters are compared through the "final
+// make_user_fixtures.py with the project environment's Python (torch.jit.script, numpy.save). Final parameters are compared through the "final
 // parameters sha256" line rank 0 prints; resumes stop a worker with cumulus-train-faults, as in
 // resume_process_test.cc.
 #include <gtest/gtest.h>
@@ -35,7 +34,7 @@ using cumulus::testing::runProcess;
 using cumulus::testing::withFaults;
 
 const std::string& kTrain = cumulus::testing::kTrainBinary;
-const std::string kPython = "/usr/bin/python3";
+const std::string kPython = CUMULUS_PYTHON;
 
 // A worker started by hand (the test itself may run under a launcher).
 const Env kAlone = cumulus::testing::aloneEnv();
@@ -57,7 +56,6 @@ class UserModelsTest : public ::testing::Test {
     fixtures_ = new fs::path(fs::path(::testing::TempDir()) /
                              ("user_fixtures_" + std::to_string(::getpid())));
     fs::remove_all(*fixtures_);
-    if (std::system((kPython + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) != 0) return;
     const std::string make = kPython +
                              " " CUMULUS_SOURCE_DIR "/tests/trainer/make_user_fixtures.py " +
                              fixtures_->string() + " 2>&1";
@@ -70,7 +68,7 @@ class UserModelsTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (!made_) GTEST_SKIP() << kPython << " with torch and numpy is absent";
+    if (!made_) GTEST_FAIL() << "make_user_fixtures.py failed: the fixtures are missing";
     dir_ = cumulus::testing::freshTestDir("user_models");
     // A user's regression: 13 features -> 1 value, 512 training samples, 16 steps an epoch.
     std::ofstream(dir_ / "regression.yaml")
@@ -238,7 +236,7 @@ TEST_F(UserModelsTest, BadInputFailsBeforeTrainingNamingTheFileAndTheReason) {
   EXPECT_EQ(setupError("regression.yaml", {"--set", "model.name=" + linear}),
             "model " + linear + " failed on one sample of " + fixture("regression/train") +
                 " (inputs float32 [1, 13]): torchscript model " + fixture("wrong_width.pt") +
-                ": forward failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x13 "
+                ": forward failed: RuntimeError: addmm: mat1 and mat2 shapes cannot be multiplied (1x13 "
                 "and 12x1)");
   // A model that runs in fp32 but not under bf16 autocast: LibTorch's error names the
   // operation, and the run says that the precision is why.
@@ -352,7 +350,7 @@ TEST_F(UserModelsTest, TokenIdsTheModelCannotTakeAndShortStreamsFailBeforeTraini
                 fixture("tiny_lm.pt") + ", one sample of " + fixture("text_train.npy") + ")");
   EXPECT_EQ(setupError("lm.yaml", {"--set", "model.name=mlp"}),
             "model mlp failed on one sample of " + fixture("text_train.npy") +
-                " (inputs int64 [1, 16]): mat1 and mat2 must have the same dtype");
+                " (inputs int64 [1, 16]): mat1 and mat2 must have the same dtype, but got Long and Float");
 }
 
 }  // namespace
