@@ -75,6 +75,29 @@ class Import(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(out.stdout.strip(), "True cumulus")
 
+    def test_one_libtorch_the_wheels_beside_debians_grpc(self):
+        # The extension links Debian's gRPC and protobuf into the wheel's Python beside the
+        # wheel's LibTorch: one libtorch_cpu.so, torch's own, and both at work.
+        script = ("import torch, cumulus\n"
+                  "print(float(torch.arange(1, 5).float().sum()))\n"
+                  "print(cumulus.choose_precision('fp32')[0])\n"
+                  "for line in open('/proc/self/maps'):\n"
+                  "    path = line[line.find('/'):].strip() if '/' in line else ''\n"
+                  "    if '.so' in path:\n"
+                  "        print(path)\n")
+        lines = self.script_lines(script)
+        self.assertEqual(lines[:2], ["10.0", "fp32"])
+        libs = sorted(set(lines[2:]))
+        torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib") + "/"
+        ours = [p for p in libs if os.path.basename(p).startswith(("libtorch", "libc10"))]
+        self.assertTrue(ours)
+        for path in ours:
+            self.assertTrue(path.startswith(torch_lib), f"{path} is not the wheel's ({torch_lib})")
+        self.assertEqual([os.path.basename(p) for p in ours].count("libtorch_cpu.so"), 1, ours)
+        grpc = [p for p in libs if os.path.basename(p).startswith("libgrpc++.so")]
+        self.assertEqual(len(grpc), 1, libs)
+        self.assertTrue(grpc[0].startswith("/usr/lib/"), grpc)
+
     def test_choose_precision_says_what_trainer_precision_would(self):
         # ONEDNN_MAX_CPU_ISA below bf16 means no native bf16 on any CPU: auto is fp32 then.
         script = ("import cumulus\n"
