@@ -1,6 +1,6 @@
 #!/bin/bash
-# Cumulus vs PyTorch DDP (Gloo backend, Debian's torch 1.13): the same experiment (model, global
-# batch, data, optimizer, schedule, step count), trained by cumulus-train and by
+# Cumulus vs PyTorch DDP (Gloo backend, the project environment's torch): the same experiment
+# (model, global batch, data, optimizer, schedule, step count), trained by cumulus-train and by
 # bench/ddp_train.py, at each world size, alternately (cumulus, ddp, cumulus, ddp, …) so that
 # the background load of a shared machine hits both alike. Per (experiment, world) it prints
 # the median samples/s of each over the rounds, their ratio (cumulus / ddp, > 1 = we are

@@ -1,7 +1,7 @@
 #!/bin/bash
-# Cumulus's torch.distributed backend against Gloo, both from Python (Debian's torch 1.13), in
-# the same run, alternately (cumulus, gloo, gloo, cumulus, …) so that background load hits both
-# alike. Two measurements:
+# Cumulus's torch.distributed backend against Gloo, both from Python (the project environment's
+# torch), in the same run, alternately (cumulus, gloo, gloo, cumulus, …) so that background load
+# hits both alike. Two measurements:
 #
 #   bench/compare_python.sh allreduce [--worlds "2 4"] [--sizes 4K:64M] [--factor 4]
 #                                     [--rounds 3] [--out FILE]

@@ -1,5 +1,5 @@
 // Autocast (<cumulus/precision.h>): the calling thread's LibTorch CPU autocast, on for a scope.
-// LibTorch 1.13's C++ API has the switches (at::autocast) but no guard; this is the guard that
+// LibTorch's C++ API has the switches (at::autocast) but no guard; this is the guard that
 // torch.autocast("cpu", dtype=torch.bfloat16) is in Python: enable, count the nesting, and on the
 // way out restore the previous state and, at the outermost level, drop the cached weight casts.
 

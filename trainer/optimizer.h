@@ -7,8 +7,8 @@
 // of operations per tensor. The exported state is per parameter all the same, with torch.optim's
 // names and each parameter's shape.
 //
-// The update rules are those of torch.optim in PyTorch 1.13 (dampening 0), written out here so
-// that every piece of state is ours to save:
+// The update rules are torch.optim's (dampening 0), written out here so that every piece of
+// state is ours to save:
 //   SGD:   d = g + wd * w;  buf = d on the first step, else buf = momentum * buf + d;
 //          d = nesterov ? d + momentum * buf : buf  (momentum > 0);  w -= lr * d
 //   AdamW: w *= 1 - lr * wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  t += 1;

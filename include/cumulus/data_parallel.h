@@ -38,9 +38,9 @@
 //     program may treat .grad() as it likes (optimizer.zero_grad() included). With
 //     gradient_as_bucket_view each .grad() becomes a view into its bucket instead, so backward
 //     accumulates straight into it and it is reduced in place, without the two copies: then
-//     zero gradients in place (zeroGrad(), or .grad().zero_()), because LibTorch 1.13's
-//     Optimizer::zero_grad() detaches each gradient first, which a view refuses ("Can't detach
-//     views in-place"). A gradient the program replaced anyway is noticed and copied in and out,
+//     zero gradients in place (zeroGrad(), or .grad().zero_()), because LibTorch's
+//     Optimizer::zero_grad() sets each gradient to none by default, which drops the view (the
+//     next backward then allocates a gradient of its own). A gradient the program replaced anyway is noticed and copied in and out,
 //     so results never depend on the mode.
 //   - During the last micro-batch's backward each bucket is launched as soon as all its
 //     gradients are ready and the buckets before it were launched; finish() launches the rest and

@@ -2,8 +2,9 @@
 
 The Cumulus GPT showcase (configs/gpt_text.yaml, configs/gpt_bench.yaml) trains this module after
 models/gpt/export.py has scripted and saved it; scripts/sample.py loads the trained
-model_state_dict.pt back into it. Everything here works on Debian's torch 1.13, which has no
-F.scaled_dot_product_attention, so attention is written out.
+model_state_dict.pt back into it. Attention is written out rather than calling
+F.scaled_dot_product_attention: the model was first written for torch 1.13, which lacked it, and
+keeping it so keeps the exported file and the measured figures comparable across versions.
 
   forward(idx: int64 [B, T], T <= seq_len) -> logits float32 [B, T, vocab]
 
