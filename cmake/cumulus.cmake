@@ -2,8 +2,16 @@
 
 # Warnings for our own code only (LibTorch and gRPC headers are included as SYSTEM), and the
 # thread-safety analysis in a CUMULUS_THREAD_SAFETY build (thread_safety.cmake).
+# GCC 12 in C++20 mode warns, falsely, that std::string's operator+ on a literal and a temporary
+# copies 2^63 bytes (-Wrestrict, -Wstringop-overflow; GCC bug 105329, fixed in 13): those two are
+# off there, and only there.
+set(CUMULUS_GCC12_FALSE_WARNINGS "")
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+  set(CUMULUS_GCC12_FALSE_WARNINGS -Wno-restrict -Wno-stringop-overflow)
+endif()
 function(cumulus_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter
+                                           ${CUMULUS_GCC12_FALSE_WARNINGS}
                                            ${CUMULUS_THREAD_SAFETY_FLAGS})
 endfunction()
 
