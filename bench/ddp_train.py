@@ -56,8 +56,8 @@ Usage:
   .venv/bin/python bench/ddp_train.py CONFIG.yaml [--set KEY=VALUE]... [--nproc N]
 With --nproc N (and no RANK in the environment) it is its own launcher: it starts N ranks as
 background processes with the env:// variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
-LOCAL_RANK, LOCAL_WORLD_SIZE) on loopback and waits for them; Debian's torchrun does not run
-under Python 3.11. Started with those variables already set, it is one rank. Rank 0 prints one
+LOCAL_RANK, LOCAL_WORLD_SIZE) on loopback and waits for them, so that it needs no torchrun.
+Started with those variables already set, it is one rank. Rank 0 prints one
 JSON line (type "summary", impl "ddp") on stdout; everything else goes to stderr.
 
 CONFIG may be the experiment file itself or, better, the output of

@@ -3,8 +3,8 @@
 (bench/compare_gloo.sh), or Gloo's against Cumulus's torch.distributed backend
 (bench/compare_python.sh, --backend cumulus with PYTHONPATH=build/python).
 
-Started with the env:// variables MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (no torchrun:
-Debian's torchrun fails on Python 3.11). Measures exactly what cumulus-bench allreduce does:
+Started with the env:// variables MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (by
+bench/compare_gloo.sh or bench/compare_python.sh, which need no torchrun). Measures exactly what cumulus-bench allreduce does:
 one checked all-reduce (rank r gives r+1), warm-up, a barrier, `iters` timed all-reduces of
 zeros; a row's time is the slowest rank's mean. Rank 0 prints one JSON line per size, with the
 same keys as cumulus-bench's ("impl" is the backend).

@@ -7,7 +7,8 @@
 #   gpt_bench.pt         the scripted model of preset "bench"
 # Each file is rebuilt only when it is missing or older than the script that writes it (or
 # models/gpt/gpt.py), so `make run CONFIG=configs/gpt_text.yaml` runs this every time for free.
-# Needs Debian's python3-torch, python3-numpy and the fortunes package (scripts/install-deps.sh).
+# Needs the project environment's torch and numpy (scripts/python-env.sh) and the fortunes package
+# (scripts/install-deps.sh).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$root/data/gpt}"
