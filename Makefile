@@ -66,7 +66,8 @@ FUZZ_SECONDS ?=
 FUZZ_TARGETS ?=
 .PHONY: fuzz-build fuzz-long
 fuzz-build: setup
-	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -G Ninja -DCUMULUS_FUZZ=ON >/dev/null
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -G Ninja -DCUMULUS_FUZZ=ON -DCMAKE_UNITY_BUILD=ON \
+	  >/dev/null
 	@cmake --build $(FUZZ_DIR) -j $(JOBS)
 fuzz: fuzz-build
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) FUZZ_FORK=$(FUZZ_FORK) \
@@ -87,7 +88,7 @@ TSA_DIR ?= build-tsa
 .PHONY: thread-safety
 thread-safety: setup
 	@CC=clang CXX=clang++ cmake -S . -B $(TSA_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
-	  -DCUMULUS_THREAD_SAFETY=ON >/dev/null
+	  -DCUMULUS_THREAD_SAFETY=ON -DCMAKE_UNITY_BUILD=ON >/dev/null
 	@cmake --build $(TSA_DIR) -j $(JOBS) --target comm_test configs_test launch_test
 
 format:

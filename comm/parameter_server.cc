@@ -24,7 +24,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using StepKey = std::pair<uint64_t, uint64_t>;  // (generation, seq)
 
-constexpr auto kPollInterval = std::chrono::milliseconds(50);
+constexpr auto kStepPollInterval = std::chrono::milliseconds(50);
 constexpr size_t kMaxRemembered = 1024;
 constexpr char kRankMetadataKey[] = "x-cumulus-rank";
 constexpr uint32_t kMaxDType = static_cast<uint32_t>(DType::kInt64);
@@ -334,7 +334,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
                                                   " did not push before the timeout"),
                                  blame});
       }
-      changed_.wait_until(lock, std::min(step->wait_deadline, now + kPollInterval));
+      changed_.wait_until(lock, std::min(step->wait_deadline, now + kStepPollInterval));
     }
     if (step->failure) return step->failure;
     return std::nullopt;

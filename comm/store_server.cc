@@ -20,7 +20,7 @@ namespace cumulus::comm {
 namespace {
 using Clock = std::chrono::steady_clock;
 // A blocked handler re-checks cancellation and shutdown at least this often.
-constexpr auto kPollInterval = std::chrono::milliseconds(50);
+constexpr auto kWaitPollInterval = std::chrono::milliseconds(50);
 }  // namespace
 
 class StoreService final : public proto::Store::Service {
@@ -178,7 +178,7 @@ class StoreService final : public proto::Store::Service {
     while (!done && !shutting_down_ && !context.IsCancelled()) {
       const auto now = Clock::now();
       if (now >= deadline) break;
-      changed_.wait_until(lock, std::min(deadline, now + kPollInterval));
+      changed_.wait_until(lock, std::min(deadline, now + kWaitPollInterval));
       done = ready();
     }
     --blocked_;

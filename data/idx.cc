@@ -24,10 +24,6 @@
 namespace cumulus::data {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw DataError(path + ": " + what);
-}
-
 using Bytes = IdxBytes;
 
 bool readFully(int fd, void* out, size_t n);
@@ -35,17 +31,17 @@ bool readFully(int fd, void* out, size_t n);
 Bytes readWholeFile(const std::string& path) {
   std::string problem;
   const base::Fd fd = base::openRegularFile(path, problem);  // a FIFO must not block the start
-  if (!fd.valid()) fail(path, problem);
+  if (!fd.valid()) failOn(path, problem);
   struct stat st {};
-  if (fstat(fd.get(), &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (fstat(fd.get(), &st) != 0) failOn(path, std::string("cannot stat: ") + std::strerror(errno));
   if (static_cast<uint64_t>(st.st_size) > kMaxIdxBytes) {
-    fail(path, "file is larger than the 4 GiB limit");
+    failOn(path, "file is larger than the 4 GiB limit");
   }
   Bytes bytes;
   bytes.resize(static_cast<size_t>(st.st_size));
   errno = 0;
   if (!readFully(fd.get(), bytes.data(), bytes.size())) {
-    fail(path, std::string("read error: ") + (errno != 0 ? std::strerror(errno) : "file shrank"));
+    failOn(path, std::string("read error: ") + (errno != 0 ? std::strerror(errno) : "file shrank"));
   }
   return bytes;
 }
@@ -219,19 +215,19 @@ ByteImages loadMnistLikeBytes(const std::string& dir, Split split, const std::st
   torch::Tensor images = readIdx(image_path, cache_dir);
   torch::Tensor labels = readIdx(label_path, cache_dir);
   if (images.dim() != 3) {
-    fail(image_path,
-         "expected 3 dimensions (count, rows, columns), got " + std::to_string(images.dim()));
+    failOn(image_path,
+           "expected 3 dimensions (count, rows, columns), got " + std::to_string(images.dim()));
   }
   if (labels.dim() != 1) {
-    fail(label_path, "expected 1 dimension (count), got " + std::to_string(labels.dim()));
+    failOn(label_path, "expected 1 dimension (count), got " + std::to_string(labels.dim()));
   }
   if (images.size(0) != labels.size(0)) {
-    fail(label_path, "has " + std::to_string(labels.size(0)) + " labels but " + image_path +
-                         " has " + std::to_string(images.size(0)) + " images");
+    failOn(label_path, "has " + std::to_string(labels.size(0)) + " labels but " + image_path +
+                           " has " + std::to_string(images.size(0)) + " images");
   }
   const int64_t max_label = labels.max().item<uint8_t>();
   if (max_label >= 10) {
-    fail(label_path, "label " + std::to_string(max_label) + " is out of range 0..9");
+    failOn(label_path, "label " + std::to_string(max_label) + " is out of range 0..9");
   }
   ByteImages out;
   out.pixels = images.unsqueeze(1);

@@ -10,10 +10,6 @@
 namespace cumulus::data {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw DataError(path + ": " + what);
-}
-
 constexpr uint8_t kUint8Code = 0x08;
 
 uint32_t bigEndian32(const uint8_t* p) {
@@ -74,14 +70,14 @@ IdxBytes gunzipIdx(const std::string& path, const uint8_t* data, size_t size) {
   IdxBytes out;
   out.resize(static_cast<size_t>(std::max<uint64_t>(hint + 1, 4096)));  // +1: room to see the end
   z_stream zs{};
-  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) fail(path, "zlib inflateInit2 failed");
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) failOn(path, "zlib inflateInit2 failed");
   std::unique_ptr<z_stream, int (*)(z_stream*)> guard(&zs, &inflateEnd);
   zs.next_in = const_cast<Bytef*>(data);
   zs.avail_in = static_cast<uInt>(size);
   uint64_t produced = 0;
   for (;;) {
     if (produced == out.size()) {
-      if (out.size() >= kMaxIdxBytes) fail(path, "decompresses to more than the 4 GiB limit");
+      if (out.size() >= kMaxIdxBytes) failOn(path, "decompresses to more than the 4 GiB limit");
       out.resize(static_cast<size_t>(std::min<uint64_t>(out.size() * 2, kMaxIdxBytes)));
     }
     const uint64_t room = out.size() - produced;  // <= kMaxIdxBytes, so it fits in a uInt
@@ -93,18 +89,18 @@ IdxBytes gunzipIdx(const std::string& path, const uint8_t* data, size_t size) {
       if (zs.avail_in == 0) break;
       // Another member follows (concatenated .gz files), or garbage.
       if (zs.avail_in < 2 || zs.next_in[0] != 0x1f || zs.next_in[1] != 0x8b) {
-        fail(path,
-             std::to_string(zs.avail_in) + " bytes of trailing garbage after the gzip stream");
+        failOn(path,
+               std::to_string(zs.avail_in) + " bytes of trailing garbage after the gzip stream");
       }
       inflateReset(&zs);
       continue;
     }
     if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
-      fail(path, "truncated gzip stream (input ended after " + std::to_string(produced) +
-                     " decompressed bytes)");
+      failOn(path, "truncated gzip stream (input ended after " + std::to_string(produced) +
+                       " decompressed bytes)");
     }
     if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      fail(path, std::string("corrupt gzip data: ") + (zs.msg ? zs.msg : zError(rc)));
+      failOn(path, std::string("corrupt gzip data: ") + (zs.msg ? zs.msg : zError(rc)));
     }
   }
   out.resize(static_cast<size_t>(produced));
@@ -114,25 +110,25 @@ IdxBytes gunzipIdx(const std::string& path, const uint8_t* data, size_t size) {
 IdxLayout checkIdx(const std::string& path, const uint8_t* b, size_t size,
                    const std::string& what) {
   if (size < 4) {
-    fail(path, "too short for an IDX header: " + std::to_string(size) + " bytes" + what);
+    failOn(path, "too short for an IDX header: " + std::to_string(size) + " bytes" + what);
   }
   if (b[0] != 0 || b[1] != 0) {
-    fail(path, "not an IDX file: magic bytes " + hexByte(b[0]) + " " + hexByte(b[1]) + " " +
-                   hexByte(b[2]) + " " + hexByte(b[3]) + ", expected 0x00 0x00 <dtype> <ndim>");
+    failOn(path, "not an IDX file: magic bytes " + hexByte(b[0]) + " " + hexByte(b[1]) + " " +
+                     hexByte(b[2]) + " " + hexByte(b[3]) + ", expected 0x00 0x00 <dtype> <ndim>");
   }
   const uint8_t dtype = b[2];
   const int ndim = b[3];
   if (dtype != kUint8Code) {
-    fail(path, "unsupported IDX dtype " + hexByte(dtype) + " (" + dtypeName(dtype) +
-                   "); only 0x08 (uint8) is supported");
+    failOn(path, "unsupported IDX dtype " + hexByte(dtype) + " (" + dtypeName(dtype) +
+                     "); only 0x08 (uint8) is supported");
   }
   if (ndim < 1 || ndim > 4) {
-    fail(path, "IDX header has " + std::to_string(ndim) + " dimensions; expected 1 to 4");
+    failOn(path, "IDX header has " + std::to_string(ndim) + " dimensions; expected 1 to 4");
   }
   const uint64_t header = 4 + 4 * static_cast<uint64_t>(ndim);
   if (size < header) {
-    fail(path, "truncated IDX header: " + std::to_string(ndim) + " dimensions need " +
-                   std::to_string(header) + " bytes, got " + std::to_string(size) + what);
+    failOn(path, "truncated IDX header: " + std::to_string(ndim) + " dimensions need " +
+                     std::to_string(header) + " bytes, got " + std::to_string(size) + what);
   }
   std::vector<int64_t> sizes;
   std::string shape;
@@ -141,24 +137,24 @@ IdxLayout checkIdx(const std::string& path, const uint8_t* b, size_t size,
   for (int d = 0; d < ndim; ++d) {
     const uint32_t n = bigEndian32(&b[4 + 4 * d]);
     shape += (d ? "x" : "") + std::to_string(n);
-    if (n == 0) fail(path, "IDX dimension " + std::to_string(d) + " is zero");
+    if (n == 0) failOn(path, "IDX dimension " + std::to_string(d) + " is zero");
     sizes.push_back(n);
     payload *= n;
   }
   const uint64_t actual = size;
   if (payload > kMaxIdxBytes) {
-    fail(path, "IDX dimensions " + shape + " are too large: the file has only " +
-                   std::to_string(actual) + " bytes" + what);
+    failOn(path, "IDX dimensions " + shape + " are too large: the file has only " +
+                     std::to_string(actual) + " bytes" + what);
   }
   const uint64_t expected = header + static_cast<uint64_t>(payload);
   if (actual < expected) {
-    fail(path, "truncated IDX file: dimensions " + shape + " need " + std::to_string(expected) +
-                   " bytes, got " + std::to_string(actual) + what);
+    failOn(path, "truncated IDX file: dimensions " + shape + " need " + std::to_string(expected) +
+                     " bytes, got " + std::to_string(actual) + what);
   }
   if (actual > expected) {
-    fail(path, std::to_string(actual - expected) +
-                   " trailing bytes after the IDX data: " + "dimensions " + shape + " need " +
-                   std::to_string(expected) + " bytes, got " + std::to_string(actual) + what);
+    failOn(path, std::to_string(actual - expected) +
+                     " trailing bytes after the IDX data: " + "dimensions " + shape + " need " +
+                     std::to_string(expected) + " bytes, got " + std::to_string(actual) + what);
   }
   IdxLayout layout;
   layout.sizes = std::move(sizes);

@@ -21,10 +21,6 @@
 namespace cumulus::data {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw DataError(path + ": " + what);
-}
-
 // The mapping may start a value at any byte (numpy pads headers to 64 bytes, but a hand-made file
 // need not): load through memcpy, which compiles to one unaligned load.
 template <typename T>
@@ -111,15 +107,16 @@ NpyArray& NpyArray::operator=(NpyArray&& other) noexcept = default;
 NpyArray NpyArray::open(const std::string& path) {
   std::string problem;
   base::Fd fd = base::openRegularFile(path, problem);  // a FIFO must not block the start
-  if (!fd.valid()) fail(path, problem);
+  if (!fd.valid()) failOn(path, problem);
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (::fstat(fd.get(), &st) != 0)
+    failOn(path, std::string("cannot stat: ") + std::strerror(errno));
   auto mapping = std::make_unique<Mapping>();
   mapping->path = path;
   const auto size = static_cast<size_t>(st.st_size);
   if (size > 0) {
     void* base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-    if (base == MAP_FAILED) fail(path, std::string("cannot map: ") + std::strerror(errno));
+    if (base == MAP_FAILED) failOn(path, std::string("cannot map: ") + std::strerror(errno));
     mapping->base = base;
     mapping->length = size;
   }

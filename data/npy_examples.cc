@@ -14,10 +14,6 @@
 namespace cumulus::data {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw DataError(path + ": " + what);
-}
-
 void checkIndices(const std::vector<int64_t>& indices, int64_t size) {
   for (const int64_t i : indices) {
     if (i < 0 || i >= size) {
@@ -83,9 +79,9 @@ NpyArray openInDir(const std::string& dir, const std::string& name) {
   const std::string path = (dir.empty() || dir.back() == '/' ? dir : dir + "/") + name;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
-    fail(path,
-         "not found; data.format npy wants a directory with inputs.npy and targets.npy "
-         "(numpy.save)");
+    failOn(path,
+           "not found; data.format npy wants a directory with inputs.npy and targets.npy "
+           "(numpy.save)");
   }
   return NpyArray::open(path);
 }
@@ -187,9 +183,9 @@ std::shared_ptr<const Examples> openNpyExamples(const std::string& dir) {
   NpyArray inputs = openInDir(dir, "inputs.npy");
   NpyArray targets = openInDir(dir, "targets.npy");
   if (inputs.rows() != targets.rows()) {
-    fail(dir, "inputs.npy has " + std::to_string(inputs.rows()) + " rows but targets.npy has " +
-                  std::to_string(targets.rows()) +
-                  "; sample i is row i of both, so their first dimensions must agree");
+    failOn(dir, "inputs.npy has " + std::to_string(inputs.rows()) + " rows but targets.npy has " +
+                    std::to_string(targets.rows()) +
+                    "; sample i is row i of both, so their first dimensions must agree");
   }
   return std::make_shared<NpyExamples>(dir, std::move(inputs), std::move(targets));
 }
@@ -201,20 +197,20 @@ std::shared_ptr<const TokenExamples> TokenExamples::open(const std::string& path
   }
   NpyArray tokens = NpyArray::open(path);
   if (tokens.shape().size() != 1) {
-    fail(path, "a token stream is a 1-D array, but this one has shape " +
-                   shapeText(tokens.shape()) + "; save a.ravel()");
+    failOn(path, "a token stream is a 1-D array, but this one has shape " +
+                     shapeText(tokens.shape()) + "; save a.ravel()");
   }
   if (isFloating(tokens.dtype())) {
-    fail(path, "token ids must be integers (uint8, uint16, int16, int32 or int64), not " +
-                   dtypeName(tokens.dtype()) + "; save a.astype(numpy.uint16) or similar");
+    failOn(path, "token ids must be integers (uint8, uint16, int16, int32 or int64), not " +
+                     dtypeName(tokens.dtype()) + "; save a.astype(numpy.uint16) or similar");
   }
   const std::pair<int64_t, int64_t> range = tokenRange(tokens);
   if (range.first < 0) {
     const int64_t at = firstNegative(tokens);
     int64_t value = 0;
     tokens.readRows(at, 1, torch::kInt64, &value);
-    fail(path, "token " + std::to_string(at) + " is " + std::to_string(value) +
-                   "; token ids must be non-negative");
+    failOn(path, "token " + std::to_string(at) + " is " + std::to_string(value) +
+                     "; token ids must be non-negative");
   }
   if (tokens.rows() <= seq_len) {
     throw DataError("seq_len " + std::to_string(seq_len) + " is longer than the token stream " +

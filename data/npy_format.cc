@@ -10,10 +10,6 @@
 namespace cumulus::data {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw DataError(path + ": " + what);
-}
-
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicBytes = 6;
 constexpr char kSupported[] =
@@ -59,8 +55,8 @@ class DictReader {
   }
 
   [[noreturn]] void malformed(const std::string& what) const {
-    fail(path_,
-         "malformed header dictionary at byte " + std::to_string(pos_) + ": " + what + kResave);
+    failOn(path_,
+           "malformed header dictionary at byte " + std::to_string(pos_) + ": " + what + kResave);
   }
 
  private:
@@ -115,8 +111,8 @@ class DictReader {
       v.kind = Value::Kind::kTuple;
       v.items = readTuple();
     } else if (at('[')) {
-      fail(path_,
-           "structured dtypes (a list as 'descr') are not supported; " + std::string(kSupported));
+      failOn(path_,
+             "structured dtypes (a list as 'descr') are not supported; " + std::string(kSupported));
     } else {
       malformed("expected a string, True, False or a tuple" + found());
     }
@@ -150,7 +146,7 @@ class DictReader {
     while (pos_ < size_ && text_[pos_] >= '0' && text_[pos_] <= '9') {
       const auto digit = static_cast<uint64_t>(text_[pos_++] - '0');
       if (n > (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - digit) / 10) {
-        fail(path_, "a dimension in 'shape' does not fit in 63 bits" + std::string(kResave));
+        failOn(path_, "a dimension in 'shape' does not fit in 63 bits" + std::string(kResave));
       }
       n = n * 10 + digit;
     }
@@ -179,8 +175,8 @@ NpyDType parseDescr(const std::string& path, const std::string& descr) {
   for (const auto& c : kCodes) {
     if (code != c.code) continue;
     if (descr[0] == '>' && itemSizeOf(c.dtype) > 1) {
-      fail(path, "big-endian data ('" + descr + "') is not supported; save a.astype('<" + code +
-                     "') instead");
+      failOn(path, "big-endian data ('" + descr + "') is not supported; save a.astype('<" + code +
+                       "') instead");
     }
     return c.dtype;
   }
@@ -197,7 +193,7 @@ NpyDType parseDescr(const std::string& path, const std::string& descr) {
     if (k.kind != 'b') name += std::to_string(8 * base::parseInteger(digits, 0, 99).value_or(0));
     name += ")";
   }
-  fail(path, "unsupported dtype '" + descr + "'" + name + "; " + kSupported);
+  failOn(path, "unsupported dtype '" + descr + "'" + name + "; " + kSupported);
 }
 
 // The three entries, checked for presence, duplicates, unknown keys and value kinds.
@@ -214,17 +210,17 @@ HeaderDict readDict(const std::string& path, const char* text, size_t size) {
                                  : key == "shape"         ? &dict.shape
                                                           : nullptr;
     if (slot == nullptr) {
-      fail(path, "unexpected key '" + key +
-                     "' in the header (a .npy header has descr, fortran_order and shape)" +
-                     kResave);
+      failOn(path, "unexpected key '" + key +
+                       "' in the header (a .npy header has descr, fortran_order and shape)" +
+                       kResave);
     }
-    if (slot->has_value()) fail(path, "the header has '" + key + "' twice" + kResave);
+    if (slot->has_value()) failOn(path, "the header has '" + key + "' twice" + kResave);
     *slot = std::move(value);
   });
   const auto need = [&](const std::optional<Value>& v, const char* key, Value::Kind kind,
                         const char* what) {
-    if (!v) fail(path, std::string("the header has no '") + key + "'" + kResave);
-    if (v->kind != kind) fail(path, std::string("'") + key + "' must be " + what + kResave);
+    if (!v) failOn(path, std::string("the header has no '") + key + "'" + kResave);
+    if (v->kind != kind) failOn(path, std::string("'") + key + "' must be " + what + kResave);
   };
   need(dict.descr, "descr", Value::Kind::kString, "a dtype string such as '<f4'");
   need(dict.fortran_order, "fortran_order", Value::Kind::kBool, "True or False");
@@ -248,25 +244,25 @@ uint32_t littleEndian(const uint8_t* p, size_t bytes) {
 // Checks the preamble and returns the header text's [begin, end).
 std::pair<size_t, size_t> readPreamble(const std::string& path, const uint8_t* data, size_t size) {
   if (size < kMagicBytes + 2 || std::memcmp(data, kMagic, kMagicBytes) != 0) {
-    fail(path, "not a .npy file (numpy.save writes one): it does not start with \"\\x93NUMPY\"");
+    failOn(path, "not a .npy file (numpy.save writes one): it does not start with \"\\x93NUMPY\"");
   }
   const uint8_t major = data[6];
   const uint8_t minor = data[7];
   if (minor != 0 || major < 1 || major > 3) {
-    fail(path, ".npy format version " + std::to_string(major) + "." + std::to_string(minor) +
-                   " is not supported (1.0, 2.0 and 3.0 are)" + kResave);
+    failOn(path, ".npy format version " + std::to_string(major) + "." + std::to_string(minor) +
+                     " is not supported (1.0, 2.0 and 3.0 are)" + kResave);
   }
   const size_t length_bytes = major == 1 ? 2 : 4;
   const size_t begin = kMagicBytes + 2 + length_bytes;
-  if (size < begin) fail(path, "truncated header: the file ends in its header length field");
+  if (size < begin) failOn(path, "truncated header: the file ends in its header length field");
   const uint64_t length = littleEndian(data + kMagicBytes + 2, length_bytes);
   if (length > kMaxNpyHeaderBytes) {
-    fail(path, "the header length " + std::to_string(length) + " is more than the " +
-                   std::to_string(kMaxNpyHeaderBytes) + " bytes we accept" + kResave);
+    failOn(path, "the header length " + std::to_string(length) + " is more than the " +
+                     std::to_string(kMaxNpyHeaderBytes) + " bytes we accept" + kResave);
   }
   if (size - begin < length) {
-    fail(path, "truncated header: it says it ends at byte " + std::to_string(begin + length) +
-                   " but the file has " + std::to_string(size) + " bytes");
+    failOn(path, "truncated header: it says it ends at byte " + std::to_string(begin + length) +
+                     " but the file has " + std::to_string(size) + " bytes");
   }
   return {begin, begin + static_cast<size_t>(length)};
 }
@@ -278,8 +274,8 @@ uint64_t checkedProduct(const std::string& path, const std::vector<int64_t>& sha
   for (size_t i = from; i < shape.size(); ++i) {
     const auto n = static_cast<uint64_t>(shape[i]);
     if (n != 0 && product > kMax / n) {
-      fail(path, "shape " + shapeText(shape) + " is too large: its byte count overflows 63 bits" +
-                     kResave);
+      failOn(path, "shape " + shapeText(shape) + " is too large: its byte count overflows 63 bits" +
+                       kResave);
     }
     product *= n;
   }
@@ -348,21 +344,21 @@ NpyLayout checkNpy(const std::string& path, const uint8_t* data, size_t size) {
   layout.dtype = parseDescr(path, dict.descr->text);
   layout.shape = dict.shape->items;
   if (layout.shape.empty()) {
-    fail(path,
-         "a 0-d array (shape ()) has no rows; save a 1-D or larger array, e.g. "
-         "numpy.atleast_1d(a)");
+    failOn(path,
+           "a 0-d array (shape ()) has no rows; save a 1-D or larger array, e.g. "
+           "numpy.atleast_1d(a)");
   }
   if (dict.fortran_order->flag && !sameInBothOrders(layout.shape)) {
-    fail(path, "Fortran order is not supported; save numpy.ascontiguousarray(a)");
+    failOn(path, "Fortran order is not supported; save numpy.ascontiguousarray(a)");
   }
   layout.header_bytes = end;
   layout.row_bytes = checkedProduct(path, layout.shape, 1, itemSizeOf(layout.dtype));
   layout.data_bytes = checkedProduct(path, layout.shape, 0, itemSizeOf(layout.dtype));
   if (layout.data_bytes != size - end) {
-    fail(path, "holds " + std::to_string(size - end) + " bytes of data after its " +
-                   std::to_string(end) + "-byte header, but shape " + shapeText(layout.shape) +
-                   " of " + dtypeName(layout.dtype) + " needs " +
-                   std::to_string(layout.data_bytes) + "; the file is truncated or damaged");
+    failOn(path, "holds " + std::to_string(size - end) + " bytes of data after its " +
+                     std::to_string(end) + "-byte header, but shape " + shapeText(layout.shape) +
+                     " of " + dtypeName(layout.dtype) + " needs " +
+                     std::to_string(layout.data_bytes) + "; the file is truncated or damaged");
   }
   return layout;
 }
