@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/exec_env.h"
 #include "base/host_port.h"
 #include "base/run_env.h"
 #include "comm/parameter_server.h"
@@ -57,14 +58,31 @@ int runGroup(int argc, char** argv, int world, bool withParameterServer,
   if (withParameterServer)
     ps = std::make_unique<comm::ParameterServer>("127.0.0.1", 0, token, world);
 
-  std::vector<char*> args(argv, argv + argc);
-  char worker_flag[] = "--worker";
-  args.push_back(worker_flag);
-  args.push_back(nullptr);
+  std::vector<std::string> args(argv, argv + argc);
+  args.push_back("--worker");
+  // Each rank's arguments and environment are built before any fork(): the Store and the
+  // parameter server above run threads, so the children may not allocate before their exec.
+  std::vector<std::unique_ptr<base::ExecArgs>> execs;
+  for (int rank = 0; rank < world; ++rank) {
+    std::vector<base::ExecArgs::Change> changes{
+        {"RANK", std::to_string(rank)},
+        {"LOCAL_RANK", std::to_string(rank)},
+        {"WORLD_SIZE", std::to_string(world)},
+        {"LOCAL_WORLD_SIZE", std::to_string(world)},  // one host
+        {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_PORT", std::to_string(store.port())},
+        {"CUMULUS_JOB_TOKEN", token}};
+    // Not one the bench's caller may have set.
+    changes.emplace_back("CUMULUS_PS_ENDPOINT",
+                         ps ? std::optional<std::string>("127.0.0.1:" + std::to_string(ps->port()))
+                            : std::nullopt);
+    execs.push_back(std::make_unique<base::ExecArgs>(args, changes));
+  }
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
+    base::ExecArgs& exec = *execs[static_cast<size_t>(rank)];
     const pid_t pid = fork();
     if (pid < 0) {
       std::perror("cumulus-bench: fork");
@@ -72,20 +90,9 @@ int runGroup(int argc, char** argv, int world, bool withParameterServer,
       return 1;
     }
     if (pid == 0) {
-      setenv("RANK", std::to_string(rank).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);  // one host
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(store.port()).c_str(), 1);
-      if (ps) {
-        setenv("CUMULUS_PS_ENDPOINT", ("127.0.0.1:" + std::to_string(ps->port())).c_str(), 1);
-      } else {
-        unsetenv("CUMULUS_PS_ENDPOINT");  // not one the bench's caller may have set
-      }
-      setenv("CUMULUS_JOB_TOKEN", token.c_str(), 1);
-      execv("/proc/self/exe", args.data());
-      std::perror("cumulus-bench: exec");
+      execve("/proc/self/exe", exec.argv(), exec.envp());
+      static const char kExecFailed[] = "cumulus-bench: cannot execute /proc/self/exe\n";
+      (void)!write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1);
       _exit(127);
     }
     pids.push_back(pid);

@@ -28,6 +28,10 @@ else()
   message(FATAL_ERROR "CUMULUS_SANITIZE=${CUMULUS_SANITIZE} is not a sanitizer this build "
                       "knows; use address (ASan+UBSan), thread (TSan), or leave it empty")
 endif()
-# Frame pointers and debug lines make the reports' stacks readable.
-add_compile_options(${CUMULUS_SANITIZE_FLAGS} -fno-omit-frame-pointer -g)
+# Frame pointers and line tables (-g1) make the reports' stacks readable; -O1, as the sanitizers'
+# own documentation advises. Against -O2 -g, GCC builds an instrumented unit in half the time
+# (launch's first unity unit: 82 s to 39 s) and the stacks keep their file:line. The tests' own
+# files are built at -O0 (cumulus_test in cumulus.cmake): they are glue around the code under test.
+set(CMAKE_CXX_FLAGS_RELWITHDEBINFO "-O1 -g1 -DNDEBUG")
+add_compile_options(${CUMULUS_SANITIZE_FLAGS} -fno-omit-frame-pointer)
 add_link_options(${CUMULUS_SANITIZE_FLAGS})

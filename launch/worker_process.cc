@@ -14,10 +14,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "base/exec_env.h"
 #include "base/fd.h"
 #include "launch/worker_keeper.h"
-
-extern char** environ;
 
 namespace cumulus::launch {
 
@@ -53,21 +52,9 @@ void WorkerProcess::closeOutput() {
 void WorkerProcess::start() {
   // Everything the keeper and the worker need is built before fork(): after it, only
   // async-signal-safe calls (worker_keeper.h).
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
-    std::string entry(*e);
-    std::string key = entry.substr(0, entry.find('='));
-    bool overridden = false;
-    for (const auto& kv : env_) overridden |= (kv.first == key);
-    if (!overridden) env_strings.push_back(entry);
-  }
-  for (const auto& kv : env_) env_strings.push_back(kv.first + "=" + kv.second);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<char*> argvp;
-  for (auto& s : argv_) argvp.push_back(s.data());
-  argvp.push_back(nullptr);
+  std::vector<base::ExecArgs::Change> changes;
+  for (const auto& [name, value] : env_) changes.emplace_back(name, value);
+  base::ExecArgs exec(argv_, changes);
   const std::string exec_error = "cumulus-run: cannot execute " + argv_[0] + ": ";
 
   int out[2];
@@ -83,8 +70,8 @@ void WorkerProcess::start() {
   args.launcher = ::getpid();
   args.output_fd = out[1];
   args.pid_fd = pid_pipe[1];
-  args.argv = argvp.data();
-  args.envp = envp.data();
+  args.argv = exec.argv();
+  args.envp = exec.envp();
   args.exec_error = exec_error.c_str();
   // SIGUSR1 blocked across fork(), so that a request sent to the new group before the worker
   // reaches its own sigprocmask cannot kill it (the worker keeps it blocked, see the keeper).

@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "base/exec_env.h"
 #include "comm/funnel.h"
 #include "comm/parameter_server_service.h"
 #include "comm/reduce.h"
@@ -309,6 +310,10 @@ TEST(ParameterServerTest, AnAstronomicalTimeoutWaitsForTheOtherRank) {
 TEST(ParameterServerTest, CumulusPsBinaryServesAndStopsOnSigterm) {
   const std::string binary = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-ps";
   ASSERT_EQ(access(binary.c_str(), X_OK), 0) << binary << " is missing: build cumulus-ps";
+  // Built before fork(): this process runs gRPC threads, so the child may not allocate.
+  cumulus::base::ExecArgs exec(
+      {binary, "--world-size", "3", "--port", "0", "--token-env", "CUMULUS_TEST_PS_TOKEN"},
+      {{"CUMULUS_TEST_PS_TOKEN", kToken}});
   int out[2];
   ASSERT_EQ(pipe(out), 0);
   const pid_t pid = fork();
@@ -317,9 +322,7 @@ TEST(ParameterServerTest, CumulusPsBinaryServesAndStopsOnSigterm) {
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     close(out[1]);
-    setenv("CUMULUS_TEST_PS_TOKEN", kToken, 1);
-    execl(binary.c_str(), binary.c_str(), "--world-size", "3", "--port", "0", "--token-env",
-          "CUMULUS_TEST_PS_TOKEN", static_cast<char*>(nullptr));
+    execve(exec.program(), exec.argv(), exec.envp());
     _exit(127);
   }
   close(out[1]);

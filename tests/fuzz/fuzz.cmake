@@ -8,7 +8,7 @@ if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
                       "e.g. `make fuzz`")
 endif()
 
-set(CMAKE_CXX_FLAGS_FUZZ "-O1 -g -fno-omit-frame-pointer")
+set(CMAKE_CXX_FLAGS_FUZZ "-O1 -gline-tables-only -fno-omit-frame-pointer")
 # UB is a finding, not a warning: stop at the first one so libFuzzer saves the input.
 add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all)
 # No checkout path in the binaries: its length moves the addresses that the targets compare, so

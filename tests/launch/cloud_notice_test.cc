@@ -60,12 +60,12 @@ class FakeCloud {
   explicit FakeCloud(const std::string& args) {
     int fds[2];
     if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    const std::string cmd = "exec python3 " + kFake + " " + args;  // built before fork()
     pid_ = ::fork();
     if (pid_ == 0) {
       ::dup2(fds[1], STDOUT_FILENO);
       ::close(fds[0]);
       ::close(fds[1]);
-      const std::string cmd = "exec python3 " + kFake + " " + args;
       ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }

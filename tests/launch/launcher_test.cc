@@ -135,11 +135,12 @@ class BackgroundLaunch {
   explicit BackgroundLaunch(const std::string& command) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    const std::string line = "exec " + command;  // no allocation between fork() and exec
     pid_ = ::fork();
     if (pid_ == 0) {
       ::dup2(fds[1], STDOUT_FILENO);
       ::dup2(fds[1], STDERR_FILENO);
-      ::execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+      ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
     ::close(fds[1]);
@@ -336,10 +337,11 @@ TEST_F(LauncherTest, NoWorkerSurvivesTheLauncherBeingKilled) {
   std::string w = script("sleeper.sh", "echo $$ >> " + pids + "\nexec sleep 60");
   std::string cmd = kRun + " --log-dir " + (dir_ / "logs").string() + " --nproc-per-node 2 -- " +
                     w + " >/dev/null 2>&1";
+  const std::string line = "exec " + cmd;  // no allocation between fork() and exec
   pid_t launcher = ::fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   // Wait until both workers have written their pids.
@@ -399,9 +401,10 @@ TEST_F(LauncherTest, KillingTheLauncherTakesTheWorkersChildrenDown) {
 // Starts cumulus-run in the background with workers that report readiness through files
 // ready.<rank>, and returns its pid once every worker is ready.
 pid_t startInBackground(const std::string& cmd, const std::string& ready, int workers) {
+  const std::string line = "exec " + cmd;  // no allocation between fork() and exec
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   for (int i = 0; i < 400; ++i) {
@@ -683,9 +686,10 @@ class InPlaceTest : public LauncherTest {
                             (dir_ / "logs").string() +
                             " --rdzv-endpoint 127.0.0.1:" + std::to_string(port_) + " " + flags +
                             " -- " + worker + " >" + (dir_ / "out").string() + " 2>&1";
+    const std::string line = "exec env " + cmd;  // no allocation between fork() and exec
     const pid_t pid = ::fork();
     if (pid == 0) {
-      ::execl("/bin/sh", "sh", "-c", ("exec env " + cmd).c_str(), static_cast<char*>(nullptr));
+      ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
     return pid;

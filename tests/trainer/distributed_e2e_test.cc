@@ -193,12 +193,11 @@ TEST_F(DistributedE2eTest, AKilledWorkerMakesTheLauncherRestartTheGroupAndTheJob
               "--set trainer.epochs=50 --set trainer.log_every_steps=100 --set comm.algorithm=tree "
               "--set trainer.log_all_ranks=true");
   cmd.insert(cmd.find("--nproc-per-node"), "--recovery=restart ");  // the restart path
+  const std::string line = "exec " + cmd + " >" + out_path + " 2>&1";  // built before fork()
   const pid_t launcher = ::fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
-    std::freopen(out_path.c_str(), "w", stdout);
-    ::dup2(::fileno(stdout), STDERR_FILENO);
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   // Wait until rank 1 of generation 0 is training (its log has a step line), then SIGKILL it.

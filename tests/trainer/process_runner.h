@@ -10,9 +10,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "base/exec_env.h"
 
 namespace cumulus::testing {
 
@@ -30,6 +33,12 @@ inline ProcessResult runProcess(const std::vector<std::string>& argv,
                                 const std::function<void(const std::string&, pid_t)>& on_line = {},
                                 double timeout_s = 120,
                                 const std::function<void(pid_t)>& on_start = {}) {
+  // Built before fork(): the test process runs threads (gRPC), so the child may not allocate.
+  std::vector<base::ExecArgs::Change> changes;
+  for (const auto& [key, value] : env) {
+    changes.emplace_back(key, value.empty() ? std::nullopt : std::optional<std::string>(value));
+  }
+  base::ExecArgs exec(argv, changes);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return {};
   const pid_t pid = ::fork();
@@ -37,17 +46,7 @@ inline ProcessResult runProcess(const std::vector<std::string>& argv,
     ::setpgid(0, 0);
     ::dup2(fds[1], STDOUT_FILENO);
     ::dup2(fds[1], STDERR_FILENO);
-    for (const auto& [key, value] : env) {
-      if (value.empty()) {
-        ::unsetenv(key.c_str());
-      } else {
-        ::setenv(key.c_str(), value.c_str(), 1);
-      }
-    }
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
+    ::execvpe(exec.program(), exec.argv(), exec.envp());
     ::_exit(127);
   }
   ::close(fds[1]);
