@@ -175,10 +175,14 @@ CollectiveOptions callTimeout(std::chrono::milliseconds timeout, std::chrono::mi
 }
 
 // The torchrun variables that describe this process in the whole job, not in this group, are
-// hidden from the reader: the group's rank and size are the ones torch passed.
+// hidden from the reader: the group's rank and size are the ones torch passed. So are LOCAL_RANK
+// and LOCAL_WORLD_SIZE: env:// does not require them (a launcher may set LOCAL_RANK alone), and
+// which ranks share a host, for shared memory, is found out in the rendezvous from each rank's
+// host id.
 const char* groupVariable(const char* name) {
   const std::string n = name;
-  if (n == base::env::kRank || n == base::env::kWorldSize || n == base::env::kGroupRank) {
+  if (n == base::env::kRank || n == base::env::kWorldSize || n == base::env::kGroupRank ||
+      n == base::env::kLocalRank || n == base::env::kLocalWorldSize) {
     return nullptr;
   }
   return base::systemEnvironment(name);

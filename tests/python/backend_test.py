@@ -42,6 +42,7 @@ def run_group(world, *args, env_of=lambda rank: {}, timeout=240, ranks=None):
                    WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                    PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
         env.update(env_of(rank))
+        env = {name: value for name, value in env.items() if value is not None}
         processes.append(subprocess.Popen([PYTHON, WORKER, *map(str, args)], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True))
@@ -177,8 +178,8 @@ class Import(unittest.TestCase):
 
 
 class Collectives(unittest.TestCase):
-    def check(self, world):
-        results = run_group(world, "collectives")
+    def check(self, world, env_of=lambda rank: {}):
+        results = run_group(world, "collectives", env_of=env_of)
         for rank, (code, reports, err) in enumerate(results):
             self.assertEqual(code, 0, f"rank {rank}: {err}")
             self.assertEqual(reports, [{"rank": rank, "backend": "cumulus", "ok": True}])
@@ -191,6 +192,14 @@ class Collectives(unittest.TestCase):
 
     def test_a_group_of_one(self):
         self.check(1)
+
+    def test_env_init_needs_no_local_variables(self):
+        """env:// needs MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE only: a launcher that sets
+        LOCAL_RANK alone (or neither) is not refused; the ranks find out in the rendezvous that
+        they share this host."""
+        for env_of in (lambda rank: {"LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": None},
+                       lambda rank: {"LOCAL_RANK": None, "LOCAL_WORLD_SIZE": None}):
+            self.check(2, env_of=env_of)
 
 
 class DistributedDataParallel(unittest.TestCase):
