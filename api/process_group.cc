@@ -4,12 +4,15 @@
 #include <torch/utils.h>
 
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "api/process_group_impl.h"
+#include "base/bind_address.h"
+#include "base/env_names.h"
 #include "comm/cost_model.h"
 #include "comm/types.h"
 #include "distributed/distributed_sync.h"
@@ -144,6 +147,72 @@ std::unique_ptr<ProcessGroup> ProcessGroup::Impl::overStore(const base::RunEnv& 
 
 std::unique_ptr<ProcessGroup> ProcessGroup::fromEnvironment(const GroupOptions& options) {
   return Impl::fromEnvironment(options, base::systemEnvironment);
+}
+
+namespace {
+
+void checkMember(int rank, int size) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw GroupError("rank " + std::to_string(rank) + " is out of range for a group of " +
+                     std::to_string(size) + ": it must be in [0, " + std::to_string(size) + ")");
+  }
+}
+
+// The variables that describe a process in the whole job, not in the group it is making, are
+// hidden from GroupMember::fromEnvironment's reader.
+const char* memberVariable(const char* name) {
+  const std::string n = name;
+  for (const char* job : {base::env::kRank, base::env::kWorldSize, base::env::kGroupRank,
+                          base::env::kLocalRank, base::env::kLocalWorldSize}) {
+    if (n == job) return nullptr;
+  }
+  return base::systemEnvironment(name);
+}
+
+}  // namespace
+
+GroupMember GroupMember::fromEnvironment(int rank, int size) {
+  checkMember(rank, size);
+  base::RunEnv env;
+  try {
+    env = base::RunEnv::fromEnvironment(memberVariable);
+  } catch (const base::EnvError& e) {
+    throw GroupError(e.what());
+  }
+  GroupMember member;
+  member.rank = rank;
+  member.size = size;
+  member.generation = static_cast<uint64_t>(env.generation);
+  member.job_token = env.job_token;
+  member.bind_host = env.bind_host;
+  member.parameter_server = env.ps_endpoint;
+  if (member.bind_host.empty() && !env.store_host.empty() && size > 1) {
+    try {
+      member.bind_host = base::routeSourceAddress(env.store_host);
+    } catch (const std::exception& e) {
+      throw GroupError(std::string("no address to listen on (") + e.what() +
+                       "); set CUMULUS_BIND_HOST to this host's address that the other ranks "
+                       "reach");
+    }
+  }
+  return member;
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::overStore(Store& store, const GroupMember& member,
+                                                      const GroupOptions& options) {
+  checkMember(member.rank, member.size);
+  if (member.generation > static_cast<uint64_t>(INT64_MAX)) {
+    throw GroupError("generation " + std::to_string(member.generation) +
+                     " is out of range: it must be at most " + std::to_string(INT64_MAX));
+  }
+  base::RunEnv env;
+  env.rank = member.rank;
+  env.world_size = member.size;
+  env.generation = static_cast<int64_t>(member.generation);
+  env.job_token = member.job_token;
+  env.bind_host = member.bind_host;
+  env.ps_endpoint = member.parameter_server;
+  return Impl::overStore(env, options, store);
 }
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -54,10 +54,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/annotated_mutex.h"
-
-namespace cumulus::comm {
-class Store;
-}
+#include "comm/store.h"
 
 namespace cumulus::launch {
 

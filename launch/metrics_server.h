@@ -22,11 +22,8 @@
 #include <thread>
 
 #include "base/annotated_mutex.h"
+#include "comm/store.h"
 #include "launch/job_metrics.h"
-
-namespace cumulus::comm {
-class Store;
-}
 
 namespace cumulus::launch {
 

@@ -17,10 +17,6 @@
 #include <thread>
 #include <utility>
 
-#include "api/process_group_impl.h"
-#include "base/bind_address.h"
-#include "base/env_names.h"
-#include "base/run_env.h"
 #include "cumulus/process_group.h"
 #include "python/c10d_store.h"
 #include "python/world_size_check.h"
@@ -174,39 +170,15 @@ CollectiveOptions callTimeout(std::chrono::milliseconds timeout, std::chrono::mi
   return options;
 }
 
-// The torchrun variables that describe this process in the whole job, not in this group, are
-// hidden from the reader: the group's rank and size are the ones torch passed. So are LOCAL_RANK
-// and LOCAL_WORLD_SIZE: env:// does not require them (a launcher may set LOCAL_RANK alone), and
-// which ranks share a host, for shared memory, is found out in the rendezvous from each rank's
-// host id.
-const char* groupVariable(const char* name) {
-  const std::string n = name;
-  if (n == base::env::kRank || n == base::env::kWorldSize || n == base::env::kGroupRank ||
-      n == base::env::kLocalRank || n == base::env::kLocalWorldSize) {
-    return nullptr;
-  }
-  return base::systemEnvironment(name);
-}
-
-base::RunEnv environmentOf(int rank, int size) {
-  base::RunEnv env;
+// This rank's place in the group, from torch's rank and size and this process's environment
+// (GroupMember::fromEnvironment: neither RANK, WORLD_SIZE nor LOCAL_* is read, so a subgroup's
+// rank is torch's and env:// needs nothing more than it documents).
+GroupMember memberOf(int rank, int size) {
   try {
-    env = base::RunEnv::fromEnvironment(groupVariable);
-  } catch (const base::EnvError& e) {
+    return GroupMember::fromEnvironment(rank, size);
+  } catch (const GroupError& e) {
     throw GroupError(std::string("cumulus backend: ") + e.what());
   }
-  env.rank = rank;
-  env.world_size = size;
-  if (env.bind_host.empty() && !env.store_host.empty() && size > 1) {
-    try {
-      env.bind_host = base::routeSourceAddress(env.store_host);
-    } catch (const std::exception& e) {
-      throw GroupError(std::string("cumulus backend: no address to listen on (") + e.what() +
-                       "); set CUMULUS_BIND_HOST to this host's address that the other ranks "
-                       "reach");
-    }
-  }
-  return env;
 }
 
 }  // namespace
@@ -294,16 +266,16 @@ Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
     : c10d::Backend(rank, size), options_(options), timeout_(timeout) {
   // One deadline for the whole rendezvous: the world-size check and the connections share it.
   const auto deadline = std::chrono::steady_clock::now() + init_timeout;
-  const base::RunEnv env = environmentOf(rank, size);
+  const GroupMember member = memberOf(rank, size);
   store_ = std::make_unique<C10dStore>(store);
-  checkWorldSize(*store_, env, deadline, timeout);
+  checkWorldSize(*store_, member, deadline, timeout);
   GroupOptions group;
   group.algorithm = options.algorithm;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
   group.timeout_seconds = std::max<int64_t>(left.count(), 1) / 1000.0;
   group.cost_model = options.cost_model;
-  group_ = cumulus::ProcessGroup::Impl::overStore(env, group, *store_);
+  group_ = ProcessGroup::overStore(*store_, member, group);
   queue_ = std::make_unique<Queue>();
   std::lock_guard<std::mutex> lock(registryMutex());
   registry().insert(this);

@@ -1,4 +1,4 @@
-// C10dStore (python/c10d_store.h): comm::Store over a c10d::Store.
+// C10dStore (python/c10d_store.h): a cumulus::Store over a c10d::Store.
 
 #include "python/c10d_store.h"
 
@@ -12,12 +12,12 @@
 namespace cumulus::python {
 namespace {
 
-std::vector<uint8_t> bytesOf(const comm::Bytes& value) {
+std::vector<uint8_t> bytesOf(const std::string& value) {
   return std::vector<uint8_t>(value.begin(), value.end());
 }
 
-comm::Bytes stringOf(const std::vector<uint8_t>& value) {
-  return comm::Bytes(value.begin(), value.end());
+std::string stringOf(const std::vector<uint8_t>& value) {
+  return std::string(value.begin(), value.end());
 }
 
 std::string joined(const std::vector<std::string>& keys) {
@@ -43,18 +43,18 @@ auto guarded(CommErrorKind kind, const std::string& what, Fn&& call) -> decltype
 C10dStore::C10dStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
 C10dStore::~C10dStore() = default;
 
-void C10dStore::set(const std::string& key, const comm::Bytes& value) {
+void C10dStore::set(const std::string& key, const std::string& value) {
   guarded(CommErrorKind::kStore, "torch.distributed store set " + key,
           [&] { store_->set(key, bytesOf(value)); });
 }
 
-comm::Bytes C10dStore::get(const std::string& key, std::chrono::milliseconds timeout) {
+std::string C10dStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   wait({key}, timeout);
   return guarded(CommErrorKind::kStore, "torch.distributed store get " + key,
                  [&] { return stringOf(store_->get(key)); });
 }
 
-std::optional<comm::Bytes> C10dStore::tryGet(const std::string& key) {
+std::optional<std::string> C10dStore::tryGet(const std::string& key) {
   const bool present = guarded(CommErrorKind::kStore, "torch.distributed store check " + key,
                                [&] { return store_->check({key}); });
   if (!present) return std::nullopt;
@@ -67,8 +67,8 @@ int64_t C10dStore::add(const std::string& key, int64_t delta) {
                  [&] { return store_->add(key, delta); });
 }
 
-comm::Bytes C10dStore::compareSet(const std::string& key, const comm::Bytes& expected,
-                                  const comm::Bytes& desired) {
+std::string C10dStore::compareSet(const std::string& key, const std::string& expected,
+                                  const std::string& desired) {
   return guarded(CommErrorKind::kStore, "torch.distributed store compare_set " + key, [&] {
     return stringOf(store_->compareSet(key, bytesOf(expected), bytesOf(desired)));
   });

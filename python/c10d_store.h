@@ -1,5 +1,5 @@
 #pragma once
-// Cumulus's rendezvous Store (comm/store.h) over the c10d Store that torch.distributed hands a
+// Cumulus's rendezvous Store (<cumulus/store.h>) over the c10d Store that torch.distributed hands a
 // backend: the ranks of a `backend="cumulus"` group meet through the store the script already
 // has (env://'s TCPStore, a FileStore, torchrun's), with no second rendezvous service.
 //
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/store.h"
+#include "cumulus/store.h"
 
 namespace c10d {
 class Store;
@@ -22,17 +22,17 @@ class Store;
 
 namespace cumulus::python {
 
-class C10dStore final : public comm::Store {
+class C10dStore final : public Store {
  public:
   explicit C10dStore(c10::intrusive_ptr<c10d::Store> store);
   ~C10dStore() override;
 
-  void set(const std::string& key, const comm::Bytes& value) override;
-  comm::Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
-  std::optional<comm::Bytes> tryGet(const std::string& key) override;
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::optional<std::string> tryGet(const std::string& key) override;
   int64_t add(const std::string& key, int64_t delta) override;
-  comm::Bytes compareSet(const std::string& key, const comm::Bytes& expected,
-                         const comm::Bytes& desired) override;
+  std::string compareSet(const std::string& key, const std::string& expected,
+                         const std::string& desired) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool remove(const std::string& key) override;
   int64_t removePrefix(const std::string& prefix) override;

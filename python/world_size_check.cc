@@ -12,13 +12,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string keyOf(const base::RunEnv& env, int64_t rank) {
-  return "cumulus/world_size/g" + std::to_string(env.generation) + "/" + std::to_string(rank);
+std::string keyOf(const GroupMember& member, int64_t rank) {
+  return "cumulus/world_size/g" + std::to_string(member.generation) + "/" + std::to_string(rank);
 }
 
 // A rank that found a mismatch says so under this key before it raises.
-std::string seenKeyOf(const base::RunEnv& env, int64_t rank) {
-  return "cumulus/world_size_seen/g" + std::to_string(env.generation) + "/" + std::to_string(rank);
+std::string seenKeyOf(const GroupMember& member, int64_t rank) {
+  return "cumulus/world_size_seen/g" + std::to_string(member.generation) + "/" + std::to_string(rank);
 }
 
 // How long a rank that found a mismatch waits for the peer to find it too.
@@ -50,21 +50,21 @@ std::string secondsText(std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-void checkWorldSize(comm::Store& store, const base::RunEnv& env, Clock::time_point deadline,
+void checkWorldSize(Store& store, const GroupMember& member, Clock::time_point deadline,
                     std::chrono::milliseconds timeout) {
-  const std::string mine = std::to_string(env.world_size);
-  store.set(keyOf(env, env.rank), mine);
-  for (int64_t peer = 0; peer < env.world_size; ++peer) {
-    if (peer == env.rank) continue;
+  const std::string mine = std::to_string(member.size);
+  store.set(keyOf(member, member.rank), mine);
+  for (int64_t peer = 0; peer < member.size; ++peer) {
+    if (peer == member.rank) continue;
     std::string theirs;
     try {
-      theirs = store.get(keyOf(env, peer), left(deadline));
+      theirs = store.get(keyOf(member, peer), left(deadline));
     } catch (const CommError& e) {
       if (e.kind() != CommErrorKind::kTimeout) throw;
       // Every rank that never published, not only the first: the ones after it may be there.
       std::vector<int64_t> missing;
-      for (int64_t other = peer; other < env.world_size; ++other) {
-        if (other != env.rank && !store.tryGet(keyOf(env, other))) missing.push_back(other);
+      for (int64_t other = peer; other < member.size; ++other) {
+        if (other != member.rank && !store.tryGet(keyOf(member, other))) missing.push_back(other);
       }
       if (missing.empty()) missing.push_back(peer);
       std::string ranks;
@@ -78,13 +78,13 @@ void checkWorldSize(comm::Store& store, const base::RunEnv& env, Clock::time_poi
       // The peer must read this rank's size too, to say the same; when this rank hosts the
       // store (torch's rank 0) it goes away with this process. So: a word that this rank read
       // the peer's, and a short wait for the peer's word that it read this one's.
-      store.set(seenKeyOf(env, env.rank), "1");
+      store.set(seenKeyOf(member, member.rank), "1");
       try {
-        store.get(seenKeyOf(env, peer), std::min(left(deadline), kSeenWait));
+        store.get(seenKeyOf(member, peer), std::min(left(deadline), kSeenWait));
       } catch (const CommError&) {
         // It did not say in time (gone, or it reads another first): the mismatch is still ours.
       }
-      mismatch(env.rank, mine, peer, theirs);
+      mismatch(member.rank, mine, peer, theirs);
     }
   }
 }

@@ -11,17 +11,17 @@
 
 #include <chrono>
 
-#include "base/run_env.h"
-#include "comm/store.h"
+#include "cumulus/process_group.h"
+#include "cumulus/store.h"
 
 namespace cumulus::python {
 
-// Blocks until every other rank of env.world_size has published its size, or until `deadline`.
+// Blocks until every other rank of member.size has published its size, or until `deadline`.
 // Throws GroupError when one differs; the text names both sizes and both ranks (the lower rank
 // first, so that both raise the same words). Throws CommError (kRendezvous, naming the first
 // missing rank) when some never published by `deadline`: the text lists them and `timeout`, the
 // timeout the caller gave. A c10d store failure is the store's CommError.
-void checkWorldSize(comm::Store& store, const base::RunEnv& env,
+void checkWorldSize(Store& store, const GroupMember& member,
                     std::chrono::steady_clock::time_point deadline,
                     std::chrono::milliseconds timeout);
 

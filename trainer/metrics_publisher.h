@@ -19,11 +19,8 @@
 #include <string>
 #include <thread>
 
+#include "comm/store.h"
 #include "trainer/metrics_recorder.h"
-
-namespace cumulus::comm {
-class Store;
-}
 
 namespace cumulus::trainer {
 

@@ -34,4 +34,5 @@
 #include "cumulus/run_directory.h"
 #include "cumulus/sampler.h"
 #include "cumulus/step_watchdog.h"
+#include "cumulus/store.h"
 #include "cumulus/version.h"

@@ -56,6 +56,33 @@ struct GroupOptions {
   std::string cost_model;
 };
 
+class Store;  // <cumulus/store.h>
+
+// This process's place in a group that ProcessGroup::overStore builds over a Store.
+struct GroupMember {
+  int rank = 0;  // in [0, size)
+  int size = 1;
+  // The rendezvous's keys in the store are under this generation: two groups over one store (a
+  // regroup, a second torch.distributed group) take different ones and never meet each other's
+  // ranks.
+  uint64_t generation = 0;
+  // The job's shared secret: every connection between two ranks proves that both hold it. Empty:
+  // none (any process that reaches the listener and the store may join).
+  std::string job_token;
+  // The address this rank listens on for its peers; empty: 127.0.0.1 (ranks of one host).
+  std::string bind_host;
+  // HOST:PORT of a parameter server (cumulus-ps) for Algorithm::kFunnel; empty: none.
+  std::string parameter_server;
+
+  // `rank` of `size`, the rest from this process's environment as cumulus-run, torchrun and Slurm
+  // leave it: CUMULUS_GENERATION, CUMULUS_JOB_TOKEN, CUMULUS_PS_ENDPOINT, and CUMULUS_BIND_HOST,
+  // else (for a group of several) the address of this host that routes to MASTER_ADDR (or to
+  // CUMULUS_STORE's host). RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE are not read: a
+  // subgroup's rank is not the job's, and which ranks share a host is found out in the rendezvous.
+  // Throws GroupError naming a malformed variable or a rank out of range.
+  static GroupMember fromEnvironment(int rank, int size);
+};
+
 // Per-call choices; the defaults are the group's.
 struct CollectiveOptions {
   ReduceOp op = ReduceOp::kSum;
@@ -98,6 +125,13 @@ class ProcessGroup {
   // 'ring'?"), and CommError (kStore "store HOST:PORT unreachable ...", kRendezvous,
   // kUnauthorized, kTimeout) when the rendezvous fails.
   static std::unique_ptr<ProcessGroup> fromEnvironment(const GroupOptions& options = {});
+  // Joins the group of `member.size` ranks that meet through `store`, which must outlive the
+  // group; blocks until every rank is connected (or options.timeout_seconds pass). For a program
+  // that has a store of its own (the Python package hands torch.distributed's), or runs its ranks
+  // as threads over one in-process store. A group of one when member.size is 1: the store is not
+  // used. Throws as fromEnvironment does, and GroupError for a rank out of range.
+  static std::unique_ptr<ProcessGroup> overStore(Store& store, const GroupMember& member,
+                                                 const GroupOptions& options = {});
 
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
