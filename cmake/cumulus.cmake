@@ -33,12 +33,6 @@ function(cumulus_test)
   # Test files keep their helpers in anonymous namespaces under the same short names (readFile,
   # kToken, ...): one file per unit, also in a unity build (scripts/sanitize.sh).
   set_target_properties(${T_NAME} PROPERTIES UNITY_BUILD OFF)
-  if(CUMULUS_SANITIZE OR CUMULUS_THREAD_SAFETY)
-    # The instrumented (or only analysed) test files: -O0 builds them in a quarter of the time of
-    # -O2 -g (launch's k8s_manifest_test.cc under ASan: 61 s to 17 s); the code they test keeps
-    # its own flags.
-    target_compile_options(${T_NAME} PRIVATE -O0)
-  endif()
   # Each test is "<binary>.<Suite>.<Test>", so `ctest -R trainer_test` runs one binary's tests.
   gtest_discover_tests(${T_NAME} DISCOVERY_TIMEOUT 120 TEST_PREFIX "${T_NAME}."
     PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
