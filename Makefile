@@ -58,7 +58,8 @@ test-portable: build
 # "Fuzzing"). `make fuzz` (CI) replays the corpus and explores a fixed number of inputs per target
 # from the fixed seed FUZZ_SEED: the same tree gives the same answer on any machine. `make
 # fuzz-long`, or `make fuzz FUZZ_SECONDS=N`, explores N seconds (600) per target from random seeds,
-# in FUZZ_FORK processes each. FUZZ_TARGETS="store npy" runs only those.
+# in FUZZ_FORK processes each. FUZZ_TARGETS="store npy" runs only those; FUZZ_JOBS of them run at
+# a time (one per core).
 FUZZ_DIR ?= build-fuzz
 FUZZ_SEED ?= 1
 FUZZ_FORK ?= 1

@@ -62,10 +62,11 @@ fi
 printf '%-18s %9s %6s %7s %7s %-10s %6s %s\n' target runs cov ft corpus seed seconds result
 # The number after "<name>: " on the last status line of the log in $last.
 field() { grep -oE "$1: [0-9]+" <<<"$last" | tail -n 1 | awk '{print $2}'; }
-failed=()
-while read -r name runs; do
-  [[ -n $name ]] || continue
-  (($# == 0)) || [[ " $* " == *" $name "* ]] || continue
+# run_target <name> <runs>: runs one target; leaves its table line in $scratch/<name>.line, its
+# summary line in $scratch/<name>.summary, and $scratch/<name>.failed if it failed.
+run_target() {
+  local name=$1 runs=$2 work log result started seconds last done_runs seed cov ft corp line
+  local mode
   # The run's folder, where libFuzzer writes (new/, art/) and where the target runs, so that
   # nothing a target writes lands in the tree; the seeds are only read.
   work="$scratch/$name"
@@ -100,7 +101,7 @@ while read -r name runs; do
     mv "$work"/art/* "$BUILD_DIR/fuzz-artifacts/$name/"
     result="FAILED (inputs in $BUILD_DIR/fuzz-artifacts/$name/, log: $log)"
   fi
-  [[ $result == ok ]] || failed+=("$name")
+  [[ $result == ok ]] || : >"$scratch/$name.failed"
   seconds=$((SECONDS - started))
   last=$(grep -E '(DONE|cov:).*corp:' "$log" | tail -n 1 || true)
   done_runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
@@ -111,9 +112,36 @@ while read -r name runs; do
   [[ -n $FUZZ_SECONDS || $runs != 0 ]] || cov=- ft=- corp=-
   line=$(printf '%-18s %9s %6s %7s %7s %-10s' "$name" "${done_runs:--}" "$cov" "$ft" "$corp" \
     "${seed:--}")
-  printf '%s %6s %s\n' "$line" "$seconds" "$result"
-  [[ -n $FUZZ_SECONDS ]] || printf '%s %s\n' "$line" "${result%% (*}" >>"$summary"
+  printf '%s %6s %s\n' "$line" "$seconds" "$result" >"$scratch/$name.line"
+  [[ -n $FUZZ_SECONDS ]] || printf '%s %s\n' "$line" "${result%% (*}" >"$scratch/$name.summary"
+}
+
+# FUZZ_JOBS targets at a time (default: one per core, or per FUZZ_FORK cores in the long mode).
+# Each runs alone in its process with its own seed and inputs, so how many run beside it changes
+# nothing in what it explores; the table and the summary keep the targets' order.
+FUZZ_JOBS=${FUZZ_JOBS:-$(( $(nproc) / FUZZ_FORK > 0 ? $(nproc) / FUZZ_FORK : 1 ))}
+[[ $FUZZ_JOBS =~ ^[1-9][0-9]*$ ]] ||
+  { echo "fuzz: FUZZ_JOBS must be a positive integer" >&2; exit 2; }
+names=()
+while read -r name runs; do
+  [[ -n $name ]] || continue
+  (($# == 0)) || [[ " $* " == *" $name "* ]] || continue
+  names+=("$name")
+  while (($(jobs -rp | wc -l) >= FUZZ_JOBS)); do wait -n || true; done
+  run_target "$name" "$runs" &
 done <"$targets"
+wait || true
+failed=()
+for name in "${names[@]}"; do
+  if [[ -f $scratch/$name.line ]]; then
+    cat "$scratch/$name.line"
+  else
+    printf '%-18s the runner itself failed (log: %s)\n' "$name" "$BUILD_DIR/fuzz-logs/$name.log"
+    : >"$scratch/$name.failed"
+  fi
+  [[ ! -f $scratch/$name.summary ]] || cat "$scratch/$name.summary" >>"$summary"
+  [[ ! -f $scratch/$name.failed ]] || failed+=("$name")
+done
 
 if ((${#failed[@]})); then
   for name in "${failed[@]}"; do
