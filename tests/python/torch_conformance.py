@@ -3,7 +3,7 @@ which the wheel ships (torch/testing/_internal/distributed/distributed_test.py) 
 runs for gloo, one spawned process per rank over a file:// init method.
 
     PYTHONPATH=build/python .venv/bin/python tests/python/torch_conformance.py \\
-        --backend cumulus --world-size 2 [-k PATTERN ...] [--json OUT]
+        --backend cumulus --world-size 2 [-k PATTERN ...] [--exact] [--json OUT]
 
 Prints one line per test (`ok`, `FAIL`, `ERROR`, `skip: <reason>`) and the counts; with --json,
 writes {test: [outcome, detail]} for comparing two backends (`--backend gloo` on the same tests).
@@ -16,8 +16,8 @@ itself (`BACKEND == "gloo"`) is still skipped for another backend, and the count
 import argparse
 import json
 import os
+import re
 import sys
-import tempfile
 import time
 import unittest
 
@@ -27,13 +27,17 @@ if __name__ == "__main__":
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("-k", dest="patterns", action="append", default=[],
                         help="run only the tests whose name contains PATTERN (repeatable)")
+    parser.add_argument("--exact", action="store_true",
+                        help="each -k is a whole test name, not a part of one")
+    parser.add_argument("--no-skips", action="store_true",
+                        help="a skipped test fails the run too (for a list that must all run)")
     parser.add_argument("--json", help="write every test's outcome here")
     parser.add_argument("--list", action="store_true", help="list the tests and exit")
     ARGS = parser.parse_args()
-    # Read by distributed_test.py at import, here and in every spawned rank (which inherits them).
+    # Read by distributed_test.py at import, here and in every spawned rank (which inherits them);
+    # each test makes its own TEMP_DIR (initialize_temp_directories) and removes it.
     os.environ["BACKEND"] = ARGS.backend
     os.environ["WORLD_SIZE"] = str(ARGS.world_size)
-    os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="cumulus-conformance-"))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 BACKEND = os.environ.get("BACKEND", "")
@@ -86,11 +90,11 @@ class Tally(unittest.TextTestResult):
 
     def addFailure(self, test, err):
         unittest.TestResult.addFailure(self, test, err)
-        self.record(test, "FAIL", self.last_line(err))
+        self.record(test, "FAIL", self.last_line(test, err))
 
     def addError(self, test, err):
         unittest.TestResult.addError(self, test, err)
-        self.record(test, "ERROR", self.last_line(err))
+        self.record(test, "ERROR", self.last_line(test, err))
 
     def addSkip(self, test, reason):
         unittest.TestResult.addSkip(self, test, reason)
@@ -104,16 +108,21 @@ class Tally(unittest.TextTestResult):
         unittest.TestResult.addUnexpectedSuccess(self, test)
         self.record(test, "FAIL", "unexpected success")
 
-    def last_line(self, err):
-        text = self._exc_info_to_string(err, None).strip().splitlines()
-        return text[-1][:300] if text else ""
+    def last_line(self, test, err):
+        """The last exception line of the failure (a rank's own, when a rank failed)."""
+        lines = self._exc_info_to_string(err, test).strip().splitlines()
+        raised = [l.strip() for l in lines if re.match(r"^\s*[\w.]+(Error|Exception): ", l)]
+        return (raised[-1] if raised else lines[-1] if lines else "")[:300]
 
 
 def main():
     loader = unittest.TestLoader()
     names = loader.getTestCaseNames(TestDistBackendWithSpawn)
     if ARGS.patterns:
-        names = [n for n in names if any(p in n for p in ARGS.patterns)]
+        if ARGS.exact:
+            names = [n for n in names if n in ARGS.patterns]
+        else:
+            names = [n for n in names if any(p in n for p in ARGS.patterns)]
     if ARGS.list:
         print("\n".join(names))
         return 0
@@ -129,6 +138,12 @@ def main():
         with open(ARGS.json, "w") as out:
             json.dump({"backend": ARGS.backend, "world_size": ARGS.world_size,
                        "outcomes": result.outcomes}, out, indent=1, sort_keys=True)
+    if ARGS.no_skips and result.skipped:
+        print(f"{len(result.skipped)} test(s) skipped, and --no-skips asks that each one run")
+        return 1
+    if not names:
+        print("no test matched")
+        return 1
     return 0 if result.wasSuccessful() else 1
 
 
