@@ -52,8 +52,22 @@ comm::ReduceOp commOp(ReduceOp op) {
       return comm::ReduceOp::kMax;
     case ReduceOp::kMin:
       return comm::ReduceOp::kMin;
+    case ReduceOp::kProduct:
+      return comm::ReduceOp::kProduct;
+    case ReduceOp::kBand:
+      return comm::ReduceOp::kBand;
+    case ReduceOp::kBor:
+      return comm::ReduceOp::kBor;
+    case ReduceOp::kBxor:
+      return comm::ReduceOp::kBxor;
   }
   throw std::invalid_argument("unknown ReduceOp " + std::to_string(static_cast<int>(op)));
+}
+
+// std::invalid_argument unless `reduction` can reduce `dtype` (the bitwise ops take integers).
+void checkReduction(const char* op, comm::DType dtype, comm::ReduceOp reduction) {
+  const std::string problem = comm::reduceProblem(dtype, reduction);
+  if (!problem.empty()) throw std::invalid_argument(std::string(op) + ": " + problem);
 }
 
 // A per-call timeout: 0 means the group's (the communicator's default).
@@ -255,6 +269,7 @@ void ProcessGroup::Impl::checkRoot(const char* op, int root) const {
 void ProcessGroup::allreduce(torch::Tensor& tensor, const CollectiveOptions& options) {
   const comm::DType dtype = checkTensor("allreduce", tensor);
   const comm::AllreduceOptions call = impl_->allreduceCall(options);
+  checkReduction("allreduce", dtype, call.op);
   comm::Communicator* communicator = impl_->communicator();
   if (communicator == nullptr) return;  // one rank: the reduction is its own tensor
   inPlace(tensor, [&](torch::Tensor& t) {
@@ -303,6 +318,7 @@ torch::Tensor ProcessGroup::reduceScatter(const torch::Tensor& tensor,
         ") must be a multiple of the group's size " + std::to_string(size()));
   }
   const comm::ReduceOp op = commOp(options.op);
+  checkReduction("reduceScatter", dtype, op);
   const comm::OpOptions call = opOptions(options);
   comm::Communicator* communicator = impl_->communicator();
   if (communicator == nullptr) return tensor.clone(at::MemoryFormat::Contiguous);
@@ -385,6 +401,7 @@ std::unique_ptr<Work> ProcessGroup::allreduceAsync(torch::Tensor& tensor,
                                                    const CollectiveOptions& options) {
   const comm::DType dtype = checkTensor("allreduce", tensor);
   const comm::AllreduceOptions call = impl_->allreduceCall(options);
+  checkReduction("allreduce", dtype, call.op);
   return startWork(
       tensor, dtype, impl_->communicator(),
       [&](comm::Communicator& c, comm::Buffer& b) { return c.allreduceAsync(b, call); });

@@ -209,9 +209,15 @@ void Communicator::checkRoot(const char* op, int root) const {
   }
 }
 
+void Communicator::checkReduction(const char* op, DType dtype, ReduceOp reduction) const {
+  const std::string problem = reduceProblem(dtype, reduction);
+  if (!problem.empty()) throw CommError(ErrorKind::kInvalid, op, nextSeq(), -1, problem);
+}
+
 std::shared_ptr<Work> Communicator::startAllreduce(Buffer& buffer, const AllreduceOptions& options,
                                                    bool async) {
   validate("allreduce", buffer);
+  checkReduction("allreduce", buffer.dtype, options.op);
   const Algorithm algorithm = resolve(options.algorithm, buffer.bytes());
   if (algorithm == Algorithm::kFunnel && options_.remote_reducer == nullptr) {
     throw CommError(ErrorKind::kInvalid, "allreduce", nextSeq(), -1,
@@ -260,6 +266,7 @@ std::shared_ptr<Work> Communicator::startReduce(Buffer& buffer, int root, Reduce
                                                 const OpOptions& options, bool async) {
   validate("reduce", buffer);
   checkRoot("reduce", root);
+  checkReduction("reduce", buffer.dtype, op);
   Buffer b = buffer;
   return submit(
       "reduce", options.timeout,
@@ -295,6 +302,7 @@ std::shared_ptr<Work> Communicator::startReduceScatter(const Buffer& input, Buff
                         std::to_string(output.count) + " " + dtypeName(output.dtype) + " × " +
                         std::to_string(world_));
   }
+  checkReduction("reduce_scatter", input.dtype, op);
   Buffer in = input, out = output;
   return submit(
       "reduce_scatter", options.timeout,

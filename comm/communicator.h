@@ -180,6 +180,8 @@ class Communicator {
   void workerLoop();
   void validate(const char* op, const Buffer& buffer) const;
   void checkRoot(const char* op, int root) const;
+  // kInvalid unless `reduction` can reduce `dtype` (reduceProblem in types.h).
+  void checkReduction(const char* op, DType dtype, ReduceOp reduction) const;
 
   const int rank_;
   const int world_;

@@ -28,7 +28,7 @@ constexpr auto kStepPollInterval = std::chrono::milliseconds(50);
 constexpr size_t kMaxRemembered = 1024;
 constexpr char kRankMetadataKey[] = "x-cumulus-rank";
 constexpr uint32_t kMaxDType = static_cast<uint32_t>(DType::kInt64);
-constexpr uint32_t kMaxReduceOp = static_cast<uint32_t>(ReduceOp::kMin);
+constexpr uint32_t kMaxReduceOp = static_cast<uint32_t>(ReduceOp::kBxor);
 
 struct Failure {
   grpc::Status status;
@@ -245,6 +245,10 @@ class ParameterServerService final : public proto::ParameterServer::Service,
       return invalid("is out of range for world size " + std::to_string(h.world()));
     if (h.dtype() > kMaxDType || h.op() > kMaxReduceOp)
       return invalid("sent an unknown dtype or op (" + describe(h) + ")");
+    if (const std::string problem =
+            reduceProblem(static_cast<DType>(h.dtype()), static_cast<ReduceOp>(h.op()));
+        !problem.empty())
+      return invalid("sent an op its dtype does not take: " + problem);
     const size_t element = elementSize(static_cast<DType>(h.dtype()));
     if (h.count() > ParameterServer::kMaxStepBytes / element)
       return invalid("sent count=" + std::to_string(h.count()) + ", over the limit of " +

@@ -242,6 +242,68 @@ void dispatch(void* dst, const void* src, size_t n, ReduceOp op,
     case ReduceOp::kMin:
       min(d, s, n);
       return;
+    case ReduceOp::kProduct:
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+      break;  // reduceInto handles them before it dispatches
+  }
+  assert(false && "op reached the sum/max/min dispatch");
+}
+
+// Product and the bitwise ops: rare in training (they come from programs' own torch.distributed
+// calls, never from a gradient sync), so plain loops, vectorized by the compiler where it can.
+template <typename T>
+void productLoop(T* __restrict d, const T* __restrict s, size_t n) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;  // wrap-around, not undefined behaviour
+    for (size_t i = 0; i < n; ++i)
+      d[i] = static_cast<T>(static_cast<U>(d[i]) * static_cast<U>(s[i]));
+  } else {
+    for (size_t i = 0; i < n; ++i) d[i] = d[i] * s[i];
+  }
+}
+
+template <typename T>
+void bitwiseLoop(T* __restrict d, const T* __restrict s, size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kBand:
+      for (size_t i = 0; i < n; ++i) d[i] = d[i] & s[i];
+      return;
+    case ReduceOp::kBor:
+      for (size_t i = 0; i < n; ++i) d[i] = d[i] | s[i];
+      return;
+    case ReduceOp::kBxor:
+      for (size_t i = 0; i < n; ++i) d[i] = d[i] ^ s[i];
+      return;
+    default:
+      assert(false && "not a bitwise op");
+  }
+}
+
+void productInto(void* dst, const void* src, size_t n, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return productLoop(static_cast<float*>(dst), static_cast<const float*>(src), n);
+    case DType::kFloat64:
+      return productLoop(static_cast<double*>(dst), static_cast<const double*>(src), n);
+    case DType::kInt32:
+      return productLoop(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n);
+    case DType::kInt64:
+      return productLoop(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n);
+    case DType::kBFloat16: {  // in float32, rounded once, as the sum is
+      auto* d = static_cast<uint16_t*>(dst);
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) d[i] = floatToBf16(bf16ToFloat(d[i]) * bf16ToFloat(s[i]));
+      return;
+    }
+    case DType::kFloat16: {
+      auto* d = static_cast<Half*>(dst);
+      const auto* s = static_cast<const Half*>(src);
+      for (size_t i = 0; i < n; ++i)
+        d[i] = static_cast<Half>(static_cast<float>(d[i]) * static_cast<float>(s[i]));
+      return;
+    }
   }
 }
 
@@ -254,6 +316,17 @@ void divideLoop(T* __restrict d, size_t n, T divisor) {
 
 void reduceInto(void* dst, const void* src, size_t count, DType dtype, ReduceOp op) {
   if (count == 0) return;
+  if (op == ReduceOp::kProduct) return productInto(dst, src, count, dtype);
+  if (isBitwise(op)) {
+    assert(isIntegral(dtype) && "reduceProblem() refuses bitwise ops on floating dtypes");
+    if (dtype == DType::kInt32) {
+      return bitwiseLoop(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, op);
+    }
+    if (dtype == DType::kInt64) {
+      return bitwiseLoop(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, op);
+    }
+    return;
+  }
   switch (dtype) {
     case DType::kFloat32:
       return dispatch<float>(dst, src, count, op, sum_f32, max_f32, min_f32);

@@ -20,7 +20,8 @@
 
 namespace cumulus::comm {
 
-// dst[i] = dst[i] (op) src[i] for i in [0, count). kAvg accumulates like kSum.
+// dst[i] = dst[i] (op) src[i] for i in [0, count). kAvg accumulates like kSum. The bitwise ops
+// take integer dtypes only (reduceProblem in comm/types.h; the callers check it).
 void reduceInto(void* dst, const void* src, size_t count, DType dtype, ReduceOp op);
 
 // data[i] = data[i] / divisor for i in [0, count); see "avg" above. divisor >= 1.

@@ -51,8 +51,30 @@ const char* reduceOpName(ReduceOp op) {
       return "max";
     case ReduceOp::kMin:
       return "min";
+    case ReduceOp::kProduct:
+      return "product";
+    case ReduceOp::kBand:
+      return "band";
+    case ReduceOp::kBor:
+      return "bor";
+    case ReduceOp::kBxor:
+      return "bxor";
   }
   return "unknown-op";
+}
+
+bool isIntegral(DType dtype) { return dtype == DType::kInt32 || dtype == DType::kInt64; }
+
+bool isBitwise(ReduceOp op) {
+  return op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+}
+
+std::string reduceProblem(DType dtype, ReduceOp op) {
+  if (isBitwise(op) && !isIntegral(dtype)) {
+    return std::string("the bitwise op ") + reduceOpName(op) + " needs an integer dtype (int32 or " +
+           "int64), not " + dtypeName(dtype);
+  }
+  return "";
 }
 
 }  // namespace cumulus::comm

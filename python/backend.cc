@@ -155,9 +155,25 @@ ReduceOp reduceOpOf(const char* op, const c10d::ReduceOp& reduce, const at::Tens
     case c10d::ReduceOp::MAX:
       if (complex) refuse(std::string(op) + ": MIN and MAX of complex tensors are not defined");
       return reduce.op_ == c10d::ReduceOp::MIN ? ReduceOp::kMin : ReduceOp::kMax;
+    case c10d::ReduceOp::PRODUCT:
+      // The product of complex numbers is not taken part by part, as their transport is.
+      if (complex) refuse(std::string(op) + ": PRODUCT of complex tensors is not supported");
+      return ReduceOp::kProduct;  // bool: the product of 0s and 1s is the logical and
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      // Integers narrower than int32 travel sign-extended in int32: their low bits are the same.
+      if (at::isFloatingType(tensor.scalar_type()) || complex) {
+        refuse(std::string(op) + ": BAND, BOR and BXOR take integer and bool tensors, not " +
+               c10::toString(tensor.scalar_type()));
+      }
+      return reduce.op_ == c10d::ReduceOp::BAND  ? ReduceOp::kBand
+             : reduce.op_ == c10d::ReduceOp::BOR ? ReduceOp::kBor
+                                                 : ReduceOp::kBxor;
     default:
       refuse(std::string(op) +
-             ": reduce op not supported; the cumulus backend reduces with SUM, AVG, MIN and MAX");
+             ": reduce op not supported; the cumulus backend reduces with SUM, AVG, MIN, MAX, "
+             "PRODUCT, BAND, BOR and BXOR");
   }
 }
 

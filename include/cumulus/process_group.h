@@ -43,7 +43,9 @@ using at::Tensor;
 
 namespace cumulus {
 
-enum class ReduceOp { kSum, kAvg, kMax, kMin };
+// kProduct multiplies (integers wrap around); kBand, kBor and kBxor are bitwise and, or and
+// exclusive or, and take int32 and int64 tensors only (std::invalid_argument otherwise).
+enum class ReduceOp { kSum, kAvg, kMax, kMin, kProduct, kBand, kBor, kBxor };
 
 struct GroupOptions {
   // The default algorithm of allreduce (<cumulus/options.h>): kFunnel (through cumulus-run's

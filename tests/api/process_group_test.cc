@@ -142,6 +142,35 @@ TEST(ProcessGroupCollectives, AllreduceSumMaxAvgOverThreeRanks) {
   });
 }
 
+TEST(ProcessGroupCollectives, ProductAndBitwiseOpsOverThreeRanks) {
+  runRanks(3, [](ProcessGroup& group) {
+    const int64_t r = group.rank();
+    torch::Tensor f32 = torch::tensor({1.5f, -1.0f}) * static_cast<float>(r + 1);
+    CollectiveOptions product;
+    product.op = ReduceOp::kProduct;
+    group.allreduce(f32, product);
+    EXPECT_TRUE(torch::equal(f32, torch::tensor({1.5f * 3.0f * 4.5f, -6.0f})));  // 1.5·3·4.5
+
+    torch::Tensor bits = torch::tensor({int32_t{1} << r, int32_t{0b111}}, torch::kInt32);
+    CollectiveOptions bor;
+    bor.op = ReduceOp::kBor;
+    group.allreduce(bits, bor);
+    EXPECT_TRUE(torch::equal(bits, torch::tensor({0b111, 0b111}, torch::kInt32)));
+    torch::Tensor mixed = torch::tensor({int64_t{6} + r}, torch::kInt64);  // 6, 7, 8
+    CollectiveOptions bxor;
+    bxor.op = ReduceOp::kBxor;
+    group.allreduce(mixed, bxor);
+    EXPECT_EQ(mixed.item<int64_t>(), 6 ^ 7 ^ 8);
+
+    torch::Tensor floats = torch::ones({2});
+    CollectiveOptions band;
+    band.op = ReduceOp::kBand;
+    EXPECT_EQ(invalidArgumentOf([&] { group.allreduce(floats, band); }),
+              "allreduce: the bitwise op band needs an integer dtype (int32 or int64), not "
+              "float32");
+  });
+}
+
 // A ring all-reduce of 1000 float32 at size 2: each rank sends its half of the buffer in the
 // reduce-scatter and again in the all-gather, 2 messages of 2000 bytes, each behind a 32-byte
 // frame header. bytesSent() is cumulative: a second one doubles it.

@@ -62,6 +62,93 @@ INSTANTIATE_TEST_SUITE_P(World, AllreduceMatrix,
                                   transportName(std::get<1>(info.param));
                          });
 
+// kProduct and the bitwise ops through both algorithms, reduce and reduce_scatter, over three
+// ranks; expected values folded here in int64 (every product is small and exact in float32).
+TEST(Allreduce, ProductAndBitwiseOpsOverEveryPath) {
+  constexpr int p = 3;
+  constexpr size_t n = 4099;  // several ring segments of uneven length
+  Group group(p);
+  const auto factor = [](int rank, size_t i) { return static_cast<int64_t>(i % 3 + rank + 1); };
+  const auto pattern = [](int rank, size_t i) {
+    return static_cast<int64_t>((i * 2654435761u + static_cast<size_t>(rank) * 40503u) & 0xffff);
+  };
+  std::vector<std::string> failures(p);
+  group.run([&](int rank, Communicator& comm) {
+    std::ostringstream out;
+    for (Algorithm algorithm : {Algorithm::kTree, Algorithm::kRing}) {
+      std::vector<float> f(n);
+      for (size_t i = 0; i < n; ++i) f[i] = static_cast<float>(factor(rank, i));
+      Buffer fb{f.data(), n, DType::kFloat32};
+      AllreduceOptions options;
+      options.algorithm = algorithm;
+      options.op = ReduceOp::kProduct;
+      comm.allreduce(fb, options);
+      for (size_t i = 0; i < n; ++i) {
+        int64_t want = 1;
+        for (int r = 0; r < p; ++r) want *= factor(r, i);
+        if (f[i] != static_cast<float>(want)) {
+          out << algorithmName(algorithm) << " product at " << i << ": " << f[i] << "\n";
+          break;
+        }
+      }
+      for (ReduceOp op : {ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
+        std::vector<int64_t> v(n);
+        for (size_t i = 0; i < n; ++i) v[i] = pattern(rank, i);
+        Buffer vb{v.data(), n, DType::kInt64};
+        options.op = op;
+        comm.allreduce(vb, options);
+        for (size_t i = 0; i < n; ++i) {
+          int64_t want = pattern(0, i);
+          for (int r = 1; r < p; ++r) {
+            want = op == ReduceOp::kBand  ? (want & pattern(r, i))
+                   : op == ReduceOp::kBor ? (want | pattern(r, i))
+                                          : (want ^ pattern(r, i));
+          }
+          if (v[i] != want) {
+            out << algorithmName(algorithm) << " " << reduceOpName(op) << " at " << i << "\n";
+            break;
+          }
+        }
+      }
+    }
+    // reduce to rank 1 and reduce_scatter, with the product of int32s.
+    std::vector<int32_t> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = static_cast<int32_t>(factor(rank, i));
+    Buffer xb{x.data(), n, DType::kInt32};
+    comm.reduce(xb, 1, ReduceOp::kProduct);
+    if (rank == 1 && x[4] != (4 % 3 + 1) * (4 % 3 + 2) * (4 % 3 + 3)) out << "reduce product\n";
+    std::vector<int32_t> in(n * p), block(n);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(factor(rank, i));
+    Buffer ib{in.data(), in.size(), DType::kInt32}, ob{block.data(), n, DType::kInt32};
+    comm.reduceScatter(ib, ob, ReduceOp::kProduct);
+    const size_t first = static_cast<size_t>(rank) * n;
+    int64_t want = 1;
+    for (int r = 0; r < p; ++r) want *= factor(r, first);
+    if (block[0] != want) out << "reduce_scatter product: " << block[0] << " not " << want << "\n";
+    // A bitwise op on floats is refused before anything is sent; the group stays usable.
+    std::vector<float> g(4, 1.0f);
+    Buffer gb{g.data(), g.size(), DType::kFloat32};
+    AllreduceOptions bor;
+    bor.op = ReduceOp::kBor;
+    try {
+      comm.allreduce(gb, bor);
+      out << "bor of float32 accepted\n";
+    } catch (const CommError& e) {
+      if (e.kind() != ErrorKind::kInvalid ||
+          std::string(e.what()).find("the bitwise op bor needs an integer dtype (int32 or int64), "
+                                     "not float32") == std::string::npos) {
+        out << "bor refusal: " << e.what() << "\n";
+      }
+    }
+    std::vector<int32_t> one(1, 1);
+    Buffer oneb{one.data(), 1, DType::kInt32};
+    comm.allreduce(oneb);
+    if (one[0] != p) out << "after the refusal: " << one[0] << "\n";
+    failures[rank] = out.str();
+  });
+  for (int r = 0; r < p; ++r) EXPECT_EQ(failures[r], "") << "rank " << r;
+}
+
 // Random (non-integer) float32 data: results are bit-identical across repeated runs, across
 // ranks and across transports (the summation order belongs to the algorithm, not to what carries
 // the bytes: shared memory reduces from the peer's slot, the sockets from a landing buffer), for

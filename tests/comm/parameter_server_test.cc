@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "base/exec_env.h"
+#include "comm/error.h"
 #include "comm/funnel.h"
 #include "comm/parameter_server_service.h"
 #include "comm/reduce.h"
@@ -92,6 +93,11 @@ double expected(DType dtype, ReduceOp op, int world, size_t i) {
       if (isInteger(dtype)) return sum / world;  // truncates toward zero (comm/reduce.h)
       if (dtype == DType::kFloat32) return static_cast<float>(sum) / static_cast<float>(world);
       return static_cast<double>(sum) / world;  // exact for the 16-bit types at world = 4
+    case ReduceOp::kProduct:
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+      break;  // not asked of this helper (ParameterServerTest.ProductAndBitwiseOps)
   }
   return 0;
 }
@@ -152,6 +158,46 @@ TEST(ParameterServerTest, EveryDTypeAndOpAcrossAPieceBoundary) {
       const size_t count = ParameterServer::kChunkBytes / elementSize(dtype) + 5;
       checkAllreduce(server, kWorld, op == ReduceOp::kSum ? count : 4097, dtype, op, seq++);
     }
+}
+
+// The product and the bitwise ops through the server, and a bitwise op on floats refused by it
+// (a client that skipped the communicator's own check).
+TEST(ParameterServerTest, ProductAndBitwiseOps) {
+  constexpr int kWorld = 3;
+  ParameterServer server("", 0, kToken, kWorld);
+  uint64_t seq = 0;
+  for (ReduceOp op : {ReduceOp::kProduct, ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
+    std::vector<std::vector<int64_t>> values(kWorld, std::vector<int64_t>(5));
+    auto errors = rpctest::runRanks(kWorld, [&](int rank) {
+      for (size_t i = 0; i < 5; ++i) values[rank][i] = static_cast<int64_t>(i + 3 * rank + 1);
+      Buffer buffer{values[rank].data(), 5, DType::kInt64};
+      FunnelClient client("", server.port(), kToken, rank, kWorld);
+      client.allreduce(buffer, op, seq, 20s);
+    });
+    ++seq;
+    rpctest::expectNoErrors(errors);
+    for (size_t i = 0; i < 5; ++i) {
+      const int64_t a = static_cast<int64_t>(i + 1), b = a + 3, c = a + 6;
+      const int64_t want = op == ReduceOp::kProduct ? a * b * c
+                           : op == ReduceOp::kBand  ? (a & b & c)
+                           : op == ReduceOp::kBor   ? (a | b | c)
+                                                    : (a ^ b ^ c);
+      for (int rank = 0; rank < kWorld; ++rank)
+        EXPECT_EQ(values[rank][i], want) << reduceOpName(op) << " rank " << rank << " at " << i;
+    }
+  }
+  float x = 1.0f;
+  Buffer floats{&x, 1, DType::kFloat32};
+  FunnelClient client("", server.port(), kToken, 0, kWorld);
+  try {
+    client.allreduce(floats, ReduceOp::kBand, seq, 20s);
+    ADD_FAILURE() << "band of float32 accepted";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("sent an op its dtype does not take: the bitwise op band "
+                                         "needs an integer dtype (int32 or int64), not float32"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Rounding makes float sums order-dependent, so random floats expose any arrival-order summation.

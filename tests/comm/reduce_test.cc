@@ -57,6 +57,57 @@ TEST(Reduce, IntegersWrapAndTruncateTowardZero) {
   EXPECT_EQ(a, (std::vector<int64_t>{-6, 4, 100}));
 }
 
+TEST(Reduce, ProductOfEveryDTypeAndIntegersWrap) {
+  std::vector<float> f = {1.5f, -2.0f, 0.0f}, fs = {2.0f, 3.0f, -1.0f};
+  reduceInto(f.data(), fs.data(), 3, DType::kFloat32, ReduceOp::kProduct);
+  EXPECT_EQ(f, (std::vector<float>{3.0f, -6.0f, -0.0f}));
+  EXPECT_TRUE(std::signbit(f[2]));
+  std::vector<double> d = {0.25, 1e200}, ds = {4.0, 1e200};
+  reduceInto(d.data(), ds.data(), 2, DType::kFloat64, ReduceOp::kProduct);
+  EXPECT_EQ(d[0], 1.0);
+  EXPECT_TRUE(std::isinf(d[1]));
+  std::vector<int32_t> i = {65536, -3}, is = {65536, 7};
+  reduceInto(i.data(), is.data(), 2, DType::kInt32, ReduceOp::kProduct);
+  EXPECT_EQ(i, (std::vector<int32_t>{0, -21}));  // 2^32 wraps to 0
+  std::vector<int64_t> l = {INT64_C(3037000500), -1}, ls = {INT64_C(3037000500), -1};
+  reduceInto(l.data(), ls.data(), 2, DType::kInt64, ReduceOp::kProduct);
+  EXPECT_EQ(l[0], static_cast<int64_t>(UINT64_C(3037000500) * UINT64_C(3037000500)));
+  EXPECT_EQ(l[1], 1);
+  // bfloat16 1.5 (0x3fc0) times 3.0 (0x4040) is 4.5 (0x4090); float16 0.5 (0x3800) times 6.0
+  // (0x4600) is 3.0 (0x4200).
+  std::vector<uint16_t> b = {0x3fc0}, bs = {0x4040};
+  reduceInto(b.data(), bs.data(), 1, DType::kBFloat16, ReduceOp::kProduct);
+  EXPECT_EQ(b[0], 0x4090);
+  std::vector<uint16_t> h = {0x3800}, hs = {0x4600};
+  reduceInto(h.data(), hs.data(), 1, DType::kFloat16, ReduceOp::kProduct);
+  EXPECT_EQ(h[0], 0x4200);
+}
+
+TEST(Reduce, BitwiseOpsOfIntegers) {
+  const std::vector<int32_t> a = {0b1100, -1, 0}, b = {0b1010, 0x0f0f0f0f, 0};
+  std::vector<int32_t> d = a;
+  reduceInto(d.data(), b.data(), 3, DType::kInt32, ReduceOp::kBand);
+  EXPECT_EQ(d, (std::vector<int32_t>{0b1000, 0x0f0f0f0f, 0}));
+  d = a;
+  reduceInto(d.data(), b.data(), 3, DType::kInt32, ReduceOp::kBor);
+  EXPECT_EQ(d, (std::vector<int32_t>{0b1110, -1, 0}));
+  d = a;
+  reduceInto(d.data(), b.data(), 3, DType::kInt32, ReduceOp::kBxor);
+  EXPECT_EQ(d, (std::vector<int32_t>{0b0110, ~0x0f0f0f0f, 0}));
+  std::vector<int64_t> l = {INT64_MIN | 5}, ls = {3};
+  reduceInto(l.data(), ls.data(), 1, DType::kInt64, ReduceOp::kBxor);
+  EXPECT_EQ(l[0], INT64_MIN | 6);
+}
+
+TEST(Reduce, BitwiseOpsRefuseFloatingDTypes) {
+  EXPECT_EQ(reduceProblem(DType::kFloat32, ReduceOp::kBor),
+            "the bitwise op bor needs an integer dtype (int32 or int64), not float32");
+  EXPECT_EQ(reduceProblem(DType::kBFloat16, ReduceOp::kBand),
+            "the bitwise op band needs an integer dtype (int32 or int64), not bfloat16");
+  EXPECT_EQ(reduceProblem(DType::kInt64, ReduceOp::kBxor), "");
+  EXPECT_EQ(reduceProblem(DType::kFloat16, ReduceOp::kProduct), "");
+}
+
 TEST(Reduce, BFloat16RoundsToNearestEven) {
   // 1.0 = 0x3f80; bf16 spacing at 1 is 2^-7. 1 + 2^-8 is a tie: rounds to even (1.0);
   // 1 + 3·2^-8 is a tie between 0x3f81 and 0x3f82: rounds to even 0x3f82.

@@ -267,9 +267,17 @@ class Failures(unittest.TestCase):
         for rank, (code, reports, err) in enumerate(results):
             self.assertEqual(code, 0, f"rank {rank}: {err}")
             errors = reports[0]["errors"]
-            self.assertEqual(errors["product"],
+            self.assertEqual(errors["bitwise float"],
+                             "ValueError: cumulus backend: all_reduce: BAND, BOR and BXOR take "
+                             "integer and bool tensors, not Float")
+            # torch.distributed refuses this one itself, before the backend sees it.
+            self.assertEqual(errors["product complex"],
+                             "ValueError: all_reduce does not support RedOpType.PRODUCT on complex "
+                             "tensors")
+            self.assertEqual(errors["premul sum"],
                              "ValueError: cumulus backend: all_reduce: reduce op not supported; "
-                             "the cumulus backend reduces with SUM, AVG, MIN and MAX")
+                             "the cumulus backend reduces with SUM, AVG, MIN, MAX, PRODUCT, BAND, "
+                             "BOR and BXOR")
             self.assertEqual(errors["output size"],
                              "ValueError: cumulus backend: all_gather_into_tensor: the output must "
                              "hold 2 × 2 elements of the input's dtype, got 3 of Float")

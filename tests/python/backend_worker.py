@@ -7,6 +7,7 @@ driver compares across ranks or runs (hashes, timings, error texts) it prints as
 """
 
 import hashlib
+import math
 import json
 import os
 import signal
@@ -64,6 +65,26 @@ def collectives():
             t = mine.clone()
             dist.all_reduce(t, op=dist.ReduceOp.AVG)
             expect(f"all_reduce avg {name}", t, one * triangle / w)
+        if dtype != torch.complex64:
+            # 1s and 2s times (rank + 1): every product is 2^k * w!, exact in bfloat16 too.
+            ones_twos = (torch.arange(n) % 2 + 1).to(dtype)
+            t = ones_twos * (r + 1)
+            dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+            expect(f"all_reduce product {name}", t,
+                   (ones_twos.double() ** w * math.factorial(w)).to(dtype))
+        if dtype not in FLOATING and dtype != torch.complex64:
+            # Every rank's own bit pattern, against the three bitwise folds over all of them.
+            def bits(rank):
+                return ((torch.arange(n) * 5 + rank * 3) % 16).to(dtype)
+            for reduce_op, fold in ((dist.ReduceOp.BAND, torch.bitwise_and),
+                                    (dist.ReduceOp.BOR, torch.bitwise_or),
+                                    (dist.ReduceOp.BXOR, torch.bitwise_xor)):
+                t = bits(r)
+                dist.all_reduce(t, op=reduce_op)
+                want = bits(0)
+                for k in range(1, w):
+                    want = fold(want, bits(k))
+                expect(f"all_reduce {reduce_op} {name}", t, want)
 
         t = mine.clone()
         dist.broadcast(t, src=w - 1)
@@ -111,6 +132,12 @@ def collectives():
     t = flags.clone()
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     expect("all_reduce min bool", t, torch.tensor([w == 1, False, True, w == 1]))
+    t = flags.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+    expect("all_reduce product bool", t, torch.tensor([w == 1, False, True, w == 1]))
+    t = flags.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.BXOR)
+    expect("all_reduce bxor bool", t, torch.tensor([True, False, w % 2 == 1, True]))
     t = flags.clone()
     dist.broadcast(t, src=0)
     expect("broadcast bool", t, torch.tensor([True, False, True, w == 1]))
@@ -227,7 +254,11 @@ def bad_calls():
         except (ValueError, RuntimeError) as e:
             errors[name] = f"{type(e).__name__}: {e}"
 
-    refused("product", lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.PRODUCT))
+    refused("bitwise float", lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BOR))
+    refused("product complex",
+            lambda: dist.all_reduce(torch.ones(2, dtype=torch.complex64), op=dist.ReduceOp.PRODUCT))
+    refused("premul sum", lambda: dist.all_reduce(
+        torch.ones(2), op=dist._make_nccl_premul_sum(2.0)))
     refused("output size", lambda: dist.all_gather_into_tensor(torch.ones(3), torch.ones(2)))
     refused("list length", lambda: dist.all_gather([torch.ones(2)], torch.ones(2)))
     refused("send", lambda: dist.send(torch.ones(2), dst=1 - r))
