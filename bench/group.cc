@@ -50,18 +50,16 @@ WorkerEnv WorkerEnv::fromEnvironment() {
   return env;
 }
 
-int runGroup(int argc, char** argv, int world, bool withParameterServer,
-             std::chrono::milliseconds timeout) {
-  const std::string token = randomToken();
-  comm::StoreServer store("127.0.0.1", 0, token);
-  std::unique_ptr<comm::ParameterServer> ps;
-  if (withParameterServer)
-    ps = std::make_unique<comm::ParameterServer>("127.0.0.1", 0, token, world);
+namespace {
 
+// Each rank's arguments (this command line plus --worker) and environment, built before any
+// fork(): the Store and the parameter server run threads, so the children may not allocate
+// before their exec.
+std::vector<std::unique_ptr<base::ExecArgs>> rankExecs(int argc, char** argv, int world,
+                                                       int storePort, const std::string& token,
+                                                       const comm::ParameterServer* ps) {
   std::vector<std::string> args(argv, argv + argc);
   args.push_back("--worker");
-  // Each rank's arguments and environment are built before any fork(): the Store and the
-  // parameter server above run threads, so the children may not allocate before their exec.
   std::vector<std::unique_ptr<base::ExecArgs>> execs;
   for (int rank = 0; rank < world; ++rank) {
     std::vector<base::ExecArgs::Change> changes{
@@ -70,7 +68,7 @@ int runGroup(int argc, char** argv, int world, bool withParameterServer,
         {"WORLD_SIZE", std::to_string(world)},
         {"LOCAL_WORLD_SIZE", std::to_string(world)},  // one host
         {"MASTER_ADDR", "127.0.0.1"},
-        {"MASTER_PORT", std::to_string(store.port())},
+        {"MASTER_PORT", std::to_string(storePort)},
         {"CUMULUS_JOB_TOKEN", token}};
     // Not one the bench's caller may have set.
     changes.emplace_back("CUMULUS_PS_ENDPOINT",
@@ -78,27 +76,12 @@ int runGroup(int argc, char** argv, int world, bool withParameterServer,
                             : std::nullopt);
     execs.push_back(std::make_unique<base::ExecArgs>(args, changes));
   }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    base::ExecArgs& exec = *execs[static_cast<size_t>(rank)];
-    const pid_t pid = fork();
-    if (pid < 0) {
-      std::perror("cumulus-bench: fork");
-      for (pid_t p : pids) kill(p, SIGKILL);
-      return 1;
-    }
-    if (pid == 0) {
-      execve("/proc/self/exe", exec.argv(), exec.envp());
-      static const char kExecFailed[] = "cumulus-bench: cannot execute /proc/self/exe\n";
-      (void)!write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1);
-      _exit(127);
-    }
-    pids.push_back(pid);
-  }
+  return execs;
+}
 
-  // Reap; the first failure (or the overall timeout) takes the others down.
+// Reaps the ranks; the first failure (or the overall timeout) takes the others down. 0 when every
+// rank exited 0.
+int reapRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds timeout) {
   int result = 0;
   size_t alive = pids.size();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -133,6 +116,40 @@ int runGroup(int argc, char** argv, int world, bool withParameterServer,
     }
   }
   return result;
+}
+
+}  // namespace
+
+int runGroup(int argc, char** argv, int world, bool withParameterServer,
+             std::chrono::milliseconds timeout) {
+  const std::string token = randomToken();
+  comm::StoreServer store("127.0.0.1", 0, token);
+  std::unique_ptr<comm::ParameterServer> ps;
+  if (withParameterServer)
+    ps = std::make_unique<comm::ParameterServer>("127.0.0.1", 0, token, world);
+  std::vector<std::unique_ptr<base::ExecArgs>> execs =
+      rankExecs(argc, argv, world, store.port(), token, ps.get());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    base::ExecArgs& exec = *execs[static_cast<size_t>(rank)];
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("cumulus-bench: fork");
+      for (pid_t p : pids) kill(p, SIGKILL);
+      return 1;
+    }
+    if (pid == 0) {
+      execve("/proc/self/exe", exec.argv(), exec.envp());
+      static const char kExecFailed[] = "cumulus-bench: cannot execute /proc/self/exe\n";
+      (void)!write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1);
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+
+  return reapRanks(pids, timeout);
 }
 
 }  // namespace cumulus::bench
