@@ -5,6 +5,7 @@
 
 #include "base/run_env.h"
 #include "comm/error.h"
+#include "comm/exchange.h"
 #include "comm/hierarchical.h"
 #include "comm/rendezvous.h"
 #include "comm/ring.h"
@@ -57,6 +58,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   config.socket_buffer_bytes = options_.socket_buffer_bytes;
   config.segment_bytes = options_.segment_bytes;
   config.host_id = options_.host_id;
+  config.point_to_point = options_.point_to_point;
   try {
     config.transport =
         options_.transport != Transport::kAuto ? options_.transport : transportFromEnvironment();
@@ -66,7 +68,12 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
   config.deadline =
       tcp::Clock::now() +
       (options_.rendezvous_timeout.count() > 0 ? options_.rendezvous_timeout : options_.timeout);
-  pairs_ = connectMesh(store, config);
+  Mesh mesh = connectMesh(store, config);
+  pairs_ = std::move(mesh.pairs);
+  if (options_.point_to_point && world > 1) {
+    point_to_point_ = std::make_unique<PointToPoint>(rank, world, options_.generation,
+                                                     std::move(mesh.lanes), &bytes_sent_);
+  }
   topology_ = Topology(collectHostIds(store, config));
   spin_.budget_us = resolveSpin(options_.spin_micros);
 }
@@ -86,6 +93,7 @@ Communicator::~Communicator() {
                   "the communicator was destroyed before the operation ran")));
   }
   if (worker_.joinable()) worker_.join();
+  point_to_point_.reset();  // fails its pending sends and receives, then stops its thread
 }
 
 const char* Communicator::transportTo(int peer) const {
@@ -190,6 +198,7 @@ void Communicator::execute(const Queued& item) {
     for (auto& pair : pairs_) {
       if (pair) pair->abort();
     }
+    if (point_to_point_) point_to_point_->abort(error);
     item.work->finish(error);
   }
 }
@@ -318,6 +327,76 @@ std::shared_ptr<Work> Communicator::startBarrier(const OpOptions& options, bool 
         treeAllreduce(c, b, ReduceOp::kSum);
       },
       async);
+}
+
+std::chrono::milliseconds Communicator::timeoutOf(const OpOptions& options) const {
+  return options.timeout.count() > 0 ? options.timeout : options_.timeout;
+}
+
+void Communicator::gather(const void* input, size_t bytes, void* output, int root,
+                          const OpOptions& options) {
+  checkRoot("gather", root);
+  if (bytes > 0 && (input == nullptr || (rank_ == root && output == nullptr))) {
+    throw CommError(ErrorKind::kInvalid, "gather", nextSeq(), -1,
+                    "every rank needs an input, and the root an output");
+  }
+  submit(
+      "gather", options.timeout,
+      [=](Collective& c) { directGather(c, input, bytes, output, root); }, false);
+}
+
+void Communicator::scatter(const void* input, void* output, size_t bytes, int root,
+                           const OpOptions& options) {
+  checkRoot("scatter", root);
+  if (bytes > 0 && (output == nullptr || (rank_ == root && input == nullptr))) {
+    throw CommError(ErrorKind::kInvalid, "scatter", nextSeq(), -1,
+                    "every rank needs an output, and the root an input");
+  }
+  submit(
+      "scatter", options.timeout,
+      [=](Collective& c) { directScatter(c, input, output, bytes, root); }, false);
+}
+
+void Communicator::allToAll(const void* input, const std::vector<size_t>& send_bytes, void* output,
+                            const std::vector<size_t>& recv_bytes, const OpOptions& options) {
+  const auto world = static_cast<size_t>(world_);
+  if (send_bytes.size() != world || recv_bytes.size() != world) {
+    throw CommError(ErrorKind::kInvalid, "all_to_all", nextSeq(), -1,
+                    "split sizes for " + std::to_string(send_bytes.size()) + " and " +
+                        std::to_string(recv_bytes.size()) + " ranks in a world of " +
+                        std::to_string(world_));
+  }
+  const auto self = static_cast<size_t>(rank_);
+  if (send_bytes[self] != recv_bytes[self]) {
+    throw CommError(ErrorKind::kInvalid, "all_to_all", nextSeq(), -1,
+                    "rank " + std::to_string(rank_) + " sends itself " +
+                        std::to_string(send_bytes[self]) + " bytes but receives " +
+                        std::to_string(recv_bytes[self]));
+  }
+  // Blocking, so the vectors outlive the operation.
+  submit(
+      "all_to_all", options.timeout,
+      [&](Collective& c) { pairwiseAllToAll(c, input, send_bytes, output, recv_bytes); }, false);
+}
+
+PointToPoint& Communicator::pointToPoint(const char* op) const {
+  if (!point_to_point_) {
+    throw CommError(ErrorKind::kInvalid, op, 0, -1,
+                    world_ == 1 ? std::string("a world of one has no peer to exchange with")
+                                : std::string("this communicator has no point-to-point lanes "
+                                              "(CommunicatorOptions::point_to_point)"));
+  }
+  return *point_to_point_;
+}
+
+std::shared_ptr<Work> Communicator::send(const void* data, size_t bytes, int peer, uint32_t tag,
+                                         const OpOptions& options) {
+  return pointToPoint("send").send(peer, tag, data, bytes, timeoutOf(options));
+}
+
+std::shared_ptr<ReceiveWork> Communicator::recv(void* data, size_t bytes, int source, uint32_t tag,
+                                                const OpOptions& options) {
+  return pointToPoint("recv").recv(source, tag, data, bytes, timeoutOf(options));
 }
 
 void Communicator::allreduce(Buffer& buffer, const AllreduceOptions& options) {

@@ -40,6 +40,7 @@
 #include "comm/algorithm.h"
 #include "comm/collective.h"
 #include "comm/cost_model.h"
+#include "comm/point_to_point.h"
 #include "comm/store.h"
 #include "comm/topology.h"
 #include "comm/transport.h"
@@ -90,6 +91,10 @@ struct CommunicatorOptions {
   // form one host of the topology and may share memory. Empty: localHostId(), the right answer
   // outside tests, which set distinct ids to simulate several hosts on one machine.
   std::string host_id;
+  // Opens a point-to-point lane to every peer at the rendezvous (rendezvous.h) and runs send()
+  // and recv() on them (point_to_point.h): one more connection per pair and one thread that
+  // waits in poll(). Every rank must agree.
+  bool point_to_point = false;
 };
 
 // Per-call options (c10d style). A zero timeout means the communicator's default.
@@ -137,6 +142,28 @@ class Communicator {
   void barrier(const OpOptions& options = {});
   std::shared_ptr<Work> barrierAsync(const OpOptions& options = {});
 
+  // Collectives that move bytes of any dtype (exchange.h). gather: the root's `output` (world ×
+  // bytes; null elsewhere) gets rank r's `input` at block r. scatter: rank r's `output` gets block
+  // r of the root's `input` (world × bytes; null elsewhere). allToAll: rank r sends input block j
+  // (send_bytes[j], blocks back to back in rank order) to rank j and gets rank j's block for r in
+  // output block j (recv_bytes[j]); split sizes that disagree across ranks fail with kInvalid.
+  void gather(const void* input, size_t bytes, void* output, int root,
+              const OpOptions& options = {});
+  void scatter(const void* input, void* output, size_t bytes, int root,
+               const OpOptions& options = {});
+  void allToAll(const void* input, const std::vector<size_t>& send_bytes, void* output,
+                const std::vector<size_t>& recv_bytes, const OpOptions& options = {});
+
+  // Point-to-point, apart from the collectives' order (point_to_point.h; the communicator must
+  // have been made with CommunicatorOptions::point_to_point, else CommError kInvalid). They return
+  // at once; the Work completes when the message is written / has arrived. A receive from
+  // PointToPoint::kAnySource takes the first message with `tag` from any rank. Once the
+  // communicator is broken, they fail as the collectives do.
+  std::shared_ptr<Work> send(const void* data, size_t bytes, int peer, uint32_t tag,
+                             const OpOptions& options = {});
+  std::shared_ptr<ReceiveWork> recv(void* data, size_t bytes, int source, uint32_t tag,
+                                    const OpOptions& options = {});
+
   // Which ranks share a host, as every rank published it at the rendezvous.
   const Topology& topology() const { return topology_; }
   // The algorithm kAuto resolves to for `bytes` on this group (hierarchical only when the
@@ -182,11 +209,15 @@ class Communicator {
   void checkRoot(const char* op, int root) const;
   // kInvalid unless `reduction` can reduce `dtype` (reduceProblem in types.h).
   void checkReduction(const char* op, DType dtype, ReduceOp reduction) const;
+  PointToPoint& pointToPoint(const char* op) const;
+  // A per-call timeout, or else the communicator's.
+  std::chrono::milliseconds timeoutOf(const OpOptions& options) const;
 
   const int rank_;
   const int world_;
   const CommunicatorOptions options_;
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
+  std::unique_ptr<PointToPoint> point_to_point_;  // with options_.point_to_point and world > 1
   Topology topology_;
   std::vector<uint8_t> scratch_;  // used only by the executing operation
   tcp::SpinGovernor spin_;        // budget resolved from options_.spin_micros; executing op only

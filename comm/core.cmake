@@ -13,6 +13,8 @@ set(COMM_CORE_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/rendezvous.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/ring.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tree.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/exchange.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/point_to_point.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/topology.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/hierarchical.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/work.cc

@@ -194,11 +194,26 @@ Listeners listenAndPublish(Store& store, const RendezvousConfig& cfg, const std:
   return l;
 }
 
-// Connects to every lower rank, in rank order, and shakes hands.
+// The point-to-point lane to `peer`: its AF_UNIX listener when it is on this host and the
+// transport allows, else its TCP address.
+tcp::Socket connectLane(Store& store, const RendezvousConfig& cfg, int peer,
+                        const std::string& address, const std::string& hostId) {
+  if (cfg.transport != Transport::kTcp) {
+    Result<tcp::Socket> socket =
+        connectSameHost(store, localKey(cfg.generation, peer), hostId, peer, "AF_UNIX");
+    if (socket.ok()) return std::move(socket.value());
+  }
+  return std::move(tcp::Socket::connect(address, cfg.deadline))
+      .orRaise("rendezvous", 0, peer,
+               "point-to-point lane to rank " + std::to_string(peer) + " at " + address);
+}
+
+// Connects to every lower rank, in rank order, and shakes hands; then its point-to-point lane.
 void connectToLowerRanks(Store& store, const RendezvousConfig& cfg, const std::string& hostId,
-                         const std::vector<std::string>& addresses,
-                         std::vector<std::unique_ptr<tcp::Pair>>& pairs) {
+                         const std::vector<std::string>& addresses, Mesh& mesh) {
   const tcp::HandshakeConfig self{cfg.generation, cfg.rank, cfg.world, cfg.token};
+  tcp::HandshakeConfig lane = self;
+  lane.lane = tcp::kPointToPointLane;
   for (int peer = 0; peer < cfg.rank; ++peer) {
     const std::string& address = addresses[static_cast<size_t>(peer)];
     Connection conn = connectTo(store, cfg, peer, address, hostId);
@@ -211,39 +226,66 @@ void connectToLowerRanks(Store& store, const RendezvousConfig& cfg, const std::s
                               shm::kDefaultSlots, shm::slotBytesFor(cfg.segment_bytes));
     }
     conn.socket.tune(cfg.socket_buffer_bytes);
-    pairs[static_cast<size_t>(peer)] =
+    mesh.pairs[static_cast<size_t>(peer)] =
         std::make_unique<tcp::Pair>(std::move(conn.socket), peer, std::move(channel));
+    if (!cfg.point_to_point) continue;
+    tcp::Socket socket = connectLane(store, cfg, peer, address, hostId);
+    tcp::connectorHandshake(socket, lane, peer, cfg.deadline);
+    socket.tune(cfg.socket_buffer_bytes);
+    mesh.lanes[static_cast<size_t>(peer)] = std::move(socket);
   }
 }
 
 // Accepts every higher rank on any listener until each has connected or the deadline passes.
 // A connection that fails the handshake or the segment offer, or claims a rank already
 // connected, is dropped and named in the error should the deadline pass.
-void acceptHigherRanks(Listeners& l, const RendezvousConfig& cfg,
-                       std::vector<std::unique_ptr<tcp::Pair>>& pairs) {
+void acceptHigherRanks(Listeners& l, const RendezvousConfig& cfg, Mesh& mesh) {
   const tcp::HandshakeConfig self{cfg.generation, cfg.rank, cfg.world, cfg.token};
-  int pending = cfg.world - 1 - cfg.rank;
+  auto& pairs = mesh.pairs;
+  auto connected = [&](int r) {
+    return pairs[static_cast<size_t>(r)] &&
+           (!cfg.point_to_point || mesh.lanes[static_cast<size_t>(r)].valid());
+  };
+  int pending = (cfg.world - 1 - cfg.rank) * (cfg.point_to_point ? 2 : 1);
   std::string rejected;
   tcp::Socket* const listeners[3] = {&l.tcp, &l.unix_socket, &l.shm};
   while (pending > 0) {
     Result<Accepted> accepted = acceptAny(listeners, 3, cfg.deadline);
     if (!accepted.ok()) {
       std::vector<int> missing;
+      bool lanesOnly = true;  // every missing rank connected its pair, not its lane
       for (int r = cfg.rank + 1; r < cfg.world; ++r) {
-        if (!pairs[static_cast<size_t>(r)]) missing.push_back(r);
+        if (connected(r)) continue;
+        missing.push_back(r);
+        if (!pairs[static_cast<size_t>(r)]) lanesOnly = false;
       }
+      const std::string what =
+          lanesOnly ? " never opened a point-to-point lane to rank " : " never connected to rank ";
       throw CommError(ErrorKind::kRendezvous, "rendezvous", 0, missing.front(),
-                      "rank(s) " + rankList(missing) + " never connected to rank " +
-                          std::to_string(cfg.rank) + " (" + accepted.status().detail() + ")" +
+                      "rank(s) " + rankList(missing) + what + std::to_string(cfg.rank) + " (" +
+                          accepted.status().detail() + ")" +
+                          (lanesOnly ? "; do all ranks agree on point_to_point?" : "") +
                           (rejected.empty() ? "" : "; last rejected connection: " + rejected));
     }
     tcp::Socket& socket = accepted.value().socket;
-    const Result<int> handshake = tcp::acceptorHandshake(socket, self, cfg.deadline);
+    const Result<tcp::HandshakePeer> handshake = tcp::acceptorHandshake(socket, self, cfg.deadline);
     if (!handshake.ok()) {
       rejected = handshake.status().detail();
       continue;  // not one of ours: drop it and keep waiting
     }
-    const int peer = handshake.value();
+    const int peer = handshake.value().rank;
+    if (handshake.value().lane == tcp::kPointToPointLane) {
+      if (!cfg.point_to_point || mesh.lanes[static_cast<size_t>(peer)].valid() ||
+          accepted.value().listener == 2) {
+        rejected = "an unexpected point-to-point lane from rank " + std::to_string(peer) +
+                   (cfg.point_to_point ? "" : " (does every rank agree on point_to_point?)");
+        continue;
+      }
+      socket.tune(cfg.socket_buffer_bytes);
+      mesh.lanes[static_cast<size_t>(peer)] = std::move(socket);
+      --pending;
+      continue;
+    }
     if (pairs[static_cast<size_t>(peer)]) {
       rejected = "a second connection claiming rank " + std::to_string(peer);
       continue;
@@ -269,15 +311,17 @@ void acceptHigherRanks(Listeners& l, const RendezvousConfig& cfg,
 
 }  // namespace
 
-std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const RendezvousConfig& cfg) {
-  std::vector<std::unique_ptr<tcp::Pair>> pairs(static_cast<size_t>(cfg.world));
-  if (cfg.world == 1) return pairs;
+Mesh connectMesh(Store& store, const RendezvousConfig& cfg) {
+  Mesh mesh;
+  mesh.pairs.resize(static_cast<size_t>(cfg.world));
+  if (cfg.point_to_point) mesh.lanes.resize(static_cast<size_t>(cfg.world));
+  if (cfg.world == 1) return mesh;
   const std::string hostId = cfg.transport == Transport::kTcp ? "" : hostIdOf(cfg);
   Listeners listeners = listenAndPublish(store, cfg, hostId);
   const std::vector<std::string> addresses = collectAddresses(store, cfg);
-  connectToLowerRanks(store, cfg, hostId, addresses, pairs);
-  acceptHigherRanks(listeners, cfg, pairs);
-  return pairs;
+  connectToLowerRanks(store, cfg, hostId, addresses, mesh);
+  acceptHigherRanks(listeners, cfg, mesh);
+  return mesh;
 }
 
 std::string hostIdOf(const RendezvousConfig& config) {

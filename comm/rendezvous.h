@@ -15,6 +15,13 @@
 // handshake is followed by the segment offer (shm::Channel::offer/accept). The acceptor takes any
 // of the three; the handshake, and so the token and generation checks, is the same.
 //
+// Point-to-point lanes: with RendezvousConfig::point_to_point, the connecting rank opens a second
+// connection to every lower rank after the first, its handshake saying kPointToPointLane
+// (tcp/handshake.h): AF_UNIX to a same-host peer unless the transport is kTcp, else TCP; never a
+// shared-memory channel. comm/point_to_point.h carries sends and receives on them, apart from the
+// collectives' strictly ordered frames. Every rank of a group must agree on the flag: a rank
+// waiting for lanes its peers never open fails its rendezvous naming them.
+//
 // Topology: a full mesh (p(p−1)/2 connections). Ring neighbours, binomial-tree partners of any
 // root and broadcast/reduce from any root together need most pairs anyway for the small p of this
 // project (≤ 16 ranks per job: ≤ 15 sockets per rank); connecting them all up front keeps every
@@ -51,11 +58,17 @@ struct RendezvousConfig {
   // them and count as one host in the topology. Empty: localHostId(). Tests set distinct ids
   // to simulate several hosts on one machine (their ranks then meet over TCP).
   std::string host_id;
+  bool point_to_point = false;  // also connect the point-to-point lanes (above)
   tcp::Deadline deadline;
 };
 
-// Returns pairs[peer] for every peer; pairs[rank] is null.
-std::vector<std::unique_ptr<tcp::Pair>> connectMesh(Store& store, const RendezvousConfig& config);
+struct Mesh {
+  std::vector<std::unique_ptr<tcp::Pair>> pairs;  // pairs[peer]; null at [rank]
+  // lanes[peer] when config.point_to_point (invalid at [rank]); empty otherwise.
+  std::vector<tcp::Socket> lanes;
+};
+
+Mesh connectMesh(Store& store, const RendezvousConfig& config);
 
 // After connectMesh: every rank's host id, ids[rank] (a world of one: just this rank's own, read
 // from nowhere). Does not block: the ids were published before the addresses connectMesh waited

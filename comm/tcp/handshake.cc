@@ -16,7 +16,7 @@ using base::hmacSha256;
 using base::randomBytes;
 
 constexpr uint32_t kHelloMagic = 0x484c4d43;  // "CMLH"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 1;  // the low half of the hello's version word; the lane is the high
 constexpr size_t kHelloBytes = 40;
 constexpr size_t kChallengeBytes = 72;
 constexpr size_t kResponseBytes = 40;
@@ -35,12 +35,12 @@ Nonce freshNonce() {
 }
 
 Digest mac(const std::string& token, char side, const Nonce& connectorNonce,
-           const Nonce& acceptorNonce, uint64_t generation, int connector, int acceptor) {
+           const Nonce& acceptorNonce, uint64_t generation, int connector, int acceptor, int lane) {
   std::string msg(1, side);
   msg.append(connectorNonce.begin(), connectorNonce.end());
   msg.append(acceptorNonce.begin(), acceptorNonce.end());
   msg += "|" + std::to_string(generation) + "|" + std::to_string(connector) + "|" +
-         std::to_string(acceptor);
+         std::to_string(acceptor) + "|" + std::to_string(lane);
   return hmacSha256(token, msg);
 }
 
@@ -58,7 +58,7 @@ void connectorHandshake(Socket& socket, const HandshakeConfig& self, int peer, D
   uint8_t hello[kHelloBytes] = {0};
   const Nonce nonceC = freshNonce();
   storeLe32(hello, kHelloMagic);
-  storeLe32(hello + 4, kVersion);
+  storeLe32(hello + 4, kVersion | static_cast<uint32_t>(self.lane) << 16);
   storeLe64(hello + 8, self.generation);
   storeLe32(hello + 16, static_cast<uint32_t>(self.rank));
   storeLe32(hello + 20, static_cast<uint32_t>(self.world));
@@ -94,11 +94,11 @@ void connectorHandshake(Socket& socket, const HandshakeConfig& self, int peer, D
   // Send our proof even when theirs is wrong, so the acceptor reports kUnauthorized too.
   uint8_t response[kResponseBytes] = {0};
   storeLe32(response, kHelloMagic);
-  Digest macC = mac(self.token, 'C', nonceC, nonceA, self.generation, self.rank, peer);
+  Digest macC = mac(self.token, 'C', nonceC, nonceA, self.generation, self.rank, peer, self.lane);
   std::copy(macC.begin(), macC.end(), response + 8);
   st = socket.writeFull(response, sizeof response, deadline);
-  const bool theyKnowToken =
-      digestEqual(macA, mac(self.token, 'A', nonceC, nonceA, self.generation, self.rank, peer));
+  const bool theyKnowToken = digestEqual(
+      macA, mac(self.token, 'A', nonceC, nonceA, self.generation, self.rank, peer, self.lane));
   if (!theyKnowToken) {
     throw CommError(ErrorKind::kUnauthorized, "rendezvous", 0, peer,
                     "the peer does not hold this job's token (check CUMULUS_JOB_TOKEN)");
@@ -113,12 +113,16 @@ void connectorHandshake(Socket& socket, const HandshakeConfig& self, int peer, D
   }
 }
 
-Result<int> acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadline deadline) {
+Result<HandshakePeer> acceptorHandshake(Socket& socket, const HandshakeConfig& self,
+                                        Deadline deadline) {
   deadline = std::min(deadline, Clock::now() + kPerHandshakeLimit);
   uint8_t hello[kHelloBytes];
   Status st = socket.readFull(hello, sizeof hello, deadline);
   if (!st.ok()) return rejection("a connection sent no complete hello: " + st.detail());
-  if (loadLe32(hello) != kHelloMagic || loadLe32(hello + 4) != kVersion) {
+  const uint32_t version = loadLe32(hello + 4);
+  const int lane = static_cast<int>(version >> 16);
+  if (loadLe32(hello) != kHelloMagic || (version & 0xffff) != kVersion ||
+      (lane != kCollectiveLane && lane != kPointToPointLane)) {
     return rejection("a connection sent a non-Cumulus hello");
   }
   const uint64_t generation = loadLe64(hello + 8);
@@ -146,7 +150,7 @@ Result<int> acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadl
   storeLe32(challenge + 4, status);
   const Nonce nonceA = freshNonce();
   std::copy(nonceA.begin(), nonceA.end(), challenge + 24);
-  Digest macA = mac(self.token, 'A', nonceC, nonceA, self.generation, peer, self.rank);
+  Digest macA = mac(self.token, 'A', nonceC, nonceA, self.generation, peer, self.rank, lane);
   std::copy(macA.begin(), macA.end(), challenge + 40);
   st = socket.writeFull(challenge, sizeof challenge, deadline);
   if (status != kOk) return rejection(rejected);
@@ -164,9 +168,9 @@ Result<int> acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadl
   }
   Digest macC;
   std::copy(response + 8, response + 40, macC.begin());
-  const bool ok =
-      loadLe32(response) == kHelloMagic &&
-      digestEqual(macC, mac(self.token, 'C', nonceC, nonceA, self.generation, peer, self.rank));
+  const bool ok = loadLe32(response) == kHelloMagic &&
+                  digestEqual(macC, mac(self.token, 'C', nonceC, nonceA, self.generation, peer,
+                                        self.rank, lane));
   uint8_t result[kResultBytes];
   storeLe32(result, kHelloMagic);
   storeLe32(result + 4, ok ? kOk : kDenied);
@@ -179,7 +183,7 @@ Result<int> acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadl
   if (!st.ok()) {
     return rejection("rank " + std::to_string(peer) + " left during the handshake: " + st.detail());
   }
-  return peer;
+  return HandshakePeer{peer, lane};
 }
 
 }  // namespace cumulus::comm::tcp

@@ -13,6 +13,8 @@ set(COMM_CORE_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/ring_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/transport_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/tree_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/exchange_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/point_to_point_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/topology_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/hierarchical_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/types_test.cc

@@ -78,7 +78,7 @@ TEST(Rendezvous, AWorldOfOneNeedsNoPeersAndPublishesNothing) {
   MemoryStore store;
   RendezvousConfig config;
   config.deadline = Clock::now() + 5s;
-  const std::vector<std::unique_ptr<tcp::Pair>> pairs = connectMesh(store, config);
+  const std::vector<std::unique_ptr<tcp::Pair>> pairs = connectMesh(store, config).pairs;
   ASSERT_EQ(pairs.size(), 1u);
   EXPECT_EQ(pairs[0], nullptr);
   EXPECT_FALSE(store.tryGet(addressKey(0, 0)).has_value());
@@ -105,7 +105,7 @@ TEST(Rendezvous, TheMeshHasOnePairPerPeerOverTheTransportAskedFor) {
       config.token = "t0k3n";
       config.transport = transport;
       config.deadline = Clock::now() + 5s;
-      meshes[rank] = connectMesh(store, config);
+      meshes[rank] = connectMesh(store, config).pairs;
     });
     for (int rank = 0; rank < world; ++rank) {
       ASSERT_EQ(meshes[rank].size(), size_t(world));
@@ -121,6 +121,59 @@ TEST(Rendezvous, TheMeshHasOnePairPerPeerOverTheTransportAskedFor) {
       }
     }
   }
+}
+
+// With point_to_point every rank also has a lane to every peer, a second connection apart from the
+// pair: over AF_UNIX between ranks of one host, over TCP when the transport is TCP.
+TEST(Rendezvous, PointToPointLanesJoinEveryPairWhenAsked) {
+  for (Transport transport : {Transport::kTcp, Transport::kAuto}) {
+    const int world = 3;
+    MemoryStore store;
+    std::vector<Mesh> meshes(world);
+    spawn(world, [&](int rank) {
+      RendezvousConfig config;
+      config.rank = rank;
+      config.world = world;
+      config.token = "t0k3n";
+      config.transport = transport;
+      config.point_to_point = true;
+      config.deadline = Clock::now() + 5s;
+      meshes[rank] = connectMesh(store, config);
+    });
+    for (int rank = 0; rank < world; ++rank) {
+      ASSERT_EQ(meshes[rank].lanes.size(), size_t(world));
+      for (int peer = 0; peer < world; ++peer) {
+        const tcp::Socket& lane = meshes[rank].lanes[peer];
+        EXPECT_EQ(lane.valid(), peer != rank) << rank << " " << peer;
+        if (peer == rank) continue;
+        EXPECT_EQ(lane.isUnix(), transport != Transport::kTcp) << rank << " " << peer;
+        EXPECT_NE(lane.fd(), meshes[rank].pairs[peer]->fd());
+      }
+    }
+  }
+}
+
+// A rank that waits for lanes its peer never opens says so when its deadline passes.
+TEST(Rendezvous, RanksThatDisagreeOnLanesFailNamingThePeer) {
+  MemoryStore store;
+  std::string error;
+  spawn(2, [&](int rank) {
+    RendezvousConfig config;
+    config.rank = rank;
+    config.world = 2;
+    config.point_to_point = rank == 0;
+    config.deadline = Clock::now() + (rank == 0 ? 300ms : 5s);
+    if (rank == 1) {
+      connectMesh(store, config);
+      return;
+    }
+    CommError e = expectCommError([&] { connectMesh(store, config); });
+    error = e.what();
+  });
+  EXPECT_EQ(error,
+            "rendezvous seq 0 with rank 1: rendezvous: rank(s) 1 never opened a point-to-point "
+            "lane to rank 0 (no connection arrived before the deadline); do all ranks agree on "
+            "point_to_point?");
 }
 
 // The one instantiation of the Faults suite (fault_peer.h), whose TEST_Ps are here and in

@@ -42,9 +42,10 @@ void acceptor(const uint8_t* data, size_t size) {
   cumulus::fuzz::Wire wire(data, size);
   tcp::HandshakeConfig self{5, 0, 4, "fuzz-token"};
   try {
-    const cumulus::comm::Result<int> peer = tcp::acceptorHandshake(wire.ours, self, soon());
+    const cumulus::comm::Result<tcp::HandshakePeer> peer =
+        tcp::acceptorHandshake(wire.ours, self, soon());
     if (peer.ok()) {
-      cumulus::fuzz::finding("the acceptor let in rank " + std::to_string(peer.value()) +
+      cumulus::fuzz::finding("the acceptor let in rank " + std::to_string(peer.value().rank) +
                              " without the token");
     }
     check(!peer.status().detail().empty(), "the acceptor refused a connection without saying why");

@@ -25,10 +25,23 @@ TEST(Handshake, APeerWithTheTokenIsAdmittedUnderItsRank) {
   Socket& acceptorEnd = wire.first;
   Socket& connectorEnd = wire.second;
   std::thread connector([&] { connectorHandshake(connectorEnd, {5, 2, 3, "t0k3n"}, 0, soon()); });
-  const Result<int> peer = acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, soon());
+  const Result<HandshakePeer> peer = acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, soon());
   connector.join();
   ASSERT_TRUE(peer.ok()) << peer.status().detail();
-  EXPECT_EQ(peer.value(), 2);
+  EXPECT_EQ(peer.value().rank, 2);
+  EXPECT_EQ(peer.value().lane, kCollectiveLane);
+}
+
+TEST(Handshake, TheAcceptorLearnsTheLaneTheConnectorOpened) {
+  auto wire = socketPair();
+  HandshakeConfig self{5, 1, 3, "t0k3n"};
+  self.lane = kPointToPointLane;
+  std::thread connector([&] { connectorHandshake(wire.second, self, 0, soon()); });
+  const Result<HandshakePeer> peer = acceptorHandshake(wire.first, {5, 0, 3, "t0k3n"}, soon());
+  connector.join();
+  ASSERT_TRUE(peer.ok()) << peer.status().detail();
+  EXPECT_EQ(peer.value().rank, 1);
+  EXPECT_EQ(peer.value().lane, kPointToPointLane);
 }
 
 TEST(Handshake, AStrangerIsRejectedSayingWhy) {
@@ -37,7 +50,7 @@ TEST(Handshake, AStrangerIsRejectedSayingWhy) {
   Socket& strangerEnd = wire.second;
   const uint8_t hello[40] = {'G', 'E', 'T', ' ', '/'};
   ASSERT_TRUE(strangerEnd.writeFull(hello, sizeof hello, soon()).ok());
-  const Result<int> peer = acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, soon());
+  const Result<HandshakePeer> peer = acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, soon());
   ASSERT_FALSE(peer.ok());
   EXPECT_EQ(peer.status().kind(), ErrorKind::kBadFrame);
   EXPECT_EQ(peer.status().detail(), "a connection sent a non-Cumulus hello");
@@ -46,7 +59,7 @@ TEST(Handshake, AStrangerIsRejectedSayingWhy) {
 TEST(Handshake, ASilentConnectionIsRejectedAtTheDeadline) {
   auto wire = socketPair();
   Socket& acceptorEnd = wire.first;  // wire.second, held open, says nothing
-  const Result<int> peer = acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, Clock::now() + 50ms);
+  const Result<HandshakePeer> peer = acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, Clock::now() + 50ms);
   ASSERT_FALSE(peer.ok());
   EXPECT_EQ(peer.status().detail(),
             "a connection sent no complete hello: received 0 of 40 bytes before the deadline");
@@ -68,7 +81,7 @@ TEST(Handshake, AStaleGenerationIsTurnedAwayOnBothEnds) {
                    "restart it)");
     }
   });
-  const Result<int> peer = acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, soon());
+  const Result<HandshakePeer> peer = acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, soon());
   connector.join();
   ASSERT_FALSE(peer.ok());
   EXPECT_EQ(peer.status().detail(), "rank 1 of generation 4 tried to join generation 5");
