@@ -1,10 +1,12 @@
-// ProcessGroup (<cumulus/process_group.h>) over a GroupConnection (distributed/group_connection.h) and its communicator.
+// ProcessGroup (<cumulus/process_group.h>) over a GroupConnection (distributed/group_connection.h)
+// and its communicator.
 
 #include <torch/types.h>
 #include <torch/utils.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -36,6 +38,37 @@ comm::DType checkTensor(const char* op, const torch::Tensor& tensor) {
                                 "; collectives take CPU tensors (move it with .cpu())");
   }
   return dtypeOf(op, tensor);
+}
+
+// Throws std::invalid_argument unless `tensor` is a dense CPU tensor; any dtype (for the
+// collectives that only move bytes).
+void checkBytes(const char* op, const torch::Tensor& tensor) {
+  if (!tensor.defined()) throw std::invalid_argument(std::string(op) + ": the tensor is undefined");
+  if (!tensor.device().is_cpu()) {
+    throw std::invalid_argument(std::string(op) + ": the tensor is on " + tensor.device().str() +
+                                "; collectives take CPU tensors (move it with .cpu())");
+  }
+  if (tensor.is_sparse()) {
+    throw std::invalid_argument(std::string(op) + ": sparse tensors are not supported");
+  }
+}
+
+size_t bytesOf(const torch::Tensor& tensor) {
+  return static_cast<size_t>(tensor.numel()) * tensor.element_size();
+}
+
+// std::invalid_argument unless `tensor` is contiguous with `elements` elements of `like`'s dtype.
+void checkShapeOf(const char* op, const char* what, const torch::Tensor& tensor,
+                  const torch::Tensor& like, int64_t elements) {
+  checkBytes(op, tensor);
+  if (!tensor.is_contiguous() || tensor.scalar_type() != like.scalar_type() ||
+      tensor.numel() != elements) {
+    throw std::invalid_argument(
+        std::string(op) + ": " + what + " must be a contiguous tensor of " +
+        std::to_string(elements) + " elements of " + c10::toString(like.scalar_type()) + ", got " +
+        std::to_string(tensor.numel()) + " of " + c10::toString(tensor.scalar_type()) +
+        (tensor.is_contiguous() ? "" : ", not contiguous"));
+  }
 }
 
 comm::Buffer bufferOf(const torch::Tensor& contiguous, comm::DType dtype) {
@@ -97,11 +130,13 @@ void inPlace(torch::Tensor& tensor, Fn&& run) {
 }
 
 std::unique_ptr<trainer::GroupConnection> groupOfSeveral(const base::RunEnv& env,
-                                                      const configs::CommConfig& config,
-                                                      comm::Store* store) {
+                                                         const configs::CommConfig& config,
+                                                         bool point_to_point, comm::Store* store) {
   if (env.world_size == 1) return nullptr;
-  if (store != nullptr) return std::make_unique<trainer::GroupConnection>(env, config, *store);
-  return std::make_unique<trainer::GroupConnection>(env, config);
+  if (store != nullptr) {
+    return std::make_unique<trainer::GroupConnection>(env, config, *store, point_to_point);
+  }
+  return std::make_unique<trainer::GroupConnection>(env, config, point_to_point);
 }
 
 }  // namespace
@@ -146,7 +181,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::Impl::fromEnvironment(const GroupOpt
   }
   // A group of several also needs the Store's address: the stricter reader names what is missing.
   if (impl->env.world_size > 1) impl->env = trainer::groupEnvironment(getenv);
-  impl->group = groupOfSeveral(impl->env, impl->config, nullptr);
+  impl->group = groupOfSeveral(impl->env, impl->config, options.point_to_point, nullptr);
   return wrap(std::move(impl));
 }
 
@@ -155,7 +190,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::Impl::overStore(const base::RunEnv& 
                                                             comm::Store& store) {
   std::unique_ptr<Impl> impl = validated(options);
   impl->env = env;
-  impl->group = groupOfSeveral(impl->env, impl->config, &store);
+  impl->group = groupOfSeveral(impl->env, impl->config, options.point_to_point, &store);
   return wrap(std::move(impl));
 }
 
@@ -336,12 +371,155 @@ void ProcessGroup::barrier(const CollectiveOptions& options) {
   if (comm::Communicator* communicator = impl_->communicator()) communicator->barrier(call);
 }
 
+void ProcessGroup::reduce(torch::Tensor& tensor, int root, const CollectiveOptions& options) {
+  const comm::DType dtype = checkTensor("reduce", tensor);
+  impl_->checkRoot("reduce", root);
+  const comm::ReduceOp op = commOp(options.op);
+  checkReduction("reduce", dtype, op);
+  const comm::OpOptions call = opOptions(options);
+  comm::Communicator* communicator = impl_->communicator();
+  if (communicator == nullptr) return;
+  if (rank() != root) {  // the tree leaves partial sums behind: reduce a copy
+    torch::Tensor copy = tensor.contiguous().clone();
+    comm::Buffer buffer = bufferOf(copy, dtype);
+    communicator->reduce(buffer, root, op, call);
+    return;
+  }
+  inPlace(tensor, [&](torch::Tensor& t) {
+    comm::Buffer buffer = bufferOf(t, dtype);
+    communicator->reduce(buffer, root, op, call);
+  });
+}
+
+void ProcessGroup::gather(const torch::Tensor& input, torch::Tensor* output, int root,
+                          const CollectiveOptions& options) {
+  checkBytes("gather", input);
+  impl_->checkRoot("gather", root);
+  const bool mine = rank() == root;
+  if (mine) {
+    if (output == nullptr) throw std::invalid_argument("gather: the root needs an output tensor");
+    checkShapeOf("gather", "the output", *output, input, input.numel() * size());
+  }
+  const comm::OpOptions call = opOptions(options);
+  const torch::Tensor in = input.contiguous();
+  comm::Communicator* communicator = impl_->communicator();
+  if (communicator == nullptr) {
+    if (bytesOf(in) > 0) std::memcpy(output->data_ptr(), in.data_ptr(), bytesOf(in));
+    return;
+  }
+  communicator->gather(in.data_ptr(), bytesOf(in), mine ? output->data_ptr() : nullptr, root, call);
+}
+
+void ProcessGroup::scatter(const torch::Tensor* input, torch::Tensor& output, int root,
+                           const CollectiveOptions& options) {
+  checkBytes("scatter", output);
+  impl_->checkRoot("scatter", root);
+  const bool mine = rank() == root;
+  if (mine) {
+    if (input == nullptr) throw std::invalid_argument("scatter: the root needs an input tensor");
+    checkShapeOf("scatter", "the input", *input, output, output.numel() * size());
+  }
+  const comm::OpOptions call = opOptions(options);
+  comm::Communicator* communicator = impl_->communicator();
+  inPlace(output, [&](torch::Tensor& out) {
+    if (communicator == nullptr) {
+      if (bytesOf(out) > 0) std::memcpy(out.data_ptr(), input->data_ptr(), bytesOf(out));
+      return;
+    }
+    communicator->scatter(mine ? input->data_ptr() : nullptr, out.data_ptr(), bytesOf(out), root,
+                          call);
+  });
+}
+
+namespace {
+
+// The bytes of each block when `tensor`'s first dimension is cut by `splits` (empty: `parts`
+// equal blocks); std::invalid_argument naming `what` when the splits do not fit.
+std::vector<size_t> blockBytes(const char* what, const torch::Tensor& tensor,
+                               const std::vector<int64_t>& splits, int parts) {
+  const int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
+  const size_t rowBytes =
+      rows == 0 ? 0 : static_cast<size_t>(tensor.numel() / rows) * tensor.element_size();
+  std::vector<size_t> bytes;
+  if (splits.empty()) {
+    if (rows % parts != 0) {
+      throw std::invalid_argument(std::string("allToAll: ") + what + "'s first dimension (" +
+                                  std::to_string(rows) + ") is not a multiple of the group's " +
+                                  std::to_string(parts) + " ranks; pass its splits");
+    }
+    return std::vector<size_t>(static_cast<size_t>(parts),
+                               static_cast<size_t>(rows / parts) * rowBytes);
+  }
+  int64_t sum = 0;
+  for (int64_t s : splits) {
+    if (s < 0) throw std::invalid_argument(std::string("allToAll: ") + what + " split is negative");
+    sum += s;
+    bytes.push_back(static_cast<size_t>(s) * rowBytes);
+  }
+  if (static_cast<int>(splits.size()) != parts || sum != rows) {
+    throw std::invalid_argument(
+        std::string("allToAll: ") + what + " splits (" + std::to_string(splits.size()) +
+        " of them, summing to " + std::to_string(sum) + ") must be one per rank (" +
+        std::to_string(parts) + ") and sum to its first dimension (" + std::to_string(rows) + ")");
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void ProcessGroup::allToAll(const torch::Tensor& input, torch::Tensor& output,
+                            const std::vector<int64_t>& input_splits,
+                            const std::vector<int64_t>& output_splits,
+                            const CollectiveOptions& options) {
+  checkBytes("allToAll", input);
+  checkBytes("allToAll", output);
+  if (!output.is_contiguous() || output.scalar_type() != input.scalar_type()) {
+    throw std::invalid_argument("allToAll: the output must be contiguous and of the input's dtype");
+  }
+  const std::vector<size_t> send = blockBytes("the input", input, input_splits, size());
+  const std::vector<size_t> recv = blockBytes("the output", output, output_splits, size());
+  const comm::OpOptions call = opOptions(options);
+  const torch::Tensor in = input.contiguous();
+  const auto self = static_cast<size_t>(rank());
+  if (send[self] != recv[self]) {
+    throw std::invalid_argument("allToAll: rank " + std::to_string(rank()) + " sends itself " +
+                                std::to_string(send[self]) + " bytes but receives " +
+                                std::to_string(recv[self]));
+  }
+  comm::Communicator* communicator = impl_->communicator();
+  if (communicator == nullptr) {
+    if (send[0] > 0) std::memcpy(output.data_ptr(), in.data_ptr(), send[0]);
+    return;
+  }
+  communicator->allToAll(in.data_ptr(), send, output.data_ptr(), recv, call);
+}
+
+comm::Communicator& ProcessGroup::Impl::pointToPoint(const char* op, int peer, bool any) {
+  const int world = static_cast<int>(env.world_size);
+  std::string problem;
+  if (world == 1) {
+    problem = "a group of one has no peer";
+  } else if (!options.point_to_point) {
+    problem = "this group was made without point-to-point lanes (GroupOptions::point_to_point)";
+  } else if (any && peer == kAnySource) {
+    return *communicator();
+  } else if (peer == static_cast<int>(env.rank)) {
+    problem = "rank " + std::to_string(peer) + " is this rank itself";
+  } else if (peer < 0 || peer >= world) {
+    problem = "rank " + std::to_string(peer) + " is not in [0, " + std::to_string(world) + ")";
+  } else {
+    return *communicator();
+  }
+  throw std::invalid_argument(std::string(op) + ": " + problem);
+}
+
 // Work (<cumulus/process_group.h>): the communicator's Work, and the tensor it writes into.
 struct Work::Impl {
   std::shared_ptr<comm::Work> work;  // null: nothing in flight (a group of one)
   torch::Tensor target;              // the caller's tensor
   torch::Tensor buffer;              // what the collective writes: `target`, or its contiguous copy
   torch::Tensor input;               // allgather: what it sends, kept alive until it is done
+  std::shared_ptr<comm::ReceiveWork> receive;  // recvAsync's: who sent
   bool waited = false;
   std::exception_ptr error;
 };
@@ -376,6 +554,8 @@ void Work::wait() {
 }
 
 bool Work::isCompleted() const { return impl_->work == nullptr || impl_->work->isCompleted(); }
+
+int Work::source() const { return impl_->receive ? impl_->receive->source() : -1; }
 
 namespace {
 
@@ -441,6 +621,32 @@ std::unique_ptr<Work> ProcessGroup::allgatherAsync(const torch::Tensor& tensor,
   impl->input = tensor.contiguous();
   comm::Buffer out = bufferOf(impl->buffer, dtype);
   impl->work = communicator->allgatherAsync(bufferOf(impl->input, dtype), out, call);
+  return std::make_unique<Work>(std::move(impl));
+}
+
+std::unique_ptr<Work> ProcessGroup::sendAsync(const torch::Tensor& tensor, int peer, int tag,
+                                              const CollectiveOptions& options) {
+  checkBytes("send", tensor);
+  comm::Communicator& communicator = impl_->pointToPoint("send", peer, false);
+  const comm::OpOptions call = opOptions(options);
+  auto impl = std::make_unique<Work::Impl>();
+  impl->input = tensor.contiguous();  // held until the send is done
+  impl->work = communicator.send(impl->input.data_ptr(), bytesOf(impl->input), peer,
+                                 static_cast<uint32_t>(tag), call);
+  return std::make_unique<Work>(std::move(impl));
+}
+
+std::unique_ptr<Work> ProcessGroup::recvAsync(torch::Tensor& tensor, int source, int tag,
+                                              const CollectiveOptions& options) {
+  checkBytes("recv", tensor);
+  comm::Communicator& communicator = impl_->pointToPoint("recv", source, true);
+  const comm::OpOptions call = opOptions(options);
+  auto impl = std::make_unique<Work::Impl>();
+  impl->target = tensor;
+  impl->buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  impl->receive = communicator.recv(impl->buffer.data_ptr(), bytesOf(impl->buffer), source,
+                                    static_cast<uint32_t>(tag), call);
+  impl->work = impl->receive;
   return std::make_unique<Work>(std::move(impl));
 }
 

@@ -25,8 +25,8 @@ struct ProcessGroup::Impl {
   configs::CommConfig config;  // `options` as the comm section the trainer's parts take
   base::RunEnv env;
   cumulus::Algorithm algorithm = cumulus::Algorithm::kAuto;  // options.algorithm, parsed
-  std::chrono::milliseconds timeout{60000};            // options.timeout_seconds
-  std::unique_ptr<trainer::GroupConnection> group;        // null in a group of one
+  std::chrono::milliseconds timeout{60000};                  // options.timeout_seconds
+  std::unique_ptr<trainer::GroupConnection> group;           // null in a group of one
   // What the connections this group had before `group` sent (an ElasticGroup re-makes it at
   // every re-forming): bytesSent() counts since the group was made, across them.
   uint64_t bytes_sent_before = 0;
@@ -36,6 +36,10 @@ struct ProcessGroup::Impl {
   comm::AllreduceOptions allreduceCall(const CollectiveOptions& options) const;
   // std::invalid_argument unless 0 <= root < the group's size.
   void checkRoot(const char* op, int root) const;
+  // The communicator that carries a send to / receive from `peer` (kAnySource when `any`);
+  // std::invalid_argument naming why there is none (a group of one, no point-to-point lanes, a
+  // peer that is this rank or outside the group).
+  comm::Communicator& pointToPoint(const char* op, int peer, bool any);
   // The communicator of a group of several ranks; null in a group of one.
   comm::Communicator* communicator() { return group ? &group->communicator() : nullptr; }
   // Closes the connection, if any (its peers fail at once), keeping what it sent in

@@ -10,11 +10,16 @@
 #     Keeps each (backend, world, size)'s best time over the rounds and prints time and busbw
 #     ratios (cumulus / gloo).
 #
+#   bench/compare_python.sh alltoall [--worlds "2 4"] [--sizes 16M] [--rounds 3] [--out FILE]
+#     the same with torch.distributed.all_to_all_single (each rank sends `bytes` in all, an
+#     equal block to every rank).
+#
 #   bench/compare_python.sh ddp [--experiments "mlp convnet gpt"] [--rounds 3] [--world 2]
 #                               [--mlp-steps 300] [--convnet-steps 40] [--gpt-steps 100]
-#                               [--out FILE]
+#                               [--wrap ddp|fsdp2] [--out FILE]
 #     the same DDP script (bench/ddp_train.py: the experiment's model, data, optimizer and
-#     schedule) with --backend gloo and --backend cumulus: median samples/s of each over the
+#     schedule) with --backend gloo and --backend cumulus (--wrap fsdp2: FSDP2's fully_shard
+#     instead of DDP, bench/ddp_train.py --wrap): median samples/s of each over the
 #     rounds, their ratio, the median per-round ratio ("paired") and the test loss after the
 #     last step (the same seed and data on both sides).
 #
@@ -25,11 +30,13 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"; root="$(cd "$here/.." && pwd)"
 python=${CUMULUS_PYTHON:-$root/.venv/bin/python}  # the project environment (its torch is the peer)
 mode="${1:-}"; shift || true
-case "$mode" in allreduce|ddp) ;; *)
-  echo "usage: compare_python.sh allreduce|ddp [options] (see the head of this file)" >&2; exit 2 ;;
+case "$mode" in allreduce|alltoall|ddp) ;; *)
+  echo "usage: compare_python.sh allreduce|alltoall|ddp [options] (see the head of this file)" >&2
+  exit 2 ;;
 esac
 worlds="2 4"; sizes="4K:64M"; factor=4; rounds=3; world=2; experiments="mlp convnet gpt"
-mlp_steps=300; convnet_steps=40; gpt_steps=100; out="$here/results/python_backend/$mode.jsonl"
+mlp_steps=300; convnet_steps=40; gpt_steps=100; wrap=ddp
+out="$here/results/python_backend/$mode.jsonl"
 while [ $# -gt 0 ]; do
   case "$1" in
     --worlds) worlds="$2"; shift 2 ;;
@@ -41,6 +48,7 @@ while [ $# -gt 0 ]; do
     --mlp-steps) mlp_steps="$2"; shift 2 ;;
     --convnet-steps) convnet_steps="$2"; shift 2 ;;
     --gpt-steps) gpt_steps="$2"; shift 2 ;;
+    --wrap) wrap="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     *) echo "compare_python.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -53,7 +61,9 @@ free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1
 # The order of a round's two runs: cumulus first in odd rounds, gloo first in even ones.
 order() { if [ $(($1 % 2)) -eq 1 ]; then echo "cumulus gloo"; else echo "gloo cumulus"; fi; }
 
-if [ "$mode" = allreduce ]; then
+op=all_reduce
+[ "$mode" = alltoall ] && op=all_to_all
+if [ "$mode" = allreduce ] || [ "$mode" = alltoall ]; then
   for w in $worlds; do
     for round in $(seq 1 "$rounds"); do
       for backend in $(order "$round"); do
@@ -62,7 +72,7 @@ if [ "$mode" = allreduce ]; then
         for rank in $(seq 0 $((w - 1))); do
           MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$rank WORLD_SIZE=$w OMP_NUM_THREADS=1 \
             GLOO_SOCKET_IFNAME=lo "$python" "$here/torch_allreduce.py" --backend "$backend" \
-            --sizes "$sizes" --factor "$factor" > "$tmp/$backend.$rank" &
+            --op "$op" --sizes "$sizes" --factor "$factor" > "$tmp/$backend.$rank" &
           pids+=($!)
         done
         for pid in "${pids[@]}"; do wait "$pid"; done
@@ -111,6 +121,7 @@ for exp in $experiments; do
     for backend in $(order "$round"); do
       echo "# $exp world $world round $round: $backend" >&2
       "$python" "$here/ddp_train.py" "$tmp/$exp.yaml" --nproc "$world" --backend "$backend" \
+        --wrap "$wrap" \
         2> "$tmp/log" > "$tmp/summary" || { cat "$tmp/log" >&2; exit 1; }
       grep '^{' "$tmp/summary" | sed "s/}\$/, \"exp\": \"$exp\", \"round\": $round}/" >> "$out"
     done

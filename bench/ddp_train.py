@@ -237,11 +237,28 @@ def load_data(config):
 # Model, optimizer, schedule.
 
 
-def build_model(config, input_shape):
+def python_twin(scripted, path):
+    """The nn.Module of models/gpt/gpt.py that `path` (gpt_<preset>.pt, made by
+    models/gpt/export.py) was scripted from, with its weights: FSDP2 wraps Python modules only."""
+    sys.path.insert(0, os.path.join(HERE, "..", "models", "gpt"))
+    import gpt
+    preset = os.path.basename(path)[len("gpt_"):-len(".pt")]
+    if not os.path.basename(path).startswith("gpt_") or preset not in gpt.PRESETS:
+        sys.exit("ddp_train.py: --wrap fsdp2 needs a Python module; %s is not a gpt_<preset>.pt "
+                 "of models/gpt/export.py" % path)
+    model = gpt.Gpt(**gpt.PRESETS[preset])
+    model.load_state_dict(scripted.state_dict())
+    return model
+
+
+def build_model(config, input_shape, wrap="ddp"):
     import torch
     m = config["model"]
     if m["name"].startswith("torchscript:"):
-        model = torch.jit.load(m["name"][len("torchscript:"):])
+        path = m["name"][len("torchscript:"):]
+        model = torch.jit.load(path)
+        if wrap == "fsdp2":
+            model = python_twin(model, path)
         model.train()
         return model
     from reference_models import ConvNet, Mlp
@@ -325,16 +342,23 @@ def forward(model, inputs, bf16):
     return outputs.float()
 
 
-def evaluate(model, test, batch_size, rank, world, bf16=False):
+def evaluate(model, test, batch_size, rank, world, bf16=False, lockstep=False):
     """trainer/evaluator.cc: this rank's contiguous share of the test samples, sums all-reduced;
-    (mean loss per target, fraction of targets right)."""
+    (mean loss per target, fraction of targets right). `lockstep` (FSDP2, whose forward is a
+    collective): every rank runs as many forwards as the largest share needs, the extra ones on
+    a sample it then leaves out."""
     import torch
     import torch.distributed as dist
     n = len(test)
     first, last = n * rank // world, n * (rank + 1) // world
     model.eval()
     sums = torch.zeros(3, dtype=torch.float64)  # loss, correct, targets
+    largest = max(n * (k + 1) // world - n * k // world for k in range(world))
+    extra = ((largest + batch_size - 1) // batch_size
+             - (last - first + batch_size - 1) // batch_size) if lockstep else 0
     with torch.no_grad():
+        for _ in range(extra):
+            forward(model, test.batch(torch.arange(first, first + 1))[0], bf16)
         for begin in range(first, last, batch_size):
             inputs, targets = test.batch(torch.arange(begin, min(begin + batch_size, last)))
             outputs = forward(model, inputs, bf16)
@@ -440,7 +464,7 @@ def plan_steps(config, n, world):
     return batch, steps_per_epoch, total_steps
 
 
-def train_rank(config, skip_steps, save_state_dict=None, backend="gloo"):
+def train_rank(config, skip_steps, save_state_dict=None, backend="gloo", wrap="ddp"):
     import torch
     import torch.distributed as dist
 
@@ -453,10 +477,20 @@ def train_rank(config, skip_steps, save_state_dict=None, backend="gloo"):
     eval_batch = int(config["eval"]["batch_size"])
 
     torch.manual_seed(int(t["seed"]))
-    model = build_model(config, tuple(train.inputs.shape[1:]) if isinstance(train, Samples) else ())
+    model = build_model(config, tuple(train.inputs.shape[1:]) if isinstance(train, Samples) else (),
+                        wrap)
     parameters = sum(p.numel() for p in model.parameters())
-    ddp = torch.nn.parallel.DistributedDataParallel(
-        model, bucket_cap_mb=float(config["comm"]["bucket_cap_mb"]))
+    if wrap == "fsdp2":
+        # Each transformer block its own FSDP unit (parameters all-gathered before its forward,
+        # gradients reduce-scattered after its backward), then the rest.
+        from torch.distributed.fsdp import fully_shard
+        for block in getattr(model, "blocks", []):
+            fully_shard(block)
+        fully_shard(model)
+        ddp = model
+    else:
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, bucket_cap_mb=float(config["comm"]["bucket_cap_mb"]))
     optimizer = build_optimizer(config, ddp.parameters())
     clip = float(t["grad_clip_norm"])
     bf16 = uses_bf16(config)
@@ -486,7 +520,8 @@ def train_rank(config, skip_steps, save_state_dict=None, backend="gloo"):
             log("ddp step %d/%d loss %.4f %.1f samples/s" % (
                 step + 1, total_steps, loss_value, timing.samples_per_sec() or 0.0))
         if (step + 1) % every == 0 or step + 1 == total_steps:
-            evaluation = evaluate(model, test, eval_batch, rank, world, bf16)
+            evaluation = evaluate(model, test, eval_batch, rank, world, bf16,
+                                  lockstep=wrap == "fsdp2")
             evaluations.append({"step": step + 1, "test_loss": evaluation[0],
                                 "test_accuracy": evaluation[1]})
             if rank == 0:
@@ -498,7 +533,7 @@ def train_rank(config, skip_steps, save_state_dict=None, backend="gloo"):
     result = None
     if rank == 0:
         result = {
-            "type": "summary", "impl": "ddp", "backend": backend,
+            "type": "summary", "impl": wrap, "backend": backend,
             "precision": "bf16" if bf16 else "fp32", "steps": total_steps,
             "epochs": total_steps / steps_per_epoch, "test_loss": evaluation[0],
             "test_accuracy": evaluation[1], "wall_seconds": time.perf_counter() - start,
@@ -507,7 +542,7 @@ def train_rank(config, skip_steps, save_state_dict=None, backend="gloo"):
             "threads": threads, "torch": torch.__version__,
         }
         result.update(timing.summary())
-        if save_state_dict:
+        if save_state_dict and wrap == "ddp":
             torch.save(dict(model.state_dict()), save_state_dict)
     dist.barrier()
     dist.destroy_process_group()
@@ -576,10 +611,15 @@ def main():
     parser.add_argument("--backend", default="gloo", choices=["gloo", "cumulus"],
                         help="torch.distributed backend under DDP (default gloo; cumulus needs "
                              "PYTHONPATH=build/python, docs/python.md)")
+    parser.add_argument("--wrap", default="ddp", choices=["ddp", "fsdp2"],
+                        help="DistributedDataParallel (default), or FSDP2's fully_shard on each "
+                             "transformer block and the model (a GPT's scripted file is swapped "
+                             "for its models/gpt/gpt.py module with the same weights)")
     args = parser.parse_args()
 
     if args.nproc > 0 and "RANK" not in os.environ:
-        rest = [args.config, "--skip-steps", str(args.skip_steps), "--backend", args.backend]
+        rest = [args.config, "--skip-steps", str(args.skip_steps), "--backend", args.backend,
+                "--wrap", args.wrap]
         if args.save_state_dict:
             rest += ["--save-state-dict", os.path.abspath(args.save_state_dict)]
         for item in args.set:
@@ -587,7 +627,7 @@ def main():
         sys.exit(launch(args.nproc, rest, args.timeout))
 
     config = load_config(args.config, args.set)
-    result = train_rank(config, args.skip_steps, args.save_state_dict, args.backend)
+    result = train_rank(config, args.skip_steps, args.save_state_dict, args.backend, args.wrap)
     if result is not None:
         print(json.dumps(result), flush=True)
 

@@ -30,8 +30,9 @@ std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std
   return {std::move(parsed->host), parsed->port};
 }
 
-GroupConnection::GroupConnection(const base::RunEnv& env, const configs::CommConfig& config)
-    : env_(env), config_(config) {
+GroupConnection::GroupConnection(const base::RunEnv& env, const configs::CommConfig& config,
+                                 bool point_to_point)
+    : env_(env), config_(config), point_to_point_(point_to_point) {
   comm::StoreClientOptions options;
   options.connect_timeout = timeoutOf(config);
   store_ = std::make_unique<comm::StoreClient>(env.store_host, static_cast<int>(env.store_port),
@@ -40,8 +41,8 @@ GroupConnection::GroupConnection(const base::RunEnv& env, const configs::CommCon
 }
 
 GroupConnection::GroupConnection(const base::RunEnv& env, const configs::CommConfig& config,
-                           comm::Store& store)
-    : env_(env), config_(config) {
+                                 comm::Store& store, bool point_to_point)
+    : env_(env), config_(config), point_to_point_(point_to_point) {
   connect(store);
 }
 
@@ -68,6 +69,7 @@ void GroupConnection::connect(comm::Store& store) {
   options.generation = static_cast<uint64_t>(env_.generation);
   options.job_token = env_.job_token;
   options.timeout = timeout_;
+  options.point_to_point = point_to_point_;
   if (!env_.bind_host.empty()) options.bind_host = env_.bind_host;
   if (!config_.cost_model.empty()) {
     try {

@@ -20,11 +20,11 @@
 #include <string>
 
 #include "base/run_env.h"
-#include "cumulus/errors.h"
 #include "comm/algorithm.h"
 #include "comm/communicator.h"
 #include "comm/store.h"
 #include "configs/experiment.h"
+#include "cumulus/errors.h"
 
 namespace cumulus::comm {
 class FunnelClient;
@@ -32,7 +32,6 @@ class StoreClient;
 }  // namespace cumulus::comm
 
 namespace cumulus::trainer {
-
 
 // The launcher's variables for a worker of a group (base::RunEnv::fromGroupEnvironment: RANK,
 // WORLD_SIZE, MASTER_ADDR and MASTER_PORT are required). Throws GroupError naming the variable
@@ -47,10 +46,14 @@ class GroupConnection {
   // Connects to the Store at MASTER_ADDR:MASTER_PORT with the job token, to the parameter server
   // at CUMULUS_PS_ENDPOINT when comm.algorithm is funnel (GroupError if it is not set), and
   // rendezvous with the other ranks under generation CUMULUS_GENERATION (the fields of `env`).
-  GroupConnection(const base::RunEnv& env, const configs::CommConfig& config);
+  // With `point_to_point`, the communicator opens its point-to-point lanes too
+  // (comm::CommunicatorOptions::point_to_point).
+  GroupConnection(const base::RunEnv& env, const configs::CommConfig& config,
+                  bool point_to_point = false);
   // Over a caller-owned Store that outlives the group (tests: ranks as threads, a MemoryStore).
   // `env.store_host/port` are ignored.
-  GroupConnection(const base::RunEnv& env, const configs::CommConfig& config, comm::Store& store);
+  GroupConnection(const base::RunEnv& env, const configs::CommConfig& config, comm::Store& store,
+                  bool point_to_point = false);
   ~GroupConnection();
   GroupConnection(const GroupConnection&) = delete;
   GroupConnection& operator=(const GroupConnection&) = delete;
@@ -72,6 +75,7 @@ class GroupConnection {
 
   const base::RunEnv env_;
   const configs::CommConfig config_;
+  const bool point_to_point_;
   cumulus::Algorithm algorithm_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<comm::StoreClient> store_;    // null when the caller owns the Store

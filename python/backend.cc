@@ -1,4 +1,5 @@
-// Backend (python/backend.h): torch.distributed's "cumulus" c10d::Backend over cumulus::ProcessGroup.
+// Backend (python/backend.h): torch.distributed's "cumulus" c10d::Backend over
+// cumulus::ProcessGroup.
 
 #include "python/backend.h"
 
@@ -116,6 +117,133 @@ void writeInto(const at::Tensor& out, const at::Tensor& value) {
   at::Tensor target = at::isComplexType(out.scalar_type()) ? at::view_as_real(out) : out;
   target.copy_(value.reshape(target.sizes()));
 }
+
+// The checks of the calls that only move bytes: any dtype.
+void checkMovable(const char* op, const at::Tensor& tensor) {
+  if (!tensor.defined()) refuse(std::string(op) + ": the tensor is undefined");
+  if (!tensor.device().is_cpu()) {
+    refuse(std::string(op) + ": the tensor is on " + tensor.device().str() +
+           "; this backend takes CPU tensors (move it with .cpu())");
+  }
+  if (tensor.is_sparse()) refuse(std::string(op) + ": sparse tensors are not supported");
+}
+
+const at::Tensor& theOneMovable(const char* op, const std::vector<at::Tensor>& tensors) {
+  if (tensors.size() != 1) {
+    refuse(std::string(op) + ": takes one tensor per call (one device per process), got " +
+           std::to_string(tensors.size()));
+  }
+  checkMovable(op, tensors[0]);
+  return tensors[0];
+}
+
+void checkRoot(const char* op, int root, int size) {
+  if (root < 0 || root >= size) {
+    refuse(std::string(op) + ": root " + std::to_string(root) + " must be in [0, " +
+           std::to_string(size) + ")");
+  }
+}
+
+// `list` holds `size` tensors of `like`'s elements and dtype, any dtype.
+void checkMovableList(const char* op, const std::vector<at::Tensor>& list, int size,
+                      const at::Tensor& like, const char* what) {
+  if (static_cast<int>(list.size()) != size) {
+    refuse(std::string(op) + ": " + what + " has " + std::to_string(list.size()) +
+           " tensors; the group has " + std::to_string(size) + " ranks");
+  }
+  for (const at::Tensor& t : list) {
+    checkMovable(op, t);
+    if (t.numel() != like.numel() || t.scalar_type() != like.scalar_type()) {
+      refuse(std::string(op) + ": every tensor of " + what + " must have " +
+             std::to_string(like.numel()) + " elements of " + c10::toString(like.scalar_type()) +
+             ", got " + std::to_string(t.numel()) + " of " + c10::toString(t.scalar_type()));
+    }
+  }
+}
+
+// `splits` cut `tensor`'s first dimension into one block per rank (empty: equal blocks).
+void checkSplits(const char* op, const char* what, const at::Tensor& tensor,
+                 const std::vector<int64_t>& splits, int size) {
+  const int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
+  if (splits.empty()) {
+    if (rows % size == 0) return;
+    refuse(std::string(op) + ": the " + what + "'s first dimension (" + std::to_string(rows) +
+           ") is not a multiple of the group's " + std::to_string(size) +
+           " ranks; pass its split sizes");
+  }
+  int64_t sum = 0;
+  bool negative = false;
+  for (int64_t s : splits) {
+    sum += s;
+    negative = negative || s < 0;
+  }
+  if (static_cast<int>(splits.size()) != size || sum != rows || negative) {
+    refuse(std::string(op) + ": the " + what + "'s split sizes must be " + std::to_string(size) +
+           " counts of rows, none negative, summing to its first dimension (" +
+           std::to_string(rows) + "); got " + std::to_string(splits.size()) + " summing to " +
+           std::to_string(sum));
+  }
+}
+
+// The tensors of `list` flattened into one contiguous 1-D tensor, in order.
+at::Tensor flatCat(const std::vector<at::Tensor>& list) {
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : list) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+// `flat`'s consecutive pieces written into the tensors of `list` (numel each).
+void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& list) {
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (const at::Tensor& t : list) {
+    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+// A send's or receive's Work. It completes when the Cumulus Work does, on the group's
+// point-to-point thread, not through the backend's queue; wait() surfaces its error.
+class PointToPointWork final : public c10d::Work {
+ public:
+  PointToPointWork(int rank, c10d::OpType type, const char* title,
+                   std::unique_ptr<cumulus::Work> work, std::vector<at::Tensor> tensors)
+      : c10d::Work(rank, type, title), work_(std::move(work)), tensors_(std::move(tensors)) {}
+
+  bool isCompleted() override { return work_->isCompleted(); }
+  bool isSuccess() const override { return work_->isCompleted() && !collect(); }
+  std::exception_ptr exception() const override {
+    return work_->isCompleted() ? collect() : nullptr;
+  }
+  int sourceRank() const override { return work_->source(); }
+  std::vector<at::Tensor> result() override { return tensors_; }
+  // Bounded by the send's or receive's own deadline (the group's timeout).
+  bool wait(std::chrono::milliseconds /*timeout*/) override {
+    if (std::exception_ptr error = collect()) std::rethrow_exception(error);
+    return true;
+  }
+
+ private:
+  // Waits once for the Cumulus Work (which copies into a non-contiguous tensor), keeping its error.
+  std::exception_ptr collect() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!collected_) {
+      collected_ = true;
+      try {
+        work_->wait();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
+    return error_;
+  }
+
+  std::unique_ptr<cumulus::Work> work_;
+  std::vector<at::Tensor> tensors_;
+  mutable std::mutex mutex_;
+  mutable bool collected_ = false;
+  mutable std::exception_ptr error_;
+};
 
 const at::Tensor& theOne(const char* op, const std::vector<at::Tensor>& tensors) {
   if (tensors.size() != 1) {
@@ -326,8 +454,8 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
   at::Tensor tensor = theOne("broadcast", tensors);
   const int root = static_cast<int>(opts.rootRank);
   if (root < 0 || root >= size_) {
-    refuse("broadcast: root " + std::to_string(root) + " must be in [0, " +
-           std::to_string(size_) + ")");
+    refuse("broadcast: root " + std::to_string(root) + " must be in [0, " + std::to_string(size_) +
+           ")");
   }
   const CollectiveOptions call = callOptions(opts.timeout);
   return enqueue(c10d::OpType::BROADCAST, "cumulus:broadcast", tensors, [=, this] {
@@ -399,10 +527,10 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
   CollectiveOptions call = callOptions(opts.timeout);
   call.op = reduceOpOf("reduce", opts.reduceOp, tensor);
   const bool mine = rank_ == root;
-  // An all-reduce; the ranks other than the root reduce a copy and keep their tensor.
+  // A tree reduce; the ranks other than the root keep their tensor (the group reduces a copy).
   return enqueue(c10d::OpType::REDUCE, "cumulus:reduce", tensors, [=, this] {
-    Wire wire = wireOf(mine ? tensor : tensor.clone());
-    group_->allreduce(wire.tensor, call);
+    Wire wire = wireOf(tensor);
+    group_->reduce(wire.tensor, root, call);
     if (mine) wire.restore();
   });
 }
@@ -457,65 +585,61 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
     }
   }
   const CollectiveOptions call = callOptions(opts.timeout);
-  return enqueue(c10d::OpType::ALLGATHER_COALESCED, "cumulus:all_gather_coalesced", all,
-                 [=, this] {
-                   for (size_t i = 0; i < inputs.size(); ++i) {
-                     const at::Tensor rows = group_->allgather(wireOf(inputs[i]).tensor, call);
-                     for (int r = 0; r < size_; ++r) writeInto(outputs[r][i], rows[r]);
-                   }
-                 });
+  return enqueue(c10d::OpType::ALLGATHER_COALESCED, "cumulus:all_gather_coalesced", all, [=, this] {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor rows = group_->allgather(wireOf(inputs[i]).tensor, call);
+      for (int r = 0; r < size_; ++r) writeInto(outputs[r][i], rows[r]);
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                std::vector<at::Tensor>& inputs,
                                                const c10d::GatherOptions& opts) {
-  at::Tensor input = theOne("gather", inputs);
+  at::Tensor input = theOneMovable("gather", inputs);
   const int root = static_cast<int>(opts.rootRank);
+  checkRoot("gather", root, size_);
   const bool mine = rank_ == root;
   std::vector<at::Tensor> out;
   if (mine) {
     if (outputs.size() != 1) refuse("gather: the root takes one output list");
-    checkList("gather", outputs[0], size_, input, "the output list");
+    checkMovableList("gather", outputs[0], size_, input, "the output list");
     out = outputs[0];
   } else if (!outputs.empty()) {
     refuse("gather: only the root (rank " + std::to_string(root) + ") passes an output list");
   }
   const CollectiveOptions call = callOptions(opts.timeout);
-  // An all-gather of which only the root keeps the rows.
+  // Each rank's bytes go straight to the root, which lays them side by side.
   return enqueue(c10d::OpType::GATHER, "cumulus:gather", out, [=, this] {
-    const at::Tensor rows = group_->allgather(wireOf(input).tensor, call);
-    for (size_t r = 0; r < out.size(); ++r) writeInto(out[r], rows[r]);
+    if (!mine) return group_->gather(input, nullptr, root, call);
+    at::Tensor blocks = at::empty({size_ * input.numel()}, input.options());
+    group_->gather(input, &blocks, root, call);
+    unflatten(blocks, out);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ScatterOptions& opts) {
-  at::Tensor output = theOne("scatter", outputs);
+  at::Tensor output = theOneMovable("scatter", outputs);
   const int root = static_cast<int>(opts.rootRank);
+  checkRoot("scatter", root, size_);
   const bool mine = rank_ == root;
   std::vector<at::Tensor> in;
   if (mine) {
     if (inputs.size() != 1) refuse("scatter: the root takes one input list");
-    checkList("scatter", inputs[0], size_, output, "the input list");
+    checkMovableList("scatter", inputs[0], size_, output, "the input list");
     in = inputs[0];
   } else if (!inputs.empty()) {
     refuse("scatter: only the root (rank " + std::to_string(root) + ") passes an input list");
   }
   const CollectiveOptions call = callOptions(opts.timeout);
-  // The root broadcasts every rank's block; each keeps its own.
+  // The root sends each rank its block, and only its block.
   return enqueue(c10d::OpType::SCATTER, "cumulus:scatter", {output}, [=, this] {
-    const at::Tensor like = wireOf(output).tensor.reshape({1, -1});
-    at::Tensor blocks;
-    if (mine) {
-      std::vector<at::Tensor> rows;
-      for (const at::Tensor& t : in) rows.push_back(wireOf(t).tensor.reshape({1, -1}));
-      blocks = at::cat(rows);
-    } else {
-      blocks = at::empty({size_, like.size(1)}, like.options());
-    }
-    group_->broadcast(blocks, root, call);
-    writeInto(output, blocks[rank_]);
+    at::Tensor target = output;
+    if (!mine) return group_->scatter(nullptr, target, root, call);
+    const at::Tensor blocks = flatCat(in);
+    group_->scatter(&blocks, target, root, call);
   });
 }
 
@@ -560,6 +684,138 @@ c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts
   const CollectiveOptions call = callOptions(opts.timeout);
   return enqueue(c10d::OpType::BARRIER, "cumulus:barrier", {},
                  [=, this] { group_->barrier(call); });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                      std::vector<int64_t>& outputSplitSizes,
+                                                      std::vector<int64_t>& inputSplitSizes,
+                                                      const c10d::AllToAllOptions& opts) {
+  checkMovable("all_to_all_single", input);
+  checkMovable("all_to_all_single", output);
+  if (output.scalar_type() != input.scalar_type()) {
+    refuse("all_to_all_single: the output's dtype " +
+           std::string(c10::toString(output.scalar_type())) + " is not the input's " +
+           c10::toString(input.scalar_type()));
+  }
+  checkSplits("all_to_all_single", "input", input, inputSplitSizes, size_);
+  checkSplits("all_to_all_single", "output", output, outputSplitSizes, size_);
+  const std::vector<int64_t> outSplits = outputSplitSizes, inSplits = inputSplitSizes;
+  const CollectiveOptions call = callOptions(opts.timeout);
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "cumulus:all_to_all_single", {output}, [=, this] {
+    at::Tensor target = output.is_contiguous() ? output : output.contiguous();
+    group_->allToAll(input, target, inSplits, outSplits, call);
+    if (!target.is_same(output)) writeInto(output, target);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& outputs,
+                                                 std::vector<at::Tensor>& inputs,
+                                                 const c10d::AllToAllOptions& opts) {
+  if (static_cast<int>(outputs.size()) != size_ || static_cast<int>(inputs.size()) != size_) {
+    refuse("all_to_all: " + std::to_string(inputs.size()) + " input and " +
+           std::to_string(outputs.size()) + " output tensors; the group has " +
+           std::to_string(size_) + " ranks");
+  }
+  std::vector<int64_t> inSplits, outSplits;
+  for (int r = 0; r < size_; ++r) {
+    checkMovable("all_to_all", inputs[r]);
+    checkMovable("all_to_all", outputs[r]);
+    if (inputs[r].scalar_type() != inputs[0].scalar_type() ||
+        outputs[r].scalar_type() != inputs[0].scalar_type()) {
+      refuse("all_to_all: every tensor must have one dtype");
+    }
+    inSplits.push_back(inputs[r].numel());
+    outSplits.push_back(outputs[r].numel());
+  }
+  const std::vector<at::Tensor> in = inputs, out = outputs;
+  const CollectiveOptions call = callOptions(opts.timeout);
+  return enqueue(c10d::OpType::ALLTOALL, "cumulus:all_to_all", out, [=, this] {
+    int64_t total = 0;
+    for (int64_t n : outSplits) total += n;
+    at::Tensor received = at::empty({total}, in[0].options());
+    group_->allToAll(flatCat(in), received, inSplits, outSplits, call);
+    unflatten(received, out);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  if (outputs.size() != inputs.size()) {
+    refuse("all_gather_into_tensor_coalesced: " + std::to_string(outputs.size()) + " outputs for " +
+           std::to_string(inputs.size()) + " inputs");
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor("all_gather_into_tensor_coalesced", inputs[i]);
+    checkTensor("all_gather_into_tensor_coalesced", outputs[i]);
+    if (outputs[i].numel() != inputs[i].numel() * size_ ||
+        outputs[i].scalar_type() != inputs[i].scalar_type()) {
+      refuse("all_gather_into_tensor_coalesced: output " + std::to_string(i) + " must hold " +
+             std::to_string(size_) + " × its input's elements of its dtype");
+    }
+  }
+  const std::vector<at::Tensor> in = inputs, out = outputs;
+  const CollectiveOptions call = callOptions(opts.timeout);
+  return enqueue(c10d::OpType::COALESCED, "cumulus:all_gather_into_tensor_coalesced", out,
+                 [=, this] {
+                   for (size_t i = 0; i < in.size(); ++i) {
+                     writeInto(out[i], group_->allgather(wireOf(in[i]).tensor, call));
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  if (outputs.size() != inputs.size() || inputs.empty()) {
+    refuse("reduce_scatter_tensor_coalesced: " + std::to_string(outputs.size()) + " outputs for " +
+           std::to_string(inputs.size()) + " inputs");
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor("reduce_scatter_tensor_coalesced", inputs[i]);
+    checkTensor("reduce_scatter_tensor_coalesced", outputs[i]);
+    if (inputs[i].numel() != outputs[i].numel() * size_ ||
+        outputs[i].scalar_type() != inputs[i].scalar_type()) {
+      refuse("reduce_scatter_tensor_coalesced: input " + std::to_string(i) + " must hold " +
+             std::to_string(size_) + " × its output's elements of its dtype");
+    }
+  }
+  CollectiveOptions call = callOptions(opts.timeout);
+  call.op = reduceOpOf("reduce_scatter_tensor_coalesced", opts.reduceOp, outputs[0]);
+  const std::vector<at::Tensor> in = inputs, out = outputs;
+  return enqueue(c10d::OpType::COALESCED, "cumulus:reduce_scatter_tensor_coalesced", out,
+                 [=, this] {
+                   for (size_t i = 0; i < in.size(); ++i) {
+                     Wire wire = wireOf(in[i].reshape({size_, -1}));
+                     at::Tensor mine = group_->reduceScatter(wire.tensor, call);
+                     writeInto(out[i], wire.boolean ? mine.ne(0) : mine);
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dstRank,
+                                             int tag) {
+  const at::Tensor& tensor = theOneMovable("send", tensors);
+  return c10::make_intrusive<PointToPointWork>(
+      rank_, c10d::OpType::SEND, "cumulus:send",
+      group_->sendAsync(tensor, dstRank, tag, callOptions(std::chrono::milliseconds(0))), tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                             int tag) {
+  at::Tensor tensor = theOneMovable("recv", tensors);
+  return c10::make_intrusive<PointToPointWork>(
+      rank_, c10d::OpType::RECV, "cumulus:recv",
+      group_->recvAsync(tensor, srcRank, tag, callOptions(std::chrono::milliseconds(0))), tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  at::Tensor tensor = theOneMovable("recv", tensors);
+  return c10::make_intrusive<PointToPointWork>(
+      rank_, c10d::OpType::RECVANYSOURCE, "cumulus:recv_anysource",
+      group_->recvAsync(tensor, ProcessGroup::kAnySource, tag,
+                        callOptions(std::chrono::milliseconds(0))),
+      tensors);
 }
 
 }  // namespace cumulus::python

@@ -12,11 +12,15 @@
 // names the operation and the peer; the group is broken from then on and every later call fails
 // at once with the same cause, never hangs.
 //
-// Tensors: CPU, one per call (one device per process). float32, float64, bfloat16, float16, int32
-// and int64 go on the wire as they are; uint8, int8, int16 and bool through int32 (bool sums are
-// logical or), complex through its real view. Reductions: sum, avg, min, max (c10d's product and
-// bitwise ops are refused with std::invalid_argument, as are a tensor on another device and
-// mismatched list lengths, when the call is made).
+// Tensors: CPU, one per call (one device per process). What only moves bytes (send, recv,
+// gather, scatter, all_to_all) takes every dtype as it is; what reduces, broadcasts or all-gathers
+// sends float32, float64, bfloat16, float16, int32 and int64 as they are, uint8, int8, int16 and
+// bool through int32 (bool sums are logical or), complex through its real view. Reductions: sum,
+// avg, min, max, product, band, bor, bxor (PREMUL_SUM is refused with std::invalid_argument, as
+// are a tensor on another device and mismatched list lengths, when the call is made).
+//
+// Bytes moved: reduce is a binomial tree (each rank's bytes sent once), gather and scatter go
+// straight between the root and each rank, all_to_all is a pairwise exchange.
 //
 // Thread-safety: the methods may be called from any thread; the cross-rank order of collectives
 // is the order in which they are called, as in every c10d backend.
@@ -77,9 +81,9 @@ class Backend final : public c10d::Backend {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -92,6 +96,28 @@ class Backend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplitSizes,
+                                               std::vector<int64_t>& inputSplitSizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+
+  // Point-to-point: posted at once on the group's point-to-point lanes, not queued behind the
+  // collectives (a receive may wait for a peer that first runs collectives of its own). Matched
+  // by tag, in the order of the sends (MPI's rules); the Work's sourceRank() names the sender.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
  private:
   class Queue;
@@ -103,10 +129,10 @@ class Backend final : public c10d::Backend {
                                          std::function<void()> run);
 
   BackendOptions options_;
-  std::chrono::milliseconds timeout_;              // a collective's, when it gives none
-  std::unique_ptr<C10dStore> store_;               // outlives group_
+  std::chrono::milliseconds timeout_;             // a collective's, when it gives none
+  std::unique_ptr<C10dStore> store_;              // outlives group_
   std::unique_ptr<cumulus::ProcessGroup> group_;  // Cumulus's group of these ranks
-  std::unique_ptr<Queue> queue_;                   // stopped first
+  std::unique_ptr<Queue> queue_;                  // stopped first
 };
 
 // Stops every live backend's thread after what it has queued (Python's atexit, through

@@ -13,7 +13,8 @@
 //
 // Collectives: every rank calls them in the same order with matching arguments (same shape and
 // dtype; same root; same op). Tensors are CPU tensors of float32, float64, bfloat16, float16, int32
-// or int64; a non-contiguous one is reduced through a contiguous copy and written back. They block
+// or int64 (gather, scatter, allToAll, sendAsync and recvAsync, which only move bytes, take any
+// dtype); a non-contiguous one is reduced through a contiguous copy and written back. They block
 // until done, or throw CommError naming the operation, its sequence number and the peer within
 // `timeout_seconds` when a peer dies, hangs or lies. After a CommError the group is broken: every
 // later call throws at once. Build a new group (a new generation, which cumulus-run starts) to go
@@ -27,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cumulus/errors.h"
 #include "cumulus/options.h"
@@ -56,6 +58,10 @@ struct GroupOptions {
   double timeout_seconds = 60.0;
   // A calibration file written by `cumulus-bench calibrate`; empty: the built-in cost model.
   std::string cost_model;
+  // Sends and receives (ProcessGroup::sendAsync, recvAsync) need a second connection to each peer,
+  // opened at the rendezvous, and a thread that reads them; false saves both in a group that never
+  // uses them. Every rank of a group must agree.
+  bool point_to_point = true;
 };
 
 class Store;  // <cumulus/store.h>
@@ -89,7 +95,7 @@ struct GroupMember {
 struct CollectiveOptions {
   ReduceOp op = ReduceOp::kSum;
   std::optional<Algorithm> algorithm;  // allreduce only; unset: GroupOptions::algorithm
-  double timeout_seconds = 0;  // 0: GroupOptions::timeout_seconds
+  double timeout_seconds = 0;          // 0: GroupOptions::timeout_seconds
 };
 
 // A collective in flight (ProcessGroup::allreduceAsync, broadcastAsync), as c10d's Work. It holds
@@ -111,6 +117,9 @@ class Work {
   void wait();
   // True once the collective finished, successfully or not. Never blocks.
   bool isCompleted() const;
+  // A receive's (recvAsync) sender once wait() returned; before that, the rank asked for
+  // (kAnySource: any). -1 for every other Work.
+  int source() const;
 
   struct Impl;
   explicit Work(std::unique_ptr<Impl> impl);
@@ -121,6 +130,9 @@ class Work {
 
 class ProcessGroup {
  public:
+  // recvAsync's source for "whichever rank sends first".
+  static constexpr int kAnySource = -1;
+
   // Joins the group the environment describes and blocks until every rank is connected (or
   // options.timeout_seconds pass). Throws GroupError naming a missing or malformed variable
   // ("RANK=3 must be in [0, WORLD_SIZE=2)") or option ("algorithm: unknown 'rng'; did you mean
@@ -167,6 +179,46 @@ class ProcessGroup {
   torch::Tensor reduceScatter(const torch::Tensor& tensor, const CollectiveOptions& options = {});
   // Returns once every rank has entered it.
   void barrier(const CollectiveOptions& options = {});
+  // `root`'s tensor ends with the reduction over all ranks; the others' are left as they were.
+  // A binomial tree (comm/tree.h): ⌈log₂p⌉ rounds, each rank's bytes sent once.
+  void reduce(torch::Tensor& tensor, int root = 0, const CollectiveOptions& options = {});
+
+  // Collectives that only move bytes take CPU tensors of any dtype (bool, uint8, int8, int16,
+  // complex, ... as well). Each rank sends its bytes to the root alone (comm/exchange.h).
+  //
+  // gather: on `root`, `output` (contiguous, size() × input's elements, input's dtype) gets rank
+  // r's `input` at block r; the other ranks pass a null output.
+  void gather(const torch::Tensor& input, torch::Tensor* output, int root = 0,
+              const CollectiveOptions& options = {});
+  // scatter: `output` gets block rank() of the root's `input` (contiguous, size() × output's
+  // elements, output's dtype); the other ranks pass a null input.
+  void scatter(const torch::Tensor* input, torch::Tensor& output, int root = 0,
+               const CollectiveOptions& options = {});
+  // allToAll: `input`'s first dimension is cut into size() blocks of input_splits[j] rows (empty:
+  // equal blocks), block j going to rank j; `output`'s likewise by output_splits, block j coming
+  // from rank j (as torch.distributed.all_to_all_single). Both contiguous, of one dtype, with the
+  // same elements per row. Splits that two ranks disagree on fail with CommError(kInvalid) naming
+  // both sizes. Pairwise exchange in p−1 steps, every link busy both ways.
+  void allToAll(const torch::Tensor& input, torch::Tensor& output,
+                const std::vector<int64_t>& input_splits = {},
+                const std::vector<int64_t>& output_splits = {},
+                const CollectiveOptions& options = {});
+
+  // Point-to-point, apart from the collectives' order: a send is matched to the receive of the
+  // same tag on `peer`, in the order the sends were made (MPI's rules). They return at once; the
+  // Work completes once the bytes are handed to the kernel (send) or have arrived (receive), and
+  // its source() names the sender. Any dtype; the receive's tensor must have exactly the bytes
+  // sent (CommError kInvalid naming both sizes otherwise). A message sent before its receive is
+  // posted is buffered by the receiver, so ranks that send to each other before receiving do not
+  // deadlock. Errors (the Work's): kTimeout when nothing arrives or is taken within the timeout,
+  // kPeerClosed when the peer's connection closes. Needs GroupOptions::point_to_point
+  // (std::invalid_argument otherwise) and a group of several ranks; `peer` must be another rank
+  // of the group (std::invalid_argument).
+  std::unique_ptr<Work> sendAsync(const torch::Tensor& tensor, int peer, int tag = 0,
+                                  const CollectiveOptions& options = {});
+  // `source` may be kAnySource.
+  std::unique_ptr<Work> recvAsync(torch::Tensor& tensor, int source, int tag = 0,
+                                  const CollectiveOptions& options = {});
 
   // The same as allreduce and broadcast, started on the group's background thread: they return
   // at once (after checking the arguments, which throws as the blocking calls do), and the Work

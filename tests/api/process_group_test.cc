@@ -8,6 +8,7 @@
 
 #include <future>
 #include <map>
+#include <set>
 #include <string>
 
 #include "api/testing.h"
@@ -264,6 +265,133 @@ TEST(ProcessGroupCollectives, ReduceScatterGivesEachRankItsRows) {
               "reduceScatter: the first dimension (5) must be a multiple of the group's size 3");
     group.barrier();
   });
+}
+
+TEST(ProcessGroupCollectives, ReduceLeavesTheOthersAsTheyWere) {
+  runRanks(3, [](ProcessGroup& group) {
+    torch::Tensor t = torch::tensor({1, -2, 3}, torch::kInt32) * (group.rank() + 1);
+    const torch::Tensor before = t.clone();
+    group.reduce(t, 2);
+    EXPECT_TRUE(
+        torch::equal(t, group.rank() == 2 ? torch::tensor({6, -12, 18}, torch::kInt32) : before));
+  });
+}
+
+// Gather and scatter move bytes: a bool tensor goes as it is.
+TEST(ProcessGroupCollectives, GatherAndScatterTakeAnyDtype) {
+  runRanks(3, [](ProcessGroup& group) {
+    const int r = group.rank();
+    const torch::Tensor mine = torch::tensor({r == 0, r == 1, true});
+    torch::Tensor all = torch::zeros({3, 3}, torch::kBool);
+    group.gather(mine, r == 1 ? &all : nullptr, 1);
+    if (r == 1) {
+      EXPECT_TRUE(torch::equal(
+          all, torch::eye(3, torch::kBool).logical_or(torch::tensor({false, false, true}))));
+    }
+    const torch::Tensor blocks = torch::arange(6, torch::kInt16).reshape({3, 2}) + 100;
+    torch::Tensor got = torch::zeros({2}, torch::kInt16);
+    group.scatter(r == 0 ? &blocks : nullptr, got, 0);
+    EXPECT_TRUE(torch::equal(got, blocks[r]));
+    EXPECT_EQ(invalidArgumentOf([&] { group.gather(mine, nullptr, r); }),
+              "gather: the root needs an output tensor");
+    group.barrier();
+  });
+}
+
+// all_to_all_single's contract: rows of the first dimension, by splits or evenly.
+TEST(ProcessGroupCollectives, AllToAllCutsTheFirstDimensionBySplits) {
+  runRanks(3, [](ProcessGroup& group) {
+    const int64_t r = group.rank();
+    // Rank r sends r + 1 rows to everyone; row values say who sent them to whom.
+    std::vector<torch::Tensor> blocks;
+    for (int64_t j = 0; j < 3; ++j) blocks.push_back(torch::full({r + 1, 2}, r * 10 + j));
+    torch::Tensor out = torch::zeros({6, 2}, torch::kFloat32);
+    group.allToAll(torch::cat(blocks).to(torch::kFloat32), out, {r + 1, r + 1, r + 1}, {1, 2, 3});
+    std::vector<torch::Tensor> want;
+    for (int64_t j = 0; j < 3; ++j) want.push_back(torch::full({j + 1, 2}, float(j * 10 + r)));
+    EXPECT_TRUE(torch::equal(out, torch::cat(want)));
+    torch::Tensor even = torch::zeros({3}, torch::kInt64);
+    group.allToAll(torch::tensor({r * 10, r * 10 + 1, r * 10 + 2}), even);
+    EXPECT_TRUE(torch::equal(even, torch::tensor({r, 10 + r, 20 + r})));
+    EXPECT_EQ(invalidArgumentOf([&] { group.allToAll(torch::zeros({4}), out); }),
+              "allToAll: the input's first dimension (4) is not a multiple of the group's 3 "
+              "ranks; pass its splits");
+    group.barrier();
+  });
+}
+
+// Every rank sends to every other first and receives after: no deadlock, every message whole;
+// then rank 0 takes one message from whoever sends first, twice.
+TEST(ProcessGroupPointToPoint, SendsAndReceivesInAnyOrder) {
+  runRanks(3, [](ProcessGroup& group) {
+    const int r = group.rank();
+    std::vector<std::unique_ptr<Work>> sends;
+    std::vector<torch::Tensor> outgoing;
+    for (int peer = 0; peer < 3; ++peer) {
+      if (peer == r) continue;
+      outgoing.push_back(torch::full({1 << 18}, float(r * 3 + peer)));
+      sends.push_back(group.sendAsync(outgoing.back(), peer, 5));
+    }
+    for (int peer = 0; peer < 3; ++peer) {
+      if (peer == r) continue;
+      torch::Tensor got = torch::zeros({1 << 18});
+      auto work = group.recvAsync(got, peer, 5);
+      work->wait();
+      EXPECT_EQ(work->source(), peer);
+      EXPECT_TRUE(torch::equal(got, torch::full({1 << 18}, float(peer * 3 + r))));
+    }
+    for (auto& s : sends) s->wait();
+    if (r != 0) {
+      group.sendAsync(torch::tensor({int64_t{r}}), 0, 8)->wait();
+      return;
+    }
+    std::set<int> sources;
+    for (int i = 0; i < 2; ++i) {
+      torch::Tensor got = torch::zeros({1}, torch::kInt64);
+      auto work = group.recvAsync(got, ProcessGroup::kAnySource, 8);
+      work->wait();
+      EXPECT_EQ(got.item<int64_t>(), work->source());
+      sources.insert(work->source());
+    }
+    EXPECT_EQ(sources, (std::set<int>{1, 2}));
+    torch::Tensor t = torch::zeros({1});
+    EXPECT_EQ(invalidArgumentOf([&] { group.recvAsync(t, 0); }),
+              "recv: rank 0 is this rank itself");
+    EXPECT_EQ(invalidArgumentOf([&] { group.sendAsync(t, 3); }), "send: rank 3 is not in [0, 3)");
+  });
+}
+
+// A non-contiguous tensor receives through a copy, written back by wait().
+TEST(ProcessGroupPointToPoint, ANonContiguousTensorReceivesInPlace) {
+  runRanks(2, [](ProcessGroup& group) {
+    torch::Tensor grid = torch::zeros({3, 4});
+    if (group.rank() == 0) {
+      group.sendAsync(torch::tensor({1.0f, 2.0f, 3.0f}), 1)->wait();
+      return;
+    }
+    torch::Tensor column = grid.select(1, 2);
+    group.recvAsync(column, 0)->wait();
+    EXPECT_TRUE(torch::equal(grid.select(1, 2), torch::tensor({1.0f, 2.0f, 3.0f})));
+    EXPECT_EQ(grid.sum().item<float>(), 6.0f);
+  });
+}
+
+TEST(ProcessGroupPointToPoint, AGroupWithoutLanesOrAloneSaysSo) {
+  GroupOptions without;
+  without.point_to_point = false;
+  runRanks(
+      2,
+      [](ProcessGroup& group) {
+        torch::Tensor t = torch::zeros({1});
+        EXPECT_EQ(invalidArgumentOf([&] { group.sendAsync(t, 1 - group.rank()); }),
+                  "send: this group was made without point-to-point lanes "
+                  "(GroupOptions::point_to_point)");
+      },
+      without);
+  auto alone = groupFromVariables({});
+  torch::Tensor t = torch::zeros({1});
+  EXPECT_EQ(invalidArgumentOf([&] { alone->recvAsync(t, ProcessGroup::kAnySource); }),
+            "recv: a group of one has no peer");
 }
 
 TEST(AgreeOver, MaxOverRanksAndIdentityAlone) {

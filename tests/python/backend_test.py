@@ -32,9 +32,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_group(world, *args, env_of=lambda rank: {}, timeout=240, ranks=None):
-    """Starts the workers of one group of `world` (`ranks` of them, by default all); returns
-    [(returncode, reports, stderr)] in the order of `ranks`."""
+def run_group(world, *args, env_of=lambda rank: {}, timeout=240, ranks=None, worker=WORKER):
+    """Starts the workers (`worker` CASE ARGS...) of one group of `world` (`ranks` of them, by
+    default all); returns [(returncode, reports, stderr)] in the order of `ranks`."""
     port = free_port()
     processes = []
     for rank in range(world) if ranks is None else ranks:
@@ -43,7 +43,7 @@ def run_group(world, *args, env_of=lambda rank: {}, timeout=240, ranks=None):
                    PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
         env.update(env_of(rank))
         env = {name: value for name, value in env.items() if value is not None}
-        processes.append(subprocess.Popen([PYTHON, WORKER, *map(str, args)], env=env,
+        processes.append(subprocess.Popen([PYTHON, worker, *map(str, args)], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True))
     results = []
@@ -262,6 +262,17 @@ class Failures(unittest.TestCase):
             self.assertLess(report["again_seconds"], 1)
         self.assertTrue(any("with rank 1" in first for first in firsts), firsts)
 
+    def test_a_receive_from_a_killed_peer_fails_at_once_naming_it(self):
+        results = run_group(2, "killed_sender")
+        self.assertEqual(results[1][0], -9)
+        code, reports, err = results[0]
+        self.assertEqual(code, 0, err)
+        self.assertEqual(reports[0]["fields"], ["recv", 1, "peer closed"])
+        self.assertEqual(reports[0]["error"],
+                         "recv seq 1 with rank 1: peer closed: the point-to-point lane to rank 1 "
+                         "closed (the peer hung up; did rank 1 exit?)")
+        self.assertLess(reports[0]["seconds"], 30)
+
     def test_bad_calls_are_refused_with_the_reason(self):
         results = run_group(2, "bad_calls")
         for rank, (code, reports, err) in enumerate(results):
@@ -284,7 +295,19 @@ class Failures(unittest.TestCase):
             self.assertEqual(errors["list length"],
                              "ValueError: cumulus backend: all_gather: the output list has 1 "
                              "tensors; the group has 2 ranks")
-            self.assertIn("Backend cumulus does not support send", errors["send"])
+            self.assertEqual(errors["uneven without splits"],
+                             "ValueError: cumulus backend: all_to_all_single: the input's first "
+                             "dimension (3) is not a multiple of the group's 2 ranks; pass its "
+                             "split sizes")
+            self.assertEqual(errors["splits that do not add up"],
+                             "ValueError: cumulus backend: all_to_all_single: the output's split "
+                             "sizes must be 2 counts of rows, none negative, summing to its first "
+                             "dimension (3); got 2 summing to 2")
+            if rank == 1:
+                self.assertRegex(errors["receive size"],
+                                 r"^CommError: recv seq 1 with rank 0: invalid: rank 0 sent 8 "
+                                 r"bytes with tag 0 to a receive of 12 bytes on rank 1 \(do both "
+                                 r"pass the same count and dtype\?\); the message is dropped$")
             self.assertRegex(errors["mismatched sizes"],
                              r"^CommError: allreduce seq 2 with rank \d: bad frame: wrong length "
                              r"\d+ \(expected \d+; do all ranks pass the same count and dtype\?\)")

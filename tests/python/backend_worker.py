@@ -40,6 +40,72 @@ def base(n, dtype):
     return (torch.arange(n) % 5 + 1).to(dtype)
 
 
+def moves(name, one, r, w):
+    """The calls that only move bytes, on `one`'s dtype: all_to_all (even, uneven, empty blocks,
+    lists), and, with a peer, send/recv around the ring, isend/irecv, batch_isend_irecv and a
+    receive from any source. Every value is rank * 8 + destination (+ k): known everywhere."""
+    def block(src, dst, rows, width=2):
+        return (torch.arange(rows * width) % 2 + src * 8 + dst).to(one.dtype).reshape(rows, width)
+
+    out = torch.zeros(w * 2, 2, dtype=one.dtype)
+    dist.all_to_all_single(out, torch.cat([block(r, k, 2) for k in range(w)]))
+    expect(f"all_to_all_single {name}", out, torch.cat([block(k, r, 2) for k in range(w)]))
+
+    def rows(src, dst):  # 0, 1 or 2 rows, so that some blocks are empty
+        return (src + 2 * dst) % 3
+    send_splits = [rows(r, k) for k in range(w)]
+    recv_splits = [rows(k, r) for k in range(w)]
+    out = torch.zeros(sum(recv_splits), 2, dtype=one.dtype)
+    dist.all_to_all_single(out, torch.cat([block(r, k, rows(r, k)) for k in range(w)]),
+                           output_split_sizes=recv_splits, input_split_sizes=send_splits)
+    expect(f"all_to_all_single uneven {name}", out,
+           torch.cat([block(k, r, rows(k, r)) for k in range(w)]))
+
+    outs = [torch.zeros(rows(k, r) + 1, 3, dtype=one.dtype) for k in range(w)]
+    dist.all_to_all(outs, [block(r, k, rows(r, k) + 1, 3) for k in range(w)])
+    for k in range(w):
+        expect(f"all_to_all {name} from {k}", outs[k], block(k, r, rows(k, r) + 1, 3))
+
+    if w == 1:
+        return
+    after, before = (r + 1) % w, (r - 1) % w
+    got = torch.zeros(3, 2, dtype=one.dtype)
+    if r % 2 == 0:  # blocking calls, in an order that cannot deadlock
+        dist.send(block(r, after, 3), dst=after)
+        dist.recv(got, src=before)
+    else:
+        dist.recv(got, src=before)
+        dist.send(block(r, after, 3), dst=after)
+    expect(f"send/recv {name}", got, block(before, r, 3))
+
+    # Both directions at once, before anyone waits: each side's receive is posted after its send.
+    got = torch.zeros(5, 2, dtype=one.dtype)
+    works = [dist.isend(block(r, after, 5), dst=after, tag=3),
+             dist.irecv(got, src=before, tag=3)]
+    for work in works:
+        work.wait()
+    expect(f"isend/irecv {name}", got, block(before, r, 5))
+
+    got = torch.zeros(4, 2, dtype=one.dtype)
+    ops = [dist.P2POp(dist.irecv, got, before), dist.P2POp(dist.isend, block(r, after, 4), after)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    expect(f"batch_isend_irecv {name}", got, block(before, r, 4))
+
+    # Rank 0 receives one message from each other rank, from whichever sends first.
+    if r == 0:
+        seen = set()
+        for _ in range(w - 1):
+            got = torch.zeros(1, 2, dtype=one.dtype)
+            source = dist.recv(got)
+            expect(f"recv from any source {name}", got, block(source, 0, 1))
+            seen.add(source)
+        if seen != set(range(1, w)):
+            sys.exit(f"recv from any source {name}: the sources were {sorted(seen)}")
+    else:
+        dist.send(block(r, 0, 1), dst=0)
+
+
 def collectives():
     """Every collective on every dtype, against sums known in closed form."""
     dist.init_process_group("cumulus")
@@ -110,9 +176,10 @@ def collectives():
         dist.reduce(t, dst=0)
         expect(f"reduce {name}", t, one * triangle if r == 0 else mine)
 
-        rows = [torch.zeros_like(one) for _ in range(w)] if r == 1 else None
-        dist.gather(mine, rows, dst=1)
-        if r == 1:
+        root = min(1, w - 1)
+        rows = [torch.zeros_like(one) for _ in range(w)] if r == root else None
+        dist.gather(mine, rows, dst=root)
+        if r == root:
             for k in range(w):
                 expect(f"gather {name} row {k}", rows[k], one * (k + 1))
         out = torch.zeros_like(one)
@@ -123,6 +190,7 @@ def collectives():
         dist.all_reduce_coalesced(pair)
         expect(f"all_reduce_coalesced {name} 0", pair[0], one * triangle)
         expect(f"all_reduce_coalesced {name} 1", pair[1], (one * triangle)[:3])
+        moves(name, one, r, w)
 
     # bool: a sum or max is a logical or, a min a logical and.
     flags = torch.tensor([r == 0, False, True, r == w - 1])
@@ -141,6 +209,12 @@ def collectives():
     t = flags.clone()
     dist.broadcast(t, src=0)
     expect("broadcast bool", t, torch.tensor([True, False, True, w == 1]))
+    moves("bool", flags, r, w)
+    rows = [torch.zeros_like(flags) for _ in range(w)] if r == 0 else None
+    dist.gather(flags, rows, dst=0)
+    if r == 0:
+        for k in range(w):
+            expect(f"gather bool row {k}", rows[k], torch.tensor([k == 0, False, True, k == w - 1]))
 
     # Non-contiguous tensors are reduced in place, through a copy.
     grid = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (r + 1)
@@ -261,10 +335,26 @@ def bad_calls():
         torch.ones(2), op=dist._make_nccl_premul_sum(2.0)))
     refused("output size", lambda: dist.all_gather_into_tensor(torch.ones(3), torch.ones(2)))
     refused("list length", lambda: dist.all_gather([torch.ones(2)], torch.ones(2)))
-    refused("send", lambda: dist.send(torch.ones(2), dst=1 - r))
+    refused("uneven without splits", lambda: dist.all_to_all_single(torch.zeros(3), torch.zeros(3)))
+    refused("splits that do not add up", lambda: dist.all_to_all_single(
+        torch.zeros(3), torch.zeros(3), output_split_sizes=[1, 1], input_split_sizes=[1, 2]))
     t = torch.ones(3)
     dist.all_reduce(t)  # still works
     expect("all_reduce after refusals", t, torch.full((3,), 2.0))
+    # A receive of another size than the send: a CommError naming both sizes, and the lane stays
+    # usable (the message is dropped).
+    if r == 0:
+        dist.send(torch.ones(2), dst=1)
+        dist.send(torch.full((3,), 7.0), dst=1)
+    else:
+        try:
+            dist.recv(torch.zeros(3), src=0)
+            sys.exit("a receive of another size: accepted")
+        except cumulus.CommError as e:
+            errors["receive size"] = f"CommError: {e}"
+        t = torch.zeros(3)
+        dist.recv(t, src=0)
+        expect("the receive after a mismatch", t, torch.full((3,), 7.0))
     # Different sizes on the two ranks: a CommError on both, not a hang or a wrong sum.
     try:
         dist.all_reduce(torch.ones(4 if r == 0 else 8))
@@ -272,6 +362,23 @@ def bad_calls():
     except cumulus.CommError as e:
         errors["mismatched sizes"] = f"CommError: {e}"
     report(rank=r, errors=errors)
+
+
+def killed_sender():
+    """Rank 1 is SIGKILLed while rank 0 waits for its message: the receive fails at once."""
+    dist.init_process_group("cumulus")
+    r = dist.get_rank()
+    dist.barrier()
+    if r == 1:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        dist.recv(torch.zeros(4), src=1)
+        sys.exit("the receive from a killed peer returned")
+    except cumulus.CommError as e:
+        report(rank=r, error=str(e), fields=[e.op, e.peer, e.kind],
+               seconds=time.monotonic() - start)
 
 
 def init_only(timeout_seconds):
@@ -313,5 +420,5 @@ def stalled_peer(timeout_seconds):
 if __name__ == "__main__":
     case, args = sys.argv[1], sys.argv[2:]
     {"collectives": collectives, "ddp": lambda: ddp(int(args[0]), args[1]),
-     "killed_peer": killed_peer, "bad_calls": bad_calls,
+     "killed_peer": killed_peer, "killed_sender": killed_sender, "bad_calls": bad_calls,
      "init_only": lambda: init_only(args[0]), "stalled_peer": lambda: stalled_peer(args[0])}[case]()
