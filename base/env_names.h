@@ -15,6 +15,9 @@ inline constexpr char kGroupRank[] = "GROUP_RANK";
 inline constexpr char kRoleRank[] = "ROLE_RANK";
 inline constexpr char kMasterAddr[] = "MASTER_ADDR";
 inline constexpr char kMasterPort[] = "MASTER_PORT";
+// torchrun's count of worker-group restarts: under torchrun, with no CUMULUS_GENERATION, each
+// restart is a generation of its own (base/run_env.h).
+inline constexpr char kTorchelasticRestartCount[] = "TORCHELASTIC_RESTART_COUNT";
 
 // Cumulus's own.
 inline constexpr char kStore[] = "CUMULUS_STORE";  // HOST:PORT of the Store cumulus-run hosts

@@ -99,6 +99,16 @@ RunEnv RunEnv::read(const EnvLookup& getenv, int64_t minPort) {
   env.run_id = readString(getenv, env::kRunId);
   env.restart_count = readInt(getenv, env::kRestartCount, 0);
   env.generation = readInt(getenv, env::kGeneration, 0);
+  // Under torchrun, a restarted group meets again through the store of the first attempt, where
+  // the first attempt's addresses still are: its own generation keeps them apart.
+  const char* generation = getenv(env::kGeneration);
+  if (generation == nullptr || *generation == '\0') {
+    const int64_t restarts = readInt(getenv, env::kTorchelasticRestartCount, 0);
+    require(restarts >= 0, std::string(env::kTorchelasticRestartCount) + "=" +
+                               std::to_string(restarts) + " must be >= 0");
+    env.generation = restarts;
+    if (readString(getenv, env::kRestartCount).empty()) env.restart_count = restarts;
+  }
   env.job_token = readString(getenv, env::kJobToken);
   env.ps_endpoint = readString(getenv, env::kPsEndpoint);
   env.log_dir = readString(getenv, env::kLogDir);

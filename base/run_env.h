@@ -38,8 +38,10 @@ struct RunEnv {
   std::string store_host;
   int64_t store_port = 0;        // 0: not set
   std::string run_id;            // CUMULUS_RUN_ID
-  int64_t restart_count = 0;     // CUMULUS_RESTART_COUNT
-  int64_t generation = 0;        // CUMULUS_GENERATION
+  // CUMULUS_RESTART_COUNT and CUMULUS_GENERATION; under torchrun, where neither is set, both are
+  // TORCHELASTIC_RESTART_COUNT (each restart of the group a generation of its own).
+  int64_t restart_count = 0;
+  int64_t generation = 0;
   std::string job_token;         // CUMULUS_JOB_TOKEN
   std::string ps_endpoint;       // CUMULUS_PS_ENDPOINT (host:port of a parameter server)
   std::string log_dir;           // CUMULUS_LOG_DIR

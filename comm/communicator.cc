@@ -3,12 +3,14 @@
 #include <optional>
 #include <stdexcept>
 
+#include "base/integer.h"
 #include "base/run_env.h"
 #include "comm/error.h"
 #include "comm/exchange.h"
 #include "comm/hierarchical.h"
 #include "comm/rendezvous.h"
 #include "comm/ring.h"
+#include "comm/store_keys.h"
 #include "comm/tree.h"
 
 namespace cumulus::comm {
@@ -27,6 +29,38 @@ CommError brokenError(const std::exception_ptr& first, const char* op, uint64_t 
   }
 }
 
+// A failure record (store_keys.h failedKey): whom a rank blames, what kind of failure, and who saw
+// it first and what they saw.
+struct FailureRecord {
+  int blamed = -1;
+  ErrorKind kind = ErrorKind::kPeerClosed;
+  int observer = -1;
+  std::string seen;
+
+  std::string encode() const {
+    return std::to_string(blamed) + "\n" + std::to_string(static_cast<int>(kind)) + "\n" +
+           std::to_string(observer) + "\n" + seen;
+  }
+  // nullopt for anything malformed or out of range: such a record is ignored.
+  static std::optional<FailureRecord> decode(const std::string& text, int world) {
+    std::vector<std::string> fields;
+    size_t begin = 0;
+    for (int i = 0; i < 3; ++i) {
+      const size_t end = text.find('\n', begin);
+      if (end == std::string::npos) return std::nullopt;
+      fields.push_back(text.substr(begin, end - begin));
+      begin = end + 1;
+    }
+    const std::optional<int64_t> blamed = base::parseInteger(fields[0], 0, world - 1);
+    const std::optional<int64_t> kind =
+        base::parseInteger(fields[1], 0, static_cast<int64_t>(ErrorKind::kInvalid));
+    const std::optional<int64_t> observer = base::parseInteger(fields[2], 0, world - 1);
+    if (!blamed || !kind || !observer) return std::nullopt;
+    return FailureRecord{static_cast<int>(*blamed), static_cast<ErrorKind>(*kind),
+                         static_cast<int>(*observer), text.substr(begin)};
+  }
+};
+
 int resolveSpin(int requested) {
   if (requested >= 0) return requested;
   try {
@@ -39,7 +73,7 @@ int resolveSpin(int requested) {
 }  // namespace
 
 Communicator::Communicator(int rank, int world, Store& store, CommunicatorOptions options)
-    : rank_(rank), world_(world), options_(std::move(options)) {
+    : rank_(rank), world_(world), options_(std::move(options)), store_(store) {
   if (world < 1 || rank < 0 || rank >= world) {
     throw CommError(
         ErrorKind::kInvalid, "rendezvous", 0, -1,
@@ -118,11 +152,12 @@ Algorithm Communicator::resolve(Algorithm algorithm, size_t bytes) const {
 }
 
 std::shared_ptr<Work> Communicator::submit(const char* op, std::chrono::milliseconds timeout,
-                                           Body body, bool async) {
+                                           Body body, bool async, std::optional<DType> element) {
   base::MutexLock lock(mutex_);
   if (stopping_) throw CommError(ErrorKind::kInvalid, op, next_seq_, -1, "communicator is closing");
   auto work = std::make_shared<Work>(op, next_seq_++);
-  Queued item{std::move(body), timeout.count() > 0 ? timeout : options_.timeout, work};
+  Queued item{std::move(body), timeout.count() > 0 ? timeout : options_.timeout, work,
+              element ? static_cast<uint8_t>(static_cast<uint8_t>(*element) + 1) : uint8_t{0}};
   if (!async && queue_.empty() && !busy_) {
     // The fast path: nothing is queued, so run right here without waking another thread.
     busy_ = true;
@@ -183,13 +218,14 @@ void Communicator::execute(const Queued& item) {
   c.op.spin = &spin_;
   c.op.on_slot_wait = options_.on_slot_wait ? &options_.on_slot_wait : nullptr;
   c.op.bytes_sent = &bytes_sent_;
+  c.op.element = item.element;
   c.segment_bytes = options_.segment_bytes;
   c.scratch = &scratch_;
   try {
     item.body(c);
     item.work->finish(nullptr);
   } catch (...) {
-    std::exception_ptr error = std::current_exception();
+    std::exception_ptr error = traceFailure(std::current_exception());
     {
       base::MutexLock lock(mutex_);
       if (!broken_) broken_ = error;
@@ -201,6 +237,42 @@ void Communicator::execute(const Queued& item) {
     if (point_to_point_) point_to_point_->abort(error);
     item.work->finish(error);
   }
+}
+
+std::exception_ptr Communicator::traceFailure(const std::exception_ptr& error) {
+  const CommError* seen = nullptr;
+  try {
+    std::rethrow_exception(error);
+  } catch (const CommError& e) {
+    seen = &e;
+  } catch (...) {
+  }
+  // Only a lost or silent peer may have failed for another's sake; a lying one is to blame.
+  if (seen == nullptr || seen->peer() < 0 || seen->peer() >= world_ ||
+      (seen->kind() != ErrorKind::kPeerClosed && seen->kind() != ErrorKind::kTimeout)) {
+    return error;
+  }
+  FailureRecord mine{seen->peer(), seen->kind(), rank_, seen->what()};
+  try {
+    // A peer that shut its connections because of a failure of its own wrote its record first,
+    // so a plain read finds it. (One we timed out on may be timing out on someone else at this
+    // very moment; waiting for its record would add the wait to every timeout, so we do not: if
+    // it is not there yet, we name the peer we waited on.)
+    const std::string key = failedKey(options_.generation, seen->peer());
+    if (std::optional<std::string> theirs = store_.tryGet(key)) {
+      std::optional<FailureRecord> record = FailureRecord::decode(*theirs, world_);
+      if (record && record->blamed != rank_) mine = *record;  // not a failure of our own
+    }
+    store_.set(failedKey(options_.generation, rank_), mine.encode());
+  } catch (const std::exception&) {
+    // The Store is gone or failing: report what this rank saw itself.
+  }
+  if (mine.blamed == seen->peer()) return error;
+  return std::make_exception_ptr(
+      CommError(mine.kind, seen->op(), seen->seq(), mine.blamed,
+                "rank " + std::to_string(mine.blamed) + " failed first (rank " +
+                    std::to_string(mine.observer) + " saw: " + mine.seen + "); then rank " +
+                    std::to_string(seen->peer()) + " left too (" + seen->what() + ")"));
 }
 
 void Communicator::validate(const char* op, const Buffer& buffer) const {
@@ -258,7 +330,7 @@ std::shared_ptr<Work> Communicator::startAllreduce(Buffer& buffer, const Allredu
             break;
         }
       },
-      async);
+      async, b.dtype);
 }
 
 std::shared_ptr<Work> Communicator::startBroadcast(Buffer& buffer, int root,
@@ -268,7 +340,7 @@ std::shared_ptr<Work> Communicator::startBroadcast(Buffer& buffer, int root,
   Buffer b = buffer;
   return submit(
       "broadcast", options.timeout, [b, root](Collective& c) mutable { treeBroadcast(c, b, root); },
-      async);
+      async, b.dtype);
 }
 
 std::shared_ptr<Work> Communicator::startReduce(Buffer& buffer, int root, ReduceOp op,
@@ -279,7 +351,7 @@ std::shared_ptr<Work> Communicator::startReduce(Buffer& buffer, int root, Reduce
   Buffer b = buffer;
   return submit(
       "reduce", options.timeout,
-      [b, root, op](Collective& c) mutable { treeReduce(c, b, op, root); }, async);
+      [b, root, op](Collective& c) mutable { treeReduce(c, b, op, root); }, async, b.dtype);
 }
 
 std::shared_ptr<Work> Communicator::startAllgather(const Buffer& input, Buffer& output,
@@ -296,7 +368,7 @@ std::shared_ptr<Work> Communicator::startAllgather(const Buffer& input, Buffer& 
   Buffer in = input, out = output;
   return submit(
       "allgather", options.timeout, [in, out](Collective& c) mutable { ringAllgather(c, in, out); },
-      async);
+      async, in.dtype);
 }
 
 std::shared_ptr<Work> Communicator::startReduceScatter(const Buffer& input, Buffer& output,
@@ -315,7 +387,7 @@ std::shared_ptr<Work> Communicator::startReduceScatter(const Buffer& input, Buff
   Buffer in = input, out = output;
   return submit(
       "reduce_scatter", options.timeout,
-      [in, out, op](Collective& c) mutable { ringReduceScatter(c, in, out, op); }, async);
+      [in, out, op](Collective& c) mutable { ringReduceScatter(c, in, out, op); }, async, in.dtype);
 }
 
 std::shared_ptr<Work> Communicator::startBarrier(const OpOptions& options, bool async) {
@@ -326,7 +398,7 @@ std::shared_ptr<Work> Communicator::startBarrier(const OpOptions& options, bool 
         Buffer b{&token, 1, DType::kInt32};
         treeAllreduce(c, b, ReduceOp::kSum);
       },
-      async);
+      async, DType::kInt32);
 }
 
 std::chrono::milliseconds Communicator::timeoutOf(const OpOptions& options) const {

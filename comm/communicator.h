@@ -23,6 +23,15 @@
 // fail fast rather than waiting for their timeouts) and every later call throws at once, naming
 // the first error. Build a new Communicator (new generation) to recover.
 //
+// Whom an error names: the rank that failed first, not the neighbour this rank happened to be
+// reading from. A rank that loses rank 1 shuts its connections, so its other peers lose it next
+// and would blame a survivor. So before it shuts them, a failing rank records whom it blames in
+// the Store (store_keys.h failedKey), and a rank that loses a peer which left such a record
+// blames what that record names instead ("rank 1 failed first (rank 2 saw: ...)"). A peer that
+// left no record died or hung itself (or is timing out at this very moment on another). With the
+// Store gone, a rank reports what it saw itself, once the Store's own call deadline passed. So the
+// Store must outlive the communicator.
+//
 // Thread-safety: all methods are thread-safe; calls from several threads are serialized. The
 // cross-rank order must still be the same on every rank, which is the caller's job.
 
@@ -32,6 +41,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -109,6 +119,7 @@ struct AllreduceOptions {
 
 class Communicator {
  public:
+  // `store` must outlive the communicator (see "Whom an error names").
   Communicator(int rank, int world, Store& store, CommunicatorOptions options = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -187,6 +198,7 @@ class Communicator {
     Body body;
     std::chrono::milliseconds timeout;
     std::shared_ptr<Work> work;
+    uint8_t element = 0;  // tcp::OpContext::element: what the frames carry
   };
 
   std::shared_ptr<Work> startAllreduce(Buffer& buffer, const AllreduceOptions& options, bool async);
@@ -201,9 +213,13 @@ class Communicator {
   std::shared_ptr<Work> startBarrier(const OpOptions& options, bool async);
   // Assigns the next sequence number; runs `body` inline when !async and nothing is queued,
   // otherwise queues it for the worker (and waits when !async). Blocking calls rethrow.
+  // `element`: the dtype the frames carry, for the receivers to check (none: raw bytes).
   std::shared_ptr<Work> submit(const char* op, std::chrono::milliseconds timeout, Body body,
-                               bool async);
+                               bool async, std::optional<DType> element = std::nullopt);
   void execute(const Queued& item);
+  // The error to report for `error`: when it blames a peer that left a failure record, one that
+  // names what the record names; records this rank's own. Never throws.
+  std::exception_ptr traceFailure(const std::exception_ptr& error);
   void workerLoop();
   void validate(const char* op, const Buffer& buffer) const;
   void checkRoot(const char* op, int root) const;
@@ -216,6 +232,7 @@ class Communicator {
   const int rank_;
   const int world_;
   const CommunicatorOptions options_;
+  Store& store_;  // outlives us; failure records (traceFailure)
   std::vector<std::unique_ptr<tcp::Pair>> pairs_;
   std::unique_ptr<PointToPoint> point_to_point_;  // with options_.point_to_point and world > 1
   Topology topology_;

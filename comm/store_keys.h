@@ -10,6 +10,8 @@
 //   gen/<g>/local/<rank>   "<host id>\n<name>" of its AF_UNIX listener, when it offers one
 //   gen/<g>/shm/<rank>     "<host id>\n<name>" of its shared-memory offer, when it makes one
 //   gen/<g>/host/<rank>    its host id, whatever the transport (comm/topology.h)
+//   gen/<g>/failed/<rank>  once an operation of the rank failed: "<blamed rank>\n<kind>\n
+//                          <observer rank>\n<what the observer saw>" (comm/communicator.h)
 // The agents' rendezvous rounds (launch/rendezvous_round.h):
 //   rdzv/<g>/state           the round as JSON; changed by compare-and-set only
 //   rdzv/<g>/settled         "1" once the host closed or ended the round (the others wait on it)
@@ -75,6 +77,9 @@ inline std::string shmKey(uint64_t generation, int rank) {
 }
 inline std::string hostKey(uint64_t generation, int rank) {
   return store_keys_detail::key("gen", generation, "host", rank);
+}
+inline std::string failedKey(uint64_t generation, int rank) {
+  return store_keys_detail::key("gen", generation, "failed", rank);
 }
 
 // The rendezvous rounds.

@@ -3,6 +3,7 @@
 
 #include "python/backend.h"
 
+#include <Python.h>
 #include <ATen/core/ivalue.h>
 #include <torch/types.h>
 #include <torch/utils.h>
@@ -398,7 +399,19 @@ void stopAllBackends() {
   for (Backend* backend : registry()) backend->stopQueue();
 }
 
-void Backend::stopQueue() { queue_->stop(); }
+void Backend::stopQueue() {
+  // The queue's thread may need the GIL to free a task's last reference to a tensor that Python
+  // made (its PyObject goes with it), while the thread that stops the queue holds it: pybind's
+  // deallocation of the backend (destroy_process_group) and atexit do. So the join runs without
+  // it, or each would wait for the other for ever.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    PyThreadState* saved = PyEval_SaveThread();
+    queue_->stop();
+    PyEval_RestoreThread(saved);
+    return;
+  }
+  queue_->stop();
+}
 
 CollectiveOptions Backend::callOptions(std::chrono::milliseconds timeout) const {
   return callTimeout(timeout, timeout_);
@@ -430,6 +443,7 @@ Backend::~Backend() {
     std::lock_guard<std::mutex> lock(registryMutex());
     registry().erase(this);
   }
+  stopQueue();
   queue_.reset();
 }
 

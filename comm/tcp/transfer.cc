@@ -15,9 +15,19 @@
 
 #include "comm/error.h"
 #include "comm/tcp/frame.h"
+#include "comm/types.h"
 
 namespace cumulus::comm::tcp {
 namespace {
+
+// OpContext::element's words: "float32 data", "raw bytes".
+std::string elementName(uint32_t element) {
+  if (element == 0) return "raw bytes";
+  if (element - 1 <= static_cast<uint32_t>(DType::kInt64)) {
+    return std::string(dtypeName(static_cast<DType>(element - 1))) + " data";
+  }
+  return "data of an unknown element type " + std::to_string(element);
+}
 
 bool wouldBlock(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
 
@@ -74,7 +84,7 @@ class Engine {
       waiting_for_slot_ = false;
       FrameHeader h;
       h.magic = viaShm ? kShmFrameMagic : kFrameMagic;
-      h.tag = static_cast<uint32_t>(sent_);
+      h.tag = frameTag(ctx_.element, sent_);
       h.generation = ctx_.generation;
       h.sequence = ctx_.seq;
       h.length = send_span_.bytes;
@@ -240,9 +250,13 @@ class Engine {
       bad("unexpected sequence " + std::to_string(h.sequence) +
           " (the ranks disagree on the order of collectives)");
     }
-    if (h.tag != static_cast<uint32_t>(received_)) {
-      bad("unexpected tag " + std::to_string(h.tag) + " (expected " + std::to_string(received_) +
-          ")");
+    if (h.tag >> kTagIndexBits != ctx_.element) {
+      bad("rank " + std::to_string(peer) + " sent " + elementName(h.tag >> kTagIndexBits) +
+          " where " + elementName(ctx_.element) + " was due (do all ranks pass the same dtype?)");
+    }
+    if (h.tag != frameTag(ctx_.element, received_)) {
+      bad("unexpected tag " + std::to_string(h.tag) + " (expected " +
+          std::to_string(frameTag(ctx_.element, received_)) + ")");
     }
     if (h.length != recv_span_.bytes) {
       bad("wrong length " + std::to_string(h.length) + " (expected " +

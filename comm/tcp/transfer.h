@@ -68,7 +68,18 @@ struct OpContext {
   // whether the payload went on the socket or into a shared-memory slot, added (relaxed) once the
   // whole unit is handed over. Empty units never touch the wire and count nothing. May be null.
   std::atomic<uint64_t>* bytes_sent = nullptr;
+  // What the payloads hold: 0 for raw bytes, else comm::DType + 1 (comm/types.h). It travels in
+  // the top byte of every frame's tag (the unit index is the low 24 bits), so a rank that sends
+  // int32 where float32 is due fails kBadFrame naming both, even when the byte counts agree.
+  uint8_t element = 0;
 };
+
+// The element code of a frame tag, and the tag of unit `index` of an operation with `element`.
+constexpr uint32_t kTagIndexBits = 24;
+inline uint32_t frameTag(uint8_t element, size_t index) {
+  return static_cast<uint32_t>(element) << kTagIndexBits |
+         (static_cast<uint32_t>(index) & ((1u << kTagIndexBits) - 1));
+}
 
 struct Span {
   void* data = nullptr;

@@ -67,6 +67,21 @@ TEST(RunEnvTest, ReadsEveryVariable) {
   EXPECT_EQ(env.bind_host, "0.0.0.0");
 }
 
+// Under torchrun each restart of the group is a generation of its own; cumulus-run's own
+// variables, when set, win.
+TEST(RunEnvTest, TorchrunsRestartCountIsTheGenerationWhenCumulusSetsNone) {
+  const RunEnv torchrun = RunEnv::fromEnvironment(lookupIn({{"TORCHELASTIC_RESTART_COUNT", "3"}}));
+  EXPECT_EQ(torchrun.generation, 3);
+  EXPECT_EQ(torchrun.restart_count, 3);
+  const RunEnv both = RunEnv::fromEnvironment(lookupIn({{"TORCHELASTIC_RESTART_COUNT", "3"},
+                                                        {"CUMULUS_GENERATION", "7"},
+                                                        {"CUMULUS_RESTART_COUNT", "1"}}));
+  EXPECT_EQ(both.generation, 7);
+  EXPECT_EQ(both.restart_count, 1);
+  EXPECT_EQ(errorOf({{"TORCHELASTIC_RESTART_COUNT", "-1"}}),
+            "TORCHELASTIC_RESTART_COUNT=-1 must be >= 0");
+}
+
 TEST(RunEnvTest, ErrorsNameTheVariable) {
   // A worker meant for a group must not train alone because half of its environment is missing.
   EXPECT_EQ(errorOf({{"RANK", "0"}}),

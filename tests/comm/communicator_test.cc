@@ -322,5 +322,35 @@ TEST(BytesSent, AGroupOfOneSendsNothing) {
   EXPECT_EQ(comm.bytesSent(), 0u);
 }
 
+// Rank 2 of four dies (its sockets close) while the others run a ring all-reduce. Rank 3 loses
+// it first; rank 0 loses rank 3 or rank 1 after they shut their connections. Every survivor's
+// error names rank 2 all the same: each failing rank records whom it blames in the Store before
+// it shuts its connections, and a rank that loses a survivor reports what the record names.
+TEST(CommunicatorFailure, EverySurvivorNamesTheRankThatDiedNotTheNeighbourItLost) {
+  const int world = 4;
+  MemoryStore store;
+  std::vector<std::unique_ptr<Communicator>> comms(world);
+  testing::spawn(world, [&](int rank) {
+    CommunicatorOptions options;
+    options.timeout = std::chrono::milliseconds(30000);
+    comms[rank] = std::make_unique<Communicator>(rank, world, store, options);
+  });
+  comms[2].reset();
+  std::vector<int> blamed(world, -9);
+  std::vector<std::string> texts(world);
+  testing::spawn(world, [&](int rank) {
+    if (rank == 2) return;
+    std::vector<float> v(1 << 20, 1.0f);
+    Buffer b{v.data(), v.size(), DType::kFloat32};
+    try {
+      comms[rank]->allreduce(b, {ReduceOp::kSum, Algorithm::kRing});
+    } catch (const CommError& e) {
+      blamed[rank] = e.peer();
+      texts[rank] = e.what();
+    }
+  });
+  for (int rank : {0, 1, 3}) EXPECT_EQ(blamed[rank], 2) << "rank " << rank << ": " << texts[rank];
+}
+
 }  // namespace
 }  // namespace cumulus::comm

@@ -213,8 +213,10 @@ TEST(Hierarchical, StalledPeerInsideOrAcrossHostsTimesOutNamingIt) {
   expectNamed(expectCommError([&] { group.works[1]->wait(); }), ErrorKind::kTimeout, 3,
               "rank 1 (across hosts)");
   const CommError e0 = expectCommError([&] { group.works[0]->wait(); });
+  // Rank 0 waits on rank 2: once rank 2 has given up on rank 3 and recorded so, rank 0 names
+  // rank 3 as well; if its own deadline comes first, it names rank 2, the peer it waited on.
   EXPECT_TRUE(e0.kind() == ErrorKind::kTimeout || e0.kind() == ErrorKind::kPeerClosed) << e0.what();
-  EXPECT_EQ(e0.peer(), 2) << e0.what();
+  EXPECT_TRUE(e0.peer() == 3 || e0.peer() == 2) << e0.what();
   EXPECT_LT(Clock::now() - start, 1500ms);
 }
 

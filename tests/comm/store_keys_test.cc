@@ -14,6 +14,7 @@ namespace {
 TEST(StoreKeys, DataPlane) {
   EXPECT_EQ(addressKey(0, 0), "gen/0/addr/0");
   EXPECT_EQ(addressKey(12, 7), "gen/12/addr/7");
+  EXPECT_EQ(failedKey(12, 7), "gen/12/failed/7");
   EXPECT_EQ(localKey(3, 1), "gen/3/local/1");
   EXPECT_EQ(shmKey(3, 15), "gen/3/shm/15");
   EXPECT_EQ(hostKey(2, 6), "gen/2/host/6");

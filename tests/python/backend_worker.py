@@ -381,6 +381,65 @@ def killed_sender():
                seconds=time.monotonic() - start)
 
 
+def launched(init_method="env://", fail_first_attempt="no", again=""):
+    """One rank as a launcher started it (torchrun, cumulus-run, or the driver with tcp:// or
+    file://): an all-reduce, a send/recv around the ring and an all_to_all_single, each checked;
+    reports the rank, the world and the launcher's restart count. With fail_first_attempt=yes,
+    rank 1 of torchrun's first attempt exits 3 after one all-reduce, so that torchrun restarts
+    the group and the backend is made afresh in new processes. With `again` (an init method),
+    the process then makes a second group through it, after destroying the first, and
+    all-reduces on it."""
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if init_method == "env://":
+        dist.init_process_group("cumulus")
+    else:
+        dist.init_process_group("cumulus", init_method=init_method,
+                                rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    r, w = dist.get_rank(), dist.get_world_size()
+    t = torch.full((5,), float(r + 1))
+    dist.all_reduce(t)
+    expect("all_reduce", t, torch.full((5,), float(w * (w + 1) // 2)))
+    if fail_first_attempt == "yes" and restart == 0 and r == 1:
+        sys.exit(3)
+    if w > 1:
+        got = torch.zeros(3)
+        works = [dist.isend(torch.full((3,), float(r)), dst=(r + 1) % w),
+                 dist.irecv(got, src=(r - 1) % w)]
+        for work in works:
+            work.wait()
+        expect("isend/irecv", got, torch.full((3,), float((r - 1) % w)))
+    out = torch.zeros(w)
+    dist.all_to_all_single(out, torch.arange(w, dtype=torch.float32) + 10 * r)
+    expect("all_to_all_single", out, torch.arange(w, dtype=torch.float32) * 10 + r)
+    # Collectives still queued, on tensors only they hold, when the group is destroyed: the
+    # backend's thread frees each tensor (and its PyObject) after running it, while this thread
+    # holds the GIL in destroy_process_group; that deadlocked until the join released the GIL.
+    for _ in range(20):
+        dist.all_reduce(torch.ones(1000), async_op=True)
+    dist.destroy_process_group()
+    if again:
+        dist.init_process_group("cumulus", init_method=again, rank=r, world_size=w)
+        t = torch.full((2,), float(r + 1))
+        dist.all_reduce(t)
+        expect("all_reduce on a group made after destroy_process_group", t,
+               torch.full((2,), float(w * (w + 1) // 2)))
+        dist.destroy_process_group()
+    report(rank=r, world=w, restart=restart, ok=True)
+
+
+def mismatched_dtypes():
+    """Rank 0 all-reduces float32, rank 1 int32 of the same byte count: both fail naming the
+    dtypes, instead of summing one's bits as the other's."""
+    dist.init_process_group("cumulus")
+    r = dist.get_rank()
+    t = torch.ones(4) if r == 0 else torch.ones(4, dtype=torch.int32)
+    try:
+        dist.all_reduce(t)
+        sys.exit("an all-reduce of float32 against int32 returned")
+    except cumulus.CommError as e:
+        report(rank=r, error=str(e))
+
+
 def init_only(timeout_seconds):
     """init_process_group and one all-reduce of 1 + 2^-10 (rounded to 1 in bfloat16); reports the
     sum, or the error the group raised, and the seconds init_process_group took."""
@@ -421,4 +480,5 @@ if __name__ == "__main__":
     case, args = sys.argv[1], sys.argv[2:]
     {"collectives": collectives, "ddp": lambda: ddp(int(args[0]), args[1]),
      "killed_peer": killed_peer, "killed_sender": killed_sender, "bad_calls": bad_calls,
+     "launched": lambda: launched(*args), "mismatched_dtypes": mismatched_dtypes,
      "init_only": lambda: init_only(args[0]), "stalled_peer": lambda: stalled_peer(args[0])}[case]()

@@ -61,7 +61,8 @@ TEST(ShmFaults, SlotsThatDoNotHoldTheAnnouncedFrameAreBadFrames) {
         peer.channel->commit(9, 0, bytes);
       }
       tcp::FrameHeader h;
-      h.magic = c.magic, h.generation = gen, h.sequence = 1, h.tag = 0, h.length = bytes;
+      h.magic = c.magic, h.generation = gen, h.sequence = 1, h.length = bytes;
+      h.tag = tcp::frameTag(static_cast<uint8_t>(DType::kFloat32) + 1, 0);  // a float32 op's
       uint8_t header[tcp::kFrameHeaderBytes];
       tcp::encodeFrameHeader(h, header);
       EXPECT_TRUE(peer.socket.writeFull(header, sizeof header, Clock::now() + 5s).ok());
@@ -95,7 +96,8 @@ TEST(ShmFaults, DeclinedSegmentLeavesAPlainAfUnixPair) {
     // the all-gather delivers it (final value 40.0), both inline.
     for (uint32_t tag : {0u, 1u}) {
       tcp::FrameHeader h;
-      h.generation = gen, h.sequence = 1, h.tag = tag, h.length = 4;
+      h.generation = gen, h.sequence = 1, h.length = 4;
+      h.tag = tcp::frameTag(static_cast<uint8_t>(DType::kFloat32) + 1, tag);
       uint8_t frame[tcp::kFrameHeaderBytes + 4];
       tcp::encodeFrameHeader(h, frame);
       const float value = tag == 0 ? 3.0f : 40.0f;
