@@ -375,7 +375,14 @@ class PointToPoint::Engine {
       auto b = std::make_shared<Buffered>();
       b->source = lane.peer;
       b->tag = h.tag;
-      b->bytes.resize(h.length);
+      try {
+        b->bytes.resize(h.length);
+      } catch (const std::exception&) {  // bad_alloc, length_error: a length no one could send
+        close(lane, ErrorKind::kBadFrame,
+              "rank " + std::to_string(lane.peer) + " announced a message of " +
+                  std::to_string(h.length) + " bytes, more than this process can hold");
+        return false;
+      }
       buffered_.push_back(b);
       in.buffered = std::move(b);
       in.sink = Sink::kBuffer;
@@ -466,7 +473,7 @@ class PointToPoint::Engine {
 
 PointToPoint::PointToPoint(int rank, int world, uint64_t generation, std::vector<tcp::Socket> lanes,
                            std::atomic<uint64_t>* bytes_sent)
-    : rank_(rank), world_(world), generation_(generation), bytes_sent_(bytes_sent) {
+    : rank_(rank), world_(world) {
   if (static_cast<int>(lanes.size()) != world) {
     throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1,
                     "point-to-point: " + std::to_string(lanes.size()) + " lanes for a world of " +

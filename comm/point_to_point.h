@@ -109,8 +109,6 @@ class PointToPoint {
 
   const int rank_;
   const int world_;
-  const uint64_t generation_;
-  std::atomic<uint64_t>* const bytes_sent_;
   int wake_fd_ = -1;  // eventfd: a post, an abort or the destructor woke the loop
 
   mutable base::Mutex mutex_;

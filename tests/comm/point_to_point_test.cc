@@ -260,6 +260,21 @@ TEST(PointToPoint, AFrameOtherThanTheNextMessageShutsTheLane) {
   EXPECT_EQ(later.kind(), ErrorKind::kBadFrame);
 }
 
+// A header announcing more than memory holds shuts the lane (kBadFrame) instead of crashing.
+TEST(PointToPoint, AMessageNoProcessCouldHoldShutsTheLane) {
+  HandDriven rank0;
+  int32_t value = 0;
+  auto pending = rank0.p2p->recv(1, 2, &value, 4, 30s);
+  uint8_t header[tcp::kFrameHeaderBytes];
+  tcp::encodeFrameHeader(message(1, 9, uint64_t{1} << 62), header);
+  ASSERT_TRUE(rank0.peer.writeFull(header, sizeof header, tcp::Clock::now() + 5s).ok());
+  CommError e = testing::expectCommError([&] { pending->wait(); });
+  EXPECT_EQ(e.kind(), ErrorKind::kBadFrame);
+  EXPECT_STREQ(e.what(),
+               "recv seq 1 with rank 1: bad frame: rank 1 announced a message of "
+               "4611686018427387904 bytes, more than this process can hold");
+}
+
 // The peer hangs up: a receive from it fails at once (kPeerClosed naming it), long before its
 // deadline; a message that arrived before the hang-up is still delivered.
 TEST(PointToPoint, APeerThatHangsUpFailsItsReceivesAtOnce) {
