@@ -74,6 +74,10 @@ struct Incoming {
   std::shared_ptr<Buffered> buffered;  // Sink::kBuffer
 };
 
+// More than any message of a tensor: a header that says so is garbage or a lie, refused before
+// anything is allocated for it (a smaller one that still cannot be allocated is refused too).
+constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 40;
+
 std::string tagText(uint32_t tag) { return "tag " + std::to_string(static_cast<int32_t>(tag)); }
 
 std::string fromText(int source) {
@@ -364,6 +368,12 @@ class PointToPoint::Engine {
                 std::to_string(generation_) + ", got magic " + std::to_string(h.magic) +
                 ", generation " + std::to_string(h.generation) + ", message " +
                 std::to_string(h.sequence) + ")");
+      return false;
+    }
+    if (h.length > kMaxMessageBytes) {
+      close(lane, ErrorKind::kBadFrame,
+            "rank " + std::to_string(lane.peer) + " announced a message of " +
+                std::to_string(h.length) + " bytes, more than this process can hold");
       return false;
     }
     ++lane.received_seq;
