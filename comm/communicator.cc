@@ -1,5 +1,6 @@
 #include "comm/communicator.h"
 
+#include <future>
 #include <optional>
 #include <stdexcept>
 
@@ -60,6 +61,10 @@ struct FailureRecord {
                          static_cast<int>(*observer), text.substr(begin)};
   }
 };
+
+// How long a failing rank waits for the Store to read and write failure records
+// (traceFailure) before it reports what it saw itself.
+constexpr auto kFailureLookup = std::chrono::milliseconds(1000);
 
 int resolveSpin(int requested) {
   if (requested >= 0) return requested;
@@ -127,6 +132,10 @@ Communicator::~Communicator() {
                   "the communicator was destroyed before the operation ran")));
   }
   if (worker_.joinable()) worker_.join();
+  {
+    base::MutexLock lock(mutex_);
+    if (failure_lookup_.valid()) failure_lookup_.wait();  // a failure record still being written
+  }
   point_to_point_.reset();  // fails its pending sends and receives, then stops its thread
 }
 
@@ -252,20 +261,37 @@ std::exception_ptr Communicator::traceFailure(const std::exception_ptr& error) {
       (seen->kind() != ErrorKind::kPeerClosed && seen->kind() != ErrorKind::kTimeout)) {
     return error;
   }
-  FailureRecord mine{seen->peer(), seen->kind(), rank_, seen->what()};
-  try {
-    // A peer that shut its connections because of a failure of its own wrote its record first,
-    // so a plain read finds it. (One we timed out on may be timing out on someone else at this
-    // very moment; waiting for its record would add the wait to every timeout, so we do not: if
-    // it is not there yet, we name the peer we waited on.)
-    const std::string key = failedKey(options_.generation, seen->peer());
-    if (std::optional<std::string> theirs = store_.tryGet(key)) {
-      std::optional<FailureRecord> record = FailureRecord::decode(*theirs, world_);
-      if (record && record->blamed != rank_) mine = *record;  // not a failure of our own
-    }
-    store_.set(failedKey(options_.generation, rank_), mine.encode());
-  } catch (const std::exception&) {
-    // The Store is gone or failing: report what this rank saw itself.
+  const FailureRecord own{seen->peer(), seen->kind(), rank_, seen->what()};
+  // A peer that shut its connections because of a failure of its own wrote its record first, so
+  // a plain read finds it. (One we timed out on may be timing out on someone else at this very
+  // moment; waiting for its record would add the wait to every timeout, so we do not: if it is
+  // not there yet, we name the peer we waited on.) The Store's calls run on a thread of their
+  // own, given kFailureLookup: a Store that is gone (its host died with the peer) would hold an
+  // error back for its whole retry time; the destructor waits for that thread.
+  const uint64_t generation = options_.generation;
+  const int rank = rank_, world = world_;
+  Store& store = store_;
+  auto traced = std::make_shared<FailureRecord>(own);  // read only once the lookup is done
+  std::future<void> lookup =
+      std::async(std::launch::async, [&store, traced, generation, rank, world] {
+        try {
+          const std::string theirs_key = failedKey(generation, traced->blamed);
+          if (std::optional<std::string> theirs = store.tryGet(theirs_key)) {
+            std::optional<FailureRecord> record = FailureRecord::decode(*theirs, world);
+            if (record && record->blamed != rank) *traced = *record;  // not a failure of ours
+          }
+          store.set(failedKey(generation, rank), traced->encode());
+        } catch (const std::exception&) {
+          // The Store is gone or failing: report what this rank saw itself.
+          *traced = FailureRecord{};
+        }
+      });
+  FailureRecord mine = own;
+  if (lookup.wait_for(kFailureLookup) == std::future_status::ready) {
+    if (traced->blamed >= 0) mine = *traced;
+  } else {
+    base::MutexLock lock(mutex_);
+    failure_lookup_ = std::move(lookup);
   }
   if (mine.blamed == seen->peer()) return error;
   return std::make_exception_ptr(

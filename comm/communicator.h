@@ -28,9 +28,9 @@
 // and would blame a survivor. So before it shuts them, a failing rank records whom it blames in
 // the Store (store_keys.h failedKey), and a rank that loses a peer which left such a record
 // blames what that record names instead ("rank 1 failed first (rank 2 saw: ...)"). A peer that
-// left no record died or hung itself (or is timing out at this very moment on another). With the
-// Store gone, a rank reports what it saw itself, once the Store's own call deadline passed. So the
-// Store must outlive the communicator.
+// left no record died or hung itself (or is timing out at this very moment on another). The Store
+// gets a second for this; gone or slow, a rank reports what it saw itself. The Store must outlive
+// the communicator (its destructor waits for a record still being written).
 //
 // Thread-safety: all methods are thread-safe; calls from several threads are serialized. The
 // cross-rank order must still be the same on every rank, which is the caller's job.
@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -247,6 +248,8 @@ class Communicator {
   bool busy_ ABSL_GUARDED_BY(mutex_) = false;  // an operation is executing
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   std::exception_ptr broken_ ABSL_GUARDED_BY(mutex_);  // the first failure
+  // traceFailure's Store calls, when they outlasted its wait; the destructor waits for them.
+  std::future<void> failure_lookup_ ABSL_GUARDED_BY(mutex_);
   std::thread worker_;                                 // started by the first async call
 };
 

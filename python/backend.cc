@@ -90,14 +90,20 @@ bool throughInt32(at::ScalarType type) {
   return type == at::kByte || type == at::kChar || type == at::kShort || type == at::kBool;
 }
 
-// Throws std::invalid_argument unless `tensor` can be sent; checked when the call is made.
-void checkTensor(const char* op, const at::Tensor& tensor) {
+// Throws std::invalid_argument unless `tensor` can be moved as bytes (a dense CPU tensor of any
+// dtype): what send, recv, gather, scatter and all_to_all take. Checked when the call is made.
+void checkMovable(const char* op, const at::Tensor& tensor) {
   if (!tensor.defined()) refuse(std::string(op) + ": the tensor is undefined");
   if (!tensor.device().is_cpu()) {
     refuse(std::string(op) + ": the tensor is on " + tensor.device().str() +
            "; this backend takes CPU tensors (move it with .cpu())");
   }
   if (tensor.is_sparse()) refuse(std::string(op) + ": sparse tensors are not supported");
+}
+
+// The same, and of a dtype the reducing collectives carry.
+void checkTensor(const char* op, const at::Tensor& tensor) {
+  checkMovable(op, tensor);
   const at::ScalarType type = tensor.scalar_type();
   if (!carried(type) && !throughInt32(type) && !at::isComplexType(type)) {
     refuse(std::string(op) + ": tensors of dtype " + c10::toString(type) +
@@ -119,46 +125,11 @@ void writeInto(const at::Tensor& out, const at::Tensor& value) {
   target.copy_(value.reshape(target.sizes()));
 }
 
-// The checks of the calls that only move bytes: any dtype.
-void checkMovable(const char* op, const at::Tensor& tensor) {
-  if (!tensor.defined()) refuse(std::string(op) + ": the tensor is undefined");
-  if (!tensor.device().is_cpu()) {
-    refuse(std::string(op) + ": the tensor is on " + tensor.device().str() +
-           "; this backend takes CPU tensors (move it with .cpu())");
-  }
-  if (tensor.is_sparse()) refuse(std::string(op) + ": sparse tensors are not supported");
-}
-
-const at::Tensor& theOneMovable(const char* op, const std::vector<at::Tensor>& tensors) {
-  if (tensors.size() != 1) {
-    refuse(std::string(op) + ": takes one tensor per call (one device per process), got " +
-           std::to_string(tensors.size()));
-  }
-  checkMovable(op, tensors[0]);
-  return tensors[0];
-}
 
 void checkRoot(const char* op, int root, int size) {
   if (root < 0 || root >= size) {
     refuse(std::string(op) + ": root " + std::to_string(root) + " must be in [0, " +
            std::to_string(size) + ")");
-  }
-}
-
-// `list` holds `size` tensors of `like`'s elements and dtype, any dtype.
-void checkMovableList(const char* op, const std::vector<at::Tensor>& list, int size,
-                      const at::Tensor& like, const char* what) {
-  if (static_cast<int>(list.size()) != size) {
-    refuse(std::string(op) + ": " + what + " has " + std::to_string(list.size()) +
-           " tensors; the group has " + std::to_string(size) + " ranks");
-  }
-  for (const at::Tensor& t : list) {
-    checkMovable(op, t);
-    if (t.numel() != like.numel() || t.scalar_type() != like.scalar_type()) {
-      refuse(std::string(op) + ": every tensor of " + what + " must have " +
-             std::to_string(like.numel()) + " elements of " + c10::toString(like.scalar_type()) +
-             ", got " + std::to_string(t.numel()) + " of " + c10::toString(t.scalar_type()));
-    }
   }
 }
 
@@ -246,25 +217,30 @@ class PointToPointWork final : public c10d::Work {
   mutable std::exception_ptr error_;
 };
 
-const at::Tensor& theOne(const char* op, const std::vector<at::Tensor>& tensors) {
+// checkTensor (what the collectives that reduce take) or checkMovable (any dtype).
+using TensorCheck = void (*)(const char* op, const at::Tensor& tensor);
+
+const at::Tensor& theOne(const char* op, const std::vector<at::Tensor>& tensors,
+                         TensorCheck check = checkTensor) {
   if (tensors.size() != 1) {
     refuse(std::string(op) + ": takes one tensor per call (one device per process), got " +
            std::to_string(tensors.size()));
   }
-  checkTensor(op, tensors[0]);
+  check(op, tensors[0]);
   return tensors[0];
 }
 
+// `list` holds `size` tensors of `like`'s elements and dtype.
 void checkList(const char* op, const std::vector<at::Tensor>& list, int size,
-               const at::Tensor& like, const char* what) {
+               const at::Tensor& like, const char* what, TensorCheck check = checkTensor) {
   if (static_cast<int>(list.size()) != size) {
     refuse(std::string(op) + ": " + what + " has " + std::to_string(list.size()) +
            " tensors; the group has " + std::to_string(size) + " ranks");
   }
   for (const at::Tensor& t : list) {
-    checkTensor(op, t);
+    check(op, t);
     if (t.numel() != like.numel() || t.scalar_type() != like.scalar_type()) {
-      refuse(std::string(op) + ": every tensor of " + what + " must have the input's " +
+      refuse(std::string(op) + ": every tensor of " + what + " must have " +
              std::to_string(like.numel()) + " elements of " + c10::toString(like.scalar_type()) +
              ", got " + std::to_string(t.numel()) + " of " + c10::toString(t.scalar_type()));
     }
@@ -610,14 +586,14 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                std::vector<at::Tensor>& inputs,
                                                const c10d::GatherOptions& opts) {
-  at::Tensor input = theOneMovable("gather", inputs);
+  at::Tensor input = theOne("gather", inputs, checkMovable);
   const int root = static_cast<int>(opts.rootRank);
   checkRoot("gather", root, size_);
   const bool mine = rank_ == root;
   std::vector<at::Tensor> out;
   if (mine) {
     if (outputs.size() != 1) refuse("gather: the root takes one output list");
-    checkMovableList("gather", outputs[0], size_, input, "the output list");
+    checkList("gather", outputs[0], size_, input, "the output list", checkMovable);
     out = outputs[0];
   } else if (!outputs.empty()) {
     refuse("gather: only the root (rank " + std::to_string(root) + ") passes an output list");
@@ -635,14 +611,14 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ScatterOptions& opts) {
-  at::Tensor output = theOneMovable("scatter", outputs);
+  at::Tensor output = theOne("scatter", outputs, checkMovable);
   const int root = static_cast<int>(opts.rootRank);
   checkRoot("scatter", root, size_);
   const bool mine = rank_ == root;
   std::vector<at::Tensor> in;
   if (mine) {
     if (inputs.size() != 1) refuse("scatter: the root takes one input list");
-    checkMovableList("scatter", inputs[0], size_, output, "the input list");
+    checkList("scatter", inputs[0], size_, output, "the input list", checkMovable);
     in = inputs[0];
   } else if (!inputs.empty()) {
     refuse("scatter: only the root (rank " + std::to_string(root) + ") passes an input list");
@@ -809,7 +785,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
 
 c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dstRank,
                                              int tag) {
-  const at::Tensor& tensor = theOneMovable("send", tensors);
+  const at::Tensor& tensor = theOne("send", tensors, checkMovable);
   return c10::make_intrusive<PointToPointWork>(
       rank_, c10d::OpType::SEND, "cumulus:send",
       group_->sendAsync(tensor, dstRank, tag, callOptions(std::chrono::milliseconds(0))), tensors);
@@ -817,14 +793,14 @@ c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, i
 
 c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& tensors, int srcRank,
                                              int tag) {
-  at::Tensor tensor = theOneMovable("recv", tensors);
+  at::Tensor tensor = theOne("recv", tensors, checkMovable);
   return c10::make_intrusive<PointToPointWork>(
       rank_, c10d::OpType::RECV, "cumulus:recv",
       group_->recvAsync(tensor, srcRank, tag, callOptions(std::chrono::milliseconds(0))), tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  at::Tensor tensor = theOneMovable("recv", tensors);
+  at::Tensor tensor = theOne("recv", tensors, checkMovable);
   return c10::make_intrusive<PointToPointWork>(
       rank_, c10d::OpType::RECVANYSOURCE, "cumulus:recv_anysource",
       group_->recvAsync(tensor, ProcessGroup::kAnySource, tag,

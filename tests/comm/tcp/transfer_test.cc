@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "comm/error.h"
+#include "comm/memory_store.h"
 #include "comm/rendezvous.h"
 #include "comm/shm/channel.h"
 #include "comm/tcp/frame.h"
@@ -127,6 +131,71 @@ TEST_P(Faults, PeerClosingItsConnectionsIsPeerClosed) {
   EXPECT_EQ(e.op(), "allreduce");
   EXPECT_EQ(e.seq(), 1u);
   EXPECT_EQ(e.peer(), 1);
+}
+
+// A Store that stops answering once frozen (its host went away with the peer): each call blocks
+// until the test thaws it.
+class FrozenStore : public MemoryStore {
+ public:
+  void freeze() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    frozen_ = true;
+  }
+  void thaw() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    frozen_ = false;
+    thawed_.notify_all();
+  }
+  // Thaws it after `limit` unless thawed before.
+  void thawBy(std::chrono::milliseconds limit) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (thawed_.wait_for(lock, limit, [&] { return !frozen_; })) return;
+    }
+    thaw();
+  }
+  std::optional<Bytes> tryGet(const std::string& key) override {
+    block();
+    return MemoryStore::tryGet(key);
+  }
+  void set(const std::string& key, const Bytes& value) override {
+    block();
+    MemoryStore::set(key, value);
+  }
+
+ private:
+  void block() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    thawed_.wait(lock, [&] { return !frozen_; });
+  }
+  std::mutex mutex_;
+  std::condition_variable thawed_;
+  bool frozen_ = false;
+};
+
+TEST_P(Faults, PeerLossIsReportedWhileTheStoreHangs) {
+  FrozenStore store;
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  spawn(2,
+        [&](int r) { comms[r] = std::make_unique<Communicator>(r, 2, store, withTimeout(10s)); });
+  store.freeze();
+  // Thawed after 30 s at the latest, so that a rank that waits on the Store fails this test by
+  // the time below instead of hanging it.
+  std::thread thawer([&] { store.thawBy(30s); });
+  std::vector<float> v(1 << 16, 1.0f);
+  Buffer b{v.data(), v.size(), DType::kFloat32};
+  const auto start = Clock::now();
+  auto work = comms[0]->allreduceAsync(b, {ReduceOp::kSum, Algorithm::kRing});
+  comms[1].reset();
+  CommError e = expectCommError([&] { work->wait(); });
+  // The failure record cannot be looked up: rank 0 reports what it saw, about a second later.
+  EXPECT_LT(Clock::now() - start, 10s);
+  EXPECT_EQ(e.kind(), ErrorKind::kPeerClosed) << e.what();
+  EXPECT_EQ(e.peer(), 1) << e.what();
+  EXPECT_EQ(std::string(e.what()).find("failed first"), std::string::npos) << e.what();
+  store.thaw();
+  comms[0].reset();  // waits for the record still being written
+  thawer.join();
 }
 
 TEST_P(Faults, StalledPeerTimesOutNamingIt) {
