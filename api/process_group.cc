@@ -553,6 +553,17 @@ void Work::wait() {
   if (impl_->error) std::rethrow_exception(impl_->error);
 }
 
+void Work::wait(std::chrono::milliseconds timeout) {
+  if (!impl_->waited && impl_->work) {
+    try {
+      impl_->work->wait(timeout);
+    } catch (...) {
+      if (!impl_->work->isCompleted()) throw;  // still running: a timeout of this wait only
+    }
+  }
+  wait();
+}
+
 bool Work::isCompleted() const { return impl_->work == nullptr || impl_->work->isCompleted(); }
 
 int Work::source() const { return impl_->receive ? impl_->receive->source() : -1; }

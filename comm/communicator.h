@@ -250,7 +250,7 @@ class Communicator {
   std::exception_ptr broken_ ABSL_GUARDED_BY(mutex_);  // the first failure
   // traceFailure's Store calls, when they outlasted its wait; the destructor waits for them.
   std::future<void> failure_lookup_ ABSL_GUARDED_BY(mutex_);
-  std::thread worker_;                                 // started by the first async call
+  std::thread worker_;  // started by the first async call
 };
 
 }  // namespace cumulus::comm

@@ -27,6 +27,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -96,6 +97,12 @@ class Backend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // Gloo's monitored barrier (torch.distributed.monitored_barrier): every rank reports to rank 0
+  // within opts.timeout, then rank 0 releases them; rank 0 raises CommError naming the first rank
+  // that did not come ("Rank 1 failed to pass monitoredBarrier in 100 ms"), or with waitAllRanks
+  // every one ("Ranks 1, 2 failed ..."), and the others raise that rank 0 did not release them.
+  // Blocking, on point-to-point lanes, apart from the collectives' order.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& outputSplitSizes,
                                                std::vector<int64_t>& inputSplitSizes,
@@ -133,6 +140,7 @@ class Backend final : public c10d::Backend {
   std::unique_ptr<C10dStore> store_;              // outlives group_
   std::unique_ptr<cumulus::ProcessGroup> group_;  // Cumulus's group of these ranks
   std::unique_ptr<Queue> queue_;                  // stopped first
+  std::atomic<uint64_t> monitored_barriers_{0};   // monitoredBarrier calls, for their tags
 };
 
 // Stops every live backend's thread after what it has queued (Python's atexit, through

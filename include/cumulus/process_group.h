@@ -24,6 +24,7 @@
 // Thread-safety: all methods may be called from any thread; concurrent collectives are
 // serialized, and the cross-rank order is the caller's job.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -115,6 +116,10 @@ class Work {
   // tensor (a non-contiguous tensor gets it copied back here). Throws its CommError if it failed.
   // A second call returns at once (or throws the same error).
   void wait();
+  // The same, giving up after `timeout`: throws CommError(kTimeout) if the operation is still
+  // running then. It keeps running (bounded by its own timeout), and a later wait() may still
+  // return its result.
+  void wait(std::chrono::milliseconds timeout);
   // True once the collective finished, successfully or not. Never blocks.
   bool isCompleted() const;
   // A receive's (recvAsync) sender once wait() returned; before that, the rank asked for

@@ -376,6 +376,34 @@ TEST(ProcessGroupPointToPoint, ANonContiguousTensorReceivesInPlace) {
   });
 }
 
+// wait(timeout) gives up on a receive that has not arrived, which goes on; a later wait() takes
+// the message (into a non-contiguous tensor too, through its copy).
+TEST(ProcessGroupPointToPoint, AWaitThatRunsOutLeavesTheReceivePosted) {
+  runRanks(2, [](ProcessGroup& group) {
+    if (group.rank() == 0) {
+      group.barrier();  // rank 1's first wait has run out
+      group.sendAsync(torch::tensor({4.0f, 5.0f}), 1, 3)->wait();
+      return;
+    }
+    torch::Tensor grid = torch::zeros({2, 2});
+    torch::Tensor column = grid.select(1, 0);
+    auto work = group.recvAsync(column, 0, 3);
+    try {
+      work->wait(std::chrono::milliseconds(50));
+      ADD_FAILURE() << "a receive nothing was sent to completed";
+    } catch (const CommError& e) {
+      EXPECT_EQ(e.kind(), CommErrorKind::kTimeout);
+      EXPECT_EQ(std::string(e.what()), "recv seq " + std::to_string(e.seq()) +
+                                           ": timeout: not finished after waiting 50 ms");
+    }
+    EXPECT_FALSE(work->isCompleted());
+    group.barrier();
+    work->wait(std::chrono::seconds(60));
+    EXPECT_TRUE(torch::equal(grid.select(1, 0), torch::tensor({4.0f, 5.0f})));
+    EXPECT_EQ(work->source(), 0);
+  });
+}
+
 TEST(ProcessGroupPointToPoint, AGroupWithoutLanesOrAloneSaysSo) {
   GroupOptions without;
   without.point_to_point = false;

@@ -311,6 +311,8 @@ class Failures(unittest.TestCase):
                              "ValueError: cumulus backend: all_to_all_single: the output's split "
                              "sizes must be 2 counts of rows, none negative, summing to its first "
                              "dimension (3); got 2 summing to 2")
+            self.assertEqual(errors["negative tag"],
+                             "ValueError: cumulus backend: send: tag -1 must be nonnegative")
             if rank == 1:
                 self.assertRegex(errors["receive size"],
                                  r"^CommError: recv seq 1 with rank 0: invalid: rank 0 sent 8 "
@@ -402,6 +404,34 @@ class Failures(unittest.TestCase):
         self.assertRegex(reports[0]["error"], r"^allreduce seq 2 with rank 1: timeout: ")
         self.assertGreaterEqual(reports[0]["seconds"], 1.9)
         self.assertLess(reports[0]["seconds"], 6)
+
+    def test_monitored_barrier_names_the_ranks_that_did_not_come(self):
+        results = run_group(3, "monitored")
+        for rank, (code, reports, err) in enumerate(results):
+            self.assertEqual(code, 0, f"rank {rank}: {err}")
+        errors = [reports[0]["errors"] for _, reports, _ in results]
+        self.assertEqual(errors[0]["absent rank"],
+                         ["monitored_barrier seq 3 with rank 2: timeout: Rank 2 failed to pass "
+                          "monitoredBarrier in 500 ms", "monitored_barrier", 2, "timeout"])
+        self.assertRegex(errors[1]["absent rank"][0],
+                         r"^monitored_barrier seq 3 with rank 0: timeout: Rank 1 successfully "
+                         r"reached monitoredBarrier, but received errors while waiting for "
+                         r"send/recv from rank 0. Please check rank 0 logs for faulty rank. "
+                         r"\(recv seq \d+ with rank 0: timeout: ")
+        self.assertEqual(errors[0]["absent ranks"][0],
+                         "monitored_barrier seq 4 with rank 1: timeout: Ranks 1, 2 failed to "
+                         "pass monitoredBarrier in 300 ms")
+        self.assertEqual(errors[0]["no time"][0],
+                         "monitored_barrier seq 5 with rank 1: timeout: Rank 0 timed out in "
+                         "monitoredBarrier after 0 ms (ranks that passed: none; rank 1 and those "
+                         "after it not checked)")
+        # A receive's wait(timeout) gives up after its timeout; the receive goes on (the worker
+        # then completes it and checks what arrived).
+        self.assertRegex(errors[0]["receive wait"][0],
+                         r"^recv seq \d+ with rank 1: timeout: not finished after waiting 300 ms; it "
+                         r"goes on, and a later wait\(\) may complete it$")
+        self.assertGreaterEqual(results[0][1][0]["waited"], 0.3)
+        self.assertEqual(errors[2], {})
 
 
 BIN = os.environ.get("CUMULUS_BIN", os.path.join(HERE, "..", "..", "build", "bin"))

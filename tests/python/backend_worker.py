@@ -338,6 +338,7 @@ def bad_calls():
     refused("uneven without splits", lambda: dist.all_to_all_single(torch.zeros(3), torch.zeros(3)))
     refused("splits that do not add up", lambda: dist.all_to_all_single(
         torch.zeros(3), torch.zeros(3), output_split_sizes=[1, 1], input_split_sizes=[1, 2]))
+    refused("negative tag", lambda: dist.send(torch.ones(1), dst=1 - r, tag=-1))
     t = torch.ones(3)
     dist.all_reduce(t)  # still works
     expect("all_reduce after refusals", t, torch.full((3,), 2.0))
@@ -476,9 +477,61 @@ def stalled_peer(timeout_seconds):
         report(rank=r, error=str(e), seconds=time.monotonic() - start)
 
 
+def monitored():
+    """monitored_barrier on three ranks: passed by all (also with wait_all_ranks); rank 2 absent
+    (rank 0 names it, rank 1 learns that rank 0 did not release it); ranks 1 and 2 absent with
+    wait_all_ranks (rank 0 names both); a zero timeout. Then a receive's wait(timeout) that runs
+    out, and the same receive completed by a later wait(). Between phases, a barrier; at the end
+    an all-reduce: a failed monitored barrier does not break the group."""
+    dist.init_process_group("cumulus")
+    r = dist.get_rank()
+    long = timedelta(seconds=60)
+    dist.monitored_barrier(timeout=long)
+    dist.monitored_barrier(timeout=long, wait_all_ranks=True)
+    errors = {}
+
+    def failing(name, call):
+        try:
+            call()
+            sys.exit(f"rank {r}: {name}: returned")
+        except cumulus.CommError as e:
+            errors[name] = [str(e), e.op, e.peer, e.kind]
+
+    if r != 2:
+        failing("absent rank", lambda: dist.monitored_barrier(timeout=timedelta(seconds=0.5)))
+    dist.barrier()
+    if r == 0:
+        failing("absent ranks", lambda: dist.monitored_barrier(timeout=timedelta(seconds=0.3),
+                                                               wait_all_ranks=True))
+    dist.barrier()
+    if r == 0:
+        failing("no time", lambda: dist.monitored_barrier(timeout=timedelta(seconds=0)))
+    dist.barrier()
+    waited = None
+    if r == 0:
+        got = torch.zeros(3)
+        work = dist.irecv(got, src=1, tag=7)
+        start = time.monotonic()
+        failing("receive wait", lambda: work.wait(timeout=timedelta(seconds=0.3)))
+        waited = time.monotonic() - start
+        dist.barrier()
+        work.wait()
+        expect("the receive after a wait that ran out", got, torch.tensor([1.0, 2.0, 3.0]))
+    else:
+        dist.barrier()
+        if r == 1:
+            dist.send(torch.tensor([1.0, 2.0, 3.0]), dst=0, tag=7)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    expect("all_reduce after the monitored barriers", t, torch.full((2,), 3.0))
+    dist.destroy_process_group()
+    report(rank=r, errors=errors, waited=waited)
+
+
 if __name__ == "__main__":
     case, args = sys.argv[1], sys.argv[2:]
     {"collectives": collectives, "ddp": lambda: ddp(int(args[0]), args[1]),
      "killed_peer": killed_peer, "killed_sender": killed_sender, "bad_calls": bad_calls,
      "launched": lambda: launched(*args), "mismatched_dtypes": mismatched_dtypes,
-     "init_only": lambda: init_only(args[0]), "stalled_peer": lambda: stalled_peer(args[0])}[case]()
+     "init_only": lambda: init_only(args[0]), "stalled_peer": lambda: stalled_peer(args[0]),
+     "monitored": monitored}[case]()
