@@ -11,6 +11,12 @@ writes {test: [outcome, detail]} for comparing two backends (`--backend gloo` on
 For `cumulus` the script adds the backend to the feature sets that describe what gloo does on CPU
 (ddp, subgroup, plugin), so that the tests gloo runs are run, not skipped; a test that names gloo
 itself (`BACKEND == "gloo"`) is still skipped for another backend, and the counts say how many.
+
+With `--pose-as gloo` the tests are chosen and written as for gloo (their skip decorators and
+their `BACKEND == "gloo"` branches see gloo) while every group they make, the default one and
+each `new_group(backend="gloo")`, is made on --backend: the tests that name gloo, run on another
+backend. A test that then fails may assert gloo's own wording or name (`get_backend()`), which
+the detail says.
 """
 
 import argparse
@@ -33,16 +39,36 @@ if __name__ == "__main__":
                         help="a skipped test fails the run too (for a list that must all run)")
     parser.add_argument("--json", help="write every test's outcome here")
     parser.add_argument("--list", action="store_true", help="list the tests and exit")
+    parser.add_argument("--pose-as", metavar="BACKEND",
+                        help="choose and write the tests as for BACKEND, run them on --backend")
     ARGS = parser.parse_args()
     # Read by distributed_test.py at import, here and in every spawned rank (which inherits them);
     # each test makes its own TEMP_DIR (initialize_temp_directories) and removes it.
-    os.environ["BACKEND"] = ARGS.backend
+    os.environ["BACKEND"] = ARGS.pose_as or ARGS.backend
+    os.environ["CONFORMANCE_BACKEND"] = ARGS.backend
     os.environ["WORLD_SIZE"] = str(ARGS.world_size)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-BACKEND = os.environ.get("BACKEND", "")
-if BACKEND == "cumulus":
+BACKEND = os.environ.get("BACKEND", "")                     # what the tests see
+RUN_ON = os.environ.get("CONFORMANCE_BACKEND", BACKEND)      # what their groups are made on
+if RUN_ON == "cumulus":
     import cumulus  # noqa: F401  registers the backend, in the parent and in each spawned rank
+
+if RUN_ON != BACKEND:
+    import torch.distributed as dist
+
+    def _on_run_backend(make):
+        def made(*args, **kwargs):
+            if str(kwargs.get("backend", "")).lower() == BACKEND:
+                kwargs["backend"] = RUN_ON
+            return make(*args, **kwargs)
+        return made
+
+    # Both names: new_subgroups calls distributed_c10d's own.
+    for name in ("init_process_group", "new_group"):
+        made = _on_run_backend(getattr(dist.distributed_c10d, name))
+        setattr(dist.distributed_c10d, name, made)
+        setattr(dist, name, made)
 
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 
@@ -132,11 +158,13 @@ def main():
     counts = {}
     for outcome, _ in result.outcomes.values():
         counts[outcome] = counts.get(outcome, 0) + 1
-    print(f"{ARGS.backend}, world size {ARGS.world_size}: " +
+    posing = f" (the tests written for {ARGS.pose_as})" if ARGS.pose_as else ""
+    print(f"{ARGS.backend}{posing}, world size {ARGS.world_size}: " +
           ", ".join(f"{n} {o}" for o, n in sorted(counts.items())) + f" of {len(names)}")
     if ARGS.json:
         with open(ARGS.json, "w") as out:
-            json.dump({"backend": ARGS.backend, "world_size": ARGS.world_size,
+            json.dump({"backend": ARGS.backend, "pose_as": ARGS.pose_as,
+                       "world_size": ARGS.world_size,
                        "outcomes": result.outcomes}, out, indent=1, sort_keys=True)
     if ARGS.no_skips and result.skipped:
         print(f"{len(result.skipped)} test(s) skipped, and --no-skips asks that each one run")
