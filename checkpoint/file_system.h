@@ -7,7 +7,7 @@
 // errno text ("/ckpt/step-00000100.tmp/model.pt: write: No space left on device"). No method
 // retries or swallows an error. Calls block on the disk; none takes a timeout because POSIX file
 // I/O cannot be cancelled. An implementation is thread-safe if its calls on distinct paths may
-// run concurrently (PosixFileSystem is; FaultInjectingFileSystem is).
+// run concurrently (PosixFileSystem is; so is the tests' FaultInjectingFileSystem).
 
 #include <cstdint>
 #include <stdexcept>

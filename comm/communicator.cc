@@ -369,15 +369,14 @@ std::shared_ptr<Work> Communicator::startBroadcast(Buffer& buffer, int root,
       async, b.dtype);
 }
 
-std::shared_ptr<Work> Communicator::startReduce(Buffer& buffer, int root, ReduceOp op,
-                                                const OpOptions& options, bool async) {
+void Communicator::reduce(Buffer& buffer, int root, ReduceOp op, const OpOptions& options) {
   validate("reduce", buffer);
   checkRoot("reduce", root);
   checkReduction("reduce", buffer.dtype, op);
   Buffer b = buffer;
-  return submit(
+  submit(
       "reduce", options.timeout,
-      [b, root, op](Collective& c) mutable { treeReduce(c, b, op, root); }, async, b.dtype);
+      [b, root, op](Collective& c) mutable { treeReduce(c, b, op, root); }, false, b.dtype);
 }
 
 std::shared_ptr<Work> Communicator::startAllgather(const Buffer& input, Buffer& output,
@@ -397,9 +396,8 @@ std::shared_ptr<Work> Communicator::startAllgather(const Buffer& input, Buffer& 
       async, in.dtype);
 }
 
-std::shared_ptr<Work> Communicator::startReduceScatter(const Buffer& input, Buffer& output,
-                                                       ReduceOp op, const OpOptions& options,
-                                                       bool async) {
+void Communicator::reduceScatter(const Buffer& input, Buffer& output, ReduceOp op,
+                                 const OpOptions& options) {
   validate("reduce_scatter", input);
   validate("reduce_scatter", output);
   if (input.count != output.count * static_cast<size_t>(world_) || output.dtype != input.dtype) {
@@ -411,20 +409,20 @@ std::shared_ptr<Work> Communicator::startReduceScatter(const Buffer& input, Buff
   }
   checkReduction("reduce_scatter", input.dtype, op);
   Buffer in = input, out = output;
-  return submit(
+  submit(
       "reduce_scatter", options.timeout,
-      [in, out, op](Collective& c) mutable { ringReduceScatter(c, in, out, op); }, async, in.dtype);
+      [in, out, op](Collective& c) mutable { ringReduceScatter(c, in, out, op); }, false, in.dtype);
 }
 
-std::shared_ptr<Work> Communicator::startBarrier(const OpOptions& options, bool async) {
-  return submit(
+void Communicator::barrier(const OpOptions& options) {
+  submit(
       "barrier", options.timeout,
       [](Collective& c) {
         int32_t token = 1;
         Buffer b{&token, 1, DType::kInt32};
         treeAllreduce(c, b, ReduceOp::kSum);
       },
-      async, DType::kInt32);
+      false, DType::kInt32);
 }
 
 std::chrono::milliseconds Communicator::timeoutOf(const OpOptions& options) const {
@@ -511,31 +509,12 @@ std::shared_ptr<Work> Communicator::broadcastAsync(Buffer& buffer, int root,
                                                    const OpOptions& options) {
   return startBroadcast(buffer, root, options, true);
 }
-void Communicator::reduce(Buffer& buffer, int root, ReduceOp op, const OpOptions& options) {
-  startReduce(buffer, root, op, options, false);
-}
-std::shared_ptr<Work> Communicator::reduceAsync(Buffer& buffer, int root, ReduceOp op,
-                                                const OpOptions& options) {
-  return startReduce(buffer, root, op, options, true);
-}
 void Communicator::allgather(const Buffer& input, Buffer& output, const OpOptions& options) {
   startAllgather(input, output, options, false);
 }
 std::shared_ptr<Work> Communicator::allgatherAsync(const Buffer& input, Buffer& output,
                                                    const OpOptions& options) {
   return startAllgather(input, output, options, true);
-}
-void Communicator::reduceScatter(const Buffer& input, Buffer& output, ReduceOp op,
-                                 const OpOptions& options) {
-  startReduceScatter(input, output, op, options, false);
-}
-std::shared_ptr<Work> Communicator::reduceScatterAsync(const Buffer& input, Buffer& output,
-                                                       ReduceOp op, const OpOptions& options) {
-  return startReduceScatter(input, output, op, options, true);
-}
-void Communicator::barrier(const OpOptions& options) { startBarrier(options, false); }
-std::shared_ptr<Work> Communicator::barrierAsync(const OpOptions& options) {
-  return startBarrier(options, true);
 }
 
 }  // namespace cumulus::comm

@@ -139,8 +139,6 @@ class Communicator {
   std::shared_ptr<Work> broadcastAsync(Buffer& buffer, int root, const OpOptions& options = {});
   // The root's buffer ends with the reduction; other ranks' buffers become unspecified.
   void reduce(Buffer& buffer, int root, ReduceOp op, const OpOptions& options = {});
-  std::shared_ptr<Work> reduceAsync(Buffer& buffer, int root, ReduceOp op,
-                                    const OpOptions& options = {});
   // output.count == world * input.count; block r of the output is rank r's input.
   void allgather(const Buffer& input, Buffer& output, const OpOptions& options = {});
   std::shared_ptr<Work> allgatherAsync(const Buffer& input, Buffer& output,
@@ -148,11 +146,8 @@ class Communicator {
   // input.count == world * output.count; rank r gets the reduction of block r.
   void reduceScatter(const Buffer& input, Buffer& output, ReduceOp op,
                      const OpOptions& options = {});
-  std::shared_ptr<Work> reduceScatterAsync(const Buffer& input, Buffer& output, ReduceOp op,
-                                           const OpOptions& options = {});
   // Returns once every rank has entered the barrier.
   void barrier(const OpOptions& options = {});
-  std::shared_ptr<Work> barrierAsync(const OpOptions& options = {});
 
   // Collectives that move bytes of any dtype (exchange.h). gather: the root's `output` (world ×
   // bytes; null elsewhere) gets rank r's `input` at block r. scatter: rank r's `output` gets block
@@ -205,13 +200,8 @@ class Communicator {
   std::shared_ptr<Work> startAllreduce(Buffer& buffer, const AllreduceOptions& options, bool async);
   std::shared_ptr<Work> startBroadcast(Buffer& buffer, int root, const OpOptions& options,
                                        bool async);
-  std::shared_ptr<Work> startReduce(Buffer& buffer, int root, ReduceOp op, const OpOptions& options,
-                                    bool async);
   std::shared_ptr<Work> startAllgather(const Buffer& input, Buffer& output,
                                        const OpOptions& options, bool async);
-  std::shared_ptr<Work> startReduceScatter(const Buffer& input, Buffer& output, ReduceOp op,
-                                           const OpOptions& options, bool async);
-  std::shared_ptr<Work> startBarrier(const OpOptions& options, bool async);
   // Assigns the next sequence number; runs `body` inline when !async and nothing is queued,
   // otherwise queues it for the worker (and waits when !async). Blocking calls rethrow.
   // `element`: the dtype the frames carry, for the receivers to check (none: raw bytes).

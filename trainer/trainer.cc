@@ -13,24 +13,24 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_schedule.h"
+#include "checkpoint/resume.h"
+#include "configs/parse.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/data_parallel.h"
 #include "cumulus/elastic.h"
 #include "cumulus/preemption.h"
 #include "cumulus/process_group.h"
 #include "cumulus/sampler.h"
-#include "configs/parse.h"
 #include "data/npy.h"
+#include "distributed/trace.h"
 #include "models/model.h"
-#include "checkpoint/checkpoint_schedule.h"
 #include "trainer/loss.h"
-#include "trainer/tensorboard.h"
 #include "trainer/progress.h"
 #include "trainer/rank_reduce.h"
-#include "checkpoint/resume.h"
 #include "trainer/startup_profile.h"
 #include "trainer/step_count.h"
-#include "distributed/trace.h"
+#include "trainer/tensorboard.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
@@ -307,7 +307,8 @@ void Trainer::Impl::tryOneBatch(const data::Batch& batch, const std::string& sou
   } catch (const std::exception& e) {
     throw SetupError(failed + reasonOf(e) + bf16Hint(batch));
   }
-  if (config_.data.format == configs::DataFormat::kIdx && loss_->kind() == Loss::Kind::kCrossEntropy &&
+  if (config_.data.format == configs::DataFormat::kIdx &&
+      loss_->kind() == Loss::Kind::kCrossEntropy &&
       (outputs.dim() != 2 || outputs.size(1) != kIdxClasses)) {
     throw SetupError("model " + config_.model.name + " returns outputs " + tensorText(outputs) +
                      " for " + sample + "; the IDX datasets have " + std::to_string(kIdxClasses) +
@@ -452,8 +453,7 @@ void Trainer::Impl::buildElastic() {
 // Every rank loads the same checkpoint (the directory is shared, and nothing writes it while the
 // group starts) and restores parameters, buffers, optimizer state, sampler position and step.
 void Trainer::Impl::resumeIfAsked() {
-  const ResumeMode mode =
-      options_.resume.value_or(ResumeMode::defaultFor(!env_.run_id.empty()));
+  const ResumeMode mode = options_.resume.value_or(ResumeMode::defaultFor(!env_.run_id.empty()));
   if (checkpoints_->guardOtherExperiment(mode.kind != ResumeMode::Kind::kNone, resume_notes_)) {
     return;
   }
@@ -475,10 +475,10 @@ void Trainer::Impl::resumeIfAsked() {
       resume_notes_.push_back("warning: " + w.str() + "; not resuming from it");
     }
     if (!found) {
-      resume_notes_.push_back(warnings.empty()
-                                  ? "no checkpoint in " + checkpoints_->dir() + ": starting from step 0"
-                                  : "no valid checkpoint in " + checkpoints_->dir() + " (rejected: " +
-                                        rejectedNames(warnings) + "): starting from step 0");
+      resume_notes_.push_back(
+          warnings.empty() ? "no checkpoint in " + checkpoints_->dir() + ": starting from step 0"
+                           : "no valid checkpoint in " + checkpoints_->dir() + " (rejected: " +
+                                 rejectedNames(warnings) + "): starting from step 0");
       return;
     }
     const auto& [info, loaded] = *found;
@@ -569,7 +569,6 @@ Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env,
 
 Trainer::~Trainer() = default;
 
-std::string Trainer::modelSummary() const { return impl_->model().summary(); }
 int64_t Trainer::totalSteps() const { return impl_->totalSteps(); }
 int64_t Trainer::stepsPerEpoch() const { return impl_->stepsPerEpoch(); }
 models::Model& Trainer::model() { return impl_->model(); }

@@ -70,10 +70,10 @@
 #include <string>
 #include <vector>
 
-#include "cumulus/errors.h"
-#include "cumulus/precision.h"
 #include "checkpoint/resume.h"
 #include "configs/experiment.h"
+#include "cumulus/errors.h"
+#include "cumulus/precision.h"
 #include "trainer/run_env.h"
 
 namespace cumulus {
@@ -215,7 +215,6 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  std::string modelSummary() const;
   int64_t totalSteps() const;
   int64_t stepsPerEpoch() const;
   // Trains to the end (blocks). Once per Trainer: a second call throws std::logic_error.

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "comm/error.h"
+#include "tests/wait_until.h"
 
 namespace cumulus::comm {
 namespace {
@@ -26,9 +27,7 @@ TEST(MemoryStore, GetBlocksUntilSetFromAnotherThread) {
   std::thread writer([&] {
     // Set the key only once the reader waits for it (bounded: a reader that never blocks fails
     // the test below rather than hanging it).
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (store.blockedCalls() == 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(1ms);
+    cumulus::testing::waitUntil([&] { return store.blockedCalls() > 0; }, 5s);
     store.set("late", "v");
   });
   const auto start = std::chrono::steady_clock::now();

@@ -148,9 +148,25 @@ TEST(Reduce, Float16SumMaxAvg) {
   for (uint16_t v : a) ASSERT_EQ(v, 0xbc00);
 }
 
+// A count of 0 reads and writes nothing: the element beyond is untouched, and null pointers
+// (an empty tensor's) are never dereferenced.
 TEST(Reduce, ZeroCountTouchesNothing) {
+  double dst[2] = {7.0, 8.0};
+  const double src[2] = {5.0, 6.0};
+  reduceInto(dst, src, 0, DType::kFloat64, ReduceOp::kSum);
+  EXPECT_EQ(dst[0], 7.0);
+  EXPECT_EQ(dst[1], 8.0);
+  int64_t quotient[1] = {9};
+  divideBy(quotient, 0, DType::kInt64, 3);
+  EXPECT_EQ(quotient[0], 9);
   reduceInto(nullptr, nullptr, 0, DType::kFloat64, ReduceOp::kSum);
   divideBy(nullptr, 0, DType::kInt64, 3);
+  // The same calls with a count of 1 do change it, so the checks above could fail.
+  reduceInto(dst, src, 1, DType::kFloat64, ReduceOp::kSum);
+  EXPECT_EQ(dst[0], 12.0);
+  EXPECT_EQ(dst[1], 8.0);
+  divideBy(quotient, 1, DType::kInt64, 3);
+  EXPECT_EQ(quotient[0], 3);
 }
 
 }  // namespace

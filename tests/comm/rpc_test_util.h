@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/error.h"
+#include "tests/wait_until.h"
 
 namespace cumulus::comm::rpctest {
 
@@ -35,18 +36,7 @@ inline std::vector<std::exception_ptr> runRanks(int world, const std::function<v
   return errors;
 }
 
-// Polls `done` until it holds or `timeout` passes; returns whether it held. For waiting on a
-// state that the code under test exposes (a server's blocked calls, the ranks a step holds)
-// instead of sleeping and hoping that another thread got there by then.
-inline bool waitUntil(const std::function<bool()>& done,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
+using cumulus::testing::waitUntil;  // tests/wait_until.h
 
 // Rethrows the first error, so a failing rank's message reaches the test output.
 inline void expectNoErrors(const std::vector<std::exception_ptr>& errors) {

@@ -19,9 +19,13 @@
 #include <string>
 #include <thread>
 
+#include "tests/wait_until.h"
+
 namespace fs = std::filesystem;
 
 namespace {
+
+using cumulus::testing::waitUntil;
 
 const std::string kRun = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-run";
 const std::string kTrain = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-train";
@@ -43,15 +47,6 @@ size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
-}
-
-bool waitFor(const std::function<bool()>& done, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
 }
 
 // fake_metadata.py with `args`, started and stopped with the test. It prints its port first.
@@ -134,7 +129,8 @@ class CloudNoticeTest : public ::testing::Test {
       }
       return false;
     };
-    const bool training = waitFor([&] { return checkpointed() && (!ready || ready()); }, 120);
+    const bool training =
+        waitUntil([&] { return checkpointed() && (!ready || ready()); }, std::chrono::seconds(120));
     std::ofstream(trigger_) << "";
     launcher.join();
     EXPECT_TRUE(training) << r.output;
@@ -259,7 +255,7 @@ TEST_P(UnexpectedAnswerTest, IsOneWarningNamingSourceAndStatusAndPollingGoesOn) 
   Result r;
   std::thread launcher(
       [&] { r = launch("--preemption-notice " + cloud.spec(*m.path) + " -- " + worker); });
-  EXPECT_TRUE(waitFor([&] { return fs::exists(ready); }, 30));
+  EXPECT_TRUE(waitUntil([&] { return fs::exists(ready); }, std::chrono::seconds(30)));
   std::ofstream(trigger_) << "";
   launcher.join();
   EXPECT_EQ(r.exit_code, 75) << r.output;

@@ -27,6 +27,7 @@
 #include "launch/rendezvous_round.h"
 #include "proto/checkpoint.pb.h"
 #include "tests/launch/free_port.h"
+#include "tests/wait_until.h"
 
 namespace fs = std::filesystem;
 
@@ -42,15 +43,6 @@ std::string readFile(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-bool waitFor(const std::function<bool()>& done, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
 }
 
 // The pids whose parent is `parent`.
@@ -71,6 +63,7 @@ std::vector<pid_t> childrenOf(pid_t parent) {
 }
 
 using cumulus::testing::freePort;
+using cumulus::testing::waitUntil;
 
 class ElasticTest : public ::testing::Test {
  protected:
@@ -122,8 +115,8 @@ class ElasticTest : public ::testing::Test {
   int finish(int rank, double seconds = 40) {
     Node& node = nodes_[rank];
     int status = 0;
-    const bool exited =
-        waitFor([&] { return ::waitpid(node.pid, &status, WNOHANG) == node.pid; }, seconds);
+    const bool exited = waitUntil([&] { return ::waitpid(node.pid, &status, WNOHANG) == node.pid; },
+                                  std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
     if (!exited) {
       killNode(rank);
       return -1;
@@ -183,7 +176,8 @@ TEST_F(ElasticTest, LosingANodeRestartsTheSurvivorsFromTheCheckpointAtTheSmaller
       flags("2:3", "--recovery restart --rdzv-last-call 1 --rdzv-timeout 20 --max-restarts 2");
   for (int rank = 0; rank < 3; ++rank) start(rank, f, train);
   // Training is under way once the first checkpoint is in: then node 2 is lost.
-  ASSERT_TRUE(waitFor([&] { return fs::exists(run / "checkpoints" / "step-00000020"); }, 30))
+  ASSERT_TRUE(waitUntil([&] { return fs::exists(run / "checkpoints" / "step-00000020"); },
+                        std::chrono::seconds(30)))
       << output(0);
   killNode(2);
   ASSERT_EQ(finish(0), 0) << output(0);
@@ -252,7 +246,9 @@ TEST_F(ElasticTest, FewerThanMinNodesAfterALossEndTheJobNamingTheCount) {
       flags("2:3", "--recovery restart --rdzv-last-call 0.3 --rdzv-timeout 2 --max-restarts 3");
   start(0, f, probe());
   start(1, f, probe());
-  ASSERT_TRUE(waitFor([&] { return printed(0, "probe: 2 rank(s), data plane"); }, 20)) << output(0);
+  ASSERT_TRUE(waitUntil([&] { return printed(0, "probe: 2 rank(s), data plane"); },
+                        std::chrono::seconds(20)))
+      << output(0);
   killNode(1);
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(finish(0), 1) << output(0);
@@ -279,7 +275,9 @@ TEST_F(ElasticTest, ALateNodeIsAdmittedByReformingTheGroupWithoutCountingARestar
       flags("2:3", "--recovery restart --rdzv-last-call 0.3 --rdzv-timeout 10 --max-restarts 0");
   start(0, f, worker);
   start(1, f, worker);
-  ASSERT_TRUE(waitFor([&] { return printed(1, "[rank1] rank=1 of 2"); }, 10)) << output(1);
+  ASSERT_TRUE(
+      waitUntil([&] { return printed(1, "[rank1] rank=1 of 2"); }, std::chrono::seconds(10)))
+      << output(1);
   start(2, f, worker);
   EXPECT_EQ(finish(0), 0) << output(0);
   EXPECT_EQ(finish(1), 0) << output(1);
@@ -323,7 +321,8 @@ TEST_F(ElasticTest, ANodeAdmittedMidTrainingResumesFromTheStopStepLosingNoStep) 
       flags("2:3", "--recovery restart --rdzv-last-call 0.5 --rdzv-timeout 20 --max-restarts 0");
   start(0, f, train);
   start(1, f, train);
-  ASSERT_TRUE(waitFor([&] { return fs::exists(run / "checkpoints" / "step-00000020"); }, 30))
+  ASSERT_TRUE(waitUntil([&] { return fs::exists(run / "checkpoints" / "step-00000020"); },
+                        std::chrono::seconds(30)))
       << output(0);
   start(2, f, train);
   ASSERT_EQ(finish(0), 0) << output(0);
@@ -360,9 +359,13 @@ TEST_F(ElasticTest, AReplacementNodeTakesTheLostOnesPlaceInAFixedSizeJob) {
   const std::string f = flags("2", "--recovery restart --rdzv-timeout 20 --max-restarts 1");
   start(0, f, worker);
   start(1, f, worker);
-  ASSERT_TRUE(waitFor([&] { return printed(0, "probe: 2 rank(s), data plane"); }, 20)) << output(0);
+  ASSERT_TRUE(waitUntil([&] { return printed(0, "probe: 2 rank(s), data plane"); },
+                        std::chrono::seconds(20)))
+      << output(0);
   killNode(1);
-  ASSERT_TRUE(waitFor([&] { return printed(0, "restarting the group"); }, 20)) << output(0);
+  ASSERT_TRUE(
+      waitUntil([&] { return printed(0, "restarting the group"); }, std::chrono::seconds(20)))
+      << output(0);
   std::filesystem::rename(out(1), dir_ / "node1.lost.out");
   start(1, f, worker);  // the same --node-rank on a new "host"
   EXPECT_EQ(finish(0), 0) << output(0);
@@ -387,14 +390,16 @@ TEST_F(ElasticTest, APreemptionNoticeDuringTheRendezvousIsResumableAndReleasesTh
   // Nodes 0 and 1 of 3 wait for node 2; SIGTERM to node 0 ends the round for both.
   const std::string f = flags("3", "--rdzv-timeout 20");
   start(0, f, "/bin/true");
-  ASSERT_TRUE(waitFor([&] { return printed(0, "cumulus-run: run el"); }, 10)) << output(0);
+  ASSERT_TRUE(
+      waitUntil([&] { return printed(0, "cumulus-run: run el"); }, std::chrono::seconds(10)))
+      << output(0);
   start(1, f, "/bin/true");
   // Node 1 in the round, waiting: read the round from node 0's Store as any node would.
   cumulus::comm::StoreClient store("127.0.0.1", port_, "elastic-test");
   cumulus::launch::Rendezvous observer(store, cumulus::launch::RendezvousOptions{},
                                        cumulus::launch::RoundNode{99, 1, "observer"});
   const auto both_wait = [&] { return observer.waiting(0) == std::vector<int64_t>{0, 1}; };
-  ASSERT_TRUE(waitFor(both_wait, 10)) << output(1);
+  ASSERT_TRUE(waitUntil(both_wait, std::chrono::seconds(10))) << output(1);
   ::kill(nodes_[0].pid, SIGTERM);
   EXPECT_EQ(finish(0, 10), 75) << output(0);
   EXPECT_TRUE(printed(0,
@@ -413,7 +418,9 @@ TEST_F(ElasticTest, LosingNodeZeroEndsTheJobBecauseItHostsTheStore) {
   const std::string f = flags("1:2", "--rdzv-last-call 0.2 --rdzv-timeout 2 --max-restarts 3");
   start(0, f, "/bin/sleep 30");
   start(1, f, "/bin/sleep 30");
-  ASSERT_TRUE(waitFor([&] { return printed(1, "generation 0: nodes 0,1"); }, 10)) << output(1);
+  ASSERT_TRUE(
+      waitUntil([&] { return printed(1, "generation 0: nodes 0,1"); }, std::chrono::seconds(10)))
+      << output(1);
   killNode(0);
   EXPECT_EQ(finish(1, 15), 1) << output(1);
   const std::string text = output(1);
@@ -449,8 +456,10 @@ TEST_F(ElasticTest, InPlaceANoticeEndsOneNodeWith75AndTheOtherGoesOn) {
   const std::string f = flags("1:2", "--recovery in_place --rdzv-last-call 5 --rdzv-timeout 10");
   start(0, f, worker);
   start(1, f, worker);
-  ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "ready.0.0.0"); }, 20)) << output(0);
-  ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "ready.1.0.0"); }, 20)) << output(1);
+  ASSERT_TRUE(waitUntil([&] { return fs::exists(dir_ / "ready.0.0.0"); }, std::chrono::seconds(20)))
+      << output(0);
+  ASSERT_TRUE(waitUntil([&] { return fs::exists(dir_ / "ready.1.0.0"); }, std::chrono::seconds(20)))
+      << output(1);
   ::kill(nodes_[1].pid, SIGTERM);
   EXPECT_EQ(finish(1, 20), 75) << output(1);
   EXPECT_TRUE(printed(1,
@@ -475,9 +484,11 @@ TEST_F(ElasticTest, InPlaceALateNodeJoinsTheRunningGroupWithoutReformingIt) {
       flags("2:3", "--recovery in_place --rdzv-last-call 0.3 --rdzv-timeout 10 --max-restarts 0");
   start(0, f, worker);
   start(1, f, worker);
-  ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "ready.1.0.0"); }, 20)) << output(1);
+  ASSERT_TRUE(waitUntil([&] { return fs::exists(dir_ / "ready.1.0.0"); }, std::chrono::seconds(20)))
+      << output(1);
   start(2, f, worker);
-  ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "ready.2.0.0"); }, 20)) << output(2);
+  ASSERT_TRUE(waitUntil([&] { return fs::exists(dir_ / "ready.2.0.0"); }, std::chrono::seconds(20)))
+      << output(2);
   std::ofstream(dir_ / "release") << "";
   EXPECT_EQ(finish(0), 0) << output(0);
   EXPECT_EQ(finish(1), 0) << output(1);
@@ -507,7 +518,8 @@ TEST_F(ElasticTest, InPlaceLosingNodeZeroStillEndsTheJobBecauseItHostsTheStore) 
   const std::string f = flags("1:2", "--recovery in_place --rdzv-last-call 5 --rdzv-timeout 2");
   start(0, f, worker);
   start(1, f, worker);
-  ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "ready.1.0.0"); }, 20)) << output(1);
+  ASSERT_TRUE(waitUntil([&] { return fs::exists(dir_ / "ready.1.0.0"); }, std::chrono::seconds(20)))
+      << output(1);
   killNode(0);
   EXPECT_EQ(finish(1, 15), 1) << output(1);
   EXPECT_TRUE(printed(1, "cumulus-run: giving up: the rendezvous Store on node 0 (127.0.0.1:" +

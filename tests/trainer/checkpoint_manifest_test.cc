@@ -8,7 +8,7 @@
 #include "base/hash.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/file_system.h"
-#include "checkpoint/file_system_fault.h"
+#include "tests/trainer/file_system_fault.h"
 
 namespace cumulus::trainer {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/file_system_fault.h"
+#include "tests/trainer/file_system_fault.h"
 #include "cumulus/errors.h"
 
 namespace cumulus::trainer {

@@ -12,12 +12,13 @@
 #include <sstream>
 #include <thread>
 
-#include "models/model.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_manifest.h"
-#include "checkpoint/file_system_fault.h"
-#include "trainer/optimizer.h"
 #include "checkpoint/resume.h"
+#include "models/model.h"
+#include "tests/trainer/file_system_fault.h"
+#include "tests/wait_until.h"
+#include "trainer/optimizer.h"
 #include "trainer/training_checkpoint.h"
 
 namespace cumulus::trainer {
@@ -403,10 +404,9 @@ TEST_F(CheckpointTest, BackgroundErrorsSurfaceOnTheNextCall) {
 
   manager_.saveAsync(makeSnapshot(300));  // still full
   // Not waitForPending(): that would surface the error the next save is meant to throw.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (manager_.pending() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(milliseconds(1));
-  ASSERT_FALSE(manager_.pending()) << "the failing save never ended";
+  ASSERT_TRUE(
+      cumulus::testing::waitUntil([&] { return !manager_.pending(); }, std::chrono::seconds(60)))
+      << "the failing save never ended";
   fs_.clear();
   // The next save waits for the failed one and throws its error instead of saving; the snapshot
   // it was given is left intact for a retry.
@@ -609,13 +609,13 @@ TEST(RestoreTrainingTest, AStateThatDoesNotFitChangesNothingAndOneThatFitsIsBitI
     restoreTraining(bad, *other, *other_optimizer, "the training state sent by rank 1");
     ADD_FAILURE() << "a tensor of another shape was accepted";
   } catch (const ResumeError& e) {
-    EXPECT_EQ(std::string(e.what()), "the training state sent by rank 1: model.pt tensor '" + last +
-                                         "' has shape [3, 2], the model's is " +
-                                         [&] {
-                                           std::ostringstream out;
-                                           out << state.tensors.back().second.sizes();
-                                           return out.str();
-                                         }());
+    EXPECT_EQ(
+        std::string(e.what()), "the training state sent by rank 1: model.pt tensor '" + last +
+                                   "' has shape [3, 2], the model's is " + [&] {
+                                     std::ostringstream out;
+                                     out << state.tensors.back().second.sizes();
+                                     return out.str();
+                                   }());
   }
   EXPECT_EQ(parameterDigest(*other), before);  // the tensors before it were not copied either
 

@@ -1,4 +1,4 @@
-#include "checkpoint/file_system_fault.h"
+#include "tests/trainer/file_system_fault.h"
 
 #include <algorithm>
 
