@@ -40,10 +40,17 @@ inline constexpr char kMaxWorkers[] = "CUMULUS_MAX_WORKERS";
 inline constexpr char kJoin[] = "CUMULUS_JOIN";
 
 // Read by the launcher or the data plane, set by a user (not by cumulus-run).
-inline constexpr char kRdzvPort[] = "CUMULUS_RDZV_PORT";      // under Slurm: the Store's port
-inline constexpr char kTransport[] = "CUMULUS_TRANSPORT";     // auto | tcp | unix | shm
+inline constexpr char kRdzvPort[] = "CUMULUS_RDZV_PORT";        // under Slurm: the Store's port
+inline constexpr char kTransport[] = "CUMULUS_TRANSPORT";       // auto | tcp | unix | shm
 inline constexpr char kSpinMicroseconds[] = "CUMULUS_SPIN_US";  // a receive's busy-wait
-inline constexpr char kSpotLaunch[] = "CUMULUS_SPOT_LAUNCH";  // cumulus-spot's launch index
+inline constexpr char kSpotLaunch[] = "CUMULUS_SPOT_LAUNCH";    // cumulus-spot's launch index
 inline constexpr char kMalloc[] = "CUMULUS_MALLOC";  // training | default (<cumulus/allocator.h>)
+
+// Read by the torch.distributed backend's Python side (python/cumulus/__init__.py,
+// BackendOptions' defaults; docs/python.md, "Options"), which includes nothing private and so
+// spells them itself; tests/python/backend_test.py checks that each one it reads is here.
+inline constexpr char kAlgorithm[] = "CUMULUS_ALGORITHM";      // auto | ring | tree | ...
+inline constexpr char kCompression[] = "CUMULUS_COMPRESSION";  // none | bf16
+inline constexpr char kCostModel[] = "CUMULUS_COST_MODEL";     // a cumulus-bench calibrate file
 
 }  // namespace cumulus::base::env

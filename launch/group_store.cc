@@ -86,7 +86,7 @@ std::vector<int64_t> GroupStore::joined(int64_t g) {
     const std::optional<int64_t> node = base::parseInteger(id, 0);
     if (!node) {
       throw cumulus::CommError(comm::ErrorKind::kBadFrame, "group.joined", 0, -1,
-                            key + ": not a node id: '" + id + "'");
+                               key + ": not a node id: '" + id + "'");
     }
     nodes.push_back(*node);
   }

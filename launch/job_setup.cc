@@ -43,7 +43,7 @@ std::string jobToken(bool multi) {
   const char* env_token = std::getenv(base::env::kJobToken);
   if (env_token && *env_token) return env_token;
   if (!multi) return randomHex(16);
-  throw SetupError(
+  throw JobSetupError(
       "a job on several nodes needs the same secret on every node: export "
       "CUMULUS_JOB_TOKEN=<secret> before cumulus-run on each of them");
 }
@@ -57,9 +57,9 @@ void connectStore(Job& job, const LaunchOptions& o, bool (*interrupted)()) {
     try {
       job.server = std::make_unique<comm::StoreServer>(job.store_host, job.store_port, job.token);
     } catch (const std::exception& e) {
-      throw SetupError("cannot host the rendezvous Store on " + job.store_host + ":" +
-                       std::to_string(job.store_port) + ": " + e.what() +
-                       " (is another job using that port? choose another with --rdzv-endpoint)");
+      throw JobSetupError("cannot host the rendezvous Store on " + job.store_host + ":" +
+                          std::to_string(job.store_port) + ": " + e.what() +
+                          " (is another job using that port? choose another with --rdzv-endpoint)");
     }
     job.store_port = job.server->port();
   } else {
@@ -69,8 +69,8 @@ void connectStore(Job& job, const LaunchOptions& o, bool (*interrupted)()) {
   }
   // An IPv6 address in brackets, as parseHostPort (CUMULUS_STORE) reads it back.
   const bool ipv6 = job.store_host.find(':') != std::string::npos;
-  job.store_endpoint = (ipv6 ? "[" + job.store_host + "]" : job.store_host) + ":" +
-                       std::to_string(job.store_port);
+  job.store_endpoint =
+      (ipv6 ? "[" + job.store_host + "]" : job.store_host) + ":" + std::to_string(job.store_port);
   comm::StoreClientOptions copts;
   copts.connect_timeout = toMs(o.rdzv_timeout);
   job.store = std::make_unique<comm::StoreClient>(job.store_host, job.store_port, job.token, copts);
@@ -88,7 +88,7 @@ std::unique_ptr<Job> setUpJob(LaunchOptions& o, AgentConsole& console, bool (*in
   job->errors = std::make_unique<ErrorLog>(job->run_dir + "/errors.jsonl", o.run_id);
   std::error_code ec;
   std::filesystem::create_directories(job->run_dir, ec);
-  if (ec) throw SetupError("cannot create log directory " + job->run_dir + ": " + ec.message());
+  if (ec) throw JobSetupError("cannot create log directory " + job->run_dir + ": " + ec.message());
   job->token = jobToken(job->multi);
   connectStore(*job, o, interrupted);
   // The data plane listens where peers on other hosts can reach it: the address this host uses
@@ -99,7 +99,7 @@ std::unique_ptr<Job> setUpJob(LaunchOptions& o, AgentConsole& console, bool (*in
     try {
       job->bind_host = base::routeSourceAddress(job->store_host);
     } catch (const std::exception& e) {
-      throw SetupError(e.what());
+      throw JobSetupError(e.what());
     }
   }
   console.started(o.run_id, nodeCountText(o), o.nproc_per_node, job->store_endpoint, job->bind_host,
@@ -136,7 +136,8 @@ void prepareParameterServer(Job& job, AgentConsole& console, int64_t generation,
       job.parameter_server = std::make_unique<comm::ParameterServer>(job.store_host, 0, job.token,
                                                                      static_cast<int>(world_size));
     } catch (const std::exception& e) {
-      throw SetupError("cannot host the parameter server on " + job.store_host + ": " + e.what());
+      throw JobSetupError("cannot host the parameter server on " + job.store_host + ": " +
+                          e.what());
     }
     job.ps_endpoint = job.store_host + ":" + std::to_string(job.parameter_server->port());
     console.parameterServer(job.ps_endpoint);
@@ -150,7 +151,7 @@ int prepareMasterPort(Job& job, int64_t generation, std::chrono::milliseconds ti
   try {
     port = base::pickFreePort();
   } catch (const std::exception& e) {
-    throw SetupError(std::string("cannot pick MASTER_PORT for the workers: ") + e.what());
+    throw JobSetupError(std::string("cannot pick MASTER_PORT for the workers: ") + e.what());
   }
   if (job.multi) job.group_store->publishMasterPort(generation, port);
   return port;

@@ -23,8 +23,9 @@
 
 namespace cumulus::launch {
 
-// A set-up problem the user must fix (exit code 2).
-class SetupError : public std::runtime_error {
+// A set-up problem of the job that the user must fix (exit code 2): the launcher's, as
+// trainer::SetupError is a worker's.
+class JobSetupError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -55,22 +56,22 @@ struct Job {
 
 // Sets up the job of `options` (filling options.run_id when it is empty) and says so on
 // `console`. Node 0 starts the Store; the others wait for it to listen, up to --rdzv-timeout or
-// until `interrupted` returns true. Throws SetupError for what the user must fix (a log directory
-// that cannot be made, no CUMULUS_JOB_TOKEN on a multi-node job, the Store's port in use, an
-// unroutable Store host) and std::runtime_error for the rest.
+// until `interrupted` returns true. Throws JobSetupError for what the user must fix (a log
+// directory that cannot be made, no CUMULUS_JOB_TOKEN on a multi-node job, the Store's port in use,
+// an unroutable Store host) and std::runtime_error for the rest.
 std::unique_ptr<Job> setUpJob(LaunchOptions& options, AgentConsole& console, bool (*interrupted)());
 
 // The funnel's parameter server lives beside the Store, on node 0; it serves one world size, so a
 // group of another size gets a new one. Node 0 (re)starts it and publishes its address for
 // `generation`; the other nodes wait up to `timeout` to read it. Sets job.ps_endpoint. Throws
-// SetupError when node 0 cannot start it, cumulus::CommError when the Store fails.
+// JobSetupError when node 0 cannot start it, cumulus::CommError when the Store fails.
 void prepareParameterServer(Job& job, AgentConsole& console, int64_t generation, int64_t world_size,
                             std::chrono::milliseconds timeout);
 
 // MASTER_PORT of generation `generation`'s workers, torchrun's: a port free on node 0 for rank 0's
 // own store (torch.distributed's env:// TCPStore; a C++ worker reads CUMULUS_STORE instead).
 // Node 0 picks it and publishes it; the other nodes wait up to `timeout` to read it. Throws
-// SetupError when node 0 cannot pick one, cumulus::CommError when the Store fails.
+// JobSetupError when node 0 cannot pick one, cumulus::CommError when the Store fails.
 int prepareMasterPort(Job& job, int64_t generation, std::chrono::milliseconds timeout);
 
 // Node 0 of a multi-node job (a no-op elsewhere): ends round `generation` so that nodes waiting in

@@ -83,7 +83,7 @@ LaunchReport Launcher::run() {
       state_->metrics_server->pollNow();
     }
     return report;
-  } catch (const SetupError& e) {
+  } catch (const JobSetupError& e) {
     console.setupError(e.what());
   } catch (const cumulus::CommError& e) {
     console.rendezvousFailed(e.what());
@@ -483,7 +483,7 @@ void Launcher::startMetrics() {
     st.metrics_server = std::make_unique<MetricsServer>(
         options_.metrics_host, options_.metrics_port, *st.metrics, *job.store);
   } catch (const std::runtime_error& e) {
-    throw SetupError(e.what());
+    throw JobSetupError(e.what());
   }
   job.store->set(comm::metricsServingKey(), "1");
   st.live_metrics = true;

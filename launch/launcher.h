@@ -83,7 +83,7 @@ class Launcher {
  private:
   struct State;
   LaunchReport runOrThrow();
-  // --metrics-port: starts node 0's endpoint (throws SetupError when it cannot listen).
+  // --metrics-port: starts node 0's endpoint (throws JobSetupError when it cannot listen).
   void startMetrics();
   // The rendezvous ended without a group: interrupted by a signal, or node 0 ended the job.
   void endBeforeGroup(const Round& round, LaunchReport& report);

@@ -80,8 +80,7 @@ class Supervisor {
   GroupEnd finish(WorkerGroup& group, bool any_preempted);
   // In place: whether any member of the group is left for a replacement to join (end.members_left,
   // end.no_members), from the Store's membership.
-  void checkMembersLeft(WorkerGroup& group, const std::vector<ExitStatus>& statuses,
-                        GroupEnd& end);
+  void checkMembersLeft(WorkerGroup& group, const std::vector<ExitStatus>& statuses, GroupEnd& end);
   // Another node's news in the Store, if any.
   std::optional<GroupEnd> checkStore(WorkerGroup& group);
 

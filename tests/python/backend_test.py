@@ -163,6 +163,20 @@ class Import(unittest.TestCase):
             "member starts the round from the global parameters",
             "[1.0, 1.0, 1.0, 1.0]"])
 
+    def test_every_variable_the_package_reads_is_in_the_one_list(self):
+        """base/env_names.h lists every CUMULUS_* variable; the package spells those it reads."""
+        root = os.path.join(HERE, "..", "..")
+        with open(os.path.join(root, "base", "env_names.h")) as f:
+            listed = set(re.findall(r'"(CUMULUS_[A-Z0-9_]+)"', f.read()))
+        read = set()
+        package = os.path.join(root, "python", "cumulus")
+        for name in os.listdir(package):
+            if name.endswith(".py"):
+                with open(os.path.join(package, name)) as f:
+                    read |= set(re.findall(r'env(?:iron)?\.get\("(CUMULUS_[A-Z0-9_]+)"', f.read()))
+        self.assertIn("CUMULUS_ALGORITHM", read)  # the pattern finds what the package reads
+        self.assertEqual(sorted(read - listed), [])
+
     def test_a_torch_it_was_not_built_for_is_named(self):
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(os.path.join(PACKAGE_DIR, "cumulus"), os.path.join(tmp, "cumulus"))
