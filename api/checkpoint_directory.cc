@@ -1,6 +1,7 @@
-// Checkpoints (<cumulus/checkpoint.h>) over trainer::CheckpointManager and the POSIX file system.
-// Every failure leaves as a CheckpointError naming the path; std::invalid_argument only for the
-// caller's mistakes the header names (keep < 1, a bad extra file name).
+// Checkpoints, a directory of them (<cumulus/checkpoint.h>), over trainer::CheckpointManager and
+// the POSIX file system. Every failure leaves as a CheckpointError naming the path;
+// std::invalid_argument only for the caller's mistakes the header names (keep < 1, a bad extra
+// file name).
 
 #include <c10/util/Exception.h>
 

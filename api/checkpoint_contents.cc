@@ -1,5 +1,5 @@
-// Checkpoint (<cumulus/checkpoint.h>): a module's tensors, an optimizer's archive, torch's RNG and
-// the sampler's position into a checkpoint value, and back.
+// Checkpoint, the contents (<cumulus/checkpoint.h>): a module's tensors, an optimizer's archive,
+// torch's RNG and the sampler's position into a checkpoint value, and back.
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
