@@ -60,8 +60,8 @@
 #include "comm/communicator.h"
 #include "comm/work.h"
 #include "configs/experiment.h"
-#include "distributed/bucket_layout.h"
 #include "cumulus/data_parallel.h"
+#include "distributed/bucket_layout.h"
 
 namespace torch::autograd {
 struct Node;
@@ -78,8 +78,10 @@ struct DistributedSyncOptions {
   size_t first_bucket_bytes = size_t{1} << 20;
   // Deadline of attach()'s collectives and of waiting for each bucket.
   std::chrono::milliseconds timeout{60000};
-  // false: always copy gradients into the buckets and back (for measurements).
-  bool gradient_as_bucket_view = true;
+  // true: gradients are views into the buckets, reduced where they lie (cumulus-train's
+  // FlatParameters); false (DDP's default, and <cumulus/data_parallel.h>'s): copied into the
+  // buckets and back.
+  bool gradient_as_bucket_view = false;
   // Told of each bucket's all-reduce (launch → completion) from a watcher thread; finish() waits
   // until the step's buckets were all reported. Empty: no watcher (see <cumulus/data_parallel.h>).
   std::function<void(const BucketEvent&)> on_bucket_done;
@@ -87,7 +89,6 @@ struct DistributedSyncOptions {
   // From the `comm` section; throws std::invalid_argument naming the key.
   static DistributedSyncOptions fromConfig(const configs::CommConfig& config);
 };
-
 
 class DistributedGradientSync final : public GradientSync {
  public:

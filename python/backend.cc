@@ -451,6 +451,7 @@ c10::intrusive_ptr<c10d::Work> Backend::enqueue(c10d::OpType type, const char* n
                                                 std::vector<at::Tensor> outputs,
                                                 std::function<void()> run) {
   auto work = c10::make_intrusive<CumulusWork>(rank_, type, name, std::move(outputs));
+  ++collectives_;
   queue_->push([work, run = std::move(run)] {
     std::exception_ptr error;
     try {
@@ -479,8 +480,74 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
   });
 }
 
+// "[4, 5] (1 sparse dimension)" from a row {nnz, sparse_dim, dense_dim, sizes...}.
+std::string sparseShape(const at::Tensor& row) {
+  std::string text = "[";
+  for (int64_t d = 3; d < row.size(0); ++d) {
+    text += (d > 3 ? ", " : "") + std::to_string(row[d].item<int64_t>());
+  }
+  const int64_t sparse = row[1].item<int64_t>();
+  return text + "] (" + std::to_string(sparse) + " sparse dimension" + (sparse == 1 ? ")" : "s)");
+}
+
+// A sparse (COO) all-reduce, SUM only, as Gloo's: every rank's indices and values are
+// all-gathered (padded to the largest count) and their sum, coalesced, replaces `tensor`.
+void sparseAllreduce(ProcessGroup& group, const at::Tensor& tensor, const CollectiveOptions& call) {
+  torch::NoGradGuard no_grad;
+  const at::Tensor mine = tensor.coalesce();
+  std::vector<int64_t> shape{mine._nnz(), mine.sparse_dim(), mine.dense_dim()};
+  for (int64_t d : mine.sizes()) shape.push_back(d);
+  // Ranks whose tensors have a different number of dimensions fail in this all-gather (its
+  // length check), naming the peer; different sizes are named below, on every rank alike.
+  const at::Tensor shapes = group.allgather(at::tensor(shape, at::kLong), call);
+  int64_t most = 0;
+  for (int64_t r = 0; r < shapes.size(0); ++r) {
+    const at::Tensor theirs = shapes[r].narrow(0, 1, shapes.size(1) - 1);
+    if (!at::equal(theirs, shapes[0].narrow(0, 1, shapes.size(1) - 1))) {
+      throw CommError(CommErrorKind::kInvalid, "all_reduce", 0, static_cast<int>(r),
+                      "sparse tensors of different shapes: rank 0's is " + sparseShape(shapes[0]) +
+                          ", rank " + std::to_string(r) + "'s " + sparseShape(shapes[r]));
+    }
+    most = std::max(most, shapes[r][0].item<int64_t>());
+  }
+  auto padded = [most](const at::Tensor& t, int64_t dim) {
+    std::vector<int64_t> sizes = t.sizes().vec();
+    sizes[dim] = most - sizes[dim];
+    return at::cat({t, at::zeros(sizes, t.options())}, dim).contiguous();
+  };
+  const at::Tensor indices = group.allgather(padded(mine._indices(), 1), call);
+  const at::Tensor values = group.allgather(padded(mine._values(), 0), call);
+  std::vector<at::Tensor> all_indices, all_values;
+  for (int64_t r = 0; r < shapes.size(0); ++r) {
+    const int64_t count = shapes[r][0].item<int64_t>();
+    all_indices.push_back(indices[r].narrow(1, 0, count));
+    all_values.push_back(values[r].narrow(0, 0, count));
+  }
+  const at::Tensor sum =
+      at::sparse_coo_tensor(at::cat(all_indices, 1), at::cat(all_values, 0), mine.sizes())
+          .coalesce();
+  tensor.copy_(sum);
+}
+
 c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse() &&
+      tensors[0].device().is_cpu()) {
+    at::Tensor tensor = tensors[0];
+    if (opts.reduceOp != c10d::ReduceOp::SUM) {
+      refuse("all_reduce: sparse tensors are reduced with SUM only");
+    }
+    if (tensor.scalar_type() != at::kFloat && tensor.scalar_type() != at::kDouble &&
+        tensor.scalar_type() != at::kLong && tensor.scalar_type() != at::kInt) {
+      refuse(std::string("all_reduce: sparse tensors of dtype ") +
+             c10::toString(tensor.scalar_type()) +
+             " are not supported (float32, float64, int32, "
+             "int64 are)");
+    }
+    const CollectiveOptions call = callOptions(opts.timeout);
+    return enqueue(c10d::OpType::ALLREDUCE, "cumulus:all_reduce", tensors,
+                   [=, this] { sparseAllreduce(*group_, tensor, call); });
+  }
   at::Tensor tensor = theOne("all_reduce", tensors);
   CollectiveOptions call = callOptions(opts.timeout);
   call.op = reduceOpOf("all_reduce", opts.reduceOp, tensor);

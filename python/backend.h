@@ -103,6 +103,9 @@ class Backend final : public c10d::Backend {
   // every one ("Ranks 1, 2 failed ..."), and the others raise that rank 0 did not release them.
   // Blocking, on point-to-point lanes, apart from the collectives' order.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
+  // The collectives this rank has issued on the group so far: the same on every rank while
+  // they are in step (torch reads it for subgroups' collectives and for desync reports).
+  uint64_t getSequenceNumberForGroup() override { return collectives_.load(); }
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& outputSplitSizes,
                                                std::vector<int64_t>& inputSplitSizes,
@@ -141,6 +144,7 @@ class Backend final : public c10d::Backend {
   std::unique_ptr<cumulus::ProcessGroup> group_;  // Cumulus's group of these ranks
   std::unique_ptr<Queue> queue_;                  // stopped first
   std::atomic<uint64_t> monitored_barriers_{0};   // monitoredBarrier calls, for their tags
+  std::atomic<uint64_t> collectives_{0};          // enqueue()d so far
 };
 
 // Stops every live backend's thread after what it has queued (Python's atexit, through

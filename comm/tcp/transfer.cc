@@ -332,7 +332,7 @@ class Engine {
                                     : "waiting to send";
       fail(ErrorKind::kTimeout, peer,
            std::string("no progress within the ") + std::to_string(ctx_.timeout_ms) +
-               " ms timeout: " + what + " (received " + std::to_string(received_) + "/" +
+               " ms timeout while " + what + " (received " + std::to_string(received_) + "/" +
                std::to_string(t_.recv_units) + ", sent " + std::to_string(sent_) + "/" +
                std::to_string(t_.send_units) + " messages)");
     }

@@ -194,9 +194,14 @@ class Import(unittest.TestCase):
 class Collectives(unittest.TestCase):
     def check(self, world, env_of=lambda rank: {}):
         results = run_group(world, "collectives", env_of=env_of)
+        sequences = set()
         for rank, (code, reports, err) in enumerate(results):
             self.assertEqual(code, 0, f"rank {rank}: {err}")
+            sequences.add(reports[0].pop("sequence"))
             self.assertEqual(reports, [{"rank": rank, "backend": "cumulus", "ok": True}])
+        # The collectives each rank issued on the default group: as many on every rank.
+        self.assertEqual(len(sequences), 1, sequences)
+        self.assertGreater(sequences.pop(), 100)
 
     def test_every_collective_and_dtype_on_two_ranks(self):
         self.check(2)
@@ -325,6 +330,9 @@ class Failures(unittest.TestCase):
                              "ValueError: cumulus backend: all_to_all_single: the output's split "
                              "sizes must be 2 counts of rows, none negative, summing to its first "
                              "dimension (3); got 2 summing to 2")
+            self.assertEqual(errors["sparse max"],
+                             "ValueError: cumulus backend: all_reduce: sparse tensors are reduced "
+                             "with SUM only")
             self.assertEqual(errors["negative tag"],
                              "ValueError: cumulus backend: send: tag -1 must be nonnegative")
             if rank == 1:

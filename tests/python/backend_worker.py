@@ -234,6 +234,18 @@ def collectives():
     future = dist.all_reduce(torch.ones(3), async_op=True).get_future()
     expect("the future's value", future.wait()[0], torch.full((3,), float(w)))
 
+    # A sparse (COO) all-reduce, as Gloo's: rank k holds k + 1 entries (so the counts differ),
+    # two of them at the same place on every rank; the sum replaces the tensor.
+    def sparse_of(k):
+        rows = [k % 4] + [(k + j) % 4 for j in range(1, k + 1)]
+        return torch.sparse_coo_tensor(torch.tensor([rows, [j % 3 for j in range(k + 1)]]),
+                                       torch.arange(1.0, k + 2) * (k + 1), (4, 3))
+    t = sparse_of(r)
+    dist.all_reduce(t)
+    if not t.is_sparse:
+        sys.exit("a sparse all_reduce left a dense tensor")
+    expect("sparse all_reduce", t.to_dense(), sum(sparse_of(k).to_dense() for k in range(w)))
+
     # A subgroup of the first and the last rank: a group of its own, meeting through its own
     # prefix of torch's store; the ranks outside it take no part.
     if w >= 2:
@@ -242,10 +254,25 @@ def collectives():
         if r in (0, w - 1):
             dist.all_reduce(t, group=ends)
             expect("all_reduce in a subgroup", t, torch.full((3,), float(w + 1)))
+            # Object collectives on a subgroup (torch asks the backend for its sequence number).
+            objects = [None, None]
+            dist.all_gather_object(objects, {"rank": r}, group=ends)
+            if objects != [{"rank": 0}, {"rank": w - 1}]:
+                sys.exit(f"all_gather_object in a subgroup: got {objects}")
         else:
             expect("a rank outside the subgroup", t, torch.full((3,), float(r + 1)))
+    objects = [None] * w
+    dist.all_gather_object(objects, f"rank {r}")
+    if objects != [f"rank {k}" for k in range(w)]:
+        sys.exit(f"all_gather_object: got {objects}")
+    listed = [r * 10 if r == 0 else None]
+    dist.broadcast_object_list(listed, src=0)
+    if listed != [0]:
+        sys.exit(f"broadcast_object_list: got {listed}")
     dist.barrier()
-    report(rank=r, backend=dist.get_backend(), ok=True)
+    report(rank=r, backend=dist.get_backend(), ok=True,
+           sequence=dist.distributed_c10d._get_default_group()._get_backend(
+               torch.device("cpu"))._get_sequence_number_for_group())
 
 
 def ddp(steps, out):
@@ -338,6 +365,9 @@ def bad_calls():
     refused("uneven without splits", lambda: dist.all_to_all_single(torch.zeros(3), torch.zeros(3)))
     refused("splits that do not add up", lambda: dist.all_to_all_single(
         torch.zeros(3), torch.zeros(3), output_split_sizes=[1, 1], input_split_sizes=[1, 2]))
+    refused("sparse max", lambda: dist.all_reduce(
+        torch.sparse_coo_tensor(torch.tensor([[0]]), torch.tensor([1.0]), (2,)),
+        op=dist.ReduceOp.MAX))
     refused("negative tag", lambda: dist.send(torch.ones(1), dst=1 - r, tag=-1))
     t = torch.ones(3)
     dist.all_reduce(t)  # still works

@@ -19,6 +19,7 @@
 #include "comm/error.h"
 #include "comm/memory_store.h"
 #include "comm/parameter_server.h"
+#include "cumulus/data_parallel.h"
 #include "distributed/flat_parameters.h"
 #include "distributed/group_connection.h"
 #include "tests/trainer/thread_ranks.h"
@@ -135,7 +136,7 @@ struct RankResult {
   std::vector<SyncStepStats> stats;
   std::vector<BucketSpec> layout;
   std::vector<BucketEvent> bucket_events;  // plan.trace: what on_bucket_done was told
-  bool grads_in_place = true;  // plan.flat: every .grad() stayed in the flat buffers
+  bool grads_in_place = true;              // plan.flat: every .grad() stayed in the flat buffers
 };
 
 configs::CommConfig commConfig(const Plan& plan) {
@@ -326,6 +327,17 @@ TEST_P(AlgorithmTest, ThreeWorkersStayIdenticalAndMatchTheSingleProcessSum) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest,
                          ::testing::Values("tree", "ring", "funnel", "auto"));
 
+// The library's options and the public API's start alike, as DDP does: gradients copied into
+// the buckets and back unless the program asks for views.
+TEST(DistributedSyncTest, DefaultsAreThePublicApis) {
+  const DataParallelOptions api;
+  const DistributedSyncOptions library;
+  EXPECT_FALSE(api.gradient_as_bucket_view);
+  EXPECT_EQ(library.gradient_as_bucket_view, api.gradient_as_bucket_view);
+  EXPECT_EQ(library.bucket_cap_bytes, static_cast<size_t>(api.bucket_cap_mb * (1 << 20)));
+  EXPECT_EQ(library.first_bucket_bytes, static_cast<size_t>(api.first_bucket_mb * (1 << 20)));
+}
+
 TEST(DistributedSyncTest, BucketsAreReverseOrderedCappedAndTheFirstIsSmall) {
   Plan plan;
   plan.steps = 1;
@@ -404,7 +416,9 @@ TEST(DistributedSyncTest, GradientsAreViewsIntoTheBuckets) {
   comm::MemoryStore store;
   configs::CommConfig config;
   GroupConnection group(base::RunEnv{}, config, store);
-  DistributedGradientSync sync(group.communicator(), DistributedSyncOptions::fromConfig(config));
+  DistributedSyncOptions options = DistributedSyncOptions::fromConfig(config);
+  options.gradient_as_bucket_view = true;
+  DistributedGradientSync sync(group.communicator(), options);
   auto net = makeNet(1);
   const auto params = net->parameters();
   sync.attach(params);
