@@ -82,7 +82,7 @@ void connectStore(Job& job, const LaunchOptions& o, bool (*interrupted)()) {
 std::unique_ptr<Job> setUpJob(LaunchOptions& o, AgentConsole& console, bool (*interrupted)()) {
   auto job = std::make_unique<Job>();
   job->multi = o.max_nodes > 1;
-  job->host = o.node_rank == Rendezvous::kHostId;
+  job->host = o.node_rank == RendezvousRound::kHostId;
   if (o.run_id.empty()) o.run_id = "run-" + randomHex(4);
   job->run_dir = o.log_dir + "/" + o.run_id;
   job->errors = std::make_unique<ErrorLog>(job->run_dir + "/errors.jsonl", o.run_id);
@@ -118,7 +118,7 @@ std::unique_ptr<Job> setUpJob(LaunchOptions& o, AgentConsole& console, bool (*in
   ropts.last_call = toMs(o.rdzv_last_call);
   ropts.timeout = toMs(o.rdzv_timeout);
   ropts.join_running = o.recovery == Recovery::kInPlace;
-  job->rdzv = std::make_unique<Rendezvous>(
+  job->rdzv = std::make_unique<RendezvousRound>(
       *job->store, ropts, RoundNode{o.node_rank, o.nproc_per_node, randomHex(8)}, interrupted,
       [&console](const std::string& line) { console.note(line); });
   return job;

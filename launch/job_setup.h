@@ -51,7 +51,7 @@ struct Job {
   std::unique_ptr<comm::ParameterServer> parameter_server;  // node 0, funnel only
   std::string ps_endpoint;                                  // host:port when funnel
   std::unique_ptr<NoticeSource> notice;                     // --preemption-notice
-  std::unique_ptr<Rendezvous> rdzv;
+  std::unique_ptr<RendezvousRound> rdzv;
 };
 
 // Sets up the job of `options` (filling options.run_id when it is empty) and says so on

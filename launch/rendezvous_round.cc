@@ -61,7 +61,7 @@ std::string Round::nodeIds() const { return idList(nodes); }
 
 // The parsed value of `rdzv/<g>/state`; `raw` is the value as read ("" when the key is missing,
 // which is an open round nobody joined yet).
-struct Rendezvous::State {
+struct RendezvousRound::State {
   enum class Kind { kOpen, kClosed, kEnded };
   Kind kind = Kind::kOpen;
   std::vector<RoundNode> nodes;
@@ -160,21 +160,22 @@ struct Rendezvous::State {
   }
 };
 
-Rendezvous::Rendezvous(comm::Store& store, RendezvousOptions options, RoundNode self,
-                       std::function<bool()> interrupted,
-                       std::function<void(const std::string&)> note)
+RendezvousRound::RendezvousRound(comm::Store& store, RendezvousOptions options, RoundNode self,
+                                 std::function<bool()> interrupted,
+                                 std::function<void(const std::string&)> note)
     : store_(store),
       options_(options),
       self_(std::move(self)),
       interrupted_(std::move(interrupted)),
       note_(std::move(note)) {
   if (self_.nonce.empty() || self_.nonce.find_first_of(" :") != std::string::npos) {
-    throw std::invalid_argument("Rendezvous: the nonce must be non-empty, without ' ' or ':'");
+    throw std::invalid_argument(
+        "rendezvous round: the nonce must be non-empty, without ' ' or ':'");
   }
 }
 
-void Rendezvous::noteUnread(int64_t g, size_t nodes, std::chrono::milliseconds linger,
-                            const cumulus::CommError& error) const {
+void RendezvousRound::noteUnread(int64_t g, size_t nodes, std::chrono::milliseconds linger,
+                                 const cumulus::CommError& error) const {
   // The round has ended either way; a node that never read why is gone or will find out when it
   // next reads the round, so this is worth a line, not a failure.
   if (note_)
@@ -183,13 +184,13 @@ void Rendezvous::noteUnread(int64_t g, size_t nodes, std::chrono::milliseconds l
           " s that they read why it ended: " + error.what());
 }
 
-std::chrono::steady_clock::time_point Rendezvous::clockNow() const {
+std::chrono::steady_clock::time_point RendezvousRound::clockNow() const {
   return options_.now ? options_.now() : std::chrono::steady_clock::now();
 }
 
-void Rendezvous::sleep() const { std::this_thread::sleep_for(options_.poll); }
+void RendezvousRound::sleep() const { std::this_thread::sleep_for(options_.poll); }
 
-void Rendezvous::awaitSettled(int64_t g) {
+void RendezvousRound::awaitSettled(int64_t g) {
   try {
     store_.wait({roundSettledKey(g)}, kWaitSlice);
   } catch (const cumulus::CommError& e) {
@@ -197,13 +198,13 @@ void Rendezvous::awaitSettled(int64_t g) {
   }
 }
 
-bool Rendezvous::settle(int64_t g, const std::string& expected, const std::string& desired) {
+bool RendezvousRound::settle(int64_t g, const std::string& expected, const std::string& desired) {
   if (store_.compareSet(roundStateKey(g), expected, desired) != desired) return false;
   store_.set(roundSettledKey(g), "1");
   return true;
 }
 
-bool Rendezvous::tryJoin(int64_t g, State& state) {
+bool RendezvousRound::tryJoin(int64_t g, State& state) {
   for (;;) {
     state = State::parse(store_.tryGet(roundStateKey(g)).value_or(""), g);
     if (state.kind != State::Kind::kOpen) return false;
@@ -229,7 +230,7 @@ bool Rendezvous::tryJoin(int64_t g, State& state) {
   }
 }
 
-Round Rendezvous::join(int64_t generation, int64_t restarts) {
+Round RendezvousRound::join(int64_t generation, int64_t restarts) {
   State skipped;
   for (int64_t g = generation;; ++g) {
     State state;
@@ -258,7 +259,7 @@ Round Rendezvous::join(int64_t generation, int64_t restarts) {
   }
 }
 
-Round Rendezvous::waitForClose(int64_t g, int64_t restarts) {
+Round RendezvousRound::waitForClose(int64_t g, int64_t restarts) {
   const bool host = self_.node_id == kHostId;
   if (host) {
     last_seen_.clear();
@@ -298,7 +299,7 @@ Round Rendezvous::waitForClose(int64_t g, int64_t restarts) {
   }
 }
 
-void Rendezvous::leave(int64_t g) {
+void RendezvousRound::leave(int64_t g) {
   for (;;) {
     State state = State::parse(store_.tryGet(roundStateKey(g)).value_or(""), g);
     if (state.kind != State::Kind::kOpen) return;  // too late: the group fails without us
@@ -312,7 +313,7 @@ void Rendezvous::leave(int64_t g) {
   }
 }
 
-bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
+bool RendezvousRound::maybeClose(int64_t g, State& state, int64_t restarts) {
   const auto now = clockNow();
   if (state.raw != last_seen_) {
     last_seen_ = state.raw;
@@ -371,7 +372,7 @@ bool Rendezvous::maybeClose(int64_t g, State& state, int64_t restarts) {
   return true;
 }
 
-std::vector<int64_t> Rendezvous::waiting(int64_t generation) {
+std::vector<int64_t> RendezvousRound::waiting(int64_t generation) {
   State state = State::parse(store_.tryGet(roundStateKey(generation)).value_or(""), generation);
   std::vector<int64_t> ids;
   if (state.kind != State::Kind::kOpen) return ids;
@@ -380,12 +381,12 @@ std::vector<int64_t> Rendezvous::waiting(int64_t generation) {
   return ids;
 }
 
-void Rendezvous::announceRejoin(int64_t next_generation) {
+void RendezvousRound::announceRejoin(int64_t next_generation) {
   store_.set(roundComingKey(next_generation, self_.node_id), self_.nonce);
 }
 
-int Rendezvous::end(int64_t generation, int exit_code, const std::string& reason,
-                    std::chrono::milliseconds linger) {
+int RendezvousRound::end(int64_t generation, int exit_code, const std::string& reason,
+                         std::chrono::milliseconds linger) {
   for (;;) {
     State state = State::parse(store_.tryGet(roundStateKey(generation)).value_or(""), generation);
     if (state.kind != State::Kind::kOpen) return 0;

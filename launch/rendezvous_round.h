@@ -26,7 +26,7 @@
 // the node ranks of the others are their positions (dense, 0 … n-1). Global ranks are assigned in
 // that order, each node taking as many as it has workers.
 //
-// Not thread-safe: one Rendezvous per launcher, used from one thread. The host reads the round
+// Not thread-safe: one RendezvousRound per launcher, used from one thread. The host reads the round
 // every `poll`; the others block in the Store (a wait on `rdzv/<g>/settled`, 250 ms at a time),
 // so a large round costs node 0 a few calls per node per second. `interrupted` is checked between
 // calls. A Store failure throws cumulus::CommError.
@@ -87,16 +87,16 @@ struct RendezvousOptions {
   std::function<std::chrono::steady_clock::time_point()> now;
 };
 
-class Rendezvous {
+class RendezvousRound {
  public:
   static constexpr int64_t kHostId = 0;
 
   // `self.nonce` must differ between launcher processes (a random string). `note` receives
   // progress lines for the console ("generation 3 closed without this node; …"); may be empty.
   // `interrupted` is polled while waiting; when it returns true join() returns kInterrupted.
-  Rendezvous(comm::Store& store, RendezvousOptions options, RoundNode self,
-             std::function<bool()> interrupted = {},
-             std::function<void(const std::string&)> note = {});
+  RendezvousRound(comm::Store& store, RendezvousOptions options, RoundNode self,
+                  std::function<bool()> interrupted = {},
+                  std::function<void(const std::string&)> note = {});
 
   // Joins the first open round at or after `generation` and blocks until it closes with this
   // node in it (kClosed) or ends (kEnded), or `interrupted` (kInterrupted: a node other than the

@@ -396,8 +396,8 @@ TEST_F(ElasticTest, APreemptionNoticeDuringTheRendezvousIsResumableAndReleasesTh
   start(1, f, "/bin/true");
   // Node 1 in the round, waiting: read the round from node 0's Store as any node would.
   cumulus::comm::StoreClient store("127.0.0.1", port_, "elastic-test");
-  cumulus::launch::Rendezvous observer(store, cumulus::launch::RendezvousOptions{},
-                                       cumulus::launch::RoundNode{99, 1, "observer"});
+  cumulus::launch::RendezvousRound observer(store, cumulus::launch::RendezvousOptions{},
+                                            cumulus::launch::RoundNode{99, 1, "observer"});
   const auto both_wait = [&] { return observer.waiting(0) == std::vector<int64_t>{0, 1}; };
   ASSERT_TRUE(waitUntil(both_wait, std::chrono::seconds(10))) << output(1);
   ::kill(nodes_[0].pid, SIGTERM);

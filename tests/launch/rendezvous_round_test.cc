@@ -1,5 +1,5 @@
 // The elastic rendezvous round (launch/rendezvous_round.h) on an in-process MemoryStore: each
-// node is a thread with its own Rendezvous, as each launcher has its own.
+// node is a thread with its own RendezvousRound, as each launcher has its own.
 
 #include "launch/rendezvous_round.h"
 
@@ -66,7 +66,7 @@ RendezvousOptions withClock(RendezvousOptions o, ManualClock& clock) {
 
 // Waits (bounded) until the open round `generation` holds exactly `ids` (as "0,2").
 bool awaitWaiting(comm::Store& store, int64_t generation, const std::string& ids) {
-  Rendezvous observer(store, elastic(1, 1), RoundNode{99, 1, "observer"});
+  RendezvousRound observer(store, elastic(1, 1), RoundNode{99, 1, "observer"});
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   for (;;) {
     std::string seen;
@@ -85,11 +85,11 @@ double secondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-TEST(Rendezvous, AFullRoundClosesAtOnceOrderedByNodeId) {
+TEST(RendezvousRound, AFullRoundClosesAtOnceOrderedByNodeId) {
   comm::MemoryStore store;
-  Rendezvous n2(store, elastic(2, 3), node(2, 1));
-  Rendezvous n1(store, elastic(2, 3), node(1, 3));
-  Rendezvous n0(store, elastic(2, 3), node(0, 2));
+  RendezvousRound n2(store, elastic(2, 3), node(2, 1));
+  RendezvousRound n1(store, elastic(2, 3), node(1, 3));
+  RendezvousRound n0(store, elastic(2, 3), node(0, 2));
   const auto t0 = Clock::now();
   auto f2 = std::async(std::launch::async, [&] { return n2.join(0, 0); });
   auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
@@ -109,10 +109,10 @@ TEST(Rendezvous, AFullRoundClosesAtOnceOrderedByNodeId) {
   EXPECT_EQ(r2.nodeRankOf(2), 2);
 }
 
-TEST(Rendezvous, WithAtLeastMinTheRoundClosesAfterTheLastCall) {
+TEST(RendezvousRound, WithAtLeastMinTheRoundClosesAfterTheLastCall) {
   comm::MemoryStore store;
-  Rendezvous n0(store, elastic(2, 4, 400), node(0));
-  Rendezvous n3(store, elastic(2, 4, 400), node(3));
+  RendezvousRound n0(store, elastic(2, 4, 400), node(0));
+  RendezvousRound n3(store, elastic(2, 4, 400), node(3));
   auto f3 = std::async(std::launch::async, [&] { return n3.join(0, 0); });
   const auto t0 = Clock::now();
   Round r0 = n0.join(0, 0);
@@ -128,11 +128,11 @@ TEST(Rendezvous, WithAtLeastMinTheRoundClosesAfterTheLastCall) {
   EXPECT_EQ(r3.worldSize(), 4);
 }
 
-TEST(Rendezvous, ANewJoinerRestartsTheLastCall) {
+TEST(RendezvousRound, ANewJoinerRestartsTheLastCall) {
   comm::MemoryStore store;
   ManualClock clock;
-  Rendezvous n0(store, withClock(elastic(1, 3, 400), clock), node(0));
-  Rendezvous n1(store, withClock(elastic(1, 3, 400), clock), node(1));
+  RendezvousRound n0(store, withClock(elastic(1, 3, 400), clock), node(0));
+  RendezvousRound n1(store, withClock(elastic(1, 3, 400), clock), node(1));
   auto f0 = std::async(std::launch::async, [&] { return n0.join(0, 0); });
   ASSERT_TRUE(awaitWaiting(store, 0, "0"));
   ASSERT_TRUE(clock.awaitReads());
@@ -150,10 +150,10 @@ TEST(Rendezvous, ANewJoinerRestartsTheLastCall) {
   EXPECT_EQ(f1.get().nodeIds(), "0,1");
 }
 
-TEST(Rendezvous, TooFewNodesEndTheRoundWithTheCountAndWho) {
+TEST(RendezvousRound, TooFewNodesEndTheRoundWithTheCountAndWho) {
   comm::MemoryStore store;
-  Rendezvous n0(store, elastic(3, 4, 50, 500), node(0));
-  Rendezvous n2(store, elastic(3, 4, 50, 500), node(2));
+  RendezvousRound n0(store, elastic(3, 4, 50, 500), node(0));
+  RendezvousRound n2(store, elastic(3, 4, 50, 500), node(2));
   auto f2 = std::async(std::launch::async, [&] { return n2.join(1, 0); });
   ASSERT_TRUE(awaitWaiting(store, 1, "2"));  // node 2 first, then the host
   const auto t0 = Clock::now();
@@ -169,11 +169,11 @@ TEST(Rendezvous, TooFewNodesEndTheRoundWithTheCountAndWho) {
     EXPECT_EQ(r->reason, reason);
   }
   // Generation 0: nobody else came; exit code 2 and the fixed count named as such.
-  Rendezvous alone(store, elastic(2, 2, 50, 200), node(0));
+  RendezvousRound alone(store, elastic(2, 2, 50, 200), node(0));
   Round r = alone.join(5, 0);
   EXPECT_EQ(r.exit_code, 1);
   comm::MemoryStore fresh;
-  Rendezvous first(fresh, elastic(2, 2, 50, 200), node(0));
+  RendezvousRound first(fresh, elastic(2, 2, 50, 200), node(0));
   r = first.join(0, 0);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.reason,
@@ -181,14 +181,14 @@ TEST(Rendezvous, TooFewNodesEndTheRoundWithTheCountAndWho) {
             "(nodes 0), fewer than the 2 that --nnodes 2 needs");
 }
 
-TEST(Rendezvous, ALateNodeWaitsInTheNextRoundAndJoinsWhenTheGroupRestarts) {
+TEST(RendezvousRound, ALateNodeWaitsInTheNextRoundAndJoinsWhenTheGroupRestarts) {
   comm::MemoryStore store;
   ManualClock clock;
   std::vector<std::string> notes;
-  Rendezvous n0(store, withClock(elastic(1, 3, 100), clock), node(0));
-  Rendezvous n1(store, elastic(1, 3, 100), node(1));
-  Rendezvous n2(store, elastic(1, 3, 100), node(2), {},
-                [&](const std::string& line) { notes.push_back(line); });
+  RendezvousRound n0(store, withClock(elastic(1, 3, 100), clock), node(0));
+  RendezvousRound n1(store, elastic(1, 3, 100), node(1));
+  RendezvousRound n2(store, elastic(1, 3, 100), node(2), {},
+                     [&](const std::string& line) { notes.push_back(line); });
   auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
   auto f0 = std::async(std::launch::async, [&] { return n0.join(0, 0); });
   ASSERT_TRUE(awaitWaiting(store, 0, "0,1"));
@@ -225,11 +225,11 @@ TEST(Rendezvous, ALateNodeWaitsInTheNextRoundAndJoinsWhenTheGroupRestarts) {
             "generation 1");
 }
 
-TEST(Rendezvous, EndReleasesTheNodesWaitingInTheNextRound) {
+TEST(RendezvousRound, EndReleasesTheNodesWaitingInTheNextRound) {
   comm::MemoryStore store;
-  Rendezvous n0(store, elastic(1, 2, 50), node(0));
+  RendezvousRound n0(store, elastic(1, 2, 50), node(0));
   ASSERT_EQ(n0.join(0, 0).nodeIds(), "0");
-  Rendezvous n1(store, elastic(1, 2, 50), node(1));
+  RendezvousRound n1(store, elastic(1, 2, 50), node(1));
   auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
   ASSERT_TRUE(awaitWaiting(store, 1, "1"));  // late for round 0: waits in round 1
   EXPECT_EQ(n0.end(1, 0, "the job finished", milliseconds(2000)), 1);
@@ -239,18 +239,18 @@ TEST(Rendezvous, EndReleasesTheNodesWaitingInTheNextRound) {
   EXPECT_EQ(r1.reason, "the job finished");
   EXPECT_TRUE(store.tryGet("rdzv/1/ack/1").has_value());
   // A node arriving afterwards learns the same at once.
-  Rendezvous again(store, elastic(1, 2, 50), RoundNode{1, 1, "other"});
+  RendezvousRound again(store, elastic(1, 2, 50), RoundNode{1, 1, "other"});
   Round r = again.join(0, 0);
   EXPECT_EQ(r.outcome, Round::Outcome::kEnded);
   EXPECT_EQ(r.generation, 1);
 }
 
 // A node that died while waiting never reads why the round ended: the host says so and goes on.
-TEST(Rendezvous, EndNotesTheNodesThatNeverReadWhy) {
+TEST(RendezvousRound, EndNotesTheNodesThatNeverReadWhy) {
   comm::MemoryStore store;
   std::vector<std::string> notes;
-  Rendezvous n0(store, elastic(1, 2, 50), node(0), {},
-                [&](const std::string& line) { notes.push_back(line); });
+  RendezvousRound n0(store, elastic(1, 2, 50), node(0), {},
+                     [&](const std::string& line) { notes.push_back(line); });
   // Node 1 joined round 1, then died.
   store.set("rdzv/1/state", R"({"state":"open","nodes":[{"id":1,"nproc":1,"nonce":"gone"}]})");
   EXPECT_EQ(n0.end(1, 0, "the job finished", milliseconds(50)), 1);
@@ -264,11 +264,12 @@ TEST(Rendezvous, EndNotesTheNodesThatNeverReadWhy) {
       << notes[0];
 }
 
-TEST(Rendezvous, TwoNodesWithOneIdAreAUserError) {
+TEST(RendezvousRound, TwoNodesWithOneIdAreAUserError) {
   comm::MemoryStore store;
-  Rendezvous b(store, elastic(2, 3, 5000), RoundNode{1, 1, "b"});
+  RendezvousRound b(store, elastic(2, 3, 5000), RoundNode{1, 1, "b"});
   std::atomic<bool> stop{false};
-  Rendezvous a_stoppable(store, elastic(2, 3), RoundNode{1, 1, "a"}, [&] { return stop.load(); });
+  RendezvousRound a_stoppable(store, elastic(2, 3), RoundNode{1, 1, "a"},
+                              [&] { return stop.load(); });
   auto fa = std::async(std::launch::async, [&] { return a_stoppable.join(0, 0); });
   ASSERT_TRUE(awaitWaiting(store, 0, "1"));
   try {
@@ -284,12 +285,12 @@ TEST(Rendezvous, TwoNodesWithOneIdAreAUserError) {
   EXPECT_EQ(fa.get().outcome, Round::Outcome::kInterrupted);
 }
 
-TEST(Rendezvous, ANodeInterruptedWhileWaitingLeavesTheRound) {
+TEST(RendezvousRound, ANodeInterruptedWhileWaitingLeavesTheRound) {
   comm::MemoryStore store;
   ManualClock clock;
   std::atomic<bool> stop{false};
-  Rendezvous n0(store, withClock(elastic(1, 3, 300), clock), node(0));
-  Rendezvous n1(store, elastic(1, 3, 300), node(1), [&] { return stop.load(); });
+  RendezvousRound n0(store, withClock(elastic(1, 3, 300), clock), node(0));
+  RendezvousRound n1(store, elastic(1, 3, 300), node(1), [&] { return stop.load(); });
   auto f1 = std::async(std::launch::async, [&] { return n1.join(0, 0); });
   auto f0 = std::async(std::launch::async, [&] { return n0.join(0, 0); });
   ASSERT_TRUE(awaitWaiting(store, 0, "0,1"));  // both in; the host's clock stands still
@@ -302,9 +303,9 @@ TEST(Rendezvous, ANodeInterruptedWhileWaitingLeavesTheRound) {
 }
 
 // The round state is JSON; anything else in its key is refused, naming the key and the field.
-TEST(Rendezvous, MalformedStateNamesTheKeyAndTheField) {
+TEST(RendezvousRound, MalformedStateNamesTheKeyAndTheField) {
   comm::MemoryStore store;
-  Rendezvous n0(store, elastic(1, 1, 50), node(0));
+  RendezvousRound n0(store, elastic(1, 1, 50), node(0));
   auto errorOf = [&](const std::string& state) -> std::string {
     store.set("rdzv/0/state", state);
     try {
