@@ -13,7 +13,6 @@
 #include <deque>
 #include <exception>
 #include <functional>
-#include <limits>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -21,15 +20,12 @@
 #include <utility>
 
 #include "cumulus/process_group.h"
+#include "python/backend_tensors.h"
 #include "python/c10d_store.h"
 #include "python/world_size_check.h"
 
 namespace cumulus::python {
 namespace {
-
-[[noreturn]] void refuse(const std::string& what) {
-  throw std::invalid_argument("cumulus backend: " + what);
-}
 
 // A collective's Work: completes c10d's Work (wait(), isCompleted(), exception()) and its Future,
 // whose value is the output tensors, as DDP's reducer and comm hooks read it.
@@ -58,218 +54,6 @@ class CumulusWork final : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
-
-// A tensor as it travels: itself (the dtypes the wire carries, complex as its real view) or an
-// int32 copy (uint8, int8, int16, bool) that restore() writes back.
-struct Wire {
-  at::Tensor tensor;
-  at::Tensor original;  // defined when `tensor` is a converted copy
-  bool boolean = false;
-
-  void restore() {
-    if (!original.defined()) return;
-    torch::NoGradGuard no_grad;
-    original.copy_(boolean ? tensor.ne(0) : tensor);
-  }
-};
-
-bool carried(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-    case at::kDouble:
-    case at::kBFloat16:
-    case at::kHalf:
-    case at::kInt:
-    case at::kLong:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool throughInt32(at::ScalarType type) {
-  return type == at::kByte || type == at::kChar || type == at::kShort || type == at::kBool;
-}
-
-// Throws std::invalid_argument unless `tensor` can be moved as bytes (a dense CPU tensor of any
-// dtype): what send, recv, gather, scatter and all_to_all take. Checked when the call is made.
-void checkMovable(const char* op, const at::Tensor& tensor) {
-  if (!tensor.defined()) refuse(std::string(op) + ": the tensor is undefined");
-  if (!tensor.device().is_cpu()) {
-    refuse(std::string(op) + ": the tensor is on " + tensor.device().str() +
-           "; this backend takes CPU tensors (move it with .cpu())");
-  }
-  if (tensor.is_sparse()) refuse(std::string(op) + ": sparse tensors are not supported");
-}
-
-// The same, and of a dtype the reducing collectives carry.
-void checkTensor(const char* op, const at::Tensor& tensor) {
-  checkMovable(op, tensor);
-  const at::ScalarType type = tensor.scalar_type();
-  if (!carried(type) && !throughInt32(type) && !at::isComplexType(type)) {
-    refuse(std::string(op) + ": tensors of dtype " + c10::toString(type) +
-           " are not supported (floating, integer, bool and complex dtypes are)");
-  }
-}
-
-Wire wireOf(const at::Tensor& tensor) {
-  const at::ScalarType type = tensor.scalar_type();
-  if (carried(type)) return {tensor, {}, false};
-  if (at::isComplexType(type)) return {at::view_as_real(tensor), {}, false};
-  return {tensor.to(at::kInt), tensor, type == at::kBool};
-}
-
-// `value` (as it travelled) written into `out`, whose dtype it came from.
-void writeInto(const at::Tensor& out, const at::Tensor& value) {
-  torch::NoGradGuard no_grad;
-  at::Tensor target = at::isComplexType(out.scalar_type()) ? at::view_as_real(out) : out;
-  target.copy_(value.reshape(target.sizes()));
-}
-
-void checkRoot(const char* op, int root, int size) {
-  if (root < 0 || root >= size) {
-    refuse(std::string(op) + ": root " + std::to_string(root) + " must be in [0, " +
-           std::to_string(size) + ")");
-  }
-}
-
-// `splits` cut `tensor`'s first dimension into one block per rank (empty: equal blocks).
-void checkSplits(const char* op, const char* what, const at::Tensor& tensor,
-                 const std::vector<int64_t>& splits, int size) {
-  const int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
-  if (splits.empty()) {
-    if (rows % size == 0) return;
-    refuse(std::string(op) + ": the " + what + "'s first dimension (" + std::to_string(rows) +
-           ") is not a multiple of the group's " + std::to_string(size) +
-           " ranks; pass its split sizes");
-  }
-  int64_t sum = 0;
-  bool negative = false;
-  for (int64_t s : splits) {
-    sum += s;
-    negative = negative || s < 0;
-  }
-  if (static_cast<int>(splits.size()) != size || sum != rows || negative) {
-    refuse(std::string(op) + ": the " + what + "'s split sizes must be " + std::to_string(size) +
-           " counts of rows, none negative, summing to its first dimension (" +
-           std::to_string(rows) + "); got " + std::to_string(splits.size()) + " summing to " +
-           std::to_string(sum));
-  }
-}
-
-// The tensors of `list` flattened into one contiguous 1-D tensor, in order.
-at::Tensor flatCat(const std::vector<at::Tensor>& list) {
-  std::vector<at::Tensor> flat;
-  for (const at::Tensor& t : list) flat.push_back(t.reshape({-1}));
-  return at::cat(flat);
-}
-
-// `flat`'s consecutive pieces written into the tensors of `list` (numel each).
-void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& list) {
-  torch::NoGradGuard no_grad;
-  int64_t offset = 0;
-  for (const at::Tensor& t : list) {
-    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-    offset += t.numel();
-  }
-}
-
-// A send's or receive's Work. It completes when the Cumulus Work does, on the group's
-// point-to-point thread, not through the backend's queue; wait() surfaces its error.
-class PointToPointWork final : public c10d::Work {
- public:
-  // `peer`: the rank sent to or received from; ProcessGroup::kAnySource (−1) for any.
-  PointToPointWork(int rank, c10d::OpType type, const char* title, int peer,
-                   std::unique_ptr<cumulus::Work> work, std::vector<at::Tensor> tensors)
-      : c10d::Work(rank, type, title),
-        peer_(peer),
-        work_(std::move(work)),
-        tensors_(std::move(tensors)) {}
-
-  bool isCompleted() override { return work_->isCompleted(); }
-  bool isSuccess() const override { return work_->isCompleted() && !collect(); }
-  std::exception_ptr exception() const override {
-    return work_->isCompleted() ? collect() : nullptr;
-  }
-  int sourceRank() const override { return work_->source(); }
-  std::vector<at::Tensor> result() override { return tensors_; }
-  // Without a timeout (kNoTimeout, 0), bounded by the send's or receive's own deadline (the
-  // group's timeout). With one, a send or receive still running after it throws CommError
-  // (kTimeout) and goes on: a later wait() may still complete it.
-  bool wait(std::chrono::milliseconds timeout) override {
-    if (timeout != ::kNoTimeout) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!collected_) {
-        try {
-          work_->wait(timeout);
-          collected_ = true;
-        } catch (const CommError& e) {
-          if (!work_->isCompleted()) {
-            throw CommError(e.kind(), e.op(), e.seq(), peer_,
-                            "not finished after waiting " + std::to_string(timeout.count()) +
-                                " ms; it goes on, and a later wait() may complete it");
-          }
-          collected_ = true;
-          error_ = std::current_exception();
-        }
-      }
-    }
-    if (std::exception_ptr error = collect()) std::rethrow_exception(error);
-    return true;
-  }
-
- private:
-  // Waits once for the Cumulus Work (which copies into a non-contiguous tensor), keeping its error.
-  std::exception_ptr collect() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!collected_) {
-      collected_ = true;
-      try {
-        work_->wait();
-      } catch (...) {
-        error_ = std::current_exception();
-      }
-    }
-    return error_;
-  }
-
-  const int peer_;
-  std::unique_ptr<cumulus::Work> work_;
-  std::vector<at::Tensor> tensors_;
-  mutable std::mutex mutex_;
-  mutable bool collected_ = false;
-  mutable std::exception_ptr error_;
-};
-
-// checkTensor (what the collectives that reduce take) or checkMovable (any dtype).
-using TensorCheck = void (*)(const char* op, const at::Tensor& tensor);
-
-const at::Tensor& theOne(const char* op, const std::vector<at::Tensor>& tensors,
-                         TensorCheck check = checkTensor) {
-  if (tensors.size() != 1) {
-    refuse(std::string(op) + ": takes one tensor per call (one device per process), got " +
-           std::to_string(tensors.size()));
-  }
-  check(op, tensors[0]);
-  return tensors[0];
-}
-
-// `list` holds `size` tensors of `like`'s elements and dtype.
-void checkList(const char* op, const std::vector<at::Tensor>& list, int size,
-               const at::Tensor& like, const char* what, TensorCheck check = checkTensor) {
-  if (static_cast<int>(list.size()) != size) {
-    refuse(std::string(op) + ": " + what + " has " + std::to_string(list.size()) +
-           " tensors; the group has " + std::to_string(size) + " ranks");
-  }
-  for (const at::Tensor& t : list) {
-    check(op, t);
-    if (t.numel() != like.numel() || t.scalar_type() != like.scalar_type()) {
-      refuse(std::string(op) + ": every tensor of " + what + " must have " +
-             std::to_string(like.numel()) + " elements of " + c10::toString(like.scalar_type()) +
-             ", got " + std::to_string(t.numel()) + " of " + c10::toString(t.scalar_type()));
-    }
-  }
-}
 
 ReduceOp reduceOpOf(const char* op, const c10d::ReduceOp& reduce, const at::Tensor& tensor) {
   const bool boolean = tensor.scalar_type() == at::kBool;
@@ -478,55 +262,6 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
     group_->broadcast(wire.tensor, root, call);
     wire.restore();
   });
-}
-
-// "[4, 5] (1 sparse dimension)" from a row {nnz, sparse_dim, dense_dim, sizes...}.
-std::string sparseShape(const at::Tensor& row) {
-  std::string text = "[";
-  for (int64_t d = 3; d < row.size(0); ++d) {
-    text += (d > 3 ? ", " : "") + std::to_string(row[d].item<int64_t>());
-  }
-  const int64_t sparse = row[1].item<int64_t>();
-  return text + "] (" + std::to_string(sparse) + " sparse dimension" + (sparse == 1 ? ")" : "s)");
-}
-
-// A sparse (COO) all-reduce, SUM only, as Gloo's: every rank's indices and values are
-// all-gathered (padded to the largest count) and their sum, coalesced, replaces `tensor`.
-void sparseAllreduce(ProcessGroup& group, const at::Tensor& tensor, const CollectiveOptions& call) {
-  torch::NoGradGuard no_grad;
-  const at::Tensor mine = tensor.coalesce();
-  std::vector<int64_t> shape{mine._nnz(), mine.sparse_dim(), mine.dense_dim()};
-  for (int64_t d : mine.sizes()) shape.push_back(d);
-  // Ranks whose tensors have a different number of dimensions fail in this all-gather (its
-  // length check), naming the peer; different sizes are named below, on every rank alike.
-  const at::Tensor shapes = group.allgather(at::tensor(shape, at::kLong), call);
-  int64_t most = 0;
-  for (int64_t r = 0; r < shapes.size(0); ++r) {
-    const at::Tensor theirs = shapes[r].narrow(0, 1, shapes.size(1) - 1);
-    if (!at::equal(theirs, shapes[0].narrow(0, 1, shapes.size(1) - 1))) {
-      throw CommError(CommErrorKind::kInvalid, "all_reduce", 0, static_cast<int>(r),
-                      "sparse tensors of different shapes: rank 0's is " + sparseShape(shapes[0]) +
-                          ", rank " + std::to_string(r) + "'s " + sparseShape(shapes[r]));
-    }
-    most = std::max(most, shapes[r][0].item<int64_t>());
-  }
-  auto padded = [most](const at::Tensor& t, int64_t dim) {
-    std::vector<int64_t> sizes = t.sizes().vec();
-    sizes[dim] = most - sizes[dim];
-    return at::cat({t, at::zeros(sizes, t.options())}, dim).contiguous();
-  };
-  const at::Tensor indices = group.allgather(padded(mine._indices(), 1), call);
-  const at::Tensor values = group.allgather(padded(mine._values(), 0), call);
-  std::vector<at::Tensor> all_indices, all_values;
-  for (int64_t r = 0; r < shapes.size(0); ++r) {
-    const int64_t count = shapes[r][0].item<int64_t>();
-    all_indices.push_back(indices[r].narrow(1, 0, count));
-    all_values.push_back(values[r].narrow(0, 0, count));
-  }
-  const at::Tensor sum =
-      at::sparse_coo_tensor(at::cat(all_indices, 1), at::cat(all_values, 0), mine.sizes())
-          .coalesce();
-  tensor.copy_(sum);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
@@ -767,80 +502,6 @@ c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts
                  [=, this] { group_->barrier(call); });
 }
 
-void Backend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
-  if (size_ == 1) return;
-  using std::chrono::milliseconds;
-  const uint64_t seq = ++monitored_barriers_;
-  // Every rank counts its calls alike, so one call's messages never match another's (a late
-  // rank's token arrives after rank 0 gave up, and is never received).
-  const int tag = std::numeric_limits<int>::min() + static_cast<int>(seq % (1u << 30));
-  const milliseconds timeout = opts.timeout;
-  const std::string limit = std::to_string(timeout.count()) + " ms";
-  const auto start = std::chrono::steady_clock::now();
-  const auto left = [&] {
-    auto spent = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
-    CollectiveOptions call;
-    call.timeout_seconds = std::max<int64_t>(1, (timeout - spent).count()) / 1000.0;
-    return call;
-  };
-  auto fail = [&](int peer, const std::string& what) {
-    throw CommError(CommErrorKind::kTimeout, "monitored_barrier", seq, peer, what);
-  };
-  if (rank_ != 0) {
-    at::Tensor token = at::zeros({1}, at::kByte);
-    try {
-      group_->sendAsync(token, 0, tag, left())->wait();
-      group_->recvAsync(token, 0, tag, left())->wait();
-    } catch (const std::exception& e) {
-      fail(0, "Rank " + std::to_string(rank_) +
-                  " successfully reached monitoredBarrier, but received errors while waiting for "
-                  "send/recv from rank 0. Please check rank 0 logs for faulty rank. (" +
-                  e.what() + ")");
-    }
-    return;
-  }
-  // Rank 0 listens for every rank at once and checks them in rank order.
-  std::vector<at::Tensor> tokens;
-  std::vector<std::unique_ptr<cumulus::Work>> arrivals;
-  for (int r = 1; r < size_; ++r) {
-    tokens.push_back(at::zeros({1}, at::kByte));
-    arrivals.push_back(group_->recvAsync(tokens.back(), r, tag, left()));
-  }
-  std::vector<int> missing;
-  for (int r = 1; r < size_; ++r) {
-    cumulus::Work& arrival = *arrivals[r - 1];
-    if (!waitAllRanks && !arrival.isCompleted() &&
-        std::chrono::steady_clock::now() - start >= timeout) {
-      std::string passed;
-      for (int q = 1; q < r; ++q) passed += (q > 1 ? ", " : "") + std::to_string(q);
-      fail(r, "Rank 0 timed out in monitoredBarrier after " + limit +
-                  " (ranks that passed: " + (passed.empty() ? "none" : passed) + "; rank " +
-                  std::to_string(r) + " and those after it not checked)");
-    }
-    try {
-      arrival.wait();
-    } catch (const std::exception&) {
-      if (!waitAllRanks) {
-        fail(r, "Rank " + std::to_string(r) + " failed to pass monitoredBarrier in " + limit);
-      }
-      missing.push_back(r);
-    }
-  }
-  if (!missing.empty()) {
-    std::string ranks;
-    for (size_t i = 0; i < missing.size(); ++i) {
-      ranks += (i > 0 ? ", " : "") + std::to_string(missing[i]);
-    }
-    // "Ranks" even for one: the wording torch's own tests match for wait_all_ranks.
-    fail(missing.front(), "Ranks " + ranks + " failed to pass monitoredBarrier in " + limit);
-  }
-  std::vector<std::unique_ptr<cumulus::Work>> releases;
-  for (int r = 1; r < size_; ++r) {
-    releases.push_back(group_->sendAsync(tokens[r - 1], r, tag, left()));
-  }
-  for (auto& release : releases) release->wait();
-}
-
 c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                       std::vector<int64_t>& outputSplitSizes,
                                                       std::vector<int64_t>& inputSplitSizes,
@@ -946,39 +607,6 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(
                      writeInto(out[i], wire.boolean ? mine.ne(0) : mine);
                    }
                  });
-}
-
-// Tags below 0 are the backend's own (monitoredBarrier's), as Gloo refuses them.
-void checkTag(const char* op, int tag) {
-  if (tag < 0) refuse(std::string(op) + ": tag " + std::to_string(tag) + " must be nonnegative");
-}
-
-c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dstRank,
-                                             int tag) {
-  checkTag("send", tag);
-  const at::Tensor& tensor = theOne("send", tensors, checkMovable);
-  return c10::make_intrusive<PointToPointWork>(
-      rank_, c10d::OpType::SEND, "cumulus:send", dstRank,
-      group_->sendAsync(tensor, dstRank, tag, callOptions(std::chrono::milliseconds(0))), tensors);
-}
-
-c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& tensors, int srcRank,
-                                             int tag) {
-  checkTag("recv", tag);
-  at::Tensor tensor = theOne("recv", tensors, checkMovable);
-  return c10::make_intrusive<PointToPointWork>(
-      rank_, c10d::OpType::RECV, "cumulus:recv", srcRank,
-      group_->recvAsync(tensor, srcRank, tag, callOptions(std::chrono::milliseconds(0))), tensors);
-}
-
-c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  checkTag("recv", tag);
-  at::Tensor tensor = theOne("recv", tensors, checkMovable);
-  return c10::make_intrusive<PointToPointWork>(
-      rank_, c10d::OpType::RECVANYSOURCE, "cumulus:recv_anysource", ProcessGroup::kAnySource,
-      group_->recvAsync(tensor, ProcessGroup::kAnySource, tag,
-                        callOptions(std::chrono::milliseconds(0))),
-      tensors);
 }
 
 }  // namespace cumulus::python
