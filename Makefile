@@ -3,6 +3,11 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CONFIG ?= configs/fashion_mnist.yaml
 ARGS ?=
+# Source files compiled eight to a unit (CMake's unity build): a fresh build in about half the
+# time, since LibTorch's, gtest's and the headers' inline code is compiled once per unit instead
+# of once per file. UNITY=OFF, on the first configure of a BUILD_DIR, gives one unit per file,
+# which rebuilds less after a one-file change (docs/testing.md "Build time").
+UNITY ?= ON
 
 .PHONY: all setup configure build run test test-portable fuzz clean format gpt-data
 
@@ -19,7 +24,7 @@ setup:
 
 # Configured again when requirements.txt changed what .venv holds (another torch).
 $(BUILD_DIR)/build.ninja: .venv/cumulus-requirements
-	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=$(UNITY) \
 	  -DCUMULUS_PYTHON=$(CURDIR)/.venv/bin/python >/dev/null
 
 configure: setup $(BUILD_DIR)/build.ninja

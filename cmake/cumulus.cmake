@@ -30,9 +30,6 @@ function(cumulus_test)
     target_compile_definitions(${T_NAME} PRIVATE CUMULUS_PYTHON="${CUMULUS_PYTHON}")
   endif()
   cumulus_warnings(${T_NAME})
-  # Test files keep their helpers in anonymous namespaces under the same short names (readFile,
-  # kToken, ...): one file per unit, also in a unity build (scripts/sanitize.sh).
-  set_target_properties(${T_NAME} PROPERTIES UNITY_BUILD OFF)
   # Each test is "<binary>.<Suite>.<Test>", so `ctest -R trainer_test` runs one binary's tests.
   gtest_discover_tests(${T_NAME} DISCOVERY_TIMEOUT 120 TEST_PREFIX "${T_NAME}."
     PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")

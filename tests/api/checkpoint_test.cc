@@ -15,22 +15,12 @@
 #include <string>
 
 #include "cumulus/version.h"
+#include "tests/test_support.h"
 
 namespace cumulus {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/cumulus_api_ckpt_XXXXXX";
-    path_ = ::mkdtemp(pattern);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using cumulus::testing::TempDir;
 
 struct NetImpl : torch::nn::Module {
   NetImpl() {
@@ -338,10 +328,10 @@ TEST(PackedCheckpoint, AChangedTruncatedOrLongerPackIsRefusedNamingTheFile) {
   EXPECT_EQ(errorOf<CheckpointError>([&] { unpackCheckpoint(flipped, from); }),
             from + ": model.pt: SHA-256 mismatch (corrupt: changed in transit)");
   const std::string state_size = listedSize(packed, "state.pb");
-  EXPECT_EQ(
-      errorOf<CheckpointError>([&] { unpackCheckpoint(packed.substr(0, packed.size() - 1), from); }),
-      from + ": state.pb: MANIFEST says " + state_size + " bytes, but only " +
-          std::to_string(std::stoull(state_size) - 1) + " follow (truncated)");
+  EXPECT_EQ(errorOf<CheckpointError>(
+                [&] { unpackCheckpoint(packed.substr(0, packed.size() - 1), from); }),
+            from + ": state.pb: MANIFEST says " + state_size + " bytes, but only " +
+                std::to_string(std::stoull(state_size) - 1) + " follow (truncated)");
   EXPECT_EQ(errorOf<CheckpointError>([&] { unpackCheckpoint(packed.substr(0, body), from); }),
             from + ": model.pt: MANIFEST says " + listedSize(packed, "model.pt") +
                 " bytes, but only 0 follow (truncated)");

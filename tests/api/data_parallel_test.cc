@@ -27,7 +27,7 @@ Batch makeBatch() {
   return {torch::randn({kBatch, 4}, torch::kFloat64), torch::randn({kBatch, 3}, torch::kFloat64)};
 }
 
-torch::nn::Linear makeNet(uint64_t seed) {
+torch::nn::Linear makeLinear(uint64_t seed) {
   torch::manual_seed(seed);
   torch::nn::Linear net(4, 3);
   net->to(torch::kFloat64);
@@ -48,7 +48,7 @@ std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& tensors) {
 TEST(DataParallel, TwoRanksGiveTheWholeBatchGradient) {
   const Batch batch = makeBatch();
   // One process, the whole batch, from rank 0's initial values.
-  torch::nn::Linear reference = makeNet(100);
+  torch::nn::Linear reference = makeLinear(100);
   const std::vector<torch::Tensor> initial = clones(reference->parameters());
   lossOf(reference, batch.x, batch.y).backward();
 
@@ -57,7 +57,7 @@ TEST(DataParallel, TwoRanksGiveTheWholeBatchGradient) {
   std::vector<SyncStepStats> stats(2);
   std::vector<std::vector<BucketEvent>> events(2);  // each rank's observer runs on its own thread
   // Built here: torch's generator is process-wide. Rank 1 starts elsewhere.
-  std::vector<torch::nn::Linear> nets{makeNet(100), makeNet(101)};
+  std::vector<torch::nn::Linear> nets{makeLinear(100), makeLinear(101)};
   ASSERT_FALSE(torch::equal(nets[1]->weight, initial[0]));
   testing::runRanks(2, [&](ProcessGroup& group) {
     const int r = group.rank();
@@ -105,14 +105,14 @@ TEST(DataParallel, TwoRanksGiveTheWholeBatchGradient) {
 // gradient in place); with gradient_as_bucket_view the gradients are views and zeroGrad() zeroes.
 void trainThreeSteps(bool as_view) {
   const Batch batch = makeBatch();
-  torch::nn::Linear reference = makeNet(100);
+  torch::nn::Linear reference = makeLinear(100);
   torch::optim::SGD reference_sgd(reference->parameters(), torch::optim::SGDOptions(0.1));
   for (int step = 0; step < 3; ++step) {
     reference_sgd.zero_grad();
     lossOf(reference, batch.x, batch.y).backward();
     reference_sgd.step();
   }
-  std::vector<torch::nn::Linear> nets{makeNet(100), makeNet(101)};
+  std::vector<torch::nn::Linear> nets{makeLinear(100), makeLinear(101)};
   std::vector<std::vector<torch::Tensor>> trained(2);
   testing::runRanks(2, [&](ProcessGroup& group) {
     const int r = group.rank();
@@ -174,7 +174,7 @@ TEST(DataParallel, BuffersAreRankZerosAtAttachThenTheirAverageAtEveryStep) {
     for (int step = 0; step < 2; ++step) {
       // What each rank's forward would leave: its own statistics.
       mean.fill_(0.5f * static_cast<float>(group.rank()) + static_cast<float>(step));
-      count.fill_(group.rank() + 7);  // 7, 8, 9: the average 8
+      count.fill_(group.rank() + 7);           // 7, 8, 9: the average 8
       if (group.rank() == 2) count.fill_(10);  // 7, 8, 10: 25 / 3, floored to 8
       const torch::Tensor x = torch::ones({1, 2});
       sync.backward(net->forward(x).sum());
@@ -206,8 +206,8 @@ TEST(DataParallel, ABufferListThatDiffersBetweenRanksIsRefused) {
 TEST(DataParallel, AloneTheLocalGradientIsKept) {
   const auto group = testing::groupFromVariables({});
   const Batch batch = makeBatch();
-  torch::nn::Linear net = makeNet(3);
-  torch::nn::Linear reference = makeNet(3);
+  torch::nn::Linear net = makeLinear(3);
+  torch::nn::Linear reference = makeLinear(3);
   DataParallel sync(*group);
   sync.attach(net->parameters());
   sync.backward(lossOf(net, batch.x, batch.y));
@@ -236,7 +236,7 @@ TEST(DataParallel, AloneCompressionKeepsNoResidual) {
   DataParallelOptions options;
   options.compression = Compression::kBf16;
   DataParallel sync(*group, options);
-  torch::nn::Linear net = makeNet(3);
+  torch::nn::Linear net = makeLinear(3);
   sync.attach(net->parameters());
   EXPECT_EQ(sync.errorFeedback().numel(), 0);
   try {

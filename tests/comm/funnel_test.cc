@@ -21,7 +21,7 @@ using rpctest::seconds;
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-constexpr char kToken[] = "funnel-token";
+constexpr char kFunnelToken[] = "funnel-token";
 
 // Runs one all-reduce of `count` float32 ones per rank; returns what each rank threw.
 std::vector<std::exception_ptr> runStep(int port, int world, uint64_t seq, size_t count,
@@ -30,7 +30,7 @@ std::vector<std::exception_ptr> runStep(int port, int world, uint64_t seq, size_
   return rpctest::runRanks(world, [&](int rank) {
     std::vector<float> data(count, 1.0f);
     Buffer buffer{data.data(), count, DType::kFloat32};
-    FunnelClient("", port, kToken, rank, world, generation)
+    FunnelClient("", port, kFunnelToken, rank, world, generation)
         .allreduce(buffer, ReduceOp::kSum, seq, timeout);
     for (size_t i = 0; i < count; ++i)
       if (data[i] != static_cast<float>(world))
@@ -41,14 +41,14 @@ std::vector<std::exception_ptr> runStep(int port, int world, uint64_t seq, size_
 TEST(FunnelTest, AWorkerThatDiesMidPushFailsTheOthersFastAndTheStepIsForgotten) {
   constexpr int kWorld = 3;
   const size_t count = 2 * ParameterServer::kChunkBytes / sizeof(float) + 10;  // three pieces
-  ParameterServer server("", 0, kToken, kWorld);
+  ParameterServer server("", 0, kFunnelToken, kWorld);
   std::thread dying([&] {
     // Rank 2 by hand: the header and its first piece, then the stream is cancelled.
     auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()),
                                        grpc::InsecureChannelCredentials());
     auto stub = proto::ParameterServer::NewStub(channel);
     grpc::ClientContext context;
-    context.AddMetadata("x-cumulus-token", kToken);
+    context.AddMetadata("x-cumulus-token", kFunnelToken);
     auto stream = stub->PushPull(&context);
     proto::PushChunk message;
     auto* h = message.mutable_header();
@@ -74,7 +74,8 @@ TEST(FunnelTest, AWorkerThatDiesMidPushFailsTheOthersFastAndTheStepIsForgotten) 
   auto errors = rpctest::runRanks(2, [&](int rank) {
     std::vector<float> data(count, 1.0f);
     Buffer buffer{data.data(), count, DType::kFloat32};
-    FunnelClient("", server.port(), kToken, rank, kWorld).allreduce(buffer, ReduceOp::kSum, 0, 10s);
+    FunnelClient("", server.port(), kFunnelToken, rank, kWorld)
+        .allreduce(buffer, ReduceOp::kSum, 0, 10s);
   });
   dying.join();
   EXPECT_LT(seconds(Clock::now() - start), 3.0);
@@ -91,7 +92,8 @@ TEST(FunnelTest, AWorkerThatDiesMidPushFailsTheOthersFastAndTheStepIsForgotten) 
   auto late = rpctest::runRanks(1, [&](int) {
     std::vector<float> data(count, 1.0f);
     Buffer buffer{data.data(), count, DType::kFloat32};
-    FunnelClient("", server.port(), kToken, 1, kWorld).allreduce(buffer, ReduceOp::kSum, 0, 10s);
+    FunnelClient("", server.port(), kFunnelToken, 1, kWorld)
+        .allreduce(buffer, ReduceOp::kSum, 0, 10s);
   });
   EXPECT_LT(seconds(Clock::now() - late_start), 2.0);
   EXPECT_THAT(commErrorOf(late[0]).what(), HasSubstr("rank 2 disconnected mid-push"));
@@ -99,13 +101,14 @@ TEST(FunnelTest, AWorkerThatDiesMidPushFailsTheOthersFastAndTheStepIsForgotten) 
 }
 
 TEST(FunnelTest, TimeoutNamesTheRanksThatNeverPushed) {
-  ParameterServer server("", 0, kToken, 4);
+  ParameterServer server("", 0, kFunnelToken, 4);
   const auto start = Clock::now();
   auto errors = rpctest::runRanks(4, [&](int rank) {
     if (rank == 1 || rank == 3) return;  // never push
     std::vector<float> data(100, 1.0f);
     Buffer buffer{data.data(), data.size(), DType::kFloat32};
-    FunnelClient("", server.port(), kToken, rank, 4).allreduce(buffer, ReduceOp::kSum, 7, 400ms);
+    FunnelClient("", server.port(), kFunnelToken, rank, 4)
+        .allreduce(buffer, ReduceOp::kSum, 7, 400ms);
   });
   const double took = seconds(Clock::now() - start);
   EXPECT_GE(took, 0.35);
@@ -121,14 +124,14 @@ TEST(FunnelTest, TimeoutNamesTheRanksThatNeverPushed) {
 }
 
 TEST(FunnelTest, CountMismatchFailsEveryRankNamingTheOddOne) {
-  ParameterServer server("", 0, kToken, 3);
+  ParameterServer server("", 0, kFunnelToken, 3);
   auto errors = rpctest::runRanks(3, [&](int rank) {
     if (rank == 2) {  // ranks 0 and 1 set the reference
       ASSERT_TRUE(rpctest::waitUntil([&] { return server.progress(0, 3).joined.size() == 2; }));
     }
     std::vector<float> data(rank == 2 ? 101 : 100, 1.0f);
     Buffer buffer{data.data(), data.size(), DType::kFloat32};
-    FunnelClient("", server.port(), kToken, rank, 3).allreduce(buffer, ReduceOp::kSum, 3, 5s);
+    FunnelClient("", server.port(), kFunnelToken, rank, 3).allreduce(buffer, ReduceOp::kSum, 3, 5s);
   });
   for (const auto& error : errors) {
     const CommError e = commErrorOf(error);
@@ -141,7 +144,7 @@ TEST(FunnelTest, CountMismatchFailsEveryRankNamingTheOddOne) {
 }
 
 TEST(FunnelTest, DTypeMismatchFailsEveryRank) {
-  ParameterServer server("", 0, kToken, 2);
+  ParameterServer server("", 0, kFunnelToken, 2);
   auto errors = rpctest::runRanks(2, [&](int rank) {
     if (rank == 1) {  // rank 0 sets the reference
       ASSERT_TRUE(rpctest::waitUntil([&] { return server.progress(0, 0).joined.size() == 1; }));
@@ -149,7 +152,7 @@ TEST(FunnelTest, DTypeMismatchFailsEveryRank) {
     std::vector<double> data(10, 1.0);
     Buffer buffer{data.data(), rank == 1 ? 20u : 10u,
                   rank == 1 ? DType::kFloat32 : DType::kFloat64};
-    FunnelClient("", server.port(), kToken, rank, 2).allreduce(buffer, ReduceOp::kMax, 0, 5s);
+    FunnelClient("", server.port(), kFunnelToken, rank, 2).allreduce(buffer, ReduceOp::kMax, 0, 5s);
   });
   for (const auto& error : errors) {
     const CommError e = commErrorOf(error);
@@ -160,11 +163,11 @@ TEST(FunnelTest, DTypeMismatchFailsEveryRank) {
 }
 
 TEST(FunnelTest, WorldSizeDifferentFromTheServersIsRejected) {
-  ParameterServer server("", 0, kToken, 2);
+  ParameterServer server("", 0, kFunnelToken, 2);
   std::vector<float> data(4, 1.0f);
   Buffer buffer{data.data(), 4, DType::kFloat32};
   try {
-    FunnelClient("", server.port(), kToken, 0, 3).allreduce(buffer, ReduceOp::kSum, 0, 5s);
+    FunnelClient("", server.port(), kFunnelToken, 0, 3).allreduce(buffer, ReduceOp::kSum, 0, 5s);
     FAIL() << "a push with the wrong world size returned";
   } catch (const CommError& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalid);
@@ -174,12 +177,12 @@ TEST(FunnelTest, WorldSizeDifferentFromTheServersIsRejected) {
 }
 
 TEST(FunnelTest, StaleGenerationIsRejectedAndANewOneSupersedesOldSteps) {
-  ParameterServer server("", 0, kToken, 2);
+  ParameterServer server("", 0, kFunnelToken, 2);
   rpctest::expectNoErrors(runStep(server.port(), 2, 0, 10, 5s, /*generation=*/5));
   std::vector<float> data(10, 1.0f);
   Buffer buffer{data.data(), 10, DType::kFloat32};
   try {
-    FunnelClient("", server.port(), kToken, 0, 2, 4).allreduce(buffer, ReduceOp::kSum, 1, 5s);
+    FunnelClient("", server.port(), kFunnelToken, 0, 2, 4).allreduce(buffer, ReduceOp::kSum, 1, 5s);
     FAIL() << "a push from an older generation returned";
   } catch (const CommError& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kBadFrame);
@@ -191,7 +194,8 @@ TEST(FunnelTest, StaleGenerationIsRejectedAndANewOneSupersedesOldSteps) {
   std::exception_ptr old_error;
   std::thread old_rank([&] {
     try {
-      FunnelClient("", server.port(), kToken, 0, 2, 5).allreduce(buffer, ReduceOp::kSum, 9, 10s);
+      FunnelClient("", server.port(), kFunnelToken, 0, 2, 5)
+          .allreduce(buffer, ReduceOp::kSum, 9, 10s);
     } catch (...) {
       old_error = std::current_exception();
     }
@@ -206,7 +210,7 @@ TEST(FunnelTest, StaleGenerationIsRejectedAndANewOneSupersedesOldSteps) {
 }
 
 TEST(FunnelTest, WrongTokenIsUnauthorized) {
-  ParameterServer server("", 0, kToken, 1);
+  ParameterServer server("", 0, kFunnelToken, 1);
   std::vector<float> data(4, 1.0f);
   Buffer buffer{data.data(), 4, DType::kFloat32};
   try {
@@ -222,14 +226,14 @@ TEST(FunnelTest, WrongTokenIsUnauthorized) {
 TEST(FunnelTest, UnreachableServerTimesOutNamingIt) {
   int port;
   {
-    ParameterServer gone("", 0, kToken, 1);
+    ParameterServer gone("", 0, kFunnelToken, 1);
     port = gone.port();
   }
   std::vector<float> data(4, 1.0f);
   Buffer buffer{data.data(), 4, DType::kFloat32};
   const auto start = Clock::now();
   try {
-    FunnelClient("", port, kToken, 0, 1).allreduce(buffer, ReduceOp::kSum, 0, 500ms);
+    FunnelClient("", port, kFunnelToken, 0, 1).allreduce(buffer, ReduceOp::kSum, 0, 500ms);
     FAIL() << "a push to a closed port returned";
   } catch (const CommError& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
@@ -241,7 +245,7 @@ TEST(FunnelTest, UnreachableServerTimesOutNamingIt) {
 }
 
 TEST(FunnelTest, ServerShutdownMidStepFailsTheWaitingRanks) {
-  auto server = std::make_unique<ParameterServer>("", 0, kToken, 3);
+  auto server = std::make_unique<ParameterServer>("", 0, kFunnelToken, 3);
   std::thread stopper([&] {
     // Stop once both ranks wait in the step for the third, which never comes.
     EXPECT_TRUE(rpctest::waitUntil([&] { return server->progress(0, 0).pushed.size() == 2; }));
@@ -251,7 +255,8 @@ TEST(FunnelTest, ServerShutdownMidStepFailsTheWaitingRanks) {
   auto errors = rpctest::runRanks(2, [&](int rank) {
     std::vector<float> data(1000, 1.0f);
     Buffer buffer{data.data(), data.size(), DType::kFloat32};
-    FunnelClient("", server->port(), kToken, rank, 3).allreduce(buffer, ReduceOp::kSum, 0, 20s);
+    FunnelClient("", server->port(), kFunnelToken, rank, 3)
+        .allreduce(buffer, ReduceOp::kSum, 0, 20s);
   });
   stopper.join();
   EXPECT_LT(seconds(Clock::now() - start), 3.0);
@@ -268,12 +273,12 @@ TEST(FunnelTest, ServerShutdownMidStepFailsTheWaitingRanks) {
 // header and field tags.
 TEST(FunnelTest, CommunicatorRunsTheFunnelThroughItsRemoteReducer) {
   constexpr int kWorld = 3;
-  ParameterServer server("", 0, kToken, kWorld);
+  ParameterServer server("", 0, kFunnelToken, kWorld);
   MemoryStore store;
   auto errors = rpctest::runRanks(kWorld, [&](int rank) {
-    FunnelClient funnel("", server.port(), kToken, rank, kWorld);
+    FunnelClient funnel("", server.port(), kFunnelToken, rank, kWorld);
     CommunicatorOptions options;
-    options.job_token = kToken;
+    options.job_token = kFunnelToken;
     options.timeout = 10s;
     options.remote_reducer = &funnel;
     Communicator comm(rank, kWorld, store, options);

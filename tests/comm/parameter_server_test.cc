@@ -27,7 +27,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
-constexpr char kToken[] = "ps-token";
+constexpr char kServerToken[] = "ps-token";
 
 // Writes `value` (a small integer or an exact quotient) as element i of dtype.
 void put(DType dtype, void* data, size_t i, double value) {
@@ -112,7 +112,7 @@ void checkAllreduce(ParameterServer& server, int world, size_t count, DType dtyp
   auto errors = rpctest::runRanks(world, [&](int rank) {
     Buffer buffer{buffers[rank].data(), count, dtype};
     for (size_t i = 0; i < count; ++i) put(dtype, buffer.data, i, rpctest::inputValue(rank, i));
-    FunnelClient client("", server.port(), kToken, rank, world);
+    FunnelClient client("", server.port(), kServerToken, rank, world);
     client.allreduce(buffer, op, seq, 20s);
   });
   rpctest::expectNoErrors(errors);
@@ -130,7 +130,7 @@ class FunnelWorldTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(FunnelWorldTest, EveryCountMatchesTheKnownAnswer) {
   const int world = GetParam();
-  ParameterServer server("", 0, kToken, world);
+  ParameterServer server("", 0, kServerToken, world);
   // Each count also takes another dtype/op, so every dtype meets every world size.
   const std::pair<DType, ReduceOp> kinds[] = {
       {DType::kFloat32, ReduceOp::kSum}, {DType::kInt32, ReduceOp::kAvg},
@@ -150,7 +150,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, FunnelWorldTest, ::testing::Values(1, 2, 3, 4, 
 
 TEST(ParameterServerTest, EveryDTypeAndOpAcrossAPieceBoundary) {
   constexpr int kWorld = 4;  // a power of two: avg is exact in every dtype
-  ParameterServer server("", 0, kToken, kWorld);
+  ParameterServer server("", 0, kServerToken, kWorld);
   uint64_t seq = 0;
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16,
                       DType::kInt32, DType::kInt64})
@@ -164,14 +164,14 @@ TEST(ParameterServerTest, EveryDTypeAndOpAcrossAPieceBoundary) {
 // (a client that skipped the communicator's own check).
 TEST(ParameterServerTest, ProductAndBitwiseOps) {
   constexpr int kWorld = 3;
-  ParameterServer server("", 0, kToken, kWorld);
+  ParameterServer server("", 0, kServerToken, kWorld);
   uint64_t seq = 0;
   for (ReduceOp op : {ReduceOp::kProduct, ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
     std::vector<std::vector<int64_t>> values(kWorld, std::vector<int64_t>(5));
     auto errors = rpctest::runRanks(kWorld, [&](int rank) {
       for (size_t i = 0; i < 5; ++i) values[rank][i] = static_cast<int64_t>(i + 3 * rank + 1);
       Buffer buffer{values[rank].data(), 5, DType::kInt64};
-      FunnelClient client("", server.port(), kToken, rank, kWorld);
+      FunnelClient client("", server.port(), kServerToken, rank, kWorld);
       client.allreduce(buffer, op, seq, 20s);
     });
     ++seq;
@@ -188,7 +188,7 @@ TEST(ParameterServerTest, ProductAndBitwiseOps) {
   }
   float x = 1.0f;
   Buffer floats{&x, 1, DType::kFloat32};
-  FunnelClient client("", server.port(), kToken, 0, kWorld);
+  FunnelClient client("", server.port(), kServerToken, 0, kWorld);
   try {
     client.allreduce(floats, ReduceOp::kBand, seq, 20s);
     ADD_FAILURE() << "band of float32 accepted";
@@ -204,7 +204,7 @@ TEST(ParameterServerTest, ProductAndBitwiseOps) {
 TEST(ParameterServerTest, ResultIsTheRankOrderSumBitForBitWhateverTheArrivalOrder) {
   constexpr int kWorld = 5;
   constexpr size_t kCount = (1u << 20) + 3;
-  ParameterServer server("", 0, kToken, kWorld);
+  ParameterServer server("", 0, kServerToken, kWorld);
   std::vector<std::vector<float>> inputs(kWorld, std::vector<float>(kCount));
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> dist(-1000.0f, 1000.0f);
@@ -228,7 +228,7 @@ TEST(ParameterServerTest, ResultIsTheRankOrderSumBitForBitWhateverTheArrivalOrde
             << "run " << run << " rank " << rank;
       }
       Buffer buffer{buffers[rank].data(), kCount, DType::kFloat32};
-      FunnelClient("", server.port(), kToken, rank, kWorld)
+      FunnelClient("", server.port(), kServerToken, rank, kWorld)
           .allreduce(buffer, ReduceOp::kSum, run, 20s);
     });
     rpctest::expectNoErrors(errors);
@@ -359,7 +359,7 @@ TEST(ParameterServerTest, CumulusPsBinaryServesAndStopsOnSigterm) {
   // Built before fork(): this process runs gRPC threads, so the child may not allocate.
   cumulus::base::ExecArgs exec(
       {binary, "--world-size", "3", "--port", "0", "--token-env", "CUMULUS_TEST_PS_TOKEN"},
-      {{"CUMULUS_TEST_PS_TOKEN", kToken}});
+      {{"CUMULUS_TEST_PS_TOKEN", kServerToken}});
   int out[2];
   ASSERT_EQ(pipe(out), 0);
   const pid_t pid = fork();
@@ -387,7 +387,8 @@ TEST(ParameterServerTest, CumulusPsBinaryServesAndStopsOnSigterm) {
     auto errors = rpctest::runRanks(3, [&](int rank) {
       for (size_t i = 0; i < kCount; ++i) data[rank][i] = static_cast<int64_t>(i) * (rank + 1);
       Buffer buffer{data[rank].data(), kCount, DType::kInt64};
-      FunnelClient("127.0.0.1", port, kToken, rank, 3).allreduce(buffer, ReduceOp::kSum, 0, 10s);
+      FunnelClient("127.0.0.1", port, kServerToken, rank, 3)
+          .allreduce(buffer, ReduceOp::kSum, 0, 10s);
     });
     rpctest::expectNoErrors(errors);
     for (int rank = 0; rank < 3; ++rank) EXPECT_EQ(data[rank][kCount - 1], 2999 * 6);

@@ -21,12 +21,12 @@ using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-constexpr char kToken[] = "s3cret-token";
+constexpr char kStoreToken[] = "s3cret-token";
 
 class StoreServerTest : public ::testing::Test {
  protected:
-  StoreServer server_{"", 0, kToken};
-  StoreClient client_{"127.0.0.1", server_.port(), kToken};
+  StoreServer server_{"", 0, kStoreToken};
+  StoreClient client_{"127.0.0.1", server_.port(), kStoreToken};
 };
 
 TEST_F(StoreServerTest, BindsLoopbackOnAnEphemeralPort) {
@@ -46,7 +46,7 @@ TEST_F(StoreServerTest, SetThenGetReturnsTheBytes) {
 }
 
 TEST_F(StoreServerTest, GetBlocksUntilAnotherClientSets) {
-  StoreClient other("127.0.0.1", server_.port(), kToken);
+  StoreClient other("127.0.0.1", server_.port(), kStoreToken);
   std::thread setter([&] {
     // Set the key only once the server blocks on the reader's behalf.
     EXPECT_TRUE(rpctest::waitUntil([&] { return server_.blockedCalls() == 1; }));
@@ -76,7 +76,7 @@ TEST_F(StoreServerTest, GetTimeoutNamesTheKey) {
 TEST_F(StoreServerTest, ConcurrentAddsSumExactly) {
   constexpr int kThreads = 8, kAdds = 200;
   auto errors = rpctest::runRanks(kThreads, [&](int rank) {
-    StoreClient mine("127.0.0.1", server_.port(), kToken);
+    StoreClient mine("127.0.0.1", server_.port(), kStoreToken);
     for (int i = 0; i < kAdds; ++i) mine.add("counter", rank + 1);
   });
   rpctest::expectNoErrors(errors);
@@ -143,7 +143,7 @@ TEST_F(StoreServerTest, CompareSetSwapsOnlyOnAMatch) {
 
 TEST_F(StoreServerTest, WaitReturnsOnceEveryKeyExists) {
   std::thread setter([&] {
-    StoreClient other("127.0.0.1", server_.port(), kToken);
+    StoreClient other("127.0.0.1", server_.port(), kStoreToken);
     // One key at a time, each while the wait blocks for the rest.
     for (int r = 0; r < 4; ++r) {
       EXPECT_TRUE(rpctest::waitUntil([&] { return server_.blockedCalls() == 1; }));
@@ -201,7 +201,7 @@ TEST_F(StoreServerTest, OversizedValueIsRejectedBeforeSending) {
 
 TEST_F(StoreServerTest, ATakenPortIsAnErrorNamingIt) {
   try {
-    StoreServer second("", server_.port(), kToken);
+    StoreServer second("", server_.port(), kStoreToken);
     FAIL() << "a second server bound the same port";
   } catch (const std::runtime_error& e) {
     EXPECT_THAT(e.what(),

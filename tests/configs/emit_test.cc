@@ -8,6 +8,7 @@
 #include "configs/parse.h"
 #include "configs/reference.h"
 #include "configs/schema.h"
+#include "tests/test_support.h"
 
 namespace cumulus::configs {
 namespace {
@@ -76,12 +77,7 @@ TEST(EmitTest, RandomExperimentsRoundTrip) {
   }
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using cumulus::testing::readFile;
 
 TEST(EmitTest, ConfigurationDocHoldsTheCurrentReferenceTable) {
   const std::string path = std::string(CUMULUS_SOURCE_DIR) + "/docs/configuration.md";

@@ -13,6 +13,7 @@
 
 #include "data/npy.h"
 #include "tests/data/npy_writer.h"
+#include "tests/data/tensor_values.h"
 
 namespace cumulus::data {
 namespace {
@@ -21,11 +22,7 @@ using testing::npyBytes;
 using testing::npyDict;
 using testing::npyHeader;
 
-template <typename T>
-std::vector<T> values(const torch::Tensor& t) {
-  const torch::Tensor c = t.contiguous();
-  return std::vector<T>(c.data_ptr<T>(), c.data_ptr<T>() + c.numel());
-}
+using testing::values;
 
 class NpyExamplesTest : public testing::NpyTempDir {
  protected:

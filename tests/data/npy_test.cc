@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tests/data/npy_writer.h"
+#include "tests/data/tensor_values.h"
 
 namespace cumulus::data {
 namespace {
@@ -33,11 +34,7 @@ class NpyArrayTest : public testing::NpyTempDir {
   std::string path() const { return dir_ + "/f.npy"; }
 };
 
-template <typename T>
-std::vector<T> values(const torch::Tensor& t) {
-  const torch::Tensor c = t.contiguous();
-  return std::vector<T>(c.data_ptr<T>(), c.data_ptr<T>() + c.numel());
-}
+using testing::values;
 
 TEST_F(NpyArrayTest, GathersIntegerDtypesAsInt64) {
   const NpyArray u8 =

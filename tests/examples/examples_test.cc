@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/hash.h"
+#include "tests/test_support.h"
 #include "tests/trainer/process_runner.h"
 
 namespace cumulus::examples {
@@ -63,12 +64,7 @@ std::set<std::string> linesOf(const std::string& text) {
   return lines;
 }
 
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
+using cumulus::testing::readFile;
 
 // Decompresses `from` (gzip) into `to`; an empty string, or what went wrong.
 std::string gunzip(const std::string& from, const std::string& to) {
@@ -380,8 +376,8 @@ TEST_F(InstalledCumulus, PythonDdpScriptTrainsFromThePrefixUnderCumulusRun) {
   const std::string package = prefix() + "/" + EXAMPLES_PYTHON_DIR;
   ASSERT_TRUE(fs::is_regular_file(package + "/cumulus/__init__.py")) << package;
   const ProcessResult r = runProcess(
-      underCumulusRun(2, {CUMULUS_PYTHON, CUMULUS_SOURCE_DIR "/examples/python/ddp.py",
-                          "--epochs", "1"}),
+      underCumulusRun(
+          2, {CUMULUS_PYTHON, CUMULUS_SOURCE_DIR "/examples/python/ddp.py", "--epochs", "1"}),
       userEnv({{"PYTHONPATH", package}, {"OMP_NUM_THREADS", "1"}}), {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::smatch accuracy;
@@ -407,13 +403,13 @@ TEST_F(InstalledCumulus, CustomLoopTrainsInBf16WithThePublicAutocast) {
   ASSERT_EQ(data_error_, "");
   std::map<std::string, std::map<int, std::string>> lines;
   for (const std::string precision : {"fp32", "bf16"}) {
-    const ProcessResult r = runProcess(
-        underCumulusRun(2, {(work_ / "build-custom_loop/custom_loop").string(), "--data",
-                            (work_ / "data").string(), "--run-dir",
-                            (work_ / ("precision-" + precision)).string(), "--steps", "60",
-                            "--warmup", "10", "--log-every", "10", "--limit", "4096",
-                            "--precision", precision}),
-        userEnv(), {}, 300);
+    const ProcessResult r =
+        runProcess(underCumulusRun(2, {(work_ / "build-custom_loop/custom_loop").string(), "--data",
+                                       (work_ / "data").string(), "--run-dir",
+                                       (work_ / ("precision-" + precision)).string(), "--steps",
+                                       "60", "--warmup", "10", "--log-every", "10", "--limit",
+                                       "4096", "--precision", precision}),
+                   userEnv(), {}, 300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("[rank0] precision: " + precision + " (as asked"), std::string::npos)
         << r.output;

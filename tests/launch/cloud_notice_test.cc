@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/test_support.h"
 #include "tests/wait_until.h"
 
 namespace fs = std::filesystem;
@@ -27,21 +28,16 @@ namespace {
 
 using cumulus::testing::waitUntil;
 
-const std::string kRun = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-run";
-const std::string kTrain = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-train";
-const std::string kSmoke = std::string(CUMULUS_SOURCE_DIR) + "/configs/smoke.yaml";
+using cumulus::testing::kRun;
+using cumulus::testing::kSmoke;
+using cumulus::testing::kTrain;
+using cumulus::testing::readFile;
+
 const std::string kFake = std::string(CUMULUS_SOURCE_DIR) + "/tests/launch/fake_metadata.py";
 
 const std::string kAwsPath = "/latest/meta-data/spot/instance-action";
 const std::string kAzurePath = "/metadata/scheduledevents?api-version=2020-07-01";
 const std::string kGcpPath = "/computeMetadata/v1/instance/preempted";
-
-std::string readFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;

@@ -27,23 +27,18 @@
 #include "launch/rendezvous_round.h"
 #include "proto/checkpoint.pb.h"
 #include "tests/launch/free_port.h"
+#include "tests/test_support.h"
 #include "tests/wait_until.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kRun = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-run";
-const std::string kTrain = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-train";
-const std::string kProbe = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-allreduce-probe";
-const std::string kSmoke = std::string(CUMULUS_SOURCE_DIR) + "/configs/smoke.yaml";
-
-std::string readFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using cumulus::testing::kProbe;
+using cumulus::testing::kRun;
+using cumulus::testing::kSmoke;
+using cumulus::testing::kTrain;
+using cumulus::testing::readFile;
 
 // The pids whose parent is `parent`.
 std::vector<pid_t> childrenOf(pid_t parent) {

@@ -27,25 +27,20 @@
 #include "comm/store_client.h"
 #include "comm/store_keys.h"
 #include "tests/launch/free_port.h"
+#include "tests/test_support.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kRun = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-run";
+using cumulus::testing::kRun;
+using cumulus::testing::readFile;
 
 struct Result {
   int exit_code = -1;
   std::string output;
   double seconds = 0;
 };
-
-std::string readFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 class LauncherTest : public ::testing::Test {
  protected:

@@ -15,22 +15,18 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include "tests/test_support.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
 const std::string kScript = std::string(CUMULUS_SOURCE_DIR) + "/launch/netns-cluster.sh";
-const std::string kRun = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-run";
-const std::string kProbe = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-allreduce-probe";
-const std::string kLinkDelay = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-link-delay";
+using cumulus::testing::kProbe;
+using cumulus::testing::kRun;
+using cumulus::testing::readFile;
 
-std::string readFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+const std::string kLinkDelay = std::string(CUMULUS_BINARY_DIR) + "/bin/cumulus-link-delay";
 
 // Runs `command` under bash; returns its exit code and puts stdout+stderr into `output`.
 int shell(const std::string& command, std::string* output = nullptr) {

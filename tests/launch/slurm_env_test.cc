@@ -20,7 +20,7 @@ std::function<const char*(const char*)> lookup(const Env& env) {
   };
 }
 
-std::string errorOf(const std::function<void()>& f) {
+std::string usageErrorOf(const std::function<void()>& f) {
   try {
     f();
   } catch (const UsageError& e) {
@@ -37,9 +37,9 @@ TEST(LaunchSlurm, ExpandsHostlistsKeepingZeroPadding) {
   EXPECT_EQ(expandSlurmNodelist("c[098-101]"),
             (std::vector<std::string>{"c098", "c099", "c100", "c101"}));
   EXPECT_EQ(expandSlurmNodelist("solo"), (std::vector<std::string>{"solo"}));
-  EXPECT_EQ(errorOf([] { expandSlurmNodelist("node[01-03"); }),
+  EXPECT_EQ(usageErrorOf([] { expandSlurmNodelist("node[01-03"); }),
             "SLURM_JOB_NODELIST=\"node[01-03\": unbalanced brackets");
-  EXPECT_EQ(errorOf([] { expandSlurmNodelist("node[5-3]"); }),
+  EXPECT_EQ(usageErrorOf([] { expandSlurmNodelist("node[5-3]"); }),
             "SLURM_JOB_NODELIST range: expected an integer in [5, 999999999], got \"3\"");
 }
 
@@ -90,11 +90,11 @@ TEST(LaunchSlurm, OutsideSlurmNothingChangesAndBadValuesAreNamed) {
                    {"SLURM_NNODES", "2"},
                    {"SLURM_NODEID", "2"},
                    {"SLURM_JOB_NODELIST", "a[1-2]"}};
-  EXPECT_EQ(errorOf([&] { applySlurmEnvironment(o, lookup(bad)); }),
+  EXPECT_EQ(usageErrorOf([&] { applySlurmEnvironment(o, lookup(bad)); }),
             "SLURM_NODEID=2 is out of range for 2 node(s) (SLURM_NNODES)");
   const Env junk = {{"SLURM_JOB_ID", "1"}, {"SLURM_NNODES", "two"}};
   LaunchOptions p = parseLaunchArgs({"w"});
-  EXPECT_EQ(errorOf([&] { applySlurmEnvironment(p, lookup(junk)); }),
+  EXPECT_EQ(usageErrorOf([&] { applySlurmEnvironment(p, lookup(junk)); }),
             "SLURM_NNODES: expected an integer in [1, 4096], got \"two\"");
 }
 

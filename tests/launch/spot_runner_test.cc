@@ -12,22 +12,12 @@
 #include <sstream>
 
 #include "base/command_line.h"
+#include "tests/test_support.h"
 
 namespace cumulus::launch {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/cumulus_spot_XXXXXX";
-    path_ = ::mkdtemp(pattern);
-  }
-  ~TempDir() { [[maybe_unused]] int rc = std::system(("rm -rf " + path_).c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using cumulus::testing::TempDir;
 
 // Steps of 20 ms up to 30, each with a train record in dir/metrics.jsonl as cumulus-train writes
 // them; a checkpoint (the state file) every 5 steps, and one at the agreed stop when

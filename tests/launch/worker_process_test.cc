@@ -17,7 +17,7 @@
 namespace cumulus::launch {
 namespace {
 
-double secondsSince(std::chrono::steady_clock::time_point t0) {
+double secondsSinceStart(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -33,7 +33,7 @@ TEST(WorkerProcess, WaitForEndsAtTheDeadlineThenSeesTheKill) {
   p.start();
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_FALSE(p.waitFor(0.2));
-  const double waited = secondsSince(t0);
+  const double waited = secondsSinceStart(t0);
   EXPECT_GE(waited, 0.2);
   EXPECT_LT(waited, 5.0);  // bounded by the deadline, not by the child
   EXPECT_FALSE(p.poll().exited);

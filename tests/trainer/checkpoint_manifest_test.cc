@@ -8,6 +8,7 @@
 #include "base/hash.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/file_system.h"
+#include "tests/test_support.h"
 #include "tests/trainer/file_system_fault.h"
 
 namespace cumulus::trainer {
@@ -15,18 +16,7 @@ namespace {
 
 const char kAbcSha[] = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/cumulus_manifest_XXXXXX";
-    path_ = ::mkdtemp(pattern);
-  }
-  ~TempDir() { PosixFileSystem().removeAll(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using cumulus::testing::TempDir;
 
 std::string reasonOf(const std::function<void()>& fn) {
   try {

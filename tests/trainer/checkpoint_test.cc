@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/resume.h"
 #include "models/model.h"
+#include "tests/test_support.h"
 #include "tests/trainer/file_system_fault.h"
 #include "tests/wait_until.h"
 #include "trainer/optimizer.h"
@@ -26,27 +27,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/cumulus_ckpt_XXXXXX";
-    path_ = ::mkdtemp(pattern);
-  }
-  ~TempDir() { PosixFileSystem().removeAll(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::string errorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using cumulus::testing::errorOf;
+using cumulus::testing::TempDir;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

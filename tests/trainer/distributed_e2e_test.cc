@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/test_support.h"
 #include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 #include "trainer/state_dict.h"
@@ -37,15 +38,13 @@ std::string slurp(const fs::path& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-const std::string kRun = CUMULUS_BINARY_DIR "/bin/cumulus-run";
-const std::string kTrain = CUMULUS_BINARY_DIR "/bin/cumulus-train";
-const std::string kSmoke = CUMULUS_SOURCE_DIR "/configs/smoke.yaml";
+using cumulus::testing::kRun;
+using cumulus::testing::kSmoke;
+using cumulus::testing::kTrain;
 
 class DistributedE2eTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = cumulus::testing::freshTestDir("ddp_e2e");
-  }
+  void SetUp() override { dir_ = cumulus::testing::freshTestDir("ddp_e2e"); }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
   }
@@ -174,8 +173,9 @@ TEST_F(DistributedE2eTest, ReplicasOfABatchNormModelEndIdenticalInEveryMode) {
   const std::vector<std::pair<std::string, std::string>> modes = {
       {"in_place", "--set launch.recovery=in_place"},
       {"plain", "--set launch.recovery=restart"},
-      {"diloco", "--set launch.recovery=in_place --set trainer.sync=diloco "
-                 "--set diloco.inner_steps=4"}};
+      {"diloco",
+       "--set launch.recovery=in_place --set trainer.sync=diloco "
+       "--set diloco.inner_steps=4"}};
   for (const auto& [name, sets] : modes) {
     SCOPED_TRACE(name);
     std::string out;
@@ -192,7 +192,7 @@ TEST_F(DistributedE2eTest, AKilledWorkerMakesTheLauncherRestartTheGroupAndTheJob
       command(2, "killed",
               "--set trainer.epochs=50 --set trainer.log_every_steps=100 --set comm.algorithm=tree "
               "--set trainer.log_all_ranks=true");
-  cmd.insert(cmd.find("--nproc-per-node"), "--recovery=restart ");  // the restart path
+  cmd.insert(cmd.find("--nproc-per-node"), "--recovery=restart ");     // the restart path
   const std::string line = "exec " + cmd + " >" + out_path + " 2>&1";  // built before fork()
   const pid_t launcher = ::fork();
   ASSERT_GE(launcher, 0);

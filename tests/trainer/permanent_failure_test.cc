@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "tests/test_support.h"
 #include "tests/trainer/process_runner.h"
 #include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
@@ -38,12 +39,7 @@ std::string lastLine(const std::string& output) {
                        end - (begin == std::string::npos ? 0 : begin + 1) + 1);
 }
 
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using cumulus::testing::readFile;
 
 // How the launch ended, and how long after the first worker's error line it took.
 struct Launch {
@@ -53,9 +49,7 @@ struct Launch {
 
 class PermanentFailureTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = cumulus::testing::freshTestDir("permanent");
-  }
+  void SetUp() override { dir_ = cumulus::testing::freshTestDir("permanent"); }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
   }
@@ -152,8 +146,9 @@ class ModelErrorTest : public PermanentFailureTest {
 };
 
 // `model` (a fixture) on `train` (a fixture's folder) and regression/test; returns its path.
-std::string regressionConfig(const fs::path& dir, const fs::path& fixtures, const std::string& model,
-                             const std::string& train, const std::string& trainer_extra = "") {
+std::string regressionConfig(const fs::path& dir, const fs::path& fixtures,
+                             const std::string& model, const std::string& train,
+                             const std::string& trainer_extra = "") {
   const fs::path path = dir / "regression.yaml";
   std::ofstream(path) << "name: regression\n"
                       << "model: {name: torchscript:" << (fixtures / model).string() << "}\n"
@@ -168,9 +163,9 @@ std::string regressionConfig(const fs::path& dir, const fs::path& fixtures, cons
 
 TEST_F(ModelErrorTest, AnExceptionFromTheModelsForwardEndsTheJobInPlace) {
   const std::string model = (fixtures_ / "fails_on_batches.pt").string();
-  const Launch launch = this->launch(
-      {cumulus::testing::kTrainBinary,
-       regressionConfig(dir_, fixtures_, "fails_on_batches.pt", "regression/train")});
+  const Launch launch =
+      this->launch({cumulus::testing::kTrainBinary,
+                    regressionConfig(dir_, fixtures_, "fails_on_batches.pt", "regression/train")});
   expectGaveUpOn(
       launch,
       "torchscript model " +
@@ -184,9 +179,8 @@ TEST_F(ModelErrorTest, AnExceptionFromTheModelsForwardEndsTheJobInPlace) {
 // rank's, and no replacement is started.
 TEST_F(ModelErrorTest, AForwardThatHangsOnOneRankIsNamedByThatRanksWatchdog) {
   const Launch launch = this->launch(
-      {cumulus::testing::kTrainBinary,
-       regressionConfig(dir_, fixtures_, "hangs_on_marked.pt", "marked",
-                        ", step_timeout_seconds: 2")});
+      {cumulus::testing::kTrainBinary, regressionConfig(dir_, fixtures_, "hangs_on_marked.pt",
+                                                        "marked", ", step_timeout_seconds: 2")});
   expectGaveUpOn(launch,
                  "rank [01]: step [0-9]+ made no progress in forward for 2 s "
                  "\\(trainer.step_timeout_seconds\\); a step that hangs hangs again when "

@@ -10,22 +10,16 @@
 #include <functional>
 #include <limits>
 
-#include "configs/parse.h"
-#include "cumulus/sampler.h"
 #include "checkpoint/checkpoint_snapshot.h"
 #include "checkpoint/checkpoint_state_proto.h"
+#include "configs/parse.h"
+#include "cumulus/sampler.h"
+#include "tests/test_support.h"
 
 namespace cumulus::trainer {
 namespace {
 
-std::string errorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
+using cumulus::testing::errorOf;
 
 CheckpointState stateFor(const configs::Experiment& e, uint64_t step, uint64_t epoch,
                          uint64_t cursor, uint32_t world) {

@@ -18,6 +18,7 @@
 #include "cumulus/data_parallel.h"
 #include "cumulus/process_group.h"
 #include "models/model.h"
+#include "tests/test_support.h"
 #include "tests/trainer/fault_parts.h"
 #include "tests/trainer/thread_ranks.h"
 #include "trainer/state_dict.h"
@@ -49,20 +50,7 @@ configs::Experiment smallExperiment(const std::string& run_dir) {
   return e;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::path(::testing::TempDir()) /
-            ("trainer_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using cumulus::testing::TempDir;
 
 // FNV-1a over the bytes of every parameter, in registration order.
 uint64_t parameterHash(models::Model& model) {
@@ -406,7 +394,7 @@ TEST(TrainingTest, FixedSharesThatDoNotFitAreASetupErrorNamingTheKey) {
 
 TEST(TrainingTest, WritesConfigMetricsAndAStateDictPythonCanRead) {
   TempDir dir;
-  auto e = smallExperiment(dir.str());
+  auto e = smallExperiment(dir.path());
   e.eval.every_steps = 5;  // 16 steps: evaluations at 5, 10, 15 and the end
   std::ostringstream console;
   TrainerOptions options;
@@ -414,8 +402,8 @@ TEST(TrainingTest, WritesConfigMetricsAndAStateDictPythonCanRead) {
   Trainer trainer(e, RunEnv{}, options);
   const RunResult result = trainer.run();
 
-  EXPECT_TRUE(fs::exists(dir.str() + "/config.yaml"));
-  const auto lines = readLines(dir.str() + "/metrics.jsonl");
+  EXPECT_TRUE(fs::exists(dir.path() + "/config.yaml"));
+  const auto lines = readLines(dir.path() + "/metrics.jsonl");
   int train = 0, eval = 0, summary = 0;
   for (const auto& line : lines) {
     train += line.rfind("{\"type\":\"train\",", 0) == 0;
@@ -468,7 +456,7 @@ TEST(TrainingTest, WritesConfigMetricsAndAStateDictPythonCanRead) {
   EXPECT_EQ(console.str().rfind("model: ", 0), 0u) << console.str();
 
   // Our own reader gets the parameters back exactly.
-  const std::string path = dir.str() + "/model_state_dict.pt";
+  const std::string path = dir.path() + "/model_state_dict.pt";
   const NamedTensors saved = loadStateDict(path);
   const auto params = trainer.model().namedParameters();
   ASSERT_EQ(saved.size(), params.size() + trainer.model().namedBuffers().size());
@@ -520,14 +508,14 @@ TEST(TrainingTest, AMissingDatasetIsASetupErrorNamingTheDirectory) {
 
 TEST(TrainingTest, EvaluatesAtEachEpochEndByDefault) {
   TempDir dir;
-  auto e = smallExperiment(dir.str());
+  auto e = smallExperiment(dir.path());
   e.trainer.epochs = 3;
   e.trainer.max_steps = 20;  // stops in the third epoch: evaluations at 8, 16 and 20
   Trainer trainer(e, RunEnv{}, TrainerOptions{});
   EXPECT_EQ(trainer.totalSteps(), 20);
   trainer.run();
   std::vector<std::string> evals;
-  for (const auto& line : readLines(dir.str() + "/metrics.jsonl")) {
+  for (const auto& line : readLines(dir.path() + "/metrics.jsonl")) {
     if (line.rfind("{\"type\":\"eval\",", 0) == 0) evals.push_back(line.substr(0, 40));
   }
   ASSERT_EQ(evals.size(), 3u);
@@ -540,7 +528,7 @@ TEST(TrainingTest, EvaluatesAtEachEpochEndByDefault) {
 // the checkpoint's model, not zeros.
 TEST(TrainingTest, AResumedFinishedRunReportsTheModelItRestored) {
   TempDir dir;
-  auto e = smallExperiment(dir.str());
+  auto e = smallExperiment(dir.path());
   e.trainer.max_steps = 12;
   e.checkpoint.every_steps = 6;
   e.checkpoint.async = false;
@@ -584,7 +572,7 @@ std::vector<nlohmann::json> recordsOf(const std::string& path, const std::string
 // every step has no outer rounds, so no record names them.
 TEST(TrainingTest, TwoRanksRecordTheBytesTheySent) {
   TempDir dir;
-  const auto e = smallExperiment(dir.str());
+  const auto e = smallExperiment(dir.path());
   comm::MemoryStore store;
   runOnThreads(2, [&](int rank) {
     RunEnv env;
@@ -595,7 +583,7 @@ TEST(TrainingTest, TwoRanksRecordTheBytesTheySent) {
     options.group = group.get();
     Trainer(e, env, options).run();
   });
-  const std::string path = dir.str() + "/metrics.jsonl";
+  const std::string path = dir.path() + "/metrics.jsonl";
   const std::vector<nlohmann::json> train = recordsOf(path, "train");
   const std::vector<nlohmann::json> summary = recordsOf(path, "summary");
   ASSERT_EQ(train.size(), 5u);  // steps 1, 4, 8, 12, 16
@@ -616,8 +604,8 @@ TEST(TrainingTest, TwoRanksRecordTheBytesTheySent) {
 
 TEST(TrainingTest, AWorldOfOneSendsNothing) {
   TempDir dir;
-  runQuietly(smallExperiment(dir.str()), /*write_outputs=*/true);
-  const std::string path = dir.str() + "/metrics.jsonl";
+  runQuietly(smallExperiment(dir.path()), /*write_outputs=*/true);
+  const std::string path = dir.path() + "/metrics.jsonl";
   const std::vector<nlohmann::json> train = recordsOf(path, "train");
   ASSERT_EQ(train.size(), 5u);
   for (const nlohmann::json& record : train) EXPECT_EQ(record["comm_bytes_sent"], 0) << record;
