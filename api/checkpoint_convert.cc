@@ -9,14 +9,14 @@
 #include <string>
 #include <utility>
 
-#include "cumulus/version.h"
 #include "checkpoint/checkpoint_state_proto.h"
+#include "cumulus/version.h"
 
 namespace cumulus {
 
-trainer::CheckpointSnapshot toSnapshot(Checkpoint&& checkpoint) {
-  trainer::CheckpointSnapshot out;
-  out.state = trainer::stateToProto(checkpoint.state);
+checkpoint::CheckpointSnapshot toSnapshot(Checkpoint&& checkpoint) {
+  checkpoint::CheckpointSnapshot out;
+  out.state = checkpoint::stateToProto(checkpoint.state);
   out.model = std::move(checkpoint.tensors);
   out.optimizer_tensors = std::move(checkpoint.optimizer_tensors);
   out.optimizer_scalars = std::move(checkpoint.optimizer_scalars);
@@ -24,9 +24,9 @@ trainer::CheckpointSnapshot toSnapshot(Checkpoint&& checkpoint) {
   return out;
 }
 
-Checkpoint fromSnapshot(trainer::CheckpointSnapshot&& snapshot) {
+Checkpoint fromSnapshot(checkpoint::CheckpointSnapshot&& snapshot) {
   Checkpoint out;
-  out.state = trainer::stateFromProto(snapshot.state);
+  out.state = checkpoint::stateFromProto(snapshot.state);
   out.tensors = std::move(snapshot.model);
   out.optimizer_tensors = std::move(snapshot.optimizer_tensors);
   out.optimizer_scalars = std::move(snapshot.optimizer_scalars);
@@ -35,7 +35,7 @@ Checkpoint fromSnapshot(trainer::CheckpointSnapshot&& snapshot) {
 }
 
 void fillSaveDefaults(CheckpointState& state) {
-  if (state.format_version == 0) state.format_version = trainer::kCheckpointFormatVersion;
+  if (state.format_version == 0) state.format_version = checkpoint::kCheckpointFormatVersion;
   if (state.framework_version.empty()) {
     state.framework_version = std::string("cumulus ") + version() + ", libtorch " TORCH_VERSION;
   }

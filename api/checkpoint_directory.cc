@@ -10,11 +10,11 @@
 #include <utility>
 
 #include "api/checkpoint_convert.h"
-#include "cumulus/checkpoint.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/checkpoint_snapshot.h"
 #include "checkpoint/file_system.h"
+#include "cumulus/checkpoint.h"
 
 namespace cumulus {
 namespace {
@@ -26,7 +26,7 @@ auto guarded(const std::string& path, Fn&& fn) -> decltype(fn()) {
     return fn();
   } catch (const CheckpointError&) {
     throw;
-  } catch (const trainer::FileSystemError& e) {
+  } catch (const checkpoint::FileSystemError& e) {
     throw CheckpointError(e.what(), e.errorCode());  // "<path>: <operation>: <errno text>"
   } catch (const c10::Error& e) {
     throw CheckpointError(path + ": " + e.what_without_backtrace());
@@ -36,7 +36,7 @@ auto guarded(const std::string& path, Fn&& fn) -> decltype(fn()) {
 }
 
 void checkFileNames(const Checkpoint& checkpoint) {
-  for (const auto& [name, bytes] : checkpoint.files) trainer::checkExtraFileName(name);
+  for (const auto& [name, bytes] : checkpoint.files) checkpoint::checkExtraFileName(name);
 }
 
 void appendWarnings(const std::vector<CheckpointWarning>& found,
@@ -59,19 +59,19 @@ size_t checkedKeep(size_t keep) {
 std::string packCheckpoint(const Checkpoint& checkpoint) {
   checkFileNames(checkpoint);
   Checkpoint copy = checkpoint;  // shares the tensors' storage
-  return trainer::packCheckpointFiles(trainer::encodeSnapshot(toSnapshot(std::move(copy))));
+  return checkpoint::packCheckpointFiles(checkpoint::encodeSnapshot(toSnapshot(std::move(copy))));
 }
 
 Checkpoint unpackCheckpoint(std::string_view packed, const std::string& source) {
-  trainer::VerifiedCheckpoint verified;
+  checkpoint::VerifiedCheckpoint verified;
   try {
-    verified = trainer::unpackCheckpointFiles(
-        packed, {trainer::kModelFile, trainer::kOptimizerFile, trainer::kStateFile});
-  } catch (const trainer::InvalidCheckpoint& e) {
+    verified = checkpoint::unpackCheckpointFiles(
+        packed, {checkpoint::kModelFile, checkpoint::kOptimizerFile, checkpoint::kStateFile});
+  } catch (const checkpoint::InvalidCheckpoint& e) {
     throw CheckpointError(source + ": " + e.what());
   }
   try {
-    return fromSnapshot(trainer::decodeSnapshot(verified.files, source, ": "));
+    return fromSnapshot(checkpoint::decodeSnapshot(verified.files, source, ": "));
   } catch (const c10::Error& e) {
     throw CheckpointError(source + ": " + e.what_without_backtrace());
   } catch (const std::invalid_argument& e) {
@@ -83,8 +83,8 @@ Checkpoint unpackCheckpoint(std::string_view packed, const std::string& source) 
 
 struct Checkpoints::Impl {
   Impl(std::string dir, size_t keep) : manager(std::move(dir), checkedKeep(keep), fs) {}
-  trainer::PosixFileSystem fs;  // before the manager, which uses it
-  trainer::CheckpointManager manager;
+  checkpoint::PosixFileSystem fs;  // before the manager, which uses it
+  checkpoint::CheckpointManager manager;
 };
 
 Checkpoints::Checkpoints(std::string dir, size_t keep)
@@ -95,14 +95,14 @@ Checkpoints::~Checkpoints() = default;
 const std::string& Checkpoints::dir() const { return impl_->manager.dir(); }
 
 std::string Checkpoints::dirName(uint64_t step) {
-  return trainer::CheckpointManager::dirName(step);
+  return checkpoint::CheckpointManager::dirName(step);
 }
 
 SaveResult Checkpoints::save(const Checkpoint& checkpoint) {
   checkFileNames(checkpoint);
   Checkpoint copy = checkpoint;  // shares the tensors and copies the files' bytes
   fillSaveDefaults(copy.state);
-  const trainer::CheckpointSnapshot snapshot = toSnapshot(std::move(copy));
+  const checkpoint::CheckpointSnapshot snapshot = toSnapshot(std::move(copy));
   const std::string path = dir() + "/" + dirName(checkpoint.state.step);
   return guarded(path, [&] { return impl_->manager.save(snapshot); });
 }
@@ -112,7 +112,7 @@ void Checkpoints::saveAsync(Checkpoint&& checkpoint, std::chrono::milliseconds w
   const CheckpointState original = checkpoint.state;
   const std::string path = dir() + "/" + dirName(original.step);
   fillSaveDefaults(checkpoint.state);
-  trainer::CheckpointSnapshot snapshot = toSnapshot(std::move(checkpoint));
+  checkpoint::CheckpointSnapshot snapshot = toSnapshot(std::move(checkpoint));
   try {
     guarded(path, [&] { impl_->manager.saveAsync(std::move(snapshot), wait); });
   } catch (...) {

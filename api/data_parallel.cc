@@ -22,18 +22,19 @@ void GradientSync::backward(const torch::Tensor& loss) {
 
 namespace {
 
-// The trainer's conversion (the same layout as cumulus-train's for the same figure), as a GroupError.
+// The trainer's conversion (the same layout as cumulus-train's for the same figure), as a
+// GroupError.
 size_t bucketOption(double mb, const char* what) {
   try {
-    return trainer::mebibytes(mb, what);
+    return distributed::mebibytes(mb, what);
   } catch (const std::invalid_argument& e) {
     throw GroupError(e.what());
   }
 }
 
-trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
-                                            const DataParallelOptions& options) {
-  trainer::DistributedSyncOptions out;
+distributed::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
+                                                const DataParallelOptions& options) {
+  distributed::DistributedSyncOptions out;
   out.algorithm = options.algorithm.value_or(group.algorithm);
   out.bucket_cap_bytes = bucketOption(options.bucket_cap_mb, "bucket_cap_mb");
   out.first_bucket_bytes = bucketOption(options.first_bucket_mb, "first_bucket_mb");
@@ -54,7 +55,7 @@ trainer::DistributedSyncOptions syncOptions(const ProcessGroup::Impl& group,
 }  // namespace
 
 struct DataParallel::Impl {
-  std::unique_ptr<trainer::DistributedGradientSync> distributed;  // null in a group of one
+  std::unique_ptr<distributed::DistributedGradientSync> distributed;  // null in a group of one
   LocalGradientSync local;
   std::vector<torch::Tensor> params;  // as given to attach()
 
@@ -69,10 +70,10 @@ DataParallel::DataParallel(ProcessGroup& group, DataParallelOptions options)
   ProcessGroup::Impl& g = group.impl();
   // Validated alone too, so that a program tried alone fails on a bad option as it would in a
   // group.
-  const trainer::DistributedSyncOptions sync_options = syncOptions(g, options);
+  const distributed::DistributedSyncOptions sync_options = syncOptions(g, options);
   if (comm::Communicator* communicator = g.communicator()) {
     impl_->distributed =
-        std::make_unique<trainer::DistributedGradientSync>(*communicator, sync_options);
+        std::make_unique<distributed::DistributedGradientSync>(*communicator, sync_options);
   }
 }
 
@@ -120,7 +121,7 @@ void DataParallel::setErrorFeedback(const torch::Tensor& residual) {
 std::vector<size_t> DataParallel::bucketBytes() const {
   std::vector<size_t> out;
   if (!impl_->distributed) return out;
-  for (const trainer::BucketSpec& bucket : impl_->distributed->buckets()) {
+  for (const distributed::BucketSpec& bucket : impl_->distributed->buckets()) {
     out.push_back(bucket.bytes());
   }
   return out;

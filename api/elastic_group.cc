@@ -30,7 +30,8 @@ int64_t workerCount(const base::EnvLookup& getenv, const char* name, int64_t fal
   const std::string text = variable(getenv, name);
   if (text.empty()) return fallback;
   const std::optional<int64_t> value = base::parseInteger(text, 1, kMaxWorkers);
-  if (!value) throw GroupError(std::string(name) + ": " + base::integerProblem(text, 1, kMaxWorkers));
+  if (!value)
+    throw GroupError(std::string(name) + ": " + base::integerProblem(text, 1, kMaxWorkers));
   return *value;
 }
 
@@ -64,7 +65,7 @@ std::optional<ElasticSettings> elasticSettings(const base::EnvLookup& getenv) {
 ElasticGroup::ElasticGroup(const GroupOptions& options, const ElasticSettings& settings,
                            const base::EnvLookup& getenv)
     : settings_(settings) {
-  env_ = trainer::groupEnvironment(getenv);
+  env_ = distributed::groupEnvironment(getenv);
   const std::chrono::milliseconds timeout =
       timeoutOption(options.timeout_seconds, "timeout_seconds");
   comm::StoreClientOptions store_options;
@@ -82,7 +83,11 @@ ElasticGroup::ElasticGroup(const GroupOptions& options, const ElasticSettings& s
   base::RunEnv alone = env_;
   alone.rank = 0;
   alone.world_size = 1;
-  group_ = ProcessGroup::Impl::overStore(alone, options, *store_);
+  // Each epoch's connections are all-reduce lanes only: an elastic group opens no point-to-point
+  // lanes (its sendAsync says so), as before GroupOptions reached the connection.
+  GroupOptions epoch_options = options;
+  epoch_options.point_to_point = false;
+  group_ = ProcessGroup::Impl::overStore(alone, epoch_options, *store_);
   if (settings.joining) return;
   const comm::QuorumEpoch first =
       quorum_->start(static_cast<int>(env_.rank), static_cast<int>(env_.world_size), timeout);
@@ -111,7 +116,7 @@ void ElasticGroup::connect(const comm::QuorumEpoch& epoch) {
   env.generation = static_cast<int64_t>(epoch.commGeneration());
   impl.env = env;
   if (env.world_size > 1) {
-    impl.group = std::make_unique<trainer::GroupConnection>(env, impl.config, *store_);
+    impl.group = std::make_unique<distributed::GroupConnection>(env, impl.options, *store_);
   }
 }
 

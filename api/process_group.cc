@@ -24,7 +24,7 @@ namespace {
 
 comm::DType dtypeOf(const char* op, const torch::Tensor& tensor) {
   try {
-    return trainer::commDType(tensor.scalar_type());
+    return distributed::commDType(tensor.scalar_type());
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string(op) + ": " + e.what());
   }
@@ -129,25 +129,15 @@ void inPlace(torch::Tensor& tensor, Fn&& run) {
   tensor.copy_(work);
 }
 
-std::unique_ptr<trainer::GroupConnection> groupOfSeveral(const base::RunEnv& env,
-                                                         const configs::CommConfig& config,
-                                                         bool point_to_point, comm::Store* store) {
+std::unique_ptr<distributed::GroupConnection> groupOfSeveral(const base::RunEnv& env,
+                                                             const GroupOptions& options,
+                                                             comm::Store* store) {
   if (env.world_size == 1) return nullptr;
-  if (store != nullptr) {
-    return std::make_unique<trainer::GroupConnection>(env, config, *store, point_to_point);
-  }
-  return std::make_unique<trainer::GroupConnection>(env, config, point_to_point);
+  if (store != nullptr) return std::make_unique<distributed::GroupConnection>(env, options, *store);
+  return std::make_unique<distributed::GroupConnection>(env, options);
 }
 
 }  // namespace
-
-std::chrono::milliseconds timeoutOption(double seconds, const std::string& what) {
-  if (!(seconds > 0) || !std::isfinite(seconds)) {
-    throw GroupError(what + ": must be a positive number of seconds, got " +
-                     std::to_string(seconds));
-  }
-  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
-}
 
 std::unique_ptr<ProcessGroup::Impl> ProcessGroup::Impl::validated(const GroupOptions& options) {
   auto impl = std::make_unique<Impl>();
@@ -161,9 +151,6 @@ std::unique_ptr<ProcessGroup::Impl> ProcessGroup::Impl::validated(const GroupOpt
       throw GroupError(std::string("cost_model: ") + e.what());
     }
   }
-  impl->config.algorithm = options.algorithm;
-  impl->config.timeout_seconds = options.timeout_seconds;
-  impl->config.cost_model = options.cost_model;
   return impl;
 }
 
@@ -180,8 +167,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::Impl::fromEnvironment(const GroupOpt
     throw GroupError(e.what());
   }
   // A group of several also needs the Store's address: the stricter reader names what is missing.
-  if (impl->env.world_size > 1) impl->env = trainer::groupEnvironment(getenv);
-  impl->group = groupOfSeveral(impl->env, impl->config, options.point_to_point, nullptr);
+  if (impl->env.world_size > 1) impl->env = distributed::groupEnvironment(getenv);
+  impl->group = groupOfSeveral(impl->env, options, nullptr);
   return wrap(std::move(impl));
 }
 
@@ -190,7 +177,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::Impl::overStore(const base::RunEnv& 
                                                             comm::Store& store) {
   std::unique_ptr<Impl> impl = validated(options);
   impl->env = env;
-  impl->group = groupOfSeveral(impl->env, impl->config, options.point_to_point, &store);
+  impl->group = groupOfSeveral(impl->env, options, &store);
   return wrap(std::move(impl));
 }
 

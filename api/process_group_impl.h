@@ -2,7 +2,7 @@
 // Private: what a public ProcessGroup holds, for the API's own implementations (DataParallel,
 // agreeOver) and for cumulus-train. Not installed.
 //
-// A group of more than one rank owns a trainer::GroupConnection (the Store client, the
+// A group of more than one rank owns a distributed::GroupConnection (the Store client, the
 // communicator, the funnel client). A group of one owns nothing that communicates: `group` is
 // null and every collective is answered locally.
 
@@ -14,7 +14,6 @@
 #include "comm/algorithm.h"
 #include "comm/communicator.h"
 #include "comm/store.h"
-#include "configs/experiment.h"
 #include "cumulus/process_group.h"
 #include "distributed/group_connection.h"
 
@@ -22,11 +21,10 @@ namespace cumulus {
 
 struct ProcessGroup::Impl {
   GroupOptions options;
-  configs::CommConfig config;  // `options` as the comm section the trainer's parts take
   base::RunEnv env;
   cumulus::Algorithm algorithm = cumulus::Algorithm::kAuto;  // options.algorithm, parsed
-  std::chrono::milliseconds timeout{60000};                  // options.timeout_seconds
-  std::unique_ptr<trainer::GroupConnection> group;           // null in a group of one
+  std::chrono::milliseconds timeout{static_cast<int64_t>(kDefaultTimeoutSeconds * 1000)};
+  std::unique_ptr<distributed::GroupConnection> group;  // null in a group of one
   // What the connections this group had before `group` sent (an ElasticGroup re-makes it at
   // every re-forming): bytesSent() counts since the group was made, across them.
   uint64_t bytes_sent_before = 0;
@@ -60,8 +58,6 @@ struct ProcessGroup::Impl {
   static std::unique_ptr<ProcessGroup> wrap(std::unique_ptr<Impl> impl);
 };
 
-// `seconds` as a deadline; GroupError "<what>: must be a positive number of seconds, got ..."
-// unless it is positive and finite.
-std::chrono::milliseconds timeoutOption(double seconds, const std::string& what);
+using distributed::timeoutOption;  // distributed/group_connection.h
 
 }  // namespace cumulus

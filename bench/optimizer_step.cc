@@ -18,12 +18,13 @@
 #include <vector>
 
 #include "base/command_line.h"
+#include "cumulus/options.h"  // the default bucket sizes
 #include "models/model.h"
 #include "trainer/optimizer.h"
 
 namespace {
 
-using cumulus::trainer::FlatParameters;
+using cumulus::distributed::FlatParameters;
 
 // The GPT of models/gpt/gpt.py's "bench" preset (configs/gpt_bench.yaml): byte vocabulary,
 // 8 pre-norm blocks of width 512, 128 positions; 101 tensors, 25.5M parameters, in
@@ -99,9 +100,11 @@ int run(int argc, char** argv) {
   std::unique_ptr<cumulus::trainer::Optimizer> opt;
   size_t buckets = params.size();
   if (impl == "flat") {
-    // The trainer's layout: comm.bucket_cap_mb 25, comm.first_bucket_mb 1.
+    // The trainer's layout with the default comm.bucket_cap_mb and comm.first_bucket_mb.
     auto flat = std::make_shared<FlatParameters>(
-        params, cumulus::trainer::layoutOf(params, size_t{25} << 20, size_t{1} << 20));
+        params, cumulus::distributed::layoutOf(
+                    params, static_cast<size_t>(cumulus::kDefaultBucketCapMb * (1 << 20)),
+                    static_cast<size_t>(cumulus::kDefaultFirstBucketMb * (1 << 20))));
     flat->zeroGrads();
     buckets = flat->buckets().size();
     opt = cumulus::trainer::makeFlatOptimizer(config, flat);

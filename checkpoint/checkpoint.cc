@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <functional>
 
-#include "cumulus/errors.h"
 #include "checkpoint/checkpoint_manifest.h"
+#include "cumulus/errors.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 namespace {
 
 constexpr char kStepPrefix[] = "step-";
@@ -552,4 +552,4 @@ std::vector<CheckpointWarning> CheckpointManager::applyRetention(const std::stri
   return warnings;
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

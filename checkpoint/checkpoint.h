@@ -31,12 +31,12 @@
 #include <vector>
 
 #include "base/annotated_mutex.h"
-#include "cumulus/checkpoint.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/checkpoint_snapshot.h"
 #include "checkpoint/file_system.h"
+#include "cumulus/checkpoint.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 
 // The value types are public API (<cumulus/checkpoint.h>, where they are documented).
 
@@ -145,4 +145,4 @@ class CheckpointManager {
   std::vector<SaveResult> completed_ ABSL_GUARDED_BY(mutex_);
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

@@ -7,7 +7,7 @@
 #include "base/hash.h"
 #include "base/integer.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 namespace {
 
 const std::string kHeader = "cumulus-checkpoint-manifest " + std::to_string(kManifestVersion);
@@ -39,8 +39,7 @@ ManifestEntry parseEntry(std::string_view line, size_t line_number) {
   entry.name = std::string(line.substr(second + 1));
   if (!validHex(entry.sha256))
     throw InvalidCheckpoint(where + "bad SHA-256 \"" + entry.sha256 + "\"");
-  const std::optional<uint64_t> bytes =
-      size.size() > 19 ? std::nullopt : base::parseUnsigned(size);
+  const std::optional<uint64_t> bytes = size.size() > 19 ? std::nullopt : base::parseUnsigned(size);
   if (!bytes) throw InvalidCheckpoint(where + "bad size \"" + std::string(size) + "\"");
   entry.size = *bytes;
   if (!validName(entry.name))
@@ -221,8 +220,7 @@ VerifiedCheckpoint unpackCheckpointFiles(std::string_view packed,
     const size_t left = packed.size() - at;
     if (entry.size > left) {
       throw InvalidCheckpoint(entry.name + ": MANIFEST says " + std::to_string(entry.size) +
-                              " bytes, but only " + std::to_string(left) +
-                              " follow (truncated)");
+                              " bytes, but only " + std::to_string(left) + " follow (truncated)");
     }
     const std::string_view bytes = packed.substr(at, entry.size);
     checkHash(entry, bytes, "changed in transit");
@@ -236,4 +234,4 @@ VerifiedCheckpoint unpackCheckpointFiles(std::string_view packed,
   return out;
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

@@ -19,7 +19,7 @@
 
 #include "checkpoint/file_system.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 
 inline constexpr int kManifestVersion = 1;
 inline constexpr char kManifestName[] = "MANIFEST";
@@ -81,4 +81,4 @@ std::string packCheckpointFiles(const std::map<std::string, std::string>& files)
 VerifiedCheckpoint unpackCheckpointFiles(std::string_view packed,
                                          const std::vector<std::string>& required);
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 
 CheckpointSchedule::CheckpointSchedule(int64_t every_steps, double every_seconds,
                                        std::function<double()> clock)
@@ -38,4 +38,4 @@ double CheckpointSchedule::secondsUntilDue() const {
   return std::max(0.0, every_seconds_ - (now() - last_saved_));
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

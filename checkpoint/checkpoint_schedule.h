@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <functional>
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 
 class CheckpointSchedule {
  public:
@@ -39,4 +39,4 @@ class CheckpointSchedule {
   double last_saved_;
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

@@ -10,7 +10,7 @@
 #include "base/integer.h"
 #include "checkpoint/torch_pickle.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 namespace {
 
 c10::Dict<std::string, at::Tensor> toDict(const NamedTensors& tensors, const char* what) {
@@ -109,8 +109,8 @@ void addOptimizerState(const OptimizerState& state, const std::vector<std::strin
     const size_t dot = key.find('.');
     // Keys are "<parameter index>.<state name>"; anything else is rejected just below, with the
     // key in the message, so a prefix that does not parse leaves `index` out of range.
-    const size_t index = base::parseUnsigned(std::string_view(key).substr(0, dot))
-                             .value_or(param_names.size());
+    const size_t index =
+        base::parseUnsigned(std::string_view(key).substr(0, dot)).value_or(param_names.size());
     if (dot == std::string::npos || index >= param_names.size()) {
       throw std::invalid_argument("optimizer state key \"" + key + "\" names no parameter (" +
                                   std::to_string(param_names.size()) + " parameters)");
@@ -181,8 +181,9 @@ CheckpointSnapshot decodeSnapshot(const std::map<std::string, std::string>& file
                                   const std::string& dir, const std::string& separator) {
   CheckpointSnapshot snapshot;
   const std::string model_path = dir + separator + kModelFile;
-  decodeFile(model_path, "a state_dict file",
-             [&] { snapshot.model = tensorsOf(unpickle(fileOf(files, kModelFile, dir, separator))); });
+  decodeFile(model_path, "a state_dict file", [&] {
+    snapshot.model = tensorsOf(unpickle(fileOf(files, kModelFile, dir, separator)));
+  });
   const std::string optim_path = dir + separator + kOptimizerFile;
   decodeFile(optim_path, "an optimizer state file", [&] {
     const c10::IValue value = unpickle(fileOf(files, kOptimizerFile, dir, separator));
@@ -223,4 +224,4 @@ CheckpointSnapshot decodeSnapshot(const std::map<std::string, std::string>& file
   return snapshot;
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

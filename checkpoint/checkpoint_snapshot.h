@@ -21,10 +21,10 @@
 #include <variant>
 #include <vector>
 
-#include "proto/checkpoint.pb.h"
 #include "checkpoint/optimizer_state.h"
+#include "proto/checkpoint.pb.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 
 inline constexpr char kModelFile[] = "model.pt";
 inline constexpr char kOptimizerFile[] = "optim.pt";
@@ -72,4 +72,4 @@ std::map<std::string, std::string> encodeSnapshot(const CheckpointSnapshot& snap
 CheckpointSnapshot decodeSnapshot(const std::map<std::string, std::string>& files,
                                   const std::string& dir, const std::string& separator = "/");
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

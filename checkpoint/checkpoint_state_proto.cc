@@ -1,6 +1,6 @@
 #include "checkpoint/checkpoint_state_proto.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 
 proto::CheckpointState stateToProto(const CheckpointState& state) {
   proto::CheckpointState out;
@@ -56,4 +56,4 @@ CheckpointState stateFromProto(const proto::CheckpointState& state) {
   return out;
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

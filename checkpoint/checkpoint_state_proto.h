@@ -6,9 +6,9 @@
 #include "cumulus/checkpoint_state.h"
 #include "proto/checkpoint.pb.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 
 proto::CheckpointState stateToProto(const CheckpointState& state);
 CheckpointState stateFromProto(const proto::CheckpointState& state);
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

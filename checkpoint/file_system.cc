@@ -14,7 +14,7 @@
 
 #include "base/fd.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 
 FileSystemError::FileSystemError(const std::string& path, const std::string& operation,
                                  int error_code)
@@ -148,4 +148,4 @@ uint64_t PosixFileSystem::usedBytes(const std::string& path) {
   return bytes;
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 
 class FileSystemError : public std::runtime_error {
  public:
@@ -81,4 +81,4 @@ class PosixFileSystem : public FileSystem {
   uint64_t usedBytes(const std::string& path) override;
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

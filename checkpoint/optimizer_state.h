@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
@@ -24,4 +24,4 @@ struct OptimizerState {
   std::map<std::string, torch::Tensor> tensors;
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

@@ -17,9 +17,9 @@
 #include <thread>
 #include <utility>
 
-#include "proto/checkpoint.pb.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/checkpoint_state_proto.h"
+#include "proto/checkpoint.pb.h"
 
 namespace cumulus {
 namespace {
@@ -175,16 +175,17 @@ std::optional<CheckpointOrigin> newestCheckpointOrigin(const std::string& checkp
   std::optional<uint64_t> newest;
   for (std::filesystem::directory_iterator it(checkpoint_dir, error), end; !error && it != end;
        it.increment(error)) {
-    const std::optional<uint64_t> step = trainer::checkpointDirStep(it->path().filename().string());
+    const std::optional<uint64_t> step =
+        checkpoint::checkpointDirStep(it->path().filename().string());
     if (step && (!newest || *step > *newest)) newest = step;
   }
   if (!newest) return std::nullopt;
   CheckpointOrigin origin;
-  origin.path = checkpoint_dir + "/" + trainer::checkpointDirName(*newest);
+  origin.path = checkpoint_dir + "/" + checkpoint::checkpointDirName(*newest);
   std::ifstream file(origin.path + "/state.pb", std::ios::binary);
   proto::CheckpointState state;
   if (!file || !state.ParseFromIstream(&file)) return std::nullopt;
-  origin.state = trainer::stateFromProto(state);
+  origin.state = checkpoint::stateFromProto(state);
   return origin;
 }
 

@@ -53,17 +53,21 @@ struct OptionNames<Dataset> {
 template <>
 struct OptionNames<LossName> {
   static constexpr std::pair<LossName, const char*> rows[] = {
-      {LossName::kCrossEntropy, "cross_entropy"}, {LossName::kMse, "mse"}, {LossName::kModule, "module"}};
+      {LossName::kCrossEntropy, "cross_entropy"},
+      {LossName::kMse, "mse"},
+      {LossName::kModule, "module"}};
 };
 template <>
 struct OptionNames<OptimizerName> {
-  static constexpr std::pair<OptimizerName, const char*> rows[] = {{OptimizerName::kSgd, "sgd"},
-                                                                   {OptimizerName::kAdamw, "adamw"}};
+  static constexpr std::pair<OptimizerName, const char*> rows[] = {
+      {OptimizerName::kSgd, "sgd"}, {OptimizerName::kAdamw, "adamw"}};
 };
 template <>
 struct OptionNames<ScheduleName> {
   static constexpr std::pair<ScheduleName, const char*> rows[] = {
-      {ScheduleName::kConstant, "constant"}, {ScheduleName::kStep, "step"}, {ScheduleName::kCosine, "cosine"}};
+      {ScheduleName::kConstant, "constant"},
+      {ScheduleName::kStep, "step"},
+      {ScheduleName::kCosine, "cosine"}};
 };
 template <>
 struct OptionNames<BalanceMode> {
@@ -131,10 +135,10 @@ struct OptimizerConfig {
 
 struct ScheduleConfig {
   ScheduleName name = ScheduleName::kConstant;
-  int64_t warmup_steps = 0;       // linear warm-up from 0 to lr, composed with any schedule
-  int64_t step_size = 1000;       // step: multiply by gamma every step_size steps
-  double gamma = 0.1;             // step
-  double min_lr = 0.0;            // cosine: the floor at the last step
+  int64_t warmup_steps = 0;  // linear warm-up from 0 to lr, composed with any schedule
+  int64_t step_size = 1000;  // step: multiply by gamma every step_size steps
+  double gamma = 0.1;        // step
+  double min_lr = 0.0;       // cosine: the floor at the last step
 };
 
 struct TrainerConfig {
@@ -193,9 +197,9 @@ struct CheckpointConfig {
 
 struct CommConfig {
   Algorithm algorithm = Algorithm::kAuto;  // read from its name (<cumulus/options.h>)
-  double bucket_cap_mb = 25.0;
-  double first_bucket_mb = 1.0;
-  double timeout_seconds = 60.0;
+  double bucket_cap_mb = kDefaultBucketCapMb;
+  double first_bucket_mb = kDefaultFirstBucketMb;
+  double timeout_seconds = kDefaultTimeoutSeconds;
   std::string cost_model = "";  // calibration file from `cumulus-bench calibrate`; empty: built-in
   Compression compression = Compression::kNone;  // bf16: with error feedback
 };

@@ -144,7 +144,9 @@ KeySpec row(M member, const FieldType<M>& default_value, Rule rule, std::string_
   key.format = rule.format;
   key.format_text = rule.format_text;
   key.meaning = meaning;
-  key.get = [](const Experiment& e) { return Value(std::in_place_type<Stored<T>>, stored(M::ref(e))); };
+  key.get = [](const Experiment& e) {
+    return Value(std::in_place_type<Stored<T>>, stored(M::ref(e)));
+  };
   key.set = [](Experiment& e, const Value& v) { load(std::get<Stored<T>>(v), M::ref(e)); };
   return key;
 }
@@ -277,9 +279,9 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(checkpoint, max_failures), 3, atLeast(1), "stop the run (exit 1; 2 when the disk is full or read-only) when this many checkpoints in a row fail to save; each failure is reported, and the newest valid checkpoint stays"));
 
   t.push_back(row(KEY(comm, algorithm), Algorithm::kAuto, oneOf({"funnel", "tree", "ring", "hierarchical", "auto"}), "gradient all-reduce; hierarchical: ring inside each host, ring across hosts (for several ranks per host); auto: the cost model's pick per bucket and host layout"));
-  t.push_back(row(KEY(comm, bucket_cap_mb), 25.0, above(0), "gradient bucket size cap, MiB"));
-  t.push_back(row(KEY(comm, first_bucket_mb), 1.0, above(0), "size cap of the first bucket, MiB (at most `bucket_cap_mb`)"));
-  t.push_back(row(KEY(comm, timeout_seconds), 60.0, above(0), "a collective not done by then fails, naming the peer"));
+  t.push_back(row(KEY(comm, bucket_cap_mb), kDefaultBucketCapMb, above(0), "gradient bucket size cap, MiB"));
+  t.push_back(row(KEY(comm, first_bucket_mb), kDefaultFirstBucketMb, above(0), "size cap of the first bucket, MiB (at most `bucket_cap_mb`)"));
+  t.push_back(row(KEY(comm, timeout_seconds), kDefaultTimeoutSeconds, above(0), "a collective not done by then fails, naming the peer"));
   t.push_back(row(KEY(comm, cost_model), "", anyValue(), "calibration file from `cumulus-bench calibrate`; empty: built-in (relative paths: from the working directory)"));
   t.push_back(row(KEY(comm, compression), Compression::kNone, oneOf({"none", "bf16"}), "gradient buckets on the wire: none sends float32; bf16 sends bfloat16 (half the bytes), each rank keeping its rounding error and adding it to the next step's gradient (error feedback). For slow links (1 Gbit/s and below), where the all-reduce dominates the step"));
 

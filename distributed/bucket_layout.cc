@@ -6,7 +6,7 @@
 #include <map>
 #include <stdexcept>
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 std::vector<BucketSpec> computeBucketLayout(const std::vector<ParamInfo>& params, size_t cap_bytes,
                                             size_t first_cap_bytes) {
@@ -61,4 +61,4 @@ size_t mebibytes(double mb, const char* key) {
   return static_cast<size_t>(std::max(1.0, std::round(mb * 1024.0 * 1024.0)));
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

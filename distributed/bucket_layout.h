@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 struct ParamInfo {
   size_t numel = 0;
@@ -50,4 +50,4 @@ std::string describeBuckets(const std::vector<BucketSpec>& buckets);
 // `key` when it is not positive.
 size_t mebibytes(double mb, const char* key);
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

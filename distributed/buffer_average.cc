@@ -7,7 +7,7 @@
 
 #include "distributed/distributed_sync.h"
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 BufferAverage::BufferAverage(const std::vector<torch::Tensor>& buffers) {
   for (const torch::Tensor& b : buffers) {
@@ -55,8 +55,7 @@ void BufferAverage::launch(comm::Communicator& comm, Algorithm algorithm,
   }
 }
 
-void BufferAverage::land(std::chrono::milliseconds wait, int64_t world,
-                         std::exception_ptr& error) {
+void BufferAverage::land(std::chrono::milliseconds wait, int64_t world, std::exception_ptr& error) {
   for (Group& g : groups_) {
     if (!g.work) continue;
     try {
@@ -80,4 +79,4 @@ void BufferAverage::land(std::chrono::milliseconds wait, int64_t world,
   }
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

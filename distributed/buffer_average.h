@@ -19,7 +19,7 @@
 #include "comm/communicator.h"
 #include "comm/work.h"
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 class BufferAverage {
  public:
@@ -43,4 +43,4 @@ class BufferAverage {
   std::vector<Group> groups_;
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

@@ -17,7 +17,7 @@
 #include "distributed/buffer_average.h"
 #include "distributed/flat_parameters.h"
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 using Clock = std::chrono::steady_clock;
 
@@ -82,19 +82,6 @@ comm::DType commDType(torch::ScalarType type) {
                                   " cannot take part (float32, float64, bfloat16, float16, int32 "
                                   "and int64 can)");
   }
-}
-
-DistributedSyncOptions DistributedSyncOptions::fromConfig(const configs::CommConfig& config) {
-  DistributedSyncOptions o;
-  o.algorithm = config.algorithm;
-  o.compression = config.compression;
-  o.bucket_cap_bytes = mebibytes(config.bucket_cap_mb, "comm.bucket_cap_mb");
-  o.first_bucket_bytes = mebibytes(config.first_bucket_mb, "comm.first_bucket_mb");
-  if (!(config.timeout_seconds > 0)) {
-    throw std::invalid_argument("comm.timeout_seconds: must be positive");
-  }
-  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_seconds * 1000.0));
-  return o;
 }
 
 DistributedGradientSync::DistributedGradientSync(comm::Communicator& communicator,
@@ -556,4 +543,4 @@ void DistributedGradientSync::watchLoop() {
   }
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

@@ -59,7 +59,6 @@
 #include "comm/algorithm.h"
 #include "comm/communicator.h"
 #include "comm/work.h"
-#include "configs/experiment.h"
 #include "cumulus/data_parallel.h"
 #include "distributed/bucket_layout.h"
 
@@ -67,17 +66,17 @@ namespace torch::autograd {
 struct Node;
 }
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 class BufferAverage;
 
 struct DistributedSyncOptions {
   Algorithm algorithm = Algorithm::kAuto;  // <cumulus/options.h>
   Compression compression = Compression::kNone;
-  size_t bucket_cap_bytes = size_t{25} << 20;
-  size_t first_bucket_bytes = size_t{1} << 20;
+  size_t bucket_cap_bytes = static_cast<size_t>(kDefaultBucketCapMb * (1 << 20));
+  size_t first_bucket_bytes = static_cast<size_t>(kDefaultFirstBucketMb * (1 << 20));
   // Deadline of attach()'s collectives and of waiting for each bucket.
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout{static_cast<int64_t>(kDefaultTimeoutSeconds * 1000)};
   // true: gradients are views into the buckets, reduced where they lie (cumulus-train's
   // FlatParameters); false (DDP's default, and <cumulus/data_parallel.h>'s): copied into the
   // buckets and back.
@@ -85,9 +84,6 @@ struct DistributedSyncOptions {
   // Told of each bucket's all-reduce (launch → completion) from a watcher thread; finish() waits
   // until the step's buckets were all reported. Empty: no watcher (see <cumulus/data_parallel.h>).
   std::function<void(const BucketEvent&)> on_bucket_done;
-
-  // From the `comm` section; throws std::invalid_argument naming the key.
-  static DistributedSyncOptions fromConfig(const configs::CommConfig& config);
 };
 
 class DistributedGradientSync final : public GradientSync {
@@ -191,4 +187,4 @@ class DistributedGradientSync final : public GradientSync {
 // Byte cannot take part (float32, ... can)").
 comm::DType commDType(torch::ScalarType type);
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

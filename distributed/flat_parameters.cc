@@ -7,7 +7,7 @@
 #include <string>
 #include <unordered_set>
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 std::vector<BucketSpec> layoutOf(const std::vector<torch::Tensor>& params, size_t cap_bytes,
                                  size_t first_cap_bytes) {
@@ -152,4 +152,4 @@ void FlatParameters::scatterValues(const std::vector<size_t>& moved) {
   for (const size_t i : moved) params_[i].copy_(slice(buckets_[slots_[i].bucket].values, i));
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

@@ -26,7 +26,7 @@
 
 #include "distributed/bucket_layout.h"
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 // The layout of `params` by computeBucketLayout (dtype key: the torch scalar type), as the
 // DistributedGradientSync computes it for the same list.
@@ -84,4 +84,4 @@ class FlatParameters {
   std::vector<Slot> slots_;
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

@@ -10,7 +10,7 @@
 #include "comm/funnel.h"
 #include "comm/store_client.h"
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 base::RunEnv groupEnvironment(const base::EnvLookup& getenv) {
   try {
@@ -30,19 +30,30 @@ std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std
   return {std::move(parsed->host), parsed->port};
 }
 
-GroupConnection::GroupConnection(const base::RunEnv& env, const configs::CommConfig& config,
-                                 bool point_to_point)
-    : env_(env), config_(config), point_to_point_(point_to_point) {
-  comm::StoreClientOptions options;
-  options.connect_timeout = timeoutOf(config);
+std::chrono::milliseconds timeoutOption(double seconds, const std::string& what) {
+  if (!(seconds > 0) || !std::isfinite(seconds)) {
+    throw GroupError(what + ": must be a positive number of seconds, got " +
+                     std::to_string(seconds));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
+}
+
+GroupConnection::GroupConnection(const base::RunEnv& env, const GroupOptions& options)
+    : env_(env),
+      options_(options),
+      timeout_(timeoutOption(options.timeout_seconds, "timeout_seconds")) {
+  comm::StoreClientOptions store_options;
+  store_options.connect_timeout = timeout_;
   store_ = std::make_unique<comm::StoreClient>(env.store_host, static_cast<int>(env.store_port),
-                                               env.job_token, options);
+                                               env.job_token, store_options);
   connect(*store_);
 }
 
-GroupConnection::GroupConnection(const base::RunEnv& env, const configs::CommConfig& config,
-                                 comm::Store& store, bool point_to_point)
-    : env_(env), config_(config), point_to_point_(point_to_point) {
+GroupConnection::GroupConnection(const base::RunEnv& env, const GroupOptions& options,
+                                 comm::Store& store)
+    : env_(env),
+      options_(options),
+      timeout_(timeoutOption(options.timeout_seconds, "timeout_seconds")) {
   connect(store);
 }
 
@@ -52,36 +63,25 @@ GroupConnection::~GroupConnection() {
   funnel_.reset();
 }
 
-std::chrono::milliseconds GroupConnection::timeoutOf(const configs::CommConfig& config) {
-  if (!(config.timeout_seconds > 0) || !std::isfinite(config.timeout_seconds)) {
-    throw GroupError("comm.timeout_seconds: must be a positive number of seconds, got " +
-                     std::to_string(config.timeout_seconds));
-  }
-  return std::chrono::milliseconds(
-      static_cast<int64_t>(std::ceil(config.timeout_seconds * 1000.0)));
-}
-
 void GroupConnection::connect(comm::Store& store) {
-  algorithm_ = config_.algorithm;
-  timeout_ = timeoutOf(config_);
-
   comm::CommunicatorOptions options;
   options.generation = static_cast<uint64_t>(env_.generation);
   options.job_token = env_.job_token;
   options.timeout = timeout_;
-  options.point_to_point = point_to_point_;
+  options.point_to_point = options_.point_to_point;
   if (!env_.bind_host.empty()) options.bind_host = env_.bind_host;
-  if (!config_.cost_model.empty()) {
+  if (!options_.cost_model.empty()) {
     try {
-      options.cost_model = comm::CostModel::load(config_.cost_model);
+      options.cost_model = comm::CostModel::load(options_.cost_model);
     } catch (const std::exception& e) {
-      throw GroupError(std::string("comm.cost_model: ") + e.what());
+      throw GroupError(std::string("cost_model: ") + e.what());
     }
   }
-  if (algorithm_ == cumulus::Algorithm::kFunnel) {
+  if (options_.algorithm == cumulus::Algorithm::kFunnel) {
     if (env_.ps_endpoint.empty()) {
       throw GroupError(
-          "comm.algorithm is funnel but CUMULUS_PS_ENDPOINT is not set: start the job with "
+          "the algorithm is funnel (comm.algorithm) but CUMULUS_PS_ENDPOINT is not set: start the "
+          "job with "
           "cumulus-run (which hosts the parameter server for funnel) or point "
           "CUMULUS_PS_ENDPOINT at a cumulus-ps host:port");
     }
@@ -93,4 +93,4 @@ void GroupConnection::connect(comm::Store& store) {
   communicator_ = std::make_unique<comm::Communicator>(rank(), world(), store, options);
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

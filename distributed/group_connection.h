@@ -23,15 +23,15 @@
 #include "comm/algorithm.h"
 #include "comm/communicator.h"
 #include "comm/store.h"
-#include "configs/experiment.h"
 #include "cumulus/errors.h"
+#include "cumulus/process_group.h"  // GroupOptions
 
 namespace cumulus::comm {
 class FunnelClient;
 class StoreClient;
 }  // namespace cumulus::comm
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 // The launcher's variables for a worker of a group (base::RunEnv::fromGroupEnvironment: RANK,
 // WORLD_SIZE, MASTER_ADDR and MASTER_PORT are required). Throws GroupError naming the variable
@@ -41,19 +41,23 @@ base::RunEnv groupEnvironment(const base::EnvLookup& getenv = base::systemEnviro
 // "host:port" → (host, port); throws GroupError naming `what` when malformed. "[::1]:80" works.
 std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std::string& what);
 
+// `seconds` as a duration, rounded up to the millisecond; GroupError "<what>: must be a positive
+// number of seconds, got <seconds>" when it is not.
+std::chrono::milliseconds timeoutOption(double seconds, const std::string& what);
+
 class GroupConnection {
  public:
   // Connects to the Store at MASTER_ADDR:MASTER_PORT with the job token, to the parameter server
-  // at CUMULUS_PS_ENDPOINT when comm.algorithm is funnel (GroupError if it is not set), and
+  // at CUMULUS_PS_ENDPOINT when the algorithm is funnel (GroupError if it is not set), and
   // rendezvous with the other ranks under generation CUMULUS_GENERATION (the fields of `env`).
-  // With `point_to_point`, the communicator opens its point-to-point lanes too
-  // (comm::CommunicatorOptions::point_to_point).
-  GroupConnection(const base::RunEnv& env, const configs::CommConfig& config,
-                  bool point_to_point = false);
+  // With options.point_to_point, the communicator opens its point-to-point lanes too
+  // (comm::CommunicatorOptions::point_to_point). GroupError for a timeout that is not a positive
+  // number of seconds ("timeout_seconds: ...") or a cost model file that does not load
+  // ("cost_model: ...").
+  GroupConnection(const base::RunEnv& env, const GroupOptions& options);
   // Over a caller-owned Store that outlives the group (tests: ranks as threads, a MemoryStore).
   // `env.store_host/port` are ignored.
-  GroupConnection(const base::RunEnv& env, const configs::CommConfig& config, comm::Store& store,
-                  bool point_to_point = false);
+  GroupConnection(const base::RunEnv& env, const GroupOptions& options, comm::Store& store);
   ~GroupConnection();
   GroupConnection(const GroupConnection&) = delete;
   GroupConnection& operator=(const GroupConnection&) = delete;
@@ -61,26 +65,20 @@ class GroupConnection {
   int rank() const { return static_cast<int>(env_.rank); }
   int world() const { return static_cast<int>(env_.world_size); }
   const base::RunEnv& env() const { return env_; }
-  const configs::CommConfig& config() const { return config_; }
+  const GroupOptions& options() const { return options_; }
   comm::Communicator& communicator() { return *communicator_; }
-  // comm.algorithm, parsed.
-  cumulus::Algorithm algorithm() const { return algorithm_; }
-  // comm.timeout_seconds.
+  cumulus::Algorithm algorithm() const { return options_.algorithm; }
+  // options.timeout_seconds as a duration.
   std::chrono::milliseconds timeout() const { return timeout_; }
 
  private:
   void connect(comm::Store& store);
-  // comm.timeout_seconds as a duration; GroupError if not positive.
-  static std::chrono::milliseconds timeoutOf(const configs::CommConfig& config);
-
   const base::RunEnv env_;
-  const configs::CommConfig config_;
-  const bool point_to_point_;
-  cumulus::Algorithm algorithm_;
-  std::chrono::milliseconds timeout_;
+  const GroupOptions options_;
+  const std::chrono::milliseconds timeout_;
   std::unique_ptr<comm::StoreClient> store_;    // null when the caller owns the Store
   std::unique_ptr<comm::FunnelClient> funnel_;  // funnel only; outlives the communicator
   std::unique_ptr<comm::Communicator> communicator_;
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

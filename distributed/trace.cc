@@ -5,7 +5,7 @@
 #include <fstream>
 #include <stdexcept>
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 namespace {
 
 int64_t micros(TraceRecorder::Clock::duration d) {
@@ -78,4 +78,4 @@ size_t TraceRecorder::dropped() const {
   return dropped_;
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

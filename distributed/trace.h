@@ -20,7 +20,7 @@
 
 #include "base/annotated_mutex.h"
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 class TraceRecorder {
  public:
@@ -77,4 +77,4 @@ class TraceRecorder {
   size_t dropped_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

@@ -80,7 +80,7 @@ struct LaunchOptions {
   double rdzv_timeout = 60.0;
   double rdzv_last_call = 3.0;
   std::string preemption_notice;  // "" or a NoticeSource spec
-  double preemption_grace = 25.0;
+  double preemption_grace = kDefaultPreemptionGraceSeconds;
   std::string bind_host;  // "" = the source address of the route to rdzv_host (base/bind_address.h)
   std::vector<std::string> command;    // PROGRAM ARGS…
   std::string experiment_path;         // the experiment YAML the command names, if any

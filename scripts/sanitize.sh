@@ -22,9 +22,9 @@ run_suite() {  # run_suite <build dir> <address|thread> <test binaries...>
   local dir=$1 kind=$2
   shift 2
   # GCC: cmake/sanitize.cmake says why. CXX is read on the first configure only. Unity build:
-  # the libraries' and programs' files compiled eight to a unit, so that the headers' inline code
-  # is instrumented and optimized once per unit rather than once per file (the tests stay one file
-  # per unit, cmake/cumulus.cmake).
+  # the files of each library, program and test binary compiled eight to a unit, so that the
+  # headers' inline code is instrumented and optimized once per unit rather than once per file
+  # (docs/testing.md "Build time").
   CXX=${CXX:-g++} cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCUMULUS_SANITIZE="$kind" -DCMAKE_UNITY_BUILD=ON >/dev/null
   cmake --build "$dir" -j "$jobs" --target "$@"

@@ -4,8 +4,8 @@
 
 namespace cumulus::trainer {
 
-ScheduledCheckpointPolicy::ScheduledCheckpointPolicy(CheckpointSchedule schedule, bool writer,
-                                                     bool background)
+ScheduledCheckpointPolicy::ScheduledCheckpointPolicy(checkpoint::CheckpointSchedule schedule,
+                                                     bool writer, bool background)
     : schedule_(std::move(schedule)), writer_(writer), background_(background) {}
 
 CheckpointDecision ScheduledCheckpointPolicy::save(bool preempted) const {

@@ -57,7 +57,7 @@ class CheckpointPolicy {
 class ScheduledCheckpointPolicy final : public CheckpointPolicy {
  public:
   // `writer`: this rank saves (rank 0, with outputs on); `background`: checkpoint.async.
-  ScheduledCheckpointPolicy(CheckpointSchedule schedule, bool writer, bool background);
+  ScheduledCheckpointPolicy(checkpoint::CheckpointSchedule schedule, bool writer, bool background);
 
   CheckpointDecision atStepEnd(int64_t steps_done, bool last) override;
   CheckpointDecision afterAgreement(int64_t steps_done, StepAction action) override;
@@ -66,7 +66,7 @@ class ScheduledCheckpointPolicy final : public CheckpointPolicy {
  private:
   CheckpointDecision save(bool preempted) const;
 
-  CheckpointSchedule schedule_;
+  checkpoint::CheckpointSchedule schedule_;
   bool writer_;
   bool background_;
   int64_t saved_step_ = -1;  // the newest step handed to the checkpoint manager

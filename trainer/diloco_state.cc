@@ -5,7 +5,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "checkpoint/resume.h"
+#include "trainer/resume.h"
 #include "trainer/trainer.h"
 
 namespace cumulus::trainer {
@@ -104,7 +104,7 @@ torch::Tensor replicaRow(const std::vector<torch::Tensor>& params, const Optimiz
                          const DiLoCo& diloco) {
   std::vector<torch::Tensor> parts;
   for (const torch::Tensor& p : params) parts.push_back(p.detach().reshape(-1));
-  const OptimizerState inner = optimizer.exportState();
+  const checkpoint::OptimizerState inner = optimizer.exportState();
   for (const auto& [key, tensor] : inner.tensors) parts.push_back(tensor.reshape(-1));
   parts.push_back(diloco.residual());
   return torch::cat(parts);
@@ -112,7 +112,7 @@ torch::Tensor replicaRow(const std::vector<torch::Tensor>& params, const Optimiz
 
 void loadReplicaRow(const torch::Tensor& row, const std::vector<torch::Tensor>& params,
                     Optimizer& optimizer, DiLoCo& diloco) {
-  OptimizerState inner = optimizer.exportState();
+  checkpoint::OptimizerState inner = optimizer.exportState();
   const int64_t n = elements(params);
   int64_t slots = 0;
   for (const auto& [key, tensor] : inner.tensors) slots += tensor.numel();

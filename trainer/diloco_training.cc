@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "checkpoint/resume.h"
 #include "cumulus/process_group.h"
 #include "trainer/diloco_state.h"
+#include "trainer/resume.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 

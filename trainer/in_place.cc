@@ -9,11 +9,11 @@
 #include <chrono>
 #include <string>
 
-#include "checkpoint/resume.h"
 #include "cumulus/data_parallel.h"
 #include "cumulus/elastic.h"
 #include "cumulus/process_group.h"
 #include "trainer/diloco_state.h"
+#include "trainer/resume.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
@@ -142,8 +142,8 @@ void Trainer::Impl::membershipChanged(const Membership& m) {
                      std::to_string(env_.rank) + " of " + std::to_string(env_.world_size) + from +
                      ", training from step " + std::to_string(steps_done_) + " in " + took;
   if (!m.healed.empty()) {
-    line += "; state sent by rank " + std::to_string(m.source) + " to rank(s) " +
-            rankList(m.healed);
+    line +=
+        "; state sent by rank " + std::to_string(m.source) + " to rank(s) " + rankList(m.healed);
   }
   if (records_begun_) {
     recorder_->warning(line);

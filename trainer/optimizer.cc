@@ -40,7 +40,7 @@ void checkMatches(const std::string& key, const torch::Tensor& tensor, const tor
   }
 }
 
-void checkName(const OptimizerState& state, const std::string& name) {
+void checkName(const checkpoint::OptimizerState& state, const std::string& name) {
   if (state.name != name) {
     throw std::invalid_argument("optimizer state is for \"" + state.name + "\", not \"" + name +
                                 "\"");
@@ -68,7 +68,7 @@ AdamWArgs adamwArgs(const configs::OptimizerConfig& c) {
 // first needed) and per parameter whether its slice holds state yet (what exportState lists).
 class FlatOptimizer : public Optimizer {
  public:
-  FlatOptimizer(std::string name, std::shared_ptr<FlatParameters> flat,
+  FlatOptimizer(std::string name, std::shared_ptr<distributed::FlatParameters> flat,
                 std::vector<std::string> slots)
       : name_(std::move(name)), flat_(std::move(flat)), slot_names_(std::move(slots)) {
     for (size_t k = 0; k < slot_names_.size(); ++k) {
@@ -86,8 +86,8 @@ class FlatOptimizer : public Optimizer {
     ++step_;
   }
 
-  OptimizerState exportState() const override {
-    OptimizerState state{name_, step_, {}};
+  checkpoint::OptimizerState exportState() const override {
+    checkpoint::OptimizerState state{name_, step_, {}};
     for (size_t k = 0; k < slot_names_.size(); ++k) {
       for (size_t i = 0; i < flat_->size(); ++i) {
         if (!present_[k][i]) continue;
@@ -98,7 +98,7 @@ class FlatOptimizer : public Optimizer {
     return state;
   }
 
-  void importState(const OptimizerState& state) override {
+  void importState(const checkpoint::OptimizerState& state) override {
     checkName(state, name_);
     // Everything is checked before anything changes.
     std::vector<std::tuple<size_t, size_t, torch::Tensor>> found;  // slot, param, tensor
@@ -142,7 +142,7 @@ class FlatOptimizer : public Optimizer {
   }
 
   std::string name_;
-  std::shared_ptr<FlatParameters> flat_;
+  std::shared_ptr<distributed::FlatParameters> flat_;
   std::vector<std::string> slot_names_;
   std::vector<std::vector<torch::Tensor>> state_;  // [slot][bucket]
   std::vector<std::vector<char>> present_;         // [slot][param]
@@ -150,12 +150,12 @@ class FlatOptimizer : public Optimizer {
 
 class FlatSgd final : public FlatOptimizer {
  public:
-  FlatSgd(const configs::OptimizerConfig& c, std::shared_ptr<FlatParameters> flat)
+  FlatSgd(const configs::OptimizerConfig& c, std::shared_ptr<distributed::FlatParameters> flat)
       : FlatOptimizer("sgd", std::move(flat), {"momentum_buffer"}), args_(sgdArgs(c)) {}
 
  private:
   void update(size_t b, double lr) override {
-    const FlatParameters::Bucket& bucket = flat_->buckets()[b];
+    const distributed::FlatParameters::Bucket& bucket = flat_->buckets()[b];
     SgdArgs args = args_;
     args.lr = lr;
     if (args.momentum == 0) {
@@ -165,7 +165,7 @@ class FlatSgd final : public FlatOptimizer {
     const torch::Tensor& buf = stateOf(0, b);
     // Runs of parameters that all have a momentum buffer or all lack one (the first step, or an
     // imported state that covers some parameters): the whole bucket, but for such an import.
-    const BucketSpec& spec = bucket.spec;
+    const distributed::BucketSpec& spec = bucket.spec;
     size_t s = 0;
     while (s < spec.params.size()) {
       const bool has = present_[0][spec.params[s]] != 0;
@@ -199,12 +199,12 @@ class FlatSgd final : public FlatOptimizer {
 
 class FlatAdamW final : public FlatOptimizer {
  public:
-  FlatAdamW(const configs::OptimizerConfig& c, std::shared_ptr<FlatParameters> flat)
+  FlatAdamW(const configs::OptimizerConfig& c, std::shared_ptr<distributed::FlatParameters> flat)
       : FlatOptimizer("adamw", std::move(flat), {"exp_avg", "exp_avg_sq"}), args_(adamwArgs(c)) {}
 
  private:
   void update(size_t b, double lr) override {
-    const FlatParameters::Bucket& bucket = flat_->buckets()[b];
+    const distributed::FlatParameters::Bucket& bucket = flat_->buckets()[b];
     AdamWArgs args = args_;
     args.lr = lr;
     args.step = step_ + 1;
@@ -266,13 +266,13 @@ class PerTensorOptimizer final : public Optimizer {
     ++step_;
   }
 
-  OptimizerState exportState() const override {
-    OptimizerState state{name_, step_, {}};
+  checkpoint::OptimizerState exportState() const override {
+    checkpoint::OptimizerState state{name_, step_, {}};
     for (const auto& [key, tensor] : slots_) state.tensors[key] = tensor.detach().clone();
     return state;
   }
 
-  void importState(const OptimizerState& state) override {
+  void importState(const checkpoint::OptimizerState& state) override {
     checkName(state, name_);
     std::map<std::string, torch::Tensor> slots;
     for (const auto& [key, tensor] : state.tensors) {
@@ -315,16 +315,18 @@ void checkConfig(const configs::OptimizerConfig& config) {
 }  // namespace
 
 std::unique_ptr<Optimizer> makeFlatOptimizer(const configs::OptimizerConfig& config,
-                                             std::shared_ptr<FlatParameters> params) {
+                                             std::shared_ptr<distributed::FlatParameters> params) {
   checkConfig(config);
-  if (config.name == configs::OptimizerName::kSgd) return std::make_unique<FlatSgd>(config, std::move(params));
+  if (config.name == configs::OptimizerName::kSgd)
+    return std::make_unique<FlatSgd>(config, std::move(params));
   return std::make_unique<FlatAdamW>(config, std::move(params));
 }
 
 std::unique_ptr<Optimizer> makeOptimizer(const configs::OptimizerConfig& config,
                                          std::vector<torch::Tensor> params) {
   checkConfig(config);
-  return makeFlatOptimizer(config, std::make_shared<FlatParameters>(std::move(params)));
+  return makeFlatOptimizer(config,
+                           std::make_shared<distributed::FlatParameters>(std::move(params)));
 }
 
 std::unique_ptr<Optimizer> makePerTensorOptimizer(const configs::OptimizerConfig& config,
@@ -352,18 +354,19 @@ double clipGradNorm(const std::vector<torch::Tensor>& params, double max_norm) {
   return norm;
 }
 
-double clipGradNorm(FlatParameters& params, double max_norm) {
+double clipGradNorm(distributed::FlatParameters& params, double max_norm) {
   // A gradient that is not its slice (replaced by a caller) is clipped where it is.
   if (!params.gradsInPlace()) return clipGradNorm(params.params(), max_norm);
   torch::NoGradGuard no_grad;
   double sum_squares = 0;
-  for (const FlatParameters::Bucket& bucket : params.buckets()) {
+  for (const distributed::FlatParameters::Bucket& bucket : params.buckets()) {
     sum_squares += sumOfSquares(bucket.grads);
   }
   const double norm = std::sqrt(sum_squares);
   const double scale = max_norm / (norm + 1e-6);
   if (scale < 1.0) {
-    for (const FlatParameters::Bucket& bucket : params.buckets()) bucket.grads.mul_(scale);
+    for (const distributed::FlatParameters::Bucket& bucket : params.buckets())
+      bucket.grads.mul_(scale);
   }
   return norm;
 }

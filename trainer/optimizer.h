@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "configs/experiment.h"
 #include "checkpoint/optimizer_state.h"
+#include "configs/experiment.h"
 #include "distributed/flat_parameters.h"
 
 namespace cumulus::trainer {
@@ -45,11 +45,11 @@ class Optimizer {
   virtual void step(double lr) = 0;
   int64_t stepCount() const { return step_; }
   // Deep copies: later steps do not change an exported state.
-  virtual OptimizerState exportState() const = 0;
+  virtual checkpoint::OptimizerState exportState() const = 0;
   // Throws std::invalid_argument if the state belongs to another optimizer, names a parameter
   // index out of range or a slot this optimizer does not have, or holds a tensor whose shape or
   // dtype differs from its parameter's. On a throw the optimizer is unchanged.
-  virtual void importState(const OptimizerState& state) = 0;
+  virtual void importState(const checkpoint::OptimizerState& state) = 0;
 
  protected:
   int64_t step_ = 0;
@@ -59,7 +59,7 @@ class Optimizer {
 // (momentum outside [0, 1), nesterov without momentum, negative weight decay, betas outside
 // [0, 1), eps <= 0).
 std::unique_ptr<Optimizer> makeFlatOptimizer(const configs::OptimizerConfig& config,
-                                             std::shared_ptr<FlatParameters> params);
+                                             std::shared_ptr<distributed::FlatParameters> params);
 // Lays `params` out flat first (FlatParameters, one bucket per dtype): the tensors are re-pointed
 // at the flat buffers, and keep their values.
 std::unique_ptr<Optimizer> makeOptimizer(const configs::OptimizerConfig& config,
@@ -75,6 +75,6 @@ std::unique_ptr<Optimizer> makePerTensorOptimizer(const configs::OptimizerConfig
 double clipGradNorm(const std::vector<torch::Tensor>& params, double max_norm);
 // The same over flat gradients: one pass per bucket for the norm (its summation order fixed by
 // the layout, not the thread count), one mul_ per bucket to clip.
-double clipGradNorm(FlatParameters& params, double max_norm);
+double clipGradNorm(distributed::FlatParameters& params, double max_norm);
 
 }  // namespace cumulus::trainer

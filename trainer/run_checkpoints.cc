@@ -9,7 +9,6 @@
 #include <optional>
 
 #include "checkpoint/checkpoint_manifest.h"
-#include "checkpoint/resume.h"
 #include "configs/digest.h"
 #include "cumulus/data_parallel.h"
 #include "cumulus/errors.h"
@@ -19,6 +18,7 @@
 #include "trainer/diloco_state.h"
 #include "trainer/metrics_recorder.h"
 #include "trainer/rank_reduce.h"
+#include "trainer/resume.h"
 #include "trainer/state_dict.h"
 #include "trainer/training_checkpoint.h"
 
@@ -42,12 +42,12 @@ int removeCheckpointDirs(const std::string& dir) {
     const std::string name = it->path().filename().string();
     const bool temporary = name.rfind("step-", 0) == 0 && name.size() > 4 &&
                            name.compare(name.size() - 4, 4, ".tmp") == 0;
-    if (!checkpointDirStep(name) && !temporary) continue;
+    if (!checkpoint::checkpointDirStep(name) && !temporary) continue;
     std::error_code failed;
     fs::remove_all(it->path(), failed);
     if (failed) {
       throw cumulus::UserError(it->path().string() +
-                            ": cannot remove it for --overwrite: " + failed.message());
+                               ": cannot remove it for --overwrite: " + failed.message());
     }
     ++removed;
   }
@@ -55,7 +55,7 @@ int removeCheckpointDirs(const std::string& dir) {
   return removed;
 }
 
-uint64_t bytesOf(const NamedTensors& tensors) {
+uint64_t bytesOf(const checkpoint::NamedTensors& tensors) {
   uint64_t bytes = 0;
   for (const auto& [name, t] : tensors) {
     bytes += static_cast<uint64_t>(t.numel()) * static_cast<uint64_t>(t.element_size());
@@ -92,8 +92,8 @@ void RunCheckpoints::setMembership(bool writer, int64_t rank, int64_t world, Pro
   sync_ = sync;
   // A checkpoint when one is due, written by rank 0 alone (the replicas are identical).
   if (policy_ && writer_ == writer) return;
-  CheckpointSchedule schedule(config_.checkpoint.every_steps, config_.checkpoint.every_seconds,
-                              options_.clock);
+  checkpoint::CheckpointSchedule schedule(config_.checkpoint.every_steps,
+                                          config_.checkpoint.every_seconds, options_.clock);
   auto standard = std::make_shared<ScheduledCheckpointPolicy>(std::move(schedule), writer,
                                                               config_.checkpoint.async);
   policy_ = standard;
@@ -380,7 +380,7 @@ void RunCheckpoints::failed(int64_t done, const CheckpointError& error) {
 
 void RunCheckpoints::saveFinalWeights(models::Model& model) {
   if (!writer_ || final_weights_saved_) return;
-  NamedTensors tensors = model.namedParameters();
+  checkpoint::NamedTensors tensors = model.namedParameters();
   for (auto& buffer : model.namedBuffers()) tensors.push_back(std::move(buffer));
   const std::string path = config_.trainer.run_dir + "/model_state_dict.pt";
   try {

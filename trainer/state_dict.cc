@@ -14,7 +14,7 @@
 
 namespace cumulus::trainer {
 
-void saveStateDict(const NamedTensors& tensors, const std::string& path) {
+void saveStateDict(const checkpoint::NamedTensors& tensors, const std::string& path) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& [name, tensor] : tensors) {
     dict.insert(name, tensor.detach().to(torch::kCPU).contiguous().clone());
@@ -39,12 +39,12 @@ void saveStateDict(const NamedTensors& tensors, const std::string& path) {
   }
 }
 
-NamedTensors loadStateDict(const std::string& path) {
+checkpoint::NamedTensors loadStateDict(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open for reading");
   const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
                                 std::istreambuf_iterator<char>());
-  NamedTensors out;
+  checkpoint::NamedTensors out;
   try {
     const c10::IValue value = torch::pickle_load(bytes);
     if (!value.isGenericDict()) throw std::runtime_error("not a dict");

@@ -14,10 +14,10 @@ namespace cumulus::trainer {
 
 // Writes `tensors` (detached, contiguous CPU copies) to `path` through `path`.tmp and a rename,
 // so a reader never sees half a file. Throws std::runtime_error naming the path on failure.
-void saveStateDict(const NamedTensors& tensors, const std::string& path);
+void saveStateDict(const checkpoint::NamedTensors& tensors, const std::string& path);
 
 // Reads a file written by saveStateDict (or by Python's torch.save of a dict of tensors with
 // _use_new_zipfile_serialization). Throws std::runtime_error naming the path.
-NamedTensors loadStateDict(const std::string& path);
+checkpoint::NamedTensors loadStateDict(const std::string& path);
 
 }  // namespace cumulus::trainer

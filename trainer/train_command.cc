@@ -14,12 +14,12 @@
 #include "configs/parse.h"
 #include "cumulus/allocator.h"
 #include "cumulus/errors.h"
-#include "cumulus/process_group.h"
 #include "cumulus/preemption.h"
+#include "cumulus/process_group.h"
+#include "distributed/trace.h"
 #include "trainer/progress.h"
 #include "trainer/run_env.h"
 #include "trainer/startup_profile.h"
-#include "distributed/trace.h"
 #include "trainer/train_command.h"
 #include "trainer/trainer.h"
 
@@ -119,7 +119,8 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   }
   const trainer::RunEnv env = trainer::RunEnv::fromEnvironment();
   // Said only when it is not the training setting (the documented default): someone chose so.
-  if (!allocator.tuned && !trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
+  if (!allocator.tuned &&
+      !trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
     std::cout << allocator.text << std::endl;
   }
   startup.mark("config");
@@ -136,11 +137,11 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   options.console = &std::cout;
   options.live_progress = isatty(STDOUT_FILENO) == 1;
   // Declared before the trainer, so they outlive it.
-  std::unique_ptr<trainer::TraceRecorder> trace;
+  std::unique_ptr<distributed::TraceRecorder> trace;
   std::unique_ptr<cumulus::ProcessGroup> group;
   std::shared_ptr<cumulus::Elastic> elastic;
   if (!flags.trace.empty()) {
-    trace = std::make_unique<trainer::TraceRecorder>(static_cast<int>(env.rank));
+    trace = std::make_unique<distributed::TraceRecorder>(static_cast<int>(env.rank));
     options.trace = trace.get();
   }
   cumulus::GroupOptions group_options;
@@ -153,9 +154,8 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
     options.group = group.get();
     if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
       std::cout << "rank " << env.rank << " of " << env.world_size << ": connected (generation "
-                << env.generation << ", comm.algorithm " << cumulus::algorithmName(experiment.comm.algorithm)
-                << ")"
-                << std::endl;
+                << env.generation << ", comm.algorithm "
+                << cumulus::algorithmName(experiment.comm.algorithm) << ")" << std::endl;
     }
   }
   startup.mark("connect");

@@ -14,7 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_schedule.h"
-#include "checkpoint/resume.h"
 #include "configs/parse.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/data_parallel.h"
@@ -28,6 +27,7 @@
 #include "trainer/loss.h"
 #include "trainer/progress.h"
 #include "trainer/rank_reduce.h"
+#include "trainer/resume.h"
 #include "trainer/startup_profile.h"
 #include "trainer/step_count.h"
 #include "trainer/tensorboard.h"
@@ -64,19 +64,20 @@ std::string rejectedNames(const std::vector<CheckpointWarning>& warnings) {
 }
 
 // Each bucket's all-reduce as a span on the trace's comm thread.
-std::function<void(const BucketEvent&)> traceBuckets(TraceRecorder* trace) {
+std::function<void(const BucketEvent&)> traceBuckets(distributed::TraceRecorder* trace) {
   return [trace](const BucketEvent& e) {
     nlohmann::ordered_json args{
         {"bytes", e.bytes}, {"params", e.params}, {"algorithm", e.algorithm}, {"seq", e.seq}};
     if (e.failed) args["failed"] = true;
-    trace->record("allreduce bucket " + std::to_string(e.bucket), TraceRecorder::kCommTid,
-                  e.launched, e.completed, std::move(args));
+    trace->record("allreduce bucket " + std::to_string(e.bucket),
+                  distributed::TraceRecorder::kCommTid, e.launched, e.completed, std::move(args));
   };
 }
 
 }  // namespace
 
-DataParallelOptions syncOptions(const configs::Experiment& experiment, TraceRecorder* trace) {
+DataParallelOptions syncOptions(const configs::Experiment& experiment,
+                                distributed::TraceRecorder* trace) {
   DataParallelOptions sync;
   sync.algorithm = experiment.comm.algorithm;
   sync.bucket_cap_mb = experiment.comm.bucket_cap_mb;
@@ -90,7 +91,8 @@ DataParallelOptions syncOptions(const configs::Experiment& experiment, TraceReco
 }
 
 std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
-                                       cumulus::ProcessGroup* group, TraceRecorder* trace) {
+                                       cumulus::ProcessGroup* group,
+                                       distributed::TraceRecorder* trace) {
   // DiLoCo's inner steps use each rank's own gradients; its outer syncs are the DiLoCo's.
   if (group == nullptr || group->size() == 1 ||
       experiment.trainer.sync == configs::SyncMode::kDiloco) {
@@ -256,9 +258,11 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   params_ = model_->parameters();
   // Flat in the buckets DataParallel lays out (the same bucket_layout.h), so that it reduces
   // the optimizer's gradient buffers in place; the gradients exist before it attaches.
-  flat_ = std::make_shared<FlatParameters>(
-      params_, layoutOf(params_, mebibytes(config_.comm.bucket_cap_mb, "comm.bucket_cap_mb"),
-                        mebibytes(config_.comm.first_bucket_mb, "comm.first_bucket_mb")));
+  flat_ = std::make_shared<distributed::FlatParameters>(
+      params_,
+      distributed::layoutOf(
+          params_, distributed::mebibytes(config_.comm.bucket_cap_mb, "comm.bucket_cap_mb"),
+          distributed::mebibytes(config_.comm.first_bucket_mb, "comm.first_bucket_mb")));
   flat_->zeroGrads();
   optimizer_ = makeFlatOptimizer(config_.optimizer, flat_);
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, config_.optimizer.lr, total_steps_);
@@ -527,7 +531,8 @@ Trainer::Trainer(const configs::Experiment& experiment, const RunEnv& env, Train
 
 std::shared_ptr<cumulus::Elastic> connectInPlace(const configs::Experiment& experiment,
                                                  const cumulus::GroupOptions& group,
-                                                 TraceRecorder* trace, TrainerOptions& options) {
+                                                 distributed::TraceRecorder* trace,
+                                                 TrainerOptions& options) {
   if (!cumulus::Elastic::inPlaceRequested()) return nullptr;
   ElasticOptions elastic;
   elastic.group = group;

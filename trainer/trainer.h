@@ -70,10 +70,10 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/resume.h"
 #include "configs/experiment.h"
 #include "cumulus/errors.h"
 #include "cumulus/precision.h"
+#include "trainer/resume.h"
 #include "trainer/run_env.h"
 
 namespace cumulus {
@@ -87,6 +87,9 @@ class StopAgreement;  // <cumulus/preemption.h>
 namespace cumulus::models {
 class Model;
 }
+namespace cumulus::distributed {
+class TraceRecorder;
+}
 
 namespace cumulus::trainer {
 
@@ -95,7 +98,6 @@ class CheckpointPolicy;
 class Evaluator;
 class MetricsRecorder;
 class StartupProfile;
-class TraceRecorder;
 
 // How a caller picks one of the step loop's parts (TrainerOptions): called once while the Trainer
 // is built, with the part the Trainer made from the experiment and options, it returns the part to
@@ -140,8 +142,8 @@ struct TrainerOptions {
   cumulus::Elastic* elastic = nullptr;
   // Records forward, backward, the comm wait, each bucket's all-reduce, the optimizer step and
   // evaluation as Chrome trace events (trace.h); not owned, null: no tracing.
-  TraceRecorder* trace = nullptr;
-  // Checkpoints and preemption (checkpoint/resume.h, <cumulus/preemption.h>).
+  distributed::TraceRecorder* trace = nullptr;
+  // Checkpoints and preemption (trainer/resume.h, <cumulus/preemption.h>).
   // kAuto: the newest valid checkpoint in checkpoint.dir (default <run_dir>/checkpoints), if
   // any; kNone; or kPath, a checkpoint directory (--resume, read by ResumeMode::parse). Unset:
   // auto when started by cumulus-run (CUMULUS_RUN_ID set), none otherwise. A checkpoint that
@@ -153,7 +155,7 @@ struct TrainerOptions {
   // ExperimentMismatch (exit 2); a resume of the same experiment is not affected.
   bool overwrite = false;
   // Notice -> forced exit 75, even if the checkpoint write hangs; <= 0: no watchdog.
-  double preemption_grace = 25.0;
+  double preemption_grace = kDefaultPreemptionGraceSeconds;
   // Count a SIGTERM (<cumulus/preemption.h> installSigtermHandler, done by the caller) as the
   // preemption notice, and a SIGUSR1 (installCheckpointSignalHandler) as a request to checkpoint
   // and go on. Without it only the other ranks' agreement can stop this one or make it save.
@@ -201,7 +203,8 @@ struct RunResult {
 // constructor throws.
 std::shared_ptr<cumulus::Elastic> connectInPlace(const configs::Experiment& experiment,
                                                  const cumulus::GroupOptions& group,
-                                                 TraceRecorder* trace, TrainerOptions& options);
+                                                 distributed::TraceRecorder* trace,
+                                                 TrainerOptions& options);
 
 class Trainer {
  public:

@@ -45,12 +45,14 @@ namespace cumulus::trainer {
 
 // LocalGradientSync, or a DataParallel over `group` when it has more than one rank (trainer.cc).
 std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
-                                       cumulus::ProcessGroup* group, TraceRecorder* trace);
+                                       cumulus::ProcessGroup* group,
+                                       distributed::TraceRecorder* trace);
 // "0,2": ranks for a log line (in_place.cc).
 std::string rankList(const std::vector<int>& ranks);
 
 // The DataParallel options of comm.* (the gradients already lie in the buckets' layout).
-DataParallelOptions syncOptions(const configs::Experiment& experiment, TraceRecorder* trace);
+DataParallelOptions syncOptions(const configs::Experiment& experiment,
+                                distributed::TraceRecorder* trace);
 
 class Trainer::Impl {
  public:
@@ -67,9 +69,9 @@ class Trainer::Impl {
  private:
   // What one step did, for the records.
   struct StepOutcome {
-    double loss = 0;      // this rank's share of the global mean loss
-    int64_t epoch = 0;    // 1-based, for people
-    int64_t samples = 0;  // the global batch
+    double loss = 0;            // this rank's share of the global mean loss
+    int64_t epoch = 0;          // 1-based, for people
+    int64_t samples = 0;        // the global batch
     int64_t local_samples = 0;  // this rank's share of it
     double seconds = 0;
     double comm_wait = 0;  // of `seconds`, blocked in GradientSync::finish()
@@ -106,7 +108,8 @@ class Trainer::Impl {
 
   // The loop (training_loop.cc).
   enum class Boundary { kNext, kStop };
-  // The next step and the boundary after it (a re-forming on the way: kNext, from elastic_->step()).
+  // The next step and the boundary after it (a re-forming on the way: kNext, from
+  // elastic_->step()).
   Boundary stepAndBoundary(double loop_start, Evaluation& eval, RunResult& result);
   // The last step's boundary: DiLoCo's last round, the evaluation, the final weights, the last
   // checkpoint; run again on the re-formed group after a failure until it completes.
@@ -158,7 +161,7 @@ class Trainer::Impl {
   std::shared_ptr<const Loss> loss_;    // loss.name, in precision_
   std::vector<torch::Tensor> params_;
   // params_ and their gradients in the gradient sync's bucket layout; the optimizer steps over it.
-  std::shared_ptr<FlatParameters> flat_;
+  std::shared_ptr<distributed::FlatParameters> flat_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   // trainer.sync diloco: the outer syncs over params_ (<cumulus/diloco.h>); null every step.
@@ -191,12 +194,12 @@ class Trainer::Impl {
   std::vector<std::string> data_lines_;    // "train data: ...", "test data: ..." (describe())
   std::shared_ptr<const data::Examples> test_data_;  // for the evaluator, rebuilt on re-forming
   int64_t steps_done_ = 0;                           // optimizer steps this rank's state has taken
-  bool has_state_ = true;             // false for a joiner until a peer sent it the state
-  SamplerState done_position_;        // the sampler's position after step steps_done_
-  bool records_begun_ = false;        // run() began the recorder (a joiner's begin after start)
-  int64_t reforms_ = 0;               // failures this rank re-formed after
+  bool has_state_ = true;       // false for a joiner until a peer sent it the state
+  SamplerState done_position_;  // the sampler's position after step steps_done_
+  bool records_begun_ = false;  // run() began the recorder (a joiner's begin after start)
+  int64_t reforms_ = 0;         // failures this rank re-formed after
   std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
-  std::unique_ptr<StepWatchdog> watchdog_;  // during run(), unless options_.step_watchdog is off
+  std::unique_ptr<StepWatchdog> watchdog_;     // during run(), unless options_.step_watchdog is off
   // commBytesSent(): what the groups before comm_bytes_group_ sent, and its count when last read.
   uint64_t comm_bytes_base_ = 0;
   const cumulus::ProcessGroup* comm_bytes_group_ = nullptr;

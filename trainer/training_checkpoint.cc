@@ -8,19 +8,19 @@
 #include <sstream>
 
 #include "base/hash.h"
+#include "checkpoint/checkpoint_snapshot.h"
+#include "checkpoint/torch_pickle.h"
 #include "configs/digest.h"
 #include "configs/parse.h"
 #include "models/model.h"
-#include "checkpoint/checkpoint_snapshot.h"
 #include "trainer/optimizer.h"
-#include "checkpoint/resume.h"
-#include "checkpoint/torch_pickle.h"
+#include "trainer/resume.h"
 
 namespace cumulus::trainer {
 namespace {
 
-NamedTensors modelTensors(models::Model& model) {
-  NamedTensors tensors = model.namedParameters();
+checkpoint::NamedTensors modelTensors(models::Model& model) {
+  checkpoint::NamedTensors tensors = model.namedParameters();
   for (auto& buffer : model.namedBuffers()) tensors.push_back(std::move(buffer));
   return tensors;
 }
@@ -43,9 +43,9 @@ Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,
                              const configs::Experiment& config, const RunEnv& env,
                              const TrainingPosition& position) {
   Checkpoint checkpoint;
-  checkpoint.tensors = cloneTensors(modelTensors(model));
-  CheckpointSnapshot optimizer_part;
-  addOptimizerState(optimizer.exportState(), parameterNames(model), optimizer_part);
+  checkpoint.tensors = checkpoint::cloneTensors(modelTensors(model));
+  checkpoint::CheckpointSnapshot optimizer_part;
+  checkpoint::addOptimizerState(optimizer.exportState(), parameterNames(model), optimizer_part);
   checkpoint.optimizer_tensors = std::move(optimizer_part.optimizer_tensors);
   checkpoint.optimizer_scalars = std::move(optimizer_part.optimizer_scalars);
   CheckpointState& s = checkpoint.state;
@@ -99,12 +99,12 @@ void restoreTraining(const Checkpoint& checkpoint, models::Model& model, Optimiz
                         "' that the model does not; it was written for another model");
     }
   }
-  OptimizerState optimizer_state;
+  checkpoint::OptimizerState optimizer_state;
   try {
-    CheckpointSnapshot optimizer_part;
+    checkpoint::CheckpointSnapshot optimizer_part;
     optimizer_part.optimizer_tensors = checkpoint.optimizer_tensors;  // handles, not copies
     optimizer_part.optimizer_scalars = checkpoint.optimizer_scalars;
-    optimizer_state = optimizerStateFrom(optimizer_part, parameterNames(model));
+    optimizer_state = checkpoint::optimizerStateFrom(optimizer_part, parameterNames(model));
     optimizer.importState(optimizer_state);
   } catch (const std::invalid_argument& e) {
     throw ResumeError(where + "optim.pt: " + e.what());

@@ -11,12 +11,12 @@
 #include "configs/parse.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/process_group.h"
+#include "distributed/trace.h"
 #include "trainer/divergence.h"
 #include "trainer/goodput.h"
 #include "trainer/loss.h"
 #include "trainer/rank_reduce.h"
 #include "trainer/startup_profile.h"
-#include "distributed/trace.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
@@ -220,11 +220,11 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
     result.preempted = true;
     result.left = true;
     result.steps = done;
-    recorder_->warning("preempted at step " + std::to_string(done) + ": rank " +
-                       std::to_string(env_.rank) + " leaves the group, which trains on with " +
-                       std::to_string(env_.world_size -
-                                      static_cast<int64_t>(elastic_->leaving().size())) +
-                       " worker(s); no checkpoint needed");
+    recorder_->warning(
+        "preempted at step " + std::to_string(done) + ": rank " + std::to_string(env_.rank) +
+        " leaves the group, which trains on with " +
+        std::to_string(env_.world_size - static_cast<int64_t>(elastic_->leaving().size())) +
+        " worker(s); no checkpoint needed");
     return Boundary::kStop;
   }
   if (action == ElasticAction::kStop && !elastic_->leaving().empty()) {
@@ -269,7 +269,7 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   StepBatch batch;
   {
     // Gathering the rows: inside "forward" before the BatchSource split it out.
-    TraceRecorder::Span span(options_.trace, "batch");
+    distributed::TraceRecorder::Span span(options_.trace, "batch");
     batch = batches_->next(step, grad_accumulation_);
   }
   if (batch.micro_batches.empty()) {
@@ -282,7 +282,7 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   const double outer_before = diloco_ ? diloco_->stats().wait_seconds : 0;
   if (diloco_) {
     markPhase(StepPhase::kSync);
-    TraceRecorder::Span span(options_.trace, "outer sync");
+    distributed::TraceRecorder::Span span(options_.trace, "outer sync");
     diloco_->beginStep(step, group_);
   }
   // In place, one zero_() per bucket: the gradients keep their flat storage for the whole run.
@@ -299,11 +299,12 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
   shares_->measure(samples, wait_start - start - outer_waited);
   markPhase(StepPhase::kSync);
   {
-    TraceRecorder::Span span(distributed_ != nullptr ? options_.trace : nullptr, "comm wait");
+    distributed::TraceRecorder::Span span(distributed_ != nullptr ? options_.trace : nullptr,
+                                          "comm wait");
     sync_->finish();
   }
   if (diloco_) {
-    TraceRecorder::Span span(options_.trace, "outer sync");
+    distributed::TraceRecorder::Span span(options_.trace, "outer sync");
     try {
       drew.wait();
     } catch (...) {
@@ -335,7 +336,7 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
 // adds up are those of the global mean (data_parallel.h). A micro-batch with no rows on this rank
 // runs no backward but still tells the sync.
 double Trainer::Impl::forwardBackward(const StepBatch& batch) {
-  TraceRecorder* trace = options_.trace;
+  distributed::TraceRecorder* trace = options_.trace;
   const size_t k = batch.micro_batches.size();
   double loss_sum = 0;
   // DiLoCo: each replica steps on the mean over its own share; the record keeps the share of the
@@ -357,12 +358,12 @@ double Trainer::Impl::forwardBackward(const StepBatch& batch) {
       torch::Tensor loss;
       markPhase(StepPhase::kForward);
       {
-        TraceRecorder::Span span(trace, "forward");
+        distributed::TraceRecorder::Span span(trace, "forward");
         loss = loss_->apply(*model_, micro).sum / divisor;
       }
       markPhase(StepPhase::kBackward);
       {
-        TraceRecorder::Span span(trace, "backward");
+        distributed::TraceRecorder::Span span(trace, "backward");
         loss.backward();
       }
       loss_sum += loss.item<double>() * to_global;
@@ -373,7 +374,7 @@ double Trainer::Impl::forwardBackward(const StepBatch& batch) {
 }
 
 void Trainer::Impl::optimizerStep(int64_t step) {
-  TraceRecorder::Span span(options_.trace, "optimizer");
+  distributed::TraceRecorder::Span span(options_.trace, "optimizer");
   if (config_.trainer.grad_clip_norm > 0) clipGradNorm(*flat_, config_.trainer.grad_clip_norm);
   optimizer_->step(schedule_->lr(step));
 }
@@ -421,7 +422,7 @@ void Trainer::Impl::recordStep(int64_t step, const StepOutcome& outcome, double 
 Evaluation Trainer::Impl::evaluateAt(int64_t done, int64_t epoch) {
   Evaluation result;
   {
-    TraceRecorder::Span span(options_.trace, "evaluate");
+    distributed::TraceRecorder::Span span(options_.trace, "evaluate");
     torch::NoGradGuard no_grad;
     model_->train(false);
     const double start = now();

@@ -40,8 +40,8 @@
 //     accumulates straight into it and it is reduced in place, without the two copies: then
 //     zero gradients in place (zeroGrad(), or .grad().zero_()), because LibTorch's
 //     Optimizer::zero_grad() sets each gradient to none by default, which drops the view (the
-//     next backward then allocates a gradient of its own). A gradient the program replaced anyway is noticed and copied in and out,
-//     so results never depend on the mode.
+//     next backward then allocates a gradient of its own). A gradient the program replaced anyway
+//     is noticed and copied in and out, so results never depend on the mode.
 //   - During the last micro-batch's backward each bucket is launched as soon as all its
 //     gradients are ready and the buckets before it were launched; finish() launches the rest and
 //     waits for all. The order is the same on every rank, and so are the results, bit for bit,
@@ -109,10 +109,10 @@ struct BucketEvent {
 };
 
 struct DataParallelOptions {
-  std::optional<Algorithm> algorithm;  // unset: the group's GroupOptions::algorithm
-  double bucket_cap_mb = 25.0;   // the largest bucket (> 0)
-  double first_bucket_mb = 1.0;  // the first bucket launched in backward (> 0)
-  double timeout_seconds = 0;    // attach's collectives and each bucket's wait; 0: the group's
+  std::optional<Algorithm> algorithm;              // unset: the group's GroupOptions::algorithm
+  double bucket_cap_mb = kDefaultBucketCapMb;      // the largest bucket (> 0)
+  double first_bucket_mb = kDefaultFirstBucketMb;  // the first bucket launched in backward (> 0)
+  double timeout_seconds = 0;  // attach's collectives and each bucket's wait; 0: the group's
   // kNone, or kBf16: float32 buckets are all-reduced as bfloat16 (half the bytes) with error
   // feedback: each rank keeps what rounding took from its gradient and adds it to the next step's,
   // so nothing is lost over time. Worth it on slow links (1 Gbit/s and below). The partial sums
@@ -151,8 +151,7 @@ class DataParallel final : public GradientSync {
   // copies rank 0's, of 1/size of the batch, at every step). One all-reduce per dtype, in that
   // dtype; buffers of a dtype it cannot sum (bool, uint8, complex: masks, constants) keep rank 0's
   // values from attach. std::invalid_argument when the ranks' lists differ.
-  void attach(const std::vector<torch::Tensor>& params,
-              const std::vector<torch::Tensor>& buffers);
+  void attach(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& buffers);
   void beforeBackward(bool last) override;
   void afterBackward(bool last) override;
   void finish() override;

@@ -10,6 +10,18 @@
 
 namespace cumulus {
 
+// Defaults that several layers share, written here once: the public option structs
+// (GroupOptions, DataParallelOptions), cumulus-train's YAML keys (comm.timeout_seconds,
+// comm.bucket_cap_mb, comm.first_bucket_mb) and the libraries' own structs all start from them.
+inline constexpr double kDefaultTimeoutSeconds =
+    60.0;                                             // a collective's and a rendezvous's deadline
+inline constexpr double kDefaultBucketCapMb = 25.0;   // the largest gradient bucket (DDP's too)
+inline constexpr double kDefaultFirstBucketMb = 1.0;  // the first bucket launched in backward
+// Seconds from a preemption notice to the forced exit (<cumulus/preemption.h>, cumulus-run's
+// --preemption-grace, cumulus-train's): the clouds give 30 s or more, and this leaves room for
+// the checkpoint.
+inline constexpr double kDefaultPreemptionGraceSeconds = 25.0;
+
 // How an all-reduce runs.
 enum class Algorithm {
   kFunnel,        // through a parameter server (cumulus-run's, at CUMULUS_PS_ENDPOINT)

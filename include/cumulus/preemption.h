@@ -56,6 +56,7 @@
 #include <thread>
 
 #include "cumulus/errors.h"
+#include "cumulus/options.h"  // kDefaultPreemptionGraceSeconds
 
 namespace cumulus {
 
@@ -79,8 +80,6 @@ class StopAgreement {
   // checkpoint is durable.
   virtual void waitForAll() = 0;
 };
-
-inline constexpr double kDefaultPreemptionGraceSeconds = 25.0;
 
 // MAX of `value` over all ranks (every rank calls it in the same order). World size 1: identity.
 using AgreeMax = std::function<int64_t(int64_t value)>;

@@ -56,7 +56,7 @@ struct GroupOptions {
   // kAuto (the cost model's pick for the size, world and hosts). From a name: parseAlgorithm().
   Algorithm algorithm = Algorithm::kAuto;
   // The deadline of the rendezvous and of every collective, in seconds (> 0).
-  double timeout_seconds = 60.0;
+  double timeout_seconds = kDefaultTimeoutSeconds;
   // A calibration file written by `cumulus-bench calibrate`; empty: the built-in cost model.
   std::string cost_model;
   // Sends and receives (ProcessGroup::sendAsync, recvAsync) need a second connection to each peer,

@@ -1,5 +1,6 @@
-// A packed checkpoint (checkpoint/checkpoint_manifest.h packCheckpointFiles / unpackCheckpointFiles):
-// what a live peer sends when it heals another. The first byte picks how the rest is used:
+// A packed checkpoint (checkpoint/checkpoint_manifest.h packCheckpointFiles /
+// unpackCheckpointFiles): what a live peer sends when it heals another. The first byte picks how
+// the rest is used:
 //  - odd: the rest is a packed checkpoint as it arrives. An InvalidCheckpoint is the expected
 //    answer to bad input; an accepted one must list the required files, each with the size and
 //    hash it arrived with, and packing what was accepted must give a string of the same size.
@@ -14,16 +15,16 @@
 #include <vector>
 
 #include "base/hash.h"
-#include "tests/fuzz/fuzz_check.h"
 #include "checkpoint/checkpoint_manifest.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
+using cumulus::checkpoint::InvalidCheckpoint;
+using cumulus::checkpoint::packCheckpointFiles;
+using cumulus::checkpoint::unpackCheckpointFiles;
+using cumulus::checkpoint::VerifiedCheckpoint;
 using cumulus::fuzz::check;
-using cumulus::trainer::InvalidCheckpoint;
-using cumulus::trainer::packCheckpointFiles;
-using cumulus::trainer::unpackCheckpointFiles;
-using cumulus::trainer::VerifiedCheckpoint;
 
 const std::vector<std::string> kRequired = {"model.pt", "optim.pt", "state.pb"};
 

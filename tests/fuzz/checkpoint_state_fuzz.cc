@@ -1,6 +1,6 @@
 // The reader of a checkpoint's state.pb: the bytes are parsed as proto::CheckpointState (as
 // decodeSnapshot does) and, when they parse, converted (stateFromProto) and planned against the
-// current experiment and a world size (checkpoint/resume.h planResume), which is everything a resume
+// current experiment and a world size (trainer/resume.h planResume), which is everything a resume
 // does with them besides tensors. The first byte is the current world size (1 to 16). A state whose
 // config_yaml is empty gets the current experiment's, so that the fuzzer reaches the checks after
 // the config comparison without having to write a whole valid experiment. A ResumeError is the
@@ -15,11 +15,11 @@
 #include <cstdint>
 #include <string>
 
+#include "checkpoint/checkpoint_state_proto.h"
 #include "configs/parse.h"
 #include "proto/checkpoint.pb.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "checkpoint/checkpoint_state_proto.h"
-#include "checkpoint/resume.h"
+#include "trainer/resume.h"
 
 namespace {
 
@@ -46,7 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (state.config_yaml().empty()) state.set_config_yaml(cumulus::configs::toYaml(current));
   try {
     const cumulus::trainer::ResumePlan plan = cumulus::trainer::planResume(
-        current, world_size, cumulus::trainer::stateFromProto(state), "fuzz/step-00000001", true);
+        current, world_size, cumulus::checkpoint::stateFromProto(state), "fuzz/step-00000001",
+        true);
     const int64_t batch = current.trainer.global_batch_size;
     cumulus::fuzz::check(plan.step >= 0 && plan.sampler.epoch >= 0 && plan.sampler.cursor >= 0,
                          "a negative step, epoch or cursor");

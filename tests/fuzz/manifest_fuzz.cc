@@ -13,18 +13,18 @@
 #include <vector>
 
 #include "base/hash.h"
-#include "tests/fuzz/fuzz_check.h"
 #include "checkpoint/checkpoint_manifest.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
-using cumulus::trainer::DirEntry;
-using cumulus::trainer::FileSystemError;
-using cumulus::trainer::InvalidCheckpoint;
-using cumulus::trainer::ManifestEntry;
+using cumulus::checkpoint::DirEntry;
+using cumulus::checkpoint::FileSystemError;
+using cumulus::checkpoint::InvalidCheckpoint;
+using cumulus::checkpoint::ManifestEntry;
 
 // One directory in memory; only what verifyCheckpoint calls is implemented.
-class OneDirFileSystem : public cumulus::trainer::FileSystem {
+class OneDirFileSystem : public cumulus::checkpoint::FileSystem {
  public:
   explicit OneDirFileSystem(std::map<std::string, std::string> files) : files_(std::move(files)) {}
   std::string readFile(const std::string& path) override {
@@ -73,13 +73,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] % 2 == 0) text += "end " + cumulus::base::sha256Hex(text) + "\n";
   std::vector<ManifestEntry> entries;
   try {
-    entries = cumulus::trainer::parseManifest(text);
+    entries = cumulus::checkpoint::parseManifest(text);
   } catch (const InvalidCheckpoint&) {
     return 0;
   }
   try {
-    const std::string encoded = cumulus::trainer::encodeManifest(entries);
-    cumulus::fuzz::check(sameEntries(cumulus::trainer::parseManifest(encoded), entries),
+    const std::string encoded = cumulus::checkpoint::encodeManifest(entries);
+    cumulus::fuzz::check(sameEntries(cumulus::checkpoint::parseManifest(encoded), entries),
                          "encodeManifest changed the entries of an accepted MANIFEST:\n" + encoded);
   } catch (const std::exception& e) {
     cumulus::fuzz::finding(std::string("an accepted MANIFEST does not re-encode: ") + e.what());
@@ -89,7 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!entries.empty()) files[entries[0].name] = "cumulus";
   OneDirFileSystem fs(files);
   try {
-    const auto verified = cumulus::trainer::verifyCheckpoint(fs, "/ckpt", {"state.pb"});
+    const auto verified = cumulus::checkpoint::verifyCheckpoint(fs, "/ckpt", {"state.pb"});
     for (const ManifestEntry& e : entries) {
       cumulus::fuzz::check(verified.files.count(e.name) == 1, "verified without " + e.name);
     }

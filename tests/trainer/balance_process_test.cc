@@ -24,15 +24,13 @@ using Args = std::vector<std::string>;
 
 class BalanceProcessTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = cumulus::testing::freshTestDir("balance");
-  }
+  void SetUp() override { dir_ = cumulus::testing::freshTestDir("balance"); }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
   Args train(const std::string& run, Args extra = {}) {
-    Args argv = {cumulus::testing::kTrainBinary, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
+    Args argv = {cumulus::testing::kTrain, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
                  "trainer.run_dir=" + (dir_ / run).string()};
     for (auto& e : extra) argv.push_back(std::move(e));
     return argv;

@@ -12,7 +12,7 @@
 
 #include "data/dataset.h"
 #include "tests/trainer/fault_parts.h"
-#include "checkpoint/resume.h"
+#include "trainer/resume.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -38,7 +38,8 @@ std::vector<int64_t> rowsOf(const data::Batch& batch) {
 
 TEST(BatchSourceTest, EachRankGetsItsSliceOfTheGlobalBatchInContiguousMicroBatches) {
   // 20 samples, global batch 8: steps of 8, 8, 4.
-  const cumulus::DistributedSampler sampler(20, 8, /*seed=*/3, /*shuffle=*/true, /*drop_last=*/false);
+  const cumulus::DistributedSampler sampler(20, 8, /*seed=*/3, /*shuffle=*/true,
+                                            /*drop_last=*/false);
   SamplerBatchSource rank1(data::inMemory(numbered(20), "numbered"), sampler, /*rank=*/1,
                            /*world_size=*/2);
   cumulus::DistributedSampler reference = sampler;

@@ -23,7 +23,8 @@ CheckpointDecision waitForPending() {
 }
 
 TEST(CheckpointPolicyTest, SavesOnTheStepScheduleAndAtTheLastStep) {
-  ScheduledCheckpointPolicy policy(CheckpointSchedule(5, 0), /*writer=*/true, /*background=*/true);
+  ScheduledCheckpointPolicy policy(checkpoint::CheckpointSchedule(5, 0), /*writer=*/true,
+                                   /*background=*/true);
   for (int64_t step = 1; step <= 12; ++step) {
     const bool last = step == 12;
     const CheckpointDecision d = policy.atStepEnd(step, last);
@@ -37,7 +38,7 @@ TEST(CheckpointPolicyTest, SavesOnTheStepScheduleAndAtTheLastStep) {
 }
 
 TEST(CheckpointPolicyTest, WithoutAScheduleOnlyAgreementsSave) {
-  ScheduledCheckpointPolicy policy(CheckpointSchedule(0, 0), true, true);
+  ScheduledCheckpointPolicy policy(checkpoint::CheckpointSchedule(0, 0), true, true);
   EXPECT_EQ(policy.atStepEnd(3, false), none());
   EXPECT_EQ(policy.atStepEnd(4, true), none());  // checkpoints off: not even the last step
   EXPECT_EQ(policy.afterAgreement(3, StepAction::kContinue), none());
@@ -46,7 +47,7 @@ TEST(CheckpointPolicyTest, WithoutAScheduleOnlyAgreementsSave) {
 }
 
 TEST(CheckpointPolicyTest, OnlyTheWriterSaves) {
-  ScheduledCheckpointPolicy policy(CheckpointSchedule(1, 0), /*writer=*/false, true);
+  ScheduledCheckpointPolicy policy(checkpoint::CheckpointSchedule(1, 0), /*writer=*/false, true);
   EXPECT_EQ(policy.atStepEnd(1, false), none());
   EXPECT_EQ(policy.atStepEnd(2, true), none());
   EXPECT_EQ(policy.afterAgreement(1, StepAction::kCheckpoint), none());
@@ -54,7 +55,8 @@ TEST(CheckpointPolicyTest, OnlyTheWriterSaves) {
 }
 
 TEST(CheckpointPolicyTest, AStepJustSavedIsNotSavedAgain) {
-  ScheduledCheckpointPolicy policy(CheckpointSchedule(4, 0), true, /*background=*/false);
+  ScheduledCheckpointPolicy policy(checkpoint::CheckpointSchedule(4, 0), true,
+                                   /*background=*/false);
   ASSERT_EQ(policy.atStepEnd(4, false), save(false));
   policy.saveAttempted(4, true);
   // A request at the same step has its checkpoint; a stop waits for it to be durable.
@@ -66,7 +68,7 @@ TEST(CheckpointPolicyTest, AStepJustSavedIsNotSavedAgain) {
 }
 
 TEST(CheckpointPolicyTest, AFailedSaveIsTriedAgainByARequestOrAStop) {
-  ScheduledCheckpointPolicy policy(CheckpointSchedule(4, 0), true, true);
+  ScheduledCheckpointPolicy policy(checkpoint::CheckpointSchedule(4, 0), true, true);
   ASSERT_EQ(policy.atStepEnd(4, false), save(true));
   policy.saveAttempted(4, /*succeeded=*/false);
   EXPECT_EQ(policy.afterAgreement(4, StepAction::kCheckpoint), save(true));
@@ -75,7 +77,8 @@ TEST(CheckpointPolicyTest, AFailedSaveIsTriedAgainByARequestOrAStop) {
 
 TEST(CheckpointPolicyTest, TheTimeScheduleRestartsAtEachAttempt) {
   double now = 100;
-  ScheduledCheckpointPolicy policy(CheckpointSchedule(0, 30, [&] { return now; }), true, true);
+  ScheduledCheckpointPolicy policy(checkpoint::CheckpointSchedule(0, 30, [&] { return now; }), true,
+                                   true);
   now = 129;
   EXPECT_EQ(policy.atStepEnd(1, false), none());
   now = 130;

@@ -14,12 +14,12 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_manifest.h"
-#include "checkpoint/resume.h"
 #include "models/model.h"
+#include "tests/checkpoint/file_system_fault.h"
 #include "tests/test_support.h"
-#include "tests/trainer/file_system_fault.h"
 #include "tests/wait_until.h"
 #include "trainer/optimizer.h"
+#include "trainer/resume.h"
 #include "trainer/training_checkpoint.h"
 
 namespace cumulus::trainer {
@@ -35,9 +35,9 @@ bool contains(const std::string& text, const std::string& part) {
 }
 
 // A small model-like snapshot with float and integer tensors, values fixed by `seed`.
-CheckpointSnapshot makeSnapshot(uint64_t step, int seed = 1) {
+checkpoint::CheckpointSnapshot makeSnapshot(uint64_t step, int seed = 1) {
   torch::manual_seed(seed);
-  CheckpointSnapshot s;
+  checkpoint::CheckpointSnapshot s;
   s.model = {{"conv1.weight", torch::randn({4, 1, 3, 3})},
              {"conv1.bias", torch::randn({4})},
              {"fc.weight", torch::randn({10, 16})},
@@ -58,7 +58,7 @@ CheckpointSnapshot makeSnapshot(uint64_t step, int seed = 1) {
   return s;
 }
 
-void expectBitIdentical(const NamedTensors& a, const NamedTensors& b) {
+void expectBitIdentical(const checkpoint::NamedTensors& a, const checkpoint::NamedTensors& b) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     SCOPED_TRACE(a[i].first);
@@ -70,16 +70,16 @@ void expectBitIdentical(const NamedTensors& a, const NamedTensors& b) {
   }
 }
 
-std::set<std::string> namesIn(FileSystem& fs, const std::string& dir) {
+std::set<std::string> namesIn(checkpoint::FileSystem& fs, const std::string& dir) {
   std::set<std::string> names;
-  for (const DirEntry& e : fs.list(dir)) names.insert(e.name);
+  for (const checkpoint::DirEntry& e : fs.list(dir)) names.insert(e.name);
   return names;
 }
 
 class CheckpointTest : public ::testing::Test {
  protected:
   std::string stepDir(uint64_t step) {
-    return tmp_.path() + "/" + CheckpointManager::dirName(step);
+    return tmp_.path() + "/" + checkpoint::CheckpointManager::dirName(step);
   }
   std::optional<CheckpointInfo> latest() {
     warnings_.clear();
@@ -87,15 +87,15 @@ class CheckpointTest : public ::testing::Test {
   }
 
   TempDir tmp_;
-  PosixFileSystem posix_;
-  FaultInjectingFileSystem fs_{posix_};
-  CheckpointManager manager_{tmp_.path(), 3, fs_};
+  checkpoint::PosixFileSystem posix_;
+  checkpoint::FaultInjectingFileSystem fs_{posix_};
+  checkpoint::CheckpointManager manager_{tmp_.path(), 3, fs_};
   std::vector<CheckpointWarning> warnings_;
 };
 
 TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
   EXPECT_FALSE(latest().has_value());
-  const CheckpointSnapshot saved = makeSnapshot(1200);
+  const checkpoint::CheckpointSnapshot saved = makeSnapshot(1200);
   const SaveResult result = manager_.save(saved);
   EXPECT_EQ(result.path, tmp_.path() + "/step-00001200");
   EXPECT_TRUE(result.warnings.empty());
@@ -109,12 +109,12 @@ TEST_F(CheckpointTest, RoundTripIsBitIdentical) {
   EXPECT_EQ(namesIn(fs_, result.path),
             (std::set<std::string>{"MANIFEST", "model.pt", "optim.pt", "state.pb"}));
 
-  const CheckpointSnapshot loaded = manager_.load(found->path);
+  const checkpoint::CheckpointSnapshot loaded = manager_.load(found->path);
   expectBitIdentical(saved.model, loaded.model);
   expectBitIdentical(saved.optimizer_tensors, loaded.optimizer_tensors);
   EXPECT_EQ(loaded.optimizer_scalars, saved.optimizer_scalars);
   proto::CheckpointState expected = saved.state;
-  expected.set_format_version(kCheckpointFormatVersion);
+  expected.set_format_version(checkpoint::kCheckpointFormatVersion);
   EXPECT_EQ(loaded.state.SerializeAsString(), expected.SerializeAsString());
   EXPECT_EQ(loaded.state.rng_state(), std::string("\x00\x01\xff rng", 7));
 }
@@ -142,13 +142,13 @@ TEST_F(CheckpointTest, InterruptedSavesAreIgnoredAndCleanedUp) {
 
 TEST_F(CheckpointTest, CreatesParentsAndOrdersStepsNumerically) {
   const std::string nested = tmp_.path() + "/runs/a/ckpt";
-  CheckpointManager manager(nested, 2, fs_);
+  checkpoint::CheckpointManager manager(nested, 2, fs_);
   std::vector<CheckpointWarning> warnings;
   EXPECT_FALSE(manager.latestValid(warnings).has_value());  // no directory yet: no checkpoint
   EXPECT_TRUE(warnings.empty());
   manager.save(makeSnapshot(99999999));
   manager.save(makeSnapshot(100000000));  // nine digits: newer although "1" < "9"
-  EXPECT_EQ(CheckpointManager::dirName(100000000), "step-100000000");
+  EXPECT_EQ(checkpoint::CheckpointManager::dirName(100000000), "step-100000000");
   EXPECT_EQ(manager.latestValid(warnings)->step, 100000000u);
   manager.save(makeSnapshot(100000001));
   EXPECT_EQ(namesIn(fs_, nested), (std::set<std::string>{"step-100000000", "step-100000001"}));
@@ -159,33 +159,33 @@ TEST_F(CheckpointTest, CreatesParentsAndOrdersStepsNumerically) {
 // One kind of damage done to the newest of two checkpoints, and what verification must say.
 struct Damage {
   const char* label;
-  std::function<void(FileSystem&, const std::string&)> apply;
+  std::function<void(checkpoint::FileSystem&, const std::string&)> apply;
   const char* reason;  // expected in the warning and the load error
 };
 
 TEST_F(CheckpointTest, DamageIsDetectedBeforeDeserializationAndFallsBack) {
   const std::vector<Damage> damages = {
       {"torn MANIFEST",
-       [](FileSystem& fs, const std::string& d) {
+       [](checkpoint::FileSystem& fs, const std::string& d) {
          const std::string m = fs.readFile(d + "/MANIFEST");
          fs.writeFile(d + "/MANIFEST", m.substr(0, m.size() / 2));
        },
        "torn MANIFEST"},
       {"truncated model.pt",
-       [](FileSystem& fs, const std::string& d) {
+       [](checkpoint::FileSystem& fs, const std::string& d) {
          const std::string m = fs.readFile(d + "/model.pt");
          fs.writeFile(d + "/model.pt", m.substr(0, m.size() - 100));
        },
        "model.pt: size"},
       {"flipped byte in optim.pt",
-       [](FileSystem& fs, const std::string& d) {
+       [](checkpoint::FileSystem& fs, const std::string& d) {
          std::string m = fs.readFile(d + "/optim.pt");
          m[m.size() / 2] ^= 0x20;
          fs.writeFile(d + "/optim.pt", m);
        },
        "optim.pt: SHA-256 mismatch"},
       {"missing state.pb",
-       [](FileSystem& fs, const std::string& d) { fs.removeAll(d + "/state.pb"); },
+       [](checkpoint::FileSystem& fs, const std::string& d) { fs.removeAll(d + "/state.pb"); },
        "state.pb listed in MANIFEST but missing"},
   };
   manager_.save(makeSnapshot(100));
@@ -217,7 +217,7 @@ TEST_F(CheckpointTest, UnlistedFileIsReportedNotFatal) {
 }
 
 TEST_F(CheckpointTest, ExtraFilesAreListedVerifiedAndLoaded) {
-  CheckpointSnapshot saved = makeSnapshot(100);
+  checkpoint::CheckpointSnapshot saved = makeSnapshot(100);
   saved.files["notes.txt"] = std::string("a\0b", 3);
   manager_.save(saved);
   EXPECT_EQ(manager_.load(stepDir(100)).files, saved.files);
@@ -225,23 +225,23 @@ TEST_F(CheckpointTest, ExtraFilesAreListedVerifiedAndLoaded) {
   EXPECT_TRUE(warnings_.empty());  // listed in MANIFEST: not "unlisted"
   for (const char* name : {"MANIFEST", "state.pb", ".hidden", "a/b", ""}) {
     saved.files = {{name, "x"}};
-    EXPECT_THROW(encodeSnapshot(saved), std::invalid_argument) << name;
+    EXPECT_THROW(checkpoint::encodeSnapshot(saved), std::invalid_argument) << name;
   }
 }
 
 TEST_F(CheckpointTest, UndecodableButListedFileNamesItsPath) {
-  const CheckpointSnapshot older = makeSnapshot(50);
+  const checkpoint::CheckpointSnapshot older = makeSnapshot(50);
   manager_.save(older);
   manager_.save(makeSnapshot(100));
   // A MANIFEST that vouches for garbage (a writer bug, not disk damage): decoding must still fail
   // with the file's path.
   const std::string dir = stepDir(100);
   fs_.writeFile(dir + "/model.pt", "not a zip");
-  std::vector<ManifestEntry> entries;
+  std::vector<checkpoint::ManifestEntry> entries;
   for (const char* name : {"model.pt", "optim.pt", "state.pb"}) {
-    entries.push_back(describeFile(name, fs_.readFile(dir + "/" + name)));
+    entries.push_back(checkpoint::describeFile(name, fs_.readFile(dir + "/" + name)));
   }
-  fs_.writeFile(dir + "/MANIFEST", encodeManifest(entries));
+  fs_.writeFile(dir + "/MANIFEST", checkpoint::encodeManifest(entries));
   const std::string error = errorOf([&] { manager_.load(dir); });
   EXPECT_TRUE(contains(error, dir + "/model.pt: not a state_dict file: ")) << error;
 
@@ -273,7 +273,7 @@ TEST_F(CheckpointTest, RetentionKeepsKValidAndNothingUnverified) {
 
   // keep = 1: the newest valid one stays; an invalid newer directory is never removed.
   fs_.createDir(stepDir(900));
-  CheckpointManager keep_one(tmp_.path(), 1, fs_);
+  checkpoint::CheckpointManager keep_one(tmp_.path(), 1, fs_);
   keep_one.save(makeSnapshot(600));
   EXPECT_EQ(namesIn(fs_, tmp_.path()), (std::set<std::string>{"step-00000600", "step-00000900"}));
   std::vector<CheckpointWarning> warnings;
@@ -283,7 +283,7 @@ TEST_F(CheckpointTest, RetentionKeepsKValidAndNothingUnverified) {
 }
 
 TEST_F(CheckpointTest, FullDiskAtAnyPointLeavesOlderCheckpointsIntact) {
-  const CheckpointSnapshot first = makeSnapshot(100);
+  const checkpoint::CheckpointSnapshot first = makeSnapshot(100);
   manager_.save(first);
   const uint64_t before = fs_.bytesWritten();
   manager_.save(makeSnapshot(150));
@@ -339,13 +339,13 @@ TEST_F(CheckpointTest, FsyncAndRenameErrorsFailTheSave) {
 
 TEST_F(CheckpointTest, SavingTheSameStepAgainReplacesIt) {
   manager_.save(makeSnapshot(100, 1));
-  const CheckpointSnapshot second = makeSnapshot(100, 2);
+  const checkpoint::CheckpointSnapshot second = makeSnapshot(100, 2);
   manager_.save(second);  // renameat2 exchange where the file system has it
   EXPECT_EQ(namesIn(fs_, tmp_.path()), std::set<std::string>{"step-00000100"});
   expectBitIdentical(manager_.load(stepDir(100)).model, second.model);
 
   fs_.disableExchange();  // the move-aside fallback
-  const CheckpointSnapshot third = makeSnapshot(100, 3);
+  const checkpoint::CheckpointSnapshot third = makeSnapshot(100, 3);
   manager_.save(third);
   EXPECT_EQ(namesIn(fs_, tmp_.path()), std::set<std::string>{"step-00000100"});
   expectBitIdentical(manager_.load(stepDir(100)).model, third.model);
@@ -363,8 +363,8 @@ TEST_F(CheckpointTest, AsyncSnapshotIsImmutableWhileTrainingGoesOn) {
   torch::manual_seed(7);
   torch::Tensor weight = torch::randn({256, 256});
   const torch::Tensor original = weight.clone();
-  CheckpointSnapshot snapshot = makeSnapshot(100);
-  snapshot.model = cloneTensors({{"w", weight}});
+  checkpoint::CheckpointSnapshot snapshot = makeSnapshot(100);
+  snapshot.model = checkpoint::cloneTensors({{"w", weight}});
   manager_.saveAsync(std::move(snapshot));
   weight.add_(1.0);  // the training thread's next step, while the save runs
   ASSERT_TRUE(manager_.waitForPending(milliseconds(60000)));
@@ -392,7 +392,7 @@ TEST_F(CheckpointTest, BackgroundErrorsSurfaceOnTheNextCall) {
   fs_.clear();
   // The next save waits for the failed one and throws its error instead of saving; the snapshot
   // it was given is left intact for a retry.
-  CheckpointSnapshot retry = makeSnapshot(400);
+  checkpoint::CheckpointSnapshot retry = makeSnapshot(400);
   EXPECT_TRUE(contains(errorOf([&] { manager_.saveAsync(std::move(retry)); }),
                        stepDir(300) + ".tmp/model.pt: write: No space left on device"));
   ASSERT_EQ(retry.model.size(), 4u);
@@ -413,10 +413,10 @@ TEST_F(CheckpointTest, OptimizerStateRoundTripsThroughParameterNames) {
   optimizer->step(0.1);
 
   const std::vector<std::string> names = {"fc1.weight", "fc1.bias"};
-  CheckpointSnapshot snapshot = makeSnapshot(2);
+  checkpoint::CheckpointSnapshot snapshot = makeSnapshot(2);
   snapshot.optimizer_tensors.clear();
   snapshot.optimizer_scalars.clear();
-  addOptimizerState(optimizer->exportState(), names, snapshot);
+  checkpoint::addOptimizerState(optimizer->exportState(), names, snapshot);
   std::set<std::string> keys;
   for (const auto& [key, tensor] : snapshot.optimizer_tensors) keys.insert(key);
   EXPECT_EQ(keys, (std::set<std::string>{"fc1.bias.exp_avg", "fc1.bias.exp_avg_sq",
@@ -426,7 +426,7 @@ TEST_F(CheckpointTest, OptimizerStateRoundTripsThroughParameterNames) {
   // A fresh replica resumes from the file and takes the same next step, bit for bit.
   torch::Tensor r1 = w1.detach().clone(), r2 = w2.detach().clone();
   auto resumed = makeOptimizer(config, {r1, r2});
-  resumed->importState(optimizerStateFrom(manager_.load(stepDir(2)), names));
+  resumed->importState(checkpoint::optimizerStateFrom(manager_.load(stepDir(2)), names));
   EXPECT_EQ(resumed->stepCount(), 2);
   r1.mutable_grad() = w1.grad().clone();
   r2.mutable_grad() = w2.grad().clone();
@@ -434,18 +434,19 @@ TEST_F(CheckpointTest, OptimizerStateRoundTripsThroughParameterNames) {
   resumed->step(0.1);
   EXPECT_TRUE(torch::equal(w1, r1));
   EXPECT_TRUE(torch::equal(w2, r2));
-  EXPECT_THROW(optimizerStateFrom(snapshot, {"other.weight", "fc1.bias"}), std::invalid_argument);
+  EXPECT_THROW(checkpoint::optimizerStateFrom(snapshot, {"other.weight", "fc1.bias"}),
+               std::invalid_argument);
 }
 
 TEST_F(CheckpointTest, OptimizerStateKeysThatNameNoParameterAreRejected) {
   const std::vector<std::string> names = {"fc1.weight", "fc1.bias"};
   for (const std::string key : {"x.exp_avg", "2.exp_avg", "1x.exp_avg", "-1.exp_avg", "exp_avg"}) {
-    OptimizerState state;
+    checkpoint::OptimizerState state;
     state.name = "adamw";
     state.tensors[key] = torch::zeros({1});
-    CheckpointSnapshot snapshot;
+    checkpoint::CheckpointSnapshot snapshot;
     try {
-      addOptimizerState(state, names, snapshot);
+      checkpoint::addOptimizerState(state, names, snapshot);
       ADD_FAILURE() << key << " was accepted";
     } catch (const std::invalid_argument& e) {
       EXPECT_EQ(std::string(e.what()),
@@ -455,7 +456,7 @@ TEST_F(CheckpointTest, OptimizerStateKeysThatNameNoParameterAreRejected) {
 }
 
 TEST_F(CheckpointTest, PythonTorchLoadReadsModelAndOptimizer) {
-  const CheckpointSnapshot saved = makeSnapshot(100);
+  const checkpoint::CheckpointSnapshot saved = makeSnapshot(100);
   manager_.save(saved);
   const std::string script = tmp_.path() + "/read.py";
   fs_.writeFile(script,
@@ -502,7 +503,7 @@ TEST_F(CheckpointTest, ConvnetSizedSnapshotTimings) {
   spec.name = "convnet";
   auto model = models::makeModel(spec);
   ASSERT_EQ(model->parameterCount(), 3274634);
-  NamedTensors live = model->namedParameters();
+  checkpoint::NamedTensors live = model->namedParameters();
   for (auto& buffer : model->namedBuffers()) live.push_back(buffer);
   configs::OptimizerConfig config;  // SGD with momentum: one buffer per parameter
   auto optimizer = makeOptimizer(config, model->parameters());
@@ -512,23 +513,23 @@ TEST_F(CheckpointTest, ConvnetSizedSnapshotTimings) {
   for (const auto& [name, p] : model->namedParameters()) names.push_back(name);
 
   auto capture = [&](uint64_t step) {
-    CheckpointSnapshot s;
-    s.model = cloneTensors(live);
-    addOptimizerState(optimizer->exportState(), names, s);
+    checkpoint::CheckpointSnapshot s;
+    s.model = checkpoint::cloneTensors(live);
+    checkpoint::addOptimizerState(optimizer->exportState(), names, s);
     s.state.set_step(step);
     return s;
   };
   double capture_ms = 1e9;
   for (int i = 0; i < 5; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    CheckpointSnapshot s = capture(1);
+    checkpoint::CheckpointSnapshot s = capture(1);
     capture_ms = std::min(capture_ms, msSince(start));
   }
   auto start = std::chrono::steady_clock::now();
   const SaveResult sync = manager_.save(capture(100));
   const double sync_ms = msSince(start);
 
-  CheckpointSnapshot next = capture(200);
+  checkpoint::CheckpointSnapshot next = capture(200);
   start = std::chrono::steady_clock::now();
   manager_.saveAsync(std::move(next));
   const double stall_ms = msSince(start);
@@ -540,7 +541,7 @@ TEST_F(CheckpointTest, ConvnetSizedSnapshotTimings) {
   double clone_model_ms = 1e9;
   for (int i = 0; i < 5; ++i) {
     const auto t = std::chrono::steady_clock::now();
-    const NamedTensors copy = cloneTensors(live);
+    const checkpoint::NamedTensors copy = checkpoint::cloneTensors(live);
     clone_model_ms = std::min(clone_model_ms, msSince(t));
   }
   start = std::chrono::steady_clock::now();

@@ -34,9 +34,7 @@ std::string slurp(const std::string& path) {
 
 class CliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = cumulus::testing::freshTestDir("cli_test");
-  }
+  void SetUp() override { dir_ = cumulus::testing::freshTestDir("cli_test"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string write(const std::string& name, const std::string& text) {
@@ -96,7 +94,7 @@ TEST_F(CliTest, AFifoAsTheDataFileIsRefusedWithoutHanging) {
   const std::string fifo = (dir_ / "tokens.npy").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const cumulus::testing::ProcessResult r = cumulus::testing::runProcess(
-      {cumulus::testing::kTrainBinary, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
+      {cumulus::testing::kTrain, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
        "trainer.run_dir=" + (dir_ / "run").string(), "--set", "data.format=tokens", "--set",
        "data.train=" + fifo, "--set", "data.test=" + fifo},
       cumulus::testing::aloneEnv(), {}, /*timeout_s=*/60);
@@ -112,7 +110,7 @@ TEST_F(CliTest, AFifoAsTheExperimentIsRefusedWithoutHanging) {
   const std::string fifo = (dir_ / "x.yaml").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const cumulus::testing::ProcessResult r = cumulus::testing::runProcess(
-      {cumulus::testing::kTrainBinary, fifo}, cumulus::testing::aloneEnv(), {}, /*timeout_s=*/60);
+      {cumulus::testing::kTrain, fifo}, cumulus::testing::aloneEnv(), {}, /*timeout_s=*/60);
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(r.output, "cumulus-train: error: " + fifo + ": is a FIFO, not a regular file\n");
@@ -148,7 +146,8 @@ TEST_F(CliTest, DilocoFragmentsBeyondTheModelsTensorsExitTwoNamingTheKey) {
 
 // oneDNN limited below bf16 by the user (ONEDNN_MAX_CPU_ISA) is no native bf16, on any CPU.
 TEST_F(CliTest, AutoPrecisionSaysWhichAndWhyInTheSecondLine) {
-  const Outcome o = run(CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.precision=auto "
+  const Outcome o = run(CUMULUS_SOURCE_DIR
+                        "/configs/smoke.yaml --set trainer.precision=auto "
                         "--set trainer.max_steps=2 --set trainer.run_dir=run",
                         "ONEDNN_MAX_CPU_ISA=AVX2");
   EXPECT_EQ(o.exit_code, 0) << o.err;
@@ -230,8 +229,10 @@ TEST_F(CliTest, ADilocoDivergenceNamesTheOuterOptimizerToo) {
 // The training allocator is the default and says nothing; glibc's own is said on the first line,
 // and a choice that does not exist exits 2 naming the allowed ones.
 TEST_F(CliTest, TheAllocatorChoiceIsSaidWhenItIsNotTheDefault) {
-  const std::string args = CUMULUS_SOURCE_DIR "/configs/smoke.yaml --set trainer.max_steps=1 "
-                           "--set trainer.run_dir=" + (dir_ / "run").string() + " --overwrite";
+  const std::string args = CUMULUS_SOURCE_DIR
+                           "/configs/smoke.yaml --set trainer.max_steps=1 "
+                           "--set trainer.run_dir=" +
+                           (dir_ / "run").string() + " --overwrite";
   Outcome o = run(args, "-u CUMULUS_MALLOC -u GLIBC_TUNABLES");
   EXPECT_EQ(o.exit_code, 0) << o.err;
   EXPECT_EQ(o.out.rfind("model: ", 0), 0u) << o.out;
@@ -241,8 +242,9 @@ TEST_F(CliTest, TheAllocatorChoiceIsSaidWhenItIsNotTheDefault) {
       << o.out;
   o = run(args, "CUMULUS_MALLOC=tcmalloc");
   EXPECT_EQ(o.exit_code, 2);
-  EXPECT_EQ(o.err, "cumulus-train: error: CUMULUS_MALLOC=tcmalloc: expected training (the "
-                   "default) or default\n");
+  EXPECT_EQ(o.err,
+            "cumulus-train: error: CUMULUS_MALLOC=tcmalloc: expected training (the "
+            "default) or default\n");
 }
 
 TEST_F(CliTest, UsageErrorsExitTwo) {

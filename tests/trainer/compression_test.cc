@@ -15,33 +15,33 @@
 #include "comm/reduce.h"
 #include "distributed/distributed_sync.h"
 #include "distributed/group_connection.h"
+#include "tests/distributed/thread_ranks.h"
 #include "trainer/training_checkpoint.h"
-#include "tests/trainer/thread_ranks.h"
 
 namespace cumulus::trainer {
 namespace {
 
-configs::CommConfig bf16Config() {
-  configs::CommConfig config;
-  config.algorithm = Algorithm::kRing;
-  config.compression = Compression::kBf16;
-  config.timeout_seconds = 20;
-  return config;
-}
-
-// Runs body(rank, sync, params) on `world` threads, each with its own group and sync over
-// parameters shaped `shapes` (zeros; gradients are set by the body). Rethrows the first error.
-void runRanks(
-    int world, const configs::CommConfig& config, const std::vector<int64_t>& shapes,
-    const std::function<void(int, DistributedGradientSync&, std::vector<torch::Tensor>&)>& body) {
+// Runs body(rank, sync, params) on `world` threads, each with its own ring group and a sync of
+// bf16 buckets with error feedback over parameters shaped `shapes` (zeros; gradients are set by
+// the body). Rethrows the first error.
+void runRanks(int world, const std::vector<int64_t>& shapes,
+              const std::function<void(int, distributed::DistributedGradientSync&,
+                                       std::vector<torch::Tensor>&)>& body) {
   torch::set_num_threads(1);
   comm::MemoryStore store;
-  runOnThreads(world, [&](int rank) {
+  distributed::runOnThreads(world, [&](int rank) {
     base::RunEnv env;
     env.rank = rank;
     env.world_size = world;
-    GroupConnection group(env, config, store);
-    DistributedGradientSync sync(group.communicator(), DistributedSyncOptions::fromConfig(config));
+    GroupOptions group_options;
+    group_options.algorithm = Algorithm::kRing;
+    group_options.timeout_seconds = 20;
+    distributed::GroupConnection group(env, group_options, store);
+    distributed::DistributedSyncOptions sync_options;
+    sync_options.algorithm = Algorithm::kRing;
+    sync_options.compression = Compression::kBf16;
+    sync_options.timeout = std::chrono::seconds(20);
+    distributed::DistributedGradientSync sync(group.communicator(), sync_options);
     std::vector<torch::Tensor> params;
     for (const int64_t n : shapes) params.push_back(torch::zeros({n}, torch::requires_grad()));
     sync.attach(params);
@@ -50,7 +50,7 @@ void runRanks(
 }
 
 // One step whose gradients are set by hand: no hook hands them over, so finish() launches them.
-void syncStep(DistributedGradientSync& sync, std::vector<torch::Tensor>& params,
+void syncStep(distributed::DistributedGradientSync& sync, std::vector<torch::Tensor>& params,
               const std::vector<std::vector<float>>& grads) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -89,7 +89,7 @@ TEST(CompressionTest, SumsTheBf16RoundedGradientsAndKeepsWhatRoundingTookAsTheRe
   const std::vector<std::vector<float>> residuals = {{k2m9, -k2m9, k2m8, -k2m8, k2m9, 0.0f},
                                                      {0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 0.0f}};
   std::vector<std::vector<float>> a_sums(2), b_sums(2), kept(2);
-  runRanks(2, bf16Config(), {4, 2}, [&](int rank, DistributedGradientSync& sync, auto& params) {
+  runRanks(2, {4, 2}, [&](int rank, distributed::DistributedGradientSync& sync, auto& params) {
     ASSERT_EQ(sync.errorFeedbackNumel(), 6u);
     EXPECT_EQ(values(sync.errorFeedback()), std::vector<float>(6, 0.0f)) << "zero at attach";
     syncStep(sync, params, grads[rank]);
@@ -124,7 +124,7 @@ TEST(CompressionTest, ErrorFeedbackLosesNothingOverManySteps) {
   for (int64_t i = 0; i < kN; ++i) g0[i] = 1.0f + static_cast<float>(i) / 67.0f;
   std::vector<double> applied(kN, 0.0);
   std::vector<float> last_residual;
-  runRanks(2, bf16Config(), {kN}, [&](int rank, DistributedGradientSync& sync, auto& params) {
+  runRanks(2, {kN}, [&](int rank, distributed::DistributedGradientSync& sync, auto& params) {
     for (int step = 0; step < kSteps; ++step) {
       syncStep(sync, params, {rank == 0 ? g0 : std::vector<float>(kN, -1.0f)});
       if (rank == 0) {
@@ -150,7 +150,7 @@ TEST(CompressionTest, ErrorFeedbackLosesNothingOverManySteps) {
 TEST(CompressionTest, SetErrorFeedbackRestoresResidualsAndRefusesAnotherSize) {
   std::vector<std::string> errors(2);
   std::vector<std::vector<float>> sums(2);
-  runRanks(2, bf16Config(), {3}, [&](int rank, DistributedGradientSync& sync, auto& params) {
+  runRanks(2, {3}, [&](int rank, distributed::DistributedGradientSync& sync, auto& params) {
     // A residual of 2^-8 on rank 0 tips 1+2^-8 (a tie that would round down to 1) up to 1+2^-7.
     sync.setErrorFeedback(torch::tensor({rank == 0 ? k2m8 : 0.0f, 0.0f, 0.0f}));
     syncStep(sync, params, {{1 + k2m8, 0.0f, 0.0f}});
@@ -166,13 +166,6 @@ TEST(CompressionTest, SetErrorFeedbackRestoresResidualsAndRefusesAnotherSize) {
   EXPECT_EQ(errors[0],
             "setErrorFeedback: the residual has 4 elements, this model's 3 (float32 parameter "
             "elements)");
-}
-
-TEST(CompressionTest, FromConfigTakesTheTypedCompression) {
-  configs::CommConfig config;
-  EXPECT_EQ(DistributedSyncOptions::fromConfig(config).compression, Compression::kNone);
-  config.compression = Compression::kBf16;
-  EXPECT_EQ(DistributedSyncOptions::fromConfig(config).compression, Compression::kBf16);
 }
 
 TEST(CompressionTest, ResidualsRoundTripThroughACheckpointAndKeepTheirSumOnAnotherWorld) {

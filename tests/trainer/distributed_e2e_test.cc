@@ -67,14 +67,14 @@ class DistributedE2eTest : public ::testing::Test {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
-  NamedTensors model(const std::string& name) const {
+  checkpoint::NamedTensors model(const std::string& name) const {
     return loadStateDict((dir_ / name / "model_state_dict.pt").string());
   }
 
   fs::path dir_;
 };
 
-double maxAbsDiff(const NamedTensors& a, const NamedTensors& b) {
+double maxAbsDiff(const checkpoint::NamedTensors& a, const checkpoint::NamedTensors& b) {
   EXPECT_EQ(a.size(), b.size());
   double worst = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
@@ -84,7 +84,7 @@ double maxAbsDiff(const NamedTensors& a, const NamedTensors& b) {
   return worst;
 }
 
-bool bitIdentical(const NamedTensors& a, const NamedTensors& b) {
+bool bitIdentical(const checkpoint::NamedTensors& a, const checkpoint::NamedTensors& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (!a[i].second.equal(b[i].second)) return false;
@@ -104,7 +104,7 @@ TEST_F(DistributedE2eTest, TwoWorkersTrainLikeOneWithTheSameGlobalBatch) {
       << out;
   EXPECT_THAT(out, HasSubstr("cumulus-run: parameter server (funnel) on 127.0.0.1:"));
 
-  const NamedTensors one = model("one"), two = model("two"), again = model("again");
+  const checkpoint::NamedTensors one = model("one"), two = model("two"), again = model("again");
   const double diff = maxAbsDiff(one, two);
   std::printf("max |2 workers - 1 worker| over the smoke run: %.3g\n", diff);
   EXPECT_LE(diff, 1e-6);

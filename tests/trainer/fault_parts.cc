@@ -14,7 +14,7 @@
 #include <thread>
 #include <utility>
 
-#include "checkpoint/resume.h"
+#include "trainer/resume.h"
 
 namespace cumulus::trainer {
 

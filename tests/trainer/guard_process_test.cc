@@ -29,7 +29,7 @@ using cumulus::testing::Env;
 using cumulus::testing::ProcessResult;
 using cumulus::testing::runProcess;
 
-const std::string& kTrain = cumulus::testing::kTrainBinary;
+using cumulus::testing::kTrain;
 
 Env alone() { return cumulus::testing::aloneEnv(); }
 
@@ -47,9 +47,7 @@ std::string quoted(const std::string& arg) {
 
 class GuardProcessTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = cumulus::testing::freshTestDir("guard");
-  }
+  void SetUp() override { dir_ = cumulus::testing::freshTestDir("guard"); }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
   }
@@ -455,9 +453,9 @@ TEST_F(GuardProcessTest, TrainedWeightsTheRunDirectoryRefusesGoToTheTemporaryDir
   env.emplace_back("TMPDIR", tmp.string());
   const ProcessResult r = runProcess(train("blocked"), env);
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  const std::string prefix = "warning: cannot rename " + (run / "model_state_dict.pt.tmp").string() +
-                             " to " + (run / "model_state_dict.pt").string() +
-                             ": Is a directory; the trained weights are in ";
+  const std::string prefix =
+      "warning: cannot rename " + (run / "model_state_dict.pt.tmp").string() + " to " +
+      (run / "model_state_dict.pt").string() + ": Is a directory; the trained weights are in ";
   const size_t at = r.output.find(prefix);
   ASSERT_NE(at, std::string::npos) << r.output;
   const size_t end = r.output.find('\n', at);

@@ -31,7 +31,7 @@
 #include "tests/trainer/process_runner.h"
 #include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
-#include "checkpoint/resume.h"
+#include "trainer/resume.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -480,8 +480,8 @@ TEST_F(InPlaceTest, UnderCumulusRunADeathDuringStartUpIsReplacedAndHealed) {
 // to join and nothing to heal from, so the agent, seeing in the Store that no member is left,
 // restarts the group (from step 0: no checkpoint yet), which trains to the end.
 TEST_F(InPlaceTest, UnderCumulusRunAGroupWhoseEveryMemberDiedRestarts) {
-  const std::vector<std::string> train = command(
-      {"--fault-kill", "10@0.0.0,10@0.1.0", "--faults-in-generation", "0"}, "run");
+  const std::vector<std::string> train =
+      command({"--fault-kill", "10@0.0.0,10@0.1.0", "--faults-in-generation", "0"}, "run");
   std::vector<std::string> argv = cumulus::testing::groupOf(
       2, (dir_ / "logs").string(), train, {"--recovery=in_place", "--max-restarts=3"});
   const ProcessResult r = runProcess(argv, cumulus::testing::aloneEnv(), {}, 180);

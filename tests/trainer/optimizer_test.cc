@@ -102,7 +102,7 @@ TEST(OptimizerTest, AdamWMatchesHandComputedSteps) {
     opt->step(0.1);
     expectValues(w, expected[s], 1e-6, "step " + std::to_string(s + 1));
   }
-  const OptimizerState state = opt->exportState();
+  const checkpoint::OptimizerState state = opt->exportState();
   EXPECT_EQ(state.step, 3);
   expectValues(state.tensors.at("0.exp_avg"), {0.0335, -0.01075}, 1e-7, "exp_avg");
   expectValues(state.tensors.at("0.exp_avg_sq"), {3.7941025e-4, 2.3236506e-4}, 1e-9, "exp_avg_sq");
@@ -167,7 +167,7 @@ TEST(OptimizerTest, ImportedStateResumesBitExactly) {
       w.mutable_grad() = grads[s].clone();
       first->step(0.05);
     }
-    const OptimizerState saved = first->exportState();
+    const checkpoint::OptimizerState saved = first->exportState();
     const auto resumed_w = w.detach().clone().requires_grad_();
     for (int s = 3; s < 5; ++s) {
       w.mutable_grad() = grads[s].clone();
@@ -191,7 +191,7 @@ TEST(OptimizerTest, ImportedStateResumesBitExactly) {
 TEST(OptimizerTest, ImportRejectsForeignState) {
   const auto w = param({1, 2});
   auto sgd = makeOptimizer(sgdConfig(), {w});
-  OptimizerState state{"adamw", 1, {}};
+  checkpoint::OptimizerState state{"adamw", 1, {}};
   try {
     sgd->importState(state);
     FAIL() << "expected an exception";
@@ -209,7 +209,8 @@ TEST(OptimizerTest, ImportRejectsForeignState) {
       sgd->importState(state);
       ADD_FAILURE() << key << " was accepted";
     } catch (const std::invalid_argument& e) {
-      EXPECT_EQ(std::string(e.what()), std::string("optimizer state: malformed key \"") + key + "\"");
+      EXPECT_EQ(std::string(e.what()),
+                std::string("optimizer state: malformed key \"") + key + "\"");
     }
   }
 }
@@ -305,8 +306,8 @@ TEST(FlatOptimizerTest, MatchesThePerTensorImplementationOverSteps) {
       EXPECT_TRUE(torch::allclose(flat_params[i], reference_params[i], 1e-5, 1e-6))
           << configs::optionName(config.name) << " parameter " << i;
     }
-    const OptimizerState a = flat->exportState();
-    const OptimizerState b = reference->exportState();
+    const checkpoint::OptimizerState a = flat->exportState();
+    const checkpoint::OptimizerState b = reference->exportState();
     ASSERT_EQ(a.tensors.size(), b.tensors.size()) << configs::optionName(config.name);
     for (const auto& [key, tensor] : a.tensors) {
       EXPECT_TRUE(torch::allclose(tensor, b.tensors.at(key), 1e-5, 1e-6)) << key;
@@ -331,7 +332,8 @@ TEST(FlatOptimizerTest, ResultsDoNotDependOnTheLayoutOrTheThreadCount) {
     auto a = makeOptimizer(config, one);
     train(*a, one, 5, 22);
     torch::set_num_threads(2);
-    auto flat = std::make_shared<FlatParameters>(many, layoutOf(many, 4096, 1024));
+    auto flat = std::make_shared<distributed::FlatParameters>(
+        many, distributed::layoutOf(many, 4096, 1024));
     ASSERT_GE(flat->buckets().size(), 3u);
     auto b = makeFlatOptimizer(config, flat);
     train(*b, many, 5, 22);
@@ -351,7 +353,7 @@ TEST(FlatOptimizerTest, ExportedStateHasPerParameterKeysAndImportsExactly) {
     auto opt = makeOptimizer(config, params);
     EXPECT_TRUE(opt->exportState().tensors.empty()) << "no state before the first step";
     train(*opt, params, 3, 32);
-    const OptimizerState saved = opt->exportState();
+    const checkpoint::OptimizerState saved = opt->exportState();
     const std::vector<std::string> slots = config.name == configs::OptimizerName::kSgd
                                                ? std::vector<std::string>{"momentum_buffer"}
                                                : std::vector<std::string>{"exp_avg", "exp_avg_sq"};
@@ -365,11 +367,11 @@ TEST(FlatOptimizerTest, ExportedStateHasPerParameterKeysAndImportsExactly) {
       }
     }
     const auto other = clones(params);
-    auto resumed = makeFlatOptimizer(
-        config, std::make_shared<FlatParameters>(other, layoutOf(other, 2048, 512)));
+    auto resumed = makeFlatOptimizer(config, std::make_shared<distributed::FlatParameters>(
+                                                 other, distributed::layoutOf(other, 2048, 512)));
     resumed->importState(saved);
     EXPECT_EQ(resumed->stepCount(), 3);
-    const OptimizerState again = resumed->exportState();
+    const checkpoint::OptimizerState again = resumed->exportState();
     ASSERT_EQ(again.tensors.size(), saved.tensors.size());
     for (const auto& [key, tensor] : saved.tensors) {
       EXPECT_TRUE(torch::equal(tensor, again.tensors.at(key))) << key;
@@ -386,7 +388,7 @@ TEST(FlatOptimizerTest, PartialStateContinuesLikeThePerTensorImplementation) {
   const auto params = oddShapes(41);
   const auto reference_params = clones(params);
   torch::manual_seed(42);
-  OptimizerState state{
+  checkpoint::OptimizerState state{
       "sgd",
       4,
       {{"1.momentum_buffer", torch::randn({1000})}, {"3.momentum_buffer", torch::randn({64, 33})}}};
@@ -407,8 +409,8 @@ TEST(FlatOptimizerTest, ImportRejectsAnUnknownSlotAndChangesNothing) {
   const auto params = oddShapes(51);
   auto opt = makeOptimizer(adamwConfig(), params);
   train(*opt, params, 1, 52);
-  const OptimizerState before = opt->exportState();
-  OptimizerState state{
+  const checkpoint::OptimizerState before = opt->exportState();
+  checkpoint::OptimizerState state{
       "adamw", 9, {{"0.exp_avg", torch::zeros({37, 5})}, {"2.momentum_buffer", torch::zeros({3})}}};
   try {
     opt->importState(state);
@@ -425,7 +427,7 @@ TEST(FlatOptimizerTest, ImportRejectsAnUnknownSlotAndChangesNothing) {
 TEST(FlatOptimizerTest, ClipGradNormOverFlatGradientsMatchesThePerTensorOne) {
   const auto a = param({0, 0});
   const auto b = param({0});
-  FlatParameters flat({a, b}, layoutOf({a, b}, 4, 4));
+  distributed::FlatParameters flat({a, b}, distributed::layoutOf({a, b}, 4, 4));
   flat.zeroGrads();
   a.grad().copy_(torch::tensor({3.0f, 4.0f}));
   b.grad().fill_(12.0f);

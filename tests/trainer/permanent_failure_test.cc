@@ -102,9 +102,9 @@ class PermanentFailureTest : public ::testing::Test {
 };
 
 TEST_F(PermanentFailureTest, ADivergedLossEndsTheJobInPlaceWithoutAReplacement) {
-  const Launch launch = this->launch(
-      {cumulus::testing::kTrainBinary, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
-       "trainer.run_dir=" + (dir_ / "run").string(), "--set", "optimizer.lr=1e30"});
+  const Launch launch =
+      this->launch({cumulus::testing::kTrain, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
+                    "trainer.run_dir=" + (dir_ / "run").string(), "--set", "optimizer.lr=1e30"});
   expectGaveUpOn(launch,
                  "training diverged at step [0-9]+ \\(loss -?(?:nan|inf)\\); lower optimizer.lr or "
                  "set trainer.grad_clip_norm");
@@ -116,7 +116,7 @@ TEST_F(PermanentFailureTest, ACostModelThatIsAFifoEndsTheJobAtOnce) {
   const std::string fifo = (dir_ / "cost_model.json").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const Launch launch = this->launch(
-      {cumulus::testing::kTrainBinary, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
+      {cumulus::testing::kTrain, CUMULUS_SOURCE_DIR "/configs/smoke.yaml", "--set",
        "trainer.run_dir=" + (dir_ / "run").string(), "--set", "comm.cost_model=" + fifo});
   ASSERT_FALSE(launch.result.timed_out) << launch.result.output;
   expectGaveUpOn(launch,
@@ -164,7 +164,7 @@ std::string regressionConfig(const fs::path& dir, const fs::path& fixtures,
 TEST_F(ModelErrorTest, AnExceptionFromTheModelsForwardEndsTheJobInPlace) {
   const std::string model = (fixtures_ / "fails_on_batches.pt").string();
   const Launch launch =
-      this->launch({cumulus::testing::kTrainBinary,
+      this->launch({cumulus::testing::kTrain,
                     regressionConfig(dir_, fixtures_, "fails_on_batches.pt", "regression/train")});
   expectGaveUpOn(
       launch,
@@ -179,8 +179,8 @@ TEST_F(ModelErrorTest, AnExceptionFromTheModelsForwardEndsTheJobInPlace) {
 // rank's, and no replacement is started.
 TEST_F(ModelErrorTest, AForwardThatHangsOnOneRankIsNamedByThatRanksWatchdog) {
   const Launch launch = this->launch(
-      {cumulus::testing::kTrainBinary, regressionConfig(dir_, fixtures_, "hangs_on_marked.pt",
-                                                        "marked", ", step_timeout_seconds: 2")});
+      {cumulus::testing::kTrain, regressionConfig(dir_, fixtures_, "hangs_on_marked.pt", "marked",
+                                                  ", step_timeout_seconds: 2")});
   expectGaveUpOn(launch,
                  "rank [01]: step [0-9]+ made no progress in forward for 2 s "
                  "\\(trainer.step_timeout_seconds\\); a step that hangs hangs again when "

@@ -22,7 +22,7 @@
 #include "tests/trainer/process_runner.h"
 #include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
-#include "checkpoint/resume.h"
+#include "trainer/resume.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -35,7 +35,7 @@ using cumulus::testing::ProcessResult;
 using cumulus::testing::runProcess;
 using cumulus::testing::withFaults;
 
-const std::string& kTrain = cumulus::testing::kTrainBinary;
+using cumulus::testing::kTrain;
 
 std::vector<std::string> sigtermAt(const std::string& step,
                                    const std::vector<std::string>& train_argv) {
@@ -47,9 +47,7 @@ Env alone(Env extra = {}) { return cumulus::testing::aloneEnv(std::move(extra));
 
 class ResumeProcessTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = cumulus::testing::freshTestDir("resume");
-  }
+  void SetUp() override { dir_ = cumulus::testing::freshTestDir("resume"); }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
   }

@@ -1,5 +1,5 @@
 // planResume (what a resume keeps, refuses, re-shards) and the sample ledger.
-#include "checkpoint/resume.h"
+#include "trainer/resume.h"
 
 #include <gtest/gtest.h>
 
@@ -35,7 +35,7 @@ CheckpointState stateFor(const configs::Experiment& e, uint64_t step, uint64_t e
 }
 
 TEST(ResumeTest, FormatVersionMatchesTheWriter) {
-  EXPECT_EQ(kResumableFormatVersion, kCheckpointFormatVersion);
+  EXPECT_EQ(kResumableFormatVersion, checkpoint::kCheckpointFormatVersion);
 }
 
 TEST(ResumeTest, ModeFromFlag) {
@@ -82,10 +82,10 @@ TEST(ResumeTest, SharesReplayOnlyWhereTheyFit) {
 TEST(ResumeTest, SharesRoundTripThroughStatePb) {
   CheckpointState state;
   state.batch_shares = {44, 20};
-  const proto::CheckpointState wire = stateToProto(state);
+  const proto::CheckpointState wire = checkpoint::stateToProto(state);
   ASSERT_EQ(wire.batch_shares_size(), 2);
-  EXPECT_EQ(stateFromProto(wire).batch_shares, (std::vector<int64_t>{44, 20}));
-  EXPECT_TRUE(stateFromProto(proto::CheckpointState()).batch_shares.empty());
+  EXPECT_EQ(checkpoint::stateFromProto(wire).batch_shares, (std::vector<int64_t>{44, 20}));
+  EXPECT_TRUE(checkpoint::stateFromProto(proto::CheckpointState()).batch_shares.empty());
 }
 
 TEST(ResumeTest, OtherWorldSizeKeepsTheGlobalCursor) {

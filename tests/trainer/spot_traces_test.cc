@@ -15,11 +15,11 @@ namespace fs = std::filesystem;
 using cumulus::testing::lastAfter;
 using cumulus::testing::runProcess;
 
-const std::vector<std::pair<std::string, std::string>> kAlone = {{"WORLD_SIZE", ""},
-                                                                 {"RANK", ""},
-                                                                 {"CUMULUS_RUN_ID", ""},
-                                                                 {"MASTER_ADDR", ""},
-                                                                 {"MASTER_PORT", ""}};
+const std::vector<std::pair<std::string, std::string>> kNoGroup = {{"WORLD_SIZE", ""},
+                                                                   {"RANK", ""},
+                                                                   {"CUMULUS_RUN_ID", ""},
+                                                                   {"MASTER_ADDR", ""},
+                                                                   {"MASTER_PORT", ""}};
 
 std::vector<std::string> job(const std::string& run_dir, const std::string& resume) {
   return {CUMULUS_BINARY_DIR "/bin/cumulus-train",
@@ -49,7 +49,7 @@ const std::string& expectedDigest() {
   std::call_once(once, [] {
     const fs::path dir = scratch("base");
     fs::remove_all(dir);
-    const auto r = runProcess(job(dir.string(), "none"), kAlone);
+    const auto r = runProcess(job(dir.string(), "none"), kNoGroup);
     digest = lastAfter(r.output, "final parameters sha256 ");
     fs::remove_all(dir);
   });
@@ -73,7 +73,7 @@ TEST_P(SpotTraceJobTest, EndsBitIdenticalToTheUninterruptedRun) {
                                    "--metrics=" + (dir / "run" / "metrics.jsonl").string(),
                                    "--"};
   for (auto& a : job((dir / "run").string(), "auto")) argv.push_back(a);
-  const auto r = runProcess(argv, kAlone);
+  const auto r = runProcess(argv, kNoGroup);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("\"completed\":true"), std::string::npos) << r.output;
   EXPECT_EQ(lastAfter(r.output, "final parameters sha256 "), expected) << r.output;

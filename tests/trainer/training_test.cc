@@ -18,9 +18,9 @@
 #include "cumulus/data_parallel.h"
 #include "cumulus/process_group.h"
 #include "models/model.h"
+#include "tests/distributed/thread_ranks.h"
 #include "tests/test_support.h"
 #include "tests/trainer/fault_parts.h"
-#include "tests/trainer/thread_ranks.h"
 #include "trainer/state_dict.h"
 #include "trainer/trainer.h"
 
@@ -457,7 +457,7 @@ TEST(TrainingTest, WritesConfigMetricsAndAStateDictPythonCanRead) {
 
   // Our own reader gets the parameters back exactly.
   const std::string path = dir.path() + "/model_state_dict.pt";
-  const NamedTensors saved = loadStateDict(path);
+  const checkpoint::NamedTensors saved = loadStateDict(path);
   const auto params = trainer.model().namedParameters();
   ASSERT_EQ(saved.size(), params.size() + trainer.model().namedBuffers().size());
   double our_sum = 0;
@@ -574,7 +574,7 @@ TEST(TrainingTest, TwoRanksRecordTheBytesTheySent) {
   TempDir dir;
   const auto e = smallExperiment(dir.path());
   comm::MemoryStore store;
-  runOnThreads(2, [&](int rank) {
+  distributed::runOnThreads(2, [&](int rank) {
     RunEnv env;
     env.rank = rank;
     env.world_size = 2;

@@ -1,8 +1,8 @@
 // Users' own TorchScript models, losses and .npy data, trained from YAML alone by cumulus-train
 // and cumulus-run as a user runs them. The models and data are made at test time by
-// make_user_fixtures.py with the project environment's Python (torch.jit.script, numpy.save). Final parameters are compared through the "final
-// parameters sha256" line rank 0 prints; resumes stop a worker with cumulus-train-faults, as in
-// resume_process_test.cc.
+// make_user_fixtures.py with the project environment's Python (torch.jit.script, numpy.save). Final
+// parameters are compared through the "final parameters sha256" line rank 0 prints; resumes stop a
+// worker with cumulus-train-faults, as in resume_process_test.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,12 +14,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/npy.h"
 #include "cumulus/sampler.h"
+#include "data/npy.h"
 #include "tests/trainer/process_runner.h"
 #include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
-#include "checkpoint/resume.h"
+#include "trainer/resume.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -33,7 +33,7 @@ using cumulus::testing::ProcessResult;
 using cumulus::testing::runProcess;
 using cumulus::testing::withFaults;
 
-const std::string& kTrain = cumulus::testing::kTrainBinary;
+using cumulus::testing::kTrain;
 const std::string kPython = CUMULUS_PYTHON;
 
 // A worker started by hand (the test itself may run under a launcher).
@@ -195,7 +195,7 @@ TEST_F(UserModelsTest, TokenWindowsReshardFromTwoWorkersToOne) {
   // Each epoch's windows: its full global batches of the (seed 0, epoch) permutation.
   const auto windows = data::TokenExamples::open(fixture("text_train.npy"), 16);
   cumulus::DistributedSampler sampler(windows->size(), 32, /*seed=*/0, /*shuffle=*/true,
-                                   /*drop_last=*/true);
+                                      /*drop_last=*/true);
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     std::set<int64_t> expected;
     for (int64_t k = 0; k < sampler.stepsPerEpoch(); ++k, sampler.advance()) {
@@ -233,17 +233,17 @@ TEST_F(UserModelsTest, ModuleLossTrainsAsTheBuiltInLossWould) {
 
 TEST_F(UserModelsTest, BadInputFailsBeforeTrainingNamingTheFileAndTheReason) {
   const std::string linear = "torchscript:" + fixture("wrong_width.pt");
-  EXPECT_EQ(setupError("regression.yaml", {"--set", "model.name=" + linear}),
-            "model " + linear + " failed on one sample of " + fixture("regression/train") +
-                " (inputs float32 [1, 13]): torchscript model " + fixture("wrong_width.pt") +
-                ": forward failed: RuntimeError: addmm: mat1 and mat2 shapes cannot be multiplied (1x13 "
-                "and 12x1)");
+  EXPECT_EQ(
+      setupError("regression.yaml", {"--set", "model.name=" + linear}),
+      "model " + linear + " failed on one sample of " + fixture("regression/train") +
+          " (inputs float32 [1, 13]): torchscript model " + fixture("wrong_width.pt") +
+          ": forward failed: RuntimeError: addmm: mat1 and mat2 shapes cannot be multiplied (1x13 "
+          "and 12x1)");
   // A model that runs in fp32 but not under bf16 autocast: LibTorch's error names the
   // operation, and the run says that the precision is why.
   const std::string float32_only = "torchscript:" + fixture("float32_only.pt");
-  const std::string bf16 =
-      setupError("regression.yaml",
-                 {"--set", "model.name=" + float32_only, "--set", "trainer.precision=bf16"});
+  const std::string bf16 = setupError("regression.yaml", {"--set", "model.name=" + float32_only,
+                                                          "--set", "trainer.precision=bf16"});
   EXPECT_EQ(bf16.rfind("model " + float32_only + " failed on one sample of " +
                            fixture("regression/train") + " (inputs float32 [1, 13]): ",
                        0),
@@ -350,7 +350,8 @@ TEST_F(UserModelsTest, TokenIdsTheModelCannotTakeAndShortStreamsFailBeforeTraini
                 fixture("tiny_lm.pt") + ", one sample of " + fixture("text_train.npy") + ")");
   EXPECT_EQ(setupError("lm.yaml", {"--set", "model.name=mlp"}),
             "model mlp failed on one sample of " + fixture("text_train.npy") +
-                " (inputs int64 [1, 16]): mat1 and mat2 must have the same dtype, but got Long and Float");
+                " (inputs int64 [1, 16]): mat1 and mat2 must have the same dtype, but got Long and "
+                "Float");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_support.h"  // kTrain, kRun
 #include "tests/trainer/process_runner.h"
 
 namespace cumulus::testing {
@@ -16,8 +17,6 @@ namespace cumulus::testing {
 using Env = std::vector<std::pair<std::string, std::string>>;
 using Args = std::vector<std::string>;
 
-inline const std::string kTrainBinary = CUMULUS_BINARY_DIR "/bin/cumulus-train";
-inline const std::string kRunBinary = CUMULUS_BINARY_DIR "/bin/cumulus-run";
 inline const std::string kTrainFaultsBinary = CUMULUS_BINARY_DIR "/bin/cumulus-train-faults";
 
 // The same worker command (argv[0] cumulus-train) run by cumulus-train-faults with `faults` (its
@@ -33,7 +32,7 @@ inline Args withFaults(Args faults, const Args& train_argv) {
 // `workers` copies of the worker command under cumulus-run --standalone, logs in `log_dir`.
 inline Args groupOf(int workers, const std::string& log_dir, Args train_argv,
                     Args launch_flags = {}) {
-  Args argv = {kRunBinary, "--standalone", "--nproc-per-node=" + std::to_string(workers),
+  Args argv = {kRun, "--standalone", "--nproc-per-node=" + std::to_string(workers),
                "--log-dir=" + log_dir, "--monitor-interval=0.02"};
   for (auto& f : launch_flags) argv.push_back(std::move(f));
   argv.push_back("--");

@@ -1,4 +1,4 @@
-#include "checkpoint/resume.h"
+#include "trainer/resume.h"
 
 #include <algorithm>
 #include <fstream>

@@ -13,7 +13,7 @@
 #include "distributed/group_connection.h"
 #include "distributed/trace.h"
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 namespace {
 
 using ::testing::HasSubstr;
@@ -72,7 +72,8 @@ TEST(GroupEnvironmentTest, NamesTheVariableThatIsMissingOrWrong) {
   EXPECT_THAT(errorOf(without("MASTER_PORT")), HasSubstr("MASTER_PORT is not set"));
   EXPECT_THAT(errorOf(without("RANK")), HasSubstr("RANK is not set"));
   EXPECT_EQ(errorOf(with("RANK", "2")), "RANK=2 must be in [0, WORLD_SIZE=2)");
-  EXPECT_EQ(errorOf(with("WORLD_SIZE", "two")), "environment variable WORLD_SIZE=\"two\" is not an integer");
+  EXPECT_EQ(errorOf(with("WORLD_SIZE", "two")),
+            "environment variable WORLD_SIZE=\"two\" is not an integer");
   EXPECT_EQ(errorOf(with("MASTER_PORT", "70000")), "MASTER_PORT=70000 must be in [1, 65535]");
   EXPECT_EQ(errorOf(with("CUMULUS_GENERATION", "-1")), "CUMULUS_GENERATION=-1 must be >= 0");
   // Optional ones may be absent.
@@ -92,20 +93,23 @@ TEST(GroupEnvironmentTest, ParsesEndpoints) {
     parseEndpoint("h:0", "CUMULUS_PS_ENDPOINT");
     FAIL();
   } catch (const GroupError& e) {
-    EXPECT_STREQ(e.what(), "CUMULUS_PS_ENDPOINT=\"h:0\": expected an integer in [1, 65535], got \"0\"");
+    EXPECT_STREQ(e.what(),
+                 "CUMULUS_PS_ENDPOINT=\"h:0\": expected an integer in [1, 65535], got \"0\"");
   }
 }
 
 TEST(ProcessGroupTest, FunnelWithoutAParameterServerSaysWhatToDo) {
   comm::MemoryStore store;
   base::RunEnv env;
-  configs::CommConfig config;
+  GroupOptions config;
   config.algorithm = Algorithm::kFunnel;
   try {
     GroupConnection group(env, config, store);
     FAIL();
   } catch (const GroupError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("comm.algorithm is funnel but CUMULUS_PS_ENDPOINT is not set"));
+    EXPECT_THAT(
+        e.what(),
+        HasSubstr("the algorithm is funnel (comm.algorithm) but CUMULUS_PS_ENDPOINT is not set"));
   }
 }
 
@@ -122,7 +126,7 @@ TEST(ProcessGroupTest, AnUnreachableStoreIsNamed) {
   env.world_size = 2;
   env.store_host = "127.0.0.1";
   env.store_port = port;
-  configs::CommConfig config;
+  GroupOptions config;
   config.timeout_seconds = 0.5;
   try {
     GroupConnection group(env, config);
@@ -136,7 +140,7 @@ TEST(ProcessGroupTest, AnUnreachableStoreIsNamed) {
 TEST(ProcessGroupTest, ASingleRankGroupReducesToItself) {
   comm::MemoryStore store;
   base::RunEnv env;
-  configs::CommConfig config;
+  GroupOptions config;
   config.algorithm = Algorithm::kRing;
   GroupConnection group(env, config, store);
   EXPECT_EQ(group.world(), 1);
@@ -181,4 +185,4 @@ TEST(TraceRecorderTest, IsThreadSafeAndBounded) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

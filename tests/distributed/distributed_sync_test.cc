@@ -22,9 +22,9 @@
 #include "cumulus/data_parallel.h"
 #include "distributed/flat_parameters.h"
 #include "distributed/group_connection.h"
-#include "tests/trainer/thread_ranks.h"
+#include "tests/distributed/thread_ranks.h"
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 namespace {
 
 constexpr int64_t kFeatures = 8;
@@ -139,14 +139,28 @@ struct RankResult {
   bool grads_in_place = true;              // plan.flat: every .grad() stayed in the flat buffers
 };
 
-configs::CommConfig commConfig(const Plan& plan) {
-  configs::CommConfig config;
-  config.algorithm = parseAlgorithm(plan.algorithm);
-  config.bucket_cap_mb = 2560.0 / (1 << 20);
-  config.first_bucket_mb = 512.0 / (1 << 20);
-  config.timeout_seconds = 20;
-  config.compression = parseCompression(plan.compression);
-  return config;
+GroupOptions groupOptions(const Plan& plan) {
+  GroupOptions options;
+  options.algorithm = parseAlgorithm(plan.algorithm);
+  options.timeout_seconds = 20;
+  return options;
+}
+
+// The sync's options beside a group's: its algorithm and deadline, the default buckets.
+DistributedSyncOptions syncOptionsOf(const GroupOptions& group) {
+  DistributedSyncOptions options;
+  options.algorithm = group.algorithm;
+  options.timeout = timeoutOption(group.timeout_seconds, "timeout_seconds");
+  return options;
+}
+
+// Small buckets (2560 and 512 bytes), so that the plan's parameters span several.
+DistributedSyncOptions syncOptions(const Plan& plan) {
+  DistributedSyncOptions options = syncOptionsOf(groupOptions(plan));
+  options.bucket_cap_bytes = 2560;
+  options.first_bucket_bytes = 512;
+  options.compression = parseCompression(plan.compression);
+  return options;
 }
 
 // This rank's share of step `step`, in plan.accumulation micro-batches, through `sync`'s calls.
@@ -208,9 +222,9 @@ std::vector<RankResult> runGroup(const Plan& plan) {
     env.world_size = plan.world;
     env.job_token = kToken;
     if (server) env.ps_endpoint = "127.0.0.1:" + std::to_string(server->port());
-    GroupConnection group(env, commConfig(plan), store);
+    GroupConnection group(env, groupOptions(plan), store);
     BucketLog bucket_log;
-    DistributedSyncOptions options = DistributedSyncOptions::fromConfig(commConfig(plan));
+    DistributedSyncOptions options = syncOptions(plan);
     options.gradient_as_bucket_view = plan.bucket_view;
     if (plan.trace) options.on_bucket_done = bucket_log.observer();
     DistributedGradientSync sync(group.communicator(), options);
@@ -414,9 +428,9 @@ TEST(DistributedSyncTest, CopyModeAndReplacedGradientsGiveBitIdenticalResults) {
 TEST(DistributedSyncTest, GradientsAreViewsIntoTheBuckets) {
   torch::set_num_threads(1);
   comm::MemoryStore store;
-  configs::CommConfig config;
+  GroupOptions config;
   GroupConnection group(base::RunEnv{}, config, store);
-  DistributedSyncOptions options = DistributedSyncOptions::fromConfig(config);
+  DistributedSyncOptions options = syncOptionsOf(config);
   options.gradient_as_bucket_view = true;
   DistributedGradientSync sync(group.communicator(), options);
   auto net = makeNet(1);
@@ -499,10 +513,9 @@ TEST(DistributedSyncTest, BroadcastCopiesRankZerosTensorsOfAnyDType) {
         base::RunEnv env;
         env.rank = rank;
         env.world_size = 2;
-        configs::CommConfig config;
+        GroupOptions config;
         GroupConnection group(env, config, store);
-        DistributedGradientSync sync(group.communicator(),
-                                     DistributedSyncOptions::fromConfig(config));
+        DistributedGradientSync sync(group.communicator(), syncOptionsOf(config));
         sync.broadcastTensors(tensors[rank]);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -527,10 +540,9 @@ TEST(DistributedSyncTest, RanksWithDifferentModelsFailAtAttachNamingTheRank) {
       base::RunEnv env;
       env.rank = rank;
       env.world_size = 2;
-      configs::CommConfig config;
+      GroupOptions config;
       GroupConnection group(env, config, store);
-      DistributedGradientSync sync(group.communicator(),
-                                   DistributedSyncOptions::fromConfig(config));
+      DistributedGradientSync sync(group.communicator(), syncOptionsOf(config));
       std::vector<torch::Tensor> params = {
           torch::zeros({rank == 0 ? 4 : 5}, torch::requires_grad())};
       try {
@@ -558,12 +570,11 @@ TEST(DistributedSyncTest, APeerThatLeavesMakesFinishThrowNamingIt) {
       base::RunEnv env;
       env.rank = rank;
       env.world_size = 2;
-      configs::CommConfig config;
+      GroupOptions config;
       config.algorithm = Algorithm::kRing;
       config.timeout_seconds = 10;
       GroupConnection group(env, config, store);
-      DistributedGradientSync sync(group.communicator(),
-                                   DistributedSyncOptions::fromConfig(config));
+      DistributedGradientSync sync(group.communicator(), syncOptionsOf(config));
       auto net = makeNet(1);
       const auto params = net->parameters();
       sync.attach(params);
@@ -587,4 +598,4 @@ TEST(DistributedSyncTest, APeerThatLeavesMakesFinishThrowNamingIt) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

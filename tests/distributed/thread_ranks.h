@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 // Runs body(rank) for ranks 0..world-1, each on a thread of its own, waits for all of them and
 // rethrows the first exception any of them threw.
@@ -30,4 +30,4 @@ inline void runOnThreads(int world, const std::function<void(int)>& body) {
   if (first_error) std::rethrow_exception(first_error);
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

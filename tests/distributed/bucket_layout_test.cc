@@ -7,7 +7,7 @@
 
 #include <set>
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 namespace {
 
 using ::testing::ElementsAre;
@@ -97,4 +97,4 @@ TEST(BucketLayoutTest, DescribeNamesEachBucket) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

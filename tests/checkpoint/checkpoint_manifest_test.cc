@@ -8,10 +8,10 @@
 #include "base/hash.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/file_system.h"
+#include "tests/checkpoint/file_system_fault.h"
 #include "tests/test_support.h"
-#include "tests/trainer/file_system_fault.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 namespace {
 
 const char kAbcSha[] = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
@@ -168,4 +168,4 @@ TEST(CheckpointFileSystem, FaultsLeaveAPrefixAndFailFsync) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

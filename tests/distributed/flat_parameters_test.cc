@@ -7,7 +7,7 @@
 
 #include "models/model.h"
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 namespace {
 
 std::vector<torch::Tensor> someParams() {
@@ -141,4 +141,4 @@ TEST(FlatParametersTest, TorchScriptForwardComputesWithTheFlatStorage) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
-#include "tests/trainer/file_system_fault.h"
 #include "cumulus/errors.h"
+#include "tests/checkpoint/file_system_fault.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 namespace {
 
 // A save writes its .tmp beside everything there and removes what falls out of `keep` after it.
@@ -105,4 +105,4 @@ TEST_F(CheckRoomTest, TheCheckpointsThereCountAsRoomAndAreNotToBeDeleted) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

@@ -18,7 +18,7 @@
 #include "base/annotated_mutex.h"
 #include "checkpoint/file_system.h"
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 
 class FaultInjectingFileSystem : public FileSystem {
  public:
@@ -72,4 +72,4 @@ class FaultInjectingFileSystem : public FileSystem {
   std::optional<uint64_t> available_ ABSL_GUARDED_BY(mutex_);
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

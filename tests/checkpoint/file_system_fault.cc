@@ -1,8 +1,8 @@
-#include "tests/trainer/file_system_fault.h"
+#include "tests/checkpoint/file_system_fault.h"
 
 #include <algorithm>
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 namespace {
 
 bool endsWith(const std::string& text, const std::string& suffix) {
@@ -122,4 +122,4 @@ void FaultInjectingFileSystem::syncDir(const std::string& path) {
   base_.syncDir(path);
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

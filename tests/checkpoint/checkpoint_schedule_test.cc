@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 namespace {
 
 TEST(CheckpointScheduleTest, OffByDefault) {
@@ -61,4 +61,4 @@ TEST(CheckpointScheduleTest, NegativeIsRefusedWithTheKey) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-namespace cumulus::trainer {
+namespace cumulus::checkpoint {
 namespace {
 
 // MAX all-reduce of one integer among `world` threads: each round completes when every rank has
@@ -303,4 +303,4 @@ TEST(PreemptionTest, WatchdogWithoutNoticeNeverFires) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::checkpoint
