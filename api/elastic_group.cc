@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "api/process_group_impl.h"
+#include "base/enum_names.h"
 #include "base/env_names.h"
 #include "base/integer.h"
 #include "comm/store_client.h"
@@ -39,8 +40,9 @@ int64_t workerCount(const base::EnvLookup& getenv, const char* name, int64_t fal
 
 std::optional<ElasticSettings> elasticSettings(const base::EnvLookup& getenv) {
   const std::string recovery = variable(getenv, base::env::kRecovery);
-  if (recovery.empty() || recovery == "restart") return std::nullopt;
-  if (recovery != "in_place") {
+  const std::optional<Recovery> mode = base::valueNamed<Recovery>(recovery);
+  if (recovery.empty() || mode == Recovery::kRestart) return std::nullopt;
+  if (!mode) {
     throw GroupError("CUMULUS_RECOVERY=\"" + recovery + "\": must be in_place or restart");
   }
   ElasticSettings s;

@@ -59,7 +59,7 @@ std::vector<torch::Tensor> modelParameters(const std::string& model) {
 // (Nesterov, momentum 0.9, weight decay 5e-4), AdamW as configs/fashion_mnist_convnet.yaml.
 cumulus::configs::OptimizerConfig optimizerConfig(const std::string& name) {
   cumulus::configs::OptimizerConfig c;
-  c.name = *cumulus::configs::parseOption<cumulus::configs::OptimizerName>(name);
+  c.name = *cumulus::base::valueNamed<cumulus::configs::OptimizerName>(name);
   if (c.name == cumulus::configs::OptimizerName::kSgd) {
     c.lr = 0.01;
     c.momentum = 0.9;

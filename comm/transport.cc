@@ -6,31 +6,16 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "base/enum_names.h"
 #include "base/env_names.h"
 #include "base/run_env.h"
 
 namespace cumulus::comm {
 
-const char* transportName(Transport transport) {
-  switch (transport) {
-    case Transport::kTcp:
-      return "tcp";
-    case Transport::kUnix:
-      return "unix";
-    case Transport::kShm:
-      return "shm";
-    case Transport::kAuto:
-      break;
-  }
-  return "auto";
-}
+const char* transportName(Transport transport) { return base::nameOf(transport); }
 
 std::optional<Transport> parseTransport(const std::string& name) {
-  if (name == "auto") return Transport::kAuto;
-  if (name == "tcp") return Transport::kTcp;
-  if (name == "unix") return Transport::kUnix;
-  if (name == "shm") return Transport::kShm;
-  return std::nullopt;
+  return base::valueNamed<Transport>(name);
 }
 
 Transport transportFromEnvironment() {

@@ -24,10 +24,16 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace cumulus::comm {
 
 enum class Transport { kAuto, kTcp, kUnix, kShm };
+inline constexpr std::pair<Transport, const char*> kTransportNames[] = {{Transport::kAuto, "auto"},
+                                                                        {Transport::kTcp, "tcp"},
+                                                                        {Transport::kUnix, "unix"},
+                                                                        {Transport::kShm, "shm"}};
+constexpr const auto& enumNames(Transport) { return kTransportNames; }  // base/enum_names.h
 
 const char* transportName(Transport transport);  // "auto", "tcp", "unix", "shm"
 std::optional<Transport> parseTransport(const std::string& name);

@@ -12,7 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "cumulus/options.h"  // Algorithm, Compression, Precision
+#include "base/enum_names.h"
+#include "cumulus/options.h"  // Algorithm, Compression, Precision, Recovery
 
 namespace cumulus::configs {
 
@@ -26,8 +27,8 @@ struct ModelConfig {
 
 // The keys whose value is one of a few names are typed here, where they are read: the YAML name
 // becomes one of these enums once (configs/schema.cc), and everything downstream switches on the
-// enum. OptionNames<E>::rows lists each value with its YAML name, in the order the reference
-// (docs/configuration.md) and the errors list them; optionName and parseOption read it.
+// enum. Each has its table of names (base/enum_names.h), in the order the reference
+// (docs/configuration.md) and the errors list them; the schema's allowed values are these tables.
 enum class DataFormat { kIdx, kNpy, kTokens };
 enum class Dataset { kFashionMnist, kMnist, kSynthetic };
 enum class LossName { kCrossEntropy, kMse, kModule };
@@ -36,66 +37,33 @@ enum class ScheduleName { kConstant, kStep, kCosine };
 enum class BalanceMode { kOff, kAuto, kFixed };
 enum class SyncMode { kEveryStep, kDiloco };
 
-template <class E>
-struct OptionNames;
-template <>
-struct OptionNames<DataFormat> {
-  static constexpr std::pair<DataFormat, const char*> rows[] = {
-      {DataFormat::kIdx, "idx"}, {DataFormat::kNpy, "npy"}, {DataFormat::kTokens, "tokens"}};
-};
-template <>
-struct OptionNames<Dataset> {
-  static constexpr std::pair<Dataset, const char*> rows[] = {
-      {Dataset::kFashionMnist, "fashion-mnist"},
-      {Dataset::kMnist, "mnist"},
-      {Dataset::kSynthetic, "synthetic"}};
-};
-template <>
-struct OptionNames<LossName> {
-  static constexpr std::pair<LossName, const char*> rows[] = {
-      {LossName::kCrossEntropy, "cross_entropy"},
-      {LossName::kMse, "mse"},
-      {LossName::kModule, "module"}};
-};
-template <>
-struct OptionNames<OptimizerName> {
-  static constexpr std::pair<OptimizerName, const char*> rows[] = {
-      {OptimizerName::kSgd, "sgd"}, {OptimizerName::kAdamw, "adamw"}};
-};
-template <>
-struct OptionNames<ScheduleName> {
-  static constexpr std::pair<ScheduleName, const char*> rows[] = {
-      {ScheduleName::kConstant, "constant"},
-      {ScheduleName::kStep, "step"},
-      {ScheduleName::kCosine, "cosine"}};
-};
-template <>
-struct OptionNames<BalanceMode> {
-  static constexpr std::pair<BalanceMode, const char*> rows[] = {
-      {BalanceMode::kOff, "off"}, {BalanceMode::kAuto, "auto"}, {BalanceMode::kFixed, "fixed"}};
-};
-template <>
-struct OptionNames<SyncMode> {
-  static constexpr std::pair<SyncMode, const char*> rows[] = {{SyncMode::kEveryStep, "every_step"},
-                                                              {SyncMode::kDiloco, "diloco"}};
-};
-
-// The YAML name of `value` ("idx", "adamw", ...).
-template <class E>
-const char* optionName(E value) {
-  for (const auto& [v, name] : OptionNames<E>::rows) {
-    if (v == value) return name;
-  }
-  return "?";
-}
-// The value named `name`; nullopt for another name (the schema has refused it before).
-template <class E>
-std::optional<E> parseOption(std::string_view name) {
-  for (const auto& [v, n] : OptionNames<E>::rows) {
-    if (name == n) return v;
-  }
-  return std::nullopt;
-}
+inline constexpr std::pair<DataFormat, const char*> kDataFormatNames[] = {
+    {DataFormat::kIdx, "idx"}, {DataFormat::kNpy, "npy"}, {DataFormat::kTokens, "tokens"}};
+inline constexpr std::pair<Dataset, const char*> kDatasetNames[] = {
+    {Dataset::kFashionMnist, "fashion-mnist"},
+    {Dataset::kMnist, "mnist"},
+    {Dataset::kSynthetic, "synthetic"}};
+inline constexpr std::pair<LossName, const char*> kLossNames[] = {
+    {LossName::kCrossEntropy, "cross_entropy"},
+    {LossName::kMse, "mse"},
+    {LossName::kModule, "module"}};
+inline constexpr std::pair<OptimizerName, const char*> kOptimizerNames[] = {
+    {OptimizerName::kSgd, "sgd"}, {OptimizerName::kAdamw, "adamw"}};
+inline constexpr std::pair<ScheduleName, const char*> kScheduleNames[] = {
+    {ScheduleName::kConstant, "constant"},
+    {ScheduleName::kStep, "step"},
+    {ScheduleName::kCosine, "cosine"}};
+inline constexpr std::pair<BalanceMode, const char*> kBalanceNames[] = {
+    {BalanceMode::kOff, "off"}, {BalanceMode::kAuto, "auto"}, {BalanceMode::kFixed, "fixed"}};
+inline constexpr std::pair<SyncMode, const char*> kSyncNames[] = {
+    {SyncMode::kEveryStep, "every_step"}, {SyncMode::kDiloco, "diloco"}};
+constexpr const auto& enumNames(DataFormat) { return kDataFormatNames; }
+constexpr const auto& enumNames(Dataset) { return kDatasetNames; }
+constexpr const auto& enumNames(LossName) { return kLossNames; }
+constexpr const auto& enumNames(OptimizerName) { return kOptimizerNames; }
+constexpr const auto& enumNames(ScheduleName) { return kScheduleNames; }
+constexpr const auto& enumNames(BalanceMode) { return kBalanceNames; }
+constexpr const auto& enumNames(SyncMode) { return kSyncNames; }
 
 struct DataConfig {
   // "idx": `dataset` (IDX files in `dir`, or synthetic); "npy": `train` and `test` are directories
@@ -204,11 +172,6 @@ struct CommConfig {
   Compression compression = Compression::kNone;  // bf16: with error feedback
 };
 
-// How a group recovers from a failed worker or node (`launch.recovery`, `--recovery`): "restart"
-// stops every worker and restarts the group from the newest checkpoint; "in_place" lets the
-// survivors re-form without restarting and starts replacements that join them. The one default.
-inline constexpr const char* kDefaultRecovery = "in_place";
-
 struct LaunchConfig {
   int64_t nproc_per_node = 2;
   std::string nnodes = "1";  // "N" or "MIN:MAX"
@@ -217,8 +180,8 @@ struct LaunchConfig {
   std::string rdzv_endpoint = "";  // host:port; empty with nnodes 1: standalone
   double rdzv_timeout = 60.0;      // seconds to wait for the Store and the other nodes
   double rdzv_last_call = 3.0;     // elastic: seconds after the last joiner before closing
-  // "in_place" or "restart"
-  std::string recovery = kDefaultRecovery;
+  // A name of cumulus::Recovery (<cumulus/options.h>): "in_place" or "restart".
+  std::string recovery = base::nameOf(kDefaultRecovery);
   int64_t metrics_port = 0;  // node 0 serves /metrics and the dashboard there; 0: off
 };
 

@@ -527,7 +527,7 @@ class ExperimentBuilder {
       if (!value->empty()) continue;
       const auto set = origins_.find(path);
       fail(set != origins_.end() ? set->second.where : origins_.at("data.format").where, path,
-           "required when data.format is " + std::string(optionName(d.format)) + "; name " + what);
+           "required when data.format is " + std::string(base::nameOf(d.format)) + "; name " + what);
     }
   }
 

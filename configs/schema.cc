@@ -35,18 +35,13 @@ struct TopMember {
 template <class M>
 using FieldType = std::decay_t<decltype(M::ref(std::declval<Experiment&>()))>;
 
-// The option enums of <cumulus/options.h> are strings in a file and typed in Experiment: a row
-// reads and writes them by name, so the digest, the emitted YAML and the reference are unchanged.
-// The public ones have their names in <cumulus/options.h>; the rest in configs/experiment.h.
-const char* optionName(Algorithm value) { return algorithmName(value); }
-const char* optionName(Compression value) { return compressionName(value); }
-const char* optionName(Precision value) { return precisionName(value); }
-void readOption(const std::string& name, Algorithm& out) { out = parseAlgorithm(name); }
-void readOption(const std::string& name, Compression& out) { out = parseCompression(name); }
-void readOption(const std::string& name, Precision& out) { out = parsePrecision(name); }
+// The option enums are strings in a file and typed in Experiment: a row reads and writes them by
+// name, from the enum's table (base/enum_names.h; the public ones' in <cumulus/options.h>, the
+// rest in configs/experiment.h), so the digest, the emitted YAML and the reference are unchanged.
+// A row's allowed values are the same table (oneOf(base::namesOf<E>())).
 template <class E>
 void readOption(const std::string& name, E& out) {
-  const std::optional<E> value = parseOption<E>(name);
+  const std::optional<E> value = base::valueNamed<E>(name);
   assert(value && "checkValue refuses a name the enum lacks");
   if (value) out = *value;
 }
@@ -57,7 +52,7 @@ using Stored = std::conditional_t<std::is_enum_v<T>, std::string, T>;
 template <class T>
 Stored<T> stored(const T& value) {
   if constexpr (std::is_enum_v<T>) {
-    return optionName(value);
+    return base::nameOf(value);
   } else {
     return value;
   }
@@ -221,11 +216,11 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(model, dropout), 0.0, between(0, false, 1, true), "mlp: dropout probability after each hidden layer"));
   t.push_back(row(KEY(model, num_classes), 10, inRange(1, kMaxWidth), "mlp, convnet: output width (classes); a TorchScript model has its own"));
 
-  t.push_back(row(KEY(data, format), DataFormat::kIdx, oneOf({"idx", "npy", "tokens"}), "idx: `data.dataset`; npy: `inputs.npy` and `targets.npy` in `data.train` and `data.test`; tokens: 1-D .npy token-id files `data.train` and `data.test`"));
+  t.push_back(row(KEY(data, format), DataFormat::kIdx, oneOf(base::namesOf<DataFormat>()), "idx: `data.dataset`; npy: `inputs.npy` and `targets.npy` in `data.train` and `data.test`; tokens: 1-D .npy token-id files `data.train` and `data.test`"));
   t.push_back(row(KEY(data, train), "", anyValue(), "npy: directory of the training samples; tokens: the training token file (numpy.save of a 1-D integer array) (relative paths: from the working directory)"));
   t.push_back(row(KEY(data, test), "", anyValue(), "npy: directory of the test samples; tokens: the test token file (relative paths: from the working directory)"));
   t.push_back(row(KEY(data, seq_len), 128, inRange(1, kMaxWidth), "tokens: tokens per sample; inputs are `seq_len` consecutive tokens, targets the same shifted by one"));
-  t.push_back(row(KEY(data, dataset), Dataset::kFashionMnist, oneOf({"fashion-mnist", "mnist", "synthetic"}), "idx: IDX files in `data.dir` (gzip or raw), or generated samples"));
+  t.push_back(row(KEY(data, dataset), Dataset::kFashionMnist, oneOf(base::namesOf<Dataset>()), "idx: IDX files in `data.dir` (gzip or raw), or generated samples"));
   t.push_back(row(KEY(data, dir), "/usr/share/datasets/fashion-mnist", anyValue(), "idx: directory of the IDX files; unused for synthetic (relative paths: from the working directory)"));
   t.push_back(row(KEY(data, normalize), true, anyValue(), "idx: subtract the train-set mean and divide by its standard deviation"));
   t.push_back(row(KEY(data, shuffle), true, anyValue(), "permute the samples each epoch, from (seed, epoch)"));
@@ -234,9 +229,9 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(data, synthetic_train_samples), 4096, inRange(1, kMaxCount), "synthetic: training samples"));
   t.push_back(row(KEY(data, synthetic_test_samples), 1024, inRange(1, kMaxCount), "synthetic: test samples"));
 
-  t.push_back(row(KEY(loss, name), LossName::kCrossEntropy, oneOf({"cross_entropy", "mse", "module"}), "cross_entropy: logits [B, C] against class ids [B], or [B, T, V] against token ids [B, T]; mse: outputs and targets of one shape; module: the model's `forward(inputs, targets)` returns its own mean loss"));
+  t.push_back(row(KEY(loss, name), LossName::kCrossEntropy, oneOf(base::namesOf<LossName>()), "cross_entropy: logits [B, C] against class ids [B], or [B, T, V] against token ids [B, T]; mse: outputs and targets of one shape; module: the model's `forward(inputs, targets)` returns its own mean loss"));
 
-  t.push_back(row(KEY(optimizer, name), OptimizerName::kSgd, oneOf({"sgd", "adamw"}), "optimizer"));
+  t.push_back(row(KEY(optimizer, name), OptimizerName::kSgd, oneOf(base::namesOf<OptimizerName>()), "optimizer"));
   t.push_back(row(KEY(optimizer, lr), 0.1, above(0), "peak learning rate (after warm-up, before decay)"));
   t.push_back(row(KEY(optimizer, momentum), 0.9, between(0, false, 1, true), "sgd: momentum; 0 turns it off"));
   t.push_back(row(KEY(optimizer, nesterov), false, anyValue(), "sgd: Nesterov momentum"));
@@ -245,7 +240,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(optimizer, beta2), 0.999, between(0, false, 1, true), "adamw: decay rate of the second-moment estimate"));
   t.push_back(row(KEY(optimizer, eps), 1e-8, above(0), "adamw: added to the denominator"));
 
-  t.push_back(row(KEY(schedule, name), ScheduleName::kConstant, oneOf({"constant", "step", "cosine"}), "learning-rate schedule after warm-up"));
+  t.push_back(row(KEY(schedule, name), ScheduleName::kConstant, oneOf(base::namesOf<ScheduleName>()), "learning-rate schedule after warm-up"));
   t.push_back(row(KEY(schedule, warmup_steps), 0, atLeast(0), "linear warm-up from 0 to `optimizer.lr` over this many steps"));
   t.push_back(row(KEY(schedule, step_size), 1000, atLeast(1), "step: multiply the rate by `gamma` every this many steps"));
   t.push_back(row(KEY(schedule, gamma), 0.1, between(0, true, 1, false), "step: the factor"));
@@ -258,15 +253,15 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(trainer, grad_clip_norm), 0.0, atLeast(0), "> 0: clip the global gradient norm to this; 0: off"));
   t.push_back(row(KEY(trainer, grad_accumulation), 1, atLeast(1), "micro-batches per optimizer step; divides `global_batch_size`"));
   t.push_back(row(KEY(trainer, threads), 0, atLeast(0), "intra-op threads per worker, at most the cores this process may use; 0: cores / local workers"));
-  t.push_back(row(KEY(trainer, precision), Precision::kFp32, oneOf({"fp32", "bf16", "auto"}), "fp32: float32 throughout; bf16: forward and loss under LibTorch's CPU autocast in bfloat16, with float32 weights, gradients, optimizer state and checkpoints (as torch.autocast); auto: bf16 on a CPU with native bfloat16 (avx512_bf16 or AMX), fp32 otherwise. The first lines of a run say which and why. Changing it between launches needs no --allow-config-change"));
+  t.push_back(row(KEY(trainer, precision), Precision::kFp32, oneOf(base::namesOf<Precision>()), "fp32: float32 throughout; bf16: forward and loss under LibTorch's CPU autocast in bfloat16, with float32 weights, gradients, optimizer state and checkpoints (as torch.autocast); auto: bf16 on a CPU with native bfloat16 (avx512_bf16 or AMX), fp32 otherwise. The first lines of a run say which and why. Changing it between launches needs no --allow-config-change"));
   t.push_back(row(KEY(trainer, step_timeout_seconds), 0.0, atLeast(0), "a step that makes no progress for this many seconds in one phase (data, forward, backward, sync, optimizer) stops the job with exit 2, naming the rank, step and phase (sync waits 15 s longer, so that a peer that hangs is named by its own watchdog first); evaluation and checkpoints are not timed. 0: automatic, max(300, 10 x the median duration of the latest 100 steps after the first 5 of each launch), 300 until then"));
   t.push_back(row(KEY(trainer, run_dir), "runs/default", formatted(checkNonEmpty, "a non-empty path"), "directory for logs, config.yaml and, by default, checkpoints (relative paths: from the working directory)"));
   t.push_back(row(KEY(trainer, log_every_steps), 50, atLeast(1), "log loss and throughput every this many steps"));
   t.push_back(row(KEY(trainer, log_all_ranks), false, anyValue(), "print progress, evaluations and the summary from every worker; false: rank 0 alone (every rank still prints its warnings)"));
-  t.push_back(row(KEY(trainer, balance), BalanceMode::kOff, oneOf({"off", "auto", "fixed"}), "ranks' shares of the global batch: off: equal; auto: in proportion to each rank's measured compute rate, so a slow worker takes fewer samples (the same global batch, the same math; which rank takes which sample then depends on timing, so bit-identical reruns need off or fixed); fixed: `balance_shares`"));
+  t.push_back(row(KEY(trainer, balance), BalanceMode::kOff, oneOf(base::namesOf<BalanceMode>()), "ranks' shares of the global batch: off: equal; auto: in proportion to each rank's measured compute rate, so a slow worker takes fewer samples (the same global batch, the same math; which rank takes which sample then depends on timing, so bit-identical reruns need off or fixed); fixed: `balance_shares`"));
   t.push_back(row(KEY(trainer, balance_every_steps), 20, atLeast(1), "auto: the ranks compare their rates and may move the shares every this many steps"));
   t.push_back(row(KEY(trainer, balance_shares), std::vector<int64_t>{}, atLeast(0), "fixed: samples per rank, one per worker, summing to `global_batch_size`"));
-  t.push_back(row(KEY(trainer, sync), SyncMode::kEveryStep, oneOf({"every_step", "diloco"}), "every_step: the gradients are all-reduced every step (`comm`); diloco: each worker trains its own replica for `diloco.inner_steps` steps without communicating, then the workers average how far they moved and an outer optimizer steps the shared parameters (DiLoCo; `diloco`). For fleets on slow or distant links"));
+  t.push_back(row(KEY(trainer, sync), SyncMode::kEveryStep, oneOf(base::namesOf<SyncMode>()), "every_step: the gradients are all-reduced every step (`comm`); diloco: each worker trains its own replica for `diloco.inner_steps` steps without communicating, then the workers average how far they moved and an outer optimizer steps the shared parameters (DiLoCo; `diloco`). For fleets on slow or distant links"));
 
   t.push_back(row(KEY(eval, every_steps), 0, atLeast(0), "evaluate every this many steps; 0: at the end of each epoch only"));
   t.push_back(row(KEY(eval, batch_size), 1000, inRange(1, kMaxCount), "evaluation batch size per worker"));
@@ -278,12 +273,12 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(checkpoint, async), true, anyValue(), "write checkpoints on a background thread while training goes on"));
   t.push_back(row(KEY(checkpoint, max_failures), 3, atLeast(1), "stop the run (exit 1; 2 when the disk is full or read-only) when this many checkpoints in a row fail to save; each failure is reported, and the newest valid checkpoint stays"));
 
-  t.push_back(row(KEY(comm, algorithm), Algorithm::kAuto, oneOf({"funnel", "tree", "ring", "hierarchical", "auto"}), "gradient all-reduce; hierarchical: ring inside each host, ring across hosts (for several ranks per host); auto: the cost model's pick per bucket and host layout"));
+  t.push_back(row(KEY(comm, algorithm), Algorithm::kAuto, oneOf(base::namesOf<Algorithm>()), "gradient all-reduce; hierarchical: ring inside each host, ring across hosts (for several ranks per host); auto: the cost model's pick per bucket and host layout"));
   t.push_back(row(KEY(comm, bucket_cap_mb), kDefaultBucketCapMb, above(0), "gradient bucket size cap, MiB"));
   t.push_back(row(KEY(comm, first_bucket_mb), kDefaultFirstBucketMb, above(0), "size cap of the first bucket, MiB (at most `bucket_cap_mb`)"));
   t.push_back(row(KEY(comm, timeout_seconds), kDefaultTimeoutSeconds, above(0), "a collective not done by then fails, naming the peer"));
   t.push_back(row(KEY(comm, cost_model), "", anyValue(), "calibration file from `cumulus-bench calibrate`; empty: built-in (relative paths: from the working directory)"));
-  t.push_back(row(KEY(comm, compression), Compression::kNone, oneOf({"none", "bf16"}), "gradient buckets on the wire: none sends float32; bf16 sends bfloat16 (half the bytes), each rank keeping its rounding error and adding it to the next step's gradient (error feedback). For slow links (1 Gbit/s and below), where the all-reduce dominates the step"));
+  t.push_back(row(KEY(comm, compression), Compression::kNone, oneOf({base::nameOf(Compression::kNone), base::nameOf(Compression::kBf16)}), "gradient buckets on the wire: none sends float32; bf16 sends bfloat16 (half the bytes), each rank keeping its rounding error and adding it to the next step's gradient (error feedback). For slow links (1 Gbit/s and below), where the all-reduce dominates the step"));
 
   t.push_back(row(KEY(diloco, inner_steps), 50, inRange(1, kMaxCount), "inner steps each worker takes alone between two syncs of a fragment (H)"));
   t.push_back(row(KEY(diloco, outer_lr), 0.7, between(0, true, 10, false), "the outer optimizer's learning rate (SGD on the averaged outer gradients): 1 without momentum moves the global parameters to the replicas' average, more steps past it; the papers use 0.7, and far above 1 the outer steps diverge"));
@@ -292,7 +287,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(diloco, fragments), 1, atLeast(1), "1: DiLoCo, every parameter synced every `inner_steps`; more: Streaming DiLoCo, the parameters split into this many fragments of whole tensors, each synced at its own offset within the `inner_steps`, so the peak traffic is a fragment's (at most `inner_steps` and the model's tensor count)"));
   t.push_back(row(KEY(diloco, overlap), false, anyValue(), "a fragment's outer all-reduce runs during the next step's forward and backward, whose gradient is applied after the fragment's update (one step late)"));
   t.push_back(row(KEY(diloco, mix), 0.0, between(0, false, 1, true), "at a fragment's update, the share of its own values a worker keeps (local = mix x local + (1 - mix) x global); 0: every worker takes the global values"));
-  t.push_back(row(KEY(diloco, outer_compression), Compression::kNone, oneOf({"none", "bf16", "int8"}), "outer gradients on the wire: none sends float32; bf16 bfloat16 (half); int8 one byte per value with a float32 scale per 256 (a quarter, gathered rather than reduced: every worker receives every worker's). bf16 and int8 keep each worker's rounding error for its next round (error feedback)"));
+  t.push_back(row(KEY(diloco, outer_compression), Compression::kNone, oneOf(base::namesOf<Compression>()), "outer gradients on the wire: none sends float32; bf16 bfloat16 (half); int8 one byte per value with a float32 scale per 256 (a quarter, gathered rather than reduced: every worker receives every worker's). bf16 and int8 keep each worker's rounding error for its next round (error feedback)"));
 
   t.push_back(row(KEY(launch, nproc_per_node), 2, inRange(1, kMaxWorkersPerNode), "workers per node"));
   t.push_back(row(KEY(launch, nnodes), "1", formatted(checkNnodes, "N or MIN:MAX, with 1 <= MIN <= MAX <= 65536"), "nodes: a fixed count, or an elastic range"));
@@ -301,7 +296,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(launch, rdzv_endpoint), "", formatted(checkEndpoint, "empty or host:port"), "rendezvous host:port; empty with one node: standalone"));
   t.push_back(row(KEY(launch, rdzv_timeout), 60.0, atLeast(0.1), "seconds to wait for the Store and the other nodes (`--rdzv-timeout`)"));
   t.push_back(row(KEY(launch, rdzv_last_call), 3.0, atLeast(0), "elastic: close the rendezvous this many seconds after the last node joined, once MIN are in (`--rdzv-last-call`)"));
-  t.push_back(row(KEY(launch, recovery), kDefaultRecovery, oneOf({"in_place", "restart"}), "after a failure: restart the whole group from the newest checkpoint, or let the survivors go on in place and start replacements that join them (`--recovery`; comm.algorithm funnel always restarts)"));
+  t.push_back(row(KEY(launch, recovery), base::nameOf(kDefaultRecovery), oneOf(base::namesOf<Recovery>()), "after a failure: restart the whole group from the newest checkpoint, or let the survivors go on in place and start replacements that join them (`--recovery`; comm.algorithm funnel always restarts)"));
   t.push_back(row(KEY(launch, metrics_port), 0, between(0, false, 65535, false), "node 0 serves the job's Prometheus `/metrics` and live dashboard on this port (loopback unless `--metrics-host`; `--metrics-port`); 0: off"));
   // clang-format on
   return t;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "base/enum_names.h"
 #include "base/host_port.h"
 #include "launch/preemption_notice.h"
 
@@ -93,7 +94,7 @@ void addRunFlags(CLI::App& app, LaunchOptions& o) {
   app.add_option_function<std::string>(
          "--recovery", [&](const std::string& v) { o.recovery = parseRecovery(v, "--recovery"); },
          "after a failure: restart the group, or go on in place (default " +
-             std::string(configs::kDefaultRecovery) + ")")
+             std::string(recoveryName(kDefaultRecovery)) + ")")
       ->type_name("in_place|restart");
   app.add_option("--metrics-port", o.metrics_port,
                  "node 0 serves /metrics and the live dashboard on port P (default 0: off)")
@@ -141,13 +142,8 @@ void checkCombination(const LaunchOptions& o) {
 }  // namespace
 
 Recovery parseRecovery(const std::string& text, const std::string& what) {
-  if (text == "restart") return Recovery::kRestart;
-  if (text == "in_place") return Recovery::kInPlace;
+  if (const std::optional<Recovery> recovery = base::valueNamed<Recovery>(text)) return *recovery;
   throw UsageError(what + ": must be in_place or restart, got '" + text + "'");
-}
-
-const char* recoveryName(Recovery recovery) {
-  return recovery == Recovery::kInPlace ? "in_place" : "restart";
 }
 
 std::pair<int64_t, int64_t> parseNodeRange(const std::string& text, const std::string& what) {

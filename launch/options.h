@@ -27,7 +27,7 @@
 //                           default: the source address of the route to the rendezvous host
 //   --recovery MODE         restart (stop the group, restart it from the newest checkpoint) or
 //                           in_place (the survivors go on; a dead worker is replaced by a joiner);
-//                           default configs::kDefaultRecovery, or launch.recovery
+//                           default in_place (kDefaultRecovery), or launch.recovery
 //   --metrics-port P        node 0 serves the job's Prometheus /metrics, its live dashboard (/)
 //                           and their JSON (/api/status, /api/records) on port P (default 0:
 //                           off, or launch.metrics_port); other nodes ignore it, saying so
@@ -49,20 +49,16 @@
 
 namespace cumulus::launch {
 
-// How the job recovers from a failed worker (launch.recovery; docs/launch.md).
-enum class Recovery {
-  kRestart,  // stop every worker of every node, restart the group under a new generation
-  kInPlace,  // the survivors re-form by themselves; the agent replaces the dead worker
-};
-
 // A mistake on the command line or in the launch: section; the message says which flag and what
 // to do.
 using base::UsageError;
 
 // "in_place" or "restart" → the mode; throws UsageError naming `what` ("--recovery",
 // "launch.recovery").
+// (cumulus::Recovery, <cumulus/options.h>: restart stops every worker of every node and restarts
+// the group under a new generation; in_place lets the survivors re-form while the agent replaces
+// the dead worker.)
 Recovery parseRecovery(const std::string& text, const std::string& what);
-const char* recoveryName(Recovery recovery);
 
 struct LaunchOptions {
   int64_t nproc_per_node = 1;
@@ -87,7 +83,7 @@ struct LaunchOptions {
   bool host_parameter_server = false;  // comm.algorithm: funnel — node 0 hosts it
   int metrics_port = 0;                // 0: no live metrics
   std::string metrics_host = "127.0.0.1";
-  Recovery recovery = parseRecovery(configs::kDefaultRecovery, "launch.recovery");
+  Recovery recovery = kDefaultRecovery;
   int64_t allocation_nodes = 0;          // SLURM_NNODES when it set --nnodes (slurm_env.h), else 0
   std::set<std::string> explicit_flags;  // flags given on the command line, e.g. "nproc-per-node"
   bool help = false;                     // --help was given and printed: exit 0

@@ -48,7 +48,7 @@ Datasets loadIdx(const configs::DataConfig& config, uint64_t seed, const std::st
     train = data::toFloatImages(train_bytes, norm);
     test = data::toFloatImages(test_bytes, norm);
   }
-  const std::string name = configs::optionName(config.dataset);
+  const std::string name = base::nameOf(config.dataset);
   const std::string where = synthetic ? "" : " in " + config.dir;
   Datasets d;
   d.train_source = "the " + name + " training set" + where;

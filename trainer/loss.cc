@@ -65,7 +65,7 @@ Loss Loss::named(Kind kind, Precision precision) {
   if (precision == Precision::kAuto) {
     throw std::logic_error("Loss::named: choose the precision first (choosePrecision)");
   }
-  return Loss(kind, configs::optionName(kind), precision);
+  return Loss(kind, base::nameOf(kind), precision);
 }
 
 torch::Tensor Loss::forward(models::Model& model, const torch::Tensor& inputs) const {

@@ -227,7 +227,7 @@ class PerTensorOptimizer final : public Optimizer {
  public:
   PerTensorOptimizer(const configs::OptimizerConfig& c, std::vector<torch::Tensor> params)
       : kind_(c.name),
-        name_(configs::optionName(c.name)),
+        name_(base::nameOf(c.name)),
         params_(std::move(params)),
         sgd_(sgdArgs(c)),
         adamw_(adamwArgs(c)) {}

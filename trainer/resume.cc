@@ -173,8 +173,8 @@ void checkStateFits(const configs::Experiment& saved, const configs::Experiment&
                       current.model.name + "'; " + kOtherExperimentChoices);
   }
   if (saved.optimizer.name != current.optimizer.name) {
-    throw ResumeError(where + "it holds '" + configs::optionName(saved.optimizer.name) +
-                      "' optimizer state, not '" + configs::optionName(current.optimizer.name) +
+    throw ResumeError(where + "it holds '" + base::nameOf(saved.optimizer.name) +
+                      "' optimizer state, not '" + base::nameOf(current.optimizer.name) +
                       "'; " + kOtherExperimentChoices);
   }
   const int64_t batch = current.trainer.global_batch_size;

@@ -58,7 +58,7 @@ Checkpoint captureCheckpoint(models::Model& model, const Optimizer& optimizer,
   s.global_batch = static_cast<uint64_t>(config.trainer.global_batch_size);
   s.config_yaml = configs::toYaml(config);
   s.model = config.model.name;
-  s.optimizer = configs::optionName(config.optimizer.name);
+  s.optimizer = base::nameOf(config.optimizer.name);
   s.samples_seen = position.samples_seen;
   s.preempted = position.preempted;
   s.generation = static_cast<uint64_t>(env.generation);

@@ -7,6 +7,7 @@
 // Thread-safety: pure functions.
 
 #include <string_view>
+#include <utility>
 
 namespace cumulus {
 
@@ -45,12 +46,43 @@ enum class Precision {
   kAuto,  // kBf16 on a CPU with native bfloat16 (avx512_bf16 or AMX), kFp32 otherwise
 };
 
+// How a group recovers from a failed worker or node (cumulus-run's --recovery, cumulus-train's
+// launch.recovery, CUMULUS_RECOVERY in a worker's environment).
+enum class Recovery {
+  kInPlace,  // the survivors re-form without restarting; replacements join them (the default)
+  kRestart,  // every worker stops and the group restarts from the newest checkpoint
+};
+
+// Each value with its name, in the order the errors and the docs list them. Every program and
+// the YAML schema take the names from these tables; enumNames(E) is how the library finds one.
+inline constexpr std::pair<Algorithm, const char*> kAlgorithmNames[] = {
+    {Algorithm::kFunnel, "funnel"},
+    {Algorithm::kTree, "tree"},
+    {Algorithm::kRing, "ring"},
+    {Algorithm::kHierarchical, "hierarchical"},
+    {Algorithm::kAuto, "auto"}};
+inline constexpr std::pair<Compression, const char*> kCompressionNames[] = {
+    {Compression::kNone, "none"}, {Compression::kBf16, "bf16"}, {Compression::kInt8, "int8"}};
+inline constexpr std::pair<Precision, const char*> kPrecisionNames[] = {
+    {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kAuto, "auto"}};
+inline constexpr std::pair<Recovery, const char*> kRecoveryNames[] = {
+    {Recovery::kInPlace, "in_place"}, {Recovery::kRestart, "restart"}};
+constexpr const auto& enumNames(Algorithm) { return kAlgorithmNames; }
+constexpr const auto& enumNames(Compression) { return kCompressionNames; }
+constexpr const auto& enumNames(Precision) { return kPrecisionNames; }
+constexpr const auto& enumNames(Recovery) { return kRecoveryNames; }
+
+// The one default of the recovery mode.
+inline constexpr Recovery kDefaultRecovery = Recovery::kInPlace;
+
 // "funnel", "tree", "ring", "hierarchical", "auto".
 const char* algorithmName(Algorithm algorithm);
-// "none", "bf16".
+// "none", "bf16", "int8".
 const char* compressionName(Compression compression);
 // "fp32", "bf16", "auto".
 const char* precisionName(Precision precision);
+// "in_place", "restart".
+const char* recoveryName(Recovery recovery);
 
 // The names above, case-sensitive. Anything else throws cumulus::UserError (<cumulus/errors.h>):
 //   unknown algorithm 'rng': expected one of funnel, tree, ring, hierarchical, auto; did you
@@ -59,5 +91,6 @@ const char* precisionName(Precision precision);
 Algorithm parseAlgorithm(std::string_view name);
 Compression parseCompression(std::string_view name);
 Precision parsePrecision(std::string_view name);
+Recovery parseRecovery(std::string_view name);
 
 }  // namespace cumulus

@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "base/enum_names.h"
 #include "cumulus/errors.h"
 
 namespace cumulus {
@@ -47,6 +51,37 @@ TEST(Options, PrecisionNamesRoundTrip) {
   for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kAuto}) {
     EXPECT_EQ(parsePrecision(precisionName(p)), p) << precisionName(p);
   }
+}
+
+TEST(Options, RecoveryNamesRoundTripAndInPlaceIsTheDefault) {
+  EXPECT_STREQ(recoveryName(Recovery::kInPlace), "in_place");
+  EXPECT_STREQ(recoveryName(Recovery::kRestart), "restart");
+  EXPECT_EQ(parseRecovery("restart"), Recovery::kRestart);
+  EXPECT_EQ(kDefaultRecovery, Recovery::kInPlace);
+  EXPECT_EQ(userErrorOf([] { parseRecovery("inplace"); }),
+            "unknown recovery 'inplace': expected one of in_place, restart; did you mean "
+            "'in_place'?");
+}
+
+// Every table names each value once, and each name reads back as its value.
+template <class E>
+void expectATableThatRoundTrips(size_t values) {
+  const std::vector<std::string_view> names = base::namesOf<E>();
+  EXPECT_EQ(names.size(), values);
+  for (const auto& [value, name] : enumNames(E{})) {
+    EXPECT_EQ(base::valueNamed<E>(name), value) << name;
+    EXPECT_STREQ(base::nameOf(value), name);
+    EXPECT_EQ(std::count(names.begin(), names.end(), std::string_view(name)), 1) << name;
+  }
+  EXPECT_EQ(base::valueNamed<E>("no-such-name"), std::nullopt);
+}
+
+TEST(Options, EveryPublicTableNamesEachValueOnce) {
+  expectATableThatRoundTrips<Algorithm>(5);
+  expectATableThatRoundTrips<Compression>(3);
+  expectATableThatRoundTrips<Precision>(3);
+  expectATableThatRoundTrips<Recovery>(2);
+  EXPECT_EQ(base::namesText<Algorithm>(), "funnel, tree, ring, hierarchical, auto");
 }
 
 TEST(Options, AnUnknownNameListsTheChoicesAndTheNearest) {

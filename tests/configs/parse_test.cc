@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "configs/parse.h"
+#include "configs/schema.h"
 #include "tests/configs/test_util.h"
 
 namespace cumulus::configs {
@@ -75,8 +76,8 @@ optimizer.nesterov: true   # dotted keys work at the top level too
 }
 
 TEST(ParseTest, OptionNamesBecomeTypedValues) {
-  Experiment e = parseExperiment("name: t\ncomm: {algorithm: hierarchical, compression: bf16}\n",
-                                 "x.yaml");
+  Experiment e =
+      parseExperiment("name: t\ncomm: {algorithm: hierarchical, compression: bf16}\n", "x.yaml");
   EXPECT_EQ(e.comm.algorithm, Algorithm::kHierarchical);
   EXPECT_EQ(e.comm.compression, Compression::kBf16);
   EXPECT_EQ(Experiment().comm.algorithm, Algorithm::kAuto);
@@ -93,11 +94,25 @@ TEST(ParseTest, OptionNamesBecomeTypedValues) {
   EXPECT_EQ(e.schedule.name, ScheduleName::kStep);
   EXPECT_EQ(e.trainer.balance, BalanceMode::kAuto);
   // Every name of every typed key round-trips, and the schema's choices are exactly those names.
-  for (const auto& [value, name] : OptionNames<Dataset>::rows) {
-    EXPECT_EQ(parseOption<Dataset>(name), value);
-    EXPECT_STREQ(optionName(value), name);
+  for (const auto& [value, name] : enumNames(Dataset{})) {
+    EXPECT_EQ(base::valueNamed<Dataset>(name), value);
+    EXPECT_STREQ(base::nameOf(value), name);
   }
-  EXPECT_EQ(parseOption<Dataset>("Fashion-MNIST"), std::nullopt);
+  EXPECT_EQ(base::valueNamed<Dataset>("Fashion-MNIST"), std::nullopt);
+  const auto choices = [](std::string_view key) { return findKey(key)->choices; };
+  EXPECT_EQ(choices("data.format"), base::namesOf<DataFormat>());
+  EXPECT_EQ(choices("data.dataset"), base::namesOf<Dataset>());
+  EXPECT_EQ(choices("loss.name"), base::namesOf<LossName>());
+  EXPECT_EQ(choices("optimizer.name"), base::namesOf<OptimizerName>());
+  EXPECT_EQ(choices("schedule.name"), base::namesOf<ScheduleName>());
+  EXPECT_EQ(choices("trainer.balance"), base::namesOf<BalanceMode>());
+  EXPECT_EQ(choices("trainer.sync"), base::namesOf<SyncMode>());
+  EXPECT_EQ(choices("trainer.precision"), base::namesOf<Precision>());
+  EXPECT_EQ(choices("comm.algorithm"), base::namesOf<Algorithm>());
+  EXPECT_EQ(choices("diloco.outer_compression"), base::namesOf<Compression>());
+  EXPECT_EQ(choices("launch.recovery"), base::namesOf<Recovery>());
+  // int8 is DiLoCo's outer gradients' only.
+  EXPECT_EQ(choices("comm.compression"), (std::vector<std::string_view>{"none", "bf16"}));
 }
 
 TEST(ParseTest, EmptySectionMeansDefaults) {

@@ -167,8 +167,7 @@ TEST(LaunchOptions, AnElasticRangeInTheExperimentAppliesAndNeedsAnEndpoint) {
 }
 
 TEST(LaunchOptions, RecoveryFromTheFlagOrTheExperimentFlagWinning) {
-  EXPECT_EQ(parseLaunchArgs({"--", "w"}).recovery,
-            parseRecovery(configs::kDefaultRecovery, "launch.recovery"));
+  EXPECT_EQ(parseLaunchArgs({"--", "w"}).recovery, kDefaultRecovery);
   EXPECT_EQ(parseLaunchArgs({"--recovery", "in_place", "--", "w"}).recovery, Recovery::kInPlace);
   EXPECT_EQ(parseLaunchArgs({"--recovery=restart", "--", "w"}).recovery, Recovery::kRestart);
   EXPECT_EQ(usageErrorOf({"--recovery", "bogus", "--", "w"}),

@@ -130,7 +130,7 @@ void compareWithTorch(const configs::OptimizerConfig& config, TorchOptions optio
   }
   for (size_t i = 0; i < ours.size(); ++i) {
     EXPECT_TRUE(torch::allclose(ours[i], theirs[i], 1e-6, 1e-6))
-        << configs::optionName(config.name) << " parameter " << i << "\n"
+        << base::nameOf(config.name) << " parameter " << i << "\n"
         << ours[i] << "\n"
         << theirs[i];
   }
@@ -180,11 +180,11 @@ TEST(OptimizerTest, ImportedStateResumesBitExactly) {
       resumed_w.mutable_grad() = grads[s].clone();
       second->step(0.05);
     }
-    EXPECT_TRUE(torch::equal(w, resumed_w)) << configs::optionName(config.name);
+    EXPECT_TRUE(torch::equal(w, resumed_w)) << base::nameOf(config.name);
     // The export was a deep copy: later steps did not touch it.
     EXPECT_FALSE(
         torch::equal(saved.tensors.begin()->second, first->exportState().tensors.begin()->second))
-        << configs::optionName(config.name);
+        << base::nameOf(config.name);
   }
 }
 
@@ -304,18 +304,18 @@ TEST(FlatOptimizerTest, MatchesThePerTensorImplementationOverSteps) {
     for (size_t i = 0; i < flat_params.size(); ++i) {
       total += flat_params[i].numel();
       EXPECT_TRUE(torch::allclose(flat_params[i], reference_params[i], 1e-5, 1e-6))
-          << configs::optionName(config.name) << " parameter " << i;
+          << base::nameOf(config.name) << " parameter " << i;
     }
     const checkpoint::OptimizerState a = flat->exportState();
     const checkpoint::OptimizerState b = reference->exportState();
-    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << configs::optionName(config.name);
+    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << base::nameOf(config.name);
     for (const auto& [key, tensor] : a.tensors) {
       EXPECT_TRUE(torch::allclose(tensor, b.tensors.at(key), 1e-5, 1e-6)) << key;
     }
     std::printf(
         "[ %s momentum %.1f nesterov %d ] elements whose bits differ from per-tensor "
         "after 8 steps: %lld of %lld\n",
-        configs::optionName(config.name), config.momentum, config.nesterov ? 1 : 0,
+        base::nameOf(config.name), config.momentum, config.nesterov ? 1 : 0,
         static_cast<long long>(differingElements(flat_params, reference_params)),
         static_cast<long long>(total));
   }
@@ -337,7 +337,7 @@ TEST(FlatOptimizerTest, ResultsDoNotDependOnTheLayoutOrTheThreadCount) {
     ASSERT_GE(flat->buckets().size(), 3u);
     auto b = makeFlatOptimizer(config, flat);
     train(*b, many, 5, 22);
-    EXPECT_EQ(differingElements(one, many), 0) << configs::optionName(config.name);
+    EXPECT_EQ(differingElements(one, many), 0) << base::nameOf(config.name);
     for (const auto& [key, tensor] : a->exportState().tensors) {
       EXPECT_TRUE(torch::equal(tensor, b->exportState().tensors.at(key))) << key;
     }
@@ -378,7 +378,7 @@ TEST(FlatOptimizerTest, ExportedStateHasPerParameterKeysAndImportsExactly) {
     }
     train(*opt, params, 2, 33);
     train(*resumed, other, 2, 33);
-    EXPECT_EQ(differingElements(params, other), 0) << configs::optionName(config.name);
+    EXPECT_EQ(differingElements(params, other), 0) << base::nameOf(config.name);
   }
 }
 

@@ -9,7 +9,7 @@ namespace {
 
 configs::ScheduleConfig schedule(const std::string& name, int64_t warmup = 0) {
   configs::ScheduleConfig c;
-  c.name = *configs::parseOption<configs::ScheduleName>(name);
+  c.name = *base::valueNamed<configs::ScheduleName>(name);
   c.warmup_steps = warmup;
   return c;
 }
