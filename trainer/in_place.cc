@@ -13,6 +13,7 @@
 #include "cumulus/elastic.h"
 #include "cumulus/process_group.h"
 #include "trainer/diloco_state.h"
+#include "trainer/diloco_training.h"
 #include "trainer/resume.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
@@ -54,7 +55,7 @@ Checkpoint Trainer::Impl::captureState() {
     resume_notes_.push_back(sends);  // a re-forming during start-up: the records begin after it
   }
   Checkpoint state = captureCheckpoint(*model_, *optimizer_, config_, now, position);
-  if (diloco_) addDiloco(state);
+  if (diloco_) addDiloco(state, *diloco_, *model_);
   return state;
 }
 

@@ -24,7 +24,10 @@
 #include "data/npy.h"
 #include "distributed/trace.h"
 #include "models/model.h"
+#include "trainer/diloco_state.h"
+#include "trainer/diloco_training.h"
 #include "trainer/loss.h"
+#include "trainer/model_checks.h"
 #include "trainer/progress.h"
 #include "trainer/rank_reduce.h"
 #include "trainer/resume.h"
@@ -36,9 +39,6 @@
 
 namespace cumulus::trainer {
 namespace {
-
-// The IDX datasets (fashion-mnist, mnist, synthetic) all have ten classes.
-constexpr int64_t kIdxClasses = 10;
 
 // The caller's choice of a part (TrainerOptions), given the default.
 template <typename Part>
@@ -107,14 +107,6 @@ std::unique_ptr<GradientSync> makeSync(const configs::Experiment& experiment,
 
 namespace {
 
-// An error's text for a user: LibTorch's c10::Error without its C++ backtrace.
-std::string reasonOf(const std::exception& e) {
-  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e)) {
-    return torch_error->what_without_backtrace();
-  }
-  return e.what();
-}
-
 // LibTorch's c10::Error carries a C++ backtrace in what(); users get the message alone.
 template <typename F>
 auto translateTorchErrors(F&& body) -> decltype(body()) {
@@ -168,7 +160,7 @@ void Trainer::Impl::startupMark(const char* phase) {
 
 void Trainer::Impl::build() {
   const auto& t = config_.trainer;
-  checkBatchSizes();
+  checkBatchSizes(config_, env_.world_size);
   // Before anything is written (the data cache included): a second job in this run directory
   // stops here, naming the first. A joiner's rank is a placeholder until it is admitted; it
   // claims the directory then if it becomes the writer (afterReform).
@@ -201,7 +193,7 @@ void Trainer::Impl::build() {
                                options_.cpu ? *options_.cpu : CpuFeatures::detect());
   loss_ = std::make_shared<const Loss>(Loss::named(config_.loss.name, precision_.precision));
   buildModel(*data.train);
-  checkTokenIds(data);
+  ModelCheck(*model_, *loss_, precision_.precision, config_).tokenIds(data);
   if (writes() && !joiner) checkpoints_->checkRoom(*model_, env_.world_size);
   startupMark("model");
   // Every rank restores the same checkpoint, before the broadcasts below make that moot. A joiner
@@ -229,19 +221,6 @@ void Trainer::Impl::build() {
   }
 }
 
-void Trainer::Impl::checkBatchSizes() const {
-  const auto& t = config_.trainer;
-  if (t.grad_accumulation < 1)
-    throw std::invalid_argument("trainer.grad_accumulation: must be >= 1");
-  if (config_.eval.batch_size < 1) throw std::invalid_argument("eval.batch_size: must be >= 1");
-  if (t.global_batch_size < env_.world_size * t.grad_accumulation) {
-    throw std::invalid_argument(
-        "trainer.global_batch_size: " + std::to_string(t.global_batch_size) +
-        " leaves some micro-batch empty; it must be >= world size x trainer.grad_accumulation = " +
-        std::to_string(env_.world_size * t.grad_accumulation));
-  }
-}
-
 void Trainer::Impl::buildModel(const data::Examples& train) {
   models::ModelSpec spec;
   spec.name = config_.model.name;
@@ -252,8 +231,9 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   spec.num_classes = config_.model.num_classes;
   torch::manual_seed(config_.trainer.seed);  // the initial parameters are a function of the seed
   model_ = models::makeModel(spec);
-  checkTrainable();
-  checkModelFitsData(train);
+  const ModelCheck check(*model_, *loss_, precision_.precision, config_);
+  check.trainable();
+  check.fitsData(train, train_source_);
   model_->train(true);
   params_ = model_->parameters();
   // Flat in the buckets DataParallel lays out (the same bucket_layout.h), so that it reduces
@@ -266,113 +246,10 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   flat_->zeroGrads();
   optimizer_ = makeFlatOptimizer(config_.optimizer, flat_);
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, config_.optimizer.lr, total_steps_);
-  buildDiloco();
-}
-
-// LibTorch's own complaint comes only at the first backward, and says nothing of the model.
-void Trainer::Impl::checkTrainable() {
-  const std::vector<torch::Tensor> params = model_->parameters();
-  const bool any = std::any_of(params.begin(), params.end(),
-                               [](const torch::Tensor& p) { return p.requires_grad(); });
-  if (any) return;
-  throw SetupError("model " + config_.model.name + " has no trainable parameters (" +
-                   (params.empty() ? std::string("it has none")
-                                   : std::to_string(params.size()) +
-                                         " parameter tensors, none with requires_grad") +
-                   "): there is nothing to train; give the module at least one "
-                   "torch.nn.Parameter that requires a gradient");
-}
-
-// The start-up dry run: one training sample through the model and the loss, so that a model, data
-// and loss that do not fit together fail here, naming them, rather than in the first step.
-// Evaluation mode without gradients: no dropout (no random draws), and nothing learns.
-void Trainer::Impl::checkModelFitsData(const data::Examples& train) {
-  torch::NoGradGuard no_grad;
-  model_->train(false);
-  tryOneBatch(train.slice(0, 1), train_source_);
-  model_->train(true);
-}
-
-void Trainer::Impl::tryOneBatch(const data::Batch& batch, const std::string& source) {
-  const std::string sample = "one sample of " + source;
-  const std::string failed = "model " + config_.model.name + " failed on " + sample + " (inputs " +
-                             tensorText(batch.inputs) + "): ";
-  if (loss_->kind() == Loss::Kind::kModule) {
-    try {
-      loss_->apply(*model_, batch);
-    } catch (const std::exception& e) {
-      throw SetupError(failed + reasonOf(e) + bf16Hint(batch));
-    }
-    return;
+  diloco_ = buildDiloco(config_, *model_, params_, resume_notes_);
+  if (diloco_) {
+    checkpoints_->setRankState([this] { return replicaRow(params_, *optimizer_, *diloco_); });
   }
-  torch::Tensor outputs;
-  try {
-    outputs = loss_->forward(*model_, batch.inputs);
-  } catch (const std::exception& e) {
-    throw SetupError(failed + reasonOf(e) + bf16Hint(batch));
-  }
-  if (config_.data.format == configs::DataFormat::kIdx &&
-      loss_->kind() == Loss::Kind::kCrossEntropy &&
-      (outputs.dim() != 2 || outputs.size(1) != kIdxClasses)) {
-    throw SetupError("model " + config_.model.name + " returns outputs " + tensorText(outputs) +
-                     " for " + sample + "; the IDX datasets have " + std::to_string(kIdxClasses) +
-                     " classes, so it must return logits [1, " + std::to_string(kIdxClasses) + "]");
-  }
-  try {
-    loss_->sumOf(outputs, batch.targets);
-  } catch (const std::exception& e) {
-    throw SetupError(reasonOf(e) + " (model " + config_.model.name + ", " + sample + ")");
-  }
-}
-
-std::string Trainer::Impl::bf16Hint(const data::Batch& batch) {
-  if (precision_.precision != Precision::kBf16) return "";
-  try {
-    Loss::named(loss_->kind(), Precision::kFp32).apply(*model_, batch);
-  } catch (const std::exception&) {
-    return "";  // not the precision's doing
-  }
-  return "; the model runs in fp32, so that operation fails under LibTorch's bf16 autocast: set "
-         "trainer.precision: fp32, or make the model accept bfloat16 there";
-}
-
-// A token id that the model's embedding rejects, or that its outputs do not cover, fails here,
-// naming the id and the file: for each stream, one window whose first input and target token is
-// the stream's largest id, and one with its smallest.
-void Trainer::Impl::checkTokenIds(const Datasets& data) {
-  if (!data.train_tokens) return;
-  torch::NoGradGuard no_grad;
-  model_->train(false);
-  const std::pair<const data::TokenExamples*, std::string> streams[] = {
-      {data.train_tokens.get(), data.train_source}, {data.test_tokens.get(), data.test_source}};
-  for (const auto& [tokens, source] : streams) {
-    for (const int64_t id : {tokens->maxToken(), tokens->minToken()}) {
-      data::Batch window = tokens->slice(0, 1);
-      window.inputs.data_ptr<int64_t>()[0] = id;
-      window.targets.data_ptr<int64_t>()[0] = id;
-      const std::string token = "token id " + std::to_string(id) + " in " + source;
-      if (loss_->kind() == Loss::Kind::kModule) {
-        try {
-          loss_->apply(*model_, window);
-        } catch (const std::exception& e) {
-          throw SetupError(token + " is out of range for the model: " + reasonOf(e));
-        }
-        continue;
-      }
-      torch::Tensor outputs;
-      try {
-        outputs = loss_->forward(*model_, window.inputs);
-      } catch (const std::exception& e) {
-        throw SetupError(token + " is out of range for the model's embedding: " + reasonOf(e));
-      }
-      if (loss_->kind() == Loss::Kind::kCrossEntropy && outputs.dim() == 3 &&
-          outputs.size(2) <= id) {
-        throw SetupError(token + " is beyond the model's outputs: logits " + tensorText(outputs) +
-                         " score ids 0 to " + std::to_string(outputs.size(2) - 1));
-      }
-    }
-  }
-  model_->train(true);
 }
 
 // The defaults from the experiment, each offered to the caller's choice (TrainerOptions).
@@ -499,7 +376,10 @@ void Trainer::Impl::resumeIfAsked() {
       throw ResumeError(e.what() + skipped);
     }
     restoreTraining(loaded, *model_, *optimizer_, "checkpoint " + info.path);
-    if (diloco_) restoreDiloco(loaded, info.path);
+    if (diloco_) {
+      restoreDiloco(loaded, info.path, *diloco_, params_, *optimizer_, env_.rank, env_.world_size,
+                    resume_notes_);
+    }
     checkpoints_->resumed(plan.step, residualsOf(loaded, info.path));
     batches_->restore(plan.sampler);
     start_step_ = std::min(plan.step, total_steps_);

@@ -25,6 +25,7 @@
 #include "trainer/batch_shares.h"
 #include "trainer/batch_source.h"
 #include "trainer/checkpoint_policy.h"
+#include "trainer/comm_bytes.h"
 #include "trainer/datasets.h"
 #include "trainer/evaluator.h"
 #include "trainer/goodput.h"
@@ -77,16 +78,9 @@ class Trainer::Impl {
     double comm_wait = 0;  // of `seconds`, blocked in GradientSync::finish()
   };
 
-  // Set-up (trainer.cc).
+  // Set-up (trainer.cc; its checks of the model against the data: model_checks.h).
   void build();
-  void checkBatchSizes() const;
   void buildModel(const data::Examples& train);
-  void checkTrainable();
-  void checkModelFitsData(const data::Examples& train);
-  void tryOneBatch(const data::Batch& batch, const std::string& source);
-  // After a bf16 forward of `batch` failed: what to add to the error when fp32 runs it.
-  std::string bf16Hint(const data::Batch& batch);
-  void checkTokenIds(const Datasets& data);
   // The parts that depend on the group's membership (evaluator, recorder, the checkpoints' policy
   // and writer); built once, and again after each in-place re-forming.
   void buildGroupParts();
@@ -95,13 +89,6 @@ class Trainer::Impl {
   // training state and the membership callbacks.
   void buildElastic();
   void resumeIfAsked();
-  // trainer.sync diloco (diloco_state.h): building it, a fresh start's replicas made rank 0's,
-  // its state into and out of checkpoints, and the evaluation of the global parameters.
-  void buildDiloco();
-  void startDiloco();
-  void restoreDiloco(const Checkpoint& checkpoint, const std::string& path);
-  void addDiloco(Checkpoint& checkpoint) const;
-  std::vector<std::string> parameterNames() const;
   bool writes() const { return options_.write_outputs && env_.rank == 0; }
   double now() const;
   void startupMark(const char* phase);
@@ -125,9 +112,6 @@ class Trainer::Impl {
   double forwardBackward(const StepBatch& batch);
   void optimizerStep(int64_t step);
   void recordStep(int64_t step, const StepOutcome& outcome, double lr, double loop_start);
-  // This rank's bytes handed to the transport since the launch began, over every group it trained
-  // in (StepRecord::comm_bytes_sent).
-  uint64_t commBytesSent();
   Evaluation evaluateAt(int64_t done, int64_t epoch);
   // The training state after step `done` (a checkpoint's, without the residuals).
   Checkpoint snapshot(int64_t done, double lr, bool preempted);
@@ -164,7 +148,8 @@ class Trainer::Impl {
   std::shared_ptr<distributed::FlatParameters> flat_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
-  // trainer.sync diloco: the outer syncs over params_ (<cumulus/diloco.h>); null every step.
+  // trainer.sync diloco: the outer syncs over params_ (<cumulus/diloco.h>; built, started,
+  // restored and checkpointed by diloco_training.h); null every step.
   std::unique_ptr<DiLoCo> diloco_;
 
   // The step loop's parts (trainer.h TrainerOptions).
@@ -200,10 +185,7 @@ class Trainer::Impl {
   int64_t reforms_ = 0;         // failures this rank re-formed after
   std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
   std::unique_ptr<StepWatchdog> watchdog_;     // during run(), unless options_.step_watchdog is off
-  // commBytesSent(): what the groups before comm_bytes_group_ sent, and its count when last read.
-  uint64_t comm_bytes_base_ = 0;
-  const cumulus::ProcessGroup* comm_bytes_group_ = nullptr;
-  uint64_t comm_bytes_seen_ = 0;
+  CommBytesCounter comm_bytes_;  // StepRecord::comm_bytes_sent over every group of the launch
   bool ran_ = false;
 };
 

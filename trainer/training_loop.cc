@@ -12,6 +12,7 @@
 #include "cumulus/checkpoint.h"
 #include "cumulus/process_group.h"
 #include "distributed/trace.h"
+#include "trainer/diloco_training.h"
 #include "trainer/divergence.h"
 #include "trainer/goodput.h"
 #include "trainer/loss.h"
@@ -56,7 +57,11 @@ RunResult Trainer::Impl::run() {
   // from a peer lost during them.
   bool admitted = false;
   try {
-    admitted = elastic_->start(start_step_, [this] { startDiloco(); });
+    admitted = elastic_->start(start_step_, [this] {
+      if (diloco_ && start_step_ == 0 && group_ != nullptr) {
+        startDiloco(*diloco_, *group_, *model_, params_);
+      }
+    });
   } catch (const std::invalid_argument& e) {
     // The ranks resumed from different checkpoints, or built different models.
     throw SetupError(std::string(e.what()) + " (checkpoints in " + checkpoints_->dir() + ")");
@@ -379,20 +384,6 @@ void Trainer::Impl::optimizerStep(int64_t step) {
   optimizer_->step(schedule_->lr(step));
 }
 
-// A group's count is cumulative over its life (an Elastic's across its re-formed connections);
-// the base keeps what earlier groups sent, and holds the total while the membership is one rank
-// (group_ null).
-uint64_t Trainer::Impl::commBytesSent() {
-  if (group_ != nullptr) {
-    if (group_ != comm_bytes_group_) {
-      comm_bytes_base_ += comm_bytes_seen_;
-      comm_bytes_group_ = group_;
-    }
-    comm_bytes_seen_ = group_->bytesSent();
-  }
-  return comm_bytes_base_ + comm_bytes_seen_;
-}
-
 void Trainer::Impl::recordStep(int64_t step, const StepOutcome& outcome, double lr,
                                double loop_start) {
   const int64_t done = step + 1;
@@ -410,7 +401,7 @@ void Trainer::Impl::recordStep(int64_t step, const StepOutcome& outcome, double 
   record.samples = outcome.samples;
   record.local_samples = outcome.local_samples;
   record.elapsed_seconds = now() - loop_start;
-  record.comm_bytes_sent = commBytesSent();
+  record.comm_bytes_sent = comm_bytes_.total(group_);
   if (diloco_) {
     record.outer_rounds = diloco_->stats().rounds;
     record.outer_wait_seconds = diloco_->stats().wait_seconds;
@@ -461,7 +452,7 @@ Checkpoint Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
   position.batch_shares = shares_->current();
   position.precision = precisionName(precision_.precision);
   Checkpoint checkpoint = captureCheckpoint(*model_, *optimizer_, config_, env_, position);
-  if (diloco_) addDiloco(checkpoint);
+  if (diloco_) addDiloco(checkpoint, *diloco_, *model_);
   return checkpoint;
 }
 
@@ -507,7 +498,7 @@ void Trainer::Impl::finishRun(const Evaluation& last_eval, double loop_start, Ru
   summary.wall_seconds = result.seconds;
   summary.parameters = model_->parameterCount();
   summary.parameter_digest = result.parameter_digest;
-  summary.comm_bytes_sent = commBytesSent();
+  summary.comm_bytes_sent = comm_bytes_.total(group_);
   if (diloco_) {
     summary.outer_rounds = diloco_->stats().rounds;
     summary.outer_wait_seconds = diloco_->stats().wait_seconds;
