@@ -160,12 +160,14 @@ TEST(SpotRunnerTest, NoticeFileInsteadOfSigterm) {
   options.trace.max_preemptions = 1;
   options.trace.notice_s = 5;
   options.notice_file = notice;
-  // A job that polls the notice file and exits 75 when it appears; the relaunch finds it gone.
+  // The first launch polls the notice file and exits 75 when it appears (however late the
+  // preemption comes on a busy machine: 60 s at most); the relaunch checks that it is gone
+  // (exit 9 if not) and exits 0. A marker file tells the two apart.
+  const std::string first = dir.path() + "/first";
   options.command = {"/bin/sh", "-c",
-                     "if [ -e " + notice +
-                         " ]; then exit 9; fi; for i in $(seq 1 40); do "
-                         "[ -e " +
-                         notice + " ] && exit 75; sleep 0.01; done; exit 0"};
+                     "if [ -e " + first + " ]; then [ -e " + notice + " ] && exit 9; exit 0; fi; " +
+                         "touch " + first + "; for i in $(seq 1 6000); do [ -e " + notice +
+                         " ] && exit 75; sleep 0.01; done; exit 0"};
   const SpotRun run = runSpot(options);
   ASSERT_EQ(run.records.size(), 2u);
   EXPECT_EQ(run.records[0].exit_code, 75);
