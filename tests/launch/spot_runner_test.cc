@@ -4,6 +4,7 @@
 #include "launch/spot_runner.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -79,11 +80,24 @@ TEST(SpotRunnerTest, PreemptedJobResumesToTheEnd) {
   EXPECT_EQ(report.kills, 0);
   EXPECT_EQ(report.final_step, 30);
   EXPECT_EQ(report.steps_lost, 0);  // each stop checkpointed its step
-  for (size_t i = 1; i < run.records.size(); ++i) {
-    ASSERT_TRUE(run.records[i - 1].preempted_step.has_value()) << i << echo.str();
-    EXPECT_EQ(run.records[i].resumed_from_step, *run.records[i - 1].preempted_step);
-    EXPECT_EQ(run.records[i - 1].exit_code, 75);
+  // Each launch resumes from the step the last clean stop checkpointed. Launch 1's notice comes
+  // 37 ms after its start: on a busy machine that can be before the shell has set its trap, and
+  // then SIGTERM ends it before it read its state or trained (as it would a trainer that had not
+  // yet installed its handler); the next launch resumes from the same checkpoint.
+  int64_t checkpointed = 0;
+  for (size_t i = 0; i + 1 < run.records.size(); ++i) {
+    const LaunchRecord& record = run.records[i];
+    if (record.signal == SIGTERM) {
+      EXPECT_EQ(record.max_step, 0) << i << echo.str();
+      EXPECT_FALSE(record.preempted_step.has_value()) << i << echo.str();
+    } else {
+      EXPECT_EQ(record.resumed_from_step, checkpointed) << i << echo.str();
+      ASSERT_TRUE(record.preempted_step.has_value()) << i << echo.str();
+      EXPECT_EQ(record.exit_code, 75) << i;
+      checkpointed = *record.preempted_step;
+    }
   }
+  EXPECT_EQ(run.records.back().resumed_from_step, checkpointed) << echo.str();
   EXPECT_NE(echo.str().find("[spot 3] world 1"), std::string::npos) << echo.str();  // {world}
   EXPECT_LT(report.notice_to_exit_max_s, 1.0);
 }
