@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "comm/tcp/pair.h"
-#include "comm/tcp/transfer.h"
+#include "comm/net/pair.h"
+#include "comm/net/transfer.h"
 
 namespace cumulus::comm {
 
@@ -20,12 +20,12 @@ constexpr size_t kDefaultSegmentBytes = 512 * 1024;
 struct Collective {
   int rank = 0;
   int world = 1;
-  std::vector<tcp::Pair*> pairs;  // pairs[peer]; null at [rank]
-  tcp::OpContext op;
+  std::vector<net::Pair*> pairs;  // pairs[peer]; null at [rank]
+  net::OpContext op;
   size_t segment_bytes = kDefaultSegmentBytes;
   std::vector<uint8_t>* scratch = nullptr;  // grown on demand, reused across operations
 
-  tcp::Pair* peer(int r) const { return pairs[static_cast<size_t>(r)]; }
+  net::Pair* peer(int r) const { return pairs[static_cast<size_t>(r)]; }
   int mod(int r) const { return ((r % world) + world) % world; }
   uint8_t* scratchBytes(size_t bytes) const {
     if (scratch->size() < bytes) scratch->resize(bytes);

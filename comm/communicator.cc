@@ -105,7 +105,7 @@ Communicator::Communicator(int rank, int world, Store& store, CommunicatorOption
     throw CommError(ErrorKind::kInvalid, "rendezvous", 0, -1, e.what());
   }
   config.deadline =
-      tcp::Clock::now() +
+      net::Clock::now() +
       (options_.rendezvous_timeout.count() > 0 ? options_.rendezvous_timeout : options_.timeout);
   Mesh mesh = connectMesh(store, config);
   pairs_ = std::move(mesh.pairs);
@@ -222,7 +222,7 @@ void Communicator::execute(const Queued& item) {
   c.op.op = op;
   c.op.seq = seq;
   c.op.generation = options_.generation;
-  c.op.deadline = tcp::Clock::now() + item.timeout;
+  c.op.deadline = net::Clock::now() + item.timeout;
   c.op.timeout_ms = static_cast<long>(item.timeout.count());
   c.op.spin = &spin_;
   c.op.on_slot_wait = options_.on_slot_wait ? &options_.on_slot_wait : nullptr;

@@ -194,7 +194,7 @@ class Communicator {
     Body body;
     std::chrono::milliseconds timeout;
     std::shared_ptr<Work> work;
-    uint8_t element = 0;  // tcp::OpContext::element: what the frames carry
+    uint8_t element = 0;  // net::OpContext::element: what the frames carry
   };
 
   std::shared_ptr<Work> startAllreduce(Buffer& buffer, const AllreduceOptions& options, bool async);
@@ -224,11 +224,11 @@ class Communicator {
   const int world_;
   const CommunicatorOptions options_;
   Store& store_;  // outlives us; failure records (traceFailure)
-  std::vector<std::unique_ptr<tcp::Pair>> pairs_;
+  std::vector<std::unique_ptr<net::Pair>> pairs_;
   std::unique_ptr<PointToPoint> point_to_point_;  // with options_.point_to_point and world > 1
   Topology topology_;
   std::vector<uint8_t> scratch_;  // used only by the executing operation
-  tcp::SpinGovernor spin_;        // budget resolved from options_.spin_micros; executing op only
+  net::SpinGovernor spin_;        // budget resolved from options_.spin_micros; executing op only
   std::atomic<uint64_t> bytes_sent_{0};  // bytesSent(); added to by the executing operation
 
   mutable base::Mutex mutex_;

@@ -6,9 +6,9 @@ set(COMM_CORE_SOURCES
   ${CMAKE_CURRENT_SOURCE_DIR}/reduce.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/memory_store.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/transport.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/socket.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/handshake.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/transfer.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/net/socket.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/net/handshake.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/net/transfer.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/shm/channel.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/rendezvous.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/ring.cc

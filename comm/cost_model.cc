@@ -103,8 +103,9 @@ CostModel::CostModel(double alpha, double gamma, std::vector<BetaPoint> betas, i
     }
   }
   if ((!busy_.work.empty() || busy_.alpha >= 0) && busy_.ranks <= cores_) {
-    throw std::invalid_argument("cost model: the busy terms need the ranks they were measured "
-                                "with, more than the cores");
+    throw std::invalid_argument(
+        "cost model: the busy terms need the ranks they were measured "
+        "with, more than the cores");
   }
   std::sort(betas_.begin(), betas_.end(),
             [](const BetaPoint& a, const BetaPoint& b) { return a.bytes < b.bytes; });
@@ -219,8 +220,7 @@ double CostModel::predict(Algorithm algorithm, double n, int p, bool funnelAvail
       const double path = 2 * q * alpha_ + 2 * q / p * n * b + q / p * n * gamma_;
       if (c <= 0 || p <= c) return path;
       const double waves = std::ceil(p / c);
-      return std::max(path,
-                      waves * q / p * (2 * p * alpha_busy_ + n * workRing(busyLookup(n, p))));
+      return std::max(path, waves * q / p * (2 * p * alpha_busy_ + n * workRing(busyLookup(n, p))));
     }
     case Algorithm::kHierarchical:
       return predictHierarchical(n, 1, p);

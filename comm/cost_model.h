@@ -154,8 +154,8 @@ class CostModel {
   double alpha_, beta_, gamma_;
   std::vector<BetaPoint> betas_;  // sorted by bytes; empty: beta_ everywhere
   int cores_ = 0;
-  Oversubscribed busy_;  // work sorted by bytes; empty: derived from β and γ
-  double alpha_busy_;     // α unless measured
+  Oversubscribed busy_;              // work sorted by bytes; empty: derived from β and γ
+  double alpha_busy_;                // α unless measured
   double alpha_local_, beta_local_;  // hierarchical's α_l, β_l
   bool local_set_ = false;           // given by withLocalLink() or a file: save() writes them
 };

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "comm/error.h"
-#include "comm/tcp/frame.h"
+#include "comm/net/frame.h"
 
 namespace cumulus::comm {
 namespace {
@@ -18,7 +18,7 @@ struct Pieces {
         total(total),
         size(std::max<size_t>(1, c.segment_bytes)),
         count((total + size - 1) / size) {}
-  tcp::Span at(size_t i) const {
+  net::Span at(size_t i) const {
     const size_t begin = i * size;
     return {base + begin, std::min(size, total - begin)};
   }
@@ -28,20 +28,20 @@ struct Pieces {
 
 void sendBlock(const Collective& c, int to, const void* data, size_t bytes) {
   const Pieces pieces(c, data, bytes);
-  tcp::Transfer t;
+  net::Transfer t;
   t.send_to = c.peer(to);
   t.send_units = pieces.count;
   t.send_span = [&](size_t i) { return pieces.at(i); };
-  tcp::runTransfer(c.op, t);
+  net::runTransfer(c.op, t);
 }
 
 void recvBlock(const Collective& c, int from, void* data, size_t bytes) {
   const Pieces pieces(c, data, bytes);
-  tcp::Transfer t;
+  net::Transfer t;
   t.recv_from = c.peer(from);
   t.recv_units = pieces.count;
   t.recv_span = [&](size_t i) { return pieces.at(i); };
-  tcp::runTransfer(c.op, t);
+  net::runTransfer(c.op, t);
 }
 
 void copyBlock(void* to, const void* from, size_t bytes) {
@@ -89,27 +89,27 @@ void pairwiseAllToAll(const Collective& c, const void* input, const std::vector<
                            recv_bytes[static_cast<size_t>(from)]);
     // Unit 0 of each block is its length; the block's segments follow.
     uint8_t length_out[8], length_in[8];
-    tcp::storeLe64(length_out, sending.total);
-    tcp::Transfer t;
+    net::storeLe64(length_out, sending.total);
+    net::Transfer t;
     t.send_to = c.peer(to);
     t.send_units = 1 + sending.count;
     t.send_span = [&](size_t i) {
-      return i == 0 ? tcp::Span{length_out, sizeof length_out} : sending.at(i - 1);
+      return i == 0 ? net::Span{length_out, sizeof length_out} : sending.at(i - 1);
     };
     t.recv_from = c.peer(from);
     t.recv_units = 1 + receiving.count;
     t.recv_span = [&](size_t i) {
-      return i == 0 ? tcp::Span{length_in, sizeof length_in} : receiving.at(i - 1);
+      return i == 0 ? net::Span{length_in, sizeof length_in} : receiving.at(i - 1);
     };
     t.on_received = [&](size_t i) {
-      if (i != 0 || tcp::loadLe64(length_in) == receiving.total) return;
+      if (i != 0 || net::loadLe64(length_in) == receiving.total) return;
       throw CommError(
           ErrorKind::kInvalid, c.op.op, c.op.seq, from,
-          "rank " + std::to_string(from) + " sends " + std::to_string(tcp::loadLe64(length_in)) +
+          "rank " + std::to_string(from) + " sends " + std::to_string(net::loadLe64(length_in)) +
               " bytes to rank " + std::to_string(c.rank) + ", which expects " +
               std::to_string(receiving.total) + " (do all ranks pass matching split sizes?)");
     };
-    tcp::runTransfer(c.op, t);
+    net::runTransfer(c.op, t);
   }
 }
 

@@ -83,7 +83,7 @@ struct Step {
   const size_t bytes;
   const size_t chunks;
   std::unique_ptr<char[]> result;
-  std::vector<int> next_rank;                      // per piece: the next rank to fold in
+  std::vector<int> next_rank;                     // per piece: the next rank to fold in
   std::vector<char> busy;                         // per piece: a thread is folding it
   std::vector<std::map<int, std::string>> early;  // per piece: arrived before predecessors
   std::vector<char> joined, pushed;
@@ -267,7 +267,7 @@ class ParameterServerService final : public proto::ParameterServer::Service,
     if (h.timeout_ms() > 0)
       step->wait_deadline =
           std::min(step->wait_deadline, Clock::now() + std::chrono::milliseconds(std::min<uint64_t>(
-                                                          h.timeout_ms(), rpc::kMaxWaitMs)));
+                                                           h.timeout_ms(), rpc::kMaxWaitMs)));
     *out = step;
     if (step->complete()) changed_.notify_all();  // count == 0: joining is all there is
     return std::nullopt;

@@ -14,12 +14,12 @@
 #include <string>
 
 #include "comm/error.h"
-#include "comm/tcp/frame.h"
+#include "comm/net/frame.h"
 
 namespace cumulus::comm {
 
-using tcp::Clock;
-using tcp::Deadline;
+using net::Clock;
+using net::Deadline;
 
 struct PointToPoint::Send {
   int peer = 0;
@@ -64,10 +64,10 @@ struct Buffered {
 enum class Sink { kReceive, kBuffer, kDiscard };
 
 struct Incoming {
-  uint8_t header[tcp::kFrameHeaderBytes] = {};
+  uint8_t header[net::kFrameHeaderBytes] = {};
   size_t header_got = 0;
   bool in_payload = false;
-  tcp::FrameHeader frame;
+  net::FrameHeader frame;
   size_t got = 0;
   Sink sink = Sink::kDiscard;
   std::shared_ptr<Receive> receive;    // Sink::kReceive
@@ -93,14 +93,14 @@ std::exception_ptr error(ErrorKind kind, const Work& work, int peer, const std::
 // One peer's lane: its socket, the sends queued on it, the message it is reading.
 struct Lane {
   int peer = 0;
-  tcp::Socket socket;
+  net::Socket socket;
   bool open = false;
   ErrorKind closed_kind = ErrorKind::kPeerClosed;
   std::string closed_why;  // when !open
 
   std::deque<std::shared_ptr<Send>> sends;  // front() is being written
   size_t head_written = 0;                  // of the front's header and payload
-  uint8_t head_header[tcp::kFrameHeaderBytes] = {};
+  uint8_t head_header[net::kFrameHeaderBytes] = {};
   uint64_t sent_seq = 0;
 
   Incoming in;
@@ -109,7 +109,7 @@ struct Lane {
 
 class PointToPoint::Engine {
  public:
-  Engine(int rank, uint64_t generation, std::vector<tcp::Socket> sockets,
+  Engine(int rank, uint64_t generation, std::vector<net::Socket> sockets,
          std::atomic<uint64_t>* bytes_sent)
       : rank_(rank), generation_(generation), bytes_sent_(bytes_sent), discard_(64 * 1024) {
     for (size_t peer = 0; peer < sockets.size(); ++peer) {
@@ -315,7 +315,7 @@ class PointToPoint::Engine {
       size_t want;
       if (!in.in_payload) {
         target = in.header + in.header_got;
-        want = tcp::kFrameHeaderBytes - in.header_got;
+        want = net::kFrameHeaderBytes - in.header_got;
       } else {
         const size_t left = in.frame.length - in.got;
         switch (in.sink) {
@@ -346,7 +346,7 @@ class PointToPoint::Engine {
       }
       if (!in.in_payload) {
         in.header_got += static_cast<size_t>(n);
-        if (in.header_got == tcp::kFrameHeaderBytes && !startPayload(lane)) return;
+        if (in.header_got == net::kFrameHeaderBytes && !startPayload(lane)) return;
       } else {
         in.got += static_cast<size_t>(n);
       }
@@ -357,8 +357,8 @@ class PointToPoint::Engine {
   // The header is in: checks it and picks where the payload goes. False when the lane closed.
   bool startPayload(Lane& lane) {
     Incoming& in = lane.in;
-    in.frame = tcp::decodeFrameHeader(in.header);
-    const tcp::FrameHeader& h = in.frame;
+    in.frame = net::decodeFrameHeader(in.header);
+    const net::FrameHeader& h = in.frame;
     if (h.magic != kPointToPointMagic || h.generation != generation_ ||
         h.sequence != lane.received_seq + 1) {
       close(lane, ErrorKind::kBadFrame,
@@ -431,22 +431,22 @@ class PointToPoint::Engine {
     while (!lane.sends.empty()) {
       const Send& s = *lane.sends.front();
       if (lane.head_written == 0) {
-        tcp::FrameHeader h;
+        net::FrameHeader h;
         h.magic = kPointToPointMagic;
         h.tag = s.tag;
         h.generation = generation_;
         h.sequence = ++lane.sent_seq;
         h.length = s.bytes;
-        tcp::encodeFrameHeader(h, lane.head_header);
+        net::encodeFrameHeader(h, lane.head_header);
       }
       iovec parts[2];
       int count = 0;
-      if (lane.head_written < tcp::kFrameHeaderBytes) {
+      if (lane.head_written < net::kFrameHeaderBytes) {
         parts[count++] = {lane.head_header + lane.head_written,
-                          tcp::kFrameHeaderBytes - lane.head_written};
+                          net::kFrameHeaderBytes - lane.head_written};
         if (s.bytes > 0) parts[count++] = {const_cast<uint8_t*>(s.data), s.bytes};
       } else {
-        const size_t done = lane.head_written - tcp::kFrameHeaderBytes;
+        const size_t done = lane.head_written - net::kFrameHeaderBytes;
         parts[count++] = {const_cast<uint8_t*>(s.data) + done, s.bytes - done};
       }
       msghdr msg{};
@@ -462,9 +462,9 @@ class PointToPoint::Engine {
         return;
       }
       lane.head_written += static_cast<size_t>(n);
-      if (lane.head_written < tcp::kFrameHeaderBytes + s.bytes) continue;
+      if (lane.head_written < net::kFrameHeaderBytes + s.bytes) continue;
       if (bytes_sent_ != nullptr) {
-        bytes_sent_->fetch_add(tcp::kFrameHeaderBytes + s.bytes, std::memory_order_relaxed);
+        bytes_sent_->fetch_add(net::kFrameHeaderBytes + s.bytes, std::memory_order_relaxed);
       }
       s.work->finish(nullptr);
       lane.sends.pop_front();
@@ -481,7 +481,7 @@ class PointToPoint::Engine {
   std::vector<uint8_t> discard_;                   // where dropped payloads are read to
 };
 
-PointToPoint::PointToPoint(int rank, int world, uint64_t generation, std::vector<tcp::Socket> lanes,
+PointToPoint::PointToPoint(int rank, int world, uint64_t generation, std::vector<net::Socket> lanes,
                            std::atomic<uint64_t>* bytes_sent)
     : rank_(rank), world_(world) {
   if (static_cast<int>(lanes.size()) != world) {
@@ -626,7 +626,7 @@ void PointToPoint::loop() {
     peers.assign(1, -1);
     engine_->pollSet(fds, peers);
     const Deadline next = engine_->nextDeadline();
-    const int timeout = next == Deadline::max() ? -1 : tcp::pollTimeoutMs(next);
+    const int timeout = next == Deadline::max() ? -1 : net::pollTimeoutMs(next);
     const int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc <= 0) continue;  // a deadline came, or EINTR
     if (fds[0].revents & POLLIN) {

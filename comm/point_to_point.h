@@ -53,7 +53,7 @@
 #include <vector>
 
 #include "base/annotated_mutex.h"
-#include "comm/tcp/socket.h"
+#include "comm/net/socket.h"
 #include "comm/work.h"
 
 namespace cumulus::comm {
@@ -78,7 +78,7 @@ class PointToPoint {
 
   // lanes[peer] for every peer (invalid at [rank]); starts the progress thread. `bytes_sent`
   // (may be null) is added each message's header and payload once it is written.
-  PointToPoint(int rank, int world, uint64_t generation, std::vector<tcp::Socket> lanes,
+  PointToPoint(int rank, int world, uint64_t generation, std::vector<net::Socket> lanes,
                std::atomic<uint64_t>* bytes_sent);
   // Fails what is pending (kInvalid, "closed"), then stops the thread and closes the lanes.
   ~PointToPoint();

@@ -11,8 +11,8 @@
 #include <random>
 
 #include "comm/error.h"
+#include "comm/net/handshake.h"
 #include "comm/shm/channel.h"
-#include "comm/tcp/handshake.h"
 
 namespace cumulus::comm {
 namespace {
@@ -23,8 +23,8 @@ std::string rankList(const std::vector<int>& ranks) {
   return out;
 }
 
-long msLeft(tcp::Deadline deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - tcp::Clock::now());
+long msLeft(net::Deadline deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - net::Clock::now());
   return left.count() > 0 ? static_cast<long>(left.count()) : 0;
 }
 
@@ -86,7 +86,7 @@ std::string sameHostName(Store& store, const std::string& key, const std::string
 }
 
 struct Connection {
-  tcp::Socket socket;
+  net::Socket socket;
   bool shm = false;  // reached the peer's shared-memory listener: offer a channel
 };
 
@@ -98,20 +98,20 @@ struct Connection {
 }
 
 // The same-host AF_UNIX listener the peer published under `key`, connected.
-Result<tcp::Socket> connectSameHost(Store& store, const std::string& key, const std::string& hostId,
+Result<net::Socket> connectSameHost(Store& store, const std::string& key, const std::string& hostId,
                                     int peer, const char* what) {
   const std::string name = sameHostName(store, key, hostId);
   if (name.empty()) {
     return Status(ErrorKind::kRendezvous,
                   "rank " + std::to_string(peer) + " is on another host or does not offer " + what);
   }
-  return tcp::Socket::connectUnix(name);
+  return net::Socket::connectUnix(name);
 }
 
 Connection connectTo(Store& store, const RendezvousConfig& cfg, int peer,
                      const std::string& address, const std::string& hostId) {
   if (wantsShm(cfg.transport)) {
-    Result<tcp::Socket> socket =
+    Result<net::Socket> socket =
         connectSameHost(store, shmKey(cfg.generation, peer), hostId, peer, "shared memory");
     if (socket.ok()) return {std::move(socket.value()), true};
     if (cfg.transport == Transport::kShm) {
@@ -119,14 +119,14 @@ Connection connectTo(Store& store, const RendezvousConfig& cfg, int peer,
     }
   }
   if (cfg.transport != Transport::kTcp) {
-    Result<tcp::Socket> socket =
+    Result<net::Socket> socket =
         connectSameHost(store, localKey(cfg.generation, peer), hostId, peer, "AF_UNIX");
     if (socket.ok()) return {std::move(socket.value()), false};
     if (cfg.transport == Transport::kUnix) {
       unreachable(cfg.transport, peer, socket.status().detail());
     }
   }
-  Result<tcp::Socket> socket = tcp::Socket::connect(address, cfg.deadline);
+  Result<net::Socket> socket = net::Socket::connect(address, cfg.deadline);
   if (!socket.ok()) {
     throw CommError(ErrorKind::kRendezvous, "rendezvous", 0, peer,
                     "cannot connect to rank " + std::to_string(peer) + " at " + address + ": " +
@@ -137,13 +137,13 @@ Connection connectTo(Store& store, const RendezvousConfig& cfg, int peer,
 
 // A connection accepted by one of the listeners, and that listener's index.
 struct Accepted {
-  tcp::Socket socket;
+  net::Socket socket;
   int listener = 0;
 };
 
 // Accepts the next connection on whichever listener has one (invalid listeners are skipped);
 // kTimeout when none arrived before the deadline.
-Result<Accepted> acceptAny(tcp::Socket* const* listeners, int count, tcp::Deadline deadline) {
+Result<Accepted> acceptAny(net::Socket* const* listeners, int count, net::Deadline deadline) {
   for (;;) {
     pollfd fds[3];
     int index[3];
@@ -153,16 +153,16 @@ Result<Accepted> acceptAny(tcp::Socket* const* listeners, int count, tcp::Deadli
       index[n] = i;
       fds[n++] = {listeners[i]->fd(), POLLIN, 0};
     }
-    int rc = ::poll(fds, n, tcp::pollTimeoutMs(deadline));
+    int rc = ::poll(fds, n, net::pollTimeoutMs(deadline));
     if (rc < 0 && errno == EINTR) continue;
     if (rc <= 0) return Status(ErrorKind::kTimeout, "no connection arrived before the deadline");
     nfds_t ready = 0;
     while (ready + 1 < n && fds[ready].revents == 0) ++ready;
     const int which = index[ready];
     // Already readable: a near deadline only bounds a connection that was withdrawn meanwhile.
-    Result<tcp::Socket> socket = listeners[which]->accept(tcp::Clock::now());
+    Result<net::Socket> socket = listeners[which]->accept(net::Clock::now());
     if (socket.ok()) return Accepted{std::move(socket.value()), which};
-    if (socket.status().kind() != ErrorKind::kTimeout || tcp::Clock::now() >= deadline) {
+    if (socket.status().kind() != ErrorKind::kTimeout || net::Clock::now() >= deadline) {
       return socket.status();
     }
   }
@@ -171,23 +171,23 @@ Result<Accepted> acceptAny(tcp::Socket* const* listeners, int count, tcp::Deadli
 // This rank's listeners: TCP always, AF_UNIX unless the transport is TCP, and the shared-memory
 // one when the transport may use it; each is published under its Store key.
 struct Listeners {
-  tcp::Socket tcp;
-  tcp::Socket unix_socket;
-  tcp::Socket shm;
+  net::Socket tcp;
+  net::Socket unix_socket;
+  net::Socket shm;
 };
 
 Listeners listenAndPublish(Store& store, const RendezvousConfig& cfg, const std::string& hostId) {
   Listeners l;
   store.set(hostKey(cfg.generation, cfg.rank), hostIdOf(cfg));
-  l.tcp = tcp::Socket::listen(cfg.bind_host);
+  l.tcp = net::Socket::listen(cfg.bind_host);
   if (wantsShm(cfg.transport)) {
     const std::string name = freshUnixName() + "/shm";
-    l.shm = tcp::Socket::listenUnix(name);
+    l.shm = net::Socket::listenUnix(name);
     store.set(shmKey(cfg.generation, cfg.rank), hostId + "\n" + name);
   }
   if (cfg.transport != Transport::kTcp) {
     const std::string name = freshUnixName();
-    l.unix_socket = tcp::Socket::listenUnix(name);
+    l.unix_socket = net::Socket::listenUnix(name);
     store.set(localKey(cfg.generation, cfg.rank), hostId + "\n" + name);
   }
   store.set(addressKey(cfg.generation, cfg.rank), l.tcp.localAddress());
@@ -196,14 +196,14 @@ Listeners listenAndPublish(Store& store, const RendezvousConfig& cfg, const std:
 
 // The point-to-point lane to `peer`: its AF_UNIX listener when it is on this host and the
 // transport allows, else its TCP address.
-tcp::Socket connectLane(Store& store, const RendezvousConfig& cfg, int peer,
+net::Socket connectLane(Store& store, const RendezvousConfig& cfg, int peer,
                         const std::string& address, const std::string& hostId) {
   if (cfg.transport != Transport::kTcp) {
-    Result<tcp::Socket> socket =
+    Result<net::Socket> socket =
         connectSameHost(store, localKey(cfg.generation, peer), hostId, peer, "AF_UNIX");
     if (socket.ok()) return std::move(socket.value());
   }
-  return std::move(tcp::Socket::connect(address, cfg.deadline))
+  return std::move(net::Socket::connect(address, cfg.deadline))
       .orRaise("rendezvous", 0, peer,
                "point-to-point lane to rank " + std::to_string(peer) + " at " + address);
 }
@@ -211,13 +211,13 @@ tcp::Socket connectLane(Store& store, const RendezvousConfig& cfg, int peer,
 // Connects to every lower rank, in rank order, and shakes hands; then its point-to-point lane.
 void connectToLowerRanks(Store& store, const RendezvousConfig& cfg, const std::string& hostId,
                          const std::vector<std::string>& addresses, Mesh& mesh) {
-  const tcp::HandshakeConfig self{cfg.generation, cfg.rank, cfg.world, cfg.token};
-  tcp::HandshakeConfig lane = self;
-  lane.lane = tcp::kPointToPointLane;
+  const net::HandshakeConfig self{cfg.generation, cfg.rank, cfg.world, cfg.token};
+  net::HandshakeConfig lane = self;
+  lane.lane = net::kPointToPointLane;
   for (int peer = 0; peer < cfg.rank; ++peer) {
     const std::string& address = addresses[static_cast<size_t>(peer)];
     Connection conn = connectTo(store, cfg, peer, address, hostId);
-    tcp::connectorHandshake(conn.socket, self, peer, cfg.deadline);
+    net::connectorHandshake(conn.socket, self, peer, cfg.deadline);
     std::unique_ptr<shm::Channel> channel;
     if (conn.shm) {
       // kAuto settles for the plain socket when this host will not give us a segment.
@@ -227,10 +227,10 @@ void connectToLowerRanks(Store& store, const RendezvousConfig& cfg, const std::s
     }
     conn.socket.tune(cfg.socket_buffer_bytes);
     mesh.pairs[static_cast<size_t>(peer)] =
-        std::make_unique<tcp::Pair>(std::move(conn.socket), peer, std::move(channel));
+        std::make_unique<net::Pair>(std::move(conn.socket), peer, std::move(channel));
     if (!cfg.point_to_point) continue;
-    tcp::Socket socket = connectLane(store, cfg, peer, address, hostId);
-    tcp::connectorHandshake(socket, lane, peer, cfg.deadline);
+    net::Socket socket = connectLane(store, cfg, peer, address, hostId);
+    net::connectorHandshake(socket, lane, peer, cfg.deadline);
     socket.tune(cfg.socket_buffer_bytes);
     mesh.lanes[static_cast<size_t>(peer)] = std::move(socket);
   }
@@ -240,7 +240,7 @@ void connectToLowerRanks(Store& store, const RendezvousConfig& cfg, const std::s
 // A connection that fails the handshake or the segment offer, or claims a rank already
 // connected, is dropped and named in the error should the deadline pass.
 void acceptHigherRanks(Listeners& l, const RendezvousConfig& cfg, Mesh& mesh) {
-  const tcp::HandshakeConfig self{cfg.generation, cfg.rank, cfg.world, cfg.token};
+  const net::HandshakeConfig self{cfg.generation, cfg.rank, cfg.world, cfg.token};
   auto& pairs = mesh.pairs;
   auto connected = [&](int r) {
     return pairs[static_cast<size_t>(r)] &&
@@ -248,7 +248,7 @@ void acceptHigherRanks(Listeners& l, const RendezvousConfig& cfg, Mesh& mesh) {
   };
   int pending = (cfg.world - 1 - cfg.rank) * (cfg.point_to_point ? 2 : 1);
   std::string rejected;
-  tcp::Socket* const listeners[3] = {&l.tcp, &l.unix_socket, &l.shm};
+  net::Socket* const listeners[3] = {&l.tcp, &l.unix_socket, &l.shm};
   while (pending > 0) {
     Result<Accepted> accepted = acceptAny(listeners, 3, cfg.deadline);
     if (!accepted.ok()) {
@@ -267,14 +267,14 @@ void acceptHigherRanks(Listeners& l, const RendezvousConfig& cfg, Mesh& mesh) {
                           (lanesOnly ? "; do all ranks agree on point_to_point?" : "") +
                           (rejected.empty() ? "" : "; last rejected connection: " + rejected));
     }
-    tcp::Socket& socket = accepted.value().socket;
-    const Result<tcp::HandshakePeer> handshake = tcp::acceptorHandshake(socket, self, cfg.deadline);
+    net::Socket& socket = accepted.value().socket;
+    const Result<net::HandshakePeer> handshake = net::acceptorHandshake(socket, self, cfg.deadline);
     if (!handshake.ok()) {
       rejected = handshake.status().detail();
       continue;  // not one of ours: drop it and keep waiting
     }
     const int peer = handshake.value().rank;
-    if (handshake.value().lane == tcp::kPointToPointLane) {
+    if (handshake.value().lane == net::kPointToPointLane) {
       if (!cfg.point_to_point || mesh.lanes[static_cast<size_t>(peer)].valid() ||
           accepted.value().listener == 2) {
         rejected = "an unexpected point-to-point lane from rank " + std::to_string(peer) +
@@ -293,8 +293,8 @@ void acceptHigherRanks(Listeners& l, const RendezvousConfig& cfg, Mesh& mesh) {
     std::unique_ptr<shm::Channel> channel;
     if (accepted.value().listener == 2) {  // the shared-memory listener: the segment comes next
       // Bounded like the handshake: a connection that says nothing cannot hold us long.
-      const tcp::Deadline offerDeadline =
-          std::min(cfg.deadline, tcp::Clock::now() + std::chrono::seconds(10));
+      const net::Deadline offerDeadline =
+          std::min(cfg.deadline, net::Clock::now() + std::chrono::seconds(10));
       Result<std::unique_ptr<shm::Channel>> offered = shm::Channel::accept(socket, offerDeadline);
       if (!offered.ok()) {
         rejected = "rank " + std::to_string(peer) + ": " + offered.status().detail();
@@ -304,7 +304,7 @@ void acceptHigherRanks(Listeners& l, const RendezvousConfig& cfg, Mesh& mesh) {
     }
     socket.tune(cfg.socket_buffer_bytes);
     pairs[static_cast<size_t>(peer)] =
-        std::make_unique<tcp::Pair>(std::move(socket), peer, std::move(channel));
+        std::make_unique<net::Pair>(std::move(socket), peer, std::move(channel));
     --pending;
   }
 }

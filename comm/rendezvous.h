@@ -38,9 +38,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/net/pair.h"
 #include "comm/store.h"
 #include "comm/store_keys.h"  // addressKey, localKey, shmKey: where each rank publishes itself
-#include "comm/tcp/pair.h"
 #include "comm/transport.h"
 
 namespace cumulus::comm {
@@ -59,13 +59,13 @@ struct RendezvousConfig {
   // to simulate several hosts on one machine (their ranks then meet over TCP).
   std::string host_id;
   bool point_to_point = false;  // also connect the point-to-point lanes (above)
-  tcp::Deadline deadline;
+  net::Deadline deadline;
 };
 
 struct Mesh {
-  std::vector<std::unique_ptr<tcp::Pair>> pairs;  // pairs[peer]; null at [rank]
+  std::vector<std::unique_ptr<net::Pair>> pairs;  // pairs[peer]; null at [rank]
   // lanes[peer] when config.point_to_point (invalid at [rank]); empty otherwise.
-  std::vector<tcp::Socket> lanes;
+  std::vector<net::Socket> lanes;
 };
 
 Mesh connectMesh(Store& store, const RendezvousConfig& config);

@@ -60,12 +60,12 @@ void RingPass::run() {
   auto sendChunk = [&](int step) { return c_.mod(c_.rank - step - 1); };
   auto recvChunk = [&](int step) { return c_.mod(c_.rank - step - 2); };
 
-  tcp::Transfer t;
+  net::Transfer t;
   t.send_to = c_.peer(c_.mod(c_.rank + 1));
   t.recv_from = c_.peer(c_.mod(c_.rank - 1));
   t.send_units = t.recv_units = units;
   t.send_span = [&](size_t u) {
-    tcp::Span span;
+    net::Span span;
     span.data = segment(sendChunk(stepOf(u)), u % segs_per_step_, &span.bytes);
     return span;
   };
@@ -78,7 +78,7 @@ void RingPass::run() {
     return u < segs_per_step_ ? 0 : u - segs_per_step_ + 1;
   };
   t.recv_span = [&](size_t u) {
-    tcp::Span span;
+    net::Span span;
     void* dst = segment(recvChunk(stepOf(u)), u % segs_per_step_, &span.bytes);
     // Reduce-scatter segments land in scratch and are folded in; all-gather ones in place.
     span.data = stepOf(u) < reduceSteps ? landing : dst;
@@ -103,7 +103,7 @@ void RingPass::run() {
   };
   // Over shared memory the peer's segment is reduced straight from its slot: no landing copy.
   t.recv_in_place = absorb;
-  tcp::runTransfer(c_.op, t);
+  net::runTransfer(c_.op, t);
 }
 
 void ringAllreduce(const Collective& c, Buffer& buffer, ReduceOp op) {

@@ -100,8 +100,8 @@ void configureServer(grpc::ServerBuilder& builder, int max_message_bytes) {
 }
 
 std::unique_ptr<grpc::Server> startServer(const std::string& what, const std::string& host,
-                                          int port, grpc::Service* service,
-                                          int max_message_bytes, int* bound_port) {
+                                          int port, grpc::Service* service, int max_message_bytes,
+                                          int* bound_port) {
   const std::string address = endpoint(host, port);
   grpc::ServerBuilder builder;
   configureServer(builder, max_message_bytes);
@@ -142,10 +142,10 @@ std::string connectFailureReason(const std::string& host, int port, const grpc::
   if (int rc = getaddrinfo(bare.c_str(), std::to_string(port).c_str(), &hints, &addresses))
     return std::string("cannot resolve host: ") + gai_strerror(rc);
   std::string reason = status.error_message();
-  const int error = base::connectBefore(addresses->ai_addr, addresses->ai_addrlen,
-                                        std::chrono::steady_clock::now() +
-                                            std::chrono::milliseconds(500))
-                        .error;
+  const int error =
+      base::connectBefore(addresses->ai_addr, addresses->ai_addrlen,
+                          std::chrono::steady_clock::now() + std::chrono::milliseconds(500))
+          .error;
   if (error == ETIMEDOUT) {
     reason = "connect timed out";
   } else if (error != 0) {

@@ -54,8 +54,8 @@ void configureServer(grpc::ServerBuilder& builder, int max_message_bytes);
 // a free port. Writes the bound port to *bound_port. Throws std::runtime_error naming `what` and
 // the address if it cannot listen.
 std::unique_ptr<grpc::Server> startServer(const std::string& what, const std::string& host,
-                                          int port, grpc::Service* service,
-                                          int max_message_bytes, int* bound_port);
+                                          int port, grpc::Service* service, int max_message_bytes,
+                                          int* bound_port);
 
 // True for a status that means "no connection could be made" (the call never reached a server).
 bool isConnectFailure(const grpc::Status& status);

@@ -15,7 +15,7 @@ struct Segments {
     size = std::max(esize, c.segment_bytes / esize * esize);
     count = (total + size - 1) / size;
   }
-  tcp::Span at(size_t i) const {
+  net::Span at(size_t i) const {
     const size_t begin = i * size;
     return {base + begin, std::min(size, total - begin)};
   }
@@ -45,13 +45,13 @@ void treeReduce(const Collective& c, Buffer& buffer, ReduceOp op, int root) {
   const int parent = c.mod(c.rank - lastMask);
 
   for (size_t k = 0; k < children.size(); ++k) {
-    tcp::Transfer t;
+    net::Transfer t;
     t.recv_from = c.peer(children[k]);
     t.recv_units = segs.count;
-    t.recv_span = [&](size_t i) { return tcp::Span{landing, segs.at(i).bytes}; };
+    t.recv_span = [&](size_t i) { return net::Span{landing, segs.at(i).bytes}; };
     // Inline segments land in scratch; shared-memory ones are reduced from the peer's slot.
     t.recv_in_place = [&](size_t i, const void* src) {
-      tcp::Span dst = segs.at(i);
+      net::Span dst = segs.at(i);
       reduceInto(dst.data, src, dst.bytes / segs.esize, buffer.dtype, op);
     };
     t.on_received = [&](size_t i) { t.recv_in_place(i, landing); };
@@ -64,14 +64,14 @@ void treeReduce(const Collective& c, Buffer& buffer, ReduceOp op, int root) {
       t.send_span = [&](size_t i) { return segs.at(i); };
       t.send_after_recvs = [](size_t i) { return i + 1; };
     }
-    tcp::runTransfer(c.op, t);
+    net::runTransfer(c.op, t);
   }
   if (hasParent && children.empty()) {
-    tcp::Transfer t;
+    net::Transfer t;
     t.send_to = c.peer(parent);
     t.send_units = segs.count;
     t.send_span = [&](size_t i) { return segs.at(i); };
-    tcp::runTransfer(c.op, t);
+    net::runTransfer(c.op, t);
   }
   if (!hasParent && op == ReduceOp::kAvg) divideBy(buffer.data, buffer.count, buffer.dtype, p);
 }
@@ -93,7 +93,7 @@ void treeBroadcast(const Collective& c, Buffer& buffer, int root) {
   if (hasParent) {
     // Receive straight into the user's buffer, forwarding each segment to the first child as
     // soon as it is complete.
-    tcp::Transfer t;
+    net::Transfer t;
     t.recv_from = c.peer(c.mod(c.rank - lastMask));
     t.recv_units = segs.count;
     t.recv_span = [&](size_t i) { return segs.at(i); };
@@ -103,14 +103,14 @@ void treeBroadcast(const Collective& c, Buffer& buffer, int root) {
       t.send_span = [&](size_t i) { return segs.at(i); };
       t.send_after_recvs = [](size_t i) { return i + 1; };
     }
-    tcp::runTransfer(c.op, t);
+    net::runTransfer(c.op, t);
   }
   for (; k < children.size(); ++k) {
-    tcp::Transfer t;
+    net::Transfer t;
     t.send_to = c.peer(children[k]);
     t.send_units = segs.count;
     t.send_span = [&](size_t i) { return segs.at(i); };
-    tcp::runTransfer(c.op, t);
+    net::runTransfer(c.op, t);
   }
 }
 

@@ -71,8 +71,8 @@ bool isBitwise(ReduceOp op) {
 
 std::string reduceProblem(DType dtype, ReduceOp op) {
   if (isBitwise(op) && !isIntegral(dtype)) {
-    return std::string("the bitwise op ") + reduceOpName(op) + " needs an integer dtype (int32 or " +
-           "int64), not " + dtypeName(dtype);
+    return std::string("the bitwise op ") + reduceOpName(op) +
+           " needs an integer dtype (int32 or " + "int64), not " + dtypeName(dtype);
   }
   return "";
 }

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace cumulus::comm::tcp {
+namespace cumulus::comm::net {
 
 constexpr uint32_t kFrameMagic = 0x464c4d43;     // "CMLF" in memory order
 constexpr uint32_t kShmFrameMagic = 0x534c4d43;  // "CMLS"
@@ -63,4 +63,4 @@ inline FrameHeader decodeFrameHeader(const uint8_t in[kFrameHeaderBytes]) {
   return h;
 }
 
-}  // namespace cumulus::comm::tcp
+}  // namespace cumulus::comm::net

@@ -1,13 +1,13 @@
-#include "comm/tcp/handshake.h"
+#include "comm/net/handshake.h"
 
 #include <algorithm>
 #include <array>
 
 #include "base/hash.h"
 #include "comm/error.h"
-#include "comm/tcp/frame.h"
+#include "comm/net/frame.h"
 
-namespace cumulus::comm::tcp {
+namespace cumulus::comm::net {
 namespace {
 
 using base::Digest;
@@ -186,4 +186,4 @@ Result<HandshakePeer> acceptorHandshake(Socket& socket, const HandshakeConfig& s
   return HandshakePeer{peer, lane};
 }
 
-}  // namespace cumulus::comm::tcp
+}  // namespace cumulus::comm::net

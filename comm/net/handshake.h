@@ -3,8 +3,8 @@
 // (HMAC-SHA-256 over fresh nonces, so the token never crosses the wire and a recorded handshake
 // cannot be replayed) and agree on generation and ranks.
 //
-//   connector -> acceptor  Hello     {magic 'CMLH', version | lane, generation, rank, world, nonceC}
-//   acceptor  -> connector Challenge {magic, status, generation, rank, nonceA, macA}
+//   connector -> acceptor  Hello     {magic 'CMLH', version | lane, generation, rank, world,
+//   nonceC} acceptor  -> connector Challenge {magic, status, generation, rank, nonceA, macA}
 //   connector -> acceptor  Response  {magic, macC}
 //   acceptor  -> connector Result    {magic, status}
 // macA = HMAC(token, "A" | nonceC | nonceA | generation | ranks | lane), macC the same with "C".
@@ -19,9 +19,9 @@
 #include <cstdint>
 #include <string>
 
-#include "comm/tcp/socket.h"
+#include "comm/net/socket.h"
 
-namespace cumulus::comm::tcp {
+namespace cumulus::comm::net {
 
 constexpr int kCollectiveLane = 0;
 constexpr int kPointToPointLane = 1;
@@ -50,6 +50,7 @@ void connectorHandshake(Socket& socket, const HandshakeConfig& self, int peer, D
 // wrong token: that is a misconfigured member of this job, so the group fails fast. Fails with
 // kBadFrame, its detail saying why, for connections that are merely not ours (garbage, stale
 // generation, bad rank, silence): the caller closes them and keeps waiting (comm/error.h, rule 2).
-Result<HandshakePeer> acceptorHandshake(Socket& socket, const HandshakeConfig& self, Deadline deadline);
+Result<HandshakePeer> acceptorHandshake(Socket& socket, const HandshakeConfig& self,
+                                        Deadline deadline);
 
-}  // namespace cumulus::comm::tcp
+}  // namespace cumulus::comm::net

@@ -1,8 +1,9 @@
 #pragma once
-// Pair: the established, authenticated connection to one peer rank (as gloo/transport/tcp/pair.h).
-// It owns the socket and, between ranks on one host that agreed on it, the shared-memory channel
-// that carries large payloads (comm/shm/channel.h); the transfer engine (transfer.h) drives both
-// with non-blocking I/O.
+// Pair: the established, authenticated connection to one peer rank (Gloo's term). It owns the
+// stream socket, TCP or (between ranks on one host) AF_UNIX, and, where both ranks agreed on it,
+// the shared-memory channel that carries large payloads (comm/shm/channel.h); the transfer engine
+// (transfer.h) drives both with non-blocking I/O. comm/net/ is everything on a socket: the
+// sockets, the frames, the handshake, the pairs and the transfers.
 //
 // Thread-safety: used by one thread at a time (the communicator's executing thread), except
 // abort(), which any thread may call to make a pending transfer fail at once.
@@ -10,10 +11,10 @@
 #include <memory>
 #include <utility>
 
+#include "comm/net/socket.h"
 #include "comm/shm/channel.h"
-#include "comm/tcp/socket.h"
 
-namespace cumulus::comm::tcp {
+namespace cumulus::comm::net {
 
 class Pair {
  public:
@@ -41,4 +42,4 @@ class Pair {
   std::unique_ptr<shm::Channel> channel_;
 };
 
-}  // namespace cumulus::comm::tcp
+}  // namespace cumulus::comm::net

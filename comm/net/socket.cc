@@ -1,4 +1,4 @@
-#include "comm/tcp/socket.h"
+#include "comm/net/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -21,7 +21,7 @@
 #include "base/connect.h"
 #include "base/host_port.h"
 
-namespace cumulus::comm::tcp {
+namespace cumulus::comm::net {
 namespace {
 
 void setNonBlocking(int fd) {
@@ -284,4 +284,4 @@ Status Socket::writeFull(const void* data, size_t bytes, Deadline deadline) {
   return {};
 }
 
-}  // namespace cumulus::comm::tcp
+}  // namespace cumulus::comm::net

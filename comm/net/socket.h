@@ -17,7 +17,7 @@
 
 #include "comm/error.h"
 
-namespace cumulus::comm::tcp {
+namespace cumulus::comm::net {
 
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
@@ -77,4 +77,4 @@ class Socket {
   int fd_ = -1;
 };
 
-}  // namespace cumulus::comm::tcp
+}  // namespace cumulus::comm::net

@@ -1,4 +1,4 @@
-#include "comm/tcp/transfer.h"
+#include "comm/net/transfer.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -14,10 +14,10 @@
 #endif
 
 #include "comm/error.h"
-#include "comm/tcp/frame.h"
+#include "comm/net/frame.h"
 #include "comm/types.h"
 
-namespace cumulus::comm::tcp {
+namespace cumulus::comm::net {
 namespace {
 
 // OpContext::element's words: "float32 data", "raw bytes".
@@ -389,4 +389,4 @@ class Engine {
 
 void runTransfer(const OpContext& ctx, const Transfer& transfer) { Engine(ctx, transfer).run(); }
 
-}  // namespace cumulus::comm::tcp
+}  // namespace cumulus::comm::net

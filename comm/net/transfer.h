@@ -29,10 +29,10 @@
 #include <cstdint>
 #include <functional>
 
-#include "comm/tcp/pair.h"
-#include "comm/tcp/socket.h"
+#include "comm/net/pair.h"
+#include "comm/net/socket.h"
 
-namespace cumulus::comm::tcp {
+namespace cumulus::comm::net {
 
 // Adapts busy-waiting to the host. A spin pays when the peer answers within the budget (idle
 // cores: a wake-up from poll() on a halted vCPU costs 10+ µs, the answer comes in a few); when it
@@ -104,4 +104,4 @@ struct Transfer {
 
 void runTransfer(const OpContext& ctx, const Transfer& transfer);
 
-}  // namespace cumulus::comm::tcp
+}  // namespace cumulus::comm::net

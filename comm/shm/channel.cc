@@ -14,7 +14,7 @@
 
 #include "base/fd.h"
 #include "comm/error.h"
-#include "comm/tcp/frame.h"
+#include "comm/net/frame.h"
 
 namespace cumulus::comm::shm {
 
@@ -67,10 +67,10 @@ Stamp* stamps(void* control) {
 std::string errnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 // Waits for `events` on `fd` until the deadline; false on timeout.
-bool waitFor(int fd, short events, tcp::Deadline deadline) {
+bool waitFor(int fd, short events, net::Deadline deadline) {
   for (;;) {
     pollfd p{fd, events, 0};
-    int rc = ::poll(&p, 1, tcp::pollTimeoutMs(deadline));
+    int rc = ::poll(&p, 1, net::pollTimeoutMs(deadline));
     if (rc > 0) return true;
     if (rc == 0) return false;
     if (errno != EINTR) return true;
@@ -136,13 +136,13 @@ Result<Channel::Segment> Channel::create(uint32_t slots, size_t slotBytes) {
   return segment;
 }
 
-void Channel::sendOffer(tcp::Socket& socket, int peer, tcp::Deadline deadline, uint32_t slots,
+void Channel::sendOffer(net::Socket& socket, int peer, net::Deadline deadline, uint32_t slots,
                         size_t slotBytes, const int* fds) {
   uint8_t msg[kOfferBytes] = {0};
-  tcp::storeLe32(msg, kOfferMagic);
-  tcp::storeLe32(msg + 4, kOfferVersion);
-  tcp::storeLe32(msg + 8, slots);
-  tcp::storeLe64(msg + 16, slotBytes);
+  net::storeLe32(msg, kOfferMagic);
+  net::storeLe32(msg + 4, kOfferVersion);
+  net::storeLe32(msg + 8, slots);
+  net::storeLe64(msg + 16, slotBytes);
   alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
   iovec iov{msg, sizeof msg};
   msghdr mh{};
@@ -174,12 +174,12 @@ void Channel::sendOffer(tcp::Socket& socket, int peer, tcp::Deadline deadline, u
   uint8_t ack[kAckBytes];
   const Status st = socket.readFull(ack, sizeof ack, deadline);
   if (!st.ok()) st.raise("rendezvous", 0, peer, "waiting for the shared-memory answer");
-  if (tcp::loadLe32(ack) != kOfferMagic || tcp::loadLe32(ack + 4) != 0) {
+  if (net::loadLe32(ack) != kOfferMagic || net::loadLe32(ack + 4) != 0) {
     setupFailed(peer, "the peer could not map the segment");
   }
 }
 
-std::unique_ptr<Channel> Channel::offer(tcp::Socket& socket, int peer, tcp::Deadline deadline,
+std::unique_ptr<Channel> Channel::offer(net::Socket& socket, int peer, net::Deadline deadline,
                                         bool required, uint32_t slots, size_t slotBytes) {
   Result<Segment> created = create(slots, slotBytes);
   if (!created.ok()) {
@@ -195,11 +195,11 @@ std::unique_ptr<Channel> Channel::offer(tcp::Socket& socket, int peer, tcp::Dead
   return std::move(segment.channel);
 }
 
-void Channel::decline(tcp::Socket& socket, int peer, tcp::Deadline deadline) {
+void Channel::decline(net::Socket& socket, int peer, net::Deadline deadline) {
   sendOffer(socket, peer, deadline, 0, 0, nullptr);
 }
 
-Result<std::unique_ptr<Channel>> Channel::accept(tcp::Socket& socket, tcp::Deadline deadline) {
+Result<std::unique_ptr<Channel>> Channel::accept(net::Socket& socket, net::Deadline deadline) {
   uint8_t msg[kOfferBytes];
   alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
   iovec iov{msg, sizeof msg};
@@ -236,21 +236,21 @@ Result<std::unique_ptr<Channel>> Channel::accept(tcp::Socket& socket, tcp::Deadl
   // for a refusal, the peer's own offer()) reports it, naming the rank.
   auto answer = [&](uint32_t status) {
     uint8_t ack[kAckBytes];
-    tcp::storeLe32(ack, kOfferMagic);
-    tcp::storeLe32(ack + 4, status);
+    net::storeLe32(ack, kOfferMagic);
+    net::storeLe32(ack + 4, status);
     static_cast<void>(socket.writeFull(ack, sizeof ack, deadline));
   };
   auto refuse = [&](ErrorKind kind, std::string detail) {
     answer(1);
     return Status(kind, std::move(detail));
   };
-  if (rc != static_cast<ssize_t>(sizeof msg) || tcp::loadLe32(msg) != kOfferMagic ||
-      tcp::loadLe32(msg + 4) != kOfferVersion || (received != 3 && received != 0) ||
+  if (rc != static_cast<ssize_t>(sizeof msg) || net::loadLe32(msg) != kOfferMagic ||
+      net::loadLe32(msg + 4) != kOfferVersion || (received != 3 && received != 0) ||
       (mh.msg_flags & MSG_CTRUNC) != 0) {
     return refuse(ErrorKind::kBadFrame, "a same-host peer sent no valid shared-memory offer");
   }
-  const uint32_t slots = tcp::loadLe32(msg + 8);
-  const uint64_t slotBytes = tcp::loadLe64(msg + 16);
+  const uint32_t slots = net::loadLe32(msg + 8);
+  const uint64_t slotBytes = net::loadLe64(msg + 16);
   if (slots == 0 && slotBytes == 0 && received == 0) {  // decline(): stay a plain socket
     answer(0);
     return std::unique_ptr<Channel>();

@@ -3,7 +3,7 @@
 // large message instead of AF_UNIX's two, and the receiver reduces straight from the sender's
 // slot.
 //
-// A Channel belongs to one Pair (comm/tcp/pair.h) and rides on its AF_UNIX socket:
+// A Channel belongs to one Pair (comm/net/pair.h) and rides on its AF_UNIX socket:
 //   - The connector creates one memfd holding two rings of slots (connector→acceptor and
 //     acceptor→connector) and two eventfds (one per ring: "a slot was freed"), and passes the
 //     three descriptors to the acceptor with SCM_RIGHTS right after the handshake (offer()); the
@@ -36,7 +36,7 @@
 
 #include "base/fd.h"
 #include "comm/error.h"
-#include "comm/tcp/socket.h"
+#include "comm/net/socket.h"
 
 namespace cumulus::comm::shm {
 
@@ -65,18 +65,18 @@ class Channel {
   // offer and returns null, and the pair carries everything on the socket. Throws CommError
   // (op "rendezvous", seq 0, `peer`): kRendezvous when the segment cannot be created and is
   // required or the peer refuses it, kTimeout / kPeerClosed from the socket.
-  static std::unique_ptr<Channel> offer(tcp::Socket& socket, int peer, tcp::Deadline deadline,
+  static std::unique_ptr<Channel> offer(net::Socket& socket, int peer, net::Deadline deadline,
                                         bool required, uint32_t slots = kDefaultSlots,
                                         size_t slotBytes = kDefaultSlotBytes);
   // Sends the "no segment" offer and waits for the acknowledgement (what offer() does when it
   // cannot create one). Throws like offer().
-  static void decline(tcp::Socket& socket, int peer, tcp::Deadline deadline);
+  static void decline(net::Socket& socket, int peer, net::Deadline deadline);
   // Acceptor side: receives and maps the segment, acknowledges. Returns the channel, or null when
   // the peer declined (the pair stays a plain socket). Fails (comm/error.h, rule 2: the caller
   // drops the connection and keeps waiting) with kTimeout when no offer arrived before the
   // deadline, kBadFrame for an offer that is not valid, kRendezvous when the segment cannot be
   // mapped.
-  static Result<std::unique_ptr<Channel>> accept(tcp::Socket& socket, tcp::Deadline deadline);
+  static Result<std::unique_ptr<Channel>> accept(net::Socket& socket, net::Deadline deadline);
 
   size_t slotBytes() const { return slot_bytes_; }
   uint32_t slots() const { return slots_; }
@@ -124,7 +124,7 @@ class Channel {
   };
   static Result<Segment> create(uint32_t slots, size_t slotBytes);
   // Sends the offer message (`fds` attached when non-null) and waits for the answer.
-  static void sendOffer(tcp::Socket& socket, int peer, tcp::Deadline deadline, uint32_t slots,
+  static void sendOffer(net::Socket& socket, int peer, net::Deadline deadline, uint32_t slots,
                         size_t slotBytes, const int* fds);
 
   uint8_t* base_;

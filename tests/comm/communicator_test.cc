@@ -20,9 +20,9 @@
 #include "allreduce_values.h"
 #include "collectives_suite.h"
 #include "comm/error.h"
+#include "comm/net/frame.h"
+#include "comm/net/socket.h"
 #include "comm/ring.h"
-#include "comm/tcp/frame.h"
-#include "comm/tcp/socket.h"
 #include "group.h"
 
 namespace cumulus::comm {
@@ -246,7 +246,7 @@ INSTANTIATE_TEST_SUITE_P(World, Collectives, ::testing::Values(1, 2, 3, 5, 8));
 
 TEST(Collectives, NamedIpv6BindHost) {
   try {
-    tcp::Socket probe = tcp::Socket::listen("::1");
+    net::Socket probe = net::Socket::listen("::1");
   } catch (const std::exception& e) {
     GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
   }
@@ -280,7 +280,7 @@ TEST_P(BytesSent, RingAllreduceSendsThePayloadAndOneHeaderPerSegment) {
       std::min(kDefaultSegmentBytes, std::max(kMinSegmentBytes, chunkBytes / kMinSegmentsPerChunk));
   const size_t segments = (chunkBytes + segmentBytes - 1) / segmentBytes;
   const uint64_t payload = 2 * (p - 1) * n * sizeof(float) / p;
-  const uint64_t expected = payload + tcp::kFrameHeaderBytes * 2 * (p - 1) * segments;
+  const uint64_t expected = payload + net::kFrameHeaderBytes * 2 * (p - 1) * segments;
   ASSERT_EQ(expected, 400256u);  // the arithmetic above, for the reader
 
   CommunicatorOptions options;
@@ -302,7 +302,7 @@ TEST_P(BytesSent, RingAllreduceSendsThePayloadAndOneHeaderPerSegment) {
   for (int r = 0; r < p; ++r) {
     EXPECT_EQ(afterOne[r], expected) << "rank " << r;
     EXPECT_EQ(afterTwo[r], 2 * expected) << "rank " << r;
-    EXPECT_EQ(afterBarrier[r], 2 * expected + tcp::kFrameHeaderBytes + sizeof(int32_t))
+    EXPECT_EQ(afterBarrier[r], 2 * expected + net::kFrameHeaderBytes + sizeof(int32_t))
         << "rank " << r;
   }
 }

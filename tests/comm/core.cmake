@@ -1,6 +1,6 @@
 # Tests of the comm core (see comm/core.cmake). One binary, comm_test; the process tests re-run
 # this same binary as their worker (see process_test.cc), so there is no second executable.
-# Each file tests the comm/ file of the same name (tcp/socket_test.cc tests comm/tcp/socket.cc);
+# Each file tests the comm/ file of the same name (net/socket_test.cc tests comm/net/socket.cc);
 # process_test.cc runs the communicator across processes.
 set(COMM_CORE_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/communicator_test.cc
@@ -20,10 +20,10 @@ set(COMM_CORE_TESTS
   ${CMAKE_CURRENT_SOURCE_DIR}/types_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/work_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/shm/channel_test.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/frame_test.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/handshake_test.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/socket_test.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/tcp/transfer_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/net/frame_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/net/handshake_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/net/socket_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/net/transfer_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/file_store.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/quorum_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/process_test.cc)

@@ -12,10 +12,10 @@
 #include <string>
 
 #include "comm/error.h"
+#include "comm/net/frame.h"
+#include "comm/net/handshake.h"
 #include "comm/rendezvous.h"
 #include "comm/shm/channel.h"
-#include "comm/tcp/frame.h"
-#include "comm/tcp/handshake.h"
 #include "group.h"
 
 namespace cumulus::comm::testing {
@@ -60,19 +60,19 @@ inline void expectBadFrameFromRank1(Communicator& comm, Buffer& b, const std::st
 
 // Connects to rank 0 over `transport` the way a connector would: its TCP address, its AF_UNIX
 // name, or its shared-memory listener's name.
-inline tcp::Socket connectToRank0(Store& store, uint64_t generation, Transport transport) {
-  auto connect = [&]() -> Result<tcp::Socket> {
+inline net::Socket connectToRank0(Store& store, uint64_t generation, Transport transport) {
+  auto connect = [&]() -> Result<net::Socket> {
     if (transport == Transport::kTcp) {
-      return tcp::Socket::connect(store.get(addressKey(generation, 0), 5000ms), Clock::now() + 5s);
+      return net::Socket::connect(store.get(addressKey(generation, 0), 5000ms), Clock::now() + 5s);
     }
     const std::string key =
         transport == Transport::kShm ? shmKey(generation, 0) : localKey(generation, 0);
     const std::string local = store.get(key, 5000ms);
-    return tcp::Socket::connectUnix(local.substr(local.find('\n') + 1));
+    return net::Socket::connectUnix(local.substr(local.find('\n') + 1));
   };
-  Result<tcp::Socket> connected = connect();
+  Result<net::Socket> connected = connect();
   EXPECT_TRUE(connected.ok()) << connected.status().detail();
-  tcp::Socket socket = connected.ok() ? std::move(connected.value()) : tcp::Socket();
+  net::Socket socket = connected.ok() ? std::move(connected.value()) : net::Socket();
   EXPECT_EQ(socket.isUnix(), transport != Transport::kTcp);
   return socket;
 }
@@ -81,17 +81,17 @@ inline tcp::Socket connectToRank0(Store& store, uint64_t generation, Transport t
 // the transport under test, completes the handshake and, over shared memory, sets up the
 // channel; returns the socket and the channel.
 struct RawPeer {
-  tcp::Socket socket;
+  net::Socket socket;
   std::unique_ptr<shm::Channel> channel;
 };
 inline RawPeer rawPeer(Store& store, int rank, int world, uint64_t generation,
                        const std::string& token, Transport transport) {
-  tcp::Socket listener = tcp::Socket::listen("127.0.0.1");
+  net::Socket listener = net::Socket::listen("127.0.0.1");
   store.set(hostKey(generation, rank), localHostId());
   store.set(addressKey(generation, rank), listener.localAddress());
   RawPeer peer;
   peer.socket = connectToRank0(store, generation, transport);
-  tcp::connectorHandshake(peer.socket, {generation, rank, world, token}, 0, Clock::now() + 5s);
+  net::connectorHandshake(peer.socket, {generation, rank, world, token}, 0, Clock::now() + 5s);
   if (transport == Transport::kShm) {
     peer.channel = shm::Channel::offer(peer.socket, 0, Clock::now() + 5s, true);
   }

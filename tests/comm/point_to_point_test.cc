@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "comm/error.h"
-#include "comm/tcp/frame.h"
+#include "comm/net/frame.h"
 #include "fault_peer.h"
 #include "group.h"
 #include "socket_pair.h"
@@ -78,7 +78,7 @@ TEST_P(PointToPointOver, MessagesMatchByTagAndKeepTheirSendersOrder) {
     }
   });
   EXPECT_EQ(group.at(0).bytesSent(),
-            4 * tcp::kFrameHeaderBytes + sizes[0] + sizes[1] + sizes[2] + sizes[3]);
+            4 * net::kFrameHeaderBytes + sizes[0] + sizes[1] + sizes[2] + sizes[3]);
 }
 
 // Every rank of four sends 3 MiB to each other rank before it posts a single receive: the
@@ -208,25 +208,25 @@ struct HandDriven {
   HandDriven() {
     auto wire = testing::socketPair();
     peer = std::move(wire.second);
-    std::vector<tcp::Socket> lanes(2);
+    std::vector<net::Socket> lanes(2);
     lanes[1] = std::move(wire.first);
     p2p = std::make_unique<PointToPoint>(0, 2, 6, std::move(lanes), nullptr);
   }
-  void write(const tcp::FrameHeader& h, size_t payload) {
-    uint8_t header[tcp::kFrameHeaderBytes];
-    tcp::encodeFrameHeader(h, header);
-    ASSERT_TRUE(peer.writeFull(header, sizeof header, tcp::Clock::now() + 5s).ok());
+  void write(const net::FrameHeader& h, size_t payload) {
+    uint8_t header[net::kFrameHeaderBytes];
+    net::encodeFrameHeader(h, header);
+    ASSERT_TRUE(peer.writeFull(header, sizeof header, net::Clock::now() + 5s).ok());
     std::vector<uint8_t> bytes(payload, 0xab);
     if (payload > 0) {
-      ASSERT_TRUE(peer.writeFull(bytes.data(), payload, tcp::Clock::now() + 5s).ok());
+      ASSERT_TRUE(peer.writeFull(bytes.data(), payload, net::Clock::now() + 5s).ok());
     }
   }
-  tcp::Socket peer;
+  net::Socket peer;
   std::unique_ptr<PointToPoint> p2p;
 };
 
-tcp::FrameHeader message(uint64_t sequence, uint32_t tag, uint64_t length) {
-  tcp::FrameHeader h;
+net::FrameHeader message(uint64_t sequence, uint32_t tag, uint64_t length) {
+  net::FrameHeader h;
   h.magic = kPointToPointMagic;
   h.tag = tag;
   h.generation = 6;
@@ -246,7 +246,7 @@ TEST(PointToPoint, AFrameOtherThanTheNextMessageShutsTheLane) {
   EXPECT_EQ(got[2], 0xab);
   int32_t value = 0;
   auto pending = rank0.p2p->recv(1, 8, &value, 4, 30s);
-  tcp::FrameHeader stale = message(2, 8, 4);
+  net::FrameHeader stale = message(2, 8, 4);
   stale.generation = 5;
   rank0.write(stale, 4);
   CommError e = testing::expectCommError([&] { pending->wait(); });
@@ -265,9 +265,9 @@ TEST(PointToPoint, AMessageNoProcessCouldHoldShutsTheLane) {
   HandDriven rank0;
   int32_t value = 0;
   auto pending = rank0.p2p->recv(1, 2, &value, 4, 30s);
-  uint8_t header[tcp::kFrameHeaderBytes];
-  tcp::encodeFrameHeader(message(1, 9, uint64_t{1} << 62), header);
-  ASSERT_TRUE(rank0.peer.writeFull(header, sizeof header, tcp::Clock::now() + 5s).ok());
+  uint8_t header[net::kFrameHeaderBytes];
+  net::encodeFrameHeader(message(1, 9, uint64_t{1} << 62), header);
+  ASSERT_TRUE(rank0.peer.writeFull(header, sizeof header, net::Clock::now() + 5s).ok());
   CommError e = testing::expectCommError([&] { pending->wait(); });
   EXPECT_EQ(e.kind(), ErrorKind::kBadFrame);
   EXPECT_STREQ(e.what(),

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "comm/error.h"
+#include "comm/net/frame.h"
+#include "comm/net/handshake.h"
 #include "comm/rendezvous.h"
 #include "comm/shm/channel.h"
-#include "comm/tcp/frame.h"
-#include "comm/tcp/handshake.h"
 #include "fault_peer.h"
 
 namespace cumulus::comm {
@@ -63,10 +63,10 @@ TEST_P(Faults, StaleGenerationIsRejectedAsBadFrame) {
     EXPECT_EQ(e.kind(), ErrorKind::kRendezvous) << e.what();
     EXPECT_NE(std::string(e.what()).find("generation 6"), std::string::npos) << e.what();
   });
-  tcp::Socket socket = connectToRank0(store, 7, GetParam());
+  net::Socket socket = connectToRank0(store, 7, GetParam());
   ASSERT_TRUE(socket.valid());
   CommError e = expectCommError([&] {
-    tcp::connectorHandshake(socket, {6, 1, 2, "t0k3n"}, 0, Clock::now() + 5s);
+    net::connectorHandshake(socket, {6, 1, 2, "t0k3n"}, 0, Clock::now() + 5s);
   });
   EXPECT_EQ(e.kind(), ErrorKind::kBadFrame) << e.what();
   EXPECT_EQ(e.peer(), 0);
@@ -78,7 +78,7 @@ TEST(Rendezvous, AWorldOfOneNeedsNoPeersAndPublishesNothing) {
   MemoryStore store;
   RendezvousConfig config;
   config.deadline = Clock::now() + 5s;
-  const std::vector<std::unique_ptr<tcp::Pair>> pairs = connectMesh(store, config).pairs;
+  const std::vector<std::unique_ptr<net::Pair>> pairs = connectMesh(store, config).pairs;
   ASSERT_EQ(pairs.size(), 1u);
   EXPECT_EQ(pairs[0], nullptr);
   EXPECT_FALSE(store.tryGet(addressKey(0, 0)).has_value());
@@ -96,7 +96,7 @@ TEST(Rendezvous, TheMeshHasOnePairPerPeerOverTheTransportAskedFor) {
     const char* const carrier = c.second;
     const int world = 3;
     MemoryStore store;
-    std::vector<std::vector<std::unique_ptr<tcp::Pair>>> meshes(world);
+    std::vector<std::vector<std::unique_ptr<net::Pair>>> meshes(world);
     spawn(world, [&](int rank) {
       RendezvousConfig config;
       config.rank = rank;
@@ -143,7 +143,7 @@ TEST(Rendezvous, PointToPointLanesJoinEveryPairWhenAsked) {
     for (int rank = 0; rank < world; ++rank) {
       ASSERT_EQ(meshes[rank].lanes.size(), size_t(world));
       for (int peer = 0; peer < world; ++peer) {
-        const tcp::Socket& lane = meshes[rank].lanes[peer];
+        const net::Socket& lane = meshes[rank].lanes[peer];
         EXPECT_EQ(lane.valid(), peer != rank) << rank << " " << peer;
         if (peer == rank) continue;
         EXPECT_EQ(lane.isUnix(), transport != Transport::kTcp) << rank << " " << peer;

@@ -1,5 +1,5 @@
 #pragma once
-// Two connected ends of an AF_UNIX stream socket, non-blocking like every tcp::Socket: a wire
+// Two connected ends of an AF_UNIX stream socket, non-blocking like every net::Socket: a wire
 // for tests that drive one end by hand.
 
 #include <gtest/gtest.h>
@@ -7,14 +7,14 @@
 
 #include <utility>
 
-#include "comm/tcp/socket.h"
+#include "comm/net/socket.h"
 
 namespace cumulus::comm::testing {
 
-inline std::pair<tcp::Socket, tcp::Socket> socketPair() {
+inline std::pair<net::Socket, net::Socket> socketPair() {
   int fds[2] = {-1, -1};
   EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
-  return {tcp::Socket(fds[0]), tcp::Socket(fds[1])};
+  return {net::Socket(fds[0]), net::Socket(fds[1])};
 }
 
 }  // namespace cumulus::comm::testing

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "comm/error.h"
+#include "comm/net/socket.h"
 #include "comm/rendezvous.h"
-#include "comm/tcp/socket.h"
 #include "group.h"
 
 namespace cumulus::comm {

@@ -9,7 +9,7 @@
 #include "base/host_port.h"
 #include "comm/error.h"
 #include "comm/memory_store.h"
-#include "comm/tcp/socket.h"
+#include "comm/net/socket.h"
 #include "distributed/group_connection.h"
 #include "distributed/trace.h"
 
@@ -117,7 +117,7 @@ TEST(ProcessGroupTest, AnUnreachableStoreIsNamed) {
   // A port nobody listens on: bind an ephemeral one and close it again.
   int port = 0;
   {
-    comm::tcp::Socket probe = comm::tcp::Socket::listen("127.0.0.1");
+    comm::net::Socket probe = comm::net::Socket::listen("127.0.0.1");
     const auto endpoint = base::parseHostPort(probe.localAddress());
     ASSERT_TRUE(endpoint);
     port = endpoint->port;

@@ -1,5 +1,5 @@
-// The frame header parser of the data plane (comm/tcp/frame.h) as the transfer engine runs it
-// (comm/tcp/transfer.h: every header checked against the frame that must come next), inline and
+// The frame header parser of the data plane (comm/net/frame.h) as the transfer engine runs it
+// (comm/net/transfer.h: every header checked against the frame that must come next), inline and
 // through shared-memory slots (comm/shm/channel.h: the slot's stamp checked against the header).
 // The peer's bytes arrive on a socket pair; the receiver expects 1 to 4 messages of operation 3,
 // generation 7.
@@ -25,15 +25,15 @@
 #include <vector>
 
 #include "comm/error.h"
+#include "comm/net/frame.h"
+#include "comm/net/pair.h"
+#include "comm/net/transfer.h"
 #include "comm/shm/channel.h"
-#include "comm/tcp/frame.h"
-#include "comm/tcp/pair.h"
-#include "comm/tcp/transfer.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
-namespace tcp = cumulus::comm::tcp;
+namespace net = cumulus::comm::net;
 namespace shm = cumulus::comm::shm;
 using cumulus::fuzz::check;
 
@@ -46,21 +46,21 @@ uint8_t slotPattern(size_t unit) { return static_cast<uint8_t>(0x40 + unit); }
 
 // Both ends of a same-host pair: ours (the receiver) and the peer's socket and channel.
 struct Link {
-  std::unique_ptr<tcp::Pair> ours;
+  std::unique_ptr<net::Pair> ours;
   int peerFd = -1;
-  tcp::Socket peerSocket;
+  net::Socket peerSocket;
   std::unique_ptr<shm::Channel> peer_channel;
 
   explicit Link(bool withChannel) {
     int fds[2];
     check(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0,
           "socketpair failed");
-    tcp::Socket socket(fds[0]);
-    peerSocket = tcp::Socket(fds[1]);
+    net::Socket socket(fds[0]);
+    peerSocket = net::Socket(fds[1]);
     peerFd = fds[1];
     std::unique_ptr<shm::Channel> channel;
     if (withChannel) {
-      const tcp::Deadline deadline = tcp::Clock::now() + std::chrono::seconds(2);
+      const net::Deadline deadline = net::Clock::now() + std::chrono::seconds(2);
       std::thread offer([&] {
         peer_channel = shm::Channel::offer(peerSocket, 0, deadline, true, kSlots, kSlotBytes);
       });
@@ -71,7 +71,7 @@ struct Link {
             "shared-memory set-up failed: " + accepted.status().detail());
       channel = std::move(accepted.value());
     }
-    ours = std::make_unique<tcp::Pair>(std::move(socket), 1, std::move(channel));
+    ours = std::make_unique<net::Pair>(std::move(socket), 1, std::move(channel));
   }
 
   // What the peer sent; what does not fit the socket buffer is dropped. Then it stops sending.
@@ -114,25 +114,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(slot != nullptr, "a free slot is missing");
     std::memset(slot, slotPattern(i), kSlotBytes);
     link.peer_channel->commit(kSeq ^ (how & 1), static_cast<uint32_t>(i) ^ ((how >> 1) & 1),
-                             kSlotBytes ^ ((how >> 2) & 1));
+                              kSlotBytes ^ ((how >> 2) & 1));
     ++stamped;
   }
   const uint8_t* wire = data + at;
   const size_t wireBytes = size - at;
   link.send(wire, wireBytes);
 
-  tcp::OpContext ctx;
+  net::OpContext ctx;
   ctx.op = "fuzz";
   ctx.seq = kSeq;
   ctx.generation = kGeneration;
   ctx.timeout_ms = 2000;
-  ctx.deadline = tcp::Clock::now() + std::chrono::milliseconds(ctx.timeout_ms);
-  tcp::Transfer transfer;
+  ctx.deadline = net::Clock::now() + std::chrono::milliseconds(ctx.timeout_ms);
+  net::Transfer transfer;
   transfer.recv_from = link.ours.get();
   transfer.recv_units = units;
-  transfer.recv_span = [&](size_t i) { return tcp::Span{buffers[i].data(), buffers[i].size()}; };
+  transfer.recv_span = [&](size_t i) { return net::Span{buffers[i].data(), buffers[i].size()}; };
   try {
-    tcp::runTransfer(ctx, transfer);
+    net::runTransfer(ctx, transfer);
   } catch (const cumulus::CommError&) {
     return 0;
   }
@@ -142,18 +142,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (buffers[i].empty()) continue;
     const std::string which = "message " + std::to_string(i);
     if (viaSlot[i]) {
-      check(offset + tcp::kFrameHeaderBytes <= wireBytes, which + " arrived without a header");
+      check(offset + net::kFrameHeaderBytes <= wireBytes, which + " arrived without a header");
       check(buffers[i] == std::vector<uint8_t>(kSlotBytes, slotPattern(i)),
             which + " holds other bytes than its slot");
-      offset += tcp::kFrameHeaderBytes;
+      offset += net::kFrameHeaderBytes;
       continue;
     }
-    check(offset + tcp::kFrameHeaderBytes + buffers[i].size() <= wireBytes,
+    check(offset + net::kFrameHeaderBytes + buffers[i].size() <= wireBytes,
           which + " received beyond the wire's bytes");
-    check(std::memcmp(buffers[i].data(), wire + offset + tcp::kFrameHeaderBytes,
+    check(std::memcmp(buffers[i].data(), wire + offset + net::kFrameHeaderBytes,
                       buffers[i].size()) == 0,
           which + " holds other bytes than were sent");
-    offset += tcp::kFrameHeaderBytes + buffers[i].size();
+    offset += net::kFrameHeaderBytes + buffers[i].size();
   }
   return 0;
 }

@@ -1,5 +1,5 @@
 // The connection set-up of the data plane on hostile bytes: the transport handshake
-// (comm/tcp/handshake.h) on both sides, and the shared-memory offer (comm/shm/channel.h accept())
+// (comm/net/handshake.h) on both sides, and the shared-memory offer (comm/shm/channel.h accept())
 // that follows it between ranks of one host. Byte 0 picks the part; the rest is what the peer
 // sends, on a socket pair (no network).
 //   0: acceptor; the peer sends hello and response.  1: connector; the peer sends challenge and
@@ -22,28 +22,28 @@
 #include <string>
 
 #include "comm/error.h"
+#include "comm/net/frame.h"
+#include "comm/net/handshake.h"
 #include "comm/shm/channel.h"
-#include "comm/tcp/frame.h"
-#include "comm/tcp/handshake.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/wire.h"
 
 namespace {
 
-namespace tcp = cumulus::comm::tcp;
+namespace net = cumulus::comm::net;
 namespace shm = cumulus::comm::shm;
 using cumulus::fuzz::check;
 
 constexpr size_t kOfferBytes = 24;
 
-tcp::Deadline soon() { return tcp::Clock::now() + std::chrono::seconds(2); }
+net::Deadline soon() { return net::Clock::now() + std::chrono::seconds(2); }
 
 void acceptor(const uint8_t* data, size_t size) {
   cumulus::fuzz::Wire wire(data, size);
-  tcp::HandshakeConfig self{5, 0, 4, "fuzz-token"};
+  net::HandshakeConfig self{5, 0, 4, "fuzz-token"};
   try {
-    const cumulus::comm::Result<tcp::HandshakePeer> peer =
-        tcp::acceptorHandshake(wire.ours, self, soon());
+    const cumulus::comm::Result<net::HandshakePeer> peer =
+        net::acceptorHandshake(wire.ours, self, soon());
     if (peer.ok()) {
       cumulus::fuzz::finding("the acceptor let in rank " + std::to_string(peer.value().rank) +
                              " without the token");
@@ -57,9 +57,9 @@ void acceptor(const uint8_t* data, size_t size) {
 
 void connector(const uint8_t* data, size_t size) {
   cumulus::fuzz::Wire wire(data, size);
-  tcp::HandshakeConfig self{5, 1, 4, "fuzz-token"};
+  net::HandshakeConfig self{5, 1, 4, "fuzz-token"};
   try {
-    tcp::connectorHandshake(wire.ours, self, 0, soon());
+    net::connectorHandshake(wire.ours, self, 0, soon());
   } catch (const cumulus::CommError&) {
     return;
   }
@@ -86,8 +86,8 @@ void shmAcceptWithFds(const uint8_t* data, size_t size) {
   if (size < 2 + kOfferBytes) return;
   const uint8_t sizeChoice = data[0];
   const uint8_t* offer = data + 2;
-  const uint32_t slots = tcp::loadLe32(offer + 8);
-  const uint64_t slotBytes = tcp::loadLe64(offer + 16);
+  const uint32_t slots = net::loadLe32(offer + 8);
+  const uint64_t slotBytes = net::loadLe64(offer + 16);
   uint64_t memfdBytes = (uint64_t{data[0]} << 8 | data[1]) * 64;
   if (sizeChoice % 2 == 1 && slots <= 64 && slotBytes <= (4u << 20)) {
     const uint64_t exact = segment_bytes(slots, slotBytes);
@@ -108,7 +108,7 @@ void shmAcceptWithFds(const uint8_t* data, size_t size) {
   int pair[2];
   check(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) == 0,
         "socketpair failed");
-  tcp::Socket ours(pair[0]);
+  net::Socket ours(pair[0]);
   const int fds[3] = {memfd, credit0, credit1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
   iovec iov{const_cast<uint8_t*>(offer), kOfferBytes};

@@ -73,8 +73,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const nlohmann::json status = metrics.status();
   const nlohmann::json records = metrics.records(0, 1000000);
-  const std::string page = cumulus::launch::dashboardReport({{"records", records["records"]},
-                                                            {"status", status}});
+  const std::string page =
+      cumulus::launch::dashboardReport({{"records", records["records"]}, {"status", status}});
   const std::string marker = "const CUMULUS_EMBEDDED = ";
   const size_t data_at = page.find(marker);
   check(data_at != std::string::npos, "the report has no data line");

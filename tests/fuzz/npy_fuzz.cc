@@ -26,8 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     cumulus::fuzz::check(row == layout.row_bytes, "row bytes are not the trailing product");
     cumulus::fuzz::check(row * static_cast<uint64_t>(layout.shape[0]) == layout.data_bytes,
                          "data bytes are not rows * row bytes");
-    cumulus::fuzz::check(layout.header_bytes >= 10 && layout.header_bytes <= size,
-                         "header size");
+    cumulus::fuzz::check(layout.header_bytes >= 10 && layout.header_bytes <= size, "header size");
     cumulus::fuzz::check(layout.header_bytes + layout.data_bytes == size,
                          "accepted a file whose size is not header + data");
   } catch (const DataError&) {

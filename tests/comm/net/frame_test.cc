@@ -1,9 +1,9 @@
-// The frame header of the data plane (comm/tcp/frame.h): its byte layout and round trip.
+// The frame header of the data plane (comm/net/frame.h): its byte layout and round trip.
 #include <gtest/gtest.h>
 
-#include "comm/tcp/frame.h"
+#include "comm/net/frame.h"
 
-namespace cumulus::comm::tcp {
+namespace cumulus::comm::net {
 namespace {
 
 TEST(Frame, HeaderIsLittleEndianAndRoundTrips) {
@@ -28,4 +28,4 @@ TEST(Frame, HeaderIsLittleEndianAndRoundTrips) {
 }
 
 }  // namespace
-}  // namespace cumulus::comm::tcp
+}  // namespace cumulus::comm::net

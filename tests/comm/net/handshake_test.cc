@@ -1,7 +1,7 @@
-// The data-plane handshake (comm/tcp/handshake.h): a peer with the token is admitted under its
+// The data-plane handshake (comm/net/handshake.h): a peer with the token is admitted under its
 // rank; a stranger, a stale generation, silence and a wrong token are turned away with the exact
 // reason, and only the wrong token (a misconfigured member of this job) throws on the acceptor.
-#include "comm/tcp/handshake.h"
+#include "comm/net/handshake.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "comm/error.h"
 #include "tests/comm/socket_pair.h"
 
-namespace cumulus::comm::tcp {
+namespace cumulus::comm::net {
 namespace {
 
 using namespace std::chrono_literals;
@@ -59,7 +59,8 @@ TEST(Handshake, AStrangerIsRejectedSayingWhy) {
 TEST(Handshake, ASilentConnectionIsRejectedAtTheDeadline) {
   auto wire = socketPair();
   Socket& acceptorEnd = wire.first;  // wire.second, held open, says nothing
-  const Result<HandshakePeer> peer = acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, Clock::now() + 50ms);
+  const Result<HandshakePeer> peer =
+      acceptorHandshake(acceptorEnd, {5, 0, 3, "t0k3n"}, Clock::now() + 50ms);
   ASSERT_FALSE(peer.ok());
   EXPECT_EQ(peer.status().detail(),
             "a connection sent no complete hello: received 0 of 40 bytes before the deadline");
@@ -115,4 +116,4 @@ TEST(Handshake, AWrongTokenIsUnauthorizedOnBothEnds) {
 }
 
 }  // namespace
-}  // namespace cumulus::comm::tcp
+}  // namespace cumulus::comm::net

@@ -1,4 +1,4 @@
-// The data plane's socket (comm/tcp/socket.h): listening, connecting and accepting with a
+// The data plane's socket (comm/net/socket.h): listening, connecting and accepting with a
 // deadline, and full reads and writes, each failure a Status with its kind and exact text.
 #include <gtest/gtest.h>
 
@@ -7,10 +7,10 @@
 #include <string>
 
 #include "base/host_port.h"
-#include "comm/tcp/socket.h"
+#include "comm/net/socket.h"
 #include "tests/comm/socket_pair.h"
 
-namespace cumulus::comm::tcp {
+namespace cumulus::comm::net {
 namespace {
 
 using namespace std::chrono_literals;
@@ -96,4 +96,4 @@ TEST(Socket, FullReadsSayHowFarTheyGot) {
 }
 
 }  // namespace
-}  // namespace cumulus::comm::tcp
+}  // namespace cumulus::comm::net

@@ -1,4 +1,4 @@
-// The transfer engine (comm/tcp/transfer.h) under faults, on every transport: a corrupt frame
+// The transfer engine (comm/net/transfer.h) under faults, on every transport: a corrupt frame
 // from a raw socket, mismatched counts, a peer that closes its connections, a peer that stalls.
 // Each ends in the typed error naming op, seq and peer, well within the timeout.
 #include <gtest/gtest.h>
@@ -12,10 +12,10 @@
 
 #include "comm/error.h"
 #include "comm/memory_store.h"
+#include "comm/net/frame.h"
+#include "comm/net/handshake.h"
 #include "comm/rendezvous.h"
 #include "comm/shm/channel.h"
-#include "comm/tcp/frame.h"
-#include "comm/tcp/handshake.h"
 #include "tests/comm/fault_peer.h"
 
 namespace cumulus::comm {
@@ -32,7 +32,7 @@ using testing::withTimeout;
 
 struct Corruption {
   const char* name;
-  tcp::FrameHeader header;
+  net::FrameHeader header;
   const char* message;
 };
 
@@ -40,7 +40,7 @@ TEST_P(Faults, CorruptFramesAreBadFramesNamingOpSeqAndPeer) {
   const uint64_t gen = 7;
   const size_t count = 1000;  // ring, p = 2: rank 0 expects 500 floats as message 0
   auto frame = [&](uint32_t magic, uint64_t g, uint64_t seq, uint32_t tag, uint64_t len) {
-    tcp::FrameHeader h;
+    net::FrameHeader h;
     h.magic = magic, h.generation = g, h.sequence = seq, h.tag = tag, h.length = len;
     return h;
   };
@@ -48,24 +48,24 @@ TEST_P(Faults, CorruptFramesAreBadFramesNamingOpSeqAndPeer) {
   const uint8_t f32 = static_cast<uint8_t>(DType::kFloat32) + 1;
   const uint8_t i32 = static_cast<uint8_t>(DType::kInt32) + 1;
   const Corruption cases[] = {
-      {"magic", frame(0xdeadbeef, gen, 1, tcp::frameTag(f32, 0), 2000), "wrong magic 0xdeadbeef"},
-      {"generation", frame(tcp::kFrameMagic, gen - 1, 1, tcp::frameTag(f32, 0), 2000),
+      {"magic", frame(0xdeadbeef, gen, 1, net::frameTag(f32, 0), 2000), "wrong magic 0xdeadbeef"},
+      {"generation", frame(net::kFrameMagic, gen - 1, 1, net::frameTag(f32, 0), 2000),
        "stale generation 6"},
-      {"sequence", frame(tcp::kFrameMagic, gen, 5, tcp::frameTag(f32, 0), 2000),
+      {"sequence", frame(net::kFrameMagic, gen, 5, net::frameTag(f32, 0), 2000),
        "unexpected sequence 5"},
-      {"dtype", frame(tcp::kFrameMagic, gen, 1, tcp::frameTag(i32, 0), 2000),
+      {"dtype", frame(net::kFrameMagic, gen, 1, net::frameTag(i32, 0), 2000),
        "rank 1 sent int32 data where float32 data was due (do all ranks pass the same dtype?)"},
-      {"tag", frame(tcp::kFrameMagic, gen, 1, tcp::frameTag(f32, 3), 2000),
+      {"tag", frame(net::kFrameMagic, gen, 1, net::frameTag(f32, 3), 2000),
        "unexpected tag 16777219 (expected 16777216)"},
-      {"length", frame(tcp::kFrameMagic, gen, 1, tcp::frameTag(f32, 0), 1996), "wrong length 1996"},
+      {"length", frame(net::kFrameMagic, gen, 1, net::frameTag(f32, 0), 1996), "wrong length 1996"},
   };
   for (const Corruption& c : cases) {
     MemoryStore store;
     std::thread liar([&] {
       RawPeer peer = rawPeer(store, 1, 2, gen, "t0k3n");
-      tcp::Socket& socket = peer.socket;
-      uint8_t bytes[tcp::kFrameHeaderBytes];
-      tcp::encodeFrameHeader(c.header, bytes);
+      net::Socket& socket = peer.socket;
+      uint8_t bytes[net::kFrameHeaderBytes];
+      net::encodeFrameHeader(c.header, bytes);
       std::vector<uint8_t> payload(2000, 0x7f);
       EXPECT_TRUE(socket.writeFull(bytes, sizeof bytes, Clock::now() + 5s).ok());
       // Rank 0 may give up on the header before it reads the payload: then this write fails.

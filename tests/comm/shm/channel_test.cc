@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "comm/error.h"
+#include "comm/net/frame.h"
+#include "comm/net/handshake.h"
 #include "comm/rendezvous.h"
 #include "comm/shm/channel.h"
-#include "comm/tcp/frame.h"
-#include "comm/tcp/handshake.h"
 #include "tests/comm/fault_peer.h"
 #include "tests/comm/socket_pair.h"
 
@@ -48,9 +48,9 @@ TEST(ShmFaults, SlotsThatDoNotHoldTheAnnouncedFrameAreBadFrames) {
     const char* message;
   };
   const Case cases[] = {
-      {"empty slot", tcp::kShmFrameMagic, false, "shared-memory slot 0 holds sequence 0"},
-      {"stale slot", tcp::kShmFrameMagic, true, "shared-memory slot 0 holds sequence 9"},
-      {"inline", tcp::kFrameMagic, false, "an inline frame where a shared-memory one was due"},
+      {"empty slot", net::kShmFrameMagic, false, "shared-memory slot 0 holds sequence 0"},
+      {"stale slot", net::kShmFrameMagic, true, "shared-memory slot 0 holds sequence 9"},
+      {"inline", net::kFrameMagic, false, "an inline frame where a shared-memory one was due"},
   };
   for (const Case& c : cases) {
     MemoryStore store;
@@ -60,11 +60,11 @@ TEST(ShmFaults, SlotsThatDoNotHoldTheAnnouncedFrameAreBadFrames) {
         std::memset(peer.channel->acquire(), 0x7f, bytes);
         peer.channel->commit(9, 0, bytes);
       }
-      tcp::FrameHeader h;
+      net::FrameHeader h;
       h.magic = c.magic, h.generation = gen, h.sequence = 1, h.length = bytes;
-      h.tag = tcp::frameTag(static_cast<uint8_t>(DType::kFloat32) + 1, 0);  // a float32 op's
-      uint8_t header[tcp::kFrameHeaderBytes];
-      tcp::encodeFrameHeader(h, header);
+      h.tag = net::frameTag(static_cast<uint8_t>(DType::kFloat32) + 1, 0);  // a float32 op's
+      uint8_t header[net::kFrameHeaderBytes];
+      net::encodeFrameHeader(h, header);
       EXPECT_TRUE(peer.socket.writeFull(header, sizeof header, Clock::now() + 5s).ok());
       uint8_t sink[4096];  // held open until rank 0 gives up, as above
       static_cast<void>(peer.socket.readFull(sink, sizeof sink, Clock::now() + 5s));
@@ -86,25 +86,25 @@ TEST(ShmFaults, DeclinedSegmentLeavesAPlainAfUnixPair) {
   const uint64_t gen = 7;
   MemoryStore store;
   std::thread peer([&] {
-    tcp::Socket listener = tcp::Socket::listen("127.0.0.1");
+    net::Socket listener = net::Socket::listen("127.0.0.1");
     store.set(hostKey(gen, 1), localHostId());
     store.set(addressKey(gen, 1), listener.localAddress());
-    tcp::Socket socket = connectToRank0(store, gen, Transport::kShm);
-    tcp::connectorHandshake(socket, {gen, 1, 2, "t0k3n"}, 0, Clock::now() + 5s);
+    net::Socket socket = connectToRank0(store, gen, Transport::kShm);
+    net::connectorHandshake(socket, {gen, 1, 2, "t0k3n"}, 0, Clock::now() + 5s);
     shm::Channel::decline(socket, 0, Clock::now() + 5s);
     // Ring all-reduce of 2 floats, p = 2, as rank 1: send our chunk 0 (3.0), then chunk 1 as
     // the all-gather delivers it (final value 40.0), both inline.
     for (uint32_t tag : {0u, 1u}) {
-      tcp::FrameHeader h;
+      net::FrameHeader h;
       h.generation = gen, h.sequence = 1, h.length = 4;
-      h.tag = tcp::frameTag(static_cast<uint8_t>(DType::kFloat32) + 1, tag);
-      uint8_t frame[tcp::kFrameHeaderBytes + 4];
-      tcp::encodeFrameHeader(h, frame);
+      h.tag = net::frameTag(static_cast<uint8_t>(DType::kFloat32) + 1, tag);
+      uint8_t frame[net::kFrameHeaderBytes + 4];
+      net::encodeFrameHeader(h, frame);
       const float value = tag == 0 ? 3.0f : 40.0f;
-      std::memcpy(frame + tcp::kFrameHeaderBytes, &value, 4);
+      std::memcpy(frame + net::kFrameHeaderBytes, &value, 4);
       EXPECT_TRUE(socket.writeFull(frame, sizeof frame, Clock::now() + 5s).ok());
     }
-    uint8_t sink[2 * (tcp::kFrameHeaderBytes + 4)];
+    uint8_t sink[2 * (net::kFrameHeaderBytes + 4)];
     EXPECT_TRUE(socket.readFull(sink, sizeof sink, Clock::now() + 5s).ok());
   });
   Communicator comm(0, 2, store, withTimeout(5000ms));  // auto
@@ -162,12 +162,12 @@ TEST(ShmFaults, ProducerWaitingForASlotTimesOutOrSeesThePeerGo) {
 constexpr uint32_t kSlots = 2;
 constexpr size_t kSlotBytes = 64 * 1024;
 
-tcp::Deadline soon() { return Clock::now() + 5s; }
+net::Deadline soon() { return Clock::now() + 5s; }
 
 TEST(Channel, AnOfferedSegmentCarriesAStampedPayload) {
   auto wire = socketPair();
-  tcp::Socket& connectorEnd = wire.first;
-  tcp::Socket& acceptorEnd = wire.second;
+  net::Socket& connectorEnd = wire.first;
+  net::Socket& acceptorEnd = wire.second;
   std::unique_ptr<shm::Channel> producer;
   std::thread offer(
       [&] { producer = shm::Channel::offer(connectorEnd, 1, soon(), true, kSlots, kSlotBytes); });
@@ -204,8 +204,8 @@ TEST(Channel, AnOfferedSegmentCarriesAStampedPayload) {
 
 TEST(Channel, ADeclinedOfferLeavesNoChannel) {
   auto wire = socketPair();
-  tcp::Socket& connectorEnd = wire.first;
-  tcp::Socket& acceptorEnd = wire.second;
+  net::Socket& connectorEnd = wire.first;
+  net::Socket& acceptorEnd = wire.second;
   std::thread decline([&] { shm::Channel::decline(connectorEnd, 1, soon()); });
   Result<std::unique_ptr<shm::Channel>> accepted = shm::Channel::accept(acceptorEnd, soon());
   decline.join();
@@ -215,8 +215,8 @@ TEST(Channel, ADeclinedOfferLeavesNoChannel) {
 
 TEST(Channel, AnInvalidOrMissingOfferIsRefusedSayingWhy) {
   auto wire = socketPair();
-  tcp::Socket& peerEnd = wire.first;
-  tcp::Socket& acceptorEnd = wire.second;
+  net::Socket& peerEnd = wire.first;
+  net::Socket& acceptorEnd = wire.second;
   const Result<std::unique_ptr<shm::Channel>> silent =
       shm::Channel::accept(acceptorEnd, Clock::now() + 50ms);
   ASSERT_FALSE(silent.ok());
@@ -231,7 +231,7 @@ TEST(Channel, AnInvalidOrMissingOfferIsRefusedSayingWhy) {
   EXPECT_EQ(refused.status().detail(), "a same-host peer sent no valid shared-memory offer");
   uint8_t answer[8];
   ASSERT_TRUE(peerEnd.readFull(answer, sizeof answer, soon()).ok());
-  EXPECT_EQ(tcp::loadLe32(answer + 4), 1u) << "the refusal is answered with status 1";
+  EXPECT_EQ(net::loadLe32(answer + 4), 1u) << "the refusal is answered with status 1";
 }
 
 }  // namespace
