@@ -23,7 +23,7 @@ struct ProcessGroup::Impl {
   GroupOptions options;
   base::RunEnv env;
   cumulus::Algorithm algorithm = cumulus::Algorithm::kAuto;  // options.algorithm, parsed
-  std::chrono::milliseconds timeout{static_cast<int64_t>(kDefaultTimeoutSeconds * 1000)};
+  std::chrono::milliseconds timeout = kDefaultTimeout;
   std::unique_ptr<distributed::GroupConnection> group;  // null in a group of one
   // What the connections this group had before `group` sent (an ElasticGroup re-makes it at
   // every re-forming): bytesSent() counts since the group was made, across them.

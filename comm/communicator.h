@@ -66,7 +66,7 @@ struct CommunicatorOptions {
   // Shared secret of the job (CUMULUS_JOB_TOKEN); proven by HMAC during the handshake.
   std::string job_token;
   // Default deadline of each collective, and of the rendezvous unless rendezvous_timeout is set.
-  std::chrono::milliseconds timeout{static_cast<int64_t>(kDefaultTimeoutSeconds * 1000)};
+  std::chrono::milliseconds timeout = kDefaultTimeout;
   // Deadline of the rendezvous alone; zero means `timeout`. Ranks start at different times (a
   // process linking LibTorch takes seconds to load on a busy host), so a program with short
   // collective deadlines gives its rendezvous a longer one.

@@ -76,7 +76,7 @@ struct DistributedSyncOptions {
   size_t bucket_cap_bytes = static_cast<size_t>(kDefaultBucketCapMb * (1 << 20));
   size_t first_bucket_bytes = static_cast<size_t>(kDefaultFirstBucketMb * (1 << 20));
   // Deadline of attach()'s collectives and of waiting for each bucket.
-  std::chrono::milliseconds timeout{static_cast<int64_t>(kDefaultTimeoutSeconds * 1000)};
+  std::chrono::milliseconds timeout = kDefaultTimeout;
   // true: gradients are views into the buckets, reduced where they lie (cumulus-train's
   // FlatParameters); false (DDP's default, and <cumulus/data_parallel.h>'s): copied into the
   // buckets and back.

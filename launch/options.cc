@@ -5,6 +5,7 @@
 
 #include "base/enum_names.h"
 #include "base/host_port.h"
+#include "configs/schema.h"
 #include "launch/preemption_notice.h"
 
 namespace cumulus::launch {
@@ -84,7 +85,8 @@ void addRunFlags(CLI::App& app, LaunchOptions& o) {
          "(docs/launch.md)")
       ->type_name("SRC");
   app.add_option("--preemption-grace", o.preemption_grace,
-                 "notice to all workers gone, checkpoint included (default 25)")
+                 "notice to all workers gone, checkpoint included (default " +
+                     configs::formatNumber(kDefaultPreemptionGraceSeconds) + ")")
       ->type_name("S")
       ->transform(seconds(0.1));
   app.add_option("--bind-host", o.bind_host,

@@ -21,8 +21,8 @@
 //                           (default 3)
 //   --preemption-notice SRC aws, gcp, azure, auto, file:PATH or url:http://… polled for a spot
 //                           notice (preemption_notice.h)
-//   --preemption-grace S    notice → every worker gone, checkpoint included (default 25, for
-//                           GCP's 30)
+//   --preemption-grace S    notice → every worker gone, checkpoint included (default
+//                           kDefaultPreemptionGraceSeconds, 25, for GCP's 30)
 //   --bind-host H           this node's data-plane address (CUMULUS_BIND_HOST for the workers);
 //                           default: the source address of the route to the rendezvous host
 //   --recovery MODE         restart (stop the group, restart it from the newest checkpoint) or

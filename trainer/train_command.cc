@@ -12,8 +12,10 @@
 #include "base/env_names.h"
 #include "configs/cli.h"
 #include "configs/parse.h"
+#include "configs/schema.h"
 #include "cumulus/allocator.h"
 #include "cumulus/errors.h"
+#include "cumulus/options.h"
 #include "cumulus/preemption.h"
 #include "cumulus/process_group.h"
 #include "distributed/trace.h"
@@ -64,7 +66,8 @@ void addFlags(CLI::App& app, TrainFlags& flags) {
   // Under cumulus-run the launcher passes a grace just inside its own; the flag wins.
   app.add_option("--preemption-grace", flags.preemption_grace,
                  "after a SIGTERM notice, exit 75 within S seconds even if the checkpoint hangs "
-                 "(default 25)")
+                 "(default " +
+                     configs::formatNumber(kDefaultPreemptionGraceSeconds) + ")")
       ->type_name("S")
       ->envname(base::env::kPreemptionGrace)
       ->transform(base::positiveNumber("number of seconds", 86400));

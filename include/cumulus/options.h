@@ -6,6 +6,8 @@
 // comm.compression and trainer.precision are read into the same types.
 // Thread-safety: pure functions.
 
+#include <chrono>
+#include <cstdint>
 #include <string_view>
 #include <utility>
 
@@ -14,8 +16,11 @@ namespace cumulus {
 // Defaults that several layers share, written here once: the public option structs
 // (GroupOptions, DataParallelOptions), cumulus-train's YAML keys (comm.timeout_seconds,
 // comm.bucket_cap_mb, comm.first_bucket_mb) and the libraries' own structs all start from them.
-inline constexpr double kDefaultTimeoutSeconds =
-    60.0;                                             // a collective's and a rendezvous's deadline
+// A collective's and a rendezvous's deadline; kDefaultTimeout is the same as the libraries' own
+// structs hold it.
+inline constexpr double kDefaultTimeoutSeconds = 60.0;
+inline constexpr std::chrono::milliseconds kDefaultTimeout{
+    static_cast<int64_t>(kDefaultTimeoutSeconds * 1000)};
 inline constexpr double kDefaultBucketCapMb = 25.0;   // the largest gradient bucket (DDP's too)
 inline constexpr double kDefaultFirstBucketMb = 1.0;  // the first bucket launched in backward
 // Seconds from a preemption notice to the forced exit (<cumulus/preemption.h>, cumulus-run's

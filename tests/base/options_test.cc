@@ -53,6 +53,12 @@ TEST(Options, PrecisionNamesRoundTrip) {
   }
 }
 
+// The one default deadline, in the two units the structs hold it in.
+TEST(Options, TheDefaultTimeoutIsOneMinuteInBothUnits) {
+  EXPECT_EQ(kDefaultTimeoutSeconds, 60.0);
+  EXPECT_EQ(kDefaultTimeout, std::chrono::seconds(60));
+}
+
 TEST(Options, RecoveryNamesRoundTripAndInPlaceIsTheDefault) {
   EXPECT_STREQ(recoveryName(Recovery::kInPlace), "in_place");
   EXPECT_STREQ(recoveryName(Recovery::kRestart), "restart");
