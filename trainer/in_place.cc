@@ -6,7 +6,6 @@
 
 #include <torch/torch.h>
 
-#include <chrono>
 #include <string>
 
 #include "cumulus/data_parallel.h"
@@ -19,15 +18,6 @@
 #include "trainer/training_checkpoint.h"
 
 namespace cumulus::trainer {
-namespace {
-
-int64_t unixMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 std::string rankList(const std::vector<int>& ranks) {
   std::string text;
@@ -49,11 +39,7 @@ Checkpoint Trainer::Impl::captureState() {
   now.world_size = elastic_->size();
   const std::string sends = "rank " + std::to_string(now.rank) +
                             " sends the training state of step " + std::to_string(steps_done_);
-  if (records_begun_) {
-    recorder_->note(sends);
-  } else {
-    resume_notes_.push_back(sends);  // a re-forming during start-up: the records begin after it
-  }
+  records_.note(sends);  // a re-forming during start-up: kept until the records begin
   Checkpoint state = captureCheckpoint(*model_, *optimizer_, config_, now, position);
   if (diloco_) addDiloco(state, *diloco_, *model_);
   return state;
@@ -66,7 +52,7 @@ void Trainer::Impl::restoreState(const Checkpoint& state) {
     restoreTraining(state, *model_, *optimizer_, "");  // Elastic names the sender
     // DiLoCo: the sender's global parameters and momentum; this replica starts from the global
     // parameters, with the sender's inner optimizer and no residual.
-    if (diloco_) restoreDilocoState(state, *diloco_, params_, "", resume_notes_);
+    if (diloco_) restoreDilocoState(state, *diloco_, params_, "", records_.pending());
   } catch (const ResumeError& e) {
     throw CheckpointError(e.what());
   }
@@ -83,11 +69,7 @@ void Trainer::Impl::failureSeen(const std::string& reason) {
   const std::string line = "rank " + std::to_string(env_.rank) + ": " + reason +
                            "; re-forming the group in place from step " +
                            std::to_string(steps_done_);
-  if (records_begun_) {
-    recorder_->warning(line);
-  } else {
-    resume_notes_.push_back("warning: " + line);
-  }
+  records_.warning(line);
 }
 
 // The membership formed (start) or changed: every part that knows the rank or the world size is
@@ -111,18 +93,21 @@ void Trainer::Impl::membershipChanged(const Membership& m) {
     return;
   }
   // The new writer (a survivor or joiner that became rank 0) holds the run directory from now on.
-  if (writes()) checkpoints_->claimRunDir(env_.run_id, resume_notes_);
+  if (writes()) checkpoints_->claimRunDir(env_.run_id, records_.pending());
   batches_->reshard(env_.rank, env_.world_size);
   batches_->restore(done_position_);
   std::vector<std::string> share_warnings;
   shares_->reset(env_.world_size, share_warnings);
   buildGroupParts();
-  if (records_begun_) {
-    recorder_->begin(RunStart{"", {}, steps_done_, total_steps_, batches_->stepsPerEpoch()});
-    for (const std::string& w : share_warnings) recorder_->warning(w);
-    shares_->record("reform", steps_done_, env_.world_size, *recorder_);
-  } else {
-    resume_notes_.insert(resume_notes_.end(), share_warnings.begin(), share_warnings.end());
+  // The new membership's recorder begins where the group trains from (a joiner's records begin
+  // in run(), with what was kept).
+  if (records_.begun()) {
+    records_.recorder().begin(
+        RunStart{"", {}, steps_done_, total_steps_, batches_->stepsPerEpoch()});
+  }
+  for (const std::string& w : share_warnings) records_.warning(w);
+  if (records_.begun()) {
+    shares_->record("reform", steps_done_, env_.world_size, records_.recorder());
   }
   const double ms = 1000.0 * m.seconds;
   ReformRecord record;
@@ -130,9 +115,8 @@ void Trainer::Impl::membershipChanged(const Membership& m) {
   record.step = steps_done_;
   record.epoch = m.epoch;
   record.world_size = env_.world_size;
-  record.detected_unix_ms = unixMillis() - static_cast<int64_t>(ms);
   record.reform_ms = ms;
-  reform_record_ = record;
+  records_.reformed(record);
   char took[32];
   std::snprintf(took, sizeof(took), "%.0f ms", ms);
   const std::string from =
@@ -146,18 +130,7 @@ void Trainer::Impl::membershipChanged(const Membership& m) {
     line +=
         "; state sent by rank " + std::to_string(m.source) + " to rank(s) " + rankList(m.healed);
   }
-  if (records_begun_) {
-    recorder_->warning(line);
-  } else {
-    resume_notes_.push_back(line);  // a joiner's records begin after this
-  }
-}
-
-void Trainer::Impl::recordReform() {
-  if (!reform_record_) return;
-  reform_record_->next_step_unix_ms = unixMillis();
-  recorder_->reformed(*reform_record_);
-  reform_record_.reset();
+  records_.warning(line);  // a joiner's records begin after this
 }
 
 }  // namespace cumulus::trainer

@@ -33,7 +33,6 @@
 #include "trainer/resume.h"
 #include "trainer/startup_profile.h"
 #include "trainer/step_count.h"
-#include "trainer/tensorboard.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
@@ -121,7 +120,11 @@ auto translateTorchErrors(F&& body) -> decltype(body()) {
 
 Trainer::Impl::Impl(const configs::Experiment& experiment, const RunEnv& env,
                     std::unique_ptr<GradientSync> sync, TrainerOptions options)
-    : config_(experiment), env_(env), options_(std::move(options)) {
+    : config_(experiment),
+      env_(env),
+      options_(std::move(options)),
+      records_(config_.trainer.run_dir + "/tensorboard",
+               options_.console != nullptr ? &std::cerr : nullptr) {
   if (options_.elastic == nullptr || config_.trainer.sync == configs::SyncMode::kDiloco) {
     own_sync_ = std::move(sync);
     sync_ = own_sync_.get();
@@ -166,9 +169,9 @@ void Trainer::Impl::build() {
   // claims the directory then if it becomes the writer (afterReform).
   const bool joiner = elastic_->joining();
   checkpoints_ = std::make_unique<RunCheckpoints>(
-      config_, options_, writes(), recorder_,
+      config_, options_, writes(), records_.current(),
       [this](int64_t done, double lr, bool preempted) { return snapshot(done, lr, preempted); });
-  if (writes() && !joiner) checkpoints_->claimRunDir(env_.run_id, resume_notes_);
+  if (writes() && !joiner) checkpoints_->claimRunDir(env_.run_id, records_.pending());
   grad_accumulation_ = t.grad_accumulation;
   torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, env_.local_world_size)));
 
@@ -201,7 +204,7 @@ void Trainer::Impl::build() {
   has_state_ = !joiner;
   if (has_state_) {
     resumeIfAsked();
-    shares_->start(env_.world_size, resume_notes_);  // a joiner's come with the group it joins
+    shares_->start(env_.world_size, records_.pending());  // a joiner's come with the group it joins
   }
   steps_done_ = start_step_;
   done_position_ = batches_->position();
@@ -246,7 +249,7 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   flat_->zeroGrads();
   optimizer_ = makeFlatOptimizer(config_.optimizer, flat_);
   schedule_ = std::make_unique<LrSchedule>(config_.schedule, config_.optimizer.lr, total_steps_);
-  diloco_ = buildDiloco(config_, *model_, params_, resume_notes_);
+  diloco_ = buildDiloco(config_, *model_, params_, records_.pending());
   if (diloco_) {
     checkpoints_->setRankState([this] { return replicaRow(params_, *optimizer_, *diloco_); });
   }
@@ -279,26 +282,10 @@ void Trainer::Impl::buildGroupParts() {
     record.sum_over_ranks = [group = group_](double v) { return sumOverRanks(group, v); };
   }
   record.rank = env_.rank;
-  record.goodput = goodput_;
-  // One events file and one Store connection for the process, whatever re-formings come: made
-  // the first time this process writes (or sends), kept across the recorders of later groups.
-  if (writes() && !tensorboard_) {
-    tensorboard_ = std::make_shared<TensorBoardRecords>(config_.trainer.run_dir + "/tensorboard");
-  }
-  if (writes()) record.sinks.push_back(tensorboard_);
-  if (env_.live_metrics && !env_.store_host.empty() && env_.store_port > 0) {
-    if (!publisher_) {
-      StorePublisherOptions live;
-      live.rank = env_.rank;
-      live.warnings = options_.console != nullptr ? &std::cerr : nullptr;
-      publisher_ = std::make_shared<StorePublisher>(
-          env_.store_host, static_cast<int>(env_.store_port), env_.job_token, live);
-    }
-    publisher_->setRank(env_.rank);
-    record.sinks.push_back(publisher_);
-  }
-  recorder_ = choose<MetricsRecorder>(
-      options_.metrics, std::make_shared<ProgressMetricsRecorder>(std::move(record)), "metrics");
+  record.goodput = records_.goodput();
+  record.sinks = records_.sinks(writes(), env_);
+  records_.use(choose<MetricsRecorder>(
+      options_.metrics, std::make_shared<ProgressMetricsRecorder>(std::move(record)), "metrics"));
   checkpoints_->setMembership(writes(), env_.rank, env_.world_size, group_, distributed_);
 }
 
@@ -335,7 +322,8 @@ void Trainer::Impl::buildElastic() {
 // group starts) and restores parameters, buffers, optimizer state, sampler position and step.
 void Trainer::Impl::resumeIfAsked() {
   const ResumeMode mode = options_.resume.value_or(ResumeMode::defaultFor(!env_.run_id.empty()));
-  if (checkpoints_->guardOtherExperiment(mode.kind != ResumeMode::Kind::kNone, resume_notes_)) {
+  if (checkpoints_->guardOtherExperiment(mode.kind != ResumeMode::Kind::kNone,
+                                         records_.pending())) {
     return;
   }
   if (mode.kind == ResumeMode::Kind::kNone) return;
@@ -353,13 +341,13 @@ void Trainer::Impl::resumeIfAsked() {
                     std::move(*latest));
     }
     for (const CheckpointWarning& w : warnings) {
-      resume_notes_.push_back("warning: " + w.str() + "; not resuming from it");
+      records_.warning(w.str() + "; not resuming from it");
     }
     if (!found) {
-      resume_notes_.push_back(
-          warnings.empty() ? "no checkpoint in " + checkpoints_->dir() + ": starting from step 0"
-                           : "no valid checkpoint in " + checkpoints_->dir() + " (rejected: " +
-                                 rejectedNames(warnings) + "): starting from step 0");
+      records_.note(warnings.empty()
+                        ? "no checkpoint in " + checkpoints_->dir() + ": starting from step 0"
+                        : "no valid checkpoint in " + checkpoints_->dir() +
+                              " (rejected: " + rejectedNames(warnings) + "): starting from step 0");
       return;
     }
     const auto& [info, loaded] = *found;
@@ -378,7 +366,7 @@ void Trainer::Impl::resumeIfAsked() {
     restoreTraining(loaded, *model_, *optimizer_, "checkpoint " + info.path);
     if (diloco_) {
       restoreDiloco(loaded, info.path, *diloco_, params_, *optimizer_, env_.rank, env_.world_size,
-                    resume_notes_);
+                    records_.pending());
     }
     checkpoints_->resumed(plan.step, residualsOf(loaded, info.path));
     batches_->restore(plan.sampler);
@@ -386,13 +374,12 @@ void Trainer::Impl::resumeIfAsked() {
     grad_accumulation_ = plan.grad_accumulation;
     samples_seen_ = plan.samples_seen;
     shares_->restore(plan.batch_shares);
-    resume_notes_.insert(resume_notes_.end(), plan.notes.begin(), plan.notes.end());
+    for (const std::string& line : plan.notes) records_.note(line);
     const std::string written = loaded.state.precision.empty() ? "fp32" : loaded.state.precision;
     const std::string now = precisionName(precision_.precision);
     if (written != now) {
-      resume_notes_.push_back("the checkpoint was written in " + written +
-                              " and training goes on in " + now +
-                              " (its weights and optimizer state are float32 in both)");
+      records_.note("the checkpoint was written in " + written + " and training goes on in " + now +
+                    " (its weights and optimizer state are float32 in both)");
     }
   } catch (const ResumeError& e) {
     throw SetupError(e.what());

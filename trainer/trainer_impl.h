@@ -28,12 +28,11 @@
 #include "trainer/comm_bytes.h"
 #include "trainer/datasets.h"
 #include "trainer/evaluator.h"
-#include "trainer/goodput.h"
 #include "trainer/loss.h"
-#include "trainer/metrics_publisher.h"
 #include "trainer/metrics_recorder.h"
 #include "trainer/optimizer.h"
 #include "trainer/run_checkpoints.h"
+#include "trainer/run_records.h"
 #include "trainer/schedule.h"
 #include "trainer/trainer.h"
 
@@ -127,8 +126,6 @@ class Trainer::Impl {
   // Elastic's callbacks: before a failure's re-forming, and after any change of membership.
   void failureSeen(const std::string& reason);
   void membershipChanged(const Membership& m);
-  // After the first step that follows a re-forming: its record (rank 0's recorder writes it).
-  void recordReform();
 
   const configs::Experiment config_;
   RunEnv env_;  // rank and world size change when the group re-forms in place
@@ -159,32 +156,25 @@ class Trainer::Impl {
   GradientSync* sync_ = nullptr;            // own_sync_, or in place the Elastic's
   DataParallel* distributed_ = nullptr;     // sync_, when it is one
   std::shared_ptr<Evaluator> evaluator_;
-  std::shared_ptr<MetricsRecorder> recorder_;
-  // The launch's goodput account, kept across re-formed groups' recorders.
-  std::shared_ptr<GoodputAccount> goodput_ = std::make_shared<GoodputAccount>();
-  // The record sinks of the process (trainer.cc, buildGroupParts): its TensorBoard events file,
-  // made once it writes, and its live metrics publisher.
-  std::shared_ptr<RecordSink> tensorboard_;
-  std::shared_ptr<StorePublisher> publisher_;
+  // The recorder of the current membership, the sinks and goodput account of the launch, and what
+  // set-up and the resume found until the records begin.
+  RunRecords records_;
   // The checkpoints, the run directory's guards and the residuals for the checkpoints.
   std::unique_ptr<RunCheckpoints> checkpoints_;
 
   // Where the run stands.
   int64_t total_steps_ = 0;
-  int64_t start_step_ = 0;                 // completed steps this launch starts after
-  int64_t grad_accumulation_ = 1;          // micro-batches per step: the config's, or a resume's
-  uint64_t samples_seen_ = 0;              // global samples consumed so far
-  std::vector<std::string> resume_notes_;  // what the resume found, for the recorder
-  std::string train_source_;               // Datasets::train_source, for the dry run's messages
-  std::vector<std::string> data_lines_;    // "train data: ...", "test data: ..." (describe())
+  int64_t start_step_ = 0;               // completed steps this launch starts after
+  int64_t grad_accumulation_ = 1;        // micro-batches per step: the config's, or a resume's
+  uint64_t samples_seen_ = 0;            // global samples consumed so far
+  std::string train_source_;             // Datasets::train_source, for the dry run's messages
+  std::vector<std::string> data_lines_;  // "train data: ...", "test data: ..." (describe())
   std::shared_ptr<const data::Examples> test_data_;  // for the evaluator, rebuilt on re-forming
   int64_t steps_done_ = 0;                           // optimizer steps this rank's state has taken
-  bool has_state_ = true;       // false for a joiner until a peer sent it the state
-  SamplerState done_position_;  // the sampler's position after step steps_done_
-  bool records_begun_ = false;  // run() began the recorder (a joiner's begin after start)
-  int64_t reforms_ = 0;         // failures this rank re-formed after
-  std::optional<ReformRecord> reform_record_;  // the last re-forming, until a step follows it
-  std::unique_ptr<StepWatchdog> watchdog_;     // during run(), unless options_.step_watchdog is off
+  bool has_state_ = true;                   // false for a joiner until a peer sent it the state
+  SamplerState done_position_;              // the sampler's position after step steps_done_
+  int64_t reforms_ = 0;                     // failures this rank re-formed after
+  std::unique_ptr<StepWatchdog> watchdog_;  // during run(), unless options_.step_watchdog is off
   CommBytesCounter comm_bytes_;  // StepRecord::comm_bytes_sent over every group of the launch
   bool ran_ = false;
 };

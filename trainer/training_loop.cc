@@ -77,7 +77,7 @@ RunResult Trainer::Impl::run() {
   if (joiner) {
     start_step_ = steps_done_;  // the state a live peer sent (its error feedback starts at zero)
   } else {
-    checkpoints_->restoreResiduals(resume_notes_);
+    checkpoints_->restoreResiduals(records_.pending());
     startupMark("broadcast");
   }
   if (writes()) prepareRunDir();
@@ -101,18 +101,19 @@ RunResult Trainer::Impl::run() {
   if (!result.preempted && start_step_ < total_steps_) lastBoundary(eval);
   result.reforms = reforms_;
   watchdog_.reset();
-  recorder_->stepsEnded();
+  records_.recorder().stepsEnded();
   if (start_step_ >= total_steps_) {
     // Resumed from the last step's checkpoint: nothing to train, but the results are still the
     // model's, not zeros.
-    recorder_->note("the run was already complete at step " + std::to_string(total_steps_) +
-                    ": evaluating the checkpoint's model only");
+    records_.recorder().note("the run was already complete at step " +
+                             std::to_string(total_steps_) +
+                             ": evaluating the checkpoint's model only");
     eval = evaluateAt(total_steps_, batches_->position().epoch + 1);
   }
   checkpoints_->finish();
   if (!result.preempted) elastic_->finish();
   const int64_t ran = (result.preempted ? result.steps : total_steps_) - start_step_;
-  recorder_->trained(start_step_ + ran, ran, now() - start);
+  records_.recorder().trained(start_step_ + ran, ran, now() - start);
   if (result.preempted) {
     result.seconds = now() - start;
     return result;
@@ -130,17 +131,14 @@ void Trainer::Impl::beginRecords(bool joiner) {
   if (writes() && start_step_ > 0 && !joiner) {
     history = readGoodputHistory(config_.trainer.run_dir + "/metrics.jsonl", start_step_);
   }
-  goodput_->start(launchExecTime(), history);
-  std::vector<std::string> notes = data_lines_;
-  notes.insert(notes.end(), resume_notes_.begin(), resume_notes_.end());
-  RunStart begin{model_->summary(), notes, start_step_, total_steps_, batches_->stepsPerEpoch()};
+  RunStart begin{model_->summary(), data_lines_, start_step_, total_steps_,
+                 batches_->stepsPerEpoch()};
   begin.precision = precisionName(precision_.precision);
   begin.precision_requested = precisionName(precision_.requested);
   begin.precision_reason = precision_.reason;
   begin.precision_warning = precision_.warning;
-  recorder_->begin(begin);
-  records_begun_ = true;
-  shares_->record("start", start_step_, env_.world_size, *recorder_);
+  records_.begin(std::move(begin), launchExecTime(), history);
+  shares_->record("start", start_step_, env_.world_size, records_.recorder());
 }
 
 void Trainer::Impl::startWatchdog() {
@@ -202,7 +200,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
   // A member that had completed the step sent its state: nothing of the step ran here to record.
   if (!step || elastic_->step() != s + 1) return Boundary::kNext;
   result.step_losses.push_back(step->loss);
-  recordReform();
+  records_.afterStep();
   // The step's record sums the loss over the ranks: a collective, so it is boundary work too.
   const auto record = [&] { recordStep(s, *step, lr, loop_start); };
 
@@ -215,7 +213,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
   const bool boundary_done = elastic_->atBoundary([&] {
     record();
     // Before the checkpoints below, which keep the shares it sets.
-    shares_->atBoundary(done, group_, grad_accumulation_, *recorder_);
+    shares_->atBoundary(done, group_, grad_accumulation_, records_.recorder());
     if (evaluator_->due(done)) eval = evaluateAt(done, step->epoch);
     checkpoints_->save(checkpoints_->dueAtStepEnd(done, false), done, lr);
   });
@@ -225,7 +223,7 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
     result.preempted = true;
     result.left = true;
     result.steps = done;
-    recorder_->warning(
+    records_.recorder().warning(
         "preempted at step " + std::to_string(done) + ": rank " + std::to_string(env_.rank) +
         " leaves the group, which trains on with " +
         std::to_string(env_.world_size - static_cast<int64_t>(elastic_->leaving().size())) +
@@ -233,11 +231,12 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
     return Boundary::kStop;
   }
   if (action == ElasticAction::kStop && !elastic_->leaving().empty()) {
-    recorder_->note("preemption notice for rank(s) " + rankList(elastic_->leaving()) +
-                    ": too few workers would remain, so every rank checkpoints and stops");
+    records_.recorder().note("preemption notice for rank(s) " + rankList(elastic_->leaving()) +
+                             ": too few workers would remain, so every rank checkpoints and stops");
   }
   if (action == ElasticAction::kCheckpoint) {
-    recorder_->note("checkpoint requested at step " + std::to_string(done) + "; training goes on");
+    records_.recorder().note("checkpoint requested at step " + std::to_string(done) +
+                             "; training goes on");
   }
   const StepAction agreed = action == ElasticAction::kCheckpoint ? StepAction::kCheckpoint
                             : action == ElasticAction::kStop     ? StepAction::kStop
@@ -389,7 +388,7 @@ void Trainer::Impl::recordStep(int64_t step, const StepOutcome& outcome, double 
   const int64_t done = step + 1;
   if (step == start_step_) {
     startupMark("step");
-    recorder_->firstStep(done, options_.startup);
+    records_.recorder().firstStep(done, options_.startup);
   }
   StepRecord record;
   record.step = done;
@@ -406,7 +405,7 @@ void Trainer::Impl::recordStep(int64_t step, const StepOutcome& outcome, double 
     record.outer_rounds = diloco_->stats().rounds;
     record.outer_wait_seconds = diloco_->stats().wait_seconds;
   }
-  recorder_->step(record);
+  records_.recorder().step(record);
 }
 
 // In evaluation mode (no dropout) without gradients, then back to training.
@@ -437,7 +436,7 @@ Evaluation Trainer::Impl::evaluateAt(int64_t done, int64_t epoch) {
     result.seconds = now() - start;
     model_->train(true);
   }
-  recorder_->evaluation(done, epoch, result);
+  records_.recorder().evaluation(done, epoch, result);
   return result;
 }
 
@@ -462,7 +461,7 @@ void Trainer::Impl::stopAt(int64_t done, RunResult& result) {
   result.preempted = true;
   result.steps = done;
   result.checkpoint = checkpoints_->pathOf(done);
-  recorder_->preempted(done, result.checkpoint);
+  records_.recorder().preempted(done, result.checkpoint);
 }
 
 // Rank 0 creates trainer.run_dir and writes the experiment there as config.yaml.
@@ -503,7 +502,7 @@ void Trainer::Impl::finishRun(const Evaluation& last_eval, double loop_start, Ru
     summary.outer_rounds = diloco_->stats().rounds;
     summary.outer_wait_seconds = diloco_->stats().wait_seconds;
   }
-  recorder_->finished(summary);
+  records_.recorder().finished(summary);
 }
 
 }  // namespace cumulus::trainer
