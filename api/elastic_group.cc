@@ -118,7 +118,8 @@ void ElasticGroup::connect(const comm::QuorumEpoch& epoch) {
   env.generation = static_cast<int64_t>(epoch.commGeneration());
   impl.env = env;
   if (env.world_size > 1) {
-    impl.group = std::make_unique<distributed::GroupConnection>(env, impl.options, *store_);
+    impl.group =
+        std::make_unique<distributed::GroupConnection>(env, impl.options, *store_, impl.cost_model);
   }
 }
 

@@ -15,7 +15,6 @@
 #include "api/process_group_impl.h"
 #include "base/bind_address.h"
 #include "base/env_names.h"
-#include "comm/cost_model.h"
 #include "comm/types.h"
 #include "distributed/distributed_sync.h"
 
@@ -129,12 +128,14 @@ void inPlace(torch::Tensor& tensor, Fn&& run) {
   tensor.copy_(work);
 }
 
-std::unique_ptr<distributed::GroupConnection> groupOfSeveral(const base::RunEnv& env,
-                                                             const GroupOptions& options,
+std::unique_ptr<distributed::GroupConnection> groupOfSeveral(const ProcessGroup::Impl& impl,
                                                              comm::Store* store) {
-  if (env.world_size == 1) return nullptr;
-  if (store != nullptr) return std::make_unique<distributed::GroupConnection>(env, options, *store);
-  return std::make_unique<distributed::GroupConnection>(env, options);
+  if (impl.env.world_size == 1) return nullptr;
+  if (store != nullptr) {
+    return std::make_unique<distributed::GroupConnection>(impl.env, impl.options, *store,
+                                                          impl.cost_model);
+  }
+  return std::make_unique<distributed::GroupConnection>(impl.env, impl.options, impl.cost_model);
 }
 
 }  // namespace
@@ -144,13 +145,7 @@ std::unique_ptr<ProcessGroup::Impl> ProcessGroup::Impl::validated(const GroupOpt
   impl->options = options;
   impl->algorithm = options.algorithm;
   impl->timeout = timeoutOption(options.timeout_seconds, "timeout_seconds");
-  if (!options.cost_model.empty()) {
-    try {
-      comm::CostModel::load(options.cost_model);
-    } catch (const std::exception& e) {
-      throw GroupError(std::string("cost_model: ") + e.what());
-    }
-  }
+  impl->cost_model = distributed::costModelOf(options);
   return impl;
 }
 
@@ -168,7 +163,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::Impl::fromEnvironment(const GroupOpt
   }
   // A group of several also needs the Store's address: the stricter reader names what is missing.
   if (impl->env.world_size > 1) impl->env = distributed::groupEnvironment(getenv);
-  impl->group = groupOfSeveral(impl->env, options, nullptr);
+  impl->group = groupOfSeveral(*impl, nullptr);
   return wrap(std::move(impl));
 }
 
@@ -177,7 +172,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::Impl::overStore(const base::RunEnv& 
                                                             comm::Store& store) {
   std::unique_ptr<Impl> impl = validated(options);
   impl->env = env;
-  impl->group = groupOfSeveral(impl->env, options, &store);
+  impl->group = groupOfSeveral(*impl, &store);
   return wrap(std::move(impl));
 }
 

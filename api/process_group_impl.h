@@ -24,6 +24,7 @@ struct ProcessGroup::Impl {
   base::RunEnv env;
   cumulus::Algorithm algorithm = cumulus::Algorithm::kAuto;  // options.algorithm, parsed
   std::chrono::milliseconds timeout = kDefaultTimeout;
+  comm::CostModel cost_model;  // options.cost_model, loaded once for every connection
   std::unique_ptr<distributed::GroupConnection> group;  // null in a group of one
   // What the connections this group had before `group` sent (an ElasticGroup re-makes it at
   // every re-forming): bytesSent() counts since the group was made, across them.

@@ -38,7 +38,17 @@ std::chrono::milliseconds timeoutOption(double seconds, const std::string& what)
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
 }
 
-GroupConnection::GroupConnection(const base::RunEnv& env, const GroupOptions& options)
+comm::CostModel costModelOf(const GroupOptions& options) {
+  if (options.cost_model.empty()) return comm::CostModel();
+  try {
+    return comm::CostModel::load(options.cost_model);
+  } catch (const std::exception& e) {
+    throw GroupError(std::string("cost_model: ") + e.what());
+  }
+}
+
+GroupConnection::GroupConnection(const base::RunEnv& env, const GroupOptions& options,
+                                 std::optional<comm::CostModel> cost_model)
     : env_(env),
       options_(options),
       timeout_(timeoutOption(options.timeout_seconds, "timeout_seconds")) {
@@ -46,15 +56,15 @@ GroupConnection::GroupConnection(const base::RunEnv& env, const GroupOptions& op
   store_options.connect_timeout = timeout_;
   store_ = std::make_unique<comm::StoreClient>(env.store_host, static_cast<int>(env.store_port),
                                                env.job_token, store_options);
-  connect(*store_);
+  connect(*store_, std::move(cost_model));
 }
 
 GroupConnection::GroupConnection(const base::RunEnv& env, const GroupOptions& options,
-                                 comm::Store& store)
+                                 comm::Store& store, std::optional<comm::CostModel> cost_model)
     : env_(env),
       options_(options),
       timeout_(timeoutOption(options.timeout_seconds, "timeout_seconds")) {
-  connect(store);
+  connect(store, std::move(cost_model));
 }
 
 GroupConnection::~GroupConnection() {
@@ -63,20 +73,14 @@ GroupConnection::~GroupConnection() {
   funnel_.reset();
 }
 
-void GroupConnection::connect(comm::Store& store) {
+void GroupConnection::connect(comm::Store& store, std::optional<comm::CostModel> cost_model) {
   comm::CommunicatorOptions options;
   options.generation = static_cast<uint64_t>(env_.generation);
   options.job_token = env_.job_token;
   options.timeout = timeout_;
   options.point_to_point = options_.point_to_point;
   if (!env_.bind_host.empty()) options.bind_host = env_.bind_host;
-  if (!options_.cost_model.empty()) {
-    try {
-      options.cost_model = comm::CostModel::load(options_.cost_model);
-    } catch (const std::exception& e) {
-      throw GroupError(std::string("cost_model: ") + e.what());
-    }
-  }
+  options.cost_model = cost_model ? std::move(*cost_model) : costModelOf(options_);
   if (options_.algorithm == cumulus::Algorithm::kFunnel) {
     if (env_.ps_endpoint.empty()) {
       throw GroupError(

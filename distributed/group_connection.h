@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -45,6 +46,10 @@ std::pair<std::string, int> parseEndpoint(const std::string& endpoint, const std
 // number of seconds, got <seconds>" when it is not.
 std::chrono::milliseconds timeoutOption(double seconds, const std::string& what);
 
+// options.cost_model's file, loaded (the defaults when it is empty); GroupError "cost_model: ..."
+// when it does not load. A group loads it once and hands it to each connection it makes.
+comm::CostModel costModelOf(const GroupOptions& options);
+
 class GroupConnection {
  public:
   // Connects to the Store at MASTER_ADDR:MASTER_PORT with the job token, to the parameter server
@@ -53,11 +58,14 @@ class GroupConnection {
   // With options.point_to_point, the communicator opens its point-to-point lanes too
   // (comm::CommunicatorOptions::point_to_point). GroupError for a timeout that is not a positive
   // number of seconds ("timeout_seconds: ...") or a cost model file that does not load
-  // ("cost_model: ...").
-  GroupConnection(const base::RunEnv& env, const GroupOptions& options);
+  // ("cost_model: ..."). `cost_model`: costModelOf(options), when the caller loaded it already;
+  // empty: loaded here.
+  GroupConnection(const base::RunEnv& env, const GroupOptions& options,
+                  std::optional<comm::CostModel> cost_model = std::nullopt);
   // Over a caller-owned Store that outlives the group (tests: ranks as threads, a MemoryStore).
   // `env.store_host/port` are ignored.
-  GroupConnection(const base::RunEnv& env, const GroupOptions& options, comm::Store& store);
+  GroupConnection(const base::RunEnv& env, const GroupOptions& options, comm::Store& store,
+                  std::optional<comm::CostModel> cost_model = std::nullopt);
   ~GroupConnection();
   GroupConnection(const GroupConnection&) = delete;
   GroupConnection& operator=(const GroupConnection&) = delete;
@@ -72,7 +80,7 @@ class GroupConnection {
   std::chrono::milliseconds timeout() const { return timeout_; }
 
  private:
-  void connect(comm::Store& store);
+  void connect(comm::Store& store, std::optional<comm::CostModel> cost_model);
   const base::RunEnv env_;
   const GroupOptions options_;
   const std::chrono::milliseconds timeout_;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "base/host_port.h"
+#include "comm/cost_model.h"
 #include "comm/error.h"
 #include "comm/memory_store.h"
 #include "comm/net/socket.h"
@@ -150,6 +151,30 @@ TEST(ProcessGroupTest, ASingleRankGroupReducesToItself) {
   comm::Buffer buffer{&value, 1, comm::DType::kFloat32};
   group.communicator().allreduce(buffer);
   EXPECT_EQ(value, 2.5f);
+}
+
+TEST(ProcessGroupTest, ACostModelIsReadOnceByTheGroupThatLoadsIt) {
+  GroupOptions config;
+  config.cost_model = ::testing::TempDir() + "/no_such_cost_model.json";
+  const std::string named = "cost_model: cost model file '" + config.cost_model + "'";
+  try {
+    costModelOf(config);
+    FAIL();
+  } catch (const GroupError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(named));
+  }
+  comm::MemoryStore store;
+  try {
+    GroupConnection group(base::RunEnv{}, config, store);
+    FAIL();
+  } catch (const GroupError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(named));
+  }
+  // A connection given the group's loaded model reads no file: an elastic group re-connects at
+  // every re-forming, when the file may be gone.
+  GroupConnection group(base::RunEnv{}, config, store, comm::CostModel(10e-6, 0.25e-9, 0.1e-9));
+  EXPECT_EQ(group.world(), 1);
+  EXPECT_EQ(costModelOf(GroupOptions{}).alpha(), comm::CostModel().alpha());
 }
 
 TEST(TraceRecorderTest, WritesCompleteEventsWithRankAsPid) {
