@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "configs/parse.h"
 #include "cumulus/data_parallel.h"
 #include "cumulus/elastic.h"
 #include "cumulus/process_group.h"
@@ -25,112 +26,125 @@ std::string rankList(const std::vector<int>& ranks) {
   return text;
 }
 
-// Called on the live peer that sends it: the state after steps_done_ steps, as a checkpoint of
-// this step would hold it.
-Checkpoint Trainer::Impl::captureState() {
-  TrainingPosition position;
-  position.steps_done = steps_done_;
-  position.sampler = done_position_;
-  position.samples_seen = samples_seen_;
-  position.learning_rate = schedule_->lr(std::max<int64_t>(0, steps_done_ - 1));
-  position.grad_accumulation = grad_accumulation_;
-  RunEnv now = env_;
-  now.rank = elastic_->rank();
-  now.world_size = elastic_->size();
-  const std::string sends = "rank " + std::to_string(now.rank) +
-                            " sends the training state of step " + std::to_string(steps_done_);
-  records_.note(sends);  // a re-forming during start-up: kept until the records begin
-  Checkpoint state = captureCheckpoint(*model_, *optimizer_, config_, now, position);
-  if (diloco_) addDiloco(state, *diloco_, *model_);
-  return state;
+void InPlaceRecovery::connect() {
+  ElasticState state;
+  state.capture = [this] { return captureState(); };
+  state.restore = [this](const Checkpoint& checkpoint) { restoreState(checkpoint); };
+  state.config = configs::toYaml(parts_.config);
+  parts_.elastic->setState(std::move(state));
+  parts_.elastic->onFailure([this](const std::string& reason) { failureSeen(reason); });
+  parts_.elastic->onMembershipChange([this](const Membership& m) { membershipChanged(m); });
+}
+
+// Called on the live peer that sends it: the state after the steps it has taken, as that step's
+// checkpoint would hold it.
+Checkpoint InPlaceRecovery::captureState() {
+  const int64_t done = parts_.progress.steps_done;
+  RunEnv now = parts_.env;
+  now.rank = parts_.elastic->rank();
+  now.world_size = parts_.elastic->size();
+  // A re-forming during start-up: kept until the records begin.
+  parts_.records.note("rank " + std::to_string(now.rank) + " sends the training state of step " +
+                      std::to_string(done));
+  return parts_.checkpointAt(now, done, parts_.schedule->lr(std::max<int64_t>(0, done - 1)), false);
 }
 
 // Everything arrived and verified (Elastic checked the sizes, the SHA-256s and the config): the
 // model and optimizer take it only if all of it fits them (restoreTraining checks first).
-void Trainer::Impl::restoreState(const Checkpoint& state) {
+void InPlaceRecovery::restoreState(const Checkpoint& state) {
   try {
-    restoreTraining(state, *model_, *optimizer_, "");  // Elastic names the sender
+    restoreTraining(state, *parts_.model, *parts_.optimizer, "");  // Elastic names the sender
     // DiLoCo: the sender's global parameters and momentum; this replica starts from the global
     // parameters, with the sender's inner optimizer and no residual.
-    if (diloco_) restoreDilocoState(state, *diloco_, params_, "", records_.pending());
+    if (parts_.diloco)
+      restoreDilocoState(state, *parts_.diloco, parts_.params, "", parts_.records.pending());
   } catch (const ResumeError& e) {
     throw CheckpointError(e.what());
   }
-  has_state_ = true;
-  steps_done_ = static_cast<int64_t>(state.state.step);
-  done_position_ = state.sampler();
-  samples_seen_ = state.state.samples_seen;
-  grad_accumulation_ = state.state.grad_accumulation;
+  parts_.progress.has_state = true;
+  parts_.progress.steps_done = static_cast<int64_t>(state.state.step);
+  parts_.progress.sampler = state.sampler();
+  parts_.progress.samples_seen = state.state.samples_seen;
+  parts_.progress.grad_accumulation = state.state.grad_accumulation;
 }
 
-void Trainer::Impl::failureSeen(const std::string& reason) {
-  markPhase(StepPhase::kIdle);  // the re-forming has its own timeouts
+void InPlaceRecovery::failureSeen(const std::string& reason) {
+  parts_.markPhase(StepPhase::kIdle);  // the re-forming has its own timeouts
   ++reforms_;
-  const std::string line = "rank " + std::to_string(env_.rank) + ": " + reason +
+  const std::string line = "rank " + std::to_string(parts_.env.rank) + ": " + reason +
                            "; re-forming the group in place from step " +
-                           std::to_string(steps_done_);
-  records_.warning(line);
+                           std::to_string(parts_.progress.steps_done);
+  parts_.records.warning(line);
 }
 
 // The membership formed (start) or changed: every part that knows the rank or the world size is
 // rebuilt, with the state (this member's own, or the one a peer just sent) already in place.
-void Trainer::Impl::membershipChanged(const Membership& m) {
-  if (!inPlace()) return;  // one membership, and the Trainer's own gradient sync
-  if (!diloco_) {          // DiLoCo's inner steps keep the Trainer's own (local) gradient sync
-    sync_ = &elastic_->sync();
-    distributed_ = dynamic_cast<DataParallel*>(sync_);
+void InPlaceRecovery::membershipChanged(const Membership& m) {
+  if (!parts_.inPlace()) return;  // one membership, and the Trainer's own gradient sync
+  if (!parts_.diloco) {  // DiLoCo's inner steps keep the Trainer's own (local) gradient sync
+    parts_.sync = &parts_.elastic->sync();
+    parts_.distributed = dynamic_cast<DataParallel*>(parts_.sync);
   }
-  const int64_t old_rank = env_.rank;
-  const int64_t old_world = env_.world_size;
+  const int64_t old_rank = parts_.env.rank;
+  const int64_t old_world = parts_.env.world_size;
   if (m.cause != "start") {
-    env_.rank = m.rank;
-    env_.world_size = m.size;
-    env_.generation = static_cast<int64_t>(elastic_->group().generation());
-    group_ = m.size > 1 ? &elastic_->group() : nullptr;
+    parts_.env.rank = m.rank;
+    parts_.env.world_size = m.size;
+    parts_.env.generation = static_cast<int64_t>(parts_.elastic->group().generation());
+    parts_.group = m.size > 1 ? &parts_.elastic->group() : nullptr;
   }
   if (m.cause == "start") {  // build() made the other parts for this membership
-    checkpoints_->setMembership(writes(), env_.rank, env_.world_size, group_, distributed_);
+    parts_.checkpoints->setMembership(parts_.writes(), parts_.env.rank, parts_.env.world_size,
+                                      parts_.group, parts_.distributed);
     return;
   }
   // The new writer (a survivor or joiner that became rank 0) holds the run directory from now on.
-  if (writes()) checkpoints_->claimRunDir(env_.run_id, records_.pending());
-  batches_->reshard(env_.rank, env_.world_size);
-  batches_->restore(done_position_);
+  if (parts_.writes()) parts_.checkpoints->claimRunDir(parts_.env.run_id, parts_.records.pending());
+  parts_.batches->reshard(parts_.env.rank, parts_.env.world_size);
+  parts_.batches->restore(parts_.progress.sampler);
   std::vector<std::string> share_warnings;
-  shares_->reset(env_.world_size, share_warnings);
-  buildGroupParts();
+  parts_.shares->reset(parts_.env.world_size, share_warnings);
+  rebuild_group_parts_();
   // The new membership's recorder begins where the group trains from (a joiner's records begin
   // in run(), with what was kept).
-  if (records_.begun()) {
-    records_.recorder().begin(
-        RunStart{"", {}, steps_done_, total_steps_, batches_->stepsPerEpoch()});
+  if (parts_.records.begun()) {
+    parts_.records.recorder().begin(RunStart{
+        "", {}, parts_.progress.steps_done, parts_.total_steps, parts_.batches->stepsPerEpoch()});
   }
-  for (const std::string& w : share_warnings) records_.warning(w);
-  if (records_.begun()) {
-    shares_->record("reform", steps_done_, env_.world_size, records_.recorder());
+  for (const std::string& w : share_warnings) parts_.records.warning(w);
+  if (parts_.records.begun()) {
+    parts_.shares->record("reform", parts_.progress.steps_done, parts_.env.world_size,
+                          parts_.records.recorder());
   }
+  recordReform(m, old_rank, old_world);
+}
+
+// The re-forming's record and its line: who this member was and is, where training goes on from.
+void InPlaceRecovery::recordReform(const Membership& m, int64_t old_rank, int64_t old_world) {
+  const RunEnv& env = parts_.env;
+  const int64_t done = parts_.progress.steps_done;
   const double ms = 1000.0 * m.seconds;
   ReformRecord record;
   record.cause = m.cause;
-  record.step = steps_done_;
+  record.step = done;
   record.epoch = m.epoch;
-  record.world_size = env_.world_size;
+  record.world_size = env.world_size;
   record.reform_ms = ms;
-  records_.reformed(record);
+  parts_.records.reformed(record);
   char took[32];
   std::snprintf(took, sizeof(took), "%.0f ms", ms);
   const std::string from =
-      old_rank == env_.rank && old_world == env_.world_size
+      old_rank == env.rank && old_world == env.world_size
           ? ""
           : " (was rank " + std::to_string(old_rank) + " of " + std::to_string(old_world) + ")";
   std::string line = "re-formed in place: epoch " + std::to_string(m.epoch) + ", rank " +
-                     std::to_string(env_.rank) + " of " + std::to_string(env_.world_size) + from +
-                     ", training from step " + std::to_string(steps_done_) + " in " + took;
+                     std::to_string(env.rank) + " of " + std::to_string(env.world_size) + from +
+                     ", training from step " + std::to_string(done) + " in " + took;
   if (!m.healed.empty()) {
     line +=
         "; state sent by rank " + std::to_string(m.source) + " to rank(s) " + rankList(m.healed);
   }
-  records_.warning(line);  // a joiner's records begin after this
+  parts_.records.warning(line);  // a joiner's records begin after this
 }
 
 }  // namespace cumulus::trainer

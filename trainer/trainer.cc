@@ -118,212 +118,257 @@ auto translateTorchErrors(F&& body) -> decltype(body()) {
 
 }  // namespace
 
+TrainerParts::TrainerParts(const configs::Experiment& experiment, const RunEnv& run_env,
+                           TrainerOptions trainer_options)
+    : config(experiment),
+      env(run_env),
+      options(std::move(trainer_options)),
+      records(config.trainer.run_dir + "/tensorboard",
+              options.console != nullptr ? &std::cerr : nullptr) {}
+
+TrainerParts::~TrainerParts() = default;
+
+double TrainerParts::now() const {
+  if (options.clock) return options.clock();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void TrainerParts::startupMark(const char* phase) {
+  if (options.startup) options.startup->mark(phase);
+}
+
+Checkpoint TrainerParts::checkpointAt(const RunEnv& as, int64_t done, double lr, bool preempted) {
+  TrainingPosition position;
+  position.steps_done = done;
+  position.sampler = done == progress.steps_done ? progress.sampler : batches->position();
+  position.samples_seen = progress.samples_seen;
+  position.learning_rate = lr;
+  position.preempted = preempted;
+  position.grad_accumulation = progress.grad_accumulation;
+  position.batch_shares = shares->current();
+  position.precision = precisionName(precision.precision);
+  Checkpoint checkpoint = captureCheckpoint(*model, *optimizer, config, as, position);
+  if (diloco) addDiloco(checkpoint, *diloco, *model);
+  return checkpoint;
+}
+
 Trainer::Impl::Impl(const configs::Experiment& experiment, const RunEnv& env,
                     std::unique_ptr<GradientSync> sync, TrainerOptions options)
-    : config_(experiment),
-      env_(env),
-      options_(std::move(options)),
-      records_(config_.trainer.run_dir + "/tensorboard",
-               options_.console != nullptr ? &std::cerr : nullptr) {
-  if (options_.elastic == nullptr || config_.trainer.sync == configs::SyncMode::kDiloco) {
-    own_sync_ = std::move(sync);
-    sync_ = own_sync_.get();
-    distributed_ = dynamic_cast<DataParallel*>(sync_);
-  }
-  if (cumulus::ProcessGroup* group = options_.group; group != nullptr) {
-    if (options_.elastic != nullptr) {
-      // In place the epoch decides the rank (a joiner's RANK and WORLD_SIZE are placeholders).
-      if (group != &options_.elastic->group()) {
-        throw SetupError("TrainerOptions::group must be &elastic->group() when elastic is set");
-      }
-      env_.rank = group->rank();
-      env_.world_size = group->size();
-      env_.generation = static_cast<int64_t>(group->generation());
-    } else if (group->size() != env.world_size || group->rank() != env.rank) {
-      throw SetupError("the process group (rank " + std::to_string(group->rank()) + " of " +
-                       std::to_string(group->size()) + ") does not match RANK/WORLD_SIZE (" +
-                       std::to_string(env.rank) + " of " + std::to_string(env.world_size) + ")");
-    }
-    if (group->size() > 1) group_ = group;
-  }
+    : parts_(experiment, env, std::move(options)),
+      recovery_(parts_, [this] { buildGroupParts(); }),
+      loop_(parts_, recovery_) {
+  takeGroup(std::move(sync));
   buildElastic();
   build();
 }
 
 Trainer::Impl::~Impl() = default;
 
-double Trainer::Impl::now() const {
-  if (options_.clock) return options_.clock();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-void Trainer::Impl::startupMark(const char* phase) {
-  if (options_.startup) options_.startup->mark(phase);
+// The gradient sync (the Trainer's own, unless in place) and the group the run starts in.
+void Trainer::Impl::takeGroup(std::unique_ptr<GradientSync> sync) {
+  if (parts_.options.elastic == nullptr ||
+      parts_.config.trainer.sync == configs::SyncMode::kDiloco) {
+    parts_.own_sync = std::move(sync);
+    parts_.sync = parts_.own_sync.get();
+    parts_.distributed = dynamic_cast<DataParallel*>(parts_.sync);
+  }
+  cumulus::ProcessGroup* group = parts_.options.group;
+  if (group == nullptr) return;
+  if (parts_.options.elastic != nullptr) {
+    // In place the epoch decides the rank (a joiner's RANK and WORLD_SIZE are placeholders).
+    if (group != &parts_.options.elastic->group()) {
+      throw SetupError("TrainerOptions::group must be &elastic->group() when elastic is set");
+    }
+    parts_.env.rank = group->rank();
+    parts_.env.world_size = group->size();
+    parts_.env.generation = static_cast<int64_t>(group->generation());
+  } else if (group->size() != parts_.env.world_size || group->rank() != parts_.env.rank) {
+    throw SetupError("the process group (rank " + std::to_string(group->rank()) + " of " +
+                     std::to_string(group->size()) + ") does not match RANK/WORLD_SIZE (" +
+                     std::to_string(parts_.env.rank) + " of " +
+                     std::to_string(parts_.env.world_size) + ")");
+  }
+  if (group->size() > 1) parts_.group = group;
 }
 
 void Trainer::Impl::build() {
-  const auto& t = config_.trainer;
-  checkBatchSizes(config_, env_.world_size);
+  const auto& t = parts_.config.trainer;
+  checkBatchSizes(parts_.config, parts_.env.world_size);
   // Before anything is written (the data cache included): a second job in this run directory
   // stops here, naming the first. A joiner's rank is a placeholder until it is admitted; it
   // claims the directory then if it becomes the writer (afterReform).
-  const bool joiner = elastic_->joining();
-  checkpoints_ = std::make_unique<RunCheckpoints>(
-      config_, options_, writes(), records_.current(),
-      [this](int64_t done, double lr, bool preempted) { return snapshot(done, lr, preempted); });
-  if (writes() && !joiner) checkpoints_->claimRunDir(env_.run_id, records_.pending());
-  grad_accumulation_ = t.grad_accumulation;
-  torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, env_.local_world_size)));
+  const bool joiner = parts_.elastic->joining();
+  parts_.checkpoints = std::make_unique<RunCheckpoints>(
+      parts_.config, parts_.options, parts_.writes(), parts_.records.current(),
+      [this](int64_t done, double lr, bool preempted) {
+        return parts_.checkpointAt(parts_.env, done, lr, preempted);
+      });
+  if (parts_.writes() && !joiner)
+    parts_.checkpoints->claimRunDir(parts_.env.run_id, parts_.records.pending());
+  parts_.progress.grad_accumulation = t.grad_accumulation;
+  torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, parts_.env.local_world_size)));
 
   // Every rank keeps its own host's copy (a run_dir may or may not be shared between hosts).
-  const bool cache = config_.data.cache && options_.write_outputs;
-  const Datasets data = loadDatasets(config_.data, t.seed, cache ? t.run_dir + "/cache" : "");
-  train_source_ = data.train_source;
-  data_lines_ = {"train data: " + data.train->describe(), "test data: " + data.test->describe()};
-  test_data_ = data.test;
-  startupMark("data");
-  DistributedSampler sampler(data.train->size(), t.global_batch_size, t.seed, config_.data.shuffle,
-                             config_.data.drop_last);
-  batches_ = choose<BatchSource>(options_.batches,
-                                 std::make_shared<SamplerBatchSource>(
-                                     data.train, std::move(sampler), env_.rank, env_.world_size),
-                                 "batches");
-  shares_ = std::make_unique<BatchShares>(config_.trainer, batches_);
-  total_steps_ =
-      plannedSteps(t.epochs, batches_->stepsPerEpoch(), t.max_steps, t.global_batch_size);
-  checkpoints_->setTotalSteps(total_steps_);
-  precision_ = choosePrecision(config_.trainer.precision,
-                               options_.cpu ? *options_.cpu : CpuFeatures::detect());
-  loss_ = std::make_shared<const Loss>(Loss::named(config_.loss.name, precision_.precision));
+  const bool cache = parts_.config.data.cache && parts_.options.write_outputs;
+  const Datasets data = loadDatasets(parts_.config.data, t.seed, cache ? t.run_dir + "/cache" : "");
+  parts_.train_source = data.train_source;
+  parts_.data_lines = {"train data: " + data.train->describe(),
+                       "test data: " + data.test->describe()};
+  parts_.test_data = data.test;
+  parts_.startupMark("data");
+  DistributedSampler sampler(data.train->size(), t.global_batch_size, t.seed,
+                             parts_.config.data.shuffle, parts_.config.data.drop_last);
+  parts_.batches = choose<BatchSource>(
+      parts_.options.batches,
+      std::make_shared<SamplerBatchSource>(data.train, std::move(sampler), parts_.env.rank,
+                                           parts_.env.world_size),
+      "batches");
+  parts_.shares = std::make_unique<BatchShares>(parts_.config.trainer, parts_.batches);
+  parts_.total_steps =
+      plannedSteps(t.epochs, parts_.batches->stepsPerEpoch(), t.max_steps, t.global_batch_size);
+  parts_.checkpoints->setTotalSteps(parts_.total_steps);
+  parts_.precision =
+      choosePrecision(parts_.config.trainer.precision,
+                      parts_.options.cpu ? *parts_.options.cpu : CpuFeatures::detect());
+  parts_.loss = std::make_shared<const Loss>(
+      Loss::named(parts_.config.loss.name, parts_.precision.precision));
   buildModel(*data.train);
-  ModelCheck(*model_, *loss_, precision_.precision, config_).tokenIds(data);
-  if (writes() && !joiner) checkpoints_->checkRoom(*model_, env_.world_size);
-  startupMark("model");
+  ModelCheck(*parts_.model, *parts_.loss, parts_.precision.precision, parts_.config).tokenIds(data);
+  if (parts_.writes() && !joiner)
+    parts_.checkpoints->checkRoom(*parts_.model, parts_.env.world_size);
+  parts_.startupMark("model");
   // Every rank restores the same checkpoint, before the broadcasts below make that moot. A joiner
   // reads nothing from disk: a live peer sends it the state (joinGroup).
-  has_state_ = !joiner;
-  if (has_state_) {
+  parts_.progress.has_state = !joiner;
+  if (parts_.progress.has_state) {
     resumeIfAsked();
-    shares_->start(env_.world_size, records_.pending());  // a joiner's come with the group it joins
+    // A joiner's shares come with the group it joins.
+    parts_.shares->start(parts_.env.world_size, parts_.records.pending());
   }
-  steps_done_ = start_step_;
-  done_position_ = batches_->position();
-  startupMark("resume");
+  parts_.progress.steps_done = parts_.start_step;
+  parts_.progress.sampler = parts_.batches->position();
+  parts_.startupMark("resume");
   buildGroupParts();
-  // In place the gradient sync is the Elastic's, built at start (run()) and again at each change
-  // of membership; otherwise the Trainer's own, for the whole run. Either keeps the buffers (batch
-  // norm's statistics) identical on every rank.
+  attachSync();
+}
+
+// In place the gradient sync is the Elastic's, built at start (run()) and again at each change of
+// membership; otherwise the Trainer's own, for the whole run. Either keeps the buffers (batch
+// norm's statistics) identical on every rank.
+void Trainer::Impl::attachSync() {
   std::vector<torch::Tensor> buffers;
-  for (auto& [name, buffer] : model_->namedBuffers()) buffers.push_back(buffer);
-  if (inPlace() && !diloco_) {
-    elastic_->attach(params_, buffers);
-  } else if (distributed_ != nullptr) {
-    distributed_->attach(params_, buffers);
+  for (auto& [name, buffer] : parts_.model->namedBuffers()) buffers.push_back(buffer);
+  if (parts_.inPlace() && !parts_.diloco) {
+    parts_.elastic->attach(parts_.params, buffers);
+  } else if (parts_.distributed != nullptr) {
+    parts_.distributed->attach(parts_.params, buffers);
   } else {
-    sync_->attach(params_);
+    parts_.sync->attach(parts_.params);
   }
 }
 
 void Trainer::Impl::buildModel(const data::Examples& train) {
   models::ModelSpec spec;
-  spec.name = config_.model.name;
-  spec.hidden = config_.model.hidden;
-  spec.dropout = config_.model.dropout;
+  spec.name = parts_.config.model.name;
+  spec.hidden = parts_.config.model.hidden;
+  spec.dropout = parts_.config.model.dropout;
   const auto sample = train.slice(0, 1).inputs.sizes().slice(1);  // one sample's shape
   spec.input_shape.assign(sample.begin(), sample.end());
-  spec.num_classes = config_.model.num_classes;
-  torch::manual_seed(config_.trainer.seed);  // the initial parameters are a function of the seed
-  model_ = models::makeModel(spec);
-  const ModelCheck check(*model_, *loss_, precision_.precision, config_);
+  spec.num_classes = parts_.config.model.num_classes;
+  // The initial parameters are a function of the seed.
+  torch::manual_seed(parts_.config.trainer.seed);
+  parts_.model = models::makeModel(spec);
+  const ModelCheck check(*parts_.model, *parts_.loss, parts_.precision.precision, parts_.config);
   check.trainable();
-  check.fitsData(train, train_source_);
-  model_->train(true);
-  params_ = model_->parameters();
+  check.fitsData(train, parts_.train_source);
+  parts_.model->train(true);
+  parts_.params = parts_.model->parameters();
   // Flat in the buckets DataParallel lays out (the same bucket_layout.h), so that it reduces
   // the optimizer's gradient buffers in place; the gradients exist before it attaches.
-  flat_ = std::make_shared<distributed::FlatParameters>(
-      params_,
+  parts_.flat = std::make_shared<distributed::FlatParameters>(
+      parts_.params,
       distributed::layoutOf(
-          params_, distributed::mebibytes(config_.comm.bucket_cap_mb, "comm.bucket_cap_mb"),
-          distributed::mebibytes(config_.comm.first_bucket_mb, "comm.first_bucket_mb")));
-  flat_->zeroGrads();
-  optimizer_ = makeFlatOptimizer(config_.optimizer, flat_);
-  schedule_ = std::make_unique<LrSchedule>(config_.schedule, config_.optimizer.lr, total_steps_);
-  diloco_ = buildDiloco(config_, *model_, params_, records_.pending());
-  if (diloco_) {
-    checkpoints_->setRankState([this] { return replicaRow(params_, *optimizer_, *diloco_); });
+          parts_.params,
+          distributed::mebibytes(parts_.config.comm.bucket_cap_mb, "comm.bucket_cap_mb"),
+          distributed::mebibytes(parts_.config.comm.first_bucket_mb, "comm.first_bucket_mb")));
+  parts_.flat->zeroGrads();
+  parts_.optimizer = makeFlatOptimizer(parts_.config.optimizer, parts_.flat);
+  parts_.schedule = std::make_unique<LrSchedule>(parts_.config.schedule, parts_.config.optimizer.lr,
+                                                 parts_.total_steps);
+  parts_.diloco =
+      buildDiloco(parts_.config, *parts_.model, parts_.params, parts_.records.pending());
+  if (parts_.diloco) {
+    parts_.checkpoints->setRankState(
+        [this] { return replicaRow(parts_.params, *parts_.optimizer, *parts_.diloco); });
   }
 }
 
 // The defaults from the experiment, each offered to the caller's choice (TrainerOptions).
 void Trainer::Impl::buildGroupParts() {
   TestSetEvaluatorOptions eval;
-  eval.batch_size = config_.eval.batch_size;
-  eval.every_steps = config_.eval.every_steps;
-  eval.steps_per_epoch = batches_->stepsPerEpoch();
-  eval.group = group_;
-  eval.rank = env_.rank;
-  eval.world_size = env_.world_size;
-  eval.loss = loss_;
-  evaluator_ =
-      choose<Evaluator>(options_.evaluator, makeTestSetEvaluator(test_data_, eval), "evaluator");
+  eval.batch_size = parts_.config.eval.batch_size;
+  eval.every_steps = parts_.config.eval.every_steps;
+  eval.steps_per_epoch = parts_.batches->stepsPerEpoch();
+  eval.group = parts_.group;
+  eval.rank = parts_.env.rank;
+  eval.world_size = parts_.env.world_size;
+  eval.loss = parts_.loss;
+  parts_.evaluator = choose<Evaluator>(parts_.options.evaluator,
+                                       makeTestSetEvaluator(parts_.test_data, eval), "evaluator");
 
   ProgressRecorderOptions record;
-  record.console = options_.console;
-  record.live = options_.live_progress;
-  record.quiet = Progress::quietFor(env_.rank, config_.trainer.log_all_ranks);
-  record.log_every_steps = config_.trainer.log_every_steps;
-  if (writes()) record.metrics_path = config_.trainer.run_dir + "/metrics.jsonl";
-  record.world_size = env_.world_size;
-  if (group_ != nullptr && config_.comm.compression != Compression::kNone) {
-    record.compression = compressionName(config_.comm.compression);
+  record.console = parts_.options.console;
+  record.live = parts_.options.live_progress;
+  record.quiet = Progress::quietFor(parts_.env.rank, parts_.config.trainer.log_all_ranks);
+  record.log_every_steps = parts_.config.trainer.log_every_steps;
+  if (parts_.writes()) record.metrics_path = parts_.config.trainer.run_dir + "/metrics.jsonl";
+  record.world_size = parts_.env.world_size;
+  if (parts_.group != nullptr && parts_.config.comm.compression != Compression::kNone) {
+    record.compression = compressionName(parts_.config.comm.compression);
   }
-  if (group_ != nullptr) {
-    record.sum_over_ranks = [group = group_](double v) { return sumOverRanks(group, v); };
+  if (parts_.group != nullptr) {
+    record.sum_over_ranks = [group = parts_.group](double v) { return sumOverRanks(group, v); };
   }
-  record.rank = env_.rank;
-  record.goodput = records_.goodput();
-  record.sinks = records_.sinks(writes(), env_);
-  records_.use(choose<MetricsRecorder>(
-      options_.metrics, std::make_shared<ProgressMetricsRecorder>(std::move(record)), "metrics"));
-  checkpoints_->setMembership(writes(), env_.rank, env_.world_size, group_, distributed_);
+  record.rank = parts_.env.rank;
+  record.goodput = parts_.records.goodput();
+  record.sinks = parts_.records.sinks(parts_.writes(), parts_.env);
+  parts_.records.use(choose<MetricsRecorder>(
+      parts_.options.metrics, std::make_shared<ProgressMetricsRecorder>(std::move(record)),
+      "metrics"));
+  parts_.checkpoints->setMembership(parts_.writes(), parts_.env.rank, parts_.env.world_size,
+                                    parts_.group, parts_.distributed);
 }
 
 void Trainer::Impl::buildElastic() {
-  if (options_.elastic != nullptr) {
-    if (options_.stop) {
+  if (parts_.options.elastic != nullptr) {
+    if (parts_.options.stop) {
       throw SetupError(
           "TrainerOptions::stop: in place the group's Elastic agrees on stops; give the "
           "wrapper to it (ElasticOptions::stop) instead");
     }
-    elastic_ = options_.elastic;
+    parts_.elastic = parts_.options.elastic;
   } else {
     ElasticOptions options;
-    options.preemption.grace_seconds = options_.preemption_grace;
-    options.preemption.watch_sigterm = options_.watch_sigterm;
-    options.preemption.watch_sigusr1 = options_.watch_sigterm;
-    options.stop = [choice = options_.stop](std::shared_ptr<StopAgreement> standard) {
+    options.preemption.grace_seconds = parts_.options.preemption_grace;
+    options.preemption.watch_sigterm = parts_.options.watch_sigterm;
+    options.preemption.watch_sigusr1 = parts_.options.watch_sigterm;
+    options.stop = [choice = parts_.options.stop](std::shared_ptr<StopAgreement> standard) {
       return choose<StopAgreement>(choice, std::move(standard), "stop");
     };
-    own_elastic_ = std::make_unique<cumulus::Elastic>(group_, std::move(options));
-    elastic_ = own_elastic_.get();
+    parts_.own_elastic = std::make_unique<cumulus::Elastic>(parts_.group, std::move(options));
+    parts_.elastic = parts_.own_elastic.get();
   }
-  ElasticState state;
-  state.capture = [this] { return captureState(); };
-  state.restore = [this](const Checkpoint& checkpoint) { restoreState(checkpoint); };
-  state.config = configs::toYaml(config_);
-  elastic_->setState(std::move(state));
-  elastic_->onFailure([this](const std::string& reason) { failureSeen(reason); });
-  elastic_->onMembershipChange([this](const Membership& m) { membershipChanged(m); });
+  recovery_.connect();
 }
 
 // --resume: none, auto (the newest valid checkpoint in checkpoint.dir, if any) or a directory.
 // Every rank loads the same checkpoint (the directory is shared, and nothing writes it while the
 // group starts) and restores parameters, buffers, optimizer state, sampler position and step.
 void Trainer::Impl::resumeIfAsked() {
-  const ResumeMode mode = options_.resume.value_or(ResumeMode::defaultFor(!env_.run_id.empty()));
-  if (checkpoints_->guardOtherExperiment(mode.kind != ResumeMode::Kind::kNone,
-                                         records_.pending())) {
+  const ResumeMode mode =
+      parts_.options.resume.value_or(ResumeMode::defaultFor(!parts_.env.run_id.empty()));
+  if (parts_.checkpoints->guardOtherExperiment(mode.kind != ResumeMode::Kind::kNone,
+                                               parts_.records.pending())) {
     return;
   }
   if (mode.kind == ResumeMode::Kind::kNone) return;
@@ -331,30 +376,32 @@ void Trainer::Impl::resumeIfAsked() {
     std::optional<std::pair<CheckpointInfo, Checkpoint>> found;
     std::vector<CheckpointWarning> warnings;
     if (mode.kind == ResumeMode::Kind::kPath) {
-      Checkpoint loaded = checkpoints_->store().load(mode.path);
+      Checkpoint loaded = parts_.checkpoints->store().load(mode.path);
       const uint64_t step = loaded.state.step;
       found.emplace(CheckpointInfo{mode.path, step}, std::move(loaded));
-    } else if (std::optional<Checkpoint> latest = checkpoints_->store().loadLatest(&warnings)) {
+    } else if (std::optional<Checkpoint> latest =
+                   parts_.checkpoints->store().loadLatest(&warnings)) {
       // load() checked that state.pb's step is the directory's.
       const uint64_t step = latest->state.step;
-      found.emplace(CheckpointInfo{checkpoints_->pathOf(static_cast<int64_t>(step)), step},
+      found.emplace(CheckpointInfo{parts_.checkpoints->pathOf(static_cast<int64_t>(step)), step},
                     std::move(*latest));
     }
     for (const CheckpointWarning& w : warnings) {
-      records_.warning(w.str() + "; not resuming from it");
+      parts_.records.warning(w.str() + "; not resuming from it");
     }
     if (!found) {
-      records_.note(warnings.empty()
-                        ? "no checkpoint in " + checkpoints_->dir() + ": starting from step 0"
-                        : "no valid checkpoint in " + checkpoints_->dir() +
-                              " (rejected: " + rejectedNames(warnings) + "): starting from step 0");
+      parts_.records.note(
+          warnings.empty()
+              ? "no checkpoint in " + parts_.checkpoints->dir() + ": starting from step 0"
+              : "no valid checkpoint in " + parts_.checkpoints->dir() +
+                    " (rejected: " + rejectedNames(warnings) + "): starting from step 0");
       return;
     }
     const auto& [info, loaded] = *found;
     ResumePlan plan;
     try {
-      plan = planResume(config_, env_.world_size, loaded.state, info.path,
-                        options_.allow_config_change);
+      plan = planResume(parts_.config, parts_.env.world_size, loaded.state, info.path,
+                        parts_.options.allow_config_change);
     } catch (const ResumeError& e) {
       // The notes are never printed once this throws: the error carries what was skipped.
       if (warnings.empty()) throw;
@@ -363,23 +410,23 @@ void Trainer::Impl::resumeIfAsked() {
         skipped += "; newer checkpoint skipped: " + w.str();
       throw ResumeError(e.what() + skipped);
     }
-    restoreTraining(loaded, *model_, *optimizer_, "checkpoint " + info.path);
-    if (diloco_) {
-      restoreDiloco(loaded, info.path, *diloco_, params_, *optimizer_, env_.rank, env_.world_size,
-                    records_.pending());
+    restoreTraining(loaded, *parts_.model, *parts_.optimizer, "checkpoint " + info.path);
+    if (parts_.diloco) {
+      restoreDiloco(loaded, info.path, *parts_.diloco, parts_.params, *parts_.optimizer,
+                    parts_.env.rank, parts_.env.world_size, parts_.records.pending());
     }
-    checkpoints_->resumed(plan.step, residualsOf(loaded, info.path));
-    batches_->restore(plan.sampler);
-    start_step_ = std::min(plan.step, total_steps_);
-    grad_accumulation_ = plan.grad_accumulation;
-    samples_seen_ = plan.samples_seen;
-    shares_->restore(plan.batch_shares);
-    for (const std::string& line : plan.notes) records_.note(line);
+    parts_.checkpoints->resumed(plan.step, residualsOf(loaded, info.path));
+    parts_.batches->restore(plan.sampler);
+    parts_.start_step = std::min(plan.step, parts_.total_steps);
+    parts_.progress.grad_accumulation = plan.grad_accumulation;
+    parts_.progress.samples_seen = plan.samples_seen;
+    parts_.shares->restore(plan.batch_shares);
+    for (const std::string& line : plan.notes) parts_.records.note(line);
     const std::string written = loaded.state.precision.empty() ? "fp32" : loaded.state.precision;
-    const std::string now = precisionName(precision_.precision);
+    const std::string now = precisionName(parts_.precision.precision);
     if (written != now) {
-      records_.note("the checkpoint was written in " + written + " and training goes on in " + now +
-                    " (its weights and optimizer state are float32 in both)");
+      parts_.records.note("the checkpoint was written in " + written + " and training goes on in " +
+                          now + " (its weights and optimizer state are float32 in both)");
     }
   } catch (const ResumeError& e) {
     throw SetupError(e.what());

@@ -1,11 +1,16 @@
 #pragma once
-// The trainer's insides: trainer.cc builds the model and the step loop's parts from the
-// experiment (and restores a checkpoint); training_loop.cc runs the loop over those parts. Not a
-// public header: only those two files include it.
+// The trainer's insides, three parts over the parts they share (TrainerParts):
+//  - set-up (trainer.cc): Trainer::Impl builds the parts from the experiment and the caller's
+//    TrainerOptions, and resumes from a checkpoint;
+//  - the step loop (training_loop.cc): StepLoop runs the steps and their boundaries over them;
+//  - recovery in place (in_place.cc): InPlaceRecovery is the trainer's side of the public Elastic:
+//    the state a live peer sends and a member behind takes, and what is rebuilt after the
+//    membership changed.
+// Not a public header: only those three files include it. Training thread only.
 
 #include <torch/torch.h>
 
-#include <map>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,17 +59,113 @@ std::string rankList(const std::vector<int>& ranks);
 DataParallelOptions syncOptions(const configs::Experiment& experiment,
                                 distributed::TraceRecorder* trace);
 
-class Trainer::Impl {
- public:
-  // Builds everything (trainer.cc); throws what Trainer's constructor documents, before mapping.
-  Impl(const configs::Experiment& experiment, const RunEnv& env, std::unique_ptr<GradientSync> sync,
-       TrainerOptions options);
-  ~Impl();
+// How far this rank's training state has come: what a checkpoint and a live peer's state hold
+// beside the tensors. The loop moves it at each committed step; a resume or a peer's state sets it.
+struct StateProgress {
+  int64_t steps_done = 0;         // optimizer steps the state has taken
+  SamplerState sampler;           // the sampler's position after them
+  uint64_t samples_seen = 0;      // global samples they consumed
+  int64_t grad_accumulation = 1;  // micro-batches per step: the config's, or a resume's
+  bool has_state = true;          // false for a joiner until a peer sent it the state
+};
 
-  RunResult run();  // training_loop.cc
-  models::Model& model() { return *model_; }
-  int64_t totalSteps() const { return total_steps_; }
-  int64_t stepsPerEpoch() const { return batches_->stepsPerEpoch(); }
+// What set-up builds and the loop and recovery in place use: the model and how it learns, the
+// step loop's parts, the current membership and where the run stands. Trainer::Impl owns it.
+struct TrainerParts {
+  TrainerParts(const configs::Experiment& experiment, const RunEnv& env, TrainerOptions options);
+  ~TrainerParts();
+
+  bool writes() const { return options.write_outputs && env.rank == 0; }
+  double now() const;                   // TrainerOptions::clock, else the steady clock
+  void startupMark(const char* phase);  // TrainerOptions::startup
+  void markPhase(StepPhase phase) {
+    if (watchdog) watchdog->mark(phase);
+  }
+  bool inPlace() const { return elastic->inPlace(); }
+  // The training state after `done` steps, as that step's checkpoint holds it (without the
+  // residuals), in the membership `as`.
+  Checkpoint checkpointAt(const RunEnv& as, int64_t done, double lr, bool preempted);
+
+  const configs::Experiment config;
+  RunEnv env;  // rank and world size change when the group re-forms in place
+  const TrainerOptions options;
+  // The current membership's group when it has more than one rank; null alone.
+  cumulus::ProcessGroup* group = nullptr;
+  // The loop's: options.elastic (the group re-forms in place), or own_elastic.
+  cumulus::Elastic* elastic = nullptr;
+  std::unique_ptr<cumulus::Elastic> own_elastic;
+
+  // The model and how it learns.
+  std::unique_ptr<models::Model> model;
+  cumulus::PrecisionChoice precision;  // trainer.precision, chosen for this CPU
+  std::shared_ptr<const Loss> loss;    // loss.name, in precision
+  std::vector<torch::Tensor> params;
+  // params and their gradients in the gradient sync's bucket layout; the optimizer steps over it.
+  std::shared_ptr<distributed::FlatParameters> flat;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<LrSchedule> schedule;
+  // trainer.sync diloco: the outer syncs over params (<cumulus/diloco.h>; built, started,
+  // restored and checkpointed by diloco_training.h); null every step.
+  std::unique_ptr<DiLoCo> diloco;
+
+  // The step loop's parts (trainer.h TrainerOptions).
+  std::shared_ptr<BatchSource> batches;
+  std::unique_ptr<BatchShares> shares;  // the ranks' shares of the global batch (trainer.balance)
+  std::unique_ptr<GradientSync> own_sync;  // without recovery in place
+  GradientSync* sync = nullptr;            // own_sync, or in place the Elastic's
+  DataParallel* distributed = nullptr;     // sync, when it is one
+  std::shared_ptr<Evaluator> evaluator;
+  // The recorder of the current membership, the sinks and goodput account of the launch, and what
+  // set-up and the resume found until the records begin.
+  RunRecords records;
+  // The checkpoints, the run directory's guards and the residuals for the checkpoints.
+  std::unique_ptr<RunCheckpoints> checkpoints;
+  std::unique_ptr<StepWatchdog> watchdog;  // during run(), unless options.step_watchdog is off
+  CommBytesCounter comm_bytes;  // StepRecord::comm_bytes_sent over every group of the launch
+
+  // Where the run stands.
+  int64_t total_steps = 0;
+  int64_t start_step = 0;  // completed steps this launch starts after
+  StateProgress progress;
+  std::string train_source;             // Datasets::train_source, for the dry run's messages
+  std::vector<std::string> data_lines;  // "train data: ...", "test data: ..." (describe())
+  std::shared_ptr<const data::Examples> test_data;  // for the evaluator, rebuilt on re-forming
+};
+
+// Recovery in place (in_place.cc; docs/recovery.md): Elastic's state and membership callbacks.
+class InPlaceRecovery {
+ public:
+  // `rebuild_group_parts`: set-up's rebuild of the parts that know the rank and the world size.
+  InPlaceRecovery(TrainerParts& parts, std::function<void()> rebuild_group_parts)
+      : parts_(parts), rebuild_group_parts_(std::move(rebuild_group_parts)) {}
+
+  // Registers the callbacks below, and the config the state is checked against, with the
+  // parts' Elastic.
+  void connect();
+  int64_t reforms() const { return reforms_; }  // failures this rank re-formed after
+
+ private:
+  // What a live peer sends a member whose state is behind, and how that member takes it.
+  Checkpoint captureState();
+  void restoreState(const Checkpoint& state);
+  // Before a failure's re-forming, and after any change of membership.
+  void failureSeen(const std::string& reason);
+  void membershipChanged(const Membership& m);
+  void recordReform(const Membership& m, int64_t old_rank, int64_t old_world);
+
+  TrainerParts& parts_;
+  std::function<void()> rebuild_group_parts_;
+  int64_t reforms_ = 0;
+};
+
+// The step loop (training_loop.cc): for each step, this rank's batch, forward and backward, the
+// gradient sync, the optimizer step; then the step's boundary.
+class StepLoop {
+ public:
+  StepLoop(TrainerParts& parts, const InPlaceRecovery& recovery)
+      : parts_(parts), recovery_(recovery) {}
+
+  RunResult run();
 
  private:
   // What one step did, for the records.
@@ -76,107 +177,63 @@ class Trainer::Impl {
     double seconds = 0;
     double comm_wait = 0;  // of `seconds`, blocked in GradientSync::finish()
   };
-
-  // Set-up (trainer.cc; its checks of the model against the data: model_checks.h).
-  void build();
-  void buildModel(const data::Examples& train);
-  // The parts that depend on the group's membership (evaluator, recorder, the checkpoints' policy
-  // and writer); built once, and again after each in-place re-forming.
-  void buildGroupParts();
-  // The loop's Elastic: the caller's in place (TrainerOptions::elastic), else one over
-  // TrainerOptions::group with the stop agreement TrainerOptions::stop picks. Registers the
-  // training state and the membership callbacks.
-  void buildElastic();
-  void resumeIfAsked();
-  bool writes() const { return options_.write_outputs && env_.rank == 0; }
-  double now() const;
-  void startupMark(const char* phase);
-
-  // The loop (training_loop.cc).
   enum class Boundary { kNext, kStop };
+
+  // Admits a joiner and runs the group's first collectives; false: the group had finished.
+  bool start();
   // The next step and the boundary after it (a re-forming on the way: kNext, from
-  // elastic_->step()).
+  // elastic->step()).
   Boundary stepAndBoundary(double loop_start, Evaluation& eval, RunResult& result);
   // The last step's boundary: DiLoCo's last round, the evaluation, the final weights, the last
   // checkpoint; run again on the re-formed group after a failure until it completes.
   void lastBoundary(Evaluation& eval);
   StepOutcome trainStep(int64_t step);
-  // The step watchdog (trainer.step_timeout_seconds), from the first step to the end of run().
   // `joiner`: this launch joined a running group in place (it has no goodput history).
   void beginRecords(bool joiner);
+  // The step watchdog (trainer.step_timeout_seconds), from the first step to the end of run().
   void startWatchdog();
-  void markPhase(StepPhase phase) {
-    if (watchdog_) watchdog_->mark(phase);
-  }
   double forwardBackward(const StepBatch& batch);
   void optimizerStep(int64_t step);
   void recordStep(int64_t step, const StepOutcome& outcome, double lr, double loop_start);
   Evaluation evaluateAt(int64_t done, int64_t epoch);
-  // The training state after step `done` (a checkpoint's, without the residuals).
-  Checkpoint snapshot(int64_t done, double lr, bool preempted);
   void stopAt(int64_t done, RunResult& result);
   void prepareRunDir() const;
   void finishRun(const Evaluation& last_eval, double loop_start, RunResult& result);
 
-  // Recovery in place (in_place.cc; docs/recovery.md), through the public Elastic.
-  bool inPlace() const { return elastic_->inPlace(); }
-  // What a live peer sends a member whose state is behind, and how that member takes it.
-  Checkpoint captureState();
-  void restoreState(const Checkpoint& state);
-  // Elastic's callbacks: before a failure's re-forming, and after any change of membership.
-  void failureSeen(const std::string& reason);
-  void membershipChanged(const Membership& m);
-
-  const configs::Experiment config_;
-  RunEnv env_;  // rank and world size change when the group re-forms in place
-  const TrainerOptions options_;
-  cumulus::ProcessGroup* group_ =
-      nullptr;  // the current membership's group when it has more than one rank; null alone
-  // The loop's: options.elastic (the group re-forms in place), or own_elastic_.
-  cumulus::Elastic* elastic_ = nullptr;
-  std::unique_ptr<cumulus::Elastic> own_elastic_;
-
-  // The model and how it learns.
-  std::unique_ptr<models::Model> model_;
-  cumulus::PrecisionChoice precision_;  // trainer.precision, chosen for this CPU
-  std::shared_ptr<const Loss> loss_;    // loss.name, in precision_
-  std::vector<torch::Tensor> params_;
-  // params_ and their gradients in the gradient sync's bucket layout; the optimizer steps over it.
-  std::shared_ptr<distributed::FlatParameters> flat_;
-  std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<LrSchedule> schedule_;
-  // trainer.sync diloco: the outer syncs over params_ (<cumulus/diloco.h>; built, started,
-  // restored and checkpointed by diloco_training.h); null every step.
-  std::unique_ptr<DiLoCo> diloco_;
-
-  // The step loop's parts (trainer.h TrainerOptions).
-  std::shared_ptr<BatchSource> batches_;
-  std::unique_ptr<BatchShares> shares_;  // the ranks' shares of the global batch (trainer.balance)
-  std::unique_ptr<GradientSync> own_sync_;  // without recovery in place
-  GradientSync* sync_ = nullptr;            // own_sync_, or in place the Elastic's
-  DataParallel* distributed_ = nullptr;     // sync_, when it is one
-  std::shared_ptr<Evaluator> evaluator_;
-  // The recorder of the current membership, the sinks and goodput account of the launch, and what
-  // set-up and the resume found until the records begin.
-  RunRecords records_;
-  // The checkpoints, the run directory's guards and the residuals for the checkpoints.
-  std::unique_ptr<RunCheckpoints> checkpoints_;
-
-  // Where the run stands.
-  int64_t total_steps_ = 0;
-  int64_t start_step_ = 0;               // completed steps this launch starts after
-  int64_t grad_accumulation_ = 1;        // micro-batches per step: the config's, or a resume's
-  uint64_t samples_seen_ = 0;            // global samples consumed so far
-  std::string train_source_;             // Datasets::train_source, for the dry run's messages
-  std::vector<std::string> data_lines_;  // "train data: ...", "test data: ..." (describe())
-  std::shared_ptr<const data::Examples> test_data_;  // for the evaluator, rebuilt on re-forming
-  int64_t steps_done_ = 0;                           // optimizer steps this rank's state has taken
-  bool has_state_ = true;                   // false for a joiner until a peer sent it the state
-  SamplerState done_position_;              // the sampler's position after step steps_done_
-  int64_t reforms_ = 0;                     // failures this rank re-formed after
-  std::unique_ptr<StepWatchdog> watchdog_;  // during run(), unless options_.step_watchdog is off
-  CommBytesCounter comm_bytes_;  // StepRecord::comm_bytes_sent over every group of the launch
+  TrainerParts& parts_;
+  const InPlaceRecovery& recovery_;
   bool ran_ = false;
+};
+
+class Trainer::Impl {
+ public:
+  // Builds everything (trainer.cc); throws what Trainer's constructor documents, before mapping.
+  Impl(const configs::Experiment& experiment, const RunEnv& env, std::unique_ptr<GradientSync> sync,
+       TrainerOptions options);
+  ~Impl();
+
+  RunResult run() { return loop_.run(); }
+  models::Model& model() { return *parts_.model; }
+  int64_t totalSteps() const { return parts_.total_steps; }
+  int64_t stepsPerEpoch() const { return parts_.batches->stepsPerEpoch(); }
+
+ private:
+  // Set-up (trainer.cc; its checks of the model against the data: model_checks.h).
+  void takeGroup(std::unique_ptr<GradientSync> sync);
+  void build();
+  void buildModel(const data::Examples& train);
+  void attachSync();
+  // The parts that depend on the group's membership (evaluator, recorder, the checkpoints' policy
+  // and writer); built once, and again after each in-place re-forming.
+  void buildGroupParts();
+  // The loop's Elastic: the caller's in place (TrainerOptions::elastic), else one over
+  // TrainerOptions::group with the stop agreement TrainerOptions::stop picks.
+  void buildElastic();
+  void resumeIfAsked();
+
+  TrainerParts parts_;
+  InPlaceRecovery recovery_;
+  StepLoop loop_;
 };
 
 }  // namespace cumulus::trainer

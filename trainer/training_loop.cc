@@ -1,6 +1,7 @@
-// The step loop: for each step, this rank's batch, forward and backward, the gradient sync, the
-// optimizer step; then the records, an evaluation when due, a checkpoint when the policy says so,
-// and the ranks' agreement on whether to go on. The parts are the Impl's (trainer_impl.h).
+// The step loop (StepLoop, over the TrainerParts of trainer_impl.h): for each step, this rank's
+// batch, forward and backward, the gradient sync, the optimizer step; then the records, an
+// evaluation when due, a checkpoint when the policy says so, and the ranks' agreement on whether to
+// go on.
 #include <torch/torch.h>
 
 #include <cmath>
@@ -42,111 +43,116 @@ uint64_t stepSeed(uint64_t seed, int64_t epoch, int64_t step, int64_t rank) {
 
 }  // namespace
 
-RunResult Trainer::Impl::run() {
+RunResult StepLoop::run() {
   if (ran_) throw std::logic_error("Trainer::run() may be called once");
   ran_ = true;
   // The run directory is this job's until run() ends, however it ends: the next run in it, in
   // this process too, takes it then.
   struct ReleaseRunDir {
-    Impl& impl;
-    ~ReleaseRunDir() { impl.checkpoints_->releaseRunDir(); }
-  } release{*this};
-  const bool joiner = elastic_->joining();
-  // A replacement waits here to be admitted and takes the state from a live peer. A launch member
-  // runs the group's first collectives here (DiLoCo's start among them), recovering in place
-  // from a peer lost during them.
-  bool admitted = false;
-  try {
-    admitted = elastic_->start(start_step_, [this] {
-      if (diloco_ && start_step_ == 0 && group_ != nullptr) {
-        startDiloco(*diloco_, *group_, *model_, params_);
-      }
-    });
-  } catch (const std::invalid_argument& e) {
-    // The ranks resumed from different checkpoints, or built different models.
-    throw SetupError(std::string(e.what()) + " (checkpoints in " + checkpoints_->dir() + ")");
-  }
-  if (!admitted) {
-    if (options_.console != nullptr) {
-      *options_.console << "the group finished training before this member was admitted; "
-                           "nothing to do"
-                        << std::endl;
-    }
-    return RunResult{};
-  }
+    TrainerParts& parts;
+    ~ReleaseRunDir() { parts.checkpoints->releaseRunDir(); }
+  } release{parts_};
+  const bool joiner = parts_.elastic->joining();
+  if (!start()) return RunResult{};
   if (joiner) {
-    start_step_ = steps_done_;  // the state a live peer sent (its error feedback starts at zero)
+    // The state a live peer sent (its error feedback starts at zero).
+    parts_.start_step = parts_.progress.steps_done;
   } else {
-    checkpoints_->restoreResiduals(records_.pending());
-    startupMark("broadcast");
+    parts_.checkpoints->restoreResiduals(parts_.records.pending());
+    parts_.startupMark("broadcast");
   }
-  if (writes()) prepareRunDir();
+  if (parts_.writes()) prepareRunDir();
   beginRecords(joiner);
   startWatchdog();
   // However run() ends, nothing is watched after it.
   struct StopWatching {
     std::unique_ptr<StepWatchdog>& watchdog;
     ~StopWatching() { watchdog.reset(); }
-  } stop_watching{watchdog_};
+  } stop_watching{parts_.watchdog};
 
   RunResult result;
-  result.first_step = start_step_;
-  result.precision = precision_.precision;
-  const double start = now();
+  result.first_step = parts_.start_step;
+  result.precision = parts_.precision.precision;
+  const double start = parts_.now();
   Evaluation eval;
-  while (elastic_->step() < total_steps_) {
+  while (parts_.elastic->step() < parts_.total_steps) {
     if (stepAndBoundary(start, eval, result) != Boundary::kNext) break;
   }
   // The last boundary, unless the run stopped before it or resumed with nothing left to train.
-  if (!result.preempted && start_step_ < total_steps_) lastBoundary(eval);
-  result.reforms = reforms_;
-  watchdog_.reset();
-  records_.recorder().stepsEnded();
-  if (start_step_ >= total_steps_) {
+  if (!result.preempted && parts_.start_step < parts_.total_steps) lastBoundary(eval);
+  result.reforms = recovery_.reforms();
+  parts_.watchdog.reset();
+  parts_.records.recorder().stepsEnded();
+  if (parts_.start_step >= parts_.total_steps) {
     // Resumed from the last step's checkpoint: nothing to train, but the results are still the
     // model's, not zeros.
-    records_.recorder().note("the run was already complete at step " +
-                             std::to_string(total_steps_) +
-                             ": evaluating the checkpoint's model only");
-    eval = evaluateAt(total_steps_, batches_->position().epoch + 1);
+    parts_.records.recorder().note("the run was already complete at step " +
+                                   std::to_string(parts_.total_steps) +
+                                   ": evaluating the checkpoint's model only");
+    eval = evaluateAt(parts_.total_steps, parts_.batches->position().epoch + 1);
   }
-  checkpoints_->finish();
-  if (!result.preempted) elastic_->finish();
-  const int64_t ran = (result.preempted ? result.steps : total_steps_) - start_step_;
-  records_.recorder().trained(start_step_ + ran, ran, now() - start);
+  parts_.checkpoints->finish();
+  if (!result.preempted) parts_.elastic->finish();
+  const int64_t ran = (result.preempted ? result.steps : parts_.total_steps) - parts_.start_step;
+  parts_.records.recorder().trained(parts_.start_step + ran, ran, parts_.now() - start);
   if (result.preempted) {
-    result.seconds = now() - start;
+    result.seconds = parts_.now() - start;
     return result;
   }
   finishRun(eval, start, result);
   return result;
 }
 
+// A replacement waits here to be admitted and takes the state from a live peer. A launch member
+// runs the group's first collectives here (DiLoCo's start among them), recovering in place from a
+// peer lost during them.
+bool StepLoop::start() {
+  bool admitted = false;
+  try {
+    admitted = parts_.elastic->start(parts_.start_step, [this] {
+      if (parts_.diloco && parts_.start_step == 0 && parts_.group != nullptr) {
+        startDiloco(*parts_.diloco, *parts_.group, *parts_.model, parts_.params);
+      }
+    });
+  } catch (const std::invalid_argument& e) {
+    // The ranks resumed from different checkpoints, or built different models.
+    throw SetupError(std::string(e.what()) + " (checkpoints in " + parts_.checkpoints->dir() + ")");
+  }
+  if (!admitted && parts_.options.console != nullptr) {
+    *parts_.options.console << "the group finished training before this member was admitted; "
+                               "nothing to do"
+                            << std::endl;
+  }
+  return admitted;
+}
+
 // The records' first lines: the model, the precision, what the run reads, what the resume found;
 // then the batch shares the launch starts with.
-void Trainer::Impl::beginRecords(bool joiner) {
+void StepLoop::beginRecords(bool joiner) {
   // A launch that resumed from a checkpoint takes over the goodput account of the launches before
   // it; a joiner's launch starts its own.
   GoodputHistory history;
-  if (writes() && start_step_ > 0 && !joiner) {
-    history = readGoodputHistory(config_.trainer.run_dir + "/metrics.jsonl", start_step_);
+  if (parts_.writes() && parts_.start_step > 0 && !joiner) {
+    history =
+        readGoodputHistory(parts_.config.trainer.run_dir + "/metrics.jsonl", parts_.start_step);
   }
-  RunStart begin{model_->summary(), data_lines_, start_step_, total_steps_,
-                 batches_->stepsPerEpoch()};
-  begin.precision = precisionName(precision_.precision);
-  begin.precision_requested = precisionName(precision_.requested);
-  begin.precision_reason = precision_.reason;
-  begin.precision_warning = precision_.warning;
-  records_.begin(std::move(begin), launchExecTime(), history);
-  shares_->record("start", start_step_, env_.world_size, records_.recorder());
+  RunStart begin{parts_.model->summary(), parts_.data_lines, parts_.start_step, parts_.total_steps,
+                 parts_.batches->stepsPerEpoch()};
+  begin.precision = precisionName(parts_.precision.precision);
+  begin.precision_requested = precisionName(parts_.precision.requested);
+  begin.precision_reason = parts_.precision.reason;
+  begin.precision_warning = parts_.precision.warning;
+  parts_.records.begin(std::move(begin), launchExecTime(), history);
+  parts_.shares->record("start", parts_.start_step, parts_.env.world_size,
+                        parts_.records.recorder());
 }
 
-void Trainer::Impl::startWatchdog() {
-  if (!options_.step_watchdog) return;
+void StepLoop::startWatchdog() {
+  if (!parts_.options.step_watchdog) return;
   StepWatchdogOptions options;
-  options.timeout_seconds = config_.trainer.step_timeout_seconds;
-  watchdog_ = std::make_unique<StepWatchdog>(std::move(options));
-  watchdog_->start();
+  options.timeout_seconds = parts_.config.trainer.step_timeout_seconds;
+  parts_.watchdog = std::make_unique<StepWatchdog>(std::move(options));
+  parts_.watchdog->start();
 }
 
 namespace {
@@ -186,66 +192,70 @@ class MembersDrew {
 
 // Step boundaries (docs/design.md "A step"): the boundary's own work (balance, evaluation,
 // checkpoint) and the members' agreement, each of which a peer's failure may interrupt; Elastic
-// then re-forms the group and the loop goes on from elastic_->step().
-Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evaluation& eval,
-                                                       RunResult& result) {
+// then re-forms the group and the loop goes on from parts_.elastic->step().
+StepLoop::Boundary StepLoop::stepAndBoundary(double loop_start, Evaluation& eval,
+                                             RunResult& result) {
   std::optional<StepOutcome> step;
   int64_t s = 0;
   double lr = 0;
-  elastic_->train([&] {
-    s = elastic_->step();  // again after a re-forming: another member may have been ahead
-    lr = schedule_->lr(s);
+  parts_.elastic->train([&] {
+    s = parts_.elastic->step();  // again after a re-forming: another member may have been ahead
+    lr = parts_.schedule->lr(s);
     step = trainStep(s);
   });
   // A member that had completed the step sent its state: nothing of the step ran here to record.
-  if (!step || elastic_->step() != s + 1) return Boundary::kNext;
+  if (!step || parts_.elastic->step() != s + 1) return Boundary::kNext;
   result.step_losses.push_back(step->loss);
-  records_.afterStep();
+  parts_.records.afterStep();
   // The step's record sums the loss over the ranks: a collective, so it is boundary work too.
   const auto record = [&] { recordStep(s, *step, lr, loop_start); };
 
   const int64_t done = s + 1;
-  if (done == total_steps_) {
+  if (done == parts_.total_steps) {
     // The last step's record; the rest of its boundary is lastBoundary's, which no failure skips.
-    elastic_->atBoundary(record);
+    parts_.elastic->atBoundary(record);
     return Boundary::kNext;
   }
-  const bool boundary_done = elastic_->atBoundary([&] {
+  const bool boundary_done = parts_.elastic->atBoundary([&] {
     record();
     // Before the checkpoints below, which keep the shares it sets.
-    shares_->atBoundary(done, group_, grad_accumulation_, records_.recorder());
-    if (evaluator_->due(done)) eval = evaluateAt(done, step->epoch);
-    checkpoints_->save(checkpoints_->dueAtStepEnd(done, false), done, lr);
+    parts_.shares->atBoundary(done, parts_.group, parts_.progress.grad_accumulation,
+                              parts_.records.recorder());
+    if (parts_.evaluator->due(done)) eval = evaluateAt(done, step->epoch);
+    parts_.checkpoints->save(parts_.checkpoints->dueAtStepEnd(done, false), done, lr);
   });
   if (!boundary_done) return Boundary::kNext;
-  const ElasticAction action = elastic_->boundary();
+  const ElasticAction action = parts_.elastic->boundary();
   if (action == ElasticAction::kLeave) {
     result.preempted = true;
     result.left = true;
     result.steps = done;
-    records_.recorder().warning(
-        "preempted at step " + std::to_string(done) + ": rank " + std::to_string(env_.rank) +
+    parts_.records.recorder().warning(
+        "preempted at step " + std::to_string(done) + ": rank " + std::to_string(parts_.env.rank) +
         " leaves the group, which trains on with " +
-        std::to_string(env_.world_size - static_cast<int64_t>(elastic_->leaving().size())) +
+        std::to_string(parts_.env.world_size -
+                       static_cast<int64_t>(parts_.elastic->leaving().size())) +
         " worker(s); no checkpoint needed");
     return Boundary::kStop;
   }
-  if (action == ElasticAction::kStop && !elastic_->leaving().empty()) {
-    records_.recorder().note("preemption notice for rank(s) " + rankList(elastic_->leaving()) +
-                             ": too few workers would remain, so every rank checkpoints and stops");
+  if (action == ElasticAction::kStop && !parts_.elastic->leaving().empty()) {
+    parts_.records.recorder().note(
+        "preemption notice for rank(s) " + rankList(parts_.elastic->leaving()) +
+        ": too few workers would remain, so every rank checkpoints and stops");
   }
   if (action == ElasticAction::kCheckpoint) {
-    records_.recorder().note("checkpoint requested at step " + std::to_string(done) +
-                             "; training goes on");
+    parts_.records.recorder().note("checkpoint requested at step " + std::to_string(done) +
+                                   "; training goes on");
   }
   const StepAction agreed = action == ElasticAction::kCheckpoint ? StepAction::kCheckpoint
                             : action == ElasticAction::kStop     ? StepAction::kStop
                                                                  : StepAction::kContinue;
-  if (!elastic_->atBoundary(
-          [&] { checkpoints_->save(checkpoints_->dueAfterAgreement(done, agreed), done, lr); })) {
+  if (!parts_.elastic->atBoundary([&] {
+        parts_.checkpoints->save(parts_.checkpoints->dueAfterAgreement(done, agreed), done, lr);
+      })) {
     return Boundary::kNext;
   }
-  if (agreed == StepAction::kStop && elastic_->atBoundary([&] { stopAt(done, result); })) {
+  if (agreed == StepAction::kStop && parts_.elastic->atBoundary([&] { stopAt(done, result); })) {
     return Boundary::kStop;
   }
   return Boundary::kNext;
@@ -254,84 +264,88 @@ Trainer::Impl::Boundary Trainer::Impl::stepAndBoundary(double loop_start, Evalua
 // After the last step, on every member of whatever group is left: DiLoCo's last round, the final
 // evaluation, the final weights and the last checkpoint. A peer's failure part of the way runs it
 // again, whole, on the re-formed group (Elastic::atEnd): there is no next step to move on to.
-void Trainer::Impl::lastBoundary(Evaluation& eval) {
-  const int64_t done = total_steps_;
-  const double lr = schedule_->lr(done - 1);
-  elastic_->atEnd([&] {
-    if (diloco_) diloco_->syncAll(group_);  // agrees first where a failure cut it short
-    eval = evaluateAt(done, batches_->position().epoch + 1);  // 1-based, as a step's record
-    checkpoints_->saveFinalWeights(*model_);  // first: the weights survive a failed last one
-    checkpoints_->save(checkpoints_->dueAtStepEnd(done, true), done, lr);
+void StepLoop::lastBoundary(Evaluation& eval) {
+  const int64_t done = parts_.total_steps;
+  const double lr = parts_.schedule->lr(done - 1);
+  parts_.elastic->atEnd([&] {
+    if (parts_.diloco)
+      parts_.diloco->syncAll(parts_.group);  // agrees first where a failure cut it short
+    eval = evaluateAt(done, parts_.batches->position().epoch + 1);  // 1-based, as a step's record
+    parts_.checkpoints->saveFinalWeights(
+        *parts_.model);  // first: the weights survive a failed last one
+    parts_.checkpoints->save(parts_.checkpoints->dueAtStepEnd(done, true), done, lr);
   });
 }
 
 // One optimizer step; its loss is this rank's share of the global mean (at world size 1 the mean
 // loss over the global batch).
-Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
-  const double start = now();
-  if (watchdog_) watchdog_->beginStep(step + 1, env_.rank, StepPhase::kData);
+StepLoop::StepOutcome StepLoop::trainStep(int64_t step) {
+  const double start = parts_.now();
+  if (parts_.watchdog) parts_.watchdog->beginStep(step + 1, parts_.env.rank, StepPhase::kData);
   StepBatch batch;
   {
     // Gathering the rows: inside "forward" before the BatchSource split it out.
-    distributed::TraceRecorder::Span span(options_.trace, "batch");
-    batch = batches_->next(step, grad_accumulation_);
+    distributed::TraceRecorder::Span span(parts_.options.trace, "batch");
+    batch = parts_.batches->next(step, parts_.progress.grad_accumulation);
   }
   if (batch.micro_batches.empty()) {
     throw TrainError("the batch source gave no micro-batch for step " + std::to_string(step + 1));
   }
-  torch::manual_seed(stepSeed(config_.trainer.seed, batch.epoch, step, env_.rank));
-  MembersDrew drew(diloco_ ? group_ : nullptr, step, env_.world_size);
+  torch::manual_seed(stepSeed(parts_.config.trainer.seed, batch.epoch, step, parts_.env.rank));
+  MembersDrew drew(parts_.diloco ? parts_.group : nullptr, step, parts_.env.world_size);
   // DiLoCo: the fragment due before this step is synced (with overlap, started) before anything
   // of the step changes the state, so that a failed sync leaves the step to redo.
-  const double outer_before = diloco_ ? diloco_->stats().wait_seconds : 0;
-  if (diloco_) {
-    markPhase(StepPhase::kSync);
-    distributed::TraceRecorder::Span span(options_.trace, "outer sync");
-    diloco_->beginStep(step, group_);
+  const double outer_before = parts_.diloco ? parts_.diloco->stats().wait_seconds : 0;
+  if (parts_.diloco) {
+    parts_.markPhase(StepPhase::kSync);
+    distributed::TraceRecorder::Span span(parts_.options.trace, "outer sync");
+    parts_.diloco->beginStep(step, parts_.group);
   }
   // In place, one zero_() per bucket: the gradients keep their flat storage for the whole run.
-  flat_->zeroGrads();
+  parts_.flat->zeroGrads();
   StepOutcome outcome;
   outcome.loss = forwardBackward(batch);
-  const double wait_start = now();
+  const double wait_start = parts_.now();
   int64_t samples = 0;
   for (const data::Batch& micro : batch.micro_batches) {
     if (micro.targets.defined()) samples += micro.targets.size(0);
   }
   // The compute rate leaves out the time blocked in an outer sync before the forward.
-  const double outer_waited = diloco_ ? diloco_->stats().wait_seconds - outer_before : 0;
-  shares_->measure(samples, wait_start - start - outer_waited);
-  markPhase(StepPhase::kSync);
+  const double outer_waited =
+      parts_.diloco ? parts_.diloco->stats().wait_seconds - outer_before : 0;
+  parts_.shares->measure(samples, wait_start - start - outer_waited);
+  parts_.markPhase(StepPhase::kSync);
   {
-    distributed::TraceRecorder::Span span(distributed_ != nullptr ? options_.trace : nullptr,
-                                          "comm wait");
-    sync_->finish();
+    distributed::TraceRecorder::Span span(
+        parts_.distributed != nullptr ? parts_.options.trace : nullptr, "comm wait");
+    parts_.sync->finish();
   }
-  if (diloco_) {
-    distributed::TraceRecorder::Span span(options_.trace, "outer sync");
+  if (parts_.diloco) {
+    distributed::TraceRecorder::Span span(parts_.options.trace, "outer sync");
     try {
       drew.wait();
     } catch (...) {
-      diloco_->cancel();  // the fragment beginStep started: the step is redone from its start
+      parts_.diloco->cancel();  // the fragment beginStep started: the step is redone from its start
       throw;
     }
-    diloco_->endStep();  // with overlap: the fragment lands before the inner step
+    parts_.diloco->endStep();  // with overlap: the fragment lands before the inner step
   }
-  outcome.comm_wait = now() - wait_start + outer_waited;  // endStep's wait is in the first part
-  markPhase(StepPhase::kOptimizer);
+  outcome.comm_wait =
+      parts_.now() - wait_start + outer_waited;  // endStep's wait is in the first part
+  parts_.markPhase(StepPhase::kOptimizer);
   optimizerStep(step);
-  if (watchdog_) watchdog_->endStep();
+  if (parts_.watchdog) parts_.watchdog->endStep();
   // Committed: this rank's state has taken the step (an in-place re-forming starts from here).
-  steps_done_ = step + 1;
-  done_position_ = batches_->position();
-  samples_seen_ += static_cast<uint64_t>(batch.global_samples);
+  parts_.progress.steps_done = step + 1;
+  parts_.progress.sampler = parts_.batches->position();
+  parts_.progress.samples_seen += static_cast<uint64_t>(batch.global_samples);
   if (!std::isfinite(outcome.loss)) {
-    throw TrainError(divergenceMessage(config_, step + 1, outcome.loss, diloco_.get()));
+    throw TrainError(divergenceMessage(parts_.config, step + 1, outcome.loss, parts_.diloco.get()));
   }
   outcome.epoch = batch.epoch + 1;
   outcome.samples = batch.global_samples;
   outcome.local_samples = samples;
-  outcome.seconds = now() - start;
+  outcome.seconds = parts_.now() - start;
   return outcome;
 }
 
@@ -339,14 +353,14 @@ Trainer::Impl::StepOutcome Trainer::Impl::trainStep(int64_t step) {
 // global batch, so the gradients the sync
 // adds up are those of the global mean (data_parallel.h). A micro-batch with no rows on this rank
 // runs no backward but still tells the sync.
-double Trainer::Impl::forwardBackward(const StepBatch& batch) {
-  distributed::TraceRecorder* trace = options_.trace;
+double StepLoop::forwardBackward(const StepBatch& batch) {
+  distributed::TraceRecorder* trace = parts_.options.trace;
   const size_t k = batch.micro_batches.size();
   double loss_sum = 0;
   // DiLoCo: each replica steps on the mean over its own share; the record keeps the share of the
   // global mean, so that the ranks' losses still add up to it.
   double divisor = static_cast<double>(batch.global_samples);
-  if (diloco_) {
+  if (parts_.diloco) {
     int64_t local = 0;
     for (const data::Batch& micro : batch.micro_batches) {
       if (micro.targets.defined()) local += micro.targets.size(0);
@@ -357,38 +371,38 @@ double Trainer::Impl::forwardBackward(const StepBatch& batch) {
   for (size_t i = 0; i < k; ++i) {
     const bool last = i + 1 == k;
     const data::Batch& micro = batch.micro_batches[i];
-    sync_->beforeBackward(last);
+    parts_.sync->beforeBackward(last);
     if (micro.targets.defined() && micro.targets.size(0) > 0) {
       torch::Tensor loss;
-      markPhase(StepPhase::kForward);
+      parts_.markPhase(StepPhase::kForward);
       {
         distributed::TraceRecorder::Span span(trace, "forward");
-        loss = loss_->apply(*model_, micro).sum / divisor;
+        loss = parts_.loss->apply(*parts_.model, micro).sum / divisor;
       }
-      markPhase(StepPhase::kBackward);
+      parts_.markPhase(StepPhase::kBackward);
       {
         distributed::TraceRecorder::Span span(trace, "backward");
         loss.backward();
       }
       loss_sum += loss.item<double>() * to_global;
     }
-    sync_->afterBackward(last);
+    parts_.sync->afterBackward(last);
   }
   return loss_sum;
 }
 
-void Trainer::Impl::optimizerStep(int64_t step) {
-  distributed::TraceRecorder::Span span(options_.trace, "optimizer");
-  if (config_.trainer.grad_clip_norm > 0) clipGradNorm(*flat_, config_.trainer.grad_clip_norm);
-  optimizer_->step(schedule_->lr(step));
+void StepLoop::optimizerStep(int64_t step) {
+  distributed::TraceRecorder::Span span(parts_.options.trace, "optimizer");
+  if (parts_.config.trainer.grad_clip_norm > 0)
+    clipGradNorm(*parts_.flat, parts_.config.trainer.grad_clip_norm);
+  parts_.optimizer->step(parts_.schedule->lr(step));
 }
 
-void Trainer::Impl::recordStep(int64_t step, const StepOutcome& outcome, double lr,
-                               double loop_start) {
+void StepLoop::recordStep(int64_t step, const StepOutcome& outcome, double lr, double loop_start) {
   const int64_t done = step + 1;
-  if (step == start_step_) {
-    startupMark("step");
-    records_.recorder().firstStep(done, options_.startup);
+  if (step == parts_.start_step) {
+    parts_.startupMark("step");
+    parts_.records.recorder().firstStep(done, parts_.options.startup);
   }
   StepRecord record;
   record.step = done;
@@ -399,23 +413,23 @@ void Trainer::Impl::recordStep(int64_t step, const StepOutcome& outcome, double 
   record.comm_wait_seconds = outcome.comm_wait;
   record.samples = outcome.samples;
   record.local_samples = outcome.local_samples;
-  record.elapsed_seconds = now() - loop_start;
-  record.comm_bytes_sent = comm_bytes_.total(group_);
-  if (diloco_) {
-    record.outer_rounds = diloco_->stats().rounds;
-    record.outer_wait_seconds = diloco_->stats().wait_seconds;
+  record.elapsed_seconds = parts_.now() - loop_start;
+  record.comm_bytes_sent = parts_.comm_bytes.total(parts_.group);
+  if (parts_.diloco) {
+    record.outer_rounds = parts_.diloco->stats().rounds;
+    record.outer_wait_seconds = parts_.diloco->stats().wait_seconds;
   }
-  records_.recorder().step(record);
+  parts_.records.recorder().step(record);
 }
 
 // In evaluation mode (no dropout) without gradients, then back to training.
-Evaluation Trainer::Impl::evaluateAt(int64_t done, int64_t epoch) {
+Evaluation StepLoop::evaluateAt(int64_t done, int64_t epoch) {
   Evaluation result;
   {
-    distributed::TraceRecorder::Span span(options_.trace, "evaluate");
+    distributed::TraceRecorder::Span span(parts_.options.trace, "evaluate");
     torch::NoGradGuard no_grad;
-    model_->train(false);
-    const double start = now();
+    parts_.model->train(false);
+    const double start = parts_.now();
     // DiLoCo: the global parameters are the model; the replica's own come back after, however
     // the evaluation ends (a peer's failure in its sums included).
     struct Replica {
@@ -424,85 +438,71 @@ Evaluation Trainer::Impl::evaluateAt(int64_t done, int64_t epoch) {
       ~Replica() {
         for (size_t i = 0; i < saved.size(); ++i) params[i].detach().copy_(saved[i]);
       }
-    } replica{params_, {}};
-    if (diloco_) {
-      const DiLoCoState state = diloco_->state();
-      for (size_t i = 0; i < params_.size(); ++i) {
-        replica.saved.push_back(params_[i].detach().clone());
-        params_[i].detach().copy_(state.global[i]);
+    } replica{parts_.params, {}};
+    if (parts_.diloco) {
+      const DiLoCoState state = parts_.diloco->state();
+      for (size_t i = 0; i < parts_.params.size(); ++i) {
+        replica.saved.push_back(parts_.params[i].detach().clone());
+        parts_.params[i].detach().copy_(state.global[i]);
       }
     }
-    result = evaluator_->evaluate(*model_);
-    result.seconds = now() - start;
-    model_->train(true);
+    result = parts_.evaluator->evaluate(*parts_.model);
+    result.seconds = parts_.now() - start;
+    parts_.model->train(true);
   }
-  records_.recorder().evaluation(done, epoch, result);
+  parts_.records.recorder().evaluation(done, epoch, result);
   return result;
 }
 
-Checkpoint Trainer::Impl::snapshot(int64_t done, double lr, bool preempted) {
-  TrainingPosition position;
-  position.steps_done = done;
-  position.sampler = done == steps_done_ ? done_position_ : batches_->position();
-  position.samples_seen = samples_seen_;
-  position.learning_rate = lr;
-  position.preempted = preempted;
-  position.grad_accumulation = grad_accumulation_;
-  position.batch_shares = shares_->current();
-  position.precision = precisionName(precision_.precision);
-  Checkpoint checkpoint = captureCheckpoint(*model_, *optimizer_, config_, env_, position);
-  if (diloco_) addDiloco(checkpoint, *diloco_, *model_);
-  return checkpoint;
-}
-
 // After the agreed stop at `done` (its checkpoint is saved or being waited for on rank 0).
-void Trainer::Impl::stopAt(int64_t done, RunResult& result) {
-  elastic_->waitForAll();  // no rank exits before rank 0's checkpoint is durable
+void StepLoop::stopAt(int64_t done, RunResult& result) {
+  parts_.elastic->waitForAll();  // no rank exits before rank 0's checkpoint is durable
   result.preempted = true;
   result.steps = done;
-  result.checkpoint = checkpoints_->pathOf(done);
-  records_.recorder().preempted(done, result.checkpoint);
+  result.checkpoint = parts_.checkpoints->pathOf(done);
+  parts_.records.recorder().preempted(done, result.checkpoint);
 }
 
 // Rank 0 creates trainer.run_dir and writes the experiment there as config.yaml.
-void Trainer::Impl::prepareRunDir() const {
-  const std::string& dir = config_.trainer.run_dir;
+void StepLoop::prepareRunDir() const {
+  const std::string& dir = parts_.config.trainer.run_dir;
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error)
     throw std::runtime_error(dir + ": cannot create the run directory: " + error.message());
   std::ofstream yaml(dir + "/config.yaml", std::ios::trunc);
-  yaml << configs::toYaml(config_);
+  yaml << configs::toYaml(parts_.config);
   if (!yaml) throw std::runtime_error(dir + "/config.yaml: write failed");
 }
 
 // A run that reached its last step: the results, the final parameters, the summary.
-void Trainer::Impl::finishRun(const Evaluation& last_eval, double loop_start, RunResult& result) {
+void StepLoop::finishRun(const Evaluation& last_eval, double loop_start, RunResult& result) {
   result.test_loss = last_eval.loss;
   result.test_accuracy = last_eval.accuracy;
-  result.steps = total_steps_;
-  result.epochs =
-      static_cast<double>(total_steps_) / static_cast<double>(batches_->stepsPerEpoch());
-  result.seconds = now() - loop_start;
-  checkpoints_->saveFinalWeights(*model_);  // done at the last boundary unless nothing trained
+  result.steps = parts_.total_steps;
+  result.epochs = static_cast<double>(parts_.total_steps) /
+                  static_cast<double>(parts_.batches->stepsPerEpoch());
+  result.seconds = parts_.now() - loop_start;
+  parts_.checkpoints->saveFinalWeights(
+      *parts_.model);  // done at the last boundary unless nothing trained
   // In place, or with every rank logging, every replica hashes its own, so that one can tell that
   // they are identical.
-  if (env_.rank == 0 || inPlace() || config_.trainer.log_all_ranks) {
-    result.parameter_digest = parameterDigest(*model_);
+  if (parts_.env.rank == 0 || parts_.inPlace() || parts_.config.trainer.log_all_ranks) {
+    result.parameter_digest = parameterDigest(*parts_.model);
   }
   RunSummary summary;
   summary.steps = result.steps;
   summary.epochs = result.epochs;
   summary.test = last_eval;
   summary.wall_seconds = result.seconds;
-  summary.parameters = model_->parameterCount();
+  summary.parameters = parts_.model->parameterCount();
   summary.parameter_digest = result.parameter_digest;
-  summary.comm_bytes_sent = comm_bytes_.total(group_);
-  if (diloco_) {
-    summary.outer_rounds = diloco_->stats().rounds;
-    summary.outer_wait_seconds = diloco_->stats().wait_seconds;
+  summary.comm_bytes_sent = parts_.comm_bytes.total(parts_.group);
+  if (parts_.diloco) {
+    summary.outer_rounds = parts_.diloco->stats().rounds;
+    summary.outer_wait_seconds = parts_.diloco->stats().wait_seconds;
   }
-  records_.recorder().finished(summary);
+  parts_.records.recorder().finished(summary);
 }
 
 }  // namespace cumulus::trainer
