@@ -115,6 +115,12 @@ void AgentConsole::finishedBeforePreemption() {
   say("the workers finished before they could be preempted");
 }
 
+void AgentConsole::finishedAfterLeaving(const std::string& ranks, int64_t finished) {
+  say("rank(s) %s stopped at a preemption notice (exit 75) and the other %lld worker(s) finished "
+      "training",
+      ranks.c_str(), static_cast<long long>(finished));
+}
+
 void AgentConsole::preempted(const std::string& what, double seconds) {
   say("%s (notice to exit %.2f s); launch the same command again to resume", what.c_str(), seconds);
 }

@@ -58,6 +58,9 @@ class AgentConsole {
   void allFinished(int64_t workers);
   // How the workers stopped after a preemption notice (worker_group.h reportPreemption).
   void finishedBeforePreemption();
+  // `ranks` ("1, 3") exited kExitPreempted at a notice of their own; the other `finished` workers
+  // trained to the end (in place: the group went on without them).
+  void finishedAfterLeaving(const std::string& ranks, int64_t finished);
   // `what`: the trainer's "preempted at step S, checkpoint …" line, or "preempted".
   void preempted(const std::string& what, double seconds);
   void preemptedAndKilled(double grace);

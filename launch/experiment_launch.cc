@@ -27,6 +27,7 @@ void applyExperimentLaunchSection(LaunchOptions& o) {
   std::string path = experimentPathOf(o.command);
   if (path.empty()) {
     checkNodeRank(o);
+    checkMinWorkers(o);
     return;
   }
   std::vector<std::string> overrides;
@@ -75,6 +76,7 @@ void applyExperimentLaunchSection(LaunchOptions& o) {
     throw UsageError("launch.nnodes \"" + l.nnodes + "\" in " + path +
                      " needs node 0's address: --rdzv-endpoint HOST:PORT or launch.rdzv_endpoint");
   }
+  checkMinWorkers(o);
 }
 
 }  // namespace cumulus::launch

@@ -279,7 +279,7 @@ std::vector<std::pair<std::string, std::string>> Launcher::workerEnv(const Worke
   if (o.recovery == Recovery::kInPlace) {
     env.emplace_back(env::kRecovery, recoveryName(o.recovery));
     env.emplace_back(env::kMemberId, w.member_id);
-    env.emplace_back(env::kMinWorkers, std::to_string(o.min_nodes * o.nproc_per_node));
+    env.emplace_back(env::kMinWorkers, std::to_string(minWorkers(o)));
     env.emplace_back(env::kMaxWorkers, std::to_string(o.max_nodes * o.nproc_per_node));
     if (joiner) env.emplace_back(env::kJoin, "1");
   }

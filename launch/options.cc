@@ -29,6 +29,11 @@ void addGroupFlags(CLI::App& app, LaunchOptions& o) {
          },
          "nodes in the job (default 1); MIN:MAX is elastic")
       ->type_name("N|MIN:MAX");
+  app.add_option("--min-workers", o.min_workers,
+                 "in place: the fewest workers the group trains on with; a notice to some "
+                 "workers makes them leave while N remain (default: MIN nodes' workers)")
+      ->type_name("N")
+      ->transform(base::integerIn(1, 1048576));
   app.add_option("--node-rank", o.node_rank,
                  "this node's unique id, 0 ... MAX-1 (default 0 = the Store host)")
       ->type_name("I")
@@ -167,6 +172,26 @@ std::pair<std::string, int> parseEndpoint(const std::string& text, const std::st
   std::optional<base::HostPort> parsed = base::parseHostPort(text, &problem);
   if (!parsed) throw UsageError("--" + what + ": " + problem);
   return {std::move(parsed->host), parsed->port};
+}
+
+int64_t minWorkers(const LaunchOptions& o) {
+  return o.min_workers > 0 ? o.min_workers : o.min_nodes * o.nproc_per_node;
+}
+
+void checkMinWorkers(const LaunchOptions& o) {
+  if (o.min_workers == 0) return;
+  if (o.recovery != Recovery::kInPlace) {
+    throw UsageError(
+        "--min-workers needs --recovery in_place: with restart, a notice or a failure stops "
+        "every worker");
+  }
+  const int64_t workers = o.max_nodes * o.nproc_per_node;
+  if (o.min_workers > workers) {
+    throw UsageError("--min-workers " + std::to_string(o.min_workers) + " is more than the job's " +
+                     std::to_string(workers) + " worker(s) (--nnodes " +
+                     std::to_string(o.max_nodes) + " × --nproc-per-node " +
+                     std::to_string(o.nproc_per_node) + ")");
+  }
 }
 
 void checkNodeRank(const LaunchOptions& o) {

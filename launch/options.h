@@ -7,6 +7,8 @@
 // with CLI11 through base/command_line.h, so --help and the errors look as in every binary):
 //   --nproc-per-node N      workers on this node (default 1, or launch.nproc_per_node)
 //   --nnodes N | MIN:MAX    nodes in the job (default 1); MIN:MAX is elastic (rendezvous_round.h)
+//   --min-workers N         in place: the fewest workers the group trains on with; a notice to
+//                           some workers makes them leave while N remain (default: MIN × nproc)
 //   --node-rank I           this node's id, 0 … MAX-1, unique (default 0); node 0 hosts the Store
 //   --rdzv-endpoint H:P     the Store on node 0 (node 0 hosts it there; others connect)
 //   --standalone            single node, Store on a free loopback port
@@ -64,6 +66,7 @@ struct LaunchOptions {
   int64_t nproc_per_node = 1;
   int64_t min_nodes = 1;
   int64_t max_nodes = 1;
+  int64_t min_workers = 0;  // --min-workers; 0: every worker of MIN nodes (minWorkers())
   int64_t node_rank = 0;
   std::string rdzv_host = "127.0.0.1";
   int rdzv_port = 0;  // 0: node 0 picks a free port (single node only)
@@ -93,6 +96,13 @@ struct LaunchOptions {
 // options with `help` set (nothing else is checked then).
 LaunchOptions parseLaunchArgs(const std::vector<std::string>& args,
                               std::ostream& help_out = std::cout);
+
+// The fewest workers an in-place group trains on with (CUMULUS_MIN_WORKERS): --min-workers, or
+// every worker of --nnodes MIN nodes.
+int64_t minWorkers(const LaunchOptions& options);
+// Throws UsageError when --min-workers is given with recovery by restart or is more than the
+// job's workers (MAX × --nproc-per-node). Run once the experiment's launch: section applied.
+void checkMinWorkers(const LaunchOptions& options);
 
 // Throws UsageError when --node-rank is not below the node count (MAX). parseLaunchArgs checks
 // it only when --nnodes is given; applyExperimentLaunchSection checks it in every case.

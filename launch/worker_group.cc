@@ -51,6 +51,8 @@ int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, AgentConsole&
   bool all_done = true;  // each finished or checkpointed
   bool killed_at_deadline = false;
   const Worker* first_other = nullptr;  // the first worker that neither checkpointed nor finished
+  std::string stopped;                  // "1, 3": the ranks that exited kExitPreempted
+  int64_t finished = 0;
   for (auto& w : workers) {
     const ExitStatus& s = w.process->poll();
     const bool checkpointed = s.signal == 0 && s.exit_code == kExitPreempted;
@@ -59,13 +61,21 @@ int reportPreemption(std::vector<Worker>& workers, OutputMux& mux, AgentConsole&
     all_done &= s.ok() || checkpointed;
     killed_at_deadline |= s.signal == SIGKILL;
     if (!checkpointed && !s.ok() && first_other == nullptr) first_other = &w;
+    if (checkpointed) stopped += (stopped.empty() ? "" : ", ") + std::to_string(w.rank);
+    if (s.ok()) ++finished;
   }
   std::string line;
   for (auto& w : workers) {
     if (line.empty()) line = mux.lastMarkedLine(w.rank, kPreemptedMarker);
   }
-  if (all_finished || (all_done && !all_checkpointed)) {
+  if (all_finished) {
     console.finishedBeforePreemption();
+    return 0;
+  }
+  if (all_done && !all_checkpointed) {
+    // Some workers stopped at a notice of their own and the others trained to the end: in place,
+    // those left the group and it went on without them.
+    console.finishedAfterLeaving(stopped, finished);
     return 0;
   }
   if (all_checkpointed) {

@@ -19,6 +19,9 @@ namespace {
 TEST(AgentConsole, PreemptionVerdicts) {
   EXPECT_EQ(printed([](AgentConsole& c) { c.finishedBeforePreemption(); }),
             "cumulus-run: the workers finished before they could be preempted\n");
+  EXPECT_EQ(printed([](AgentConsole& c) { c.finishedAfterLeaving("1, 3", 2); }),
+            "cumulus-run: rank(s) 1, 3 stopped at a preemption notice (exit 75) and the other 2 "
+            "worker(s) finished training\n");
   EXPECT_EQ(printed([](AgentConsole& c) {
               c.preempted("preempted at step 7, checkpoint /ck/step-00000007", 1.234);
             }),

@@ -731,6 +731,30 @@ TEST_F(InPlaceTest, WorkersGetMemberIdsAndTheBoundsButNoJoinFlag) {
       << r.output;
 }
 
+// --min-workers 1 on one node: a worker that stops at a notice of its own (exit 75, as a trainer
+// that left the group in place) is neither a failure nor the job's preemption; the other trains
+// to the end, and the launcher says which rank left.
+TEST_F(InPlaceTest, AWorkerThatLeavesAtItsOwnNoticeLetsTheOthersFinish) {
+  const std::string left = path("left");
+  const std::string w = script("w.sh",
+                               "echo min=$CUMULUS_MIN_WORKERS\n"
+                               "if [ \"$RANK\" = 1 ]; then touch " +
+                                   left +
+                                   "; exit 75; fi\n"
+                                   "while [ ! -f " +
+                                   left + " ]; do sleep 0.02; done\n");
+  const Result r =
+      launch("--nproc-per-node 2 --min-workers 1 --recovery in_place --run-id leave -- " + w);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0] min=1\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cumulus-run: rank(s) 1 stopped at a preemption notice (exit 75) and the "
+                          "other 1 worker(s) finished training\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("finished before they could be preempted"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(InPlaceTest, ADeadWorkerIsMarkedGoneAndReplacedWhileTheOtherKeepsRunning) {
   // Rank 1's first process kills itself; its replacement says what it got. Rank 0 records any
   // signal it receives and runs until the test releases both.

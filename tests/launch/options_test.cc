@@ -67,6 +67,39 @@ TEST(LaunchOptions, ElasticRangeAndIpv6Endpoint) {
             "--rdzv-last-call: expected seconds in [0, 86400], got \"-1\"");
 }
 
+// --min-workers: the CUMULUS_MIN_WORKERS the launcher hands an in-place group, checked once the
+// experiment's launch: section applied (it may set the node count and the recovery).
+TEST(LaunchOptions, MinWorkersDefaultsToTheMinNodesWorkersAndIsChecked) {
+  auto checked = [](const std::vector<std::string>& args) {
+    LaunchOptions o = parseLaunchArgs(args);
+    applyExperimentLaunchSection(o);
+    return o;
+  };
+  LaunchOptions o = checked({"--nproc-per-node", "4", "--", "x"});
+  EXPECT_EQ(o.min_workers, 0);
+  EXPECT_EQ(minWorkers(o), 4);
+  o = checked({"--nproc-per-node", "4", "--min-workers", "1", "--", "x"});
+  EXPECT_EQ(minWorkers(o), 1);
+  o = checked({"--nproc-per-node", "2", "--nnodes", "2:3", "--rdzv-endpoint", "h:1", "--", "x"});
+  EXPECT_EQ(minWorkers(o), 4);
+  auto errorOf = [&](const std::vector<std::string>& args) -> std::string {
+    try {
+      checked(args);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(errorOf({"--nproc-per-node", "2", "--min-workers", "3", "--", "x"}),
+            "--min-workers 3 is more than the job's 2 worker(s) (--nnodes 1 × --nproc-per-node 2)");
+  EXPECT_EQ(
+      errorOf({"--nproc-per-node", "2", "--min-workers", "1", "--recovery", "restart", "--", "x"}),
+      "--min-workers needs --recovery in_place: with restart, a notice or a failure stops "
+      "every worker");
+  EXPECT_EQ(usageErrorOf({"--min-workers", "0", "--", "x"}),
+            "--min-workers: expected an integer in [1, 1048576], got \"0\"");
+}
+
 TEST(LaunchOptions, ErrorsNameTheFlag) {
   EXPECT_EQ(usageErrorOf({"--nproc-per-node", "0", "--", "x"}),
             "--nproc-per-node: expected an integer in [1, 1024], got \"0\"");
