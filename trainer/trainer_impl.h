@@ -196,6 +196,7 @@ class StepLoop {
   void optimizerStep(int64_t step);
   void recordStep(int64_t step, const StepOutcome& outcome, double lr, double loop_start);
   Evaluation evaluateAt(int64_t done, int64_t epoch);
+  int64_t epochOfStep(int64_t done) const;  // the epoch step `done` was in, 1-based
   void stopAt(int64_t done, RunResult& result);
   void prepareRunDir() const;
   void finishRun(const Evaluation& last_eval, double loop_start, RunResult& result);

@@ -43,6 +43,12 @@ uint64_t stepSeed(uint64_t seed, int64_t epoch, int64_t step, int64_t rank) {
 
 }  // namespace
 
+// 1-based, as the step records number them: the sampler's position after the last step of an
+// epoch is already in the next one.
+int64_t StepLoop::epochOfStep(int64_t done) const {
+  return done <= 0 ? 1 : (done - 1) / parts_.batches->stepsPerEpoch() + 1;
+}
+
 RunResult StepLoop::run() {
   if (ran_) throw std::logic_error("Trainer::run() may be called once");
   ran_ = true;
@@ -89,7 +95,7 @@ RunResult StepLoop::run() {
     parts_.records.recorder().note("the run was already complete at step " +
                                    std::to_string(parts_.total_steps) +
                                    ": evaluating the checkpoint's model only");
-    eval = evaluateAt(parts_.total_steps, parts_.batches->position().epoch + 1);
+    eval = evaluateAt(parts_.total_steps, epochOfStep(parts_.total_steps));
   }
   parts_.checkpoints->finish();
   if (!result.preempted) parts_.elastic->finish();
@@ -270,7 +276,7 @@ void StepLoop::lastBoundary(Evaluation& eval) {
   parts_.elastic->atEnd([&] {
     if (parts_.diloco)
       parts_.diloco->syncAll(parts_.group);  // agrees first where a failure cut it short
-    eval = evaluateAt(done, parts_.batches->position().epoch + 1);  // 1-based, as a step's record
+    eval = evaluateAt(done, epochOfStep(done));
     parts_.checkpoints->saveFinalWeights(
         *parts_.model);  // first: the weights survive a failed last one
     parts_.checkpoints->save(parts_.checkpoints->dueAtStepEnd(done, true), done, lr);

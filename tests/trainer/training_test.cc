@@ -524,6 +524,24 @@ TEST(TrainingTest, EvaluatesAtEachEpochEndByDefault) {
   EXPECT_EQ(evals[2].rfind("{\"type\":\"eval\",\"step\":20,\"epoch\":3,", 0), 0u) << evals[2];
 }
 
+// A run that ends with an epoch: its last evaluation is in that epoch (the sampler's position is
+// already in the next one), as the last step's record is.
+TEST(TrainingTest, TheLastEvaluationIsInTheLastEpoch) {
+  TempDir dir;
+  auto e = smallExperiment(dir.path());
+  e.trainer.epochs = 2;
+  Trainer trainer(e, RunEnv{}, TrainerOptions{});
+  EXPECT_EQ(trainer.totalSteps(), 16);
+  trainer.run();
+  std::vector<std::string> evals;
+  for (const auto& line : readLines(dir.path() + "/metrics.jsonl")) {
+    if (line.rfind("{\"type\":\"eval\",", 0) == 0) evals.push_back(line.substr(0, 40));
+  }
+  ASSERT_EQ(evals.size(), 2u);
+  EXPECT_EQ(evals[0].rfind("{\"type\":\"eval\",\"step\":8,\"epoch\":1,", 0), 0u) << evals[0];
+  EXPECT_EQ(evals[1].rfind("{\"type\":\"eval\",\"step\":16,\"epoch\":2,", 0), 0u) << evals[1];
+}
+
 // Launching again a run that finished (its last step checkpointed) trains nothing, and reports
 // the checkpoint's model, not zeros.
 TEST(TrainingTest, AResumedFinishedRunReportsTheModelItRestored) {
