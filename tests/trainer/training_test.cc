@@ -506,6 +506,15 @@ TEST(TrainingTest, AMissingDatasetIsASetupErrorNamingTheDirectory) {
   }
 }
 
+// The first 40 characters of each evaluation record of a metrics.jsonl: type, step and epoch.
+std::vector<std::string> evalRecordHeads(const std::string& metrics_path) {
+  std::vector<std::string> heads;
+  for (const auto& line : readLines(metrics_path)) {
+    if (line.rfind("{\"type\":\"eval\",", 0) == 0) heads.push_back(line.substr(0, 40));
+  }
+  return heads;
+}
+
 TEST(TrainingTest, EvaluatesAtEachEpochEndByDefault) {
   TempDir dir;
   auto e = smallExperiment(dir.path());
@@ -514,10 +523,7 @@ TEST(TrainingTest, EvaluatesAtEachEpochEndByDefault) {
   Trainer trainer(e, RunEnv{}, TrainerOptions{});
   EXPECT_EQ(trainer.totalSteps(), 20);
   trainer.run();
-  std::vector<std::string> evals;
-  for (const auto& line : readLines(dir.path() + "/metrics.jsonl")) {
-    if (line.rfind("{\"type\":\"eval\",", 0) == 0) evals.push_back(line.substr(0, 40));
-  }
+  const std::vector<std::string> evals = evalRecordHeads(dir.path() + "/metrics.jsonl");
   ASSERT_EQ(evals.size(), 3u);
   EXPECT_EQ(evals[0].rfind("{\"type\":\"eval\",\"step\":8,\"epoch\":1,", 0), 0u) << evals[0];
   EXPECT_EQ(evals[1].rfind("{\"type\":\"eval\",\"step\":16,\"epoch\":2,", 0), 0u) << evals[1];
@@ -533,10 +539,7 @@ TEST(TrainingTest, TheLastEvaluationIsInTheLastEpoch) {
   Trainer trainer(e, RunEnv{}, TrainerOptions{});
   EXPECT_EQ(trainer.totalSteps(), 16);
   trainer.run();
-  std::vector<std::string> evals;
-  for (const auto& line : readLines(dir.path() + "/metrics.jsonl")) {
-    if (line.rfind("{\"type\":\"eval\",", 0) == 0) evals.push_back(line.substr(0, 40));
-  }
+  const std::vector<std::string> evals = evalRecordHeads(dir.path() + "/metrics.jsonl");
   ASSERT_EQ(evals.size(), 2u);
   EXPECT_EQ(evals[0].rfind("{\"type\":\"eval\",\"step\":8,\"epoch\":1,", 0), 0u) << evals[0];
   EXPECT_EQ(evals[1].rfind("{\"type\":\"eval\",\"step\":16,\"epoch\":2,", 0), 0u) << evals[1];
