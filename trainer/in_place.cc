@@ -61,7 +61,6 @@ void InPlaceRecovery::restoreState(const Checkpoint& state) {
   } catch (const ResumeError& e) {
     throw CheckpointError(e.what());
   }
-  parts_.progress.has_state = true;
   parts_.progress.steps_done = static_cast<int64_t>(state.state.step);
   parts_.progress.sampler = state.sampler();
   parts_.progress.samples_seen = state.state.samples_seen;

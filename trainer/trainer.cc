@@ -196,7 +196,7 @@ void Trainer::Impl::build() {
   checkBatchSizes(parts_.config, parts_.env.world_size);
   // Before anything is written (the data cache included): a second job in this run directory
   // stops here, naming the first. A joiner's rank is a placeholder until it is admitted; it
-  // claims the directory then if it becomes the writer (afterReform).
+  // claims the directory then if it becomes the writer (InPlaceRecovery::membershipChanged).
   const bool joiner = parts_.elastic->joining();
   parts_.checkpoints = std::make_unique<RunCheckpoints>(
       parts_.config, parts_.options, parts_.writes(), parts_.records.current(),
@@ -238,9 +238,8 @@ void Trainer::Impl::build() {
     parts_.checkpoints->checkRoom(*parts_.model, parts_.env.world_size);
   parts_.startupMark("model");
   // Every rank restores the same checkpoint, before the broadcasts below make that moot. A joiner
-  // reads nothing from disk: a live peer sends it the state (joinGroup).
-  parts_.progress.has_state = !joiner;
-  if (parts_.progress.has_state) {
+  // reads nothing from disk: a live peer sends it the state (Elastic::start, in StepLoop::start).
+  if (!joiner) {
     resumeIfAsked();
     // A joiner's shares come with the group it joins.
     parts_.shares->start(parts_.env.world_size, parts_.records.pending());

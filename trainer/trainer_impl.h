@@ -66,7 +66,6 @@ struct StateProgress {
   SamplerState sampler;           // the sampler's position after them
   uint64_t samples_seen = 0;      // global samples they consumed
   int64_t grad_accumulation = 1;  // micro-batches per step: the config's, or a resume's
-  bool has_state = true;          // false for a joiner until a peer sent it the state
 };
 
 // What set-up builds and the loop and recovery in place use: the model and how it learns, the
@@ -121,7 +120,6 @@ struct TrainerParts {
   // The checkpoints, the run directory's guards and the residuals for the checkpoints.
   std::unique_ptr<RunCheckpoints> checkpoints;
   std::unique_ptr<StepWatchdog> watchdog;  // during run(), unless options.step_watchdog is off
-  CommBytesCounter comm_bytes;  // StepRecord::comm_bytes_sent over every group of the launch
 
   // Where the run stands.
   int64_t total_steps = 0;
@@ -203,6 +201,7 @@ class StepLoop {
 
   TrainerParts& parts_;
   const InPlaceRecovery& recovery_;
+  CommBytesCounter comm_bytes_;  // StepRecord::comm_bytes_sent over every group of the launch
   bool ran_ = false;
 };
 

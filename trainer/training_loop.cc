@@ -420,7 +420,7 @@ void StepLoop::recordStep(int64_t step, const StepOutcome& outcome, double lr, d
   record.samples = outcome.samples;
   record.local_samples = outcome.local_samples;
   record.elapsed_seconds = parts_.now() - loop_start;
-  record.comm_bytes_sent = parts_.comm_bytes.total(parts_.group);
+  record.comm_bytes_sent = comm_bytes_.total(parts_.group);
   if (parts_.diloco) {
     record.outer_rounds = parts_.diloco->stats().rounds;
     record.outer_wait_seconds = parts_.diloco->stats().wait_seconds;
@@ -503,7 +503,7 @@ void StepLoop::finishRun(const Evaluation& last_eval, double loop_start, RunResu
   summary.wall_seconds = result.seconds;
   summary.parameters = parts_.model->parameterCount();
   summary.parameter_digest = result.parameter_digest;
-  summary.comm_bytes_sent = parts_.comm_bytes.total(parts_.group);
+  summary.comm_bytes_sent = comm_bytes_.total(parts_.group);
   if (parts_.diloco) {
     summary.outer_rounds = parts_.diloco->stats().rounds;
     summary.outer_wait_seconds = parts_.diloco->stats().wait_seconds;
