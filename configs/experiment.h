@@ -183,6 +183,7 @@ struct LaunchConfig {
   // A name of cumulus::Recovery (<cumulus/options.h>): "in_place" or "restart".
   std::string recovery = base::nameOf(kDefaultRecovery);
   int64_t metrics_port = 0;  // node 0 serves /metrics and the dashboard there; 0: off
+  int64_t min_workers = 0;   // in place: the fewest workers to train on; 0: MIN nodes' workers
 };
 
 struct Experiment {
@@ -237,7 +238,7 @@ inline auto tieFields(const DilocoConfig& c) {
 }
 inline auto tieFields(const LaunchConfig& c) {
   return std::tie(c.nproc_per_node, c.nnodes, c.max_restarts, c.monitor_interval, c.rdzv_endpoint,
-                  c.rdzv_timeout, c.rdzv_last_call, c.recovery, c.metrics_port);
+                  c.rdzv_timeout, c.rdzv_last_call, c.recovery, c.metrics_port, c.min_workers);
 }
 inline auto tieFields(const Experiment& c) {
   return std::tie(c.name, c.model, c.data, c.loss, c.optimizer, c.schedule, c.trainer, c.eval,

@@ -297,6 +297,7 @@ std::vector<KeySpec> buildSchema() {
   t.push_back(row(KEY(launch, rdzv_timeout), 60.0, atLeast(0.1), "seconds to wait for the Store and the other nodes (`--rdzv-timeout`)"));
   t.push_back(row(KEY(launch, rdzv_last_call), 3.0, atLeast(0), "elastic: close the rendezvous this many seconds after the last node joined, once MIN are in (`--rdzv-last-call`)"));
   t.push_back(row(KEY(launch, recovery), base::nameOf(kDefaultRecovery), oneOf(base::namesOf<Recovery>()), "after a failure: restart the whole group from the newest checkpoint, or let the survivors go on in place and start replacements that join them (`--recovery`; comm.algorithm funnel always restarts)"));
+  t.push_back(row(KEY(launch, min_workers), 0, atLeast(0), "recovery in place: the fewest workers the group trains on with; workers that get a notice of their own leave while this many remain, the others train on (`--min-workers`); 0: every worker of the `nnodes` MIN nodes"));
   t.push_back(row(KEY(launch, metrics_port), 0, between(0, false, 65535, false), "node 0 serves the job's Prometheus `/metrics` and live dashboard on this port (loopback unless `--metrics-host`; `--metrics-port`); 0: off"));
   // clang-format on
   return t;

@@ -62,6 +62,8 @@ void applyExperimentLaunchSection(LaunchOptions& o) {
   if (!given("rdzv-timeout")) o.rdzv_timeout = l.rdzv_timeout;
   if (!given("rdzv-last-call")) o.rdzv_last_call = l.rdzv_last_call;
   if (!given("metrics-port")) o.metrics_port = static_cast<int>(l.metrics_port);
+  const bool min_workers_from_file = !given("min-workers") && l.min_workers > 0;
+  if (min_workers_from_file) o.min_workers = l.min_workers;
   if (!given("recovery")) o.recovery = parseRecovery(l.recovery, "launch.recovery in " + path);
   if (!given("rdzv-endpoint") && !given("standalone") && !l.rdzv_endpoint.empty()) {
     std::tie(o.rdzv_host, o.rdzv_port) = parseEndpoint(l.rdzv_endpoint, "rdzv-endpoint");
@@ -76,7 +78,11 @@ void applyExperimentLaunchSection(LaunchOptions& o) {
     throw UsageError("launch.nnodes \"" + l.nnodes + "\" in " + path +
                      " needs node 0's address: --rdzv-endpoint HOST:PORT or launch.rdzv_endpoint");
   }
-  checkMinWorkers(o);
+  if (min_workers_from_file) {
+    checkMinWorkers(o, "launch.min_workers", " in " + path);
+  } else {
+    checkMinWorkers(o);
+  }
 }
 
 }  // namespace cumulus::launch

@@ -178,19 +178,19 @@ int64_t minWorkers(const LaunchOptions& o) {
   return o.min_workers > 0 ? o.min_workers : o.min_nodes * o.nproc_per_node;
 }
 
-void checkMinWorkers(const LaunchOptions& o) {
+void checkMinWorkers(const LaunchOptions& o, const std::string& what, const std::string& where) {
   if (o.min_workers == 0) return;
   if (o.recovery != Recovery::kInPlace) {
-    throw UsageError(
-        "--min-workers needs --recovery in_place: with restart, a notice or a failure stops "
-        "every worker");
+    throw UsageError(what + where +
+                     " needs --recovery in_place: with restart, a notice or a failure stops "
+                     "every worker");
   }
   const int64_t workers = o.max_nodes * o.nproc_per_node;
   if (o.min_workers > workers) {
-    throw UsageError("--min-workers " + std::to_string(o.min_workers) + " is more than the job's " +
-                     std::to_string(workers) + " worker(s) (--nnodes " +
-                     std::to_string(o.max_nodes) + " × --nproc-per-node " +
-                     std::to_string(o.nproc_per_node) + ")");
+    throw UsageError(what + " " + std::to_string(o.min_workers) + where +
+                     " is more than the job's " + std::to_string(workers) +
+                     " worker(s) (--nnodes " + std::to_string(o.max_nodes) +
+                     " × --nproc-per-node " + std::to_string(o.nproc_per_node) + ")");
   }
 }
 

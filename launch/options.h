@@ -101,8 +101,11 @@ LaunchOptions parseLaunchArgs(const std::vector<std::string>& args,
 // every worker of --nnodes MIN nodes.
 int64_t minWorkers(const LaunchOptions& options);
 // Throws UsageError when --min-workers is given with recovery by restart or is more than the
-// job's workers (MAX × --nproc-per-node). Run once the experiment's launch: section applied.
-void checkMinWorkers(const LaunchOptions& options);
+// job's workers (MAX × --nproc-per-node). Run once the experiment's launch: section applied;
+// `what` names the setting ("--min-workers", "launch.min_workers") and `where` the file it came
+// from, if any (" in x.yaml").
+void checkMinWorkers(const LaunchOptions& options, const std::string& what = "--min-workers",
+                     const std::string& where = "");
 
 // Throws UsageError when --node-rank is not below the node count (MAX). parseLaunchArgs checks
 // it only when --nnodes is given; applyExperimentLaunchSection checks it in every case.

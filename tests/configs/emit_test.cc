@@ -47,6 +47,7 @@ TEST(EmitTest, AwkwardValuesRoundTrip) {
   e.model.name = "torchscript:/models/net v2.pt";
   e.launch.nnodes = "2:8";
   e.launch.rdzv_endpoint = "[::1]:29400";
+  e.launch.min_workers = 3;
   e.optimizer.lr = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
   e.optimizer.eps = 5e-324;    // the smallest subnormal
   e.trainer.seed = 18446744073709551615ull;

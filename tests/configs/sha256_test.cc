@@ -19,10 +19,9 @@ TEST(DigestTest, SameExperimentSameDigestHoweverWritten) {
   EXPECT_NE(configDigest(a), configDigest(c));
   // Pinned (the same as `cumulus-config defaults | sha256sum`): a change to toYaml's output or
   // to a default changes every digest, so it must be deliberate; checkpoints record digests.
-  // (Last changed by the new keys trainer.sync and diloco.*; resume compares keys, not this
-  // digest.)
+  // (Last changed by the new key launch.min_workers; resume compares keys, not this digest.)
   EXPECT_EQ(configDigest(Experiment{}),
-            "a0360f30036a1b677e2f2bc79a036e0fd725032462b20039a07cf19f0900db0f");
+            "10df84d6de6e78a2153e8ae8bd05406cd6c4fec30a5f1754e90546200d12eb2c");
 }
 
 TEST(DigestTest, DiffKeysListsChangedKeysInSchemaOrder) {

@@ -220,6 +220,29 @@ TEST(LaunchOptions, RecoveryFromTheFlagOrTheExperimentFlagWinning) {
   std::filesystem::remove(yaml);
 }
 
+TEST(LaunchOptions, MinWorkersFromTheExperimentTheFlagWinning) {
+  const std::filesystem::path yaml = std::filesystem::temp_directory_path() /
+                                     ("min-workers-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(yaml) << "name: e\nlaunch:\n  nproc_per_node: 4\n  min_workers: 2\n";
+  LaunchOptions o = parseLaunchArgs({"--", "w", yaml.string()});
+  applyExperimentLaunchSection(o);
+  EXPECT_EQ(minWorkers(o), 2);
+  o = parseLaunchArgs({"--min-workers", "3", "--", "w", yaml.string()});
+  applyExperimentLaunchSection(o);
+  EXPECT_EQ(minWorkers(o), 3);
+  std::ofstream(yaml) << "name: e\nlaunch:\n  nproc_per_node: 4\n  min_workers: 5\n";
+  o = parseLaunchArgs({"--", "w", yaml.string()});
+  try {
+    applyExperimentLaunchSection(o);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "launch.min_workers 5 in " + yaml.string() +
+                                         " is more than the job's 4 worker(s) (--nnodes 1 × "
+                                         "--nproc-per-node 4)");
+  }
+  std::filesystem::remove(yaml);
+}
+
 TEST(LaunchOptions, BindHostAndParameterServerFlags) {
   auto o = parseLaunchArgs({"--bind-host", "10.231.0.2", "--parameter-server", "--", "w"});
   EXPECT_EQ(o.bind_host, "10.231.0.2");
