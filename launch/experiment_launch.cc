@@ -78,11 +78,8 @@ void applyExperimentLaunchSection(LaunchOptions& o) {
     throw UsageError("launch.nnodes \"" + l.nnodes + "\" in " + path +
                      " needs node 0's address: --rdzv-endpoint HOST:PORT or launch.rdzv_endpoint");
   }
-  if (min_workers_from_file) {
-    checkMinWorkers(o, "launch.min_workers", " in " + path);
-  } else {
-    checkMinWorkers(o);
-  }
+  checkMinWorkers(o, min_workers_from_file ? "launch.min_workers" : "--min-workers",
+                  min_workers_from_file ? " in " + path : "");
 }
 
 }  // namespace cumulus::launch

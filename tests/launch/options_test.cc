@@ -21,6 +21,18 @@ std::string usageErrorOf(const std::vector<std::string>& args) {
   return "(no error)";
 }
 
+// The UsageError of parsing `args` and applying the experiment's launch: section, where the
+// checks that need the whole job (node rank, --min-workers) run.
+std::string launchErrorOf(const std::vector<std::string>& args) {
+  try {
+    LaunchOptions o = parseLaunchArgs(args);
+    applyExperimentLaunchSection(o);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 TEST(LaunchOptions, TorchrunStyleFlagsAndProgram) {
   auto o = parseLaunchArgs({"--nproc-per-node", "4", "--nnodes=2", "--node_rank", "1",
                             "--rdzv-endpoint", "10.0.0.1:29500", "--max-restarts=5",
@@ -82,20 +94,12 @@ TEST(LaunchOptions, MinWorkersDefaultsToTheMinNodesWorkersAndIsChecked) {
   EXPECT_EQ(minWorkers(o), 1);
   o = checked({"--nproc-per-node", "2", "--nnodes", "2:3", "--rdzv-endpoint", "h:1", "--", "x"});
   EXPECT_EQ(minWorkers(o), 4);
-  auto errorOf = [&](const std::vector<std::string>& args) -> std::string {
-    try {
-      checked(args);
-    } catch (const UsageError& e) {
-      return e.what();
-    }
-    return "(no error)";
-  };
-  EXPECT_EQ(errorOf({"--nproc-per-node", "2", "--min-workers", "3", "--", "x"}),
+  EXPECT_EQ(launchErrorOf({"--nproc-per-node", "2", "--min-workers", "3", "--", "x"}),
             "--min-workers 3 is more than the job's 2 worker(s) (--nnodes 1 × --nproc-per-node 2)");
-  EXPECT_EQ(
-      errorOf({"--nproc-per-node", "2", "--min-workers", "1", "--recovery", "restart", "--", "x"}),
-      "--min-workers needs --recovery in_place: with restart, a notice or a failure stops "
-      "every worker");
+  EXPECT_EQ(launchErrorOf({"--nproc-per-node", "2", "--min-workers", "1", "--recovery", "restart",
+                           "--", "x"}),
+            "--min-workers needs --recovery in_place: with restart, a notice or a failure stops "
+            "every worker");
   EXPECT_EQ(usageErrorOf({"--min-workers", "0", "--", "x"}),
             "--min-workers: expected an integer in [1, 1048576], got \"0\"");
 }
@@ -187,15 +191,9 @@ TEST(LaunchOptions, AnElasticRangeInTheExperimentAppliesAndNeedsAnEndpoint) {
   EXPECT_DOUBLE_EQ(o.rdzv_last_call, 7);
   EXPECT_DOUBLE_EQ(o.rdzv_timeout, 90);
   std::ofstream(yaml) << "name: e\nlaunch:\n  nnodes: \"2:3\"\n";
-  o = parseLaunchArgs({"--", "w", yaml.string()});
-  try {
-    applyExperimentLaunchSection(o);
-    ADD_FAILURE() << "no error";
-  } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "launch.nnodes \"2:3\" in " + yaml.string() +
-                  " needs node 0's address: --rdzv-endpoint HOST:PORT or launch.rdzv_endpoint");
-  }
+  EXPECT_EQ(launchErrorOf({"--", "w", yaml.string()}),
+            "launch.nnodes \"2:3\" in " + yaml.string() +
+                " needs node 0's address: --rdzv-endpoint HOST:PORT or launch.rdzv_endpoint");
   std::filesystem::remove(yaml);
 }
 
@@ -231,15 +229,9 @@ TEST(LaunchOptions, MinWorkersFromTheExperimentTheFlagWinning) {
   applyExperimentLaunchSection(o);
   EXPECT_EQ(minWorkers(o), 3);
   std::ofstream(yaml) << "name: e\nlaunch:\n  nproc_per_node: 4\n  min_workers: 5\n";
-  o = parseLaunchArgs({"--", "w", yaml.string()});
-  try {
-    applyExperimentLaunchSection(o);
-    ADD_FAILURE() << "no error";
-  } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()), "launch.min_workers 5 in " + yaml.string() +
-                                         " is more than the job's 4 worker(s) (--nnodes 1 × "
-                                         "--nproc-per-node 4)");
-  }
+  EXPECT_EQ(launchErrorOf({"--", "w", yaml.string()}),
+            "launch.min_workers 5 in " + yaml.string() +
+                " is more than the job's 4 worker(s) (--nnodes 1 × --nproc-per-node 4)");
   std::filesystem::remove(yaml);
 }
 
