@@ -212,14 +212,12 @@ struct HandDriven {
     lanes[1] = std::move(wire.first);
     p2p = std::make_unique<PointToPoint>(0, 2, 6, std::move(lanes), nullptr);
   }
+  // One write of header and payload together: rank 0 may shut the lane as soon as it has read a
+  // bad header, and a second write would then race its close (EPIPE on a busy machine).
   void write(const net::FrameHeader& h, size_t payload) {
-    uint8_t header[net::kFrameHeaderBytes];
-    net::encodeFrameHeader(h, header);
-    ASSERT_TRUE(peer.writeFull(header, sizeof header, net::Clock::now() + 5s).ok());
-    std::vector<uint8_t> bytes(payload, 0xab);
-    if (payload > 0) {
-      ASSERT_TRUE(peer.writeFull(bytes.data(), payload, net::Clock::now() + 5s).ok());
-    }
+    std::vector<uint8_t> frame(net::kFrameHeaderBytes + payload, 0xab);
+    net::encodeFrameHeader(h, frame.data());
+    ASSERT_TRUE(peer.writeFull(frame.data(), frame.size(), net::Clock::now() + 5s).ok());
   }
   net::Socket peer;
   std::unique_ptr<PointToPoint> p2p;
