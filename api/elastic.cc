@@ -131,6 +131,20 @@ struct Elastic::Impl {
   // After a failure's re-forming: the step the group trains from, whose boundary is skipped (every
   // member goes on with train(), wherever it was when the failure came).
   int64_t skip_boundary_at = -1;
+  Membership membership;  // the last one formed
+  bool left = false;      // boundary() returned kLeave
+  ElasticTimes times;
+  double checkpoint_since = -1;  // a boundary agreed kCheckpoint or kStop then; -1: none pending
+
+  // boundary()'s decision (see there), unaccounted.
+  ElasticAction decideBoundary();
+
+  // The program's save after a boundary that agreed on one ends at its next call into Elastic.
+  void settleCheckpoint() {
+    if (checkpoint_since < 0) return;
+    times.checkpoint += seconds() - checkpoint_since;
+    checkpoint_since = -1;
+  }
 
   ProcessGroup& group() {
     if (elastic) return elastic->group();
@@ -145,7 +159,7 @@ struct Elastic::Impl {
   // the whole run, so a notice (and its grace deadline) outlives a failure's or a join's
   // re-forming; see renewWatcher for a leave.
   void newWatcher() {
-    AgreeMax max = elastic           ? AgreeMax([this](int64_t proposal) { return agree(proposal); })
+    AgreeMax max = elastic ? AgreeMax([this](int64_t proposal) { return agree(proposal); })
                    : plain != nullptr ? agreeOver(*plain)
                                       : agreeAlone();
     watcher = std::make_shared<PreemptionWatcher>(std::move(max), options.preemption);
@@ -281,12 +295,20 @@ struct Elastic::Impl {
     m.source = epoch.source;
     m.healed = epoch.stale;
     m.seconds = seconds() - since;
+    membership = m;
     if (on_change) on_change(m);
   }
 
   // After a communication failure: the next membership (again while re-forming fails
   // recoverably), then afterReform.
   void recover(double since, std::string reason) {
+    const double entered = seconds();
+    ++times.reforms;
+    struct Account {  // however recover() ends
+      ElasticTimes& times;
+      double entered;
+      ~Account() { times.reform += seconds() - entered; }
+    } account{times, entered};
     if (on_failure) on_failure(reason);
     for (int attempt = 1;; ++attempt) {
       releaseSync();  // it refers to the communicator about to go
@@ -306,7 +328,13 @@ struct Elastic::Impl {
   // 0 blocks on the Store for a join ticket (at most a slice, shorter than the collectives'
   // timeout) while the others wait in the round's allgather; the round carries rank 0's decision.
   void waitForMembers() {
-    const double deadline = seconds() + options.wait_for_members_seconds;
+    const double entered = seconds(), reform_before = times.reform;
+    struct Account {  // the wait, less the re-formings it admitted members with
+      ElasticTimes& times;
+      double entered, reform_before;
+      ~Account() { times.member_wait += seconds() - entered - (times.reform - reform_before); }
+    } account{times, entered, reform_before};
+    const double deadline = entered + options.wait_for_members_seconds;
     const auto slice = std::chrono::milliseconds(
         static_cast<int64_t>(std::min(500.0, 250.0 * options.group.timeout_seconds)));
     while (group().size() < options.wait_for_members && group().size() < settings->max_workers) {
@@ -337,8 +365,10 @@ struct Elastic::Impl {
     const double since = seconds();
     releaseSync();
     try {
+      ++times.reforms;
       elastic->reform(step, leaving);
       afterReform(cause, since);
+      times.reform += seconds() - since;
     } catch (const CommError& e) {
       if (!recoverable(e)) throw;
       recover(since, e.what());
@@ -405,6 +435,11 @@ bool Elastic::start(int64_t steps_done, const std::function<void()>& prepare) {
   if (!m.state.capture) throw std::logic_error("Elastic::start: call setState() first");
   if (steps_done < 0) throw std::invalid_argument("Elastic::start: steps_done must be >= 0");
   const double since = seconds();
+  struct Account {  // start-up, less the re-formings during it
+    ElasticTimes& times;
+    double since, reform_before;
+    ~Account() { times.start += seconds() - since - (times.reform - reform_before); }
+  } account{m.times, since, m.times.reform};
   if (!m.elastic || m.elastic->joined()) {
     m.step = steps_done;
     m.started = true;
@@ -417,6 +452,7 @@ bool Elastic::start(int64_t steps_done, const std::function<void()>& prepare) {
     first.step = m.step;
     first.cause = "start";
     first.seconds = seconds() - since;
+    m.membership = first;
     if (m.on_change) m.on_change(first);
     return true;
   }
@@ -425,6 +461,7 @@ bool Elastic::start(int64_t steps_done, const std::function<void()>& prepare) {
     try {
       if (attempt > 1) m.elastic->reform(m.has_state ? m.step : -1);
       m.afterReform("join", since);
+      m.membership.seconds = seconds() - since;
       break;
     } catch (const CommError& e) {
       // The sender died during the heal, or a member while connecting: nothing was applied, so
@@ -442,14 +479,24 @@ bool Elastic::start(int64_t steps_done, const std::function<void()>& prepare) {
 void Elastic::train(const std::function<void()>& fn) {
   Impl& m = *impl_;
   if (!m.started) throw std::logic_error("Elastic::train: call start() first");
+  m.settleCheckpoint();
   const int64_t target = m.step + 1;
   for (int reforms = 0;;) {
+    const double attempt = seconds();
+    DataParallel* sync = m.sync.get();
+    const uint64_t synced = sync != nullptr ? sync->lastStep().steps : 0;
     try {
       fn();
       m.step = target;
       m.trained = true;
+      m.times.train += seconds() - attempt;
+      if (sync != nullptr && sync == m.sync.get()) {
+        const SyncStepStats stats = sync->lastStep();
+        if (stats.steps > synced) m.times.comm_wait += stats.comm_wait_seconds;
+      }
       return;
     } catch (const CommError& e) {
+      m.times.redone += seconds() - attempt;
       if (!m.elastic || !recoverable(e) || ++reforms > kMaxReformsWithoutProgress) throw;
       m.recover(seconds(), e.what());
       // A survivor had committed the step: its state, which came along, is the step's.
@@ -461,6 +508,27 @@ void Elastic::train(const std::function<void()>& fn) {
 ElasticAction Elastic::boundary() {
   Impl& m = *impl_;
   if (!m.started) throw std::logic_error("Elastic::boundary: call start() first");
+  m.settleCheckpoint();
+  struct Account {  // the agreement, less re-forming and waiting for members; a save pending after
+    Impl& m;
+    double entered, reform_before, wait_before;
+    ElasticAction action = ElasticAction::kContinue;
+    ~Account() {
+      m.times.boundary += seconds() - entered - (m.times.reform - reform_before) -
+                          (m.times.member_wait - wait_before);
+      if (action == ElasticAction::kCheckpoint || action == ElasticAction::kStop) {
+        m.checkpoint_since = seconds();
+      }
+      if (action == ElasticAction::kLeave) m.left = true;
+    }
+  } account{m, seconds(), m.times.reform, m.times.member_wait};
+  const ElasticAction action = m.decideBoundary();
+  account.action = action;
+  return action;
+}
+
+ElasticAction Elastic::Impl::decideBoundary() {
+  Impl& m = *this;
   m.leaving.clear();
   if (!m.elastic) return actionOf(m.agreement->decide(m.step));
   if (m.step == m.skip_boundary_at) return ElasticAction::kContinue;
@@ -474,11 +542,11 @@ ElasticAction Elastic::boundary() {
   }
   if (action == StepAction::kStop) {
     m.leaving = m.vote.noticed();
-    const int64_t staying = size() - static_cast<int64_t>(m.leaving.size());
+    const int64_t staying = m.size() - static_cast<int64_t>(m.leaving.size());
     if (m.leaving.empty() || staying < 1 || staying < m.settings->min_workers) {
       return ElasticAction::kStop;
     }
-    if (std::find(m.leaving.begin(), m.leaving.end(), rank()) != m.leaving.end()) {
+    if (std::find(m.leaving.begin(), m.leaving.end(), m.rank()) != m.leaving.end()) {
       m.elastic->leave("preempted at step " + std::to_string(m.step));
       return ElasticAction::kLeave;
     }
@@ -488,7 +556,7 @@ ElasticAction Elastic::boundary() {
   }
   if (action != StepAction::kContinue) return actionOf(action);  // replacements come in later
   if (m.vote.joiners_waiting) m.reformAt({}, "join");
-  if (m.step != m.skip_boundary_at && m.options.wait_for_members > size()) m.waitForMembers();
+  if (m.step != m.skip_boundary_at && m.options.wait_for_members > m.size()) m.waitForMembers();
   return ElasticAction::kContinue;
 }
 
@@ -496,10 +564,14 @@ bool Elastic::atBoundary(const std::function<void()>& fn) {
   Impl& m = *impl_;
   if (!m.started) throw std::logic_error("Elastic::atBoundary: call start() first");
   if (m.elastic && m.step == m.skip_boundary_at) return false;
+  m.settleCheckpoint();
+  const double entered = seconds();
   try {
     fn();
+    m.times.at_boundary += seconds() - entered;
     return true;
   } catch (const CommError& e) {
+    m.times.at_boundary += seconds() - entered;
     if (!m.elastic || !recoverable(e)) throw;
     m.recover(seconds(), e.what());
     return false;
@@ -509,11 +581,15 @@ bool Elastic::atBoundary(const std::function<void()>& fn) {
 void Elastic::atEnd(const std::function<void()>& fn) {
   Impl& m = *impl_;
   if (!m.started) throw std::logic_error("Elastic::atEnd: call start() first");
+  m.settleCheckpoint();
   for (int reforms = 0;;) {
+    const double entered = seconds();
     try {
       fn();
+      m.times.at_boundary += seconds() - entered;
       return;
     } catch (const CommError& e) {
+      m.times.at_boundary += seconds() - entered;
       if (!m.elastic || !recoverable(e) || ++reforms > kMaxReformsWithoutProgress) throw;
       m.recover(seconds(), e.what());
     }
@@ -522,7 +598,10 @@ void Elastic::atEnd(const std::function<void()>& fn) {
 
 const std::vector<int>& Elastic::leaving() const { return impl_->leaving; }
 
-void Elastic::waitForAll() { impl_->agreement->waitForAll(); }
+void Elastic::waitForAll() {
+  impl_->settleCheckpoint();
+  impl_->agreement->waitForAll();
+}
 
 void Elastic::finish() {
   if (impl_->elastic && rank() == 0) impl_->elastic->finish(impl_->step);
@@ -540,6 +619,9 @@ int Elastic::rank() const { return impl_->rank(); }
 int Elastic::size() const { return impl_->size(); }
 int64_t Elastic::epoch() const { return impl_->elastic ? impl_->elastic->epoch().epoch : 0; }
 int64_t Elastic::step() const { return impl_->step; }
+const Membership& Elastic::membership() const { return impl_->membership; }
+bool Elastic::left() const { return impl_->left; }
+const ElasticTimes& Elastic::times() const { return impl_->times; }
 ProcessGroup& Elastic::group() { return impl_->group(); }
 
 GradientSync& Elastic::sync() {

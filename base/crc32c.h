@@ -1,6 +1,6 @@
 #pragma once
 // CRC-32C (Castagnoli: reflected polynomial 0x82F63B78), the checksum of TFRecord framing, which
-// TensorBoard's event files use (trainer/tensorboard.h). Portable table-driven code, one byte per
+// TensorBoard's event files use (metrics/tensorboard.h). Portable table-driven code, one byte per
 // step: no SSE4.2 instruction, so it runs on any x86-64 (and anything else). The records it
 // checks are small and rare; speed does not matter here.
 //

@@ -345,7 +345,7 @@ result = {
     "events": [dict(e, t=round(e["t"] - t0, 3)) for e in events],
     "reform_records": reforms,
     "trained_seconds": trained[-1]["seconds"] if trained else None,
-    # The trainer's own split of the run's wall time (trainer/goodput.h): its last record.
+    # The trainer's own split of the run's wall time (metrics/goodput.h): its last record.
     "accounting": {k: v for k, v in accounts[-1].items() if k not in ("type", "time")}
                   if accounts else None,
 }

@@ -38,7 +38,7 @@
 //   quorum/<g>/tickets           join tickets taken so far (Store add)
 //   quorum/<g>/ticket/<t>        the id of the joiner holding ticket t (1, 2, …)
 //   quorum/<g>/finished          the last step, once the group trained it (waiting joiners leave)
-// The live metrics (trainer/metrics_publisher.h → launch/job_metrics.h), for the whole job, only
+// The live metrics (metrics/store_publisher.h → launch/job_metrics.h), for the whole job, only
 // while node 0 serves them (cumulus-run --metrics-port):
 //   metrics/records         records sent so far (Store add; the n of the next record)
 //   metrics/record/<n>      the n-th metrics.jsonl record the writing rank wrote, as JSON; node 0

@@ -416,6 +416,7 @@ void DistributedGradientSync::finish() {
   last_.launched_in_backward = launched_in_backward_;
   last_.buckets = buckets_.size();
   last_.bytes = bytes;
+  ++last_.steps;
   resetStepLocked();
   lock.unlock();
   if (options_.on_bucket_done) {

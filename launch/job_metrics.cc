@@ -55,6 +55,9 @@ std::string labelValue(const std::string& value) {
   return out;
 }
 
+// Distinct names of the program's own series shown at /metrics (one time series each).
+constexpr size_t kMaxScalars = 256;
+
 constexpr const char* kGoodputCategories[] = {"startup",    "training",   "comm_wait",
                                               "evaluation", "checkpoint", "reform",
                                               "restart",    "redone",     "other"};
@@ -163,6 +166,12 @@ void JobMetrics::fold(const nlohmann::json& record) {
     world_size_ = world_size;
   } else if (type == "resume") {
     world_size_ = record.value("world_size", world_size_);
+  } else if (type == "scalar") {
+    const std::string name = record.at("name").get<std::string>();
+    const std::optional<double> value = numberAt(record, "value");  // null: NaN or infinite
+    if (value && (scalars_.count(name) > 0 || scalars_.size() < kMaxScalars)) {
+      scalars_[name] = *value;
+    }
   } else if (type == "balance" && record.contains("shares")) {
     shares_ = record["shares"].get<std::vector<int64_t>>();
   } else if (type == "goodput") {
@@ -258,6 +267,11 @@ void JobMetrics::exposeJob(PrometheusText& out) const {
   }
   if (test_loss_)
     out.gauge("cumulus_test_loss", "test-set loss of the last evaluation", *test_loss_);
+  if (!scalars_.empty()) {
+    out.family("cumulus_scalar", "gauge",
+               "the newest value of each series a loop records itself (Recorder::scalar)");
+    for (const auto& [name, value] : scalars_) out.sample("cumulus_scalar", value, "name", name);
+  }
   if (test_accuracy_) {
     out.gauge("cumulus_test_accuracy", "test-set accuracy of the last evaluation", *test_accuracy_);
   }

@@ -1,7 +1,7 @@
 #pragma once
 // JobMetrics: node 0's live view of the job, behind cumulus-run --metrics-port
 // (launch/metrics_server.h). It joins what the agent knows (generations, failures by cause,
-// preemptions, restarts) with what the workers send through the Store (trainer/metrics_publisher.h:
+// preemptions, restarts) with what the workers send through the Store (metrics/store_publisher.h:
 // the writing rank's metrics.jsonl records, each rank's status), and renders it three ways:
 //   prometheus()  the Prometheus text exposition format 0.0.4 (names below)
 //   status()      the dashboard's JSON summary (GET /api/status)
@@ -22,7 +22,7 @@
 //   cumulus_rank_step_seconds{rank}, cumulus_rank_comm_wait_seconds{rank}   per step
 //   cumulus_batch_share_samples{rank}      the shares of the global batch in force (balance
 //                                          records; with balance off, each rank's samples a step)
-//   cumulus_goodput_seconds_total{category}  the goodput split (trainer/goodput.h): startup,
+//   cumulus_goodput_seconds_total{category}  the goodput split (metrics/goodput.h): startup,
 //                                          training, comm_wait, evaluation, checkpoint, reform,
 //                                          restart, redone, other
 //   cumulus_wall_seconds_total             the run's wall time the split covers
@@ -73,7 +73,7 @@ class JobMetrics {
   // "running", "finished", "failed" or "preempted".
   void setState(const std::string& state);
 
-  // A record the writing rank wrote to metrics.jsonl (trainer/metrics.h).
+  // A record the writing rank wrote to metrics.jsonl (metrics/metrics_log.h).
   void addRecord(const nlohmann::json& record);
   // What `record` tells the metrics and the status, without keeping it for records(): for
   // cumulus-report, which reads a whole metrics.jsonl and keeps its own selection of it.
@@ -123,6 +123,9 @@ class JobMetrics {
   nlohmann::json goodput_ ABSL_GUARDED_BY(mutex_) = nlohmann::json::object();
   double goodput_time_ ABSL_GUARDED_BY(mutex_) = 0;
   std::vector<int64_t> shares_ ABSL_GUARDED_BY(mutex_);
+  // The newest value of each series of the program's own ("scalar" records), at most
+  // kMaxScalars names: later names are left out of /metrics (the records keep them).
+  std::map<std::string, double> scalars_ ABSL_GUARDED_BY(mutex_);
   int64_t preemptions_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t restarts_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t replacements_ ABSL_GUARDED_BY(mutex_) = 0;

@@ -2,7 +2,7 @@
 // What cumulus-spot observed about each launch of a job, and the report it derives. Pure
 // functions over plain records, so the arithmetic is unit-tested without processes.
 //
-// The run's metrics.jsonl (trainer/metrics.h) is what cumulus-spot reads, not the console. A
+// The run's metrics.jsonl (metrics/metrics_log.h) is what cumulus-spot reads, not the console. A
 // launch's records are those stamped ("time", Unix seconds) at or after its start; of those:
 //   {"type":"resume","step":S}          this launch continues after S completed steps
 //   {"type":"first_step","step":S}      this launch's first step is done (its "time" is when)
@@ -12,7 +12,7 @@
 //   {"type":"preempted","step":S}       agreed stop after S steps, checkpoint written
 //   {"type":"trained","steps":K,"seconds":T}   this process's training loop time
 //   {"type":"goodput",…}                the trainer's split of the run's wall time so far
-//                                       (trainer/goodput.h), cumulative over the launches
+//                                       (metrics/goodput.h), cumulative over the launches
 // Times are seconds since cumulus-spot started.
 
 #include <cstdint>

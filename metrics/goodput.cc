@@ -1,4 +1,4 @@
-#include "trainer/goodput.h"
+#include "metrics/goodput.h"
 
 #include <algorithm>
 #include <utility>
@@ -7,7 +7,7 @@
 #include "base/regular_file.h"
 #include "cumulus/errors.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 namespace {
 
 // The categories in the order records list them, with their members.
@@ -114,4 +114,4 @@ GoodputSplit GoodputAccount::at(double time) const {
   return split;
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

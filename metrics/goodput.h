@@ -12,7 +12,8 @@
 //   restart     between launches: from the last record the previous launch wrote to this
 //               launch's exec (the death, the agent's restart or relaunch, the process start)
 //   redone      work that a rollback threw away: from the goodput record of the checkpoint a
-//               launch resumed from to the last record the launch before it wrote
+//               launch resumed from to the last record the launch before it wrote; in place,
+//               the attempts at a step that a peer's failure threw away (Elastic loops)
 //   other       the rest of the wall time (records, boundaries, agreement between steps)
 // productive_ratio = (training + comm_wait) / wall: the share of the wall time spent in steps
 // that count.
@@ -28,7 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 struct GoodputSplit {
   double wall_s = 0;
@@ -80,6 +81,8 @@ class GoodputAccount {
   void evaluation(double seconds) { now_.evaluation_s += seconds; }
   void checkpointStall(double seconds) { now_.checkpoint_s += seconds; }
   void reform(double seconds) { now_.reform_s += seconds; }
+  // In place: a step's attempt that a peer's failure threw away (Elastic loops' ElasticTimes).
+  void redone(double seconds) { now_.redone_s += seconds; }
 
   // The split at `time`.
   GoodputSplit at(double time) const;
@@ -92,4 +95,4 @@ class GoodputAccount {
   GoodputSplit now_;  // every category but wall and other
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

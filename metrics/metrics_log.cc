@@ -1,4 +1,4 @@
-#include "trainer/metrics.h"
+#include "metrics/metrics_log.h"
 
 #include <sys/stat.h>
 
@@ -13,7 +13,7 @@
 #include "base/regular_file.h"
 #include "cumulus/errors.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 MetricsLog::MetricsLog(const std::string& path, WallClock clock)
     : MetricsLog(path, std::ios::trunc, std::move(clock)) {}
@@ -86,4 +86,4 @@ nlohmann::ordered_json MetricsLog::write(const nlohmann::ordered_json& record) {
   return stamped;
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

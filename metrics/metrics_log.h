@@ -34,7 +34,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 class MetricsLog {
  public:
@@ -62,4 +62,4 @@ class MetricsLog {
   std::ofstream out_;
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

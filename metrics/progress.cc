@@ -1,9 +1,9 @@
-#include "trainer/progress.h"
+#include "metrics/progress.h"
 
 #include <cmath>
 #include <cstdio>
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 Progress::Progress(std::ostream& out, bool live, int64_t total_steps, int64_t epochs,
                    int64_t log_every, bool quiet)
@@ -84,4 +84,4 @@ void Progress::finish() {
   out_.flush();
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

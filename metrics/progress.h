@@ -10,7 +10,7 @@
 #include <ostream>
 #include <string>
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 struct StepReport {
   int64_t step = 0;   // optimizer steps completed, 1-based
@@ -52,4 +52,4 @@ class Progress {
   size_t live_width_ = 0;  // characters of the status line now on screen
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

@@ -1,4 +1,4 @@
-#include "trainer/metrics_recorder.h"
+#include "metrics/recorder.h"
 
 #include <cmath>
 #include <cstdio>
@@ -6,12 +6,12 @@
 
 #include <chrono>
 
-#include "trainer/goodput.h"
-#include "trainer/metrics.h"
-#include "trainer/progress.h"
-#include "trainer/startup_profile.h"
+#include "metrics/goodput.h"
+#include "metrics/metrics_log.h"
+#include "metrics/progress.h"
+#include "metrics/startup_profile.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 namespace {
 
 std::string formatEpochs(double epochs) {
@@ -178,6 +178,11 @@ void ProgressMetricsRecorder::evaluation(int64_t step, int64_t epoch, const Eval
   goodput_->evaluation(result.seconds);
 }
 
+void ProgressMetricsRecorder::scalar(int64_t step, const std::string& name, double value) {
+  emit(
+      nlohmann::ordered_json{{"type", "scalar"}, {"step", step}, {"name", name}, {"value", value}});
+}
+
 void ProgressMetricsRecorder::checkpoint(const CheckpointRecord& r) {
   char text[320];
   std::snprintf(text, sizeof(text),
@@ -282,9 +287,9 @@ void ProgressMetricsRecorder::trained(int64_t last_step, int64_t steps, double s
 
 void ProgressMetricsRecorder::finished(const RunSummary& s) {
   if (metrics_) {
-    nlohmann::ordered_json record{
-        {"type", "summary"}, {"steps", s.steps}, {"epochs", s.epochs}, {"test_loss", s.test.loss}};
-    if (s.test.accuracy) record["test_accuracy"] = *s.test.accuracy;
+    nlohmann::ordered_json record{{"type", "summary"}, {"steps", s.steps}, {"epochs", s.epochs}};
+    if (s.evaluated) record["test_loss"] = s.test.loss;
+    if (s.evaluated && s.test.accuracy) record["test_accuracy"] = *s.test.accuracy;
     record["wall_seconds"] = s.wall_seconds;
     record["parameters"] = s.parameters;
     record["world_size"] = options_.world_size;
@@ -295,7 +300,9 @@ void ProgressMetricsRecorder::finished(const RunSummary& s) {
   if (!s.parameter_digest.empty()) progress_->info("final parameters sha256 " + s.parameter_digest);
   char text[320];
   char result[64];
-  if (s.test.accuracy) {
+  if (!s.evaluated) {
+    std::snprintf(result, sizeof(result), "trained");
+  } else if (s.test.accuracy) {
     std::snprintf(result, sizeof(result), "test accuracy %.4f (loss %.4f)", *s.test.accuracy,
                   s.test.loss);
   } else {
@@ -352,4 +359,4 @@ void ProgressMetricsRecorder::publishRankStatus(const StepRecord& r, double loss
   for (const auto& sink : options_.sinks) sink->rankStatus(status);
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

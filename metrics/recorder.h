@@ -21,9 +21,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "trainer/evaluator.h"
+#include "metrics/evaluation.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 class GoodputAccount;
 class MetricsLog;
@@ -47,8 +47,8 @@ class RecordSink {
 
 struct RunStart {
   RunStart() = default;
-  RunStart(std::string model, std::vector<std::string> start_notes, int64_t start,
-           int64_t total, int64_t per_epoch)
+  RunStart(std::string model, std::vector<std::string> start_notes, int64_t start, int64_t total,
+           int64_t per_epoch)
       : model_summary(std::move(model)),
         notes(std::move(start_notes)),
         start_step(start),
@@ -136,6 +136,7 @@ struct RunSummary {
   int64_t steps = 0;
   double epochs = 0;
   Evaluation test;
+  bool evaluated = true;  // false: no evaluation ran, and the summary says nothing of `test`
   double wall_seconds = 0;
   int64_t parameters = 0;
   std::string parameter_digest;  // empty: not computed on this rank
@@ -153,6 +154,8 @@ class MetricsRecorder {
   virtual void firstStep(int64_t step, const StartupProfile* startup) = 0;
   virtual void step(const StepRecord& record) = 0;
   virtual void evaluation(int64_t step, int64_t epoch, const Evaluation& result) = 0;
+  // A series of the caller's own (<cumulus/recorder.h>'s Recorder::scalar). Default: nothing.
+  virtual void scalar(int64_t /*step*/, const std::string& /*name*/, double /*value*/) {}
   virtual void checkpoint(const CheckpointRecord& record) = 0;
   // Every failed save, as it is seen (a background save's when the next save or the end of the
   // run collects it). By default a warning line.
@@ -206,6 +209,8 @@ class ProgressMetricsRecorder final : public MetricsRecorder {
   void firstStep(int64_t step, const StartupProfile* startup) override;
   void step(const StepRecord& record) override;
   void evaluation(int64_t step, int64_t epoch, const Evaluation& result) override;
+  // A "scalar" record {"step", "name", "value"} (writing rank only).
+  void scalar(int64_t step, const std::string& name, double value) override;
   void checkpoint(const CheckpointRecord& record) override;
   // A console line on every rank that saw it, and a "checkpoint_failed" record.
   void checkpointFailed(const CheckpointFailureRecord& record) override;
@@ -248,4 +253,4 @@ class ProgressMetricsRecorder final : public MetricsRecorder {
 // When this process began, in Unix seconds (its goodput account's exec).
 double launchExecTime();
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

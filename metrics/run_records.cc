@@ -1,12 +1,12 @@
-#include "trainer/run_records.h"
+#include "metrics/run_records.h"
 
 #include <chrono>
 #include <utility>
 
-#include "trainer/metrics_publisher.h"
-#include "trainer/tensorboard.h"
+#include "metrics/store_publisher.h"
+#include "metrics/tensorboard.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 namespace {
 
 int64_t unixMillis() {
@@ -22,9 +22,9 @@ RunRecords::RunRecords(std::string tensorboard_dir, std::ostream* warnings)
 
 RunRecords::~RunRecords() = default;
 
-std::vector<std::shared_ptr<RecordSink>> RunRecords::sinks(bool writes, const RunEnv& env) {
+std::vector<std::shared_ptr<RecordSink>> RunRecords::sinks(bool writes, const base::RunEnv& env) {
   std::vector<std::shared_ptr<RecordSink>> sinks;
-  if (writes) {
+  if (writes && !tensorboard_dir_.empty()) {
     if (!tensorboard_) tensorboard_ = std::make_shared<TensorBoardRecords>(tensorboard_dir_);
     sinks.push_back(tensorboard_);
   }
@@ -78,4 +78,4 @@ void RunRecords::afterStep() {
   reform_.reset();
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

@@ -13,17 +13,17 @@
 #include <string>
 #include <vector>
 
-#include "trainer/goodput.h"
-#include "trainer/metrics_recorder.h"
-#include "trainer/run_env.h"
+#include "base/run_env.h"
+#include "metrics/goodput.h"
+#include "metrics/recorder.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 class StorePublisher;
 
 class RunRecords {
  public:
-  // `tensorboard_dir`: where the writing rank's events file goes; `warnings`: where the live
+  // `tensorboard_dir`: where the writing rank's events file goes (empty: none); `warnings`: where the live
   // publisher reports a Store it cannot reach (nullptr: nowhere).
   RunRecords(std::string tensorboard_dir, std::ostream* warnings);
   ~RunRecords();
@@ -31,7 +31,7 @@ class RunRecords {
   // The sinks of a membership's recorder: the events file once this process writes (made the
   // first time), the live publisher when the run has a Store and live metrics (made once, told
   // the rank each time). One of each for the process, whatever re-formings come.
-  std::vector<std::shared_ptr<RecordSink>> sinks(bool writes, const RunEnv& env);
+  std::vector<std::shared_ptr<RecordSink>> sinks(bool writes, const base::RunEnv& env);
   const std::shared_ptr<GoodputAccount>& goodput() const { return goodput_; }
 
   // The current membership's recorder, from use() on. current() is the handle itself, for a part
@@ -69,4 +69,4 @@ class RunRecords {
   std::optional<ReformRecord> reform_;  // until a step follows it
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

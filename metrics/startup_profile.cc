@@ -1,4 +1,4 @@
-#include "trainer/startup_profile.h"
+#include "metrics/startup_profile.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 namespace {
 
 double bootSeconds() {
@@ -72,4 +72,4 @@ std::string StartupProfile::summary() const {
   return text;
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

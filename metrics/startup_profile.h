@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 class StartupProfile {
  public:
@@ -34,4 +34,4 @@ class StartupProfile {
 // Seconds from this process's start (as the kernel recorded it) to now; 0 where /proc is missing.
 double secondsSinceProcessStart();
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

@@ -1,4 +1,4 @@
-#include "trainer/metrics_publisher.h"
+#include "metrics/store_publisher.h"
 
 #include <ostream>
 #include <utility>
@@ -9,7 +9,7 @@
 #include "comm/store_client.h"
 #include "comm/store_keys.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 StorePublisher::StorePublisher(std::string host, int port, std::string token,
                                StorePublisherOptions options)
@@ -138,4 +138,4 @@ bool StorePublisher::send(const std::string& key_or_empty, const std::string& va
   }
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

@@ -20,9 +20,9 @@
 #include <thread>
 
 #include "comm/store.h"
-#include "trainer/metrics_recorder.h"
+#include "metrics/recorder.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 struct StorePublisherOptions {
   int64_t rank = 0;
@@ -76,4 +76,4 @@ class StorePublisher final : public RecordSink {
   std::thread thread_;
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

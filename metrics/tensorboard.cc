@@ -1,4 +1,4 @@
-#include "trainer/tensorboard.h"
+#include "metrics/tensorboard.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -18,7 +18,7 @@
 #include "base/crc32c.h"
 #include "proto/tensorboard_event.pb.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 namespace {
 
 // Tells apart the files of two writers created in one process within one second.
@@ -158,6 +158,10 @@ void TensorBoardSink::write(const nlohmann::ordered_json& record) {
     putKeys({"test_loss", "test_accuracy"});
   } else if (type == "checkpoint") {
     putKeys({"stall_ms"});
+  } else if (type == "scalar") {  // a series of the program's own, under its name
+    const auto name = record.find("name");
+    const std::optional<double> v = numberAt(record, "value");
+    if (name != record.end() && name->is_string() && v) put(name->get<std::string>(), *v);
   } else if (type == "goodput") {
     for (const auto& [key, value] : record.items()) {
       if (key == "step" || key == "time" || !value.is_number()) continue;
@@ -174,4 +178,4 @@ void TensorBoardRecords::record(const nlohmann::ordered_json& record) {
   sink_->write(record);
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

@@ -23,9 +23,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/fd.h"
-#include "trainer/metrics_recorder.h"
+#include "metrics/recorder.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 class TensorBoardWriter {
  public:
@@ -54,13 +54,14 @@ class TensorBoardWriter {
   base::Fd fd_;
 };
 
-// Turns metrics.jsonl records (trainer/metrics.h) into scalars:
+// Turns metrics.jsonl records (metrics/metrics_log.h) into scalars:
 //   "train"      -> train/loss, train/lr, train/samples_per_sec, train/step_time_ms,
 //                   train/comm_wait_ms, train/comm_bytes_sent, and train/outer_rounds,
 //                   train/outer_wait_s where the record has them
 //   "eval"       -> eval/test_loss, eval/test_accuracy
 //   "goodput"    -> goodput/<key> for every numeric key but "step" and "time"
 //   "checkpoint" -> checkpoint/stall_ms
+//   "scalar"     -> the record's "name" (a series of the program's own, Recorder::scalar)
 // each at the record's "step"; other types, and records without an integer step, are ignored.
 // A missing key, or a null (a non-finite number in metrics.jsonl), writes nothing for it. The
 // record's "time", where present, is the events' wall time, so the two files agree.
@@ -90,4 +91,4 @@ class TensorBoardRecords final : public RecordSink {
   std::unique_ptr<TensorBoardSink> sink_;
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

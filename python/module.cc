@@ -73,15 +73,15 @@ PYBIND11_MODULE(_C, m) {
            py::arg("init_timeout_seconds") = -1.0, py::call_guard<py::gil_scoped_release>(),
            "Joins the group of `size` ranks through the c10d `store`; blocks until connected, "
            "at most init_timeout_seconds (< 0: timeout_seconds).")
-      .def_property_readonly("algorithm",
-                             [](const Backend& b) {
-                               return cumulus::algorithmName(b.backendOptions().algorithm);
-                             })
+      .def_property_readonly(
+          "algorithm",
+          [](const Backend& b) { return cumulus::algorithmName(b.backendOptions().algorithm); })
       .def_property_readonly("compression", [](const Backend& b) {
         return cumulus::compressionName(b.backendOptions().compression);
       });
 
   cumulus::python::bindLibrary(m);
+  cumulus::python::bindRecorder(m);
   cumulus::python::bindDiloco(m);
   m.def("_stop_backends", &cumulus::python::stopAllBackends,
         py::call_guard<py::gil_scoped_release>(),

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# `make sanitize`: builds the LibTorch-free libraries (comm, configs, launch) and their tests
+# `make sanitize`: builds the LibTorch-free libraries (comm, metrics, configs, launch) and their tests
 # twice, and runs the tests:
-#   build-asan  AddressSanitizer + UndefinedBehaviorSanitizer: comm_test, configs_test, launch_test,
-#               bench_test
-#   build-tsan  ThreadSanitizer: comm_test, launch_test, bench_test (the code with threads)
+#   build-asan  AddressSanitizer + UndefinedBehaviorSanitizer: comm_test, metrics_test,
+#               configs_test, launch_test, bench_test
+#   build-tsan  ThreadSanitizer: comm_test, metrics_test, launch_test, bench_test (the code with
+#               threads)
 # A finding ends the process that made it with a nonzero status, so it fails its test, and the
 # script then fails. Figures and the reasons for what is left out: docs/testing.md "Sanitizers".
 set -euo pipefail
@@ -26,7 +27,8 @@ run_suite() {  # run_suite <build dir> <address|thread> <test binaries...>
   # headers' inline code is instrumented and optimized once per unit rather than once per file
   # (docs/testing.md "Build time").
   CXX=${CXX:-g++} cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCUMULUS_SANITIZE="$kind" -DCMAKE_UNITY_BUILD=ON >/dev/null
+    -DCUMULUS_SANITIZE="$kind" -DCMAKE_UNITY_BUILD=ON \
+    -DCUMULUS_PYTHON="$root/.venv/bin/python" >/dev/null
   cmake --build "$dir" -j "$jobs" --target "$@"
   local binaries
   binaries=$(IFS='|'; echo "$*")
@@ -36,7 +38,7 @@ run_suite() {  # run_suite <build dir> <address|thread> <test binaries...>
 # UBSan halts too (the build also says -fno-sanitize-recover), printing the stack it stopped at.
 export ASAN_OPTIONS=detect_leaks=1:strict_init_order=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-run_suite build-asan address comm_test configs_test launch_test bench_test
+run_suite build-asan address comm_test metrics_test configs_test launch_test bench_test
 
 # gRPC, Abseil and protobuf come uninstrumented from Debian, and their locks (absl::Mutex on
 # futexes) are invisible to TSan. Without ignore_noninstrumented_modules, the memcpy/memmove
@@ -47,4 +49,4 @@ run_suite build-asan address comm_test configs_test launch_test bench_test
 # reasons.
 export TSAN_OPTIONS="halt_on_error=1:ignore_noninstrumented_modules=1:second_deadlock_stack=1"
 TSAN_OPTIONS+=":suppressions=$root/scripts/sanitize/tsan.supp"
-run_suite build-tsan thread comm_test launch_test bench_test
+run_suite build-tsan thread comm_test metrics_test launch_test bench_test

@@ -7,8 +7,8 @@
 
 #include "cumulus/process_group.h"
 #include "cumulus/sampler.h"
+#include "metrics/recorder.h"
 #include "trainer/batch_source.h"
-#include "trainer/metrics_recorder.h"
 
 namespace cumulus::trainer {
 namespace {
@@ -24,8 +24,7 @@ std::string sharesText(const std::vector<int64_t>& shares) {
 
 }  // namespace
 
-BatchShares::BatchShares(const configs::TrainerConfig& config,
-                         std::shared_ptr<BatchSource> batches)
+BatchShares::BatchShares(const configs::TrainerConfig& config, std::shared_ptr<BatchSource> batches)
     : config_(config), batches_(std::move(batches)) {}
 
 void BatchShares::start(int64_t world, std::vector<std::string>& notes) {
@@ -59,9 +58,9 @@ void BatchShares::start(int64_t world, std::vector<std::string>& notes) {
 }
 
 void BatchShares::record(const char* reason, int64_t done, int64_t world,
-                         MetricsRecorder& recorder) const {
+                         metrics::MetricsRecorder& recorder) const {
   if (config_.balance == configs::BalanceMode::kOff) return;
-  BalanceRecord record;
+  metrics::BalanceRecord record;
   record.reason = reason;
   record.step = done;
   record.shares =
@@ -70,7 +69,7 @@ void BatchShares::record(const char* reason, int64_t done, int64_t world,
 }
 
 void BatchShares::atBoundary(int64_t done, ProcessGroup* group, int64_t micro_batches,
-                             MetricsRecorder& recorder) {
+                             metrics::MetricsRecorder& recorder) {
   if (config_.balance != configs::BalanceMode::kAuto || group == nullptr ||
       done % config_.balance_every_steps != 0) {
     return;
@@ -88,7 +87,7 @@ void BatchShares::atBoundary(int64_t done, ProcessGroup* group, int64_t micro_ba
   if (!decision.changed) return;
   batches_->setShares(decision.shares);
   shares_ = decision.shares;
-  BalanceRecord record;
+  metrics::BalanceRecord record;
   record.reason = "auto";
   record.step = done;
   record.shares = shares_;

@@ -19,10 +19,12 @@ namespace cumulus {
 class ProcessGroup;
 }
 
+namespace cumulus::metrics {
+class MetricsRecorder;
+}
 namespace cumulus::trainer {
 
 class BatchSource;
-class MetricsRecorder;
 
 class BatchShares {
  public:
@@ -41,13 +43,14 @@ class BatchShares {
   // their compute rates over `group` (null: alone, nothing to do) and take the shares
   // decideShares gives from the next step on; a change is recorded.
   void atBoundary(int64_t done, ProcessGroup* group, int64_t micro_batches,
-                  MetricsRecorder& recorder);
+                  metrics::MetricsRecorder& recorder);
   // After a change of membership to `world` members: equal shares (fixed ones where they fit the
   // new world), and the rates measured again. Warnings go to `warnings` (the recorder may not
   // have begun).
   void reset(int64_t world, std::vector<std::string>& warnings);
   // A "balance" record of the shares in force after `done` (nothing with balance off).
-  void record(const char* reason, int64_t done, int64_t world, MetricsRecorder& recorder) const;
+  void record(const char* reason, int64_t done, int64_t world,
+              metrics::MetricsRecorder& recorder) const;
   // In force for the next step; empty: equal.
   const std::vector<int64_t>& current() const { return shares_; }
 

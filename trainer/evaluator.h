@@ -11,6 +11,8 @@
 #include <memory>
 #include <optional>
 
+#include "metrics/evaluation.h"
+
 namespace cumulus {
 class ProcessGroup;
 }
@@ -25,16 +27,7 @@ namespace cumulus::trainer {
 
 class Loss;
 
-struct Evaluation {
-  // The mean over the samples of each sample's mean loss (trainer/loss.h); for a language model,
-  // nats per token.
-  double loss = 0;
-  // The share of predictions that are right (samples for class ids, tokens for a language model);
-  // unset where accuracy means nothing (loss.name mse or module).
-  std::optional<double> accuracy;
-  // How long the evaluation took (the trainer times it; an evaluator need not set it).
-  double seconds = 0;
-};
+using metrics::Evaluation;  // metrics/evaluation.h
 
 class Evaluator {
  public:

@@ -107,7 +107,7 @@ void InPlaceRecovery::membershipChanged(const Membership& m) {
   // The new membership's recorder begins where the group trains from (a joiner's records begin
   // in run(), with what was kept).
   if (parts_.records.begun()) {
-    parts_.records.recorder().begin(RunStart{
+    parts_.records.recorder().begin(metrics::RunStart{
         "", {}, parts_.progress.steps_done, parts_.total_steps, parts_.batches->stepsPerEpoch()});
   }
   for (const std::string& w : share_warnings) parts_.records.warning(w);
@@ -123,7 +123,7 @@ void InPlaceRecovery::recordReform(const Membership& m, int64_t old_rank, int64_
   const RunEnv& env = parts_.env;
   const int64_t done = parts_.progress.steps_done;
   const double ms = 1000.0 * m.seconds;
-  ReformRecord record;
+  metrics::ReformRecord record;
   record.cause = m.cause;
   record.step = done;
   record.epoch = m.epoch;

@@ -14,9 +14,9 @@
 #include "cumulus/errors.h"
 #include "cumulus/process_group.h"
 #include "cumulus/run_directory.h"
+#include "metrics/recorder.h"
 #include "models/model.h"
 #include "trainer/diloco_state.h"
-#include "trainer/metrics_recorder.h"
 #include "trainer/rank_reduce.h"
 #include "trainer/resume.h"
 #include "trainer/state_dict.h"
@@ -66,7 +66,8 @@ uint64_t bytesOf(const checkpoint::NamedTensors& tensors) {
 }  // namespace
 
 RunCheckpoints::RunCheckpoints(const configs::Experiment& config, const TrainerOptions& options,
-                               bool writer, const std::shared_ptr<MetricsRecorder>& recorder,
+                               bool writer,
+                               const std::shared_ptr<metrics::MetricsRecorder>& recorder,
                                std::function<Checkpoint(int64_t, double, bool)> capture)
     : config_(config),
       options_(options),
@@ -339,7 +340,7 @@ void RunCheckpoints::reportSaves() {
 void RunCheckpoints::reportSave(const SaveResult& r) {
   failed_saves_ = 0;
   last_saved_step_ = std::max(last_saved_step_, static_cast<int64_t>(r.step));
-  CheckpointRecord record;
+  metrics::CheckpointRecord record;
   record.step = static_cast<int64_t>(r.step);
   record.path = r.path;
   record.stall_ms = stall_ms_[record.step];
@@ -352,7 +353,7 @@ void RunCheckpoints::reportSave(const SaveResult& r) {
 
 void RunCheckpoints::failed(int64_t done, const CheckpointError& error) {
   ++failed_saves_;
-  CheckpointFailureRecord record;
+  metrics::CheckpointFailureRecord record;
   record.step = done;
   record.error = error.what();
   record.in_a_row = failed_saves_;

@@ -34,9 +34,10 @@ namespace cumulus::models {
 class Model;
 }
 
-namespace cumulus::trainer {
-
+namespace cumulus::metrics {
 class MetricsRecorder;
+}
+namespace cumulus::trainer {
 
 class RunCheckpoints {
  public:
@@ -45,7 +46,7 @@ class RunCheckpoints {
   // trainer outlives this object.
   // `writer`: this rank writes (until setMembership says otherwise).
   RunCheckpoints(const configs::Experiment& config, const TrainerOptions& options, bool writer,
-                 const std::shared_ptr<MetricsRecorder>& recorder,
+                 const std::shared_ptr<metrics::MetricsRecorder>& recorder,
                  std::function<Checkpoint(int64_t done, double lr, bool preempted)> capture);
   ~RunCheckpoints();
 
@@ -109,7 +110,7 @@ class RunCheckpoints {
 
   const configs::Experiment& config_;
   const TrainerOptions& options_;
-  const std::shared_ptr<MetricsRecorder>& recorder_;
+  const std::shared_ptr<metrics::MetricsRecorder>& recorder_;
   std::function<Checkpoint(int64_t, double, bool)> capture_;
   std::string dir_;
   std::unique_ptr<Checkpoints> store_;

@@ -19,9 +19,9 @@
 #include "cumulus/preemption.h"
 #include "cumulus/process_group.h"
 #include "distributed/trace.h"
-#include "trainer/progress.h"
+#include "metrics/progress.h"
+#include "metrics/startup_profile.h"
 #include "trainer/run_env.h"
-#include "trainer/startup_profile.h"
 #include "trainer/train_command.h"
 #include "trainer/trainer.h"
 
@@ -108,7 +108,7 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   using namespace cumulus;
   // Before anything allocates much: a step's large blocks then stay in the heap for the next.
   const AllocatorChoice allocator = useTrainingAllocator();
-  trainer::StartupProfile startup;
+  metrics::StartupProfile startup;
   CLI::App app{"Trains one worker of an experiment (alone, or one rank of a cumulus-run group).",
                kProgram};
   TrainFlags flags;
@@ -123,7 +123,7 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   const trainer::RunEnv env = trainer::RunEnv::fromEnvironment();
   // Said only when it is not the training setting (the documented default): someone chose so.
   if (!allocator.tuned &&
-      !trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
+      !metrics::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
     std::cout << allocator.text << std::endl;
   }
   startup.mark("config");
@@ -155,7 +155,7 @@ int runMain(int argc, char** argv, const cumulus::trainer::TrainCustomization& c
   if (!elastic && env.world_size > 1) {
     group = cumulus::ProcessGroup::fromEnvironment(group_options);
     options.group = group.get();
-    if (!trainer::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
+    if (!metrics::Progress::quietFor(env.rank, experiment.trainer.log_all_ranks)) {
       std::cout << "rank " << env.rank << " of " << env.world_size << ": connected (generation "
                 << env.generation << ", comm.algorithm "
                 << cumulus::algorithmName(experiment.comm.algorithm) << ")" << std::endl;

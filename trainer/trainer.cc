@@ -23,15 +23,15 @@
 #include "cumulus/sampler.h"
 #include "data/npy.h"
 #include "distributed/trace.h"
+#include "metrics/progress.h"
+#include "metrics/startup_profile.h"
 #include "models/model.h"
 #include "trainer/diloco_state.h"
 #include "trainer/diloco_training.h"
 #include "trainer/loss.h"
 #include "trainer/model_checks.h"
-#include "trainer/progress.h"
 #include "trainer/rank_reduce.h"
 #include "trainer/resume.h"
-#include "trainer/startup_profile.h"
 #include "trainer/step_count.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
@@ -315,10 +315,10 @@ void Trainer::Impl::buildGroupParts() {
   parts_.evaluator = choose<Evaluator>(parts_.options.evaluator,
                                        makeTestSetEvaluator(parts_.test_data, eval), "evaluator");
 
-  ProgressRecorderOptions record;
+  metrics::ProgressRecorderOptions record;
   record.console = parts_.options.console;
   record.live = parts_.options.live_progress;
-  record.quiet = Progress::quietFor(parts_.env.rank, parts_.config.trainer.log_all_ranks);
+  record.quiet = metrics::Progress::quietFor(parts_.env.rank, parts_.config.trainer.log_all_ranks);
   record.log_every_steps = parts_.config.trainer.log_every_steps;
   if (parts_.writes()) record.metrics_path = parts_.config.trainer.run_dir + "/metrics.jsonl";
   record.world_size = parts_.env.world_size;
@@ -331,8 +331,8 @@ void Trainer::Impl::buildGroupParts() {
   record.rank = parts_.env.rank;
   record.goodput = parts_.records.goodput();
   record.sinks = parts_.records.sinks(parts_.writes(), parts_.env);
-  parts_.records.use(choose<MetricsRecorder>(
-      parts_.options.metrics, std::make_shared<ProgressMetricsRecorder>(std::move(record)),
+  parts_.records.use(choose<metrics::MetricsRecorder>(
+      parts_.options.metrics, std::make_shared<metrics::ProgressMetricsRecorder>(std::move(record)),
       "metrics"));
   parts_.checkpoints->setMembership(parts_.writes(), parts_.env.rank, parts_.env.world_size,
                                     parts_.group, parts_.distributed);
@@ -457,7 +457,8 @@ std::shared_ptr<cumulus::Elastic> connectInPlace(const configs::Experiment& expe
   options.elastic = made.get();
   options.group = &made->group();
   if (options.console != nullptr &&
-      !Progress::quietFor(made->joining() ? 0 : made->rank(), experiment.trainer.log_all_ranks)) {
+      !metrics::Progress::quietFor(made->joining() ? 0 : made->rank(),
+                                   experiment.trainer.log_all_ranks)) {
     *options.console << (made->joining()
                              ? "member " + made->memberId() +
                                    ": joining the running group (recovery in_place)"

@@ -91,13 +91,15 @@ namespace cumulus::distributed {
 class TraceRecorder;
 }
 
+namespace cumulus::metrics {
+class MetricsRecorder;
+class StartupProfile;
+}  // namespace cumulus::metrics
 namespace cumulus::trainer {
 
 class BatchSource;
 class CheckpointPolicy;
 class Evaluator;
-class MetricsRecorder;
-class StartupProfile;
 
 // How a caller picks one of the step loop's parts (TrainerOptions): called once while the Trainer
 // is built, with the part the Trainer made from the experiment and options, it returns the part to
@@ -166,7 +168,7 @@ struct TrainerOptions {
   bool step_watchdog = true;
   // Marks each start-up phase (data, model, resume, broadcast, step) and prints the summary with
   // the first step; not owned, null: no profile.
-  StartupProfile* startup = nullptr;
+  metrics::StartupProfile* startup = nullptr;
   // The CPU that trainer.precision auto decides from (<cumulus/precision.h>); unset: this one,
   // CpuFeatures::detect().
   std::optional<cumulus::CpuFeatures> cpu;
@@ -174,7 +176,7 @@ struct TrainerOptions {
   // experiment's data in any case (the built-in models are sized from it).
   PartChoice<BatchSource> batches;                 // SamplerBatchSource over the training split
   PartChoice<Evaluator> evaluator;                 // makeTestSetEvaluator over the test split
-  PartChoice<MetricsRecorder> metrics;             // ProgressMetricsRecorder on `console`
+  PartChoice<metrics::MetricsRecorder> metrics;    // ProgressMetricsRecorder on `console`
   PartChoice<CheckpointPolicy> checkpoint_policy;  // ScheduledCheckpointPolicy (checkpoint.*)
   PartChoice<StopAgreement> stop;                  // PreemptionWatcher over the group
 };

@@ -26,6 +26,8 @@
 #include "cumulus/step_watchdog.h"
 #include "data/examples.h"
 #include "distributed/flat_parameters.h"
+#include "metrics/recorder.h"
+#include "metrics/run_records.h"
 #include "models/model.h"
 #include "trainer/batch_shares.h"
 #include "trainer/batch_source.h"
@@ -34,10 +36,8 @@
 #include "trainer/datasets.h"
 #include "trainer/evaluator.h"
 #include "trainer/loss.h"
-#include "trainer/metrics_recorder.h"
 #include "trainer/optimizer.h"
 #include "trainer/run_checkpoints.h"
-#include "trainer/run_records.h"
 #include "trainer/schedule.h"
 #include "trainer/trainer.h"
 
@@ -116,7 +116,7 @@ struct TrainerParts {
   std::shared_ptr<Evaluator> evaluator;
   // The recorder of the current membership, the sinks and goodput account of the launch, and what
   // set-up and the resume found until the records begin.
-  RunRecords records;
+  metrics::RunRecords records;
   // The checkpoints, the run directory's guards and the residuals for the checkpoints.
   std::unique_ptr<RunCheckpoints> checkpoints;
   std::unique_ptr<StepWatchdog> watchdog;  // during run(), unless options.step_watchdog is off

@@ -13,12 +13,12 @@
 #include "cumulus/checkpoint.h"
 #include "cumulus/process_group.h"
 #include "distributed/trace.h"
+#include "metrics/goodput.h"
+#include "metrics/startup_profile.h"
 #include "trainer/diloco_training.h"
 #include "trainer/divergence.h"
-#include "trainer/goodput.h"
 #include "trainer/loss.h"
 #include "trainer/rank_reduce.h"
-#include "trainer/startup_profile.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/training_checkpoint.h"
 
@@ -137,18 +137,18 @@ bool StepLoop::start() {
 void StepLoop::beginRecords(bool joiner) {
   // A launch that resumed from a checkpoint takes over the goodput account of the launches before
   // it; a joiner's launch starts its own.
-  GoodputHistory history;
+  metrics::GoodputHistory history;
   if (parts_.writes() && parts_.start_step > 0 && !joiner) {
-    history =
-        readGoodputHistory(parts_.config.trainer.run_dir + "/metrics.jsonl", parts_.start_step);
+    history = metrics::readGoodputHistory(parts_.config.trainer.run_dir + "/metrics.jsonl",
+                                          parts_.start_step);
   }
-  RunStart begin{parts_.model->summary(), parts_.data_lines, parts_.start_step, parts_.total_steps,
-                 parts_.batches->stepsPerEpoch()};
+  metrics::RunStart begin{parts_.model->summary(), parts_.data_lines, parts_.start_step,
+                          parts_.total_steps, parts_.batches->stepsPerEpoch()};
   begin.precision = precisionName(parts_.precision.precision);
   begin.precision_requested = precisionName(parts_.precision.requested);
   begin.precision_reason = parts_.precision.reason;
   begin.precision_warning = parts_.precision.warning;
-  parts_.records.begin(std::move(begin), launchExecTime(), history);
+  parts_.records.begin(std::move(begin), metrics::launchExecTime(), history);
   parts_.shares->record("start", parts_.start_step, parts_.env.world_size,
                         parts_.records.recorder());
 }
@@ -410,7 +410,7 @@ void StepLoop::recordStep(int64_t step, const StepOutcome& outcome, double lr, d
     parts_.startupMark("step");
     parts_.records.recorder().firstStep(done, parts_.options.startup);
   }
-  StepRecord record;
+  metrics::StepRecord record;
   record.step = done;
   record.epoch = outcome.epoch;
   record.loss = outcome.loss;
@@ -496,7 +496,7 @@ void StepLoop::finishRun(const Evaluation& last_eval, double loop_start, RunResu
   if (parts_.env.rank == 0 || parts_.inPlace() || parts_.config.trainer.log_all_ranks) {
     result.parameter_digest = parameterDigest(*parts_.model);
   }
-  RunSummary summary;
+  metrics::RunSummary summary;
   summary.steps = result.steps;
   summary.epochs = result.epochs;
   summary.test = last_eval;

@@ -10,6 +10,9 @@
 //
 //   cumulus-run --standalone --nproc-per-node 3 -- elastic_loop --data DIR --run-dir DIR
 //
+// Its records (<cumulus/recorder.h>) go to DIR/metrics.jsonl and DIR/tensorboard, and under
+// `cumulus-run --metrics-port P` to the job's live endpoint and dashboard.
+//
 // See README.md for the flags and what it prints.
 #include <cumulus/cumulus.h>
 #include <torch/torch.h>
@@ -316,9 +319,18 @@ int train(const Flags& flags) {
   if (resumed > 0 && elastic.rank() == 0 && elastic.epoch() == 0) {
     std::printf("resumed at step %lld\n", static_cast<long long>(resumed));
   }
+  // This program prints its own lines; the recorder writes the files and feeds the endpoint.
+  cumulus::RecorderOptions records;
+  records.run_dir = flags.run_dir;
+  records.total_steps = flags.steps;
+  records.log_every_steps = flags.log_every;
+  records.start_step = resumed;
+  records.console = nullptr;
+  cumulus::Recorder recorder(elastic, records);
 
   while (elastic.step() < flags.steps) {
     double loss = 0;
+    cumulus::StepMetrics mine;  // this worker's mean loss and samples, for the recorder
     // One whole step; its collectives (the gradient sum, the loss for the log) come before the
     // update, so Elastic may run it again after a failure.
     elastic.train([&] {
@@ -328,6 +340,8 @@ int train(const Flags& flags) {
       const torch::Tensor per_sample =
           smoothedCrossEntropy(job.net->forward(job.data.images.index_select(0, idx)),
                                job.data.labels.index_select(0, idx), flags.smoothing);
+      mine.loss = per_sample.mean().item<double>();
+      mine.samples = static_cast<int64_t>(local.size());
       elastic.sync().backward(per_sample.sum() / static_cast<double>(flags.batch));
       const int64_t next = elastic.step() + 1;
       if (next % flags.log_every == 0 || next == flags.steps) {
@@ -339,6 +353,9 @@ int train(const Flags& flags) {
       job.sampler.advance();
     });
     const int64_t done = elastic.step();
+    mine.lr = flags.lr;
+    mine.global_samples = flags.batch;
+    recorder.step(mine);
     if ((done % flags.log_every == 0 || done == flags.steps) && elastic.rank() == 0) {
       std::printf("step %lld/%lld loss %.6f workers %d\n", static_cast<long long>(done),
                   static_cast<long long>(flags.steps), loss, elastic.size());
@@ -366,6 +383,7 @@ int train(const Flags& flags) {
     }
   }
   elastic.finish();
+  recorder.finish();
   if (elastic.rank() == 0) save(job, elastic, false);
   std::printf("final parameters %s at step %lld\n", parametersDigest(job.net).c_str(),
               static_cast<long long>(elastic.step()));

@@ -8,6 +8,10 @@ again, and cumulus-run's replacement joins at a step boundary, healed from a liv
 to cumulus-run: every worker stops at one step boundary, rank 0 checkpoints, exit 75; the same
 command resumes exactly. Each worker ends by printing a hash of its parameters: all the same.
 
+The run's records (cumulus.Recorder) go to DIR/metrics.jsonl and DIR/tensorboard, and under
+`cumulus-run --metrics-port P` to the live endpoint (http://localhost:P/metrics, the dashboard
+at /): loss, samples/s, the goodput split with the time Elastic spent re-forming.
+
 With --diloco H the workers train DiLoCo (cumulus.DiLoCo, docs/diloco.md): each its own replica for
 H steps without communicating, then an outer sync; --fragments, --overlap and --outer-compression
 give Streaming DiLoCo.
@@ -120,6 +124,10 @@ def main():
         return 0
     if resumed and elastic.rank == 0 and elastic.epoch == 0:
         print(f"resumed at step {resumed}", flush=True)
+    # This script prints its own lines; the recorder writes the files and feeds the endpoint.
+    recorder = cumulus.Recorder(elastic, args.run_dir, total_steps=args.steps,
+                                log_every_steps=args.log_every, start_step=resumed,
+                                console=False)
 
     def save(preempted):
         c = elastic.capture()
@@ -128,6 +136,7 @@ def main():
 
     while elastic.step < args.steps:
         loss = [0.0]
+        local = [0.0, 0]  # this worker's mean loss and samples, for the recorder
 
         def step():  # may run again, on the re-formed group, after a peer's failure
             idx = torch.tensor(sampler.local_indices(elastic.rank, elastic.size))
@@ -137,6 +146,7 @@ def main():
             logp = F.log_softmax(model(images[idx]), 1)
             per_sample = ((1 - args.smoothing) * -logp.gather(1, labels[idx, None]).squeeze(1)
                           - args.smoothing * logp.mean(1))
+            local[0], local[1] = per_sample.mean().item(), len(idx)
             if diloco:
                 (per_sample.sum() / len(idx)).backward()  # this worker's own mean, not summed
             else:
@@ -153,6 +163,7 @@ def main():
 
         elastic.train(step)
         done = elastic.step
+        recorder.step(local[0], samples=local[1], lr=args.lr, global_samples=args.batch)
         if (done % args.log_every == 0 or done == args.steps) and elastic.rank == 0:
             print(f"step {done}/{args.steps} loss {loss[0]:.6f} workers {elastic.size}",
                   flush=True)
@@ -178,6 +189,7 @@ def main():
     if diloco:
         elastic.at_end(diloco.sync_all)
     elastic.finish()
+    recorder.finish()
     if elastic.rank == 0:
         save(False)
     print(f"final parameters {digest(model)} at step {elastic.step}", flush=True)

@@ -31,6 +31,7 @@
 #include "cumulus/precision.h"
 #include "cumulus/preemption.h"
 #include "cumulus/process_group.h"
+#include "cumulus/recorder.h"
 #include "cumulus/run_directory.h"
 #include "cumulus/sampler.h"
 #include "cumulus/step_watchdog.h"

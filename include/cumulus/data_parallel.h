@@ -131,7 +131,8 @@ struct SyncStepStats {
   double comm_wait_seconds = 0;     // time blocked in finish(): launching the rest, then waiting
   size_t launched_in_backward = 0;  // buckets launched from hooks (overlapped with backward)
   size_t buckets = 0;
-  size_t bytes = 0;  // bytes all-reduced (bf16 buckets count 2 per element)
+  size_t bytes = 0;    // bytes all-reduced (bf16 buckets count 2 per element)
+  uint64_t steps = 0;  // finish() calls so far: whether a step ran since an earlier look
 };
 
 class DataParallel final : public GradientSync {

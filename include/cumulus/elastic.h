@@ -116,6 +116,26 @@ struct Membership {
   double seconds = 0;       // from the failure (or the boundary) to the re-formed group
 };
 
+// Where this member's time inside Elastic went, in seconds since it was constructed, cumulative
+// (Elastic::times()). A recorder (<cumulus/recorder.h>) turns it into the run's goodput split, so
+// a loop that only calls train() and boundary() gets an honest account of its time.
+struct ElasticTimes {
+  double start = 0;      // start(): the first collectives, or a replacement's admission and heal
+  double train = 0;      // train(): each step's committed attempt, comm_wait included
+  double comm_wait = 0;  // of `train`: blocked in sync()'s finish() (SyncStepStats)
+  double redone = 0;     // train() attempts a peer's failure threw away (the wait that saw it too)
+  // From a failure seen, or a boundary that agreed on a leave or a join, to the re-formed group
+  // with every member healed.
+  double reform = 0;
+  double boundary = 0;     // boundary()'s agreement (re-forming and member waits excluded)
+  double member_wait = 0;  // boundary() waiting for replacements (wait_for_members)
+  // After a boundary that agreed kCheckpoint or kStop, until the next train() or waitForAll():
+  // the program's save, as the training thread waits for it.
+  double checkpoint = 0;
+  double at_boundary = 0;  // atBoundary() and atEnd(): the program's work between steps
+  int64_t reforms = 0;     // re-formings since construction
+};
+
 // What every member does after a step, by agreement (boundary()).
 enum class ElasticAction {
   kContinue,
@@ -212,11 +232,18 @@ class Elastic {
   int size() const;
   int64_t epoch() const;
   int64_t step() const;  // steps committed
+  // The membership now, as onMembershipChange() last told it (after start()).
+  const Membership& membership() const;
+  // This member left the group on a notice (boundary() returned kLeave).
+  bool left() const;
+  // Where this member's time went so far (ElasticTimes).
+  const ElasticTimes& times() const;
   // The group of the current membership (its identity stays; its rank and size follow).
   ProcessGroup& group();
   // The gradient sync over the current membership, after start() and attach() (rebuilt at each
-  // change; do not keep it across train() calls). std::logic_error without attached parameters. With DataParallelOptions::compression kBf16 each member's error feedback is
-  // carried over a re-forming; a member that was healed starts from none.
+  // change; do not keep it across train() calls). std::logic_error without attached parameters.
+  // With DataParallelOptions::compression kBf16 each member's error feedback is carried over a
+  // re-forming; a member that was healed starts from none.
   GradientSync& sync();
   // The notices' watcher (notify(), requestCheckpoint(), noticed()), from construction on. A
   // notice and its grace deadline outlive a failure's or a join's re-forming. After other

@@ -62,6 +62,7 @@ choose_precision = _C.choose_precision
 from .elastic import (EXIT_PREEMPTED, Checkpoint, CheckpointError, Elastic,  # noqa: E402
                       ElasticAction, Membership, capture, restore)
 from .diloco import DiLoCo  # noqa: E402
+from .recorder import Recorder  # noqa: E402
 
 BACKEND = "cumulus"
 

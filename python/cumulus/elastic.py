@@ -304,6 +304,14 @@ class Elastic:
         """At a boundary that returned LEAVE, STOP or a leave's CONTINUE: the ranks that left."""
         return self._core.leaving()
 
+    @property
+    def times(self):
+        """Where this member's time inside Elastic went so far, in seconds (<cumulus/elastic.h>
+        ElasticTimes): start, train, comm_wait, redone, reform, boundary, member_wait,
+        checkpoint, at_boundary, and the count of reforms."""
+        return self._core.times()
+
+    left = property(lambda self: self._core.left(), doc="this member left on a notice")
     rank = property(lambda self: self._core.rank)
     size = property(lambda self: self._core.size)
     step = property(lambda self: self._core.step, doc="steps committed")

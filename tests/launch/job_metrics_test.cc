@@ -204,7 +204,7 @@ TEST_F(JobMetricsTest, StatusAndRecordsForTheDashboard) {
   EXPECT_EQ(metrics_.records(9, 10)["next"], 3);  // past the end: nothing, from the end
 }
 
-// The workers' side of the Store (trainer/metrics_publisher.h writes these keys): records in
+// The workers' side of the Store (metrics/store_publisher.h writes these keys): records in
 // order, each removed once read; a number taken but never written is skipped after 5 s.
 TEST_F(JobMetricsTest, ReadsTheWorkersRecordsAndStatusesFromTheStore) {
   comm::MemoryStore store;

@@ -49,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BIN = os.environ.get("CUMULUS_BIN") or os.path.join(ROOT, "build", "bin")
 PROMETHEUS = os.environ.get("PROMETHEUS", "/usr/bin/prometheus")
-READ_TFEVENTS = os.path.join(ROOT, "tests", "trainer", "read_tfevents.py")
+READ_TFEVENTS = os.path.join(ROOT, "tests", "metrics", "read_tfevents.py")
 PY = sys.executable
 JOB = "cumulus"
 

@@ -1,6 +1,6 @@
-// Goodput (trainer/goodput.h): the split of a run's wall time, across launches; and the
-// StorePublisher (trainer/metrics_publisher.h) that sends records and statuses to node 0.
-#include "trainer/goodput.h"
+// Goodput (metrics/goodput.h): the split of a run's wall time, across launches; and the
+// StorePublisher (metrics/store_publisher.h) that sends records and statuses to node 0.
+#include "metrics/goodput.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -14,10 +14,10 @@
 #include "comm/memory_store.h"
 #include "comm/store_keys.h"
 #include "cumulus/errors.h"
-#include "tests/trainer/test_dir.h"
-#include "trainer/metrics_publisher.h"
+#include "metrics/store_publisher.h"
+#include "tests/test_dir.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 namespace {
 
 TEST(GoodputAccountTest, SplitsOneLaunchsWallTime) {
@@ -148,4 +148,4 @@ TEST(StorePublisherTest, AFailingStoreIsSaidOnceAndTrainingGoesOn) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

@@ -1,4 +1,4 @@
-#include "trainer/metrics.h"
+#include "metrics/metrics_log.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 
 #include "cumulus/errors.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 namespace {
 
 // A wall clock that always says 1.5 s after the epoch.
@@ -146,4 +146,4 @@ TEST(MetricsTest, ContinueAfterKeepsTheStepsUpToTheCheckpoint) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

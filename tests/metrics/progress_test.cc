@@ -1,10 +1,10 @@
-#include "trainer/progress.h"
+#include "metrics/progress.h"
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 namespace {
 
 TEST(ProgressTest, FormatsDurations) {
@@ -73,4 +73,4 @@ TEST(ProgressTest, InfoIsALineWhenNotQuiet) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

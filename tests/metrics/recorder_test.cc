@@ -1,6 +1,6 @@
 // ProgressMetricsRecorder: which steps make records, the loss summed over ranks only at those, and
 // the lines and records a run's events become.
-#include "trainer/metrics_recorder.h"
+#include "metrics/recorder.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 namespace {
 
 namespace fs = std::filesystem;
@@ -295,4 +295,4 @@ TEST(MetricsRecorderTest, AQuietRankPrintsOnlyWarningsAndItsStop) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

@@ -1,7 +1,7 @@
-// TensorBoard event files (trainer/tensorboard.h), read back by an independent reader
+// TensorBoard event files (metrics/tensorboard.h), read back by an independent reader
 // (read_tfevents.py: its own CRC-32C, protoc's Python module) as TensorBoard reads them. No
-// LibTorch: this binary compiles trainer/tensorboard.cc itself.
-#include "trainer/tensorboard.h"
+// LibTorch.
+#include "metrics/tensorboard.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -17,9 +17,15 @@
 #include <vector>
 
 #include "base/crc32c.h"
-#include "tests/trainer/test_dir.h"
+#include "tests/test_dir.h"
 
-namespace cumulus::trainer {
+// The reader runs in the project environment's Python (CUMULUS_PYTHON, with protobuf); a build
+// that names none (a sanitizer build configured by hand) cannot read the events back.
+#ifndef CUMULUS_PYTHON
+#error "tests/metrics needs CUMULUS_PYTHON, the project environment's Python (.venv/bin/python)"
+#endif
+
+namespace cumulus::metrics {
 namespace {
 
 constexpr double kClock = 1700000000.25;  // exactly representable
@@ -33,7 +39,7 @@ struct Reading {
 
 Reading readEvents(const std::string& path) {
   const std::string command =
-      CUMULUS_PYTHON " " CUMULUS_SOURCE_DIR "/tests/trainer/read_tfevents.py '" + path + "' 2>&1";
+      CUMULUS_PYTHON " " CUMULUS_SOURCE_DIR "/tests/metrics/read_tfevents.py '" + path + "' 2>&1";
   Reading r;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -316,4 +322,4 @@ TEST(TensorBoardWriterTest, ADirectoryThatCannotBeCreatedIsNamed) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

@@ -5,17 +5,21 @@ project environment's Python, a real SIGKILL and a real SIGTERM.
     CUMULUS_BIN=build/bin CUMULUS_PYTHONPATH=build/python .venv/bin/python tests/python/elastic_test.py
 """
 
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
@@ -29,11 +33,12 @@ FINAL = re.compile(r"\[rank\d\] final parameters ([0-9a-f]{16}) at step (\d+)")
 PROGRESS = re.compile(r"\[rank0\] step (\d+)/")
 
 
-def run(run_dir, *flags, on_line=None, timeout=300, worker_env=()):
+def run(run_dir, *flags, on_line=None, timeout=300, worker_env=(), launcher=()):
     """cumulus-run with three workers of the example; on_line(line, process) sees each line.
-    worker_env: NAME=VALUE settings over the environment cumulus-run gives the workers."""
+    worker_env: NAME=VALUE settings over the environment cumulus-run gives the workers;
+    launcher: cumulus-run's own flags."""
     command = [os.path.join(BIN, "cumulus-run"), "--nproc-per-node", "3", "--max-restarts", "3",
-               "--", "env", *worker_env, sys.executable, EXAMPLE, "--run-dir", run_dir,
+               *launcher, "--", "env", *worker_env, sys.executable, EXAMPLE, "--run-dir", run_dir,
                "--steps", "400",
                "--limit", "6000", "--log-every", "20", "--checkpoint-every", "1000", *flags]
     env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
@@ -55,6 +60,35 @@ def run(run_dir, *flags, on_line=None, timeout=300, worker_env=()):
             process.wait()
         process.stdout.close()
     return process.returncode, "".join(lines)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape_until(port, ready, deadline_s=60):
+    """cumulus-run's /metrics as {series: value} once ready(series) holds (polled every 0.2 s up
+    to the deadline); the last scrape otherwise."""
+    end = time.monotonic() + deadline_s
+    series = {}
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            series = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                      for line in text.splitlines() if line and not line.startswith("#")}
+        except OSError:
+            pass
+        if ready(series) or time.monotonic() >= end:
+            return series
+        time.sleep(0.2)
+
+
+def records(run_dir, kind):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["type"] == kind]
 
 
 def memberships(output):
@@ -82,11 +116,43 @@ def kill_rank_one_after(steps, killed):
 
 class ElasticExample(unittest.TestCase):
     def test_a_sigkill_leaves_the_others_training_and_heals_the_replacement(self):
-        killed = []
+        """...and the loop's recorder (cumulus.Recorder) says so: the live endpoint shows its step
+        and the re-forming in the goodput split, metrics.jsonl and TensorBoard's own reader find
+        its records."""
+        killed, scraped = [], {}
+        port = free_port()
+        kill = kill_rank_one_after(SIGNAL_AFTER, killed)
+        reformed = 'cumulus_goodput_seconds_total{category="reform"}'
+
+        def on_line(line, process, seen):
+            kill(line, process, seen)
+            if killed and not scraped and past(line, 300):
+                scraped.update(scrape_until(port, lambda s: s.get(reformed, 0) > 0 and
+                                            s.get("cumulus_step", 0) >= 300))
+
         with tempfile.TemporaryDirectory() as tmp:
-            code, output = run(tmp, "--wait-for", "3",
-                               on_line=kill_rank_one_after(SIGNAL_AFTER, killed))
+            code, output = run(tmp, "--wait-for", "3", on_line=on_line,
+                               launcher=["--metrics-port", str(port)])
+            trains = records(tmp, "train")
+            reforms = records(tmp, "reform")
+            goodput = records(tmp, "goodput")
+            tensorboard = EventAccumulator(os.path.join(tmp, "tensorboard"))
+            tensorboard.Reload()
+            losses = [e.step for e in tensorboard.Scalars("train/loss")]
+            tb_reform = tensorboard.Scalars("goodput/reform_s")
         self.assertTrue(killed, output)
+        self.assertGreaterEqual(scraped.get("cumulus_step", 0), 300, scraped)
+        self.assertGreater(scraped.get(reformed, 0), 0, scraped)
+        self.assertGreater(scraped.get('cumulus_goodput_seconds_total{category="training"}', 0), 0)
+        self.assertGreaterEqual(scraped.get('cumulus_reformings_total{cause="failure"}', 0), 1)
+        # One train record at 1, every 20 steps and at 400, each once after the re-formings.
+        self.assertEqual([r["step"] for r in trains], [1] + list(range(20, 401, 20)), output)
+        self.assertEqual([r["cause"] for r in reforms][:1], ["failure"], reforms)
+        self.assertGreater(goodput[-1]["reform_s"], 0, goodput)
+        self.assertGreater(goodput[-1]["training_s"], 0, goodput)
+        self.assertLess(trains[-1]["loss"], trains[0]["loss"], trains)
+        self.assertEqual(losses, [r["step"] for r in trains])
+        self.assertGreater(tb_reform[-1].value, 0)
         self.assertEqual(code, 0, output)
         self.assertIn("cumulus-run: rank 1 (member 0.1.0) died (signal SIGKILL); the group goes on "
                       "without it; starting a replacement (member 0.1.1)", output)

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/test_dir.h"
 #include "tests/trainer/process_runner.h"
-#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 
 namespace cumulus::trainer {

@@ -13,8 +13,8 @@
 #include <string>
 
 #include "comm/store_server.h"
+#include "tests/test_dir.h"
 #include "tests/trainer/process_runner.h"
-#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 
 namespace {

@@ -22,8 +22,8 @@
 #include <string>
 #include <thread>
 
+#include "tests/test_dir.h"
 #include "tests/test_support.h"
-#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 #include "trainer/state_dict.h"
 

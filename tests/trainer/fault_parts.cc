@@ -73,7 +73,7 @@ StepBatch HoldAtStep::next(int64_t step, int64_t micro_batches) {
   return inner_->next(step, micro_batches);
 }
 
-KillOnText::KillOnText(std::shared_ptr<MetricsRecorder> inner, std::string text)
+KillOnText::KillOnText(std::shared_ptr<metrics::MetricsRecorder> inner, std::string text)
     : ForwardingRecorder(std::move(inner)), text_(std::move(text)) {}
 
 void KillOnText::note(const std::string& text) {
@@ -86,27 +86,27 @@ void KillOnText::warning(const std::string& text) {
   inner_->warning(text);
 }
 
-KillAtRecord::KillAtRecord(std::shared_ptr<MetricsRecorder> inner, int64_t step)
+KillAtRecord::KillAtRecord(std::shared_ptr<metrics::MetricsRecorder> inner, int64_t step)
     : ForwardingRecorder(std::move(inner)), step_(step) {}
 
-void KillAtRecord::step(const StepRecord& record) {
+void KillAtRecord::step(const metrics::StepRecord& record) {
   if (record.step == step_) ::raise(SIGKILL);
   inner_->step(record);
 }
 
-SigtermAtStep::SigtermAtStep(std::shared_ptr<MetricsRecorder> inner, int64_t step)
+SigtermAtStep::SigtermAtStep(std::shared_ptr<metrics::MetricsRecorder> inner, int64_t step)
     : ForwardingRecorder(std::move(inner)), step_(step) {}
 
-void SigtermAtStep::step(const StepRecord& record) {
+void SigtermAtStep::step(const metrics::StepRecord& record) {
   inner_->step(record);
   if (record.step == step_) ::raise(SIGTERM);
 }
 
-FillDiskAfterCheckpoint::FillDiskAfterCheckpoint(std::shared_ptr<MetricsRecorder> inner,
+FillDiskAfterCheckpoint::FillDiskAfterCheckpoint(std::shared_ptr<metrics::MetricsRecorder> inner,
                                                  int64_t step, std::string path)
     : ForwardingRecorder(std::move(inner)), step_(step), path_(std::move(path)) {}
 
-void FillDiskAfterCheckpoint::checkpoint(const CheckpointRecord& record) {
+void FillDiskAfterCheckpoint::checkpoint(const metrics::CheckpointRecord& record) {
   inner_->checkpoint(record);
   if (record.step != step_) return;
   const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

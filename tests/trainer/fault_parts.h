@@ -10,9 +10,9 @@
 #include <string>
 #include <utility>
 
-#include "trainer/batch_source.h"
-#include "trainer/metrics_recorder.h"
 #include "cumulus/preemption.h"
+#include "metrics/recorder.h"
+#include "trainer/batch_source.h"
 
 namespace cumulus::trainer {
 
@@ -91,20 +91,21 @@ class HoldAtStep final : public ForwardingBatchSource {
 };
 
 // A MetricsRecorder that passes every record on to `inner`: the base of the wrappers below.
-class ForwardingRecorder : public MetricsRecorder {
+class ForwardingRecorder : public metrics::MetricsRecorder {
  public:
-  explicit ForwardingRecorder(std::shared_ptr<MetricsRecorder> inner) : inner_(std::move(inner)) {}
+  explicit ForwardingRecorder(std::shared_ptr<metrics::MetricsRecorder> inner)
+      : inner_(std::move(inner)) {}
 
-  void begin(const RunStart& start) override { inner_->begin(start); }
-  void firstStep(int64_t step, const StartupProfile* startup) override {
+  void begin(const metrics::RunStart& start) override { inner_->begin(start); }
+  void firstStep(int64_t step, const metrics::StartupProfile* startup) override {
     inner_->firstStep(step, startup);
   }
-  void step(const StepRecord& record) override { inner_->step(record); }
-  void evaluation(int64_t step, int64_t epoch, const Evaluation& result) override {
+  void step(const metrics::StepRecord& record) override { inner_->step(record); }
+  void evaluation(int64_t step, int64_t epoch, const metrics::Evaluation& result) override {
     inner_->evaluation(step, epoch, result);
   }
-  void checkpoint(const CheckpointRecord& record) override { inner_->checkpoint(record); }
-  void checkpointFailed(const CheckpointFailureRecord& record) override {
+  void checkpoint(const metrics::CheckpointRecord& record) override { inner_->checkpoint(record); }
+  void checkpointFailed(const metrics::CheckpointFailureRecord& record) override {
     inner_->checkpointFailed(record);
   }
   void note(const std::string& text) override { inner_->note(text); }
@@ -112,15 +113,15 @@ class ForwardingRecorder : public MetricsRecorder {
   void preempted(int64_t step, const std::string& checkpoint) override {
     inner_->preempted(step, checkpoint);
   }
-  void reformed(const ReformRecord& record) override { inner_->reformed(record); }
+  void reformed(const metrics::ReformRecord& record) override { inner_->reformed(record); }
   void stepsEnded() override { inner_->stepsEnded(); }
   void trained(int64_t last_step, int64_t steps, double seconds) override {
     inner_->trained(last_step, steps, seconds);
   }
-  void finished(const RunSummary& summary) override { inner_->finished(summary); }
+  void finished(const metrics::RunSummary& summary) override { inner_->finished(summary); }
 
  protected:
-  std::shared_ptr<MetricsRecorder> inner_;
+  std::shared_ptr<metrics::MetricsRecorder> inner_;
 };
 
 // Kills this process with SIGKILL when a note or a warning containing `text` is recorded: a death
@@ -128,7 +129,7 @@ class ForwardingRecorder : public MetricsRecorder {
 // "sends the training state" as the heal starts on the sender).
 class KillOnText final : public ForwardingRecorder {
  public:
-  KillOnText(std::shared_ptr<MetricsRecorder> inner, std::string text);
+  KillOnText(std::shared_ptr<metrics::MetricsRecorder> inner, std::string text);
 
   void note(const std::string& text) override;
   void warning(const std::string& text) override;
@@ -142,9 +143,9 @@ class KillOnText final : public ForwardingRecorder {
 // step's included, whose boundary is the run's last).
 class KillAtRecord final : public ForwardingRecorder {
  public:
-  KillAtRecord(std::shared_ptr<MetricsRecorder> inner, int64_t step);
+  KillAtRecord(std::shared_ptr<metrics::MetricsRecorder> inner, int64_t step);
 
-  void step(const StepRecord& record) override;
+  void step(const metrics::StepRecord& record) override;
 
  private:
   int64_t step_;
@@ -155,9 +156,9 @@ class KillAtRecord final : public ForwardingRecorder {
 // leaves) there, as it would for a notice that arrived during that step.
 class SigtermAtStep final : public ForwardingRecorder {
  public:
-  SigtermAtStep(std::shared_ptr<MetricsRecorder> inner, int64_t step);
+  SigtermAtStep(std::shared_ptr<metrics::MetricsRecorder> inner, int64_t step);
 
-  void step(const StepRecord& record) override;
+  void step(const metrics::StepRecord& record) override;
 
  private:
   int64_t step_;
@@ -169,9 +170,10 @@ class SigtermAtStep final : public ForwardingRecorder {
 // naming `path` if it cannot be written at all.
 class FillDiskAfterCheckpoint final : public ForwardingRecorder {
  public:
-  FillDiskAfterCheckpoint(std::shared_ptr<MetricsRecorder> inner, int64_t step, std::string path);
+  FillDiskAfterCheckpoint(std::shared_ptr<metrics::MetricsRecorder> inner, int64_t step,
+                          std::string path);
 
-  void checkpoint(const CheckpointRecord& record) override;
+  void checkpoint(const metrics::CheckpointRecord& record) override;
 
  private:
   int64_t step_;

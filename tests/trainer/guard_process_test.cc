@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "cumulus/run_directory.h"
+#include "tests/test_dir.h"
 #include "tests/trainer/process_runner.h"
-#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 
 namespace cumulus::trainer {

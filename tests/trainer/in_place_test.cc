@@ -28,8 +28,8 @@
 #include "comm/store_client.h"
 #include "comm/store_keys.h"
 #include "comm/store_server.h"
+#include "tests/test_dir.h"
 #include "tests/trainer/process_runner.h"
-#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 #include "trainer/resume.h"
 

@@ -15,9 +15,9 @@
 #include <sstream>
 #include <string>
 
+#include "tests/test_dir.h"
 #include "tests/test_support.h"
 #include "tests/trainer/process_runner.h"
-#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 
 namespace cumulus::trainer {

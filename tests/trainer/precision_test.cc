@@ -10,7 +10,7 @@
 #include <string>
 
 #include "models/model.h"
-#include "tests/trainer/test_dir.h"
+#include "tests/test_dir.h"
 #include "trainer/trainer.h"
 
 namespace cumulus::trainer {
@@ -51,7 +51,7 @@ struct Outcome {
 };
 
 Outcome train(const configs::Experiment& e, const std::string& resume = "none",
-          const CpuFeatures& cpu = nativeBf16()) {
+              const CpuFeatures& cpu = nativeBf16()) {
   std::ostringstream console;
   TrainerOptions options;
   options.console = &console;
@@ -126,9 +126,8 @@ TEST(PrecisionTraining, AResumeInBf16IsBitIdentical) {
   const Outcome resumed = train(e, "auto");
   EXPECT_EQ(resumed.result.first_step, 6);
   ASSERT_EQ(resumed.result.step_losses.size(), 10u);
-  EXPECT_EQ(resumed.result.step_losses,
-            std::vector<double>(whole.result.step_losses.begin() + 6,
-                                whole.result.step_losses.end()));
+  EXPECT_EQ(resumed.result.step_losses, std::vector<double>(whole.result.step_losses.begin() + 6,
+                                                            whole.result.step_losses.end()));
   EXPECT_EQ(resumed.result.parameter_digest, whole.result.parameter_digest);
   EXPECT_EQ(resumed.console.find("was written in"), std::string::npos) << resumed.console;
 }

@@ -19,8 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/test_dir.h"
 #include "tests/trainer/process_runner.h"
-#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 #include "trainer/resume.h"
 

@@ -136,7 +136,7 @@ TEST_F(StopAgreementTest, ASigtermRaisedAtAStepsRecordStopsAtThatStep) {
   TrainerOptions options;
   options.watch_sigterm = true;
   options.preemption_grace = 0;  // no watchdog in the test process
-  options.metrics = [](std::shared_ptr<MetricsRecorder> standard) {
+  options.metrics = [](std::shared_ptr<metrics::MetricsRecorder> standard) {
     return std::make_shared<SigtermAtStep>(std::move(standard), 7);
   };
   Trainer trainer(experiment(dir_ / "x"), RunEnv{}, options);

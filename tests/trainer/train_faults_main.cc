@@ -55,6 +55,7 @@
 namespace {
 
 using namespace cumulus::trainer;
+namespace metrics = cumulus::metrics;
 
 struct Faults {
   int64_t sigterm_step = -1;   // -1: none
@@ -70,7 +71,7 @@ struct Faults {
   int64_t generation = -1;     // --faults-in-generation (-1: every generation)
   int64_t slow_rank = -1;      // --fault-slow RANK+US
   int64_t slow_us = 0;
-  int64_t fill_step = -1;      // --fault-fill-disk STEP:PATH
+  int64_t fill_step = -1;  // --fault-fill-disk STEP:PATH
   std::string fill_path;
 };
 
@@ -204,33 +205,35 @@ void install(Faults faults, TrainerOptions& options) {
       return std::make_shared<SlowSamples>(std::move(inner), us);
     });
   }
-  std::vector<std::function<std::shared_ptr<MetricsRecorder>(std::shared_ptr<MetricsRecorder>)>>
+  std::vector<std::function<std::shared_ptr<metrics::MetricsRecorder>(
+      std::shared_ptr<metrics::MetricsRecorder>)>>
       recorders;
   if (faults.sigterm_step >= 0 && sigterm_here) {
-    recorders.push_back([step = faults.sigterm_step](std::shared_ptr<MetricsRecorder> inner) {
-      return std::make_shared<SigtermAtStep>(std::move(inner), step);
-    });
+    recorders.push_back(
+        [step = faults.sigterm_step](std::shared_ptr<metrics::MetricsRecorder> inner) {
+          return std::make_shared<SigtermAtStep>(std::move(inner), step);
+        });
   }
   if (const size_t colon = faults.kill_on.find(':');
       colon != std::string::npos && faults.kill_on.substr(0, colon) == member) {
-    recorders.push_back([text = faults.kill_on.substr(colon + 1)](
-                            std::shared_ptr<MetricsRecorder> inner) {
-      return std::make_shared<KillOnText>(std::move(inner), text);
-    });
+    recorders.push_back(
+        [text = faults.kill_on.substr(colon + 1)](std::shared_ptr<metrics::MetricsRecorder> inner) {
+          return std::make_shared<KillOnText>(std::move(inner), text);
+        });
   }
   if (const int64_t step = entryFor(faults.kill_in_record, member).first; step >= 0) {
-    recorders.push_back([step](std::shared_ptr<MetricsRecorder> inner) {
+    recorders.push_back([step](std::shared_ptr<metrics::MetricsRecorder> inner) {
       return std::make_shared<KillAtRecord>(std::move(inner), step);
     });
   }
   if (faults.fill_step >= 0) {
-    recorders.push_back(
-        [step = faults.fill_step, path = faults.fill_path](std::shared_ptr<MetricsRecorder> inner) {
-          return std::make_shared<FillDiskAfterCheckpoint>(std::move(inner), step, path);
-        });
+    recorders.push_back([step = faults.fill_step,
+                         path = faults.fill_path](std::shared_ptr<metrics::MetricsRecorder> inner) {
+      return std::make_shared<FillDiskAfterCheckpoint>(std::move(inner), step, path);
+    });
   }
   if (!recorders.empty()) {
-    options.metrics = [recorders](std::shared_ptr<MetricsRecorder> standard) {
+    options.metrics = [recorders](std::shared_ptr<metrics::MetricsRecorder> standard) {
       for (const auto& wrap : recorders) standard = wrap(std::move(standard));
       return standard;
     };

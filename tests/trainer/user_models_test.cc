@@ -16,8 +16,8 @@
 
 #include "cumulus/sampler.h"
 #include "data/npy.h"
+#include "tests/test_dir.h"
 #include "tests/trainer/process_runner.h"
-#include "tests/trainer/test_dir.h"
 #include "tests/trainer/worker_commands.h"
 #include "trainer/resume.h"
 

@@ -1,0 +1,275 @@
+// Recorder (<cumulus/recorder.h>): an Elastic loop's records through the same recorder, sinks and
+// goodput account cumulus-train uses (metrics/): a ProgressMetricsRecorder for each membership,
+// the process's TensorBoard and live-publisher sinks, and ElasticTimes turned into the split.
+
+#include "cumulus/recorder.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <stdexcept>
+#include <utility>
+
+#include "base/run_env.h"
+#include "cumulus/elastic.h"
+#include "metrics/goodput.h"
+#include "metrics/progress.h"
+#include "metrics/recorder.h"
+#include "metrics/run_records.h"
+
+namespace cumulus {
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double wallNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Names the records and TensorBoard already use: a scalar of the program's may not take one.
+bool builtIn(const std::string& name) {
+  for (const char* prefix : {"train/", "eval/", "goodput/", "checkpoint/"}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  for (const char* key : {"loss", "lr", "samples_per_sec", "step_time_ms", "compute_ms",
+                          "comm_wait_ms", "comm_bytes_sent", "test_loss", "test_accuracy"}) {
+    if (name == key) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+struct Recorder::Impl {
+  Elastic& elastic;
+  RecorderOptions options;
+  base::RunEnv env;
+  metrics::RunRecords records;
+  int64_t epoch = -1;  // the membership the current recorder is for; -1: none yet
+  bool begun = false;
+  bool finished = false;
+  ElasticTimes seen;  // Elastic's times at the last step()
+  double started = now();
+  int64_t dropped = 0;
+  std::optional<metrics::Evaluation> last_evaluation;
+
+  Impl(Elastic& e, RecorderOptions o)
+      : elastic(e),
+        options(std::move(o)),
+        env(base::RunEnv::fromEnvironment()),
+        records(
+            options.run_dir.empty() || !options.tensorboard ? "" : options.run_dir + "/tensorboard",
+            &std::cerr) {
+    if (!options.live) env.live_metrics = false;
+  }
+
+  bool writes() const { return elastic.rank() == 0 && !options.run_dir.empty(); }
+
+  // The sum over the group's members at a record, as a boundary's work: a failure during it
+  // re-forms the group, and the record shows this member's share scaled to the group instead.
+  double sumOverMembers(double value) {
+    double sum = value * elastic.size();
+    elastic.atBoundary([&] {
+      torch::Tensor t = torch::full({1}, value, torch::kFloat64);
+      elastic.group().allreduce(t);
+      sum = t.item<double>();
+    });
+    return sum;
+  }
+
+  // A recorder for the membership now; the first one begins the records, a later one begins
+  // again where the group trains from (a new writer continues metrics.jsonl).
+  void forMembership() {
+    metrics::ProgressRecorderOptions o;
+    o.console = options.console;
+    o.live = options.live_progress;
+    o.quiet = metrics::Progress::quietFor(elastic.rank(), false);
+    o.log_every_steps = options.log_every_steps;
+    if (writes()) o.metrics_path = options.run_dir + "/metrics.jsonl";
+    o.world_size = elastic.size();
+    if (elastic.size() > 1) o.sum_over_ranks = [this](double v) { return sumOverMembers(v); };
+    o.rank = elastic.rank();
+    o.goodput = records.goodput();
+    env.rank = elastic.rank();
+    env.world_size = elastic.size();
+    o.sinks = records.sinks(o.rank == 0 && !options.run_dir.empty(), env);
+    records.use(std::make_shared<metrics::ProgressMetricsRecorder>(std::move(o)));
+    const int64_t steps_per_epoch = std::max<int64_t>(
+        1, options.steps_per_epoch > 0 ? options.steps_per_epoch : options.total_steps);
+    epoch = elastic.epoch();
+    if (!begun) {
+      metrics::GoodputHistory history;
+      if (writes() && options.start_step > 0) {
+        history =
+            metrics::readGoodputHistory(options.run_dir + "/metrics.jsonl", options.start_step);
+      }
+      records.begin(
+          metrics::RunStart{
+              options.model, {}, options.start_step, options.total_steps, steps_per_epoch},
+          metrics::launchExecTime(), history);
+      begun = true;
+      return;
+    }
+    const Membership& m = elastic.membership();
+    records.recorder().begin(
+        metrics::RunStart{"", {}, m.step, options.total_steps, steps_per_epoch});
+  }
+
+  int64_t epochOf(int64_t step) const {
+    const int64_t per = options.steps_per_epoch > 0 ? options.steps_per_epoch : 0;
+    return per > 0 ? (step - 1) / per + 1 : 1;
+  }
+
+  void check(const char* what) const {
+    if (finished) throw std::logic_error(std::string("Recorder::") + what + " after finish()");
+  }
+};
+
+Recorder::Recorder(Elastic& elastic, RecorderOptions options)
+    : impl_(std::make_unique<Impl>(elastic, std::move(options))) {
+  const RecorderOptions& o = impl_->options;
+  if (o.total_steps < 0 || o.steps_per_epoch < 0 || o.log_every_steps < 0 || o.start_step < 0) {
+    throw std::invalid_argument(
+        "RecorderOptions: total_steps, steps_per_epoch, log_every_steps and start_step must be "
+        ">= 0");
+  }
+}
+
+Recorder::~Recorder() = default;
+
+void Recorder::step(const StepMetrics& s) {
+  Impl& m = *impl_;
+  m.check("step");
+  if (m.elastic.left()) return;
+  if (s.samples < 0 || s.global_samples < 0) {
+    throw std::invalid_argument("Recorder::step: samples and global_samples must be >= 0");
+  }
+  const bool first = !m.begun;
+  const bool reformed = m.begun && m.elastic.epoch() != m.epoch;
+  if (first || reformed) m.forMembership();
+  const ElasticTimes& t = m.elastic.times();
+  const ElasticTimes before = std::exchange(m.seen, t);
+  metrics::GoodputAccount& account = *m.records.goodput();
+  account.redone(t.redone - before.redone);
+  account.checkpointStall(t.checkpoint - before.checkpoint);
+  if (reformed) {
+    metrics::ReformRecord record;
+    const Membership& now_m = m.elastic.membership();
+    record.cause = now_m.cause;
+    record.step = now_m.step;
+    record.epoch = now_m.epoch;
+    record.world_size = now_m.size;
+    record.reform_ms = 1000.0 * (t.reform - before.reform);
+    m.records.reformed(record);
+    m.records.note("re-formed in place: epoch " + std::to_string(now_m.epoch) + ", rank " +
+                   std::to_string(now_m.rank) + " of " + std::to_string(now_m.size) + " (" +
+                   now_m.cause + "), training on from step " + std::to_string(now_m.step));
+  }
+  const int64_t step = m.elastic.step();
+  if (first) m.records.recorder().firstStep(step, nullptr);
+  const int64_t global =
+      s.global_samples > 0 ? s.global_samples : s.samples * static_cast<int64_t>(m.elastic.size());
+  metrics::StepRecord r;
+  r.step = step;
+  r.epoch = m.epochOf(step);
+  if (std::isfinite(s.loss)) {
+    r.loss = global > 0 ? s.loss * static_cast<double>(s.samples) / static_cast<double>(global)
+                        : s.loss / m.elastic.size();
+  } else {
+    r.loss = s.loss;  // written as null; the divergence is the program's to stop
+    ++m.dropped;
+  }
+  r.lr = s.lr;
+  r.seconds = t.train - before.train;
+  r.comm_wait_seconds = t.comm_wait - before.comm_wait;
+  r.samples = global;
+  r.local_samples = s.samples;
+  r.elapsed_seconds = now() - m.started;
+  if (m.elastic.size() > 1) r.comm_bytes_sent = m.elastic.group().bytesSent();
+  m.records.recorder().step(r);
+  m.records.afterStep();
+}
+
+void Recorder::scalar(const std::string& name, double value) {
+  Impl& m = *impl_;
+  m.check("scalar");
+  if (name.empty() || builtIn(name)) {
+    throw std::invalid_argument("Recorder::scalar: '" + name + "' is " +
+                                (name.empty() ? "empty" : "a built-in series") +
+                                "; name the program's own series otherwise (train/, eval/, "
+                                "goodput/ and checkpoint/ are Cumulus's)");
+  }
+  if (m.elastic.left() || !m.begun) return;
+  if (!std::isfinite(value)) ++m.dropped;
+  m.records.recorder().scalar(m.elastic.step(), name, value);
+}
+
+void Recorder::evaluation(double loss, std::optional<double> accuracy, double seconds) {
+  Impl& m = *impl_;
+  m.check("evaluation");
+  if (m.elastic.left()) return;
+  if (!m.begun) m.forMembership();
+  metrics::Evaluation e;
+  e.loss = loss;
+  e.accuracy = accuracy;
+  e.seconds = std::max(0.0, seconds);
+  const int64_t step = m.elastic.step();
+  m.records.recorder().evaluation(step, m.epochOf(step), e);
+  m.last_evaluation = e;
+}
+
+void Recorder::note(const std::string& text) {
+  impl_->check("note");
+  impl_->records.note(text);
+}
+
+void Recorder::warning(const std::string& text) {
+  impl_->check("warning");
+  impl_->records.warning(text);
+}
+
+void Recorder::finish() {
+  Impl& m = *impl_;
+  m.check("finish");
+  m.finished = true;
+  if (!m.begun || m.elastic.left()) return;
+  const int64_t step = m.elastic.step();
+  const double seconds = now() - m.started;
+  m.records.recorder().stepsEnded();
+  m.records.recorder().trained(step, step - m.options.start_step, seconds);
+  metrics::RunSummary summary;
+  summary.steps = step;
+  const int64_t per = m.options.steps_per_epoch > 0 ? m.options.steps_per_epoch : 0;
+  summary.epochs = per > 0 ? static_cast<double>(step) / static_cast<double>(per) : 1.0;
+  summary.evaluated = m.last_evaluation.has_value();
+  if (m.last_evaluation) summary.test = *m.last_evaluation;
+  summary.wall_seconds = seconds;
+  if (m.elastic.size() > 1) summary.comm_bytes_sent = m.elastic.group().bytesSent();
+  m.records.recorder().finished(summary);
+}
+
+Goodput Recorder::goodput() const {
+  if (!impl_->records.goodput()->started()) return {};  // no step recorded yet
+  const metrics::GoodputSplit s = impl_->records.goodput()->at(wallNow());
+  Goodput g;
+  g.wall = s.wall_s;
+  g.startup = s.startup_s;
+  g.training = s.training_s;
+  g.comm_wait = s.comm_wait_s;
+  g.evaluation = s.evaluation_s;
+  g.checkpoint = s.checkpoint_s;
+  g.reform = s.reform_s;
+  g.restart = s.restart_s;
+  g.redone = s.redone_s;
+  g.other = s.other_s;
+  g.productive_ratio = s.productiveRatio();
+  return g;
+}
+
+int64_t Recorder::dropped() const { return impl_->dropped; }
+
+}  // namespace cumulus

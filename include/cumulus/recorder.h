@@ -1,0 +1,132 @@
+#pragma once
+// <cumulus/recorder.h>: what a training loop of one's own says about its run, written as
+// cumulus-train writes it (docs/observability.md): progress lines on the console, metrics.jsonl,
+// TensorBoard event files, and the job's live endpoint and dashboard under
+// `cumulus-run --metrics-port`, with the goodput split of where the wall time went.
+//
+//   cumulus::Elastic elastic(...);
+//   cumulus::RecorderOptions options;
+//   options.run_dir = "runs/a";
+//   options.total_steps = steps;
+//   cumulus::Recorder recorder(elastic, options);
+//   while (elastic.step() < steps) {
+//     double loss = 0;
+//     elastic.train([&] { ...; loss = l.item<double>(); });
+//     recorder.step({loss, local_batch, lr});         // every member, after each train()
+//     recorder.scalar("grad_norm", norm);             // any series of the program's own
+//     ...boundary()...
+//   }
+//   recorder.evaluation(test_loss, accuracy, seconds);
+//   recorder.finish();
+//
+// The time Elastic owns is accounted by Elastic itself (ElasticTimes): each step's compute and
+// its wait in sync(), re-forming and healing after a failure, a leave or a join, attempts a
+// failure threw away, and the save after a boundary that agreed on a checkpoint. The recorder
+// turns it into the goodput split (startup, training, comm_wait, evaluation, checkpoint, reform,
+// redone, other), so a loop that only calls train() and boundary() already gets an honest one.
+//
+// Who writes: the member that is rank 0 of the current membership writes metrics.jsonl and the
+// TensorBoard file; after a re-forming that made another member rank 0, that member continues the
+// same file (the run directory must be one every member can reach, as for checkpoints). Every
+// member sends its own status (step, samples/s, step time, comm wait, goodput) to the live
+// endpoint.
+//
+// Loss: `StepMetrics::loss` is this member's mean over its samples; the records show the mean
+// over the group's samples, summed over the members at each record (one 16-byte all-reduce every
+// log_every_steps steps, run through Elastic::atBoundary(): a failure during it re-forms the group
+// and that record shows this member's own loss instead).
+//
+// Bad input: a scalar whose name is a built-in series (train/..., eval/..., goodput/...,
+// checkpoint/..., or one of the train record's keys) or empty is std::invalid_argument naming it;
+// a value that is NaN or infinite is written as null in metrics.jsonl and left out of TensorBoard
+// and the live endpoint (a documented drop, counted in dropped()); any call after finish() is
+// std::logic_error. A member that left on a notice (Elastic::left()) records nothing more: its
+// step() and scalar() calls are dropped, since the group goes on without it. Errors writing a file
+// are std::runtime_error naming the path. Training thread only.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cumulus {
+
+class Elastic;
+
+struct RecorderOptions {
+  // metrics.jsonl and the TensorBoard events (tensorboard/) go here; empty: neither (the console
+  // and the live endpoint only).
+  std::string run_dir;
+  int64_t total_steps = 0;      // for the progress line and the last record; 0: not known
+  int64_t steps_per_epoch = 0;  // 0: the whole run is one epoch
+  // A train record at step 1, every log_every_steps steps and at total_steps, with the means
+  // over the steps since the one before.
+  int64_t log_every_steps = 10;
+  // The steps of the state this launch resumed from (its checkpoint's): metrics.jsonl is continued
+  // after that step, and the goodput account takes over the launches' before it. 0: a fresh run.
+  int64_t start_step = 0;
+  bool tensorboard = true;  // events under run_dir/tensorboard
+  bool live = true;         // the live endpoint, when cumulus-run --metrics-port asks for it
+  std::ostream* console = &std::cout;  // progress lines (rank 0); null: silent
+  bool live_progress = false;  // one status line redrawn with '\r' instead of a line per record
+  std::string model;           // a line "model: ..." at the start; empty: none
+};
+
+// One step as this member saw it.
+struct StepMetrics {
+  double loss = 0;      // this member's mean loss over its samples of the step
+  int64_t samples = 0;  // this member's samples in the step
+  double lr = 0;
+  // The group's samples in the step; 0: `samples` times the group's size (equal shares).
+  int64_t global_samples = 0;
+};
+
+// The split of where the wall time went, in seconds (cumulative over the run, every launch).
+struct Goodput {
+  double wall = 0, startup = 0, training = 0, comm_wait = 0, evaluation = 0, checkpoint = 0,
+         reform = 0, restart = 0, redone = 0, other = 0;
+  double productive_ratio = 0;  // (training + comm_wait) / wall
+};
+
+class Recorder {
+ public:
+  // Over `elastic` (which must outlive the recorder), after or before its start(): the records
+  // begin at the first step(). Throws std::invalid_argument for a negative count and
+  // std::runtime_error for a metrics.jsonl it cannot continue (naming the path).
+  explicit Recorder(Elastic& elastic, RecorderOptions options = {});
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // After each train() that committed a step (Elastic::step() is its number), on every member.
+  // It may communicate (the loss at a record): call it before boundary(), as atBoundary() work.
+  void step(const StepMetrics& metrics);
+  // A series of the program's own at the current step (Elastic::step()): a "scalar" record of
+  // metrics.jsonl, the TensorBoard tag `name`, and cumulus_scalar{name=...} at /metrics. Written
+  // by the writing member; on the others a no-op.
+  void scalar(const std::string& name, double value);
+  // An evaluation on held-out data that took `seconds` (its goodput category), at the current step.
+  void evaluation(double loss, std::optional<double> accuracy = std::nullopt, double seconds = 0);
+  // A line on the console (rank 0) and a warning (every member).
+  void note(const std::string& text);
+  void warning(const std::string& text);
+  // The end of the run: the "trained" and goodput records, and the summary (steps, wall time,
+  // the last evaluation). Once; everything after it is std::logic_error. The destructor of a
+  // recorder never finished writes nothing more (a stop at a notice: the next launch resumes).
+  void finish();
+
+  // The split now, on this member (every member keeps one).
+  Goodput goodput() const;
+  // Values dropped as NaN or infinite since construction.
+  int64_t dropped() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cumulus

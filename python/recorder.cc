@@ -1,0 +1,107 @@
+// cumulus._C.RecorderCore: <cumulus/recorder.h> over an ElasticCore, for cumulus.Recorder
+// (python/cumulus/recorder.py), and ElasticCore's times (ElasticTimes as a dict). step() may
+// communicate (the loss at a record): it releases the GIL.
+
+#include <pybind11/stl.h>
+
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "cumulus/elastic.h"
+#include "cumulus/recorder.h"
+#include "python/elastic.h"
+
+namespace py = pybind11;
+
+namespace cumulus::python {
+namespace {
+
+py::dict timesDict(const ElasticTimes& t) {
+  py::dict d;
+  d["start"] = t.start;
+  d["train"] = t.train;
+  d["comm_wait"] = t.comm_wait;
+  d["redone"] = t.redone;
+  d["reform"] = t.reform;
+  d["boundary"] = t.boundary;
+  d["member_wait"] = t.member_wait;
+  d["checkpoint"] = t.checkpoint;
+  d["at_boundary"] = t.at_boundary;
+  d["reforms"] = t.reforms;
+  return d;
+}
+
+py::dict goodputDict(const Goodput& g) {
+  py::dict d;
+  d["wall_s"] = g.wall;
+  d["startup_s"] = g.startup;
+  d["training_s"] = g.training;
+  d["comm_wait_s"] = g.comm_wait;
+  d["evaluation_s"] = g.evaluation;
+  d["checkpoint_s"] = g.checkpoint;
+  d["reform_s"] = g.reform;
+  d["restart_s"] = g.restart;
+  d["redone_s"] = g.redone;
+  d["other_s"] = g.other;
+  d["productive_ratio"] = g.productive_ratio;
+  return d;
+}
+
+}  // namespace
+
+void bindRecorder(py::module_& m) {
+  py::object core = m.attr("ElasticCore");
+  core.attr("times") =
+      py::cpp_function([](const Elastic& e) { return timesDict(e.times()); }, py::is_method(core));
+  core.attr("left") =
+      py::cpp_function([](const Elastic& e) { return e.left(); }, py::is_method(core));
+
+  py::class_<Recorder>(m, "RecorderCore", "cumulus::Recorder; use cumulus.Recorder")
+      .def(py::init([](Elastic& elastic, const std::string& run_dir, int64_t total_steps,
+                       int64_t steps_per_epoch, int64_t log_every_steps, int64_t start_step,
+                       bool tensorboard, bool live, bool console, const std::string& model) {
+             RecorderOptions o;
+             o.run_dir = run_dir;
+             o.total_steps = total_steps;
+             o.steps_per_epoch = steps_per_epoch;
+             o.log_every_steps = log_every_steps;
+             o.start_step = start_step;
+             o.tensorboard = tensorboard;
+             o.live = live;
+             o.console = console ? &std::cout : nullptr;
+             o.model = model;
+             return std::make_unique<Recorder>(elastic, std::move(o));
+           }),
+           py::arg("elastic"), py::arg("run_dir"), py::arg("total_steps"),
+           py::arg("steps_per_epoch"), py::arg("log_every_steps"), py::arg("start_step"),
+           py::arg("tensorboard"), py::arg("live"), py::arg("console"), py::arg("model"),
+           py::keep_alive<1, 2>())
+      .def(
+          "step",
+          [](Recorder& r, double loss, int64_t samples, double lr, int64_t global_samples) {
+            StepMetrics s;
+            s.loss = loss;
+            s.samples = samples;
+            s.lr = lr;
+            s.global_samples = global_samples;
+            py::gil_scoped_release released;
+            r.step(s);
+            std::cout.flush();
+          },
+          py::arg("loss"), py::arg("samples"), py::arg("lr"), py::arg("global_samples"))
+      .def("scalar", &Recorder::scalar, py::arg("name"), py::arg("value"))
+      .def("evaluation", &Recorder::evaluation, py::arg("loss"), py::arg("accuracy"),
+           py::arg("seconds"))
+      .def("note", &Recorder::note, py::arg("text"))
+      .def("warning", &Recorder::warning, py::arg("text"))
+      .def("finish",
+           [](Recorder& r) {
+             r.finish();
+             std::cout.flush();
+           })
+      .def_property_readonly("goodput", [](const Recorder& r) { return goodputDict(r.goodput()); })
+      .def_property_readonly("dropped", &Recorder::dropped);
+}
+
+}  // namespace cumulus::python

@@ -1,0 +1,199 @@
+// cumulus::Recorder (<cumulus/recorder.h>) over an Elastic loop of ranks as threads: the records
+// cumulus-train writes (train, eval, scalar, goodput, trained, summary) with the loss as the mean
+// over the group's samples, the goodput split from the time Elastic accounts for itself, and the
+// bad input the header names.
+
+#include "cumulus/recorder.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cumulus/elastic.h"
+#include "tests/api/elastic_parts.h"
+#include "tests/api/ranks.h"
+#include "tests/test_dir.h"
+
+namespace cumulus {
+namespace {
+
+using testing::CheckpointAt;
+using testing::quietOptions;
+
+std::vector<nlohmann::json> readRecords(const std::filesystem::path& path) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+std::vector<nlohmann::json> ofType(const std::vector<nlohmann::json>& records,
+                                   const std::string& type) {
+  std::vector<nlohmann::json> out;
+  for (const auto& r : records) {
+    if (r.value("type", "") == type) out.push_back(r);
+  }
+  return out;
+}
+
+// Two ranks train 5 steps; rank r reports a mean loss of r + 1 over r + 2 samples (uneven
+// shares): the records' loss is the mean over the group's 5 samples, (1·2 + 2·3) / 5 = 1.6.
+TEST(RecorderTest, AnElasticLoopWritesTheRecordsCumulusTrainWrites) {
+  const std::filesystem::path dir = testing::freshTestDir("recorder");
+  testing::runRanks(2, [&](ProcessGroup& group) {
+    ElasticOptions options = quietOptions();
+    options.stop = [](std::shared_ptr<StopAgreement> standard) {
+      return std::make_shared<CheckpointAt>(std::move(standard), 3);
+    };
+    Elastic elastic(&group, options);
+    elastic.setState({[] { return Checkpoint{}; }, [](const Checkpoint&) {}, "recorder"});
+    torch::Tensor w = torch::zeros({4}, torch::requires_grad());
+    elastic.attach({w});
+    RecorderOptions ro;
+    ro.run_dir = dir.string();
+    ro.total_steps = 5;
+    ro.log_every_steps = 2;
+    ro.console = nullptr;
+    Recorder recorder(elastic, ro);
+    ASSERT_TRUE(elastic.start(0));
+    while (elastic.step() < 5) {
+      elastic.train([&] {
+        elastic.sync().backward((w * static_cast<double>(elastic.rank() + 1)).sum());
+        w.mutable_grad().zero_();
+      });
+      StepMetrics m;
+      m.loss = elastic.rank() + 1.0;
+      m.samples = elastic.rank() + 2;
+      m.global_samples = 5;
+      m.lr = 0.125;
+      recorder.step(m);
+      recorder.scalar("grad_norm", 0.5 * static_cast<double>(elastic.step()));
+      if (elastic.step() == 5) break;
+      if (elastic.boundary() == ElasticAction::kCheckpoint) {
+        std::ofstream(dir / ("save_" + std::to_string(elastic.rank()))) << "a save";
+      }
+    }
+    recorder.evaluation(0.75, 0.5, 0.25);
+    recorder.finish();
+    const ElasticTimes& t = elastic.times();
+    EXPECT_GT(t.train, 0);
+    EXPECT_GT(t.comm_wait, 0);
+    EXPECT_LE(t.comm_wait, t.train);
+    EXPECT_GT(t.boundary, 0);
+    EXPECT_GT(t.checkpoint, 0);  // the save after step 3's boundary, until the next train()
+    EXPECT_EQ(t.reforms, 0);
+    const Goodput g = recorder.goodput();
+    EXPECT_DOUBLE_EQ(g.checkpoint, t.checkpoint);
+    EXPECT_DOUBLE_EQ(g.evaluation, 0.25);
+    EXPECT_NEAR(g.training + g.comm_wait, t.train, 1e-9);
+    EXPECT_DOUBLE_EQ(g.comm_wait, t.comm_wait);
+    EXPECT_GT(g.wall, g.training);
+    EXPECT_EQ(recorder.dropped(), 0);
+    EXPECT_THROW(recorder.step(StepMetrics{}), std::logic_error);
+  });
+  const std::vector<nlohmann::json> records = readRecords(dir / "metrics.jsonl");
+  ASSERT_FALSE(records.empty());
+  const auto train = ofType(records, "train");
+  ASSERT_EQ(train.size(), 4u);  // steps 1, 2, 4 and 5
+  const int64_t steps[] = {1, 2, 4, 5};
+  for (size_t i = 0; i < train.size(); ++i) {
+    EXPECT_EQ(train[i]["step"], steps[i]);
+    EXPECT_NEAR(train[i]["loss"].get<double>(), 1.6, 1e-12) << train[i].dump();
+    EXPECT_EQ(train[i]["lr"], 0.125);
+    EXPECT_GT(train[i]["samples_per_sec"].get<double>(), 0);
+    EXPECT_GT(train[i]["comm_bytes_sent"].get<uint64_t>(), 0u);
+  }
+  const auto scalars = ofType(records, "scalar");
+  ASSERT_EQ(scalars.size(), 5u);  // rank 0's, one a step
+  EXPECT_EQ(scalars[3]["name"], "grad_norm");
+  EXPECT_EQ(scalars[3]["step"], 4);
+  EXPECT_EQ(scalars[3]["value"], 2.0);
+  const auto eval = ofType(records, "eval");
+  ASSERT_EQ(eval.size(), 1u);
+  EXPECT_EQ(eval[0]["test_loss"], 0.75);
+  EXPECT_EQ(eval[0]["test_accuracy"], 0.5);
+  ASSERT_EQ(ofType(records, "first_step").size(), 1u);
+  const auto trained = ofType(records, "trained");
+  ASSERT_EQ(trained.size(), 1u);
+  EXPECT_EQ(trained[0]["steps"], 5);
+  const auto goodput = ofType(records, "goodput");
+  ASSERT_EQ(goodput.size(), 1u);
+  EXPECT_GT(goodput[0]["checkpoint_s"].get<double>(), 0);
+  EXPECT_EQ(goodput[0]["evaluation_s"], 0.25);
+  const auto summary = ofType(records, "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0]["steps"], 5);
+  EXPECT_EQ(summary[0]["test_loss"], 0.75);
+  EXPECT_EQ(summary[0]["world_size"], 2);
+  // The writing rank's TensorBoard events file, at its first record.
+  size_t events = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "tensorboard")) {
+    events += entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_EQ(events, 1u);
+}
+
+// A world of one: what a scalar may be called, a value that is not finite, use after finish().
+TEST(RecorderTest, BadInputIsAClearErrorOrADocumentedDrop) {
+  const std::filesystem::path dir = testing::freshTestDir("recorder");
+  Elastic elastic(nullptr, quietOptions());
+  elastic.setState({[] { return Checkpoint{}; }, [](const Checkpoint&) {}, "alone"});
+  RecorderOptions ro;
+  ro.run_dir = dir.string();
+  ro.console = nullptr;
+  ro.tensorboard = false;
+  Recorder recorder(elastic, ro);
+  ASSERT_TRUE(elastic.start(0));
+  elastic.train([] {});
+  StepMetrics m;
+  m.loss = 2;
+  m.samples = 4;
+  recorder.step(m);
+  try {
+    recorder.scalar("train/loss", 1);
+    ADD_FAILURE() << "a built-in name was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "Recorder::scalar: 'train/loss' is a built-in series; name the program's own "
+                 "series otherwise (train/, eval/, goodput/ and checkpoint/ are Cumulus's)");
+  }
+  EXPECT_THROW(recorder.scalar("lr", 1), std::invalid_argument);
+  EXPECT_THROW(recorder.scalar("", 1), std::invalid_argument);
+  recorder.scalar("tokens", std::numeric_limits<double>::infinity());
+  recorder.scalar("tokens", 7);
+  EXPECT_EQ(recorder.dropped(), 1);
+  StepMetrics negative;
+  negative.samples = -1;
+  EXPECT_THROW(recorder.step(negative), std::invalid_argument);
+  recorder.finish();
+  try {
+    recorder.scalar("tokens", 1);
+    ADD_FAILURE() << "a scalar after finish() was taken";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "Recorder::scalar after finish()");
+  }
+  EXPECT_THROW(recorder.finish(), std::logic_error);
+  const auto records = readRecords(dir / "metrics.jsonl");
+  const auto scalars = ofType(records, "scalar");
+  ASSERT_EQ(scalars.size(), 2u);
+  EXPECT_TRUE(scalars[0]["value"].is_null());  // infinity, written as null
+  EXPECT_EQ(scalars[1]["value"], 7);
+  const auto summary = ofType(records, "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_FALSE(summary[0].contains("test_loss"));  // no evaluation ran
+  EXPECT_EQ(ofType(records, "train").at(0)["loss"], 2);
+  EXPECT_FALSE(std::filesystem::exists(dir / "tensorboard"));
+}
+
+}  // namespace
+}  // namespace cumulus
