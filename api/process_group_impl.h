@@ -7,6 +7,7 @@
 // null and every collective is answered locally.
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,7 @@ struct ProcessGroup::Impl {
   // What the connections this group had before `group` sent (an ElasticGroup re-makes it at
   // every re-forming): bytesSent() counts since the group was made, across them.
   uint64_t bytes_sent_before = 0;
+  std::map<std::string, comm::OpStats> op_stats_before;  // the same for collectiveStats()
 
   // The communicator's options for an allreduce with `options` (GroupError for a bad algorithm
   // or timeout).

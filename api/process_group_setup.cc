@@ -151,8 +151,31 @@ uint64_t ProcessGroup::bytesSent() const {
   return impl_->bytes_sent_before + (communicator != nullptr ? communicator->bytesSent() : 0);
 }
 
+std::vector<CollectiveStats> ProcessGroup::collectiveStats() const {
+  std::map<std::string, comm::OpStats> all = impl_->op_stats_before;
+  if (const comm::Communicator* communicator = impl_->communicator()) {
+    for (const auto& [op, s] : communicator->opStats()) {
+      comm::OpStats& sum = all[op];
+      sum.count += s.count;
+      sum.seconds += s.seconds;
+      sum.bytes_sent += s.bytes_sent;
+    }
+  }
+  std::vector<CollectiveStats> out;
+  for (const auto& [op, s] : all) out.push_back({op, s.count, s.seconds, s.bytes_sent});
+  return out;
+}
+
 void ProcessGroup::Impl::closeConnection() {
-  if (group) bytes_sent_before += group->communicator().bytesSent();
+  if (group) {
+    bytes_sent_before += group->communicator().bytesSent();
+    for (const auto& [op, s] : group->communicator().opStats()) {
+      comm::OpStats& sum = op_stats_before[op];
+      sum.count += s.count;
+      sum.seconds += s.seconds;
+      sum.bytes_sent += s.bytes_sent;
+    }
+  }
   group.reset();
 }
 

@@ -8,22 +8,34 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 #include <utility>
 
 #include "base/run_env.h"
 #include "cumulus/elastic.h"
+#include "cumulus/process_group.h"
 #include "metrics/goodput.h"
 #include "metrics/progress.h"
 #include "metrics/recorder.h"
 #include "metrics/run_records.h"
+#include "metrics/store_publisher.h"
 
 namespace cumulus {
 namespace {
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// {"allreduce": {"count", "seconds", "bytes_sent"}, ...}: the rank status's "collectives".
+nlohmann::ordered_json collectivesOf(const ProcessGroup& group) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const CollectiveStats& s : group.collectiveStats()) {
+    out[s.op] = {{"count", s.count}, {"seconds", s.seconds}, {"bytes_sent", s.bytes_sent}};
+  }
+  return out;
 }
 
 double wallNow() {
@@ -84,6 +96,14 @@ struct Recorder::Impl {
   // A recorder for the membership now; the first one begins the records, a later one begins
   // again where the group trains from (a new writer continues metrics.jsonl).
   void forMembership() {
+    if (writes()) {
+      std::error_code error;
+      std::filesystem::create_directories(options.run_dir, error);
+      if (error) {
+        throw std::runtime_error("Recorder: cannot create the run directory " + options.run_dir +
+                                 ": " + error.message());
+      }
+    }
     metrics::ProgressRecorderOptions o;
     o.console = options.console;
     o.live = options.live_progress;
@@ -93,6 +113,12 @@ struct Recorder::Impl {
     o.world_size = elastic.size();
     if (elastic.size() > 1) o.sum_over_ranks = [this](double v) { return sumOverMembers(v); };
     o.rank = elastic.rank();
+    if (elastic.size() > 1) {
+      o.add_to_status = [this](nlohmann::ordered_json& status) {
+        status["collectives"] = collectivesOf(elastic.group());
+        status["comm_bytes_sent"] = elastic.group().bytesSent();
+      };
+    }
     o.goodput = records.goodput();
     env.rank = elastic.rank();
     env.world_size = elastic.size();
@@ -222,6 +248,20 @@ void Recorder::evaluation(double loss, std::optional<double> accuracy, double se
   m.last_evaluation = e;
 }
 
+void Recorder::balance(const std::vector<int64_t>& shares, const std::vector<double>& rates,
+                       double predicted_speedup) {
+  Impl& m = *impl_;
+  m.check("balance");
+  if (m.elastic.left() || !m.begun) return;
+  metrics::BalanceRecord record;
+  record.reason = "auto";
+  record.step = m.elastic.step();
+  record.shares = shares;
+  record.rates = rates;
+  record.predicted_speedup = predicted_speedup;
+  m.records.recorder().balanced(record);
+}
+
 void Recorder::note(const std::string& text) {
   impl_->check("note");
   impl_->records.note(text);
@@ -271,5 +311,39 @@ Goodput Recorder::goodput() const {
 }
 
 int64_t Recorder::dropped() const { return impl_->dropped; }
+
+struct CommMetrics::Impl {
+  const ProcessGroup& group;
+  double interval;
+  double last = 0;                                     // steady seconds of the last status sent
+  std::unique_ptr<metrics::StorePublisher> publisher;  // null: no live metrics asked for
+
+  void send() {
+    last = now();
+    publisher->rankStatus(nlohmann::ordered_json{{"rank", group.rank()},
+                                                 {"collectives", collectivesOf(group)},
+                                                 {"comm_bytes_sent", group.bytesSent()},
+                                                 {"time", wallNow()}});
+  }
+};
+
+CommMetrics::CommMetrics(const ProcessGroup& group, double interval_seconds)
+    : impl_(std::make_unique<Impl>(Impl{group, interval_seconds, 0, nullptr})) {
+  const base::RunEnv env = base::RunEnv::fromEnvironment();
+  if (!env.live_metrics || env.store_host.empty() || env.store_port <= 0) return;
+  metrics::StorePublisherOptions o;
+  o.rank = group.rank();
+  o.warnings = &std::cerr;
+  impl_->publisher = std::make_unique<metrics::StorePublisher>(
+      env.store_host, static_cast<int>(env.store_port), env.job_token, o);
+}
+
+CommMetrics::~CommMetrics() {
+  if (impl_->publisher) impl_->send();
+}
+
+void CommMetrics::update() {
+  if (impl_->publisher && now() - impl_->last >= impl_->interval) impl_->send();
+}
 
 }  // namespace cumulus

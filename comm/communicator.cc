@@ -149,6 +149,11 @@ const char* Communicator::transportTo(int peer) const {
   return pair ? pair->transport() : "self";
 }
 
+std::map<std::string, OpStats> Communicator::opStats() const {
+  base::MutexLock lock(mutex_);
+  return op_stats_;
+}
+
 uint64_t Communicator::nextSeq() const {
   base::MutexLock lock(mutex_);
   return next_seq_;
@@ -230,10 +235,24 @@ void Communicator::execute(const Queued& item) {
   c.op.element = item.element;
   c.segment_bytes = options_.segment_bytes;
   c.scratch = &scratch_;
+  const auto started = std::chrono::steady_clock::now();
+  const uint64_t sent_before = bytes_sent_.load(std::memory_order_relaxed);
+  const auto account = [&] {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const uint64_t sent = bytes_sent_.load(std::memory_order_relaxed) - sent_before;
+    base::MutexLock lock(mutex_);
+    OpStats& stats = op_stats_[item.work->op()];
+    ++stats.count;
+    stats.seconds += seconds;
+    stats.bytes_sent += sent;
+  };
   try {
     item.body(c);
+    account();
     item.work->finish(nullptr);
   } catch (...) {
+    account();
     std::exception_ptr error = traceFailure(std::current_exception());
     {
       base::MutexLock lock(mutex_);

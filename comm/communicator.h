@@ -41,6 +41,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,6 +119,15 @@ struct AllreduceOptions {
   std::chrono::milliseconds timeout{0};
 };
 
+// What one kind of collective cost this rank (Communicator::opStats): how many ran (failed ones
+// included), the seconds they executed (time queued behind others excluded), and the bytes this
+// rank handed to its transport while they executed.
+struct OpStats {
+  uint64_t count = 0;
+  double seconds = 0;
+  uint64_t bytes_sent = 0;
+};
+
 class Communicator {
  public:
   // `store` must outlive the communicator (see "Whom an error names").
@@ -187,6 +197,10 @@ class Communicator {
   // (RemoteReducer::allreduce). The rendezvous's handshakes are not counted. 0 in a world of one.
   // Cheap (a relaxed atomic add per message) and callable from any thread.
   uint64_t bytesSent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  // Per collective ("allreduce", "broadcast", "allgather", "reduce", "reduce_scatter", "barrier",
+  // "gather", "scatter", "all_to_all"), since construction; point-to-point is not among them.
+  // Callable from any thread.
+  std::map<std::string, OpStats> opStats() const;
 
  private:
   using Body = std::function<void(Collective&)>;
@@ -235,6 +249,7 @@ class Communicator {
   base::CondVar changed_;
   uint64_t next_seq_ ABSL_GUARDED_BY(mutex_) = 1;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mutex_);
+  std::map<std::string, OpStats> op_stats_ ABSL_GUARDED_BY(mutex_);
   bool busy_ ABSL_GUARDED_BY(mutex_) = false;  // an operation is executing
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   std::exception_ptr broken_ ABSL_GUARDED_BY(mutex_);  // the first failure

@@ -126,8 +126,8 @@ struct TrainerConfig {
   std::string run_dir = "runs/default";
   int64_t log_every_steps = 50;
   bool log_all_ranks = false;  // progress and summaries from every worker, not rank 0 alone
-  // Ranks' shares of the global batch (trainer/balance.h): "off" (equal), "auto" (in proportion to
-  // each rank's measured compute rate, agreed every balance_every_steps steps) or "fixed"
+  // Ranks' shares of the global batch (distributed/balance.h): "off" (equal), "auto" (in proportion
+  // to each rank's measured compute rate, agreed every balance_every_steps steps) or "fixed"
   // (balance_shares, one count per rank).
   BalanceMode balance = BalanceMode::kOff;
   int64_t balance_every_steps = 20;

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "comm/store.h"
 #include "comm/store_keys.h"
@@ -75,6 +77,15 @@ class PrometheusText {
     out_ << name;
     if (!label.empty()) out_ << '{' << label << "=\"" << labelValue(label_value) << "\"}";
     out_ << ' ' << sampleValue(value) << '\n';
+  }
+  // A sample with several labels, in the order given.
+  void sample(const std::string& name, double value,
+              const std::vector<std::pair<std::string, std::string>>& labels) {
+    out_ << name << '{';
+    for (size_t i = 0; i < labels.size(); ++i) {
+      out_ << (i > 0 ? "," : "") << labels[i].first << "=\"" << labelValue(labels[i].second) << '"';
+    }
+    out_ << "} " << sampleValue(value) << '\n';
   }
   // A family of one sample.
   void gauge(const std::string& name, const std::string& help, double value) {
@@ -185,7 +196,13 @@ void JobMetrics::fold(const nlohmann::json& record) {
 
 void JobMetrics::setRankStatus(int64_t rank, const nlohmann::json& status) {
   base::MutexLock lock(mutex_);
-  ranks_[rank] = status;
+  // Merged: a rank's recorder and its torch.distributed backend (CommMetrics) each send theirs.
+  nlohmann::json& kept = ranks_[rank];
+  if (kept.is_object() && status.is_object()) {
+    kept.update(status);
+  } else {
+    kept = status;
+  }
   const auto goodput = status.find("goodput");
   const double time = numberAt(status, "time").value_or(0);
   if (rank == 0 && goodput != status.end() && goodput->is_object() && time >= goodput_time_) {
@@ -302,11 +319,56 @@ void JobMetrics::exposeRanks(PrometheusText& out) const {
       }
     }
   }
+  exposeCollectives(out);
   out.family("cumulus_batch_share_samples", "gauge", "each rank's share of the global batch");
   const std::vector<int64_t> shares = sharesLocked();
   for (size_t r = 0; r < shares.size(); ++r) {
     out.sample("cumulus_batch_share_samples", static_cast<double>(shares[r]), "rank",
                std::to_string(r));
+  }
+}
+
+// Each rank's collectives by kind (its status's "collectives": a Recorder's or the backend's
+// CommMetrics), and the bytes it sent: cumulative over the rank's group, as the status says.
+void JobMetrics::exposeCollectives(PrometheusText& out) const {
+  struct OpSeries {
+    const char* name;
+    const char* key;
+    const char* help;
+  };
+  const OpSeries op_series[] = {
+      {"cumulus_collectives_total", "count", "collectives each rank ran, by kind"},
+      {"cumulus_collective_seconds_total", "seconds",
+       "seconds each rank's collectives executed, by kind"},
+      {"cumulus_collective_bytes_sent_total", "bytes_sent",
+       "bytes each rank handed to its transport during its collectives, by kind"},
+  };
+  for (const OpSeries& series : op_series) {
+    bool any = false;
+    for (const auto& [rank, status] : ranks_) {
+      if (world_size_ > 0 && rank >= world_size_) continue;
+      const auto ops = status.find("collectives");
+      if (ops == status.end() || !ops->is_object()) continue;
+      for (const auto& [op, stats] : ops->items()) {
+        const auto v = stats.is_object() ? numberAt(stats, series.key) : std::nullopt;
+        if (!v) continue;
+        if (!any) out.family(series.name, "counter", series.help);
+        any = true;
+        out.sample(series.name, *v, {{"rank", std::to_string(rank)}, {"op", op}});
+      }
+    }
+  }
+  bool any = false;
+  for (const auto& [rank, status] : ranks_) {
+    if (world_size_ > 0 && rank >= world_size_) continue;
+    const auto v = numberAt(status, "comm_bytes_sent");
+    if (!v) continue;
+    if (!any) {
+      out.family("cumulus_rank_comm_bytes_sent_total", "counter",
+                 "bytes each rank handed to its transport since its group was made");
+    }
+    any = true;
+    out.sample("cumulus_rank_comm_bytes_sent_total", *v, "rank", std::to_string(rank));
   }
 }
 

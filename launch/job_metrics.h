@@ -99,6 +99,7 @@ class JobMetrics {
   void exposeJob(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void exposeRanks(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void exposeGoodput(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void exposeCollectives(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void exposeEvents(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void exposeComm(PrometheusText& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   double counter(const std::string& name, double value) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);

@@ -344,7 +344,7 @@ void ProgressMetricsRecorder::publishRankStatus(const StepRecord& r, double loss
                                                  static_cast<double>(window_.samples)
                                            : 0;
   const double now = wallNow();
-  const nlohmann::ordered_json status{
+  nlohmann::ordered_json status{
       {"rank", options_.rank},
       {"step", r.step},
       {"epoch", r.epoch},
@@ -356,6 +356,7 @@ void ProgressMetricsRecorder::publishRankStatus(const StepRecord& r, double loss
       {"loss", loss},
       {"goodput", goodput_->at(now).toJson()},
       {"time", now}};
+  if (options_.add_to_status) options_.add_to_status(status);
   for (const auto& sink : options_.sinks) sink->rankStatus(status);
 }
 

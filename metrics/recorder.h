@@ -194,6 +194,9 @@ struct ProgressRecorderOptions {
   int64_t rank = 0;
   // Also told every record and this rank's status (TensorBoard, the live endpoint).
   std::vector<std::shared_ptr<RecordSink>> sinks;
+  // Adds what the caller knows to this rank's status at each train record (the group's
+  // collectives, say); empty: nothing.
+  std::function<void(nlohmann::ordered_json& status)> add_to_status;
   // The launch's goodput account (goodput.h), shared by the recorders of its re-formed groups.
   // Null: the recorder keeps its own, started at begin() from the exec (and, on a resume, the
   // history in metrics_path). Not started: begin() starts it so.

@@ -188,13 +188,18 @@ void Backend::stopQueue() {
   // made (its PyObject goes with it), while the thread that stops the queue holds it: pybind's
   // deallocation of the backend (destroy_process_group) and atexit do. So the join runs without
   // it, or each would wait for the other for ever.
+  // The live status goes last, once nothing more runs (its publisher flushes to the Store).
+  const auto stop = [this] {
+    queue_->stop();
+    comm_metrics_.reset();
+  };
   if (Py_IsInitialized() && PyGILState_Check()) {
     PyThreadState* saved = PyEval_SaveThread();
-    queue_->stop();
+    stop();
     PyEval_RestoreThread(saved);
     return;
   }
-  queue_->stop();
+  stop();
 }
 
 CollectiveOptions Backend::callOptions(std::chrono::milliseconds timeout) const {
@@ -217,6 +222,7 @@ Backend::Backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
   group.timeout_seconds = std::max<int64_t>(left.count(), 1) / 1000.0;
   group.cost_model = options.cost_model;
   group_ = ProcessGroup::overStore(*store_, member, group);
+  if (size > 1) comm_metrics_ = std::make_unique<CommMetrics>(*group_);
   queue_ = std::make_unique<Queue>();
   std::lock_guard<std::mutex> lock(registryMutex());
   registry().insert(this);
@@ -236,7 +242,7 @@ c10::intrusive_ptr<c10d::Work> Backend::enqueue(c10d::OpType type, const char* n
                                                 std::function<void()> run) {
   auto work = c10::make_intrusive<CumulusWork>(rank_, type, name, std::move(outputs));
   ++collectives_;
-  queue_->push([work, run = std::move(run)] {
+  queue_->push([work, run = std::move(run), metrics = comm_metrics_.get()] {
     std::exception_ptr error;
     try {
       run();
@@ -244,6 +250,7 @@ c10::intrusive_ptr<c10d::Work> Backend::enqueue(c10d::OpType type, const char* n
       error = std::current_exception();
     }
     work->complete(error);
+    if (metrics != nullptr) metrics->update();
   });
   return work;
 }

@@ -34,6 +34,7 @@
 
 #include "cumulus/options.h"
 #include "cumulus/process_group.h"
+#include "cumulus/recorder.h"
 
 namespace cumulus::python {
 
@@ -66,7 +67,8 @@ class Backend final : public c10d::Backend {
 
   const std::string getBackendName() const override { return "cumulus"; }
   const BackendOptions& backendOptions() const { return options_; }
-  // Runs the queued collectives, then stops the thread; later calls throw. See stopAllBackends.
+  // Runs the queued collectives, then stops the thread and sends the last live status; later
+  // calls throw. See stopAllBackends.
   void stopQueue();
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -142,9 +144,12 @@ class Backend final : public c10d::Backend {
   std::chrono::milliseconds timeout_;             // a collective's, when it gives none
   std::unique_ptr<C10dStore> store_;              // outlives group_
   std::unique_ptr<cumulus::ProcessGroup> group_;  // Cumulus's group of these ranks
-  std::unique_ptr<Queue> queue_;                  // stopped first
-  std::atomic<uint64_t> monitored_barriers_{0};   // monitoredBarrier calls, for their tags
-  std::atomic<uint64_t> collectives_{0};          // enqueue()d so far
+  // The group's collectives at cumulus-run's live endpoint (--metrics-port), from the queue's
+  // thread after each one; null in a group of one. Stopped after the queue, before the group.
+  std::unique_ptr<cumulus::CommMetrics> comm_metrics_;
+  std::unique_ptr<Queue> queue_;                 // stopped first
+  std::atomic<uint64_t> monitored_barriers_{0};  // monitoredBarrier calls, for their tags
+  std::atomic<uint64_t> collectives_{0};         // enqueue()d so far
 };
 
 // Stops every live backend's thread after what it has queued (Python's atexit, through

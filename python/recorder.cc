@@ -1,6 +1,7 @@
-// cumulus._C.RecorderCore: <cumulus/recorder.h> over an ElasticCore, for cumulus.Recorder
-// (python/cumulus/recorder.py), and ElasticCore's times (ElasticTimes as a dict). step() may
-// communicate (the loss at a record): it releases the GIL.
+// cumulus._C.RecorderCore and BatchSharesCore: <cumulus/recorder.h> and <cumulus/batch_shares.h>
+// over an ElasticCore, for cumulus.Recorder and cumulus.BatchShares (python/cumulus/recorder.py,
+// batch_shares.py), and ElasticCore's times (ElasticTimes as a dict). What may communicate (a
+// record's loss, a rebalance) releases the GIL.
 
 #include <pybind11/stl.h>
 
@@ -8,8 +9,10 @@
 #include <optional>
 #include <string>
 
+#include "cumulus/batch_shares.h"
 #include "cumulus/elastic.h"
 #include "cumulus/recorder.h"
+#include "cumulus/sampler.h"
 #include "python/elastic.h"
 
 namespace py = pybind11;
@@ -102,6 +105,25 @@ void bindRecorder(py::module_& m) {
            })
       .def_property_readonly("goodput", [](const Recorder& r) { return goodputDict(r.goodput()); })
       .def_property_readonly("dropped", &Recorder::dropped);
+
+  py::class_<BatchShares>(m, "BatchSharesCore", "cumulus::BatchShares; use cumulus.BatchShares")
+      .def(py::init([](Elastic& elastic, int64_t global_batch, int64_t every_steps, double min_gain,
+                       int64_t micro_batches, Recorder* recorder) {
+             BatchSharesOptions o;
+             o.every_steps = every_steps;
+             o.min_gain = min_gain;
+             o.micro_batches = micro_batches;
+             return std::make_unique<BatchShares>(elastic, global_batch, o, recorder);
+           }),
+           py::arg("elastic"), py::arg("global_batch"), py::arg("every_steps"), py::arg("min_gain"),
+           py::arg("micro_batches"), py::arg("recorder"), py::keep_alive<1, 2>(),
+           py::keep_alive<1, 7>())
+      .def("shares", &BatchShares::shares)
+      .def("share", &BatchShares::share)
+      .def("local_indices", &BatchShares::localIndices, py::arg("sampler"))
+      .def("measure", &BatchShares::measure, py::arg("samples"), py::arg("seconds"))
+      .def("rebalance", &BatchShares::rebalance, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("rate", &BatchShares::rate);
 }
 
 }  // namespace cumulus::python

@@ -82,8 +82,8 @@ void BatchShares::atBoundary(int64_t done, ProcessGroup* group, int64_t micro_ba
   const int64_t batch = config_.global_batch_size;
   const std::vector<int64_t> current =
       shares_.empty() ? DistributedSampler::equalShares(batch, world) : shares_;
-  const BalanceDecision decision =
-      decideShares(rates, batch, shareFloor(batch, world, micro_batches), current, kMinGain);
+  const distributed::BalanceDecision decision = distributed::decideShares(
+      rates, batch, distributed::shareFloor(batch, world, micro_batches), current, kMinGain);
   if (!decision.changed) return;
   batches_->setShares(decision.shares);
   shares_ = decision.shares;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "configs/experiment.h"
-#include "trainer/balance.h"
+#include "distributed/balance.h"
 
 namespace cumulus {
 class ProcessGroup;
@@ -58,7 +58,7 @@ class BatchShares {
   const configs::TrainerConfig& config_;
   std::shared_ptr<BatchSource> batches_;
   std::vector<int64_t> shares_;
-  RateMeter rate_;  // this rank's samples per second of compute (balance auto)
+  distributed::RateMeter rate_;  // this rank's samples per second of compute (balance auto)
 };
 
 }  // namespace cumulus::trainer

@@ -12,6 +12,10 @@ The run's records (cumulus.Recorder) go to DIR/metrics.jsonl and DIR/tensorboard
 `cumulus-run --metrics-port P` to the live endpoint (http://localhost:P/metrics, the dashboard
 at /): loss, samples/s, the goodput split with the time Elastic spent re-forming.
 
+With --balance each worker takes a share of each global batch in proportion to its measured speed
+(cumulus.BatchShares), so a worker on a busier machine no longer holds the others back; every
+sample is still trained once.
+
 With --diloco H the workers train DiLoCo (cumulus.DiLoCo, docs/diloco.md): each its own replica for
 H steps without communicating, then an outer sync; --fragments, --overlap and --outer-compression
 give Streaming DiLoCo.
@@ -90,12 +94,17 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--wait-for", type=int, default=0,
                         help="after losing a worker, wait (up to 120 s) for N workers again")
+    parser.add_argument("--balance", action="store_true",
+                        help="batch shares by measured speed (cumulus.BatchShares)")
     parser.add_argument("--diloco", type=int, default=0, metavar="H",
                         help="DiLoCo with H inner steps a round (0: every-step gradient sums)")
     parser.add_argument("--fragments", type=int, default=1)
     parser.add_argument("--overlap", action="store_true")
     parser.add_argument("--outer-compression", default="none", choices=["none", "bf16", "int8"])
     args = parser.parse_args()
+    if args.balance and args.diloco:
+        parser.error("--balance splits each global batch of the gradient sum; DiLoCo's replicas "
+                     "train batches of their own: use one or the other")
     torch.set_num_threads(1)
 
     images, labels = load(args.limit)
@@ -128,6 +137,7 @@ def main():
     recorder = cumulus.Recorder(elastic, args.run_dir, total_steps=args.steps,
                                 log_every_steps=args.log_every, start_step=resumed,
                                 console=False)
+    shares = cumulus.BatchShares(elastic, args.batch, recorder=recorder) if args.balance else None
 
     def save(preempted):
         c = elastic.capture()
@@ -139,7 +149,9 @@ def main():
         local = [0.0, 0]  # this worker's mean loss and samples, for the recorder
 
         def step():  # may run again, on the re-formed group, after a peer's failure
-            idx = torch.tensor(sampler.local_indices(elastic.rank, elastic.size))
+            idx = torch.tensor(shares.local_indices(sampler) if shares
+                               else sampler.local_indices(elastic.rank, elastic.size),
+                               dtype=torch.int64)
             if diloco:
                 diloco.begin_step(elastic.step)  # the outer sync due before this step
             optimizer.zero_grad()
@@ -164,6 +176,8 @@ def main():
         elastic.train(step)
         done = elastic.step
         recorder.step(local[0], samples=local[1], lr=args.lr, global_samples=args.batch)
+        if shares:
+            shares.rebalance()
         if (done % args.log_every == 0 or done == args.steps) and elastic.rank == 0:
             print(f"step {done}/{args.steps} loss {loss[0]:.6f} workers {elastic.size}",
                   flush=True)

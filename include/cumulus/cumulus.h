@@ -22,6 +22,7 @@
 // Link with Cumulus::cumulus (CMake: find_package(Cumulus REQUIRED)) or `pkg-config cumulus`.
 
 #include "cumulus/allocator.h"
+#include "cumulus/batch_shares.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/checkpoint_state.h"
 #include "cumulus/data_parallel.h"

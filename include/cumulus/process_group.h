@@ -99,6 +99,14 @@ struct CollectiveOptions {
   double timeout_seconds = 0;          // 0: GroupOptions::timeout_seconds
 };
 
+// What one kind of collective cost this rank (ProcessGroup::collectiveStats).
+struct CollectiveStats {
+  std::string op;
+  uint64_t count = 0;
+  double seconds = 0;
+  uint64_t bytes_sent = 0;
+};
+
 // A collective in flight (ProcessGroup::allreduceAsync, broadcastAsync), as c10d's Work. It holds
 // the tensor, so the memory stays alive; the program must neither read nor write the tensor until
 // wait() returns. Queued collectives run in call order on the group's background thread, before
@@ -172,6 +180,12 @@ class ProcessGroup {
   // An Elastic's group counts across the connections it re-formed over. The rendezvous's
   // handshakes do not count. 0 in a group of one. Never blocks.
   uint64_t bytesSent() const;
+  // Per kind of collective ("allreduce", "broadcast", "allgather", ...; point-to-point not among
+  // them), since the group was made and across its re-formed connections: how many ran (failed
+  // ones included), the seconds they executed (not counting time queued behind others), and the
+  // bytes handed to the transport meanwhile. In op name order; empty in a group of one. Callable
+  // from any thread.
+  std::vector<CollectiveStats> collectiveStats() const;
 
   // In place: every rank ends with the reduction over all ranks (kAvg: the sum / size()).
   void allreduce(torch::Tensor& tensor, const CollectiveOptions& options = {});

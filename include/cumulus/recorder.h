@@ -55,10 +55,11 @@
 namespace cumulus {
 
 class Elastic;
+class ProcessGroup;
 
 struct RecorderOptions {
-  // metrics.jsonl and the TensorBoard events (tensorboard/) go here; empty: neither (the console
-  // and the live endpoint only).
+  // metrics.jsonl and the TensorBoard events (tensorboard/) go here, made by the writing member if
+  // missing; empty: neither (the console and the live endpoint only).
   std::string run_dir;
   int64_t total_steps = 0;      // for the progress line and the last record; 0: not known
   int64_t steps_per_epoch = 0;  // 0: the whole run is one epoch
@@ -110,6 +111,11 @@ class Recorder {
   void scalar(const std::string& name, double value);
   // An evaluation on held-out data that took `seconds` (its goodput category), at the current step.
   void evaluation(double loss, std::optional<double> accuracy = std::nullopt, double seconds = 0);
+  // The members' shares of the global batch from the next step on (BatchShares calls it at each
+  // change): a "balance" record, with the rates they came from and the step time they predict
+  // before / after, which the dashboard draws. Called on every member; the writing one writes.
+  void balance(const std::vector<int64_t>& shares, const std::vector<double>& rates,
+               double predicted_speedup);
   // A line on the console (rank 0) and a warning (every member).
   void note(const std::string& text);
   void warning(const std::string& text);
@@ -122,6 +128,28 @@ class Recorder {
   Goodput goodput() const;
   // Values dropped as NaN or infinite since construction.
   int64_t dropped() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The comm side of a group at the live endpoint, for a program without a Recorder (the
+// torch.distributed backend `cumulus` keeps one, so a DDP script under `cumulus-run
+// --metrics-port` shows its collectives): update() sends the group's collectiveStats() and
+// bytesSent() as this rank's status when `interval_seconds` have passed since the last time, and
+// the destructor sends the last figures. Nothing is sent unless cumulus-run asks for live metrics;
+// the Store is talked to on a thread of its own, so update() never blocks on it. One thread at a
+// time calls update().
+class CommMetrics {
+ public:
+  // `group` must outlive this object.
+  explicit CommMetrics(const ProcessGroup& group, double interval_seconds = 1.0);
+  ~CommMetrics();
+  CommMetrics(const CommMetrics&) = delete;
+  CommMetrics& operator=(const CommMetrics&) = delete;
+  void update();
 
   struct Impl;
 

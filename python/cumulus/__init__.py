@@ -63,6 +63,7 @@ from .elastic import (EXIT_PREEMPTED, Checkpoint, CheckpointError, Elastic,  # n
                       ElasticAction, Membership, capture, restore)
 from .diloco import DiLoCo  # noqa: E402
 from .recorder import Recorder  # noqa: E402
+from .batch_shares import BatchShares  # noqa: E402
 
 BACKEND = "cumulus"
 

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -100,6 +101,22 @@ TEST(RecorderTest, AnElasticLoopWritesTheRecordsCumulusTrainWrites) {
     EXPECT_GT(g.wall, g.training);
     EXPECT_EQ(recorder.dropped(), 0);
     EXPECT_THROW(recorder.step(StepMetrics{}), std::logic_error);
+    // The group's collectives by kind: 5 gradient syncs (one bucket each), the loss at 4 records
+    // and the boundaries' agreements, with the bytes they sent.
+    const std::vector<CollectiveStats> ops = group.collectiveStats();
+    uint64_t bytes = 0;
+    for (const CollectiveStats& op : ops) {
+      EXPECT_GT(op.count, 0u) << op.op;
+      bytes += op.bytes_sent;
+    }
+    ASSERT_FALSE(ops.empty());
+    EXPECT_EQ(ops.front().op, "allgather");  // in name order
+    EXPECT_EQ(bytes, group.bytesSent());
+    const auto allreduce = std::find_if(ops.begin(), ops.end(),
+                                        [](const CollectiveStats& s) { return s.op == "allreduce"; });
+    ASSERT_NE(allreduce, ops.end());
+    EXPECT_GE(allreduce->count, 9u);
+    EXPECT_GT(allreduce->seconds, 0);
   });
   const std::vector<nlohmann::json> records = readRecords(dir / "metrics.jsonl");
   ASSERT_FALSE(records.empty());

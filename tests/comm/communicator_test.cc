@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <random>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <tuple>
 
@@ -287,6 +289,7 @@ TEST_P(BytesSent, RingAllreduceSendsThePayloadAndOneHeaderPerSegment) {
   options.transport = GetParam();
   Group group(p, options);
   std::vector<uint64_t> afterOne(p), afterTwo(p), afterBarrier(p);
+  std::vector<std::map<std::string, OpStats>> stats(p);
   group.run([&](int rank, Communicator& comm) {
     EXPECT_EQ(comm.bytesSent(), 0u) << "rank " << rank;
     EXPECT_STREQ(comm.transportTo(1 - rank), transportName(GetParam()));
@@ -298,12 +301,20 @@ TEST_P(BytesSent, RingAllreduceSendsThePayloadAndOneHeaderPerSegment) {
     afterTwo[rank] = comm.bytesSent();
     comm.barrier();
     afterBarrier[rank] = comm.bytesSent();
+    stats[rank] = comm.opStats();
   });
   for (int r = 0; r < p; ++r) {
     EXPECT_EQ(afterOne[r], expected) << "rank " << r;
     EXPECT_EQ(afterTwo[r], 2 * expected) << "rank " << r;
     EXPECT_EQ(afterBarrier[r], 2 * expected + net::kFrameHeaderBytes + sizeof(int32_t))
         << "rank " << r;
+    // opStats() splits the same bytes by kind: two all-reduces (blocking and async), a barrier.
+    ASSERT_EQ(stats[r].size(), 2u) << "rank " << r;
+    EXPECT_EQ(stats[r]["allreduce"].count, 2u);
+    EXPECT_EQ(stats[r]["allreduce"].bytes_sent, 2 * expected);
+    EXPECT_GT(stats[r]["allreduce"].seconds, 0);
+    EXPECT_EQ(stats[r]["barrier"].count, 1u);
+    EXPECT_EQ(stats[r]["barrier"].bytes_sent, net::kFrameHeaderBytes + sizeof(int32_t));
   }
 }
 

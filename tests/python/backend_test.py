@@ -15,7 +15,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
+import urllib.request
 
 import torch
 
@@ -504,6 +506,44 @@ class Launchers(unittest.TestCase):
             "launched"])
         self.assertEqual(code, 0, output)
         self.assert_every_rank_ok(reports, 2, output=output)
+
+    def test_under_cumulus_run_metrics_port_the_collectives_show_at_metrics(self):
+        """A DDP-style script gets the comm side for free: each rank's collectives by kind (count,
+        seconds, bytes) and its bytes sent, at cumulus-run's /metrics while it runs."""
+        port = free_port()
+        env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
+        with tempfile.TemporaryDirectory() as tmp:
+            done = os.path.join(tmp, "done")
+            process = subprocess.Popen(
+                [os.path.join(BIN, "cumulus-run"), "--nproc-per-node", "2", "--metrics-port",
+                 str(port), "--", PYTHON, WORKER, "until_file", done],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            wanted = [f'cumulus_collectives_total{{rank="{r}",op="{op}"}}'
+                      for r in (0, 1) for op in ("allreduce", "broadcast")]
+            series = {}
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and process.poll() is None:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                                timeout=5) as answer:
+                        text = answer.read().decode()
+                    series = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                              for line in text.splitlines() if line and line[0] != "#"}
+                except OSError:
+                    pass
+                if all(series.get(name, 0) >= 10 for name in wanted):
+                    break
+                time.sleep(0.2)
+            open(done, "w").close()
+            output = process.communicate(timeout=120)[0]
+        self.assertEqual(process.returncode, 0, output)
+        for name in wanted:
+            self.assertGreaterEqual(series.get(name, 0), 10, (name, series))
+        for r in (0, 1):
+            self.assertGreater(series[f'cumulus_collective_seconds_total{{rank="{r}",op="allreduce"}}'], 0)
+            self.assertGreater(
+                series[f'cumulus_collective_bytes_sent_total{{rank="{r}",op="allreduce"}}'], 4096)
+            self.assertGreater(series[f'cumulus_rank_comm_bytes_sent_total{{rank="{r}"}}'], 4096)
 
     def test_tcp_and_file_init_methods(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -558,10 +558,30 @@ def monitored():
     report(rank=r, errors=errors, waited=waited)
 
 
+def until_file(path):
+    """All-reduces and broadcasts until `path` exists (up to 120 s): a DDP script's traffic for
+    the live endpoint to show (cumulus-run --metrics-port)."""
+    dist.init_process_group("cumulus")
+    r = dist.get_rank()
+    deadline = time.monotonic() + 120
+    rounds = 0
+    while True:
+        t = torch.ones(1024)
+        dist.all_reduce(t)
+        dist.broadcast(t, src=0)
+        rounds += 1
+        done = torch.tensor([1.0 if os.path.exists(path) or time.monotonic() > deadline else 0.0])
+        dist.all_reduce(done)  # every rank stops after the same round
+        if done.item() > 0:
+            break
+    dist.destroy_process_group()
+    report(rank=r, ok=os.path.exists(path), rounds=rounds)
+
+
 if __name__ == "__main__":
     case, args = sys.argv[1], sys.argv[2:]
     {"collectives": collectives, "ddp": lambda: ddp(int(args[0]), args[1]),
      "killed_peer": killed_peer, "killed_sender": killed_sender, "bad_calls": bad_calls,
      "launched": lambda: launched(*args), "mismatched_dtypes": mismatched_dtypes,
      "init_only": lambda: init_only(args[0]), "stalled_peer": lambda: stalled_peer(args[0]),
-     "monitored": monitored}[case]()
+     "monitored": monitored, "until_file": lambda: until_file(args[0])}[case]()

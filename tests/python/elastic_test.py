@@ -347,6 +347,36 @@ class ElasticEdges(unittest.TestCase):
         self.assertEqual(len(finals), 3, output)
         self.assertEqual(len(set(finals)), 1, output)
 
+    def test_batch_shares_follow_a_slow_worker_and_every_sample_is_trained_once(self):
+        """cumulus.BatchShares: rank 2 takes 2 ms more per sample (a slower machine), so at the
+        first look (step 10) it gets less of the batch of 48 and the others more; each epoch's 960
+        samples (20 steps) are trained once each, by one rank, and the replicas agree."""
+        with tempfile.TemporaryDirectory() as tmp:
+            code, output = run_worker("--balance", "--slow", "2:2", "--steps", "40", "--ledger",
+                                      tmp)
+            trained = {}
+            for rank in range(3):
+                with open(os.path.join(tmp, f"rank{rank}.txt")) as f:
+                    for line in f:
+                        step, *indices = map(int, line.split())
+                        trained.setdefault(step, []).extend(indices)
+        self.assertEqual(code, 0, output)
+        changed = re.search(r"\[rank0\] shares (\d+)/(\d+)/(\d+) after step 10\n", output)
+        self.assertIsNotNone(changed, output)
+        shares = [int(changed[i]) for i in (1, 2, 3)]
+        self.assertEqual(sum(shares), 48, output)
+        self.assertLess(shares[2], 16, output)
+        self.assertGreater(min(shares[0], shares[1]), 16, output)
+        self.assertEqual(sorted(trained), list(range(1, 41)))
+        for step, indices in trained.items():
+            self.assertEqual(len(indices), 48, step)
+        for first in (1, 21):
+            epoch = [i for s in range(first, first + 20) for i in trained[s]]
+            self.assertEqual(sorted(epoch), list(range(960)))
+        finals = WORKER_FINAL.findall(output)
+        self.assertEqual(len(finals), 3, output)
+        self.assertEqual(len(set(finals)), 1, output)
+
     def test_batch_norm_replicas_agree_after_a_death_and_a_heal(self):
         """Rank 1 is SIGKILLed as training starts: the others re-form, wait for its replacement,
         heal it, and all three end with the same parameters and batch norm statistics."""

@@ -4,12 +4,17 @@ build different models. Synthetic data from a fixed seed, so it needs no dataset
 
     cumulus-run --nproc-per-node 3 -- python3 elastic_worker.py --steps 60 [--raise-at S@R] ...
 
+With --balance the members take shares by measured speed (cumulus.BatchShares); --slow R:MS makes
+rank R a slower machine (MS ms more per sample of its share), and --ledger DIR has each rank write
+the indices it trained, a line per step, to DIR/rank<R>.txt.
+
 Prints `final parameters <sha256 of every parameter and buffer> at step N` on every rank.
 """
 import argparse
 import hashlib
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +51,10 @@ def main():
                         help="after losing a worker, wait for N workers again")
     parser.add_argument("--raise-at", default="", metavar="STEP@RANK",
                         help="the step raises ValueError on that rank (RANK 'all': every rank)")
+    parser.add_argument("--balance", action="store_true", help="batch shares by measured speed")
+    parser.add_argument("--slow", default="", metavar="RANK:MS",
+                        help="RANK takes MS ms more per sample (a slower machine)")
+    parser.add_argument("--ledger", default="", metavar="DIR")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
@@ -65,6 +74,9 @@ def main():
             f"membership: epoch {m.epoch}, rank {m.rank} of {m.size}, step {m.step} "
             f"({m.cause} in {m.seconds:.3f} s), pid {os.getpid()}", flush=True))
     raise_step, _, raise_rank = args.raise_at.partition("@")
+    slow_rank, _, slow_ms = args.slow.partition(":")
+    shares = cumulus.BatchShares(elastic, args.batch, every_steps=10) if args.balance else None
+    ledger = open(os.path.join(args.ledger, f"rank{rank}.txt"), "w") if args.ledger else None
     if not elastic.start():
         return 0
     while elastic.step < args.steps:
@@ -72,13 +84,22 @@ def main():
             nxt = elastic.step + 1
             if raise_step and nxt == int(raise_step) and raise_rank in ("all", str(elastic.rank)):
                 raise ValueError(f"the step's own bug at step {nxt} on rank {elastic.rank}")
-            idx = torch.tensor(sampler.local_indices(elastic.rank, elastic.size))
+            local = (shares.local_indices(sampler) if shares
+                     else sampler.local_indices(elastic.rank, elastic.size))
+            idx = torch.tensor(local, dtype=torch.int64)
             optimizer.zero_grad()
+            if slow_rank == str(elastic.rank):
+                time.sleep(len(local) * float(slow_ms) / 1000)  # the slower machine's compute
             elastic.backward(F.cross_entropy(model(x[idx]), y[idx], reduction="sum") / args.batch)
+            if ledger:
+                print(nxt, " ".join(map(str, local)), file=ledger, flush=True)
             optimizer.step()
             sampler.advance()
 
         elastic.train(step)
+        if shares and shares.rebalance():
+            print(f"shares {'/'.join(map(str, shares.shares))} after step {elastic.step}",
+                  flush=True)
         if elastic.step < args.steps:
             elastic.boundary()
     elastic.finish()

@@ -1,4 +1,4 @@
-#include "trainer/balance.h"
+#include "distributed/balance.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 namespace {
 
 int64_t sum(const std::vector<int64_t>& v) {
@@ -131,4 +131,4 @@ TEST(RateMeter, SkipsTheFirstStepThenAveragesExponentially) {
 }
 
 }  // namespace
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

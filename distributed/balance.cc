@@ -1,4 +1,4 @@
-#include "trainer/balance.h"
+#include "distributed/balance.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 namespace {
 
 bool usable(double rate) { return std::isfinite(rate) && rate > 0; }
@@ -130,4 +130,4 @@ void RateMeter::reset() {
   rate_ = 0;
 }
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

@@ -1,5 +1,6 @@
 #pragma once
-// Straggler-aware batch shares (`trainer.balance: auto`): the pure policy. Every rank measures its
+// Straggler-aware batch shares (cumulus-train's `trainer.balance: auto`, <cumulus/batch_shares.h>
+// for a loop of one's own): the pure policy. Every rank measures its
 // compute rate (samples per second of forward and backward, RateMeter); every
 // trainer.balance_every_steps steps the ranks all-gather those rates and each computes, with
 // decideShares, the same new shares of the global batch from the same gathered vector. The loss
@@ -10,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace cumulus::trainer {
+namespace cumulus::distributed {
 
 // The fewest samples any rank takes: at least one per micro-batch (a rank with an empty
 // micro-batch still pays the step's fixed costs for nothing), and at least an eighth of the equal
@@ -66,4 +67,4 @@ class RateMeter {
   double rate_ = 0;
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::distributed

@@ -1,0 +1,83 @@
+#pragma once
+// <cumulus/batch_shares.h>: each member's share of the global batch in proportion to its measured
+// speed, for an Elastic loop (cumulus-train's `trainer.balance: auto`, the same policy). A worker
+// on a slower or busier machine takes fewer samples, so the step no longer waits for it.
+//
+//   cumulus::BatchShares shares(elastic, global_batch);
+//   while (elastic.step() < steps) {
+//     elastic.train([&] {
+//       auto idx = shares.localIndices(sampler);        // this member's slice of the batch
+//       ...
+//       elastic.sync().backward(loss_sum / global_batch);  // divided by the global batch
+//       ...
+//     });
+//     shares.rebalance();                              // every member, before boundary()
+//     ...boundary()...
+//   }
+//
+// What stays exact: the sampler decides each global batch (DistributedSampler::globalBatch), and
+// the shares only split it, [S_r, S_r + share_r) for rank r (shareIndices): every sample of every
+// batch is trained once, by one member, whatever the shares and the membership. Since the loss is
+// divided by the global batch, any split gives the gradient of the same global mean (up to the
+// order of summation).
+//
+// Measuring: after each step the member's compute time is its train() time less its wait in
+// sync() (ElasticTimes), over its share; measure() gives a time of the program's own instead.
+// Every every_steps steps rebalance() all-gathers the members' rates (as Elastic::atBoundary work:
+// a failure in it re-forms the group and the shares stay as they are) and every member computes
+// the same new shares, taken only when they predict a step faster by more than min_gain. After a
+// change of membership the shares are equal again and the rates are measured anew. A Recorder
+// given to the constructor writes a "balance" record at each change (the dashboard's shares).
+// Training thread only.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace cumulus {
+
+class DistributedSampler;
+class Elastic;
+class Recorder;
+
+struct BatchSharesOptions {
+  int64_t every_steps = 20;  // steps between looks at the rates
+  double min_gain = 0.05;    // a change must predict a step faster by more than this share
+  // Micro-batches a member splits its share into: no share falls below one sample each.
+  int64_t micro_batches = 1;
+};
+
+class BatchShares {
+ public:
+  // Over `elastic` (which must outlive it), for a global batch of `global_batch` samples.
+  // std::invalid_argument for a batch < 1, every_steps < 1, a negative min_gain or
+  // micro_batches < 1.
+  BatchShares(Elastic& elastic, int64_t global_batch, BatchSharesOptions options = {},
+              Recorder* recorder = nullptr);
+  ~BatchShares();
+  BatchShares(const BatchShares&) = delete;
+  BatchShares& operator=(const BatchShares&) = delete;
+
+  // The shares of the next step, one per member of the current membership, summing to the
+  // global batch (equal until a rebalance changed them, and after every change of membership).
+  const std::vector<int64_t>& shares();
+  // This member's.
+  int64_t share();
+  // This member's indices of the sampler's current global batch: sampler.shareIndices(rank,
+  // shares()). std::invalid_argument when the sampler's global batch is not this one's.
+  std::vector<int64_t> localIndices(const DistributedSampler& sampler);
+  // This step's compute: `samples` in `seconds` (instead of what Elastic measured).
+  void measure(int64_t samples, double seconds);
+  // After each train(), on every member: every every_steps steps the shares are agreed anew.
+  // True when they changed (from the next step on).
+  bool rebalance();
+  // This member's measured rate, samples per second of compute; 0 before one was measured.
+  double rate() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cumulus

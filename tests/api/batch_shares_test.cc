@@ -1,0 +1,116 @@
+// cumulus::BatchShares (<cumulus/batch_shares.h>) over an Elastic loop of ranks as threads: the
+// shares follow the rates the ranks measure, every sample of every global batch goes to one rank,
+// a change is recorded, and bad options are refused.
+
+#include "cumulus/batch_shares.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cumulus/elastic.h"
+#include "cumulus/recorder.h"
+#include "cumulus/sampler.h"
+#include "tests/api/elastic_parts.h"
+#include "tests/api/ranks.h"
+#include "tests/test_dir.h"
+
+namespace cumulus {
+namespace {
+
+// Rank r computes at 256 / (r + 1) samples per second, given with measure() so that the test does
+// not depend on the machine's speed (binary fractions: every figure is exact). At the first look,
+// after step 4, the shares of 12 become 8/4, which predict a step 1.5x faster; every sample of
+// each global batch is trained by exactly one rank.
+TEST(BatchSharesTest, SharesFollowTheMeasuredRatesAndSplitEachBatchOnce) {
+  const std::filesystem::path dir = testing::freshTestDir("batch_shares");
+  std::mutex mutex;
+  std::vector<std::vector<int64_t>> batches(6);  // the indices trained at each step, all ranks
+  testing::runRanks(2, [&](ProcessGroup& group) {
+    Elastic elastic(&group, testing::quietOptions());
+    elastic.setState({[] { return Checkpoint{}; }, [](const Checkpoint&) {}, "shares"});
+    RecorderOptions ro;
+    ro.run_dir = dir.string();
+    ro.console = nullptr;
+    ro.tensorboard = false;
+    Recorder recorder(elastic, ro);
+    BatchSharesOptions options;
+    options.every_steps = 4;
+    BatchShares shares(elastic, 12, options, &recorder);
+    DistributedSampler sampler(60, 12, 3, /*shuffle=*/true, /*drop_last=*/true);
+    ASSERT_TRUE(elastic.start(0));
+    EXPECT_EQ(shares.shares(), (std::vector<int64_t>{6, 6}));
+    std::vector<bool> changed;
+    while (elastic.step() < 6) {
+      std::vector<int64_t> local;
+      elastic.train([&] {
+        local = shares.localIndices(sampler);
+        sampler.advance();
+      });
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        auto& all = batches[static_cast<size_t>(elastic.step() - 1)];
+        all.insert(all.end(), local.begin(), local.end());
+      }
+      StepMetrics m;
+      m.samples = static_cast<int64_t>(local.size());
+      recorder.step(m);
+      shares.measure(m.samples, static_cast<double>(m.samples) * (elastic.rank() + 1) / 256.0);
+      changed.push_back(shares.rebalance());
+    }
+    EXPECT_EQ(changed, (std::vector<bool>{false, false, false, true, false, false}));
+    EXPECT_EQ(shares.shares(), (std::vector<int64_t>{8, 4}));
+    EXPECT_EQ(shares.share(), elastic.rank() == 0 ? 8 : 4);
+    EXPECT_EQ(shares.rate(), 256.0 / (elastic.rank() + 1));
+    recorder.finish();
+  });
+  DistributedSampler replay(60, 12, 3, true, true);
+  for (const std::vector<int64_t>& trained : batches) {
+    std::vector<int64_t> sorted = trained, expected = replay.globalBatch();
+    std::sort(sorted.begin(), sorted.end());
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(sorted, expected);
+    replay.advance();
+  }
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string line;
+  std::vector<nlohmann::json> balance;
+  while (std::getline(in, line)) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (r["type"] == "balance") balance.push_back(r);
+  }
+  ASSERT_EQ(balance.size(), 1u);
+  EXPECT_EQ(balance[0]["step"], 4);
+  EXPECT_EQ(balance[0]["shares"], (std::vector<int64_t>{8, 4}));
+  EXPECT_EQ(balance[0]["rates"], (std::vector<double>{256, 128}));
+  EXPECT_EQ(balance[0]["predicted_speedup"], 1.5);
+}
+
+TEST(BatchSharesTest, BadOptionsAreRefusedNamingThem) {
+  Elastic elastic(nullptr, testing::quietOptions());
+  try {
+    BatchShares shares(elastic, 0);
+    ADD_FAILURE() << "a batch of 0 was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "BatchShares: the global batch, every_steps and micro_batches must be >= 1 and "
+                 "min_gain >= 0 (got 0, 20, 1, 0.050000)");
+  }
+  BatchSharesOptions options;
+  options.min_gain = -1;
+  EXPECT_THROW(BatchShares(elastic, 8, options), std::invalid_argument);
+  BatchShares alone(elastic, 8);
+  EXPECT_EQ(alone.shares(), (std::vector<int64_t>{8}));
+  EXPECT_FALSE(alone.rebalance());
+}
+
+}  // namespace
+}  // namespace cumulus
