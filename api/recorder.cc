@@ -10,6 +10,8 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <limits>
+#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -68,6 +70,30 @@ struct Recorder::Impl {
   double started = now();
   int64_t dropped = 0;
   std::optional<metrics::Evaluation> last_evaluation;
+  // The program's series since they were last written: their sum, count and last step, written as
+  // one "scalar" record each (the mean) when a value comes at a step with a train record, so
+  // that a value logged every step costs the other steps no file write.
+  struct Pending {
+    double sum = 0;
+    int64_t count = 0;
+    int64_t step = 0;
+    bool finite = true;  // no NaN or infinity among them
+  };
+  std::map<std::string, Pending> scalars;
+
+  bool recordsAt(int64_t step) const {
+    return step == 1 || step == options.total_steps ||
+           (options.log_every_steps > 0 && step % options.log_every_steps == 0);
+  }
+
+  void flushScalars() {
+    for (const auto& [name, p] : scalars) {
+      const double mean = p.finite ? p.sum / static_cast<double>(p.count)
+                                   : std::numeric_limits<double>::quiet_NaN();
+      records.recorder().scalar(p.step, name, mean);
+    }
+    scalars.clear();
+  }
 
   Impl(Elastic& e, RecorderOptions o)
       : elastic(e),
@@ -230,8 +256,16 @@ void Recorder::scalar(const std::string& name, double value) {
                                 "goodput/ and checkpoint/ are Cumulus's)");
   }
   if (m.elastic.left() || !m.begun) return;
-  if (!std::isfinite(value)) ++m.dropped;
-  m.records.recorder().scalar(m.elastic.step(), name, value);
+  Impl::Pending& p = m.scalars[name];
+  if (std::isfinite(value)) {
+    p.sum += value;
+  } else {
+    ++m.dropped;
+    p.finite = false;  // the window's mean is not a number: written as null
+  }
+  ++p.count;
+  p.step = m.elastic.step();
+  if (m.recordsAt(p.step)) m.flushScalars();
 }
 
 void Recorder::evaluation(double loss, std::optional<double> accuracy, double seconds) {
@@ -279,6 +313,7 @@ void Recorder::finish() {
   if (!m.begun || m.elastic.left()) return;
   const int64_t step = m.elastic.step();
   const double seconds = now() - m.started;
+  m.flushScalars();
   m.records.recorder().stepsEnded();
   m.records.recorder().trained(step, step - m.options.start_step, seconds);
   metrics::RunSummary summary;

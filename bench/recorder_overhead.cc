@@ -2,9 +2,11 @@
 // step takes --step-us of compute (a busy loop on the steady clock, so the step's time does not
 // depend on the CPU's speed). Runs the same loop with and without the recorder, alternating, each
 // --steps steps --reps times; the recorder writes metrics.jsonl and TensorBoard events to a
-// temporary run directory, a train record every --log-every steps and one scalar a step.
+// temporary run directory, a train record every --log-every steps and --scalars series of the
+// program's own logged every step.
 //
-//   cumulus-recorder-bench [--steps 20000] [--step-us 300] [--log-every 10] [--reps 5]
+//   cumulus-recorder-bench [--steps 20000] [--step-us 300] [--log-every 10] [--scalars 1]
+//                          [--tensorboard 1] [--reps 5]
 //
 // Prints one JSON line: the median wall time per step without and with the recorder (µs), the
 // overhead per step (µs) and as a share of the plain step, and every repetition's pair. A world of
@@ -28,6 +30,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+const char* const kScalarNames[] = {"grad_norm", "tokens", "throughput", "memory"};
+
 void spin(std::chrono::microseconds duration) {
   const auto until = Clock::now() + duration;
   while (Clock::now() < until) {
@@ -43,8 +47,8 @@ cumulus::ElasticOptions quietOptions() {
 }
 
 // Seconds per step of one loop of `steps` steps, with a recorder writing under `dir` or none.
-double loop(long steps, std::chrono::microseconds step, long log_every,
-            const std::filesystem::path* dir) {
+double loop(long steps, std::chrono::microseconds step, long log_every, long scalars,
+            bool tensorboard, const std::filesystem::path* dir) {
   cumulus::Elastic elastic(nullptr, quietOptions());
   elastic.setState({[] { return cumulus::Checkpoint{}; }, [](const cumulus::Checkpoint&) {}, ""});
   std::unique_ptr<cumulus::Recorder> recorder;
@@ -55,6 +59,7 @@ double loop(long steps, std::chrono::microseconds step, long log_every,
     o.total_steps = steps;
     o.log_every_steps = log_every;
     o.console = nullptr;
+    o.tensorboard = tensorboard;
     recorder = std::make_unique<cumulus::Recorder>(elastic, o);
   }
   elastic.start(0);
@@ -67,7 +72,7 @@ double loop(long steps, std::chrono::microseconds step, long log_every,
       m.samples = 32;
       m.lr = 0.1;
       recorder->step(m);
-      recorder->scalar("grad_norm", 0.5);
+      for (long s = 0; s < scalars; ++s) recorder->scalar(kScalarNames[s], 0.5);
     }
     if (elastic.step() < steps) elastic.boundary();
   }
@@ -89,13 +94,17 @@ int run(int argc, char** argv) {
       "without it, median of REPS alternating pairs, in microseconds.",
       "cumulus-recorder-bench"};
   base::setUpCommandLine(app);
-  long steps = 20000, step_us = 300, log_every = 10, reps = 5;
+  long steps = 20000, step_us = 300, log_every = 10, reps = 5, scalars = 1, tensorboard = 1;
   app.add_option("--steps", steps, "steps of each loop (default 20000)")
       ->transform(base::integerIn(10, 100000000));
   app.add_option("--step-us", step_us, "each step's compute, microseconds (default 300)")
       ->transform(base::integerIn(0, 10000000));
   app.add_option("--log-every", log_every, "steps between train records (default 10)")
       ->transform(base::integerIn(1, 1000000));
+  app.add_option("--scalars", scalars, "series of the program's own logged each step (default 1)")
+      ->transform(base::integerIn(0, 4));
+  app.add_option("--tensorboard", tensorboard, "1: TensorBoard events too (default); 0: none")
+      ->transform(base::integerIn(0, 1));
   app.add_option("--reps", reps, "pairs of loops, the median counts (default 5)")
       ->transform(base::integerIn(1, 1000));
   if (!base::parseCommandLine(app, argc, argv)) return 0;
@@ -103,13 +112,19 @@ int run(int argc, char** argv) {
                                     ("cumulus-recorder-bench-" + std::to_string(::getpid()));
   std::vector<double> plain, recorded;
   nlohmann::json pairs = nlohmann::json::array();
-  loop(steps / 10, std::chrono::microseconds(step_us), log_every, &dir);  // warm-up
+  loop(steps / 10, std::chrono::microseconds(step_us), log_every, scalars, tensorboard != 0,
+       &dir);  // warm-up
   for (long r = 0; r < reps; ++r) {
     const bool recorder_first = r % 2 == 1;
     double a = 0, b = 0;
-    if (recorder_first) b = loop(steps, std::chrono::microseconds(step_us), log_every, &dir);
-    a = loop(steps, std::chrono::microseconds(step_us), log_every, nullptr);
-    if (!recorder_first) b = loop(steps, std::chrono::microseconds(step_us), log_every, &dir);
+    if (recorder_first)
+      b = loop(steps, std::chrono::microseconds(step_us), log_every, scalars, tensorboard != 0,
+               &dir);
+    a = loop(steps, std::chrono::microseconds(step_us), log_every, scalars, tensorboard != 0,
+             nullptr);
+    if (!recorder_first)
+      b = loop(steps, std::chrono::microseconds(step_us), log_every, scalars, tensorboard != 0,
+               &dir);
     plain.push_back(a * 1e6);
     recorded.push_back(b * 1e6);
     pairs.push_back({a * 1e6, b * 1e6});
@@ -119,6 +134,8 @@ int run(int argc, char** argv) {
   nlohmann::json out{{"steps", steps},
                      {"step_us", step_us},
                      {"log_every", log_every},
+                     {"scalars", scalars},
+                     {"tensorboard", tensorboard},
                      {"plain_us_per_step", p},
                      {"recorded_us_per_step", q},
                      {"overhead_us_per_step", q - p},

@@ -1,5 +1,6 @@
 #include "metrics/recorder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <utility>
@@ -339,7 +340,10 @@ void ProgressMetricsRecorder::emitGoodput(int64_t step) {
 
 void ProgressMetricsRecorder::publishRankStatus(const StepRecord& r, double loss,
                                                 double samples_per_sec) {
-  if (options_.sinks.empty()) return;
+  if (std::none_of(options_.sinks.begin(), options_.sinks.end(),
+                   [](const auto& sink) { return sink->takesStatus(); })) {
+    return;
+  }
   const double share = window_.samples > 0 ? static_cast<double>(window_.local_samples) /
                                                  static_cast<double>(window_.samples)
                                            : 0;

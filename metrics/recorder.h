@@ -43,6 +43,8 @@ class RecordSink {
   // "compute_ms", "comm_wait_ms", "loss" (the job's, as in the train record), "goodput" (the
   // split, goodput.h), "time"}.
   virtual void rankStatus(const nlohmann::ordered_json& /*status*/) {}
+  // Whether rankStatus() does anything: the recorder builds no status for sinks that do not.
+  virtual bool takesStatus() const { return true; }
 };
 
 struct RunStart {
@@ -244,7 +246,7 @@ class ProgressMetricsRecorder final : public MetricsRecorder {
   void publishRankStatus(const StepRecord& r, double loss, double samples_per_sec);
 
   ProgressRecorderOptions options_;
-  std::ostringstream discard_;  // the console when there is none
+  std::ostream discard_{nullptr};  // the console when there is none: writes nothing, keeps nothing
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<MetricsLog> metrics_;
   int64_t total_steps_ = 0;

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "base/crc32c.h"
 #include "proto/tensorboard_event.pb.h"
@@ -81,12 +82,25 @@ void TensorBoardWriter::scalar(const std::string& tag, int64_t step, double valu
 
 void TensorBoardWriter::scalar(const std::string& tag, int64_t step, double value,
                                double wall_time) {
+  scalars(step, {{tag, value}}, wall_time);
+}
+
+void TensorBoardWriter::scalars(int64_t step,
+                                const std::vector<std::pair<std::string, double>>& values) {
+  scalars(step, values, clock_());
+}
+
+void TensorBoardWriter::scalars(int64_t step,
+                                const std::vector<std::pair<std::string, double>>& values,
+                                double wall_time) {
   tensorboard::Event event;
   event.set_wall_time(wall_time);
   event.set_step(step);
-  tensorboard::Summary::Value* v = event.mutable_summary()->add_value();
-  v->set_tag(tag);
-  v->set_simple_value(static_cast<float>(value));
+  for (const auto& [tag, value] : values) {
+    tensorboard::Summary::Value* v = event.mutable_summary()->add_value();
+    v->set_tag(tag);
+    v->set_simple_value(static_cast<float>(value));
+  }
   writeRecord(event.SerializeAsString());
 }
 
@@ -138,13 +152,9 @@ void TensorBoardSink::write(const nlohmann::ordered_json& record) {
   const std::string type = type_it->get<std::string>();
   const int64_t step = step_it->get<int64_t>();
   const std::optional<double> time = numberAt(record, "time");
-  const auto put = [&](const std::string& tag, double value) {
-    if (time) {
-      writer_.scalar(tag, step, value, *time);
-    } else {
-      writer_.scalar(tag, step, value);
-    }
-  };
+  // Every value of the record in one event (one write): TensorBoard reads each value of a summary.
+  std::vector<std::pair<std::string, double>> values;
+  const auto put = [&](const std::string& tag, double value) { values.emplace_back(tag, value); };
   const auto putKeys = [&](std::initializer_list<const char*> keys) {
     for (const char* key : keys) {
       if (const std::optional<double> v = numberAt(record, key)) put(type + "/" + key, *v);
@@ -167,6 +177,12 @@ void TensorBoardSink::write(const nlohmann::ordered_json& record) {
       if (key == "step" || key == "time" || !value.is_number()) continue;
       put("goodput/" + key, value.get<double>());
     }
+  }
+  if (values.empty()) return;
+  if (time) {
+    writer_.scalars(step, values, *time);
+  } else {
+    writer_.scalars(step, values);
   }
 }
 

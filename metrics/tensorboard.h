@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -41,6 +42,10 @@ class TensorBoardWriter {
   // Unix epoch). The value is stored as a float32, as TensorBoard's scalars are.
   void scalar(const std::string& tag, int64_t step, double value);
   void scalar(const std::string& tag, int64_t step, double value, double wall_time);
+  // Several scalars of one step in one event (one record, one write), as a record's values go.
+  void scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values);
+  void scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values,
+               double wall_time);
   // Makes what was written durable (fdatasync). Records already reach the kernel one by one; this
   // is for a caller that must survive a power loss, such as at the end of a run.
   void flush();
@@ -84,6 +89,7 @@ class TensorBoardRecords final : public RecordSink {
  public:
   explicit TensorBoardRecords(std::string dir) : dir_(std::move(dir)) {}
   void record(const nlohmann::ordered_json& record) override;
+  bool takesStatus() const override { return false; }
 
  private:
   std::string dir_;

@@ -38,11 +38,11 @@
 //
 // Bad input: a scalar whose name is a built-in series (train/..., eval/..., goodput/...,
 // checkpoint/..., or one of the train record's keys) or empty is std::invalid_argument naming it;
-// a value that is NaN or infinite is written as null in metrics.jsonl and left out of TensorBoard
-// and the live endpoint (a documented drop, counted in dropped()); any call after finish() is
-// std::logic_error. A member that left on a notice (Elastic::left()) records nothing more: its
-// step() and scalar() calls are dropped, since the group goes on without it. Errors writing a file
-// are std::runtime_error naming the path. Training thread only.
+// a value that is NaN or infinite is counted in dropped(), and the mean it falls in is written as
+// null in metrics.jsonl and left out of TensorBoard and the live endpoint (a documented drop); any
+// call after finish() is std::logic_error. A member that left on a notice (Elastic::left()) records
+// nothing more: its step() and scalar() calls are dropped, since the group goes on without it.
+// Errors writing a file are std::runtime_error naming the path. Training thread only.
 
 #include <cstdint>
 #include <memory>
@@ -105,9 +105,12 @@ class Recorder {
   // After each train() that committed a step (Elastic::step() is its number), on every member.
   // It may communicate (the loss at a record): call it before boundary(), as atBoundary() work.
   void step(const StepMetrics& metrics);
-  // A series of the program's own at the current step (Elastic::step()): a "scalar" record of
-  // metrics.jsonl, the TensorBoard tag `name`, and cumulus_scalar{name=...} at /metrics. Written
-  // by the writing member; on the others a no-op.
+  // A value of a series of the program's own at the current step (Elastic::step()). Values are
+  // written at the steps that have a train record (and at finish()), each series as the mean of
+  // its values since it was last written: a "scalar" record of metrics.jsonl {"step" (of the
+  // newest value), "name", "value"}, the TensorBoard tag `name`, and cumulus_scalar{name=...} at
+  // /metrics. A value logged every step costs the other steps no write. Written by the writing
+  // member; on the others kept for nothing.
   void scalar(const std::string& name, double value);
   // An evaluation on held-out data that took `seconds` (its goodput category), at the current step.
   void evaluation(double loss, std::optional<double> accuracy = std::nullopt, double seconds = 0);
