@@ -151,15 +151,25 @@ uint64_t ProcessGroup::bytesSent() const {
   return impl_->bytes_sent_before + (communicator != nullptr ? communicator->bytesSent() : 0);
 }
 
+namespace {
+
+// Adds each kind's counts of `more` to `sum`'s.
+void addOpStats(std::map<std::string, comm::OpStats>& sum,
+                const std::map<std::string, comm::OpStats>& more) {
+  for (const auto& [op, s] : more) {
+    comm::OpStats& to = sum[op];
+    to.count += s.count;
+    to.seconds += s.seconds;
+    to.bytes_sent += s.bytes_sent;
+  }
+}
+
+}  // namespace
+
 std::vector<CollectiveStats> ProcessGroup::collectiveStats() const {
   std::map<std::string, comm::OpStats> all = impl_->op_stats_before;
   if (const comm::Communicator* communicator = impl_->communicator()) {
-    for (const auto& [op, s] : communicator->opStats()) {
-      comm::OpStats& sum = all[op];
-      sum.count += s.count;
-      sum.seconds += s.seconds;
-      sum.bytes_sent += s.bytes_sent;
-    }
+    addOpStats(all, communicator->opStats());
   }
   std::vector<CollectiveStats> out;
   for (const auto& [op, s] : all) out.push_back({op, s.count, s.seconds, s.bytes_sent});
@@ -169,12 +179,7 @@ std::vector<CollectiveStats> ProcessGroup::collectiveStats() const {
 void ProcessGroup::Impl::closeConnection() {
   if (group) {
     bytes_sent_before += group->communicator().bytesSent();
-    for (const auto& [op, s] : group->communicator().opStats()) {
-      comm::OpStats& sum = op_stats_before[op];
-      sum.count += s.count;
-      sum.seconds += s.seconds;
-      sum.bytes_sent += s.bytes_sent;
-    }
+    addOpStats(op_stats_before, group->communicator().opStats());
   }
   group.reset();
 }
