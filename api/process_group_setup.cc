@@ -77,24 +77,13 @@ void checkMember(int rank, int size) {
   }
 }
 
-// The variables that describe a process in the whole job, not in the group it is making, are
-// hidden from GroupMember::fromEnvironment's reader.
-const char* memberVariable(const char* name) {
-  const std::string n = name;
-  for (const char* job : {base::env::kRank, base::env::kWorldSize, base::env::kGroupRank,
-                          base::env::kLocalRank, base::env::kLocalWorldSize}) {
-    if (n == job) return nullptr;
-  }
-  return base::systemEnvironment(name);
-}
-
 }  // namespace
 
 GroupMember GroupMember::fromEnvironment(int rank, int size) {
   checkMember(rank, size);
   base::RunEnv env;
   try {
-    env = base::RunEnv::fromEnvironment(memberVariable);
+    env = base::RunEnv::fromEnvironment(base::memberEnvironment);
   } catch (const base::EnvError& e) {
     throw GroupError(e.what());
   }

@@ -98,7 +98,7 @@ struct Recorder::Impl {
   Impl(Elastic& e, RecorderOptions o)
       : elastic(e),
         options(std::move(o)),
-        env(base::RunEnv::fromEnvironment()),
+        env(base::RunEnv::fromEnvironment(base::memberEnvironment)),
         records(
             options.run_dir.empty() || !options.tensorboard ? "" : options.run_dir + "/tensorboard",
             &std::cerr) {
@@ -364,7 +364,7 @@ struct CommMetrics::Impl {
 
 CommMetrics::CommMetrics(const ProcessGroup& group, double interval_seconds)
     : impl_(std::make_unique<Impl>(Impl{group, interval_seconds, 0, nullptr})) {
-  const base::RunEnv env = base::RunEnv::fromEnvironment();
+  const base::RunEnv env = base::RunEnv::fromEnvironment(base::memberEnvironment);
   if (!env.live_metrics || env.store_host.empty() || env.store_port <= 0) return;
   metrics::StorePublisherOptions o;
   o.rank = group.rank();

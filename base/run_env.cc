@@ -37,6 +37,15 @@ void require(bool ok, const std::string& message) {
 
 const char* systemEnvironment(const char* name) { return std::getenv(name); }
 
+const char* memberEnvironment(const char* name) {
+  const std::string n = name;
+  for (const char* job :
+       {env::kRank, env::kWorldSize, env::kGroupRank, env::kLocalRank, env::kLocalWorldSize}) {
+    if (n == job) return nullptr;
+  }
+  return std::getenv(name);
+}
+
 RunEnv RunEnv::fromGroupEnvironment(const EnvLookup& getenv, const std::string& hint) {
   const char* store = getenv(env::kStore);
   const bool has_store = store != nullptr && *store != '\0';
@@ -56,8 +65,8 @@ DataPlaneEnv DataPlaneEnv::fromEnvironment(const EnvLookup& getenv) {
   if (const char* text = getenv(env::kSpinMicroseconds); text != nullptr && *text != '\0') {
     out.spin_microseconds = parseInteger(text, 0, 1000000);
     if (!out.spin_microseconds) {
-      throw EnvError(std::string(env::kSpinMicroseconds) + " (microseconds): " +
-                     integerProblem(text, 0, 1000000));
+      throw EnvError(std::string(env::kSpinMicroseconds) +
+                     " (microseconds): " + integerProblem(text, 0, 1000000));
     }
   }
   return out;

@@ -25,6 +25,12 @@ using EnvLookup = std::function<const char*(const char*)>;
 // std::getenv. Not thread-safe against a concurrent setenv (POSIX).
 const char* systemEnvironment(const char* name);
 
+// std::getenv with the variables that place a process in the whole job hidden (RANK, WORLD_SIZE,
+// GROUP_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE): for code that is given its rank and size (a group
+// made over a Store, the torch.distributed backend, a recorder of a loop) and reads the rest of
+// the environment, where a torch test's WORLD_SIZE without RANK is no error.
+const char* memberEnvironment(const char* name);
+
 struct RunEnv {
   int64_t rank = 0;              // RANK
   int64_t local_rank = 0;        // LOCAL_RANK
@@ -36,17 +42,17 @@ struct RunEnv {
   // MASTER_PORT have torchrun's meaning instead: a free port on node 0 for rank 0's own store
   // (torch.distributed's env:// TCPStore), which Cumulus's C++ side does not read.
   std::string store_host;
-  int64_t store_port = 0;        // 0: not set
-  std::string run_id;            // CUMULUS_RUN_ID
+  int64_t store_port = 0;  // 0: not set
+  std::string run_id;      // CUMULUS_RUN_ID
   // CUMULUS_RESTART_COUNT and CUMULUS_GENERATION; under torchrun, where neither is set, both are
   // TORCHELASTIC_RESTART_COUNT (each restart of the group a generation of its own).
   int64_t restart_count = 0;
   int64_t generation = 0;
-  std::string job_token;         // CUMULUS_JOB_TOKEN
-  std::string ps_endpoint;       // CUMULUS_PS_ENDPOINT (host:port of a parameter server)
-  std::string log_dir;           // CUMULUS_LOG_DIR
-  std::string bind_host;         // CUMULUS_BIND_HOST
-  bool live_metrics = false;     // CUMULUS_LIVE_METRICS=1
+  std::string job_token;      // CUMULUS_JOB_TOKEN
+  std::string ps_endpoint;    // CUMULUS_PS_ENDPOINT (host:port of a parameter server)
+  std::string log_dir;        // CUMULUS_LOG_DIR
+  std::string bind_host;      // CUMULUS_BIND_HOST
+  bool live_metrics = false;  // CUMULUS_LIVE_METRICS=1
 
   // Reads the variables through `getenv`. An unset or empty variable keeps the default above.
   // Throws EnvError naming the variable when a value is not an integer or is out of range
@@ -69,8 +75,8 @@ struct RunEnv {
 // checks the name) and CUMULUS_SPIN_US as a number. An unset or empty variable is nullopt.
 // Throws EnvError for a CUMULUS_SPIN_US that is not an integer in [0, 1000000].
 struct DataPlaneEnv {
-  std::optional<std::string> transport;          // auto | tcp | unix | shm
-  std::optional<int64_t> spin_microseconds;      // a receive's busy-wait before it sleeps
+  std::optional<std::string> transport;      // auto | tcp | unix | shm
+  std::optional<int64_t> spin_microseconds;  // a receive's busy-wait before it sleeps
   static DataPlaneEnv fromEnvironment(const EnvLookup& getenv = systemEnvironment);
 };
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -82,6 +83,25 @@ TEST(RunEnvTest, TorchrunsRestartCountIsTheGenerationWhenCumulusSetsNone) {
             "TORCHELASTIC_RESTART_COUNT=-1 must be >= 0");
 }
 
+// What torch's own distributed tests do: WORLD_SIZE in the environment, the rank passed to
+// init_process_group. A reader that is given its rank sees none of the job's placement.
+TEST(RunEnvTest, TheMemberEnvironmentHidesTheJobsPlacement) {
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+  ::setenv("CUMULUS_RUN_ID", "member-env-test", 1);
+  ::unsetenv("RANK");
+  EXPECT_EQ(memberEnvironment("WORLD_SIZE"), nullptr);
+  EXPECT_EQ(memberEnvironment("LOCAL_WORLD_SIZE"), nullptr);
+  EXPECT_STREQ(memberEnvironment("CUMULUS_RUN_ID"), "member-env-test");
+  EXPECT_THROW(RunEnv::fromEnvironment(), EnvError);
+  const RunEnv env = RunEnv::fromEnvironment(memberEnvironment);
+  EXPECT_EQ(env.world_size, 1);
+  EXPECT_EQ(env.run_id, "member-env-test");
+  ::unsetenv("WORLD_SIZE");
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  ::unsetenv("CUMULUS_RUN_ID");
+}
+
 TEST(RunEnvTest, ErrorsNameTheVariable) {
   // A worker meant for a group must not train alone because half of its environment is missing.
   EXPECT_EQ(errorOf({{"RANK", "0"}}),
@@ -152,7 +172,8 @@ TEST(DataPlaneEnvTest, ReadsTheTransportAndTheSpinOrNothing) {
     } catch (const EnvError& e) {
       EXPECT_EQ(std::string(e.what()),
                 std::string("CUMULUS_SPIN_US (microseconds): expected an integer in [0, 1000000], "
-                            "got \"") + bad + "\"");
+                            "got \"") +
+                    bad + "\"");
     }
   }
 }
