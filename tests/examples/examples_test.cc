@@ -540,6 +540,34 @@ TEST_F(InstalledCumulus, ElasticLoopSurvivesAKillInPlaceAndHealsTheReplacement) 
   const std::vector<std::string> digests = finalDigests(r.output);
   ASSERT_EQ(digests.size(), 3u) << r.output;
   EXPECT_EQ(std::set<std::string>(digests.begin(), digests.end()).size(), 1u) << r.output;
+  // The loop's recorder wrote what cumulus-train writes: a train record at step 1, every 50 steps
+  // and the last, each once although the kill made steps be redone; the re-forming as a record
+  // and in the goodput account; TensorBoard's events.
+  const fs::path run_dir = work_ / "elastic-kill";
+  std::vector<int> train_steps, want_steps = {1};
+  for (int s = 50; s <= kElasticSteps; s += 50) want_steps.push_back(s);
+  std::vector<std::string> reform_causes;
+  double last_reform_s = -1;
+  std::ifstream jsonl(run_dir / "metrics.jsonl");
+  ASSERT_TRUE(jsonl) << "no " << (run_dir / "metrics.jsonl");
+  const std::regex type(R"re("type":"(\w+)")re"), step(R"re("step":(\d+))re"),
+      cause(R"re("cause":"(\w+)")re"), reform_s(R"re("reform_s":([0-9.eE+-]+))re");
+  for (std::string line; std::getline(jsonl, line);) {
+    std::smatch t, m;
+    if (!std::regex_search(line, t, type)) continue;
+    if (t[1] == "train" && std::regex_search(line, m, step)) train_steps.push_back(std::stoi(m[1]));
+    if (t[1] == "reform" && std::regex_search(line, m, cause)) reform_causes.push_back(m[1]);
+    if (t[1] == "goodput" && std::regex_search(line, m, reform_s)) last_reform_s = std::stod(m[1]);
+  }
+  EXPECT_EQ(train_steps, want_steps);
+  ASSERT_FALSE(reform_causes.empty());
+  EXPECT_EQ(reform_causes.front(), "failure");
+  EXPECT_GT(last_reform_s, 0);
+  bool events = false;
+  for (const auto& e : fs::directory_iterator(run_dir / "tensorboard")) {
+    events = events || e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_TRUE(events) << "no TensorBoard events file in " << (run_dir / "tensorboard");
 }
 
 // A SIGTERM to cumulus-run checkpoints every replica's step and exits 75; the relaunch resumes and

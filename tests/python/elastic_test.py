@@ -8,6 +8,7 @@ project environment's Python, a real SIGKILL and a real SIGTERM.
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +32,9 @@ MEMBERSHIP = re.compile(r"\[rank\d\] membership: epoch (\d+), rank (\d+) of (\d+
                         r"\((\w+) in [\d.]+ s\), pid (\d+)(?:, state from rank (\d+) to ([\d,]+))?")
 FINAL = re.compile(r"\[rank\d\] final parameters ([0-9a-f]{16}) at step (\d+)")
 PROGRESS = re.compile(r"\[rank0\] step (\d+)/")
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "launch"))
+from dashboard_check import Dom  # noqa: E402  (the DOM reader of the dashboard's own test)
 
 
 def run(run_dir, *flags, on_line=None, timeout=300, worker_env=(), launcher=()):
@@ -91,6 +95,29 @@ def records(run_dir, kind):
         return [r for r in map(json.loads, f) if r["type"] == kind]
 
 
+def dashboard_train_points(run_dir):
+    """The train points the dashboard draws in its loss plot for a run directory, rendered by
+    headless Chromium from cumulus-report's page."""
+    report = subprocess.run([os.path.join(BIN, "cumulus-report"), run_dir], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=120)
+    if report.returncode != 0:
+        raise AssertionError("cumulus-report %s: %s" % (run_dir, report.stdout))
+    chromium = os.environ.get("CHROMIUM") or next(
+        filter(None, map(shutil.which, ("chromium-headless-shell", "chromium", "chromium-browser"))),
+        None)
+    if chromium is None:
+        raise AssertionError("no Chromium: run scripts/install-deps.sh or set CHROMIUM")
+    profile = os.path.join(run_dir, "chromium-profile")
+    dom = subprocess.run(["timeout", "60", chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--no-first-run", "--user-data-dir=" + profile,
+                          "--virtual-time-budget=5000", "--dump-dom",
+                          "file://" + os.path.join(run_dir, "report.html")],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=90)
+    if dom.returncode != 0:
+        raise AssertionError("chromium exited with %d" % dom.returncode)
+    return len(Dom.parse(dom.stdout).select("loss-plot", "circle", ("pt", "train")))
+
+
 def memberships(output):
     return [dict(epoch=int(m[1]), rank=int(m[2]), size=int(m[3]), step=int(m[4]), cause=m[5],
                  pid=int(m[6]), healed=m[8]) for m in MEMBERSHIP.finditer(output)]
@@ -140,6 +167,7 @@ class ElasticExample(unittest.TestCase):
             tensorboard.Reload()
             losses = [e.step for e in tensorboard.Scalars("train/loss")]
             tb_reform = tensorboard.Scalars("goodput/reform_s")
+            drawn = dashboard_train_points(tmp)
         self.assertTrue(killed, output)
         self.assertGreaterEqual(scraped.get("cumulus_step", 0), 300, scraped)
         self.assertGreater(scraped.get(reformed, 0), 0, scraped)
@@ -152,6 +180,7 @@ class ElasticExample(unittest.TestCase):
         self.assertGreater(goodput[-1]["training_s"], 0, goodput)
         self.assertLess(trains[-1]["loss"], trains[0]["loss"], trains)
         self.assertEqual(losses, [r["step"] for r in trains])
+        self.assertEqual(drawn, len(trains))  # the dashboard draws every train record's loss
         self.assertGreater(tb_reform[-1].value, 0)
         self.assertEqual(code, 0, output)
         self.assertIn("cumulus-run: rank 1 (member 0.1.0) died (signal SIGKILL); the group goes on "
