@@ -9,7 +9,8 @@
 //                          [--tensorboard 1] [--reps 5]
 //
 // Prints one JSON line: the median wall time per step without and with the recorder (µs), the
-// overhead per step (µs) and as a share of the plain step, and every repetition's pair. A world of
+// overhead per step (µs) and as a share of the plain step, the median time per step spent inside
+// the recorder's calls (the overhead's direct part), and every repetition's pair. A world of
 // one: the loss's sum over the members (one 16-byte all-reduce per record) is not in it.
 #include <algorithm>
 #include <chrono>
@@ -46,9 +47,16 @@ cumulus::ElasticOptions quietOptions() {
   return options;
 }
 
-// Seconds per step of one loop of `steps` steps, with a recorder writing under `dir` or none.
-double loop(long steps, std::chrono::microseconds step, long log_every, long scalars,
-            bool tensorboard, const std::filesystem::path* dir) {
+// One loop's seconds per step, and of them the seconds per step spent inside the recorder's calls
+// (the rest of the overhead is what the calls leave behind: caches, the kernel's writeback).
+struct LoopTime {
+  double per_step = 0;
+  double in_calls = 0;
+};
+
+// One loop of `steps` steps, with a recorder writing under `dir` or none.
+LoopTime loop(long steps, std::chrono::microseconds step, long log_every, long scalars,
+              bool tensorboard, const std::filesystem::path* dir) {
   cumulus::Elastic elastic(nullptr, quietOptions());
   elastic.setState({[] { return cumulus::Checkpoint{}; }, [](const cumulus::Checkpoint&) {}, ""});
   std::unique_ptr<cumulus::Recorder> recorder;
@@ -64,20 +72,26 @@ double loop(long steps, std::chrono::microseconds step, long log_every, long sca
   }
   elastic.start(0);
   const auto started = Clock::now();
+  Clock::duration in_calls{};
   while (elastic.step() < steps) {
     elastic.train([&] { spin(step); });
     if (recorder) {
+      const auto call = Clock::now();
       cumulus::StepMetrics m;
       m.loss = 1.0 / static_cast<double>(elastic.step());
       m.samples = 32;
       m.lr = 0.1;
       recorder->step(m);
       for (long s = 0; s < scalars; ++s) recorder->scalar(kScalarNames[s], 0.5);
+      in_calls += Clock::now() - call;
     }
     if (elastic.step() < steps) elastic.boundary();
   }
   if (recorder) recorder->finish();
-  return std::chrono::duration<double>(Clock::now() - started).count() / static_cast<double>(steps);
+  const auto seconds = [&](Clock::duration d) {
+    return std::chrono::duration<double>(d).count() / static_cast<double>(steps);
+  };
+  return {seconds(Clock::now() - started), seconds(in_calls)};
 }
 
 double median(std::vector<double> v) {
@@ -110,24 +124,24 @@ int run(int argc, char** argv) {
   if (!base::parseCommandLine(app, argc, argv)) return 0;
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     ("cumulus-recorder-bench-" + std::to_string(::getpid()));
-  std::vector<double> plain, recorded;
+  std::vector<double> plain, recorded, in_calls;
   nlohmann::json pairs = nlohmann::json::array();
   loop(steps / 10, std::chrono::microseconds(step_us), log_every, scalars, tensorboard != 0,
        &dir);  // warm-up
   for (long r = 0; r < reps; ++r) {
     const bool recorder_first = r % 2 == 1;
-    double a = 0, b = 0;
-    if (recorder_first)
-      b = loop(steps, std::chrono::microseconds(step_us), log_every, scalars, tensorboard != 0,
-               &dir);
-    a = loop(steps, std::chrono::microseconds(step_us), log_every, scalars, tensorboard != 0,
-             nullptr);
-    if (!recorder_first)
-      b = loop(steps, std::chrono::microseconds(step_us), log_every, scalars, tensorboard != 0,
-               &dir);
-    plain.push_back(a * 1e6);
-    recorded.push_back(b * 1e6);
-    pairs.push_back({a * 1e6, b * 1e6});
+    const auto run = [&](const std::filesystem::path* d) {
+      return loop(steps, std::chrono::microseconds(step_us), log_every, scalars, tensorboard != 0,
+                  d);
+    };
+    LoopTime a, b;
+    if (recorder_first) b = run(&dir);
+    a = run(nullptr);
+    if (!recorder_first) b = run(&dir);
+    plain.push_back(a.per_step * 1e6);
+    recorded.push_back(b.per_step * 1e6);
+    in_calls.push_back(b.in_calls * 1e6);
+    pairs.push_back({a.per_step * 1e6, b.per_step * 1e6});
   }
   std::filesystem::remove_all(dir);
   const double p = median(plain), q = median(recorded);
@@ -140,6 +154,7 @@ int run(int argc, char** argv) {
                      {"recorded_us_per_step", q},
                      {"overhead_us_per_step", q - p},
                      {"overhead_share", (q - p) / p},
+                     {"in_calls_us_per_step", median(in_calls)},
                      {"pairs_us", pairs}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
