@@ -31,15 +31,6 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// {"allreduce": {"count", "seconds", "bytes_sent"}, ...}: the rank status's "collectives".
-nlohmann::ordered_json collectivesOf(const ProcessGroup& group) {
-  nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  for (const CollectiveStats& s : group.collectiveStats()) {
-    out[s.op] = {{"count", s.count}, {"seconds", s.seconds}, {"bytes_sent", s.bytes_sent}};
-  }
-  return out;
-}
-
 double wallNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -141,8 +132,8 @@ struct Recorder::Impl {
     o.rank = elastic.rank();
     if (elastic.size() > 1) {
       o.add_to_status = [this](nlohmann::ordered_json& status) {
-        status["collectives"] = collectivesOf(elastic.group());
-        status["comm_bytes_sent"] = elastic.group().bytesSent();
+        metrics::addCollectives(status, elastic.group().collectiveStats(),
+                                elastic.group().bytesSent());
       };
     }
     o.goodput = records.goodput();
@@ -355,10 +346,10 @@ struct CommMetrics::Impl {
 
   void send() {
     last = now();
-    publisher->rankStatus(nlohmann::ordered_json{{"rank", group.rank()},
-                                                 {"collectives", collectivesOf(group)},
-                                                 {"comm_bytes_sent", group.bytesSent()},
-                                                 {"time", wallNow()}});
+    nlohmann::ordered_json status{{"rank", group.rank()}};
+    metrics::addCollectives(status, group.collectiveStats(), group.bytesSent());
+    status["time"] = wallNow();
+    publisher->rankStatus(status);
   }
 };
 

@@ -45,6 +45,16 @@ double wallNow() {
 
 }  // namespace
 
+void addCollectives(nlohmann::ordered_json& status, const std::vector<CollectiveStats>& ops,
+                    uint64_t bytes_sent) {
+  nlohmann::ordered_json by_kind = nlohmann::ordered_json::object();
+  for (const CollectiveStats& s : ops) {
+    by_kind[s.op] = {{"count", s.count}, {"seconds", s.seconds}, {"bytes_sent", s.bytes_sent}};
+  }
+  status["collectives"] = std::move(by_kind);
+  status["comm_bytes_sent"] = bytes_sent;
+}
+
 double launchExecTime() { return wallNow() - secondsSinceProcessStart(); }
 
 ProgressMetricsRecorder::ProgressMetricsRecorder(ProgressRecorderOptions options)

@@ -21,6 +21,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "cumulus/process_group.h"
+
 #include "metrics/evaluation.h"
 
 namespace cumulus::metrics {
@@ -204,6 +206,12 @@ struct ProgressRecorderOptions {
   // history in metrics_path). Not started: begin() starts it so.
   std::shared_ptr<GoodputAccount> goodput;
 };
+
+// Sets a rank status's "collectives" ({"allreduce": {"count", "seconds", "bytes_sent"}, ...}, in
+// the order given) and "comm_bytes_sent" from a group's counts (ProcessGroup::collectiveStats()
+// and bytesSent()): what the live endpoint's per-op series and the dashboard's table read.
+void addCollectives(nlohmann::ordered_json& status, const std::vector<CollectiveStats>& ops,
+                    uint64_t bytes_sent);
 
 class ProgressMetricsRecorder final : public MetricsRecorder {
  public:

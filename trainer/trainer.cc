@@ -327,6 +327,9 @@ void Trainer::Impl::buildGroupParts() {
   }
   if (parts_.group != nullptr) {
     record.sum_over_ranks = [group = parts_.group](double v) { return sumOverRanks(group, v); };
+    record.add_to_status = [group = parts_.group](nlohmann::ordered_json& status) {
+      metrics::addCollectives(status, group->collectiveStats(), group->bytesSent());
+    };
   }
   record.rank = parts_.env.rank;
   record.goodput = parts_.records.goodput();

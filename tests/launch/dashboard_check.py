@@ -155,6 +155,19 @@ def check_dom(dom_path, fixture_path, mode):
     expect("#shares data-samples", [s["attrs"].get("data-samples") for s in got], [str(v) for v in shares])
     expect("#shares data-rank", [s["attrs"].get("data-rank") for s in got], [str(i) for i in range(len(shares))])
 
+    # The collectives table: one row per kind any rank reports, its count and bytes summed over
+    # the ranks that report (rank 2 of the fixture reports none); none at all without a status.
+    ops = {}
+    for r in (status or {}).get("ranks") or []:
+        for op, c in (r.get("collectives") or {}).items():
+            sum_ = ops.setdefault(op, [0, 0])
+            sum_[0] += c["count"]
+            sum_[1] += c["bytes_sent"]
+    rows = dom.select("collectives", "tr", ("op",))
+    expect("#collectives rows", [(x["attrs"].get("data-op"), x["attrs"].get("data-count"), x["attrs"].get("data-bytes"))
+                                 for x in rows],
+           [(op, str(ops[op][0]), str(ops[op][1])) for op in sorted(ops)])
+
     st = dom.by_id("state")
     expect("#state", st and st["text"].strip(), (status or {}).get("state") or "finished")
     live = dom.by_id("live")

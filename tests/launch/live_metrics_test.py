@@ -407,6 +407,9 @@ class LiveMetrics(unittest.TestCase):
         self.wait_value("the replacement's join", 'cumulus_reformings_total{cause="join"}', lambda v: v >= 1)
         self.wait_value("the world to be 2 again (the replacement joined)", "cumulus_world_size", lambda v: v == 2)
         self.wait_step_increase("after the SIGKILL")
+        # Each rank's collectives by kind (cumulus-train's status says them, as a Recorder's does).
+        self.wait_value("both ranks' all-reduce counts", 'count(cumulus_collectives_total{op="allreduce"} > 0)',
+                        lambda v: v == 2)
         goodput_after = self.scalar("sum(cumulus_goodput_seconds_total)")
         self.summary.append("sum(cumulus_goodput_seconds_total) before the SIGKILL %.3f, after %.3f"
                             % (goodput_before, goodput_after))
@@ -546,14 +549,17 @@ class LiveMetrics(unittest.TestCase):
         segments = [s["attrs"].get("data-category") for s in dom.select("goodput", cls=("segment",))]
         if "training" not in segments:
             failures.append("#goodput has no training segment: %r" % segments)
+        ops = [r["attrs"].get("data-op") for r in dom.select("collectives", "tr", ("op",))]
+        if "allreduce" not in ops:
+            failures.append("#collectives has no allreduce row: %r" % ops)
         state = dom.by_id("state")
         self.assertFalse(failures, "live dashboard %s:\n  %s\n(DOM: %s)\n%s" % (
             url, "\n  ".join(failures), os.path.join(self.tmp, "live.dom"), self.job_tail()))
         self.summary.append(
             "live dashboard (%.1f s in Chromium): records %s (status counts: %s), renders %s, %d train points, "
-            "%d bars, timeline %r, goodput %r, state %r"
+            "%d bars, timeline %r, goodput %r, collectives %r, state %r"
             % (browse_s, attrs.get("data-records"), status.get("counts"), attrs.get("data-renders"), train_pts,
-               len(bars), kinds, segments, state and state["text"].strip()))
+               len(bars), kinds, segments, ops, state and state["text"].strip()))
 
         shot = os.environ.get("CUMULUS_SCREENSHOT") or os.path.join(self.tmp, "live.png")
         shot = os.path.abspath(shot)
