@@ -15,6 +15,14 @@
 #include "distributed/balance.h"
 
 namespace cumulus {
+namespace {
+
+// Each look moves the shares halfway to the ones the rates propose (distributed::decideShares):
+// the rates of a member on a core it shares swing from look to look, and shares that jumped
+// with them swung between starving one member and the other.
+constexpr double kMove = 0.5;
+
+}  // namespace
 
 struct BatchShares::Impl {
   Elastic& elastic;
@@ -94,16 +102,26 @@ bool BatchShares::rebalance() {
     m.measured_at = step;
   }
   if (m.elastic.size() < 2 || step % m.options.every_steps != 0) return false;
-  std::vector<double> rates;
+  // Each rank's speed and its step's fixed part (RateMeter): shares that give every rank the same
+  // predicted time.
+  std::vector<double> rates, fixed;
   const bool agreed = m.elastic.atBoundary([&] {
     const torch::Tensor all =
-        m.elastic.group().allgather(torch::tensor({m.meter.rate()}, torch::kFloat64)).contiguous();
-    rates.assign(all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+        m.elastic.group()
+            .allgather(torch::tensor({m.meter.speed(), m.meter.fixed()}, torch::kFloat64))
+            .contiguous();
+    const double* v = all.data_ptr<double>();
+    rates.clear();
+    fixed.clear();
+    for (int64_t r = 0; r + 1 < all.numel(); r += 2) {
+      rates.push_back(v[r]);
+      fixed.push_back(v[r + 1]);
+    }
   });
   if (!agreed) return false;  // a failure re-formed the group: equal shares come with it
   const distributed::BalanceDecision decision = distributed::decideShares(
       rates, m.batch, distributed::shareFloor(m.batch, m.elastic.size(), m.options.micro_batches),
-      m.shares, m.options.min_gain);
+      m.shares, m.options.min_gain, fixed, kMove);
   if (!decision.changed) return false;
   m.shares = decision.shares;
   if (m.recorder != nullptr) m.recorder->balance(m.shares, rates, decision.predicted_speedup());

@@ -11,6 +11,9 @@ namespace {
 
 bool usable(double rate) { return std::isfinite(rate) && rate > 0; }
 
+// Steps a share's average needs before it takes part in the fit of the fixed part.
+constexpr int kStepsToFit = 3;
+
 }  // namespace
 
 int64_t shareFloor(int64_t global_batch, int64_t world, int64_t micro_batches) {
@@ -20,9 +23,21 @@ int64_t shareFloor(int64_t global_batch, int64_t world, int64_t micro_batches) {
 }
 
 std::vector<int64_t> proportionalShares(const std::vector<double>& rates, int64_t global_batch,
-                                        int64_t floor) {
+                                        int64_t floor, const std::vector<double>& fixed) {
   const auto p = static_cast<int64_t>(rates.size());
   if (p == 0) throw std::invalid_argument("proportionalShares: no rates");
+  if (!fixed.empty() && fixed.size() != rates.size()) {
+    throw std::invalid_argument("proportionalShares: " + std::to_string(fixed.size()) +
+                                " fixed parts for " + std::to_string(p) + " rates");
+  }
+  for (size_t r = 0; r < fixed.size(); ++r) {
+    if (!std::isfinite(fixed[r]) || fixed[r] < 0) {
+      throw std::invalid_argument("proportionalShares: rank " + std::to_string(r) +
+                                  "'s fixed part " + std::to_string(fixed[r]) +
+                                  " is not a number >= 0");
+    }
+  }
+  const auto fixedOf = [&](int64_t r) { return fixed.empty() ? 0.0 : fixed[r]; };
   for (int64_t r = 0; r < p; ++r) {
     if (!usable(rates[static_cast<size_t>(r)])) {
       throw std::invalid_argument("proportionalShares: rank " + std::to_string(r) + "'s rate " +
@@ -42,12 +57,13 @@ std::vector<int64_t> proportionalShares(const std::vector<double>& rates, int64_
   for (bool moved = true; moved;) {
     moved = false;
     double free_rate = 0;
-    int64_t left = global_batch;
+    double left = static_cast<double>(global_batch);  // with the free ranks' fixed parts
     for (int64_t r = 0; r < p; ++r) {
       if (at_floor[r]) {
-        left -= floor;
+        left -= static_cast<double>(floor);
       } else {
         free_rate += rates[r];
+        left += fixedOf(r);
       }
     }
     for (int64_t r = 0; r < p; ++r) {
@@ -55,7 +71,7 @@ std::vector<int64_t> proportionalShares(const std::vector<double>& rates, int64_
         ideal[r] = static_cast<double>(floor);
         continue;
       }
-      ideal[r] = static_cast<double>(left) * rates[r] / free_rate;
+      ideal[r] = left * rates[r] / free_rate - fixedOf(r);
       if (ideal[r] < static_cast<double>(floor)) {
         at_floor[r] = true;
         moved = true;
@@ -91,16 +107,50 @@ std::vector<int64_t> proportionalShares(const std::vector<double>& rates, int64_
   return shares;
 }
 
-double predictedSeconds(const std::vector<int64_t>& shares, const std::vector<double>& rates) {
+double predictedSeconds(const std::vector<int64_t>& shares, const std::vector<double>& rates,
+                        const std::vector<double>& fixed) {
   double worst = 0;
   for (size_t r = 0; r < shares.size() && r < rates.size(); ++r) {
-    worst = std::max(worst, static_cast<double>(shares[r]) / rates[r]);
+    const double f = r < fixed.size() ? fixed[r] : 0.0;
+    worst = std::max(worst, (f + static_cast<double>(shares[r])) / rates[r]);
   }
   return worst;
 }
 
+namespace {
+
+// `current` moved the fraction `move` of the way to `target` (same sum): each share truncated
+// towards `current`, then the samples that truncation left over given back one at a time, in rank
+// order, to shares that have not reached their target.
+std::vector<int64_t> partWay(const std::vector<int64_t>& current,
+                             const std::vector<int64_t>& target, double move) {
+  std::vector<int64_t> out(current.size());
+  int64_t left = 0;  // target's sum less out's
+  for (size_t r = 0; r < current.size(); ++r) {
+    out[r] = current[r] + static_cast<int64_t>(move * static_cast<double>(target[r] - current[r]));
+    left += target[r] - out[r];
+  }
+  for (size_t r = 0; left != 0; r = (r + 1) % out.size()) {
+    if (left > 0 && out[r] < target[r]) {
+      ++out[r];
+      --left;
+    } else if (left < 0 && out[r] > target[r]) {
+      --out[r];
+      ++left;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 BalanceDecision decideShares(const std::vector<double>& rates, int64_t global_batch, int64_t floor,
-                             const std::vector<int64_t>& current, double min_gain) {
+                             const std::vector<int64_t>& current, double min_gain,
+                             const std::vector<double>& fixed, double move) {
+  if (!(move > 0 && move <= 1)) {
+    throw std::invalid_argument("decideShares: move " + std::to_string(move) +
+                                " must be in (0, 1]");
+  }
   if (current.size() != rates.size()) {
     throw std::invalid_argument("decideShares: " + std::to_string(current.size()) +
                                 " current shares for " + std::to_string(rates.size()) + " rates");
@@ -108,13 +158,14 @@ BalanceDecision decideShares(const std::vector<double>& rates, int64_t global_ba
   BalanceDecision decision;
   decision.shares = current;
   if (rates.empty() || !std::all_of(rates.begin(), rates.end(), usable)) return decision;
-  const std::vector<int64_t> proposed = proportionalShares(rates, global_batch, floor);
-  decision.current_seconds = predictedSeconds(current, rates);
-  decision.proposed_seconds = predictedSeconds(proposed, rates);
+  const std::vector<int64_t> proposed = proportionalShares(rates, global_batch, floor, fixed);
+  decision.current_seconds = predictedSeconds(current, rates, fixed);
+  decision.proposed_seconds = predictedSeconds(proposed, rates, fixed);
   if (proposed != current &&
       decision.current_seconds > (1 + min_gain) * decision.proposed_seconds) {
-    decision.shares = proposed;
-    decision.changed = true;
+    decision.shares = move < 1 ? partWay(current, proposed, move) : proposed;
+    decision.proposed_seconds = predictedSeconds(decision.shares, rates, fixed);
+    decision.changed = decision.shares != current;
   }
   return decision;
 }
@@ -123,11 +174,45 @@ void RateMeter::add(int64_t samples, double seconds) {
   if (seen_++ < skip_ || samples <= 0 || !(seconds > 0)) return;
   const double rate = static_cast<double>(samples) / seconds;
   rate_ = rate_ > 0 ? weight_ * rate + (1 - weight_) * rate_ : rate;
+  if (samples != current_.samples) {
+    // The line goes through two shares that followed each other, so that a machine that got
+    // slower in between does not bend it; it is kept until the next change of share.
+    if (current_.steps >= kStepsToFit) {
+      if (previous_.steps >= kStepsToFit) fit(previous_, current_);
+      previous_ = current_;
+    }
+    current_ = Share{samples};
+  }
+  if (current_.seen++ < 1) return;  // the first step at a new share pays for new sizes
+  current_.seconds =
+      current_.steps == 0 ? seconds : weight_ * seconds + (1 - weight_) * current_.seconds;
+  ++current_.steps;
+}
+
+void RateMeter::fit(const Share& a, const Share& b) {
+  const double s1 = static_cast<double>(a.samples), s2 = static_cast<double>(b.samples);
+  if (std::abs(s2 - s1) < 0.1 * std::max(s1, s2)) return;  // too close for a slope
+  const double per_sample = (b.seconds - a.seconds) / (s2 - s1);
+  if (!(per_sample > 0)) {  // noise, or a step that gets no faster with fewer samples
+    fixed_ = 0;
+    return;
+  }
+  // Bounded: a fit that says most of a step is fixed rests on a small difference of two noisy
+  // times.
+  fixed_ = std::clamp(b.seconds / per_sample - s2, 0.0, 2 * std::max(s1, s2));
+}
+
+double RateMeter::speed() const {
+  const Share& now = current_.steps > 0 ? current_ : previous_;
+  if (fixed_ <= 0 || now.steps == 0) return rate_;
+  return (fixed_ + static_cast<double>(now.samples)) / now.seconds;
 }
 
 void RateMeter::reset() {
   seen_ = 0;
   rate_ = 0;
+  current_ = previous_ = Share{};
+  fixed_ = 0;
 }
 
 }  // namespace cumulus::distributed

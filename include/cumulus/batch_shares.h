@@ -23,9 +23,14 @@
 //
 // Measuring: after each step the member's compute time is its train() time less its wait in
 // sync() (ElasticTimes), over its share; measure() gives a time of the program's own instead.
-// Every every_steps steps rebalance() all-gathers the members' rates (as Elastic::atBoundary work:
-// a failure in it re-forms the group and the shares stay as they are) and every member computes
-// the same new shares, taken only when they predict a step faster by more than min_gain. After a
+// Once a member has stepped at two shares it also knows the part of its step that does not shrink
+// with the share (the optimizer's step, the dispatch of each layer: a line through the two shares'
+// times). Every every_steps steps rebalance() all-gathers the members' speeds and fixed parts (as
+// Elastic::atBoundary work: a failure in it re-forms the group and the shares stay as they are)
+// and every member computes the same new shares, those that give every member the same predicted
+// time; when they predict a step faster by more than min_gain the shares move halfway to them
+// (a member's rate on a busy core swings from look to look: shares that jumped with it swung
+// between starving one member and the other). After a
 // change of membership the shares are equal again and the rates are measured anew. A Recorder
 // given to the constructor writes a "balance" record at each change (the dashboard's shares).
 // Training thread only.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -34,6 +35,25 @@ TEST(ProportionalShares, HandCheckedCases) {
   // The floor raises two slow ranks, and the two fast ones split the rest 3:1 (75 and 25).
   EXPECT_EQ(proportionalShares({300.0, 100.0, 1.0, 2.0}, 120, 10),
             (std::vector<int64_t>{75, 25, 10, 10}));
+}
+
+TEST(ProportionalShares, AFixedPartGivesEveryRankTheSameTime) {
+  // A step of (88 + share) / rate seconds, rank 1 at half speed: T = (384 + 176) / 300, shares
+  // T·rate - 88 = 285.33 and 98.67; rank 1 takes the larger remainder.
+  const std::vector<int64_t> shares = proportionalShares({200.0, 100.0}, 384, 24, {88.0, 88.0});
+  EXPECT_EQ(shares, (std::vector<int64_t>{285, 99}));
+  EXPECT_DOUBLE_EQ(predictedSeconds(shares, {200.0, 100.0}, {88.0, 88.0}), 1.87);
+  // Proportional to the rates alone (256/128) rank 0 would finish at 1.72 s and rank 1 at 2.16 s.
+  EXPECT_DOUBLE_EQ(predictedSeconds({256, 128}, {200.0, 100.0}, {88.0, 88.0}), 2.16);
+  // No fixed part is the proportional split.
+  EXPECT_EQ(proportionalShares({200.0, 100.0}, 384, 24, {0.0, 0.0}),
+            proportionalShares({200.0, 100.0}, 384, 24));
+  // A fixed part larger than a rank's time at any share puts it at the floor.
+  EXPECT_EQ(proportionalShares({1000.0, 10.0}, 128, 8, {0.0, 50.0}),
+            (std::vector<int64_t>{120, 8}));
+  EXPECT_THROW(proportionalShares({1.0, 1.0}, 128, 8, {1.0}), std::invalid_argument);
+  EXPECT_THROW(proportionalShares({1.0, 1.0}, 128, 8, {1.0, -1.0}), std::invalid_argument);
+  EXPECT_THROW(proportionalShares({1.0, 1.0}, 128, 8, {1.0, std::nan("")}), std::invalid_argument);
 }
 
 TEST(ProportionalShares, RandomCasesSumToTheBatchAndRespectTheFloor) {
@@ -107,6 +127,29 @@ TEST(DecideShares, HysteresisKeepsTheSharesUnderTheThreshold) {
   EXPECT_EQ(back.shares, (std::vector<int64_t>{64, 64}));
 }
 
+TEST(DecideShares, APartWayMoveGoesThatFarWithTheSameSum) {
+  // Proposed 85/43 from 64/64: halfway is 74.5/53.5, truncated towards the current shares to
+  // 74/54 (the sum kept).
+  const BalanceDecision half = decideShares({200.0, 100.0}, 128, 8, {64, 64}, 0.05, {}, 0.5);
+  EXPECT_TRUE(half.changed);
+  EXPECT_EQ(half.shares, (std::vector<int64_t>{74, 54}));
+  EXPECT_DOUBLE_EQ(half.current_seconds, 0.64);
+  EXPECT_DOUBLE_EQ(half.proposed_seconds, 0.54);  // of the shares taken
+  // Three ranks, 10 each towards 13/13/4: halves 1.5, 1.5, -3 truncate to 1, 1, -3; the sample
+  // left over goes to the first rank short of its target.
+  EXPECT_EQ(proportionalShares({130.0, 130.0, 40.0}, 30, 1), (std::vector<int64_t>{13, 13, 4}));
+  const BalanceDecision three =
+      decideShares({130.0, 130.0, 40.0}, 30, 1, {10, 10, 10}, 0.05, {}, 0.5);
+  EXPECT_EQ(three.shares, (std::vector<int64_t>{12, 11, 7}));
+  EXPECT_DOUBLE_EQ(three.proposed_seconds, 7.0 / 40.0);
+  // A move too small to shift a whole sample changes nothing.
+  const BalanceDecision tiny = decideShares({200.0, 100.0}, 128, 8, {84, 44}, 0.0, {}, 0.5);
+  EXPECT_FALSE(tiny.changed);
+  EXPECT_EQ(tiny.shares, (std::vector<int64_t>{84, 44}));
+  EXPECT_THROW(decideShares({1.0, 1.0}, 128, 8, {64, 64}, 0.05, {}, 0.0), std::invalid_argument);
+  EXPECT_THROW(decideShares({1.0, 1.0}, 128, 8, {64, 64}, 0.05, {}, 1.5), std::invalid_argument);
+}
+
 TEST(DecideShares, KeepsTheSharesUntilEveryRankHasARate) {
   const BalanceDecision d = decideShares({200.0, 0.0}, 128, 8, {70, 58}, 0.05);
   EXPECT_FALSE(d.changed);
@@ -128,6 +171,55 @@ TEST(RateMeter, SkipsTheFirstStepThenAveragesExponentially) {
   EXPECT_EQ(meter.rate(), 0.0);
   meter.add(100, 1.0);
   EXPECT_EQ(meter.rate(), 0.0);
+}
+
+// `steps` steps of `samples` each, every one in (fixed + samples) / speed seconds.
+void stepAt(RateMeter& meter, int64_t samples, int steps, double fixed, double speed) {
+  for (int i = 0; i < steps; ++i) {
+    meter.add(samples, (fixed + static_cast<double>(samples)) / speed);
+  }
+}
+
+TEST(RateMeter, FitsTheFixedPartOfAStepFromTwoShares) {
+  RateMeter meter(0.5, 1);
+  stepAt(meter, 100, 5, 50, 1000);  // 0.15 s a step
+  EXPECT_NEAR(meter.rate(), 100 / 0.15, 1e-9);
+  stepAt(meter, 200, 5, 50, 1000);  // 0.25 s a step
+  EXPECT_EQ(meter.fixed(), 0.0);    // the line is drawn when the second share ends
+  EXPECT_DOUBLE_EQ(meter.speed(), meter.rate());
+  stepAt(meter, 150, 1, 50, 1000);
+  EXPECT_NEAR(meter.fixed(), 50.0, 1e-9);
+  EXPECT_NEAR(meter.speed(), 1000.0, 1e-9);  // from the share before, until this one has a step
+  // The machine gets twice as slow: the speed follows at the same share, the fixed part stays.
+  stepAt(meter, 150, 30, 50, 500);
+  EXPECT_NEAR(meter.fixed(), 50.0, 1e-9);
+  EXPECT_NEAR(meter.speed(), 500.0, 1e-6);
+  meter.reset();
+  EXPECT_EQ(meter.fixed(), 0.0);
+  EXPECT_EQ(meter.speed(), 0.0);
+}
+
+TEST(RateMeter, AFitItCannotTrustSaysNoFixedPartOrABoundedOne) {
+  RateMeter close(0.5, 0);
+  stepAt(close, 100, 5, 50, 1000);
+  stepAt(close, 105, 5, 50, 1000);  // shares under a tenth apart: no slope
+  stepAt(close, 150, 1, 50, 1000);
+  EXPECT_EQ(close.fixed(), 0.0);
+  RateMeter falling(0.5, 0);
+  stepAt(falling, 100, 5, 50, 1000);
+  stepAt(falling, 200, 5, 0, 2000);  // faster with more samples: no fixed part to speak of
+  stepAt(falling, 150, 1, 0, 2000);
+  EXPECT_EQ(falling.fixed(), 0.0);
+  RateMeter flat(0.5, 0);
+  stepAt(flat, 100, 5, 10000, 1000);
+  stepAt(flat, 200, 5, 10000, 1000);  // almost all fixed: bounded at twice the larger share
+  stepAt(flat, 150, 1, 10000, 1000);
+  EXPECT_DOUBLE_EQ(flat.fixed(), 400.0);
+  RateMeter short_lived(0.5, 0);
+  stepAt(short_lived, 100, 5, 50, 1000);
+  stepAt(short_lived, 200, 2, 50, 1000);  // one step counted: too few to draw a line through
+  stepAt(short_lived, 150, 1, 50, 1000);
+  EXPECT_EQ(short_lived.fixed(), 0.0);
 }
 
 }  // namespace
