@@ -5,6 +5,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace cumulus::distributed {
 namespace {
@@ -22,8 +23,11 @@ int64_t shareFloor(int64_t global_batch, int64_t world, int64_t micro_batches) {
   return std::min(equal, std::max<int64_t>({1, micro_batches, global_batch / (8 * world)}));
 }
 
-std::vector<int64_t> proportionalShares(const std::vector<double>& rates, int64_t global_batch,
-                                        int64_t floor, const std::vector<double>& fixed) {
+namespace {
+
+// proportionalShares' std::invalid_argument for inputs it cannot share by.
+void checkShareInputs(const std::vector<double>& rates, int64_t global_batch, int64_t floor,
+                      const std::vector<double>& fixed) {
   const auto p = static_cast<int64_t>(rates.size());
   if (p == 0) throw std::invalid_argument("proportionalShares: no rates");
   if (!fixed.empty() && fixed.size() != rates.size()) {
@@ -37,12 +41,10 @@ std::vector<int64_t> proportionalShares(const std::vector<double>& rates, int64_
                                   " is not a number >= 0");
     }
   }
-  const auto fixedOf = [&](int64_t r) { return fixed.empty() ? 0.0 : fixed[r]; };
-  for (int64_t r = 0; r < p; ++r) {
-    if (!usable(rates[static_cast<size_t>(r)])) {
+  for (size_t r = 0; r < rates.size(); ++r) {
+    if (!usable(rates[r])) {
       throw std::invalid_argument("proportionalShares: rank " + std::to_string(r) + "'s rate " +
-                                  std::to_string(rates[static_cast<size_t>(r)]) +
-                                  " is not a positive number");
+                                  std::to_string(rates[r]) + " is not a positive number");
     }
   }
   if (floor < 0 || floor * p > global_batch) {
@@ -50,15 +52,21 @@ std::vector<int64_t> proportionalShares(const std::vector<double>& rates, int64_
                                 " for " + std::to_string(p) + " ranks exceeds the batch of " +
                                 std::to_string(global_batch));
   }
-  // Water-filling: the ranks at the floor are fixed, the rest split what is left in proportion.
-  // Each pass fixes at least one more rank or ends, so at most p passes.
+}
+
+// The shares in real numbers. Water-filling: the ranks at the floor are fixed, the rest split
+// what is left so that they finish together. Each pass fixes at least one more rank or ends, so
+// at most one pass per rank.
+std::vector<double> idealShares(const std::vector<double>& rates, int64_t global_batch,
+                                int64_t floor, const std::vector<double>& fixed) {
+  const auto fixedOf = [&](size_t r) { return fixed.empty() ? 0.0 : fixed[r]; };
   std::vector<bool> at_floor(rates.size(), false);
   std::vector<double> ideal(rates.size(), 0.0);
   for (bool moved = true; moved;) {
     moved = false;
     double free_rate = 0;
     double left = static_cast<double>(global_batch);  // with the free ranks' fixed parts
-    for (int64_t r = 0; r < p; ++r) {
+    for (size_t r = 0; r < rates.size(); ++r) {
       if (at_floor[r]) {
         left -= static_cast<double>(floor);
       } else {
@@ -66,7 +74,7 @@ std::vector<int64_t> proportionalShares(const std::vector<double>& rates, int64_
         left += fixedOf(r);
       }
     }
-    for (int64_t r = 0; r < p; ++r) {
+    for (size_t r = 0; r < rates.size(); ++r) {
       if (at_floor[r]) {
         ideal[r] = static_cast<double>(floor);
         continue;
@@ -78,15 +86,21 @@ std::vector<int64_t> proportionalShares(const std::vector<double>& rates, int64_
       }
     }
   }
-  // Largest remainder: everyone gets the whole part of its ideal share (>= floor: an unfixed
-  // rank's ideal is >= floor), then the samples left go one each to the largest fractions.
-  std::vector<int64_t> shares(rates.size());
+  return ideal;
+}
+
+// Largest remainder: everyone gets the whole part of its ideal share (>= floor: an unfixed rank's
+// ideal is >= floor), then the samples left go one each to the largest fractions, ties to the
+// lower rank.
+std::vector<int64_t> roundShares(const std::vector<double>& ideal, int64_t global_batch,
+                                 int64_t floor) {
+  std::vector<int64_t> shares(ideal.size());
   int64_t given = 0;
-  for (int64_t r = 0; r < p; ++r) {
+  for (size_t r = 0; r < ideal.size(); ++r) {
     shares[r] = std::max(floor, static_cast<int64_t>(std::floor(ideal[r])));
     given += shares[r];
   }
-  std::vector<int64_t> order(rates.size());
+  std::vector<int64_t> order(ideal.size());
   std::iota(order.begin(), order.end(), int64_t{0});
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     return ideal[a] - std::floor(ideal[a]) > ideal[b] - std::floor(ideal[b]);
@@ -105,6 +119,14 @@ std::vector<int64_t> proportionalShares(const std::vector<double>& rates, int64_
     }
   }
   return shares;
+}
+
+}  // namespace
+
+std::vector<int64_t> proportionalShares(const std::vector<double>& rates, int64_t global_batch,
+                                        int64_t floor, const std::vector<double>& fixed) {
+  checkShareInputs(rates, global_batch, floor, fixed);
+  return roundShares(idealShares(rates, global_batch, floor, fixed), global_batch, floor);
 }
 
 double predictedSeconds(const std::vector<int64_t>& shares, const std::vector<double>& rates,
@@ -183,7 +205,8 @@ void RateMeter::add(int64_t samples, double seconds) {
     }
     current_ = Share{samples};
   }
-  if (current_.seen++ < 1) return;  // the first step at a new share pays for new sizes
+  if (!std::exchange(current_.warm, true))
+    return;  // the first step at a new share pays for new sizes
   current_.seconds =
       current_.steps == 0 ? seconds : weight_ * seconds + (1 - weight_) * current_.seconds;
   ++current_.steps;

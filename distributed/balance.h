@@ -90,7 +90,7 @@ class RateMeter {
     int64_t samples = 0;
     double seconds = 0;  // the average of its steps, the first after the change left out
     int steps = 0;       // counted
-    int seen = 0;        // of this share, counted or not
+    bool warm = false;   // its first step, which is not counted, was seen
   };
   void fit(const Share& a, const Share& b);
 

@@ -15,6 +15,8 @@
 import html.parser
 import json
 import math
+import os
+import shutil
 import struct
 import sys
 
@@ -23,6 +25,17 @@ PLACEHOLDER = "const CUMULUS_EMBEDDED = null; // replaced by cumulus-report"
 AGENT_KINDS = {"preemption": "preempted", "failure": "failure", "restart": "restart", "join": "join", "leave": "leave"}
 RECORD_KINDS = ("checkpoint", "checkpoint_failed", "preempted", "reform")
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+def find_chromium():
+    """$CHROMIUM, else the first headless Chromium on PATH; None when there is none."""
+    if os.environ.get("CHROMIUM"):
+        return os.environ["CHROMIUM"]
+    for name in ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
 
 
 def embed(page_path, fixture_path, out_path, no_status):

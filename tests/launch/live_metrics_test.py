@@ -54,17 +54,7 @@ PY = sys.executable
 JOB = "cumulus"
 
 sys.path.insert(0, HERE)
-from dashboard_check import Dom, finite  # noqa: E402  (the DOM reader of the dashboard's test)
-
-
-def find_chromium():
-    if os.environ.get("CHROMIUM"):
-        return os.environ["CHROMIUM"]
-    for name in ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
+from dashboard_check import Dom, find_chromium, finite  # noqa: E402  (the dashboard test's helpers)
 
 
 _libc = None

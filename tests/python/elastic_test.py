@@ -8,7 +8,6 @@ project environment's Python, a real SIGKILL and a real SIGTERM.
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,7 +33,7 @@ FINAL = re.compile(r"\[rank\d\] final parameters ([0-9a-f]{16}) at step (\d+)")
 PROGRESS = re.compile(r"\[rank0\] step (\d+)/")
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "launch"))
-from dashboard_check import Dom  # noqa: E402  (the DOM reader of the dashboard's own test)
+from dashboard_check import Dom, find_chromium  # noqa: E402  (the dashboard test's helpers)
 
 
 def run(run_dir, *flags, on_line=None, timeout=300, worker_env=(), launcher=()):
@@ -102,9 +101,7 @@ def dashboard_train_points(run_dir):
                             stderr=subprocess.STDOUT, text=True, timeout=120)
     if report.returncode != 0:
         raise AssertionError("cumulus-report %s: %s" % (run_dir, report.stdout))
-    chromium = os.environ.get("CHROMIUM") or next(
-        filter(None, map(shutil.which, ("chromium-headless-shell", "chromium", "chromium-browser"))),
-        None)
+    chromium = find_chromium()
     if chromium is None:
         raise AssertionError("no Chromium: run scripts/install-deps.sh or set CHROMIUM")
     profile = os.path.join(run_dir, "chromium-profile")
