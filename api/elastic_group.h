@@ -104,7 +104,7 @@ class ElasticGroup {
 
 // One round of the stop agreement at a step boundary of an in-place group: the MAX of every
 // rank's PreemptionWatcher proposal, as an allgather that also tells who proposed what and whether
-// rank 0 saw replacements waiting. (api/elastic.cc)
+// rank 0 saw replacements waiting. (api/boundary_vote.cc)
 struct BoundaryVote {
   std::vector<int64_t> proposals;  // by rank
   bool joiners_waiting = false;
@@ -117,7 +117,7 @@ BoundaryVote voteAtBoundary(ProcessGroup& group, int64_t proposal, bool joiners_
 // A packed state (packCheckpoint) from `source` to every member of `group` in two broadcasts: its
 // size, then its bytes as int64 words. The sender passes it; every member gets back what arrived.
 // CheckpointError naming the sender for a size no process could hold, before allocating it;
-// CommError as the broadcasts throw it. (api/elastic.cc)
+// CommError as the broadcasts throw it. (api/boundary_vote.cc)
 std::string broadcastPacked(ProcessGroup& group, int source, const std::string& packed);
 
 }  // namespace cumulus
