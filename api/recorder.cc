@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -71,6 +72,17 @@ struct Recorder::Impl {
     bool finite = true;  // no NaN or infinity among them
   };
   std::map<std::string, Pending> scalars;
+  // Seconds of the program's saves timed by checkpoint() since Elastic's checkpoint time was last
+  // taken into the account: a save after a kCheckpoint boundary is in both, and counted once.
+  double timed_checkpoint = 0;
+  int64_t failed_saves = 0;  // in a row
+  std::string newest_saved;  // the last path checkpoint() saw saved
+
+  // Elastic's checkpoint time since the last look, less what checkpoint() already counted.
+  void accountCheckpoint(double elastic_seconds) {
+    records.goodput()->checkpointStall(std::max(0.0, elastic_seconds - timed_checkpoint));
+    timed_checkpoint = 0;
+  }
 
   bool recordsAt(int64_t step) const {
     return step == 1 || step == options.total_steps ||
@@ -168,7 +180,9 @@ struct Recorder::Impl {
   }
 
   void check(const char* what) const {
-    if (finished) throw std::logic_error(std::string("Recorder::") + what + " after finish()");
+    if (finished) {
+      throw std::logic_error(std::string("Recorder::") + what + " after finish() or preempted()");
+    }
   }
 };
 
@@ -198,7 +212,7 @@ void Recorder::step(const StepMetrics& s) {
   const ElasticTimes before = std::exchange(m.seen, t);
   metrics::GoodputAccount& account = *m.records.goodput();
   account.redone(t.redone - before.redone);
-  account.checkpointStall(t.checkpoint - before.checkpoint);
+  m.accountCheckpoint(t.checkpoint - before.checkpoint);
   if (reformed) {
     metrics::ReformRecord record;
     const Membership& now_m = m.elastic.membership();
@@ -285,6 +299,64 @@ void Recorder::balance(const std::vector<int64_t>& shares, const std::vector<dou
   record.rates = rates;
   record.predicted_speedup = predicted_speedup;
   m.records.recorder().balanced(record);
+}
+
+std::string Recorder::checkpoint(const std::function<std::string()>& save) {
+  Impl& m = *impl_;
+  m.check("checkpoint");
+  if (!save) throw std::invalid_argument("Recorder::checkpoint: an empty save function");
+  if (!m.begun && !m.elastic.left()) m.forMembership();
+  const int64_t step = m.elastic.step();
+  const double began = now();
+  std::string path;
+  try {
+    path = save();
+  } catch (const std::exception& e) {
+    if (m.begun && !m.elastic.left()) {
+      metrics::CheckpointFailureRecord record;
+      record.step = step;
+      record.error = e.what();
+      record.in_a_row = ++m.failed_saves;
+      record.max_failures = 0;  // the program decides when to stop
+      record.newest_valid = m.newest_saved;
+      m.records.recorder().checkpointFailed(record);
+    }
+    throw;
+  }
+  const double seconds = now() - began;
+  m.failed_saves = 0;
+  m.newest_saved = path;
+  if (!m.begun || m.elastic.left()) return path;
+  metrics::CheckpointRecord record;
+  record.step = step;
+  record.path = path;
+  record.stall_ms = 1000.0 * seconds;
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(path, error)) {
+      if (entry.is_regular_file(error)) record.bytes += entry.file_size(error);
+    }
+  } else if (std::filesystem::is_regular_file(path, error)) {
+    record.bytes = std::filesystem::file_size(path, error);
+  }
+  m.records.recorder().checkpoint(record);  // its stall goes into the goodput's checkpoint time
+  m.timed_checkpoint += seconds;
+  return path;
+}
+
+void Recorder::preempted(const std::string& checkpoint) {
+  Impl& m = *impl_;
+  m.check("preempted");
+  m.finished = true;
+  if (!m.begun || m.elastic.left()) return;
+  const ElasticTimes& t = m.elastic.times();
+  m.accountCheckpoint(t.checkpoint - m.seen.checkpoint);  // the save and waitForAll()
+  m.seen = t;
+  const int64_t step = m.elastic.step();
+  m.flushScalars();
+  m.records.recorder().preempted(step, checkpoint);
+  m.records.recorder().stepsEnded();
+  m.records.recorder().trained(step, step - m.options.start_step, now() - m.started);
 }
 
 void Recorder::note(const std::string& text) {

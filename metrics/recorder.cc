@@ -196,10 +196,16 @@ void ProgressMetricsRecorder::scalar(int64_t step, const std::string& name, doub
 
 void ProgressMetricsRecorder::checkpoint(const CheckpointRecord& r) {
   char text[320];
-  std::snprintf(text, sizeof(text),
-                "checkpoint step %lld: %s (stall %.2f ms, encode %.3f s, write %.3f s, %.1f MB)",
-                static_cast<long long>(r.step), r.path.c_str(), r.stall_ms, r.encode_seconds,
-                r.write_seconds, static_cast<double>(r.bytes) / 1e6);
+  if (r.encode_seconds > 0 || r.write_seconds > 0) {
+    std::snprintf(text, sizeof(text),
+                  "checkpoint step %lld: %s (stall %.2f ms, encode %.3f s, write %.3f s, %.1f MB)",
+                  static_cast<long long>(r.step), r.path.c_str(), r.stall_ms, r.encode_seconds,
+                  r.write_seconds, static_cast<double>(r.bytes) / 1e6);
+  } else {  // a save timed whole (<cumulus/recorder.h>)
+    std::snprintf(text, sizeof(text), "checkpoint step %lld: %s (stall %.2f ms, %.1f MB)",
+                  static_cast<long long>(r.step), r.path.c_str(), r.stall_ms,
+                  static_cast<double>(r.bytes) / 1e6);
+  }
   progress_->info(text);
   goodput_->checkpointStall(r.stall_ms / 1000.0);
   if (metrics_) {
@@ -212,9 +218,11 @@ void ProgressMetricsRecorder::checkpoint(const CheckpointRecord& r) {
 }
 
 static std::string describeFailure(const CheckpointFailureRecord& r) {
+  const std::string stops =
+      r.max_failures > 0 ? "; the run stops at " + std::to_string(r.max_failures) : "";
   return "warning: checkpoint step " + std::to_string(r.step) + " failed (" +
-         std::to_string(r.in_a_row) + " in a row; the run stops at " +
-         std::to_string(r.max_failures) + "): " + r.error + "; the newest valid checkpoint is " +
+         std::to_string(r.in_a_row) + " in a row" + stops + "): " + r.error +
+         "; the newest valid checkpoint is " +
          (r.newest_valid.empty() ? std::string("none yet") : r.newest_valid);
 }
 

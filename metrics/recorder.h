@@ -106,9 +106,10 @@ struct CheckpointRecord {
 // A checkpoint that did not commit; the newest valid one is unchanged.
 struct CheckpointFailureRecord {
   int64_t step = 0;
-  std::string error;         // the save's error, naming the path and the cause
-  int64_t in_a_row = 1;      // failed saves since the last one that committed, this one included
-  int64_t max_failures = 3;  // checkpoint.max_failures: the run stops at that many in a row
+  std::string error;     // the save's error, naming the path and the cause
+  int64_t in_a_row = 1;  // failed saves since the last one that committed, this one included
+  // checkpoint.max_failures: the run stops at that many in a row; 0: the program decides.
+  int64_t max_failures = 3;
   std::string newest_valid;  // the newest committed checkpoint of this run; empty: none yet
 };
 

@@ -96,6 +96,19 @@ void bindRecorder(py::module_& m) {
       .def("scalar", &Recorder::scalar, py::arg("name"), py::arg("value"))
       .def("evaluation", &Recorder::evaluation, py::arg("loss"), py::arg("accuracy"),
            py::arg("seconds"))
+      .def(
+          "checkpoint",
+          [](Recorder& r, const py::function& save) {
+            return r.checkpoint([&] { return py::str(save()).cast<std::string>(); });
+          },
+          py::arg("save"))
+      .def(
+          "preempted",
+          [](Recorder& r, const std::string& checkpoint) {
+            r.preempted(checkpoint);
+            std::cout.flush();
+          },
+          py::arg("checkpoint"))
       .def("note", &Recorder::note, py::arg("text"))
       .def("warning", &Recorder::warning, py::arg("text"))
       .def("finish",

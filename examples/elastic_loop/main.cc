@@ -370,11 +370,13 @@ int train(const Flags& flags) {
     const bool due = done % flags.checkpoint_every == 0 ||
                      action == cumulus::ElasticAction::kCheckpoint ||
                      action == cumulus::ElasticAction::kStop;
-    std::string saved;
+    const bool stop = action == cumulus::ElasticAction::kStop;
+    std::string saved;  // timed by the recorder: its stall, and a mark on the dashboard
     if (due && elastic.rank() == 0)
-      saved = save(job, elastic, action == cumulus::ElasticAction::kStop);
-    if (action == cumulus::ElasticAction::kStop) {
+      saved = recorder.checkpoint([&] { return save(job, elastic, stop); });
+    if (stop) {
       elastic.waitForAll();  // no worker exits before the checkpoint is durable
+      recorder.preempted(saved);
       if (elastic.rank() == 0) {
         std::printf("preempted at step %lld, checkpoint %s\n", static_cast<long long>(done),
                     saved.c_str());
@@ -383,8 +385,8 @@ int train(const Flags& flags) {
     }
   }
   elastic.finish();
+  if (elastic.rank() == 0) recorder.checkpoint([&] { return save(job, elastic, false); });
   recorder.finish();
-  if (elastic.rank() == 0) save(job, elastic, false);
   std::printf("final parameters %s at step %lld\n", parametersDigest(job.net).c_str(),
               static_cast<long long>(elastic.step()));
   return 0;

@@ -191,9 +191,12 @@ def main():
                action in (cumulus.ElasticAction.CHECKPOINT, cumulus.ElasticAction.STOP))
         while due and diloco and not elastic.at_boundary(diloco.gather_replicas):
             pass  # every member's replica into rank 0's checkpoint, for an exact resume
-        saved = save(action == cumulus.ElasticAction.STOP) if due and elastic.rank == 0 else ""
-        if action == cumulus.ElasticAction.STOP:
+        stop = action == cumulus.ElasticAction.STOP
+        # Timed by the recorder: its stall, and a mark on the dashboard's timeline.
+        saved = recorder.checkpoint(lambda: save(stop)) if due and elastic.rank == 0 else ""
+        if stop:
             elastic.wait_for_all()  # no worker exits before the checkpoint is durable
+            recorder.preempted(saved)
             if elastic.rank == 0:
                 print(f"preempted at step {done}, checkpoint {saved}", flush=True)
             return cumulus.EXIT_PREEMPTED
@@ -203,9 +206,9 @@ def main():
     if diloco:
         elastic.at_end(diloco.sync_all)
     elastic.finish()
-    recorder.finish()
     if elastic.rank == 0:
-        save(False)
+        recorder.checkpoint(lambda: save(False))
+    recorder.finish()
     print(f"final parameters {digest(model)} at step {elastic.step}", flush=True)
     return 0
 

@@ -45,6 +45,7 @@
 // Errors writing a file are std::runtime_error naming the path. Training thread only.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -119,12 +120,25 @@ class Recorder {
   // before / after, which the dashboard draws. Called on every member; the writing one writes.
   void balance(const std::vector<int64_t>& shares, const std::vector<double>& rates,
                double predicted_speedup);
+  // The program's save of a checkpoint at the current step, on the member that saves (rank 0):
+  // `save` runs here and returns where the checkpoint went (a directory or a file). Its time is
+  // the checkpoint's stall, in the goodput's checkpoint time (counted once, also after a
+  // boundary that agreed kCheckpoint, whose save Elastic times too), and a "checkpoint" record
+  // {"step", "stall_ms", "path"} is written, which the dashboard marks on the run's timeline.
+  // Returns save's path. A save that throws writes a "checkpoint_failed" record {"step", "error",
+  // "in_a_row", "newest_valid"} (the last path this recorder saw saved) and the exception goes on.
+  std::string checkpoint(const std::function<std::string()>& save);
+  // The launch stops at a notice (a boundary that agreed kStop; call it after waitForAll(), on
+  // every member): a "preempted" record {"step", "checkpoint"} and the launch's "trained" and
+  // goodput records, which the next launch (start_step = the checkpoint's step) continues from.
+  // It ends the records as finish() does, without the summary; the destructor of a recorder
+  // that neither finished nor stopped writes nothing more.
+  void preempted(const std::string& checkpoint);
   // A line on the console (rank 0) and a warning (every member).
   void note(const std::string& text);
   void warning(const std::string& text);
   // The end of the run: the "trained" and goodput records, and the summary (steps, wall time,
-  // the last evaluation). Once; everything after it is std::logic_error. The destructor of a
-  // recorder never finished writes nothing more (a stop at a notice: the next launch resumes).
+  // the last evaluation). Once; everything after it (or after preempted()) is std::logic_error.
   void finish();
 
   // The split now, on this member (every member keeps one).

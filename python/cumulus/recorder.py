@@ -22,9 +22,13 @@ Call step() on every member after each train(): at a record (step 1, every log_e
 steps, the last) it sums the loss over the members, as boundary work. A series named like a
 built-in one (train/..., eval/..., goodput/..., checkpoint/..., loss, lr, ...) is a ValueError;
 a NaN or infinite value is written as null in metrics.jsonl and left out of TensorBoard and
-/metrics (counted in `dropped`); anything after finish() is a RuntimeError. A member that left on
-a notice records nothing more.
+/metrics (counted in `dropped`); anything after finish() or preempted() is a RuntimeError. A
+member that left on a notice records nothing more. Checkpoints: `saved =
+recorder.checkpoint(lambda: checkpoints.save(state))` times the save and marks it on the
+dashboard; `recorder.preempted(saved)` at a STOP boundary ends the launch's records.
 """
+
+import os
 
 import torch
 
@@ -89,6 +93,22 @@ class Recorder:
         self._core.evaluation(_number(loss, "Recorder.evaluation loss"),
                               None if accuracy is None else _number(accuracy, "accuracy"),
                               float(seconds))
+
+    def checkpoint(self, save):
+        """Runs `save` (no arguments; it returns where the checkpoint went) and records it: a
+        "checkpoint" record with its stall, which the dashboard marks, and its time in the
+        goodput's checkpoint_s (once, also after a CHECKPOINT boundary). Returns save's path. A
+        save that raises writes a "checkpoint_failed" record, and the exception goes on.
+
+            saved = recorder.checkpoint(lambda: checkpoints.save(state))
+        """
+        return self._core.checkpoint(lambda: os.fspath(save()))
+
+    def preempted(self, checkpoint):
+        """The launch stops at a notice (after a STOP boundary's save and wait_for_all(), on
+        every member): a "preempted" record and this launch's trained and goodput records, which
+        the next launch continues. It ends the records as finish() does, without the summary."""
+        self._core.preempted(os.fspath(checkpoint))
 
     def note(self, text):
         self._core.note(str(text))

@@ -163,6 +163,149 @@ TEST(RecorderTest, AnElasticLoopWritesTheRecordsCumulusTrainWrites) {
   EXPECT_EQ(events, 1u);
 }
 
+// Rank 0 saves after step 2 (a save that fails), after step 3 (a boundary that agreed
+// kCheckpoint, whose save Elastic times too) and after step 4 (the program's own schedule): a
+// checkpoint record for each save, a checkpoint_failed record for the failed one, and each
+// save's time counted once in the goodput's checkpoint time.
+TEST(RecorderTest, ARecordedSaveIsMarkedAndItsStallCountedOnce) {
+  const std::filesystem::path dir = testing::freshTestDir("recorder");
+  testing::runRanks(2, [&](ProcessGroup& group) {
+    ElasticOptions options = quietOptions();
+    options.stop = [](std::shared_ptr<StopAgreement> standard) {
+      return std::make_shared<CheckpointAt>(std::move(standard), 3);
+    };
+    Elastic elastic(&group, options);
+    elastic.setState({[] { return Checkpoint{}; }, [](const Checkpoint&) {}, "recorder"});
+    RecorderOptions ro;
+    ro.run_dir = dir.string();
+    ro.total_steps = 5;
+    ro.console = nullptr;
+    ro.tensorboard = false;
+    Recorder recorder(elastic, ro);
+    ASSERT_TRUE(elastic.start(0));
+    double saves_after_3 = 0;  // rank 0's recorded stalls after the kCheckpoint one
+    while (elastic.step() < 5) {
+      elastic.train([] {});
+      StepMetrics m;
+      m.samples = 1;
+      recorder.step(m);
+      if (elastic.step() == 5) break;
+      const ElasticAction action = elastic.boundary();
+      const int64_t step = elastic.step();
+      if (elastic.rank() != 0 || step == 1) continue;
+      const std::filesystem::path path = dir / ("step_" + std::to_string(step));
+      auto save = [&] {
+        if (step == 2) throw std::runtime_error("no room left on " + path.string());
+        std::ofstream(path) << std::string(1000, 'x');
+        return path.string();
+      };
+      if (step == 2) {
+        EXPECT_THROW(recorder.checkpoint(save), std::runtime_error);
+        continue;
+      }
+      EXPECT_EQ(action, step == 3 ? ElasticAction::kCheckpoint : ElasticAction::kContinue);
+      const double before = recorder.goodput().checkpoint;
+      EXPECT_EQ(recorder.checkpoint(save), path.string());
+      if (step == 4) saves_after_3 += recorder.goodput().checkpoint - before;
+    }
+    recorder.finish();
+    const double elastic_checkpoint = elastic.times().checkpoint;  // step 3's window
+    if (elastic.rank() == 0) {
+      EXPECT_GT(elastic_checkpoint, 0);
+      EXPECT_GT(saves_after_3, 0);
+      EXPECT_NEAR(recorder.goodput().checkpoint, elastic_checkpoint + saves_after_3, 1e-9);
+    } else {
+      EXPECT_DOUBLE_EQ(recorder.goodput().checkpoint, elastic_checkpoint);
+    }
+  });
+  const auto records = readRecords(dir / "metrics.jsonl");
+  const auto saved = ofType(records, "checkpoint");
+  ASSERT_EQ(saved.size(), 2u);
+  EXPECT_EQ(saved[0]["step"], 3);
+  EXPECT_EQ(saved[0]["path"], (dir / "step_3").string());
+  EXPECT_GE(saved[0]["stall_ms"].get<double>(), 0);
+  EXPECT_EQ(saved[1]["step"], 4);
+  EXPECT_EQ(saved[1]["path"], (dir / "step_4").string());
+  const auto failed = ofType(records, "checkpoint_failed");
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0]["step"], 2);
+  EXPECT_EQ(failed[0]["error"], "no room left on " + (dir / "step_2").string());
+  EXPECT_EQ(failed[0]["in_a_row"], 1);
+  EXPECT_EQ(failed[0]["newest_valid"], "");
+  // The goodput record written with each checkpoint, where a launch resumed from it starts.
+  const auto goodput = ofType(records, "goodput");
+  ASSERT_EQ(goodput.size(), 3u);  // steps 3, 4 and the end
+  EXPECT_EQ(goodput[0]["step"], 3);
+  // Step 4's has step 3's whole window and step 4's save; nothing saved after it.
+  EXPECT_GT(goodput[1]["checkpoint_s"].get<double>(), goodput[0]["checkpoint_s"].get<double>());
+  EXPECT_DOUBLE_EQ(goodput[2]["checkpoint_s"].get<double>(),
+                   goodput[1]["checkpoint_s"].get<double>());
+}
+
+// A notice stops a world of one after step 2: the save, then preempted() ends the launch's
+// records (preempted, trained, goodput; no summary) and everything after it is an error.
+TEST(RecorderTest, APreemptedLaunchEndsItsRecordsForTheNextToContinue) {
+  const std::filesystem::path dir = testing::freshTestDir("recorder");
+  struct StopAfterTwo final : StopAgreement {
+    std::shared_ptr<StopAgreement> standard;
+    explicit StopAfterTwo(std::shared_ptr<StopAgreement> s) : standard(std::move(s)) {}
+    StepAction decide(int64_t steps_done) override {
+      const StepAction agreed = standard->decide(steps_done);
+      return steps_done == 2 ? StepAction::kStop : agreed;
+    }
+    void waitForAll() override { standard->waitForAll(); }
+  };
+  ElasticOptions options = quietOptions();
+  options.stop = [](std::shared_ptr<StopAgreement> standard) {
+    return std::make_shared<StopAfterTwo>(std::move(standard));
+  };
+  Elastic elastic(nullptr, options);
+  elastic.setState({[] { return Checkpoint{}; }, [](const Checkpoint&) {}, "alone"});
+  RecorderOptions ro;
+  ro.run_dir = dir.string();
+  ro.total_steps = 10;
+  ro.console = nullptr;
+  ro.tensorboard = false;
+  Recorder recorder(elastic, ro);
+  ASSERT_TRUE(elastic.start(0));
+  ElasticAction action = ElasticAction::kContinue;
+  while (action == ElasticAction::kContinue) {
+    elastic.train([] {});
+    recorder.step(StepMetrics{1.5, 4, 0.1, 0});
+    action = elastic.boundary();
+  }
+  ASSERT_EQ(action, ElasticAction::kStop);
+  const std::string saved = recorder.checkpoint([&] {
+    std::ofstream(dir / "ckpt") << "state";
+    return (dir / "ckpt").string();
+  });
+  elastic.waitForAll();
+  recorder.preempted(saved);
+  try {
+    recorder.step(StepMetrics{});
+    ADD_FAILURE() << "a step after preempted() was taken";
+  } catch (const std::logic_error& e) {
+    EXPECT_STREQ(e.what(), "Recorder::step after finish() or preempted()");
+  }
+  EXPECT_THROW(recorder.finish(), std::logic_error);
+  EXPECT_THROW(recorder.checkpoint([] { return std::string("x"); }), std::logic_error);
+  const auto records = readRecords(dir / "metrics.jsonl");
+  const auto preempted = ofType(records, "preempted");
+  ASSERT_EQ(preempted.size(), 1u);
+  EXPECT_EQ(preempted[0]["step"], 2);
+  EXPECT_EQ(preempted[0]["checkpoint"], saved);
+  ASSERT_EQ(ofType(records, "checkpoint").size(), 1u);
+  const auto trained = ofType(records, "trained");
+  ASSERT_EQ(trained.size(), 1u);
+  EXPECT_EQ(trained[0]["steps"], 2);
+  const auto goodput = ofType(records, "goodput");
+  ASSERT_EQ(goodput.size(), 2u);  // at the checkpoint and at the stop
+  EXPECT_EQ(goodput[1]["step"], 2);
+  EXPECT_GT(goodput[1]["checkpoint_s"].get<double>(), 0);
+  EXPECT_TRUE(ofType(records, "summary").empty());
+  EXPECT_EQ(records.back()["type"], "goodput");
+}
+
 // A world of one: what a scalar may be called, a value that is not finite, use after finish().
 TEST(RecorderTest, BadInputIsAClearErrorOrADocumentedDrop) {
   const std::filesystem::path dir = testing::freshTestDir("recorder");
@@ -200,7 +343,7 @@ TEST(RecorderTest, BadInputIsAClearErrorOrADocumentedDrop) {
     recorder.scalar("tokens", 1);
     ADD_FAILURE() << "a scalar after finish() was taken";
   } catch (const std::logic_error& e) {
-    EXPECT_STREQ(e.what(), "Recorder::scalar after finish()");
+    EXPECT_STREQ(e.what(), "Recorder::scalar after finish() or preempted()");
   }
   EXPECT_THROW(recorder.finish(), std::logic_error);
   const auto records = readRecords(dir / "metrics.jsonl");

@@ -35,6 +35,20 @@ using cumulus::testing::runProcess;
 using Args = std::vector<std::string>;
 using Env = std::vector<std::pair<std::string, std::string>>;
 
+// The lines of metrics.jsonl of one record type, each up to its "time" (which every record ends
+// with): the records' own fields, in their order.
+std::vector<std::string> linesOfType(const fs::path& jsonl, const std::string& type) {
+  std::vector<std::string> out;
+  std::ifstream in(jsonl);
+  const std::string head = "{\"type\":\"" + type + "\"";
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(head + ",", 0) != 0 && line.rfind(head + "}", 0) != 0) continue;
+    const size_t time = line.find(",\"time\":");
+    out.push_back(time == std::string::npos ? line : line.substr(0, time));
+  }
+  return out;
+}
+
 const std::string kVersion = EXAMPLES_VERSION;
 const std::string kDatasetDir = "/usr/share/datasets/fashion-mnist";
 
@@ -596,15 +610,36 @@ TEST_F(InstalledCumulus, ElasticLoopPreemptedAndRelaunchedEndsBitIdenticalToUnin
   ASSERT_TRUE(sent) << first.output;
   ASSERT_EQ(first.exit_code, 75) << first.output;
   std::smatch stop;
-  ASSERT_TRUE(std::regex_search(first.output, stop,
-                                std::regex(R"(\[rank0\] preempted at step (\d+), checkpoint)")))
+  ASSERT_TRUE(std::regex_search(
+      first.output, stop, std::regex(R"(\[rank0\] preempted at step (\d+), checkpoint (\S+))")))
       << first.output;
+  // The loop's recorder marked the stop's save and the stop (Recorder::checkpoint, ::preempted).
+  const fs::path jsonl = work_ / "elastic-preempted/metrics.jsonl";
+  const std::string at_stop = "\"step\":" + stop[1].str();
+  EXPECT_EQ(linesOfType(jsonl, "preempted"),
+            std::vector<std::string>{"{\"type\":\"preempted\"," + at_stop + ",\"checkpoint\":\"" +
+                                     stop[2].str() + "\""})
+      << first.output;
+  const std::vector<std::string> saves = linesOfType(jsonl, "checkpoint");
+  ASSERT_FALSE(saves.empty());
+  EXPECT_EQ(saves.back().rfind("{\"type\":\"checkpoint\"," + at_stop + ",\"stall_ms\":", 0), 0u)
+      << saves.back();
+  EXPECT_NE(saves.back().find("\"path\":\"" + stop[2].str() + "\""), std::string::npos)
+      << saves.back();
   const ProcessResult second = runProcess(elasticCommand("elastic-preempted"), env, {}, 300);
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("[rank0] resumed at step " + stop[1].str() + "\n"),
             std::string::npos)
       << second.output;
   EXPECT_EQ(finalDigests(second.output), expected) << second.output;
+  // The relaunch continued the file, to the final save and one summary.
+  EXPECT_EQ(
+      linesOfType(jsonl, "checkpoint")
+          .back()
+          .rfind("{\"type\":\"checkpoint\",\"step\":" + std::to_string(kElasticSteps) + ",", 0),
+      0u);
+  EXPECT_EQ(linesOfType(jsonl, "summary").size(), 1u);
+  EXPECT_EQ(linesOfType(jsonl, "preempted").size(), 1u);
 }
 
 // A bad flag or missing data is one line naming it, and exit status 2.

@@ -258,9 +258,22 @@ class ElasticExample(unittest.TestCase):
             self.assertEqual(sorted(state), ["block.bias", "block.weight", "inp.bias",
                                              "inp.weight", "norm.bias", "norm.weight", "out.bias",
                                              "out.weight"])
+            # The recorder's records of the stop (Recorder.checkpoint, Recorder.preempted): the
+            # stop's save (the only one: --checkpoint-every 1000), its goodput with its time.
+            stop_step = int(stop[1])
+            saves = records(stopped, "checkpoint")
+            self.assertEqual([(r["step"], r["path"]) for r in saves], [(stop_step, stop[2])])
+            self.assertEqual([(r["step"], r["checkpoint"]) for r in records(stopped, "preempted")],
+                             [(stop_step, stop[2])])
+            self.assertEqual([r["steps"] for r in records(stopped, "trained")], [stop_step])
+            self.assertGreater(records(stopped, "goodput")[-1]["checkpoint_s"], 0)
             code, second = run(stopped, *flags)
             self.assertEqual(code, 0, second)
             self.assertIn(f"[rank0] resumed at step {stop[1]}\n", second)
+            # The relaunch continued the file: the final save, one summary, the stop kept.
+            self.assertEqual(records(stopped, "checkpoint")[-1]["step"], 400)
+            self.assertEqual(len(records(stopped, "summary")), 1)
+            self.assertEqual(len(records(stopped, "preempted")), 1)
             self.assertEqual(sorted(FINAL.findall(second)), sorted(expected), second)
             return second
 
