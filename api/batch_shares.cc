@@ -32,8 +32,10 @@ struct BatchShares::Impl {
   std::vector<int64_t> shares;
   int64_t epoch = -1;  // the membership `shares` are for
   distributed::RateMeter meter;
-  ElasticTimes seen;         // Elastic's times when this member last measured
-  int64_t measured_at = -1;  // the last step whose compute the meter took
+  ElasticTimes seen;           // Elastic's times when this member last measured
+  int64_t measured_at = -1;    // the last step whose compute the meter took
+  std::vector<int64_t> saved;  // restore()'s, until the launch's first shares are taken
+  bool restored = false;       // the shares in force are restore()'s
 
   Impl(Elastic& e, int64_t b, BatchSharesOptions o, Recorder* r)
       : elastic(e), batch(b), options(o), recorder(r) {}
@@ -41,7 +43,10 @@ struct BatchShares::Impl {
   // Equal shares and a fresh meter for a membership the shares are not for yet.
   void follow() {
     if (epoch == elastic.epoch() && static_cast<int>(shares.size()) == elastic.size()) return;
-    shares = DistributedSampler::equalShares(batch, elastic.size());
+    const bool first = epoch < 0;
+    restored = first && elastic.epoch() == 0 && fits(saved);
+    shares = restored ? saved : DistributedSampler::equalShares(batch, elastic.size());
+    saved.clear();
     meter.reset();
     epoch = elastic.epoch();
     seen = elastic.times();
@@ -49,6 +54,18 @@ struct BatchShares::Impl {
   }
 
   int64_t mine() { return shares.at(static_cast<size_t>(elastic.rank())); }
+
+  // Saved shares this membership and batch can take.
+  bool fits(const std::vector<int64_t>& s) const {
+    if (static_cast<int>(s.size()) != elastic.size()) return false;
+    const int64_t floor = distributed::shareFloor(batch, elastic.size(), options.micro_batches);
+    int64_t sum = 0;
+    for (const int64_t share : s) {
+      if (share < floor) return false;
+      sum += share;
+    }
+    return sum == batch;
+  }
 };
 
 BatchShares::BatchShares(Elastic& elastic, int64_t global_batch, BatchSharesOptions options,
@@ -124,10 +141,20 @@ bool BatchShares::rebalance() {
       m.shares, m.options.min_gain, fixed, kMove);
   if (!decision.changed) return false;
   m.shares = decision.shares;
+  m.restored = false;
   if (m.recorder != nullptr) m.recorder->balance(m.shares, rates, decision.predicted_speedup());
   return true;
 }
 
 double BatchShares::rate() const { return impl_->meter.rate(); }
+
+void BatchShares::restore(const std::vector<int64_t>& saved) {
+  if (impl_->epoch < 0) impl_->saved = saved;  // the launch's first shares are not taken yet
+}
+
+bool BatchShares::restored() {
+  impl_->follow();
+  return impl_->restored;
+}
 
 }  // namespace cumulus

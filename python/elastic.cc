@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "cumulus/allocator.h"
-#include "cumulus/precision.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/elastic.h"
 #include "cumulus/errors.h"
 #include "cumulus/options.h"
+#include "cumulus/precision.h"
 #include "cumulus/preemption.h"
 #include "cumulus/sampler.h"
 
@@ -132,6 +132,12 @@ void bindCheckpoint(py::module_& m) {
           "world_size", [](const Checkpoint& c) { return c.state.world_size; },
           [](Checkpoint& c, uint32_t size) { c.state.world_size = size; })
       .def_property(
+          "batch_shares", [](const Checkpoint& c) { return c.state.batch_shares; },
+          [](Checkpoint& c, std::vector<int64_t> shares) {
+            c.state.batch_shares = std::move(shares);
+          },
+          "the batch shares in force, one per member (cumulus.BatchShares); empty: equal")
+      .def_property(
           "preempted", [](const Checkpoint& c) { return c.state.preempted; },
           [](Checkpoint& c, bool preempted) { c.state.preempted = preempted; })
       .def_property(
@@ -146,7 +152,9 @@ void bindCheckpoint(py::module_& m) {
             const SamplerState s = c.sampler();
             return py::make_tuple(s.epoch, s.cursor);
           },
-          [](Checkpoint& c, std::pair<int64_t, int64_t> s) { c.setSampler({s.first, s.second}); },
+          [](Checkpoint& c, std::pair<int64_t, int64_t> s) {
+            c.setSampler({s.first, s.second});
+          },
           "(epoch, cursor) of the DistributedSampler")
       .def_property(
           "tensors", [](const Checkpoint& c) { return tensorsOf(c.tensors); },
@@ -170,7 +178,8 @@ void bindCheckpoint(py::module_& m) {
       .def(py::init<std::string, size_t>(), py::arg("dir"), py::arg("keep") = 3)
       .def_property_readonly("dir", &Checkpoints::dir)
       .def(
-          "save", [](Checkpoints& c, const Checkpoint& checkpoint) { return c.save(checkpoint).path; },
+          "save",
+          [](Checkpoints& c, const Checkpoint& checkpoint) { return c.save(checkpoint).path; },
           py::arg("checkpoint"), Release(),
           "Commits the checkpoint as <dir>/step-<step>; returns its path once durable.")
       .def(
@@ -200,8 +209,10 @@ void bindSampler(py::module_& m) {
       .def("advance", &DistributedSampler::advance)
       .def_property_readonly("epoch", [](const DistributedSampler& s) { return s.state().epoch; })
       .def_property_readonly("cursor", [](const DistributedSampler& s) { return s.state().cursor; })
-      .def(
-          "state", [](const DistributedSampler& s) { return std::make_pair(s.state().epoch, s.state().cursor); })
+      .def("state",
+           [](const DistributedSampler& s) {
+             return std::make_pair(s.state().epoch, s.state().cursor);
+           })
       .def(
           "restore",
           [](DistributedSampler& s, std::pair<int64_t, int64_t> state) {

@@ -136,7 +136,9 @@ void bindRecorder(py::module_& m) {
       .def("local_indices", &BatchShares::localIndices, py::arg("sampler"))
       .def("measure", &BatchShares::measure, py::arg("samples"), py::arg("seconds"))
       .def("rebalance", &BatchShares::rebalance, py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("rate", &BatchShares::rate);
+      .def_property_readonly("rate", &BatchShares::rate)
+      .def("restore", &BatchShares::restore, py::arg("saved"))
+      .def_property_readonly("restored", &BatchShares::restored);
 }
 
 }  // namespace cumulus::python

@@ -14,7 +14,7 @@ at /): loss, samples/s, the goodput split with the time Elastic spent re-forming
 
 With --balance each worker takes a share of each global batch in proportion to its measured speed
 (cumulus.BatchShares), so a worker on a busier machine no longer holds the others back; every
-sample is still trained once.
+sample is still trained once, and a resume on as many workers takes the shares in force.
 
 With --diloco H the workers train DiLoCo (cumulus.DiLoCo, docs/diloco.md): each its own replica for
 H steps without communicating, then an outer sync; --fragments, --overlap and --outer-compression
@@ -138,6 +138,8 @@ def main():
                                 log_every_steps=args.log_every, start_step=resumed,
                                 console=False)
     shares = cumulus.BatchShares(elastic, args.batch, recorder=recorder) if args.balance else None
+    if shares and shares.restored and elastic.rank == 0:
+        print(f"batch shares {'/'.join(map(str, shares.shares))} from the checkpoint", flush=True)
 
     def save(preempted):
         c = elastic.capture()

@@ -30,10 +30,14 @@
 // and every member computes the same new shares, those that give every member the same predicted
 // time; when they predict a step faster by more than min_gain the shares move halfway to them
 // (a member's rate on a busy core swings from look to look: shares that jumped with it swung
-// between starving one member and the other). After a
-// change of membership the shares are equal again and the rates are measured anew. A Recorder
-// given to the constructor writes a "balance" record at each change (the dashboard's shares).
-// Training thread only.
+// between starving one member and the other). After a change of membership the shares are equal
+// again and the rates are measured anew. A Recorder given to the constructor writes a "balance"
+// record at each change (the dashboard's shares).
+//
+// Resuming: the shares in force travel with a checkpoint (CheckpointState::batch_shares: the
+// program's capture puts shares() there, its restore gives them to restore()), so a launch that
+// resumes on as many members splits its steps as the stopped one did, and its parameters are
+// bit-identical to a run that never stopped. Training thread only.
 
 #include <cstdint>
 #include <memory>
@@ -78,6 +82,16 @@ class BatchShares {
   bool rebalance();
   // This member's measured rate, samples per second of compute; 0 before one was measured.
   double rate() const;
+  // The shares a checkpoint saved (CheckpointState::batch_shares), from the program's restore.
+  // They are the launch's first shares when its first membership (epoch 0) has as many members
+  // and they sum to this global batch with none below the floor of micro_batches samples each;
+  // any other launch (another size, another batch, none saved) starts equal, and so does a
+  // replacement that a peer's state healed (the membership that admitted it is a new one, whose
+  // shares are equal). So a restore that also runs at a heal may call it every time. Only before
+  // the launch's first shares(), share() or localIndices(): later calls are ignored.
+  void restore(const std::vector<int64_t>& saved);
+  // Whether the shares in force are restore()'s (until the first change of shares).
+  bool restored();
 
   struct Impl;
 

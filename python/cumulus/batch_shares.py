@@ -18,6 +18,10 @@ measured of its step less its wait for the gradient sum (measure() gives one of 
 own). Every `every_steps` steps the members' rates are all-gathered and every member takes the
 same new shares when they predict a step faster by more than `min_gain`; after a change of
 membership the shares are equal again.
+
+The shares in force travel with the Elastic's checkpoints (Checkpoint.batch_shares): a launch
+that resumes on as many members takes them for its first steps, so its resume is bit-identical to
+a run that never stopped; one of another size starts equal.
 """
 
 from . import _C
@@ -34,6 +38,11 @@ class BatchShares:
         self._core = _C.BatchSharesCore(core, int(global_batch), int(every_steps),
                                         float(min_gain), int(micro_batches),
                                         None if recorder is None else recorder._core)
+        # The Elastic's checkpoints carry the shares, and a resume before this one was made
+        # gives it the shares it read.
+        if hasattr(elastic, "_core"):
+            elastic._batch_shares = self
+            self._core.restore(list(getattr(elastic, "_saved_shares", [])))
 
     @property
     def shares(self):
@@ -63,3 +72,8 @@ class BatchShares:
     def rate(self):
         """This member's samples per second of compute; 0 before one was measured."""
         return self._core.rate
+
+    @property
+    def restored(self):
+        """Whether the shares in force are a resumed checkpoint's (until they first change)."""
+        return self._core.restored

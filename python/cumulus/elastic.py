@@ -29,7 +29,7 @@ The state is the program's: the model's state_dict (model.pt, a dict of tensors 
 torch.load reads), the optimizer's state_dict (optimizer.pt, torch.save's format), the
 DistributedSampler's (epoch, cursor), torch's default CPU generator, and `extra`: tensors or
 objects with state_dict()/load_state_dict() (a learning-rate scheduler, a GradScaler), in
-extra.pt. Python's `random` and NumPy's generators are not part of it: keep them in `extra`
+extra.pt, and a cumulus.BatchShares' shares in force. Python's `random` and NumPy's generators are not part of it: keep them in `extra`
 (an object whose state_dict() returns their state) or draw from torch's.
 """
 
@@ -180,6 +180,8 @@ class Elastic:
         self.model, self.optimizer, self.sampler = model, optimizer, sampler
         self.extra = dict(extra or {})
         self.config = config
+        self._batch_shares = None  # a cumulus.BatchShares over this Elastic: its shares
+        self._saved_shares = []    # the resumed checkpoint's batch shares
         self._core = _C.ElasticCore(algorithm, compression, float(timeout), float(bucket_cap_mb),
                                     int(wait_for_members), float(wait_for_members_seconds))
         self._core.set_state(self._capture, self._restore, config)
@@ -189,10 +191,18 @@ class Elastic:
                           list(model.buffers()))
 
     def _capture(self):
-        return capture(self.model, self.optimizer, self.sampler, self.extra)
+        c = capture(self.model, self.optimizer, self.sampler, self.extra)
+        if self._batch_shares is not None:
+            c.batch_shares = self._batch_shares.shares
+        return c
 
     def _restore(self, checkpoint):
         restore(checkpoint, self.model, self.optimizer, self.sampler, self.extra)
+        # A cumulus.BatchShares takes them for the launch's first membership only (a heal's
+        # membership is a new one, whose shares are equal).
+        self._saved_shares = list(checkpoint.batch_shares)
+        if self._batch_shares is not None:
+            self._batch_shares._core.restore(self._saved_shares)
 
     # The loop.
     def start(self, steps_done=0, prepare=None):

@@ -95,6 +95,52 @@ TEST(BatchSharesTest, SharesFollowTheMeasuredRatesAndSplitEachBatchOnce) {
   EXPECT_EQ(balance[0]["predicted_speedup"], 1.2);  // 6/128 s against 5/128 s
 }
 
+// What a launch's BatchShares::restore() takes: the saved shares when they fit its membership and
+// batch, equal shares otherwise; a restore after the first shares were taken changes nothing.
+TEST(BatchSharesTest, ALaunchOfAsManyMembersTakesTheSavedShares) {
+  struct Seen {
+    std::vector<int64_t> shares;
+    bool restored = false;
+    std::vector<int64_t> local;
+  };
+  const auto launch = [](const std::vector<int64_t>& saved) {
+    std::vector<Seen> seen(2);
+    testing::runRanks(2, [&](ProcessGroup& group) {
+      Elastic elastic(&group, testing::quietOptions());
+      elastic.setState({[] { return Checkpoint{}; }, [](const Checkpoint&) {}, "shares"});
+      BatchShares shares(elastic, 12);
+      shares.restore(saved);  // as the program's restore does, before start()
+      DistributedSampler sampler(60, 12, 3, /*shuffle=*/true, /*drop_last=*/true);
+      ASSERT_TRUE(elastic.start(0));
+      Seen& mine = seen[static_cast<size_t>(elastic.rank())];
+      mine.local = shares.localIndices(sampler);
+      shares.restore({11, 1});  // too late: the launch's shares are taken
+      mine.shares = shares.shares();
+      mine.restored = shares.restored();
+    });
+    return seen;
+  };
+  const std::vector<Seen> resumed = launch({7, 5});
+  DistributedSampler sampler(60, 12, 3, true, true);
+  const std::vector<int64_t> batch = sampler.globalBatch();
+  for (int rank = 0; rank < 2; ++rank) {
+    const Seen& s = resumed[static_cast<size_t>(rank)];
+    EXPECT_EQ(s.shares, (std::vector<int64_t>{7, 5}));
+    EXPECT_TRUE(s.restored);
+    const auto first = batch.begin() + (rank == 0 ? 0 : 7);
+    EXPECT_EQ(s.local, std::vector<int64_t>(first, first + (rank == 0 ? 7 : 5)));
+  }
+  // Saved for three members, for a batch of 13, with a share under the floor of one sample, or
+  // none at all: equal shares.
+  for (const std::vector<int64_t>& saved :
+       std::vector<std::vector<int64_t>>{{4, 4, 4}, {7, 6}, {12, 0}, {}}) {
+    for (const Seen& s : launch(saved)) {
+      EXPECT_EQ(s.shares, (std::vector<int64_t>{6, 6})) << saved.size();
+      EXPECT_FALSE(s.restored);
+    }
+  }
+}
+
 TEST(BatchSharesTest, BadOptionsAreRefusedNamingThem) {
   Elastic elastic(nullptr, testing::quietOptions());
   try {

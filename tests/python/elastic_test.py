@@ -388,8 +388,10 @@ class ElasticEdges(unittest.TestCase):
 
     def test_batch_shares_follow_a_slow_worker_and_every_sample_is_trained_once(self):
         """cumulus.BatchShares: rank 2 takes 2 ms more per sample (a slower machine), so at the
-        first look (step 10) it gets less of the batch of 48 and the others more; each epoch's 960
-        samples (20 steps) are trained once each, by one rank, and the replicas agree."""
+        first look (step 10) it gets less of the batch of 48 than an equal share and less than
+        either other rank; each epoch's 960 samples (20 steps) are trained once each, by one rank,
+        and the replicas agree. How the other two split the rest is not asserted: their compute
+        is a fraction of a millisecond, so one descheduling on a busy machine moves it."""
         with tempfile.TemporaryDirectory() as tmp:
             code, output = run_worker("--balance", "--slow", "2:2", "--steps", "40", "--ledger",
                                       tmp)
@@ -405,7 +407,7 @@ class ElasticEdges(unittest.TestCase):
         shares = [int(changed[i]) for i in (1, 2, 3)]
         self.assertEqual(sum(shares), 48, output)
         self.assertLess(shares[2], 16, output)
-        self.assertGreater(min(shares[0], shares[1]), 16, output)
+        self.assertLess(shares[2], min(shares[0], shares[1]), output)
         self.assertEqual(sorted(trained), list(range(1, 41)))
         for step, indices in trained.items():
             self.assertEqual(len(indices), 48, step)
@@ -415,6 +417,36 @@ class ElasticEdges(unittest.TestCase):
         finals = WORKER_FINAL.findall(output)
         self.assertEqual(len(finals), 3, output)
         self.assertEqual(len(set(finals)), 1, output)
+
+    def test_a_resume_takes_the_batch_shares_in_force_and_ends_bit_identical(self):
+        """Ranks compute at 256/(r+1) samples/s (given to BatchShares, so its decisions do not
+        depend on the machine): the shares move at steps 10 and 20. A launch stopped at step 25
+        checkpoints the shares of step 20; the relaunch splits its batches by them, decides at
+        steps 30 and 40 as the run that never stopped did, and ends with its parameters bit for
+        bit."""
+        code, whole = run_worker("--balance", "--rates", "--steps", "40")
+        self.assertEqual(code, 0, whole)
+        by_step = {int(step): shares for shares, step in
+                   re.findall(r"\[rank0\] shares ([\d/]+) after step (\d+)\n", whole)}
+        self.assertIn(10, by_step, whole)
+        self.assertIn(20, by_step, whole)
+        with tempfile.TemporaryDirectory() as tmp:
+            code, first = run_worker("--balance", "--rates", "--steps", "40", "--checkpoints",
+                                     tmp, "--stop-at", "25")
+            self.assertEqual(code, 0, first)
+            self.assertEqual(first.count("stopped at step 25"), 3, first)
+            code, second = run_worker("--balance", "--rates", "--steps", "40", "--checkpoints",
+                                      tmp)
+        self.assertEqual(code, 0, second)
+        self.assertIn(f"[rank0] shares {by_step[20]} from the checkpoint\n", second)
+        for step in (30, 40):  # a look that moves them only when it predicts a gain
+            if step in by_step:
+                self.assertIn(f"[rank0] shares {by_step[step]} after step {step}\n", second)
+            else:
+                self.assertNotIn(f"after step {step}\n", second)
+        finals = set(WORKER_FINAL.findall(second))
+        self.assertEqual(finals, set(WORKER_FINAL.findall(whole)), second)
+        self.assertEqual(len(finals), 1, second)
 
     def test_batch_norm_replicas_agree_after_a_death_and_a_heal(self):
         """Rank 1 is SIGKILLed as training starts: the others re-form, wait for its replacement,

@@ -6,7 +6,10 @@ build different models. Synthetic data from a fixed seed, so it needs no dataset
 
 With --balance the members take shares by measured speed (cumulus.BatchShares); --slow R:MS makes
 rank R a slower machine (MS ms more per sample of its share), and --ledger DIR has each rank write
-the indices it trained, a line per step, to DIR/rank<R>.txt.
+the indices it trained, a line per step, to DIR/rank<R>.txt. --rates gives BatchShares rank R's
+compute as 256 / (R + 1) samples per second instead of the measured one, so that its decisions do
+not depend on the machine. --checkpoints DIR resumes from DIR's newest checkpoint, and --stop-at S
+saves one there after step S and ends the launch.
 
 Prints `final parameters <sha256 of every parameter and buffer> at step N` on every rank.
 """
@@ -55,6 +58,9 @@ def main():
     parser.add_argument("--slow", default="", metavar="RANK:MS",
                         help="RANK takes MS ms more per sample (a slower machine)")
     parser.add_argument("--ledger", default="", metavar="DIR")
+    parser.add_argument("--rates", action="store_true", help="rank R computes 256/(R+1) samples/s")
+    parser.add_argument("--checkpoints", default="", metavar="DIR")
+    parser.add_argument("--stop-at", type=int, default=0, metavar="STEP")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
@@ -77,9 +83,15 @@ def main():
     slow_rank, _, slow_ms = args.slow.partition(":")
     shares = cumulus.BatchShares(elastic, args.batch, every_steps=10) if args.balance else None
     ledger = open(os.path.join(args.ledger, f"rank{rank}.txt"), "w") if args.ledger else None
-    if not elastic.start():
+    checkpoints = cumulus.Checkpoints(args.checkpoints) if args.checkpoints else None
+    resumed = elastic.resume(checkpoints) if checkpoints else 0
+    if not elastic.start(resumed):
         return 0
+    if shares and shares.restored:
+        print(f"shares {'/'.join(map(str, shares.shares))} from the checkpoint", flush=True)
     while elastic.step < args.steps:
+        trained = [0]
+
         def step():
             nxt = elastic.step + 1
             if raise_step and nxt == int(raise_step) and raise_rank in ("all", str(elastic.rank)):
@@ -87,6 +99,7 @@ def main():
             local = (shares.local_indices(sampler) if shares
                      else sampler.local_indices(elastic.rank, elastic.size))
             idx = torch.tensor(local, dtype=torch.int64)
+            trained[0] = len(local)
             optimizer.zero_grad()
             if slow_rank == str(elastic.rank):
                 time.sleep(len(local) * float(slow_ms) / 1000)  # the slower machine's compute
@@ -97,9 +110,17 @@ def main():
             sampler.advance()
 
         elastic.train(step)
+        if shares and args.rates:
+            shares.measure(trained[0], trained[0] * (elastic.rank + 1) / 256)
         if shares and shares.rebalance():
             print(f"shares {'/'.join(map(str, shares.shares))} after step {elastic.step}",
                   flush=True)
+        if elastic.step == args.stop_at:
+            if elastic.rank == 0:
+                checkpoints.save(elastic.capture())
+            elastic.wait_for_all()  # no rank ends the launch before the checkpoint is durable
+            print(f"stopped at step {elastic.step}", flush=True)
+            return 0
         if elastic.step < args.steps:
             elastic.boundary()
     elastic.finish()
