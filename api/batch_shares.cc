@@ -36,6 +36,9 @@ struct BatchShares::Impl {
   int64_t measured_at = -1;    // the last step whose compute the meter took
   std::vector<int64_t> saved;  // restore()'s, until the launch's first shares are taken
   bool restored = false;       // the shares in force are restore()'s
+  // The balance record's reason for shares a new membership took ("start", "reform"), until
+  // rebalance() writes it: the recorder's records begin with the first step.
+  const char* unrecorded = nullptr;
 
   Impl(Elastic& e, int64_t b, BatchSharesOptions o, Recorder* r)
       : elastic(e), batch(b), options(o), recorder(r) {}
@@ -47,6 +50,7 @@ struct BatchShares::Impl {
     restored = first && elastic.epoch() == 0 && fits(saved);
     shares = restored ? saved : DistributedSampler::equalShares(batch, elastic.size());
     saved.clear();
+    unrecorded = first ? "start" : "reform";
     meter.reset();
     epoch = elastic.epoch();
     seen = elastic.times();
@@ -118,6 +122,10 @@ bool BatchShares::rebalance() {
     m.seen = t;
     m.measured_at = step;
   }
+  if (m.recorder != nullptr && m.unrecorded != nullptr) {
+    m.recorder->balance(m.shares, {}, 1, m.unrecorded);
+  }
+  m.unrecorded = nullptr;
   if (m.elastic.size() < 2 || step % m.options.every_steps != 0) return false;
   // Each rank's speed and its step's fixed part (RateMeter): shares that give every rank the same
   // predicted time.

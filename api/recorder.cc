@@ -288,12 +288,16 @@ void Recorder::evaluation(double loss, std::optional<double> accuracy, double se
 }
 
 void Recorder::balance(const std::vector<int64_t>& shares, const std::vector<double>& rates,
-                       double predicted_speedup) {
+                       double predicted_speedup, const std::string& reason) {
   Impl& m = *impl_;
   m.check("balance");
+  if (reason != "auto" && reason != "start" && reason != "reform") {
+    throw std::invalid_argument("Recorder::balance: reason '" + reason +
+                                "' is none of auto, start and reform");
+  }
   if (m.elastic.left() || !m.begun) return;
   metrics::BalanceRecord record;
-  record.reason = "auto";
+  record.reason = reason;
   record.step = m.elastic.step();
   record.shares = shares;
   record.rates = rates;

@@ -31,8 +31,10 @@
 // time; when they predict a step faster by more than min_gain the shares move halfway to them
 // (a member's rate on a busy core swings from look to look: shares that jumped with it swung
 // between starving one member and the other). After a change of membership the shares are equal
-// again and the rates are measured anew. A Recorder given to the constructor writes a "balance"
-// record at each change (the dashboard's shares).
+// again and the rates are measured anew. A Recorder given to the constructor gets a "balance"
+// record at each change (the dashboard's shares): "start" for the launch's first shares and
+// "reform" for a new membership's (both at the first rebalance() that follows), "auto" for a
+// look that moved them.
 //
 // Resuming: the shares in force travel with a checkpoint (CheckpointState::batch_shares: the
 // program's capture puts shares() there, its restore gives them to restore()), so a launch that

@@ -115,11 +115,13 @@ class Recorder {
   void scalar(const std::string& name, double value);
   // An evaluation on held-out data that took `seconds` (its goodput category), at the current step.
   void evaluation(double loss, std::optional<double> accuracy = std::nullopt, double seconds = 0);
-  // The members' shares of the global batch from the next step on (BatchShares calls it at each
-  // change): a "balance" record, with the rates they came from and the step time they predict
-  // before / after, which the dashboard draws. Called on every member; the writing one writes.
+  // The members' shares of the global batch from the next step on (BatchShares calls it): a
+  // "balance" record, with the rates they came from and the step time they predict before /
+  // after, which the dashboard draws. `reason`: "auto" (a look at the rates changed them),
+  // "start" (the launch's first shares) or "reform" (equal again after a change of membership);
+  // any other is std::invalid_argument. Called on every member; the writing one writes.
   void balance(const std::vector<int64_t>& shares, const std::vector<double>& rates,
-               double predicted_speedup);
+               double predicted_speedup, const std::string& reason = "auto");
   // The program's save of a checkpoint at the current step, on the member that saves (rank 0):
   // `save` runs here and returns where the checkpoint went (a directory or a file). Its time is
   // the checkpoint's stall, in the goodput's checkpoint time (counted once, also after a

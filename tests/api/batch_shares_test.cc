@@ -88,11 +88,16 @@ TEST(BatchSharesTest, SharesFollowTheMeasuredRatesAndSplitEachBatchOnce) {
     const nlohmann::json r = nlohmann::json::parse(line);
     if (r["type"] == "balance") balance.push_back(r);
   }
-  ASSERT_EQ(balance.size(), 1u);
-  EXPECT_EQ(balance[0]["step"], 4);
-  EXPECT_EQ(balance[0]["shares"], (std::vector<int64_t>{7, 5}));
-  EXPECT_EQ(balance[0]["rates"], (std::vector<double>{256, 128}));
-  EXPECT_EQ(balance[0]["predicted_speedup"], 1.2);  // 6/128 s against 5/128 s
+  ASSERT_EQ(balance.size(), 2u);
+  EXPECT_EQ(balance[0]["reason"], "start");  // the launch's shares, after its first step
+  EXPECT_EQ(balance[0]["step"], 1);
+  EXPECT_EQ(balance[0]["shares"], (std::vector<int64_t>{6, 6}));
+  EXPECT_EQ(balance[0]["rates"], std::vector<double>{});
+  EXPECT_EQ(balance[1]["reason"], "auto");
+  EXPECT_EQ(balance[1]["step"], 4);
+  EXPECT_EQ(balance[1]["shares"], (std::vector<int64_t>{7, 5}));
+  EXPECT_EQ(balance[1]["rates"], (std::vector<double>{256, 128}));
+  EXPECT_EQ(balance[1]["predicted_speedup"], 1.2);  // 6/128 s against 5/128 s
 }
 
 // What a launch's BatchShares::restore() takes: the saved shares when they fit its membership and

@@ -338,6 +338,12 @@ TEST(RecorderTest, BadInputIsAClearErrorOrADocumentedDrop) {
   StepMetrics negative;
   negative.samples = -1;
   EXPECT_THROW(recorder.step(negative), std::invalid_argument);
+  try {
+    recorder.balance({4}, {}, 1, "manual");
+    ADD_FAILURE() << "a balance record of another reason was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "Recorder::balance: reason 'manual' is none of auto, start and reform");
+  }
   recorder.finish();
   try {
     recorder.scalar("tokens", 1);

@@ -450,7 +450,9 @@ class ElasticEdges(unittest.TestCase):
 
     def test_batch_norm_replicas_agree_after_a_death_and_a_heal(self):
         """Rank 1 is SIGKILLed as training starts: the others re-form, wait for its replacement,
-        heal it, and all three end with the same parameters and batch norm statistics."""
+        heal it, and all three end with the same parameters and batch norm statistics. With batch
+        shares and a recorder: each new membership's equal shares are a "reform" balance record,
+        so the dashboard does not keep showing the shares of a group that is gone."""
         killed = []
 
         def kill_rank_one(line, seen):
@@ -462,13 +464,23 @@ class ElasticEdges(unittest.TestCase):
                 os.kill(int(pid[1]), signal.SIGKILL)
                 killed.append(pid[1])
 
-        code, output = run_worker("--batch-norm", "--steps", "200", "--print-membership",
-                                  "--wait-for", "3", on_line=kill_rank_one)
+        with tempfile.TemporaryDirectory() as tmp:
+            code, output = run_worker("--batch-norm", "--steps", "200", "--print-membership",
+                                      "--wait-for", "3", "--balance", "--run-dir", tmp,
+                                      on_line=kill_rank_one)
+            with open(os.path.join(tmp, "metrics.jsonl")) as f:
+                records = [json.loads(line) for line in f]
         self.assertTrue(killed, output)
         self.assertEqual(code, 0, output)
         finals = WORKER_FINAL.findall(output)
         self.assertEqual(len(finals), 3, output)
         self.assertEqual(len(set(finals)), 1, output)
+        reforms = [r for r in records if r["type"] == "balance" and r["reason"] == "reform"]
+        self.assertTrue(reforms, records)
+        for r in reforms:
+            size = len(r["shares"])
+            self.assertEqual(r["shares"], [48 // size] * size, r)
+        self.assertEqual(reforms[-1]["shares"], [16, 16, 16], reforms)
 
 
 if __name__ == "__main__":

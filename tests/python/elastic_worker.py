@@ -9,7 +9,8 @@ rank R a slower machine (MS ms more per sample of its share), and --ledger DIR h
 the indices it trained, a line per step, to DIR/rank<R>.txt. --rates gives BatchShares rank R's
 compute as 256 / (R + 1) samples per second instead of the measured one, so that its decisions do
 not depend on the machine. --checkpoints DIR resumes from DIR's newest checkpoint, and --stop-at S
-saves one there after step S and ends the launch.
+saves one there after step S and ends the launch. --run-dir DIR gives the loop a cumulus.Recorder
+writing there (and BatchShares its balance records).
 
 Prints `final parameters <sha256 of every parameter and buffer> at step N` on every rank.
 """
@@ -61,6 +62,7 @@ def main():
     parser.add_argument("--rates", action="store_true", help="rank R computes 256/(R+1) samples/s")
     parser.add_argument("--checkpoints", default="", metavar="DIR")
     parser.add_argument("--stop-at", type=int, default=0, metavar="STEP")
+    parser.add_argument("--run-dir", default="", metavar="DIR")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
@@ -81,7 +83,10 @@ def main():
             f"({m.cause} in {m.seconds:.3f} s), pid {os.getpid()}", flush=True))
     raise_step, _, raise_rank = args.raise_at.partition("@")
     slow_rank, _, slow_ms = args.slow.partition(":")
-    shares = cumulus.BatchShares(elastic, args.batch, every_steps=10) if args.balance else None
+    recorder = (cumulus.Recorder(elastic, args.run_dir, total_steps=args.steps, console=False)
+                if args.run_dir else None)
+    shares = (cumulus.BatchShares(elastic, args.batch, every_steps=10, recorder=recorder)
+              if args.balance else None)
     ledger = open(os.path.join(args.ledger, f"rank{rank}.txt"), "w") if args.ledger else None
     checkpoints = cumulus.Checkpoints(args.checkpoints) if args.checkpoints else None
     resumed = elastic.resume(checkpoints) if checkpoints else 0
@@ -110,6 +115,8 @@ def main():
             sampler.advance()
 
         elastic.train(step)
+        if recorder:
+            recorder.step(0.0, samples=trained[0], global_samples=args.batch)
         if shares and args.rates:
             shares.measure(trained[0], trained[0] * (elastic.rank + 1) / 256)
         if shares and shares.rebalance():
@@ -124,6 +131,8 @@ def main():
         if elastic.step < args.steps:
             elastic.boundary()
     elastic.finish()
+    if recorder:
+        recorder.finish()
     print(f"final parameters {digest(model)} at step {elastic.step}", flush=True)
     return 0
 
