@@ -47,16 +47,31 @@ std::vector<nlohmann::json> ofType(const std::vector<nlohmann::json>& records,
   return out;
 }
 
+// A recorder into `dir` of `total_steps` steps, with no console and no TensorBoard.
+RecorderOptions silentInto(const std::filesystem::path& dir, int64_t total_steps = 0) {
+  RecorderOptions ro;
+  ro.run_dir = dir.string();
+  ro.total_steps = total_steps;
+  ro.console = nullptr;
+  ro.tensorboard = false;
+  return ro;
+}
+
+// Quiet options whose boundaries agree on a checkpoint after step 3.
+ElasticOptions checkpointingAtStep3() {
+  ElasticOptions options = quietOptions();
+  options.stop = [](std::shared_ptr<StopAgreement> standard) {
+    return std::make_shared<CheckpointAt>(std::move(standard), 3);
+  };
+  return options;
+}
+
 // Two ranks train 5 steps; rank r reports a mean loss of r + 1 over r + 2 samples (uneven
 // shares): the records' loss is the mean over the group's 5 samples, (1·2 + 2·3) / 5 = 1.6.
 TEST(RecorderTest, AnElasticLoopWritesTheRecordsCumulusTrainWrites) {
   const std::filesystem::path dir = testing::freshTestDir("recorder");
   testing::runRanks(2, [&](ProcessGroup& group) {
-    ElasticOptions options = quietOptions();
-    options.stop = [](std::shared_ptr<StopAgreement> standard) {
-      return std::make_shared<CheckpointAt>(std::move(standard), 3);
-    };
-    Elastic elastic(&group, options);
+    Elastic elastic(&group, checkpointingAtStep3());
     elastic.setState({[] { return Checkpoint{}; }, [](const Checkpoint&) {}, "recorder"});
     torch::Tensor w = torch::zeros({4}, torch::requires_grad());
     elastic.attach({w});
@@ -170,18 +185,9 @@ TEST(RecorderTest, AnElasticLoopWritesTheRecordsCumulusTrainWrites) {
 TEST(RecorderTest, ARecordedSaveIsMarkedAndItsStallCountedOnce) {
   const std::filesystem::path dir = testing::freshTestDir("recorder");
   testing::runRanks(2, [&](ProcessGroup& group) {
-    ElasticOptions options = quietOptions();
-    options.stop = [](std::shared_ptr<StopAgreement> standard) {
-      return std::make_shared<CheckpointAt>(std::move(standard), 3);
-    };
-    Elastic elastic(&group, options);
+    Elastic elastic(&group, checkpointingAtStep3());
     elastic.setState({[] { return Checkpoint{}; }, [](const Checkpoint&) {}, "recorder"});
-    RecorderOptions ro;
-    ro.run_dir = dir.string();
-    ro.total_steps = 5;
-    ro.console = nullptr;
-    ro.tensorboard = false;
-    Recorder recorder(elastic, ro);
+    Recorder recorder(elastic, silentInto(dir, 5));
     ASSERT_TRUE(elastic.start(0));
     double saves_after_3 = 0;  // rank 0's recorded stalls after the kCheckpoint one
     while (elastic.step() < 5) {
@@ -261,12 +267,7 @@ TEST(RecorderTest, APreemptedLaunchEndsItsRecordsForTheNextToContinue) {
   };
   Elastic elastic(nullptr, options);
   elastic.setState({[] { return Checkpoint{}; }, [](const Checkpoint&) {}, "alone"});
-  RecorderOptions ro;
-  ro.run_dir = dir.string();
-  ro.total_steps = 10;
-  ro.console = nullptr;
-  ro.tensorboard = false;
-  Recorder recorder(elastic, ro);
+  Recorder recorder(elastic, silentInto(dir, 10));
   ASSERT_TRUE(elastic.start(0));
   ElasticAction action = ElasticAction::kContinue;
   while (action == ElasticAction::kContinue) {
@@ -311,11 +312,7 @@ TEST(RecorderTest, BadInputIsAClearErrorOrADocumentedDrop) {
   const std::filesystem::path dir = testing::freshTestDir("recorder");
   Elastic elastic(nullptr, quietOptions());
   elastic.setState({[] { return Checkpoint{}; }, [](const Checkpoint&) {}, "alone"});
-  RecorderOptions ro;
-  ro.run_dir = dir.string();
-  ro.console = nullptr;
-  ro.tensorboard = false;
-  Recorder recorder(elastic, ro);
+  Recorder recorder(elastic, silentInto(dir));
   ASSERT_TRUE(elastic.start(0));
   elastic.train([] {});
   StepMetrics m;
