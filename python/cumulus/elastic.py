@@ -29,8 +29,9 @@ The state is the program's: the model's state_dict (model.pt, a dict of tensors 
 torch.load reads), the optimizer's state_dict (optimizer.pt, torch.save's format), the
 DistributedSampler's (epoch, cursor), torch's default CPU generator, and `extra`: tensors or
 objects with state_dict()/load_state_dict() (a learning-rate scheduler, a GradScaler), in
-extra.pt, and a cumulus.BatchShares' shares in force. Python's `random` and NumPy's generators are not part of it: keep them in `extra`
-(an object whose state_dict() returns their state) or draw from torch's.
+extra.pt, and a cumulus.BatchShares' shares in force. Python's `random` and NumPy's generators
+are not part of it: keep them in `extra` (an object whose state_dict() returns their state) or
+draw from torch's.
 """
 
 import io

@@ -94,6 +94,22 @@ def records(run_dir, kind):
         return [r for r in map(json.loads, f) if r["type"] == kind]
 
 
+def rendered(url, profile):
+    """The DOM headless Chromium renders of the dashboard at `url` (a page of cumulus-report, or
+    a live job's http://127.0.0.1:P/), after 5 s of virtual time; `profile` is its scratch
+    directory."""
+    chromium = find_chromium()
+    if chromium is None:
+        raise AssertionError("no Chromium: run scripts/install-deps.sh or set CHROMIUM")
+    dom = subprocess.run(["timeout", "60", chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--no-first-run", "--user-data-dir=" + profile,
+                          "--virtual-time-budget=5000", "--dump-dom", url],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=90)
+    if dom.returncode != 0:
+        raise AssertionError("chromium exited with %d on %s" % (dom.returncode, url))
+    return Dom.parse(dom.stdout)
+
+
 def dashboard_train_points(run_dir):
     """The train points the dashboard draws in its loss plot for a run directory, rendered by
     headless Chromium from cumulus-report's page."""
@@ -101,18 +117,9 @@ def dashboard_train_points(run_dir):
                             stderr=subprocess.STDOUT, text=True, timeout=120)
     if report.returncode != 0:
         raise AssertionError("cumulus-report %s: %s" % (run_dir, report.stdout))
-    chromium = find_chromium()
-    if chromium is None:
-        raise AssertionError("no Chromium: run scripts/install-deps.sh or set CHROMIUM")
-    profile = os.path.join(run_dir, "chromium-profile")
-    dom = subprocess.run(["timeout", "60", chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                          "--no-first-run", "--user-data-dir=" + profile,
-                          "--virtual-time-budget=5000", "--dump-dom",
-                          "file://" + os.path.join(run_dir, "report.html")],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=90)
-    if dom.returncode != 0:
-        raise AssertionError("chromium exited with %d" % dom.returncode)
-    return len(Dom.parse(dom.stdout).select("loss-plot", "circle", ("pt", "train")))
+    dom = rendered("file://" + os.path.join(run_dir, "report.html"),
+                   os.path.join(run_dir, "chromium-profile"))
+    return len(dom.select("loss-plot", "circle", ("pt", "train")))
 
 
 def memberships(output):
@@ -200,6 +207,35 @@ class ElasticExample(unittest.TestCase):
         finals = FINAL.findall(output)
         self.assertEqual(len(finals), 3, output)
         self.assertEqual({f for f in finals}, {(finals[0][0], "400")}, output)
+
+    def test_the_live_dashboard_draws_the_loops_loss_while_it_trains(self):
+        """Under cumulus-run --metrics-port, the job's own page (http://127.0.0.1:P/ in headless
+        Chromium, while the loop trains) draws the loss of the loop's train records, a bar per
+        rank and a training segment of the goodput; then a SIGTERM stops the job (75)."""
+        port = free_port()
+        seen = {}
+
+        def on_line(line, process, output):
+            if seen or not past(line, SIGNAL_AFTER):
+                return
+            # The endpoint holds the records up to here: step 1, then every 20 steps.
+            scrape_until(port, lambda s: s.get("cumulus_step", 0) >= SIGNAL_AFTER)
+            seen["dom"] = rendered(f"http://127.0.0.1:{port}/", os.path.join(tmp, "profile"))
+            process.send_signal(signal.SIGTERM)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            code, output = run(tmp, "--steps", "1000000", on_line=on_line,
+                               launcher=["--metrics-port", str(port)])
+        self.assertIn("dom", seen, output)
+        self.assertEqual(code, 75, output)
+        dom = seen["dom"]
+        self.assertEqual(dom.body()["attrs"].get("data-ready"), "1", output)
+        points = len(dom.select("loss-plot", "circle", ("pt", "train")))
+        self.assertGreaterEqual(points, 1 + SIGNAL_AFTER // 20)
+        self.assertEqual(len(dom.select("rank-rates", cls=("bar",))), 3)
+        segments = [s["attrs"].get("data-category")
+                    for s in dom.select("goodput", cls=("segment",))]
+        self.assertIn("training", segments)
 
     def test_diloco_drops_a_killed_worker_from_its_round_and_ends_with_equal_replicas(self):
         """cumulus.DiLoCo (8 inner steps, 2 fragments, overlap, int8) in the same loop: a worker
