@@ -27,11 +27,12 @@ install(EXPORT CumulusTargets
         NAMESPACE Cumulus::
         DESTINATION ${CUMULUS_CMAKE_INSTALL_DIR})
 
-# The programs of docs/launch.md, training.md, spot.md, comm.md and configuration.md. They link
-# the internal libraries statically, not libcumulus.so. Left out: the developer tools of bench/
-# (cumulus-sha256-bench, ...) and the multihost probe, which run from the build tree.
+# The programs of docs/launch.md, training.md, spot.md, comm.md, configuration.md and
+# observability.md (cumulus-report). They link the internal libraries statically, not
+# libcumulus.so. Left out: the developer tools of bench/ (cumulus-sha256-bench, ...) and the
+# multihost probe, which run from the build tree.
 set(CUMULUS_INSTALLED_PROGRAMS
-    cumulus-run cumulus-train cumulus-spot cumulus-bench cumulus-ps cumulus-config)
+    cumulus-run cumulus-train cumulus-spot cumulus-bench cumulus-ps cumulus-config cumulus-report)
 install(TARGETS ${CUMULUS_INSTALLED_PROGRAMS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/CumulusConfig.cmake.in

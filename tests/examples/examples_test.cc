@@ -584,6 +584,33 @@ TEST_F(InstalledCumulus, ElasticLoopSurvivesAKillInPlaceAndHealsTheReplacement) 
   EXPECT_TRUE(events) << "no TensorBoard events file in " << (run_dir / "tensorboard");
 }
 
+// The loop watched as its user watches it (tests/launch/watch_loop.py): under the installed
+// cumulus-run with --metrics-port, while it trains, its step and training time at /metrics and
+// its loss, a bar per rank and the goodput in the live dashboard (headless Chromium); after a
+// SIGTERM (exit 75), TensorBoard's own reader and the installed cumulus-report's page, drawn,
+// find every train record.
+TEST_F(InstalledCumulus, ElasticLoopIsWatchedLiveAndItsRecordsAreReadBack) {
+  ASSERT_EQ(elastic_loop_build_.exit_code, 0) << elastic_loop_build_.output;
+  ASSERT_EQ(data_error_, "");
+  const std::string run_dir = (work_ / "elastic-watched").string();
+  const ProcessResult r =
+      runProcess({CUMULUS_PYTHON, CUMULUS_SOURCE_DIR "/tests/launch/watch_loop.py",
+                  "--bin",        prefix() + "/bin",
+                  "--run-dir",    run_dir,
+                  "--workers",    "3",
+                  "--after",      std::to_string(kElasticSignalAfter),
+                  "--log-every",  "50",
+                  "--",           (work_ / "build-elastic_loop/elastic_loop").string(),
+                  "--data",       (work_ / "data").string(),
+                  "--run-dir",    run_dir,
+                  "--steps",      "1000000",
+                  "--limit",      "6000",
+                  "--log-every",  "50"},
+                 userEnv({{"OMP_NUM_THREADS", "1"}}), {}, 300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("watch_loop: ok: step "), std::string::npos) << r.output;
+}
+
 // A SIGTERM to cumulus-run checkpoints every replica's step and exits 75; the relaunch resumes and
 // ends with exactly the parameters of a run that was never stopped.
 TEST_F(InstalledCumulus, ElasticLoopPreemptedAndRelaunchedEndsBitIdenticalToUninterrupted) {

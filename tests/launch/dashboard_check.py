@@ -18,6 +18,7 @@ import math
 import os
 import shutil
 import struct
+import subprocess
 import sys
 
 PLACEHOLDER = "const CUMULUS_EMBEDDED = null; // replaced by cumulus-report"
@@ -36,6 +37,21 @@ def find_chromium():
         if path:
             return path
     return None
+
+
+def render_dom(url, profile):
+    """The DOM headless Chromium renders of a dashboard at `url` (a live job's page or a file of
+    cumulus-report) after 5 s of virtual time; `profile` is its scratch directory."""
+    chromium = find_chromium()
+    if chromium is None:
+        raise RuntimeError("no Chromium: run scripts/install-deps.sh or set CHROMIUM")
+    dom = subprocess.run(["timeout", "60", chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--no-first-run", "--user-data-dir=" + profile,
+                          "--virtual-time-budget=5000", "--dump-dom", url],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=90)
+    if dom.returncode != 0:
+        raise RuntimeError("chromium exited with %d on %s" % (dom.returncode, url))
+    return Dom.parse(dom.stdout)
 
 
 def embed(page_path, fixture_path, out_path, no_status):

@@ -9,14 +9,12 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import unittest
-import urllib.request
 
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -33,7 +31,9 @@ FINAL = re.compile(r"\[rank\d\] final parameters ([0-9a-f]{16}) at step (\d+)")
 PROGRESS = re.compile(r"\[rank0\] step (\d+)/")
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "launch"))
-from dashboard_check import Dom, find_chromium  # noqa: E402  (the dashboard test's helpers)
+WATCH = os.path.join(ROOT, "tests", "launch", "watch_loop.py")
+from dashboard_check import render_dom  # noqa: E402  (the dashboard test's helpers)
+from watch_loop import free_port, scrape_until  # noqa: E402
 
 
 def run(run_dir, *flags, on_line=None, timeout=300, worker_env=(), launcher=()):
@@ -65,49 +65,9 @@ def run(run_dir, *flags, on_line=None, timeout=300, worker_env=(), launcher=()):
     return process.returncode, "".join(lines)
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def scrape_until(port, ready, deadline_s=60):
-    """cumulus-run's /metrics as {series: value} once ready(series) holds (polled every 0.2 s up
-    to the deadline); the last scrape otherwise."""
-    end = time.monotonic() + deadline_s
-    series = {}
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-            series = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-                      for line in text.splitlines() if line and not line.startswith("#")}
-        except OSError:
-            pass
-        if ready(series) or time.monotonic() >= end:
-            return series
-        time.sleep(0.2)
-
-
 def records(run_dir, kind):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         return [r for r in map(json.loads, f) if r["type"] == kind]
-
-
-def rendered(url, profile):
-    """The DOM headless Chromium renders of the dashboard at `url` (a page of cumulus-report, or
-    a live job's http://127.0.0.1:P/), after 5 s of virtual time; `profile` is its scratch
-    directory."""
-    chromium = find_chromium()
-    if chromium is None:
-        raise AssertionError("no Chromium: run scripts/install-deps.sh or set CHROMIUM")
-    dom = subprocess.run(["timeout", "60", chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                          "--no-first-run", "--user-data-dir=" + profile,
-                          "--virtual-time-budget=5000", "--dump-dom", url],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=90)
-    if dom.returncode != 0:
-        raise AssertionError("chromium exited with %d on %s" % (dom.returncode, url))
-    return Dom.parse(dom.stdout)
 
 
 def dashboard_train_points(run_dir):
@@ -117,8 +77,8 @@ def dashboard_train_points(run_dir):
                             stderr=subprocess.STDOUT, text=True, timeout=120)
     if report.returncode != 0:
         raise AssertionError("cumulus-report %s: %s" % (run_dir, report.stdout))
-    dom = rendered("file://" + os.path.join(run_dir, "report.html"),
-                   os.path.join(run_dir, "chromium-profile"))
+    dom = render_dom("file://" + os.path.join(run_dir, "report.html"),
+                     os.path.join(run_dir, "chromium-profile"))
     return len(dom.select("loss-plot", "circle", ("pt", "train")))
 
 
@@ -209,33 +169,20 @@ class ElasticExample(unittest.TestCase):
         self.assertEqual({f for f in finals}, {(finals[0][0], "400")}, output)
 
     def test_the_live_dashboard_draws_the_loops_loss_while_it_trains(self):
-        """Under cumulus-run --metrics-port, the job's own page (http://127.0.0.1:P/ in headless
-        Chromium, while the loop trains) draws the loss of the loop's train records, a bar per
-        rank and a training segment of the goodput; then a SIGTERM stops the job (75)."""
-        port = free_port()
-        seen = {}
-
-        def on_line(line, process, output):
-            if seen or not past(line, SIGNAL_AFTER):
-                return
-            # The endpoint holds the records up to here: step 1, then every 20 steps.
-            scrape_until(port, lambda s: s.get("cumulus_step", 0) >= SIGNAL_AFTER)
-            seen["dom"] = rendered(f"http://127.0.0.1:{port}/", os.path.join(tmp, "profile"))
-            process.send_signal(signal.SIGTERM)
-
+        """tests/launch/watch_loop.py on the example: under cumulus-run --metrics-port, while it
+        trains, /metrics has its step and training time and the live dashboard (headless
+        Chromium) draws its loss, a bar per rank and a training segment of the goodput; a SIGTERM
+        stops it (75); TensorBoard's reader and cumulus-report's page find its train records."""
         with tempfile.TemporaryDirectory() as tmp:
-            code, output = run(tmp, "--steps", "1000000", on_line=on_line,
-                               launcher=["--metrics-port", str(port)])
-        self.assertIn("dom", seen, output)
-        self.assertEqual(code, 75, output)
-        dom = seen["dom"]
-        self.assertEqual(dom.body()["attrs"].get("data-ready"), "1", output)
-        points = len(dom.select("loss-plot", "circle", ("pt", "train")))
-        self.assertGreaterEqual(points, 1 + SIGNAL_AFTER // 20)
-        self.assertEqual(len(dom.select("rank-rates", cls=("bar",))), 3)
-        segments = [s["attrs"].get("data-category")
-                    for s in dom.select("goodput", cls=("segment",))]
-        self.assertIn("training", segments)
+            watch = subprocess.run(
+                [sys.executable, WATCH, "--bin", BIN, "--run-dir", tmp, "--workers", "3",
+                 "--after", str(SIGNAL_AFTER), "--log-every", "20", "--", sys.executable,
+                 EXAMPLE, "--run-dir", tmp, "--steps", "1000000", "--limit", "6000",
+                 "--log-every", "20"],
+                env=dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1"),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        self.assertEqual(watch.returncode, 0, watch.stdout)
+        self.assertIn("watch_loop: ok: step ", watch.stdout)
 
     def test_diloco_drops_a_killed_worker_from_its_round_and_ends_with_equal_replicas(self):
         """cumulus.DiLoCo (8 inner steps, 2 fragments, overlap, int8) in the same loop: a worker
