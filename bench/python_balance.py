@@ -6,7 +6,8 @@ Each repetition runs the same training twice, back to back, the order alternatin
 and --balance.
 
     PYTHONPATH=build/python .venv/bin/python bench/python_balance.py [--reps 2] [--steps 600]
-        [--hidden 512] [--batch 384] [--hogs 1] [--out bench/results/python_balance.jsonl]
+        [--hidden 512] [--batch 384] [--hogs 1] [--balance-every 20]
+        [--out bench/results/python_balance.jsonl]
 
 What it reports per run (a JSON line to --out and a table on stdout):
   samples_per_s  the mean of the train records' samples_per_sec over the last two thirds of the
@@ -41,7 +42,7 @@ def run(args, run_dir, balance):
                "--steps", str(args.steps), "--hidden", str(args.hidden), "--batch",
                str(args.batch), "--log-every", "10", "--checkpoint-every", str(args.steps)]
     if balance:
-        command.append("--balance")
+        command += ["--balance", "--balance-every", str(args.balance_every)]
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.path.join(ROOT, "build", "python"))
     out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600)
@@ -66,6 +67,8 @@ def main():
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--batch", type=int, default=384)
     parser.add_argument("--hogs", type=int, default=1)
+    parser.add_argument("--balance-every", type=int, default=20,
+                        help="the balanced run's steps between looks (the example's default 20)")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "python_balance.jsonl"))
     args = parser.parse_args()
     hogs = [subprocess.Popen(["taskset", "-c", "1", "yes"], stdout=subprocess.DEVNULL)
@@ -83,7 +86,7 @@ def main():
                    "ratio": round(result[True][0] / result[False][0], 3),
                    "whole_run_ratio": round(result[True][2] / result[False][2], 3),
                    "shares": result[True][1], "steps": args.steps, "hidden": args.hidden,
-                   "batch": args.batch, "hogs": args.hogs}
+                   "batch": args.batch, "hogs": args.hogs, "balance_every": args.balance_every}
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:

@@ -96,12 +96,16 @@ def main():
                         help="after losing a worker, wait (up to 120 s) for N workers again")
     parser.add_argument("--balance", action="store_true",
                         help="batch shares by measured speed (cumulus.BatchShares)")
+    parser.add_argument("--balance-every", type=int, default=20, metavar="N",
+                        help="with --balance: steps between looks at the measured speeds")
     parser.add_argument("--diloco", type=int, default=0, metavar="H",
                         help="DiLoCo with H inner steps a round (0: every-step gradient sums)")
     parser.add_argument("--fragments", type=int, default=1)
     parser.add_argument("--overlap", action="store_true")
     parser.add_argument("--outer-compression", default="none", choices=["none", "bf16", "int8"])
     args = parser.parse_args()
+    if args.balance_every < 1:
+        parser.error(f"--balance-every must be >= 1, got {args.balance_every}")
     if args.balance and args.diloco:
         parser.error("--balance splits each global batch of the gradient sum; DiLoCo's replicas "
                      "train batches of their own: use one or the other")
@@ -137,7 +141,8 @@ def main():
     recorder = cumulus.Recorder(elastic, args.run_dir, total_steps=args.steps,
                                 log_every_steps=args.log_every, start_step=resumed,
                                 console=False)
-    shares = cumulus.BatchShares(elastic, args.batch, recorder=recorder) if args.balance else None
+    shares = (cumulus.BatchShares(elastic, args.batch, every_steps=args.balance_every,
+                                  recorder=recorder) if args.balance else None)
     if shares and shares.restored and elastic.rank == 0:
         print(f"batch shares {'/'.join(map(str, shares.shares))} from the checkpoint", flush=True)
 
