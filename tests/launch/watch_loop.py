@@ -61,24 +61,20 @@ def train_points(dom):
     return len(dom.select("loss-plot", "circle", ("pt", "train")))
 
 
-def watch_live(args, port, scratch):
-    """Runs the job until --after, checks it live, stops it; (exit code, output, live facts)."""
-    command = [os.path.join(args.bin, "cumulus-run"), "--standalone", "--nproc-per-node",
-               str(args.workers), "--metrics-port", str(port), "--", *args.program]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+def run_job(command, env=None, on_line=None, timeout=240):
+    """Runs `command` (cumulus-run and its workers) in a session of its own, giving
+    on_line(line, process, output so far) each line of its output; its process group is SIGKILLed
+    after `timeout` seconds and on the way out. Returns (exit code, output)."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True)
-    timer = threading.Timer(args.timeout, lambda: os.killpg(process.pid, signal.SIGKILL))
+    timer = threading.Timer(timeout, lambda: os.killpg(process.pid, signal.SIGKILL))
     timer.start()
-    lines, live = [], {}
+    lines = []
     try:
         for line in process.stdout:
             lines.append(line)
-            m = PROGRESS.match(line)
-            if live or m is None or int(m[1]) < args.after:
-                continue
-            live["metrics"] = scrape_until(port, lambda s: s.get("cumulus_step", 0) >= args.after)
-            live["dom"] = render_dom(f"http://127.0.0.1:{port}/", os.path.join(scratch, "live"))
-            process.send_signal(signal.SIGTERM)  # cumulus-run forwards it: a preemption
+            if on_line:
+                on_line(line.rstrip("\n"), process, "".join(lines))
         process.wait()
     finally:
         timer.cancel()
@@ -86,7 +82,25 @@ def watch_live(args, port, scratch):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         process.stdout.close()
-    return process.returncode, "".join(lines), live
+    return process.returncode, "".join(lines)
+
+
+def watch_live(args, port, scratch):
+    """Runs the job until --after, checks it live, stops it; (exit code, output, live facts)."""
+    command = [os.path.join(args.bin, "cumulus-run"), "--standalone", "--nproc-per-node",
+               str(args.workers), "--metrics-port", str(port), "--", *args.program]
+    live = {}
+
+    def on_line(line, process, output):
+        m = PROGRESS.match(line)
+        if live or m is None or int(m[1]) < args.after:
+            return
+        live["metrics"] = scrape_until(port, lambda s: s.get("cumulus_step", 0) >= args.after)
+        live["dom"] = render_dom(f"http://127.0.0.1:{port}/", os.path.join(scratch, "live"))
+        process.send_signal(signal.SIGTERM)  # cumulus-run forwards it: a preemption
+
+    code, output = run_job(command, on_line=on_line, timeout=args.timeout)
+    return code, output, live
 
 
 def main():

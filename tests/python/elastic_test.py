@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -33,7 +32,7 @@ PROGRESS = re.compile(r"\[rank0\] step (\d+)/")
 sys.path.insert(0, os.path.join(ROOT, "tests", "launch"))
 WATCH = os.path.join(ROOT, "tests", "launch", "watch_loop.py")
 from dashboard_check import render_dom  # noqa: E402  (the dashboard test's helpers)
-from watch_loop import free_port, scrape_until  # noqa: E402
+from watch_loop import free_port, run_job, scrape_until  # noqa: E402
 
 
 def run(run_dir, *flags, on_line=None, timeout=300, worker_env=(), launcher=()):
@@ -44,25 +43,8 @@ def run(run_dir, *flags, on_line=None, timeout=300, worker_env=(), launcher=()):
                *launcher, "--", "env", *worker_env, sys.executable, EXAMPLE, "--run-dir", run_dir,
                "--steps", "400",
                "--limit", "6000", "--log-every", "20", "--checkpoint-every", "1000", *flags]
-    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
-    timer = threading.Timer(timeout, lambda: os.killpg(process.pid, signal.SIGKILL))
-    timer.start()
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if on_line:
-                on_line(line.rstrip("\n"), process, "".join(lines))
-        process.wait()
-    finally:
-        timer.cancel()
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        process.stdout.close()
-    return process.returncode, "".join(lines)
+    return run_job(command, dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1"),
+                   on_line, timeout)
 
 
 def records(run_dir, kind):
@@ -308,25 +290,9 @@ def run_worker(*flags, on_line=None, timeout=240):
     """cumulus-run (in place) with three workers of elastic_worker.py."""
     command = [os.path.join(BIN, "cumulus-run"), "--nproc-per-node", "3", "--max-restarts", "3",
                "--", sys.executable, WORKER, *flags]
-    env = dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1")
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
-    timer = threading.Timer(timeout, lambda: os.killpg(process.pid, signal.SIGKILL))
-    timer.start()
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if on_line:
-                on_line(line.rstrip("\n"), "".join(lines))
-        process.wait()
-    finally:
-        timer.cancel()
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        process.stdout.close()
-    return process.returncode, "".join(lines)
+    seen = (lambda line, process, output: on_line(line, output)) if on_line else None
+    return run_job(command, dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1"),
+                   seen, timeout)
 
 
 class ElasticEdges(unittest.TestCase):
