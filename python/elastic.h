@@ -15,6 +15,8 @@ void bindLibrary(pybind11::module_& m);
 // cumulus::Recorder as _C.RecorderCore, and ElasticCore's times() and left() (python/recorder.cc;
 // after bindLibrary, which registers ElasticCore).
 void bindRecorder(pybind11::module_& m);
+// cumulus::BatchShares as _C.BatchSharesCore (python/recorder.cc; after bindRecorder).
+void bindBatchShares(pybind11::module_& m);
 // cumulus::DiLoCo as _C.DiLoCoCore (python/diloco.cc).
 void bindDiloco(pybind11::module_& m);
 

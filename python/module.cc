@@ -82,6 +82,7 @@ PYBIND11_MODULE(_C, m) {
 
   cumulus::python::bindLibrary(m);
   cumulus::python::bindRecorder(m);
+  cumulus::python::bindBatchShares(m);
   cumulus::python::bindDiloco(m);
   m.def("_stop_backends", &cumulus::python::stopAllBackends,
         py::call_guard<py::gil_scoped_release>(),

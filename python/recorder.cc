@@ -118,7 +118,9 @@ void bindRecorder(py::module_& m) {
            })
       .def_property_readonly("goodput", [](const Recorder& r) { return goodputDict(r.goodput()); })
       .def_property_readonly("dropped", &Recorder::dropped);
+}
 
+void bindBatchShares(py::module_& m) {
   py::class_<BatchShares>(m, "BatchSharesCore", "cumulus::BatchShares; use cumulus.BatchShares")
       .def(py::init([](Elastic& elastic, int64_t global_batch, int64_t every_steps, double min_gain,
                        int64_t micro_batches, Recorder* recorder) {

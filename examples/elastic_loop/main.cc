@@ -300,6 +300,32 @@ std::string save(Job& job, const cumulus::Elastic& elastic, bool preempted) {
   return job.checkpoints.save(c).path;
 }
 
+// One whole step: its collectives (the gradient sum, the loss for the log) come before the update,
+// so Elastic may run it again after a failure. `mine` gets this worker's mean loss and samples;
+// returns the group's mean loss at a log step, else 0.
+double trainStep(Job& job, cumulus::Elastic& elastic, cumulus::StepMetrics& mine) {
+  const Flags& flags = job.flags;
+  const std::vector<int64_t> local = job.sampler.localIndices(elastic.rank(), elastic.size());
+  const torch::Tensor idx = torch::tensor(local, torch::kInt64);
+  job.optimizer.zero_grad();
+  const torch::Tensor per_sample =
+      smoothedCrossEntropy(job.net->forward(job.data.images.index_select(0, idx)),
+                           job.data.labels.index_select(0, idx), flags.smoothing);
+  mine.loss = per_sample.mean().item<double>();
+  mine.samples = static_cast<int64_t>(local.size());
+  elastic.sync().backward(per_sample.sum() / static_cast<double>(flags.batch));
+  double loss = 0;
+  const int64_t next = elastic.step() + 1;
+  if (next % flags.log_every == 0 || next == flags.steps) {
+    torch::Tensor total = torch::tensor({per_sample.sum().item<double>()}, torch::kFloat64);
+    elastic.group().allreduce(total);
+    loss = total.item<double>() / static_cast<double>(flags.batch);
+  }
+  job.optimizer.step();
+  job.sampler.advance();
+  return loss;
+}
+
 int train(const Flags& flags) {
   Job job(flags);
   cumulus::ElasticOptions options;
@@ -331,27 +357,8 @@ int train(const Flags& flags) {
   while (elastic.step() < flags.steps) {
     double loss = 0;
     cumulus::StepMetrics mine;  // this worker's mean loss and samples, for the recorder
-    // One whole step; its collectives (the gradient sum, the loss for the log) come before the
-    // update, so Elastic may run it again after a failure.
-    elastic.train([&] {
-      const std::vector<int64_t> local = job.sampler.localIndices(elastic.rank(), elastic.size());
-      const torch::Tensor idx = torch::tensor(local, torch::kInt64);
-      job.optimizer.zero_grad();
-      const torch::Tensor per_sample =
-          smoothedCrossEntropy(job.net->forward(job.data.images.index_select(0, idx)),
-                               job.data.labels.index_select(0, idx), flags.smoothing);
-      mine.loss = per_sample.mean().item<double>();
-      mine.samples = static_cast<int64_t>(local.size());
-      elastic.sync().backward(per_sample.sum() / static_cast<double>(flags.batch));
-      const int64_t next = elastic.step() + 1;
-      if (next % flags.log_every == 0 || next == flags.steps) {
-        torch::Tensor total = torch::tensor({per_sample.sum().item<double>()}, torch::kFloat64);
-        elastic.group().allreduce(total);
-        loss = total.item<double>() / static_cast<double>(flags.batch);
-      }
-      job.optimizer.step();
-      job.sampler.advance();
-    });
+    // Elastic may run the step again after a failure.
+    elastic.train([&] { loss = trainStep(job, elastic, mine); });
     const int64_t done = elastic.step();
     mine.lr = flags.lr;
     mine.global_samples = flags.batch;
