@@ -42,7 +42,7 @@ class BatchShares:
         # gives it the shares it read.
         if hasattr(elastic, "_core"):
             elastic._batch_shares = self
-            self._core.restore(list(getattr(elastic, "_saved_shares", [])))
+            self._core.restore(elastic._saved_shares)
 
     @property
     def shares(self):

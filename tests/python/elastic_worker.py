@@ -64,6 +64,8 @@ def main():
     parser.add_argument("--stop-at", type=int, default=0, metavar="STEP")
     parser.add_argument("--run-dir", default="", metavar="DIR")
     args = parser.parse_args()
+    if args.stop_at and not args.checkpoints:
+        parser.error("--stop-at saves a checkpoint: give --checkpoints DIR")
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
 
