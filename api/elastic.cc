@@ -57,6 +57,15 @@ ElasticAction actionOf(StepAction action) {
   return ElasticAction::kStop;
 }
 
+// An atBoundary() or atEnd() running, for as long as it lives.
+struct Inside {
+  int& depth;
+  explicit Inside(int& d) : depth(d) { ++depth; }
+  ~Inside() { --depth; }
+  Inside(const Inside&) = delete;
+  Inside& operator=(const Inside&) = delete;
+};
+
 }  // namespace
 
 struct Elastic::Impl {
@@ -89,6 +98,7 @@ struct Elastic::Impl {
   bool left = false;      // boundary() returned kLeave
   ElasticTimes times;
   double checkpoint_since = -1;  // a boundary agreed kCheckpoint or kStop then; -1: none pending
+  int boundary_depth = 0;        // atBoundary() and atEnd() calls running now (nested: > 1)
 
   // boundary()'s decision (see there), unaccounted.
   ElasticAction decideBoundary();
@@ -517,10 +527,15 @@ ElasticAction Elastic::Impl::decideBoundary() {
 bool Elastic::atBoundary(const std::function<void()>& fn) {
   Impl& m = *impl_;
   if (!m.started) throw std::logic_error("Elastic::atBoundary: call start() first");
+  if (m.boundary_depth > 0) {  // inside another's fn: a failure ends that one
+    fn();
+    return true;
+  }
   if (m.elastic && m.step == m.skip_boundary_at) return false;
   m.settleCheckpoint();
   const double entered = seconds();
   try {
+    const Inside inside(m.boundary_depth);
     fn();
     m.times.at_boundary += seconds() - entered;
     return true;
@@ -535,10 +550,15 @@ bool Elastic::atBoundary(const std::function<void()>& fn) {
 void Elastic::atEnd(const std::function<void()>& fn) {
   Impl& m = *impl_;
   if (!m.started) throw std::logic_error("Elastic::atEnd: call start() first");
+  if (m.boundary_depth > 0) {  // inside another's fn: a failure ends that one
+    fn();
+    return;
+  }
   m.settleCheckpoint();
   for (int reforms = 0;;) {
     const double entered = seconds();
     try {
+      const Inside inside(m.boundary_depth);
       fn();
       m.times.at_boundary += seconds() - entered;
       return;

@@ -199,14 +199,17 @@ class Elastic {
   // a gather for a checkpoint, a balance of the batch): a peer's failure in fn re-forms the group
   // as in train() and returns false, and every member then skips the rest of this boundary
   // (boundary() included, which returns kContinue without communicating) and trains the next
-  // step. True when fn returned. Without recovery in place fn's CommError is rethrown.
+  // step. True when fn returned. Without recovery in place fn's CommError is rethrown. Called
+  // inside another atBoundary()'s or atEnd()'s fn (a recorder's sum within the program's boundary
+  // work, say), it just runs fn: a failure in it ends the outer call, which re-forms the group.
   bool atBoundary(const std::function<void()>& fn);
   // After the last step, on every member: runs fn, the run's last boundary (the final
   // evaluation, the final checkpoint, DiLoCo's last round). Unlike atBoundary() it is never
   // skipped, since no next step can take its place: a peer's failure in fn (or one the last
   // step's train() recovered from) re-forms the group, and fn runs again, whole, on the new
   // membership, until it returns. fn must therefore be safe to run again after a failure part of
-  // the way through it. Without recovery in place fn's CommError is rethrown.
+  // the way through it. Without recovery in place fn's CommError is rethrown. Nested in another
+  // atBoundary()'s or atEnd()'s fn, it just runs fn, as a nested atBoundary() does.
   void atEnd(const std::function<void()>& fn);
   // At the boundary that returned kLeave, kStop or a leave's kContinue: the ranks (of the
   // membership before it) that got a notice; empty otherwise.

@@ -1,11 +1,12 @@
 // cumulus::Elastic over a group of the program's own (ranks as threads) and in a world of one: no
-// recovery in place, the same loop. The stop agreement of ElasticOptions::stop is the one boundary()
-// asks, atBoundary runs the program's own collectives, and what is missing or out of order is a
-// clear error.
+// recovery in place, the same loop. The stop agreement of ElasticOptions::stop is the one
+// boundary() asks, atBoundary runs the program's own collectives, and what is missing or out of
+// order is a clear error.
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -62,8 +63,8 @@ TEST(ElasticPlainTest, OverAProgramsGroupTheLoopSyncsAgreesAndRunsItsOwnCollecti
     }
     EXPECT_EQ(elastic.step(), 3);
     EXPECT_EQ(summed, 6.0);  // 2 per boundary, 3 boundaries
-    EXPECT_EQ(actions, (std::vector<ElasticAction>{ElasticAction::kContinue,
-                                                   ElasticAction::kCheckpoint}));
+    EXPECT_EQ(actions,
+              (std::vector<ElasticAction>{ElasticAction::kContinue, ElasticAction::kCheckpoint}));
     ASSERT_NE(agreement, nullptr);
     EXPECT_EQ(agreement->calls, 2);
     elastic.finish();
@@ -112,6 +113,31 @@ TEST(ElasticPlainTest, AWorldOfOneNeedsNoGroupAndSaysWhatIsMissing) {
                CommError);
   EXPECT_EQ(elastic.step(), 1) << "a failed step is not committed";
   EXPECT_EQ(ran, 1);
+  // Nested in another's fn (a recorder's sum inside the program's boundary work), atBoundary and
+  // atEnd just run theirs: the time is the outer call's, counted once, and a failure is the
+  // outer call's to handle.
+  const double before = elastic.times().at_boundary;
+  const auto began = std::chrono::steady_clock::now();
+  bool inner = false;
+  EXPECT_TRUE(elastic.atBoundary([&] {
+    EXPECT_TRUE(elastic.atBoundary([&] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      elastic.atEnd([&] { inner = true; });
+    }));
+  }));
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  EXPECT_TRUE(inner);
+  EXPECT_GE(elastic.times().at_boundary - before, 0.02);
+  EXPECT_LE(elastic.times().at_boundary - before, wall);
+  EXPECT_THROW(elastic.atBoundary([&] {
+    elastic.atBoundary(
+        [] { throw CommError(CommErrorKind::kPeerClosed, "allreduce", 6, 1, "peer closed"); });
+    ADD_FAILURE() << "the outer work went on after a failure";
+  }),
+               CommError);
 }
 
 TEST(ElasticPlainTest, AStopChoiceThatReturnsNothingIsRefused) {
