@@ -16,9 +16,12 @@
 #include <stdexcept>
 #include <utility>
 
+#include "api/recorder_hooks.h"
 #include "base/run_env.h"
+#include "cumulus/diloco.h"
 #include "cumulus/elastic.h"
 #include "cumulus/process_group.h"
+#include "metrics/comm_bytes.h"
 #include "metrics/goodput.h"
 #include "metrics/progress.h"
 #include "metrics/recorder.h"
@@ -55,8 +58,11 @@ struct Recorder::Impl {
   RecorderOptions options;
   base::RunEnv env;
   metrics::RunRecords records;
-  int64_t epoch = -1;  // the membership the current recorder is for; -1: none yet
+  RecorderHooks hooks;
+  int64_t epoch = -1;      // the membership the current recorder is for; -1: none yet
+  int rank = 0, size = 1;  // its rank and size
   bool begun = false;
+  bool stepped = false;  // step() was called (the launch's first step is marked once)
   bool finished = false;
   ElasticTimes seen;  // Elastic's times at the last step()
   double started = now();
@@ -75,13 +81,44 @@ struct Recorder::Impl {
   // Seconds of the program's saves timed by checkpoint() since Elastic's checkpoint time was last
   // taken into the account: a save after a kCheckpoint boundary is in both, and counted once.
   double timed_checkpoint = 0;
-  int64_t failed_saves = 0;  // in a row
-  std::string newest_saved;  // the last path checkpoint() saw saved
+  int64_t failed_saves = 0;              // in a row
+  std::string newest_saved;              // the last path checkpoint() saw saved
+  metrics::CommBytesCounter comm_bytes;  // over every group of the launch
 
   // Elastic's checkpoint time since the last look, less what checkpoint() already counted.
   void accountCheckpoint(double elastic_seconds) {
     records.goodput()->checkpointStall(std::max(0.0, elastic_seconds - timed_checkpoint));
     timed_checkpoint = 0;
+  }
+
+  // A save that committed: the failures in a row end, its record is written and its stall counted
+  // (once: accountCheckpoint() leaves it out of Elastic's checkpoint time).
+  void saved(const CheckpointSaved& s) {
+    failed_saves = 0;
+    newest_saved = s.path;
+    if (!begun || elastic.left()) return;
+    metrics::CheckpointRecord record;
+    record.step = s.step;
+    record.path = s.path;
+    record.stall_ms = 1000.0 * s.stall_seconds;
+    record.encode_seconds = s.encode_seconds;
+    record.write_seconds = s.write_seconds;
+    record.bytes = s.bytes;
+    record.warnings = s.warnings;
+    records.recorder().checkpoint(record);  // its stall goes into the goodput's checkpoint time
+    timed_checkpoint += s.stall_seconds;
+  }
+
+  void failed(int64_t step, const std::string& error, int64_t max_failures) {
+    ++failed_saves;
+    if (!begun || elastic.left()) return;
+    metrics::CheckpointFailureRecord record;
+    record.step = step;
+    record.error = error;
+    record.in_a_row = failed_saves;
+    record.max_failures = max_failures;
+    record.newest_valid = newest_saved;
+    records.recorder().checkpointFailed(record);
   }
 
   bool recordsAt(int64_t step) const {
@@ -136,11 +173,14 @@ struct Recorder::Impl {
     metrics::ProgressRecorderOptions o;
     o.console = options.console;
     o.live = options.live_progress;
-    o.quiet = metrics::Progress::quietFor(elastic.rank(), false);
+    o.quiet = metrics::Progress::quietFor(elastic.rank(), options.log_all_ranks);
     o.log_every_steps = options.log_every_steps;
     if (writes()) o.metrics_path = options.run_dir + "/metrics.jsonl";
     o.world_size = elastic.size();
-    if (elastic.size() > 1) o.sum_over_ranks = [this](double v) { return sumOverMembers(v); };
+    if (elastic.size() > 1) {
+      o.compression = options.compression;
+      o.sum_over_ranks = [this](double v) { return sumOverMembers(v); };
+    }
     o.rank = elastic.rank();
     if (elastic.size() > 1) {
       o.add_to_status = [this](nlohmann::ordered_json& status) {
@@ -152,20 +192,29 @@ struct Recorder::Impl {
     env.rank = elastic.rank();
     env.world_size = elastic.size();
     o.sinks = records.sinks(o.rank == 0 && !options.run_dir.empty(), env);
-    records.use(std::make_shared<metrics::ProgressMetricsRecorder>(std::move(o)));
+    std::shared_ptr<metrics::MetricsRecorder> standard =
+        std::make_shared<metrics::ProgressMetricsRecorder>(std::move(o));
+    records.use(hooks.wrap ? hooks.wrap(std::move(standard)) : std::move(standard));
     const int64_t steps_per_epoch = std::max<int64_t>(
         1, options.steps_per_epoch > 0 ? options.steps_per_epoch : options.total_steps);
-    epoch = elastic.epoch();
+    epoch = elastic.membership().epoch;
+    rank = elastic.rank();
+    size = elastic.size();
     if (!begun) {
       metrics::GoodputHistory history;
       if (writes() && options.start_step > 0) {
         history =
             metrics::readGoodputHistory(options.run_dir + "/metrics.jsonl", options.start_step);
       }
-      records.begin(
-          metrics::RunStart{
-              options.model, {}, options.start_step, options.total_steps, steps_per_epoch},
-          metrics::launchExecTime(), history);
+      metrics::RunStart start{
+          options.model, {}, options.start_step, options.total_steps, steps_per_epoch};
+      if (options.precision) {
+        start.precision = precisionName(options.precision->precision);
+        start.precision_requested = precisionName(options.precision->requested);
+        start.precision_reason = options.precision->reason;
+        start.precision_warning = options.precision->warning;
+      }
+      records.begin(std::move(start), metrics::launchExecTime(), history);
       begun = true;
       return;
     }
@@ -173,6 +222,45 @@ struct Recorder::Impl {
     records.recorder().begin(
         metrics::RunStart{"", {}, m.step, options.total_steps, steps_per_epoch});
   }
+
+  // The records, begun for the membership now: after a re-forming, the new one's recorder, a
+  // "reform" record (written once the next step completed) and a line on every member.
+  // The membership is the one formed (Elastic::membership()): a line said while one is still
+  // forming (the state a member sends a joiner) goes to the membership before it.
+  void follow() {
+    const bool first = !begun;
+    if (begun && elastic.membership().epoch == epoch) return;
+    const int was_rank = rank, was_size = size;
+    forMembership();
+    const Membership& now_m = elastic.membership();
+    // The first records of a launch whose group had re-formed already (a replacement admitted, a
+    // peer lost during start()) tell it too.
+    if (first && now_m.epoch == 0) return;
+    metrics::ReformRecord record;
+    record.cause = now_m.cause;
+    record.step = now_m.step;
+    record.epoch = now_m.epoch;
+    record.world_size = now_m.size;
+    record.reform_ms = 1000.0 * now_m.seconds;
+    records.reformed(record);
+    char took[32];
+    std::snprintf(took, sizeof(took), "%.0f ms", record.reform_ms);
+    std::string line = "re-formed in place: epoch " + std::to_string(now_m.epoch) + ", rank " +
+                       std::to_string(now_m.rank) + " of " + std::to_string(now_m.size);
+    if (!first && (was_rank != now_m.rank || was_size != now_m.size)) {
+      line += " (was rank " + std::to_string(was_rank) + " of " + std::to_string(was_size) + ")";
+    }
+    line += ", training from step " + std::to_string(now_m.step) + " in " + took;
+    if (!now_m.healed.empty()) {
+      line += "; state sent by rank " + std::to_string(now_m.source) + " to rank(s) ";
+      for (size_t i = 0; i < now_m.healed.size(); ++i) {
+        line += (i > 0 ? "," : "") + std::to_string(now_m.healed[i]);
+      }
+    }
+    records.warning(line);
+  }
+
+  uint64_t bytesSent() { return comm_bytes.total(elastic.size() > 1 ? &elastic.group() : nullptr); }
 
   int64_t epochOf(int64_t step) const {
     const int64_t per = options.steps_per_epoch > 0 ? options.steps_per_epoch : 0;
@@ -198,6 +286,17 @@ Recorder::Recorder(Elastic& elastic, RecorderOptions options)
 
 Recorder::~Recorder() = default;
 
+struct RecorderAccess {
+  static Recorder::Impl& impl(Recorder& recorder) { return *recorder.impl_; }
+};
+
+std::unique_ptr<Recorder> makeRecorder(Elastic& elastic, RecorderOptions options,
+                                       RecorderHooks hooks) {
+  auto recorder = std::make_unique<Recorder>(elastic, std::move(options));
+  RecorderAccess::impl(*recorder).hooks = std::move(hooks);
+  return recorder;
+}
+
 void Recorder::step(const StepMetrics& s) {
   Impl& m = *impl_;
   m.check("step");
@@ -205,29 +304,19 @@ void Recorder::step(const StepMetrics& s) {
   if (s.samples < 0 || s.global_samples < 0) {
     throw std::invalid_argument("Recorder::step: samples and global_samples must be >= 0");
   }
-  const bool first = !m.begun;
-  const bool reformed = m.begun && m.elastic.epoch() != m.epoch;
-  if (first || reformed) m.forMembership();
+  if (s.comm_wait_seconds > s.seconds && s.seconds >= 0) {
+    throw std::invalid_argument("Recorder::step: comm_wait_seconds is more than seconds");
+  }
+  const bool first = !m.stepped;
+  m.stepped = true;
+  m.follow();
   const ElasticTimes& t = m.elastic.times();
   const ElasticTimes before = std::exchange(m.seen, t);
   metrics::GoodputAccount& account = *m.records.goodput();
   account.redone(t.redone - before.redone);
   m.accountCheckpoint(t.checkpoint - before.checkpoint);
-  if (reformed) {
-    metrics::ReformRecord record;
-    const Membership& now_m = m.elastic.membership();
-    record.cause = now_m.cause;
-    record.step = now_m.step;
-    record.epoch = now_m.epoch;
-    record.world_size = now_m.size;
-    record.reform_ms = 1000.0 * (t.reform - before.reform);
-    m.records.reformed(record);
-    m.records.note("re-formed in place: epoch " + std::to_string(now_m.epoch) + ", rank " +
-                   std::to_string(now_m.rank) + " of " + std::to_string(now_m.size) + " (" +
-                   now_m.cause + "), training on from step " + std::to_string(now_m.step));
-  }
   const int64_t step = m.elastic.step();
-  if (first) m.records.recorder().firstStep(step, nullptr);
+  if (first) m.records.recorder().firstStep(step, m.hooks.startup);
   const int64_t global =
       s.global_samples > 0 ? s.global_samples : s.samples * static_cast<int64_t>(m.elastic.size());
   metrics::StepRecord r;
@@ -241,12 +330,18 @@ void Recorder::step(const StepMetrics& s) {
     ++m.dropped;
   }
   r.lr = s.lr;
-  r.seconds = t.train - before.train;
-  r.comm_wait_seconds = t.comm_wait - before.comm_wait;
+  r.seconds = s.seconds >= 0 ? s.seconds : t.train - before.train;
+  r.comm_wait_seconds =
+      s.comm_wait_seconds >= 0 ? s.comm_wait_seconds : t.comm_wait - before.comm_wait;
   r.samples = global;
   r.local_samples = s.samples;
   r.elapsed_seconds = now() - m.started;
-  if (m.elastic.size() > 1) r.comm_bytes_sent = m.elastic.group().bytesSent();
+  r.comm_bytes_sent = m.bytesSent();
+  if (m.options.diloco != nullptr) {
+    const DiLoCoStats d = m.options.diloco->stats();
+    r.outer_rounds = d.rounds;
+    r.outer_wait_seconds = d.wait_seconds;
+  }
   m.records.recorder().step(r);
   m.records.afterStep();
 }
@@ -261,6 +356,7 @@ void Recorder::scalar(const std::string& name, double value) {
                                 "goodput/ and checkpoint/ are Cumulus's)");
   }
   if (m.elastic.left() || !m.begun) return;
+  m.follow();
   Impl::Pending& p = m.scalars[name];
   if (std::isfinite(value)) {
     p.sum += value;
@@ -277,7 +373,7 @@ void Recorder::evaluation(double loss, std::optional<double> accuracy, double se
   Impl& m = *impl_;
   m.check("evaluation");
   if (m.elastic.left()) return;
-  if (!m.begun) m.forMembership();
+  m.follow();
   metrics::Evaluation e;
   e.loss = loss;
   e.accuracy = accuracy;
@@ -295,7 +391,8 @@ void Recorder::balance(const std::vector<int64_t>& shares, const std::vector<dou
     throw std::invalid_argument("Recorder::balance: reason '" + reason +
                                 "' is none of auto, start and reform");
   }
-  if (m.elastic.left() || !m.begun) return;
+  if (m.elastic.left()) return;
+  m.follow();
   metrics::BalanceRecord record;
   record.reason = reason;
   record.step = m.elastic.step();
@@ -309,43 +406,58 @@ std::string Recorder::checkpoint(const std::function<std::string()>& save) {
   Impl& m = *impl_;
   m.check("checkpoint");
   if (!save) throw std::invalid_argument("Recorder::checkpoint: an empty save function");
-  if (!m.begun && !m.elastic.left()) m.forMembership();
+  if (!m.elastic.left()) m.follow();
   const int64_t step = m.elastic.step();
   const double began = now();
   std::string path;
   try {
     path = save();
   } catch (const std::exception& e) {
-    if (m.begun && !m.elastic.left()) {
-      metrics::CheckpointFailureRecord record;
-      record.step = step;
-      record.error = e.what();
-      record.in_a_row = ++m.failed_saves;
-      record.max_failures = 0;  // the program decides when to stop
-      record.newest_valid = m.newest_saved;
-      m.records.recorder().checkpointFailed(record);
-    }
+    m.failed(step, e.what(), 0);  // the program decides when to stop
     throw;
   }
-  const double seconds = now() - began;
-  m.failed_saves = 0;
-  m.newest_saved = path;
-  if (!m.begun || m.elastic.left()) return path;
-  metrics::CheckpointRecord record;
-  record.step = step;
-  record.path = path;
-  record.stall_ms = 1000.0 * seconds;
+  CheckpointSaved saved;
+  saved.step = step;
+  saved.path = path;
+  saved.stall_seconds = now() - began;
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) {
     for (const auto& entry : std::filesystem::recursive_directory_iterator(path, error)) {
-      if (entry.is_regular_file(error)) record.bytes += entry.file_size(error);
+      if (entry.is_regular_file(error)) saved.bytes += entry.file_size(error);
     }
   } else if (std::filesystem::is_regular_file(path, error)) {
-    record.bytes = std::filesystem::file_size(path, error);
+    saved.bytes = std::filesystem::file_size(path, error);
   }
-  m.records.recorder().checkpoint(record);  // its stall goes into the goodput's checkpoint time
-  m.timed_checkpoint += seconds;
+  m.saved(saved);
   return path;
+}
+
+void Recorder::checkpointSaved(const CheckpointSaved& saved) {
+  Impl& m = *impl_;
+  m.check("checkpointSaved");
+  if (saved.stall_seconds < 0 || saved.encode_seconds < 0 || saved.write_seconds < 0) {
+    throw std::invalid_argument("Recorder::checkpointSaved: negative seconds");
+  }
+  if (!m.elastic.left()) m.follow();
+  m.saved(saved);
+}
+
+void Recorder::checkpointFailed(int64_t step, const std::string& error, int64_t max_failures,
+                                const std::string& newest_valid) {
+  Impl& m = *impl_;
+  m.check("checkpointFailed");
+  if (max_failures < 0) {
+    throw std::invalid_argument("Recorder::checkpointFailed: max_failures must be >= 0");
+  }
+  if (!m.elastic.left()) m.follow();
+  if (!newest_valid.empty()) m.newest_saved = newest_valid;
+  m.failed(step, error, max_failures);
+}
+
+void Recorder::membershipChanged() {
+  Impl& m = *impl_;
+  m.check("membershipChanged");
+  if (m.begun && !m.elastic.left()) m.follow();
 }
 
 void Recorder::preempted(const std::string& checkpoint) {
@@ -353,6 +465,7 @@ void Recorder::preempted(const std::string& checkpoint) {
   m.check("preempted");
   m.finished = true;
   if (!m.begun || m.elastic.left()) return;
+  m.follow();
   const ElasticTimes& t = m.elastic.times();
   m.accountCheckpoint(t.checkpoint - m.seen.checkpoint);  // the save and waitForAll()
   m.seen = t;
@@ -365,19 +478,22 @@ void Recorder::preempted(const std::string& checkpoint) {
 
 void Recorder::note(const std::string& text) {
   impl_->check("note");
+  if (impl_->begun && !impl_->elastic.left()) impl_->follow();
   impl_->records.note(text);
 }
 
 void Recorder::warning(const std::string& text) {
   impl_->check("warning");
+  if (impl_->begun && !impl_->elastic.left()) impl_->follow();
   impl_->records.warning(text);
 }
 
-void Recorder::finish() {
+void Recorder::finish(const RunTotals& totals) {
   Impl& m = *impl_;
   m.check("finish");
   m.finished = true;
   if (!m.begun || m.elastic.left()) return;
+  m.follow();
   const int64_t step = m.elastic.step();
   const double seconds = now() - m.started;
   m.flushScalars();
@@ -390,7 +506,14 @@ void Recorder::finish() {
   summary.evaluated = m.last_evaluation.has_value();
   if (m.last_evaluation) summary.test = *m.last_evaluation;
   summary.wall_seconds = seconds;
-  if (m.elastic.size() > 1) summary.comm_bytes_sent = m.elastic.group().bytesSent();
+  summary.comm_bytes_sent = m.bytesSent();
+  summary.parameters = totals.parameters;
+  summary.parameter_digest = totals.parameter_digest;
+  if (m.options.diloco != nullptr) {
+    const DiLoCoStats d = m.options.diloco->stats();
+    summary.outer_rounds = d.rounds;
+    summary.outer_wait_seconds = d.wait_seconds;
+  }
   m.records.recorder().finished(summary);
 }
 

@@ -1,14 +1,15 @@
 #pragma once
 // The bytes this rank handed to the transport since the launch began, over every group it trained
-// in (StepRecord::comm_bytes_sent). A group's count is cumulative over its life (an Elastic's
-// across its re-formed connections); the counter keeps what earlier groups sent, and holds the
-// total while the membership is one rank (no group). Thread-safety: none (the step loop's).
+// in (StepRecord::comm_bytes_sent, recorder.h). A group's count is cumulative over its life (an
+// Elastic's across its re-formed connections); the counter keeps what earlier groups sent, and
+// holds the total while the membership is one rank (no group). Thread-safety: none (the step
+// loop's).
 
 #include <cstdint>
 
 #include "cumulus/process_group.h"
 
-namespace cumulus::trainer {
+namespace cumulus::metrics {
 
 class CommBytesCounter {
  public:
@@ -30,4 +31,4 @@ class CommBytesCounter {
   uint64_t seen_ = 0;                             // group_'s count when last read
 };
 
-}  // namespace cumulus::trainer
+}  // namespace cumulus::metrics

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cumulus/batch_shares.h"
+#include "cumulus/diloco.h"
 #include "cumulus/elastic.h"
 #include "cumulus/recorder.h"
 #include "cumulus/sampler.h"
@@ -63,7 +64,8 @@ void bindRecorder(py::module_& m) {
   py::class_<Recorder>(m, "RecorderCore", "cumulus::Recorder; use cumulus.Recorder")
       .def(py::init([](Elastic& elastic, const std::string& run_dir, int64_t total_steps,
                        int64_t steps_per_epoch, int64_t log_every_steps, int64_t start_step,
-                       bool tensorboard, bool live, bool console, const std::string& model) {
+                       bool tensorboard, bool live, bool console, const std::string& model,
+                       bool log_all_ranks, const DiLoCo* diloco) {
              RecorderOptions o;
              o.run_dir = run_dir;
              o.total_steps = total_steps;
@@ -74,25 +76,32 @@ void bindRecorder(py::module_& m) {
              o.live = live;
              o.console = console ? &std::cout : nullptr;
              o.model = model;
+             o.log_all_ranks = log_all_ranks;
+             o.diloco = diloco;
              return std::make_unique<Recorder>(elastic, std::move(o));
            }),
            py::arg("elastic"), py::arg("run_dir"), py::arg("total_steps"),
            py::arg("steps_per_epoch"), py::arg("log_every_steps"), py::arg("start_step"),
            py::arg("tensorboard"), py::arg("live"), py::arg("console"), py::arg("model"),
-           py::keep_alive<1, 2>())
+           py::arg("log_all_ranks"), py::arg("diloco").none(true), py::keep_alive<1, 2>(),
+           py::keep_alive<1, 13>())
       .def(
           "step",
-          [](Recorder& r, double loss, int64_t samples, double lr, int64_t global_samples) {
+          [](Recorder& r, double loss, int64_t samples, double lr, int64_t global_samples,
+             double seconds, double comm_wait_seconds) {
             StepMetrics s;
             s.loss = loss;
             s.samples = samples;
             s.lr = lr;
             s.global_samples = global_samples;
+            s.seconds = seconds;
+            s.comm_wait_seconds = comm_wait_seconds;
             py::gil_scoped_release released;
             r.step(s);
             std::cout.flush();
           },
-          py::arg("loss"), py::arg("samples"), py::arg("lr"), py::arg("global_samples"))
+          py::arg("loss"), py::arg("samples"), py::arg("lr"), py::arg("global_samples"),
+          py::arg("seconds"), py::arg("comm_wait_seconds"))
       .def("scalar", &Recorder::scalar, py::arg("name"), py::arg("value"))
       .def("evaluation", &Recorder::evaluation, py::arg("loss"), py::arg("accuracy"),
            py::arg("seconds"))
@@ -103,6 +112,24 @@ void bindRecorder(py::module_& m) {
           },
           py::arg("save"))
       .def(
+          "checkpoint_saved",
+          [](Recorder& r, int64_t step, const std::string& path, double stall_seconds,
+             double encode_seconds, double write_seconds, uint64_t bytes) {
+            CheckpointSaved saved;
+            saved.step = step;
+            saved.path = path;
+            saved.stall_seconds = stall_seconds;
+            saved.encode_seconds = encode_seconds;
+            saved.write_seconds = write_seconds;
+            saved.bytes = bytes;
+            r.checkpointSaved(saved);
+          },
+          py::arg("step"), py::arg("path"), py::arg("stall_seconds"), py::arg("encode_seconds"),
+          py::arg("write_seconds"), py::arg("bytes"))
+      .def("checkpoint_failed", &Recorder::checkpointFailed, py::arg("step"), py::arg("error"),
+           py::arg("max_failures"), py::arg("newest_valid"))
+      .def("membership_changed", &Recorder::membershipChanged)
+      .def(
           "preempted",
           [](Recorder& r, const std::string& checkpoint) {
             r.preempted(checkpoint);
@@ -111,11 +138,16 @@ void bindRecorder(py::module_& m) {
           py::arg("checkpoint"))
       .def("note", &Recorder::note, py::arg("text"))
       .def("warning", &Recorder::warning, py::arg("text"))
-      .def("finish",
-           [](Recorder& r) {
-             r.finish();
-             std::cout.flush();
-           })
+      .def(
+          "finish",
+          [](Recorder& r, int64_t parameters, const std::string& parameter_digest) {
+            RunTotals totals;
+            totals.parameters = parameters;
+            totals.parameter_digest = parameter_digest;
+            r.finish(totals);
+            std::cout.flush();
+          },
+          py::arg("parameters"), py::arg("parameter_digest"))
       .def_property_readonly("goodput", [](const Recorder& r) { return goodputDict(r.goodput()); })
       .def_property_readonly("dropped", &Recorder::dropped);
 }

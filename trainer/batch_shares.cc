@@ -6,8 +6,8 @@
 #include <stdexcept>
 
 #include "cumulus/process_group.h"
+#include "cumulus/recorder.h"
 #include "cumulus/sampler.h"
-#include "metrics/recorder.h"
 #include "trainer/batch_source.h"
 
 namespace cumulus::trainer {
@@ -57,19 +57,15 @@ void BatchShares::start(int64_t world, std::vector<std::string>& notes) {
   }
 }
 
-void BatchShares::record(const char* reason, int64_t done, int64_t world,
-                         metrics::MetricsRecorder& recorder) const {
+void BatchShares::record(const char* reason, int64_t world, Recorder& recorder) const {
   if (config_.balance == configs::BalanceMode::kOff) return;
-  metrics::BalanceRecord record;
-  record.reason = reason;
-  record.step = done;
-  record.shares =
-      shares_.empty() ? DistributedSampler::equalShares(config_.global_batch_size, world) : shares_;
-  recorder.balanced(record);
+  recorder.balance(
+      shares_.empty() ? DistributedSampler::equalShares(config_.global_batch_size, world) : shares_,
+      {}, 1, reason);
 }
 
 void BatchShares::atBoundary(int64_t done, ProcessGroup* group, int64_t micro_batches,
-                             metrics::MetricsRecorder& recorder) {
+                             Recorder& recorder) {
   if (config_.balance != configs::BalanceMode::kAuto || group == nullptr ||
       done % config_.balance_every_steps != 0) {
     return;
@@ -87,13 +83,7 @@ void BatchShares::atBoundary(int64_t done, ProcessGroup* group, int64_t micro_ba
   if (!decision.changed) return;
   batches_->setShares(decision.shares);
   shares_ = decision.shares;
-  metrics::BalanceRecord record;
-  record.reason = "auto";
-  record.step = done;
-  record.shares = shares_;
-  record.rates = rates;
-  record.predicted_speedup = decision.predicted_speedup();
-  recorder.balanced(record);
+  recorder.balance(shares_, rates, decision.predicted_speedup(), "auto");
 }
 
 void BatchShares::reset(int64_t world, std::vector<std::string>& warnings) {

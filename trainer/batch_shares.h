@@ -17,11 +17,9 @@
 
 namespace cumulus {
 class ProcessGroup;
-}
+class Recorder;
+}  // namespace cumulus
 
-namespace cumulus::metrics {
-class MetricsRecorder;
-}
 namespace cumulus::trainer {
 
 class BatchSource;
@@ -42,15 +40,14 @@ class BatchShares {
   // At boundary `done` with balance auto, every balance_every_steps steps: the ranks all-gather
   // their compute rates over `group` (null: alone, nothing to do) and take the shares
   // decideShares gives from the next step on; a change is recorded.
-  void atBoundary(int64_t done, ProcessGroup* group, int64_t micro_batches,
-                  metrics::MetricsRecorder& recorder);
+  void atBoundary(int64_t done, ProcessGroup* group, int64_t micro_batches, Recorder& recorder);
   // After a change of membership to `world` members: equal shares (fixed ones where they fit the
   // new world), and the rates measured again. Warnings go to `warnings` (the recorder may not
   // have begun).
   void reset(int64_t world, std::vector<std::string>& warnings);
-  // A "balance" record of the shares in force after `done` (nothing with balance off).
-  void record(const char* reason, int64_t done, int64_t world,
-              metrics::MetricsRecorder& recorder) const;
+  // A "balance" record of the shares in force from the next step on, in a world of `world`
+  // (nothing with balance off).
+  void record(const char* reason, int64_t world, Recorder& recorder) const;
   // In force for the next step; empty: equal.
   const std::vector<int64_t>& current() const { return shares_; }
 

@@ -44,8 +44,8 @@ Checkpoint InPlaceRecovery::captureState() {
   now.rank = parts_.elastic->rank();
   now.world_size = parts_.elastic->size();
   // A re-forming during start-up: kept until the records begin.
-  parts_.records.note("rank " + std::to_string(now.rank) + " sends the training state of step " +
-                      std::to_string(done));
+  parts_.note("rank " + std::to_string(now.rank) + " sends the training state of step " +
+              std::to_string(done));
   return parts_.checkpointAt(now, done, parts_.schedule->lr(std::max<int64_t>(0, done - 1)), false);
 }
 
@@ -56,8 +56,7 @@ void InPlaceRecovery::restoreState(const Checkpoint& state) {
     restoreTraining(state, *parts_.model, *parts_.optimizer, "");  // Elastic names the sender
     // DiLoCo: the sender's global parameters and momentum; this replica starts from the global
     // parameters, with the sender's inner optimizer and no residual.
-    if (parts_.diloco)
-      restoreDilocoState(state, *parts_.diloco, parts_.params, "", parts_.records.pending());
+    if (parts_.diloco) restoreDilocoState(state, *parts_.diloco, parts_.params, "", parts_.pending);
   } catch (const ResumeError& e) {
     throw CheckpointError(e.what());
   }
@@ -73,7 +72,7 @@ void InPlaceRecovery::failureSeen(const std::string& reason) {
   const std::string line = "rank " + std::to_string(parts_.env.rank) + ": " + reason +
                            "; re-forming the group in place from step " +
                            std::to_string(parts_.progress.steps_done);
-  parts_.records.warning(line);
+  parts_.warning(line);
 }
 
 // The membership formed (start) or changed: every part that knows the rank or the world size is
@@ -84,8 +83,6 @@ void InPlaceRecovery::membershipChanged(const Membership& m) {
     parts_.sync = &parts_.elastic->sync();
     parts_.distributed = dynamic_cast<DataParallel*>(parts_.sync);
   }
-  const int64_t old_rank = parts_.env.rank;
-  const int64_t old_world = parts_.env.world_size;
   if (m.cause != "start") {
     parts_.env.rank = m.rank;
     parts_.env.world_size = m.size;
@@ -98,52 +95,18 @@ void InPlaceRecovery::membershipChanged(const Membership& m) {
     return;
   }
   // The new writer (a survivor or joiner that became rank 0) holds the run directory from now on.
-  if (parts_.writes()) parts_.checkpoints->claimRunDir(parts_.env.run_id, parts_.records.pending());
+  if (parts_.writes()) parts_.checkpoints->claimRunDir(parts_.env.run_id, parts_.pending);
   parts_.batches->reshard(parts_.env.rank, parts_.env.world_size);
   parts_.batches->restore(parts_.progress.sampler);
   std::vector<std::string> share_warnings;
   parts_.shares->reset(parts_.env.world_size, share_warnings);
   rebuild_group_parts_();
-  // The new membership's recorder begins where the group trains from (a joiner's records begin
-  // in run(), with what was kept).
-  if (parts_.records.begun()) {
-    parts_.records.recorder().begin(metrics::RunStart{
-        "", {}, parts_.progress.steps_done, parts_.total_steps, parts_.batches->stepsPerEpoch()});
-  }
-  for (const std::string& w : share_warnings) parts_.records.warning(w);
-  if (parts_.records.begun()) {
-    parts_.shares->record("reform", parts_.progress.steps_done, parts_.env.world_size,
-                          parts_.records.recorder());
-  }
-  recordReform(m, old_rank, old_world);
-}
-
-// The re-forming's record and its line: who this member was and is, where training goes on from.
-void InPlaceRecovery::recordReform(const Membership& m, int64_t old_rank, int64_t old_world) {
-  const RunEnv& env = parts_.env;
-  const int64_t done = parts_.progress.steps_done;
-  const double ms = 1000.0 * m.seconds;
-  metrics::ReformRecord record;
-  record.cause = m.cause;
-  record.step = done;
-  record.epoch = m.epoch;
-  record.world_size = env.world_size;
-  record.reform_ms = ms;
-  parts_.records.reformed(record);
-  char took[32];
-  std::snprintf(took, sizeof(took), "%.0f ms", ms);
-  const std::string from =
-      old_rank == env.rank && old_world == env.world_size
-          ? ""
-          : " (was rank " + std::to_string(old_rank) + " of " + std::to_string(old_world) + ")";
-  std::string line = "re-formed in place: epoch " + std::to_string(m.epoch) + ", rank " +
-                     std::to_string(env.rank) + " of " + std::to_string(env.world_size) + from +
-                     ", training from step " + std::to_string(done) + " in " + took;
-  if (!m.healed.empty()) {
-    line +=
-        "; state sent by rank " + std::to_string(m.source) + " to rank(s) " + rankList(m.healed);
-  }
-  parts_.records.warning(line);  // a joiner's records begin after this
+  // The records follow the new membership now: its "reform" record and line (a joiner's records
+  // begin in run(), and say it then), what the change found, and the shares it starts with.
+  if (parts_.recorder) parts_.recorder->membershipChanged();
+  for (const std::string& w : share_warnings) parts_.warning(w);
+  parts_.flushPending();
+  if (parts_.recorder) parts_.shares->record("reform", parts_.env.world_size, *parts_.recorder);
 }
 
 }  // namespace cumulus::trainer

@@ -13,8 +13,8 @@
 #include "cumulus/data_parallel.h"
 #include "cumulus/errors.h"
 #include "cumulus/process_group.h"
+#include "cumulus/recorder.h"
 #include "cumulus/run_directory.h"
-#include "metrics/recorder.h"
 #include "models/model.h"
 #include "trainer/diloco_state.h"
 #include "trainer/rank_reduce.h"
@@ -66,8 +66,7 @@ uint64_t bytesOf(const checkpoint::NamedTensors& tensors) {
 }  // namespace
 
 RunCheckpoints::RunCheckpoints(const configs::Experiment& config, const TrainerOptions& options,
-                               bool writer,
-                               const std::shared_ptr<metrics::MetricsRecorder>& recorder,
+                               bool writer, const std::unique_ptr<Recorder>& recorder,
                                std::function<Checkpoint(int64_t, double, bool)> capture)
     : config_(config),
       options_(options),
@@ -340,38 +339,31 @@ void RunCheckpoints::reportSaves() {
 void RunCheckpoints::reportSave(const SaveResult& r) {
   failed_saves_ = 0;
   last_saved_step_ = std::max(last_saved_step_, static_cast<int64_t>(r.step));
-  metrics::CheckpointRecord record;
-  record.step = static_cast<int64_t>(r.step);
-  record.path = r.path;
-  record.stall_ms = stall_ms_[record.step];
-  record.encode_seconds = r.encode_seconds;
-  record.write_seconds = r.write_seconds;
-  record.bytes = r.bytes;
-  for (const CheckpointWarning& w : r.warnings) record.warnings.push_back(w.str());
-  recorder_->checkpoint(record);
+  CheckpointSaved saved;
+  saved.step = static_cast<int64_t>(r.step);
+  saved.path = r.path;
+  saved.stall_seconds = stall_ms_[saved.step] / 1000.0;
+  saved.encode_seconds = r.encode_seconds;
+  saved.write_seconds = r.write_seconds;
+  saved.bytes = r.bytes;
+  for (const CheckpointWarning& w : r.warnings) saved.warnings.push_back(w.str());
+  recorder_->checkpointSaved(saved);
 }
 
 void RunCheckpoints::failed(int64_t done, const CheckpointError& error) {
   ++failed_saves_;
-  metrics::CheckpointFailureRecord record;
-  record.step = done;
-  record.error = error.what();
-  record.in_a_row = failed_saves_;
-  record.max_failures = config_.checkpoint.max_failures;
-  if (last_saved_step_ >= 0) {
-    record.newest_valid = pathOf(last_saved_step_);
-  }
-  recorder_->checkpointFailed(record);
+  const std::string newest_valid = last_saved_step_ >= 0 ? pathOf(last_saved_step_) : "";
+  recorder_->checkpointFailed(done, error.what(), config_.checkpoint.max_failures, newest_valid);
   const bool final = done == total_steps_;
   if (!final && failed_saves_ < config_.checkpoint.max_failures) return;
   std::string text =
-      final ? "the final checkpoint (step " + std::to_string(done) + ") failed: " + record.error
+      final ? "the final checkpoint (step " + std::to_string(done) + ") failed: " + error.what()
             : std::to_string(failed_saves_) + " checkpoints in a row failed (checkpoint." +
-                  "max_failures), the last at step " + std::to_string(done) + ": " + record.error +
+                  "max_failures), the last at step " + std::to_string(done) + ": " + error.what() +
                   "; training stops so that no more work goes unsaved";
-  text += record.newest_valid.empty() ? "; no checkpoint of this run was saved"
-                                      : "; the newest valid checkpoint is " + record.newest_valid +
-                                            " (--resume auto continues from it)";
+  text += newest_valid.empty() ? "; no checkpoint of this run was saved"
+                               : "; the newest valid checkpoint is " + newest_valid +
+                                     " (--resume auto continues from it)";
   if (final && final_weights_saved_) text += "; the trained weights were saved before it";
   if (isPermanentFileError(error.errorNumber())) {
     throw PermanentError(text + "; free space there or make it writable first");

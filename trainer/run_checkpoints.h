@@ -28,25 +28,23 @@
 namespace cumulus {
 class DataParallel;
 class ProcessGroup;
+class Recorder;
 }  // namespace cumulus
 
 namespace cumulus::models {
 class Model;
 }
 
-namespace cumulus::metrics {
-class MetricsRecorder;
-}
 namespace cumulus::trainer {
 
 class RunCheckpoints {
  public:
   // `capture(done, lr, preempted)`: the training state after step `done` (without residuals).
-  // `recorder` is read at each use (the trainer rebuilds it after a change of membership); the
-  // trainer outlives this object.
+  // `recorder` is read at each use (the trainer makes it when its loop starts, and saves come
+  // after that); the trainer outlives this object.
   // `writer`: this rank writes (until setMembership says otherwise).
   RunCheckpoints(const configs::Experiment& config, const TrainerOptions& options, bool writer,
-                 const std::shared_ptr<metrics::MetricsRecorder>& recorder,
+                 const std::unique_ptr<Recorder>& recorder,
                  std::function<Checkpoint(int64_t done, double lr, bool preempted)> capture);
   ~RunCheckpoints();
 
@@ -110,7 +108,7 @@ class RunCheckpoints {
 
   const configs::Experiment& config_;
   const TrainerOptions& options_;
-  const std::shared_ptr<metrics::MetricsRecorder>& recorder_;
+  const std::unique_ptr<Recorder>& recorder_;
   std::function<Checkpoint(int64_t, double, bool)> capture_;
   std::string dir_;
   std::unique_ptr<Checkpoints> store_;

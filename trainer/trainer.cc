@@ -120,13 +120,31 @@ auto translateTorchErrors(F&& body) -> decltype(body()) {
 
 TrainerParts::TrainerParts(const configs::Experiment& experiment, const RunEnv& run_env,
                            TrainerOptions trainer_options)
-    : config(experiment),
-      env(run_env),
-      options(std::move(trainer_options)),
-      records(config.trainer.run_dir + "/tensorboard",
-              options.console != nullptr ? &std::cerr : nullptr) {}
+    : config(experiment), env(run_env), options(std::move(trainer_options)) {}
 
 TrainerParts::~TrainerParts() = default;
+
+void TrainerParts::note(const std::string& line) {
+  if (recorder) {
+    recorder->note(line);
+  } else {
+    pending.push_back(line);
+  }
+}
+
+void TrainerParts::flushPending() {
+  if (!recorder) return;
+  for (const std::string& line : pending) recorder->note(line);
+  pending.clear();
+}
+
+void TrainerParts::warning(const std::string& line) {
+  if (recorder) {
+    recorder->warning(line);
+  } else {
+    pending.push_back(line.rfind("warning: ", 0) == 0 ? line : "warning: " + line);
+  }
+}
 
 double TrainerParts::now() const {
   if (options.clock) return options.clock();
@@ -199,12 +217,12 @@ void Trainer::Impl::build() {
   // claims the directory then if it becomes the writer (InPlaceRecovery::membershipChanged).
   const bool joiner = parts_.elastic->joining();
   parts_.checkpoints = std::make_unique<RunCheckpoints>(
-      parts_.config, parts_.options, parts_.writes(), parts_.records.current(),
+      parts_.config, parts_.options, parts_.writes(), parts_.recorder,
       [this](int64_t done, double lr, bool preempted) {
         return parts_.checkpointAt(parts_.env, done, lr, preempted);
       });
   if (parts_.writes() && !joiner)
-    parts_.checkpoints->claimRunDir(parts_.env.run_id, parts_.records.pending());
+    parts_.checkpoints->claimRunDir(parts_.env.run_id, parts_.pending);
   parts_.progress.grad_accumulation = t.grad_accumulation;
   torch::set_num_threads(static_cast<int>(intraOpThreads(t.threads, parts_.env.local_world_size)));
 
@@ -242,7 +260,7 @@ void Trainer::Impl::build() {
   if (!joiner) {
     resumeIfAsked();
     // A joiner's shares come with the group it joins.
-    parts_.shares->start(parts_.env.world_size, parts_.records.pending());
+    parts_.shares->start(parts_.env.world_size, parts_.pending);
   }
   parts_.progress.steps_done = parts_.start_step;
   parts_.progress.sampler = parts_.batches->position();
@@ -294,8 +312,7 @@ void Trainer::Impl::buildModel(const data::Examples& train) {
   parts_.optimizer = makeFlatOptimizer(parts_.config.optimizer, parts_.flat);
   parts_.schedule = std::make_unique<LrSchedule>(parts_.config.schedule, parts_.config.optimizer.lr,
                                                  parts_.total_steps);
-  parts_.diloco =
-      buildDiloco(parts_.config, *parts_.model, parts_.params, parts_.records.pending());
+  parts_.diloco = buildDiloco(parts_.config, *parts_.model, parts_.params, parts_.pending);
   if (parts_.diloco) {
     parts_.checkpoints->setRankState(
         [this] { return replicaRow(parts_.params, *parts_.optimizer, *parts_.diloco); });
@@ -315,28 +332,6 @@ void Trainer::Impl::buildGroupParts() {
   parts_.evaluator = choose<Evaluator>(parts_.options.evaluator,
                                        makeTestSetEvaluator(parts_.test_data, eval), "evaluator");
 
-  metrics::ProgressRecorderOptions record;
-  record.console = parts_.options.console;
-  record.live = parts_.options.live_progress;
-  record.quiet = metrics::Progress::quietFor(parts_.env.rank, parts_.config.trainer.log_all_ranks);
-  record.log_every_steps = parts_.config.trainer.log_every_steps;
-  if (parts_.writes()) record.metrics_path = parts_.config.trainer.run_dir + "/metrics.jsonl";
-  record.world_size = parts_.env.world_size;
-  if (parts_.group != nullptr && parts_.config.comm.compression != Compression::kNone) {
-    record.compression = compressionName(parts_.config.comm.compression);
-  }
-  if (parts_.group != nullptr) {
-    record.sum_over_ranks = [group = parts_.group](double v) { return sumOverRanks(group, v); };
-    record.add_to_status = [group = parts_.group](nlohmann::ordered_json& status) {
-      metrics::addCollectives(status, group->collectiveStats(), group->bytesSent());
-    };
-  }
-  record.rank = parts_.env.rank;
-  record.goodput = parts_.records.goodput();
-  record.sinks = parts_.records.sinks(parts_.writes(), parts_.env);
-  parts_.records.use(choose<metrics::MetricsRecorder>(
-      parts_.options.metrics, std::make_shared<metrics::ProgressMetricsRecorder>(std::move(record)),
-      "metrics"));
   parts_.checkpoints->setMembership(parts_.writes(), parts_.env.rank, parts_.env.world_size,
                                     parts_.group, parts_.distributed);
 }
@@ -370,7 +365,7 @@ void Trainer::Impl::resumeIfAsked() {
   const ResumeMode mode =
       parts_.options.resume.value_or(ResumeMode::defaultFor(!parts_.env.run_id.empty()));
   if (parts_.checkpoints->guardOtherExperiment(mode.kind != ResumeMode::Kind::kNone,
-                                               parts_.records.pending())) {
+                                               parts_.pending)) {
     return;
   }
   if (mode.kind == ResumeMode::Kind::kNone) return;
@@ -389,14 +384,13 @@ void Trainer::Impl::resumeIfAsked() {
                     std::move(*latest));
     }
     for (const CheckpointWarning& w : warnings) {
-      parts_.records.warning(w.str() + "; not resuming from it");
+      parts_.warning(w.str() + "; not resuming from it");
     }
     if (!found) {
-      parts_.records.note(
-          warnings.empty()
-              ? "no checkpoint in " + parts_.checkpoints->dir() + ": starting from step 0"
-              : "no valid checkpoint in " + parts_.checkpoints->dir() +
-                    " (rejected: " + rejectedNames(warnings) + "): starting from step 0");
+      parts_.note(warnings.empty()
+                      ? "no checkpoint in " + parts_.checkpoints->dir() + ": starting from step 0"
+                      : "no valid checkpoint in " + parts_.checkpoints->dir() +
+                            " (rejected: " + rejectedNames(warnings) + "): starting from step 0");
       return;
     }
     const auto& [info, loaded] = *found;
@@ -415,7 +409,7 @@ void Trainer::Impl::resumeIfAsked() {
     restoreTraining(loaded, *parts_.model, *parts_.optimizer, "checkpoint " + info.path);
     if (parts_.diloco) {
       restoreDiloco(loaded, info.path, *parts_.diloco, parts_.params, *parts_.optimizer,
-                    parts_.env.rank, parts_.env.world_size, parts_.records.pending());
+                    parts_.env.rank, parts_.env.world_size, parts_.pending);
     }
     parts_.checkpoints->resumed(plan.step, residualsOf(loaded, info.path));
     parts_.batches->restore(plan.sampler);
@@ -423,12 +417,12 @@ void Trainer::Impl::resumeIfAsked() {
     parts_.progress.grad_accumulation = plan.grad_accumulation;
     parts_.progress.samples_seen = plan.samples_seen;
     parts_.shares->restore(plan.batch_shares);
-    for (const std::string& line : plan.notes) parts_.records.note(line);
+    for (const std::string& line : plan.notes) parts_.note(line);
     const std::string written = loaded.state.precision.empty() ? "fp32" : loaded.state.precision;
     const std::string now = precisionName(parts_.precision.precision);
     if (written != now) {
-      parts_.records.note("the checkpoint was written in " + written + " and training goes on in " +
-                          now + " (its weights and optimizer state are float32 in both)");
+      parts_.note("the checkpoint was written in " + written + " and training goes on in " + now +
+                  " (its weights and optimizer state are float32 in both)");
     }
   } catch (const ResumeError& e) {
     throw SetupError(e.what());

@@ -22,17 +22,15 @@
 #include "cumulus/diloco.h"
 #include "cumulus/elastic.h"
 #include "cumulus/preemption.h"
+#include "cumulus/recorder.h"
 #include "cumulus/run_directory.h"
 #include "cumulus/step_watchdog.h"
 #include "data/examples.h"
 #include "distributed/flat_parameters.h"
-#include "metrics/recorder.h"
-#include "metrics/run_records.h"
 #include "models/model.h"
 #include "trainer/batch_shares.h"
 #include "trainer/batch_source.h"
 #include "trainer/checkpoint_policy.h"
-#include "trainer/comm_bytes.h"
 #include "trainer/datasets.h"
 #include "trainer/evaluator.h"
 #include "trainer/loss.h"
@@ -81,6 +79,13 @@ struct TrainerParts {
     if (watchdog) watchdog->mark(phase);
   }
   bool inPlace() const { return elastic->inPlace(); }
+  // A line for the records: the recorder's once it exists, kept in `pending` until then (a
+  // warning as "warning: ...").
+  void note(const std::string& line);
+  void warning(const std::string& line);
+  // The lines set-up code left in `pending` (it reports into a list), to the recorder once it
+  // exists.
+  void flushPending();
   // The training state after `done` steps, as that step's checkpoint holds it (without the
   // residuals), in the membership `as`.
   Checkpoint checkpointAt(const RunEnv& as, int64_t done, double lr, bool preempted);
@@ -114,9 +119,11 @@ struct TrainerParts {
   GradientSync* sync = nullptr;            // own_sync, or in place the Elastic's
   DataParallel* distributed = nullptr;     // sync, when it is one
   std::shared_ptr<Evaluator> evaluator;
-  // The recorder of the current membership, the sinks and goodput account of the launch, and what
-  // set-up and the resume found until the records begin.
-  metrics::RunRecords records;
+  // The launch's records (<cumulus/recorder.h>, the one every Elastic loop has), from the loop's
+  // start on (StepLoop::beginRecords); what set-up and the resume found before it is kept in
+  // `pending`, and written first.
+  std::unique_ptr<cumulus::Recorder> recorder;
+  std::vector<std::string> pending;
   // The checkpoints, the run directory's guards and the residuals for the checkpoints.
   std::unique_ptr<RunCheckpoints> checkpoints;
   std::unique_ptr<StepWatchdog> watchdog;  // during run(), unless options.step_watchdog is off
@@ -149,7 +156,6 @@ class InPlaceRecovery {
   // Before a failure's re-forming, and after any change of membership.
   void failureSeen(const std::string& reason);
   void membershipChanged(const Membership& m);
-  void recordReform(const Membership& m, int64_t old_rank, int64_t old_world);
 
   TrainerParts& parts_;
   std::function<void()> rebuild_group_parts_;
@@ -181,18 +187,17 @@ class StepLoop {
   bool start();
   // The next step and the boundary after it (a re-forming on the way: kNext, from
   // elastic->step()).
-  Boundary stepAndBoundary(double loop_start, Evaluation& eval, RunResult& result);
+  Boundary stepAndBoundary(Evaluation& eval, RunResult& result);
   // The last step's boundary: DiLoCo's last round, the evaluation, the final weights, the last
   // checkpoint; run again on the re-formed group after a failure until it completes.
   void lastBoundary(Evaluation& eval);
   StepOutcome trainStep(int64_t step);
-  // `joiner`: this launch joined a running group in place (it has no goodput history).
-  void beginRecords(bool joiner);
+  void beginRecords();
   // The step watchdog (trainer.step_timeout_seconds), from the first step to the end of run().
   void startWatchdog();
   double forwardBackward(const StepBatch& batch);
   void optimizerStep(int64_t step);
-  void recordStep(int64_t step, const StepOutcome& outcome, double lr, double loop_start);
+  void recordStep(int64_t step, const StepOutcome& outcome, double lr);
   Evaluation evaluateAt(int64_t done, int64_t epoch);
   int64_t epochOfStep(int64_t done) const;  // the epoch step `done` was in, 1-based
   void stopAt(int64_t done, RunResult& result);
@@ -201,7 +206,6 @@ class StepLoop {
 
   TrainerParts& parts_;
   const InPlaceRecovery& recovery_;
-  CommBytesCounter comm_bytes_;  // StepRecord::comm_bytes_sent over every group of the launch
   bool ran_ = false;
 };
 

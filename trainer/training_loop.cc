@@ -9,11 +9,12 @@
 #include <fstream>
 #include <utility>
 
+#include "api/recorder_hooks.h"
 #include "configs/parse.h"
 #include "cumulus/checkpoint.h"
 #include "cumulus/process_group.h"
 #include "distributed/trace.h"
-#include "metrics/goodput.h"
+#include "metrics/recorder.h"
 #include "metrics/startup_profile.h"
 #include "trainer/diloco_training.h"
 #include "trainer/divergence.h"
@@ -64,11 +65,11 @@ RunResult StepLoop::run() {
     // The state a live peer sent (its error feedback starts at zero).
     parts_.start_step = parts_.progress.steps_done;
   } else {
-    parts_.checkpoints->restoreResiduals(parts_.records.pending());
+    parts_.checkpoints->restoreResiduals(parts_.pending);
     parts_.startupMark("broadcast");
   }
   if (parts_.writes()) prepareRunDir();
-  beginRecords(joiner);
+  beginRecords();
   startWatchdog();
   // However run() ends, nothing is watched after it.
   struct StopWatching {
@@ -82,26 +83,25 @@ RunResult StepLoop::run() {
   const double start = parts_.now();
   Evaluation eval;
   while (parts_.elastic->step() < parts_.total_steps) {
-    if (stepAndBoundary(start, eval, result) != Boundary::kNext) break;
+    if (stepAndBoundary(eval, result) != Boundary::kNext) break;
   }
   // The last boundary, unless the run stopped before it or resumed with nothing left to train.
   if (!result.preempted && parts_.start_step < parts_.total_steps) lastBoundary(eval);
   result.reforms = recovery_.reforms();
   parts_.watchdog.reset();
-  parts_.records.recorder().stepsEnded();
   if (parts_.start_step >= parts_.total_steps) {
     // Resumed from the last step's checkpoint: nothing to train, but the results are still the
     // model's, not zeros.
-    parts_.records.recorder().note("the run was already complete at step " +
-                                   std::to_string(parts_.total_steps) +
-                                   ": evaluating the checkpoint's model only");
+    parts_.recorder->note("the run was already complete at step " +
+                          std::to_string(parts_.total_steps) +
+                          ": evaluating the checkpoint's model only");
     eval = evaluateAt(parts_.total_steps, epochOfStep(parts_.total_steps));
   }
-  parts_.checkpoints->finish();
+  parts_.checkpoints->finish();  // the records of writes that end after the steps did
   if (!result.preempted) parts_.elastic->finish();
-  const int64_t ran = (result.preempted ? result.steps : parts_.total_steps) - parts_.start_step;
-  parts_.records.recorder().trained(parts_.start_step + ran, ran, parts_.now() - start);
   if (result.preempted) {
+    // A member that left on a notice records nothing more (the group trains on without it).
+    if (!result.left) parts_.recorder->preempted(result.checkpoint);
     result.seconds = parts_.now() - start;
     return result;
   }
@@ -132,25 +132,39 @@ bool StepLoop::start() {
   return admitted;
 }
 
-// The records' first lines: the model, the precision, what the run reads, what the resume found;
-// then the batch shares the launch starts with.
-void StepLoop::beginRecords(bool joiner) {
-  // A launch that resumed from a checkpoint takes over the goodput account of the launches before
-  // it; a joiner's launch starts its own.
-  metrics::GoodputHistory history;
-  if (parts_.writes() && parts_.start_step > 0 && !joiner) {
-    history = metrics::readGoodputHistory(parts_.config.trainer.run_dir + "/metrics.jsonl",
-                                          parts_.start_step);
+// The records (<cumulus/recorder.h>, as any Elastic loop's): their first lines are the model, the
+// precision, what the run reads and what set-up and the resume found; then the batch shares the
+// launch starts with. A launch that resumed from a checkpoint takes over the goodput account of
+// the launches before it.
+void StepLoop::beginRecords() {
+  const configs::TrainerConfig& t = parts_.config.trainer;
+  RecorderOptions o;
+  if (parts_.options.write_outputs) o.run_dir = t.run_dir;
+  o.total_steps = parts_.total_steps;
+  o.steps_per_epoch = parts_.batches->stepsPerEpoch();
+  o.log_every_steps = t.log_every_steps;
+  o.start_step = parts_.start_step;
+  o.console = parts_.options.console;
+  o.live_progress = parts_.options.live_progress;
+  o.log_all_ranks = t.log_all_ranks;
+  o.model = parts_.model->summary();
+  o.precision = parts_.precision;
+  if (parts_.config.comm.compression != Compression::kNone) {
+    o.compression = compressionName(parts_.config.comm.compression);
   }
-  metrics::RunStart begin{parts_.model->summary(), parts_.data_lines, parts_.start_step,
-                          parts_.total_steps, parts_.batches->stepsPerEpoch()};
-  begin.precision = precisionName(parts_.precision.precision);
-  begin.precision_requested = precisionName(parts_.precision.requested);
-  begin.precision_reason = parts_.precision.reason;
-  begin.precision_warning = parts_.precision.warning;
-  parts_.records.begin(std::move(begin), metrics::launchExecTime(), history);
-  parts_.shares->record("start", parts_.start_step, parts_.env.world_size,
-                        parts_.records.recorder());
+  o.diloco = parts_.diloco.get();
+  RecorderHooks hooks;
+  hooks.startup = parts_.options.startup;
+  if (parts_.options.metrics) {
+    hooks.wrap = [this](std::shared_ptr<metrics::MetricsRecorder> standard) {
+      return choose<metrics::MetricsRecorder>(parts_.options.metrics, std::move(standard),
+                                              "metrics");
+    };
+  }
+  parts_.recorder = makeRecorder(*parts_.elastic, std::move(o), std::move(hooks));
+  for (const std::string& line : parts_.data_lines) parts_.recorder->note(line);
+  parts_.flushPending();
+  parts_.shares->record("start", parts_.env.world_size, *parts_.recorder);
 }
 
 void StepLoop::startWatchdog() {
@@ -199,8 +213,7 @@ class MembersDrew {
 // Step boundaries (docs/design.md "A step"): the boundary's own work (balance, evaluation,
 // checkpoint) and the members' agreement, each of which a peer's failure may interrupt; Elastic
 // then re-forms the group and the loop goes on from parts_.elastic->step().
-StepLoop::Boundary StepLoop::stepAndBoundary(double loop_start, Evaluation& eval,
-                                             RunResult& result) {
+StepLoop::Boundary StepLoop::stepAndBoundary(Evaluation& eval, RunResult& result) {
   std::optional<StepOutcome> step;
   int64_t s = 0;
   double lr = 0;
@@ -212,9 +225,8 @@ StepLoop::Boundary StepLoop::stepAndBoundary(double loop_start, Evaluation& eval
   // A member that had completed the step sent its state: nothing of the step ran here to record.
   if (!step || parts_.elastic->step() != s + 1) return Boundary::kNext;
   result.step_losses.push_back(step->loss);
-  parts_.records.afterStep();
   // The step's record sums the loss over the ranks: a collective, so it is boundary work too.
-  const auto record = [&] { recordStep(s, *step, lr, loop_start); };
+  const auto record = [&] { recordStep(s, *step, lr); };
 
   const int64_t done = s + 1;
   if (done == parts_.total_steps) {
@@ -226,7 +238,7 @@ StepLoop::Boundary StepLoop::stepAndBoundary(double loop_start, Evaluation& eval
     record();
     // Before the checkpoints below, which keep the shares it sets.
     parts_.shares->atBoundary(done, parts_.group, parts_.progress.grad_accumulation,
-                              parts_.records.recorder());
+                              *parts_.recorder);
     if (parts_.evaluator->due(done)) eval = evaluateAt(done, step->epoch);
     parts_.checkpoints->save(parts_.checkpoints->dueAtStepEnd(done, false), done, lr);
   });
@@ -236,7 +248,7 @@ StepLoop::Boundary StepLoop::stepAndBoundary(double loop_start, Evaluation& eval
     result.preempted = true;
     result.left = true;
     result.steps = done;
-    parts_.records.recorder().warning(
+    parts_.recorder->warning(
         "preempted at step " + std::to_string(done) + ": rank " + std::to_string(parts_.env.rank) +
         " leaves the group, which trains on with " +
         std::to_string(parts_.env.world_size -
@@ -245,13 +257,12 @@ StepLoop::Boundary StepLoop::stepAndBoundary(double loop_start, Evaluation& eval
     return Boundary::kStop;
   }
   if (action == ElasticAction::kStop && !parts_.elastic->leaving().empty()) {
-    parts_.records.recorder().note(
-        "preemption notice for rank(s) " + rankList(parts_.elastic->leaving()) +
-        ": too few workers would remain, so every rank checkpoints and stops");
+    parts_.recorder->note("preemption notice for rank(s) " + rankList(parts_.elastic->leaving()) +
+                          ": too few workers would remain, so every rank checkpoints and stops");
   }
   if (action == ElasticAction::kCheckpoint) {
-    parts_.records.recorder().note("checkpoint requested at step " + std::to_string(done) +
-                                   "; training goes on");
+    parts_.recorder->note("checkpoint requested at step " + std::to_string(done) +
+                          "; training goes on");
   }
   const StepAction agreed = action == ElasticAction::kCheckpoint ? StepAction::kCheckpoint
                             : action == ElasticAction::kStop     ? StepAction::kStop
@@ -404,28 +415,20 @@ void StepLoop::optimizerStep(int64_t step) {
   parts_.optimizer->step(parts_.schedule->lr(step));
 }
 
-void StepLoop::recordStep(int64_t step, const StepOutcome& outcome, double lr, double loop_start) {
-  const int64_t done = step + 1;
-  if (step == parts_.start_step) {
-    parts_.startupMark("step");
-    parts_.records.recorder().firstStep(done, parts_.options.startup);
-  }
-  metrics::StepRecord record;
-  record.step = done;
-  record.epoch = outcome.epoch;
-  record.loss = outcome.loss;
-  record.lr = lr;
-  record.seconds = outcome.seconds;
-  record.comm_wait_seconds = outcome.comm_wait;
-  record.samples = outcome.samples;
-  record.local_samples = outcome.local_samples;
-  record.elapsed_seconds = parts_.now() - loop_start;
-  record.comm_bytes_sent = comm_bytes_.total(parts_.group);
-  if (parts_.diloco) {
-    record.outer_rounds = parts_.diloco->stats().rounds;
-    record.outer_wait_seconds = parts_.diloco->stats().wait_seconds;
-  }
-  parts_.records.recorder().step(record);
+void StepLoop::recordStep(int64_t step, const StepOutcome& outcome, double lr) {
+  if (step == parts_.start_step) parts_.startupMark("step");
+  StepMetrics metrics;
+  metrics.samples = outcome.local_samples;
+  metrics.global_samples = outcome.samples;
+  // The recorder takes this member's mean over its samples: the share of the global mean scaled
+  // back (a member with no samples of the step adds nothing).
+  metrics.loss = outcome.local_samples > 0 ? outcome.loss * static_cast<double>(outcome.samples) /
+                                                 static_cast<double>(outcome.local_samples)
+                                           : 0;
+  metrics.lr = lr;
+  metrics.seconds = outcome.seconds;
+  metrics.comm_wait_seconds = std::min(outcome.comm_wait, outcome.seconds);
+  parts_.recorder->step(metrics);
 }
 
 // In evaluation mode (no dropout) without gradients, then back to training.
@@ -456,7 +459,7 @@ Evaluation StepLoop::evaluateAt(int64_t done, int64_t epoch) {
     result.seconds = parts_.now() - start;
     parts_.model->train(true);
   }
-  parts_.records.recorder().evaluation(done, epoch, result);
+  parts_.recorder->evaluation(result.loss, result.accuracy, result.seconds);
   return result;
 }
 
@@ -465,8 +468,7 @@ void StepLoop::stopAt(int64_t done, RunResult& result) {
   parts_.elastic->waitForAll();  // no rank exits before rank 0's checkpoint is durable
   result.preempted = true;
   result.steps = done;
-  result.checkpoint = parts_.checkpoints->pathOf(done);
-  parts_.records.recorder().preempted(done, result.checkpoint);
+  result.checkpoint = parts_.checkpoints->pathOf(done);  // recorded once its write is (run())
 }
 
 // Rank 0 creates trainer.run_dir and writes the experiment there as config.yaml.
@@ -496,19 +498,10 @@ void StepLoop::finishRun(const Evaluation& last_eval, double loop_start, RunResu
   if (parts_.env.rank == 0 || parts_.inPlace() || parts_.config.trainer.log_all_ranks) {
     result.parameter_digest = parameterDigest(*parts_.model);
   }
-  metrics::RunSummary summary;
-  summary.steps = result.steps;
-  summary.epochs = result.epochs;
-  summary.test = last_eval;
-  summary.wall_seconds = result.seconds;
-  summary.parameters = parts_.model->parameterCount();
-  summary.parameter_digest = result.parameter_digest;
-  summary.comm_bytes_sent = comm_bytes_.total(parts_.group);
-  if (parts_.diloco) {
-    summary.outer_rounds = parts_.diloco->stats().rounds;
-    summary.outer_wait_seconds = parts_.diloco->stats().wait_seconds;
-  }
-  parts_.records.recorder().finished(summary);
+  RunTotals totals;
+  totals.parameters = parts_.model->parameterCount();
+  totals.parameter_digest = result.parameter_digest;
+  parts_.recorder->finish(totals);
 }
 
 }  // namespace cumulus::trainer

@@ -393,8 +393,11 @@ int train(const Flags& flags) {
   }
   elastic.finish();
   if (elastic.rank() == 0) recorder.checkpoint([&] { return save(job, elastic, false); });
-  recorder.finish();
-  std::printf("final parameters %s at step %lld\n", parametersDigest(job.net).c_str(),
+  cumulus::RunTotals totals;  // the summary says them
+  for (const torch::Tensor& p : job.net->parameters()) totals.parameters += p.numel();
+  totals.parameter_digest = parametersDigest(job.net);
+  recorder.finish(totals);
+  std::printf("final parameters %s at step %lld\n", totals.parameter_digest.c_str(),
               static_cast<long long>(elastic.step()));
   return 0;
 }

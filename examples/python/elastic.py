@@ -215,8 +215,9 @@ def main():
     elastic.finish()
     if elastic.rank == 0:
         recorder.checkpoint(lambda: save(False))
-    recorder.finish()
-    print(f"final parameters {digest(model)} at step {elastic.step}", flush=True)
+    final = digest(model)
+    recorder.finish(model=model, parameter_digest=final)  # the summary says both
+    print(f"final parameters {final} at step {elastic.step}", flush=True)
     return 0
 
 

@@ -2,7 +2,8 @@
 // <cumulus/recorder.h>: what a training loop of one's own says about its run, written as
 // cumulus-train writes it (docs/observability.md): progress lines on the console, metrics.jsonl,
 // TensorBoard event files, and the job's live endpoint and dashboard under
-// `cumulus-run --metrics-port`, with the goodput split of where the wall time went.
+// `cumulus-run --metrics-port`, with the goodput split of where the wall time went. cumulus-train
+// records through this class too: what its records hold, a loop's can.
 //
 //   cumulus::Elastic elastic(...);
 //   cumulus::RecorderOptions options;
@@ -53,8 +54,11 @@
 #include <utility>
 #include <vector>
 
+#include "cumulus/precision.h"
+
 namespace cumulus {
 
+class DiLoCo;
 class Elastic;
 class ProcessGroup;
 
@@ -74,7 +78,17 @@ struct RecorderOptions {
   bool live = true;         // the live endpoint, when cumulus-run --metrics-port asks for it
   std::ostream* console = &std::cout;  // progress lines (rank 0); null: silent
   bool live_progress = false;  // one status line redrawn with '\r' instead of a line per record
+  bool log_all_ranks = false;  // every member prints its progress lines, not rank 0 alone
   std::string model;           // a line "model: ..." at the start; empty: none
+  // The precision the loop trains in, as choosePrecision() chose it: a "precision" record and a
+  // line at the start. Unset: not said.
+  std::optional<PrecisionChoice> precision;
+  // The gradients' compression on the wire ("bf16", DataParallelOptions::compression), which the
+  // resume and summary records name; empty: none.
+  std::string compression;
+  // A DiLoCo loop's outer syncs (must outlive the recorder): each train record and the summary
+  // carry its rounds and the time waited for them (DiLoCoStats). Null: not that kind of loop.
+  const DiLoCo* diloco = nullptr;
 };
 
 // One step as this member saw it.
@@ -84,6 +98,29 @@ struct StepMetrics {
   double lr = 0;
   // The group's samples in the step; 0: `samples` times the group's size (equal shares).
   int64_t global_samples = 0;
+  // The step's wall time and, of it, the wait for the gradients' sum, for a loop that timed them
+  // itself (its own all-reduce, DiLoCo's outer wait); negative: Elastic's (train()'s attempt and
+  // sync()'s wait).
+  double seconds = -1;
+  double comm_wait_seconds = -1;
+};
+
+// A checkpoint the program saved and timed itself (a background write that ended after training
+// went on, say): Recorder::checkpointSaved.
+struct CheckpointSaved {
+  int64_t step = 0;
+  std::string path;
+  double stall_seconds = 0;   // the training thread's pause for it (the goodput's checkpoint time)
+  double encode_seconds = 0;  // of the save: turning the state into bytes
+  double write_seconds = 0;   // and writing them
+  uint64_t bytes = 0;
+  std::vector<std::string> warnings;  // retention's, say: written with the record
+};
+
+// What the summary says of the model at the end of the run (Recorder::finish).
+struct RunTotals {
+  int64_t parameters = 0;        // 0: not said
+  std::string parameter_digest;  // a hash of the final parameters; empty: not said
 };
 
 // The split of where the wall time went, in seconds (cumulative over the run, every launch).
@@ -130,6 +167,21 @@ class Recorder {
   // Returns save's path. A save that throws writes a "checkpoint_failed" record {"step", "error",
   // "in_a_row", "newest_valid"} (the last path this recorder saw saved) and the exception goes on.
   std::string checkpoint(const std::function<std::string()>& save);
+  // A save the program ran and timed itself, at `saved.step` (a "checkpoint" record as
+  // checkpoint() writes; its stall counted once, as there), and a save that failed at `step`: a
+  // "checkpoint_failed" record with the failures in a row and `max_failures` (the program's
+  // limit, for the reader; 0: none said). A write that ends after the steps did is recorded
+  // before finish() or preempted().
+  void checkpointSaved(const CheckpointSaved& saved);
+  // `newest_valid`: the newest checkpoint the program knows to be whole (one an earlier launch
+  // saved, say); empty: the last one this recorder saw saved.
+  void checkpointFailed(int64_t step, const std::string& error, int64_t max_failures = 0,
+                        const std::string& newest_valid = "");
+  // The records follow the membership that just formed: called from Elastic::onMembershipChange's
+  // callback, a re-forming's "reform" record and its line ("re-formed in place: epoch 1, rank 0
+  // of 3 (was rank 0 of 4), training from step 10 in 412 ms; ...", on every member) come as it
+  // happens; otherwise the next call of the recorder makes them.
+  void membershipChanged();
   // The launch stops at a notice (a boundary that agreed kStop; call it after waitForAll(), on
   // every member): a "preempted" record {"step", "checkpoint"} and the launch's "trained" and
   // goodput records, which the next launch (start_step = the checkpoint's step) continues from.
@@ -140,8 +192,9 @@ class Recorder {
   void note(const std::string& text);
   void warning(const std::string& text);
   // The end of the run: the "trained" and goodput records, and the summary (steps, wall time,
-  // the last evaluation). Once; everything after it (or after preempted()) is std::logic_error.
-  void finish();
+  // the last evaluation, `totals`). Once; everything after it (or after preempted()) is
+  // std::logic_error.
+  void finish(const RunTotals& totals = {});
 
   // The split now, on this member (every member keeps one).
   Goodput goodput() const;
@@ -151,6 +204,7 @@ class Recorder {
   struct Impl;
 
  private:
+  friend struct RecorderAccess;  // api/recorder_hooks.h
   std::unique_ptr<Impl> impl_;
 };
 

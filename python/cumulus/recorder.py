@@ -33,6 +33,7 @@ import os
 import torch
 
 from . import _C
+from .diloco import DiLoCo
 
 
 def _number(value, what):
@@ -55,27 +56,41 @@ class Recorder:
     start_step: the step a resumed launch starts from (its checkpoint's): metrics.jsonl is
         continued after it, and the goodput account of the launches before it taken over.
     tensorboard, live, console: each output on (True) or off.
+    log_all_ranks: every member prints its progress lines, not rank 0 alone.
     model: a line "model: ..." at the start.
+    diloco: a cumulus.DiLoCo whose outer rounds, and the time waited for them, each train record
+        and the summary carry; Recorder(diloco, ...) is Recorder(its elastic, diloco=diloco).
     """
 
     def __init__(self, elastic, run_dir="", *, total_steps=0, steps_per_epoch=0,
                  log_every_steps=10, start_step=0, tensorboard=True, live=True, console=True,
-                 model=""):
+                 model="", log_all_ranks=False, diloco=None):
+        if diloco is None and isinstance(elastic, DiLoCo):
+            diloco, elastic = elastic, elastic._elastic
         core = getattr(elastic, "_core", elastic)
+        if diloco is not None and not isinstance(diloco, DiLoCo):
+            raise TypeError(f"cumulus.Recorder: diloco={diloco!r} is not a cumulus.DiLoCo")
+        diloco_core = None if diloco is None else diloco._core
         try:
             self._core = _C.RecorderCore(core, str(run_dir), int(total_steps), int(steps_per_epoch),
                                          int(log_every_steps), int(start_step), bool(tensorboard),
-                                         bool(live), bool(console), str(model))
+                                         bool(live), bool(console), str(model),
+                                         bool(log_all_ranks), diloco_core)
         except TypeError:
             raise TypeError(f"cumulus.Recorder: {elastic!r} is not a cumulus.Elastic") from None
         self._elastic = elastic
 
-    def step(self, loss, samples, lr=0.0, global_samples=0):
+    def step(self, loss, samples, lr=0.0, global_samples=0, seconds=None,
+             comm_wait_seconds=None):
         """After each train() that committed a step, on every member: this member's mean loss
         (a number or a one-element tensor), its samples in the step, the learning rate, and the
-        group's samples (0: samples times the group's size)."""
+        group's samples (0: samples times the group's size). `seconds` and `comm_wait_seconds`:
+        the step's time and its wait for the gradients' sum, for a loop that timed them itself
+        (its own all-reduce); None: Elastic's."""
         self._core.step(_number(loss, "Recorder.step loss"), int(samples),
-                        _number(lr, "Recorder.step lr"), int(global_samples))
+                        _number(lr, "Recorder.step lr"), int(global_samples),
+                        -1.0 if seconds is None else float(seconds),
+                        -1.0 if comm_wait_seconds is None else float(comm_wait_seconds))
 
     def scalar(self, name, value):
         """A series of the program's own at the current step: metrics.jsonl's "scalar" record,
@@ -104,6 +119,24 @@ class Recorder:
         """
         return self._core.checkpoint(lambda: os.fspath(save()))
 
+    def checkpoint_saved(self, step, path, stall_seconds, encode_seconds=0.0, write_seconds=0.0,
+                         bytes=0):
+        """A save the program ran and timed itself (a background write that finished after
+        training went on, say): a "checkpoint" record, its stall counted once."""
+        self._core.checkpoint_saved(int(step), os.fspath(path), float(stall_seconds),
+                                    float(encode_seconds), float(write_seconds), int(bytes))
+
+    def checkpoint_failed(self, step, error, max_failures=0, newest_valid=""):
+        """A save that failed at `step`: a "checkpoint_failed" record with the failures in a row,
+        the program's limit and the newest checkpoint known whole ("": the last one seen saved)."""
+        self._core.checkpoint_failed(int(step), str(error), int(max_failures),
+                                     os.fspath(newest_valid))
+
+    def membership_changed(self):
+        """From Elastic's membership callback: the re-forming's record and line now, rather
+        than at the next call."""
+        self._core.membership_changed()
+
     def preempted(self, checkpoint):
         """The launch stops at a notice (after a STOP boundary's save and wait_for_all(), on
         every member): a "preempted" record and this launch's trained and goodput records, which
@@ -116,9 +149,12 @@ class Recorder:
     def warning(self, text):
         self._core.warning(str(text))
 
-    def finish(self):
-        """The run's end: the trained, goodput and summary records. Once."""
-        self._core.finish()
+    def finish(self, model=None, parameter_digest=""):
+        """The run's end: the trained, goodput and summary records. Once. `model` (a
+        torch.nn.Module): the summary says its parameter count; `parameter_digest`: a hash of the
+        final parameters it says too."""
+        parameters = 0 if model is None else sum(p.numel() for p in model.parameters())
+        self._core.finish(int(parameters), str(parameter_digest))
 
     @property
     def goodput(self):

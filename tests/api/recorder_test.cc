@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -359,6 +360,112 @@ TEST(RecorderTest, BadInputIsAClearErrorOrADocumentedDrop) {
   EXPECT_FALSE(summary[0].contains("test_loss"));  // no evaluation ran
   EXPECT_EQ(ofType(records, "train").at(0)["loss"], 2);
   EXPECT_FALSE(std::filesystem::exists(dir / "tensorboard"));
+}
+
+// What cumulus-train tells its recorder, any loop can: its precision, the shares it starts with
+// (before the first step), steps it timed itself, saves timed in parts and failures with its
+// limit, and the model's totals in the summary.
+TEST(RecorderTest, WhatCumulusTrainTellsItsRecorderAnyLoopCanTell) {
+  const std::filesystem::path dir = testing::freshTestDir("recorder");
+  Elastic elastic(nullptr, quietOptions());
+  elastic.setState({[] { return Checkpoint{}; }, [](const Checkpoint&) {}, "alone"});
+  std::ostringstream console;
+  RecorderOptions ro = silentInto(dir, 2);
+  ro.console = &console;
+  PrecisionChoice precision;
+  precision.requested = Precision::kAuto;
+  precision.precision = Precision::kBf16;
+  precision.reason = "auto: a test";
+  ro.precision = precision;
+  Recorder recorder(elastic, ro);
+  ASSERT_TRUE(elastic.start(0));
+  recorder.balance({8}, {}, 1, "start");
+  elastic.train([] {});
+  StepMetrics timed;
+  timed.loss = 1;
+  timed.samples = 8;
+  timed.seconds = 0.5;
+  timed.comm_wait_seconds = 0.125;
+  StepMetrics wrong = timed;
+  wrong.comm_wait_seconds = 0.75;
+  try {
+    recorder.step(wrong);
+    ADD_FAILURE() << "a wait longer than its step was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "Recorder::step: comm_wait_seconds is more than seconds");
+  }
+  recorder.step(timed);
+  recorder.checkpointFailed(1, "disk full", 3);
+  recorder.checkpointFailed(1, "disk still full", 3);
+  CheckpointSaved saved;
+  saved.step = 1;
+  saved.path = (dir / "step-1").string();
+  saved.stall_seconds = 0.25;
+  saved.encode_seconds = 0.5;
+  saved.write_seconds = 0.75;
+  saved.bytes = 2'000'000;
+  saved.warnings = {"kept 1 checkpoint of 2"};
+  const double before = recorder.goodput().checkpoint;
+  recorder.checkpointSaved(saved);
+  EXPECT_DOUBLE_EQ(recorder.goodput().checkpoint - before, 0.25);
+  recorder.checkpointFailed(1, "disk full once more", 0);
+  EXPECT_THROW(recorder.checkpointFailed(1, "x", -1), std::invalid_argument);
+  saved.stall_seconds = -1;
+  EXPECT_THROW(recorder.checkpointSaved(saved), std::invalid_argument);
+  elastic.train([] {});
+  StepMetrics plain;
+  plain.samples = 8;
+  recorder.step(plain);
+  RunTotals totals;
+  totals.parameters = 123;
+  totals.parameter_digest = "0123abcd";
+  recorder.finish(totals);
+
+  const auto records = readRecords(dir / "metrics.jsonl");
+  const auto precision_records = ofType(records, "precision");
+  ASSERT_EQ(precision_records.size(), 1u);
+  EXPECT_EQ(precision_records[0]["precision"], "bf16");
+  EXPECT_EQ(precision_records[0]["requested"], "auto");
+  EXPECT_EQ(precision_records[0]["reason"], "auto: a test");
+  // The start shares come before the first train record (the dashboard draws them from step 0).
+  const auto first_of = [&](const std::string& type) {
+    return std::find_if(records.begin(), records.end(),
+                        [&](const nlohmann::json& r) { return r.value("type", "") == type; }) -
+           records.begin();
+  };
+  ASSERT_EQ(ofType(records, "balance").size(), 1u);
+  EXPECT_EQ(ofType(records, "balance")[0]["reason"], "start");
+  EXPECT_EQ(ofType(records, "balance")[0]["step"], 0);
+  EXPECT_LT(first_of("balance"), first_of("train"));
+  const auto train = ofType(records, "train");
+  ASSERT_EQ(train.size(), 2u);
+  EXPECT_DOUBLE_EQ(train[0]["step_time_ms"].get<double>(), 500);
+  EXPECT_DOUBLE_EQ(train[0]["comm_wait_ms"].get<double>(), 125);
+  EXPECT_DOUBLE_EQ(train[0]["compute_ms"].get<double>(), 375);
+  const auto checkpoints = ofType(records, "checkpoint");
+  ASSERT_EQ(checkpoints.size(), 1u);
+  EXPECT_EQ(checkpoints[0]["path"], saved.path);
+  EXPECT_DOUBLE_EQ(checkpoints[0]["stall_ms"].get<double>(), 250);
+  const auto failed = ofType(records, "checkpoint_failed");
+  ASSERT_EQ(failed.size(), 3u);
+  EXPECT_EQ(failed[0]["in_a_row"], 1);
+  EXPECT_EQ(failed[1]["in_a_row"], 2);
+  EXPECT_EQ(failed[1]["newest_valid"], "");
+  EXPECT_EQ(failed[2]["in_a_row"], 1);  // the save between ended the run of failures
+  EXPECT_EQ(failed[2]["newest_valid"], saved.path);
+  const auto summary = ofType(records, "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0]["parameters"], 123);
+  const std::string out = console.str();
+  EXPECT_NE(out.find("precision: bf16 (auto: a test)"), std::string::npos) << out;
+  EXPECT_NE(out.find("checkpoint step 1: " + saved.path +
+                     " (stall 250.00 ms, encode 0.500 s, write 0.750 s, 2.0 MB)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("warning: kept 1 checkpoint of 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("(2 in a row; the run stops at 3): disk still full"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("final parameters sha256 0123abcd"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -430,6 +430,16 @@ class ElasticEdges(unittest.TestCase):
             size = len(r["shares"])
             self.assertEqual(r["shares"], [48 // size] * size, r)
         self.assertEqual(reforms[-1]["shares"], [16, 16, 16], reforms)
+        # The recorder follows the re-formings (Recorder.membership_changed in the callback): the
+        # last is the replacement's join into three; the summary has the model's 740 parameters
+        # (Linear 16x32, batch norm 32, Linear 32x4).
+        reformed = [r for r in records if r["type"] == "reform"]
+        self.assertTrue(reformed, records)
+        self.assertEqual((reformed[-1]["cause"], reformed[-1]["world_size"]), ("join", 3),
+                         reformed)
+        summary = [r for r in records if r["type"] == "summary"]
+        self.assertEqual(len(summary), 1, records)
+        self.assertEqual(summary[0]["parameters"], 740, summary)
 
 
 if __name__ == "__main__":

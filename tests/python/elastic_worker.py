@@ -79,14 +79,19 @@ def main():
     config = f"hidden {args.hidden}, batch norm {args.batch_norm}, steps {args.steps}"
     elastic = cumulus.Elastic(model, optimizer, sampler=sampler, config=config,
                               wait_for_members=args.wait_for)
-    if args.print_membership:
-        elastic.on_membership_change(lambda m: print(
-            f"membership: epoch {m.epoch}, rank {m.rank} of {m.size}, step {m.step} "
-            f"({m.cause} in {m.seconds:.3f} s), pid {os.getpid()}", flush=True))
-    raise_step, _, raise_rank = args.raise_at.partition("@")
-    slow_rank, _, slow_ms = args.slow.partition(":")
     recorder = (cumulus.Recorder(elastic, args.run_dir, total_steps=args.steps, console=False)
                 if args.run_dir else None)
+
+    def membership_changed(m):
+        if args.print_membership:
+            print(f"membership: epoch {m.epoch}, rank {m.rank} of {m.size}, step {m.step} "
+                  f"({m.cause} in {m.seconds:.3f} s), pid {os.getpid()}", flush=True)
+        if recorder:
+            recorder.membership_changed()  # the re-forming's record now
+
+    elastic.on_membership_change(membership_changed)
+    raise_step, _, raise_rank = args.raise_at.partition("@")
+    slow_rank, _, slow_ms = args.slow.partition(":")
     shares = (cumulus.BatchShares(elastic, args.batch, every_steps=10, recorder=recorder)
               if args.balance else None)
     ledger = open(os.path.join(args.ledger, f"rank{rank}.txt"), "w") if args.ledger else None
@@ -134,7 +139,7 @@ def main():
             elastic.boundary()
     elastic.finish()
     if recorder:
-        recorder.finish()
+        recorder.finish(model=model, parameter_digest=digest(model))
     print(f"final parameters {digest(model)} at step {elastic.step}", flush=True)
     return 0
 
