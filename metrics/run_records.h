@@ -34,19 +34,14 @@ class RunRecords {
   std::vector<std::shared_ptr<RecordSink>> sinks(bool writes, const base::RunEnv& env);
   const std::shared_ptr<GoodputAccount>& goodput() const { return goodput_; }
 
-  // The current membership's recorder, from use() on. current() is the handle itself, for a part
-  // that reads it at each use (RunCheckpoints).
+  // The current membership's recorder, from use() on.
   void use(std::shared_ptr<MetricsRecorder> recorder) { recorder_ = std::move(recorder); }
   MetricsRecorder& recorder() { return *recorder_; }
-  const std::shared_ptr<MetricsRecorder>& current() const { return recorder_; }
 
   // Lines for the records: the recorder's once they began, otherwise kept for begin(). A warning
-  // kept is written as "warning: …" (unless it says so already). pending() is the lines kept, for
-  // set-up code that reports into a list.
+  // kept is written as "warning: …" (unless it says so already).
   void note(const std::string& line);
   void warning(const std::string& line);
-  std::vector<std::string>& pending() { return pending_; }
-  bool begun() const { return begun_; }
 
   // The records' first lines: `start` with the kept lines after its own notes. The goodput
   // account starts from the launch's exec time and `history` (the launches before a resume).
