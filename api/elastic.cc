@@ -62,8 +62,6 @@ struct Inside {
   int& depth;
   explicit Inside(int& d) : depth(d) { ++depth; }
   ~Inside() { --depth; }
-  Inside(const Inside&) = delete;
-  Inside& operator=(const Inside&) = delete;
 };
 
 }  // namespace
@@ -108,6 +106,28 @@ struct Elastic::Impl {
     if (checkpoint_since < 0) return;
     times.checkpoint += seconds() - checkpoint_since;
     checkpoint_since = -1;
+  }
+
+  // fn, the program's work between steps, timed in at_boundary: false when a peer's failure in it
+  // re-formed the group (if `may_reform`; otherwise, or without recovery in place, the failure is
+  // rethrown). Nested in another's fn, it just runs fn: a failure ends the outer one.
+  bool betweenSteps(const std::function<void()>& fn, bool may_reform) {
+    if (boundary_depth > 0) {
+      fn();
+      return true;
+    }
+    const double entered = seconds();
+    try {
+      const Inside inside(boundary_depth);
+      fn();
+      times.at_boundary += seconds() - entered;
+      return true;
+    } catch (const CommError& e) {
+      times.at_boundary += seconds() - entered;
+      if (!elastic || !recoverable(e) || !may_reform) throw;
+      recover(seconds(), e.what());
+      return false;
+    }
   }
 
   ProcessGroup& group() {
@@ -527,47 +547,16 @@ ElasticAction Elastic::Impl::decideBoundary() {
 bool Elastic::atBoundary(const std::function<void()>& fn) {
   Impl& m = *impl_;
   if (!m.started) throw std::logic_error("Elastic::atBoundary: call start() first");
-  if (m.boundary_depth > 0) {  // inside another's fn: a failure ends that one
-    fn();
-    return true;
-  }
-  if (m.elastic && m.step == m.skip_boundary_at) return false;
+  if (m.boundary_depth == 0 && m.elastic && m.step == m.skip_boundary_at) return false;
   m.settleCheckpoint();
-  const double entered = seconds();
-  try {
-    const Inside inside(m.boundary_depth);
-    fn();
-    m.times.at_boundary += seconds() - entered;
-    return true;
-  } catch (const CommError& e) {
-    m.times.at_boundary += seconds() - entered;
-    if (!m.elastic || !recoverable(e)) throw;
-    m.recover(seconds(), e.what());
-    return false;
-  }
+  return m.betweenSteps(fn, true);
 }
 
 void Elastic::atEnd(const std::function<void()>& fn) {
   Impl& m = *impl_;
   if (!m.started) throw std::logic_error("Elastic::atEnd: call start() first");
-  if (m.boundary_depth > 0) {  // inside another's fn: a failure ends that one
-    fn();
-    return;
-  }
   m.settleCheckpoint();
-  for (int reforms = 0;;) {
-    const double entered = seconds();
-    try {
-      const Inside inside(m.boundary_depth);
-      fn();
-      m.times.at_boundary += seconds() - entered;
-      return;
-    } catch (const CommError& e) {
-      m.times.at_boundary += seconds() - entered;
-      if (!m.elastic || !recoverable(e) || ++reforms > kMaxReformsWithoutProgress) throw;
-      m.recover(seconds(), e.what());
-    }
-  }
+  for (int reforms = 0; !m.betweenSteps(fn, reforms < kMaxReformsWithoutProgress);) ++reforms;
 }
 
 const std::vector<int>& Elastic::leaving() const { return impl_->leaving; }

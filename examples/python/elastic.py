@@ -138,9 +138,10 @@ def main():
     if resumed and elastic.rank == 0 and elastic.epoch == 0:
         print(f"resumed at step {resumed}", flush=True)
     # This script prints its own lines; the recorder writes the files and feeds the endpoint.
+    # With DiLoCo its records carry the outer rounds and the time waited for them.
     recorder = cumulus.Recorder(elastic, args.run_dir, total_steps=args.steps,
                                 log_every_steps=args.log_every, start_step=resumed,
-                                console=False)
+                                console=False, diloco=diloco)
     shares = (cumulus.BatchShares(elastic, args.batch, every_steps=args.balance_every,
                                   recorder=recorder) if args.balance else None)
     if shares and shares.restored and elastic.rank == 0:

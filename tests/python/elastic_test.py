@@ -175,7 +175,16 @@ class ElasticExample(unittest.TestCase):
             code, output = run(tmp, "--wait-for", "3", "--diloco", "8", "--fragments", "2",
                                "--overlap", "--outer-compression", "int8",
                                on_line=kill_rank_one_after(SIGNAL_AFTER + 3, killed))
+            train, summary = records(tmp, "train"), records(tmp, "summary")
         self.assertTrue(killed, output)
+        # The recorder was given the DiLoCo: its train records and summary count the outer rounds
+        # (a fragment every 4 steps), never fewer from one record to the next.
+        rounds = [r["outer_rounds"] for r in train]
+        self.assertEqual(rounds, sorted(rounds), train)
+        self.assertGreaterEqual(rounds[-1], 90, train)
+        self.assertTrue(all(r["outer_wait_s"] >= 0 for r in train), train)
+        self.assertEqual(len(summary), 1, summary)
+        self.assertGreaterEqual(summary[0]["outer_rounds"], rounds[-1], summary)
         self.assertEqual(code, 0, output)
         last = [m for m in memberships(output) if m["epoch"] == max(
             n["epoch"] for n in memberships(output))]
@@ -295,8 +304,75 @@ def run_worker(*flags, on_line=None, timeout=240):
                    seen, timeout)
 
 
+# A loop alone (a world of one, no launcher) telling its recorder what cumulus-train tells its
+# own: steps it timed itself, saves timed in parts, a failed save with its limit, the model.
+RECORDER_CALLS = """
+import os, sys, torch, cumulus
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+sampler = cumulus.DistributedSampler(16, 4, seed=1)
+elastic = cumulus.Elastic(model, optimizer, sampler=sampler, config="alone")
+run_dir = sys.argv[1]
+try:
+    cumulus.Recorder(elastic, run_dir, diloco=object())
+except TypeError as e:
+    print("refused:", e)
+recorder = cumulus.Recorder(elastic, run_dir, total_steps=2, console=False, tensorboard=False)
+assert elastic.start(0)
+
+def step():
+    optimizer.zero_grad()
+    elastic.backward(model(torch.ones(4, 4)).sum())
+    optimizer.step()
+    sampler.advance()
+
+elastic.train(step)
+try:
+    recorder.step(1.0, samples=4, seconds=0.5, comm_wait_seconds=0.75)
+except ValueError as e:
+    print("refused:", e)
+recorder.step(1.0, samples=4, seconds=0.5, comm_wait_seconds=0.125)
+recorder.checkpoint_failed(1, "disk full", max_failures=3)
+recorder.checkpoint_saved(1, os.path.join(run_dir, "step-1"), 0.25, encode_seconds=0.5,
+                          write_seconds=0.75, bytes=1000)
+recorder.checkpoint_failed(1, "disk full again", max_failures=3)
+elastic.boundary()
+elastic.train(step)
+recorder.step(1.0, samples=4)
+elastic.finish()
+recorder.finish(model=model, parameter_digest="ab")
+"""
+
+
 class ElasticEdges(unittest.TestCase):
     """What recovery in place must not mistake for a lost machine, and replicas with buffers."""
+
+    def test_a_loop_tells_its_recorder_what_cumulus_train_tells_its_own(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run([sys.executable, "-c", RECORDER_CALLS, tmp],
+                                  env=dict(os.environ, PYTHONPATH=PACKAGE_DIR, OMP_NUM_THREADS="1"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=120)
+            self.assertEqual(done.returncode, 0, done.stdout)
+            with open(os.path.join(tmp, "metrics.jsonl")) as f:
+                written = [json.loads(line) for line in f]
+        self.assertIn("refused: cumulus.Recorder: diloco=<object object at", done.stdout)
+        self.assertIn("refused: Recorder::step: comm_wait_seconds is more than seconds",
+                      done.stdout)
+        train = [r for r in written if r["type"] == "train"]
+        self.assertEqual([r["step"] for r in train], [1, 2], written)
+        self.assertEqual((train[0]["step_time_ms"], train[0]["comm_wait_ms"],
+                          train[0]["compute_ms"]), (500.0, 125.0, 375.0), train)
+        saved = [r for r in written if r["type"] == "checkpoint"]
+        self.assertEqual([(r["step"], r["stall_ms"]) for r in saved], [(1, 250.0)], written)
+        failed = [r for r in written if r["type"] == "checkpoint_failed"]
+        self.assertEqual([(r["in_a_row"], r["newest_valid"]) for r in failed],
+                         [(1, ""), (1, os.path.join(tmp, "step-1"))], written)
+        goodput = [r for r in written if r["type"] == "goodput"]
+        self.assertEqual(goodput[0]["checkpoint_s"], 0.25, goodput)
+        summary = [r for r in written if r["type"] == "summary"]
+        self.assertEqual(len(summary), 1, written)
+        self.assertEqual(summary[0]["parameters"], 10, summary)  # Linear(4, 2): 8 weights, 2 biases
 
     def test_an_exception_in_one_ranks_step_ends_the_job_with_its_traceback(self):
         code, output = run_worker("--raise-at", "20@1")
