@@ -177,11 +177,11 @@ class ElasticExample(unittest.TestCase):
                                on_line=kill_rank_one_after(SIGNAL_AFTER + 3, killed))
             train, summary = records(tmp, "train"), records(tmp, "summary")
         self.assertTrue(killed, output)
-        # The recorder was given the DiLoCo: its train records and summary count the outer rounds
-        # (a fragment every 4 steps), never fewer from one record to the next.
+        # The recorder was given the DiLoCo: its train records and summary count the writer's
+        # outer rounds (a fragment every 4 steps: 100 in 400 steps; at least 50 even when the
+        # writer at the end is the replacement, healed after step 103).
         rounds = [r["outer_rounds"] for r in train]
-        self.assertEqual(rounds, sorted(rounds), train)
-        self.assertGreaterEqual(rounds[-1], 90, train)
+        self.assertGreaterEqual(rounds[-1], 50, train)
         self.assertTrue(all(r["outer_wait_s"] >= 0 for r in train), train)
         self.assertEqual(len(summary), 1, summary)
         self.assertGreaterEqual(summary[0]["outer_rounds"], rounds[-1], summary)
