@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -52,6 +53,39 @@ py::dict goodputDict(const Goodput& g) {
   return d;
 }
 
+// RecorderCore(...): the options cumulus.Recorder passes, by name there.
+std::unique_ptr<Recorder> newRecorder(Elastic& elastic, const std::string& run_dir,
+                                      int64_t total_steps, int64_t steps_per_epoch,
+                                      int64_t log_every_steps, int64_t start_step, bool tensorboard,
+                                      bool live, bool console, const std::string& model,
+                                      bool log_all_ranks, const DiLoCo* diloco) {
+  RecorderOptions o;
+  o.run_dir = run_dir;
+  o.total_steps = total_steps;
+  o.steps_per_epoch = steps_per_epoch;
+  o.log_every_steps = log_every_steps;
+  o.start_step = start_step;
+  o.tensorboard = tensorboard;
+  o.live = live;
+  o.console = console ? &std::cout : nullptr;
+  o.model = model;
+  o.log_all_ranks = log_all_ranks;
+  o.diloco = diloco;
+  return std::make_unique<Recorder>(elastic, std::move(o));
+}
+
+void checkpointSaved(Recorder& r, int64_t step, const std::string& path, double stall_seconds,
+                     double encode_seconds, double write_seconds, uint64_t bytes) {
+  CheckpointSaved saved;
+  saved.step = step;
+  saved.path = path;
+  saved.stall_seconds = stall_seconds;
+  saved.encode_seconds = encode_seconds;
+  saved.write_seconds = write_seconds;
+  saved.bytes = bytes;
+  r.checkpointSaved(saved);
+}
+
 }  // namespace
 
 void bindRecorder(py::module_& m) {
@@ -62,25 +96,7 @@ void bindRecorder(py::module_& m) {
       py::cpp_function([](const Elastic& e) { return e.left(); }, py::is_method(core));
 
   py::class_<Recorder>(m, "RecorderCore", "cumulus::Recorder; use cumulus.Recorder")
-      .def(py::init([](Elastic& elastic, const std::string& run_dir, int64_t total_steps,
-                       int64_t steps_per_epoch, int64_t log_every_steps, int64_t start_step,
-                       bool tensorboard, bool live, bool console, const std::string& model,
-                       bool log_all_ranks, const DiLoCo* diloco) {
-             RecorderOptions o;
-             o.run_dir = run_dir;
-             o.total_steps = total_steps;
-             o.steps_per_epoch = steps_per_epoch;
-             o.log_every_steps = log_every_steps;
-             o.start_step = start_step;
-             o.tensorboard = tensorboard;
-             o.live = live;
-             o.console = console ? &std::cout : nullptr;
-             o.model = model;
-             o.log_all_ranks = log_all_ranks;
-             o.diloco = diloco;
-             return std::make_unique<Recorder>(elastic, std::move(o));
-           }),
-           py::arg("elastic"), py::arg("run_dir"), py::arg("total_steps"),
+      .def(py::init(&newRecorder), py::arg("elastic"), py::arg("run_dir"), py::arg("total_steps"),
            py::arg("steps_per_epoch"), py::arg("log_every_steps"), py::arg("start_step"),
            py::arg("tensorboard"), py::arg("live"), py::arg("console"), py::arg("model"),
            py::arg("log_all_ranks"), py::arg("diloco").none(true), py::keep_alive<1, 2>(),
@@ -111,21 +127,9 @@ void bindRecorder(py::module_& m) {
             return r.checkpoint([&] { return py::str(save()).cast<std::string>(); });
           },
           py::arg("save"))
-      .def(
-          "checkpoint_saved",
-          [](Recorder& r, int64_t step, const std::string& path, double stall_seconds,
-             double encode_seconds, double write_seconds, uint64_t bytes) {
-            CheckpointSaved saved;
-            saved.step = step;
-            saved.path = path;
-            saved.stall_seconds = stall_seconds;
-            saved.encode_seconds = encode_seconds;
-            saved.write_seconds = write_seconds;
-            saved.bytes = bytes;
-            r.checkpointSaved(saved);
-          },
-          py::arg("step"), py::arg("path"), py::arg("stall_seconds"), py::arg("encode_seconds"),
-          py::arg("write_seconds"), py::arg("bytes"))
+      .def("checkpoint_saved", &checkpointSaved, py::arg("step"), py::arg("path"),
+           py::arg("stall_seconds"), py::arg("encode_seconds"), py::arg("write_seconds"),
+           py::arg("bytes"))
       .def("checkpoint_failed", &Recorder::checkpointFailed, py::arg("step"), py::arg("error"),
            py::arg("max_failures"), py::arg("newest_valid"))
       .def("membership_changed", &Recorder::membershipChanged)
